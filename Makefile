@@ -1,0 +1,83 @@
+# qkv -- build, install, test.  `make run` and `make test` set up a fresh
+# Debian machine themselves: `deps` installs what is missing with apt-get.
+
+PREFIX ?= /usr/local
+CC ?= gcc
+CFLAGS ?= -O2
+BUILD := build
+
+DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev
+
+# evaluated when used, so that a recursive make after `deps` sees new packages
+LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_LIBS = $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
+BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
+  -fPIC -fopenmp $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+QKV_LIBS = $(BLAS_LIBS) -fopenmp -lm
+
+VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
+LIB_SRC := $(filter-out vm/main.c,$(VM_SRC)) $(wildcard bindings/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+MAIN_OBJ := $(BUILD)/obj/vm/main.o
+
+.PHONY: all so deps run test bench install install-rock uninstall clean
+
+all: $(BUILD)/qkv $(BUILD)/qkv.so
+
+so: $(BUILD)/qkv.so
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(QKV_CFLAGS) -c $< -o $@
+
+$(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
+	$(CC) $(CFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(QKV_LIBS)
+
+# the module leaves the Lua symbols to the interpreter that loads it
+$(BUILD)/qkv.so: $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(QKV_LIBS)
+
+deps:
+	@command -v dpkg-query >/dev/null || { echo "deps: not a Debian system; install: $(DEPS)"; exit 0; }; \
+	missing=$$(for p in $(DEPS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "deps: installing" $$missing; \
+	  $$sudo apt-get update -qq && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing; \
+	fi
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/qkv scripts/tour.lua
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/qkv tests/run.lua tests
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@for f in bench/*.lua; do [ -e "$$f" ] && $(BUILD)/qkv "$$f"; done; true
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
+	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
+	install -m 755 $(BUILD)/qkv.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/qkv.so
+
+# used by the rockspec: luarocks passes the folders of its tree
+install-rock: so
+	install -d $(INST_LIBDIR)
+	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(DESTDIR)$(PREFIX)/lib/lua/5.4/qkv.so
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)

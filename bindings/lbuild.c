@@ -1,0 +1,224 @@
+/*
+** lbuild.c -- constructors (tensor, zeros, ones, full, eye, arange, rand,
+** randn), the generator's seed, and the clock.
+*/
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "lqkv.h"
+
+/* the shape of a nested table, read down its first items */
+static int table_shape (lua_State *L, int idx, int64_t *size) {
+  int n = 0;
+  lua_pushvalue(L, idx);
+  while (lua_type(L, -1) == LUA_TTABLE) {
+    if (n == QKV_MAXDIM) luaL_error(L, "tensor: nested deeper than 8 levels");
+    size[n++] = (int64_t)luaL_len(L, -1);
+    lua_geti(L, -1, 1);
+    lua_remove(L, -2);
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
+  int t = lua_type(L, idx);
+  if (t != LUA_TNUMBER && t != LUA_TBOOLEAN)
+    luaL_error(L, "tensor: expected numbers or booleans, got a %s",
+               luaL_typename(L, idx));
+  lua_Number x = t == LUA_TBOOLEAN ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+  switch (dt) {
+    case QKV_F32: *(float *)p = (float)x; break;
+    case QKV_F64: *(double *)p = x; break;
+    case QKV_BOOL: *(unsigned char *)p = x != 0; break;
+    default:
+      if (lua_isinteger(L, idx)) *(int64_t *)p = (int64_t)lua_tointeger(L, idx);
+      else if (x != x || fabs(x) >= 9.2e18)
+        luaL_error(L, "tensor: %f does not fit in int64", x);
+      else *(int64_t *)p = (int64_t)x;
+  }
+}
+
+/* writes the items of the table at the top, checking it is not ragged */
+static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
+  lua_Integer n = luaL_len(L, -1);
+  if (n != t->size[d])
+    luaL_error(L, "tensor: ragged nested table: a list at depth %d has %I "
+               "items, expected %I", d + 1, n, (lua_Integer)t->size[d]);
+  luaL_checkstack(L, 2, "tensor");
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, -1, i);
+    int istable = lua_type(L, -1) == LUA_TTABLE;
+    if (d + 1 < t->ndim) {
+      if (!istable)
+        luaL_error(L, "tensor: ragged nested table: a %s where a list of %I "
+                   "was expected at depth %d", luaL_typename(L, -1),
+                   (lua_Integer)t->size[d + 1], d + 2);
+      p = fill(L, t, d + 1, p);
+    } else {
+      if (istable)
+        luaL_error(L, "tensor: ragged nested table: a list where a value was "
+                   "expected at depth %d", d + 1);
+      store(L, t->dtype, p, -1);
+      p += qkv_elsize(t->dtype);
+    }
+    lua_pop(L, 1);
+  }
+  return p;
+}
+
+/* the first leaf decides between bool and float32 */
+static qkv_dtype leaf_dtype (lua_State *L, int idx) {
+  lua_pushvalue(L, idx);
+  while (lua_type(L, -1) == LUA_TTABLE) {
+    lua_geti(L, -1, 1);
+    lua_remove(L, -2);
+  }
+  qkv_dtype dt = lua_type(L, -1) == LUA_TBOOLEAN ? QKV_BOOL : QKV_F32;
+  lua_pop(L, 1);
+  return dt;
+}
+
+static int b_tensor (lua_State *L) {
+  int64_t size[QKV_MAXDIM];
+  qkv_tensor *src = qkvL_totensor(L, 1);
+  qkv_dtype dt = src ? src->dtype : leaf_dtype(L, 1);
+  if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
+  if (src) {
+    qkv_tensor *t = qkvL_newlike(L, src, dt);
+    qkvL_check(L, "tensor", qkv_copy(t, src));
+    return 1;
+  }
+  int type = lua_type(L, 1);
+  if (type != LUA_TTABLE && type != LUA_TNUMBER && type != LUA_TBOOLEAN)
+    luaL_typeerror(L, 1, "table, number or boolean");
+  int n = table_shape(L, 1, size);
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
+  lua_pushvalue(L, 1);
+  if (n == 0) store(L, dt, (char *)qkv_data(t), -1);
+  else fill(L, t, 0, (char *)qkv_data(t));
+  lua_pop(L, 1);
+  return 1;
+}
+
+static int filled (lua_State *L, double v, int zero) {
+  int64_t size[QKV_MAXDIM];
+  qkv_dtype dt = QKV_F32;
+  int n = qkvL_checkshape(L, 1, size, &dt);
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, zero);
+  if (!zero) qkvL_check(L, "fill", qkv_fill(t, v));
+  return 1;
+}
+
+static int b_zeros (lua_State *L) { return filled(L, 0, 1); }
+static int b_ones (lua_State *L) { return filled(L, 1, 0); }
+
+/* full(shape, value [, dtype]); shape is a table or one size */
+static int b_full (lua_State *L) {
+  int64_t size[QKV_MAXDIM];
+  int n = qkvL_checkshape(L, 1, size, NULL);
+  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2), 2,
+                "number expected");
+  double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : lua_tonumber(L, 2);
+  qkv_dtype dt = lua_isnoneornil(L, 3) ? QKV_F32 : qkvL_checkdtype(L, 3);
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
+  qkvL_check(L, "full", qkv_fill(t, v));
+  return 1;
+}
+
+/* eye(n [, m] [, dtype]) */
+static int b_eye (lua_State *L) {
+  int64_t size[2];
+  qkv_dtype dt = QKV_F32;
+  int n = qkvL_checkshape(L, 1, size, &dt);
+  luaL_argcheck(L, n == 1 || n == 2, 1, "eye takes n or n, m");
+  if (n == 1) size[1] = size[0];
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, 2, size, 1), diag = *t;
+  diag.ndim = 1;
+  diag.size[0] = size[0] < size[1] ? size[0] : size[1];
+  diag.stride[0] = t->stride[0] + 1;
+  qkvL_check(L, "eye", qkv_fill(&diag, 1));
+  return 1;
+}
+
+/* arange([a,] b [, step] [, dtype]): a, a+step, ... up to but not b */
+static int b_arange (lua_State *L) {
+  int nnum = 0;
+  while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
+  luaL_argcheck(L, nnum >= 1, 1, "number expected");
+  double a = nnum >= 2 ? lua_tonumber(L, 1) : 0;
+  double b = lua_tonumber(L, nnum >= 2 ? 2 : 1);
+  double step = nnum == 3 ? lua_tonumber(L, 3) : 1;
+  qkv_dtype dt = lua_isnoneornil(L, nnum + 1) ? QKV_F32 : qkvL_checkdtype(L, nnum + 1);
+  if (!(step != 0) || !isfinite(a) || !isfinite(b) || !isfinite(step))
+    return luaL_error(L, "arange: bounds and step must be finite and step non-zero");
+  double count = ceil((b - a) / step);
+  if (count < 0)
+    return luaL_error(L, "arange: step %f goes away from the end %f", step, b);
+  if (count > 9e15) return luaL_error(L, "arange: %f items is too many", count);
+  int64_t n = (int64_t)count;
+  qkv_tensor *t = qkvL_new(L, QKV_F64, QKV_CPU, 1, &n, 0);
+  double *p = (double *)qkv_data(t);
+  for (int64_t i = 0; i < n; i++) p[i] = a + (double)i * step;
+  if (dt != QKV_F64) {
+    qkv_tensor *r = qkvL_newlike(L, t, dt);
+    qkvL_check(L, "arange", qkv_copy(r, t));
+  }
+  return 1;
+}
+
+static int random_tensor (lua_State *L, qkv_dist dist) {
+  int64_t size[QKV_MAXDIM];
+  qkv_dtype dt = QKV_F32;
+  int n = qkvL_checkshape(L, 1, size, &dt);
+  if (!qkv_is_float(dt))
+    luaL_argerror(L, n + 1, "random tensors are float32 or float64");
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
+  qkvL_check(L, dist == QKV_UNIFORM ? "rand" : "randn", qkv_random(t, dist));
+  return 1;
+}
+
+static int b_rand (lua_State *L) { return random_tensor(L, QKV_UNIFORM); }
+static int b_randn (lua_State *L) { return random_tensor(L, QKV_NORMAL); }
+
+static int b_seed (lua_State *L) {
+  qkv_seed((uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+
+static int b_initial_seed (lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)qkv_initial_seed());
+  return 1;
+}
+
+static int b_clock (lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
+static int b_memory (lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)qkv_memory_live());
+  return 1;
+}
+
+static int b_is_tensor (lua_State *L) {
+  lua_pushboolean(L, luaL_testudata(L, 1, QKV_TENSOR) != NULL);
+  return 1;
+}
+
+void qkvL_open_build (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg f[] = {
+    {"tensor", b_tensor}, {"zeros", b_zeros}, {"ones", b_ones},
+    {"full", b_full}, {"eye", b_eye}, {"arange", b_arange},
+    {"rand", b_rand}, {"randn", b_randn}, {"seed", b_seed},
+    {"initial_seed", b_initial_seed}, {"clock", b_clock},
+    {"memory", b_memory}, {"is_tensor", b_is_tensor}, {NULL, NULL}
+  };
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, f, 0);
+  lua_pop(L, 1);
+  (void)mt; (void)methods;
+}

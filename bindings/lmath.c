@@ -1,0 +1,358 @@
+/*
+** lmath.c -- math on tensors: arithmetic with broadcasting and PyTorch's
+** type promotion, elementwise functions, comparisons, reductions, matmul,
+** masked_fill, cat and stack.
+*/
+#include <string.h>
+
+#include "lqkv.h"
+
+/* A Lua number seen as a 0-d tensor that lives on the C stack. */
+typedef struct scalar {
+  qkv_tensor t;
+  qkv_storage s;
+  union { float f; double d; int64_t i; unsigned char b; } v;
+} scalar;
+
+static const qkv_tensor *init_scalar (scalar *sc, qkv_dtype dt) {
+  sc->s.data = &sc->v;
+  sc->s.nbytes = sizeof sc->v;
+  sc->s.refcount = 1;
+  sc->s.device = QKV_CPU;
+  memset(&sc->t, 0, sizeof sc->t);
+  sc->t.dtype = dt;
+  sc->t.storage = &sc->s;
+  return &sc->t;
+}
+
+static const qkv_tensor *make_scalar (lua_State *L, scalar *sc, int arg,
+                                      qkv_dtype dt) {
+  switch (dt) {
+    case QKV_F32: sc->v.f = (float)lua_tonumber(L, arg); break;
+    case QKV_F64: sc->v.d = lua_tonumber(L, arg); break;
+    case QKV_I64: sc->v.i = (int64_t)lua_tointeger(L, arg); break;
+    default: sc->v.b = lua_toboolean(L, arg) != 0; break;
+  }
+  return init_scalar(sc, dt);
+}
+
+/* PyTorch's rule for a tensor with a Lua number: the number is "weak" and
+   only lifts an integral tensor to float32 when it is a float itself */
+static qkv_dtype weak_dtype (lua_State *L, const qkv_tensor *t, int arg) {
+  if (qkv_is_float(t->dtype)) return t->dtype;
+  if (lua_type(L, arg) == LUA_TBOOLEAN) return t->dtype;
+  return lua_isinteger(L, arg) ? QKV_I64 : QKV_F32;
+}
+
+static int is_scalar_arg (lua_State *L, int arg) {
+  int t = lua_type(L, arg);
+  return t == LUA_TNUMBER || t == LUA_TBOOLEAN;
+}
+
+/* a tensor at arg, NULL for anything else; a closed tensor is an error */
+static qkv_tensor *opttensor (lua_State *L, int arg) {
+  return luaL_testudata(L, arg, QKV_TENSOR) ? qkvL_checktensor(L, arg) : NULL;
+}
+
+/*
+** The two operands as tensors, a number becoming a 0-d scalar in `sc`;
+** *common is their promoted dtype and *dev the device of the result.
+*/
+static void operands (lua_State *L, const char *name, const qkv_tensor **a,
+                      const qkv_tensor **b, scalar *sc, qkv_dtype *common,
+                      qkv_device *dev) {
+  qkv_tensor *x = opttensor(L, 1), *y = opttensor(L, 2);
+  if (x && y) {
+    *a = x; *b = y;
+    *common = qkv_promote(x->dtype, y->dtype);
+    *dev = x->storage->device;
+    return;
+  }
+  if (!x && !y) luaL_typeerror(L, is_scalar_arg(L, 1) ? 2 : 1, QKV_TENSOR);
+  int sarg = x ? 2 : 1;
+  if (!is_scalar_arg(L, sarg))
+    luaL_error(L, "%s: expected a tensor or a number, got %s", name,
+               luaL_typename(L, sarg));
+  const qkv_tensor *t = x ? x : y;
+  *common = weak_dtype(L, t, sarg);
+  *dev = t->storage->device;
+  const qkv_tensor *s = make_scalar(L, sc, sarg, *common);
+  *a = x ? t : s;
+  *b = x ? s : t;
+}
+
+static qkv_tensor *broadcast_out (lua_State *L, const char *name,
+                                  const qkv_tensor *a, const qkv_tensor *b,
+                                  qkv_dtype dt, qkv_device dev) {
+  int n;
+  int64_t size[QKV_MAXDIM];
+  if (qkv_broadcast_shape(a->ndim, a->size, b->ndim, b->size, &n, size) != 0) {
+    const char *sa = qkvL_shape(L, a), *sb = qkvL_shape(L, b);
+    luaL_error(L, "%s: shapes %s and %s do not broadcast", name, sa, sb);
+  }
+  return qkvL_new(L, dt, dev, n, size, 0);
+}
+
+/* arithmetic promotes bools to int64 and divides integers as floats */
+static int binary (lua_State *L, qkv_binop op, const char *name) {
+  const qkv_tensor *a, *b;
+  scalar sc;
+  qkv_dtype dt;
+  qkv_device dev;
+  operands(L, name, &a, &b, &sc, &dt, &dev);
+  if (op >= QKV_EQ) dt = QKV_BOOL;
+  else if (dt == QKV_BOOL) dt = QKV_I64;
+  if (op == QKV_DIV && !qkv_is_float(dt)) dt = QKV_F32;
+  qkv_tensor *out = broadcast_out(L, name, a, b, dt, dev);
+  qkvL_check(L, name, qkv_binary(op, out, a, b));
+  return 1;
+}
+
+static int m_add (lua_State *L) { return binary(L, QKV_ADD, "add"); }
+static int m_sub (lua_State *L) { return binary(L, QKV_SUB, "sub"); }
+static int m_mul (lua_State *L) { return binary(L, QKV_MUL, "mul"); }
+static int m_div (lua_State *L) { return binary(L, QKV_DIV, "div"); }
+static int m_pow (lua_State *L) { return binary(L, QKV_POW, "pow"); }
+static int m_maximum (lua_State *L) { return binary(L, QKV_MAXIMUM, "maximum"); }
+static int m_minimum (lua_State *L) { return binary(L, QKV_MINIMUM, "minimum"); }
+static int m_eq (lua_State *L) { return binary(L, QKV_EQ, "eq"); }
+static int m_ne (lua_State *L) { return binary(L, QKV_NE, "ne"); }
+static int m_lt (lua_State *L) { return binary(L, QKV_LT, "lt"); }
+static int m_le (lua_State *L) { return binary(L, QKV_LE, "le"); }
+static int m_gt (lua_State *L) { return binary(L, QKV_GT, "gt"); }
+static int m_ge (lua_State *L) { return binary(L, QKV_GE, "ge"); }
+
+static int unary (lua_State *L, qkv_unop op, const char *name) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  qkv_dtype dt = t->dtype;
+  if (op == QKV_NEG || op == QKV_ABS) { if (dt == QKV_BOOL) dt = QKV_I64; }
+  else if (!qkv_is_float(dt)) dt = QKV_F32;
+  qkv_tensor *out = qkvL_newlike(L, t, dt);
+  qkvL_check(L, name, qkv_unary(op, out, t));
+  return 1;
+}
+
+static int m_neg (lua_State *L) { return unary(L, QKV_NEG, "neg"); }
+static int m_exp (lua_State *L) { return unary(L, QKV_EXP, "exp"); }
+static int m_log (lua_State *L) { return unary(L, QKV_LOG, "log"); }
+static int m_sqrt (lua_State *L) { return unary(L, QKV_SQRT, "sqrt"); }
+static int m_abs (lua_State *L) { return unary(L, QKV_ABS, "abs"); }
+static int m_tanh (lua_State *L) { return unary(L, QKV_TANH, "tanh"); }
+
+/* the metamethods take the operands in either order */
+static int m_unm (lua_State *L) { lua_settop(L, 1); return m_neg(L); }
+
+
+/* reductions */
+
+static const char *const rednames[] = {
+  "sum", "mean", "max", "min", "var", "std", "argmax", "argmin"
+};
+
+static qkv_dtype reduce_dtype (qkv_redop op, qkv_dtype in) {
+  switch (op) {
+    case QKV_SUM: return in == QKV_BOOL ? QKV_I64 : in;
+    case QKV_MEAN: case QKV_VAR: case QKV_STD:
+      return qkv_is_float(in) ? in : QKV_F32;
+    case QKV_ARGMAX: case QKV_ARGMIN: return QKV_I64;
+    default: return in;
+  }
+}
+
+/* positions come back 0-based from the vm; Lua counts from 1 */
+static void to_lua_index (lua_State *L, const char *name, qkv_tensor *idx) {
+  scalar one;
+  one.v.i = 1;
+  qkvL_check(L, name, qkv_binary(QKV_ADD, idx, idx, init_scalar(&one, QKV_I64)));
+}
+
+/* x:sum() reduces all to a 0-d tensor; x:sum(dim [, keepdim]) one dim */
+static int reduce (lua_State *L, qkv_redop op) {
+  const char *name = rednames[op];
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  int arg = (op == QKV_MAX || op == QKV_MIN) && qkvL_totensor(L, 2);
+  if (arg) return binary(L, op == QKV_MAX ? QKV_MAXIMUM : QKV_MINIMUM, name);
+  int all = lua_isnoneornil(L, 2), dim = all ? -1 : qkvL_checkdim(L, 2, t->ndim, 0);
+  int keep = lua_toboolean(L, 3), picks = op == QKV_MAX || op == QKV_MIN ||
+             op == QKV_ARGMAX || op == QKV_ARGMIN;
+  if (picks && (all ? qkv_numel(t) == 0 : t->size[dim] == 0)) {
+    qkvL_shape(L, t);
+    return luaL_error(L, "%s: cannot reduce an empty dim of a tensor of shape %s",
+                      name, lua_tostring(L, -1));
+  }
+  int64_t size[QKV_MAXDIM];
+  int n = 0;
+  for (int i = 0; !all && i < t->ndim; i++)
+    if (i != dim) size[n++] = t->size[i];
+    else if (keep) size[n++] = 1;
+  qkv_tensor *out = qkvL_new(L, reduce_dtype(op, t->dtype), t->storage->device,
+                             n, size, 0), *idx = NULL;
+  if (op == QKV_ARGMAX || op == QKV_ARGMIN) idx = out;
+  else if (picks && !all) idx = qkvL_new(L, QKV_I64, t->storage->device, n, size, 0);
+  qkvL_check(L, name, qkv_reduce(op, out, idx, t, dim));
+  if (idx) to_lua_index(L, name, idx);
+  return idx && idx != out ? 2 : 1;
+}
+
+static int m_sum (lua_State *L) { return reduce(L, QKV_SUM); }
+static int m_mean (lua_State *L) { return reduce(L, QKV_MEAN); }
+static int m_max (lua_State *L) { return reduce(L, QKV_MAX); }
+static int m_min (lua_State *L) { return reduce(L, QKV_MIN); }
+static int m_var (lua_State *L) { return reduce(L, QKV_VAR); }
+static int m_std (lua_State *L) { return reduce(L, QKV_STD); }
+static int m_argmax (lua_State *L) { return reduce(L, QKV_ARGMAX); }
+static int m_argmin (lua_State *L) { return reduce(L, QKV_ARGMIN); }
+
+
+/* matmul */
+
+static int matmul_error (lua_State *L, const qkv_tensor *a,
+                         const qkv_tensor *b, const char *why) {
+  const char *sa = qkvL_shape(L, a), *sb = qkvL_shape(L, b);
+  return luaL_error(L, "matmul: %s @ %s: %s", sa, sb, why);
+}
+
+static int m_matmul (lua_State *L) {
+  qkv_tensor *a = qkvL_checktensor(L, 1), *b = qkvL_checktensor(L, 2), x = *a, y = *b;
+  if (a->ndim == 0 || b->ndim == 0)
+    return matmul_error(L, a, b, "both operands need at least 1 dim");
+  if (!qkv_is_float(a->dtype) || a->dtype != b->dtype)
+    return matmul_error(L, a, b, lua_pushfstring(L, "expected two float32 or "
+        "two float64 tensors, got %s and %s", qkv_dtype_name(a->dtype),
+        qkv_dtype_name(b->dtype)));
+  if (a->ndim == 1) qkv_view_unsqueeze(&x, a, 0);
+  if (b->ndim == 1) qkv_view_unsqueeze(&y, b, 1);
+  int64_t k1 = x.size[x.ndim - 1], k2 = y.size[y.ndim - 2];
+  if (k1 != k2)
+    return matmul_error(L, a, b, lua_pushfstring(L, "inner dims %I and %I differ",
+                        (lua_Integer)k1, (lua_Integer)k2));
+  int n;
+  int64_t size[QKV_MAXDIM + 2];
+  if (qkv_broadcast_shape(x.ndim - 2, x.size, y.ndim - 2, y.size, &n, size) != 0)
+    return matmul_error(L, a, b, "batch dims do not broadcast");
+  size[n] = x.size[x.ndim - 2];
+  size[n + 1] = y.size[y.ndim - 1];
+  qkv_tensor *out = qkvL_new(L, a->dtype, a->storage->device, n + 2, size, 0);
+  qkvL_check(L, "matmul", qkv_matmul(out, &x, &y));
+  if (b->ndim == 1) qkv_view_select(out, out, out->ndim - 1, 0);
+  if (a->ndim == 1) qkv_view_select(out, out, out->ndim - 1 - (b->ndim > 1), 0);
+  return 1;
+}
+
+
+/* masked_fill, cat, stack */
+
+static int m_masked_fill (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2), e;
+  if (!is_scalar_arg(L, 3)) luaL_typeerror(L, 3, "number");
+  if (qkv_expand(&e, m, t->ndim, t->size) != 0) {
+    const char *sm = qkvL_shape(L, m), *st = qkvL_shape(L, t);
+    return luaL_error(L, "masked_fill: mask of shape %s does not broadcast to "
+                      "the tensor's shape %s", sm, st);
+  }
+  double v = lua_isboolean(L, 3) ? lua_toboolean(L, 3) : lua_tonumber(L, 3);
+  qkv_tensor *out = qkvL_newlike(L, t, t->dtype);
+  qkvL_check(L, "masked_fill", qkv_copy(out, t));
+  qkvL_check(L, "masked_fill", qkv_masked_fill(out, m, v));
+  return 1;
+}
+
+/* the tensors of the list at index 1; returns their count */
+static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int n = (int)luaL_len(L, 1);
+  if (n < 1) luaL_error(L, "%s: expected a non-empty list of tensors", name);
+  if (n > max) luaL_error(L, "%s: more than %d tensors", name, max);
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    ts[i] = qkvL_totensor(L, -1);
+    if (ts[i] == NULL)
+      luaL_error(L, "%s: item %d of the list is a %s, not a tensor", name,
+                 i + 1, luaL_typename(L, -1));
+    lua_pop(L, 1);                      /* the list keeps it alive */
+  }
+  return n;
+}
+
+#define MAXLIST 1024
+
+static int m_cat (lua_State *L) {
+  qkv_tensor *ts[MAXLIST], *out, v;
+  int n = checklist(L, "cat", ts, MAXLIST);
+  int d = qkvL_optdim(L, 2, ts[0]->ndim, 0);
+  int64_t size[QKV_MAXDIM], total = 0;
+  qkv_dtype dt = ts[0]->dtype;
+  for (int i = 0; i < n; i++) {
+    int same = ts[i]->ndim == ts[0]->ndim;
+    for (int k = 0; same && k < ts[0]->ndim; k++)
+      same = k == d || ts[i]->size[k] == ts[0]->size[k];
+    if (!same) {
+      const char *s0 = qkvL_shape(L, ts[0]), *si = qkvL_shape(L, ts[i]);
+      return luaL_error(L, "cat: tensor 1 is %s but tensor %d is %s: sizes "
+                        "must match except in dim %d", s0, i + 1, si, d + 1);
+    }
+    total += ts[i]->size[d];
+    dt = qkv_promote(dt, ts[i]->dtype);
+  }
+  memcpy(size, ts[0]->size, sizeof size);
+  size[d] = total;
+  out = qkvL_new(L, dt, ts[0]->storage->device, ts[0]->ndim, size, 0);
+  total = 0;
+  for (int i = 0; i < n; total += ts[i]->size[d], i++) {
+    qkv_view_narrow(&v, out, d, total, ts[i]->size[d]);
+    qkvL_check(L, "cat", qkv_copy(&v, ts[i]));
+  }
+  return 1;
+}
+
+static int m_stack (lua_State *L) {
+  qkv_tensor *ts[MAXLIST], *out, v;
+  int n = checklist(L, "stack", ts, MAXLIST);
+  int d = lua_isnoneornil(L, 2) ? 0 : qkvL_checkdim(L, 2, ts[0]->ndim, 1);
+  int64_t size[QKV_MAXDIM];
+  qkv_dtype dt = ts[0]->dtype;
+  if (ts[0]->ndim == QKV_MAXDIM) return luaL_error(L, "stack: more than 8 dims");
+  for (int i = 0; i < n; i++) {
+    if (ts[i]->ndim != ts[0]->ndim || memcmp(ts[i]->size, ts[0]->size,
+        sizeof(int64_t) * (size_t)ts[0]->ndim) != 0) {
+      const char *s0 = qkvL_shape(L, ts[0]), *si = qkvL_shape(L, ts[i]);
+      return luaL_error(L, "stack: tensor 1 is %s but tensor %d is %s: "
+                        "shapes must be equal", s0, i + 1, si);
+    }
+    dt = qkv_promote(dt, ts[i]->dtype);
+  }
+  for (int k = 0, j = 0; k <= ts[0]->ndim; k++)
+    size[k] = k == d ? n : ts[0]->size[j++];
+  out = qkvL_new(L, dt, ts[0]->storage->device, ts[0]->ndim + 1, size, 0);
+  for (int i = 0; i < n; i++) {
+    qkv_view_select(&v, out, d, i);
+    qkvL_check(L, "stack", qkv_copy(&v, ts[i]));
+  }
+  return 1;
+}
+
+void qkvL_open_math (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg both[] = {
+    {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
+    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum},
+    {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt},
+    {"ge", m_ge}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log},
+    {"sqrt", m_sqrt}, {"abs", m_abs}, {"tanh", m_tanh}, {"sum", m_sum},
+    {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"var", m_var},
+    {"std", m_std}, {"argmax", m_argmax}, {"argmin", m_argmin},
+    {"matmul", m_matmul}, {"masked_fill", m_masked_fill}, {NULL, NULL}
+  };
+  static const luaL_Reg meta[] = {
+    {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div},
+    {"__pow", m_pow}, {"__unm", m_unm}, {NULL, NULL}
+  };
+  static const luaL_Reg mod[] = {{"cat", m_cat}, {"stack", m_stack}, {NULL, NULL}};
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, both, 0);
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, both, 0);
+  luaL_setfuncs(L, mod, 0);
+  lua_pushvalue(L, mt);
+  luaL_setfuncs(L, meta, 0);
+  lua_pop(L, 3);
+}

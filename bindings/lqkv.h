@@ -1,0 +1,49 @@
+/*
+** lqkv.h -- shared pieces of the Lua bindings: the tensor userdata, its
+** checkers and the allocator that keeps Lua's collector informed.
+*/
+#ifndef LQKV_H
+#define LQKV_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "../vm/qkv.h"
+
+#define QKV_TENSOR "qkv.Tensor"
+#define QKV_SIZE "qkv.Size"
+
+LUALIB_API int luaopen_qkv (lua_State *L);
+
+/* checkers: raise a Lua error naming the argument */
+qkv_tensor *qkvL_checktensor (lua_State *L, int arg);
+qkv_tensor *qkvL_totensor (lua_State *L, int arg);       /* NULL if not one */
+int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
+int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
+int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
+qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
+/* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
+   A string after the sizes is a dtype, stored in *dt when dt is given. */
+int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt);
+int qkvL_checksizes (lua_State *L, int arg, int64_t *size);   /* -1 allowed */
+const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
+
+/* results */
+qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view);
+qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
+                      const int64_t *size, int zero);
+qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt);
+void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size);
+int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);
+void qkvL_check (lua_State *L, const char *fname, int err);
+
+int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
+
+/* the parts of the module: each registers its functions into the
+   metatable, the methods table and the module table at those indices */
+void qkvL_open_tensor (lua_State *L, int mt, int methods, int module);
+void qkvL_open_view (lua_State *L, int mt, int methods, int module);
+void qkvL_open_math (lua_State *L, int mt, int methods, int module);
+void qkvL_open_build (lua_State *L, int mt, int methods, int module);
+
+#endif

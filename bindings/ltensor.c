@@ -1,0 +1,437 @@
+/*
+** ltensor.c -- the qkv.Tensor userdata: creation and memory accounting,
+** argument checkers, properties, indexing and the view methods.
+*/
+#include <limits.h>
+#include <string.h>
+
+#include "lqkv.h"
+
+/*
+** Lua sees only the small header userdata, so we tell its collector about
+** the storage bytes: a GC step per 64 KiB allocated paces the incremental
+** collector, and a full collection whenever live tensor memory passes
+** twice what survived the last one bounds the garbage in any loop.
+*/
+#define GC_STEP_BYTES ((size_t)64 << 10)
+#define GC_MIN_THRESHOLD ((size_t)256 << 20)
+
+static size_t gc_pending;
+static size_t gc_threshold = GC_MIN_THRESHOLD;
+
+static void gc_full (lua_State *L) {
+  lua_gc(L, LUA_GCCOLLECT);
+  size_t live = qkv_memory_live();
+  gc_threshold = live > GC_MIN_THRESHOLD / 2 ? 2 * live : GC_MIN_THRESHOLD;
+  gc_pending = 0;
+}
+
+static void gc_account (lua_State *L, size_t nbytes) {
+  gc_pending += nbytes;
+  if (qkv_memory_live() > gc_threshold) gc_full(L);
+  else if (gc_pending >= GC_STEP_BYTES) {
+    size_t kb = gc_pending >> 10;
+    gc_pending = 0;
+    lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  }
+}
+
+/*
+** The name of the running C function, for messages: what the call site
+** calls it, or else its key in the qkv module (a function reached through
+** pcall has no call-site name).
+*/
+static const char *fname (lua_State *L) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return "qkv";
+  if (ar.name) return ar.name;
+  int fn = lua_gettop(L);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, -1, "qkv") == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (lua_rawequal(L, -1, fn) && lua_type(L, -2) == LUA_TSTRING)
+        return lua_tostring(L, -2);    /* the module keeps the key alive */
+      lua_pop(L, 1);
+    }
+  }
+  return "qkv";
+}
+
+void qkvL_check (lua_State *L, const char *name, int err) {
+  if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
+}
+
+static qkv_tensor *newud (lua_State *L) {
+  qkv_tensor *t = (qkv_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, QKV_TENSOR);
+  return t;
+}
+
+qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view) {
+  qkv_tensor *t = newud(L);
+  *t = *view;
+  qkv_storage_retain(t->storage);
+  return t;
+}
+
+/*
+** A new contiguous tensor.  The userdata exists before the storage, so a
+** memory error while making it cannot leak the storage; a failed
+** allocation is retried once after a full collection.
+*/
+qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
+                      const int64_t *size, int zero) {
+  int64_t n;
+  if (qkv_numel_of(ndim, size, qkv_elsize(dt), &n) != 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, ndim, size);
+    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
+  }
+  qkv_tensor *t = newud(L);
+  size_t nbytes = (size_t)n * qkv_elsize(dt);
+  qkv_storage *s = qkv_storage_new(dev, nbytes, zero);
+  if (s == NULL) {
+    gc_full(L);
+    s = qkv_storage_new(dev, nbytes, zero);
+    if (s == NULL)
+      luaL_error(L, "%s: out of memory: tried to allocate %I bytes", fname(L),
+                 (lua_Integer)nbytes);
+  }
+  t->storage = s;
+  t->dtype = dt;
+  qkv_set_contiguous(t, ndim, size);
+  gc_account(L, nbytes);
+  return t;
+}
+
+qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
+  return qkvL_new(L, dt, t->storage->device, t->ndim, t->size, 0);
+}
+
+/* __gc and __close: safe to call twice, and on a half-made tensor */
+static int t_free (lua_State *L) {
+  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, 1, QKV_TENSOR);
+  qkv_storage_release(t->storage);
+  t->storage = NULL;
+  return 0;
+}
+
+
+/* checkers */
+
+qkv_tensor *qkvL_totensor (lua_State *L, int arg) {
+  qkv_tensor *t = (qkv_tensor *)luaL_testudata(L, arg, QKV_TENSOR);
+  return (t && t->storage) ? t : NULL;
+}
+
+qkv_tensor *qkvL_checktensor (lua_State *L, int arg) {
+  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, arg, QKV_TENSOR);
+  if (t->storage == NULL) luaL_argerror(L, arg, "tensor was closed");
+  return t;
+}
+
+const char *qkvL_shape (lua_State *L, const qkv_tensor *t) {
+  char buf[200];
+  return lua_pushstring(L, qkv_shape_str(buf, sizeof buf, t->ndim, t->size));
+}
+
+/* a 1-based dim, negative from the end, among ndim + extra dims; 0-based */
+int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
+  lua_Integer d = luaL_checkinteger(L, arg);
+  int n = ndim + extra;
+  if (d < 0) d += n + 1;
+  if (d < 1 || d > n) {
+    if (n == 0) luaL_argerror(L, arg, "a 0-d tensor has no dims");
+    luaL_argerror(L, arg, lua_pushfstring(L, "dim %d out of range [%d, %d]",
+                  (int)luaL_checkinteger(L, arg), -n, n));
+  }
+  return (int)d - 1;
+}
+
+int qkvL_optdim (lua_State *L, int arg, int ndim, int def) {
+  return lua_isnoneornil(L, arg) ? def : qkvL_checkdim(L, arg, ndim, 0);
+}
+
+/* a 1-based index, negative from the end, into `size` items; 0-based */
+int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what) {
+  lua_Integer i = luaL_checkinteger(L, arg);
+  lua_Integer j = i < 0 ? i + size + 1 : i;
+  if (j < 1 || j > size)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I",
+                  what, i, (lua_Integer)size));
+  return j - 1;
+}
+
+qkv_dtype qkvL_checkdtype (lua_State *L, int arg) {
+  const char *name = luaL_checkstring(L, arg);
+  qkv_dtype t;
+  if (!qkv_dtype_from_name(name, &t))
+    luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s' "
+                  "(float32, float64, int64, bool)", name));
+  return t;
+}
+
+static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
+  int ok;
+  lua_Integer v = lua_tointegerx(L, idx, &ok);
+  if (!ok || v < (infer ? -1 : 0)) {
+    const char *got = lua_type(L, idx) == LUA_TNUMBER
+        ? lua_pushfstring(L, "%s", luaL_tolstring(L, idx, NULL))
+        : luaL_typename(L, idx);
+    luaL_argerror(L, arg, lua_pushfstring(L, "size must be a non-negative "
+                  "integer, got %s", got));
+  }
+  return (int64_t)v;
+}
+
+/* sizes as numbers or a table; -1 (when infer) marks a size to infer */
+static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
+                        int infer) {
+  int n = 0, top = lua_gettop(L);
+  if (lua_type(L, arg) == LUA_TTABLE) {
+    lua_Integer len = luaL_len(L, arg);
+    luaL_argcheck(L, len <= QKV_MAXDIM, arg, "more than 8 dims");
+    for (n = 0; n < len; n++) {
+      lua_geti(L, arg, n + 1);
+      size[n] = checksize(L, -1, arg, infer);
+      lua_pop(L, 1);
+    }
+    arg++;
+  } else {
+    for (; arg <= top && lua_type(L, arg) == LUA_TNUMBER; arg++, n++) {
+      luaL_argcheck(L, n < QKV_MAXDIM, arg, "more than 8 dims");
+      size[n] = checksize(L, arg, arg, infer);
+    }
+  }
+  if (dt && !lua_isnoneornil(L, arg)) *dt = qkvL_checkdtype(L, arg);
+  else if (arg <= top && !lua_isnil(L, arg))
+    luaL_argerror(L, arg, lua_pushfstring(L, "size expected, got %s",
+                  luaL_typename(L, arg)));
+  return n;
+}
+
+int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt) {
+  return parse_sizes(L, arg, size, dt, 0);
+}
+
+int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
+  return parse_sizes(L, arg, size, NULL, 1);
+}
+
+static int size_tostring (lua_State *L) {
+  luaL_Buffer b;
+  lua_Integer n = luaL_len(L, 1);
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '(');
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    luaL_addvalue(&b);
+    if (i < n) luaL_addstring(&b, ", ");
+  }
+  luaL_addstring(&b, n == 1 ? ",)" : ")");
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static int size_eq (lua_State *L) {
+  lua_Integer n = luaL_len(L, 1);
+  if (!lua_istable(L, 2) || luaL_len(L, 2) != n) return lua_pushboolean(L, 0), 1;
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    lua_geti(L, 2, i);
+    if (!lua_rawequal(L, -1, -2)) return lua_pushboolean(L, 0), 1;
+    lua_pop(L, 2);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int size_concat (lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  luaL_tolstring(L, 2, NULL);
+  lua_concat(L, 2);
+  return 1;
+}
+
+void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size) {
+  lua_createtable(L, ndim, 0);
+  for (int i = 0; i < ndim; i++) {
+    lua_pushinteger(L, (lua_Integer)size[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  luaL_setmetatable(L, QKV_SIZE);
+}
+
+
+/* element access */
+
+int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
+  switch (t->dtype) {
+    case QKV_F32: lua_pushnumber(L, *(const float *)p); break;
+    case QKV_F64: lua_pushnumber(L, *(const double *)p); break;
+    case QKV_I64: lua_pushinteger(L, *(const int64_t *)p); break;
+    default: lua_pushboolean(L, *(const unsigned char *)p); break;
+  }
+  return 1;
+}
+
+static void checkcpu (lua_State *L, const qkv_tensor *t, const char *name) {
+  if (t->storage->device != QKV_CPU)
+    luaL_error(L, "%s: tensor is on %s; call :cpu() first", name,
+               qkv_device_name(t->storage->device));
+}
+
+static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
+  if (d == t->ndim) { qkvL_pushvalue(L, t, p); return; }
+  luaL_checkstack(L, 4, "tolist");
+  lua_createtable(L, (int)t->size[d], 0);
+  int64_t step = t->stride[d] * (int64_t)qkv_elsize(t->dtype);
+  for (int64_t i = 0; i < t->size[d]; i++) {
+    pushlist(L, t, d + 1, p + i * step);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+}
+
+static int t_tolist (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  checkcpu(L, t, "tolist");
+  pushlist(L, t, 0, (const char *)qkv_data(t));
+  return 1;
+}
+
+static int t_item (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  checkcpu(L, t, "item");
+  if (qkv_numel(t) != 1) {
+    qkvL_shape(L, t);
+    return luaL_error(L, "item: tensor of shape %s has %I elements, not 1",
+                      lua_tostring(L, -1), (lua_Integer)qkv_numel(t));
+  }
+  return qkvL_pushvalue(L, t, qkv_data(t));
+}
+
+
+/* properties and indexing */
+
+static int t_index (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    const char *k = lua_tostring(L, 2);
+    if (strcmp(k, "shape") == 0) qkvL_pushshape(L, t->ndim, t->size);
+    else if (strcmp(k, "dtype") == 0) lua_pushstring(L, qkv_dtype_name(t->dtype));
+    else if (strcmp(k, "device") == 0)
+      lua_pushstring(L, qkv_device_name(t->storage->device));
+    else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->ndim);
+    else lua_pushnil(L);
+    return 1;
+  }
+  if (t->ndim == 0) return luaL_error(L, "index: cannot index a 0-d tensor");
+  qkv_tensor v;
+  qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
+  if (v.ndim == 0) {
+    checkcpu(L, t, "index");
+    return qkvL_pushvalue(L, &v, qkv_data(&v));
+  }
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+/* x[i] = number or tensor: writes into the selected slice */
+static int t_newindex (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
+    return luaL_error(L, "index: tensors have no settable fields");
+  qkv_tensor v, *src;
+  qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
+  if (lua_isnumber(L, 3) || lua_isboolean(L, 3))
+    qkvL_check(L, "index", qkv_fill(&v, lua_isboolean(L, 3)
+                                        ? lua_toboolean(L, 3) : lua_tonumber(L, 3)));
+  else if ((src = qkvL_totensor(L, 3)) != NULL) {
+    int n;
+    int64_t sz[QKV_MAXDIM];
+    if (qkv_broadcast_shape(v.ndim, v.size, src->ndim, src->size, &n, sz) != 0
+        || n != v.ndim || memcmp(sz, v.size, sizeof(int64_t) * (size_t)n) != 0) {
+      const char *a = qkvL_shape(L, src), *b = qkvL_shape(L, &v);
+      return luaL_error(L, "index: value of shape %s does not broadcast to %s", a, b);
+    }
+    qkvL_check(L, "index", qkv_copy(&v, src));
+  } else
+    luaL_typeerror(L, 3, "number or qkv.Tensor");
+  return 0;
+}
+
+static int t_len (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (t->ndim == 0) return luaL_error(L, "len: a 0-d tensor has no length");
+  lua_pushinteger(L, t->size[0]);
+  return 1;
+}
+
+static int t_tostring (lua_State *L) {
+  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, 1, QKV_TENSOR);
+  if (t->storage == NULL) return lua_pushliteral(L, "tensor(<closed>)"), 1;
+  checkcpu(L, t, "tostring");
+  return qkvL_pushtensorstring(L, t);
+}
+
+static int t_dim (lua_State *L) {
+  lua_pushinteger(L, qkvL_checktensor(L, 1)->ndim);
+  return 1;
+}
+
+static int t_numel (lua_State *L) {
+  lua_pushinteger(L, qkv_numel(qkvL_checktensor(L, 1)));
+  return 1;
+}
+
+static int t_size (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_isnoneornil(L, 2)) qkvL_pushshape(L, t->ndim, t->size);
+  else lua_pushinteger(L, t->size[qkvL_checkdim(L, 2, t->ndim, 0)]);
+  return 1;
+}
+
+static int t_stride (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_isnoneornil(L, 2)) qkvL_pushshape(L, t->ndim, t->stride);
+  else lua_pushinteger(L, t->stride[qkvL_checkdim(L, 2, t->ndim, 0)]);
+  return 1;
+}
+
+static int t_is_contiguous (lua_State *L) {
+  lua_pushboolean(L, qkv_is_contiguous(qkvL_checktensor(L, 1)));
+  return 1;
+}
+
+void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg meta[] = {
+    {"__gc", t_free}, {"__close", t_free}, {"__len", t_len},
+    {"__tostring", t_tostring}, {"__newindex", t_newindex}, {NULL, NULL}
+  };
+  static const luaL_Reg m[] = {
+    {"dim", t_dim}, {"numel", t_numel}, {"size", t_size}, {"stride", t_stride},
+    {"is_contiguous", t_is_contiguous}, {"tolist", t_tolist}, {"item", t_item},
+    {NULL, NULL}
+  };
+  static const luaL_Reg sizemeta[] = {
+    {"__tostring", size_tostring}, {"__eq", size_eq}, {"__concat", size_concat},
+    {NULL, NULL}
+  };
+  lua_pushvalue(L, mt);
+  luaL_setfuncs(L, meta, 0);
+  lua_pushvalue(L, methods);
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, m, 0);
+  lua_pop(L, 1);
+  luaL_newmetatable(L, QKV_SIZE);
+  luaL_setfuncs(L, sizemeta, 0);
+  lua_pop(L, 1);
+  (void)module;
+}

@@ -1,0 +1,211 @@
+/*
+** lview.c -- view methods (they share storage and never copy) and the
+** methods that copy: contiguous, clone, to.
+*/
+#include <string.h>
+
+#include "lqkv.h"
+
+static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
+  qkv_tensor *r = qkvL_newlike(L, t, dt);
+  qkvL_check(L, "copy", qkv_copy(r, t));
+  return r;
+}
+
+static int v_t (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v = *t;
+  if (t->ndim > 2) {
+    qkvL_shape(L, t);
+    return luaL_error(L, "t: expects a tensor with at most 2 dims, got %s; "
+                      "use transpose(d1, d2)", lua_tostring(L, -1));
+  }
+  if (t->ndim == 2) qkv_view_transpose(&v, t, 0, 1);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_transpose (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
+  qkv_view_transpose(&v, t, d1, d2);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_permute (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int perm[QKV_MAXDIM], seen[QKV_MAXDIM] = {0}, n = 0;
+  int table = lua_istable(L, 2), top = table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
+  if (top != t->ndim) {
+    qkvL_shape(L, t);
+    return luaL_error(L, "permute: %d dims given for a tensor of shape %s",
+                      top, lua_tostring(L, -1));
+  }
+  for (n = 0; n < top; n++) {
+    if (table) lua_geti(L, 2, n + 1); else lua_pushvalue(L, n + 2);
+    int d = qkvL_checkdim(L, lua_gettop(L), t->ndim, 0);
+    if (seen[d]++) return luaL_error(L, "permute: dim %d repeated", d + 1);
+    perm[n] = d;
+    lua_pop(L, 1);
+  }
+  qkv_view_permute(&v, t, perm);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+/* sizes for view/reshape, with one -1 inferred; checks the count */
+static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
+                     int64_t *size) {
+  int n = qkvL_checksizes(L, 2, size), infer = -1;
+  int64_t known = 1, numel = qkv_numel(t);
+  for (int i = 0; i < n; i++) {
+    if (size[i] >= 0) { known *= size[i]; continue; }
+    if (infer >= 0) return luaL_error(L, "%s: only one size can be -1", name);
+    infer = i;
+  }
+  if (infer >= 0 && known != 0 && numel % known == 0) size[infer] = numel / known;
+  else if (infer >= 0) known = -1;       /* cannot be inferred */
+  if (infer < 0 ? known != numel : known < 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, n, size);
+    const char *old = qkvL_shape(L, t);
+    return luaL_error(L, "%s: shape %s is invalid for a tensor of shape %s "
+                      "(%I elements)", name, buf, old, (lua_Integer)numel);
+  }
+  return n;
+}
+
+static int v_view (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int64_t size[QKV_MAXDIM];
+  int n = newshape(L, "view", t, size);
+  if (qkv_view_reshape(&v, t, n, size) != 0) {
+    char buf[200], st[200];
+    qkv_shape_str(buf, sizeof buf, n, size);
+    qkv_shape_str(st, sizeof st, t->ndim, t->stride);
+    const char *old = qkvL_shape(L, t);
+    return luaL_error(L, "view: shape %s is not compatible with the layout of "
+                      "the input (shape %s, strides %s); use reshape, which "
+                      "copies when it must", buf, old, st);
+  }
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_reshape (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int64_t size[QKV_MAXDIM];
+  int n = newshape(L, "reshape", t, size);
+  if (qkv_view_reshape(&v, t, n, size) != 0) {
+    qkv_tensor *c = pushcopy(L, t, t->dtype);
+    qkv_view_reshape(c, c, n, size);
+    return 1;
+  }
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_narrow (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int d = qkvL_checkdim(L, 2, t->ndim, 0);
+  int64_t start = qkvL_checkindex(L, 3, t->size[d] + 1, "start");
+  lua_Integer len = luaL_checkinteger(L, 4);
+  if (len < 0 || start + len > t->size[d])
+    return luaL_error(L, "narrow: start %I with length %I is out of range "
+                      "for dim %d of size %I", (lua_Integer)start + 1, len,
+                      d + 1, (lua_Integer)t->size[d]);
+  qkv_view_narrow(&v, t, d, start, len);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_select (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int d = qkvL_checkdim(L, 2, t->ndim, 0);
+  qkv_view_select(&v, t, d, qkvL_checkindex(L, 3, t->size[d], "index"));
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_unsqueeze (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int d = qkvL_checkdim(L, 2, t->ndim, 1);
+  if (t->ndim == QKV_MAXDIM) return luaL_error(L, "unsqueeze: more than 8 dims");
+  qkv_view_unsqueeze(&v, t, d);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_squeeze (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_expand (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  int64_t size[QKV_MAXDIM];
+  int n = qkvL_checksizes(L, 2, size);
+  for (int i = 0; i < n; i++) {
+    int j = i - (n - t->ndim);
+    if (size[i] == -1) size[i] = j >= 0 ? t->size[j] : -1;
+  }
+  if (n < t->ndim || qkv_expand(&v, t, n, size) != 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, n, size);
+    const char *old = qkvL_shape(L, t);
+    return luaL_error(L, "expand: a tensor of shape %s cannot expand to %s",
+                      old, buf);
+  }
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int v_contiguous (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (qkv_is_contiguous(t)) lua_settop(L, 1);
+  else pushcopy(L, t, t->dtype);
+  return 1;
+}
+
+static int v_clone (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  pushcopy(L, t, t->dtype);
+  return 1;
+}
+
+static int todevice (lua_State *L, qkv_tensor *t, qkv_device d) {
+  if (t->storage->device == d) { lua_settop(L, 1); return 1; }
+  return luaL_error(L, "to: the %s backend is not available in this build",
+                    qkv_device_name(d));
+}
+
+/* to(dtype) or to(device); returns self when nothing changes */
+static int v_to (lua_State *L) {
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  const char *s = luaL_checkstring(L, 2);
+  if (strcmp(s, "cpu") == 0) return todevice(L, t, QKV_CPU);
+  if (strcmp(s, "cuda") == 0) return todevice(L, t, QKV_CUDA);
+  qkv_dtype dt = qkvL_checkdtype(L, 2);
+  if (dt == t->dtype) lua_settop(L, 1);
+  else pushcopy(L, t, dt);
+  return 1;
+}
+
+static int v_cpu (lua_State *L) { return todevice(L, qkvL_checktensor(L, 1), QKV_CPU); }
+static int v_cuda (lua_State *L) { return todevice(L, qkvL_checktensor(L, 1), QKV_CUDA); }
+
+void qkvL_open_view (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg m[] = {
+    {"t", v_t}, {"transpose", v_transpose}, {"permute", v_permute},
+    {"view", v_view}, {"reshape", v_reshape}, {"narrow", v_narrow},
+    {"select", v_select}, {"unsqueeze", v_unsqueeze}, {"squeeze", v_squeeze},
+    {"expand", v_expand}, {"contiguous", v_contiguous}, {"clone", v_clone},
+    {"to", v_to}, {"cpu", v_cpu}, {"cuda", v_cuda}, {NULL, NULL}
+  };
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, m, 0);
+  lua_pop(L, 1);
+  (void)mt; (void)module;
+}

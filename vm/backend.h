@@ -1,0 +1,42 @@
+/*
+** backend.h -- the per-device dispatch table.  vm/ops.c checks devices,
+** converts dtypes and expands broadcast operands, so a backend entry only
+** ever sees operands that already have the output's shape (strides may be
+** 0 or arbitrary) and the dtype stated for that entry.
+*/
+#ifndef QKV_BACKEND_H
+#define QKV_BACKEND_H
+
+#include "qkv.h"
+
+typedef struct qkv_backend {
+  const char *name;
+  void *(*alloc)(size_t nbytes, int zero);    /* NULL on failure */
+  void (*free)(void *p);
+  /* dst and src have the same shape; dtypes may differ (converted) */
+  int (*copy)(qkv_tensor *dst, const qkv_tensor *src);
+  int (*fill)(qkv_tensor *dst, double v);
+  /* a, b: out's shape; dtype: out's for arithmetic, a common one for
+     comparisons (out is bool) */
+  int (*binary)(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+  /* a: out's shape and dtype (float for all but NEG/ABS) */
+  int (*unary)(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+  /* along dim (0-based): out has a's shape with size[dim] == 1; idx the
+     same shape, int64, 0-based positions (or NULL). a's dtype is float for
+     MEAN/VAR/STD; out's dtype is a's for MAX/MIN, int64 for ARGMAX/ARGMIN
+     (out == idx then), and for SUM a's (int64 for bool) */
+  int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+  /* out (B..., m, p) contiguous; a (B..., m, n), b (B..., n, p) any
+     strides, all three the same batch dims and the same float dtype */
+  int (*matmul)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+  /* mask: bool with out's shape */
+  int (*masked_fill)(qkv_tensor *out, const qkv_tensor *mask, double v);
+  /* element i of the contiguous out takes Philox lanes from block
+     offset + i / 4 (uniform) as described in vm/cpu/random.c */
+  int (*random)(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
+} qkv_backend;
+
+extern const qkv_backend qkv_cpu_backend;
+const qkv_backend *qkv_backend_of(qkv_device dev);   /* NULL when absent */
+
+#endif

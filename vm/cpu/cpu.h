@@ -1,0 +1,21 @@
+/*
+** cpu.h -- the CPU backend's entry points (see backend.h for contracts).
+*/
+#ifndef QKV_CPU_H
+#define QKV_CPU_H
+
+#include "../backend.h"
+
+/* below this many elements a loop runs on one thread */
+#define QKV_CPU_PAR_MIN 32768
+
+int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src);
+int qkv_cpu_fill(qkv_tensor *dst, double v);
+int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
+int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cpu_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
+
+#endif

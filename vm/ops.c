@@ -1,0 +1,225 @@
+/*
+** ops.c -- device dispatch.  Picks the backend from the tensors' device,
+** converts operands to the dtype a kernel wants and expands broadcast
+** operands to the output's shape, then calls the backend's entry.
+*/
+#include <stddef.h>
+
+#include "qkv.h"
+#include "backend.h"
+
+const qkv_backend *qkv_backend_of (qkv_device dev) {
+  /* the CUDA table is filled in when its shared object is loaded */
+  return dev == QKV_CPU ? &qkv_cpu_backend : NULL;
+}
+
+const char *qkv_strerror (int code) {
+  switch (code) {
+    case QKV_OK: return "no error";
+    case QKV_ENOMEM: return "out of memory";
+    case QKV_EDTYPE: return "unsupported dtype";
+    case QKV_ENODEV: return "device not available";
+    case QKV_EDEVICE: return "tensors are on different devices";
+    default: return "internal error";
+  }
+}
+
+/* Backend of `out`, checking that `a` and `b` (may be NULL) share it. */
+static const qkv_backend *backend3 (const qkv_tensor *out, const qkv_tensor *a,
+                                    const qkv_tensor *b, int *err) {
+  qkv_device d = out->storage->device;
+  if ((a && a->storage->device != d) || (b && b->storage->device != d)) {
+    *err = QKV_EDEVICE;
+    return NULL;
+  }
+  const qkv_backend *be = qkv_backend_of(d);
+  *err = be ? QKV_OK : QKV_ENODEV;
+  return be;
+}
+
+/* A contiguous copy of src in dtype dt, in a storage the caller releases. */
+static int convert (qkv_tensor *dst, const qkv_tensor *src, qkv_dtype dt) {
+  qkv_tensor c = *src;
+  int64_t n = qkv_numel(src);
+  c.dtype = dt;
+  c.offset = 0;
+  c.storage = qkv_storage_new(src->storage->device, (size_t)n * qkv_elsize(dt), 0);
+  if (c.storage == NULL) return QKV_ENOMEM;
+  qkv_set_contiguous(&c, src->ndim, src->size);
+  int err = qkv_backend_of(src->storage->device)->copy(&c, src);
+  if (err != QKV_OK) { qkv_storage_release(c.storage); return err; }
+  *dst = c;
+  return QKV_OK;
+}
+
+/*
+** `src` expanded to the shape of `like` and given dtype `dt`: a view when
+** the dtype already matches, else a converted copy whose storage the
+** caller releases through `tmp` (NULL when none was made).
+*/
+static int operand (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
+                    const qkv_tensor *like, qkv_dtype dt) {
+  qkv_tensor c = *src;
+  *tmp = NULL;
+  /* convert at the operand's own size, then expand: no wasted work */
+  if (src->dtype != dt) {
+    int err = convert(&c, src, dt);
+    if (err != QKV_OK) return err;
+    *tmp = c.storage;
+  }
+  if (qkv_expand(dst, &c, like->ndim, like->size) != 0) {
+    qkv_storage_release(*tmp);
+    *tmp = NULL;
+    return QKV_EINTERNAL;
+  }
+  return QKV_OK;
+}
+
+int qkv_copy (qkv_tensor *dst, const qkv_tensor *src) {
+  int err;
+  qkv_tensor e;
+  const qkv_backend *be = backend3(dst, src, NULL, &err);
+  if (be == NULL) return err;
+  if (qkv_expand(&e, src, dst->ndim, dst->size) != 0) return QKV_EINTERNAL;
+  return be->copy(dst, &e);
+}
+
+int qkv_fill (qkv_tensor *dst, double v) {
+  int err;
+  const qkv_backend *be = backend3(dst, NULL, NULL, &err);
+  return be ? be->fill(dst, v) : err;
+}
+
+static int is_compare (qkv_binop op) { return op >= QKV_EQ; }
+
+int qkv_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+                const qkv_tensor *b) {
+  int err;
+  const qkv_backend *be = backend3(out, a, b, &err);
+  if (be == NULL) return err;
+  qkv_dtype dt = is_compare(op) ? qkv_promote(a->dtype, b->dtype) : out->dtype;
+  qkv_tensor x, y;
+  qkv_storage *tx, *ty = NULL;
+  err = operand(&x, &tx, a, out, dt);
+  if (err == QKV_OK) err = operand(&y, &ty, b, out, dt);
+  if (err == QKV_OK) err = be->binary(op, out, &x, &y);
+  qkv_storage_release(tx);
+  qkv_storage_release(ty);
+  return err;
+}
+
+int qkv_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
+  int err;
+  const qkv_backend *be = backend3(out, a, NULL, &err);
+  if (be == NULL) return err;
+  qkv_tensor x;
+  qkv_storage *tx;
+  err = operand(&x, &tx, a, out, out->dtype);
+  if (err == QKV_OK) err = be->unary(op, out, &x);
+  qkv_storage_release(tx);
+  return err;
+}
+
+/* The dtype a reduction wants its input in. */
+static qkv_dtype reduce_input_dtype (qkv_redop op, const qkv_tensor *out,
+                                     const qkv_tensor *a) {
+  if (op == QKV_MEAN || op == QKV_VAR || op == QKV_STD) return out->dtype;
+  return a->dtype;
+}
+
+/*
+** out (and idx) have the result's final shape, which is a's shape with
+** `dim` removed or kept as 1; dim < 0 reduces everything to one element.
+** The backend wants them with a's rank and size 1 at the reduced dim.
+*/
+int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
+                const qkv_tensor *a, int dim) {
+  int err;
+  const qkv_backend *be = backend3(out, a, idx, &err);
+  if (be == NULL) return err;
+  qkv_tensor x, o = *out, ix;
+  qkv_storage *tx = NULL;
+  if (dim < 0) {                     /* everything: a 1-D view of a */
+    int64_t n = qkv_numel(a), one = 1;
+    qkv_tensor flat = *a;
+    if (qkv_view_reshape(&flat, a, 1, &n) != 0) {
+      err = convert(&flat, a, a->dtype);
+      if (err != QKV_OK) return err;
+      tx = flat.storage;
+      qkv_view_reshape(&flat, &flat, 1, &n);
+    }
+    x = flat;
+    qkv_view_reshape(&o, out, 1, &one);
+    if (idx) qkv_view_reshape(&ix, idx, 1, &one);
+    dim = 0;
+  } else {
+    x = *a;
+    if (out->ndim < a->ndim) {
+      qkv_view_unsqueeze(&o, out, dim);
+      if (idx) qkv_view_unsqueeze(&ix, idx, dim);
+    } else if (idx) ix = *idx;
+  }
+  qkv_dtype want = reduce_input_dtype(op, out, a);
+  if (x.dtype != want) {
+    qkv_tensor y;
+    qkv_storage *ty;
+    err = operand(&y, &ty, &x, &x, want);
+    qkv_storage_release(tx);
+    if (err != QKV_OK) return err;
+    x = y;
+    tx = ty;
+  }
+  err = be->reduce(op, &o, idx ? &ix : NULL, &x, dim);
+  qkv_storage_release(tx);
+  return err;
+}
+
+int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
+  int err;
+  const qkv_backend *be = backend3(out, a, b, &err);
+  if (be == NULL) return err;
+  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  /* expand the batch dims to out's; the matrix dims keep their own sizes */
+  int n = out->ndim;
+  int64_t sa[QKV_MAXDIM], sb[QKV_MAXDIM];
+  for (int i = 0; i < n - 2; i++) sa[i] = sb[i] = out->size[i];
+  sa[n - 2] = a->size[a->ndim - 2]; sa[n - 1] = a->size[a->ndim - 1];
+  sb[n - 2] = b->size[b->ndim - 2]; sb[n - 1] = b->size[b->ndim - 1];
+  qkv_tensor x, y;
+  if (qkv_expand(&x, a, n, sa) != 0 || qkv_expand(&y, b, n, sb) != 0)
+    return QKV_EINTERNAL;
+  return be->matmul(out, &x, &y);
+}
+
+int qkv_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {
+  int err;
+  const qkv_backend *be = backend3(out, mask, NULL, &err);
+  if (be == NULL) return err;
+  qkv_tensor m;
+  qkv_storage *tm;
+  err = operand(&m, &tm, mask, out, QKV_BOOL);
+  if (err == QKV_OK) err = be->masked_fill(out, &m, v);
+  qkv_storage_release(tm);
+  return err;
+}
+
+
+/* the generator */
+
+static uint64_t seed = 67280421310721ULL;   /* PyTorch's default seed */
+static uint64_t offset;                     /* next unused Philox block */
+
+void qkv_seed (uint64_t s) { seed = s; offset = 0; }
+uint64_t qkv_initial_seed (void) { return seed; }
+
+int qkv_random (qkv_tensor *out, qkv_dist dist) {
+  int err;
+  const qkv_backend *be = backend3(out, NULL, NULL, &err);
+  if (be == NULL) return err;
+  if (!qkv_is_float(out->dtype)) return QKV_EDTYPE;
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  uint64_t n = (uint64_t)qkv_numel(out), per = out->dtype == QKV_F32 ? 4 : 2;
+  err = be->random(out, dist, key, offset);
+  if (err == QKV_OK) offset += (n + per - 1) / per;
+  return err;
+}

@@ -1,0 +1,114 @@
+/*
+** qkv.h -- the tensor core: dtypes, storages, tensor views and the ops the
+** bindings call.  Kernels never see a Lua state; every function here reports
+** failure through its return value (QKV_OK or a QKV_E* code).
+*/
+#ifndef QKV_H
+#define QKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QKV_VERSION "0.1.0"
+#define QKV_MAXDIM 8
+
+typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_NDTYPE } qkv_dtype;
+typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
+
+enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTERNAL };
+const char *qkv_strerror(int code);
+
+/* A reference-counted block of memory on one device. */
+typedef struct qkv_storage {
+  void *data;
+  size_t nbytes;
+  int refcount;
+  qkv_device device;
+} qkv_storage;
+
+/*
+** A tensor is a view onto a storage: element (i_0, ..., i_{n-1}) (0-based)
+** lives at data + (offset + sum_k i_k * stride[k]) * elsize.  Sizes and
+** strides count elements, not bytes; a stride may be 0 (an expanded dim).
+** ndim == 0 is a scalar with one element.
+*/
+typedef struct qkv_tensor {
+  int ndim;
+  qkv_dtype dtype;
+  int64_t size[QKV_MAXDIM];
+  int64_t stride[QKV_MAXDIM];
+  int64_t offset;
+  qkv_storage *storage;
+} qkv_tensor;
+
+/* dtypes */
+size_t qkv_elsize(qkv_dtype t);
+const char *qkv_dtype_name(qkv_dtype t);
+int qkv_dtype_from_name(const char *name, qkv_dtype *t);   /* 1 if known */
+int qkv_is_float(qkv_dtype t);
+qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);  /* bool < int64 < f32 < f64 */
+const char *qkv_device_name(qkv_device d);
+
+/* storages and memory accounting */
+qkv_storage *qkv_storage_new(qkv_device dev, size_t nbytes, int zero);
+void qkv_storage_retain(qkv_storage *s);
+void qkv_storage_release(qkv_storage *s);
+size_t qkv_memory_live(void);          /* bytes held by live storages */
+size_t qkv_memory_limit(void);         /* largest allocation we try */
+
+/* shapes; all return 0 on success, -1 when the shape is impossible */
+int64_t qkv_numel(const qkv_tensor *t);
+int qkv_numel_of(int ndim, const int64_t *size, size_t elsize, int64_t *numel);
+int qkv_is_contiguous(const qkv_tensor *t);
+void qkv_set_contiguous(qkv_tensor *t, int ndim, const int64_t *size);
+int qkv_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
+                        int *nout, int64_t *out);
+/* view src as `ndim`/`size` with strides 0 on broadcast dims (no copy) */
+int qkv_expand(qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size);
+void *qkv_data(const qkv_tensor *t);   /* pointer to element 0 of the view */
+/* format "(2, 3)" into buf */
+char *qkv_shape_str(char *buf, size_t n, int ndim, const int64_t *size);
+
+/* views: dst is filled in, sharing src's storage (caller retains) */
+void qkv_view_transpose(qkv_tensor *dst, const qkv_tensor *src, int d1, int d2);
+void qkv_view_permute(qkv_tensor *dst, const qkv_tensor *src, const int *perm);
+void qkv_view_narrow(qkv_tensor *dst, const qkv_tensor *src, int d, int64_t start, int64_t len);
+void qkv_view_select(qkv_tensor *dst, const qkv_tensor *src, int d, int64_t i);
+void qkv_view_unsqueeze(qkv_tensor *dst, const qkv_tensor *src, int d);
+void qkv_view_squeeze(qkv_tensor *dst, const qkv_tensor *src, int d);  /* d < 0: all */
+/* strides for `src` seen with a new shape of the same numel; -1 when a copy is needed */
+int qkv_view_reshape(qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size);
+
+/* ops: out is allocated by the caller with the result's shape and dtype */
+typedef enum {
+  QKV_ADD, QKV_SUB, QKV_MUL, QKV_DIV, QKV_POW, QKV_MAXIMUM, QKV_MINIMUM,
+  QKV_EQ, QKV_NE, QKV_LT, QKV_LE, QKV_GT, QKV_GE, QKV_NBINARY
+} qkv_binop;
+typedef enum {
+  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_NUNARY
+} qkv_unop;
+typedef enum {
+  QKV_SUM, QKV_MEAN, QKV_MAX, QKV_MIN, QKV_VAR, QKV_STD, QKV_ARGMAX, QKV_ARGMIN,
+  QKV_NREDUCE
+} qkv_redop;
+typedef enum { QKV_UNIFORM, QKV_NORMAL } qkv_dist;
+
+int qkv_copy(qkv_tensor *dst, const qkv_tensor *src);  /* converts dtype, src broadcasts */
+int qkv_fill(qkv_tensor *dst, double v);
+/* out = a op b; a and b broadcast to out; comparisons give bool */
+int qkv_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+/* out (and idx, int64, may be NULL) = reduce a along dim; dim < 0 reduces all */
+int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+/* out (..., m, p) = a (..., m, n) @ b (..., n, p), batch dims broadcast */
+int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+/* out (a copy of x) gets v where mask (bool, broadcasts) is true */
+int qkv_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
+int qkv_random(qkv_tensor *out, qkv_dist dist);
+
+/* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
+void qkv_seed(uint64_t seed);
+uint64_t qkv_initial_seed(void);
+void qkv_philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+#endif

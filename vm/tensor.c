@@ -1,0 +1,260 @@
+/*
+** tensor.c -- dtypes, storages and views: everything about a tensor that
+** does not touch its elements.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qkv.h"
+#include "backend.h"
+
+static const struct { const char *name; size_t size; } dtypes[QKV_NDTYPE] = {
+  {"float32", 4}, {"float64", 8}, {"int64", 8}, {"bool", 1}
+};
+
+size_t qkv_elsize (qkv_dtype t) { return dtypes[t].size; }
+const char *qkv_dtype_name (qkv_dtype t) { return dtypes[t].name; }
+int qkv_is_float (qkv_dtype t) { return t == QKV_F32 || t == QKV_F64; }
+
+int qkv_dtype_from_name (const char *name, qkv_dtype *t) {
+  for (int i = 0; i < QKV_NDTYPE; i++)
+    if (strcmp(name, dtypes[i].name) == 0) { *t = (qkv_dtype)i; return 1; }
+  return 0;
+}
+
+/* the order bool < int64 < float32 < float64 as in PyTorch */
+qkv_dtype qkv_promote (qkv_dtype a, qkv_dtype b) {
+  static const int rank[QKV_NDTYPE] = {2, 3, 1, 0};
+  return rank[a] >= rank[b] ? a : b;
+}
+
+const char *qkv_device_name (qkv_device d) {
+  return d == QKV_CUDA ? "cuda" : "cpu";
+}
+
+
+/* storages */
+
+static size_t live_bytes;
+
+size_t qkv_memory_live (void) { return live_bytes; }
+
+/* An allocation larger than the machine's RAM can only end in the OOM
+   killer (Linux overcommits), so we refuse it up front. */
+size_t qkv_memory_limit (void) {
+  static size_t limit;
+  if (limit == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    limit = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize
+                                     : (size_t)1 << 40;
+  }
+  return limit;
+}
+
+qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
+  const qkv_backend *be = qkv_backend_of(dev);
+  if (be == NULL || nbytes > qkv_memory_limit()) return NULL;
+  qkv_storage *s = malloc(sizeof *s);
+  if (s == NULL) return NULL;
+  s->data = be->alloc(nbytes ? nbytes : 1, zero);
+  if (s->data == NULL) { free(s); return NULL; }
+  s->nbytes = nbytes;
+  s->refcount = 1;
+  s->device = dev;
+  live_bytes += nbytes;
+  return s;
+}
+
+void qkv_storage_retain (qkv_storage *s) { s->refcount++; }
+
+void qkv_storage_release (qkv_storage *s) {
+  if (s == NULL || --s->refcount > 0) return;
+  live_bytes -= s->nbytes;
+  qkv_backend_of(s->device)->free(s->data);
+  free(s);
+}
+
+
+/* shapes */
+
+int64_t qkv_numel (const qkv_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->size[i];
+  return n;
+}
+
+/* Fails when the sizes are negative or the byte count overflows. */
+int qkv_numel_of (int ndim, const int64_t *size, size_t elsize, int64_t *numel) {
+  int64_t n = 1, max = INT64_MAX / (int64_t)elsize;
+  for (int i = 0; i < ndim; i++) {
+    if (size[i] < 0) return -1;
+    if (size[i] > 0 && n > max / size[i]) return -1;
+    n *= size[i];
+  }
+  *numel = n;
+  return 0;
+}
+
+int qkv_is_contiguous (const qkv_tensor *t) {
+  int64_t expect = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->size[i] != 1 && t->stride[i] != expect) return 0;
+    expect *= t->size[i];
+  }
+  return 1;
+}
+
+void qkv_set_contiguous (qkv_tensor *t, int ndim, const int64_t *size) {
+  int64_t s = 1;
+  t->ndim = ndim;
+  for (int i = ndim - 1; i >= 0; i--) {
+    t->size[i] = size[i];
+    t->stride[i] = s;
+    s *= size[i] > 0 ? size[i] : 1;
+  }
+}
+
+int qkv_broadcast_shape (int na, const int64_t *a, int nb, const int64_t *b,
+                         int *nout, int64_t *out) {
+  int n = na > nb ? na : nb;
+  for (int i = 0; i < n; i++) {
+    int64_t x = i < n - na ? 1 : a[i - (n - na)];
+    int64_t y = i < n - nb ? 1 : b[i - (n - nb)];
+    if (x != y && x != 1 && y != 1) return -1;
+    out[i] = x == 1 ? y : x;
+  }
+  *nout = n;
+  return 0;
+}
+
+int qkv_expand (qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size) {
+  qkv_tensor r = *src;
+  int lead = ndim - src->ndim;
+  if (lead < 0) return -1;
+  r.ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - lead;
+    int64_t sz = j < 0 ? 1 : src->size[j];
+    if (sz != size[i] && sz != 1) return -1;
+    r.size[i] = size[i];
+    r.stride[i] = (j < 0 || sz != size[i]) ? 0 : src->stride[j];
+  }
+  *dst = r;
+  return 0;
+}
+
+void *qkv_data (const qkv_tensor *t) {
+  return (char *)t->storage->data + t->offset * (int64_t)qkv_elsize(t->dtype);
+}
+
+char *qkv_shape_str (char *buf, size_t n, int ndim, const int64_t *size) {
+  size_t k = (size_t)snprintf(buf, n, "(");
+  for (int i = 0; i < ndim && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)size[i]);
+  if (k < n) snprintf(buf + k, n - k, ndim == 1 ? ",)" : ")");
+  return buf;
+}
+
+
+/* views: the callers have checked the dims and ranges */
+
+void qkv_view_transpose (qkv_tensor *dst, const qkv_tensor *src, int d1, int d2) {
+  qkv_tensor r = *src;
+  r.size[d1] = src->size[d2]; r.stride[d1] = src->stride[d2];
+  r.size[d2] = src->size[d1]; r.stride[d2] = src->stride[d1];
+  *dst = r;
+}
+
+void qkv_view_permute (qkv_tensor *dst, const qkv_tensor *src, const int *perm) {
+  qkv_tensor r = *src;
+  for (int i = 0; i < src->ndim; i++) {
+    r.size[i] = src->size[perm[i]];
+    r.stride[i] = src->stride[perm[i]];
+  }
+  *dst = r;
+}
+
+void qkv_view_narrow (qkv_tensor *dst, const qkv_tensor *src, int d,
+                      int64_t start, int64_t len) {
+  qkv_tensor r = *src;
+  if (len > 0) r.offset += start * src->stride[d];
+  r.size[d] = len;
+  *dst = r;
+}
+
+void qkv_view_select (qkv_tensor *dst, const qkv_tensor *src, int d, int64_t i) {
+  qkv_tensor r = *src;
+  r.offset += i * src->stride[d];
+  for (int k = d; k < src->ndim - 1; k++) {
+    r.size[k] = src->size[k + 1];
+    r.stride[k] = src->stride[k + 1];
+  }
+  r.ndim--;
+  *dst = r;
+}
+
+void qkv_view_unsqueeze (qkv_tensor *dst, const qkv_tensor *src, int d) {
+  qkv_tensor r = *src;
+  for (int k = src->ndim; k > d; k--) {
+    r.size[k] = src->size[k - 1];
+    r.stride[k] = src->stride[k - 1];
+  }
+  r.size[d] = 1;
+  r.stride[d] = d < src->ndim ? src->size[d] * src->stride[d] : 1;
+  r.ndim++;
+  *dst = r;
+}
+
+void qkv_view_squeeze (qkv_tensor *dst, const qkv_tensor *src, int d) {
+  qkv_tensor r = *src;
+  int n = 0;
+  for (int k = 0; k < src->ndim; k++) {
+    int drop = src->size[k] == 1 && (d < 0 || d == k);
+    if (!drop) { r.size[n] = src->size[k]; r.stride[n] = src->stride[k]; n++; }
+  }
+  r.ndim = n;
+  *dst = r;
+}
+
+/*
+** New strides for src seen with shape `size`, without copying, when each
+** group of old dims that maps onto a group of new dims is itself laid out
+** contiguously (the rule of PyTorch's computeStride).  -1 when impossible.
+*/
+int qkv_view_reshape (qkv_tensor *dst, const qkv_tensor *src, int ndim,
+                      const int64_t *size) {
+  qkv_tensor r = *src;
+  int64_t numel = qkv_numel(src);
+  r.ndim = ndim;
+  if (numel == 0 || src->ndim == 0) {
+    qkv_set_contiguous(&r, ndim, size);
+    *dst = r;
+    return 0;
+  }
+  int vd = ndim - 1;
+  int64_t chunk = src->stride[src->ndim - 1], tensor_numel = 1, view_numel = 1;
+  for (int td = src->ndim - 1; td >= 0; td--) {
+    tensor_numel *= src->size[td];
+    /* a group ends where the old layout stops being contiguous */
+    if (td == 0 || (src->size[td - 1] != 1 &&
+                    src->stride[td - 1] != tensor_numel * chunk)) {
+      while (vd >= 0 && (view_numel < tensor_numel || size[vd] == 1)) {
+        r.stride[vd] = view_numel * chunk;
+        r.size[vd] = size[vd];
+        view_numel *= size[vd];
+        vd--;
+      }
+      if (view_numel != tensor_numel) return -1;
+      if (td > 0) {
+        chunk = src->stride[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (vd != -1) return -1;
+  *dst = r;
+  return 0;
+}
