@@ -1,0 +1,196 @@
+/*
+** elementwise.c -- CPU binary and unary ops, and masked_fill.
+**
+** Each op x dtype is a row function stamped out by QKV_ROW_MAP1/2 (iter.h)
+** and found through a table; a NULL entry is a dtype the op does not take.
+** int64 arithmetic wraps (it is done in uint64_t, where overflow is
+** defined); maximum/minimum propagate NaN as PyTorch does.
+*/
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+#include "iter.h"
+
+#ifdef __clang__
+/* sqrt sets errno unless -fno-math-errno, so its simd loop may stay scalar,
+   which clang reports */
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+/* ---- binary ---- */
+
+#define WRAP(op, x, y) ((int64_t)((uint64_t)(x) op (uint64_t)(y)))
+/* the x != x tests fold away for int64; written with | so the select has
+   no branch and vectorises */
+#define MAXOF(x, y) ((((x) > (y)) | ((x) != (x))) ? (x) : (y))
+#define MINOF(x, y) ((((x) < (y)) | ((x) != (x))) ? (x) : (y))
+
+/* integer pow by squaring; a negative exponent gives 1/b^-e truncated */
+static int64_t ipow(int64_t b, int64_t e) {
+  uint64_t r = 1, x = (uint64_t)b;
+  if (e < 0) {
+    if (b == 1) return 1;
+    if (b == -1) return (e & 1) ? -1 : 1;
+    return 0;
+  }
+  for (; e; e >>= 1) {
+    if (e & 1) r *= x;
+    x *= x;
+  }
+  return (int64_t)r;
+}
+
+#define FLOATS(name, EXPR) \
+  QKV_ROW_MAP2(name##_f32, float, float, EXPR) \
+  QKV_ROW_MAP2(name##_f64, double, double, EXPR)
+
+FLOATS(add, x + y)
+FLOATS(sub, x - y)
+FLOATS(mul, x * y)
+FLOATS(div, x / y)
+FLOATS(max, MAXOF(x, y))
+FLOATS(min, MINOF(x, y))
+QKV_ROW_CALL2(pow_f32, float, float, powf(x, y))
+QKV_ROW_CALL2(pow_f64, double, double, pow(x, y))
+QKV_ROW_MAP2(add_i64, int64_t, int64_t, WRAP(+, x, y))
+QKV_ROW_MAP2(sub_i64, int64_t, int64_t, WRAP(-, x, y))
+QKV_ROW_MAP2(mul_i64, int64_t, int64_t, WRAP(*, x, y))
+QKV_ROW_CALL2(pow_i64, int64_t, int64_t, ipow(x, y))
+QKV_ROW_MAP2(max_i64, int64_t, int64_t, MAXOF(x, y))
+QKV_ROW_MAP2(min_i64, int64_t, int64_t, MINOF(x, y))
+
+/* comparisons write bool (uint8_t 0/1) whatever the inputs are */
+#define COMPARE(name, EXPR) \
+  QKV_ROW_MAP2(name##_f32, uint8_t, float, (uint8_t)(EXPR)) \
+  QKV_ROW_MAP2(name##_f64, uint8_t, double, (uint8_t)(EXPR)) \
+  QKV_ROW_MAP2(name##_i64, uint8_t, int64_t, (uint8_t)(EXPR)) \
+  QKV_ROW_MAP2(name##_bool, uint8_t, uint8_t, (uint8_t)(EXPR))
+
+COMPARE(eq, x == y)
+COMPARE(ne, x != y)
+COMPARE(lt, x < y)
+COMPARE(le, x <= y)
+COMPARE(gt, x > y)
+COMPARE(ge, x >= y)
+
+#define ARITH(name) { name##_f32, name##_f64, name##_i64, NULL }
+#define CMP(name) { name##_f32, name##_f64, name##_i64, name##_bool }
+
+/* indexed [op][dtype of the inputs] */
+static const qkv_iter_fn binary_rows[QKV_NBINARY][QKV_NDTYPE] = {
+  [QKV_ADD] = ARITH(add), [QKV_SUB] = ARITH(sub), [QKV_MUL] = ARITH(mul),
+  [QKV_DIV] = { div_f32, div_f64, NULL, NULL },  /* ops.c makes int / float */
+  [QKV_POW] = ARITH(pow), [QKV_MAXIMUM] = ARITH(max), [QKV_MINIMUM] = ARITH(min),
+  [QKV_EQ] = CMP(eq), [QKV_NE] = CMP(ne), [QKV_LT] = CMP(lt),
+  [QKV_LE] = CMP(le), [QKV_GT] = CMP(gt), [QKV_GE] = CMP(ge),
+};
+
+int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+                   const qkv_tensor *b) {
+  const qkv_tensor *t[3];
+  qkv_iter_fn fn;
+  qkv_dtype want;
+  qkv_iter it;
+  if ((unsigned)op >= QKV_NBINARY) return QKV_EINTERNAL;
+  if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
+  want = op >= QKV_EQ ? QKV_BOOL : a->dtype;
+  /* the backend contract: ops.c has already converted the operands */
+  if (b->dtype != a->dtype || out->dtype != want) return QKV_EINTERNAL;
+  fn = binary_rows[op][a->dtype];
+  if (!fn) return QKV_EDTYPE;
+  t[0] = out;
+  t[1] = a;
+  t[2] = b;
+  if (qkv_iter_tensors(&it, 3, t) != 0) return QKV_EINTERNAL;
+  qkv_iter_run(&it, fn, NULL);
+  return QKV_OK;
+}
+
+/* ---- unary ---- */
+
+/* MAP vectorises, CALL is for libm functions with no vector version */
+#define UNARY(name, ROW, F32, F64) \
+  ROW(name##_f32, float, float, F32) \
+  ROW(name##_f64, double, double, F64)
+
+UNARY(neg, QKV_ROW_MAP1, -x, -x)
+UNARY(exp, QKV_ROW_CALL1, expf(x), exp(x))
+UNARY(log, QKV_ROW_CALL1, logf(x), log(x))
+UNARY(sqrt, QKV_ROW_MAP1, sqrtf(x), sqrt(x))   /* with -fno-math-errno */
+UNARY(abs, QKV_ROW_MAP1, fabsf(x), fabs(x))
+UNARY(tanh, QKV_ROW_CALL1, tanhf(x), tanh(x))
+/* INT64_MIN negates to itself, as in two's complement */
+QKV_ROW_MAP1(neg_i64, int64_t, int64_t, WRAP(-, 0, x))
+QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? WRAP(-, 0, x) : x)
+
+#define FLOAT_ONLY(name) { name##_f32, name##_f64, NULL, NULL }
+
+static const qkv_iter_fn unary_rows[QKV_NUNARY][QKV_NDTYPE] = {
+  [QKV_NEG] = { neg_f32, neg_f64, neg_i64, NULL },
+  [QKV_EXP] = FLOAT_ONLY(exp), [QKV_LOG] = FLOAT_ONLY(log),
+  [QKV_SQRT] = FLOAT_ONLY(sqrt),
+  [QKV_ABS] = { abs_f32, abs_f64, abs_i64, NULL },
+  [QKV_TANH] = FLOAT_ONLY(tanh),
+};
+
+int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
+  const qkv_tensor *t[2];
+  qkv_iter_fn fn;
+  qkv_iter it;
+  if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
+  if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
+  if (out->dtype != a->dtype) return QKV_EINTERNAL;
+  fn = unary_rows[op][a->dtype];
+  if (!fn) return QKV_EDTYPE;
+  t[0] = out;
+  t[1] = a;
+  if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
+  qkv_iter_run(&it, fn, NULL);
+  return QKV_OK;
+}
+
+/* ---- masked_fill ---- */
+
+/* stores by element width, with v's bits in ctx; the select (rather than
+   an if) rewrites unmasked elements with themselves, so it vectorises */
+#define MASKED_ROW(name, T) \
+  static void name(int64_t n, char **p, const int64_t *s, void *ctx) { \
+    T v, *o = (T *)p[0]; \
+    const uint8_t *m = (const uint8_t *)p[1]; \
+    memcpy(&v, ctx, sizeof v); \
+    if (s[0] == QKV_CPU_SZ(T) && s[1] == 1) { \
+      QKV_SIMD for (int64_t i = 0; i < n; i++) o[i] = m[i] ? v : o[i]; \
+    } else if (s[0] == QKV_CPU_SZ(T) && s[1] == 0) { \
+      if (m[0]) { QKV_SIMD for (int64_t i = 0; i < n; i++) o[i] = v; } \
+    } else { \
+      const int64_t so = s[0], sm = s[1]; \
+      char *po = p[0], *pm = p[1]; \
+      for (int64_t i = 0; i < n; i++, po += so, pm += sm) \
+        if (*pm) *(T *)po = v; \
+    } \
+  }
+
+MASKED_ROW(masked_1, uint8_t)
+MASKED_ROW(masked_4, uint32_t)
+MASKED_ROW(masked_8, uint64_t)
+
+int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v) {
+  const qkv_tensor *t[2];
+  qkv_cpu_scalar s;
+  qkv_iter_fn fn;
+  qkv_iter it;
+  if ((unsigned)out->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
+  if (mask->dtype != QKV_BOOL) return QKV_EINTERNAL;
+  s = qkv_cpu_scalar_of(out->dtype, v);
+  switch (qkv_elsize(out->dtype)) {
+    case 1: fn = masked_1; break;
+    case 4: fn = masked_4; break;
+    case 8: fn = masked_8; break;
+    default: return QKV_EINTERNAL;
+  }
+  t[0] = out;
+  t[1] = mask;
+  if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
+  qkv_iter_run(&it, fn, &s);
+  return QKV_OK;
+}
