@@ -22,17 +22,17 @@ typedef struct qkv_backend {
   /* a: out's shape and dtype (float for all but NEG/ABS) */
   int (*unary)(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
   /* along dim (0-based): out has a's shape with size[dim] == 1; idx the
-     same shape, int64, 0-based positions (or NULL). a's dtype is float for
-     MEAN/VAR/STD; out's dtype is a's for MAX/MIN, int64 for ARGMAX/ARGMIN
-     (out == idx then), and for SUM a's (int64 for bool) */
+     same shape, int64, 0-based positions (or NULL; only MAX/MIN fill it).
+     a's dtype is float for MEAN/VAR/STD; out's dtype is a's for MAX/MIN,
+     int64 positions for ARGMAX/ARGMIN, and for SUM a's (int64 for bool) */
   int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
   /* out (B..., m, p) contiguous; a (B..., m, n), b (B..., n, p) any
      strides, all three the same batch dims and the same float dtype */
   int (*matmul)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
   /* mask: bool with out's shape */
   int (*masked_fill)(qkv_tensor *out, const qkv_tensor *mask, double v);
-  /* element i of the contiguous out takes Philox lanes from block
-     offset + i / 4 (uniform) as described in vm/cpu/random.c */
+  /* out is contiguous; element i takes Philox lanes from block offset +
+     i / 4 (float32) or offset + i / 2 (float64), as vm/cpu/random.c says */
   int (*random)(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
 } qkv_backend;
 

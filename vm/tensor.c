@@ -99,6 +99,7 @@ int qkv_numel_of (int ndim, const int64_t *size, size_t elsize, int64_t *numel) 
 
 int qkv_is_contiguous (const qkv_tensor *t) {
   int64_t expect = 1;
+  if (qkv_numel(t) == 0) return 1;      /* no element is out of place */
   for (int i = t->ndim - 1; i >= 0; i--) {
     if (t->size[i] != 1 && t->stride[i] != expect) return 0;
     expect *= t->size[i];

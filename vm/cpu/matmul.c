@@ -1,0 +1,233 @@
+/*
+** matmul.c -- batched matrix products on the CPU through CBLAS gemm.
+** Strided operands are handed to BLAS as they lie whenever their strides
+** describe a row-major or a transposed matrix (as Torch7's addmm chose);
+** only a matrix that fits neither layout is copied to a dense buffer.
+*/
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cpu.h"
+
+/* below this many multiply-adds a gemm call is too small to thread */
+#define SMALL_GEMM ((double)64 * 64 * 64)
+
+/* How one operand is handed to gemm. */
+typedef struct {
+  int64_t rows, cols;
+  int64_t rs, cs;            /* element strides of a row and a column step */
+  int64_t bstride[QKV_MAXDIM];
+  const char *base;          /* element 0 of the view */
+  enum CBLAS_TRANSPOSE trans;
+  int ld;
+  int copy;                  /* no layout fits: gemm reads a dense copy */
+  int shared;                /* every batch reads the same matrix */
+} operand;
+
+static int fits_int (int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/*
+** Picks the layout as Torch7 did, in row-major terms.  A dim of size 1 is
+** never stepped over, so its stride is free; the leading dimension must
+** still satisfy BLAS's ld >= max(1, width) check, hence the defaults.
+*/
+static void choose_layout (operand *op) {
+  int64_t r = op->rows, c = op->cols, rs = op->rs, cs = op->cs;
+  int64_t wr = c > 1 ? c : 1, wc = r > 1 ? r : 1;
+  op->copy = 0;
+  if ((cs == 1 || c == 1) && (r == 1 || rs >= wr) &&
+      fits_int(r == 1 ? wr : rs)) {
+    op->trans = CblasNoTrans;
+    op->ld = (int)(r == 1 ? wr : rs);
+  } else if ((rs == 1 || r == 1) && (c == 1 || cs >= wc) &&
+             fits_int(c == 1 ? wc : cs)) {
+    op->trans = CblasTrans;
+    op->ld = (int)(c == 1 ? wc : cs);
+  } else {
+    op->trans = CblasNoTrans;
+    op->ld = (int)wr;
+    op->copy = 1;
+  }
+}
+
+static void setup (operand *op, const qkv_tensor *t) {
+  int nd = t->ndim;
+  op->rows = t->size[nd - 2];
+  op->cols = t->size[nd - 1];
+  op->rs = t->stride[nd - 2];
+  op->cs = t->stride[nd - 1];
+  op->base = (const char *)qkv_data(t);
+  op->shared = 1;
+  for (int i = 0; i < nd - 2; i++) {
+    op->bstride[i] = t->size[i] == 1 ? 0 : t->stride[i];
+    if (op->bstride[i] != 0) op->shared = 0;
+  }
+  choose_layout(op);
+}
+
+/* Element offset of batch number `bi` (batch dims in out's order). */
+static int64_t batch_offset (const operand *op, const qkv_tensor *out,
+                              int64_t bi) {
+  int64_t off = 0;
+  for (int i = out->ndim - 3; i >= 0 && bi > 0; i--) {
+    int64_t s = out->size[i];
+    off += (bi % s) * op->bstride[i];
+    bi /= s;
+  }
+  return off;
+}
+
+static void densify (void *dst, const operand *op, const char *src, size_t es) {
+  int64_t r = op->rows, c = op->cols;
+  if (es == sizeof(float)) {
+    const float *s = (const float *)src;
+    float *d = (float *)dst;
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < c; j++) d[i * c + j] = s[i * op->rs + j * op->cs];
+  } else {
+    const double *s = (const double *)src;
+    double *d = (double *)dst;
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < c; j++) d[i * c + j] = s[i * op->rs + j * op->cs];
+  }
+}
+
+typedef struct {
+  qkv_dtype dtype;
+  size_t es;
+  int m, n, p;
+  operand a, b;
+  char *c;                   /* out's data */
+  const qkv_tensor *out;
+} job;
+
+static void gemm (const job *J, const void *a, int lda, const void *b, int ldb,
+                  void *c) {
+  if (J->dtype == QKV_F32)
+    cblas_sgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+                1.0f, (const float *)a, lda, (const float *)b, ldb,
+                0.0f, (float *)c, J->p > 1 ? J->p : 1);
+  else
+    cblas_dgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+                1.0, (const double *)a, lda, (const double *)b, ldb,
+                0.0, (double *)c, J->p > 1 ? J->p : 1);
+}
+
+/*
+** One batch.  abuf/bbuf are this thread's scratch for operands that need
+** densifying; a shared operand was densified once, up front, into them.
+*/
+static void one_batch (const job *J, int64_t bi, void *abuf, void *bbuf) {
+  const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)J->es;
+  const char *b = J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)J->es;
+  if (J->a.copy) {
+    if (!J->a.shared) densify(abuf, &J->a, a, J->es);
+    a = abuf;
+  }
+  if (J->b.copy) {
+    if (!J->b.shared) densify(bbuf, &J->b, b, J->es);
+    b = bbuf;
+  }
+  char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)J->es;
+  gemm(J, a, J->a.ld, b, J->b.ld, c);
+}
+
+/*
+** Scratch for the operands that need densifying (NULL elsewhere): those
+** read by every batch (SHARED), the others (PRIVATE), or both; 0 on failure.
+*/
+enum { PRIVATE = 1, SHARED = 2 };
+
+static int wants (const operand *op, int which) {
+  return op->copy && (which & (op->shared ? SHARED : PRIVATE));
+}
+
+static int scratch (const job *J, void **abuf, void **bbuf, int which) {
+  *abuf = *bbuf = NULL;
+  if (wants(&J->a, which)) {
+    *abuf = malloc((size_t)J->m * (size_t)J->n * J->es);
+    if (*abuf == NULL) return 0;
+  }
+  if (wants(&J->b, which)) {
+    *bbuf = malloc((size_t)J->n * (size_t)J->p * J->es);
+    if (*bbuf == NULL) { free(*abuf); *abuf = NULL; return 0; }
+  }
+  return 1;
+}
+
+/*
+** Small products in a batch run one per thread (the OpenMP build of
+** OpenBLAS keeps a call made inside a parallel region on its thread);
+** large ones go one after another, each threaded by BLAS itself.
+*/
+static int run_batches (const job *J, int64_t nbatch) {
+  void *sa, *sb;
+  int err = QKV_OK;
+  double work = (double)J->m * J->n * J->p;
+  int par = nbatch > 1 && work < SMALL_GEMM;
+  if (!scratch(J, &sa, &sb, par ? SHARED : SHARED | PRIVATE)) return QKV_ENOMEM;
+  if (wants(&J->a, SHARED)) densify(sa, &J->a, J->a.base, J->es);
+  if (wants(&J->b, SHARED)) densify(sb, &J->b, J->b.base, J->es);
+  if (par) {
+    #pragma omp parallel reduction(|:err) \
+            if (work * (double)nbatch >= QKV_CPU_PAR_MIN)
+    {
+      void *pa, *pb;
+      int ok = scratch(J, &pa, &pb, PRIVATE);
+      void *ua = J->a.shared ? sa : pa, *ub = J->b.shared ? sb : pb;
+      if (!ok) err = QKV_ENOMEM;
+      /* every thread must reach the same loop, even one without scratch */
+      #pragma omp for schedule(static)
+      for (int64_t bi = 0; bi < nbatch; bi++)
+        if (ok) one_batch(J, bi, ua, ub);
+      free(pa);
+      free(pb);
+    }
+  } else {
+    for (int64_t bi = 0; bi < nbatch; bi++) one_batch(J, bi, sa, sb);
+  }
+  free(sa);
+  free(sb);
+  return err;
+}
+
+static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
+                         const qkv_tensor *b) {
+  int nd = out->ndim;
+  if (nd < 2 || a->ndim != nd || b->ndim != nd) return 0;
+  for (int i = 0; i < nd - 2; i++)
+    if (a->size[i] != out->size[i] || b->size[i] != out->size[i]) return 0;
+  return a->size[nd - 2] == out->size[nd - 2] &&
+         b->size[nd - 2] == a->size[nd - 1] &&
+         b->size[nd - 1] == out->size[nd - 1];
+}
+
+int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
+  int nd = out->ndim;
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if (!shapes_agree(out, a, b)) return QKV_EINTERNAL;
+  job J;
+  J.dtype = out->dtype;
+  J.es = qkv_elsize(out->dtype);
+  J.out = out;
+  int64_t m = out->size[nd - 2], p = out->size[nd - 1], n = a->size[nd - 1];
+  int64_t nbatch = 1;
+  for (int i = 0; i < nd - 2; i++) nbatch *= out->size[i];
+  if (nbatch == 0 || m == 0 || p == 0) return QKV_OK;
+  if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
+  J.c = (char *)qkv_data(out);
+  if (n == 0) {                        /* an empty sum: all zeros */
+    memset(J.c, 0, (size_t)(nbatch * m * p) * J.es);
+    return QKV_OK;
+  }
+  /* CBLAS counts in int */
+  if (!fits_int(m) || !fits_int(n) || !fits_int(p)) return QKV_EINTERNAL;
+  J.m = (int)m; J.n = (int)n; J.p = (int)p;
+  setup(&J.a, a);
+  setup(&J.b, b);
+  return run_batches(&J, nbatch);
+}

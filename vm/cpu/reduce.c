@@ -1,0 +1,514 @@
+/*
+** reduce.c -- reductions along one dim on the CPU: sum, mean, max, min,
+** var, std, argmax and argmin of a strided tensor.
+**
+** Each output element reduces one line of a.  Threads share the outputs
+** out in runs; when the reduced dim is strided but neighbouring lines lie
+** side by side (a column sum), float sums and moments walk a tile of lines
+** together.  A few long lines (a full reduction arrives as a 1-D view) are
+** cut into fixed pieces whose partial results are combined in order, so
+** the answer never depends on the number of threads.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu.h"
+
+#define PIECE 32768           /* smallest piece of a split line */
+#define MAXPIECES 256         /* most pieces one line is cut into */
+#define FEW_OUTPUTS 64        /* split lines only below this many outputs */
+
+typedef enum { SUMS, MOMENTS, EXTREMA } family;
+
+typedef struct {
+  qkv_redop op;
+  family fam;
+  qkv_dtype dt, odt;          /* a's and out's */
+  size_t ea;                  /* a's element size */
+  int64_t n, sa;              /* the reduced dim's length, a's stride there */
+  int nd;                     /* the kept dims, smallest a stride last */
+  int64_t size[QKV_MAXDIM], as[QKV_MAXDIM], os[QKV_MAXDIM], xs[QKV_MAXDIM];
+  int64_t nout;
+  const char *a;
+  char *o;                    /* values; NULL for ARGMAX/ARGMIN */
+  char *x;                    /* positions; NULL when not wanted */
+} plan;
+
+/* What a line, or a piece of one, reduces to. */
+typedef struct {
+  double d;                   /* float sum, or sum of squared deviations */
+  double c;                   /* sum of deviations: the two-pass correction */
+  uint64_t u;                 /* int64 and bool sums, wrapping */
+  int64_t pos;                /* extremum position */
+} acc;
+
+
+/* line kernels: p is the line's first element, s its stride */
+
+/* Four partial sums break the dependency chain on the contiguous path. */
+#define DEF_FSUM(name, T) \
+static double name (const void *v, int64_t n, int64_t s) { \
+  const T *p = (const T *)v; \
+  double t0 = 0, t1 = 0, t2 = 0, t3 = 0; \
+  int64_t i = 0; \
+  if (s == 1) { \
+    for (; i + 4 <= n; i += 4) { \
+      t0 += p[i]; t1 += p[i + 1]; t2 += p[i + 2]; t3 += p[i + 3]; \
+    } \
+    for (; i < n; i++) t0 += p[i]; \
+  } else { \
+    for (; i < n; i++) t0 += p[i * s]; \
+  } \
+  return (t0 + t1) + (t2 + t3); \
+}
+DEF_FSUM(sum_f32, float)
+DEF_FSUM(sum_f64, double)
+
+/* Integer sums wrap as two's complement does, without signed overflow. */
+static uint64_t sum_int (qkv_dtype dt, const void *v, int64_t n, int64_t s) {
+  uint64_t t = 0;
+  if (dt == QKV_I64) {
+    const int64_t *p = (const int64_t *)v;
+    if (s == 1) for (int64_t i = 0; i < n; i++) t += (uint64_t)p[i];
+    else for (int64_t i = 0; i < n; i++) t += (uint64_t)p[i * s];
+  } else {
+    const uint8_t *p = (const uint8_t *)v;
+    if (s == 1) for (int64_t i = 0; i < n; i++) t += p[i] != 0;
+    else for (int64_t i = 0; i < n; i++) t += p[i * s] != 0;
+  }
+  return t;
+}
+
+#define DEF_SQDEV(name, T) \
+static void name (const void *v, int64_t n, int64_t s, double mean, acc *r) { \
+  const T *p = (const T *)v; \
+  double d1 = 0, d2 = 0; \
+  for (int64_t i = 0; i < n; i++) { \
+    double d = (double)p[i * s] - mean; \
+    d1 += d; \
+    d2 += d * d; \
+  } \
+  r->c += d1; \
+  r->d += d2; \
+}
+DEF_SQDEV(sqdev_f32, float)
+DEF_SQDEV(sqdev_f64, double)
+
+/*
+** The first extremum wins ties; the first NaN beats everything, so a line
+** holding one reports it at once.
+*/
+#define ISNAN_F(v) ((v) != (v))
+#define ISNAN_I(v) 0
+#define GT(a, b) ((a) > (b))
+#define LT(a, b) ((a) < (b))
+#define DEF_EXT(name, T, ISNAN, BETTER) \
+static int64_t name (const void *v, int64_t n, int64_t s) { \
+  const T *p = (const T *)v; \
+  T best = p[0]; \
+  int64_t pos = 0; \
+  if (ISNAN(best)) return 0; \
+  for (int64_t i = 1; i < n; i++) { \
+    T x = p[i * s]; \
+    if (ISNAN(x)) return i; \
+    if (BETTER(x, best)) { best = x; pos = i; } \
+  } \
+  return pos; \
+}
+DEF_EXT(max_f32, float, ISNAN_F, GT)
+DEF_EXT(min_f32, float, ISNAN_F, LT)
+DEF_EXT(max_f64, double, ISNAN_F, GT)
+DEF_EXT(min_f64, double, ISNAN_F, LT)
+DEF_EXT(max_i64, int64_t, ISNAN_I, GT)
+DEF_EXT(min_i64, int64_t, ISNAN_I, LT)
+DEF_EXT(max_bool, uint8_t, ISNAN_I, GT)
+DEF_EXT(min_bool, uint8_t, ISNAN_I, LT)
+
+typedef int64_t (*ext_fn) (const void *, int64_t, int64_t);
+static const ext_fn ext_max[QKV_NDTYPE] = {max_f32, max_f64, max_i64, max_bool};
+static const ext_fn ext_min[QKV_NDTYPE] = {min_f32, min_f64, min_i64, min_bool};
+
+/* element i of the line that starts at `line` */
+static const char *at (const plan *P, const char *line, int64_t i) {
+  return line + i * P->sa * (int64_t)P->ea;
+}
+
+static int is_max (qkv_redop op) { return op == QKV_MAX || op == QKV_ARGMAX; }
+
+/* Whether element j of the line beats element i < j, by the rules above. */
+static int beats (const plan *P, const char *line, int64_t j, int64_t i) {
+  const char *pj = at(P, line, j), *pi = at(P, line, i);
+  int mx = is_max(P->op);
+  switch (P->dt) {
+    case QKV_F32: case QKV_F64: {
+      double vj = P->dt == QKV_F32 ? *(const float *)pj : *(const double *)pj;
+      double vi = P->dt == QKV_F32 ? *(const float *)pi : *(const double *)pi;
+      if (isnan(vi)) return 0;
+      if (isnan(vj)) return 1;
+      return mx ? vj > vi : vj < vi;
+    }
+    case QKV_I64: {
+      int64_t vj = *(const int64_t *)pj, vi = *(const int64_t *)pi;
+      return mx ? vj > vi : vj < vi;
+    }
+    default: {
+      uint8_t vj = *(const uint8_t *)pj, vi = *(const uint8_t *)pi;
+      return mx ? vj > vi : vj < vi;
+    }
+  }
+}
+
+
+/* pieces: `start`/`len` select part of the line beginning at `line` */
+
+static void piece_sum (const plan *P, const char *line, int64_t start,
+                       int64_t len, acc *r) {
+  const char *p = at(P, line, start);
+  if (P->dt == QKV_F32) r->d = sum_f32(p, len, P->sa);
+  else if (P->dt == QKV_F64) r->d = sum_f64(p, len, P->sa);
+  else r->u = sum_int(P->dt, p, len, P->sa);
+}
+
+static void piece_sqdev (const plan *P, const char *line, int64_t start,
+                         int64_t len, double mean, acc *r) {
+  const char *p = at(P, line, start);
+  r->d = r->c = 0;
+  if (P->dt == QKV_F32) sqdev_f32(p, len, P->sa, mean, r);
+  else sqdev_f64(p, len, P->sa, mean, r);
+}
+
+static int64_t piece_ext (const plan *P, const char *line, int64_t start,
+                          int64_t len) {
+  ext_fn f = (is_max(P->op) ? ext_max : ext_min)[P->dt];
+  return start + f(at(P, line, start), len, P->sa);
+}
+
+static void put_float (qkv_dtype dt, char *o, double v) {
+  if (dt == QKV_F32) *(float *)o = (float)v;
+  else *(double *)o = v;
+}
+
+/* Unbiased; the correction term soaks up the rounding in the mean. */
+static double variance (const acc *r, int64_t n) {
+  if (n < 2) return NAN;
+  double v = (r->d - r->c * r->c / (double)n) / (double)(n - 1);
+  return v < 0 ? 0 : v;
+}
+
+/* Stores the finished result of the line at `line` into o and x. */
+static void emit (const plan *P, const char *line, char *o, char *x,
+                  const acc *r) {
+  switch (P->op) {
+    case QKV_SUM:
+      if (P->odt == QKV_I64) *(int64_t *)o = (int64_t)r->u;
+      else put_float(P->odt, o, r->d);
+      break;
+    case QKV_MEAN: put_float(P->odt, o, r->d / (double)P->n); break;
+    case QKV_VAR: put_float(P->odt, o, variance(r, P->n)); break;
+    case QKV_STD: put_float(P->odt, o, sqrt(variance(r, P->n))); break;
+    default:
+      if (o != NULL) memcpy(o, at(P, line, r->pos), P->ea);
+      break;
+  }
+  if (x != NULL) *(int64_t *)x = r->pos;
+}
+
+/* The whole line for one output. */
+static void reduce_line (const plan *P, const char *line, char *o, char *x) {
+  acc r = {0, 0, 0, 0};
+  if (P->fam == EXTREMA) {
+    r.pos = piece_ext(P, line, 0, P->n);
+  } else {
+    piece_sum(P, line, 0, P->n, &r);
+    if (P->fam == MOMENTS && P->n > 1)
+      piece_sqdev(P, line, 0, P->n, r.d / (double)P->n, &r);
+  }
+  emit(P, line, o, x, &r);
+}
+
+
+/* walking the kept dims; offsets count elements */
+
+typedef struct { int64_t i[QKV_MAXDIM], a, o, x; } cursor;
+
+static void seek (const plan *P, cursor *c, int64_t lin) {
+  c->a = c->o = c->x = 0;
+  for (int k = P->nd - 1; k >= 0; k--) {
+    c->i[k] = lin % P->size[k];
+    lin /= P->size[k];
+    c->a += c->i[k] * P->as[k];
+    c->o += c->i[k] * P->os[k];
+    c->x += c->i[k] * P->xs[k];
+  }
+}
+
+static void advance (const plan *P, cursor *c) {
+  for (int k = P->nd - 1; k >= 0; k--) {
+    c->a += P->as[k]; c->o += P->os[k]; c->x += P->xs[k];
+    if (++c->i[k] < P->size[k]) return;
+    c->a -= P->as[k] * P->size[k];
+    c->o -= P->os[k] * P->size[k];
+    c->x -= P->xs[k] * P->size[k];
+    c->i[k] = 0;
+  }
+}
+
+static char *out_ptr (char *base, qkv_dtype dt, int64_t off) {
+  return base == NULL ? NULL : base + off * (int64_t)qkv_elsize(dt);
+}
+
+static void do_line (const plan *P, const cursor *c) {
+  reduce_line(P, P->a + c->a * (int64_t)P->ea, out_ptr(P->o, P->odt, c->o),
+              out_ptr(P->x, QKV_I64, c->x));
+}
+
+/*
+** Up to TILE neighbouring lines at once, for float sums and moments when
+** the reduced dim is strided but the lines lie side by side (a column
+** sum): walking them together reads each cache line once, not once per
+** line.  Each lane adds in the order reduce_line's strided loops do.
+*/
+#define TILE 64               /* lanes; measured best of 16..1024 */
+
+/* A constant width lets the compiler vectorise across the lanes. */
+#define TILE_SUMS(W) \
+  for (int64_t i = 0; i < n; i++) \
+    for (int k = 0; k < (W); k++) t[k] += p[i * s + k];
+#define TILE_DEVS(W) \
+  for (int64_t i = 0; i < n; i++) \
+    for (int k = 0; k < (W); k++) { \
+      double d = (double)p[i * s + k] - mean[k]; \
+      c[k] += d; \
+      t[k] += d * d; \
+    }
+#define DEF_TILE(name, T) \
+static void name (const void *v, int64_t n, int64_t s, int w, \
+                  const double *mean, acc *r) { \
+  const T *p = (const T *)v; \
+  double t[TILE] = {0}, c[TILE] = {0}; \
+  if (mean == NULL) { \
+    if (w == TILE) { TILE_SUMS(TILE) } else { TILE_SUMS(w) } \
+  } else { \
+    if (w == TILE) { TILE_DEVS(TILE) } else { TILE_DEVS(w) } \
+  } \
+  for (int k = 0; k < w; k++) { r[k].d = t[k]; r[k].c = c[k]; } \
+}
+DEF_TILE(tile_f32, float)
+DEF_TILE(tile_f64, double)
+
+static int tiles (const plan *P) {
+  return P->fam != EXTREMA && qkv_is_float(P->dt) && P->n > 0 &&
+         P->nd > 0 && P->as[P->nd - 1] == 1 && P->sa != 1;
+}
+
+static void do_tile (const plan *P, const cursor *c, int w) {
+  acc r[TILE];
+  double mean[TILE];
+  const char *line = P->a + c->a * (int64_t)P->ea;
+  int64_t os = P->os[P->nd - 1];
+  memset(r, 0, sizeof r);
+  if (P->dt == QKV_F32) tile_f32(line, P->n, P->sa, w, NULL, r);
+  else tile_f64(line, P->n, P->sa, w, NULL, r);
+  if (P->fam == MOMENTS && P->n > 1) {
+    for (int k = 0; k < w; k++) mean[k] = r[k].d / (double)P->n;
+    if (P->dt == QKV_F32) tile_f32(line, P->n, P->sa, w, mean, r);
+    else tile_f64(line, P->n, P->sa, w, mean, r);
+  }
+  for (int k = 0; k < w; k++)
+    emit(P, line + k * (int64_t)P->ea, out_ptr(P->o, P->odt, c->o + k * os),
+         NULL, &r[k]);
+}
+
+/* Each thread takes one contiguous run of outputs. */
+static void reduce_outputs (const plan *P) {
+  int tiled = tiles(P);
+  #pragma omp parallel if (P->nout > 1 && \
+                          P->nout * P->n >= QKV_CPU_PAR_MIN)
+  {
+    int64_t t = 0, nth = 1;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+    nth = omp_get_num_threads();
+#endif
+    int64_t q = P->nout / nth, rem = P->nout % nth;
+    int64_t lo = t * q + (t < rem ? t : rem), hi = lo + q + (t < rem);
+    cursor c;
+    if (lo < hi) seek(P, &c, lo);
+    for (int64_t i = lo; i < hi;) {
+      int64_t w = 1;
+      if (tiled) {
+        w = P->size[P->nd - 1] - c.i[P->nd - 1];
+        if (w > hi - i) w = hi - i;
+        if (w > TILE) w = TILE;
+        do_tile(P, &c, (int)w);
+      } else {
+        do_line(P, &c);
+      }
+      i += w;
+      for (int64_t k = 0; k < w && i < hi; k++) advance(P, &c);
+    }
+  }
+}
+
+
+/* split lines: piece k of output j is part[j * np + k] */
+
+typedef struct {
+  const plan *P;
+  int64_t np, len;            /* pieces per line, elements per piece */
+  const char *line[FEW_OUTPUTS];
+  acc *part;
+  double mean[FEW_OUTPUTS];
+} split;
+
+static void split_pass (split *S, int second) {
+  const plan *P = S->P;
+  int64_t total = P->nout * S->np;
+  #pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < total; k++) {
+    int64_t j = k / S->np, start = (k % S->np) * S->len;
+    int64_t len = P->n - start < S->len ? P->n - start : S->len;
+    acc *r = &S->part[k];
+    if (second) piece_sqdev(P, S->line[j], start, len, S->mean[j], r);
+    else if (P->fam == EXTREMA) r->pos = piece_ext(P, S->line[j], start, len);
+    else piece_sum(P, S->line[j], start, len, r);
+  }
+}
+
+/* Folds the pieces of output j in order. */
+static acc combine (const split *S, int64_t j, int second) {
+  const acc *p = &S->part[j * S->np];
+  acc r = p[0];
+  for (int64_t k = 1; k < S->np; k++) {
+    if (second) { r.d += p[k].d; r.c += p[k].c; }
+    else if (S->P->fam == EXTREMA) {
+      if (beats(S->P, S->line[j], p[k].pos, r.pos)) r.pos = p[k].pos;
+    } else { r.d += p[k].d; r.u += p[k].u; }
+  }
+  return r;
+}
+
+static int reduce_split (const plan *P) {
+  split S;
+  cursor c;
+  int64_t ooff[FEW_OUTPUTS], xoff[FEW_OUTPUTS];
+  S.P = P;
+  S.len = (P->n + MAXPIECES - 1) / MAXPIECES;
+  if (S.len < PIECE) S.len = PIECE;
+  S.np = (P->n + S.len - 1) / S.len;
+  S.part = (acc *)calloc((size_t)(P->nout * S.np), sizeof(acc));
+  if (S.part == NULL) return QKV_ENOMEM;
+  seek(P, &c, 0);
+  for (int64_t j = 0; j < P->nout; j++) {
+    S.line[j] = P->a + c.a * (int64_t)P->ea;
+    ooff[j] = c.o;
+    xoff[j] = c.x;
+    if (j + 1 < P->nout) advance(P, &c);
+  }
+  acc res[FEW_OUTPUTS];
+  split_pass(&S, 0);
+  for (int64_t j = 0; j < P->nout; j++) {
+    res[j] = combine(&S, j, 0);
+    S.mean[j] = res[j].d / (double)P->n;
+  }
+  if (P->fam == MOMENTS) {
+    split_pass(&S, 1);
+    for (int64_t j = 0; j < P->nout; j++) res[j] = combine(&S, j, 1);
+  }
+  for (int64_t j = 0; j < P->nout; j++)
+    emit(P, S.line[j], out_ptr(P->o, P->odt, ooff[j]),
+         out_ptr(P->x, QKV_I64, xoff[j]), &res[j]);
+  free(S.part);
+  return QKV_OK;
+}
+
+
+/* checking and planning */
+
+static int check_dtypes (qkv_redop op, const qkv_tensor *out,
+                         const qkv_tensor *idx, const qkv_tensor *a) {
+  int fa = qkv_is_float(a->dtype);
+  switch (op) {
+    case QKV_SUM:
+      return out->dtype == (a->dtype == QKV_BOOL ? QKV_I64 : a->dtype);
+    case QKV_MEAN: case QKV_VAR: case QKV_STD:
+      return fa && qkv_is_float(out->dtype);
+    case QKV_MAX: case QKV_MIN:
+      return out->dtype == a->dtype && (idx == NULL || idx->dtype == QKV_I64);
+    case QKV_ARGMAX: case QKV_ARGMIN:
+      return out->dtype == QKV_I64;
+    default:
+      return 0;
+  }
+}
+
+/* t has a's shape with size 1 at dim */
+static int reduced_shape (const qkv_tensor *t, const qkv_tensor *a, int dim) {
+  if (t->ndim != a->ndim) return 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (t->size[k] != (k == dim ? 1 : a->size[k])) return 0;
+  return 1;
+}
+
+static int64_t mag (int64_t s) { return s < 0 ? -s : s; }
+
+/*
+** Keeps the dims other than `dim` that have more than one element, ordered
+** so that the innermost loop walks a's smallest stride: neighbouring lines
+** then share cache lines.
+*/
+static void keep_dims (plan *P, const qkv_tensor *a, const qkv_tensor *o,
+                       const qkv_tensor *x, int dim) {
+  P->nd = 0;
+  P->nout = 1;
+  for (int k = 0; k < a->ndim; k++) {
+    if (k == dim || a->size[k] == 1) continue;
+    int j = P->nd++;
+    while (j > 0 && mag(P->as[j - 1]) < mag(a->stride[k])) {
+      P->size[j] = P->size[j - 1]; P->as[j] = P->as[j - 1];
+      P->os[j] = P->os[j - 1]; P->xs[j] = P->xs[j - 1];
+      j--;
+    }
+    P->size[j] = a->size[k];
+    P->as[j] = a->stride[k];
+    P->os[j] = o->stride[k];
+    P->xs[j] = x != NULL ? x->stride[k] : 0;
+    P->nout *= a->size[k];
+  }
+}
+
+int qkv_cpu_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
+                    const qkv_tensor *a, int dim) {
+  plan P;
+  if (op < 0 || op >= QKV_NREDUCE || !check_dtypes(op, out, idx, a))
+    return QKV_EDTYPE;
+  if ((a->ndim > 0 && (dim < 0 || dim >= a->ndim)) ||
+      !reduced_shape(out, a, dim) || (idx && !reduced_shape(idx, a, dim)))
+    return QKV_EINTERNAL;
+  int arg = op == QKV_ARGMAX || op == QKV_ARGMIN;
+  P.op = op;
+  P.fam = op == QKV_SUM || op == QKV_MEAN ? SUMS :
+          op == QKV_VAR || op == QKV_STD ? MOMENTS : EXTREMA;
+  P.dt = a->dtype;
+  P.odt = out->dtype;
+  P.ea = qkv_elsize(a->dtype);
+  P.n = a->ndim > 0 ? a->size[dim] : 1;
+  P.sa = a->ndim > 0 ? a->stride[dim] : 0;
+  keep_dims(&P, a, out, arg ? out : P.fam == EXTREMA ? idx : NULL, dim);
+  if (P.nout == 0) return QKV_OK;
+  if (P.n == 0 && P.fam == EXTREMA) return QKV_EINTERNAL;
+  static const double none = 0;        /* an empty a may have no storage */
+  P.a = P.n > 0 ? (const char *)qkv_data(a) : (const char *)&none;
+  P.o = arg ? NULL : (char *)qkv_data(out);
+  P.x = arg ? (char *)qkv_data(out) :
+        idx && P.fam == EXTREMA ? (char *)qkv_data(idx) : NULL;
+  if (P.nout < FEW_OUTPUTS && P.n >= 2 * PIECE)
+    return reduce_split(&P);
+  reduce_outputs(&P);
+  return QKV_OK;
+}
