@@ -15,7 +15,7 @@ BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
-  -fPIC -fopenmp $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+  -fPIC -fopenmp -fno-math-errno $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 QKV_LIBS = $(BLAS_LIBS) -fopenmp -lm
 
 VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)

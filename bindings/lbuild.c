@@ -82,7 +82,7 @@ static qkv_dtype leaf_dtype (lua_State *L, int idx) {
 
 static int b_tensor (lua_State *L) {
   int64_t size[QKV_MAXDIM];
-  qkv_tensor *src = qkvL_totensor(L, 1);
+  qkv_tensor *src = luaL_testudata(L, 1, QKV_TENSOR) ? qkvL_checktensor(L, 1) : NULL;
   qkv_dtype dt = src ? src->dtype : leaf_dtype(L, 1);
   if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
   if (src) {
@@ -117,7 +117,7 @@ static int b_ones (lua_State *L) { return filled(L, 1, 0); }
 /* full(shape, value [, dtype]); shape is a table or one size */
 static int b_full (lua_State *L) {
   int64_t size[QKV_MAXDIM];
-  int n = qkvL_checkshape(L, 1, size, NULL);
+  int n = qkvL_checkshapearg(L, 1, size);
   luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2), 2,
                 "number expected");
   double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : lua_tonumber(L, 2);

@@ -21,5 +21,10 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_setfield(L, module, "_VERSION");
   lua_pushvalue(L, mt);
   lua_setfield(L, module, "Tensor");      /* the metatable, for extensions */
+  /* so that argument errors of methods called as functions name them */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_pushvalue(L, methods);
+  lua_setfield(L, -2, "qkv.Tensor");
+  lua_pop(L, 1);
   return 1;
 }

@@ -26,6 +26,7 @@ qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
    A string after the sizes is a dtype, stored in *dt when dt is given. */
 int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt);
 int qkvL_checksizes (lua_State *L, int arg, int64_t *size);   /* -1 allowed */
+int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size); /* arg alone */
 const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
 
 /* results */

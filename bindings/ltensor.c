@@ -186,10 +186,16 @@ static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
   return (int64_t)v;
 }
 
-/* sizes as numbers or a table; -1 (when infer) marks a size to infer */
+/*
+** Sizes as numbers or one table from `arg` on, then an optional dtype
+** string (when dt is given); -1 (when infer) marks a size to infer.  With
+** `one`, only `arg` itself holds the shape.  Anything else left over, but
+** trailing nils, is an error rather than silently ignored.
+*/
 static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                        int infer) {
+                        int infer, int one) {
   int n = 0, top = lua_gettop(L);
+  while (top > arg && lua_isnil(L, top)) top--;
   if (lua_type(L, arg) == LUA_TTABLE) {
     lua_Integer len = luaL_len(L, arg);
     luaL_argcheck(L, len <= QKV_MAXDIM, arg, "more than 8 dims");
@@ -199,25 +205,33 @@ static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
       lua_pop(L, 1);
     }
     arg++;
+  } else if (one) {
+    size[n++] = checksize(L, arg, arg, infer);
+    arg++;
   } else {
     for (; arg <= top && lua_type(L, arg) == LUA_TNUMBER; arg++, n++) {
       luaL_argcheck(L, n < QKV_MAXDIM, arg, "more than 8 dims");
       size[n] = checksize(L, arg, arg, infer);
     }
   }
-  if (dt && !lua_isnoneornil(L, arg)) *dt = qkvL_checkdtype(L, arg);
-  else if (arg <= top && !lua_isnil(L, arg))
-    luaL_argerror(L, arg, lua_pushfstring(L, "size expected, got %s",
-                  luaL_typename(L, arg)));
+  if (one) return n;
+  if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) *dt = qkvL_checkdtype(L, arg++);
+  if (arg <= top)
+    luaL_argerror(L, arg, lua_pushfstring(L, "size%s expected, got %s",
+                  dt ? " or dtype" : "", luaL_typename(L, arg)));
   return n;
 }
 
 int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt) {
-  return parse_sizes(L, arg, size, dt, 0);
+  return parse_sizes(L, arg, size, dt, 0, 0);
+}
+
+int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size) {
+  return parse_sizes(L, arg, size, NULL, 0, 1);
 }
 
 int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, 1);
+  return parse_sizes(L, arg, size, NULL, 1, 0);
 }
 
 static int size_tostring (lua_State *L) {

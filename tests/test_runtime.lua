@@ -195,4 +195,4 @@ function TestMemory:testHugeAllocationIsAnError()
   lu.assertStrContains(err, "zeros: out of memory: tried to allocate 4000000000000 bytes")
 end
 
-os.exit(lu.LuaUnit.run())
+os.exit(lu.LuaUnit.run(), true)

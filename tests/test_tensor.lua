@@ -1,0 +1,489 @@
+-- test_tensor.lua: constructors, properties, tolist/item, views, copies
+-- and `<close>` (README: "Making tensors", "Looking at them", "Views").
+local lu = require "luaunit"
+
+---------------------------------------------------------------- helpers
+
+-- float32 rounding of a Lua number, independent of qkv
+local function f32(x) return (string.unpack("f", string.pack("f", x))) end
+
+-- deep equality of nested tables, exact (math.type checked when asked)
+local function same(a, b, strict_int)
+  if type(a) ~= type(b) then return false end
+  if type(a) ~= "table" then
+    if a ~= a and b ~= b then return true end            -- NaN == NaN here
+    if strict_int and math.type(a) ~= math.type(b) then return false end
+    return a == b
+  end
+  if #a ~= #b then return false end
+  for i = 1, #a do if not same(a[i], b[i], strict_int) then return false end end
+  return true
+end
+
+local function assertList(x, expected, strict_int)
+  local got = x:tolist()
+  if not same(got, expected, strict_int) then
+    lu.fail(string.format("tolist mismatch:\n got      %s\n expected %s",
+      lu.prettystr(got), lu.prettystr(expected)))
+  end
+end
+
+local function assertShape(x, shape)
+  lu.assertEquals(tostring(x.shape), tostring(setmetatable(shape, getmetatable(x.shape))))
+  lu.assertTrue(x.shape == shape)
+end
+
+local function errmsg(f, ...)
+  local ok, msg = pcall(f, ...)
+  lu.assertFalse(ok, "expected an error")
+  return tostring(msg)
+end
+
+local DTYPES = {"float32", "float64", "int64", "bool"}
+
+---------------------------------------------------------------- constructors
+
+TestConstructors = {}
+
+function TestConstructors:testNested()
+  local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+  lu.assertEquals(x.dtype, "float32")
+  assertShape(x, {2, 3})
+  assertList(x, {{1, 2, 3}, {4, 5, 6}})
+  lu.assertEquals(math.type(x:tolist()[1][1]), "float")
+  local y = qkv.tensor{{{1}, {2}}, {{3}, {4}}, {{5}, {6}}}
+  assertShape(y, {3, 2, 1})
+  assertList(y, {{{1}, {2}}, {{3}, {4}}, {{5}, {6}}})
+end
+
+function TestConstructors:testEmptyShapes()
+  local e = qkv.tensor{}
+  assertShape(e, {0})
+  lu.assertEquals(e:numel(), 0)
+  lu.assertEquals(e.dtype, "float32")
+  assertList(e, {})
+  local e2 = qkv.tensor{{}, {}}
+  assertShape(e2, {2, 0})
+  lu.assertEquals(e2:numel(), 0)
+  assertList(e2, {{}, {}})
+end
+
+function TestConstructors:testBooleansAndDtypeArg()
+  local b = qkv.tensor{true, false, true}
+  lu.assertEquals(b.dtype, "bool")
+  assertList(b, {true, false, true})
+  local i = qkv.tensor({{1, -2}, {3, 4}}, "int64")
+  lu.assertEquals(i.dtype, "int64")
+  assertList(i, {{1, -2}, {3, 4}}, true)
+  lu.assertEquals(math.type(i:tolist()[1][2]), "integer")
+  local d = qkv.tensor({0.1, 0.2}, qkv.float64)
+  lu.assertEquals(d.dtype, "float64")
+  assertList(d, {0.1, 0.2})
+  local f = qkv.tensor{0.1, 0.2}
+  assertList(f, {f32(0.1), f32(0.2)})
+  assertList(qkv.tensor({0, 2, -1}, "bool"), {false, true, true})
+  -- int64 keeps integers beyond 2^53 exactly
+  local big = qkv.tensor({9007199254740993, -9007199254740993}, "int64")
+  assertList(big, {9007199254740993, -9007199254740993}, true)
+end
+
+function TestConstructors:testScalarAndCopy()
+  local s = qkv.tensor(3.5)
+  lu.assertEquals(s.ndim, 0)
+  assertShape(s, {})
+  lu.assertEquals(s:numel(), 1)
+  lu.assertEquals(s:item(), 3.5)
+  lu.assertEquals(qkv.tensor(7, "int64"):item(), 7)
+  local x = qkv.tensor{1, 2}
+  local c = qkv.tensor(x)
+  c[1] = 9
+  assertList(x, {1, 2})
+  assertList(c, {9, 2})
+  lu.assertEquals(qkv.tensor(x, "int64").dtype, "int64")
+end
+
+function TestConstructors:testZerosOnesFull()
+  for _, z in ipairs{qkv.zeros(2, 3), qkv.zeros{2, 3}} do
+    assertShape(z, {2, 3}); lu.assertEquals(z.dtype, "float32")
+    assertList(z, {{0, 0, 0}, {0, 0, 0}})
+  end
+  local o = qkv.ones(2, 2, "int64")
+  lu.assertEquals(o.dtype, "int64")
+  assertList(o, {{1, 1}, {1, 1}}, true)
+  local o2 = qkv.ones({3}, "bool")
+  lu.assertEquals(o2.dtype, "bool")
+  assertList(o2, {true, true, true})
+  assertList(qkv.zeros(2, "float64"), {0, 0})
+  lu.assertEquals(qkv.zeros(2, "float64").dtype, "float64")
+  assertShape(qkv.ones(), {})
+end
+
+function TestConstructors:testFullTableShape()
+  local f = qkv.full({2, 2}, 2.5)
+  lu.assertEquals(f.dtype, "float32")
+  assertList(f, {{2.5, 2.5}, {2.5, 2.5}})
+end
+
+function TestConstructors:testFullOneSize()
+  local f = qkv.full(3, 7)
+  assertShape(f, {3})
+  assertList(f, {7, 7, 7})
+end
+
+function TestConstructors:testFullDtype()
+  local g = qkv.full(3, 7, "int64")
+  lu.assertEquals(g.dtype, "int64")
+  assertList(g, {7, 7, 7}, true)
+  assertList(qkv.full(2, 0.1, "float64"), {0.1, 0.1})
+  assertList(qkv.full({1, 2}, true, "bool"), {{true, true}})
+end
+
+function TestConstructors:testEye()
+  assertList(qkv.eye(3), {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}})
+  assertList(qkv.eye(2, 3), {{1, 0, 0}, {0, 1, 0}})
+  assertList(qkv.eye(3, 2), {{1, 0}, {0, 1}, {0, 0}})
+  local e = qkv.eye(2, "int64")
+  lu.assertEquals(e.dtype, "int64")
+  assertList(e, {{1, 0}, {0, 1}}, true)
+  lu.assertEquals(qkv.eye(2, 2, "float64").dtype, "float64")
+  assertShape(qkv.eye(0), {0, 0})
+end
+
+function TestConstructors:testArange()
+  assertList(qkv.arange(5), {0, 1, 2, 3, 4})
+  lu.assertEquals(qkv.arange(5).dtype, "float32")
+  assertList(qkv.arange(2, 5), {2, 3, 4})
+  assertList(qkv.arange(1, 10, 3), {1, 4, 7})
+  assertList(qkv.arange(5, 1, -1), {5, 4, 3, 2})
+  assertList(qkv.arange(0, -3, -1.5), {0, -1.5})
+  assertList(qkv.arange(0, 1, 0.25), {0, 0.25, 0.5, 0.75})
+  assertList(qkv.arange(0, 1, 0.1, "float64"),
+    {0, 0.1, 0.2, 0.1 * 3, 0.4, 0.5, 0.1 * 6, 0.1 * 7, 0.8, 0.9})
+  local i = qkv.arange(4, "int64")
+  lu.assertEquals(i.dtype, "int64")
+  assertList(i, {0, 1, 2, 3}, true)
+  lu.assertEquals(qkv.arange(1, 3, "float64").dtype, "float64")
+  assertList(qkv.arange(1, 3, "float64"), {1, 2})
+  assertShape(qkv.arange(0), {0})
+  assertShape(qkv.arange(3, 3), {0})
+end
+
+---------------------------------------------------------------- properties
+
+TestProperties = {}
+
+function TestProperties:testShape()
+  local x = qkv.zeros(2, 3)
+  lu.assertEquals(tostring(x.shape), "(2, 3)")
+  lu.assertTrue(x.shape == qkv.ones(2, 3).shape)
+  lu.assertTrue(x.shape == {2, 3})
+  lu.assertFalse(x.shape == qkv.ones(3, 2).shape)
+  lu.assertFalse(x.shape == qkv.ones(2, 3, 1).shape)
+  lu.assertEquals(x.shape[1], 2)
+  lu.assertEquals(#x.shape, 2)
+  lu.assertEquals(tostring(x:size()), "(2, 3)")
+end
+
+function TestProperties:testScalarProperties()
+  local x = qkv.zeros(2, 3, 4)
+  lu.assertEquals(x.dtype, "float32")
+  lu.assertEquals(x.device, "cpu")
+  lu.assertEquals(x.ndim, 3)
+  lu.assertEquals(x:dim(), 3)
+  lu.assertEquals(x:numel(), 24)
+  lu.assertEquals(x:size(1), 2)
+  lu.assertEquals(x:size(3), 4)
+  lu.assertEquals(x:size(-1), 4)
+  lu.assertEquals(tostring(x:stride()), "(12, 4, 1)")
+  lu.assertEquals(x:stride(1), 12)
+  lu.assertEquals(x:stride(-1), 1)
+  lu.assertTrue(x:is_contiguous())
+  lu.assertFalse(x:transpose(1, 3):is_contiguous())
+  lu.assertEquals(#x, 2)
+  lu.assertEquals(#qkv.zeros(0, 5), 0)
+  lu.assertEquals(qkv.float32, "float32")
+  lu.assertEquals(qkv.float64, "float64")
+  lu.assertEquals(qkv.int64, "int64")
+  lu.assertEquals(qkv.bool, "bool")
+end
+
+function TestProperties:testToListItemEveryDtype()
+  local x = qkv.tensor{{1.5, -2}, {0.1, 3}}
+  assertList(x, {{1.5, -2}, {f32(0.1), 3}})
+  lu.assertEquals(x[2][1], f32(0.1))
+  lu.assertEquals(qkv.tensor{0.1}:item(), f32(0.1))
+  lu.assertEquals(math.type(qkv.tensor{2}:item()), "float")
+  local d = qkv.tensor({{0.1, 1e300}}, "float64")
+  assertList(d, {{0.1, 1e300}})
+  lu.assertEquals(qkv.tensor(0.1, "float64"):item(), 0.1)
+  local i = qkv.tensor({{-3, 2^40}}, "int64")
+  assertList(i, {{-3, 1 << 40}}, true)
+  lu.assertEquals(qkv.tensor({-3}, "int64"):item(), -3)
+  lu.assertEquals(math.type(qkv.tensor({-3}, "int64"):item()), "integer")
+  local b = qkv.tensor{{true}, {false}}
+  assertList(b, {{true}, {false}})
+  lu.assertEquals(qkv.tensor{false}:item(), false)
+  lu.assertEquals(qkv.tensor(true):item(), true)
+  lu.assertEquals(qkv.tensor(2.5):tolist(), 2.5)   -- 0-d gives the value
+end
+
+---------------------------------------------------------------- views
+
+TestViews = {}
+
+function TestViews:testTransposeSharesStorage()
+  local x = qkv.arange(6):view(2, 3)
+  local y = x:t()
+  assertShape(y, {3, 2})
+  assertList(y, {{0, 3}, {1, 4}, {2, 5}})
+  lu.assertEquals(tostring(y:stride()), "(1, 3)")
+  x[1] = 7                          -- the README example
+  lu.assertEquals(y[1][1], 7.0)
+  assertList(y, {{7, 3}, {7, 4}, {7, 5}})
+  y[2] = -1                         -- writing through the view
+  assertList(x, {{7, -1, 7}, {3, -1, 5}})
+  local z = qkv.arange(24):view(2, 3, 4):transpose(1, 3)
+  assertShape(z, {4, 3, 2})
+  lu.assertEquals(z[4][3][2], 23)
+  lu.assertEquals(z[2][1][2], 13)
+  lu.assertEquals(qkv.arange(3):t().shape, {3})   -- 1-D t() is itself
+end
+
+function TestViews:testPermute()
+  local x = qkv.arange(24):view(2, 3, 4)
+  local p = x:permute(3, 1, 2)
+  assertShape(p, {4, 2, 3})
+  lu.assertEquals(tostring(p:stride()), "(1, 12, 4)")
+  for a = 1, 2 do for b = 1, 3 do for c = 1, 4 do
+    lu.assertEquals(p[c][a][b], (a - 1) * 12 + (b - 1) * 4 + (c - 1))
+  end end end
+  assertShape(x:permute{2, 3, 1}, {3, 4, 2})
+  assertShape(x:permute(-1, -2, -3), {4, 3, 2})
+  p[1][1][1] = 100
+  lu.assertEquals(x[1][1][1], 100)
+end
+
+function TestViews:testView()
+  local x = qkv.arange(12)
+  local v = x:view(3, 4)
+  assertShape(v, {3, 4})
+  assertShape(x:view(-1, 6), {2, 6})
+  assertShape(x:view{2, -1, 3}, {2, 2, 3})
+  assertShape(x:view(12, 1, 1), {12, 1, 1})
+  v[2] = 0
+  lu.assertEquals(x[5], 0)
+  -- non-contiguous but viewable: split a dim of a narrowed matrix
+  local m = qkv.arange(24):view(4, 6)
+  local n = m:narrow(2, 1, 3)
+  lu.assertFalse(n:is_contiguous())
+  local nv = n:view(2, 2, 3)
+  assertList(nv, {{{0, 1, 2}, {6, 7, 8}}, {{12, 13, 14}, {18, 19, 20}}})
+  nv[1][1][1] = -5
+  lu.assertEquals(m[1][1], -5)
+  -- split the stride-1 dim of a transposed matrix
+  local t = qkv.arange(12):view(2, 6):t()          -- (6, 2) strides (1, 6)
+  local tv = t:view(2, 3, 2)
+  lu.assertEquals(tv[2][1][2], t[4][2])
+  lu.assertEquals(tv[2][3][1], t[6][1])
+  tv[1][1][1] = 50
+  lu.assertEquals(t[1][1], 50)
+  -- a 0-d view and an empty view
+  lu.assertEquals(qkv.tensor{5}:view():item(), 5)
+  assertShape(qkv.zeros(0, 3):view(-1, 3), {0, 3})
+end
+
+function TestViews:testReshape()
+  local x = qkv.arange(6):view(2, 3)
+  local r = x:reshape(3, 2)           -- a view: shares storage
+  r[1] = 9
+  lu.assertEquals(x[1][1], 9)
+  local t = x:t()                     -- {{9,3},{9,4},{2,5}}
+  local c = t:reshape(6)              -- needs a copy
+  assertList(c, {9, 3, 9, 4, 2, 5})
+  lu.assertTrue(c:is_contiguous())
+  x[1] = 0
+  assertList(c, {9, 3, 9, 4, 2, 5})   -- not a view
+  assertList(t:reshape(-1, 3), {{0, 3, 0}, {4, 0, 5}})
+end
+
+function TestViews:testNarrowSelectIndex()
+  local x = qkv.arange(12):view(3, 4)
+  local n = x:narrow(2, 2, 2)
+  assertShape(n, {3, 2})
+  assertList(n, {{1, 2}, {5, 6}, {9, 10}})
+  assertList(x:narrow(1, 3, 1), {{8, 9, 10, 11}})
+  assertShape(x:narrow(1, 4, 0), {0, 4})
+  assertList(x:narrow(-1, 4, 1), {{3}, {7}, {11}})
+  n[1] = -1
+  assertList(x[1], {0, -1, -1, 3})
+  assertList(x:select(2, 3), {-1, 6, 10})
+  assertList(x:select(1, -1), {8, 9, 10, 11})
+  assertShape(x:select(1, 1), {4})
+  assertList(x[-1], {8, 9, 10, 11})
+  assertList(x[2], {4, 5, 6, 7})
+  local v = qkv.tensor{10, 20, 30}
+  lu.assertEquals(v[1], 10)
+  lu.assertEquals(v[-1], 30)
+  lu.assertEquals(math.type(v[2]), "float")
+  lu.assertEquals(qkv.tensor({4, 5}, "int64")[2], 5)
+  lu.assertEquals(qkv.tensor{true, false}[2], false)
+  lu.assertEquals(qkv.tensor{{1, 2}, {3, 4}}[2][-2], 3)
+  lu.assertEquals(qkv.tensor{1, 2}:select(1, 2).ndim, 0)
+end
+
+function TestViews:testSetIndex()
+  local x = qkv.zeros(3, 2)
+  x[2] = 5
+  assertList(x, {{0, 0}, {5, 5}, {0, 0}})
+  x[-1] = qkv.tensor{1, 2}
+  assertList(x, {{0, 0}, {5, 5}, {1, 2}})
+  x[1] = qkv.tensor{7}                 -- broadcasts
+  assertList(x, {{7, 7}, {5, 5}, {1, 2}})
+  local v = qkv.tensor{1, 2, 3}
+  v[2] = 9.5
+  assertList(v, {1, 9.5, 3})
+  local t = x:t()                      -- write through a transposed view
+  t[2] = qkv.tensor({10, 20, 30}, "int64")
+  assertList(x, {{7, 10}, {5, 20}, {1, 30}})
+  local b = qkv.zeros(2, 2, "bool")
+  b[1] = true
+  assertList(b, {{true, true}, {false, false}})
+  local i = qkv.zeros(2, "int64")
+  i[1] = 3
+  assertList(i, {3, 0}, true)
+  local cube = qkv.zeros(2, 2, 2)
+  cube[2][1] = qkv.tensor{4, 5}
+  assertList(cube, {{{0, 0}, {0, 0}}, {{4, 5}, {0, 0}}})
+end
+
+function TestViews:testUnsqueezeSqueeze()
+  local x = qkv.arange(6):view(2, 3)
+  assertShape(x:unsqueeze(1), {1, 2, 3})
+  assertShape(x:unsqueeze(2), {2, 1, 3})
+  assertShape(x:unsqueeze(3), {2, 3, 1})
+  assertShape(x:unsqueeze(-1), {2, 3, 1})
+  local u = x:unsqueeze(1)
+  u[1][2][3] = 42
+  lu.assertEquals(x[2][3], 42)
+  local y = qkv.zeros(1, 3, 1, 2)
+  assertShape(y:squeeze(), {3, 2})
+  assertShape(y:squeeze(1), {3, 1, 2})
+  assertShape(y:squeeze(3), {1, 3, 2})
+  assertShape(y:squeeze(2), {1, 3, 1, 2})  -- size 3: unchanged
+  assertShape(qkv.zeros(1, 1):squeeze(), {})
+end
+
+function TestViews:testExpand()
+  local x = qkv.tensor{{1}, {2}}
+  local e = x:expand(2, 3)
+  assertShape(e, {2, 3})
+  assertList(e, {{1, 1, 1}, {2, 2, 2}})
+  lu.assertEquals(e:stride(2), 0)
+  assertShape(x:expand(4, 2, 3), {4, 2, 3})
+  assertShape(x:expand(-1, 5), {2, 5})
+  assertShape(x:expand{3, -1, 2}, {3, 2, 2})
+  x[2] = 7
+  assertList(e, {{1, 1, 1}, {7, 7, 7}})
+  assertList(qkv.tensor(3):expand(2), {3, 3})
+end
+
+---------------------------------------------------------------- copies
+
+TestCopies = {}
+
+function TestCopies:testContiguousClone()
+  local x = qkv.arange(6):view(2, 3)
+  lu.assertTrue(rawequal(x:contiguous(), x))
+  local t = x:t()
+  local c = t:contiguous()
+  lu.assertFalse(rawequal(c, t))
+  lu.assertTrue(c:is_contiguous())
+  assertList(c, {{0, 3}, {1, 4}, {2, 5}})
+  lu.assertEquals(tostring(c:stride()), "(2, 1)")
+  x[1] = 9
+  assertList(c, {{0, 3}, {1, 4}, {2, 5}})
+  local k = x:clone()
+  lu.assertFalse(rawequal(k, x))
+  k[1] = -1
+  assertList(x, {{9, 9, 9}, {3, 4, 5}})
+  assertList(t:clone(), {{9, 3}, {9, 4}, {9, 5}})
+  lu.assertEquals(qkv.tensor({1}, "int64"):clone().dtype, "int64")
+end
+
+-- values exactly representable in all four dtypes' views of them
+local SRC = {
+  float32 = {0, 1, -2, 3.5, 0.25},
+  float64 = {0, 1, -2, 3.5, 0.25},
+  int64 = {0, 1, -2, 3, 7},
+  bool = {false, true, true, false, true},
+}
+
+local function convert(v, from, to)
+  if from == "bool" then v = v and 1 or 0 end
+  if to == "bool" then return v ~= 0 end
+  if to == "int64" then
+    local t = v < 0 and math.ceil(v) or math.floor(v)
+    return math.tointeger(t)
+  end
+  return v + 0.0
+end
+
+function TestCopies:testToEveryPair()
+  for _, from in ipairs(DTYPES) do
+    local x = qkv.tensor(SRC[from], from)
+    for _, to in ipairs(DTYPES) do
+      local y = x:to(to)
+      lu.assertEquals(y.dtype, to, from .. "->" .. to)
+      local exp = {}
+      for i, v in ipairs(SRC[from]) do exp[i] = convert(v, from, to) end
+      assertList(y, exp, true)
+      -- also from a non-contiguous view
+      local yt = x:view(5, 1):expand(5, 2):t():to(to)
+      assertList(yt[2], exp, true)
+    end
+    lu.assertTrue(rawequal(x:to(from), x))
+  end
+end
+
+function TestCopies:testToSpecialValues()
+  assertList(qkv.tensor({-2.7, 2.7, -0.5, 0.99, 1e9}, "float64"):to("int64"),
+    {-2, 2, 0, 0, 1000000000}, true)
+  assertList(qkv.tensor{-2.7, 2.7}:to("int64"), {-2, 2}, true)
+  assertList(qkv.tensor{0, 0.5, -3, 1e-30}:to("bool"), {false, true, true, true})
+  assertList(qkv.tensor({0, 5, -1}, "int64"):to("bool"), {false, true, true})
+  assertList(qkv.tensor({0.1}, "float64"):to("float32"), {f32(0.1)})
+  assertList(qkv.tensor({16777217}, "int64"):to("float32"), {16777216})
+  assertList(qkv.tensor({16777217}, "int64"):to("float64"), {16777217})
+  local x = qkv.ones(2)
+  lu.assertTrue(rawequal(x:to("cpu"), x))
+  lu.assertTrue(rawequal(x:cpu(), x))
+end
+
+---------------------------------------------------------------- <close>
+
+TestClose = {}
+
+function TestClose:testClose()
+  local keep
+  collectgarbage()
+  local before = qkv.memory()
+  do
+    local x <close> = qkv.zeros(1000, "float64")
+    lu.assertEquals(qkv.memory() - before, 8000)
+    keep = x
+  end
+  lu.assertEquals(qkv.memory(), before)   -- freed without a collection
+  for _, f in ipairs{
+    function() return keep:sum() end, function() return keep:tolist() end,
+    function() return keep + 1 end, function() return keep[1] end,
+    function() return keep:numel() end, function() return keep:view(-1) end,
+    function() return qkv.exp(keep) end, function() return #keep end,
+    function() return keep:item() end, function() return keep:t() end,
+  } do
+    local msg = errmsg(f)
+    lu.assertStrContains(msg, "closed")
+  end
+  errmsg(qkv.tensor, keep)               -- an error (its text says less)
+end
+
+os.exit(lu.LuaUnit.run(), true)
