@@ -144,8 +144,8 @@ int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
   if (d < 0) d += n + 1;
   if (d < 1 || d > n) {
     if (n == 0) luaL_argerror(L, arg, "a 0-d tensor has no dims");
-    luaL_argerror(L, arg, lua_pushfstring(L, "dim %d out of range [%d, %d]",
-                  (int)luaL_checkinteger(L, arg), -n, n));
+    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]",
+                  luaL_checkinteger(L, arg), -n, n));
   }
   return (int)d - 1;
 }

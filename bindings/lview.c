@@ -108,12 +108,14 @@ static int v_reshape (lua_State *L) {
 static int v_narrow (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
-  int64_t start = qkvL_checkindex(L, 3, t->size[d] + 1, "start");
-  lua_Integer len = luaL_checkinteger(L, 4);
-  if (len < 0 || start + len > t->size[d])
+  lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
+  lua_Integer size = (lua_Integer)t->size[d];
+  if (start < 0) start += size + 1;       /* -1 is the last item */
+  if (start < 1 || start > size + 1 || len < 0 || len > size - start + 1)
     return luaL_error(L, "narrow: start %I with length %I is out of range "
-                      "for dim %d of size %I", (lua_Integer)start + 1, len,
-                      d + 1, (lua_Integer)t->size[d]);
+                      "for dim %d of size %I", luaL_checkinteger(L, 3), len,
+                      d + 1, size);
+  start--;
   qkv_view_narrow(&v, t, d, start, len);
   qkvL_pushview(L, &v);
   return 1;

@@ -197,11 +197,13 @@ end
 
 function TestRangeErrors:testNarrow()
   local x = M(3, 4)
-  fails({"narrow", "start 0 out of range"}, function() return x:narrow(2, 0, 1) end)
-  fails({"narrow", "start 6 out of range"}, function() return x:narrow(2, 6, 0) end)
+  fails({"narrow", "start 0 with length 1 is out of range"}, function() return x:narrow(2, 0, 1) end)
+  fails({"narrow", "start 6 with length 0 is out of range"}, function() return x:narrow(2, 6, 0) end)
   fails({"narrow", "start 2 with length 5", "size 4"}, function() return x:narrow(2, 2, 5) end)
   fails({"narrow", "length -1"}, function() return x:narrow(2, 2, -1) end)
   fails({"narrow", "size 3"}, function() return x:narrow(1, 3, 2) end)
+  fails({"narrow", "start -6 with length 1"}, function() return x:narrow(2, -6, 1) end)
+  lu.assertEquals(x:narrow(2, -1, 1):tolist(), x:narrow(2, 4, 1):tolist())
 end
 
 ---------------------------------------------------------------- shapes and sizes
