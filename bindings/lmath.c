@@ -212,30 +212,36 @@ static int matmul_error (lua_State *L, const qkv_tensor *a,
   return luaL_error(L, "matmul: %s @ %s: %s", sa, sb, why);
 }
 
-static int m_matmul (lua_State *L) {
-  qkv_tensor *a = qkvL_checktensor(L, 1), *b = qkvL_checktensor(L, 2), x = *a, y = *b;
+/* pushes a @ b (batched, broadcasting, 1-D operands as in PyTorch) */
+qkv_tensor *qkvL_matmul (lua_State *L, const qkv_tensor *a, const qkv_tensor *b) {
+  qkv_tensor x = *a, y = *b;
   if (a->ndim == 0 || b->ndim == 0)
-    return matmul_error(L, a, b, "both operands need at least 1 dim");
+    matmul_error(L, a, b, "both operands need at least 1 dim");
   if (!qkv_is_float(a->dtype) || a->dtype != b->dtype)
-    return matmul_error(L, a, b, lua_pushfstring(L, "expected two float32 or "
+    matmul_error(L, a, b, lua_pushfstring(L, "expected two float32 or "
         "two float64 tensors, got %s and %s", qkv_dtype_name(a->dtype),
         qkv_dtype_name(b->dtype)));
   if (a->ndim == 1) qkv_view_unsqueeze(&x, a, 0);
   if (b->ndim == 1) qkv_view_unsqueeze(&y, b, 1);
   int64_t k1 = x.size[x.ndim - 1], k2 = y.size[y.ndim - 2];
   if (k1 != k2)
-    return matmul_error(L, a, b, lua_pushfstring(L, "inner dims %I and %I differ",
-                        (lua_Integer)k1, (lua_Integer)k2));
+    matmul_error(L, a, b, lua_pushfstring(L, "inner dims %I and %I differ",
+                 (lua_Integer)k1, (lua_Integer)k2));
   int n;
   int64_t size[QKV_MAXDIM + 2];
   if (qkv_broadcast_shape(x.ndim - 2, x.size, y.ndim - 2, y.size, &n, size) != 0)
-    return matmul_error(L, a, b, "batch dims do not broadcast");
+    matmul_error(L, a, b, "batch dims do not broadcast");
   size[n] = x.size[x.ndim - 2];
   size[n + 1] = y.size[y.ndim - 1];
   qkv_tensor *out = qkvL_new(L, a->dtype, a->storage->device, n + 2, size, 0);
   qkvL_check(L, "matmul", qkv_matmul(out, &x, &y));
   if (b->ndim == 1) qkv_view_select(out, out, out->ndim - 1, 0);
   if (a->ndim == 1) qkv_view_select(out, out, out->ndim - 1 - (b->ndim > 1), 0);
+  return out;
+}
+
+static int m_matmul (lua_State *L) {
+  qkvL_matmul(L, qkvL_checktensor(L, 1), qkvL_checktensor(L, 2));
   return 1;
 }
 

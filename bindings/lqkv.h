@@ -39,6 +39,7 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);
 void qkvL_check (lua_State *L, const char *fname, int err);
 
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
+qkv_tensor *qkvL_matmul (lua_State *L, const qkv_tensor *a, const qkv_tensor *b);
 
 /* the parts of the module: each registers its functions into the
    metatable, the methods table and the module table at those indices */
@@ -46,5 +47,6 @@ void qkvL_open_tensor (lua_State *L, int mt, int methods, int module);
 void qkvL_open_view (lua_State *L, int mt, int methods, int module);
 void qkvL_open_math (lua_State *L, int mt, int methods, int module);
 void qkvL_open_build (lua_State *L, int mt, int methods, int module);
+void qkvL_open_attention (lua_State *L, int mt, int methods, int module);
 
 #endif

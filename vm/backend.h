@@ -34,6 +34,14 @@ typedef struct qkv_backend {
   /* out is contiguous; element i takes Philox lanes from block offset +
      i / 4 (float32) or offset + i / 2 (float64), as vm/cpu/random.c says */
   int (*random)(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
+  /* out contiguous with x's shape and float dtype, x any strides */
+  int (*softmax)(qkv_tensor *out, const qkv_tensor *x, int dim);
+  /* as qkv_attention, with q, k, v (and mask, bool) already expanded to
+     out's batch dims (strides may be 0; mask to (B..., nq, nk)), all of
+     out's float dtype; out is contiguous */
+  int (*attention)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                   double scale);
 } qkv_backend;
 
 extern const qkv_backend qkv_cpu_backend;

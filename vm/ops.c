@@ -223,3 +223,54 @@ int qkv_random (qkv_tensor *out, qkv_dist dist) {
   if (err == QKV_OK) offset += (n + per - 1) / per;
   return err;
 }
+
+
+/* attention */
+
+int qkv_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  int err;
+  const qkv_backend *be = backend3(out, x, NULL, &err);
+  if (be == NULL) return err;
+  qkv_tensor y;
+  qkv_storage *ty;
+  err = operand(&y, &ty, x, out, out->dtype);
+  if (err == QKV_OK) err = be->softmax(out, &y, dim);
+  qkv_storage_release(ty);
+  return err;
+}
+
+int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                   double scale) {
+  int err;
+  const qkv_backend *be = backend3(out, q, k, &err);
+  if (be == NULL || (be = backend3(out, v, mask, &err)) == NULL) return err;
+  int n = out->ndim;
+  int64_t nq = out->size[n - 2], nk = k->size[k->ndim - 2];
+  int64_t sq[QKV_MAXDIM], sk[QKV_MAXDIM], sv[QKV_MAXDIM], sm[QKV_MAXDIM];
+  for (int i = 0; i < n - 2; i++) sq[i] = sk[i] = sv[i] = sm[i] = out->size[i];
+  sq[n - 2] = nq; sq[n - 1] = q->size[q->ndim - 1];
+  sk[n - 2] = nk; sk[n - 1] = k->size[k->ndim - 1];
+  sv[n - 2] = nk; sv[n - 1] = v->size[v->ndim - 1];
+  sm[n - 2] = nq; sm[n - 1] = nk;
+  qkv_tensor x, y, z, m, *pm = NULL;
+  qkv_storage *tx = NULL, *ty = NULL, *tz = NULL, *tm = NULL;
+  qkv_tensor lq = *q, lk = *k, lv = *v;
+  /* the dtype first, at the operands' own sizes; then expand */
+  err = operand(&lq, &tx, q, q, out->dtype);
+  if (err == QKV_OK) err = operand(&lk, &ty, k, k, out->dtype);
+  if (err == QKV_OK) err = operand(&lv, &tz, v, v, out->dtype);
+  if (err == QKV_OK && mask) {
+    err = operand(&m, &tm, mask, mask, QKV_BOOL);
+    pm = &m;
+  }
+  if (err == QKV_OK && (qkv_expand(&x, &lq, n, sq) || qkv_expand(&y, &lk, n, sk) ||
+                        qkv_expand(&z, &lv, n, sv) || (pm && qkv_expand(pm, &m, n, sm))))
+    err = QKV_EINTERNAL;
+  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale);
+  qkv_storage_release(tx);
+  qkv_storage_release(ty);
+  qkv_storage_release(tz);
+  qkv_storage_release(tm);
+  return err;
+}

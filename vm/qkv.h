@@ -85,7 +85,7 @@ typedef enum {
   QKV_EQ, QKV_NE, QKV_LT, QKV_LE, QKV_GT, QKV_GE, QKV_NBINARY
 } qkv_binop;
 typedef enum {
-  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_NUNARY
+  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_GELU, QKV_NUNARY
 } qkv_unop;
 typedef enum {
   QKV_SUM, QKV_MEAN, QKV_MAX, QKV_MIN, QKV_VAR, QKV_STD, QKV_ARGMAX, QKV_ARGMIN,
@@ -105,6 +105,22 @@ int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
 /* out (a copy of x) gets v where mask (bool, broadcasts) is true */
 int qkv_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_random(qkv_tensor *out, qkv_dist dist);
+
+/* attention */
+/* out (float, x's shape) = softmax of x along dim (0-based); a row that is
+   all -inf gives zeros */
+int qkv_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
+/*
+** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
+** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with
+** batch dims that broadcast to out's; mask (bool, NULL for none) broadcasts
+** to (B..., nq, nk) and keeps the keys where it is true; causal keeps key j
+** for query i when j <= i + nk - nq (aligned to the end, as when decoding
+** with a cache).  A query with no key left gives zeros.
+*/
+int qkv_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                  const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                  double scale);
 
 /* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
 void qkv_seed(uint64_t seed);

@@ -119,6 +119,9 @@ UNARY(log, QKV_ROW_CALL1, logf(x), log(x))
 UNARY(sqrt, QKV_ROW_MAP1, sqrtf(x), sqrt(x))   /* with -fno-math-errno */
 UNARY(abs, QKV_ROW_MAP1, fabsf(x), fabs(x))
 UNARY(tanh, QKV_ROW_CALL1, tanhf(x), tanh(x))
+/* the exact GELU, x * Phi(x) with the erf form, as nn.GELU() by default */
+UNARY(gelu, QKV_ROW_CALL1, 0.5f * x * (1.0f + erff(x * 0.70710678f)),
+      0.5 * x * (1.0 + erf(x * 0.70710678118654752440)))
 /* INT64_MIN negates to itself, as in two's complement */
 QKV_ROW_MAP1(neg_i64, int64_t, int64_t, WRAP(-, 0, x))
 QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? WRAP(-, 0, x) : x)
@@ -130,7 +133,7 @@ static const qkv_iter_fn unary_rows[QKV_NUNARY][QKV_NDTYPE] = {
   [QKV_EXP] = FLOAT_ONLY(exp), [QKV_LOG] = FLOAT_ONLY(log),
   [QKV_SQRT] = FLOAT_ONLY(sqrt),
   [QKV_ABS] = { abs_f32, abs_f64, abs_i64, NULL },
-  [QKV_TANH] = FLOAT_ONLY(tanh),
+  [QKV_TANH] = FLOAT_ONLY(tanh), [QKV_GELU] = FLOAT_ONLY(gelu),
 };
 
 int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {

@@ -1,0 +1,435 @@
+/*
+** lattn.c -- the attention primitives: project, scores, mask, causal,
+** padding, softmax, heads, merge, gelu, align and attention.  Each works
+** on any leading batch/head dims; shape errors name the function, the
+** argument and the shapes.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "lqkv.h"
+
+#define LAST(t) ((t)->size[(t)->ndim - 1])
+#define ROWS(t) ((t)->size[(t)->ndim - 2])
+
+/* "name: A is (..) but B is (..): what" */
+static int shape_error (lua_State *L, const char *name, const char *an,
+                        const qkv_tensor *a, const char *bn,
+                        const qkv_tensor *b, const char *what) {
+  const char *sa = qkvL_shape(L, a), *sb = qkvL_shape(L, b);
+  return luaL_error(L, "%s: %s is %s but %s is %s: %s", name, an, sa, bn, sb, what);
+}
+
+static void check_float_pair (lua_State *L, const char *name, const char *an,
+                              const qkv_tensor *a, const char *bn,
+                              const qkv_tensor *b) {
+  if (!qkv_is_float(a->dtype) || a->dtype != b->dtype)
+    luaL_error(L, "%s: %s is %s but %s is %s: expected the same float dtype "
+               "(convert with :to())", name, an, qkv_dtype_name(a->dtype), bn,
+               qkv_dtype_name(b->dtype));
+}
+
+static void check_rank (lua_State *L, const char *name, const char *an,
+                        const qkv_tensor *a, int min, const char *layout) {
+  if (a->ndim < min) {
+    const char *s = qkvL_shape(L, a);
+    luaL_error(L, "%s: %s must be %s, got %s", name, an, layout, s);
+  }
+}
+
+/* options table at arg: rejects keys it does not know, to catch typos */
+static void check_opts (lua_State *L, int arg, const char *name,
+                        const char *const *known) {
+  if (lua_isnoneornil(L, arg)) return;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    int ok = 0;
+    lua_pop(L, 1);
+    for (int i = 0; known[i] && !ok; i++)
+      ok = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), known[i]) == 0;
+    if (!ok) luaL_error(L, "%s: unknown option '%s'", name, luaL_tolstring(L, -1, NULL));
+  }
+}
+
+static int opt_field (lua_State *L, int arg, const char *key) {
+  if (lua_isnoneornil(L, arg)) { lua_pushnil(L); return LUA_TNIL; }
+  return lua_getfield(L, arg, key);
+}
+
+/* in place: t = t * s */
+static void scale_inplace (lua_State *L, const char *name, qkv_tensor *t, double s) {
+  qkv_storage st = {NULL, sizeof(double), 1, QKV_CPU};
+  qkv_tensor sc;
+  memset(&sc, 0, sizeof sc);
+  sc.dtype = QKV_F64;
+  sc.storage = &st;
+  st.data = &s;
+  qkvL_check(L, name, qkv_binary(QKV_MUL, t, t, &sc));
+}
+
+
+/* project(x, W [, b]) = x W + b */
+
+static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
+                            const qkv_tensor *W, const qkv_tensor *b) {
+  check_rank(L, name, "x", x, 1, "(..., d_in)");
+  if (W->ndim != 2) check_rank(L, name, "W", W, 99, "(d_in, d_out)");
+  check_float_pair(L, name, "x", x, "W", W);
+  if (LAST(x) != W->size[0])
+    shape_error(L, name, "x", x, "W", W, lua_pushfstring(L, "d_in %I ≠ %I",
+                (lua_Integer)LAST(x), (lua_Integer)W->size[0]));
+  if (b) {
+    check_float_pair(L, name, "b", b, "W", W);
+    if (b->ndim != 1 || b->size[0] != W->size[1])
+      shape_error(L, name, "b", b, "W", W, lua_pushfstring(L, "b must be "
+                  "(d_out,) = (%I,)", (lua_Integer)W->size[1]));
+  }
+  qkv_tensor *out = qkvL_matmul(L, x, W);
+  if (b) qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, b));
+  return out;
+}
+
+static qkv_tensor *optbias (lua_State *L, int arg) {
+  return lua_isnoneornil(L, arg) ? NULL : qkvL_checktensor(L, arg);
+}
+
+static int a_project (lua_State *L) {
+  project(L, "project", qkvL_checktensor(L, 1), qkvL_checktensor(L, 2), optbias(L, 3));
+  return 1;
+}
+
+
+/* scores(Q, K [, {scale=}]) = Q K^T * scale, K^T a view (BLAS transposes) */
+
+static void check_qk (lua_State *L, const char *name, const qkv_tensor *Q,
+                      const qkv_tensor *K) {
+  check_rank(L, name, "Q", Q, 2, "(..., n_q, d_k)");
+  check_rank(L, name, "K", K, 2, "(..., n_k, d_k)");
+  check_float_pair(L, name, "Q", Q, "K", K);
+  if (LAST(Q) != LAST(K))
+    shape_error(L, name, "Q", Q, "K", K, lua_pushfstring(L, "d_k %I ≠ %I",
+                (lua_Integer)LAST(Q), (lua_Integer)LAST(K)));
+  int n;
+  int64_t size[QKV_MAXDIM];
+  if (qkv_broadcast_shape(Q->ndim - 2, Q->size, K->ndim - 2, K->size, &n, size))
+    shape_error(L, name, "Q", Q, "K", K, "batch dims do not broadcast");
+}
+
+static double opt_scale (lua_State *L, int arg, const qkv_tensor *Q) {
+  double s = 1.0 / sqrt((double)(LAST(Q) > 0 ? LAST(Q) : 1));
+  if (opt_field(L, arg, "scale") != LUA_TNIL) {
+    if (!lua_isnumber(L, -1)) luaL_error(L, "option 'scale' must be a number");
+    s = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return s;
+}
+
+static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
+                           const qkv_tensor *K, double scale) {
+  qkv_tensor Kt;
+  check_qk(L, name, Q, K);
+  qkv_view_transpose(&Kt, K, K->ndim - 2, K->ndim - 1);
+  qkv_tensor *S = qkvL_matmul(L, Q, &Kt);
+  if (scale != 1) scale_inplace(L, name, S, scale);
+  return S;
+}
+
+static int a_scores (lua_State *L) {
+  static const char *const known[] = {"scale", NULL};
+  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
+  check_opts(L, 3, "scores", known);
+  scores(L, "scores", Q, K, opt_scale(L, 3, Q));
+  return 1;
+}
+
+
+/* masks */
+
+/* in place: S gets `fill` where m (broadcasting to S) is false/0 */
+static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
+                            const qkv_tensor *m, double fill) {
+  qkv_tensor e;
+  if (qkv_expand(&e, m, S->ndim, S->size) != 0) {
+    const char *sm = qkvL_shape(L, m), *ss = qkvL_shape(L, S);
+    luaL_error(L, "%s: mask of shape %s does not broadcast to the scores' "
+               "shape %s", name, sm, ss);
+  }
+  qkv_tensor *off = qkvL_newlike(L, m, QKV_BOOL);
+  unsigned char zero = 0;
+  qkv_storage st = {&zero, 1, 1, QKV_CPU};
+  qkv_tensor z;
+  memset(&z, 0, sizeof z);
+  z.dtype = QKV_BOOL;
+  z.storage = &st;
+  qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, &z));
+  qkvL_check(L, name, qkv_masked_fill(S, off, fill));
+  lua_pop(L, 1);
+}
+
+static int a_mask (lua_State *L) {
+  qkv_tensor *S = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
+  double fill = luaL_optnumber(L, 3, -INFINITY);
+  qkv_tensor *out = qkvL_newlike(L, S, S->dtype);
+  qkvL_check(L, "mask", qkv_copy(out, S));
+  fill_where_not(L, "mask", out, m, fill);
+  return 1;
+}
+
+/* bool (nq, nk): key j is kept for query i when j <= i + nk - nq */
+static qkv_tensor *causal (lua_State *L, int64_t nq, int64_t nk, int keep) {
+  int64_t size[2] = {nq, nk};
+  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
+  unsigned char *p = (unsigned char *)qkv_data(m);
+  for (int64_t i = 0; i < nq; i++)
+    for (int64_t j = 0; j < nk; j++)
+      p[i * nk + j] = (unsigned char)((j <= i + nk - nq) == keep);
+  return m;
+}
+
+static int64_t checkcount (lua_State *L, int arg) {
+  lua_Integer n = luaL_checkinteger(L, arg);
+  luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 31), arg,
+                "a non-negative length is expected");
+  return (int64_t)n;
+}
+
+static int a_causal (lua_State *L) {
+  int64_t nq = checkcount(L, 1);
+  causal(L, nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1);
+  return 1;
+}
+
+/* padding(lengths [, n]): bool (#lengths, 1, n), true for real tokens;
+   n defaults to the longest length */
+static int a_padding (lua_State *L) {
+  qkv_tensor *t = qkvL_totensor(L, 1);
+  if (t) {                                   /* a tensor: its list of lengths */
+    if (t->ndim != 1) return luaL_error(L, "padding: lengths must be 1-D");
+    lua_getfield(L, 1, "tolist");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    lua_replace(L, 1);
+  }
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer count = luaL_len(L, 1), n = 0, len;
+  for (lua_Integer b = 1; b <= count; b++, lua_pop(L, 1)) {
+    int ok;
+    lua_geti(L, 1, b);
+    len = lua_tointegerx(L, -1, &ok);
+    if (!ok || len < 0)
+      return luaL_error(L, "padding: length %I is not a non-negative integer", b);
+    if (!lua_isnoneornil(L, 2) && len > checkcount(L, 2))
+      return luaL_error(L, "padding: length %I of item %I exceeds n = %I",
+                        len, b, (lua_Integer)checkcount(L, 2));
+    if (len > n) n = len;
+  }
+  if (!lua_isnoneornil(L, 2)) n = checkcount(L, 2);
+  int64_t size[3] = {count, 1, n};
+  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
+  unsigned char *p = (unsigned char *)qkv_data(m);
+  for (lua_Integer b = 0; b < count; b++, lua_pop(L, 1)) {
+    lua_geti(L, 1, b + 1);
+    len = lua_tointeger(L, -1);
+    for (lua_Integer j = 0; j < n; j++) p[b * n + j] = j < len;
+  }
+  return 1;
+}
+
+
+/* softmax, gelu */
+
+static qkv_tensor *softmax_into (lua_State *L, qkv_tensor *out,
+                                 const qkv_tensor *x, int dim) {
+  qkvL_check(L, "softmax", qkv_softmax(out, x, dim));
+  return out;
+}
+
+static int a_softmax (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
+  softmax_into(L, qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
+               x, dim);
+  return 1;
+}
+
+static qkv_tensor *gelu (lua_State *L, const qkv_tensor *x) {
+  qkv_tensor *out = qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32);
+  qkvL_check(L, "gelu", qkv_unary(QKV_GELU, out, x));
+  return out;
+}
+
+static int a_gelu (lua_State *L) {
+  gelu(L, qkvL_checktensor(L, 1));
+  return 1;
+}
+
+
+/* heads and merge: views, so the heads share x's storage */
+
+static int a_heads (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1), v;
+  lua_Integer h = luaL_checkinteger(L, 2);
+  check_rank(L, "heads", "x", x, 2, "(..., n, d)");
+  if (x->ndim == QKV_MAXDIM) return luaL_error(L, "heads: more than 8 dims");
+  if (h < 1 || LAST(x) % h != 0) {
+    const char *s = qkvL_shape(L, x);
+    return luaL_error(L, "heads: d = %I of x %s is not divisible by h = %I",
+                      (lua_Integer)LAST(x), s, h);
+  }
+  int n = x->ndim;
+  int64_t size[QKV_MAXDIM];
+  memcpy(size, x->size, sizeof size);
+  size[n - 1] = h;
+  size[n] = LAST(x) / h;
+  qkv_view_reshape(&v, x, n + 1, size);     /* splitting one dim: always a view */
+  qkv_view_transpose(&v, &v, n - 2, n - 1);
+  qkvL_pushview(L, &v);
+  return 1;
+}
+
+static int a_merge (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1), v;
+  check_rank(L, "merge", "x", x, 3, "(..., h, n, d_h)");
+  int n = x->ndim;
+  int64_t size[QKV_MAXDIM];
+  qkv_view_transpose(&v, x, n - 3, n - 2);
+  memcpy(size, v.size, sizeof size);
+  size[n - 2] = v.size[n - 2] * v.size[n - 1];
+  if (qkv_view_reshape(&v, &v, n - 1, size) == 0) {
+    qkvL_pushview(L, &v);
+    return 1;
+  }
+  qkv_tensor *c = qkvL_newlike(L, &v, v.dtype);
+  qkvL_check(L, "merge", qkv_copy(c, &v));
+  qkv_view_reshape(c, c, n - 1, size);
+  return 1;
+}
+
+
+/* align(x, W [, b]) linear, or align(x, {W1, b1, W2, b2}) Linear-GELU-Linear */
+
+static int a_align (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1), *w[4];
+  if (!lua_istable(L, 2)) {
+    project(L, "align", x, qkvL_checktensor(L, 2), optbias(L, 3));
+    return 1;
+  }
+  if (luaL_len(L, 2) != 4)
+    return luaL_error(L, "align: the MLP form takes {W1, b1, W2, b2}, got %I "
+                      "items", luaL_len(L, 2));
+  for (int i = 0; i < 4; i++) {
+    lua_geti(L, 2, i + 1);
+    w[i] = qkvL_totensor(L, -1);
+    if (w[i] == NULL)
+      return luaL_error(L, "align: item %d of the weights is a %s, not a "
+                        "tensor", i + 1, luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  qkv_tensor *hidden = project(L, "align", x, w[0], w[1]);
+  project(L, "align", gelu(L, hidden), w[2], w[3]);
+  return 1;
+}
+
+/*
+** attention(Q, K, V [, {mask=, causal=, scale=, weights=}]) -> out, weights.
+** With weights = false the fused kernel runs and never holds the scores.
+*/
+
+static int opt_flag (lua_State *L, int arg, const char *key, int def) {
+  int t = opt_field(L, arg, key), v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+    luaL_error(L, "attention: option '%s' must be a boolean", key);
+  lua_pop(L, 1);
+  return v;
+}
+
+static qkv_tensor *opt_mask (lua_State *L, int arg) {
+  qkv_tensor *m = NULL;
+  if (opt_field(L, arg, "mask") != LUA_TNIL && (m = qkvL_totensor(L, -1)) == NULL)
+    luaL_error(L, "attention: option 'mask' must be a tensor, got %s",
+               luaL_typename(L, -1));
+  lua_pop(L, 1);                 /* the options table keeps it alive */
+  return m;
+}
+
+/* the output's shape: the broadcast batch dims, then (n_q, d_v) */
+static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
+                            const qkv_tensor *V, int64_t *size) {
+  int n;
+  check_qk(L, "attention", Q, K);
+  check_rank(L, "attention", "V", V, 2, "(..., n_k, d_v)");
+  check_float_pair(L, "attention", "Q", Q, "V", V);
+  if (ROWS(K) != ROWS(V))
+    shape_error(L, "attention", "K", K, "V", V, lua_pushfstring(L,
+                "n_k %I ≠ %I", (lua_Integer)ROWS(K), (lua_Integer)ROWS(V)));
+  qkv_broadcast_shape(Q->ndim - 2, Q->size, K->ndim - 2, K->size, &n, size);
+  if (qkv_broadcast_shape(n, size, V->ndim - 2, V->size, &n, size))
+    shape_error(L, "attention", "Q", Q, "V", V, "batch dims do not broadcast");
+  size[n] = ROWS(Q);
+  size[n + 1] = LAST(V);
+  return n + 2;
+}
+
+static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
+                  const qkv_tensor *V, const qkv_tensor *m, int causal_, double scale) {
+  int64_t size[QKV_MAXDIM], ssize[QKV_MAXDIM];
+  int n = attention_shape(L, Q, K, V, size);
+  qkv_tensor e;
+  memcpy(ssize, size, sizeof size);
+  ssize[n - 1] = ROWS(K);
+  if (m && qkv_expand(&e, m, n, ssize) != 0) {
+    const char *sm = qkvL_shape(L, m);
+    char buf[200];
+    return luaL_error(L, "attention: mask of shape %s does not broadcast to the "
+                      "scores' shape %s", sm, qkv_shape_str(buf, sizeof buf, n, ssize));
+  }
+  qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
+  qkvL_check(L, "attention", qkv_attention(out, Q, K, V, m, causal_, scale));
+  return 1;
+}
+
+static int a_attention (lua_State *L) {
+  static const char *const known[] = {"mask", "causal", "scale", "weights", NULL};
+  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
+  qkv_tensor *V = qkvL_checktensor(L, 3), *m;
+  int64_t size[QKV_MAXDIM];
+  check_opts(L, 4, "attention", known);
+  double scale = opt_scale(L, 4, Q);
+  int causal_ = opt_flag(L, 4, "causal", 0), weights = opt_flag(L, 4, "weights", 1);
+  m = opt_mask(L, 4);
+  if (!weights) return fused(L, Q, K, V, m, causal_, scale);
+  attention_shape(L, Q, K, V, size);
+  qkv_tensor *S = scores(L, "attention", Q, K, scale);
+  int w = lua_gettop(L);
+  if (m) fill_where_not(L, "attention", S, m, -INFINITY);
+  if (causal_) {
+    qkv_tensor *off = causal(L, ROWS(S), LAST(S), 0);
+    qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));
+    lua_pop(L, 1);
+  }
+  softmax_into(L, S, S, S->ndim - 1);
+  qkvL_matmul(L, S, V);
+  lua_pushvalue(L, w);
+  return 2;
+}
+
+void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg both[] = {
+    {"softmax", a_softmax}, {"gelu", a_gelu}, {NULL, NULL}
+  };
+  static const luaL_Reg mod[] = {
+    {"project", a_project}, {"scores", a_scores}, {"mask", a_mask},
+    {"causal", a_causal}, {"padding", a_padding}, {"heads", a_heads},
+    {"merge", a_merge}, {"align", a_align}, {"attention", a_attention},
+    {NULL, NULL}
+  };
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, both, 0);
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, both, 0);
+  luaL_setfuncs(L, mod, 0);
+  lua_pop(L, 2);
+  (void)mt;
+}
