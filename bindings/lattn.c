@@ -116,10 +116,13 @@ static void check_qk (lua_State *L, const char *name, const qkv_tensor *Q,
     shape_error(L, name, "Q", Q, "K", K, "batch dims do not broadcast");
 }
 
-static double opt_scale (lua_State *L, int arg, const qkv_tensor *Q) {
+static double opt_scale (lua_State *L, int arg, const char *name,
+                         const qkv_tensor *Q) {
   double s = 1.0 / sqrt((double)(LAST(Q) > 0 ? LAST(Q) : 1));
   if (opt_field(L, arg, "scale") != LUA_TNIL) {
-    if (!lua_isnumber(L, -1)) luaL_error(L, "option 'scale' must be a number");
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      luaL_error(L, "%s: option 'scale' must be a number, got %s", name,
+                 luaL_typename(L, -1));
     s = lua_tonumber(L, -1);
   }
   lua_pop(L, 1);
@@ -140,7 +143,7 @@ static int a_scores (lua_State *L) {
   static const char *const known[] = {"scale", NULL};
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
   check_opts(L, 3, "scores", known);
-  scores(L, "scores", Q, K, opt_scale(L, 3, Q));
+  scores(L, "scores", Q, K, opt_scale(L, 3, "scores", Q));
   return 1;
 }
 
@@ -396,12 +399,17 @@ static int a_attention (lua_State *L) {
   qkv_tensor *V = qkvL_checktensor(L, 3), *m;
   int64_t size[QKV_MAXDIM];
   check_opts(L, 4, "attention", known);
-  double scale = opt_scale(L, 4, Q);
+  double scale = opt_scale(L, 4, "attention", Q);
   int causal_ = opt_flag(L, 4, "causal", 0), weights = opt_flag(L, 4, "weights", 1);
   m = opt_mask(L, 4);
   if (!weights) return fused(L, Q, K, V, m, causal_, scale);
-  attention_shape(L, Q, K, V, size);
-  qkv_tensor *S = scores(L, "attention", Q, K, scale);
+  /* Q seen with every batch dim (a view), so the weights have the same
+     batch dims as the output, as in the fused path */
+  int n = attention_shape(L, Q, K, V, size);
+  qkv_tensor Qe;
+  size[n - 1] = LAST(Q);
+  qkv_expand(&Qe, Q, n, size);
+  qkv_tensor *S = scores(L, "attention", &Qe, K, scale);
   int w = lua_gettop(L);
   if (m) fill_where_not(L, "attention", S, m, -INFINITY);
   if (causal_) {
