@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "vexp.h"
 
 /* where row r of the tensor starts, the other dims taken in order */
 typedef struct {
@@ -63,6 +64,52 @@ static void name (T *o, int64_t os, const T *x, int64_t xs, int64_t n) { \
 SOFTMAX_ROW(row_f32, float, expf)
 SOFTMAX_ROW(row_f64, double, exp)
 
+#ifdef QKV_VEXP_X86
+/* a contiguous float32 row, 8 lanes at a time: one exp per score is the
+   whole cost of softmax, and libm's expf does not vectorise */
+static QKV_AVX2 void row_f32_avx2 (float *o, const float *x, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  float max = qkv_hmax8(vmax);
+  int isnan = _mm256_movemask_ps(nan) != 0;
+  for (; j < n; j++) {
+    isnan |= x[j] != x[j];
+    max = x[j] > max ? x[j] : max;
+  }
+  if (isnan || max == -INFINITY) {
+    row_f32(o, 1, x, 1, n);               /* the rare rows: NaN or zeros */
+    return;
+  }
+  __m256 acc = _mm256_setzero_ps();
+  vmax = _mm256_set1_ps(max);
+  for (j = 0; j + 8 <= n; j += 8) {
+    __m256 e = qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
+    _mm256_storeu_ps(o + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  double sum = qkv_hsum8(acc);
+  for (; j < n; j++) sum += o[j] = qkv_vexpf(x[j] - max);
+  __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+  for (j = 0; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(o + j), inv));
+  for (; j < n; j++) o[j] *= (float)(1.0 / sum);
+}
+#endif
+
+static void row_any_f32 (float *o, int64_t os, const float *x, int64_t xs,
+                         int64_t n, int avx2) {
+#ifdef QKV_VEXP_X86
+  if (avx2 && os == 1 && xs == 1) { row_f32_avx2(o, x, n); return; }
+#endif
+  (void)avx2;
+  row_f32(o, os, x, xs, n);
+}
+
 int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   if (out->dtype != x->dtype || !qkv_is_float(x->dtype)) return QKV_EDTYPE;
   int64_t numel = qkv_numel(x);
@@ -74,12 +121,17 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   char *ob = (char *)qkv_data(out);
   const char *xb = (const char *)qkv_data(x);
   size_t es = qkv_elsize(x->dtype);
+#ifdef QKV_VEXP_X86
+  int avx2 = qkv_cpu_has_avx2();
+#else
+  int avx2 = 0;
+#endif
   #pragma omp parallel for schedule(static) if (numel >= QKV_CPU_PAR_MIN)
   for (int64_t r = 0; r < nrows; r++) {
     int64_t xo, oo;
     row_start(&R, r, &xo, &oo);
     if (es == sizeof(float))
-      row_f32((float *)ob + oo, os, (const float *)xb + xo, xs, n);
+      row_any_f32((float *)ob + oo, os, (const float *)xb + xo, xs, n, avx2);
     else
       row_f64((double *)ob + oo, os, (const double *)xb + xo, xs, n);
   }

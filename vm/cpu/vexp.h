@@ -1,0 +1,127 @@
+/*
+** vexp.h -- exp for float32 that vectorises: a scalar version any compiler
+** can take, and an 8-lane AVX2/FMA one for kernels that check the CPU at run
+** time (qkv_cpu_has_avx2) and compile their hot loop with QKV_AVX2.
+**
+** libm's expf is a scalar call, and softmax and attention take one exp per
+** score.  Both versions here compute 2^n * p(r) with n = round(x / ln 2)
+** and |r| <= ln 2 / 2, p a degree-6 fit of e^r (error ~1e-8, well under
+** half an ulp), so results are within about one ulp of expf for normal
+** results.  x above ~88.72 gives +inf, -inf and x below ~-103.97 give 0,
+** results between are graded into subnormals, NaN stays NaN.
+*/
+#ifndef QKV_CPU_VEXP_H
+#define QKV_CPU_VEXP_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* the clamp keeps n within [-150, 128]; both ends still round correctly */
+#define QKV_VEXP_HI 89.0f
+#define QKV_VEXP_LO -104.0f
+#define QKV_VEXP_LOG2E 1.44269504088896341f
+/* ln 2 split so that n * hi is exact for |n| <= 256 */
+#define QKV_VEXP_LN2HI 0.693145751953125f
+#define QKV_VEXP_LN2LO 1.428606765330187e-6f
+/* adding 1.5 * 2^23 rounds to an integer, left in the low mantissa bits */
+#define QKV_VEXP_SHIFTER 12582912.0f
+/* p(r) = 1 + r + r^2 (C2 + C3 r + ... + C6 r^4), Chebyshev fit on |r| <= ln2/2 */
+#define QKV_VEXP_C6 0.00139261761199f
+#define QKV_VEXP_C5 0.00836317307451f
+#define QKV_VEXP_C4 0.0416665546621f
+#define QKV_VEXP_C3 0.166665770256f
+#define QKV_VEXP_C2 0.5f
+
+static inline float qkv_vexp_bits2f (uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint32_t qkv_vexp_f2bits (float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/*
+** The scalar version, the same steps as the vector one.  2^n is applied as
+** two factors 2^(n/2) 2^(n - n/2) so that each stays a normal float while the
+** product may still round into a subnormal or overflow to inf.
+*/
+static inline float qkv_vexpf (float x) {
+  x = x < QKV_VEXP_LO ? QKV_VEXP_LO : x;     /* NaN fails both tests */
+  x = x > QKV_VEXP_HI ? QKV_VEXP_HI : x;
+  float t = x * QKV_VEXP_LOG2E + QKV_VEXP_SHIFTER;
+  int32_t n = (int32_t)(qkv_vexp_f2bits(t) - qkv_vexp_f2bits(QKV_VEXP_SHIFTER));
+  float kf = t - QKV_VEXP_SHIFTER;
+  float r = (x - kf * QKV_VEXP_LN2HI) - kf * QKV_VEXP_LN2LO;
+  float p = QKV_VEXP_C6;
+  p = p * r + QKV_VEXP_C5;
+  p = p * r + QKV_VEXP_C4;
+  p = p * r + QKV_VEXP_C3;
+  p = p * r + QKV_VEXP_C2;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t n1 = n / 2, n2 = n - n1;
+  /* unsigned so that the garbage n of a NaN cannot overflow a shift */
+  float s1 = qkv_vexp_bits2f(((uint32_t)n1 + 127u) << 23);
+  float s2 = qkv_vexp_bits2f(((uint32_t)n2 + 127u) << 23);
+  return p * s1 * s2;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define QKV_VEXP_X86 1
+#include <immintrin.h>
+
+#define QKV_AVX2 __attribute__((target("avx2,fma")))
+
+/* whether the QKV_AVX2 versions may run here */
+static inline int qkv_cpu_has_avx2 (void) {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
+  /* min/max return their second operand when one is NaN: x, so it survives */
+  x = _mm256_max_ps(_mm256_set1_ps(QKV_VEXP_LO), x);
+  x = _mm256_min_ps(_mm256_set1_ps(QKV_VEXP_HI), x);
+  const __m256 shifter = _mm256_set1_ps(QKV_VEXP_SHIFTER);
+  __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(QKV_VEXP_LOG2E), shifter);
+  __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(shifter));
+  __m256 kf = _mm256_sub_ps(t, shifter);
+  __m256 r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(QKV_VEXP_LN2HI), x);
+  r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(QKV_VEXP_LN2LO), r);
+  __m256 p = _mm256_set1_ps(QKV_VEXP_C6);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(QKV_VEXP_C5));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(QKV_VEXP_C4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(QKV_VEXP_C3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(QKV_VEXP_C2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  /* n / 2 rounded toward -inf; either split keeps both factors normal */
+  __m256i n1 = _mm256_srai_epi32(n, 1);
+  __m256i n2 = _mm256_sub_epi32(n, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* the sum of the 8 lanes */
+static inline QKV_AVX2 float qkv_hsum8 (__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* the largest of the 8 lanes */
+static inline QKV_AVX2 float qkv_hmax8 (__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+#endif
