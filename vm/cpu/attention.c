@@ -137,6 +137,21 @@ static const void *tile_of (const job *J, const operand *op, int64_t boff,
 
 /* ---- the BLAS path ---- */
 
+/* loops the compiler should vectorise (SSE2 at least), reducing into `sum`
+   or `mx`; gcc's -O2 cost model refuses them even so, "cheap" takes them */
+#ifdef _OPENMP
+#define SIMD_SUM _Pragma("omp simd reduction(+:sum)")
+#define SIMD_MAX _Pragma("omp simd reduction(max:mx)")
+#else
+#define SIMD_SUM
+#define SIMD_MAX
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORISE __attribute__((optimize("vect-cost-model=cheap")))
+#else
+#define VECTORISE
+#endif
+
 /* gemm's transpose flag for an operand read as stored (BYROW = NoTrans) or,
    for k, as its transpose */
 static enum CBLAS_TRANSPOSE flag (const operand *op, int transposed) {
@@ -181,20 +196,20 @@ static void accumulate (const job *J, int m, int n, const void *p,
 ** Leaves the probabilities, relative to the new running max, in s (0 for
 ** excluded keys) and rescales o.  Returns 0 when every key was excluded.
 */
-static int row_f32 (const job *J, float *s, int n, int lim, const uint8_t *mk,
-                    int64_t ms, double *m, double *l, float *o) {
+static VECTORISE int row_f32 (const job *J, float *s, int n, int lim,
+                              const uint8_t *mk, int64_t ms, double *m,
+                              double *l, float *o) {
   float mx = -INFINITY, sum = 0.0f;
-  for (int j = 0; j < lim; j++) {
-    if (mk && !mk[j * ms]) s[j] = -INFINITY;
-    mx = s[j] > mx ? s[j] : mx;
-  }
+  if (mk)
+    for (int j = 0; j < lim; j++) if (!mk[j * ms]) s[j] = -INFINITY;
+  SIMD_MAX for (int j = 0; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
   if (mx == -INFINITY) {
     memset(s, 0, (size_t)n * sizeof *s);
     return 0;
   }
   double mnew = mx > *m ? mx : *m;
   float alpha = (float)exp(*m - mnew), mf = (float)mnew;  /* alpha 0 at first */
-  for (int j = 0; j < lim; j++) {
+  SIMD_SUM for (int j = 0; j < lim; j++) {
     s[j] = qkv_vexpf(s[j] - mf);
     sum += s[j];
   }
@@ -399,10 +414,7 @@ INLINE void pv_block (int rows, int part, __m256i k0, __m256i k1,
                       const float *pt, int n, const float *v, int64_t vrs,
                       float *o, int64_t dv) {
   __m256 acc[6][2];
-  UNROLL for (int r = 0; r < rows; r++) {
-    acc[r][0] = LD(o + r * dv, k0);
-    acc[r][1] = LD(o + r * dv + 8, k1);
-  }
+  UNROLL for (int r = 0; r < 6; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int j = 0; j < n; j++) {
     __m256 v0 = LD(v + j * vrs, k0), v1 = LD(v + j * vrs + 8, k1);
     UNROLL for (int r = 0; r < rows; r++) {
@@ -411,9 +423,11 @@ INLINE void pv_block (int rows, int part, __m256i k0, __m256i k1,
       acc[r][1] = _mm256_fmadd_ps(p, v1, acc[r][1]);
     }
   }
+  /* the tile's sum added to o, not o carried through it: a long row then
+     adds thousands of terms in blocks of BK, not in one running sum */
   UNROLL for (int r = 0; r < rows; r++) {
-    ST(o + r * dv, k0, acc[r][0]);
-    ST(o + r * dv + 8, k1, acc[r][1]);
+    ST(o + r * dv, k0, _mm256_add_ps(acc[r][0], LD(o + r * dv, k0)));
+    ST(o + r * dv + 8, k1, _mm256_add_ps(acc[r][1], LD(o + r * dv + 8, k1)));
   }
 }
 

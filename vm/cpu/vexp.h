@@ -14,7 +14,6 @@
 #define QKV_CPU_VEXP_H
 
 #include <stdint.h>
-#include <string.h>
 
 /* the clamp keeps n within [-150, 128]; both ends still round correctly */
 #define QKV_VEXP_HI 89.0f
@@ -32,16 +31,20 @@
 #define QKV_VEXP_C3 0.166665770256f
 #define QKV_VEXP_C2 0.5f
 
+/* through a union (defined in C11) rather than memcpy, which stops gcc
+   from vectorising a loop that calls qkv_vexpf */
+typedef union { float f; uint32_t u; } qkv_vexp_pun;
+
 static inline float qkv_vexp_bits2f (uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
+  qkv_vexp_pun p;
+  p.u = u;
+  return p.f;
 }
 
 static inline uint32_t qkv_vexp_f2bits (float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
+  qkv_vexp_pun p;
+  p.f = f;
+  return p.u;
 }
 
 /*
