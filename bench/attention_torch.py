@@ -8,6 +8,7 @@ torch.nn.functional.scaled_dot_product_attention (torch >= 2.0).  Run once
 per case, so that the peak resident memory is the case's own.
 """
 import math
+import os
 import resource
 import sys
 import time
@@ -49,6 +50,8 @@ def main():
     if kind == "sdpa" and not hasattr(f, "scaled_dot_product_attention"):
         print("SKIP torch %s has no scaled_dot_product_attention" % torch.__version__)
         return
+    # Debian's torch starts with one thread here; give it every core, as qkv
+    torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, H, n, D) for _ in range(3))
     if kind == "sdpa":
