@@ -21,6 +21,7 @@
 
 #include "cpu.h"
 #include "iter.h"
+#include "layout.h"
 #include "vexp.h"
 
 /*
@@ -37,7 +38,7 @@
 
 /* How gemm reads one of q, k, v: by rows (a row-major matrix, NoTrans), by
    columns, or from a dense copy of each tile. */
-enum { BYROW, BYCOL, COPY };
+enum { BYROW = QKV_BYROW, BYCOL = QKV_BYCOL, COPY = QKV_COPY };
 
 typedef struct {
   const char *base;                 /* element 0 of the view */
@@ -68,28 +69,10 @@ typedef struct {
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
 } scratch;
 
-static int fits_int (int64_t v) { return v >= 0 && v <= INT_MAX; }
-
-/*
-** Picks how gemm reads an r x c matrix with strides rs, cs.  A dim of size 1
-** is never stepped over, so its stride is free, but BLAS still checks that
-** a leading dimension covers the width; a tile of the matrix has at most r
-** rows, so the ld chosen for the whole fits every tile.  A 0 stride (a token
-** broadcast) fits neither layout and is copied.
-*/
+/* a tile of the matrix has at most its rows, so the ld chosen for the
+   whole (layout.h) fits every tile */
 static void choose_layout (operand *op, int64_t r, int64_t c) {
-  int64_t wr = c > 1 ? c : 1, wc = r > 1 ? r : 1;
-  int64_t ldr = r == 1 ? wr : op->rs, ldc = c == 1 ? wc : op->cs;
-  if ((op->cs == 1 || c == 1) && ldr >= wr && fits_int(ldr)) {
-    op->layout = BYROW;
-    op->ld = (int)ldr;
-  } else if ((op->rs == 1 || r == 1) && ldc >= wc && fits_int(ldc)) {
-    op->layout = BYCOL;
-    op->ld = (int)ldc;
-  } else {
-    op->layout = COPY;
-    op->ld = (int)wr;
-  }
+  op->layout = qkv_gemm_layout(r, c, op->rs, op->cs, &op->ld);
 }
 
 static void setup (operand *op, const qkv_tensor *t, const job *J) {
@@ -121,17 +104,7 @@ static const void *tile_of (const job *J, const operand *op, int64_t boff,
                             int64_t r0, int64_t n, int64_t width, void *buf) {
   const char *p = op->base + (boff + r0 * op->rs) * (int64_t)J->es;
   if (op->layout != COPY) return p;
-  if (J->dtype == QKV_F32) {
-    const float *s = (const float *)p;
-    float *d = (float *)buf;
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t j = 0; j < width; j++) d[i * width + j] = s[i * op->rs + j * op->cs];
-  } else {
-    const double *s = (const double *)p;
-    double *d = (double *)buf;
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t j = 0; j < width; j++) d[i * width + j] = s[i * op->rs + j * op->cs];
-  }
+  qkv_densify(buf, p, J->dtype == QKV_F64, n, width, op->rs, op->cs);
   return buf;
 }
 
@@ -742,7 +715,7 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
     return QKV_OK;
   }
   /* CBLAS counts in int */
-  if (!fits_int(J.nq) || !fits_int(J.nk) || !fits_int(J.dk) || !fits_int(J.dv))
+  if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
     return QKV_EINTERNAL;
   J.ntiles = (J.nq + BQ - 1) / BQ;
   J.causal = causal;

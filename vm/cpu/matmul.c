@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "cpu.h"
+#include "layout.h"
 
 /* below this many multiply-adds a gemm call is too small to thread */
 #define SMALL_GEMM ((double)64 * 64 * 64)
@@ -27,30 +28,11 @@ typedef struct {
   int shared;                /* every batch reads the same matrix */
 } operand;
 
-static int fits_int (int64_t v) { return v >= 0 && v <= INT_MAX; }
-
-/*
-** Picks the layout as Torch7 did, in row-major terms.  A dim of size 1 is
-** never stepped over, so its stride is free; the leading dimension must
-** still satisfy BLAS's ld >= max(1, width) check, hence the defaults.
-*/
+/* Picks the layout as Torch7 did (layout.h). */
 static void choose_layout (operand *op) {
-  int64_t r = op->rows, c = op->cols, rs = op->rs, cs = op->cs;
-  int64_t wr = c > 1 ? c : 1, wc = r > 1 ? r : 1;
-  op->copy = 0;
-  if ((cs == 1 || c == 1) && (r == 1 || rs >= wr) &&
-      fits_int(r == 1 ? wr : rs)) {
-    op->trans = CblasNoTrans;
-    op->ld = (int)(r == 1 ? wr : rs);
-  } else if ((rs == 1 || r == 1) && (c == 1 || cs >= wc) &&
-             fits_int(c == 1 ? wc : cs)) {
-    op->trans = CblasTrans;
-    op->ld = (int)(c == 1 ? wc : cs);
-  } else {
-    op->trans = CblasNoTrans;
-    op->ld = (int)wr;
-    op->copy = 1;
-  }
+  int l = qkv_gemm_layout(op->rows, op->cols, op->rs, op->cs, &op->ld);
+  op->copy = l == QKV_COPY;
+  op->trans = l == QKV_BYCOL ? CblasTrans : CblasNoTrans;
 }
 
 static void setup (operand *op, const qkv_tensor *t) {
@@ -81,18 +63,7 @@ static int64_t batch_offset (const operand *op, const qkv_tensor *out,
 }
 
 static void densify (void *dst, const operand *op, const char *src, size_t es) {
-  int64_t r = op->rows, c = op->cols;
-  if (es == sizeof(float)) {
-    const float *s = (const float *)src;
-    float *d = (float *)dst;
-    for (int64_t i = 0; i < r; i++)
-      for (int64_t j = 0; j < c; j++) d[i * c + j] = s[i * op->rs + j * op->cs];
-  } else {
-    const double *s = (const double *)src;
-    double *d = (double *)dst;
-    for (int64_t i = 0; i < r; i++)
-      for (int64_t j = 0; j < c; j++) d[i * c + j] = s[i * op->rs + j * op->cs];
-  }
+  qkv_densify(dst, src, es == sizeof(double), op->rows, op->cols, op->rs, op->cs);
 }
 
 typedef struct {
@@ -225,7 +196,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
     return QKV_OK;
   }
   /* CBLAS counts in int */
-  if (!fits_int(m) || !fits_int(n) || !fits_int(p)) return QKV_EINTERNAL;
+  if (!qkv_fits_int(m) || !qkv_fits_int(n) || !qkv_fits_int(p)) return QKV_EINTERNAL;
   J.m = (int)m; J.n = (int)n; J.p = (int)p;
   setup(&J.a, a);
   setup(&J.b, b);
