@@ -24,50 +24,7 @@
 #include "layout.h"
 #include "vexp.h"
 
-/*
-** Tile sizes, measured (bench/NOTES.md): a 96 x 384 block of float scores
-** (144 KB) and q^T for 384 queries stay in L2 with the k and v tiles; more
-** queries per tile means fewer passes over k and v, fewer keys keeps the
-** score block's columns short.  BQ must be a multiple of 16.
-*/
-#define BQ 384
-#define BK 96
-
-/* below this many multiply-adds the whole call runs on one thread */
-#define PAR_MIN_WORK 200000.0
-
-/* How gemm reads one of q, k, v: by rows (a row-major matrix, NoTrans), by
-   columns, or from a dense copy of each tile. */
-enum { BYROW = QKV_BYROW, BYCOL = QKV_BYCOL, COPY = QKV_COPY };
-
-typedef struct {
-  const char *base;                 /* element 0 of the view */
-  int64_t rs, cs;                   /* element strides of tokens, features */
-  int64_t bstride[QKV_MAXDIM];      /* batch dims, 0 where broadcast */
-  int layout, ld;
-} operand;
-
-typedef struct {
-  qkv_dtype dtype;
-  size_t es;
-  int nbd;                          /* batch dims */
-  int64_t bsize[QKV_MAXDIM];
-  int64_t nbatch, ntiles, nq, nk, dk, dv;
-  operand q, k, v, mask;
-  int has_mask, causal, avx2;
-  int64_t off;                      /* causal: query i keeps keys j <= i + off */
-  double scale;
-  char *out;
-} job;
-
-/* a thread's scratch */
-typedef struct {
-  void *s;                          /* a tile of scores, then probabilities */
-  double *m, *l;                    /* running max and sum per query */
-  float *qt, *alpha, *mx;           /* AVX2 path: q^T * scale, rescale
-                                       factors, the tile's max per query */
-  void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
-} scratch;
+#include "attention.h"
 
 /* a tile of the matrix has at most its rows, so the ld chosen for the
    whole (layout.h) fits every tile */
@@ -89,7 +46,7 @@ static void setup (operand *op, const qkv_tensor *t, const job *J) {
 }
 
 /* element offset of batch number bi (row-major over out's batch dims) */
-static int64_t batch_offset (const job *J, const operand *op, int64_t bi) {
+int64_t qkv_attn_batch_offset (const job *J, const operand *op, int64_t bi) {
   int64_t off = 0;
   for (int i = J->nbd - 1; i >= 0 && bi > 0; i--) {
     off += (bi % J->bsize[i]) * op->bstride[i];
@@ -100,7 +57,7 @@ static int64_t batch_offset (const job *J, const operand *op, int64_t bi) {
 
 /* rows [r0, r0 + n) of op (batch at element offset boff), as stored or, for
    a COPY operand, densified into buf (whose row stride is then width) */
-static const void *tile_of (const job *J, const operand *op, int64_t boff,
+const void *qkv_attn_tile_of (const job *J, const operand *op, int64_t boff,
                             int64_t r0, int64_t n, int64_t width, void *buf) {
   const char *p = op->base + (boff + r0 * op->rs) * (int64_t)J->es;
   if (op->layout != COPY) return p;
@@ -260,321 +217,25 @@ static void finish (const job *J, const scratch *W, int bq, char *o) {
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */
 static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
                        int64_t jend, char *o) {
-  int64_t qo = batch_offset(J, &J->q, b), ko = batch_offset(J, &J->k, b);
-  int64_t vo = batch_offset(J, &J->v, b), mo = batch_offset(J, &J->mask, b);
-  const void *qt = tile_of(J, &J->q, qo, i0, bq, J->dk, W->qbuf);
+  int64_t qo = qkv_attn_batch_offset(J, &J->q, b), ko = qkv_attn_batch_offset(J, &J->k, b);
+  int64_t vo = qkv_attn_batch_offset(J, &J->v, b), mo = qkv_attn_batch_offset(J, &J->mask, b);
+  const void *qt = qkv_attn_tile_of(J, &J->q, qo, i0, bq, J->dk, W->qbuf);
   for (int i = 0; i < bq; i++) {
     W->m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
   for (int64_t j0 = 0; j0 < jend; j0 += BK) {
     int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
-    scores(J, bq, bk, qt, tile_of(J, &J->k, ko, j0, bk, J->dk, W->kbuf), W->s);
+    scores(J, bq, bk, qt, qkv_attn_tile_of(J, &J->k, ko, j0, bk, J->dk, W->kbuf), W->s);
     const uint8_t *mk = NULL;
     if (J->has_mask)
       mk = (const uint8_t *)J->mask.base + mo + i0 * J->mask.rs + j0 * J->mask.cs;
     if (softmax_rows(J, W, i0, bq, j0, bk, mk, o))
       accumulate(J, bq, bk, W->s,
-                 tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf), o);
+                 qkv_attn_tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf), o);
   }
   finish(J, W, bq, o);
 }
-
-/* ---- the AVX2 path (float32) ----
-**
-** Scores are held as st[j][i] (key j, query i, row stride BQ), so that a
-** query's max and sum run down a column, 8 queries to a vector.  q k^T
-** takes 6 keys x 16 queries per block: 12 accumulators, the queries'
-** features from q^T (packed once per query tile, times scale) and each key's
-** feature broadcast straight from k's rows.  p v takes 6 queries x 16 output
-** features: the probabilities broadcast from st, v's rows loaded as they
-** lie.  Neither product packs k or v per tile, which is where OpenBLAS spent
-** ~15% of the time on tiles this small.
-**
-** Causal: e (very negative without causal) says that query i of the tile
-** keeps key j when i >= j + e.  Blocks past every query's last key are not
-** computed (their part of st is never read), and blocks that cross the
-** diagonal get -inf where they are excluded, so st holds no stale scores
-** wherever a pass reads it.
-*/
-#ifdef QKV_VEXP_X86
-#define INLINE static inline __attribute__((always_inline)) QKV_AVX2
-#define UNROLL _Pragma("GCC unroll 6")
-
-/* how many keys of a tile query i keeps (0 to bk) */
-static int key_limit (int64_t i, int64_t e, int bk) {
-  int64_t n = i - e + 1;
-  return n < 0 ? 0 : n < bk ? (int)n : bk;
-}
-
-/* the first n lanes (none for n <= 0, all for n >= 8) */
-static inline QKV_AVX2 __m256 lanes (int64_t n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  n = n < 0 ? 0 : n > 8 ? 8 : n;
-  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx));
-}
-
-/*
-** st[r][0..16) = sum over c of qt[c][0..16) k[r][c], for rows r < rows.
-** Query l of the block drops key r when l < t + r (the causal diagonal).
-** mx[0..16) (when not NULL) takes the max of each column, which saves the
-** softmax a pass over the tile.
-*/
-INLINE void qk_block (int rows, const float *qt, const float *k, int64_t krs,
-                      int64_t dk, int64_t t, float *st, float *mx) {
-  __m256 acc[6][2];
-  UNROLL for (int r = 0; r < 6; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < dk; c++) {
-    __m256 a0 = _mm256_load_ps(qt + c * BQ), a1 = _mm256_load_ps(qt + c * BQ + 8);
-    UNROLL for (int r = 0; r < rows; r++) {
-      __m256 b = _mm256_broadcast_ss(k + r * krs + c);
-      acc[r][0] = _mm256_fmadd_ps(a0, b, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a1, b, acc[r][1]);
-    }
-  }
-  if (t + rows - 1 > 0) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    UNROLL for (int r = 0; r < rows; r++) {
-      acc[r][0] = _mm256_blendv_ps(acc[r][0], ninf, lanes(t + r));
-      acc[r][1] = _mm256_blendv_ps(acc[r][1], ninf, lanes(t + r - 8));
-    }
-  }
-  UNROLL for (int r = 0; r < rows; r++) {
-    _mm256_store_ps(st + r * BQ, acc[r][0]);
-    _mm256_store_ps(st + r * BQ + 8, acc[r][1]);
-  }
-  if (!mx) return;
-  __m256 m0 = _mm256_load_ps(mx), m1 = _mm256_load_ps(mx + 8);
-  UNROLL for (int r = 0; r < rows; r++) {
-    m0 = _mm256_max_ps(m0, acc[r][0]);
-    m1 = _mm256_max_ps(m1, acc[r][1]);
-  }
-  _mm256_store_ps(mx, m0);
-  _mm256_store_ps(mx + 8, m1);
-}
-
-/* st (bk x nqp) = k (bk rows, krs apart) q^T; nqp a multiple of 16 */
-static QKV_AVX2 void qk_tile (int nqp, int bk, int64_t e, const float *qt,
-                              const float *k, int64_t krs, int64_t dk,
-                              float *st, float *mx) {
-  for (int i = 0; i < nqp; i += 16) {
-    int j = 0, n = key_limit(i + 15, e, bk);
-    float *mi = mx ? mx + i : NULL;
-    for (; j + 6 <= n; j += 6)
-      qk_block(6, qt + i, k + j * krs, krs, dk, j + e - i, st + j * BQ + i, mi);
-    const float *kj = k + j * krs;
-    float *sj = st + j * BQ + i;
-    int64_t t = j + e - i;
-    switch (n - j) {       /* constant row counts, so each unrolls */
-      case 5: qk_block(5, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 4: qk_block(4, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 3: qk_block(3, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 2: qk_block(2, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 1: qk_block(1, qt + i, kj, krs, dk, t, sj, mi); break;
-      default: break;
-    }
-  }
-}
-
-/*
-** o[r][0..16) += sum over j < n of st[j][r] v[j][0..16), for rows r < rows;
-** `part` (a constant) reads and writes only the lanes in k0, k1, for the
-** last columns when dv is not a multiple of 16.
-*/
-#define LD(p, k) (part ? _mm256_maskload_ps(p, k) : _mm256_loadu_ps(p))
-#define ST(p, k, x) (part ? _mm256_maskstore_ps(p, k, x) : _mm256_storeu_ps(p, x))
-INLINE void pv_block (int rows, int part, __m256i k0, __m256i k1,
-                      const float *pt, int n, const float *v, int64_t vrs,
-                      float *o, int64_t dv) {
-  __m256 acc[6][2];
-  UNROLL for (int r = 0; r < 6; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int j = 0; j < n; j++) {
-    __m256 v0 = LD(v + j * vrs, k0), v1 = LD(v + j * vrs + 8, k1);
-    UNROLL for (int r = 0; r < rows; r++) {
-      __m256 p = _mm256_broadcast_ss(pt + j * BQ + r);
-      acc[r][0] = _mm256_fmadd_ps(p, v0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(p, v1, acc[r][1]);
-    }
-  }
-  /* the tile's sum added to o, not o carried through it: a long row then
-     adds thousands of terms in blocks of BK, not in one running sum */
-  UNROLL for (int r = 0; r < rows; r++) {
-    ST(o + r * dv, k0, _mm256_add_ps(acc[r][0], LD(o + r * dv, k0)));
-    ST(o + r * dv + 8, k1, _mm256_add_ps(acc[r][1], LD(o + r * dv + 8, k1)));
-  }
-}
-
-/* a block of queries stops at the last key one of them keeps */
-INLINE void pv_cols (int part, __m256i k0, __m256i k1, int bq, int bk,
-                     int64_t e, const float *pt, const float *v, int64_t vrs,
-                     float *o, int64_t dv) {
-  int i = 0;
-  for (; i + 6 <= bq; i += 6)
-    pv_block(6, part, k0, k1, pt + i, key_limit(i + 5, e, bk), v, vrs,
-             o + i * dv, dv);
-  for (; i < bq; i++)
-    pv_block(1, part, k0, k1, pt + i, key_limit(i, e, bk), v, vrs,
-             o + i * dv, dv);
-}
-
-/* o (bq x dv) += st^T (bq x bk) v (bk rows, vrs apart), by blocks of 16
-   columns (measured faster than by blocks of queries) */
-static QKV_AVX2 void pv_tile (int bq, int bk, int64_t e, const float *pt,
-                              const float *v, int64_t vrs, float *o,
-                              int64_t dv) {
-  __m256i all = _mm256_set1_epi32(-1);
-  int64_t d = 0;
-  for (; d + 16 <= dv; d += 16)
-    pv_cols(0, all, all, bq, bk, e, pt, v + d, vrs, o + d, dv);
-  if (d < dv)
-    pv_cols(1, _mm256_castps_si256(lanes(dv - d)),
-            _mm256_castps_si256(lanes(dv - d - 8)), bq, bk, e, pt, v + d, vrs,
-            o + d, dv);
-}
-
-/* mx[i] = the max of column i of st over the keys its group of 8 keeps */
-static QKV_AVX2 void col_max (const float *st, int nqp, int bk, int64_t e,
-                              float *mx) {
-  for (int g = 0; g < nqp; g += 8) {
-    __m256 a = _mm256_set1_ps(-INFINITY), b = a;
-    int j = 0, n = key_limit(g + 7, e, bk);
-    for (; j + 2 <= n; j += 2) {
-      a = _mm256_max_ps(a, _mm256_load_ps(st + j * BQ + g));
-      b = _mm256_max_ps(b, _mm256_load_ps(st + (j + 1) * BQ + g));
-    }
-    if (j < n) a = _mm256_max_ps(a, _mm256_load_ps(st + j * BQ + g));
-    _mm256_store_ps(mx + g, _mm256_max_ps(a, b));
-  }
-}
-
-/* st[j][g..g+8) = exp(st[j][g..g+8) - msub) for j < n; returns the sums */
-static inline QKV_AVX2 __m256 exp_col (float *st, int n, __m256 msub) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-  int j = 0;
-  for (; j + 2 <= n; j += 2) {
-    float *p = st + j * BQ;
-    __m256 e0 = qkv_vexp8(_mm256_sub_ps(_mm256_load_ps(p), msub));
-    __m256 e1 = qkv_vexp8(_mm256_sub_ps(_mm256_load_ps(p + BQ), msub));
-    _mm256_store_ps(p, e0);
-    _mm256_store_ps(p + BQ, e1);
-    s0 = _mm256_add_ps(s0, e0);
-    s1 = _mm256_add_ps(s1, e1);
-  }
-  if (j < n) {
-    __m256 e0 = qkv_vexp8(_mm256_sub_ps(_mm256_load_ps(st + j * BQ), msub));
-    _mm256_store_ps(st + j * BQ, e0);
-    s0 = _mm256_add_ps(s0, e0);
-  }
-  return _mm256_add_ps(s0, s1);
-}
-
-/*
-** The online softmax of st, given each column's max in mx.  A query whose
-** max is still -inf (nothing kept yet) subtracts 0 instead, so exp gives 0
-** and never NaN.  Past a group's last key, st gets zeros as far as the next
-** group's blocks of p v read it.  Leaves each query's rescale factor in
-** alpha; returns 0 when every score was -inf.
-*/
-static QKV_AVX2 int softmax_cols (float *st, int nqp, int bk, int64_t e,
-                                  const float *mx, float *m, double *l,
-                                  float *alpha) {
-  const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
-  int any = 0;
-  for (int g = 0; g < nqp; g += 8) {
-    __m256 a = _mm256_load_ps(mx + g);
-    any |= _mm256_movemask_ps(_mm256_cmp_ps(a, ninf, _CMP_NEQ_OQ));
-    __m256 mold = _mm256_load_ps(m + g), mnew = _mm256_max_ps(mold, a);
-    __m256 msub = _mm256_blendv_ps(mnew, zero, _mm256_cmp_ps(mnew, ninf, _CMP_EQ_OQ));
-    __m256 al = qkv_vexp8(_mm256_sub_ps(mold, msub));
-    int n = key_limit(g + 7, e, bk), z = key_limit(g + 15, e, bk);
-    __m256 s = exp_col(st + g, n, msub);
-    for (int j = n; j < z; j++) _mm256_store_ps(st + j * BQ + g, zero);
-    _mm256_store_ps(m + g, mnew);
-    _mm256_store_ps(alpha + g, al);
-    /* the sums across tiles in double: a long row adds thousands of terms */
-    for (int h = 0; h < 2; h++) {
-      __m128 ah = h ? _mm256_extractf128_ps(al, 1) : _mm256_castps256_ps128(al);
-      __m128 sh = h ? _mm256_extractf128_ps(s, 1) : _mm256_castps256_ps128(s);
-      __m256d lv = _mm256_loadu_pd(l + g + 4 * h);
-      lv = _mm256_fmadd_pd(lv, _mm256_cvtps_pd(ah), _mm256_cvtps_pd(sh));
-      _mm256_storeu_pd(l + g + 4 * h, lv);
-    }
-  }
-  return any != 0;
-}
-
-/* o[i][0..dv) *= f[i]; skips factors of 1, the common case once a query's
-   max has settled */
-static QKV_AVX2 void scale_rows (float *o, int bq, int64_t dv, const float *f) {
-  for (int i = 0; i < bq; i++, o += dv) {
-    if (f[i] == 1.0f) continue;
-    __m256 x = _mm256_set1_ps(f[i]);
-    int64_t d = 0;
-    for (; d + 8 <= dv; d += 8)
-      _mm256_storeu_ps(o + d, _mm256_mul_ps(x, _mm256_loadu_ps(o + d)));
-    for (; d < dv; d++) o[d] *= f[i];
-  }
-}
-
-/* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
-   padding queries get zeros, so finite scores nobody reads */
-static void pack_q (const job *J, int64_t qo, int64_t i0, int bq, int nqp,
-                    float *qt) {
-  const float *q = (const float *)J->q.base + qo + i0 * J->q.rs;
-  float sc = (float)J->scale;
-  for (int64_t c = 0; c < J->dk; c++) {
-    float *d = qt + c * BQ;
-    for (int i = 0; i < bq; i++) d[i] = sc * q[i * J->q.rs + c * J->q.cs];
-    for (int i = bq; i < nqp; i++) d[i] = 0.0f;
-  }
-}
-
-/* -inf where the mask (at the tile's first query and key) is false; by
-   query, so that a row-major mask is read in order */
-static void mask_cols (const job *J, float *st, int bq, int bk, int64_t e,
-                       const uint8_t *mk) {
-  for (int i = 0; i < bq; i++) {
-    const uint8_t *mi = mk + i * J->mask.rs;
-    for (int j = 0, n = key_limit(i, e, bk); j < n; j++)
-      if (!mi[j * J->mask.cs]) st[j * BQ + i] = -INFINITY;
-  }
-}
-
-/* the keys of query tile [i0, i0 + bq) with our products, into o */
-static void keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
-                       int64_t jend, float *o) {
-  int64_t ko = batch_offset(J, &J->k, b), vo = batch_offset(J, &J->v, b);
-  int64_t mo = batch_offset(J, &J->mask, b);
-  int nqp = (bq + 15) / 16 * 16;
-  float *st = (float *)W->s, *m = (float *)W->m;
-  pack_q(J, batch_offset(J, &J->q, b), i0, bq, nqp, W->qt);
-  for (int i = 0; i < nqp; i++) {
-    m[i] = -INFINITY;
-    W->l[i] = 0.0;
-  }
-  for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-    int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
-    int64_t e = J->causal ? j0 - i0 - J->off : -((int64_t)1 << 40);
-    const float *kt = tile_of(J, &J->k, ko, j0, bk, J->dk, W->kbuf);
-    for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
-    /* the max comes out of the product, unless a mask changes st after */
-    qk_tile(nqp, bk, e, W->qt, kt, J->k.layout == COPY ? J->dk : J->k.rs,
-            J->dk, st, J->has_mask ? NULL : W->mx);
-    if (J->has_mask) {
-      mask_cols(J, st, bq, bk, e, (const uint8_t *)J->mask.base + mo +
-                i0 * J->mask.rs + j0 * J->mask.cs);
-      col_max(st, nqp, bk, e, W->mx);
-    }
-    if (!softmax_cols(st, nqp, bk, e, W->mx, m, W->l, W->alpha)) continue;
-    scale_rows(o, bq, J->dv, W->alpha);
-    const float *vt = tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf);
-    pv_tile(bq, bk, e, st, vt, J->v.layout == COPY ? J->dv : J->v.rs, o, J->dv);
-  }
-  for (int i = 0; i < bq; i++)        /* a query with no key stays zeros */
-    W->alpha[i] = W->l[i] > 0.0 ? (float)(1.0 / W->l[i]) : 1.0f;
-  scale_rows(o, bq, J->dv, W->alpha);
-}
-#endif
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
@@ -594,7 +255,7 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
   if (jend <= 0) return;
 #ifdef QKV_VEXP_X86
   if (J->avx2) {
-    keys_avx2(J, W, b, i0, bq, jend, (float *)o);
+    qkv_attn_keys_avx2(J, W, b, i0, bq, jend, (float *)o);
     return;
   }
 #endif
