@@ -59,13 +59,9 @@ static int opt_field (lua_State *L, int arg, const char *key) {
 
 /* in place: t = t * s */
 static void scale_inplace (lua_State *L, const char *name, qkv_tensor *t, double s) {
-  qkv_storage st = {NULL, sizeof(double), 1, QKV_CPU};
-  qkv_tensor sc;
-  memset(&sc, 0, sizeof sc);
-  sc.dtype = QKV_F64;
-  sc.storage = &st;
-  st.data = &s;
-  qkvL_check(L, name, qkv_binary(QKV_MUL, t, t, &sc));
+  qkvL_Scalar sc;
+  sc.v.d = s;
+  qkvL_check(L, name, qkv_binary(QKV_MUL, t, t, qkvL_scalar(&sc, QKV_F64)));
 }
 
 
@@ -160,13 +156,9 @@ static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
                "shape %s", name, sm, ss);
   }
   qkv_tensor *off = qkvL_newlike(L, m, QKV_BOOL);
-  unsigned char zero = 0;
-  qkv_storage st = {&zero, 1, 1, QKV_CPU};
-  qkv_tensor z;
-  memset(&z, 0, sizeof z);
-  z.dtype = QKV_BOOL;
-  z.storage = &st;
-  qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, &z));
+  qkvL_Scalar zero;
+  zero.v.b = 0;
+  qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, qkvL_scalar(&zero, QKV_BOOL)));
   qkvL_check(L, name, qkv_masked_fill(S, off, fill));
   lua_pop(L, 1);
 }
@@ -217,18 +209,19 @@ static int a_padding (lua_State *L) {
   }
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer count = luaL_len(L, 1), n = 0, len;
+  lua_Integer want = lua_isnoneornil(L, 2) ? -1 : (lua_Integer)checkcount(L, 2);
   for (lua_Integer b = 1; b <= count; b++, lua_pop(L, 1)) {
     int ok;
     lua_geti(L, 1, b);
     len = lua_tointegerx(L, -1, &ok);
     if (!ok || len < 0)
       return luaL_error(L, "padding: length %I is not a non-negative integer", b);
-    if (!lua_isnoneornil(L, 2) && len > checkcount(L, 2))
+    if (want >= 0 && len > want)
       return luaL_error(L, "padding: length %I of item %I exceeds n = %I",
-                        len, b, (lua_Integer)checkcount(L, 2));
+                        len, b, want);
     if (len > n) n = len;
   }
-  if (!lua_isnoneornil(L, 2)) n = checkcount(L, 2);
+  if (want >= 0) n = want;
   int64_t size[3] = {count, 1, n};
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
   unsigned char *p = (unsigned char *)qkv_data(m);

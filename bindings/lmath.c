@@ -7,14 +7,7 @@
 
 #include "lqkv.h"
 
-/* A Lua number seen as a 0-d tensor that lives on the C stack. */
-typedef struct scalar {
-  qkv_tensor t;
-  qkv_storage s;
-  union { float f; double d; int64_t i; unsigned char b; } v;
-} scalar;
-
-static const qkv_tensor *init_scalar (scalar *sc, qkv_dtype dt) {
+const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   sc->s.data = &sc->v;
   sc->s.nbytes = sizeof sc->v;
   sc->s.refcount = 1;
@@ -25,7 +18,7 @@ static const qkv_tensor *init_scalar (scalar *sc, qkv_dtype dt) {
   return &sc->t;
 }
 
-static const qkv_tensor *make_scalar (lua_State *L, scalar *sc, int arg,
+static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
   switch (dt) {
     case QKV_F32: sc->v.f = (float)lua_tonumber(L, arg); break;
@@ -33,7 +26,7 @@ static const qkv_tensor *make_scalar (lua_State *L, scalar *sc, int arg,
     case QKV_I64: sc->v.i = (int64_t)lua_tointeger(L, arg); break;
     default: sc->v.b = lua_toboolean(L, arg) != 0; break;
   }
-  return init_scalar(sc, dt);
+  return qkvL_scalar(sc, dt);
 }
 
 /* PyTorch's rule for a tensor with a Lua number: the number is "weak" and
@@ -59,7 +52,7 @@ static qkv_tensor *opttensor (lua_State *L, int arg) {
 ** *common is their promoted dtype and *dev the device of the result.
 */
 static void operands (lua_State *L, const char *name, const qkv_tensor **a,
-                      const qkv_tensor **b, scalar *sc, qkv_dtype *common,
+                      const qkv_tensor **b, qkvL_Scalar *sc, qkv_dtype *common,
                       qkv_device *dev) {
   qkv_tensor *x = opttensor(L, 1), *y = opttensor(L, 2);
   if (x && y) {
@@ -96,7 +89,7 @@ static qkv_tensor *broadcast_out (lua_State *L, const char *name,
 /* arithmetic promotes bools to int64 and divides integers as floats */
 static int binary (lua_State *L, qkv_binop op, const char *name) {
   const qkv_tensor *a, *b;
-  scalar sc;
+  qkvL_Scalar sc;
   qkv_dtype dt;
   qkv_device dev;
   operands(L, name, &a, &b, &sc, &dt, &dev);
@@ -161,9 +154,9 @@ static qkv_dtype reduce_dtype (qkv_redop op, qkv_dtype in) {
 
 /* positions come back 0-based from the vm; Lua counts from 1 */
 static void to_lua_index (lua_State *L, const char *name, qkv_tensor *idx) {
-  scalar one;
+  qkvL_Scalar one;
   one.v.i = 1;
-  qkvL_check(L, name, qkv_binary(QKV_ADD, idx, idx, init_scalar(&one, QKV_I64)));
+  qkvL_check(L, name, qkv_binary(QKV_ADD, idx, idx, qkvL_scalar(&one, QKV_I64)));
 }
 
 /* x:sum() reduces all to a 0-d tensor; x:sum(dim [, keepdim]) one dim */

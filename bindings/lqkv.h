@@ -29,6 +29,16 @@ int qkvL_checksizes (lua_State *L, int arg, int64_t *size);   /* -1 allowed */
 int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size); /* arg alone */
 const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
 
+/* A number seen as a 0-d tensor that lives on the C stack: fill v, then
+   pass qkvL_scalar(&sc, dtype) to any vm op as an operand. */
+typedef struct qkvL_Scalar {
+  qkv_tensor t;
+  qkv_storage s;
+  union { float f; double d; int64_t i; unsigned char b; } v;
+} qkvL_Scalar;
+
+const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt);
+
 /* results */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view);
 qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
