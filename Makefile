@@ -6,13 +6,16 @@ CC ?= gcc
 CFLAGS ?= -O2
 BUILD := build
 
-DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev
+DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
+  libcairo2-dev fonts-dejavu-core
 
 # evaluated when used, so that a recursive make after `deps` sees new packages
 LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 LUA_LIBS = $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+CAIRO_CFLAGS = $(shell pkg-config --cflags cairo 2>/dev/null || echo -I/usr/include/cairo)
+CAIRO_LIBS = $(shell pkg-config --libs cairo 2>/dev/null || echo -lcairo)
 
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
   -fPIC -fopenmp -fno-math-errno $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
@@ -22,16 +25,26 @@ VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
 LIB_SRC := $(filter-out vm/main.c,$(VM_SRC)) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/vm/main.o
+# PNG drawing lives in its own module (require "qkv.cairo", found by the
+# executable under build/lib/), loaded only when
+# a script writes a picture, so that cairo never slows down start-up
+CAIRO_SRC := $(wildcard bindings/cairo/*.c)
+CAIRO_OBJ := $(CAIRO_SRC:%.c=$(BUILD)/obj/%.o)
+CAIRO_SO := $(BUILD)/lib/qkv/cairo.so
 
 .PHONY: all so deps run test bench install install-rock uninstall clean
 
-all: $(BUILD)/qkv $(BUILD)/qkv.so
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO)
 
-so: $(BUILD)/qkv.so
+so: $(BUILD)/qkv.so $(CAIRO_SO)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(QKV_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/bindings/cairo/%.o: bindings/cairo/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(QKV_CFLAGS) $(CAIRO_CFLAGS) -c $< -o $@
 
 $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(QKV_LIBS)
@@ -39,6 +52,10 @@ $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
 # the module leaves the Lua symbols to the interpreter that loads it
 $(BUILD)/qkv.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(QKV_LIBS)
+
+$(CAIRO_SO): $(CAIRO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(CAIRO_LIBS)
 
 deps:
 	@command -v dpkg-query >/dev/null || { echo "deps: not a Debian system; install: $(DEPS)"; exit 0; }; \
@@ -64,20 +81,28 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@for f in bench/*.lua; do [ -e "$$f" ] && $(BUILD)/qkv "$$f"; done; true
 
+LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
+CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
-	install -m 755 $(BUILD)/qkv.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/qkv.so
+	install -m 755 $(BUILD)/qkv.so $(CLIBDIR)/qkv.so
+	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
+	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
 
 # used by the rockspec: luarocks passes the folders of its tree
 install-rock: so
-	install -d $(INST_LIBDIR)
+	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv
 	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
+	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
+	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(DESTDIR)$(PREFIX)/lib/lua/5.4/qkv.so
+	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so
+	rm -rf $(LUADIR)/qkv
 
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d)

@@ -14,5 +14,5 @@ build = {
   build_target = "so",
   build_variables = { CFLAGS = "-O2" },
   install_target = "install-rock",
-  install_variables = { INST_LIBDIR = "$(LIBDIR)" },
+  install_variables = { INST_LIBDIR = "$(LIBDIR)", INST_LUADIR = "$(LUADIR)" },
 }

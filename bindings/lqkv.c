@@ -1,7 +1,34 @@
 /*
 ** lqkv.c -- luaopen_qkv: builds the qkv module and the tensor metatable.
 */
+#include <string.h>
+
 #include "lqkv.h"
+
+/*
+** The Lua-side library loads on first use, so that `qkv.nn` works without
+** a require and a script that never plots never pays for it.
+*/
+static int lazy_index (lua_State *L) {
+  static const char *const lazy[][3] = {
+    {"nn", "qkv.nn", NULL}, {"plot", "qkv.plot", NULL},
+    {"test", "qkv.test", NULL},
+    {"cosine_similarity", "qkv.nn", "cosine_similarity"},
+  };
+  const char *key = lua_tostring(L, 2);
+  if (key == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
+  for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
+    if (strcmp(key, lazy[i][0]) != 0) continue;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, lazy[i][1]);
+    lua_call(L, 1, 1);
+    if (lazy[i][2] != NULL) lua_getfield(L, -1, lazy[i][2]);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, 1, key);              /* cache it in the module */
+    return 1;
+  }
+  return 0;
+}
 
 LUALIB_API int luaopen_qkv (lua_State *L) {
   static const char *const dtypes[] = {"float32", "float64", "int64", "bool"};
@@ -14,6 +41,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_math(L, mt, methods, module);
   qkvL_open_build(L, mt, methods, module);
   qkvL_open_attention(L, mt, methods, module);
+  qkvL_open_sys(L, mt, methods, module);
   for (int i = 0; i < 4; i++) {
     lua_pushstring(L, dtypes[i]);
     lua_setfield(L, module, dtypes[i]);
@@ -22,6 +50,10 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_setfield(L, module, "_VERSION");
   lua_pushvalue(L, mt);
   lua_setfield(L, module, "Tensor");      /* the metatable, for extensions */
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, lazy_index);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, module);
   /* so that argument errors of methods called as functions name them */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_pushvalue(L, methods);

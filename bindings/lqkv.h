@@ -58,5 +58,6 @@ void qkvL_open_view (lua_State *L, int mt, int methods, int module);
 void qkvL_open_math (lua_State *L, int mt, int methods, int module);
 void qkvL_open_build (lua_State *L, int mt, int methods, int module);
 void qkvL_open_attention (lua_State *L, int mt, int methods, int module);
+void qkvL_open_sys (lua_State *L, int mt, int methods, int module);
 
 #endif

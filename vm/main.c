@@ -60,7 +60,7 @@ static int docall (lua_State *L, int nargs, int nres) {
   return status;
 }
 
-/* package.path also searches the stdlib next to the executable */
+/* package.path and cpath also search the stdlib next to the executable */
 static void setpath (lua_State *L) {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -74,6 +74,11 @@ static void setpath (lua_State *L) {
   lua_getfield(L, -2, "path");
   lua_concat(L, 2);
   lua_setfield(L, -2, "path");
+  /* C submodules: build/lib/qkv/cairo.so, or PREFIX/lib/lua/5.4/qkv/cairo.so */
+  lua_pushfstring(L, "%s/lib/?.so;%s/../lib/lua/5.4/?.so;", exe, exe);
+  lua_getfield(L, -2, "cpath");
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "cpath");
   lua_pop(L, 1);
 }
 
