@@ -1,0 +1,358 @@
+-- nn.lua: qkv.nn, attention modules in plain Lua on the primitives.
+--
+-- A module is a table whose metatable is its class: calling it runs
+-- forward (`attn(x)`), its weights are tensor fields (W_Q, W_K, ...) and its
+-- submodules are module fields (proj, aligner, ...). Weights are stored as
+-- (d_in, d_out), the transpose of PyTorch's Linear.weight, so that
+-- `qkv.project(x, m.W)` is x W as the documents write it. They initialise as
+-- PyTorch's nn.Linear does, uniform in ±1/sqrt(d_in), from qkv's generator.
+
+local qkv = require "qkv"
+
+local nn = {}
+
+local SOURCE = debug.getinfo(1, "S").source
+
+-- errors point at the script line that called into qkv.nn
+local function fail(fname, msg, ...)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if info == nil or (info.source ~= SOURCE and info.what ~= "C") then break end
+    level = level + 1
+  end
+  error(fname .. ": " .. string.format(msg, ...), level)
+end
+
+local function checkdim(fname, name, v)
+  if math.type(v) ~= "integer" or v < 1 then
+    fail(fname, "%s must be a positive integer, got %s", name, tostring(v))
+  end
+  return v
+end
+
+local function checktensor(fname, name, x)
+  if not qkv.is_tensor(x) then
+    fail(fname, "%s must be a tensor, got %s", name, type(x))
+  end
+  return x
+end
+
+---------------------------------------------------------------- Module
+
+local Module = {}
+Module.__index = Module
+nn.Module = Module
+
+-- a class: its instances are callable and print like PyTorch's modules
+local function class(name)
+  local c = setmetatable({}, {__index = Module})
+  c.__index = c
+  c.__name = name
+  c.__call = function(self, ...) return self:forward(...) end
+  c.__tostring = function(self) return self:repr("") end
+  nn[name] = setmetatable(c, {__index = Module, __call = function(cls, ...)
+    local m = setmetatable({_params = {}, _children = {}}, cls)
+    m:init(...)
+    return m
+  end})
+  return c
+end
+
+-- register a tensor field; `uniform` draws it in ±bound
+function Module:param(name, t)
+  self._params[#self._params + 1] = name
+  self[name] = t
+  return t
+end
+
+function Module:child(name, m)
+  self._children[#self._children + 1] = name
+  self[name] = m
+  return m
+end
+
+local function uniform(bound, ...)
+  return (qkv.rand(...) * 2 - 1) * bound
+end
+
+-- flat list of {name, tensor}, in registration order, children after own
+function Module:parameters(prefix, out)
+  prefix, out = prefix or "", out or {}
+  for _, n in ipairs(self._params) do
+    out[#out + 1] = {prefix .. n, self[n]}
+  end
+  for _, n in ipairs(self._children) do
+    self[n]:parameters(prefix .. n .. ".", out)
+  end
+  return out
+end
+
+function Module:state_dict()
+  local d = {}
+  for _, p in ipairs(self:parameters()) do d[p[1]] = p[2] end
+  return d
+end
+
+-- the number of weights
+function Module:nparams()
+  local n = 0
+  for _, p in ipairs(self:parameters()) do n = n + p[2]:numel() end
+  return n
+end
+
+-- copy the weights of another module of the same structure (or of a
+-- state_dict), as load_state_dict does; the copies share nothing
+function Module:load(src)
+  if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
+  local from = getmetatable(src) and src.state_dict and src:state_dict() or src
+  local mine = self:parameters()
+  for _, p in ipairs(mine) do
+    local name, t = p[1], p[2]
+    local s = from[name]
+    if not qkv.is_tensor(s) then fail("load", "the source has no tensor '%s'", name) end
+    if s.shape ~= t.shape then
+      fail("load", "%s is %s here but %s in the source", name, tostring(t.shape), tostring(s.shape))
+    end
+  end
+  local known = self:state_dict()
+  for name in pairs(from) do
+    if known[name] == nil then fail("load", "the source has an unexpected '%s'", tostring(name)) end
+  end
+  for _, p in ipairs(mine) do
+    local path, obj = p[1], self
+    for part in path:gmatch("([^.]+)%.") do obj = obj[tonumber(part) or part] end
+    obj[path:match("([^.]+)$")] = from[path]:clone()
+  end
+  return self
+end
+
+function Module:extra() return "" end
+
+function Module:repr(indent)
+  local s = self.__name .. "(" .. self:extra()
+  if #self._children == 0 then return s .. ")" end
+  local inner = indent .. "  "
+  for _, n in ipairs(self._children) do
+    s = s .. "\n" .. inner .. "(" .. n .. "): " .. self[n]:repr(inner)
+  end
+  return s .. "\n" .. indent .. ")"
+end
+
+---------------------------------------------------------------- layers
+
+local Linear = class("Linear")
+
+-- Linear(d_in, d_out [, {bias = true, dtype = "float32"}])
+function Linear:init(d_in, d_out, opts)
+  checkdim("Linear", "d_in", d_in)
+  checkdim("Linear", "d_out", d_out)
+  opts = opts or {}
+  local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
+  self.d_in, self.d_out = d_in, d_out
+  self:param("W", uniform(bound, d_in, d_out, dt))
+  if opts.bias ~= false then self:param("b", uniform(bound, d_out, dt)) end
+end
+
+function Linear:forward(x)
+  return qkv.project(checktensor("Linear", "x", x), self.W, self.b)
+end
+
+function Linear:extra()
+  return string.format("in_features=%d, out_features=%d, bias=%s",
+                       self.d_in, self.d_out, tostring(self.b ~= nil))
+end
+
+local GELU = class("GELU")
+function GELU:init() end
+function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
+
+local Identity = class("Identity")
+function Identity:init() end
+function Identity:forward(x) return x end
+
+-- Sequential(m1, m2, ...): m[1], m[2], ... and #m as a Lua list
+local Sequential = class("Sequential")
+function Sequential:init(...)
+  for i, m in ipairs{...} do
+    if getmetatable(m) == nil or getmetatable(m).forward == nil then
+      fail("Sequential", "argument #%d is not a module", i)
+    end
+    self:child(i, m)
+  end
+end
+
+function Sequential:forward(x)
+  for _, n in ipairs(self._children) do x = self[n](x) end
+  return x
+end
+
+---------------------------------------------------------------- attention
+
+-- an attention projection weight: (d_in, d_out) with Linear's init
+local function weight(m, name, d_in, d_out)
+  m:param(name, uniform(1 / math.sqrt(d_in), d_in, d_out))
+end
+
+local function attn_init(self, fname, d_model, d_k)
+  checkdim(fname, "d_model", d_model)
+  checkdim(fname, "d_k", d_k)
+  self.d_model, self.d_k = d_model, d_k
+  weight(self, "W_Q", d_model, d_k)
+  weight(self, "W_K", d_model, d_k)
+  weight(self, "W_V", d_model, d_k)
+end
+
+local function attn_extra(self)
+  return string.format("d_model=%d, d_k=%d", self.d_model, self.d_k)
+end
+
+-- SelfAttention(d_model, d_k): out, weights = attn(x [, {mask=, causal=}])
+local SelfAttention = class("SelfAttention")
+function SelfAttention:init(d_model, d_k) attn_init(self, "SelfAttention", d_model, d_k) end
+SelfAttention.extra = attn_extra
+
+function SelfAttention:forward(x, opts)
+  checktensor("SelfAttention", "x", x)
+  return qkv.attention(qkv.project(x, self.W_Q), qkv.project(x, self.W_K),
+                       qkv.project(x, self.W_V), opts)
+end
+
+-- CrossAttention(d_model, d_k): out, weights = attn(text, image [, opts]);
+-- Q from the first sequence, K and V from the second
+local CrossAttention = class("CrossAttention")
+function CrossAttention:init(d_model, d_k) attn_init(self, "CrossAttention", d_model, d_k) end
+CrossAttention.extra = attn_extra
+
+function CrossAttention:forward(xq, xkv, opts)
+  checktensor("CrossAttention", "text", xq)
+  checktensor("CrossAttention", "image", xkv)
+  return qkv.attention(qkv.project(xq, self.W_Q), qkv.project(xkv, self.W_K),
+                       qkv.project(xkv, self.W_V), opts)
+end
+
+-- the multi-head body shared by self and cross attention: project, split
+-- into heads, attend, merge, project by W_O
+local function mha_init(self, fname, d_model, h)
+  checkdim(fname, "d_model", d_model)
+  checkdim(fname, "h", h)
+  if d_model % h ~= 0 then
+    fail(fname, "d_model = %d is not divisible by h = %d", d_model, h)
+  end
+  self.d_model, self.h, self.d_k = d_model, h, d_model // h
+  for _, n in ipairs{"W_Q", "W_K", "W_V", "W_O"} do weight(self, n, d_model, d_model) end
+end
+
+-- a mask made for (B, n_q, n_k) scores, like qkv.padding's (B, 1, n), gets
+-- a head dim so that it broadcasts against (B, h, n_q, n_k)
+local function head_mask(opts, x)
+  if opts == nil or not qkv.is_tensor(opts.mask) then return opts end
+  local m = opts.mask
+  if x:dim() < 3 or m:dim() ~= x:dim() then return opts end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.mask = m:unsqueeze(-3)
+  return o
+end
+
+local function mha_forward(self, xq, xkv, opts)
+  local h = self.h
+  local Q = qkv.heads(qkv.project(xq, self.W_Q), h)
+  local K = qkv.heads(qkv.project(xkv, self.W_K), h)
+  local V = qkv.heads(qkv.project(xkv, self.W_V), h)
+  local out, w = qkv.attention(Q, K, V, head_mask(opts, xq))
+  return qkv.project(qkv.merge(out), self.W_O), w
+end
+
+local function mha_extra(self)
+  return string.format("d_model=%d, h=%d", self.d_model, self.h)
+end
+
+-- MultiHeadAttention(d_model, h): out, weights = mha(x [, {mask=, causal=}]);
+-- weights are (..., h, n, n)
+local MultiHeadAttention = class("MultiHeadAttention")
+function MultiHeadAttention:init(d_model, h) mha_init(self, "MultiHeadAttention", d_model, h) end
+MultiHeadAttention.extra = mha_extra
+
+function MultiHeadAttention:forward(x, opts)
+  checktensor("MultiHeadAttention", "x", x)
+  return mha_forward(self, x, x, opts)
+end
+
+-- MultiHeadCrossAttention(d_model, h): out, weights = m(text, image [, opts]);
+-- weights are (..., h, n_text, n_image)
+local MultiHeadCrossAttention = class("MultiHeadCrossAttention")
+function MultiHeadCrossAttention:init(d_model, h) mha_init(self, "MultiHeadCrossAttention", d_model, h) end
+MultiHeadCrossAttention.extra = mha_extra
+
+function MultiHeadCrossAttention:forward(text, image, opts)
+  checktensor("MultiHeadCrossAttention", "text", text)
+  checktensor("MultiHeadCrossAttention", "image", image)
+  return mha_forward(self, text, image, opts)
+end
+
+---------------------------------------------------------------- alignment
+
+-- TokenAligner(d_vision, d_text [, "linear" | "mlp" | "identity"]): maps
+-- image tokens into the text space; m.proj is the Linear, Sequential or
+-- Identity that does it (forward goes through qkv.align)
+local TokenAligner = class("TokenAligner")
+function TokenAligner:init(d_vision, d_text, method)
+  checkdim("TokenAligner", "d_vision", d_vision)
+  checkdim("TokenAligner", "d_text", d_text)
+  method = method or "linear"
+  self.d_vision, self.d_text, self.method = d_vision, d_text, method
+  if method == "linear" then
+    self:child("proj", nn.Linear(d_vision, d_text))
+  elseif method == "mlp" then
+    self:child("proj", nn.Sequential(nn.Linear(d_vision, d_text), nn.GELU(),
+                                     nn.Linear(d_text, d_text)))
+  elseif method == "identity" then
+    if d_vision ~= d_text then
+      fail("TokenAligner", "identity needs d_vision == d_text, got %d and %d", d_vision, d_text)
+    end
+    self:child("proj", nn.Identity())
+  else
+    fail("TokenAligner", "method must be 'linear', 'mlp' or 'identity', got %s", tostring(method))
+  end
+end
+
+function TokenAligner:forward(x)
+  checktensor("TokenAligner", "image_tokens", x)
+  local p = self.proj
+  if self.method == "linear" then return qkv.align(x, p.W, p.b) end
+  if self.method == "mlp" then return qkv.align(x, {p[1].W, p[1].b, p[3].W, p[3].b}) end
+  return x
+end
+
+function TokenAligner:extra()
+  return string.format("d_vision=%d, d_text=%d, method=%s", self.d_vision, self.d_text, self.method)
+end
+
+-- AlignedCrossAttention(d_vision, d_text, h [, method]): align the image
+-- tokens, then multi-head cross-attention from the text
+local AlignedCrossAttention = class("AlignedCrossAttention")
+function AlignedCrossAttention:init(d_vision, d_text, h, method)
+  self:child("aligner", nn.TokenAligner(d_vision, d_text, method))
+  self:child("cross_attn", nn.MultiHeadCrossAttention(d_text, h))
+end
+
+function AlignedCrossAttention:forward(text, image, opts)
+  return self.cross_attn(text, self.aligner(image), opts)
+end
+
+---------------------------------------------------------------- functions
+
+-- cosine_similarity(a, b [, dim = -1 [, eps = 1e-8]]): a·b / max(|a||b|, eps)
+-- along dim, with a and b broadcast (so (4, 1, d) against (1, 9, d) gives
+-- the (4, 9) table). PyTorch's default dim is 1 (0-based); ours is the last.
+function nn.cosine_similarity(a, b, dim, eps)
+  checktensor("cosine_similarity", "a", a)
+  checktensor("cosine_similarity", "b", b)
+  dim, eps = dim or -1, eps or 1e-8
+  local dot = (a * b):sum(dim)
+  local na, nb = (a * a):sum(dim):sqrt(), (b * b):sum(dim):sqrt()
+  return dot / qkv.maximum(na * nb, eps)
+end
+
+return nn

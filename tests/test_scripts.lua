@@ -1,0 +1,18 @@
+-- test_scripts.lua: every script in scripts/ runs (PNGs into a temp folder)
+-- and prints and returns the right numbers. The checks for each seed
+-- document live in tests/scripts/seedNNN.lua, each returning its Test*
+-- tables; the deterministic worked examples are checked against float64
+-- values computed by hand or by loops, the random ones by properties.
+local lu = require "luaunit"
+
+for _, seed in ipairs{"000", "001", "002", "003", "004", "tour"} do
+  local f = "tests/scripts/seed" .. seed .. ".lua"
+  if io.open(f) then
+    for name, suite in pairs(dofile(f)) do
+      assert(_G[name] == nil, f .. ": " .. name .. " is defined twice")
+      _G[name] = suite
+    end
+  end
+end
+
+os.exit(lu.LuaUnit.run(), true)
