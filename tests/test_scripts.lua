@@ -7,7 +7,9 @@ local lu = require "luaunit"
 
 for _, seed in ipairs{"000", "001", "002", "003", "004", "tour"} do
   local f = "tests/scripts/seed" .. seed .. ".lua"
-  if io.open(f) then
+  local h = io.open(f)
+  if h then
+    h:close()
     for name, suite in pairs(dofile(f)) do
       assert(_G[name] == nil, f .. ": " .. name .. " is defined twice")
       _G[name] = suite
