@@ -1,0 +1,398 @@
+-- seed003.lua: the scripts for seed 003, "Token Alignment and Multi-Head
+-- Cross-Attention". Section 3's worked example against values computed by
+-- hand; the random examples by properties and against float64 references
+-- composed in plain Lua loops from the weights each script returns.
+local lu = require "luaunit"
+local U = dofile("tests/scripts/util.lua")
+
+---------------------------------------------------------------- helpers
+
+-- run each script once; read its PNGs back before the folder goes
+local runs = {}
+local function run(script)
+  if runs[script] then return runs[script] end
+  local r = U.run(script)
+  r.sizes = {}
+  for _, name in ipairs(r.pngs) do
+    local ok, img = pcall(qkv.plot.read_png, r.out .. "/" .. name)
+    if ok and type(img) == "table" then
+      r.sizes[name] = {img.width or img.w, img.height or img.h}
+    elseif ok and qkv.is_tensor(img) then
+      r.sizes[name] = {img:size(2), img:size(1)}
+    else
+      r.sizes[name] = tostring(img)
+    end
+  end
+  U.clean(r)
+  runs[script] = r
+  return r
+end
+
+local function assertPng(r, name)
+  local size = r.sizes[name]
+  lu.assertNotNil(size, name .. " was not written; got " .. table.concat(r.pngs, ", "))
+  lu.assertEquals(type(size), "table", name .. " does not read back: " .. tostring(size))
+  local w, h = size[1], size[2]
+  lu.assertTrue(w >= 300 and h >= 150 and w <= 5000 and h <= 5000,
+                name .. " is " .. tostring(w) .. "x" .. tostring(h))
+end
+
+-- the printed line that starts with prefix (after leading blanks)
+local function line(r, prefix)
+  for l in r.stdout:gmatch("[^\n]+") do
+    if l:match("^%s*(.*)$"):sub(1, #prefix) == prefix then return l end
+  end
+  lu.fail("no line starting with '" .. prefix .. "' in:\n" .. r.stdout)
+end
+
+local function assertPrinted(r, text)
+  lu.assertNotNil(r.stdout:find(text, 1, true), "'" .. text .. "' not printed in:\n" .. r.stdout)
+end
+
+local function assertShape(t, shape)
+  lu.assertEquals(t.shape, shape)
+end
+
+-- plain Lua linear algebra on nested lists, in float64
+local function matmul(a, b)
+  local c = {}
+  for i = 1, #a do
+    local row, ai = {}, a[i]
+    for j = 1, #b[1] do
+      local s = 0
+      for k = 1, #b do s = s + ai[k] * b[k][j] end
+      row[j] = s
+    end
+    c[i] = row
+  end
+  return c
+end
+
+local function addbias(a, b)
+  local c = {}
+  for i, row in ipairs(a) do
+    c[i] = {}
+    for j, v in ipairs(row) do c[i][j] = v + b[j] end
+  end
+  return c
+end
+
+local function transpose(a)
+  local c = {}
+  for j = 1, #a[1] do
+    c[j] = {}
+    for i = 1, #a do c[j][i] = a[i][j] end
+  end
+  return c
+end
+
+-- columns from .. from + n - 1 of a
+local function cols(a, from, n)
+  local c = {}
+  for i, row in ipairs(a) do
+    c[i] = table.move(row, from, from + n - 1, 1, {})
+  end
+  return c
+end
+
+local function softmax_rows(s)
+  local w = {}
+  for i, row in ipairs(s) do
+    local m = math.max(table.unpack(row))
+    local e, sum = {}, 0
+    for j, v in ipairs(row) do e[j] = math.exp(v - m); sum = sum + e[j] end
+    for j = 1, #e do e[j] = e[j] / sum end
+    w[i] = e
+  end
+  return w
+end
+
+-- multi-head cross-attention by hand: per head, columns of Q, K, V;
+-- softmax(Q_h K_h^T / sqrt(d_k)) V_h; heads side by side, then W_O
+local function mhca_ref(text, image, WQ, WK, WV, WO, h)
+  local Q, K, V = matmul(text, WQ), matmul(image, WK), matmul(image, WV)
+  local d_k = #WQ[1] // h
+  local weights, concat = {}, {}
+  for i = 1, #text do concat[i] = {} end
+  for hd = 1, h do
+    local from = (hd - 1) * d_k + 1
+    local s = matmul(cols(Q, from, d_k), transpose(cols(K, from, d_k)))
+    for _, row in ipairs(s) do
+      for j = 1, #row do row[j] = row[j] / math.sqrt(d_k) end
+    end
+    weights[hd] = softmax_rows(s)
+    local ctx = matmul(weights[hd], cols(V, from, d_k))
+    for i, row in ipairs(ctx) do table.move(row, 1, d_k, from, concat[i]) end
+  end
+  return matmul(concat, WO), weights
+end
+
+-- erf by its Taylor series (|x| < 5 here; beyond, erf is ±1 to 1e-11)
+local function erf(x)
+  if math.abs(x) >= 5 then return x > 0 and 1 or -1 end
+  local term, sum, n = x, x, 0
+  repeat
+    n = n + 1
+    term = -term * x * x / n
+    sum = sum + term / (2 * n + 1)
+  until math.abs(term) < 1e-17
+  return 2 / math.sqrt(math.pi) * sum
+end
+
+local function gelu(a)
+  local c = {}
+  for i, row in ipairs(a) do
+    c[i] = {}
+    for j, v in ipairs(row) do c[i][j] = v * 0.5 * (1 + erf(v / math.sqrt(2))) end
+  end
+  return c
+end
+
+-- every row of every matrix sums to 1, every weight in [0, 1]
+local function assertWeights(w)
+  if type(w[1][1]) == "table" then
+    for _, m in ipairs(w) do assertWeights(m) end
+    return
+  end
+  for i, row in ipairs(w) do
+    local s = 0
+    for _, v in ipairs(row) do
+      lu.assertTrue(v >= 0 and v <= 1, "weight outside [0, 1]: " .. v)
+      s = s + v
+    end
+    lu.assertAlmostEquals(s, 1, 1e-5, "row " .. i)
+  end
+end
+
+-- unbiased std and mean of a nested list, as torch.std / qkv's std
+local function stats(a)
+  local xs = {}
+  local function walk(t)
+    for _, v in ipairs(t) do
+      if type(v) == "table" then walk(v) else xs[#xs + 1] = v end
+    end
+  end
+  walk(a)
+  local s = 0
+  for _, v in ipairs(xs) do s = s + v end
+  local mean, ss = s / #xs, 0
+  for _, v in ipairs(xs) do ss = ss + (v - mean) ^ 2 end
+  return math.sqrt(ss / (#xs - 1)), mean
+end
+
+---------------------------------------------------------------- 3 and 4.1
+
+local Aligner = {}
+local ALIGNER = "scripts/003_token_aligner.lua"
+
+-- section 3: Z = [1, 2, 3, 4] W, by hand:
+-- 0.1 + 0.8 + 2.1 + 4.0 = 7, 0.2 + 1.0 + 2.4 + 4.4 = 8, 0.3 + 1.2 + 2.7 + 4.8 = 9
+function Aligner.test_worked_example()
+  local r = run(ALIGNER)
+  local X = {{1, 2, 3, 4}}
+  local W = {{0.1, 0.2, 0.3}, {0.4, 0.5, 0.6}, {0.7, 0.8, 0.9}, {1.0, 1.1, 1.2}}
+  local Z = matmul(X, W)[1]
+  lu.assertTrue(U.maxdiff(Z, {7, 8, 9}) < 1e-12)
+  assertShape(r.results.Z, {3})
+  lu.assertTrue(U.maxdiff(U.values(r.results.Z), Z) < 1e-5)
+  lu.assertEquals(line(r, "Z = X W"), "Z = X W = tensor([7., 8., 9.])")
+end
+
+function Aligner.test_shapes_and_parameters()
+  local r = run(ALIGNER)
+  lu.assertEquals(line(r, "Input:"), "Input:  (16, 768) (16 patches, 768-dim vision space)")
+  lu.assertEquals(line(r, "Output:"), "Output: (16, 512) (16 patches, 512-dim text space)")
+  lu.assertEquals(line(r, "Projection matrix shape:"), "Projection matrix shape: (768, 512)")
+  assertPrinted(r, "That's 393,216 learnable parameters just for alignment!")
+  -- the bias adds d_text = 512 more
+  lu.assertEquals(r.results.nparams, 768 * 512 + 512)
+  assertPrinted(r, "(393,728 with the 512 biases)")
+  assertShape(r.results.dummy_image, {16, 768})
+  assertShape(r.results.projected, {16, 512})
+end
+
+-- the first 8 output dims are dummy_image W + b, with W in nn.Linear's init range
+function Aligner.test_projection()
+  local r = run(ALIGNER)
+  local x, W, b = U.values(r.results.dummy_image), U.values(r.results.W8), U.values(r.results.b8)
+  local want = addbias(matmul(x, W), b)
+  lu.assertTrue(U.maxdiff(cols(U.values(r.results.projected), 1, 8), want) < 1e-5)
+  local bound = 1 / math.sqrt(768)
+  for _, row in ipairs(W) do
+    for _, v in ipairs(row) do lu.assertTrue(math.abs(v) <= bound) end
+  end
+end
+
+function Aligner.test_histograms()
+  local r = run(ALIGNER)
+  assertPng(r, "003_token_histograms.png")
+  assertPrinted(r, "The projection changes the distribution — the model learns")
+end
+
+---------------------------------------------------------------- 4.2 and 5
+
+local Cross = {}
+local CROSS = "scripts/003_multi_head_cross.lua"
+
+function Cross.test_shapes()
+  local r = run(CROSS)
+  lu.assertEquals(line(r, "Output shape:"),
+                  "Output shape: (3, 16) — same as text input (3 tokens, d_model=16)")
+  lu.assertEquals(line(r, "Attention shape:"), "Attention shape: (4, 3, 9) — 4 heads, each 3x9")
+  assertShape(r.results.output, {3, 16})
+  assertShape(r.results.attn, {4, 3, 9})
+  assertWeights(U.values(r.results.attn))
+end
+
+-- MultiHeadCrossAttention against the heads composed by hand
+function Cross.test_against_reference()
+  local R = run(CROSS).results
+  local V = U.values
+  local out, w = mhca_ref(V(R.text), V(R.image), V(R.W_Q), V(R.W_K), V(R.W_V), V(R.W_O), 4)
+  lu.assertTrue(U.maxdiff(V(R.attn), w) < 1e-5)
+  lu.assertTrue(U.maxdiff(V(R.output), out) < 1e-5)
+end
+
+function Cross.test_verification_messages()
+  local r = run(CROSS)
+  assertPrinted(r, "Correct! Your aligned cross-attention pipeline works.")
+  lu.assertEquals(line(r, "Input:"), "  Input:  text (5, 256), image (16, 768)")
+  lu.assertEquals(line(r, "Output:"), "  Output: (5, 256)")
+  lu.assertEquals(line(r, "Attention:"), "  Attention: (4, 5, 16)")
+  assertPrinted(r, "\n\nDimension mismatch (768 vs 256) handled by alignment!")
+  assertShape(r.results.out, {5, 256})
+  assertShape(r.results.attn_in, {4, 5, 16})
+  assertWeights(U.values(r.results.attn_in))
+end
+
+-- AlignedCrossAttention = align the image (x W + b), then the cross-attention
+function Cross.test_aligned_against_reference()
+  local R = run(CROSS).results
+  local V = U.values
+  local aligned = addbias(matmul(V(R.image_in), V(R.align_W)), V(R.align_b))
+  local out, w = mhca_ref(V(R.text_in), aligned, V(R.C_Q), V(R.C_K), V(R.C_V), V(R.C_O), 4)
+  lu.assertTrue(U.maxdiff(V(R.attn_in), w) < 1e-5)
+  lu.assertTrue(U.maxdiff(V(R.out), out) < 1e-5)
+end
+
+---------------------------------------------------------------- 6
+
+local Heads = {}
+local HEADS = "scripts/003_head_specialization.lua"
+
+-- the embeddings are seed 7's draws, with the document's rows 3, 4, 5, 7
+-- (0-based) biased: rows 4, 5, 6, 8 here
+function Heads.test_biased_rows()
+  local R = run(HEADS).results
+  qkv.seed(7)
+  local t = qkv.randn(4, 32):to("float64"):tolist()
+  local i = qkv.randn(9, 32):to("float64"):tolist()
+  lu.assertEquals(U.values(R.text_emb), t)
+  local bias = {[4] = {2, 0.8}, [5] = {2, 1.0, 3, 0.4}, [6] = {2, 0.6}, [8] = {4, 1.0}}
+  local got = U.values(R.image_emb)
+  for row = 1, 9 do
+    for c = 1, 32 do
+      local want, b = i[row][c], bias[row] or {}
+      for k = 1, #b, 2 do want = want + t[b[k]][c] * b[k + 1] end
+      lu.assertAlmostEquals(got[row][c], want, 1e-6, "image_emb[" .. row .. "][" .. c .. "]")
+    end
+  end
+end
+
+function Heads.test_against_reference()
+  local R = run(HEADS).results
+  local V = U.values
+  assertShape(R.attn_weights, {4, 4, 9})
+  assertShape(R.output, {4, 32})
+  assertWeights(V(R.attn_weights))
+  local out, w = mhca_ref(V(R.text_emb), V(R.image_emb), V(R.W_Q), V(R.W_K), V(R.W_V), V(R.W_O), 4)
+  lu.assertTrue(U.maxdiff(V(R.attn_weights), w) < 1e-5)
+  lu.assertTrue(U.maxdiff(V(R.output), out) < 1e-5)
+end
+
+-- the "dog" token's four heads each attend in their own way
+function Heads.test_dog_heads_differ()
+  local w = U.values(run(HEADS).results.attn_weights)
+  for a = 1, 4 do
+    for b = a + 1, 4 do
+      lu.assertTrue(U.maxdiff(w[a][2], w[b][2]) > 0.01, "heads " .. a .. " and " .. b)
+    end
+  end
+end
+
+function Heads.test_figures()
+  local r = run(HEADS)
+  assertPng(r, "003_dog_heads.png")
+  assertPng(r, "003_all_heads.png")
+  assertPrinted(r, "Notice: different heads attend to different parts of the image!")
+  -- the terminal heatmap, as plain numbers under NO_COLOR, names the patches
+  assertPrinted(r, "frisbee")
+  assertPrinted(r, "Head 4")
+end
+
+---------------------------------------------------------------- 7
+
+local Stats = {}
+local STATS = "scripts/003_alignment_stats.lua"
+
+-- the printed std/mean agree with the returned tensors' (unbiased std)
+function Stats.test_lines()
+  local r = run(STATS)
+  local R = r.results
+  for _, c in ipairs{{"Original image tokens", R.image_tok}, {"Truncated (naive)", R.image_padded},
+                     {"Aligned (learned)", R.image_aligned}} do
+    local n = U.numbers(line(r, c[1]))
+    local std, mean = stats(U.values(c[2]))
+    lu.assertEquals(#n, 2, c[1])
+    lu.assertTrue(math.abs(n[1] - std) < 5.1e-5, c[1] .. " std " .. n[1] .. " vs " .. std)
+    lu.assertTrue(math.abs(n[2] - mean) < 5.1e-5, c[1] .. " mean " .. n[2] .. " vs " .. mean)
+  end
+  assertPrinted(r, "Information comparison:")
+  assertPrinted(r, "\n\nTruncation loses 32 dimensions of information!")
+  assertPrinted(r, "Learned alignment preserves ALL 64 dimensions via a 64x32 matrix.")
+end
+
+-- "padding" is the first d_text columns; alignment is x W + b
+function Stats.test_tensors()
+  local R = run(STATS).results
+  local x = U.values(R.image_tok)
+  assertShape(R.text_tok, {4, 32})
+  assertShape(R.image_tok, {9, 64})
+  assertShape(R.image_padded, {9, 32})
+  assertShape(R.image_aligned, {9, 32})
+  lu.assertEquals(U.values(R.image_padded), cols(x, 1, 32))
+  local want = addbias(matmul(x, U.values(R.W)), U.values(R.b))
+  lu.assertTrue(U.maxdiff(U.values(R.image_aligned), want) < 1e-5)
+end
+
+---------------------------------------------------------------- 8
+
+local Mlp = {}
+local MLP = "scripts/003_linear_vs_mlp.lua"
+
+-- linear: x W + b; MLP: GELU(x W1 + b1) W2 + b2 with the exact (erf) GELU
+function Mlp.test_against_reference()
+  local R = run(MLP).results
+  local V = U.values
+  local x = V(R.image_tok)
+  assertShape(R.linear_out, {9, 32})
+  assertShape(R.mlp_out, {9, 32})
+  local lin = addbias(matmul(x, V(R.W)), V(R.b))
+  lu.assertTrue(U.maxdiff(V(R.linear_out), lin) < 1e-5)
+  local hidden = gelu(addbias(matmul(x, V(R.W1)), V(R.b1)))
+  local mlp = addbias(matmul(hidden, V(R.W2)), V(R.b2))
+  lu.assertTrue(U.maxdiff(V(R.mlp_out), mlp) < 1e-5)
+  lu.assertTrue(U.maxdiff(lin, mlp) > 0.1)
+end
+
+function Mlp.test_figure_and_lines()
+  local r = run(MLP)
+  assertPng(r, "003_linear_vs_mlp.png")
+  assertPrinted(r, "Key difference: MLP introduces a nonlinearity (GELU),")
+  assertPrinted(r, "which lets it learn more complex mappings between spaces.")
+  assertPrinted(r, "Linear is simpler but works surprisingly well (as shown in LLaVA).")
+end
+
+return {TestSeed003TokenAligner = Aligner, TestSeed003MultiHeadCross = Cross,
+        TestSeed003HeadSpecialization = Heads, TestSeed003AlignmentStats = Stats,
+        TestSeed003LinearVsMlp = Mlp}
