@@ -258,6 +258,49 @@ static int m_antialias (lua_State *L) {
   return 0;
 }
 
+/*
+** canvas:image(x, y, cols, rows, cw, ch, rgb): paints a cols x rows picture
+** given as 3 bytes (R, G, B) a pixel, row after row, each pixel a cw x ch
+** block with its exact colour (no smoothing). One call draws a whole
+** heatmap or picture, where a rectangle a cell would cost a call a cell.
+*/
+static int m_image (lua_State *L) {
+  Canvas *c = checkcanvas(L, 1);
+  double x = checkfinite(L, 2), y = checkfinite(L, 3);
+  lua_Integer cols = luaL_checkinteger(L, 4), rows = luaL_checkinteger(L, 5);
+  double cw = checkfinite(L, 6), ch = checkfinite(L, 7);
+  size_t n;
+  const unsigned char *rgb = (const unsigned char *)luaL_checklstring(L, 8, &n);
+  checksize(L, 4, cols, rows);
+  luaL_argcheck(L, cw > 0 && ch > 0, 6, "pixel size must be positive");
+  luaL_argcheck(L, n == (size_t)(cols * rows * 3), 8, "wrong number of bytes");
+  cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24,
+                                                    (int)cols, (int)rows);
+  if (cairo_surface_status(img) != CAIRO_STATUS_SUCCESS) {
+    cairo_surface_destroy(img);
+    return luaL_error(L, "image: %s", cairo_status_to_string(CAIRO_STATUS_NO_MEMORY));
+  }
+  cairo_surface_flush(img);
+  unsigned char *data = cairo_image_surface_get_data(img);
+  int stride = cairo_image_surface_get_stride(img);
+  for (lua_Integer i = 0; i < rows; i++) {
+    uint32_t *row = (uint32_t *)(data + (size_t)i * stride);
+    for (lua_Integer j = 0; j < cols; j++, rgb += 3)
+      row[j] = (uint32_t)rgb[0] << 16 | (uint32_t)rgb[1] << 8 | rgb[2];
+  }
+  cairo_surface_mark_dirty(img);
+  cairo_save(c->cr);
+  cairo_translate(c->cr, x, y);
+  cairo_scale(c->cr, cw, ch);
+  cairo_set_source_surface(c->cr, img, 0, 0);
+  cairo_pattern_set_filter(cairo_get_source(c->cr), CAIRO_FILTER_NEAREST);
+  cairo_rectangle(c->cr, 0, 0, (double)cols, (double)rows);
+  cairo_fill(c->cr);
+  cairo_restore(c->cr);
+  cairo_surface_destroy(img);
+  return 0;
+}
+
 /* canvas:write_png(path); raises "path: cairo's status string" */
 static int m_write_png (lua_State *L) {
   Canvas *c = checkcanvas(L, 1);
@@ -366,7 +409,7 @@ int luaopen_qkv_cairo (lua_State *L) {
     {"stroke", m_stroke}, {"line_width", m_line_width}, {"font", m_font},
     {"text_extents", m_text_extents}, {"show_text", m_show_text},
     {"save", m_save}, {"restore", m_restore}, {"translate", m_translate},
-    {"rotate", m_rotate}, {"antialias", m_antialias},
+    {"rotate", m_rotate}, {"antialias", m_antialias}, {"image", m_image},
     {"write_png", m_write_png}, {"close", m_close}, {NULL, NULL}
   };
   static const luaL_Reg funcs[] = {

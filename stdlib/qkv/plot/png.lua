@@ -1,0 +1,352 @@
+-- qkv.plot.png: draws specs (see qkv.plot.spec) into PNG files with the
+-- qkv.cairo canvas, in the manner of seaborn: no frame round a heatmap, tick
+-- labels in dark grey, a colour bar on the right. Every panel is planned
+-- first (sizes measured with a scratch canvas), then drawn at its place, so
+-- that a grid can size its cells before it draws anything. This file does
+-- the figure, text and matrices (heatmap, image); qkv.plot.pngxy does the
+-- panels with x/y axes (hist, scatter).
+
+local cairo = require "qkv.cairo"
+local util = require "qkv.plot.util"
+local cmap = require "qkv.plot.cmap"
+
+local P = {}
+
+P.PAD = 12
+P.FS = {tick = 11, label = 12, title = 14, annot = 12}
+P.INK = {0.15, 0.15, 0.15}
+local PAD, FS = P.PAD, P.FS
+local SIN45 = math.sqrt(0.5)
+local MAXSIDE = 4096          -- heatmap cells a side; plot.image averages
+
+local meter
+-- text extents at a size: width, height, x_bearing, y_bearing, x_advance
+function P.extents(s, size, bold)
+  meter = meter or cairo.new(1, 1)
+  meter:font(size, bold)
+  return meter:text_extents(s)
+end
+
+function P.advance(s, size, bold)
+  local _, _, _, _, adv = P.extents(s, size, bold)
+  return adv
+end
+
+-- Draws s with its anchor at (x, y): ha is the anchor's fraction of the
+-- advance (0 left, 0.5 centre, 1 right); va "c" puts the middle of a
+-- capital on y, "t" its top, "b" the baseline. o: bold, rot (radians),
+-- rgb. Vertical placement comes from the font size, not the string, so
+-- that labels with and without descenders line up.
+function P.text(cv, s, x, y, size, ha, va, o)
+  o = o or {}
+  cv:font(size, o.bold)
+  local _, _, _, _, adv = cv:text_extents(s)
+  local dy = va == "t" and size * 0.73 or va == "b" and 0 or size * 0.365
+  local c = o.rgb or P.INK
+  cv:save()
+  cv:translate(x, y)
+  if o.rot then cv:rotate(o.rot) end
+  cv:rgb(c[1], c[2], c[3])
+  cv:move_to(-adv * ha, dy)
+  cv:show_text(s)
+  cv:restore()
+end
+
+-- a 1-pixel tick mark or axis line, crisp because it is pixel-aligned
+function P.hline(cv, x, y, w)
+  cv:rgb(P.INK[1], P.INK[2], P.INK[3])
+  cv:rect(math.floor(x), math.floor(y), math.max(1, math.floor(w + 0.5)), 1)
+  cv:fill()
+end
+
+function P.vline(cv, x, y, h)
+  cv:rgb(P.INK[1], P.INK[2], P.INK[3])
+  cv:rect(math.floor(x), math.floor(y), 1, math.max(1, math.floor(h + 0.5)))
+  cv:fill()
+end
+
+local function norm(s, v)
+  if s.vmax == s.vmin then return v == v and 0.5 or v end
+  return (v - s.vmin) / (s.vmax - s.vmin)
+end
+
+local function clamp(v, lo, hi) return v < lo and lo or v > hi and hi or v end
+
+-- a matrix's colours as the RGB bytes canvas:image takes
+local function matrixbytes(s, rows)
+  local out = {}
+  for i, row in ipairs(rows) do
+    local line = {}
+    for j, v in ipairs(row) do
+      local r, g, b = cmap.eval(s.map, norm(s, v))
+      line[j] = string.char(cmap.byte(r), cmap.byte(g), cmap.byte(b))
+    end
+    out[i] = table.concat(line)
+  end
+  return table.concat(out)
+end
+
+local function rgbbytes(px)
+  local out = {}
+  for i, row in ipairs(px) do
+    local line = {}
+    for j, p in ipairs(row) do
+      line[j] = string.char(cmap.byte(p[1]), cmap.byte(p[2]), cmap.byte(p[3]))
+    end
+    out[i] = table.concat(line)
+  end
+  return table.concat(out)
+end
+
+-- which of n ticks, `cell` pixels apart, get a label `need` pixels wide:
+-- every one, or every 2nd, 5th, 10th, ...; index labels at multiples
+local function tickset(n, cell, need, named)
+  local k, step, p = math.max(1, math.ceil(need / cell)), 1, 1
+  while step < k do
+    for _, m in ipairs{2, 5, 10} do
+      step = m * p
+      if step >= k then break end
+    end
+    p = p * 10
+  end
+  local shown = {}
+  if step == 1 then
+    for j = 1, n do shown[j] = j end
+  elseif named then                  -- the first name, then every step-th
+    for j = 1, n, step do shown[#shown + 1] = j end
+  else                               -- 1 when there is room, then multiples
+    if step - 1 >= k then shown[1] = 1 end
+    for j = step, n, step do shown[#shown + 1] = j end
+  end
+  return shown
+end
+
+local function names(labels, n, f)
+  if labels then return labels end
+  local t = {}
+  for j = 1, n do t[j] = tostring((j - 1) * f + 1) end
+  return t
+end
+
+-- the colour bar's labelled values: 3 to 5 nice ones inside [vmin, vmax]
+local function cbticks(s)
+  if s.vmax == s.vmin then return {s.vmin}, 1 end
+  local t, step = util.ticks(s.vmin, s.vmax, 5)
+  if #t < 3 then t, step = util.ticks(s.vmin, s.vmax, 4) end
+  if #t < 2 then t, step = {s.vmin, s.vmax}, s.vmax - s.vmin end
+  return t, step
+end
+
+-- cell size and what is drawn at what size, for heatmap and image
+local function matrixcells(fname, s, p)
+  if s.kind == "heatmap" then
+    if s.nr > MAXSIDE or s.nc > MAXSIDE then
+      util.fail("%s: w (%d, %d) is too large for a PNG heatmap (at most %d a side); "
+        .. "plot.image averages it", fname, s.nr, s.nc, MAXSIDE)
+    end
+    local c = clamp(math.floor(math.min(560 / s.nc, 440 / s.nr)), 1, 72)
+    p.rows, p.cw, p.ch, p.f = s.rows, c, c, 1
+    return
+  end
+  p.f = math.ceil(math.max(s.nr, s.nc) / 2048)   -- canvas pixels stay sane
+  if s.rgb then
+    p.rgb = util.downsample_rgb(s.rgb, p.f)
+    p.nr, p.nc = #p.rgb, #p.rgb[1]
+    local c = clamp(math.floor(math.min(512 / p.nc, 512 / p.nr)), 1, 32)
+    p.cw, p.ch = c, c
+  else
+    p.rows = util.downsample(s.rows, p.f, p.f)
+    p.nr, p.nc = #p.rows, #p.rows[1]
+    p.cw = clamp(math.floor(600 / p.nc), 1, 32)
+    p.ch = clamp(math.floor(400 / p.nr), 1, 32)
+  end
+end
+
+-- the annotations' font size: at most FS.annot, fitting the widest value
+local function annotsize(s, p)
+  if s.kind ~= "heatmap" or not s.annotate then return nil end
+  local wmax, size = 0, math.min(FS.annot, p.ch * 0.42)
+  p.texts = {}
+  for i, row in ipairs(s.rows) do
+    p.texts[i] = {}
+    for j, v in ipairs(row) do
+      local t = util.cellfmt(s.annotate, v)
+      p.texts[i][j] = t
+      wmax = math.max(wmax, #t)
+    end
+  end
+  local w = P.advance(string.rep("0", wmax), size)
+  if w > p.cw - 6 then size = size * (p.cw - 6) / w end
+  return size >= 6 and size or nil
+end
+
+function P.matrix_plan(fname, s)
+  local p = {nr = s.nr, nc = s.nc}
+  matrixcells(fname, s, p)
+  p.annot = annotsize(s, p)
+  p.xnames, p.ynames = names(s.xlabels, p.nc, p.f), names(s.ylabels, p.nr, p.f)
+  local xw = 0
+  for _, n in ipairs(p.xnames) do xw = math.max(xw, P.advance(n, FS.tick)) end
+  p.xrot = s.xlabels ~= nil and xw > p.cw - 4
+  p.xshow = tickset(p.nc, p.cw, p.xrot and FS.tick * 1.8 or xw + 8, s.xlabels ~= nil)
+  p.yshow = tickset(p.nr, p.ch, FS.tick + 3, s.ylabels ~= nil)
+  local yw, xh, hang = 0, FS.tick + 8, 0
+  for _, i in ipairs(p.yshow) do yw = math.max(yw, P.advance(p.ynames[i], FS.tick)) end
+  if p.xrot then
+    for _, j in ipairs(p.xshow) do
+      local a = P.advance(p.xnames[j], FS.tick) * SIN45
+      xh = math.max(xh, a + FS.tick + 8)
+      hang = math.max(hang, a + FS.tick * 0.5 - (j - 0.5) * p.cw)
+    end
+  end
+  p.y0 = PAD + (s.title and FS.title + 12 or 0)
+  p.x0 = math.ceil(math.max(PAD + (s.ylabel and FS.label + 8 or 0) + yw + 8, PAD + hang))
+  p.xh = xh
+  local gw, gh = p.nc * p.cw, p.nr * p.ch
+  local right = PAD
+  if s.colorbar then
+    p.cbt, p.cbstep = cbticks(s)
+    local w = 0
+    for _, v in ipairs(p.cbt) do w = math.max(w, P.advance(util.tickfmt(v, p.cbstep), FS.tick)) end
+    right = 16 + 16 + 7 + w + PAD
+  end
+  p.w = math.ceil(p.x0 + gw + right)
+  p.h = math.ceil(p.y0 + gh + xh + (s.xlabel and FS.label + 8 or 0) + PAD)
+  if s.title then
+    p.w = math.max(p.w, math.ceil(P.advance(s.title, FS.title, true) + 2 * PAD))
+  end
+  return p
+end
+
+local function colorbar(cv, s, p, x, y, h)
+  local n = math.max(1, math.floor(h))
+  local col = {}
+  for k = 1, n do
+    local r, g, b = cmap.eval(s.map, 1 - (k - 0.5) / n)
+    col[k] = string.char(cmap.byte(r), cmap.byte(g), cmap.byte(b))
+  end
+  cv:image(x, y, 1, n, 16, 1, table.concat(col))
+  for _, v in ipairs(p.cbt) do
+    local ty = y + n * (1 - norm(s, v))
+    ty = clamp(ty, y, y + n - 1)
+    P.hline(cv, x + 16, ty, 4)
+    P.text(cv, util.tickfmt(v, p.cbstep), x + 23, ty, FS.tick, 0, "c")
+  end
+end
+
+-- the values on the cells, black or white for contrast with each cell
+local function annotate(cv, s, p, x0, y0)
+  for i, row in ipairs(p.texts) do
+    for j, t in ipairs(row) do
+      local r, g, b = cmap.eval(s.map, norm(s, s.rows[i][j]))
+      local ink = cmap.dark_text(r, g, b) and {0, 0, 0} or {1, 1, 1}
+      P.text(cv, t, x0 + (j - 0.5) * p.cw, y0 + (i - 0.5) * p.ch, p.annot, 0.5, "c",
+        {rgb = ink})
+    end
+  end
+end
+
+local function matrixlabels(cv, s, p, ox, oy, x0, y0)
+  local gw, gh = p.nc * p.cw, p.nr * p.ch
+  for _, j in ipairs(p.xshow) do
+    local x = x0 + (j - 0.5) * p.cw
+    P.vline(cv, x, y0 + gh, 3)
+    if p.xrot then
+      P.text(cv, p.xnames[j], x + 2, y0 + gh + 9, FS.tick, 1, "c", {rot = -math.pi / 4})
+    else
+      P.text(cv, p.xnames[j], x, y0 + gh + 6, FS.tick, 0.5, "t")
+    end
+  end
+  for _, i in ipairs(p.yshow) do
+    local y = y0 + (i - 0.5) * p.ch
+    P.hline(cv, x0 - 3, y, 3)
+    P.text(cv, p.ynames[i], x0 - 6, y, FS.tick, 1, "c")
+  end
+  if s.xlabel then
+    P.text(cv, s.xlabel, x0 + gw / 2, y0 + gh + p.xh, FS.label, 0.5, "t")
+  end
+  if s.ylabel then
+    P.text(cv, s.ylabel, ox + PAD + FS.label * 0.5, y0 + gh / 2, FS.label, 0.5, "c",
+      {rot = -math.pi / 2})
+  end
+end
+
+-- a panel's title, centred on (cx) but kept inside the panel
+function P.title(cv, s, p, ox, oy, cx)
+  if not s.title then return end
+  local w = P.advance(s.title, FS.title, true)
+  cx = clamp(cx, ox + PAD + w / 2, ox + p.w - PAD - w / 2)
+  P.text(cv, s.title, cx, oy + PAD + FS.title * 0.5, FS.title, 0.5, "c", {bold = true})
+end
+
+function P.matrix_draw(cv, s, p, ox, oy)
+  local x0, y0 = ox + p.x0, oy + p.y0
+  local bytes = p.rgb and rgbbytes(p.rgb) or matrixbytes(s, p.rows)
+  cv:image(x0, y0, p.nc, p.nr, p.cw, p.ch, bytes)
+  if p.annot then annotate(cv, s, p, x0, y0) end
+  matrixlabels(cv, s, p, ox, oy, x0, y0)
+  if s.colorbar then colorbar(cv, s, p, x0 + p.nc * p.cw + 16, y0, p.nr * p.ch) end
+  P.title(cv, s, p, ox, oy, x0 + p.nc * p.cw / 2)
+  return {x0 = x0, y0 = y0, cw = p.cw, ch = p.ch, rows = p.nr, cols = p.nc}
+end
+
+local function kind(s)
+  if s.kind == "heatmap" or s.kind == "image" then return P.matrix_plan, P.matrix_draw end
+  local xy = require "qkv.plot.pngxy"
+  return xy[s.kind .. "_plan"], xy[s.kind .. "_draw"]
+end
+
+-- where each panel goes: one alone, or a grid whose columns are as wide
+-- as their widest panel and rows as tall as their tallest
+local function arrange(fname, specs, o)
+  local plans = {}
+  for i, s in ipairs(specs) do
+    local plan = kind(s)
+    plans[i] = plan(fname, s)
+  end
+  if not o.grid then return plans, plans[1].w, plans[1].h end
+  local cols = o.cols or #specs
+  local rows = o.rows or math.ceil(#specs / cols)
+  local cw, rh = {}, {}
+  for c = 1, cols do cw[c] = 0 end
+  for r = 1, rows do rh[r] = 0 end
+  for i, p in ipairs(plans) do
+    local r, c = (i - 1) // cols + 1, (i - 1) % cols + 1
+    cw[c], rh[r] = math.max(cw[c], p.w), math.max(rh[r], p.h)
+  end
+  local top = o.title and PAD + FS.title + 8 or 0
+  local xs, ys = {0}, {top}
+  for c = 1, cols do xs[c + 1] = xs[c] + cw[c] end
+  for r = 1, rows do ys[r + 1] = ys[r] + rh[r] end
+  for i, p in ipairs(plans) do
+    local r, c = (i - 1) // cols + 1, (i - 1) % cols + 1
+    p.ox, p.oy = xs[c] + (cw[c] - p.w) // 2, ys[r]
+  end
+  local w = xs[cols + 1]
+  if o.title then w = math.max(w, math.ceil(P.advance(o.title, FS.title + 2, true) + 2 * PAD)) end
+  return plans, w, ys[rows + 1]
+end
+
+-- draws the specs into o.file; the layout of the one panel, or of the grid
+function P.figure(fname, specs, o)
+  local plans, w, h = arrange(fname, specs, o)
+  local ok, cv = pcall(cairo.new, w, h)
+  if not ok then util.fail("%s: %s", fname, tostring(cv)) end
+  local layouts = {}
+  for i, s in ipairs(specs) do
+    local _, draw = kind(s)
+    layouts[i] = draw(cv, s, plans[i], plans[i].ox or 0, plans[i].oy or 0)
+  end
+  if o.grid and o.title then
+    P.text(cv, o.title, w / 2, PAD + (FS.title + 2) * 0.5, FS.title + 2, 0.5, "c",
+      {bold = true})
+  end
+  local wrote, err = pcall(cv.write_png, cv, o.file)
+  cv:close()
+  if not wrote then util.fail("%s: %s", fname, tostring(err)) end
+  local layout = o.grid and {panels = layouts} or layouts[1]
+  layout.file, layout.width, layout.height = o.file, w, h
+  return layout
+end
+
+return P

@@ -1,0 +1,235 @@
+-- qkv.plot.spec: checks a plot's arguments and turns them into a spec, a
+-- plain table that both renderers (terminal and PNG) draw from. Every
+-- argument error of qkv.plot is raised here, before anything is drawn.
+
+local util = require "qkv.plot.util"
+local cmap = require "qkv.plot.cmap"
+
+local fail, shapestr = util.fail, util.shapestr
+local S = {}
+
+local function getmap(fname, c, default)
+  local map, err = cmap.resolve(c == nil and default or c)
+  if not map then fail("%s: %s", fname, err) end
+  return map
+end
+
+-- vmin, vmax from opts or the data; equal ends are left to the renderers
+local function limits(fname, opts, lo, hi)
+  local vmin = util.optnum(fname, "vmin", opts.vmin)
+  local vmax = util.optnum(fname, "vmax", opts.vmax)
+  lo, hi = lo or 0, hi or 1
+  vmin = vmin or (vmax and math.min(lo, vmax) or lo)
+  vmax = vmax or math.max(hi, vmin)
+  if vmin > vmax then
+    fail("%s: vmin (%g) is greater than vmax (%g)", fname, vmin, vmax)
+  end
+  return vmin, vmax
+end
+
+local function annotation(fname, a, nr, nc)
+  if a == nil then a = nr <= 12 and nc <= 12 end
+  if a == true then return "%.2f" end
+  if a == false then return nil end
+  if type(a) ~= "string" or not pcall(string.format, a, 1.5)
+     or not a:find("%%[-+ #0]*%d*%.?%d*[aAeEfgG]") then
+    fail("%s: annotate must be true, false or a format such as '%%.3f', got %s",
+      fname, tostring(a))
+  end
+  return a
+end
+
+local function common(fname, opts, s)
+  s.title = util.optstr(fname, "title", opts.title)
+  s.xlabel = util.optstr(fname, "xlabel", opts.xlabel)
+  s.ylabel = util.optstr(fname, "ylabel", opts.ylabel)
+  return s
+end
+
+function S.heatmap(fname, w, opts, ingrid)
+  local rows, sz = util.array(fname, "w", w, 2, 2)
+  local nr, nc = sz[1], sz[2]
+  local s = common(fname, opts, {kind = "heatmap", rows = rows, nr = nr, nc = nc})
+  s.xlabels = util.labels(fname, "xlabels", opts.xlabels, nc,
+    string.format("w %s has %d columns", shapestr(sz), nc))
+  s.ylabels = util.labels(fname, "ylabels", opts.ylabels, nr,
+    string.format("w %s has %d rows", shapestr(sz), nr))
+  s.annotate = annotation(fname, opts.annotate, nr, nc)
+  s.map = getmap(fname, opts.cmap, "viridis")
+  s.vmin, s.vmax = limits(fname, opts, util.range(rows))
+  s.colorbar = opts.colorbar
+  if s.colorbar == nil then s.colorbar = not ingrid end
+  return s
+end
+
+-- rgb pictures: components clamped to [0, 1], NaN as the map's grey
+local function rgbclean(px)
+  for _, row in ipairs(px) do
+    for _, p in ipairs(row) do
+      for c = 1, 3 do
+        local v = p[c]
+        p[c] = v ~= v and cmap.nan[c] or v < 0 and 0 or v > 1 and 1 or v
+      end
+    end
+  end
+  return px
+end
+
+function S.image(fname, m, opts, ingrid)
+  local v, sz = util.array(fname, "m", m, 2, 3)
+  local s = common(fname, opts, {kind = "image", colorbar = opts.colorbar})
+  if #sz == 3 and sz[3] ~= 3 and sz[1] == 1 then   -- (1, n, m): a matrix
+    v, sz = v[1], {sz[2], sz[3]}
+  end
+  if #sz == 3 then
+    if sz[3] ~= 3 then
+      fail("%s: m must be a 2-D matrix or an (H, W, 3) RGB picture, got %s",
+        fname, shapestr(sz))
+    end
+    s.rgb, s.nr, s.nc, s.colorbar = rgbclean(v), sz[1], sz[2], false
+    return s
+  end
+  s.rows, s.nr, s.nc = v, sz[1], sz[2]
+  local lo, hi = util.range(v)
+  local diverging = lo and lo < 0 and hi > 0
+  s.map = getmap(fname, opts.cmap, diverging and "coolwarm" or "viridis")
+  local c = opts.cmap
+  if diverging and (c == nil or c == "coolwarm") and opts.vmin == nil and opts.vmax == nil then
+    local a = math.max(-lo, hi)
+    lo, hi = -a, a
+  end
+  s.vmin, s.vmax = limits(fname, opts, lo, hi)
+  if s.colorbar == nil then s.colorbar = not ingrid end
+  return s
+end
+
+local function checkbins(fname, bins)
+  if bins == nil then return 30 end
+  local b = math.tointeger(bins)
+  if type(bins) ~= "number" or not b or b < 1 then
+    fail("%s: bins must be a positive integer, got %s", fname, tostring(bins))
+  end
+  if b > 10000 then fail("%s: bins must be at most 10000, got %d", fname, b) end
+  return b
+end
+
+local function checkrange(fname, r, xs)
+  if r == nil then
+    local lo, hi = math.huge, -math.huge
+    for _, v in ipairs(xs) do
+      if util.isfinite(v) then lo, hi = math.min(lo, v), math.max(hi, v) end
+    end
+    if lo > hi then return 0, 1 end
+    if lo == hi then return lo - 0.5, hi + 0.5 end
+    return lo, hi
+  end
+  if type(r) ~= "table" or type(r[1]) ~= "number" or type(r[2]) ~= "number"
+     or not util.isfinite(r[1]) or not util.isfinite(r[2]) or r[1] >= r[2] then
+    fail("%s: range must be {lo, hi} with finite lo < hi, got %s", fname,
+      type(r) == "table" and "{" .. tostring(r[1]) .. ", " .. tostring(r[2]) .. "}"
+      or tostring(r))
+  end
+  return r[1], r[2]
+end
+
+local function checkcolor(fname, name, c, default)
+  local rgb = cmap.hex(c == nil and default or c)
+  if not rgb then
+    fail("%s: %s must be a hex colour like '#3498db', got %s", fname, name, tostring(c))
+  end
+  return rgb
+end
+
+-- counts as numpy.histogram: bins of equal width, each [lo, hi) but the
+-- last [lo, hi]; values outside the range and non-finite ones not counted
+function S.hist(fname, x, opts)
+  local xs = util.flat(fname, "x", x)
+  local bins = checkbins(fname, opts.bins)
+  local lo, hi = checkrange(fname, opts.range, xs)
+  local counts, edges = {}, {}
+  for i = 1, bins do counts[i] = 0 end
+  for i = 0, bins do edges[i + 1] = lo + (hi - lo) * i / bins end
+  edges[bins + 1] = hi
+  for _, v in ipairs(xs) do
+    if v >= lo and v <= hi then          -- false for NaN
+      local i = math.floor((v - lo) / (hi - lo) * bins) + 1
+      if i > bins then i = bins end
+      -- the division may land one bin off near an edge: trust the edges
+      if v < edges[i] then i = i - 1 elseif v >= edges[i + 1] and i < bins then i = i + 1 end
+      counts[i] = counts[i] + 1
+    end
+  end
+  local s = common(fname, opts, {kind = "hist", counts = counts, edges = edges,
+    bins = bins, n = #xs})
+  -- a boolean color is the terminal's colour switch, as for every plot
+  local c = opts.color
+  s.color = checkcolor(fname, "color", type(c) ~= "boolean" and c or nil, "#3498db")
+  return s
+end
+
+-- one series' points as a list of {x, y}
+local function points(fname, i, p)
+  local v, sz = util.array(fname, "series " .. i .. " points", p, 2, 2)
+  if sz[2] ~= 2 then
+    fail("%s: series %d points must be (n, 2), got %s", fname, i, shapestr(sz))
+  end
+  return v
+end
+
+-- a list of series, or one bare list of points / (n, 2) tensor
+local function serieslist(fname, series)
+  if util.is_tensor(series) then return {{series}} end
+  if type(series) ~= "table" or #series == 0 then
+    fail("%s: series must be a non-empty list of {points, label=, color=, names=}, got %s",
+      fname, type(series) == "table" and "an empty table" or "a " .. type(series))
+  end
+  local first = series[1]
+  if type(first) == "table" and not util.is_tensor(first) and type(first[1]) == "number" then
+    return {{series}}
+  end
+  return series
+end
+
+function S.scatter(fname, series, opts)
+  local s = common(fname, opts, {kind = "scatter", series = {}})
+  for i, e in ipairs(serieslist(fname, series)) do
+    if type(e) ~= "table" or util.is_tensor(e) then
+      fail("%s: series %d must be a table {points, label=, color=, names=}, got a %s",
+        fname, i, util.is_tensor(e) and "tensor" or type(e))
+    end
+    local pts = points(fname, i, e[1] or e.points)
+    local names = util.labels(fname, "series " .. i .. " names", e.names, #pts,
+      string.format("it has %d points", #pts))
+    s.series[i] = {points = pts, names = names,
+      label = util.optstr(fname, "series " .. i .. " label", e.label),
+      color = checkcolor(fname, "series " .. i .. " color", e.color,
+        cmap.cycle[(i - 1) % #cmap.cycle + 1])}
+  end
+  return s
+end
+
+-- a panel of plot.grid: {w, opts} with opts.kind choosing the function
+function S.panel(i, p)
+  if type(p) ~= "table" or util.is_tensor(p) then
+    fail("grid: panel %d must be a table {w, opts}, got a %s", i,
+      util.is_tensor(p) and "tensor" or type(p))
+  end
+  local opts = p[2] or {}
+  if type(opts) ~= "table" then
+    fail("grid: panel %d opts must be a table, got a %s", i, type(opts))
+  end
+  if opts.file ~= nil then
+    fail("grid: panel %d has a file; give the file to grid", i)
+  end
+  local kind = opts.kind or "heatmap"
+  local fname = "grid: panel " .. i .. ": " .. tostring(kind)
+  if kind == "heatmap" then return S.heatmap(fname, p[1], opts, true)
+  elseif kind == "image" then return S.image(fname, p[1], opts, true)
+  elseif kind == "hist" then return S.hist(fname, p[1], opts)
+  elseif kind == "scatter" then return S.scatter(fname, p[1], opts)
+  end
+  fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, scatter)", i,
+    tostring(kind))
+end
+
+return S

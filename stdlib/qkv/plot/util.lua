@@ -1,0 +1,289 @@
+-- qkv.plot.util: what the front end and both renderers of qkv.plot share:
+-- argument errors, turning tensors and tables into plain matrices, number
+-- formatting, axis ticks and block averaging.
+
+local M = {}
+
+local qkv = package.loaded.qkv or require "qkv"
+
+-- Errors raised with M.fail are tagged, so that the public functions can
+-- re-raise them at the caller's level (the message then points at the
+-- script, not at plot.lua) while real bugs keep their own location.
+local Fail = {__tostring = function(e) return e.msg end}
+
+function M.fail(fmt, ...)
+  error(setmetatable({msg = string.format(fmt, ...)}, Fail), 0)
+end
+
+function M.is_fail(e) return getmetatable(e) == Fail end
+
+-- wraps a public function: its argument errors come from the caller's line
+function M.api(f)
+  return function(...)
+    local res = table.pack(pcall(f, ...))
+    if res[1] then return table.unpack(res, 2, res.n) end
+    if M.is_fail(res[2]) then error(res[2].msg, 2) end
+    error(res[2], 0)
+  end
+end
+
+function M.is_tensor(x) return qkv.is_tensor(x) end
+
+-- "(2, 3, 4)"
+function M.shapestr(sizes)
+  local t = {}
+  for i, s in ipairs(sizes) do t[i] = tostring(s) end
+  return "(" .. table.concat(t, ", ") .. (#t == 1 and ",)" or ")")
+end
+
+local function tsizes(x)
+  local s = {}
+  for d = 1, x:dim() do s[d] = x:size(d) end
+  return s
+end
+
+-- a value of a tensor or table as a number (bools count as 0/1)
+local function num(v)
+  if type(v) == "number" then return v + 0.0 end
+  if type(v) == "boolean" then return v and 1.0 or 0.0 end
+  return nil
+end
+
+-- nested table -> its sizes, checking it is rectangular and numeric;
+-- then what is wrong with it, if anything ("a ragged table (...)")
+local function tablesizes(t, what, depth)
+  local sizes, node = {}, t
+  while type(node) == "table" and #sizes <= depth do
+    sizes[#sizes + 1] = #node
+    if #node == 0 then break end
+    node = node[1]
+  end
+  local function check(x, d, where)
+    if d > #sizes then
+      if num(x) == nil then return "a table with a " .. type(x) .. " at " .. where end
+      return nil
+    end
+    if type(x) ~= "table" then return "a table with a " .. type(x) .. " at " .. where end
+    if #x ~= sizes[d] then
+      local first = where:gsub("%[%d+%]$", "[1]")
+      return string.format("a ragged table (%s has %d values but %s has %d)",
+        where, #x, first, sizes[d])
+    end
+    for i = 1, #x do
+      local e = check(x[i], d + 1, where .. "[" .. i .. "]")
+      if e then return e end
+    end
+  end
+  if #sizes > depth then return sizes, "a table nested more than " .. depth .. " deep" end
+  return sizes, check(t, 1, what)
+end
+
+-- Converts w (a tensor or nested table) to plain Lua: leading size-1 dims
+-- are squeezed while there are more than `maxdim`; returns the values as
+-- nested tables of numbers and the sizes. `what` names it in errors.
+function M.array(fname, what, w, mindim, maxdim)
+  local expect = mindim == maxdim and mindim .. "-D" or mindim .. "-D or " .. maxdim .. "-D"
+  if M.is_tensor(w) then
+    while w:dim() > maxdim and w:size(1) == 1 do w = w:select(1, 1) end
+    local s = tsizes(w)
+    if #s < mindim or #s > maxdim then
+      M.fail("%s: %s must be a %s tensor or a nested table, got a %d-D tensor %s",
+        fname, what, expect, #s, M.shapestr(s))
+    end
+    for _, n in ipairs(s) do
+      if n == 0 then M.fail("%s: %s %s is empty", fname, what, M.shapestr(s)) end
+    end
+    local v = w:tolist()
+    if w.dtype == "bool" then v = M.map(v, num) end
+    return v, s
+  elseif type(w) == "table" then
+    local s, err = tablesizes(w, what, maxdim)
+    if not err and s[#s] == 0 then
+      M.fail("%s: %s %s is empty", fname, what, M.shapestr(s))
+    end
+    if not err and #s < mindim then err = "a " .. #s .. "-D table " .. M.shapestr(s) end
+    if err then
+      M.fail("%s: %s must be a %s tensor or a nested table of numbers, got %s",
+        fname, what, expect, err)
+    end
+    return M.map(w, num), s
+  end
+  M.fail("%s: %s must be a %s tensor or a nested table, got a %s", fname, what,
+    expect, type(w))
+end
+
+-- applies f to every leaf of a nested table, returning a fresh copy
+function M.map(t, f)
+  if type(t) ~= "table" then return f(t) end
+  local r = {}
+  for i = 1, #t do r[i] = M.map(t[i], f) end
+  return r
+end
+
+-- every value of x (a tensor of any shape or a list, nested or not)
+function M.flat(fname, what, x)
+  local out = {}
+  local function walk(t)
+    for i = 1, #t do
+      local v = t[i]
+      if type(v) == "table" then walk(v)
+      else
+        local n = num(v)
+        if n == nil then
+          M.fail("%s: %s must hold numbers, got a %s", fname, what, type(v))
+        end
+        out[#out + 1] = n
+      end
+    end
+  end
+  if M.is_tensor(x) then
+    if x:numel() > 0 then walk(x:reshape(x:numel()):tolist()) end
+  elseif type(x) == "table" then walk(x)
+  else
+    M.fail("%s: %s must be a tensor or a list of numbers, got a %s", fname, what, type(x))
+  end
+  return out
+end
+
+function M.isfinite(v) return v == v and v ~= math.huge and v ~= -math.huge end
+
+-- min and max of the finite values of a matrix; nil when there are none
+function M.range(rows)
+  local lo, hi = math.huge, -math.huge
+  for _, row in ipairs(rows) do
+    for _, v in ipairs(row) do
+      if M.isfinite(v) then
+        if v < lo then lo = v end
+        if v > hi then hi = v end
+      end
+    end
+  end
+  if lo > hi then return nil end
+  return lo, hi
+end
+
+-- a cell's text: the format, or nan/inf spelled out (C's %f gives -nan)
+function M.cellfmt(fmt, v)
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" end
+  if v == -math.huge then return "-inf" end
+  local s = string.format(fmt, v)
+  if s:match("^%-0[.0]*$") then s = s:sub(2) end   -- no "-0.00"
+  return s
+end
+
+-- nice tick values (1, 2, 2.5, 5 x 10^k apart) inside [lo, hi], about n of them
+function M.ticks(lo, hi, n)
+  if not (M.isfinite(lo) and M.isfinite(hi)) or hi <= lo then return {lo}, 1 end
+  local raw = (hi - lo) / math.max(n - 1, 1)
+  local p = 10 ^ math.floor(math.log(raw, 10))
+  local step = p * 10
+  for _, m in ipairs{1, 2, 2.5, 5, 10} do
+    if m * p >= raw * 0.999 then step = m * p; break end
+  end
+  local t, eps = {}, step * 1e-6
+  local v = math.ceil((lo - eps) / step) * step
+  while v <= hi + eps and #t < 50 do
+    t[#t + 1] = math.abs(v) < eps and 0 or v
+    v = v + step
+  end
+  return t, step
+end
+
+-- a tick label: as many decimals as the step needs, %g when extreme
+function M.tickfmt(v, step)
+  step = step or 1
+  if v ~= v or v == math.huge or v == -math.huge then return M.cellfmt("%g", v) end
+  local a = math.max(math.abs(v), step)
+  if a >= 1e5 or a < 1e-3 then
+    return (string.format("%.3g", v):gsub("^%-0$", "0"))
+  end
+  local d = math.max(0, -math.floor(math.log(step, 10) + 1e-9))
+  if step * 10 ^ d % 1 > 1e-6 then d = d + 1 end      -- 2.5 x 10^k
+  return (string.format("%." .. math.min(d, 6) .. "f", v):gsub("^%-(0[.0]*)$", "%1"))
+end
+
+-- averages a matrix in blocks of fr x fc (NaNs are skipped; a block of
+-- NaNs stays NaN); for pictures too large for the screen or the canvas
+function M.downsample(rows, fr, fc)
+  if fr == 1 and fc == 1 then return rows end
+  local nr, nc, out = #rows, #rows[1], {}
+  for i = 1, math.ceil(nr / fr) do
+    local row = {}
+    for j = 1, math.ceil(nc / fc) do
+      local s, n = 0, 0
+      for a = (i - 1) * fr + 1, math.min(i * fr, nr) do
+        local src = rows[a]
+        for b = (j - 1) * fc + 1, math.min(j * fc, nc) do
+          local v = src[b]
+          if v == v then s, n = s + v, n + 1 end
+        end
+      end
+      row[j] = n > 0 and s / n or 0 / 0
+    end
+    out[i] = row
+  end
+  return out
+end
+
+-- the same for an (H, W, 3) picture
+function M.downsample_rgb(px, f)
+  if f == 1 then return px end
+  local chans = {}
+  for c = 1, 3 do
+    local m = {}
+    for i, row in ipairs(px) do
+      m[i] = {}
+      for j, p in ipairs(row) do m[i][j] = p[c] end
+    end
+    chans[c] = M.downsample(m, f, f)
+  end
+  local out = {}
+  for i = 1, #chans[1] do
+    out[i] = {}
+    for j = 1, #chans[1][1] do
+      out[i][j] = {chans[1][i][j], chans[2][i][j], chans[3][i][j]}
+    end
+  end
+  return out
+end
+
+-- a label list option: nil, or a list of exactly n strings
+function M.labels(fname, name, t, n, what)
+  if t == nil then return nil end
+  if type(t) ~= "table" then
+    M.fail("%s: %s must be a list of strings, got a %s", fname, name, type(t))
+  end
+  if #t ~= n then
+    M.fail("%s: %s has %d names but %s", fname, name, #t, what)
+  end
+  local out = {}
+  for i = 1, n do out[i] = M.text(t[i]) end
+  return out
+end
+
+-- any value as text that is valid UTF-8 and one line (cairo refuses less)
+function M.text(v)
+  local s = tostring(v):gsub("[%c]", " ")
+  if utf8.len(s) then return s end
+  return (s:gsub("[\128-\255]", "?"))
+end
+
+-- an optional string option
+function M.optstr(fname, name, v)
+  if v == nil then return nil end
+  if type(v) ~= "string" and type(v) ~= "number" then
+    M.fail("%s: %s must be a string, got a %s", fname, name, type(v))
+  end
+  return M.text(v)
+end
+
+function M.optnum(fname, name, v)
+  if v == nil then return nil end
+  if type(v) ~= "number" or not M.isfinite(v) then
+    M.fail("%s: %s must be a finite number, got %s", fname, name, tostring(v))
+  end
+  return v
+end
+
+return M
