@@ -1,10 +1,8 @@
 -- Seed 003, "Token Alignment and Multi-Head Cross-Attention": section 6,
 -- head specialization: each head's attention for every text token.
 
--- A structured scenario to see head specialization
-qkv.seed(7)
-local d_model, num_heads = 32, 4
-local n_text, n_image = 4, 9   -- 3x3 grid
+qkv.seed(7)   -- a structured scenario to see head specialization
+local d_model, num_heads, n_text, n_image = 32, 4, 4, 9   -- 3x3 image grid
 
 local text_labels = {"A", "dog", "catches", "frisbee"}
 local patch_labels = {"sky-L", "sky-C", "sky-R",
@@ -25,18 +23,17 @@ image_emb[5] = image_emb[5] + text_emb[3] * 0.4   -- dog-C also relevant to "cat
 local mhca = qkv.nn.MultiHeadCrossAttention(d_model, num_heads)
 local output, attn_weights = mhca(text_emb, image_emb)
 
--- one 3x3 map: token t's weights over the patches in head h
+-- one 3x3 map: token t's weights over the patches in head h (no ticks)
 local function panel(t, h, opts)
   opts.cmap, opts.vmin, opts.annotate, opts.colorbar = "ylorrd", 0, "%.2f", false
+  opts.xlabels, opts.ylabels = {"", "", ""}, {"", "", ""}
   return {attn_weights[h][t]:view(3, 3), opts}
 end
 
 -- All 4 heads for the "dog" token, on one colour scale
 local dog = attn_weights:select(2, 2)   -- (heads, patches)
 local heads = {}
-for h = 1, num_heads do
-  heads[h] = panel(2, h, {title = "Head " .. h, vmax = dog:max():item()})
-end
+for h = 1, num_heads do heads[h] = panel(2, h, {title = "Head " .. h, vmax = dog:max():item()}) end
 qkv.plot.grid(heads, {rows = 1, cols = num_heads,
   title = 'Multi-Head Attention for Text Token "dog" — Each Head Has Its Own Focus',
   file = qkv.plot.out("003_dog_heads.png")})

@@ -326,7 +326,7 @@ function Heads.test_figures()
   assertPng(r, "003_all_heads.png")
   assertPrinted(r, "Notice: different heads attend to different parts of the image!")
   -- the terminal heatmap, as plain numbers under NO_COLOR, names the patches
-  assertPrinted(r, "frisbee")
+  assertPrinted(r, "dog-C")
   assertPrinted(r, "Head 4")
 end
 
