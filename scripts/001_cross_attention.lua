@@ -31,10 +31,12 @@ local output = A:matmul(V)
 show("\n5. Cross-Attention Output = A V:", output)
 print("Output shape: " .. tostring(output.shape))
 
--- the document's cell plots a stale Attention_cross; these are the outputs
+-- the document's cell plots a stale Attention_cross; these are the outputs.
+-- X_q is X_kv's first two rows: without the document's z they coincide,
+-- so X_q goes on top and one label names both
 qkv.plot.scatter({
-  {X_q:narrow(2, 1, 2), label = "X_q", names = {"Xq1", "Xq2"}},
-  {X_kv:narrow(2, 1, 2), label = "X_kv", names = {"Xkv1", "Xkv2", "Xkv3"}},
+  {X_kv:narrow(2, 1, 2), label = "X_kv", names = {"Xkv1 = Xq1", "Xkv2 = Xq2", "Xkv3"}},
+  {X_q:narrow(2, 1, 2), label = "X_q"},
   {output, label = "Cross-Attention", names = {"CA1", "CA2"}},
 }, {title = "Plot of Cross-Attention Components", xlabel = "X", ylabel = "Y",
     file = qkv.plot.out("001_cross_attention.png")})

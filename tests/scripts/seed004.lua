@@ -144,7 +144,7 @@ function TestSeed004SelfAttention:test_printed()
     {"max |output - attn(x)| = 0, max |weights - attn weights| = 0"},
   })
   -- the terminal heatmap, plain numbers under NO_COLOR, with its labels
-  local tail = r.stdout:sub(r.stdout:find("rows: queries", 1, true))
+  local tail = r.stdout:sub((r.stdout:find("rows: queries", 1, true)))
   lu.assertStrContains(tail, "q5")
   lu.assertStrContains(tail, "k5")
   lu.assertStrContains(tail, string.format("%.2f", U.values(r.results.attn_weights)[5][5]))
