@@ -231,8 +231,9 @@ T.TestSeed000DogFrisbee = {
     assertShape(r.output, {4, 8})
     assertShape(r.weights, {4, 9})
     assertWeights(r.weights)
+    local p = r.params
     local out, w = attention(U.values(r.text_embeddings), U.values(r.image_embeddings),
-                             U.values(r.W_Q), U.values(r.W_K), U.values(r.W_V))
+                             U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
     lu.assertTrue(U.maxdiff(U.values(r.weights), w) < 1e-5)
     lu.assertTrue(U.maxdiff(U.values(r.output), out) < 1e-5)
   end,
