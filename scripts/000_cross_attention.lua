@@ -45,8 +45,9 @@ local ok, err = pcall(function()
 end)
 if not ok then
   print("Not quite: " .. tostring(err))
-  print("Hint: Q = project(text_tokens, W_Q), K = project(image_tokens, W_K), V = project(image_tokens, W_V)")
+  print("Hint: Q = qkv.project(text_tokens, W_Q), K = qkv.project(image_tokens, W_K),"
+        .. " V = qkv.project(image_tokens, W_V)")
 end
 
-return {text = text, image = image, ref_out = ref_out, ref_w = ref_w, stu_out = stu_out, stu_w = stu_w,
-        W_Q = student.W_Q, W_K = student.W_K, W_V = student.W_V}
+return {text = text, image = image, ref_out = ref_out, ref_w = ref_w,
+        stu_out = stu_out, stu_w = stu_w, params = student:state_dict()}

@@ -198,8 +198,9 @@ T.TestSeed000CrossAttention = {
     assertShape(r.stu_out, {3, 4})
     assertShape(r.stu_w, {3, 6})
     assertWeights(r.stu_w)
+    local p = r.params
     local out, w = attention(U.values(r.text), U.values(r.image),
-                             U.values(r.W_Q), U.values(r.W_K), U.values(r.W_V))
+                             U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
     lu.assertTrue(U.maxdiff(U.values(r.stu_w), w) < 1e-5)
     lu.assertTrue(U.maxdiff(U.values(r.stu_out), out) < 1e-5)
     lu.assertTrue(U.maxdiff(U.values(r.ref_w), w) < 1e-5)
