@@ -28,4 +28,4 @@ print(("Learned alignment preserves ALL %d dimensions via a %dx%d matrix.")
       :format(d_vision, d_vision, d_text))
 
 return {text_tok = text_tok, image_tok = image_tok, image_padded = image_padded,
-        image_aligned = image_aligned, W = aligner.proj.W, b = aligner.proj.b}
+        image_aligned = image_aligned, aligner = aligner:state_dict()}

@@ -56,5 +56,4 @@ qkv.plot.grid(all, {rows = n_text, cols = num_heads,
   file = qkv.plot.out("003_all_heads.png")})
 
 return {text_emb = text_emb, image_emb = image_emb, output = output,
-        attn_weights = attn_weights, W_Q = mhca.W_Q, W_K = mhca.W_K,
-        W_V = mhca.W_V, W_O = mhca.W_O}
+        attn_weights = attn_weights, mhca = mhca:state_dict()}

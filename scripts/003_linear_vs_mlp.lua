@@ -26,6 +26,5 @@ print("Key difference: MLP introduces a nonlinearity (GELU),")
 print("which lets it learn more complex mappings between spaces.")
 print("Linear is simpler but works surprisingly well (as shown in LLaVA).")
 
-local L, M = linear_aligner.proj, mlp_aligner.proj
 return {image_tok = image_tok, linear_out = linear_out, mlp_out = mlp_out,
-        W = L.W, b = L.b, W1 = M[1].W, b1 = M[1].b, W2 = M[3].W, b2 = M[3].b}
+        linear = linear_aligner:state_dict(), mlp = mlp_aligner:state_dict()}

@@ -31,9 +31,6 @@ print(("  Output: %s"):format(out.shape))
 print(("  Attention: %s"):format(attn_in.shape))
 print(("\nDimension mismatch (%d vs %d) handled by alignment!"):format(d_vision, d_text))
 
-local A, C = model.aligner.proj, model.cross_attn
-return {text = text, image = image, output = output, attn = attn,
-        W_Q = mhca.W_Q, W_K = mhca.W_K, W_V = mhca.W_V, W_O = mhca.W_O,
+return {text = text, image = image, output = output, attn = attn, mhca = mhca:state_dict(),
         text_in = text_in, image_in = image_in, out = out, attn_in = attn_in,
-        align_W = A.W, align_b = A.b,
-        C_Q = C.W_Q, C_K = C.W_K, C_V = C.W_V, C_O = C.W_O}
+        model = model:state_dict()}

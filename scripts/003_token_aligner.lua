@@ -11,10 +11,6 @@ local Z = qkv.project(X, W)
 print("Z = X W = " .. tostring(Z))
 
 -- Section 4.1: project from 768-dim vision to 512-dim text
-local function commas(n)   -- 393216 -> "393,216"
-  return (tostring(n):reverse():gsub("%d%d%d", "%0,"):reverse():gsub("^,", ""))
-end
-
 qkv.seed(42)
 local aligner = qkv.nn.TokenAligner(768, 512, "linear")
 local dummy_image = qkv.randn(16, 768)   -- 16 patches, 768-dim (like ViT-B)
@@ -24,13 +20,16 @@ print(("Input:  %s (16 patches, 768-dim vision space)"):format(dummy_image.shape
 print(("Output: %s (16 patches, 512-dim text space)"):format(projected.shape))
 -- our W is (d_vision, d_text), the transpose of PyTorch's weight (512, 768)
 print(("\nProjection matrix shape: %s"):format(aligner.proj.W.shape))
+local function commas(n)   -- 393216 -> "393,216"
+  return (tostring(n):reverse():gsub("%d%d%d", "%0,"):reverse():gsub("^,", ""))
+end
 print(("  That's %s learnable parameters just for alignment!"):format(commas(768 * 512)))
 print(("  (%s with the 512 biases)"):format(commas(aligner:nparams())))
 
 -- How does projection change the token distributions?
-local function hist(x, title, color)
-  return {x:reshape(-1), {kind = "hist", bins = 50, color = color, title = title,
-                          xlabel = "Value", ylabel = "Count"}}
+local function hist(x, title, color)   -- all the token values, 50 bins
+  return {x, {kind = "hist", bins = 50, color = color, title = title,
+              xlabel = "Value", ylabel = "Count"}}
 end
 qkv.plot.grid({hist(dummy_image, "Image Token Values (768-dim)", "#3498db"),
                hist(projected, "Projected Token Values (512-dim)", "#e74c3c")},

@@ -248,7 +248,8 @@ end
 function Cross.test_against_reference()
   local R = run(CROSS).results
   local V = U.values
-  local out, w = mhca_ref(V(R.text), V(R.image), V(R.W_Q), V(R.W_K), V(R.W_V), V(R.W_O), 4)
+  local m = R.mhca
+  local out, w = mhca_ref(V(R.text), V(R.image), V(m.W_Q), V(m.W_K), V(m.W_V), V(m.W_O), 4)
   lu.assertTrue(U.maxdiff(V(R.attn), w) < 1e-5)
   lu.assertTrue(U.maxdiff(V(R.output), out) < 1e-5)
 end
@@ -269,8 +270,10 @@ end
 function Cross.test_aligned_against_reference()
   local R = run(CROSS).results
   local V = U.values
-  local aligned = addbias(matmul(V(R.image_in), V(R.align_W)), V(R.align_b))
-  local out, w = mhca_ref(V(R.text_in), aligned, V(R.C_Q), V(R.C_K), V(R.C_V), V(R.C_O), 4)
+  local m = R.model
+  local aligned = addbias(matmul(V(R.image_in), V(m["aligner.proj.W"])), V(m["aligner.proj.b"]))
+  local out, w = mhca_ref(V(R.text_in), aligned, V(m["cross_attn.W_Q"]), V(m["cross_attn.W_K"]),
+                          V(m["cross_attn.W_V"]), V(m["cross_attn.W_O"]), 4)
   lu.assertTrue(U.maxdiff(V(R.attn_in), w) < 1e-5)
   lu.assertTrue(U.maxdiff(V(R.out), out) < 1e-5)
 end
@@ -305,7 +308,8 @@ function Heads.test_against_reference()
   assertShape(R.attn_weights, {4, 4, 9})
   assertShape(R.output, {4, 32})
   assertWeights(V(R.attn_weights))
-  local out, w = mhca_ref(V(R.text_emb), V(R.image_emb), V(R.W_Q), V(R.W_K), V(R.W_V), V(R.W_O), 4)
+  local m = R.mhca
+  local out, w = mhca_ref(V(R.text_emb), V(R.image_emb), V(m.W_Q), V(m.W_K), V(m.W_V), V(m.W_O), 4)
   lu.assertTrue(U.maxdiff(V(R.attn_weights), w) < 1e-5)
   lu.assertTrue(U.maxdiff(V(R.output), out) < 1e-5)
 end
@@ -361,7 +365,8 @@ function Stats.test_tensors()
   assertShape(R.image_padded, {9, 32})
   assertShape(R.image_aligned, {9, 32})
   lu.assertEquals(U.values(R.image_padded), cols(x, 1, 32))
-  local want = addbias(matmul(x, U.values(R.W)), U.values(R.b))
+  local a = R.aligner
+  local want = addbias(matmul(x, U.values(a["proj.W"])), U.values(a["proj.b"]))
   lu.assertTrue(U.maxdiff(U.values(R.image_aligned), want) < 1e-5)
 end
 
@@ -377,10 +382,11 @@ function Mlp.test_against_reference()
   local x = V(R.image_tok)
   assertShape(R.linear_out, {9, 32})
   assertShape(R.mlp_out, {9, 32})
-  local lin = addbias(matmul(x, V(R.W)), V(R.b))
+  local L, M = R.linear, R.mlp
+  local lin = addbias(matmul(x, V(L["proj.W"])), V(L["proj.b"]))
   lu.assertTrue(U.maxdiff(V(R.linear_out), lin) < 1e-5)
-  local hidden = gelu(addbias(matmul(x, V(R.W1)), V(R.b1)))
-  local mlp = addbias(matmul(hidden, V(R.W2)), V(R.b2))
+  local hidden = gelu(addbias(matmul(x, V(M["proj.1.W"])), V(M["proj.1.b"])))
+  local mlp = addbias(matmul(hidden, V(M["proj.3.W"])), V(M["proj.3.b"]))
   lu.assertTrue(U.maxdiff(V(R.mlp_out), mlp) < 1e-5)
   lu.assertTrue(U.maxdiff(lin, mlp) > 0.1)
 end
