@@ -192,7 +192,9 @@ end
 
 -- a tick label: as many decimals as the step needs, %g when extreme
 function M.tickfmt(v, step)
-  step = step or 1
+  if not step or not (step > 0) then          -- one value: its own scale
+    step = v ~= 0 and v == v and math.abs(v) or 1
+  end
   if v ~= v or v == math.huge or v == -math.huge then return M.cellfmt("%g", v) end
   local a = math.max(math.abs(v), step)
   if a >= 1e5 or a < 1e-3 then
