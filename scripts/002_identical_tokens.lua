@@ -7,14 +7,12 @@ local sequence_embeddings = qkv.tensor{
   {1, 0, 1, 0},  -- Token 2 (same as Token 0)
 }:unsqueeze(1)
 
-local q = sequence_embeddings
-local k = sequence_embeddings
-local v = sequence_embeddings
+local q, k, v = sequence_embeddings, sequence_embeddings, sequence_embeddings
 
 local output_self, weights_self = qkv.attention(q, k, v)
 
 print("Visualizing Self-Attention (Note: Token 0 and 2 are identical)")
-qkv.plot.heatmap(weights_self, {title = "Exp 2: Self-Attention (Look for patterns)",
+local fig = qkv.plot.heatmap(weights_self, {title = "Exp 2: Self-Attention (Look for patterns)",
   annotate = "%.2f", cmap = "viridis",
   xlabels = {"0", "1", "2"}, ylabels = {"0", "1", "2"},
   xlabel = "Keys (Input Sequence Positions)",
@@ -31,4 +29,4 @@ print(string.format("Token 1 -> itself: %.4f = e/(e+2); -> tokens 0, 2: %.4f eac
 print(string.format("Token 0 -> tokens 0, 2: %.4f = e/(2e+1) each; -> token 1: %.4f",
   weights_self[1][1][1], weights_self[1][1][2]))
 
-return {output_self = output_self, weights_self = weights_self}
+return {output_self = output_self, weights_self = weights_self, fig = fig}

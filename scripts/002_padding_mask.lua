@@ -22,13 +22,13 @@ local masked_scores = qkv.mask(raw_scores, mask)
 local weights_with_mask = qkv.softmax(masked_scores)
 
 local function panel(w, title)
-  return {w, {title = title, annotate = "%.2f", cmap = "mako", xlabels = tokens, ylabels = tokens}}
+  return {w, {title = title, annotate = "%.2f", cmap = "mako", colorbar = true, xlabels = tokens, ylabels = tokens}}
 end
-qkv.plot.grid({
+local fig = qkv.plot.grid({
   panel(weights_no_mask, "Figure A: Standard Attention (No Mask)\nNotice non-zero attention on <PAD>"),
   panel(weights_with_mask, "Figure B: Masked Attention\nAttention on <PAD> is forced to 0.00"),
 }, {rows = 1, cols = 2, file = qkv.plot.out("002_padding_mask_effect_comparison.png")})
 print(weights_with_mask)
 
 return {mask = mask, raw_scores = raw_scores, weights_no_mask = weights_no_mask,
-  weights_with_mask = weights_with_mask}
+  weights_with_mask = weights_with_mask, fig = fig}

@@ -3,10 +3,8 @@
 -- The document's scaled_dot_product_attention is qkv.attention.
 
 qkv.seed(42)
-local batch_size = 1
-local seq_len = 4
-local d_k = 8  -- dimension of keys/queries
-local d_v = 8  -- dimension of values
+local batch_size, seq_len = 1, 4
+local d_k, d_v = 8, 8  -- dimensions of keys/queries and of values
 
 -- Query = "searching for", Key = "content tags", Value = "actual content"
 local query = qkv.randn(batch_size, seq_len, d_k)

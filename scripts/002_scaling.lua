@@ -28,15 +28,13 @@ print("Scaled (Smoother):", row_scaled)
 local d_k = 512
 seq_len = 10
 qkv.seed(42)
-local q = qkv.randn(1, seq_len, d_k)
-local k = qkv.randn(1, seq_len, d_k)
+local q, k = qkv.randn(1, seq_len, d_k), qkv.randn(1, seq_len, d_k)
 scores_raw = qkv.scores(q, k, {scale = 1})
 scores_scaled = qkv.scores(q, k)  -- the default scale, 1/sqrt(d_k)
-weights_no_scale = qkv.softmax(scores_raw)
-weights_scaled = qkv.softmax(scores_scaled)
+weights_no_scale, weights_scaled = qkv.softmax(scores_raw), qkv.softmax(scores_scaled)
 
 local function panel(w, title)
-  return {w, {title = title, cmap = "viridis", annotate = false, xlabel = "Keys", ylabel = "Queries"}}
+  return {w, {title = title, cmap = "viridis", annotate = false, colorbar = true, xlabel = "Keys", ylabel = "Queries"}}
 end
 qkv.plot.grid({
   panel(weights_no_scale, string.format("Figure A: No Scaling (d_k=%d)\nVariance ≈ %.1f",
@@ -46,6 +44,5 @@ qkv.plot.grid({
 }, {rows = 1, cols = 2, file = qkv.plot.out("002_scaling_effect_comparison.png")})
 
 return {q_large = q_large, k_large = k_large, var_raw = var_raw, var_scaled = var_scaled,
-  row_no_scale = row_no_scale, row_scaled = row_scaled, q = q, k = k,
-  scores_raw = scores_raw, scores_scaled = scores_scaled,
-  weights_no_scale = weights_no_scale, weights_scaled = weights_scaled}
+  row_no_scale = row_no_scale, row_scaled = row_scaled, q = q, k = k, scores_raw = scores_raw,
+  scores_scaled = scores_scaled, weights_no_scale = weights_no_scale, weights_scaled = weights_scaled}

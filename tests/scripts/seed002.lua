@@ -94,6 +94,20 @@ local function check_png(r, name)
     string.format("%s is %sx%s", name, tostring(w), tostring(h)))
 end
 
+-- the colour drawn near the top-left corner of cell (i, j) of a heatmap
+-- whose layout is fig (the annotation sits in the middle) against cmap at t
+local function assert_cell_colour(r, name, fig, i, j, cmap, t)
+  local img = qkv.plot.read_png(r.out .. "/" .. name)
+  local x = math.floor(fig.x0 + (j - 1) * fig.cw + 3)
+  local y = math.floor(fig.y0 + (i - 1) * fig.ch + 3)
+  local got = {img.pixel(x, y)}
+  local want = {qkv.plot.colormap(cmap, t)}
+  for c = 1, 3 do
+    lu.assertTrue(math.abs(got[c] - 255 * want[c]) <= 2,
+      string.format("%s cell (%d, %d): got %d,%d,%d", name, i, j, got[1], got[2], got[3]))
+  end
+end
+
 -- one run per script, shared by its tests
 local runs = {}
 local function run(script)
@@ -158,6 +172,12 @@ T.TestSeed002Identical = {
   test_png = function()
     local r = run(identical)
     check_png(r, "002_exp2_self_attention.png")
+    -- token 1 on itself is the largest weight: the top of viridis; the
+    -- smallest, tokens 0 and 2 on token 1, the bottom
+    local fig = r.results.fig
+    assert_cell_colour(r, "002_exp2_self_attention.png", fig, 2, 2, "viridis", 1)
+    assert_cell_colour(r, "002_exp2_self_attention.png", fig, 1, 2, "viridis", 0)
+    assert_cell_colour(r, "002_exp2_self_attention.png", fig, 3, 2, "viridis", 0)
     U.clean(r)
   end,
 }
@@ -286,6 +306,13 @@ T.TestSeed002Padding = {
   test_png = function()
     local r = run(padding)
     check_png(r, "002_padding_mask_effect_comparison.png")
+    -- Figure B: every <PAD> column is drawn in mako's darkest colour (0)
+    local fig = r.results.fig.panels[2]
+    for i = 1, 5 do
+      for j = 4, 5 do
+        assert_cell_colour(r, "002_padding_mask_effect_comparison.png", fig, i, j, "mako", 0)
+      end
+    end
     U.clean(r)
   end,
 }
