@@ -1,37 +1,58 @@
--- tour.lua: a short walk through qkv, shown by `make run`.
--- Attention by hand on tensors; the primitives (scores, softmax, ...) come next.
+-- tour.lua: a short walk through qkv, shown by `make run`: the attention
+-- primitives in order on seed 001's worked example, a heatmap, then heads,
+-- alignment and a model from qkv.nn. Runs in a few milliseconds.
 
 local function section(title) print("\n== " .. title) end
 
-section("a tensor from a table, and its view transposed")
-local X = qkv.tensor{{1, 0, 1, 0}, {0, 2, 0, 2}, {1, 1, 1, 1}}
-print(X, X.shape)
-print(X:t())
+section("3 tokens of 4 features, and the weights of seed 001")
+local X = qkv.tensor{{1, 0, 1, 0}, {0, 1, 0, 1}, {1, 1, 1, 1}}
+local W_Q = qkv.tensor{{1, 0}, {0, 1}, {1, 0}, {0, 1}}
+local W_K = qkv.tensor{{0, 1}, {1, 0}, {0, 1}, {1, 0}}
+local W_V = W_Q
+print(X)
 
-section("projections: Q = X W_Q, K = X W_K, V = X W_V")
-qkv.seed(42)
-local d_k = 3
-local W_Q, W_K, W_V = qkv.randn(4, d_k), qkv.randn(4, d_k), qkv.randn(4, d_k)
-local Q, K, V = X:matmul(W_Q), X:matmul(W_K), X:matmul(W_V)
+section("project: Q = X W_Q  (K and V alike)")
+local Q, K, V = qkv.project(X, W_Q), qkv.project(X, W_K), qkv.project(X, W_V)
 print(Q)
 
-section("scaled scores Q K^T / sqrt(d_k)")
-local S = Q:matmul(K:t()) / math.sqrt(d_k)
+section("scores: Q K^T / sqrt(d_k)")
+local S = qkv.scores(Q, K)
 print(S)
 
-section("softmax over each row (subtract the row max first)")
-local E = (S - S:max(2, true)):exp()
-local W = E / E:sum(2, true)
+section("mask: a causal mask hides the future (-inf)")
+local Sc = qkv.mask(S, qkv.causal(3))
+print(Sc)
+
+section("softmax: each row sums to 1 (all of S, then the masked one)")
+local W = qkv.softmax(S)
 print(W)
-print("row sums:", W:sum(2))
+print(qkv.softmax(Sc))
 
-section("output = weights V")
+section("the weights as a heatmap")
+local names = {"x1", "x2", "x3"}
+qkv.plot.heatmap(W, {title = "self-attention weights", xlabels = names, ylabels = names,
+                     xlabel = "keys", ylabel = "queries"})
+
+section("output = weights V; qkv.attention does it all in one call")
 print(W:matmul(V))
+local out = qkv.attention(Q, K, V)
+print(out)
 
-section("batched: 8 heads of 10 tokens at once, broadcasting")
-local q, k = qkv.randn(8, 10, 64), qkv.randn(8, 10, 64)
-local s = q:matmul(k:transpose(2, 3)) / 8
-print("scores", s.shape, "mean", s:mean():item() < 1, "argmax of head 1:", s[1]:argmax(2))
+section("heads: (1, 10, 512) -> 8 heads of 64, and merged back")
+qkv.seed(42)
+local x = qkv.randn(1, 10, 512)
+local h = qkv.heads(x, 8)
+print(h.shape, qkv.merge(h).shape)
 
-section("errors are Lua errors that name the shapes")
-print(pcall(qkv.matmul, X, Q))
+section("align: 16 patches of 768 features into a 512-wide text space")
+local aligner = qkv.nn.TokenAligner(768, 512, "mlp")
+print(aligner(qkv.randn(16, 768)).shape)
+
+section("a model: multi-head cross-attention, 3 words over 9 patches")
+local mhca = qkv.nn.MultiHeadCrossAttention(16, 4)
+local o, w = mhca(qkv.randn(3, 16), qkv.randn(9, 16))
+print(o.shape, w.shape, "rows sum to 1:", (w:sum(-1) - 1):abs():max():item() < 1e-6)
+
+section("errors are Lua errors that name the function and the shapes")
+print(pcall(qkv.scores, Q, qkv.randn(5, 3)))
+print("\nMore: scripts/ has every example of the seed documents (scripts/README.md).")
