@@ -250,7 +250,7 @@ local function matrixlabels(cv, s, p, ox, oy, x0, y0)
   local gw, gh = p.nc * p.cw, p.nr * p.ch
   for _, j in ipairs(p.xshow) do
     local x = x0 + (j - 0.5) * p.cw
-    P.vline(cv, x, y0 + gh, 3)
+    if p.xnames[j] ~= "" then P.vline(cv, x, y0 + gh, 3) end
     if p.xrot then
       P.text(cv, p.xnames[j], x + 2, y0 + gh + 9, FS.tick, 1, "c", {rot = -math.pi / 4})
     else
@@ -259,7 +259,7 @@ local function matrixlabels(cv, s, p, ox, oy, x0, y0)
   end
   for _, i in ipairs(p.yshow) do
     local y = y0 + (i - 0.5) * p.ch
-    P.hline(cv, x0 - 3, y, 3)
+    if p.ynames[i] ~= "" then P.hline(cv, x0 - 3, y, 3) end
     P.text(cv, p.ynames[i], x0 - 6, y, FS.tick, 1, "c")
   end
   if s.xlabel then

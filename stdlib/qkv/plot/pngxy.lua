@@ -11,7 +11,7 @@ local X = {}
 local PW, PH = 480, 320        -- the plot area, in pixels
 
 local function ticklabels(lo, hi)
-  local t, step = util.ticks(lo, hi, 6)
+  local t, step = util.ticks(lo, hi, 7)
   local labels = {}
   for i, v in ipairs(t) do labels[i] = util.tickfmt(v, step) end
   return t, labels

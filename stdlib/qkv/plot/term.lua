@@ -56,14 +56,15 @@ local function shade(t)
   return SHADES[math.max(1, math.min(4, math.floor(t * 4) + 1))]
 end
 
--- names at column positions: each centred on its column (of width cw)
--- unless it would run into the previous one, which then wins
-local function ruler(names, cw, trim)
+-- names at column positions: each centred on its column (of width cw),
+-- or flush right as numbers in a table are, unless it would run into the
+-- previous one, which then wins
+local function ruler(names, cw, trim, right)
   local line, used = {}, 0
   for j, name in ipairs(names) do
     local s = trim and trunc(name, math.max(cw - 1, 1)) or name
     local n = width(s)
-    local at = (j - 1) * cw + (cw - n) // 2
+    local at = right and j * cw - n or (j - 1) * cw + (cw - n) // 2
     if at < 0 then at = 0 end
     if at >= used + (used > 0 and 1 or 0) then
       line[#line + 1] = string.rep(" ", at - used) .. s
@@ -98,8 +99,11 @@ local function fitmatrix(s, room, color)
     for _, row in ipairs(s.rows) do
       for _, v in ipairs(row) do tw = math.max(tw, #util.cellfmt(fmt, v)) end
     end
-    for _, pad in ipairs{2, 1} do
-      if nc * (tw + pad) <= room and nr <= MAXROWS then return tw + pad, fmt, 1, 1 end
+    -- room for the column names when there is, else for the values
+    local lw = 0
+    for _, l in ipairs(s.xlabels or {}) do lw = math.max(lw, width(l)) end
+    for _, w in ipairs{math.max(tw + 2, lw + 1), tw + 2, tw + 1} do
+      if nc * w <= room and nr <= MAXROWS then return w, fmt, 1, 1 end
     end
   end
   local want = color and 2 or 1
@@ -149,7 +153,7 @@ function T.heatmap(s, W, color)
   end
   if s.xlabel then lines[#lines + 1] = pre .. center(s.xlabel, gw) end
   lines[#lines + 1] = rpad(trunc(s.ylabel or "", lw), lw) .. " " ..
-    ruler(xlabels, cw, s.xlabels ~= nil)
+    ruler(xlabels, cw, s.xlabels ~= nil, fmt and not color)
   for i, row in ipairs(rows) do
     local cells = {}
     for j, v in ipairs(row) do cells[j] = cellstr(s, v, cw, fmt, color) end
@@ -284,16 +288,20 @@ local function scattergrid(s, gw, gh, xlo, xhi, ylo, yhi)
       end
     end
   end
+  -- a name takes the cells a..a+n-1 when they and a space round it are free
+  local function free(r, a, n)
+    if a < 1 or a + n - 1 > gw then return false end
+    for x = math.max(a - 1, 1), math.min(a + n, gw) do
+      if grid[r][x] then return false end
+    end
+    return true
+  end
   for _, p in ipairs(placed) do
     local r, c, name = p[1], p[2], p[3]
     local n = utf8.len(name) or #name
-    local free = c + n + 1 <= gw
-    for x = c + 1, math.min(c + n + 1, gw) do
-      if grid[r][x] then free = false end
-    end
-    if free then
-      local x = c + 2
-      for _, ch in utf8.codes(name) do grid[r][x] = {utf8.char(ch), p[4], true}; x = x + 1 end
+    local a = free(r, c + 2, n) and c + 2 or free(r, c - n - 1, n) and c - n - 1
+    if a then
+      for _, ch in utf8.codes(name) do grid[r][a] = {utf8.char(ch), p[4], true}; a = a + 1 end
     end
   end
   return grid
@@ -379,6 +387,7 @@ function T.render(specs, o)
   if o.title then
     table.insert(lines, 1, o.color and "\27[1m" .. o.title .. RESET or o.title)
   end
+  for i, l in ipairs(lines) do lines[i] = l:gsub(" +$", "") end
   return table.concat(lines, "\n") .. "\n"
 end
 
