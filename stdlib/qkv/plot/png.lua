@@ -145,10 +145,18 @@ local function matrixcells(fname, s, p)
         .. "plot.image averages it", fname, s.nr, s.nc, MAXSIDE)
     end
     local c = clamp(math.floor(math.min(560 / s.nc, 440 / s.nr)), 1, 72)
+    if s.annotate then      -- asked-for values get cells they can be read in
+      local wmax = 0
+      for _, row in ipairs(s.rows) do
+        for _, v in ipairs(row) do wmax = math.max(wmax, #util.cellfmt(s.annotate, v)) end
+      end
+      local need = math.ceil(math.max(P.advance(string.rep("0", wmax), 9) + 6, 22))
+      if need * math.max(s.nr, s.nc) <= MAXSIDE then c = math.max(c, need) end
+    end
     p.rows, p.cw, p.ch, p.f = s.rows, c, c, 1
     return
   end
-  p.f = math.ceil(math.max(s.nr, s.nc) / 2048)   -- canvas pixels stay sane
+  p.f = math.ceil(math.max(s.nr, s.nc) / 1024)   -- a picture, not a poster
   if s.rgb then
     p.rgb = util.downsample_rgb(s.rgb, p.f)
     p.nr, p.nc = #p.rgb, #p.rgb[1]

@@ -6,6 +6,8 @@ local M = {}
 
 local qkv = package.loaded.qkv or require "qkv"
 
+M.MAXVALUES = 1 << 24
+
 -- Errors raised with M.fail are tagged, so that the public functions can
 -- re-raise them at the caller's level (the message then points at the
 -- script, not at plot.lua) while real bugs keep their own location.
@@ -49,33 +51,33 @@ local function num(v)
   return nil
 end
 
--- nested table -> its sizes, checking it is rectangular and numeric;
--- then what is wrong with it, if anything ("a ragged table (...)")
-local function tablesizes(t, what, depth)
+-- a nested table's sizes, read down its first elements (8 levels at most)
+local function tablesizes(t)
   local sizes, node = {}, t
-  while type(node) == "table" and #sizes <= depth do
+  while type(node) == "table" and #sizes < 8 do
     sizes[#sizes + 1] = #node
     if #node == 0 then break end
     node = node[1]
   end
-  local function check(x, d, where)
-    if d > #sizes then
-      if num(x) == nil then return "a table with a " .. type(x) .. " at " .. where end
-      return nil
-    end
-    if type(x) ~= "table" then return "a table with a " .. type(x) .. " at " .. where end
-    if #x ~= sizes[d] then
-      local first = where:gsub("%[%d+%]$", "[1]")
-      return string.format("a ragged table (%s has %d values but %s has %d)",
-        where, #x, first, sizes[d])
-    end
-    for i = 1, #x do
-      local e = check(x[i], d + 1, where .. "[" .. i .. "]")
-      if e then return e end
-    end
+  return sizes
+end
+
+-- what keeps t from being a rectangular table of numbers of these sizes
+local function tableerror(x, sizes, d, where)
+  if d > #sizes then
+    if num(x) == nil then return "a table with a " .. type(x) .. " at " .. where end
+    return nil
   end
-  if #sizes > depth then return sizes, "a table nested more than " .. depth .. " deep" end
-  return sizes, check(t, 1, what)
+  if type(x) ~= "table" then return "a table with a " .. type(x) .. " at " .. where end
+  if #x ~= sizes[d] then
+    local first = where:gsub("%[%d+%]$", "[1]")
+    return string.format("a ragged table (%s has %d values but %s has %d)",
+      where, #x, first, sizes[d])
+  end
+  for i = 1, #x do
+    local e = tableerror(x[i], sizes, d + 1, where .. "[" .. i .. "]")
+    if e then return e end
+  end
 end
 
 -- Converts w (a tensor or nested table) to plain Lua: leading size-1 dims
@@ -93,15 +95,22 @@ function M.array(fname, what, w, mindim, maxdim)
     for _, n in ipairs(s) do
       if n == 0 then M.fail("%s: %s %s is empty", fname, what, M.shapestr(s)) end
     end
+    -- Lua tables of more values would take gigabytes: average it first
+    if w:numel() > M.MAXVALUES then
+      M.fail("%s: %s %s has %d values, more than the %d a plot takes", fname, what,
+        M.shapestr(s), w:numel(), M.MAXVALUES)
+    end
     local v = w:tolist()
     if w.dtype == "bool" then v = M.map(v, num) end
     return v, s
   elseif type(w) == "table" then
-    local s, err = tablesizes(w, what, maxdim)
-    if not err and s[#s] == 0 then
-      M.fail("%s: %s %s is empty", fname, what, M.shapestr(s))
+    local s = tablesizes(w)
+    while #s > maxdim and s[1] == 1 do w = w[1]; table.remove(s, 1) end
+    if s[#s] == 0 then M.fail("%s: %s %s is empty", fname, what, M.shapestr(s)) end
+    local err = tableerror(w, s, 1, what)
+    if not err and (#s < mindim or #s > maxdim) then
+      err = "a " .. #s .. "-D table " .. M.shapestr(s)
     end
-    if not err and #s < mindim then err = "a " .. #s .. "-D table " .. M.shapestr(s) end
     if err then
       M.fail("%s: %s must be a %s tensor or a nested table of numbers, got %s",
         fname, what, expect, err)
