@@ -490,6 +490,13 @@ function TestErrors:testShapes()
     {{{{0, 0}, {1, 1}}, names = {"a"}}})
 end
 
+function TestErrors:testSqueezesLeadingOnesOfTables()
+  local text = plot.heatmap({{{0.25, 0.5}, {0.75, 1}}}, {color = false, out = false})
+  lu.assertStrContains(text, "0.75")
+  fails({"heatmap: w", "3-D table (2, 1, 1)"}, plot.heatmap, {{{1}}, {{2}}})
+  fails({"heatmap: w (4097, 4097) has 16785409 values"}, plot.heatmap, qkv.zeros(4097, 4097))
+end
+
 function TestErrors:testOptions()
   fails({"heatmap: unknown cmap 'foo' (viridis, blues,"}, plot.heatmap, {{1}}, {cmap = "foo"})
   fails({"heatmap: cmap colour 2"}, plot.heatmap, {{1}}, {cmap = {"#000000", "red"}})
