@@ -26,8 +26,8 @@ LIB_SRC := $(filter-out vm/main.c,$(VM_SRC)) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/vm/main.o
 # PNG drawing lives in its own module (require "qkv.cairo", found by the
-# executable under build/lib/), loaded only when
-# a script writes a picture, so that cairo never slows down start-up
+# executable under build/lib/), loaded only when a script writes a picture,
+# so that cairo never slows down start-up
 CAIRO_SRC := $(wildcard bindings/cairo/*.c)
 CAIRO_OBJ := $(CAIRO_SRC:%.c=$(BUILD)/obj/%.o)
 CAIRO_SO := $(BUILD)/lib/qkv/cairo.so
@@ -85,18 +85,20 @@ LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
 	install -m 755 $(BUILD)/qkv.so $(CLIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
 	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
+	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
 
 # used by the rockspec: luarocks passes the folders of its tree
 install-rock: so
-	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv
+	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot
 	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
 	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
+	install -m 644 stdlib/qkv/plot/*.lua $(INST_LUADIR)/qkv/plot/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so
