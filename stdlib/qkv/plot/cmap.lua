@@ -100,10 +100,11 @@ function M.luminance(r, g, b)
   return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
 end
 
--- whether text on this background reads better in black than in white;
--- the threshold is where both contrast ratios are equal
+-- whether the text on a cell of this colour is black rather than white:
+-- seaborn's rule for heatmap annotations. (Equal contrast ratios would
+-- put the line at 0.179, which gives black on mid reds and teals.)
 function M.dark_text(r, g, b)
-  return M.luminance(r, g, b) > 0.179
+  return M.luminance(r, g, b) > 0.408
 end
 
 -- a component in [0, 1] -> an integer 0..255 (the terminal's rounding)
