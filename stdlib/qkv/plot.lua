@@ -9,38 +9,59 @@
 -- pixels, so that a test can find what was drawn where.
 --
 --   plot.heatmap(w, opts) -> text | layout {file, width, height, x0, y0, cw, ch}
---     opts: title, xlabels, ylabels (a name a column / row), xlabel, ylabel,
---     annotate (true: "%.2f", false, or a format such as "%.3f"; default:
---     true up to 12 x 12), cmap (viridis, blues, ylorrd, ylgnbu, mako,
---     coolwarm, greys, or a list of 2+ hex colours), vmin, vmax (default:
---     the data's range), colorbar (default true), file.
+--     opts: title (a "\n" starts a new line), title_color (hex), xlabels,
+--     ylabels (a name a column / row), xlabel, ylabel, ylabel_rotation (90,
+--     or 0 for a level row name), xticks, yticks (false: no tick marks or
+--     names), xrotation (0, 45 or 90; default: 45 when the names do not
+--     fit), annotate (true: "%.2f", false, or a format such as "%.3f";
+--     default: true up to 12 x 12), cell_labels (a matrix of strings the
+--     shape of w, drawn small under each value), cmap (viridis, blues,
+--     ylorrd, ylgnbu, mako, coolwarm, greys, or a list of 2+ hex colours),
+--     vmin, vmax (default: the data's range), colorbar (default true),
+--     cbar_label, file.
 --     Terminal only: color (true / false; default: when stdout is a
 --     terminal and neither NO_COLOR nor TERM=dumb says no), width (columns;
---     default the terminal's, else $COLUMNS, else 80), out.
+--     default the terminal's, else $COLUMNS, else 80), out. The terminal
+--     ignores ylabel_rotation and xrotation.
 --     (x0, y0) is the top-left pixel of cell (1, 1), cw x ch a cell's size.
 --   plot.grid(panels, opts) -> text | layout with panels = {layout, ...}
 --     panels: a list of {w, panel_opts}; panel_opts.kind = "heatmap"
---     (default), "hist", "image" or "scatter" with that function's opts;
---     opts: rows, cols (default one row), title, file, and the terminal ones.
+--     (default), "hist", "image" or "scatter" with that function's opts
+--     but file and the terminal ones; a heatmap panel has a colour bar
+--     unless colorbar = false, an image panel only with colorbar = true.
+--     In a PNG, long panel titles wrap to the panel's width and the plots
+--     of a row (a column) line up.
+--     opts: rows, cols (default one row), title (lines as heatmap's), file,
+--     and the terminal ones.
 --   plot.hist(x, opts) -> counts, edges, text | layout
 --     x: a tensor of any shape or a list of numbers; opts: bins (30),
---     range {lo, hi}, title, xlabel, ylabel, color (hex, "#3498db"), file.
+--     range {lo, hi}, title, title_color, xlabel, ylabel, ylabel_rotation,
+--     color (hex, "#3498db"), alpha (0..1, the bars over the white; PNG
+--     only), file, and the terminal ones.
 --     Non-finite values are not counted; edges has bins + 1 entries.
 --   plot.image(m, opts) -> text | layout {..., x0, y0, cw, ch}
 --     m: a 2-D matrix of any size drawn with a colour map (coolwarm, centred
 --     on 0, when the data has both signs, else viridis), or an (H, W, 3)
---     picture of RGB values in [0, 1]; opts as heatmap's, no annotations.
+--     picture of RGB values in [0, 1]; opts: title, title_color, xlabel,
+--     ylabel, ylabel_rotation, xticks, yticks, cmap, vmin, vmax, colorbar,
+--     cbar_label, file, and the terminal ones.
 --   plot.scatter(series, opts) -> text | layout with points[s][i] = {x=, y=}
 --     series: a list of {points, label=, color=, names={...}}, points an
 --     (n, 2) tensor or a list of {x, y} (one bare points list works too);
---     opts: title, xlabel, ylabel, file.
+--     opts: title, title_color, xlabel, ylabel, ylabel_rotation, file, and
+--     the terminal ones.
 --   plot.out(name) -> ($QKV_OUT or "out") .. "/" .. name, the folder made
 --   plot.colormap(cmap, t) -> r, g, b in [0, 1] (t clamped, NaN: grey)
 --   plot.read_png(path) -> {width, height, pixel = function(x, y) -> r, g, b, a}
 --     (0..255; x, y from 0 at the top left)
 --
--- Bad arguments raise errors that name the function and the argument:
+-- Bad arguments raise errors that name the function and the argument, and
+-- an option that the function does not take is refused (a typo would
+-- otherwise pass silently):
 --   heatmap: xlabels has 3 names but w (4, 4) has 4 columns
+--   heatmap: unknown option 'anotate'
+-- Annotations are black on cells whose relative luminance is over 0.408,
+-- else white (seaborn's rule).
 
 local util = require "qkv.plot.util"
 local cmap = require "qkv.plot.cmap"
@@ -83,6 +104,7 @@ local function checkopts(fname, opts)
   if opts.width ~= nil and (math.type(opts.width) ~= "integer" or opts.width < 20) then
     fail("%s: width must be an integer >= 20, got %s", fname, tostring(opts.width))
   end
+  spec.checkkeys(fname, opts, fname)
   return opts
 end
 
@@ -151,7 +173,7 @@ plot.grid = util.api(function(panels, opts)
     fail("grid: %d panels do not fit in rows = %d x cols = %d", n, rows, cols)
   end
   local o = setmetatable({rows = rows, cols = cols, grid = true}, {__index = opts})
-  o.title = util.optstr("grid", "title", opts.title)
+  o.title = util.optlines("grid", "title", opts.title)
   return draw("grid", specs, o)
 end)
 

@@ -8,6 +8,37 @@ local cmap = require "qkv.plot.cmap"
 local fail, shapestr = util.fail, util.shapestr
 local S = {}
 
+-- The options each function takes. A key outside its lists is refused, as
+-- matplotlib refuses an unknown keyword, so that a typo cannot pass
+-- silently; a grid's panels take their kind's lists and `kind`.
+local COMMON = {"title", "title_color", "xlabel", "ylabel", "ylabel_rotation"}
+local MATRIX = {"cmap", "vmin", "vmax", "colorbar", "cbar_label", "xticks", "yticks"}
+S.OPTIONS = {
+  heatmap = {COMMON, MATRIX, {"xlabels", "ylabels", "xrotation", "annotate", "cell_labels"}},
+  image = {COMMON, MATRIX},
+  hist = {COMMON, {"bins", "range", "color", "alpha"}},
+  scatter = {COMMON},
+  grid = {{"rows", "cols", "title"}},
+}
+-- the figure's own: where and how it is drawn, not what
+S.FIGURE = {"file", "color", "width", "out"}
+
+function S.checkkeys(fname, opts, kind, inpanel)
+  local known = {kind = inpanel}
+  for _, list in ipairs(S.OPTIONS[kind]) do
+    for _, k in ipairs(list) do known[k] = true end
+  end
+  if not inpanel then
+    for _, k in ipairs(S.FIGURE) do known[k] = true end
+  end
+  local bad = {}
+  for k in pairs(opts) do
+    if not known[k] then bad[#bad + 1] = tostring(k) end
+  end
+  table.sort(bad)        -- the same message whatever the table's order
+  if bad[1] then fail("%s: unknown option '%s'", fname, bad[1]) end
+end
+
 local function getmap(fname, c, default)
   local map, err = cmap.resolve(c == nil and default or c)
   if not map then fail("%s: %s", fname, err) end
@@ -39,14 +70,53 @@ local function annotation(fname, a, nr, nc)
   return a
 end
 
+local function checkcolor(fname, name, c, default)
+  if c == nil and default == nil then return nil end
+  local rgb = cmap.hex(c == nil and default or c)
+  if not rgb then
+    fail("%s: %s must be a hex colour like '#3498db', got %s", fname, name, tostring(c))
+  end
+  return rgb
+end
+
 local function common(fname, opts, s)
-  s.title = util.optstr(fname, "title", opts.title)
+  s.title = util.optlines(fname, "title", opts.title)
+  s.title_color = checkcolor(fname, "title_color", opts.title_color)
   s.xlabel = util.optstr(fname, "xlabel", opts.xlabel)
   s.ylabel = util.optstr(fname, "ylabel", opts.ylabel)
+  s.ylabel_rotation = util.optchoice(fname, "ylabel_rotation", opts.ylabel_rotation,
+    {90, 0}, 90)
   return s
 end
 
-function S.heatmap(fname, w, opts, ingrid)
+-- what heatmap and image share: ticks and the colour bar
+local function matrixopts(fname, opts, s, colorbar)
+  s.xticks = util.optbool(fname, "xticks", opts.xticks, true)
+  s.yticks = util.optbool(fname, "yticks", opts.yticks, true)
+  s.colorbar = util.optbool(fname, "colorbar", opts.colorbar, colorbar)
+  s.cbar_label = util.optstr(fname, "cbar_label", opts.cbar_label)
+  return s
+end
+
+-- cell_labels: a matrix of strings the shape of w
+local function celllabels(fname, t, sz)
+  if t == nil then return nil end
+  if type(t) ~= "table" then
+    fail("%s: cell_labels must be a matrix of strings, got a %s", fname, type(t))
+  end
+  if #t ~= sz[1] then
+    fail("%s: cell_labels has %d rows but w %s has %d", fname, #t, shapestr(sz), sz[1])
+  end
+  local out = {}
+  for i = 1, sz[1] do
+    out[i] = util.labels(fname, "cell_labels[" .. i .. "]", t[i], sz[2],
+      string.format("w %s has %d columns", shapestr(sz), sz[2]))
+  end
+  return out
+end
+
+-- seaborn draws a colour bar beside every heatmap, in a grid too
+function S.heatmap(fname, w, opts)
   local rows, sz = util.array(fname, "w", w, 2, 2)
   local nr, nc = sz[1], sz[2]
   local s = common(fname, opts, {kind = "heatmap", rows = rows, nr = nr, nc = nc})
@@ -57,9 +127,9 @@ function S.heatmap(fname, w, opts, ingrid)
   s.annotate = annotation(fname, opts.annotate, nr, nc)
   s.map = getmap(fname, opts.cmap, "viridis")
   s.vmin, s.vmax = limits(fname, opts, util.range(rows))
-  s.colorbar = opts.colorbar
-  if s.colorbar == nil then s.colorbar = not ingrid end
-  return s
+  s.xrotation = util.optchoice(fname, "xrotation", opts.xrotation, {0, 45, 90})
+  s.cell_labels = celllabels(fname, opts.cell_labels, sz)
+  return matrixopts(fname, opts, s, true)
 end
 
 -- rgb pictures: components clamped to [0, 1], NaN as the map's grey
@@ -75,9 +145,10 @@ local function rgbclean(px)
   return px
 end
 
+-- a grid's pictures have no colour bar unless asked, as imshow's
 function S.image(fname, m, opts, ingrid)
   local v, sz = util.array(fname, "m", m, 2, 3)
-  local s = common(fname, opts, {kind = "image", colorbar = opts.colorbar})
+  local s = matrixopts(fname, opts, common(fname, opts, {kind = "image"}), not ingrid)
   if #sz == 3 and sz[3] ~= 3 and sz[1] == 1 then   -- (1, n, m): a matrix
     v, sz = v[1], {sz[2], sz[3]}
   end
@@ -99,7 +170,6 @@ function S.image(fname, m, opts, ingrid)
     lo, hi = -a, a
   end
   s.vmin, s.vmax = limits(fname, opts, lo, hi)
-  if s.colorbar == nil then s.colorbar = not ingrid end
   return s
 end
 
@@ -132,14 +202,6 @@ local function checkrange(fname, r, xs)
   return r[1], r[2]
 end
 
-local function checkcolor(fname, name, c, default)
-  local rgb = cmap.hex(c == nil and default or c)
-  if not rgb then
-    fail("%s: %s must be a hex colour like '#3498db', got %s", fname, name, tostring(c))
-  end
-  return rgb
-end
-
 -- counts as numpy.histogram: bins of equal width, each [lo, hi) but the
 -- last [lo, hi]; values outside the range and non-finite ones not counted
 function S.hist(fname, x, opts)
@@ -164,6 +226,10 @@ function S.hist(fname, x, opts)
   -- a boolean color is the terminal's colour switch, as for every plot
   local c = opts.color
   s.color = checkcolor(fname, "color", type(c) ~= "boolean" and c or nil, "#3498db")
+  s.alpha = util.optnum(fname, "alpha", opts.alpha) or 1
+  if s.alpha < 0 or s.alpha > 1 then
+    fail("%s: alpha must be in [0, 1], got %g", fname, s.alpha)
+  end
   return s
 end
 
@@ -222,14 +288,13 @@ function S.panel(i, p)
     fail("grid: panel %d has a file; give the file to grid", i)
   end
   local kind = opts.kind or "heatmap"
-  local fname = "grid: panel " .. i .. ": " .. tostring(kind)
-  if kind == "heatmap" then return S.heatmap(fname, p[1], opts, true)
-  elseif kind == "image" then return S.image(fname, p[1], opts, true)
-  elseif kind == "hist" then return S.hist(fname, p[1], opts)
-  elseif kind == "scatter" then return S.scatter(fname, p[1], opts)
+  if kind ~= "heatmap" and kind ~= "image" and kind ~= "hist" and kind ~= "scatter" then
+    fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, scatter)", i,
+      tostring(kind))
   end
-  fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, scatter)", i,
-    tostring(kind))
+  local fname = "grid: panel " .. i .. ": " .. kind
+  S.checkkeys(fname, opts, kind, true)
+  return S[kind](fname, p[1], opts, true)
 end
 
 return S

@@ -289,6 +289,36 @@ function M.optstr(fname, name, v)
   return M.text(v)
 end
 
+-- an optional text option that may span lines: nil or a list of lines,
+-- cut at each newline as matplotlib's titles are
+function M.optlines(fname, name, v)
+  if v == nil then return nil end
+  M.optstr(fname, name, v)
+  local lines = {}
+  for l in (tostring(v) .. "\n"):gmatch("(.-)\r?\n") do lines[#lines + 1] = M.text(l) end
+  return lines
+end
+
+function M.optbool(fname, name, v, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then
+    M.fail("%s: %s must be true or false, got %s", fname, name, tostring(v))
+  end
+  return v
+end
+
+-- an option that takes one of a few numbers, such as a rotation
+function M.optchoice(fname, name, v, choices, default)
+  if v == nil then return default end
+  for _, c in ipairs(choices) do
+    if v == c then return c end
+  end
+  local t = {}
+  for i, c in ipairs(choices) do t[i] = tostring(c) end
+  M.fail("%s: %s must be %s, got %s", fname, name, table.concat(t, ", ", 1, #t - 1)
+    .. " or " .. t[#t], tostring(v))
+end
+
 function M.optnum(fname, name, v)
   if v == nil then return nil end
   if type(v) ~= "number" or not M.isfinite(v) then
