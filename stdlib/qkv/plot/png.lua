@@ -17,6 +17,10 @@ P.FS = {tick = 11, label = 12, title = 14, annot = 12}
 P.INK = {0.15, 0.15, 0.15}
 local PAD, FS = P.PAD, P.FS
 local SIN45 = math.sqrt(0.5)
+-- the lines of a title are 1.3 times its size apart
+local function lead(size) return math.ceil(size * 1.3) end
+
+local function clamp(v, lo, hi) return v < lo and lo or v > hi and hi or v end
 local MAXSIDE = 4096          -- heatmap cells a side; plot.image averages
 
 local meter
@@ -65,12 +69,73 @@ function P.vline(cv, x, y, h)
   cv:fill()
 end
 
+-- s cut at spaces into lines at most `room` pixels wide (a longer word
+-- keeps a line of its own)
+function P.wrap(s, size, bold, room)
+  if P.advance(s, size, bold) <= room then return {s} end
+  local lines, cur = {}, nil
+  for word in s:gmatch("%S+") do
+    local try = cur and cur .. " " .. word or word
+    if cur and P.advance(try, size, bold) > room then
+      lines[#lines + 1], cur = cur, word
+    else
+      cur = try
+    end
+  end
+  lines[#lines + 1] = cur or ""
+  return lines
+end
+
+-- Plans a panel's title once p.w is known: its lines are wrapped to the
+-- panel in a grid, where a wide title would push its neighbours away;
+-- alone, the panel widens to the title instead. Returns the height of
+-- the band above the plot.
+function P.titleplan(s, p, ingrid)
+  if not s.title then return 0 end
+  p.tlines = {}
+  for _, l in ipairs(s.title) do
+    for _, w in ipairs(ingrid and P.wrap(l, FS.title, true, p.w - 2 * PAD) or {l}) do
+      p.tlines[#p.tlines + 1] = w
+      p.w = math.max(p.w, math.ceil(P.advance(w, FS.title, true) + 2 * PAD))
+    end
+  end
+  return (#p.tlines - 1) * lead(FS.title) + FS.title + 12
+end
+
+-- a panel's title lines, centred on cx but kept inside the panel
+function P.title(cv, s, p, ox, oy, cx)
+  for k, l in ipairs(p.tlines or {}) do
+    local w = P.advance(l, FS.title, true)
+    local x = clamp(cx, ox + PAD + w / 2, ox + p.w - PAD - w / 2)
+    P.text(cv, l, x, oy + PAD + FS.title * 0.5 + (k - 1) * lead(FS.title), FS.title, 0.5, "c",
+      {bold = true, rgb = s.title_color})
+  end
+end
+
+-- the room an axis title takes left of the tick labels: upright (90, the
+-- default) or level (0, for row names as in a grid of rows)
+function P.ylabelroom(s)
+  if not s.ylabel then return 0 end
+  if s.ylabel_rotation == 0 then return math.ceil(P.advance(s.ylabel, FS.label)) + 10 end
+  return FS.label + 8
+end
+
+-- the axis title, level ones ending 10 pixels left of the tick labels
+-- (at x0 - p.yw) so that the names of a grid's rows line up
+function P.ylabel(cv, s, p, ox, cy)
+  if not s.ylabel then return end
+  if s.ylabel_rotation == 0 then
+    P.text(cv, s.ylabel, ox + p.x0 - p.yw - 10, cy, FS.label, 1, "c")
+  else
+    P.text(cv, s.ylabel, ox + PAD + FS.label * 0.5, cy, FS.label, 0.5, "c",
+      {rot = -math.pi / 2})
+  end
+end
+
 local function norm(s, v)
   if s.vmax == s.vmin then return v == v and 0.5 or v end
   return (v - s.vmin) / (s.vmax - s.vmin)
 end
-
-local function clamp(v, lo, hi) return v < lo and lo or v > hi and hi or v end
 
 -- a matrix's colours as the RGB bytes canvas:image takes
 local function matrixbytes(s, rows)
@@ -188,41 +253,63 @@ local function annotsize(s, p)
   return size >= 6 and size or nil
 end
 
-function P.matrix_plan(fname, s)
+-- the cell labels' font size: small, below the value, fitting the widest
+local function subsize(s, p)
+  if not s.cell_labels then return nil end
+  local size, w = math.min(FS.annot * 0.65, p.ch * 0.18), 0
+  for _, row in ipairs(s.cell_labels) do
+    for _, t in ipairs(row) do w = math.max(w, P.advance(t, size)) end
+  end
+  if w > p.cw - 6 then size = size * (p.cw - 6) / w end
+  return size >= 5 and size or nil
+end
+
+-- the x tick labels: which are shown, their angle, and the height they
+-- take below the cells; `hang` is how far left of the cells they reach
+local function xtickplan(s, p)
+  if not s.xticks then p.xshow, p.xrot = {}, 0; return 4, 0 end
+  local xw = 0
+  for _, n in ipairs(p.xnames) do xw = math.max(xw, P.advance(n, FS.tick)) end
+  p.xrot = s.xrotation or (s.xlabels ~= nil and xw > p.cw - 4) and 45 or 0
+  p.xshow = tickset(p.nc, p.cw, p.xrot ~= 0 and FS.tick * 1.8 or xw + 8, s.xlabels ~= nil)
+  local xh, hang = FS.tick + 8, 0
+  for _, j in ipairs(p.xrot ~= 0 and p.xshow or {}) do
+    local a = P.advance(p.xnames[j], FS.tick)
+    if p.xrot == 90 then
+      xh = math.max(xh, a + 14)
+    else
+      xh = math.max(xh, a * SIN45 + FS.tick + 8)
+      hang = math.max(hang, a * SIN45 + FS.tick * 0.5 - (j - 0.5) * p.cw)
+    end
+  end
+  return xh, hang
+end
+
+function P.matrix_plan(fname, s, ingrid)
   local p = {nr = s.nr, nc = s.nc}
   matrixcells(fname, s, p)
   p.annot = annotsize(s, p)
+  p.sub = subsize(s, p)
   p.xnames, p.ynames = names(s.xlabels, p.nc, p.f), names(s.ylabels, p.nr, p.f)
-  local xw = 0
-  for _, n in ipairs(p.xnames) do xw = math.max(xw, P.advance(n, FS.tick)) end
-  p.xrot = s.xlabels ~= nil and xw > p.cw - 4
-  p.xshow = tickset(p.nc, p.cw, p.xrot and FS.tick * 1.8 or xw + 8, s.xlabels ~= nil)
-  p.yshow = tickset(p.nr, p.ch, FS.tick + 3, s.ylabels ~= nil)
-  local yw, xh, hang = 0, FS.tick + 8, 0
-  for _, i in ipairs(p.yshow) do yw = math.max(yw, P.advance(p.ynames[i], FS.tick)) end
-  if p.xrot then
-    for _, j in ipairs(p.xshow) do
-      local a = P.advance(p.xnames[j], FS.tick) * SIN45
-      xh = math.max(xh, a + FS.tick + 8)
-      hang = math.max(hang, a + FS.tick * 0.5 - (j - 0.5) * p.cw)
-    end
-  end
-  p.y0 = PAD + (s.title and FS.title + 12 or 0)
-  p.x0 = math.ceil(math.max(PAD + (s.ylabel and FS.label + 8 or 0) + yw + 8, PAD + hang))
+  local xh, hang = xtickplan(s, p)
+  p.yshow = s.yticks and tickset(p.nr, p.ch, FS.tick + 3, s.ylabels ~= nil) or {}
+  p.yw = s.yticks and 8 or 4
+  for _, i in ipairs(p.yshow) do p.yw = math.max(p.yw, P.advance(p.ynames[i], FS.tick) + 8) end
+  p.x0 = math.ceil(math.max(PAD + P.ylabelroom(s) + p.yw, PAD + hang))
   p.xh = xh
   local gw, gh = p.nc * p.cw, p.nr * p.ch
   local right = PAD
   if s.colorbar then
     p.cbt, p.cbstep = cbticks(s)
-    local w = 0
-    for _, v in ipairs(p.cbt) do w = math.max(w, P.advance(util.tickfmt(v, p.cbstep), FS.tick)) end
-    right = 16 + 16 + 7 + w + PAD
+    p.cbw = 0
+    for _, v in ipairs(p.cbt) do
+      p.cbw = math.max(p.cbw, P.advance(util.tickfmt(v, p.cbstep), FS.tick))
+    end
+    right = 16 + 16 + 7 + p.cbw + PAD + (s.cbar_label and FS.label + 8 or 0)
   end
   p.w = math.ceil(p.x0 + gw + right)
+  p.y0 = PAD + P.titleplan(s, p, ingrid)
   p.h = math.ceil(p.y0 + gh + xh + (s.xlabel and FS.label + 8 or 0) + PAD)
-  if s.title then
-    p.w = math.max(p.w, math.ceil(P.advance(s.title, FS.title, true) + 2 * PAD))
-  end
   return p
 end
 
@@ -240,31 +327,48 @@ local function colorbar(cv, s, p, x, y, h)
     P.hline(cv, x + 16, ty, 4)
     P.text(cv, util.tickfmt(v, p.cbstep), x + 23, ty, FS.tick, 0, "c")
   end
+  if s.cbar_label then      -- upright, beside the tick labels, as matplotlib's
+    P.text(cv, s.cbar_label, x + 23 + p.cbw + 8 + FS.label * 0.5, y + n / 2, FS.label,
+      0.5, "c", {rot = -math.pi / 2})
+  end
 end
 
--- the values on the cells, black or white for contrast with each cell
+-- the values on the cells, black or white for contrast with each cell,
+-- and the cell labels below them in a grey that reads on it too
 local function annotate(cv, s, p, x0, y0)
-  for i, row in ipairs(p.texts) do
-    for j, t in ipairs(row) do
+  for i = 1, p.nr do
+    for j = 1, p.nc do
       local r, g, b = cmap.eval(s.map, norm(s, s.rows[i][j]))
-      local ink = cmap.dark_text(r, g, b) and {0, 0, 0} or {1, 1, 1}
-      P.text(cv, t, x0 + (j - 0.5) * p.cw, y0 + (i - 0.5) * p.ch, p.annot, 0.5, "c",
-        {rgb = ink})
+      local dark = cmap.dark_text(r, g, b)
+      local x, y = x0 + (j - 0.5) * p.cw, y0 + (i - 0.5) * p.ch
+      if p.annot then
+        P.text(cv, p.texts[i][j], x, y, p.annot, 0.5, "c", {rgb = dark and {0, 0, 0} or {1, 1, 1}})
+      end
+      if p.sub then
+        P.text(cv, s.cell_labels[i][j], x, y + 0.35 * p.ch, p.sub, 0.5, "c",
+          {rgb = dark and {0.35, 0.35, 0.35} or {0.8, 0.8, 0.8}})
+      end
     end
   end
 end
 
-local function matrixlabels(cv, s, p, ox, oy, x0, y0)
-  local gw, gh = p.nc * p.cw, p.nr * p.ch
+local function xticklabels(cv, p, x0, y)
   for _, j in ipairs(p.xshow) do
     local x = x0 + (j - 0.5) * p.cw
-    if p.xnames[j] ~= "" then P.vline(cv, x, y0 + gh, 3) end
-    if p.xrot then
-      P.text(cv, p.xnames[j], x + 2, y0 + gh + 9, FS.tick, 1, "c", {rot = -math.pi / 4})
+    if p.xnames[j] ~= "" then P.vline(cv, x, y, 3) end
+    if p.xrot == 45 then
+      P.text(cv, p.xnames[j], x + 2, y + 9, FS.tick, 1, "c", {rot = -math.pi / 4})
+    elseif p.xrot == 90 then    -- read upwards, ending at the tick
+      P.text(cv, p.xnames[j], x, y + 6, FS.tick, 1, "c", {rot = -math.pi / 2})
     else
-      P.text(cv, p.xnames[j], x, y0 + gh + 6, FS.tick, 0.5, "t")
+      P.text(cv, p.xnames[j], x, y + 6, FS.tick, 0.5, "t")
     end
   end
+end
+
+local function matrixlabels(cv, s, p, ox, x0, y0)
+  local gw, gh = p.nc * p.cw, p.nr * p.ch
+  xticklabels(cv, p, x0, y0 + gh)
   for _, i in ipairs(p.yshow) do
     local y = y0 + (i - 0.5) * p.ch
     if p.ynames[i] ~= "" then P.hline(cv, x0 - 3, y, 3) end
@@ -273,26 +377,15 @@ local function matrixlabels(cv, s, p, ox, oy, x0, y0)
   if s.xlabel then
     P.text(cv, s.xlabel, x0 + gw / 2, y0 + gh + p.xh, FS.label, 0.5, "t")
   end
-  if s.ylabel then
-    P.text(cv, s.ylabel, ox + PAD + FS.label * 0.5, y0 + gh / 2, FS.label, 0.5, "c",
-      {rot = -math.pi / 2})
-  end
-end
-
--- a panel's title, centred on (cx) but kept inside the panel
-function P.title(cv, s, p, ox, oy, cx)
-  if not s.title then return end
-  local w = P.advance(s.title, FS.title, true)
-  cx = clamp(cx, ox + PAD + w / 2, ox + p.w - PAD - w / 2)
-  P.text(cv, s.title, cx, oy + PAD + FS.title * 0.5, FS.title, 0.5, "c", {bold = true})
+  P.ylabel(cv, s, p, ox, y0 + gh / 2)
 end
 
 function P.matrix_draw(cv, s, p, ox, oy)
   local x0, y0 = ox + p.x0, oy + p.y0
   local bytes = p.rgb and rgbbytes(p.rgb) or matrixbytes(s, p.rows)
   cv:image(x0, y0, p.nc, p.nr, p.cw, p.ch, bytes)
-  if p.annot then annotate(cv, s, p, x0, y0) end
-  matrixlabels(cv, s, p, ox, oy, x0, y0)
+  if p.annot or p.sub then annotate(cv, s, p, x0, y0) end
+  matrixlabels(cv, s, p, ox, x0, y0)
   if s.colorbar then colorbar(cv, s, p, x0 + p.nc * p.cw + 16, y0, p.nr * p.ch) end
   P.title(cv, s, p, ox, oy, x0 + p.nc * p.cw / 2)
   return {x0 = x0, y0 = y0, cw = p.cw, ch = p.ch, rows = p.nr, cols = p.nc}
@@ -305,33 +398,41 @@ local function kind(s)
 end
 
 -- where each panel goes: one alone, or a grid whose columns are as wide
--- as their widest panel and rows as tall as their tallest
+-- as their widest panel and rows as tall as their tallest. The plots of a
+-- row start at one height and those of a column at one x, however many
+-- lines their titles take and however wide their tick labels are.
 local function arrange(fname, specs, o)
   local plans = {}
   for i, s in ipairs(specs) do
     local plan = kind(s)
-    plans[i] = plan(fname, s)
+    plans[i] = plan(fname, s, o.grid)
   end
   if not o.grid then return plans, plans[1].w, plans[1].h end
   local cols = o.cols or #specs
   local rows = o.rows or math.ceil(#specs / cols)
-  local cw, rh = {}, {}
-  for c = 1, cols do cw[c] = 0 end
-  for r = 1, rows do rh[r] = 0 end
+  local cw, rh, top, left = {}, {}, {}, {}
+  for c = 1, cols do cw[c], left[c] = 0, 0 end
+  for r = 1, rows do rh[r], top[r] = 0, 0 end
   for i, p in ipairs(plans) do
     local r, c = (i - 1) // cols + 1, (i - 1) % cols + 1
-    cw[c], rh[r] = math.max(cw[c], p.w), math.max(rh[r], p.h)
+    top[r], left[c] = math.max(top[r], p.y0), math.max(left[c], p.x0)
   end
-  local top = o.title and PAD + FS.title + 8 or 0
-  local xs, ys = {0}, {top}
+  for i, p in ipairs(plans) do
+    local r, c = (i - 1) // cols + 1, (i - 1) % cols + 1
+    p.drop, p.shift = top[r] - p.y0, left[c] - p.x0
+    cw[c], rh[r] = math.max(cw[c], p.w + p.shift), math.max(rh[r], p.h + p.drop)
+  end
+  local xs, ys = {0}, {o.title and PAD + (#o.title - 1) * lead(FS.title + 2) + FS.title + 8 or 0}
   for c = 1, cols do xs[c + 1] = xs[c] + cw[c] end
   for r = 1, rows do ys[r + 1] = ys[r] + rh[r] end
   for i, p in ipairs(plans) do
     local r, c = (i - 1) // cols + 1, (i - 1) % cols + 1
-    p.ox, p.oy = xs[c] + (cw[c] - p.w) // 2, ys[r]
+    p.ox, p.oy = xs[c] + p.shift, ys[r] + p.drop
   end
   local w = xs[cols + 1]
-  if o.title then w = math.max(w, math.ceil(P.advance(o.title, FS.title + 2, true) + 2 * PAD)) end
+  for _, l in ipairs(o.title or {}) do
+    w = math.max(w, math.ceil(P.advance(l, FS.title + 2, true) + 2 * PAD))
+  end
   return plans, w, ys[rows + 1]
 end
 
@@ -345,9 +446,9 @@ function P.figure(fname, specs, o)
     local _, draw = kind(s)
     layouts[i] = draw(cv, s, plans[i], plans[i].ox or 0, plans[i].oy or 0)
   end
-  if o.grid and o.title then
-    P.text(cv, o.title, w / 2, PAD + (FS.title + 2) * 0.5, FS.title + 2, 0.5, "c",
-      {bold = true})
+  for k, l in ipairs(o.grid and o.title or {}) do
+    P.text(cv, l, w / 2, PAD + (FS.title + 2) * 0.5 + (k - 1) * lead(FS.title + 2),
+      FS.title + 2, 0.5, "c", {bold = true})
   end
   local wrote, err = pcall(cv.write_png, cv, o.file)
   cv:close()

@@ -18,19 +18,17 @@ local function ticklabels(lo, hi)
 end
 
 -- margins round a plot area with these ticks, axis titles and title
-local function axesplan(s, xlo, xhi, ylo, yhi, right)
+local function axesplan(s, ingrid, xlo, xhi, ylo, yhi, right)
   local p = {xlo = xlo, xhi = xhi, ylo = ylo, yhi = yhi, pw = PW, ph = PH}
   p.xt, p.xl = ticklabels(xlo, xhi)
   p.yt, p.yl = ticklabels(ylo, yhi)
   local yw = 0
   for _, l in ipairs(p.yl) do yw = math.max(yw, P.advance(l, FS.tick)) end
-  p.x0 = math.ceil(PAD + (s.ylabel and FS.label + 8 or 0) + yw + 10)
-  p.y0 = PAD + (s.title and FS.title + 12 or 0)
+  p.yw = yw + 10
+  p.x0 = math.ceil(PAD + P.ylabelroom(s) + p.yw)
   p.w = p.x0 + PW + math.max(PAD + 10, right or 0)
+  p.y0 = PAD + P.titleplan(s, p, ingrid)
   p.h = p.y0 + PH + FS.tick + 12 + (s.xlabel and FS.label + 8 or 0) + PAD
-  if s.title then
-    p.w = math.max(p.w, math.ceil(P.advance(s.title, FS.title, true) + 2 * PAD))
-  end
   return p
 end
 
@@ -55,20 +53,17 @@ local function axesdraw(cv, s, p, ox, oy)
   if s.xlabel then
     P.text(cv, s.xlabel, x0 + p.pw / 2, y0 + p.ph + FS.tick + 14, FS.label, 0.5, "t")
   end
-  if s.ylabel then
-    P.text(cv, s.ylabel, ox + PAD + FS.label * 0.5, y0 + p.ph / 2, FS.label, 0.5, "c",
-      {rot = -math.pi / 2})
-  end
+  P.ylabel(cv, s, p, ox, y0 + p.ph / 2)
   P.title(cv, s, p, ox, oy, x0 + p.pw / 2)
   return x0, y0
 end
 
-function X.hist_plan(_, s)
+function X.hist_plan(_, s, ingrid)
   local top = 0
   for _, c in ipairs(s.counts) do top = math.max(top, c) end
   local lo, hi = s.edges[1], s.edges[#s.edges]
   local m = (hi - lo) * 0.03                    -- the bars clear the spine
-  return axesplan(s, lo - m, hi + m, 0, math.max(top, 1) * 1.05)
+  return axesplan(s, ingrid, lo - m, hi + m, 0, math.max(top, 1) * 1.05)
 end
 
 function X.hist_draw(cv, s, p, ox, oy)
@@ -82,7 +77,7 @@ function X.hist_draw(cv, s, p, ox, oy)
     local yt = math.floor(py(p, y0, n) + 0.5)
     local b = {x = xa, y = yt, w = math.max(1, xb - xa - gap), h = y0 + p.ph - yt}
     if n > 0 and b.h > 0 then
-      cv:rgb(c[1], c[2], c[3])
+      cv:rgb(c[1], c[2], c[3], s.alpha)    -- over the white, as matplotlib's alpha
       cv:rect(b.x, b.y, b.w, b.h)
       cv:fill()
     end
@@ -107,14 +102,15 @@ local function span(series, k)
   return lo - m, hi + m
 end
 
-function X.scatter_plan(_, s)
+function X.scatter_plan(_, s, ingrid)
   local lw = 0
   for _, e in ipairs(s.series) do
     if e.label then lw = math.max(lw, P.advance(e.label, FS.label)) end
   end
   local xlo, xhi = span(s.series, 1)
   local ylo, yhi = span(s.series, 2)
-  local p = axesplan(s, xlo, xhi, ylo, yhi, lw > 0 and math.ceil(lw + 44 + PAD) or nil)
+  local p = axesplan(s, ingrid, xlo, xhi, ylo, yhi,
+    lw > 0 and math.ceil(lw + 44 + PAD) or nil)
   p.legend = lw > 0
   return p
 end
