@@ -46,6 +46,23 @@ local function center(s, n)
   return string.rep(" ", l) .. s .. string.rep(" ", n - width(s) - l)
 end
 
+-- the title's lines, bold (and in its colour) in colour, centred over
+-- `gw` columns after `pre` when given and every line fits
+local function titled(lines, s, color, gw, pre)
+  for _, t in ipairs(s.title or {}) do
+    if gw and width(t) > gw then gw = nil end
+  end
+  for _, t in ipairs(s.title or {}) do
+    local l = gw and pre .. center(t, gw) or t
+    if color then
+      local c = s.title_color
+      l = "\27[1m" .. (c and fg(c[1], c[2], c[3]) or "") .. l .. RESET
+    end
+    lines[#lines + 1] = l
+  end
+  return lines
+end
+
 local function norm(s, v)
   if s.vmax == s.vmin then return v == v and 0.5 or v end
   return (v - s.vmin) / (s.vmax - s.vmin)
@@ -80,7 +97,7 @@ local function indices(n, first, step)
   return t
 end
 
--- the colour bar line: vmin, a gradient, vmax
+-- the colour bar line: vmin, a gradient, vmax, and its label
 local function colorbar(s, indent, room)
   local lo, hi = util.tickfmt(s.vmin, s.vmax - s.vmin), util.tickfmt(s.vmax, s.vmax - s.vmin)
   local n = math.max(10, math.min(40, room - #lo - #hi - 2))
@@ -88,29 +105,31 @@ local function colorbar(s, indent, room)
   for k = 1, n do
     cells[k] = bg(cmap.eval(s.map, (k - 0.5) / n)) .. " "
   end
-  return string.rep(" ", indent) .. lo .. " " .. table.concat(cells) .. RESET .. " " .. hi
+  return string.rep(" ", indent) .. lo .. " " .. table.concat(cells) .. RESET .. " " .. hi ..
+    (s.cbar_label and "  " .. s.cbar_label or "")
 end
 
--- how a matrix fits: cell width, the values' text, averaging factors
+local function widest(t, w)
+  for _, l in ipairs(t or {}) do w = math.max(w, width(l)) end
+  return w
+end
+
+-- How a matrix fits: cell width, the values' text, averaging factors.
+-- Cells widen to the longest column name or cell label (+ 1 for a gap)
+-- as long as the table fits in `room`; names are cut only when it does not.
 local function fitmatrix(s, room, color)
   local fmt, nr, nc = s.annotate, s.nr, s.nc
-  if fmt then
+  local lw = s.xticks and widest(s.xlabels, 0) or 0
+  for _, row in ipairs(s.cell_labels or {}) do lw = widest(row, lw) end
+  if fmt and nr <= MAXROWS then
     local tw = 1
     for _, row in ipairs(s.rows) do
       for _, v in ipairs(row) do tw = math.max(tw, #util.cellfmt(fmt, v)) end
     end
-    -- room for the column names when there is, else for the values
-    local lw = 0
-    for _, l in ipairs(s.xlabels or {}) do lw = math.max(lw, width(l)) end
-    for _, w in ipairs{math.max(tw + 2, lw + 1), tw + 2, tw + 1} do
-      if nc * w <= room and nr <= MAXROWS then return w, fmt, 1, 1 end
-    end
+    local cw = math.min(math.max(tw + 2, lw + 1), room // nc)
+    if cw >= tw + 1 then return cw, fmt, 1, 1 end
   end
-  local want = color and 2 or 1
-  if s.xlabels then
-    for _, l in ipairs(s.xlabels) do want = math.max(want, math.min(width(l) + 1, 8)) end
-  end
-  local cw = math.min(want, room // nc)
+  local cw = math.min(math.max(color and 2 or 1, lw + 1), room // nc)
   local fr = math.ceil(nr / MAXROWS)
   if cw >= 1 then return cw, nil, fr, 1 end
   return 1, nil, fr, math.ceil(nc / room)
@@ -127,44 +146,63 @@ local function cellstr(s, v, cw, fmt, color)
   return string.rep(shade(norm(s, v)), cw)
 end
 
+-- the line of cell labels under a row of cells, grey on each cell's colour
+local function sublabels(s, i, cw, fmt, color)
+  local cells = {}
+  for j, l in ipairs(s.cell_labels[i]) do
+    l = trunc(l, cw - 1)
+    if color then
+      local r, g, b = cmap.eval(s.map, norm(s, s.rows[i][j]))
+      local grey = cmap.dark_text(r, g, b) and 0.35 or 0.8
+      cells[j] = bg(r, g, b) .. fg(grey, grey, grey) .. center(l, cw)
+    else
+      cells[j] = fmt and lpad(l, cw) or center(l, cw)
+    end
+  end
+  return table.concat(cells) .. (color and RESET or "")
+end
+
+local function every(t, f)
+  local o = {}
+  for i = 1, #t, f do o[#o + 1] = t[i] end
+  return o
+end
+
 function T.heatmap(s, W, color)
-  local ylabels = s.ylabels or indices(s.nr, 1, 1)
-  local lw = 1
-  for _, l in ipairs(ylabels) do lw = math.max(lw, width(l)) end
-  if s.ylabel then lw = math.max(lw, width(s.ylabel)) end
-  lw = math.min(lw, 16)
-  local cw, fmt, fr, fc = fitmatrix(s, math.max(W - lw - 1, 10), color)
+  local ylabels = s.yticks and (s.ylabels or indices(s.nr, 1, 1)) or {}
+  local lw = math.min(widest(ylabels, s.ylabel and width(s.ylabel) or 0), 16)
+  local pre = lw > 0 and string.rep(" ", lw + 1) or ""
+  local cw, fmt, fr, fc = fitmatrix(s, math.max(W - #pre, 10), color)
   local rows, xlabels, note = s.rows, s.xlabels or indices(s.nc, 1, 1), nil
   if fr > 1 or fc > 1 then
     rows = util.downsample(rows, fr, fc)
     note = string.format("(%d x %d averaged in blocks of %d x %d)", s.nr, s.nc, fr, fc)
-    local function every(t, f)
-      local o = {}
-      for i = 1, #t, f do o[#o + 1] = t[i] end
-      return o
-    end
     ylabels, xlabels = every(ylabels, fr), every(xlabels, fc)
   end
-  local gw, pre = #rows[1] * cw, string.rep(" ", lw + 1)
-  local lines = {}
-  if s.title then
-    lines[1] = width(s.title) <= gw and pre .. center(s.title, gw) or s.title
-    if color then lines[1] = "\27[1m" .. lines[1] .. RESET end
-  end
+  local gw = #rows[1] * cw
+  local lines = titled({}, s, color, gw, pre)
   if s.xlabel then lines[#lines + 1] = pre .. center(s.xlabel, gw) end
-  lines[#lines + 1] = rpad(trunc(s.ylabel or "", lw), lw) .. " " ..
-    ruler(xlabels, cw, s.xlabels ~= nil, fmt and not color)
+  local head = lw > 0 and rpad(trunc(s.ylabel or "", lw), lw) .. " " or ""
+  if s.xticks then
+    lines[#lines + 1] = head .. ruler(xlabels, cw, s.xlabels ~= nil, fmt and not color)
+  elseif s.ylabel then
+    lines[#lines + 1] = head
+  end
   for i, row in ipairs(rows) do
     local cells = {}
     for j, v in ipairs(row) do cells[j] = cellstr(s, v, cw, fmt, color) end
-    lines[#lines + 1] = lpad(trunc(ylabels[i], lw), lw) .. " " .. table.concat(cells) ..
-      (color and RESET or "")
+    local left = lw > 0 and lpad(trunc(ylabels[i] or "", lw), lw) .. " " or ""
+    lines[#lines + 1] = left .. table.concat(cells) .. (color and RESET or "")
+    if s.cell_labels and not note then
+      lines[#lines + 1] = pre .. sublabels(s, i, cw, fmt, color)
+    end
   end
-  if s.colorbar ~= false and color then
-    lines[#lines + 1] = colorbar(s, lw + 1, math.max(gw, 24))
-  elseif s.colorbar ~= false and not fmt then
+  if s.colorbar and color then
+    lines[#lines + 1] = colorbar(s, #pre, math.max(gw, 24))
+  elseif s.colorbar and not fmt then
     lines[#lines + 1] = pre .. table.concat(SHADES) .. "  " .. util.tickfmt(s.vmin,
-      s.vmax - s.vmin) .. " .. " .. util.tickfmt(s.vmax, s.vmax - s.vmin)
+      s.vmax - s.vmin) .. " .. " .. util.tickfmt(s.vmax, s.vmax - s.vmin) ..
+      (s.cbar_label and "  " .. s.cbar_label or "")
   end
   if note then lines[#lines + 1] = note end
   return lines
@@ -191,8 +229,7 @@ function T.image(s, W, color)
       end
     end
   end
-  local lines = {}
-  if s.title then lines[1] = color and "\27[1m" .. s.title .. RESET or s.title end
+  local lines = titled({}, s, color)
   for i = 1, #px, 2 do
     local top, bot, cells = px[i], px[i + 1], {}
     for j, p in ipairs(top) do
@@ -211,7 +248,7 @@ function T.image(s, W, color)
     lines[#lines + 1] = (s.ylabel and "rows: " .. s.ylabel .. "  " or "") ..
       (s.xlabel and "columns: " .. s.xlabel or "")
   end
-  if s.colorbar ~= false and color and not s.rgb then
+  if s.colorbar and color and not s.rgb then
     lines[#lines + 1] = colorbar(s, 0, math.min(#px[1], W))
   end
   if f > 1 then
@@ -242,8 +279,7 @@ function T.hist(s, W, color)
     cwid = math.max(cwid, #tostring(s.counts[i]))
   end
   local n = math.max(10, W - lw - cwid - 4)
-  local lines = {}
-  if s.title then lines[1] = color and "\27[1m" .. s.title .. RESET or s.title end
+  local lines = titled({}, s, color)
   if s.xlabel or s.ylabel then
     lines[#lines + 1] = rpad(trunc(s.xlabel or "", lw), lw) .. " │ " .. (s.ylabel or "count")
   end
@@ -314,8 +350,7 @@ function T.scatter(s, W, color)
   local yw = math.max(#ys[1], #ys[2])
   local gw, gh = math.max(20, math.min(60, W - yw - 3)), 20
   local grid = scattergrid(s, gw, gh, xlo, xhi, ylo, yhi)
-  local lines = {}
-  if s.title then lines[1] = color and "\27[1m" .. s.title .. RESET or s.title end
+  local lines = titled({}, s, color)
   if s.ylabel then lines[#lines + 1] = s.ylabel end
   for r = 1, gh do
     local row = {}
@@ -384,8 +419,8 @@ function T.render(specs, o)
     blocks[i] = {lines = lines, w = w}
   end
   local lines = #blocks == 1 and blocks[1].lines or pack(blocks, o.width, o.cols or #blocks)
-  if o.title then
-    table.insert(lines, 1, o.color and "\27[1m" .. o.title .. RESET or o.title)
+  for k, t in ipairs(o.title or {}) do
+    table.insert(lines, k, o.color and "\27[1m" .. t .. RESET or t)
   end
   for i, l in ipairs(lines) do lines[i] = l:gsub(" +$", "") end
   return table.concat(lines, "\n") .. "\n"
