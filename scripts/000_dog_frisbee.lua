@@ -1,9 +1,7 @@
 -- 000_dog_frisbee.lua: "Self-Attention and Cross-Attention from Scratch",
 -- sections 6-8: "A dog catches frisbee" querying a 3x3 grid of image patches.
 
-local n_text = 4    -- "A", "dog", "catches", "frisbee"
-local n_image = 9   -- 3x3 grid of image patches
-local d_model = 16
+local n_text, n_image, d_model = 4, 9, 16   -- "A dog catches frisbee", 3x3 image patches
 
 qkv.seed(0)
 local text_embeddings = qkv.randn(n_text, d_model)
@@ -15,8 +13,8 @@ local image_embeddings = qkv.randn(n_image, d_model)
 for i = 4, 6 do image_embeddings[i] = image_embeddings[i] + text_embeddings[2] * 0.5 end
 image_embeddings[5] = image_embeddings[5] + text_embeddings[3] * 0.3
 image_embeddings[8] = image_embeddings[8] + text_embeddings[4] * 0.5
-local patch_labels = {"sky-L", "sky-C", "sky-R", "dog-L", "dog-C", "dog-R",
-                      "gnd-L", "gnd-C", "gnd-R"}
+local cells = {{"sky-L", "sky-C", "sky-R"}, {"dog-L", "dog-C", "dog-R"},
+               {"gnd-L", "gnd-C", "gnd-R"}}   -- the patches' names, as they lie
 print("Text embeddings: " .. tostring(text_embeddings.shape))
 print("Image embeddings: " .. tostring(image_embeddings.shape))
 
@@ -26,11 +24,11 @@ local output, weights = cross_attn(text_embeddings, image_embeddings)
 print("Output shape: " .. tostring(output.shape) .. " — 4 text tokens, enriched with image info")
 print("Weights shape: " .. tostring(weights.shape) .. " — 4 text tokens x 9 image patches")
 
--- each token's weights as its 3x3 map, on one colour scale, without ticks
-local panels, vmax, none = {}, weights:max():item(), {"", "", ""}
+-- each token's weights as its 3x3 map on one colour scale, imshow's: no ticks, no colour bar
+local panels, vmax = {}, weights:max():item()
 for i, label in ipairs(text_labels) do
-  panels[i] = {weights[i]:view(3, 3), {title = '"' .. label .. '"', cmap = "ylorrd",
-               vmin = 0, vmax = vmax, annotate = "%.2f", xlabels = none, ylabels = none}}
+  panels[i] = {weights[i]:view(3, 3), {title = '"' .. label .. '"', cmap = "ylorrd", vmin = 0,
+               vmax = vmax, annotate = "%.2f", xticks = false, yticks = false, colorbar = false}}
 end
 qkv.plot.grid(panels, {rows = 1, cols = 4, file = qkv.plot.out("000_cross_attention_maps.png"),
   title = "Cross-Attention: Which Image Patches Does Each Text Token Attend To?"})
@@ -38,7 +36,8 @@ qkv.plot.grid(panels, {rows = 1, cols = 4, file = qkv.plot.out("000_cross_attent
 -- section 7: cosine similarity before the projections, (4, 1, d) against (1, 9, d)
 local sim = qkv.nn.cosine_similarity(text_embeddings:unsqueeze(2), image_embeddings:unsqueeze(1))
 print("\nCosine similarity between text tokens and image patches:\n")
-io.write(string.format("%12s" .. string.rep("%8s", n_image), "", table.unpack(patch_labels)))
+io.write(string.rep(" ", 12))
+for _, row in ipairs(cells) do io.write(string.format("%8s%8s%8s", table.unpack(row))) end
 for i, tl in ipairs(text_labels) do
   io.write(string.format("\n%12s", tl))
   for j = 1, n_image do io.write(string.format("%8.3f", sim[i][j])) end
@@ -50,8 +49,9 @@ print("Cross-attention learns to exploit (and refine) these similarities.")
 local text_colors = {"#3498db", "#e74c3c", "#2ecc71", "#f39c12"}
 for i, label in ipairs(text_labels) do
   panels[i] = {weights[i]:view(3, 3), {title = 'Text Token: "' .. label .. '"', annotate = "%.3f",
-               cmap = {"#e6e6e6", text_colors[i]}, vmin = 0, vmax = weights[i]:max():item(),
-               xlabels = {"L", "C", "R"}, ylabels = {"sky", "dog", "gnd"}, colorbar = false}}
+               title_color = text_colors[i], cmap = {"#e6e6e6", text_colors[i]}, vmin = 0,
+               vmax = weights[i]:max():item(), cell_labels = cells, xticks = false,
+               yticks = false, colorbar = false}}
 end
 qkv.plot.grid(panels, {rows = 2, cols = 2, file = qkv.plot.out("000_final_maps.png"),
   title = "Cross-Attention Maps: Text Tokens Querying Image Patches"})

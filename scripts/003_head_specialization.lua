@@ -23,10 +23,10 @@ image_emb[5] = image_emb[5] + text_emb[3] * 0.4   -- dog-C also relevant to "cat
 local mhca = qkv.nn.MultiHeadCrossAttention(d_model, num_heads)
 local output, attn_weights = mhca(text_emb, image_emb)
 
--- one 3x3 map: token t's weights over the patches in head h (no ticks)
+-- one 3x3 map: token t's weights over the patches in head h (no ticks, row names level)
 local function panel(t, h, opts)
   opts.cmap, opts.vmin, opts.annotate, opts.colorbar = "ylorrd", 0, "%.2f", false
-  opts.xlabels, opts.ylabels = {"", "", ""}, {"", "", ""}
+  opts.xticks, opts.yticks, opts.ylabel_rotation = false, false, 0
   return {attn_weights[h][t]:view(3, 3), opts}
 end
 

@@ -28,7 +28,7 @@ print(("  (%s with the 512 biases)"):format(commas(aligner:nparams())))
 
 -- How does projection change the token distributions?
 local function hist(x, title, color)   -- all the token values, 50 bins
-  return {x, {kind = "hist", bins = 50, color = color, title = title,
+  return {x, {kind = "hist", bins = 50, color = color, alpha = 0.7, title = title,
               xlabel = "Value", ylabel = "Count"}}
 end
 qkv.plot.grid({hist(dummy_image, "Image Token Values (768-dim)", "#3498db"),
