@@ -22,17 +22,7 @@ end
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 -- f(...) must fail with a message containing every string of subs
-local function fails(subs, f, ...)
-  local ok, msg = pcall(f, ...)
-  if ok then lu.fail("expected an error containing " .. lu.prettystr(subs)) end
-  msg = tostring(msg)
-  for _, s in ipairs(subs) do
-    if not msg:find(s, 1, true) then
-      lu.fail(string.format("error message %q does not contain %q", msg, s))
-    end
-  end
-  return msg
-end
+local fails = dofile("tests/attn_ref.lua").fails
 
 local function to255(r, g, b)
   return math.floor(r * 255 + 0.5), math.floor(g * 255 + 0.5), math.floor(b * 255 + 0.5)

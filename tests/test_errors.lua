@@ -6,18 +6,7 @@ local lu = require "luaunit"
 ---------------------------------------------------------------- helpers
 
 -- f(...) must fail; its message must contain every string in `subs`
-local function fails(subs, f, ...)
-  local ok, msg = pcall(f, ...)
-  if ok then lu.fail("expected an error containing " .. lu.prettystr(subs) .. ", got success") end
-  lu.assertEquals(type(msg), "string", "error value is not a string")
-  if type(subs) == "string" then subs = {subs} end
-  for _, s in ipairs(subs) do
-    if not msg:find(s, 1, true) then
-      lu.fail(string.format("error message %q does not contain %q", msg, s))
-    end
-  end
-  return msg
-end
+local fails = dofile("tests/attn_ref.lua").fails
 
 -- the message of a C function called straight from pcall has no position
 local function exact(expected, f, ...)
