@@ -5,96 +5,8 @@
 local lu = require "luaunit"
 local U = dofile("tests/scripts/util.lua")
 
----------------------------------------------------------------- plain Lua
-
-local function matmul(a, b)
-  local c = {}
-  for i = 1, #a do
-    c[i] = {}
-    for j = 1, #b[1] do
-      local s = 0
-      for k = 1, #b do s = s + a[i][k] * b[k][j] end
-      c[i][j] = s
-    end
-  end
-  return c
-end
-
-local function transpose(a)
-  local t = {}
-  for j = 1, #a[1] do
-    t[j] = {}
-    for i = 1, #a do t[j][i] = a[i][j] end
-  end
-  return t
-end
-
-local function softmax_rows(s)
-  local w = {}
-  for i, row in ipairs(s) do
-    local m, z = math.max(table.unpack(row)), 0
-    w[i] = {}
-    for j, v in ipairs(row) do w[i][j] = math.exp(v - m); z = z + w[i][j] end
-    for j in ipairs(row) do w[i][j] = w[i][j] / z end
-  end
-  return w
-end
-
--- softmax(xq W_Q (xkv W_K)^T / sqrt(d_k)) xkv W_V, as the document's classes
-local function attention(xq, xkv, W_Q, W_K, W_V)
-  local Q, K, V = matmul(xq, W_Q), matmul(xkv, W_K), matmul(xkv, W_V)
-  local s = matmul(Q, transpose(K))
-  local scale = 1 / math.sqrt(#W_Q[1])
-  for _, row in ipairs(s) do for j in ipairs(row) do row[j] = row[j] * scale end end
-  local w = softmax_rows(s)
-  return matmul(w, V), w
-end
-
 local function has(text, s) return text:find(s, 1, true) ~= nil end
-
-local function assertShape(t, shape)
-  lu.assertEquals(#t.shape, #shape)
-  for i, n in ipairs(shape) do lu.assertEquals(t.shape[i], n) end
-end
-
--- rows sum to 1 and every weight lies in [0, 1]
-local function assertWeights(w)
-  for _, row in ipairs(U.values(w)) do
-    local s = 0
-    for _, v in ipairs(row) do
-      lu.assertTrue(v >= 0 and v <= 1)
-      s = s + v
-    end
-    lu.assertAlmostEquals(s, 1, 1e-5)
-  end
-end
-
--- run each script once, on first use; its PNGs are read back (width and
--- height, or the error) and its folder removed at once
-local runs = {}
-local function run(script)
-  if runs[script] then return runs[script] end
-  local r = U.run(script)
-  r.sizes = {}
-  for _, name in ipairs(r.pngs) do
-    local ok, img = pcall(qkv.plot.read_png, r.out .. "/" .. name)
-    r.sizes[name] = ok and {img.width or img:size(2), img.height or img:size(1)} or tostring(img)
-  end
-  U.clean(r)
-  runs[script] = r
-  return r
-end
-
--- every expected PNG is written and reads back at a sane size
-local function assertPngs(r, names)
-  for _, name in ipairs(names) do
-    local size = r.sizes[name]
-    lu.assertNotNil(size, name .. " was not written")
-    lu.assertEquals(type(size), "table", name .. ": " .. tostring(size))
-    local w, h = size[1], size[2]
-    lu.assertTrue(w >= 200 and w <= 4000 and h >= 150 and h <= 4000, name .. " is " .. w .. "x" .. h)
-  end
-end
+local run = U.cached
 
 ---------------------------------------------------------------- 4.1
 
@@ -146,24 +58,24 @@ T.TestSeed000WorkedExample = {
 T.TestSeed000SelfAttention = {
   test_shapes_and_weights = function()
     local r = run("scripts/000_self_attention.lua").results
-    assertShape(r.x, {5, 8})
-    assertShape(r.output, {5, 4})
-    assertShape(r.weights, {5, 5})
-    assertWeights(r.weights)
+    U.assertShape(r.x, {5, 8})
+    U.assertShape(r.output, {5, 4})
+    U.assertShape(r.weights, {5, 5})
+    U.assertRowsSumToOne(r.weights)
   end,
   test_module_against_loops = function()
     local r = run("scripts/000_self_attention.lua").results
     local x = U.values(r.x)
-    local out, w = attention(x, x, U.values(r.W_Q), U.values(r.W_K), U.values(r.W_V))
-    lu.assertTrue(U.maxdiff(U.values(r.weights), w) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.output), out) < 1e-5)
+    local a = U.attention(x, x, U.values(r.W_Q), U.values(r.W_K), U.values(r.W_V))
+    lu.assertTrue(U.maxdiff(U.values(r.weights), a.weights) < 1e-5)
+    lu.assertTrue(U.maxdiff(U.values(r.output), a.out) < 1e-5)
   end,
   test_weights_init = function()
     -- uniform in +-1/sqrt(d_model) as nn.Linear, and not all alike
     local r = run("scripts/000_self_attention.lua").results
     local lo, hi = math.huge, -math.huge
     for _, W in ipairs{r.W_Q, r.W_K, r.W_V} do
-      assertShape(W, {8, 4})
+      U.assertShape(W, {8, 4})
       for _, row in ipairs(U.values(W)) do
         for _, v in ipairs(row) do lo, hi = math.min(lo, v), math.max(hi, v) end
       end
@@ -179,7 +91,7 @@ T.TestSeed000SelfAttention = {
     lu.assertTrue(has(out, "Token 4"))   -- the heatmap drawn in the terminal
   end,
   test_png = function()
-    assertPngs(run("scripts/000_self_attention.lua"), {"000_self_attention.png"})
+    U.assertPng(run("scripts/000_self_attention.lua"), "000_self_attention.png")
   end,
 }
 
@@ -195,16 +107,16 @@ T.TestSeed000CrossAttention = {
   end,
   test_student_against_loops = function()
     local r = run("scripts/000_cross_attention.lua").results
-    assertShape(r.stu_out, {3, 4})
-    assertShape(r.stu_w, {3, 6})
-    assertWeights(r.stu_w)
+    U.assertShape(r.stu_out, {3, 4})
+    U.assertShape(r.stu_w, {3, 6})
+    U.assertRowsSumToOne(r.stu_w)
     local p = r.params
-    local out, w = attention(U.values(r.text), U.values(r.image),
-                             U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
-    lu.assertTrue(U.maxdiff(U.values(r.stu_w), w) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.stu_out), out) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.ref_w), w) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.ref_out), out) < 1e-5)
+    local a = U.attention(U.values(r.text), U.values(r.image),
+                          U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
+    lu.assertTrue(U.maxdiff(U.values(r.stu_w), a.weights) < 1e-5)
+    lu.assertTrue(U.maxdiff(U.values(r.stu_out), a.out) < 1e-5)
+    lu.assertTrue(U.maxdiff(U.values(r.ref_w), a.weights) < 1e-5)
+    lu.assertTrue(U.maxdiff(U.values(r.ref_out), a.out) < 1e-5)
   end,
 }
 
@@ -229,14 +141,14 @@ T.TestSeed000DogFrisbee = {
   end,
   test_cross_attention = function()
     local r = run("scripts/000_dog_frisbee.lua").results
-    assertShape(r.output, {4, 8})
-    assertShape(r.weights, {4, 9})
-    assertWeights(r.weights)
+    U.assertShape(r.output, {4, 8})
+    U.assertShape(r.weights, {4, 9})
+    U.assertRowsSumToOne(r.weights)
     local p = r.params
-    local out, w = attention(U.values(r.text_embeddings), U.values(r.image_embeddings),
-                             U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
-    lu.assertTrue(U.maxdiff(U.values(r.weights), w) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.output), out) < 1e-5)
+    local a = U.attention(U.values(r.text_embeddings), U.values(r.image_embeddings),
+                          U.values(p.W_Q), U.values(p.W_K), U.values(p.W_V))
+    lu.assertTrue(U.maxdiff(U.values(r.weights), a.weights) < 1e-5)
+    lu.assertTrue(U.maxdiff(U.values(r.output), a.out) < 1e-5)
   end,
   test_cosine_table = function()
     local r = run("scripts/000_dog_frisbee.lua")
@@ -294,7 +206,9 @@ T.TestSeed000DogFrisbee = {
     lu.assertTrue(has(out, "Weights shape: (4, 9)"))
   end,
   test_pngs = function()
-    assertPngs(run("scripts/000_dog_frisbee.lua"), {"000_cross_attention_maps.png", "000_final_maps.png"})
+    local r = run("scripts/000_dog_frisbee.lua")
+    U.assertPng(r, "000_cross_attention_maps.png")
+    U.assertPng(r, "000_final_maps.png")
   end,
 }
 

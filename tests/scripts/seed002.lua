@@ -1,67 +1,14 @@
 -- seed002.lua: the scripts of seed 002 ("Implementation and Analysis of
 -- Scaled Dot-Product Attention"). The worked examples are checked against
--- float64 values computed here with plain loops; the random ones by
+-- float64 values computed with util.lua's plain loops; the random ones by
 -- properties and by recomputing the attention from the returned inputs.
 local lu = require "luaunit"
 local U = dofile("tests/scripts/util.lua")
 
--- float64 references -------------------------------------------------------
-
-local function matmul(a, b)
-  local c = {}
-  for i = 1, #a do
-    c[i] = {}
-    for j = 1, #b[1] do
-      local s = 0
-      for k = 1, #b do s = s + a[i][k] * b[k][j] end
-      c[i][j] = s
-    end
-  end
-  return c
-end
-
-local function transpose(a)
-  local t = {}
-  for j = 1, #a[1] do
-    t[j] = {}
-    for i = 1, #a do t[j][i] = a[i][j] end
-  end
-  return t
-end
-
--- softmax of each row; keep(j) false drops column j (weight exactly 0)
-local function softmax(s, keep)
-  local w = {}
-  for i, row in ipairs(s) do
-    local m, z = -math.huge, 0
-    for j, v in ipairs(row) do if not keep or keep(j) then m = math.max(m, v) end end
-    w[i] = {}
-    for j, v in ipairs(row) do
-      w[i][j] = (not keep or keep(j)) and math.exp(v - m) or 0
-      z = z + w[i][j]
-    end
-    for j = 1, #row do w[i][j] = w[i][j] / z end
-  end
-  return w
-end
+local run, softmax = U.cached, U.softmax_rows
 
 local function scaled_scores(q, k, scale)
-  local s = matmul(q, transpose(k))
-  for _, row in ipairs(s) do
-    for j = 1, #row do row[j] = row[j] * scale end
-  end
-  return s
-end
-
-local function rows_sum_to_one(w)
-  for _, row in ipairs(w) do
-    local z = 0
-    for _, v in ipairs(row) do
-      lu.assertTrue(v >= 0 and v <= 1)
-      z = z + v
-    end
-    lu.assertAlmostEquals(z, 1, 1e-5)
-  end
+  return U.scale(U.matmul(q, U.transpose(k)), scale)
 end
 
 local function line_with(stdout, prefix)
@@ -82,22 +29,10 @@ local function printed_rows(w)
   return t
 end
 
-local function check_png(r, name)
-  local found = false
-  for _, f in ipairs(r.pngs) do found = found or f == name end
-  lu.assertTrue(found, name .. " not written; got " .. table.concat(r.pngs, ", "))
-  local img = qkv.plot.read_png(r.out .. "/" .. name)
-  local h, w
-  if qkv.is_tensor(img) then h, w = img:size(1), img:size(2)
-  else h, w = img.height or img.h, img.width or img.w end
-  lu.assertTrue(h >= 200 and h <= 4000 and w >= 200 and w <= 6000,
-    string.format("%s is %sx%s", name, tostring(w), tostring(h)))
-end
-
 -- the colour drawn near the top-left corner of cell (i, j) of a heatmap
 -- whose layout is fig (the annotation sits in the middle) against cmap at t
 local function assert_cell_colour(r, name, fig, i, j, cmap, t)
-  local img = qkv.plot.read_png(r.out .. "/" .. name)
+  local img = r.images[name]
   local x = math.floor(fig.x0 + (j - 1) * fig.cw + 3)
   local y = math.floor(fig.y0 + (i - 1) * fig.ch + 3)
   local got = {img.pixel(x, y)}
@@ -108,18 +43,11 @@ local function assert_cell_colour(r, name, fig, i, j, cmap, t)
   end
 end
 
--- one run per script, shared by its tests
-local runs = {}
-local function run(script)
-  if not runs[script] then runs[script] = U.run("scripts/" .. script) end
-  return runs[script]
-end
-
 local T = {}
 
 ---------------------------------------------------------------- Experiment 1
 
-local cross = "002_random_cross_attention.lua"
+local cross = "scripts/002_random_cross_attention.lua"
 T.TestSeed002RandomCross = {
   test_shapes_printed = function()
     local r = run(cross)
@@ -133,13 +61,12 @@ T.TestSeed002RandomCross = {
     local q, k, v = U.values(r.query)[1], U.values(r.key)[1], U.values(r.value)[1]
     local w = softmax(scaled_scores(q, k, 1 / math.sqrt(8)))
     lu.assertTrue(U.maxdiff(U.values(r.weights)[1], w) < 1e-5)
-    lu.assertTrue(U.maxdiff(U.values(r.output)[1], matmul(w, v)) < 1e-5)
-    rows_sum_to_one(U.values(r.weights)[1])
+    lu.assertTrue(U.maxdiff(U.values(r.output)[1], U.matmul(w, v)) < 1e-5)
+    U.assertRowsSumToOne(U.values(r.weights)[1])
   end,
   test_png = function()
     local r = run(cross)
-    check_png(r, "002_random_cross_attention_weights.png")
-    U.clean(r)
+    U.assertPng(r, "002_random_cross_attention_weights.png")
   end,
 }
 
@@ -148,7 +75,7 @@ T.TestSeed002RandomCross = {
 -- Q = K = V = tokens {1,0,1,0}, {0,1,0,1}, {1,0,1,0}: the scaled scores are
 -- 2/sqrt(4) = 1 between like tokens, 0 otherwise, so a row of tokens 0/2 is
 -- softmax(1, 0, 1) = (e, 1, e)/(2e+1) and token 1's is (1, e, 1)/(e+2).
-local identical = "002_identical_tokens.lua"
+local identical = "scripts/002_identical_tokens.lua"
 T.TestSeed002Identical = {
   test_weights_by_hand = function()
     local r = run(identical).results
@@ -157,7 +84,7 @@ T.TestSeed002Identical = {
     local want = {{a, b, a}, {1 / (e + 2), e / (e + 2), 1 / (e + 2)}, {a, b, a}}
     lu.assertTrue(U.maxdiff(U.values(r.weights_self)[1], want) < 1e-6)
     local x = {{1, 0, 1, 0}, {0, 1, 0, 1}, {1, 0, 1, 0}}
-    lu.assertTrue(U.maxdiff(U.values(r.output_self)[1], matmul(want, x)) < 1e-6)
+    lu.assertTrue(U.maxdiff(U.values(r.output_self)[1], U.matmul(want, x)) < 1e-6)
   end,
   test_printed = function()
     local out = run(identical).stdout
@@ -171,20 +98,19 @@ T.TestSeed002Identical = {
   end,
   test_png = function()
     local r = run(identical)
-    check_png(r, "002_exp2_self_attention.png")
+    U.assertPng(r, "002_exp2_self_attention.png")
     -- token 1 on itself is the largest weight: the top of viridis; the
     -- smallest, tokens 0 and 2 on token 1, the bottom
     local fig = r.results.fig
     assert_cell_colour(r, "002_exp2_self_attention.png", fig, 2, 2, "viridis", 1)
     assert_cell_colour(r, "002_exp2_self_attention.png", fig, 1, 2, "viridis", 0)
     assert_cell_colour(r, "002_exp2_self_attention.png", fig, 3, 2, "viridis", 0)
-    U.clean(r)
   end,
 }
 
 ---------------------------------------------------------------- Semantic linking
 
-local semantic = "002_semantic_linking.lua"
+local semantic = "scripts/002_semantic_linking.lua"
 local labels = {"River", "Water", "Bank(Finance)", "Bank(Shore)"}
 local function semantic_weights()
   local x = {{0, 1, 0, 0.5}, {0, 1.2, 0, 0}, {1.2, 0, 1, 0}, {0.1, 0.9, 0, 1}}
@@ -215,14 +141,13 @@ T.TestSeed002Semantic = {
   end,
   test_png = function()
     local r = run(semantic)
-    check_png(r, "002_semantic_linking_disambiguation.png")
-    U.clean(r)
+    U.assertPng(r, "002_semantic_linking_disambiguation.png")
   end,
 }
 
 ---------------------------------------------------------------- Experiment 3
 
-local scaling = "002_scaling.lua"
+local scaling = "scripts/002_scaling.lua"
 local function entropy(row)
   local h = 0
   for _, p in ipairs(row) do if p > 0 then h = h - p * math.log(p) end end
@@ -261,27 +186,26 @@ T.TestSeed002Scaling = {
     local a, b = U.values(r.weights_no_scale)[1], U.values(r.weights_scaled)[1]
     lu.assertTrue(U.maxdiff(a, softmax(raw)) < 1e-5)
     lu.assertTrue(U.maxdiff(b, softmax(scaled)) < 1e-5)
-    rows_sum_to_one(a)
-    rows_sum_to_one(b)
+    U.assertRowsSumToOne(a)
+    U.assertRowsSumToOne(b)
     -- unscaled rows are peaky: lower entropy than the scaled ones
     for i = 1, 10 do lu.assertTrue(entropy(a[i]) < entropy(b[i])) end
   end,
   test_png = function()
     local r = run(scaling)
-    check_png(r, "002_scaling_effect_comparison.png")
-    U.clean(r)
+    U.assertPng(r, "002_scaling_effect_comparison.png")
   end,
 }
 
 ---------------------------------------------------------------- Experiment 4
 
-local padding = "002_padding_mask.lua"
+local padding = "scripts/002_padding_mask.lua"
 T.TestSeed002Padding = {
   test_masked_columns_zero = function()
     local r = run(padding).results
     lu.assertEquals(U.values(r.mask), {{{1, 1, 1, 0, 0}}})
     local w = U.values(r.weights_with_mask)[1]
-    rows_sum_to_one(w)
+    U.assertRowsSumToOne(w)
     for i = 1, 5 do
       lu.assertEquals(w[i][4], 0)
       lu.assertEquals(w[i][5], 0)
@@ -292,7 +216,7 @@ T.TestSeed002Padding = {
   test_no_mask = function()
     local r = run(padding).results
     local w = U.values(r.weights_no_mask)[1]
-    rows_sum_to_one(w)
+    U.assertRowsSumToOne(w)
     lu.assertTrue(U.maxdiff(w, softmax(U.values(r.raw_scores)[1])) < 1e-6)
     for i = 1, 5 do lu.assertTrue(w[i][4] > 0 and w[i][5] > 0) end
   end,
@@ -305,7 +229,7 @@ T.TestSeed002Padding = {
   end,
   test_png = function()
     local r = run(padding)
-    check_png(r, "002_padding_mask_effect_comparison.png")
+    U.assertPng(r, "002_padding_mask_effect_comparison.png")
     -- Figure B: every <PAD> column is drawn in mako's darkest colour (0)
     local fig = r.results.fig.panels[2]
     for i = 1, 5 do
@@ -313,13 +237,12 @@ T.TestSeed002Padding = {
         assert_cell_colour(r, "002_padding_mask_effect_comparison.png", fig, i, j, "mako", 0)
       end
     end
-    U.clean(r)
   end,
 }
 
 ---------------------------------------------------------------- Experiment 5
 
-local reshape = "002_multi_head_reshape.lua"
+local reshape = "scripts/002_multi_head_reshape.lua"
 T.TestSeed002MultiHead = {
   test_printed = function()
     local out = run(reshape).stdout
@@ -351,7 +274,6 @@ T.TestSeed002MultiHead = {
     local r = run(reshape).results
     lu.assertEquals(r.elements_512, 262144)
     lu.assertEquals(r.elements_16000, 256000000)
-    U.clean(run(reshape))
   end,
 }
 

@@ -7,35 +7,8 @@ local U = dofile("tests/scripts/util.lua")
 
 ---------------------------------------------------------------- helpers
 
--- run each script once; read its PNGs back before the folder goes
-local runs = {}
-local function run(script)
-  if runs[script] then return runs[script] end
-  local r = U.run(script)
-  r.sizes = {}
-  for _, name in ipairs(r.pngs) do
-    local ok, img = pcall(qkv.plot.read_png, r.out .. "/" .. name)
-    if ok and type(img) == "table" then
-      r.sizes[name] = {img.width or img.w, img.height or img.h}
-    elseif ok and qkv.is_tensor(img) then
-      r.sizes[name] = {img:size(2), img:size(1)}
-    else
-      r.sizes[name] = tostring(img)
-    end
-  end
-  U.clean(r)
-  runs[script] = r
-  return r
-end
-
-local function assertPng(r, name)
-  local size = r.sizes[name]
-  lu.assertNotNil(size, name .. " was not written; got " .. table.concat(r.pngs, ", "))
-  lu.assertEquals(type(size), "table", name .. " does not read back: " .. tostring(size))
-  local w, h = size[1], size[2]
-  lu.assertTrue(w >= 300 and h >= 150 and w <= 5000 and h <= 5000,
-                name .. " is " .. tostring(w) .. "x" .. tostring(h))
-end
+local run, matmul = U.cached, U.matmul
+local WIDE = 300   -- every figure here is at least this many pixels wide
 
 -- the printed line that starts with prefix (after leading blanks)
 local function line(r, prefix)
@@ -45,43 +18,12 @@ local function line(r, prefix)
   lu.fail("no line starting with '" .. prefix .. "' in:\n" .. r.stdout)
 end
 
-local function assertPrinted(r, text)
-  lu.assertNotNil(r.stdout:find(text, 1, true), "'" .. text .. "' not printed in:\n" .. r.stdout)
-end
-
-local function assertShape(t, shape)
-  lu.assertEquals(t.shape, shape)
-end
-
--- plain Lua linear algebra on nested lists, in float64
-local function matmul(a, b)
-  local c = {}
-  for i = 1, #a do
-    local row, ai = {}, a[i]
-    for j = 1, #b[1] do
-      local s = 0
-      for k = 1, #b do s = s + ai[k] * b[k][j] end
-      row[j] = s
-    end
-    c[i] = row
-  end
-  return c
-end
-
+-- plain Lua on nested lists, in float64, beside util.lua's references
 local function addbias(a, b)
   local c = {}
   for i, row in ipairs(a) do
     c[i] = {}
     for j, v in ipairs(row) do c[i][j] = v + b[j] end
-  end
-  return c
-end
-
-local function transpose(a)
-  local c = {}
-  for j = 1, #a[1] do
-    c[j] = {}
-    for i = 1, #a do c[j][i] = a[i][j] end
   end
   return c
 end
@@ -95,18 +37,6 @@ local function cols(a, from, n)
   return c
 end
 
-local function softmax_rows(s)
-  local w = {}
-  for i, row in ipairs(s) do
-    local m = math.max(table.unpack(row))
-    local e, sum = {}, 0
-    for j, v in ipairs(row) do e[j] = math.exp(v - m); sum = sum + e[j] end
-    for j = 1, #e do e[j] = e[j] / sum end
-    w[i] = e
-  end
-  return w
-end
-
 -- multi-head cross-attention by hand: per head, columns of Q, K, V;
 -- softmax(Q_h K_h^T / sqrt(d_k)) V_h; heads side by side, then W_O
 local function mhca_ref(text, image, WQ, WK, WV, WO, h)
@@ -116,11 +46,8 @@ local function mhca_ref(text, image, WQ, WK, WV, WO, h)
   for i = 1, #text do concat[i] = {} end
   for hd = 1, h do
     local from = (hd - 1) * d_k + 1
-    local s = matmul(cols(Q, from, d_k), transpose(cols(K, from, d_k)))
-    for _, row in ipairs(s) do
-      for j = 1, #row do row[j] = row[j] / math.sqrt(d_k) end
-    end
-    weights[hd] = softmax_rows(s)
+    local s = matmul(cols(Q, from, d_k), U.transpose(cols(K, from, d_k)))
+    weights[hd] = U.softmax_rows(U.scale(s, 1 / math.sqrt(d_k)))
     local ctx = matmul(weights[hd], cols(V, from, d_k))
     for i, row in ipairs(ctx) do table.move(row, 1, d_k, from, concat[i]) end
   end
@@ -146,22 +73,6 @@ local function gelu(a)
     for j, v in ipairs(row) do c[i][j] = v * 0.5 * (1 + erf(v / math.sqrt(2))) end
   end
   return c
-end
-
--- every row of every matrix sums to 1, every weight in [0, 1]
-local function assertWeights(w)
-  if type(w[1][1]) == "table" then
-    for _, m in ipairs(w) do assertWeights(m) end
-    return
-  end
-  for i, row in ipairs(w) do
-    local s = 0
-    for _, v in ipairs(row) do
-      lu.assertTrue(v >= 0 and v <= 1, "weight outside [0, 1]: " .. v)
-      s = s + v
-    end
-    lu.assertAlmostEquals(s, 1, 1e-5, "row " .. i)
-  end
 end
 
 -- unbiased std and mean of a nested list, as torch.std / qkv's std
@@ -193,7 +104,7 @@ function Aligner.test_worked_example()
   local W = {{0.1, 0.2, 0.3}, {0.4, 0.5, 0.6}, {0.7, 0.8, 0.9}, {1.0, 1.1, 1.2}}
   local Z = matmul(X, W)[1]
   lu.assertTrue(U.maxdiff(Z, {7, 8, 9}) < 1e-12)
-  assertShape(r.results.Z, {3})
+  U.assertShape(r.results.Z, {3})
   lu.assertTrue(U.maxdiff(U.values(r.results.Z), Z) < 1e-5)
   lu.assertEquals(line(r, "Z = X W"), "Z = X W = tensor([7., 8., 9.])")
 end
@@ -203,12 +114,12 @@ function Aligner.test_shapes_and_parameters()
   lu.assertEquals(line(r, "Input:"), "Input:  (16, 768) (16 patches, 768-dim vision space)")
   lu.assertEquals(line(r, "Output:"), "Output: (16, 512) (16 patches, 512-dim text space)")
   lu.assertEquals(line(r, "Projection matrix shape:"), "Projection matrix shape: (768, 512)")
-  assertPrinted(r, "That's 393,216 learnable parameters just for alignment!")
+  U.assertPrinted(r.stdout, "That's 393,216 learnable parameters just for alignment!")
   -- the bias adds d_text = 512 more
   lu.assertEquals(r.results.nparams, 768 * 512 + 512)
-  assertPrinted(r, "(393,728 with the 512 biases)")
-  assertShape(r.results.dummy_image, {16, 768})
-  assertShape(r.results.projected, {16, 512})
+  U.assertPrinted(r.stdout, "(393,728 with the 512 biases)")
+  U.assertShape(r.results.dummy_image, {16, 768})
+  U.assertShape(r.results.projected, {16, 512})
 end
 
 -- the first 8 output dims are dummy_image W + b, with W in nn.Linear's init range
@@ -225,8 +136,8 @@ end
 
 function Aligner.test_histograms()
   local r = run(ALIGNER)
-  assertPng(r, "003_token_histograms.png")
-  assertPrinted(r, "The projection changes the distribution — the model learns")
+  U.assertPng(r, "003_token_histograms.png", WIDE)
+  U.assertPrinted(r.stdout, "The projection changes the distribution — the model learns")
 end
 
 ---------------------------------------------------------------- 4.2 and 5
@@ -239,9 +150,9 @@ function Cross.test_shapes()
   lu.assertEquals(line(r, "Output shape:"),
                   "Output shape: (3, 16) — same as text input (3 tokens, d_model=16)")
   lu.assertEquals(line(r, "Attention shape:"), "Attention shape: (4, 3, 9) — 4 heads, each 3x9")
-  assertShape(r.results.output, {3, 16})
-  assertShape(r.results.attn, {4, 3, 9})
-  assertWeights(U.values(r.results.attn))
+  U.assertShape(r.results.output, {3, 16})
+  U.assertShape(r.results.attn, {4, 3, 9})
+  U.assertRowsSumToOne(r.results.attn)
 end
 
 -- MultiHeadCrossAttention against the heads composed by hand
@@ -256,14 +167,14 @@ end
 
 function Cross.test_verification_messages()
   local r = run(CROSS)
-  assertPrinted(r, "Correct! Your aligned cross-attention pipeline works.")
+  U.assertPrinted(r.stdout, "Correct! Your aligned cross-attention pipeline works.")
   lu.assertEquals(line(r, "Input:"), "  Input:  text (5, 256), image (16, 768)")
   lu.assertEquals(line(r, "Output:"), "  Output: (5, 256)")
   lu.assertEquals(line(r, "Attention:"), "  Attention: (4, 5, 16)")
-  assertPrinted(r, "\n\nDimension mismatch (768 vs 256) handled by alignment!")
-  assertShape(r.results.out, {5, 256})
-  assertShape(r.results.attn_in, {4, 5, 16})
-  assertWeights(U.values(r.results.attn_in))
+  U.assertPrinted(r.stdout, "\n\nDimension mismatch (768 vs 256) handled by alignment!")
+  U.assertShape(r.results.out, {5, 256})
+  U.assertShape(r.results.attn_in, {4, 5, 16})
+  U.assertRowsSumToOne(r.results.attn_in)
 end
 
 -- AlignedCrossAttention = align the image (x W + b), then the cross-attention
@@ -305,9 +216,9 @@ end
 function Heads.test_against_reference()
   local R = run(HEADS).results
   local V = U.values
-  assertShape(R.attn_weights, {4, 4, 9})
-  assertShape(R.output, {4, 32})
-  assertWeights(V(R.attn_weights))
+  U.assertShape(R.attn_weights, {4, 4, 9})
+  U.assertShape(R.output, {4, 32})
+  U.assertRowsSumToOne(R.attn_weights)
   local m = R.mhca
   local out, w = mhca_ref(V(R.text_emb), V(R.image_emb), V(m.W_Q), V(m.W_K), V(m.W_V), V(m.W_O), 4)
   lu.assertTrue(U.maxdiff(V(R.attn_weights), w) < 1e-5)
@@ -326,12 +237,12 @@ end
 
 function Heads.test_figures()
   local r = run(HEADS)
-  assertPng(r, "003_dog_heads.png")
-  assertPng(r, "003_all_heads.png")
-  assertPrinted(r, "Notice: different heads attend to different parts of the image!")
+  U.assertPng(r, "003_dog_heads.png", WIDE)
+  U.assertPng(r, "003_all_heads.png", WIDE)
+  U.assertPrinted(r.stdout, "Notice: different heads attend to different parts of the image!")
   -- the terminal heatmap, as plain numbers under NO_COLOR, names the patches
-  assertPrinted(r, "dog-C")
-  assertPrinted(r, "Head 4")
+  U.assertPrinted(r.stdout, "dog-C")
+  U.assertPrinted(r.stdout, "Head 4")
 end
 
 ---------------------------------------------------------------- 7
@@ -351,19 +262,19 @@ function Stats.test_lines()
     lu.assertTrue(math.abs(n[1] - std) < 5.1e-5, c[1] .. " std " .. n[1] .. " vs " .. std)
     lu.assertTrue(math.abs(n[2] - mean) < 5.1e-5, c[1] .. " mean " .. n[2] .. " vs " .. mean)
   end
-  assertPrinted(r, "Information comparison:")
-  assertPrinted(r, "\n\nTruncation loses 32 dimensions of information!")
-  assertPrinted(r, "Learned alignment preserves ALL 64 dimensions via a 64x32 matrix.")
+  U.assertPrinted(r.stdout, "Information comparison:")
+  U.assertPrinted(r.stdout, "\n\nTruncation loses 32 dimensions of information!")
+  U.assertPrinted(r.stdout, "Learned alignment preserves ALL 64 dimensions via a 64x32 matrix.")
 end
 
 -- "padding" is the first d_text columns; alignment is x W + b
 function Stats.test_tensors()
   local R = run(STATS).results
   local x = U.values(R.image_tok)
-  assertShape(R.text_tok, {4, 32})
-  assertShape(R.image_tok, {9, 64})
-  assertShape(R.image_padded, {9, 32})
-  assertShape(R.image_aligned, {9, 32})
+  U.assertShape(R.text_tok, {4, 32})
+  U.assertShape(R.image_tok, {9, 64})
+  U.assertShape(R.image_padded, {9, 32})
+  U.assertShape(R.image_aligned, {9, 32})
   lu.assertEquals(U.values(R.image_padded), cols(x, 1, 32))
   local a = R.aligner
   local want = addbias(matmul(x, U.values(a["proj.W"])), U.values(a["proj.b"]))
@@ -380,8 +291,8 @@ function Mlp.test_against_reference()
   local R = run(MLP).results
   local V = U.values
   local x = V(R.image_tok)
-  assertShape(R.linear_out, {9, 32})
-  assertShape(R.mlp_out, {9, 32})
+  U.assertShape(R.linear_out, {9, 32})
+  U.assertShape(R.mlp_out, {9, 32})
   local L, M = R.linear, R.mlp
   local lin = addbias(matmul(x, V(L["proj.W"])), V(L["proj.b"]))
   lu.assertTrue(U.maxdiff(V(R.linear_out), lin) < 1e-5)
@@ -393,10 +304,10 @@ end
 
 function Mlp.test_figure_and_lines()
   local r = run(MLP)
-  assertPng(r, "003_linear_vs_mlp.png")
-  assertPrinted(r, "Key difference: MLP introduces a nonlinearity (GELU),")
-  assertPrinted(r, "which lets it learn more complex mappings between spaces.")
-  assertPrinted(r, "Linear is simpler but works surprisingly well (as shown in LLaVA).")
+  U.assertPng(r, "003_linear_vs_mlp.png", WIDE)
+  U.assertPrinted(r.stdout, "Key difference: MLP introduces a nonlinearity (GELU),")
+  U.assertPrinted(r.stdout, "which lets it learn more complex mappings between spaces.")
+  U.assertPrinted(r.stdout, "Linear is simpler but works surprisingly well (as shown in LLaVA).")
 end
 
 return {TestSeed003TokenAligner = Aligner, TestSeed003MultiHeadCross = Cross,

@@ -1,94 +1,19 @@
 -- seed004.lua: the toy encoder/decoder examples of seed 004 (random inputs):
--- shapes, softmax rows, the result recomputed in float64 with plain loops
+-- shapes, softmax rows, the result recomputed in float64 by util.lua's loops
 -- from the returned inputs and weights, and the nn modules agreeing with it.
 local lu = require "luaunit"
 local U = dofile("tests/scripts/util.lua")
 
--- float64 softmax(xq W_q (xkv W_k)^T / sqrt(d_k)) (xkv W_v), by loops
-local function matmul(a, b)
-  local c = {}
-  for i = 1, #a do
-    c[i] = {}
-    for j = 1, #b[1] do
-      local s = 0
-      for k = 1, #b do s = s + a[i][k] * b[k][j] end
-      c[i][j] = s
-    end
-  end
-  return c
-end
-
-local function attention(xq, xkv, Wq, Wk, Wv)
-  local Q, K, V = matmul(xq, Wq), matmul(xkv, Wk), matmul(xkv, Wv)
-  local d_k, w = #K[1], {}
-  for i = 1, #Q do
-    local m, sum = -math.huge, 0
-    w[i] = {}
-    for j = 1, #K do
-      local s = 0
-      for k = 1, d_k do s = s + Q[i][k] * K[j][k] end
-      w[i][j] = s / math.sqrt(d_k)
-      m = math.max(m, w[i][j])
-    end
-    for j = 1, #K do w[i][j] = math.exp(w[i][j] - m); sum = sum + w[i][j] end
-    for j = 1, #K do w[i][j] = w[i][j] / sum end
-  end
-  return {Q = Q, K = K, V = V, weights = w, out = matmul(w, V)}
-end
-
-local function assertClose(t, ref, tol, what)
-  local v = U.values(t)
-  lu.assertEquals(#v, #ref, what)
-  lu.assertTrue(U.maxdiff(v, ref) <= tol, what .. ": off by " .. U.maxdiff(v, ref))
-end
-
-local function assertRowsSumToOne(t)
-  for i, row in ipairs(U.values(t)) do
-    local s = 0
-    for _, w in ipairs(row) do
-      lu.assertTrue(w >= 0 and w <= 1, "weight outside [0, 1]: " .. w)
-      s = s + w
-    end
-    lu.assertAlmostEquals(s, 1, 1e-5, "row " .. i)
-  end
-end
+local run = U.cached
 
 -- the titles are printed in this order, each followed by a tensor whose
--- 4-decimal numbers are those of `values` (a returned tensor), if given
+-- 4-decimal numbers are those of t (a returned tensor), if given
 local function assertPrinted(stdout, list)
   local at = 1
   for _, item in ipairs(list) do
     local title, t = item[1], item[2]
-    local s, e = stdout:find(title, at, true)
-    lu.assertNotNil(s, "not printed (in order): " .. title)
-    at = e + 1
-    if t then
-      local got, want = U.numbers(stdout:sub(at):match("^%s*(tensor%b())")), {}
-      for _, row in ipairs(U.values(t)) do
-        for _, v in ipairs(row) do want[#want + 1] = v end
-      end
-      lu.assertEquals(#got, #want, title)
-      for i = 1, #want do
-        lu.assertEquals(string.format("%.4f", got[i]), string.format("%.4f", want[i]), title .. " #" .. i)
-      end
-    end
+    at = U.assertPrinted(stdout, title, t and U.values(t), at)
   end
-end
-
-local function assertPNG(r, name, min)
-  local found = false
-  for _, f in ipairs(r.pngs) do found = found or f == name end
-  lu.assertTrue(found, name .. " was not written; got " .. table.concat(r.pngs, ", "))
-  local img = qkv.plot.read_png(r.out .. "/" .. name)
-  local w, h = img.width or img.w, img.height or img.h
-  lu.assertTrue(w >= min and h >= min and w <= 4000 and h <= 4000,
-                name .. " is " .. tostring(w) .. "x" .. tostring(h))
-end
-
-local runs = {}
-local function run(script)
-  runs[script] = runs[script] or U.run(script)
-  return runs[script]
 end
 
 ---------------------------------------------------------------- self-attention
@@ -108,30 +33,30 @@ end
 function TestSeed004SelfAttention:test_seeded_input()
   -- x is randn(5, 4) right after qkv.seed(42)
   qkv.seed(42)
-  assertClose(run(SELF).results.x, qkv.randn(5, 4):to("float64"):tolist(), 0, "x")
+  U.assertClose(run(SELF).results.x, qkv.randn(5, 4):to("float64"):tolist(), 0, "x")
 end
 
 function TestSeed004SelfAttention:test_weights_are_distributions()
-  assertRowsSumToOne(run(SELF).results.attn_weights)
+  U.assertRowsSumToOne(run(SELF).results.attn_weights)
 end
 
 function TestSeed004SelfAttention:test_against_loops()
   local r = run(SELF).results
-  local ref = attention(U.values(r.x), U.values(r.x), U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
-  assertClose(r.Q, ref.Q, 1e-5, "Q")
-  assertClose(r.K, ref.K, 1e-5, "K")
-  assertClose(r.V, ref.V, 1e-5, "V")
-  assertClose(r.attn_weights, ref.weights, 1e-5, "attn_weights")
-  assertClose(r.output, ref.out, 1e-5, "output")
+  local ref = U.attention(U.values(r.x), U.values(r.x), U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
+  U.assertClose(r.Q, ref.Q, 1e-5, "Q")
+  U.assertClose(r.K, ref.K, 1e-5, "K")
+  U.assertClose(r.V, ref.V, 1e-5, "V")
+  U.assertClose(r.attn_weights, ref.weights, 1e-5, "attn_weights")
+  U.assertClose(r.output, ref.out, 1e-5, "output")
 end
 
 function TestSeed004SelfAttention:test_module_agrees()
   -- qkv.nn.SelfAttention with the three weights loaded: the same layer
   local r = run(SELF).results
-  local ref = attention(U.values(r.x), U.values(r.x), U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
-  assertClose(r.module_output, ref.out, 1e-5, "module output")
-  assertClose(r.module_weights, ref.weights, 1e-5, "module weights")
-  assertClose(r.module_output, U.values(r.output), 1e-6, "module vs by hand")
+  local ref = U.attention(U.values(r.x), U.values(r.x), U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
+  U.assertClose(r.module_output, ref.out, 1e-5, "module output")
+  U.assertClose(r.module_weights, ref.weights, 1e-5, "module weights")
+  U.assertClose(r.module_output, U.values(r.output), 1e-6, "module vs by hand")
 end
 
 function TestSeed004SelfAttention:test_printed()
@@ -149,7 +74,6 @@ function TestSeed004SelfAttention:test_printed()
   lu.assertStrContains(tail, "k5")
   lu.assertStrContains(tail, string.format("%.2f", U.values(r.results.attn_weights)[5][5]))
   lu.assertEquals(#r.pngs, 0)
-  U.clean(r)
 end
 
 ---------------------------------------------------------------- cross-attention
@@ -172,32 +96,32 @@ function TestSeed004CrossAttention:test_seeded_inputs()
   qkv.seed(42)
   local enc, dec = qkv.randn(5, 4), qkv.randn(3, 4)
   local r = run(CROSS).results
-  assertClose(r.encoder_out, enc:to("float64"):tolist(), 0, "encoder_out")
-  assertClose(r.decoder_in, dec:to("float64"):tolist(), 0, "decoder_in")
+  U.assertClose(r.encoder_out, enc:to("float64"):tolist(), 0, "encoder_out")
+  U.assertClose(r.decoder_in, dec:to("float64"):tolist(), 0, "decoder_in")
 end
 
 function TestSeed004CrossAttention:test_weights_are_distributions()
-  assertRowsSumToOne(run(CROSS).results.attn_weights)
+  U.assertRowsSumToOne(run(CROSS).results.attn_weights)
 end
 
 function TestSeed004CrossAttention:test_against_loops()
   -- Q from the decoder, K and V from the encoder
   local r = run(CROSS).results
-  local ref = attention(U.values(r.decoder_in), U.values(r.encoder_out),
-                        U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
-  assertClose(r.Q, ref.Q, 1e-5, "Q")
-  assertClose(r.K, ref.K, 1e-5, "K")
-  assertClose(r.V, ref.V, 1e-5, "V")
-  assertClose(r.attn_weights, ref.weights, 1e-5, "attn_weights")
-  assertClose(r.context, ref.out, 1e-5, "context")
+  local ref = U.attention(U.values(r.decoder_in), U.values(r.encoder_out),
+                          U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
+  U.assertClose(r.Q, ref.Q, 1e-5, "Q")
+  U.assertClose(r.K, ref.K, 1e-5, "K")
+  U.assertClose(r.V, ref.V, 1e-5, "V")
+  U.assertClose(r.attn_weights, ref.weights, 1e-5, "attn_weights")
+  U.assertClose(r.context, ref.out, 1e-5, "context")
 end
 
 function TestSeed004CrossAttention:test_module_agrees()
   local r = run(CROSS).results
-  local ref = attention(U.values(r.decoder_in), U.values(r.encoder_out),
-                        U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
-  assertClose(r.module_context, ref.out, 1e-5, "CrossAttention")
-  assertClose(r.module_context, U.values(r.context), 1e-6, "module vs by hand")
+  local ref = U.attention(U.values(r.decoder_in), U.values(r.encoder_out),
+                          U.values(r.W_q), U.values(r.W_k), U.values(r.W_v))
+  U.assertClose(r.module_context, ref.out, 1e-5, "CrossAttention")
+  U.assertClose(r.module_context, U.values(r.context), 1e-6, "module vs by hand")
 end
 
 function TestSeed004CrossAttention:test_printed()
@@ -213,9 +137,8 @@ end
 
 function TestSeed004CrossAttention:test_png()
   local r = run(CROSS)
-  assertPNG(r, "004_cross_attention.png", 200)
+  U.assertPng(r, "004_cross_attention.png")
   lu.assertEquals(#r.pngs, 1)
-  U.clean(r)
 end
 
 return {TestSeed004SelfAttention = TestSeed004SelfAttention,
