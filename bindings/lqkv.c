@@ -15,8 +15,8 @@ static int lazy_index (lua_State *L) {
     {"test", "qkv.test", NULL},
     {"cosine_similarity", "qkv.nn", "cosine_similarity"},
   };
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;   /* qkv[1] stays nil */
   const char *key = lua_tostring(L, 2);
-  if (key == NULL || lua_type(L, 2) != LUA_TSTRING) return 0;
   for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
     if (strcmp(key, lazy[i][0]) != 0) continue;
     lua_getglobal(L, "require");
