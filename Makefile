@@ -7,7 +7,7 @@ CFLAGS ?= -O2
 BUILD := build
 
 DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
-  libcairo2-dev fonts-dejavu-core
+  libcairo2-dev fonts-dejavu-core libreadline-dev
 
 # evaluated when used, so that a recursive make after `deps` sees new packages
 LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
@@ -16,15 +16,18 @@ BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CAIRO_CFLAGS = $(shell pkg-config --cflags cairo 2>/dev/null || echo -I/usr/include/cairo)
 CAIRO_LIBS = $(shell pkg-config --libs cairo 2>/dev/null || echo -lcairo)
+READLINE_LIBS = $(shell pkg-config --libs readline 2>/dev/null || echo -lreadline)
 
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
   -fPIC -fopenmp -fno-math-errno $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 QKV_LIBS = $(BLAS_LIBS) -fopenmp -lm
 
+# the executable's own parts (REPL, test runner) stay out of qkv.so
+EXE_SRC := vm/main.c vm/repl.c vm/testrun.c
 VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
-LIB_SRC := $(filter-out vm/main.c,$(VM_SRC)) $(wildcard bindings/*.c)
+LIB_SRC := $(filter-out $(EXE_SRC),$(VM_SRC)) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-MAIN_OBJ := $(BUILD)/obj/vm/main.o
+MAIN_OBJ := $(EXE_SRC:%.c=$(BUILD)/obj/%.o)
 # PNG drawing lives in its own module (require "qkv.cairo", found by the
 # executable under build/lib/), loaded only when a script writes a picture,
 # so that cairo never slows down start-up
@@ -47,7 +50,7 @@ $(BUILD)/obj/bindings/cairo/%.o: bindings/cairo/%.c
 	$(CC) $(QKV_CFLAGS) $(CAIRO_CFLAGS) -c $< -o $@
 
 $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
-	$(CC) $(CFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(QKV_LIBS)
+	$(CC) $(CFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(READLINE_LIBS) $(QKV_LIBS)
 
 # the module leaves the Lua symbols to the interpreter that loads it
 $(BUILD)/qkv.so: $(LIB_OBJ)

@@ -9,12 +9,14 @@
 ** The Lua-side library loads on first use, so that `qkv.nn` works without
 ** a require and a script that never plots never pays for it.
 */
+static const char *const lazy[][3] = {
+  {"nn", "qkv.nn", NULL}, {"plot", "qkv.plot", NULL},
+  {"test", "qkv.test", NULL}, {"repl", "qkv.repl", NULL},
+  {"cosine_similarity", "qkv.nn", "cosine_similarity"},
+  {"help", "qkv.doc", "help"},
+};
+
 static int lazy_index (lua_State *L) {
-  static const char *const lazy[][3] = {
-    {"nn", "qkv.nn", NULL}, {"plot", "qkv.plot", NULL},
-    {"test", "qkv.test", NULL},
-    {"cosine_similarity", "qkv.nn", "cosine_similarity"},
-  };
   if (lua_type(L, 2) != LUA_TSTRING) return 0;   /* qkv[1] stays nil */
   const char *key = lua_tostring(L, 2);
   for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
@@ -49,7 +51,14 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_pushliteral(L, "qkv " QKV_VERSION);
   lua_setfield(L, module, "_VERSION");
   lua_pushvalue(L, mt);
-  lua_setfield(L, module, "Tensor");      /* the metatable, for extensions */
+  lua_setfield(L, module, "Tensor");
+  /* the names that load on first use, for the REPL's completion */
+  lua_createtable(L, sizeof lazy / sizeof lazy[0], 0);
+  for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
+    lua_pushstring(L, lazy[i][0]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  lua_setfield(L, module, "_lazy");      /* the metatable, for extensions */
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, lazy_index);
   lua_setfield(L, -2, "__index");

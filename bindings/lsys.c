@@ -1,12 +1,14 @@
 /*
 ** lsys.c -- what the Lua-side library needs from the system and Lua cannot
 ** ask: whether a stream is a terminal and how wide it is (for the terminal
-** heatmaps of qkv.plot and the REPL). Internal: the names start with '_'.
+** heatmaps of qkv.plot and the REPL; internal, the names start with '_'),
+** and whether a GPU can be used.
 */
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "lqkv.h"
+#include "../vm/backend.h"
 
 /* qkv._isatty([fd = 1]) -> boolean */
 static int s_isatty (lua_State *L) {
@@ -25,9 +27,16 @@ static int s_termsize (lua_State *L) {
   return 2;
 }
 
+/* qkv.cuda_available() -> boolean: a CUDA backend is loaded and has a GPU */
+static int s_cuda_available (lua_State *L) {
+  lua_pushboolean(L, qkv_backend_of(QKV_CUDA) != NULL);
+  return 1;
+}
+
 void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg f[] = {
-    {"_isatty", s_isatty}, {"_termsize", s_termsize}, {NULL, NULL}
+    {"_isatty", s_isatty}, {"_termsize", s_termsize},
+    {"cuda_available", s_cuda_available}, {NULL, NULL}
   };
   lua_pushvalue(L, module);
   luaL_setfuncs(L, f, 0);

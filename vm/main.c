@@ -1,9 +1,10 @@
 /*
 ** main.c -- the qkv executable: Lua 5.4 with the qkv module preloaded as a
 ** global.  Runs a script with `arg` set as lua.c does, or code given with
-** -e, or the chunks read from standard input.
+** -e, or the REPL (repl.c), or `qkv test` (testrun.c).
 */
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +15,25 @@
 #include <lualib.h>
 
 #include "qkv.h"
+#include "cli.h"
 
 LUALIB_API int luaopen_qkv (lua_State *L);
 
-static const char *progname = "qkv";
+const char *cli_progname = "qkv";
 
 static void usage (FILE *f) {
   fprintf(f,
     "usage: %s [options] [script [args]]\n"
+    "       %s test [paths] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-v]\n"
     "  -e code        run the Lua code (may repeat)\n"
+    "  -i             enter the REPL after the script (or -e)\n"
     "  -              run standard input as a script\n"
+    "  --device dev   cpu (the default) or cuda\n"
     "  -v, --version  print the version\n"
     "  -h, --help     print this help\n"
-    "With no script, qkv reads chunks from standard input.\n"
-    "The module is the global `qkv` (also require \"qkv\").\n", progname);
+    "With no script: the REPL when standard input is a terminal, else\n"
+    "standard input runs as a script.  The module is the global `qkv`.\n",
+    cli_progname, cli_progname);
 }
 
 static int msghandler (lua_State *L) {
@@ -41,21 +47,55 @@ static int msghandler (lua_State *L) {
   return 1;
 }
 
-static int report (lua_State *L, int status) {
+int cli_report (lua_State *L, int status) {
   if (status != LUA_OK) {
-    fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "%s: %s\n", cli_progname, msg ? msg : "(error object)");
     fflush(stderr);
     lua_pop(L, 1);
   }
   return status;
 }
 
-/* calls the function below `nargs` arguments under the traceback handler */
-static int docall (lua_State *L, int nargs, int nres) {
+/*
+** Ctrl-C, as lua.c does it: the handler only sets a hook, and the hook
+** raises the error at the next Lua instruction; kernels see the flag.
+** A second Ctrl-C before the hook runs gets the default action.
+*/
+static lua_State *globalL = NULL;
+
+static void lstop (lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void setsignal (int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  sa.sa_handler = handler;
+  sa.sa_flags = 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+}
+
+static void laction (int sig) {
+  int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  setsignal(sig, SIG_DFL);
+  qkv_interrupted = 1;
+  lua_sethook(globalL, lstop, flag, 1);
+}
+
+int cli_docall (lua_State *L, int nargs, int nres) {
   int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, msghandler);
   lua_insert(L, base);
+  globalL = L;
+  qkv_interrupted = 0;
+  setsignal(SIGINT, laction);
   int status = lua_pcall(L, nargs, nres, base);
+  setsignal(SIGINT, SIG_DFL);
+  lua_sethook(L, NULL, 0, 0);
+  qkv_interrupted = 0;
   lua_remove(L, base);
   return status;
 }
@@ -82,6 +122,28 @@ static void setpath (lua_State *L) {
   lua_pop(L, 1);
 }
 
+static int initstate (lua_State *L) {
+  luaL_openlibs(L);
+  luaL_requiref(L, "qkv", luaopen_qkv, 1);
+  lua_pop(L, 1);
+  setpath(L);
+  return 0;
+}
+
+lua_State *cli_newstate (void) {
+  lua_State *L = luaL_newstate();
+  if (L == NULL) {
+    fprintf(stderr, "%s: cannot create state: not enough memory\n", cli_progname);
+    return NULL;
+  }
+  lua_pushcfunction(L, initstate);
+  if (cli_report(L, lua_pcall(L, 0, 0, 0)) != LUA_OK) {
+    lua_close(L);
+    return NULL;
+  }
+  return L;
+}
+
 /* arg[0] is the script, arg[-k] what came before it, arg[1..] its args */
 static void createargtable (lua_State *L, char **argv, int argc, int script) {
   lua_createtable(L, argc - script - 1, script + 1);
@@ -100,68 +162,90 @@ static int runscript (lua_State *L, char **argv, int argc, int script) {
     int n = argc - script - 1;
     luaL_checkstack(L, n + 3, "too many arguments to script");
     for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
-    status = docall(L, n, 0);
+    status = cli_docall(L, n, 0);
   }
-  return report(L, status);
+  return cli_report(L, status);
+}
+
+static int rundevice (const char *dev) {
+  if (strcmp(dev, "cpu") == 0) return 1;
+  if (strcmp(dev, "cuda") == 0)
+    fprintf(stderr, "%s: --device cuda: this build has no CUDA backend\n", cli_progname);
+  else
+    fprintf(stderr, "%s: --device: '%s' is not cpu or cuda\n", cli_progname, dev);
+  return 0;
+}
+
+/* the options before the script; returns 0 on a bad one, else 1 and sets
+   *script (0 for none), *interactive and *ran (something was run/printed) */
+static int runargs (lua_State *L, int argc, char **argv, int *script,
+                    int *interactive, int *ran) {
+  for (int i = 1; i < argc && *script == 0; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); *ran = 1; }
+    else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
+      printf("qkv %s (%s)\n", QKV_VERSION, LUA_RELEASE);
+      *ran = 1;
+    } else if (strcmp(a, "-i") == 0) *interactive = 1;
+    else if (strcmp(a, "--device") == 0) {
+      if (++i >= argc) { usage(stderr); return 0; }
+      if (!rundevice(argv[i])) return 0;
+    } else if (strcmp(a, "-e") == 0) {
+      if (++i >= argc) { usage(stderr); return 0; }
+      createargtable(L, argv, argc, 0);
+      int status = luaL_loadbuffer(L, argv[i], strlen(argv[i]), "=(command line)");
+      if (status == LUA_OK) status = cli_docall(L, 0, 0);
+      if (cli_report(L, status) != LUA_OK) return 0;
+      *ran = 1;
+    } else if (strcmp(a, "--") == 0) {
+      if (i + 1 < argc) *script = i + 1;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      fprintf(stderr, "%s: unrecognized option '%s'\n", cli_progname, a);
+      usage(stderr);
+      return 0;
+    } else *script = i;
+  }
+  return 1;
 }
 
 static int pmain (lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
-  int script = 0, ran = 0;
-  luaL_openlibs(L);
-  luaL_requiref(L, "qkv", luaopen_qkv, 1);
-  lua_pop(L, 1);
-  setpath(L);
-  for (int i = 1; i < argc && script == 0; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); ran = 1; }
-    else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
-      printf("qkv %s (%s)\n", QKV_VERSION, LUA_RELEASE);
-      ran = 1;
-    } else if (strcmp(a, "-e") == 0) {
-      if (++i >= argc) { usage(stderr); return lua_pushboolean(L, 0), 1; }
-      createargtable(L, argv, argc, 0);
-      int status = luaL_loadbuffer(L, argv[i], strlen(argv[i]), "=(command line)");
-      if (status == LUA_OK) status = docall(L, 0, 0);
-      if (report(L, status) != LUA_OK) return lua_pushboolean(L, 0), 1;
-      ran = 1;
-    } else if (strcmp(a, "--") == 0) {
-      if (i + 1 < argc) script = i + 1;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
-      usage(stderr);
-      return lua_pushboolean(L, 0), 1;
-    } else script = i;
-  }
+  int script = 0, interactive = 0, ran = 0, ok = 1;
+  if (!runargs(L, argc, argv, &script, &interactive, &ran))
+    return lua_pushboolean(L, 0), 1;
   if (script > 0) {
     createargtable(L, argv, argc, script);
-    lua_pushboolean(L, runscript(L, argv, argc, script) == LUA_OK);
-    return 1;
+    ok = runscript(L, argv, argc, script) == LUA_OK;
+    /* like python -i: the session starts even after an error */
+  } else if (!ran && !interactive) {
+    if (isatty(STDIN_FILENO)) interactive = 1;
+    else {
+      char *stdin_args[] = {argv[0], "-"};
+      createargtable(L, stdin_args, 2, 1);
+      ok = runscript(L, stdin_args, 2, 1) == LUA_OK;
+    }
   }
-  if (!ran) {
-    char *stdin_args[] = {argv[0], "-"};
-    createargtable(L, stdin_args, 2, 1);
-    lua_pushboolean(L, runscript(L, stdin_args, 2, 1) == LUA_OK);
-    return 1;
+  if (interactive) {
+    if (script == 0) createargtable(L, argv, argc, 0);
+    cli_repl(L);
+    ok = 1;
   }
-  lua_pushboolean(L, 1);
+  lua_pushboolean(L, ok);
   return 1;
 }
 
 int main (int argc, char **argv) {
-  lua_State *L = luaL_newstate();
-  if (argv[0] && argv[0][0]) progname = argv[0];
-  if (L == NULL) {
-    fprintf(stderr, "%s: cannot create state: not enough memory\n", progname);
-    return EXIT_FAILURE;
-  }
+  if (argv[0] && argv[0][0]) cli_progname = argv[0];
+  if (argc > 1 && strcmp(argv[1], "test") == 0) return cli_test(argc - 1, argv + 1);
+  lua_State *L = cli_newstate();
+  if (L == NULL) return EXIT_FAILURE;
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);
   lua_pushlightuserdata(L, argv);
   int status = lua_pcall(L, 2, 1, 0);
   int ok = lua_toboolean(L, -1);
-  report(L, status);
+  cli_report(L, status);
   lua_close(L);
   return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -8,6 +8,8 @@
 #include "qkv.h"
 #include "backend.h"
 
+volatile sig_atomic_t qkv_interrupted = 0;
+
 const qkv_backend *qkv_backend_of (qkv_device dev) {
   /* the CUDA table is filled in when its shared object is loaded */
   return dev == QKV_CPU ? &qkv_cpu_backend : NULL;
@@ -20,6 +22,7 @@ const char *qkv_strerror (int code) {
     case QKV_EDTYPE: return "unsupported dtype";
     case QKV_ENODEV: return "device not available";
     case QKV_EDEVICE: return "tensors are on different devices";
+    case QKV_EINTR: return "interrupted";
     default: return "internal error";
   }
 }
@@ -28,6 +31,10 @@ const char *qkv_strerror (int code) {
 static const qkv_backend *backend3 (const qkv_tensor *out, const qkv_tensor *a,
                                     const qkv_tensor *b, int *err) {
   qkv_device d = out->storage->device;
+  if (qkv_interrupted) {
+    *err = QKV_EINTR;
+    return NULL;
+  }
   if ((a && a->storage->device != d) || (b && b->storage->device != d)) {
     *err = QKV_EDEVICE;
     return NULL;

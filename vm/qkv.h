@@ -15,8 +15,17 @@
 typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
-enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTERNAL };
+enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
+       QKV_EINTERNAL };
 const char *qkv_strerror(int code);
+
+/*
+** Set by a SIGINT handler (the executable's), cleared before each command.
+** Ops check it before they start and long kernels between blocks of work;
+** either way they return QKV_EINTR and the binding raises "interrupted".
+*/
+#include <signal.h>
+extern volatile sig_atomic_t qkv_interrupted;
 
 /* A reference-counted block of memory on one device. */
 typedef struct qkv_storage {

@@ -322,10 +322,10 @@ static int run (const job *J) {
     /* every thread must reach the loop, even one without scratch */
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < items; t++)
-      if (ok) query_tile(J, &W, t);
+      if (ok && !qkv_interrupted) query_tile(J, &W, t);
     if (ok) scratch_free(&W);
   }
-  return err;
+  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
 }
 
 static int shapes_agree (const qkv_tensor *out, const qkv_tensor *q,

@@ -153,16 +153,17 @@ static int run_batches (const job *J, int64_t nbatch) {
       /* every thread must reach the same loop, even one without scratch */
       #pragma omp for schedule(static)
       for (int64_t bi = 0; bi < nbatch; bi++)
-        if (ok) one_batch(J, bi, ua, ub);
+        if (ok && !qkv_interrupted) one_batch(J, bi, ua, ub);
       free(pa);
       free(pb);
     }
   } else {
-    for (int64_t bi = 0; bi < nbatch; bi++) one_batch(J, bi, sa, sb);
+    for (int64_t bi = 0; bi < nbatch && !qkv_interrupted; bi++)
+      one_batch(J, bi, sa, sb);
   }
   free(sa);
   free(sb);
-  return err;
+  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
 }
 
 static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,

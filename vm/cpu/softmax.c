@@ -128,6 +128,7 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
 #endif
   #pragma omp parallel for schedule(static) if (numel >= QKV_CPU_PAR_MIN)
   for (int64_t r = 0; r < nrows; r++) {
+    if (qkv_interrupted) continue;
     int64_t xo, oo;
     row_start(&R, r, &xo, &oo);
     if (es == sizeof(float))
@@ -135,5 +136,5 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
     else
       row_f64((double *)ob + oo, os, (const double *)xb + xo, xs, n);
   }
-  return QKV_OK;
+  return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }

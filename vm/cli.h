@@ -1,0 +1,30 @@
+/*
+** cli.h -- what the parts of the qkv executable share (main.c, repl.c,
+** testrun.c): a ready Lua state, calls under the traceback handler and the
+** SIGINT hook, and error reports.  Not part of the module qkv.so.
+*/
+#ifndef QKV_CLI_H
+#define QKV_CLI_H
+
+#include <lua.h>
+
+extern const char *cli_progname;
+
+/* a new state with the standard libraries, the global `qkv` and the paths
+   to the stdlib next to the executable; NULL (after a message) on failure */
+lua_State *cli_newstate (void);
+
+/* calls the function below `nargs` arguments with a traceback handler;
+   Ctrl-C while it runs raises "interrupted!" (a second one kills) */
+int cli_docall (lua_State *L, int nargs, int nres);
+
+/* prints the error on top of the stack (if status is not LUA_OK) */
+int cli_report (lua_State *L, int status);
+
+/* the REPL on standard input; returns when it reads end of file */
+void cli_repl (lua_State *L);
+
+/* `qkv test [args]`: argv[0] is "test"; returns the exit status */
+int cli_test (int argc, char **argv);
+
+#endif
