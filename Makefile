@@ -60,6 +60,11 @@ $(CAIRO_SO): $(CAIRO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(CAIRO_LIBS)
 
+# drives the REPL through a pseudo-terminal in tests/test_repl.lua
+$(BUILD)/ptydrive: tests/tools/ptydrive.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $<
+
 deps:
 	@command -v dpkg-query >/dev/null || { echo "deps: not a Debian system; install: $(DEPS)"; exit 0; }; \
 	missing=$$(for p in $(DEPS); do \
@@ -77,7 +82,7 @@ run: deps
 	$(BUILD)/qkv scripts/tour.lua
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/ptydrive
 	$(BUILD)/qkv tests/run.lua tests
 
 bench: deps
