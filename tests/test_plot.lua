@@ -304,11 +304,14 @@ end
 
 function TestHeatmapTerm:testWritesToStdoutUnlessOutFalse()
   local cmd = quote(EXE) .. " -e " .. quote(
-    'local s = qkv.plot.heatmap({{1, 2}}, {title = "T", color = false}) io.write("|", #s)')
+    'local s = qkv.plot.heatmap({{1, 2}}, {title = "T", color = false}) ' ..
+    'local t = qkv.plot.heatmap({{1, 2}}, {title = "T", color = false, out = false}) ' ..
+    'io.write("|", tostring(s), "|", #t)')
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()
-  local body, n = out:match("^(.*)|(%d+)$")
+  -- drawn: nothing returned (the REPL prints nothing twice); out = false: the text
+  local body, n = out:match("^(.*)|nil|(%d+)$")
   lu.assertNotNil(body, out)
   lu.assertEquals(#body, tonumber(n))
   lu.assertStrContains(body, "2.00")

@@ -4,11 +4,12 @@
 -- Matrices are 2-D qkv tensors (leading size-1 dims are squeezed, so a
 -- (1, n, m) weight tensor works) or nested tables of numbers; any dtype.
 -- Every function draws in the terminal unless opts.file names a PNG.
--- In the terminal the text goes to io.stdout (not with opts.out = false) and
--- is also returned; with a file the result is the figure's layout, in
--- pixels, so that a test can find what was drawn where.
+-- In the terminal the text goes to io.stdout and nothing is returned (so the
+-- REPL does not print it twice); with opts.out = false the text is returned
+-- instead. With a file the result is the figure's layout, in pixels, so that
+-- a test can find what was drawn where.
 --
---   plot.heatmap(w, opts) -> text | layout {file, width, height, x0, y0, cw, ch}
+--   plot.heatmap(w, opts) -> nothing | text | layout {file, width, height, x0, y0, cw, ch}
 --     opts: title (a "\n" starts a new line), title_color (hex), xlabels,
 --     ylabels (a name a column / row), xlabel, ylabel, ylabel_rotation (90,
 --     or 0 for a level row name), xticks, yticks (false: no tick marks or
@@ -108,18 +109,16 @@ local function checkopts(fname, opts)
   return opts
 end
 
--- the terminal side of every function: render, write, return the text
+-- the terminal side of every function: render, then write or return the text
 local function show(fname, specs, opts)
   local color = opts.color   -- hist's color may be its bars' hex colour
   if type(color) ~= "boolean" then color = plot._color_default() end
   local width = opts.width or plot._termwidth()
   local text = term.render(specs, {color = color and true or false, width = width,
     title = opts.grid and opts.title or nil, cols = opts.cols, grid = opts.grid})
-  if opts.out ~= false then
-    io.stdout:write(text)
-    io.stdout:flush()
-  end
-  return text
+  if opts.out == false then return text end
+  io.stdout:write(text)
+  io.stdout:flush()
 end
 
 local function draw(fname, specs, opts)
