@@ -58,7 +58,10 @@ static const char *fname (lua_State *L) {
   return "qkv";
 }
 
+/* An op stopped by Ctrl-C has delivered the interrupt: the hook that the
+   executable's SIGINT handler set must not fire again in the handler. */
 void qkvL_check (lua_State *L, const char *name, int err) {
+  if (err == QKV_EINTR) lua_sethook(L, NULL, 0, 0);
   if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
 }
 

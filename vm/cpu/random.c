@@ -143,6 +143,7 @@ int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
   int64_t ngroups = (nblocks + GROUP - 1) / GROUP;
   #pragma omp parallel for schedule(static) if (n >= QKV_CPU_PAR_MIN)
   for (int64_t q = 0; q < ngroups; q++) {
+    if (qkv_interrupted) continue;
     uint32_t x[GROUP][4];
     blocks(key, offset + (uint64_t)(q * GROUP), x);
     for (int g = 0; g < GROUP && q * GROUP + g < nblocks; g++) {
@@ -152,5 +153,5 @@ int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
       else fill_f64((double *)base + first, dist, x[g], cnt);
     }
   }
-  return QKV_OK;
+  return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }
