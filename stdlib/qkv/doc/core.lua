@@ -1,0 +1,255 @@
+-- doc/core.lua: qkv.doc entries of the qkv module's own functions: making
+-- tensors, the attention primitives and the runtime (the math functions,
+-- which are also tensor methods, are in doc/math.lua).
+
+local SHAPE = "Sizes are given as numbers (qkv.zeros(2, 3)) or as one table " ..
+  "(qkv.zeros{2, 3}), at most 8 of them; no sizes give a 0-d tensor. "
+
+local GENERATOR = "The numbers come from qkv's counter-based generator " ..
+  "(Philox 4x32-10), so qkv.seed(n) makes them the same on every machine. "
+
+return {
+  ---------------------------------------------------------------- making tensors
+  {name = "qkv.tensor", sig = "qkv.tensor(t [, dtype])", group = "making tensors",
+   doc = [[A new tensor from a nested table of numbers or booleans, from one
+number (a 0-d tensor), or from another tensor (a copy). Numbers give
+float32, integers too (PyTorch would give int64), so that
+qkv.tensor{{1, 0}, {0, 1}} is ready for matmul; booleans give bool, and a
+tensor keeps its dtype, unless dtype says otherwise. The shape is read down
+the first items, and a ragged table is an error naming the depth; a
+fractional number stored as int64 is truncated. As torch.tensor.]],
+   example = [=[
+print(qkv.tensor{{1, 2}, {3, 4}})
+--> tensor([[1., 2.],
+-->         [3., 4.]])
+print(qkv.tensor({1, 2}, "int64"))   --> tensor([1, 2])]=]},
+
+  {name = "qkv.zeros", sig = "qkv.zeros(d1, d2, ... [, dtype])", group = "making tensors",
+   doc = [[A tensor of zeros with the given sizes. ]] .. SHAPE .. [[A trailing
+string is the dtype, float32 by default: qkv.zeros(2, 3, "int64"). A size
+that is not a non-negative integer is an error naming the argument. As
+torch.zeros.]],
+   example = [=[print(qkv.zeros(2, 3).shape, qkv.zeros{2, 3}.shape)   --> (2, 3)	(2, 3)]=]},
+
+  {name = "qkv.ones", sig = "qkv.ones(d1, d2, ... [, dtype])", group = "making tensors",
+   doc = [[A tensor of ones with the given sizes. ]] .. SHAPE .. [[A trailing
+string is the dtype, float32 by default: qkv.ones(2, 2, "bool") is all
+true. A size that is not a non-negative integer is an error naming the
+argument. As torch.ones.]]},
+
+  {name = "qkv.full", sig = "qkv.full(shape, v [, dtype])", group = "making tensors",
+   doc = [[A tensor of the given shape with every element v. shape is a
+table of sizes or one size, and v a number or a boolean. The dtype is
+float32 unless given (torch.full takes it from v instead). A v that is not
+a number or boolean is an error on argument #2. As torch.full.]],
+   example = [=[print(qkv.full({2, 2}, 7))
+--> tensor([[7., 7.],
+-->         [7., 7.]])]=]},
+
+  {name = "qkv.eye", sig = "qkv.eye(n [, m] [, dtype])", group = "making tensors",
+   doc = [[The n × m identity matrix: ones on the main diagonal, zeros
+elsewhere. m defaults to n, and the dtype to float32. Sizes must be
+non-negative integers. As torch.eye.]]},
+
+  {name = "qkv.arange", sig = "qkv.arange([a,] b [, step] [, dtype])", group = "making tensors",
+   doc = [[The 1-D tensor a, a + step, a + 2 step, ... up to but not
+including b. a defaults to 0 and step to 1; a negative step counts down.
+The values are computed in float64 and stored as float32 unless dtype says
+otherwise (torch.arange gives int64 for integer arguments). A zero or
+non-finite step, a non-finite bound, or a step that goes away from b is an
+error. As torch.arange.]],
+   example = [=[print(qkv.arange(3), qkv.arange(0, 1, 0.25))
+--> tensor([0., 1., 2.])	tensor([0.0000, 0.2500, 0.5000, 0.7500])]=]},
+
+  {name = "qkv.rand", sig = "qkv.rand(d1, d2, ... [, dtype])", group = "making tensors",
+   doc = [[A tensor of random numbers uniform in [0, 1), shaped as for
+qkv.zeros. ]] .. GENERATOR .. [[The dtype is float32 or float64; another
+one is an error. As torch.rand, though the draws differ from PyTorch's.]]},
+
+  {name = "qkv.randn", sig = "qkv.randn(d1, d2, ... [, dtype])", group = "making tensors",
+   doc = [[A tensor of standard normal random numbers (mean 0, variance 1),
+shaped as for qkv.zeros. ]] .. GENERATOR .. [[They are Box-Muller on the
+generator's output. The dtype is float32 or float64; another one is an
+error. As torch.randn, though the draws differ from PyTorch's.]],
+   example = [=[qkv.seed(42)
+local a = qkv.randn(2, 3)
+qkv.seed(42)
+print(qkv.randn(2, 3):eq(a):sum():item())   --> 6]=]},
+
+  {name = "qkv.seed", sig = "qkv.seed(n)", group = "making tensors",
+   doc = [[Seeds the generator behind qkv.rand, qkv.randn and the qkv.nn
+modules' initial weights with the integer n. A seed gives the same numbers
+on every machine. The default seed is PyTorch's, 67280421310721. Returns
+nothing; an n that is not an integer is an error. As torch.manual_seed.]]},
+
+  {name = "qkv.initial_seed", sig = "qkv.initial_seed()", group = "making tensors",
+   doc = [[The seed of the generator: the last one given to qkv.seed, or
+the default 67280421310721. It is an integer. As torch.initial_seed.]]},
+
+  {name = "qkv.cat", sig = "qkv.cat(list [, dim])", group = "making tensors",
+   doc = [[Concatenates a list of tensors along dim (default 1). They must
+have the same number of dims and equal sizes in every dim but dim; the
+result's dtype is their promoted one (float32 with float64 gives float64).
+An empty list, an item that is not a tensor, more than 1024 tensors or
+sizes that disagree are errors naming the tensor. As torch.cat.]],
+   example = [=[print(qkv.cat({qkv.ones(1, 2), qkv.zeros(1, 2)}))
+--> tensor([[1., 1.],
+-->         [0., 0.]])]=]},
+
+  {name = "qkv.stack", sig = "qkv.stack(list [, dim])", group = "making tensors",
+   doc = [[Stacks a list of tensors of one shape along a new dim at position
+dim (default 1): n tensors of shape (a, b) give (n, a, b). Shapes must be
+equal, and dtypes promote as for qkv.cat. An empty list or a tensor of
+another shape is an error naming it. As torch.stack.]],
+   example = [=[print(qkv.stack({qkv.ones(2), qkv.zeros(2)}, 2))
+--> tensor([[1., 0.],
+-->         [1., 0.]])]=]},
+
+  ---------------------------------------------------------------- attention
+  {name = "qkv.project", sig = "qkv.project(x, W [, b])", group = "attention",
+   doc = [[The linear projection x W + b, as in Q = X W_Q. x is (..., d_in),
+W is (d_in, d_out) and b, when given, (d_out,); the result is
+(..., d_out). x, W and b must share one float dtype. Sizes that disagree
+are an error naming both shapes: project: x is (2, 3) but W is (4, 2):
+d_in 3 ≠ 4. PyTorch's F.linear(x, W.T, b): W here is the transpose of
+nn.Linear's weight.]],
+   example = [=[print(qkv.project(qkv.ones(1, 2), qkv.tensor{{1, 2}, {3, 4}}, qkv.tensor{0, 1}))
+--> tensor([[4., 7.]])]=]},
+
+  {name = "qkv.scores", sig = "qkv.scores(Q, K [, opts])", group = "attention",
+   doc = [[The attention scores Q Kᵀ · scale, where scale is 1/sqrt(d_k)
+unless opts.scale gives another number. Q is (..., n_q, d_k) and K
+(..., n_k, d_k), their batch dims broadcast, and the result is
+(..., n_q, n_k). Kᵀ is a view handed to BLAS with its transpose flag,
+never copied. Q and K must share a float dtype, and an unknown option is an
+error (scores: unknown option 'scal'). As Q @ K.transpose(-2, -1) /
+math.sqrt(d_k) in PyTorch.]],
+   see = {"qkv.mask", "qkv.softmax", "qkv.attention"}},
+
+  {name = "qkv.mask", sig = "qkv.mask(S, m [, fill])", group = "attention",
+   doc = [[A copy of the scores S with fill (default -inf) where the mask m
+is false or 0. m may have any dtype (nonzero keeps) and broadcasts to S:
+a padding mask (B, 1, n), a causal one (n_q, n_k) or a per-head one
+(B, H, n_q, n_k). The fill is -inf, not -1e9, so that qkv.softmax gives
+exact zeros there. A mask that does not broadcast is an error with both
+shapes. As S.masked_fill(~m, float('-inf')) in PyTorch.]],
+   see = {"qkv.causal", "qkv.padding", "Tensor:masked_fill"}},
+
+  {name = "qkv.causal", sig = "qkv.causal(n_q [, n_k])", group = "attention",
+   doc = [[A bool (n_q, n_k) mask, true where query i may see key j:
+j <= i + (n_k - n_q). n_k defaults to n_q, which gives the lower triangle.
+When n_k > n_q the diagonal aligns to the end, as when decoding with a
+cache of n_k - n_q earlier tokens, so the last query sees every key.
+Lengths must be non-negative integers. As
+torch.ones(n_q, n_k).tril(n_k - n_q).bool().]],
+   example = [=[print(qkv.causal(2, 4))
+--> tensor([[ True,  True,  True, False],
+-->         [ True,  True,  True,  True]])]=]},
+
+  {name = "qkv.padding", sig = "qkv.padding(lengths [, n])", group = "attention",
+   doc = [[A bool (#lengths, 1, n) mask, true for the first lengths[b]
+tokens of sequence b. lengths is a list of non-negative integers or a 1-D
+tensor; n defaults to the longest length, and a length over n is an error.
+The (B, 1, n) shape broadcasts against (B, n_q, n) scores, and
+qkv.nn.MultiHeadAttention adds the head dim itself. PyTorch spells it
+torch.arange(n) < lengths[:, None, None].]],
+   example = [=[print(qkv.padding({1, 3}))
+--> tensor([[[ True, False, False]],
+-->
+-->         [[ True,  True,  True]]])]=]},
+
+  {name = "qkv.softmax", sig = "qkv.softmax(x [, dim])", group = "attention",
+   also = "x:softmax([dim])", also_group = "attention",
+   doc = [[Softmax along dim (default -1, the last):
+exp(x - max) / sum(exp(x - max)). The maximum is subtracted first, so any
+finite input (even ±1e30) gives a finite result, and a row that is all -inf
+gives zeros rather than NaN (PyTorch gives NaN). The result has x's shape;
+float dtypes stay, int64 and bool give float32. A dim out of range is an
+error. As torch.softmax(x, dim).]],
+   example = [=[print(qkv.softmax(qkv.tensor{1, 2, 3}))
+--> tensor([0.0900, 0.2447, 0.6652])]=]},
+
+  {name = "qkv.gelu", sig = "qkv.gelu(x)", group = "attention",
+   also = "x:gelu()", also_group = "attention",
+   doc = [[The exact GELU, x Φ(x) = x/2 (1 + erf(x/√2)), elementwise. The
+result has x's shape; float dtypes stay, int64 and bool give float32. It
+is the activation of qkv.nn.GELU and of qkv.align's MLP form. As
+torch.nn.functional.gelu(x) with approximate='none'.]],
+   example = [=[print(qkv.gelu(qkv.tensor{-1, 0, 1}))
+--> tensor([-0.1587,  0.0000,  0.8413])]=]},
+
+  {name = "qkv.heads", sig = "qkv.heads(x, h)", group = "attention",
+   doc = [[Splits the last dim into h heads: (..., n, d) becomes
+(..., h, n, d/h), a view that shares x's storage. x needs at least 2 dims,
+and d must be divisible by h, else the error names d, h and x's shape.
+qkv.merge is its inverse. As x.view(..., n, h, d // h).transpose(-3, -2)
+in PyTorch.]],
+   example = [=[print(qkv.heads(qkv.randn(1, 10, 512), 8).shape)   --> (1, 8, 10, 64)]=]},
+
+  {name = "qkv.merge", sig = "qkv.merge(x)", group = "attention",
+   doc = [[Joins the heads again: (..., h, n, d_h) becomes (..., n, h d_h),
+the inverse of qkv.heads. The result is a view when the layout allows it
+(as right after qkv.heads), else a copy. x needs at least 3 dims. As
+x.transpose(-3, -2).reshape(..., n, h * d_h) in PyTorch.]]},
+
+  {name = "qkv.align", sig = "qkv.align(x, W [, b])", group = "attention",
+   doc = [[Token alignment from d_vision to d_text: linear, x W + b as
+qkv.project, or with a table {W1, b1, W2, b2} an MLP, Linear, GELU (erf),
+Linear. x is (..., d_vision) and the result
+(..., d_text); in the MLP form W1 is (d_vision, d_hidden) and W2
+(d_hidden, d_text). Shape and dtype errors are qkv.project's, named align,
+and an MLP table without 4 tensors is an error. qkv.nn.TokenAligner holds
+the weights and calls it.]]},
+
+  {name = "qkv.attention", sig = "qkv.attention(Q, K, V [, opts])", group = "attention",
+   doc = [[Scaled dot-product attention: returns out = softmax(Q Kᵀ · scale,
+masked) V and the weights. Q is (..., n_q, d_k), K (..., n_k, d_k) and V
+(..., n_k, d_v), with batch dims that broadcast, so K and V may lack Q's
+leading dims; out is (..., n_q, d_v) and the weights (..., n_q, n_k).
+opts: mask (a tensor, as for qkv.mask), causal (a boolean, as
+qkv.causal(n_q, n_k)), scale (default 1/sqrt(d_k)) and weights (default
+true). With weights = false a fused kernel (tiled, online softmax) returns
+only out and never holds the n_q × n_k matrix. Unknown options and shapes
+that disagree are errors; PyTorch's F.scaled_dot_product_attention returns
+only out.]],
+   example = [=[local X = qkv.tensor{{1, 0}, {0, 1}}
+local out, w = qkv.attention(X, X, X, {scale = 1})
+print(w)
+--> tensor([[0.7311, 0.2689],
+-->         [0.2689, 0.7311]])]=]},
+
+  {name = "qkv.cosine_similarity", sig = "qkv.cosine_similarity(a, b [, dim [, eps]])",
+   group = "attention",
+   also = "qkv.nn.cosine_similarity(a, b [, dim [, eps]])", also_group = "functions",
+   doc = [[The cosine similarity a·b / max(|a| |b|, eps) along dim, with
+eps 1e-8 by default. dim defaults to -1, the last, where PyTorch's default
+is its dim 1. a and b broadcast, so text tokens (4, 1, d) against image
+patches (1, 9, d) give the (4, 9) table, and the result has the broadcast
+shape without dim. Arguments that are not tensors are an error naming
+them. As torch.nn.functional.cosine_similarity.]],
+   example = [=[print(qkv.cosine_similarity(qkv.randn(4, 1, 16), qkv.randn(1, 9, 16)).shape)
+--> (4, 9)]=]},
+
+  ---------------------------------------------------------------- runtime
+  {name = "qkv.clock", sig = "qkv.clock()", group = "runtime",
+   doc = [[A monotonic wall clock in seconds, a float with sub-microsecond
+resolution, for timing a script. Only differences mean anything:
+local t = qkv.clock(); ...; print(qkv.clock() - t). It never goes back when
+the system's time is set. As time.perf_counter in Python.]]},
+
+  {name = "qkv.memory", sig = "qkv.memory()", group = "runtime",
+   doc = [[The number of bytes held by the storages of live tensors. Tensor
+storage is counted towards Lua's garbage collector, so the number falls
+again when temporaries are collected; call collectgarbage() first for the
+live figure. Views share their storage and add nothing.]]},
+
+  {name = "qkv.is_tensor", sig = "qkv.is_tensor(v)", group = "runtime",
+   doc = [[True when v is a qkv tensor, false for anything else. A tensor
+closed by <close> is still a tensor, though using it is an error. As
+torch.is_tensor.]]},
+
+  {name = "qkv.cuda_available", sig = "qkv.cuda_available()", group = "runtime",
+   doc = [[True when qkv has a CUDA backend with a GPU to run on. This build
+has no CUDA backend yet, so it returns false, and x:cuda() or x:to("cuda")
+is an error. As torch.cuda.is_available.]]},
+}

@@ -1,0 +1,92 @@
+-- doc/intro.lua: the texts of qkv.doc that are not one function's: help()
+-- with no argument, the Tensor type, and each namespace's title, intro and
+-- groups (the order of the groups is the order of the API reference).
+
+local general = [[
+$VERSION: Lua 5.4 with tensors and the attention primitives.
+
+Using the REPL
+  Type a statement or an expression. An expression's values print (tensors
+  with the tensor printer); a trailing ; keeps them quiet, and _ holds the
+  last result. An unfinished statement (a function, a loop) continues on a
+  >> prompt. Errors print their message and a short traceback, and the
+  session goes on.
+  ?name or help(name) shows a function's signature and description:
+  ?qkv.softmax, ?softmax, ?x:matmul, help(qkv.nn.Linear). help(qkv.nn)
+  lists a namespace, help(x) for a tensor x lists the tensor methods.
+  Tab completes globals, table fields, tensor methods and, inside a string,
+  file names.
+  Ctrl-C interrupts a running command, or clears the line at the prompt;
+  Ctrl-D at an empty prompt exits.
+  A command that takes over 10 ms shows its wall time at the right;
+  qkv.repl.timing(false) turns that off.
+
+Namespaces
+  qkv        tensors, math and the attention primitives (help(qkv))
+  x:method   tensor methods (help(x) for a tensor x, or help("Tensor"))
+  qkv.nn     attention modules, with the methods m:parameters() etc.
+  qkv.plot   heatmaps and figures, in the terminal or as PNG files
+  qkv.test   assertions for LuaUnit suites, which qkv test runs
+  qkv.repl   the REPL's settings
+
+dtypes: "float32" (the default), "float64", "int64", "bool"; also as
+qkv.float32, qkv.float64, qkv.int64, qkv.bool. Devices: "cpu", and "cuda"
+when qkv.cuda_available() says a CUDA backend is there.
+Dims and indices count from 1; a negative one counts from the end.
+]]
+
+local tensor = [[
+Properties:
+  x.shape     the sizes, a table that prints as (2, 3) and compares with ==
+  x.dtype     "float32", "float64", "int64" or "bool"
+  x.device    "cpu" (or "cuda")
+  x.ndim      the number of dims, as x:dim()
+  #x          the size of dim 1
+  x[i]        select along dim 1 (a number when x is 1-D); x[i] = v writes
+Operators: + - * / ^ and unary - broadcast between tensors and numbers
+(the product * is elementwise; the matrix product is x:matmul(y)).
+tostring(x) and print(x) show the values as PyTorch does, and
+local x <close> = ... frees x's storage at the end of its scope.]]
+
+local namespaces = {
+  {id = "qkv", title = "qkv",
+   intro = "The qkv module: making tensors, math on them (each also a tensor " ..
+     "method), the attention primitives and the runtime. In the qkv " ..
+     "executable it is the global qkv; elsewhere require \"qkv\".",
+   groups = {"making tensors", "math", "attention", "runtime"}},
+  {id = "Tensor", title = "Tensor methods",
+   intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
+     "reference-counted storage, with up to 8 dims. Methods are called as " ..
+     "x:name(...); the math ones are also functions of qkv (x:sum(2) is " ..
+     "qkv.sum(x, 2)).",
+   groups = {"size and layout", "values", "views", "copies and devices",
+             "math", "reductions", "attention"}},
+  {id = "qkv.nn", title = "qkv.nn",
+   intro = "Attention modules in plain Lua on the primitives " ..
+     "(stdlib/qkv/nn.lua, loaded on first use). A module is callable, " ..
+     "keeps its weights as tensor fields stored (d_in, d_out), and prints " ..
+     "like PyTorch's; weights initialise as PyTorch's nn.Linear from " ..
+     "qkv.seed.",
+   groups = {"modules", "functions"}},
+  {id = "Module", title = "Module methods",
+   intro = "What every qkv.nn module has, called as m:name(...) on a " ..
+     "module m.",
+   groups = {"module methods"}},
+  {id = "qkv.plot", title = "qkv.plot",
+   intro = "Heatmaps and figures (stdlib/qkv/plot.lua, loaded on first " ..
+     "use). Without opts.file they draw in the terminal (24-bit colour, or " ..
+     "plain text when stdout is not a terminal, NO_COLOR is set or " ..
+     "TERM=dumb) and return the text; with opts.file they write a PNG " ..
+     "through cairo and return its layout in pixels.",
+   groups = {"figures", "helpers"}},
+  {id = "qkv.test", title = "qkv.test",
+   intro = "Assertions for LuaUnit suites (stdlib/qkv/test.lua). The " ..
+     "module also reaches LuaUnit's own functions, so qkv.test.assertEquals " ..
+     "works too.",
+   groups = {"assertions"}},
+  {id = "qkv.repl", title = "qkv.repl",
+   intro = "The REPL's settings (stdlib/qkv/repl.lua).",
+   groups = {"settings"}},
+}
+
+return {general = general, tensor = tensor, namespaces = namespaces}

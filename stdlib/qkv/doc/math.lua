@@ -1,0 +1,135 @@
+-- doc/math.lua: qkv.doc entries of the math that is both a tensor method
+-- and a function of qkv (x:sum(2) is qkv.sum(x, 2)): arithmetic,
+-- elementwise functions, comparisons, reductions, matmul and masked_fill.
+-- Each record makes two entries, Tensor:name and qkv.name (its `also`).
+
+local PROMOTE = "dtypes promote as in PyTorch: bool < int64 < float32 < " ..
+  "float64, a Lua number does not widen a float tensor, an integer tensor " ..
+  "with a fractional number gives float32, and bools count as int64 in " ..
+  "arithmetic. "
+
+-- x op y with broadcasting; `what` says what it computes
+local function binary(name, what, extra, torch)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "(y)", group = "math",
+    also = "qkv." .. name .. "(x, y)", also_group = "math",
+    doc = what .. ", elementwise, with x and y broadcast as in NumPy. " ..
+      "Either may be a number (qkv." .. name .. "(2, x) works), but not " ..
+      "both. " .. extra .. "Shapes that do not broadcast are an error: " ..
+      name .. ": shapes (2, 3) and (4,) do not broadcast. As " .. torch .. "."}
+end
+
+local function compare(name, op, torch)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "(y)", group = "math",
+    also = "qkv." .. name .. "(x, y)", also_group = "math",
+    doc = "A bool tensor, true where x " .. op .. " y elementwise, with x " ..
+      "and y broadcast; y may be a number. The operands are compared in " ..
+      "their promoted dtype. Shapes that do not broadcast are an error. " ..
+      "As " .. torch .. "."}
+end
+
+-- f(x) elementwise; integral inputs give float32
+local function unary(name, what, extra, torch)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "()", group = "math",
+    also = "qkv." .. name .. "(x)", also_group = "math",
+    doc = what .. ", elementwise. The result has x's shape; float dtypes " ..
+      "stay, int64 and bool give float32. " .. extra .. "As " .. torch .. "."}
+end
+
+local KEEP = "With no dim it reduces every element to a 0-d tensor " ..
+  "(x:sum():item() gives the number); with a dim it removes that dim, or " ..
+  "keeps it as size 1 when keepdim is true. "
+
+local function reduction(name, what, dtype, extra, torch)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "([dim [, keepdim]])",
+    group = "reductions",
+    also = "qkv." .. name .. "(x [, dim [, keepdim]])", also_group = "math",
+    doc = what .. ". " .. KEEP .. dtype .. extra .. "As " .. torch .. "."}
+end
+
+return {
+  binary("add", "x + y", "Also the + operator. " .. PROMOTE, "torch.add"),
+  binary("sub", "x - y", "Also the - operator; dtypes promote as for x:add. ", "torch.sub"),
+  binary("mul", "x * y", "Also the * operator, which is elementwise too " ..
+    "(the matrix product is x:matmul(y)); dtypes promote as for x:add. ", "torch.mul"),
+  binary("div", "x / y", "Also the / operator. Integers divide as floats " ..
+    "and give float32, other dtypes promote as for x:add. ", "torch.div (true division)"),
+  binary("pow", "x to the power y", "Also the ^ operator; dtypes promote " ..
+    "as for x:add. ", "torch.pow"),
+  binary("maximum", "The larger of x and y", "x:max(y) with a tensor y " ..
+    "is the same; dtypes promote as for x:add. ", "torch.maximum"),
+  binary("minimum", "The smaller of x and y", "x:min(y) with a tensor y " ..
+    "is the same; dtypes promote as for x:add. ", "torch.minimum"),
+
+  compare("eq", "==", "torch.eq; Lua's == between two tensors stays " ..
+    "identity, as for any userdata, so compare values with x:eq(y)"),
+  compare("ne", "~=", "torch.ne"),
+  compare("lt", "<", "torch.lt; Lua's < is not defined on tensors"),
+  compare("le", "<=", "torch.le"),
+  compare("gt", ">", "torch.gt"),
+  compare("ge", ">=", "torch.ge"),
+
+  {name = "Tensor:neg", sig = "x:neg()", group = "math",
+   also = "qkv.neg(x)", also_group = "math",
+   doc = [[-x, elementwise; also the unary - operator. The result has x's
+shape and dtype, except that bool gives int64. As torch.neg.]]},
+  {name = "Tensor:abs", sig = "x:abs()", group = "math",
+   also = "qkv.abs(x)", also_group = "math",
+   doc = [[|x|, elementwise. The result has x's shape and dtype, except that
+bool gives int64. As torch.abs.]]},
+  unary("exp", "e to the power x", "", "torch.exp"),
+  unary("log", "The natural logarithm of x", "log(0) is -inf and the log " ..
+    "of a negative number NaN, as values rather than errors. ", "torch.log"),
+  unary("sqrt", "The square root of x", "The root of a negative number " ..
+    "is NaN, a value rather than an error. ", "torch.sqrt"),
+  unary("tanh", "The hyperbolic tangent of x", "", "torch.tanh"),
+
+  reduction("sum", "The sum of the elements", "Sums of float32 accumulate " ..
+    "in float64; bool gives int64 and other dtypes stay. ", "", "torch.sum"),
+  reduction("mean", "The mean of the elements", "float32 accumulates in " ..
+    "float64; int64 and bool give float32. ", "", "torch.mean"),
+  reduction("max", "The largest element",
+    "Along a dim it returns two tensors, the values and their 1-based int64 " ..
+    "indices. ", "With a tensor y instead of a dim, x:max(y) is " ..
+    "x:maximum(y); an empty dim is an error. ", "torch.max, with indices from 1"),
+  reduction("min", "The smallest element",
+    "Along a dim it returns two tensors, the values and their 1-based int64 " ..
+    "indices. ", "With a tensor y instead of a dim, x:min(y) is " ..
+    "x:minimum(y); an empty dim is an error. ", "torch.min, with indices from 1"),
+  reduction("var", "The unbiased variance of the elements (dividing by n - 1)",
+    "int64 and bool give float32. ", "", "torch.var (its default correction)"),
+  reduction("std", "The unbiased standard deviation of the elements " ..
+    "(dividing by n - 1)", "int64 and bool give float32. ", "",
+    "torch.std (its default correction)"),
+  reduction("argmax", "The 1-based index of the largest element, as int64",
+    "With no dim the index is into the flattened tensor. ", "The first " ..
+    "of equal maxima wins; an empty dim is an error. ", "torch.argmax plus 1"),
+  reduction("argmin", "The 1-based index of the smallest element, as int64",
+    "With no dim the index is into the flattened tensor. ", "The first " ..
+    "of equal minima wins; an empty dim is an error. ", "torch.argmin plus 1"),
+
+  {name = "Tensor:matmul", sig = "x:matmul(y)", group = "math",
+   also = "qkv.matmul(x, y)", also_group = "math",
+   doc = [[The matrix product of x and y, batched over the leading dims with
+broadcasting: (..., n, k) by (..., k, m) gives (..., n, m). 1-D operands
+are as in PyTorch: a vector on the left is a row and on the right a column,
+and that dim is dropped from the result. Both must be float32 or both
+float64; mixing them is an error, as in PyTorch, and int64 or bool is
+refused. Transposed views go to BLAS (sgemm, dgemm) with its transpose
+flag, without a copy. Inner dims that differ are an error: matmul:
+(2, 3) @ (4, 5): inner dims 3 and 4 differ. As torch.matmul.]],
+   example = [=[local x = qkv.tensor{{1, 0, 1}, {0, 2, 0}}
+print(x:matmul(qkv.tensor{{0.5, 0.5}, {0.6405, 0.3595}, {1, 0}}))
+--> tensor([[1.5000, 0.5000],
+-->         [1.2810, 0.7190]])]=]},
+
+  {name = "Tensor:masked_fill", sig = "x:masked_fill(mask, v)", group = "math",
+   also = "qkv.masked_fill(x, mask, v)", also_group = "math",
+   doc = [[A copy of x with v where mask is true or nonzero; a mask may have
+any dtype, where PyTorch insists on bool. mask broadcasts to x's shape (not
+the other way round) and v is a number or a boolean, stored in x's dtype.
+Note the sense: qkv.mask fills where its mask is false. A mask that does
+not broadcast is an error with both shapes. As torch.masked_fill.]],
+   example = [=[print(qkv.ones(2, 2):masked_fill(qkv.eye(2), 0))
+--> tensor([[0., 1.],
+-->         [1., 0.]])]=]},
+}

@@ -1,0 +1,135 @@
+-- doc/nn.lua: qkv.doc entries of qkv.nn, the attention modules, and of the
+-- Module methods every module has. (qkv.nn.cosine_similarity is written
+-- once with qkv.cosine_similarity, in doc/core.lua.)
+
+local INIT = "Weights are stored (d_in, d_out), the transpose of PyTorch's " ..
+  "Linear.weight, and initialise as PyTorch's nn.Linear does, uniform in " ..
+  "±1/sqrt(d_in), from qkv's generator (qkv.seed makes them reproducible). "
+
+local OPTS = "opts go to qkv.attention: mask, causal, scale. "
+
+return {
+  ---------------------------------------------------------------- modules
+  {name = "qkv.nn.Linear", sig = "qkv.nn.Linear(d_in, d_out [, opts])", group = "modules",
+   doc = [[A fully connected layer: m(x) is x W + b through qkv.project, with
+W (d_in, d_out) and b (d_out,), so x (..., d_in) gives (..., d_out).
+opts: bias (default true; false leaves b nil) and dtype (default
+"float32"). ]] .. INIT .. [[Sizes that are not positive integers, or an x
+that is not a tensor, are errors naming them. As torch.nn.Linear.]],
+   example = [=[qkv.seed(1)
+local m = qkv.nn.Linear(4, 2)
+print(m, m(qkv.ones(3, 4)).shape)
+--> Linear(in_features=4, out_features=2, bias=true)	(3, 2)]=]},
+
+  {name = "qkv.nn.GELU", sig = "qkv.nn.GELU()", group = "modules",
+   doc = [[The GELU activation as a module: m(x) is qkv.gelu(x), the exact
+form with erf. It has no weights. An x that is not a tensor is an error.
+As torch.nn.GELU.]]},
+
+  {name = "qkv.nn.Identity", sig = "qkv.nn.Identity()", group = "modules",
+   doc = [[A module that returns its input: m(x) is x. It has no weights.
+TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
+
+  {name = "qkv.nn.Sequential", sig = "qkv.nn.Sequential(m1, m2, ...)", group = "modules",
+   doc = [[Modules chained in order: m(x) passes x through m1, then m2, and
+so on. The modules are m[1], m[2], ... and #m counts them; their weights
+are named "1.W", "2.b", ... in m:parameters(). An argument that is not a
+module is an error naming it. As torch.nn.Sequential.]]},
+
+  {name = "qkv.nn.SelfAttention", sig = "qkv.nn.SelfAttention(d_model, d_k)",
+   group = "modules",
+   doc = [[Single-head self-attention: out, weights = m(x [, opts]), with Q,
+K and V projected from x by W_Q, W_K, W_V (d_model, d_k). x is
+(..., n, d_model), out (..., n, d_k) and weights (..., n, n).
+]] .. OPTS .. INIT .. [[Sizes that are not positive integers are errors.]],
+   example = [=[qkv.seed(1)
+local out, w = qkv.nn.SelfAttention(8, 4)(qkv.randn(2, 5, 8))
+print(out.shape, w.shape)   --> (2, 5, 4)	(2, 5, 5)]=]},
+
+  {name = "qkv.nn.CrossAttention", sig = "qkv.nn.CrossAttention(d_model, d_k)",
+   group = "modules",
+   doc = [[Single-head cross-attention: out, weights = m(text, image
+[, opts]), with Q from text and K, V from image. The weights W_Q, W_K, W_V
+are (d_model, d_k); text is (..., n_q, d_model), image (..., n_kv,
+d_model), out (..., n_q, d_k) and weights (..., n_q, n_kv).
+]] .. OPTS .. INIT},
+
+  {name = "qkv.nn.MultiHeadAttention", sig = "qkv.nn.MultiHeadAttention(d_model, h)",
+   group = "modules",
+   doc = [[Multi-head self-attention: out, weights = m(x [, opts]), with h
+heads and projections W_Q, W_K, W_V, W_O (d_model, d_model). It projects x
+(..., n, d_model), splits the heads (qkv.heads), attends, merges them and
+projects by W_O: out is (..., n, d_model) and weights (..., h, n, n), and a
+(B, 1, n) padding mask in opts.mask gets its head dim added. d_model must
+be divisible by h.
+]] .. INIT .. [[As torch.nn.MultiheadAttention with batch_first and no
+biases.]]},
+
+  {name = "qkv.nn.MultiHeadCrossAttention",
+   sig = "qkv.nn.MultiHeadCrossAttention(d_model, h)", group = "modules",
+   doc = [[Multi-head cross-attention: out, weights = m(text, image
+[, opts]), with h heads, Q from text and K, V from image. text is
+(..., n_text, d_model) and image (..., n_image, d_model), the weights W_Q,
+W_K, W_V, W_O are (d_model, d_model), out is (..., n_text, d_model) and
+weights (..., h, n_text, n_image). d_model must be divisible by h.
+]] .. INIT,
+   example = [=[qkv.seed(42)
+local mhca = qkv.nn.MultiHeadCrossAttention(16, 4)
+local out, w = mhca(qkv.randn(3, 16), qkv.randn(9, 16))
+print(out.shape, w.shape)   --> (3, 16)	(4, 3, 9)]=]},
+
+  {name = "qkv.nn.TokenAligner",
+   sig = "qkv.nn.TokenAligner(d_vision, d_text [, method])", group = "modules",
+   doc = [[Maps image tokens (..., n, d_vision) into the text space
+(..., n, d_text) through qkv.align: m(image_tokens). method is "linear"
+(the default: m.proj is a Linear), "mlp" (m.proj is Sequential(Linear,
+GELU, Linear), the hidden size d_text) or "identity" (which needs
+d_vision == d_text). Another method, or sizes that are not positive
+integers, are errors. ]] .. INIT,
+   example = [=[print(qkv.nn.TokenAligner(768, 512):nparams())   --> 393728]=]},
+
+  {name = "qkv.nn.AlignedCrossAttention",
+   sig = "qkv.nn.AlignedCrossAttention(d_vision, d_text, h [, method])",
+   group = "modules",
+   doc = [[Aligns the image tokens, then lets the text attend to them:
+out, weights = m(text, image [, opts]) is m.cross_attn(text,
+m.aligner(image), opts). m.aligner is a TokenAligner(d_vision, d_text,
+method) and m.cross_attn a MultiHeadCrossAttention(d_text, h). text is
+(..., n_text, d_text), image (..., n_image, d_vision), out
+(..., n_text, d_text) and weights (..., h, n_text, n_image).]]},
+
+  ---------------------------------------------------------------- Module methods
+  {name = "Module:forward", sig = "m:forward(...)", group = "module methods",
+   doc = [[Runs the module: calling m(...) is m:forward(...). The arguments
+and results are each class's, as its entry says: m(x) for Linear, GELU,
+Identity, Sequential and TokenAligner; out, weights = m(x [, opts]) for
+the self-attention modules and m(text, image [, opts]) for the cross ones.
+As torch.nn.Module.forward.]]},
+
+  {name = "Module:parameters", sig = "m:parameters()", group = "module methods",
+   doc = [[The module's weights as a list of {name, tensor} pairs. Its own
+come first, in the order they were made, then its submodules' with dotted
+names ("aligner.proj.W", "1.b" in a Sequential). The tensors are the module's
+own, not copies. As torch.nn.Module.named_parameters.]],
+   example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p[1], p[2].shape) end
+--> W	(2, 3)
+--> b	(3,)]=]},
+
+  {name = "Module:state_dict", sig = "m:state_dict()", group = "module methods",
+   doc = [[The module's weights as a table from dotted name to tensor, the
+names of m:parameters(). The tensors are shared with the module, not
+copied. m:load(state_dict) reads it back. As
+torch.nn.Module.state_dict.]]},
+
+  {name = "Module:nparams", sig = "m:nparams()", group = "module methods",
+   doc = [[The number of weights of the module and its submodules, the sum
+of numel over m:parameters(). It is an integer. As
+sum(p.numel() for p in m.parameters()) in PyTorch.]]},
+
+  {name = "Module:load", sig = "m:load(src)", group = "module methods",
+   doc = [[Copies the weights of src, a module of the same structure or a
+state_dict, into m, and returns m. Every name must be present with the
+same shape and no other name may be there; a missing tensor, a shape that
+differs or an unexpected name is an error naming it. The copies share
+nothing with src. As torch.nn.Module.load_state_dict.]]},
+}
