@@ -93,20 +93,22 @@ LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot $(LUADIR)/qkv/doc
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
 	install -m 755 $(BUILD)/qkv.so $(CLIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
 	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
+	install -m 644 stdlib/qkv/doc/*.lua $(LUADIR)/qkv/doc/
 
 # used by the rockspec: luarocks passes the folders of its tree
 install-rock: so
-	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot
+	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot $(INST_LUADIR)/qkv/doc
 	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
 	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(INST_LUADIR)/qkv/plot/
+	install -m 644 stdlib/qkv/doc/*.lua $(INST_LUADIR)/qkv/doc/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so
