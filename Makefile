@@ -83,7 +83,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/ptydrive
-	$(BUILD)/qkv tests/run.lua tests
+	$(BUILD)/qkv test tests/
 
 bench: deps
 	@$(MAKE) --no-print-directory all

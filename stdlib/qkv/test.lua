@@ -1,0 +1,209 @@
+-- test.lua: qkv.test, tensor assertions for LuaUnit suites.
+--
+-- assertClose, assertShape, assertTensorEqual and skipUnlessCuda; every
+-- other name is LuaUnit's (`local t = qkv.test; t.assertEquals(...)`).
+-- A failed assertion is a LuaUnit failure; a bad argument (a string where a
+-- tensor goes, an unknown option) is an ordinary error naming the function
+-- and the argument, so that a broken test shows as an error, not a failure.
+
+local qkv = require "qkv"
+local lu = require "luaunit"
+
+local M = setmetatable({}, {__index = lu})
+
+local INF = math.huge
+
+---------------------------------------------------------------- helpers
+
+local SOURCE = debug.getinfo(1, "S").source
+
+-- an argument error pointing at the line that called the assertion
+local function argerror(fname, n, msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if info == nil or info.source ~= SOURCE then break end
+    level = level + 1
+  end
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), level)
+end
+
+-- a LuaUnit failure pointing at the test's line; called by the assertion itself
+local function failure(msg)
+  error(lu.FAILURE_PREFIX .. msg, 3 + lu.STRIP_EXTRA_ENTRIES_IN_STACK_TRACE)
+end
+
+-- "(2, 3)" as qkv prints shapes, or "number"
+local function shapestr(x)
+  return type(x) == "number" and "number" or tostring(x.shape)
+end
+
+local function sameshape(a, b)
+  if a:dim() ~= b:dim() then return false end
+  for d = 1, a:dim() do
+    if a:size(d) ~= b:size(d) then return false end
+  end
+  return true
+end
+
+-- the 1-based index, as qkv indexes, of element k (1-based) of x flattened
+local function unravel(shape, k)
+  local idx, rest = {}, k - 1
+  for d = #shape, 1, -1 do
+    idx[d] = rest % shape[d] + 1
+    rest = rest // shape[d]
+  end
+  return "[" .. table.concat(idx, ", ") .. "]"
+end
+
+local function num(x, digits)
+  if x ~= x then return "nan" end
+  return ("%." .. digits .. "g"):format(x)
+end
+
+-- two numbers printed with as many digits as it takes to tell them apart
+local function pair(a, b)
+  local fa, fb
+  for digits = 6, 17 do
+    fa, fb = num(a, digits), num(b, digits)
+    if fa ~= fb or a ~= a or a == b then break end
+  end
+  return fa, fb
+end
+
+---------------------------------------------------------------- assertClose
+
+local CLOSE_OPTS = {rtol = true, atol = true}
+
+local function closeopts(opts)
+  if opts == nil then return 1e-5, 1e-8 end
+  if type(opts) ~= "table" then
+    argerror("assertClose", 3, "options must be a table, got " .. type(opts))
+  end
+  for k in pairs(opts) do
+    if not CLOSE_OPTS[k] then
+      argerror("assertClose", 3, "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
+  for name, v in pairs{rtol = rtol, atol = atol} do
+    if type(v) ~= "number" or not (v >= 0) then
+      argerror("assertClose", 3, name .. " must be a non-negative number, got " .. tostring(v))
+    end
+  end
+  return rtol, atol
+end
+
+-- a, b as float64 tensors of one shape (a number takes the other's shape)
+local function operands(a, b)
+  local ta, tb = qkv.is_tensor(a), qkv.is_tensor(b)
+  if not ta and type(a) ~= "number" then
+    argerror("assertClose", 1, "tensor or number expected, got " .. type(a))
+  end
+  if not tb and type(b) ~= "number" then
+    argerror("assertClose", 2, "tensor or number expected, got " .. type(b))
+  end
+  local shape = ta and a.shape or tb and b.shape or {}
+  local function f64(x)
+    if type(x) == "number" then return qkv.full(shape, x, "float64") end
+    return x:to("float64")
+  end
+  return f64(a), f64(b)
+end
+
+--[[
+Elementwise |a - b| <= atol + rtol * |b|, as numpy.isclose with b the
+expected value. Equal values always pass (so do equal infinities, whose
+difference is NaN); a non-finite b passes only when a equals it; NaN
+passes nowhere. Returns the bool tensor of passing elements and |a - b|.
+]]
+local function isclose(A, B, rtol, atol)
+  local eq = A:eq(B)
+  local diff = (A - B):abs():masked_fill(eq, 0)
+  local absb = B:abs()
+  local tol = (absb * rtol + atol):masked_fill(absb:eq(INF), 0)
+  return diff:le(tol), diff
+end
+
+-- assertClose(a, b [, {rtol = 1e-5, atol = 1e-8}])
+function M.assertClose(a, b, opts)
+  local rtol, atol = closeopts(opts)
+  if qkv.is_tensor(a) and qkv.is_tensor(b) and not sameshape(a, b) then
+    failure(("assertClose: shapes %s and %s differ"):format(shapestr(a), shapestr(b)))
+  end
+  local A, B = operands(a, b)
+  local ok, diff = isclose(A, B, rtol, atol)
+  local n = A:numel()
+  local bad = n - ok:sum():item()
+  if bad == 0 then return end
+  -- the worst violation: the largest difference, NaN counting as largest
+  local rank = diff:masked_fill(ok, -1)
+  rank = rank:masked_fill(rank:ne(rank), INF)
+  local k = rank:reshape(-1):argmax():item()
+  local va, vb = A:reshape(-1)[k], B:reshape(-1)[k]
+  local where = A:dim() > 0 and " at " .. unravel(A.shape, k) or ""
+  local sa, sb = pair(va, vb)
+  failure(("assertClose: %d of %d elements differ; max abs difference %s%s (a = %s, b = %s); "
+           .. "shapes %s and %s; rtol %g, atol %g")
+          :format(bad, n, num(diff:reshape(-1)[k], 6), where, sa, sb, shapestr(a), shapestr(b), rtol, atol))
+end
+
+---------------------------------------------------------------- the others
+
+-- assertShape(x, {3, 4}): the shape is a table of sizes (or another x.shape)
+function M.assertShape(x, shape)
+  if not qkv.is_tensor(x) then
+    argerror("assertShape", 1, "tensor expected, got " .. type(x))
+  end
+  if type(shape) ~= "table" then
+    argerror("assertShape", 2, "table of sizes expected, got " .. type(shape))
+  end
+  local want, same = {}, #shape == x:dim()
+  for i, n in ipairs(shape) do
+    n = math.tointeger(n)
+    if n == nil then argerror("assertShape", 2, "size " .. i .. " is not an integer") end
+    want[i] = tostring(n)
+    if same and x:size(i) ~= n then same = false end
+  end
+  if not same then
+    failure(("assertShape: expected shape (%s), got %s")
+            :format(table.concat(want, ", "), shapestr(x)))
+  end
+end
+
+-- assertTensorEqual(a, b): same shape, same dtype, every element equal,
+-- NaN equal to NaN (a tensor equals its own copy)
+function M.assertTensorEqual(a, b)
+  if not qkv.is_tensor(a) then
+    argerror("assertTensorEqual", 1, "tensor expected, got " .. type(a))
+  end
+  if not qkv.is_tensor(b) then
+    argerror("assertTensorEqual", 2, "tensor expected, got " .. type(b))
+  end
+  if not sameshape(a, b) then
+    failure(("assertTensorEqual: shapes %s and %s differ"):format(shapestr(a), shapestr(b)))
+  end
+  if a.dtype ~= b.dtype then
+    failure(("assertTensorEqual: dtypes %s and %s differ"):format(a.dtype, b.dtype))
+  end
+  -- compared in their own dtype: int64 beyond 2^53 stays exact
+  local differ = a:ne(b)
+  local bothnan = a:ne(a):masked_fill(b:eq(b), 0)
+  differ = differ:masked_fill(bothnan, 0)
+  local bad = differ:sum():item()
+  if bad == 0 then return end
+  local k = differ:reshape(-1):argmax():item()
+  local va, vb = a:reshape(-1)[k], b:reshape(-1)[k]
+  local where = a:dim() > 0 and " at " .. unravel(a.shape, k) or ""
+  failure(("assertTensorEqual: %d of %d elements differ; the first%s (a = %s, b = %s)")
+          :format(bad, a:numel(), where, tostring(va), tostring(vb)))
+end
+
+-- skipUnlessCuda(): the rest of the test needs a GPU
+function M.skipUnlessCuda()
+  if not qkv.cuda_available() then
+    lu.skip("needs CUDA (qkv.cuda_available() is false)")
+  end
+end
+
+return M

@@ -1,0 +1,352 @@
+-- testrun.lua: `qkv test`, the LuaUnit suite runner.
+--
+-- Two halves, each in its own Lua state. `main` runs in the runner's state
+-- (vm/testrun.c makes it): it reads the options, finds the suites, hands
+-- each file to sys.runsuite, which runs it in a brand-new state, and sums
+-- the counts. `suite` runs inside that new state: it loads the file with
+-- os.exit turned into "stop this suite", runs LuaUnit when the file does
+-- not, and returns the counts read from LuaUnit's own result objects.
+
+local M = {}
+
+local USAGE = [[
+usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-v]
+                [--device cpu|cuda] [-h]
+  paths            files or folders (default tests/); folders are searched
+                   for test_*.lua, skipping hidden, fixtures and build* folders
+  -p, --pattern    run only the tests whose name matches (may repeat)
+  -x, --exclude    leave out the tests whose name matches (may repeat)
+  -o, --output     LuaUnit's output: text (default), tap or junit
+  -n, --name       the JUnit XML file for the whole run (with -o junit)
+  -v, --verbose    LuaUnit's verbose output
+  --device         cpu (the default) or cuda
+  -h, --help       print this help
+]]
+
+---------------------------------------------------------------- inside a suite
+
+-- a traceback without the runner's own frames below the suite
+local function trimmed(msg)
+  local tb = debug.traceback(msg, 3)
+  local cut = tb:find("\n%s*%[C%]: in function 'xpcall'")
+  return cut and tb:sub(1, cut - 1) or tb
+end
+
+local function errortext(e)
+  if type(e) == "string" then return e end
+  local mt = getmetatable(e)
+  if mt and mt.__tostring then return tostring(e) end
+  return "(error object is a " .. type(e) .. " value)"
+end
+
+-- one LuaUnit test node as plain data for the runner's state
+local function nodedata(node)
+  return {classname = tostring(node.className), name = tostring(node.testName),
+          time = node.duration or 0, status = node.status,
+          msg = node.msg ~= nil and errortext(node.msg) or nil,
+          trace = node.stackTrace and tostring(node.stackTrace) or nil}
+end
+
+-- the counts of every LuaUnit run the suite made
+local function collect(res, runners)
+  res.passed, res.failures, res.errors, res.skipped = 0, 0, 0, 0
+  res.tests = {}
+  for _, r in ipairs(runners) do
+    local result = r.result
+    if result then
+      res.passed = res.passed + (result.successCount or 0)
+      res.failures = res.failures + #result.failedTests
+      res.errors = res.errors + #result.errorTests
+      res.skipped = res.skipped + #result.skippedTests
+      for _, node in ipairs(result.allTests) do res.tests[#res.tests + 1] = nodedata(node) end
+    end
+  end
+end
+
+-- LuaUnit's runners record themselves, and stop the suite after a test
+-- during which Ctrl-C was pressed (LuaUnit would catch the error and go on)
+local function hooks(lu, runners, interrupted)
+  local C = lu.LuaUnit
+  for _, name in ipairs{"runSuite", "runSuiteByInstances"} do
+    local run = C[name]
+    C[name] = function(self, ...)
+      runners[#runners + 1] = self
+      return run(self, ...)
+    end
+  end
+  local endTest = C.endTest
+  C.endTest = function(self, ...)
+    endTest(self, ...)
+    if interrupted() then error("interrupted!", 0) end
+  end
+end
+
+-- suite(path, args, interrupted) -> {passed=, failures=, errors=, skipped=,
+-- tests= (LuaUnit's nodes), loaderror=, error= (raised outside any test),
+-- exitcode=}; runs in the suite's fresh state
+function M.suite(path, args, interrupted)
+  local res, runners, exitcode = {}, {}, nil
+  -- os.exit records the code and unwinds the suite; LuaUnit, loaded after
+  -- this, wraps it as it wraps any os.exit
+  os.exit = function(code)
+    if code == nil or code == true then code = 0
+    elseif code == false then code = 1 end
+    exitcode = math.tointeger(code) or 1
+    error("os.exit(" .. tostring(code) .. ")", 0)
+  end
+  local lu = require "luaunit"
+  hooks(lu, runners, interrupted)
+  local function handler(e)
+    if exitcode then return nil end
+    return trimmed(errortext(e))
+  end
+  local chunk, err = loadfile(path)
+  if not chunk then
+    res.loaderror = err
+  else
+    local ok
+    ok, err = xpcall(chunk, handler, table.unpack(args))
+    if ok and exitcode == nil and #runners == 0 then
+      -- a suite without the run line: its Test* tables and test* functions
+      ok, err = xpcall(lu.LuaUnit.run, handler)
+    end
+    -- Ctrl-C unwinds the suite: not an error of its own
+    if not ok and exitcode == nil and not interrupted() then res.error = err end
+  end
+  collect(res, runners)
+  res.exitcode = exitcode
+  return res
+end
+
+---------------------------------------------------------------- options
+
+local VALUED = {["-p"] = "pattern", ["--pattern"] = "pattern",
+                ["-x"] = "exclude", ["--exclude"] = "exclude",
+                ["-o"] = "output", ["--output"] = "output",
+                ["-n"] = "name", ["--name"] = "name", ["--device"] = "device"}
+local FLAGS = {["-v"] = "verbose", ["--verbose"] = "verbose",
+               ["-h"] = "help", ["--help"] = "help"}
+local OUTPUTS = {text = true, tap = true, junit = true}
+
+-- the options, or nil and what is wrong with them
+local function parseargs(args)
+  local o = {paths = {}, pattern = {}, exclude = {}}
+  local i, only_paths = 1, false
+  while i <= #args do
+    local a = args[i]
+    if only_paths or a == "-" or a:sub(1, 1) ~= "-" then
+      o.paths[#o.paths + 1] = a
+    elseif a == "--" then
+      only_paths = true
+    elseif FLAGS[a] then
+      o[FLAGS[a]] = true
+    elseif VALUED[a] then
+      local v = args[i + 1]
+      if v == nil then return nil, "option '" .. a .. "' needs a value" end
+      local key = VALUED[a]
+      if type(o[key]) == "table" then table.insert(o[key], v) else o[key] = v end
+      i = i + 1
+    else
+      return nil, "unknown option '" .. a .. "'"
+    end
+    i = i + 1
+  end
+  if o.output and not OUTPUTS[o.output] then
+    return nil, "-o: '" .. o.output .. "' is not text, tap or junit"
+  end
+  if o.output == "junit" and not o.name then
+    return nil, "with junit output, a file name must be given with -n"
+  end
+  if o.device and o.device ~= "cpu" and o.device ~= "cuda" then
+    return nil, "--device: '" .. o.device .. "' is not cpu or cuda"
+  end
+  if #o.paths == 0 then o.paths[1] = "tests" end
+  return o
+end
+
+-- the options each suite's LuaUnit gets (arg[1..] in the suite)
+local function luaunitargs(o)
+  local t = {}
+  for _, p in ipairs(o.pattern) do t[#t + 1] = "-p"; t[#t + 1] = p end
+  for _, p in ipairs(o.exclude) do t[#t + 1] = "-x"; t[#t + 1] = p end
+  if o.output then t[#t + 1] = "-o"; t[#t + 1] = o.output end
+  if o.name then t[#t + 1] = "-n"; t[#t + 1] = o.name end
+  if o.verbose then t[#t + 1] = "-v" end
+  return t
+end
+
+---------------------------------------------------------------- discovery
+
+local MAXDEPTH = 32   -- against symbolic links that loop
+
+local function skipdir(name)
+  return name:sub(1, 1) == "." or name == "fixtures" or name:sub(1, 5) == "build"
+end
+
+local function join(dir, name)
+  return dir:sub(-1) == "/" and dir .. name or dir .. "/" .. name
+end
+
+-- the test_*.lua files under dir, in sorted order, into list
+local function walk(sys, dir, list, depth)
+  local names = sys.listdir(dir)
+  if not names or depth > MAXDEPTH then return end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local path = join(dir, name)
+    local kind = sys.kind(path)
+    if kind == "file" and name:match("^test_.*%.lua$") then
+      list[#list + 1] = path
+    elseif kind == "directory" and not skipdir(name) then
+      walk(sys, path, list, depth + 1)
+    end
+  end
+end
+
+-- the suites for the paths given, or nil and the path that does not exist
+local function discover(sys, paths)
+  local list, seen, out = {}, {}, {}
+  for _, p in ipairs(paths) do
+    local kind, err = sys.kind(p)
+    if kind == nil then return nil, err end
+    if kind == "directory" then walk(sys, p, list, 1) else list[#list + 1] = p end
+  end
+  for _, f in ipairs(list) do
+    if not seen[f] then seen[f], out[#out + 1] = true, f end
+  end
+  return out
+end
+
+---------------------------------------------------------------- JUnit XML
+
+local ENTITIES = {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
+                  ['"'] = "&quot;", ["'"] = "&apos;"}
+
+-- XML 1.0 has no way to write most control characters, even as entities
+local function visible(s)
+  return (tostring(s):gsub("[%z\1-\8\11\12\14-\31]",
+                           function(c) return ("\\%d"):format(c:byte()) end))
+end
+
+-- newlines as references, or a parser would turn them into spaces
+local function attr(s)
+  return (visible(s):gsub("[&<>\"']", ENTITIES):gsub("\n", "&#10;"))
+end
+local function cdata(s) return (visible(s):gsub("]]>", "]]]]><![CDATA[>")) end
+
+local function testcase(out, t)
+  out[#out + 1] = ('    <testcase classname="%s" name="%s" time="%.3f">')
+    :format(attr(t.classname), attr(t.name), t.time or 0)
+  local tag = t.status == "FAIL" and "failure" or t.status == "ERROR" and "error"
+  if tag then
+    out[#out + 1] = ('      <%s type="%s" message="%s"><![CDATA[%s]]></%s>')
+      :format(tag, attr(t.msg or ""), attr(t.msg or ""), cdata(t.trace or ""), tag)
+  elseif t.status == "SKIP" then
+    out[#out + 1] = ("      <skipped>%s</skipped>"):format(attr(t.msg or ""))
+  end
+  out[#out + 1] = "    </testcase>"
+end
+
+-- one testsuite element per file: LuaUnit's testcases, plus an errored
+-- one for what went wrong outside any test
+local function testsuite(out, s)
+  local cases = {}
+  for _, t in ipairs(s.tests or {}) do cases[#cases + 1] = t end
+  for _, p in ipairs(s.problems) do
+    cases[#cases + 1] = {classname = s.path, name = p.name, status = "ERROR",
+                         msg = p.msg:match("[^\n]*"), trace = p.msg}
+  end
+  local n = {FAIL = 0, ERROR = 0, SKIP = 0}
+  for _, t in ipairs(cases) do n[t.status] = (n[t.status] or 0) + 1 end
+  out[#out + 1] = ('  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d">')
+    :format(attr(s.path), #cases, n.FAIL, n.ERROR, n.SKIP)
+  for _, t in ipairs(cases) do testcase(out, t) end
+  out[#out + 1] = "  </testsuite>"
+end
+
+local function writejunit(fname, suites)
+  local out = {'<?xml version="1.0" encoding="UTF-8"?>', "<testsuites>"}
+  for _, s in ipairs(suites) do testsuite(out, s) end
+  out[#out + 1] = "</testsuites>\n"
+  local f, err = io.open(fname, "w")
+  if not f then return nil, err end
+  f:write(table.concat(out, "\n"))
+  f:close()
+  return true
+end
+
+---------------------------------------------------------------- the run
+
+-- what went wrong outside LuaUnit's tests, each counting as one failure
+local function problems(r)
+  local list = {}
+  local function add(name, msg) list[#list + 1] = {name = name, msg = msg} end
+  if r.loaderror then add("(load)", "cannot load the suite: " .. r.loaderror) end
+  if r.error then
+    add(r.aborted and "(runner)" or "(suite)",
+        (r.aborted and "runner error: " or "error outside any test: ") .. r.error)
+  end
+  if r.exitcode and r.exitcode ~= 0 and (r.failures or 0) + (r.errors or 0) == 0 then
+    add("(os.exit)", ("the suite exited with status %d after its tests"):format(r.exitcode))
+  end
+  return list
+end
+
+-- runs the files in order; returns the per-file results, the totals and
+-- whether Ctrl-C stopped the run
+local function runfiles(sys, files, largs)
+  local suites, tot, stopped = {}, {passed = 0, failed = 0, skipped = 0}, false
+  for _, path in ipairs(files) do
+    io.write("== ", path, "\n")
+    io.stdout:flush()
+    local r = sys.runsuite(path, largs)
+    r.path, r.problems = path, problems(r)
+    for _, p in ipairs(r.problems) do io.write(p.msg, "\n") end
+    tot.passed = tot.passed + (r.passed or 0)
+    tot.failed = tot.failed + (r.failures or 0) + (r.errors or 0) + #r.problems
+    tot.skipped = tot.skipped + (r.skipped or 0)
+    suites[#suites + 1] = r
+    if r.interrupted then io.write("\n"); stopped = true; break end
+  end
+  return suites, tot, stopped
+end
+
+local function fail(prog, code, msg, usage)
+  io.stdout:flush()
+  io.stderr:write(prog, " test: ", msg, "\n")
+  if usage then io.stderr:write(USAGE:format(prog)) end
+  return code
+end
+
+-- main(args, sys) -> exit status: 0 all passed, 1 something failed (or no
+-- suite found), 2 bad usage, 130 stopped by Ctrl-C
+function M.main(args, sys)
+  local prog = sys.progname or "qkv"
+  local o, err = parseargs(args)
+  if not o then return fail(prog, 2, err, true) end
+  if o.help then io.write(USAGE:format(prog)); return 0 end
+  if o.device == "cuda" and not require("qkv").cuda_available() then
+    return fail(prog, 2, "--device cuda: no CUDA backend in this build")
+  end
+  local files
+  files, err = discover(sys, o.paths)
+  if not files then return fail(prog, 2, err) end
+  if #files == 0 then
+    return fail(prog, 1, "no test_*.lua found in " .. table.concat(o.paths, ", "))
+  end
+  if o.output == "junit" and o.name:sub(-4) ~= ".xml" then
+    o.name = o.name .. ".xml"   -- as LuaUnit names it
+  end
+  local suites, tot, stopped = runfiles(sys, files, luaunitargs(o))
+  if o.output == "junit" then
+    local ok, werr = writejunit(o.name, suites)
+    if not ok then fail(prog, 1, werr); tot.failed = tot.failed + 1 end
+  end
+  local line = ("%d passed, %d failed"):format(tot.passed, tot.failed)
+  if tot.skipped > 0 then line = line .. (", %d skipped"):format(tot.skipped) end
+  print(line)
+  if stopped then return fail(prog, 130, "interrupted") end
+  return tot.failed == 0 and 0 or 1
+end
+
+return M

@@ -1,0 +1,250 @@
+-- test_qkvtest.lua: qkv.test (stdlib/qkv/test.lua). assertClose exactly at
+-- its rtol/atol boundary (values whose float64 arithmetic is exact), numbers
+-- against tensors, shapes, NaN and inf, and its message; assertShape,
+-- assertTensorEqual, skipUnlessCuda; bad arguments are errors while failed
+-- assertions are LuaUnit failures, also when counted by `qkv test`.
+local lu = require "luaunit"
+local t = qkv.test
+
+local EXE = arg and arg[-1] or "build/qkv"
+local NAN, INF = 0 / 0, math.huge
+local E40 = 2 ^ -40      -- a step past the boundary, exact next to small integers
+
+local function f64(x) return qkv.tensor(x, "float64") end
+
+-- the message of a LuaUnit failure (not an error) raised by f(...)
+local function failure(f, ...)
+  local ok, err = pcall(f, ...)
+  lu.assertFalse(ok, "the assertion passed")
+  lu.assertIsString(err)
+  local msg = err:match(lu.FAILURE_PREFIX:gsub("%p", "%%%0") .. "(.*)$")
+  lu.assertNotNil(msg, "not a LuaUnit failure: " .. err)
+  return msg
+end
+
+local function passes(f, ...)
+  local ok, err = pcall(f, ...)
+  lu.assertTrue(ok, tostring(err))
+end
+
+-- an ordinary error (not a failure) whose message contains `want`
+local function argerror(want, f, ...)
+  local ok, err = pcall(f, ...)
+  lu.assertFalse(ok)
+  lu.assertNil(tostring(err):find(lu.FAILURE_PREFIX, 1, true), err)
+  lu.assertStrContains(err, want)
+end
+
+---------------------------------------------------------------- assertClose
+
+TestAssertClose = {}
+
+-- |a - b| <= atol + rtol * |b|, b the expected value
+function TestAssertClose:testRtolBoundary()
+  local o = {rtol = 0.25, atol = 0}
+  passes(t.assertClose, f64{5}, f64{4}, o)                -- 1 <= 0.25 * 4
+  failure(t.assertClose, f64{5 + E40}, f64{4}, o)
+  passes(t.assertClose, f64{3}, f64{4}, o)
+  failure(t.assertClose, f64{3 - E40}, f64{4}, o)
+end
+
+function TestAssertClose:testAtolBoundary()
+  local o = {rtol = 0, atol = 0.5}
+  passes(t.assertClose, f64{1.5, -0.5}, f64{1, 0}, o)
+  failure(t.assertClose, f64{1.5 + E40, -0.5}, f64{1, 0}, o)
+  failure(t.assertClose, f64{1.5, -0.5 - E40}, f64{1, 0}, o)
+end
+
+function TestAssertClose:testBothTolerancesAdd()
+  local o = {rtol = 0.5, atol = 0.25}                     -- 1.25 around b = 2
+  passes(t.assertClose, f64{3.25, 0.75}, f64{2, 2}, o)
+  failure(t.assertClose, f64{3.25 + E40, 0.75}, f64{2, 2}, o)
+  failure(t.assertClose, f64{3.25, 0.75 - E40}, f64{2, 2}, o)
+end
+
+-- not symmetric: the tolerance scales with b, as numpy.isclose does
+function TestAssertClose:testBIsTheExpectedValue()
+  local o = {rtol = 0.2, atol = 0}
+  passes(t.assertClose, 4, 5, o)                          -- 1 <= 0.2 * 5
+  failure(t.assertClose, 5, 4, o)                         -- 1 > 0.2 * 4
+end
+
+function TestAssertClose:testDefaults()
+  passes(t.assertClose, 1 + 1e-6, 1)
+  passes(t.assertClose, 0, 1e-8)
+  failure(t.assertClose, 1 + 1e-4, 1)
+  failure(t.assertClose, 0, 1e-7)
+end
+
+function TestAssertClose:testNumberAgainstTensor()
+  passes(t.assertClose, qkv.full({2, 2}, 3), 3)
+  passes(t.assertClose, 3, qkv.full({2, 2}, 3))
+  local msg = failure(t.assertClose, 3, qkv.tensor{3, 3, 3.5})
+  lu.assertStrContains(msg, "1 of 3 elements differ; max abs difference 0.5 at [3] (a = 3, b = 3.5)")
+  lu.assertStrContains(msg, "shapes number and (3,)")
+end
+
+function TestAssertClose:testShapesMustBeEqual()
+  lu.assertEquals(failure(t.assertClose, qkv.zeros(2, 3), qkv.zeros(3, 2)),
+                  "assertClose: shapes (2, 3) and (3, 2) differ")
+  -- no broadcasting between tensors
+  lu.assertEquals(failure(t.assertClose, qkv.zeros(1, 3), qkv.zeros(3)),
+                  "assertClose: shapes (1, 3) and (3,) differ")
+end
+
+function TestAssertClose:testNaNEqualsNothing()
+  failure(t.assertClose, NAN, NAN)
+  failure(t.assertClose, f64{1, NAN}, f64{1, 1})
+  local msg = failure(t.assertClose, f64{1, 1}, f64{1, NAN}, {rtol = INF})
+  lu.assertStrContains(msg, "max abs difference nan at [2] (a = 1, b = nan)")
+end
+
+function TestAssertClose:testInfinities()
+  passes(t.assertClose, f64{INF, -INF, 1}, f64{INF, -INF, 1})
+  passes(t.assertClose, f64{INF}, f64{INF}, {rtol = 0, atol = 0})
+  failure(t.assertClose, f64{INF}, f64{-INF}, {rtol = 1})
+  failure(t.assertClose, f64{1e308}, f64{INF}, {rtol = 1})  -- |b| * rtol is inf
+  failure(t.assertClose, f64{INF}, f64{1e308}, {rtol = 1})
+end
+
+-- the message of the README: count, worst difference, where, values, shapes
+function TestAssertClose:testMessage()
+  local a = f64{{1, 1, 1}, {0.5, 1, 1}}
+  local b = f64{{1, 1, 1}, {0.4877, 1, 1}}
+  lu.assertEquals(failure(t.assertClose, a, b),
+    "assertClose: 1 of 6 elements differ; max abs difference 0.0123 at [2, 1] "
+    .. "(a = 0.5, b = 0.4877); shapes (2, 3) and (2, 3); rtol 1e-05, atol 1e-08")
+end
+
+function TestAssertClose:testWorstElementIsReported()
+  local msg = failure(t.assertClose, f64{{0, 0}, {0, 0}}, f64{{0.25, 0.5}, {-2, 0.125}})
+  lu.assertStrContains(msg, "4 of 4 elements differ; max abs difference 2 at [2, 1] (a = 0, b = -2)")
+  -- NaN ranks above any number
+  msg = failure(t.assertClose, f64{0, 0, NAN}, f64{9, 0, 0})
+  lu.assertStrContains(msg, "2 of 3 elements differ; max abs difference nan at [3]")
+  -- values that look alike get the digits that tell them apart
+  msg = failure(t.assertClose, 1 + 2 ^ -30, 1, {rtol = 0, atol = 0})
+  lu.assertStrContains(msg, "(a = 1.000000001, b = 1)")
+end
+
+function TestAssertClose:testDtypesMix()
+  passes(t.assertClose, qkv.tensor{0.5, 0.25}, f64{0.5, 0.25})
+  passes(t.assertClose, qkv.tensor({1, 2}, "int64"), f64{1, 2})
+  passes(t.assertClose, qkv.tensor{true, false}, f64{1, 0})
+end
+
+-- a million elements, one wrong, found where it is
+function TestAssertClose:testLargeTensor()
+  local x = qkv.randn(1000, 1000)
+  passes(t.assertClose, x, x + 1e-9, {atol = 1e-8})
+  local y = x:clone()
+  y[500][7] = y[500][7] + 1
+  local msg = failure(t.assertClose, y, x)
+  lu.assertStrContains(msg, "1 of 1000000 elements differ; max abs difference 1 at [500, 7]")
+end
+
+function TestAssertClose:testBadArguments()
+  argerror("bad argument #1 to 'assertClose' (tensor or number expected, got string)",
+           t.assertClose, "x", 1)
+  argerror("bad argument #2 to 'assertClose' (tensor or number expected, got nil)",
+           t.assertClose, qkv.ones(2))
+  argerror("bad argument #3 to 'assertClose' (unknown option 'rtl')",
+           t.assertClose, 1, 1, {rtl = 1})
+  argerror("bad argument #3 to 'assertClose' (rtol must be a non-negative number, got -1)",
+           t.assertClose, 1, 1, {rtol = -1})
+  argerror("atol must be a non-negative number", t.assertClose, 1, 1, {atol = NAN})
+  argerror("atol must be a non-negative number", t.assertClose, 1, 1, {atol = "0"})
+  argerror("options must be a table, got number", t.assertClose, 1, 1, 1e-3)
+end
+
+---------------------------------------------------------------- the others
+
+TestAssertShape = {}
+
+function TestAssertShape:testShapes()
+  passes(t.assertShape, qkv.zeros(3, 4), {3, 4})
+  passes(t.assertShape, qkv.zeros(3, 4), qkv.ones(3, 4).shape)
+  passes(t.assertShape, qkv.tensor(1), {})
+  lu.assertEquals(failure(t.assertShape, qkv.zeros(3, 5), {3, 4}),
+                  "assertShape: expected shape (3, 4), got (3, 5)")
+  lu.assertEquals(failure(t.assertShape, qkv.zeros(12), {3, 4}),
+                  "assertShape: expected shape (3, 4), got (12,)")
+  lu.assertEquals(failure(t.assertShape, qkv.zeros(3, 4, 1), {3, 4}),
+                  "assertShape: expected shape (3, 4), got (3, 4, 1)")
+end
+
+function TestAssertShape:testBadArguments()
+  argerror("bad argument #1 to 'assertShape' (tensor expected, got table)",
+           t.assertShape, {3, 4}, {3, 4})
+  argerror("bad argument #2 to 'assertShape' (table of sizes expected, got number)",
+           t.assertShape, qkv.zeros(3), 3)
+  argerror("bad argument #2 to 'assertShape' (size 2 is not an integer)",
+           t.assertShape, qkv.zeros(3, 4), {3, 4.5})
+end
+
+TestAssertTensorEqual = {}
+
+function TestAssertTensorEqual:testEqual()
+  local x = qkv.tensor{{1, NAN}, {INF, -0.0}}
+  passes(t.assertTensorEqual, x, x:clone())              -- NaN equals NaN here
+  passes(t.assertTensorEqual, qkv.tensor{true, false}, qkv.tensor{true, false})
+  passes(t.assertTensorEqual, qkv.tensor{0.0}, qkv.tensor{-0.0})
+end
+
+function TestAssertTensorEqual:testDiffers()
+  lu.assertEquals(failure(t.assertTensorEqual, qkv.tensor{{1, 2}, {3, 4}},
+                          qkv.tensor{{1, 5}, {3, 6}}),
+    "assertTensorEqual: 2 of 4 elements differ; the first at [1, 2] (a = 2.0, b = 5.0)")
+  lu.assertStrContains(failure(t.assertTensorEqual, qkv.tensor{NAN}, qkv.tensor{1}),
+                       "1 of 1 elements differ")
+  -- int64 compares exactly, past what a double holds
+  local big = qkv.tensor({9007199254740992, 9007199254740993}, "int64")
+  local msg = failure(t.assertTensorEqual, big, qkv.tensor({9007199254740992, 9007199254740992}, "int64"))
+  lu.assertStrContains(msg, "the first at [2] (a = 9007199254740993, b = 9007199254740992)")
+end
+
+function TestAssertTensorEqual:testDtypeAndShape()
+  lu.assertEquals(failure(t.assertTensorEqual, qkv.tensor{1}, f64{1}),
+                  "assertTensorEqual: dtypes float32 and float64 differ")
+  lu.assertEquals(failure(t.assertTensorEqual, qkv.zeros(2, 2), qkv.zeros(4)),
+                  "assertTensorEqual: shapes (2, 2) and (4,) differ")
+end
+
+function TestAssertTensorEqual:testBadArguments()
+  argerror("bad argument #1 to 'assertTensorEqual' (tensor expected, got number)",
+           t.assertTensorEqual, 1, qkv.ones(1))
+  argerror("bad argument #2 to 'assertTensorEqual' (tensor expected, got nil)",
+           t.assertTensorEqual, qkv.ones(1))
+end
+
+TestQkvTestModule = {}
+
+function TestQkvTestModule:testSkipUnlessCuda()
+  local ok, err = pcall(t.skipUnlessCuda)
+  if qkv.cuda_available() then
+    lu.assertTrue(ok)
+  else
+    lu.assertFalse(ok)
+    lu.assertStrContains(err, lu.SKIP_PREFIX .. "needs CUDA")
+  end
+end
+
+function TestQkvTestModule:testLuaUnitThroughIt()
+  lu.assertIs(require "qkv.test", t)
+  lu.assertIs(t.assertEquals, lu.assertEquals)
+  lu.assertIs(t.LuaUnit, lu.LuaUnit)
+end
+
+-- counted by the runner: 3 failures (not errors), the bad argument 1
+-- error, the CUDA test skipped
+function TestQkvTestModule:testFailuresCountAsFailures()
+  local fixture = "tests/fixtures/runner/fixtures/qkvtest/test_assertions.lua"
+  local p = io.popen("'" .. EXE .. "' test " .. fixture .. " 2>&1")
+  local out = p:read("a")
+  local _, _, code = p:close()
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "1 success, 3 failures, 1 error, 1 skipped")
+  lu.assertEquals(out:match("([^\n]*)\n$"), "1 passed, 4 failed, 1 skipped")
+end
+
+os.exit(lu.LuaUnit.run(), true)
