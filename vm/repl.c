@@ -167,36 +167,58 @@ static void history_add (const char *chunk) {
 
 /* completion ----------------------------------------------------------- */
 
+/* the words qkv.repl._complete gives, handed to readline one by one (it
+   frees them); the Lua stack is left as it was, mid-chunk or not */
 static char *lua_generator (const char *text, int state) {
+  static char **words;
   static int i, n;
   lua_State *L = replL;
   if (state == 0) {
-    lua_settop(L, 0);
+    while (i < n) free(words[i++]);
+    free(words);
+    words = NULL;
+    i = n = 0;
+    int top = lua_gettop(L);
     pushreplfn(L, "_complete");
     lua_pushstring(L, text);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
-      lua_settop(L, 0);
-      return NULL;
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+      int len = (int)lua_rawlen(L, -1);
+      words = calloc((size_t)len + 1, sizeof *words);
+      for (int k = 1; words && k <= len; k++) {
+        const char *w = (lua_rawgeti(L, -1, k), lua_tostring(L, -1));
+        if (w && (words[n] = strdup(w)) != NULL) n++;
+        lua_pop(L, 1);
+      }
     }
-    i = 0;
-    n = (int)lua_rawlen(L, -1);
+    lua_settop(L, top);
   }
-  if (lua_gettop(L) == 0 || i >= n) { lua_settop(L, 0); return NULL; }
-  lua_rawgeti(L, 1, ++i);
-  const char *s = lua_tostring(L, -1);
-  char *copy = s ? strdup(s) : NULL;
-  lua_pop(L, 1);
-  return copy;
+  return i < n ? words[i++] : NULL;
 }
 
 /* inside a string: file names; elsewhere: names, fields and methods */
 static char **complete (const char *text, int start, int end) {
   (void)start; (void)end;
   rl_attempted_completion_over = 1;
-  if (rl_completion_quote_character != 0)
-    return rl_completion_matches(text, rl_filename_completion_function);
   rl_completion_append_character = '\0';
+  if (rl_completion_quote_character != 0) {
+    rl_completion_suppress_quote = 1;  /* the user closes the string */
+    return rl_completion_matches(text, rl_filename_completion_function);
+  }
   return rl_completion_matches(text, lua_generator);
+}
+
+/* inside an open string a file name is one word, '/' and '.' included */
+static char *word_breaks (void) {
+  static char lua_breaks[] = " \t\n\"'`@$><=;|&{}()[],+-*/%^~#";
+  static char string_breaks[] = "\"'";
+  char q = 0;
+  for (int i = 0; i < rl_point; i++) {
+    char c = rl_line_buffer[i];
+    if (q == 0) { if (c == '"' || c == '\'') q = c; }
+    else if (c == '\\') i++;
+    else if (c == q) q = 0;
+  }
+  return q ? string_breaks : lua_breaks;
 }
 
 static void readline_open (void) {
@@ -204,8 +226,7 @@ static void readline_open (void) {
   rl_catch_signals = 0;                /* SIGINT is ours */
   rl_attempted_completion_function = complete;
   rl_completer_quote_characters = "\"'";
-  rl_basic_word_break_characters = " \t\n\"'`@$><=;|&{}()[],+-*/%^~#";
-  rl_completer_word_break_characters = rl_basic_word_break_characters;
+  rl_completion_word_break_hook = word_breaks;
   history_open();
 }
 
