@@ -333,6 +333,16 @@ function TestReplInterrupt:testKernelLoop()
   interrupts("while true do qkv.randn(400, 400):matmul(qkv.randn(400, 400)) end")
 end
 
+-- one call of a few seconds: the kernel itself sees the flag between its
+-- blocks of work, so the error is the op's own, not the Lua hook's
+function TestReplInterrupt:testInsideOneKernel()
+  local line = 'y = qkv.attention(x, x, x, {weights = false})'
+  local t = repl{cmd("x = qkv.randn(256, 4096, 64)"), send(line .. "\n"), "sleep 300",
+                 send("\3"), expect("interrupted"), expect(PROMPT), cmd("print(y)", "nil")}
+  lu.assertStrContains(output(t, line), "attention: interrupted")
+  lu.assertEquals(output(t, "print(y)"), "nil\n")
+end
+
 function TestReplInterrupt:testCtrlCClearsTheLine()
   local t = repl{send("abc"), expect("abc"), send("\3"), expect(PROMPT),
                  cmd("1 + 1", "2")}

@@ -83,11 +83,19 @@ static int read_rl (const char *prompt, char **line) {
   line_done = 0;
   line_read = NULL;
   rl_callback_handler_install(prompt, on_line);
+  /* SIGINT is blocked but while pselect waits: one that comes between the
+     flag's test and the wait would otherwise leave it waiting for a key */
+  sigset_t intr, old;
+  sigemptyset(&intr);
+  sigaddset(&intr, SIGINT);
   while (!line_done) {
     fd_set fds;
     FD_ZERO(&fds);
     FD_SET(fileno(rl_instream), &fds);
-    int r = select(fileno(rl_instream) + 1, &fds, NULL, NULL, NULL);
+    sigprocmask(SIG_BLOCK, &intr, &old);
+    int r = got_sigint ? 0
+          : pselect(fileno(rl_instream) + 1, &fds, NULL, NULL, NULL, &old);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     if (got_sigint) {                  /* drop what was typed */
       rl_free_line_state();
       rl_callback_sigcleanup();
