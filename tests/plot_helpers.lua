@@ -19,7 +19,7 @@ local function tmp(name)
   return p
 end
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local quote = dofile("tests/shell.lua").quote
 
 -- f(...) must fail with a message containing every string of subs
 local fails = dofile("tests/attn_ref.lua").fails

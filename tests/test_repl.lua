@@ -11,14 +11,9 @@ local lu = require "luaunit"
 local exe = arg and arg[-1] or "build/qkv"
 local driver = (exe:match("(.*)/") or ".") .. "/ptydrive"
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local shell = dofile("tests/shell.lua")
+local quote, sh = shell.quote, shell.sh
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
 
 local TMP = (sh("mktemp -d"):gsub("%s+$", ""))
 assert(TMP:match("^/"), "test_repl: mktemp -d failed: " .. TMP)

@@ -7,7 +7,7 @@ local lu = require "luaunit"
 local EXE = arg and arg[-1] or "build/qkv"
 local FIX = "tests/fixtures/runner"
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local quote = dofile("tests/shell.lua").quote
 
 -- runs `qkv test <args>` (a list, quoted here); returns the output (stdout
 -- and stderr), the exit status and the last line

@@ -5,15 +5,9 @@ local lu = require "luaunit"
 local exe = arg and arg[-1] or "build/qkv"
 local builddir = exe:match("(.*)/") or "."
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local shell = dofile("tests/shell.lua")
+local quote, sh = shell.quote, shell.sh
 
--- runs a shell command; returns its output (stdout and stderr) and status
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
 
 local function tmpfile(text)
   local name = os.tmpname()
