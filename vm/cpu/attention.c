@@ -133,7 +133,8 @@ static VECTORISE int row_f32 (const job *J, float *s, int n, int lim,
   if (mk)
     for (int j = 0; j < lim; j++) if (!mk[j * ms]) s[j] = -INFINITY;
   SIMD_MAX for (int j = 0; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
-  if (mx == -INFINITY) {
+  if (mx == -INFINITY) {      /* the max skips NaN: one still spoils the row */
+    for (int j = 0; j < lim; j++) if (s[j] != s[j]) *l = NAN;
     memset(s, 0, (size_t)n * sizeof *s);
     return 0;
   }
@@ -159,7 +160,8 @@ static int row_f64 (const job *J, double *s, int n, int lim, const uint8_t *mk,
     if (mk && !mk[j * ms]) s[j] = -INFINITY;
     mx = s[j] > mx ? s[j] : mx;
   }
-  if (mx == -INFINITY) {
+  if (mx == -INFINITY) {      /* the max skips NaN: one still spoils the row */
+    for (int j = 0; j < lim; j++) if (s[j] != s[j]) *l = NAN;
     memset(s, 0, (size_t)n * sizeof *s);
     return 0;
   }
