@@ -14,6 +14,7 @@ static const char *const lazy[][3] = {
   {"test", "qkv.test", NULL}, {"repl", "qkv.repl", NULL},
   {"cosine_similarity", "qkv.nn", "cosine_similarity"},
   {"help", "qkv.doc", "help"},
+  {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
 };
 
 static int lazy_index (lua_State *L) {
@@ -44,6 +45,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_build(L, mt, methods, module);
   qkvL_open_attention(L, mt, methods, module);
   qkvL_open_sys(L, mt, methods, module);
+  qkvL_open_io(L, mt, methods, module);
   for (int i = 0; i < 4; i++) {
     lua_pushstring(L, dtypes[i]);
     lua_setfield(L, module, dtypes[i]);

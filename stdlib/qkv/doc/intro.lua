@@ -51,9 +51,9 @@ local x <close> = ... frees x's storage at the end of its scope.]]
 local namespaces = {
   {id = "qkv", title = "qkv",
    intro = "The qkv module: making tensors, math on them (each also a tensor " ..
-     "method), the attention primitives and the runtime. In the qkv " ..
+     "method), the attention primitives, the runtime and files. In the qkv " ..
      "executable it is the global qkv; elsewhere require \"qkv\".",
-   groups = {"making tensors", "math", "attention", "runtime"}},
+   groups = {"making tensors", "math", "attention", "runtime", "files"}},
   {id = "Tensor", title = "Tensor methods",
    intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
      "reference-counted storage, with up to 8 dims. Methods are called as " ..

@@ -1,0 +1,89 @@
+-- npz.lua: qkv.npz, NumPy's .npz files: a zip archive of .npy files, one
+-- per named tensor ("w.npy" holds the tensor named w). qkv.savez and
+-- qkv.loadz load this module on first use.
+--
+--   savez(path, {name = tensor, ...})   writes the archive atomically
+--   loadz(path) -> {name = tensor, ...}
+--
+-- The .npy bytes come from qkv._npy_encode / _npy_decode (bindings/lio.c),
+-- the archive from qkv.zip (bindings/zip/lzip.c, libzip), and the file is
+-- written by qkv._write_atomic, as qkv.save writes its own.
+
+local qkv = require "qkv"
+local zip = require "qkv.zip"
+
+local M = {}
+
+local SOURCE = debug.getinfo(1, "S").source
+
+-- errors point at the script line that called savez or loadz
+local function fail(msg, ...)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if info == nil or (info.source ~= SOURCE and info.what ~= "C") then break end
+    level = level + 1
+  end
+  error(string.format(msg, ...), level)
+end
+
+-- a name NumPy writes and any unzip puts back where it came from: no
+-- empty, absolute, "." or ".." parts, no NUL or backslash
+local function bad_name(name)
+  if name == "" then return "is empty" end
+  if name:find("[%z\\]") then return "holds a NUL or a backslash" end
+  if name:sub(1, 1) == "/" then return "is an absolute path" end
+  for part in (name .. "/"):gmatch("([^/]*)/") do
+    if part == "" or part == "." or part == ".." then
+      return "has an empty, '.' or '..' part"
+    end
+  end
+end
+
+function M.savez(path, tensors)
+  if type(path) ~= "string" then
+    fail("savez: bad argument #1 (path expected, got %s)", type(path))
+  end
+  if type(tensors) ~= "table" then
+    fail("savez: bad argument #2 (table of tensors expected, got %s)", type(tensors))
+  end
+  local entries = {}
+  for name, t in pairs(tensors) do
+    if type(name) ~= "string" then
+      fail("savez: tensor names must be strings, got %s %s", type(name), tostring(name))
+    end
+    local why = bad_name(name)
+    if why then fail("savez: the name '%s' %s", name, why) end
+    if not qkv.is_tensor(t) then
+      fail("savez: '%s' is a %s, not a tensor", name, type(t))
+    end
+    entries[name .. ".npy"] = qkv._npy_encode(t)
+  end
+  qkv._write_atomic(path, zip.encode(entries), "savez")
+end
+
+local function read(path)
+  local f, err = io.open(path, "rb")
+  if not f then fail("loadz: %s", err) end
+  local bytes, rerr = f:read("a")
+  f:close()
+  if not bytes then fail("loadz: %s: %s", path, rerr) end
+  return bytes
+end
+
+function M.loadz(path)
+  if type(path) ~= "string" then
+    fail("loadz: bad argument #1 (path expected, got %s)", type(path))
+  end
+  local what = "loadz: " .. path
+  local entries = zip.decode(read(path), what)
+  local out = {}
+  for name, bytes in pairs(entries) do
+    local key = name:match("^(.*)%.npy$")
+    if not key then fail("%s: entry '%s' is not a .npy file", what, name) end
+    out[key] = qkv._npy_decode(bytes, what .. ": " .. name)
+  end
+  return out
+end
+
+return M
