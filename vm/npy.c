@@ -44,7 +44,10 @@ static void shape_str (char *buf, size_t n, int ndim, const int64_t *shape) {
 int qkv_npy_header_len (const unsigned char *buf, size_t n, uint64_t filesize,
                         size_t *total, char *err, size_t errlen) {
   size_t m = n < sizeof MAGIC ? n : sizeof MAGIC;
-  if (memcmp(buf, MAGIC, m) != 0) return fail(err, errlen, "bad magic (not a .npy file)");
+  if (memcmp(buf, MAGIC, m) != 0)
+    return fail(err, errlen, n >= 4 && memcmp(buf, "PK\3\4", 4) == 0
+                ? "bad magic: a zip archive, not a .npy file (an .npz? qkv.loadz reads those)"
+                : "bad magic (not a .npy file)");
   if (n < 10)
     return fail(err, errlen, "truncated: the file has %zu bytes, too few for a .npy header", n);
   int major = buf[6], minor = buf[7];
@@ -367,11 +370,9 @@ size_t qkv_npy_encode_header (char *buf, size_t cap, qkv_dtype dt, int ndim,
   shape_str(s, sizeof s, ndim, shape);
   int k = snprintf(d, sizeof d, "{'descr': '%c%s', 'fortran_order': False, 'shape': %s, }",
                    order, kinds[dt], s);
-  /* NumPy leaves room for the first size to grow to 21 digits */
-  if (ndim > 0) {
-    int digits = snprintf(NULL, 0, "%lld", (long long)shape[0]);
-    for (; digits < 21; digits++) d[k++] = ' ';
-  }
+  /* NumPy 1.24 adds room for the first size to grow to 21 digits; with at
+     most 8 dims of at most 2^63 bytes in all, that room always falls inside
+     the padding to 64, so leaving it out gives the same bytes */
   size_t hlen = (size_t)k + 1, prefix = 10, pad = 64 - (prefix + hlen) % 64;
   if (hlen + pad > 65535) {            /* too long for version 1.0's length */
     prefix = 12;
