@@ -200,6 +200,10 @@ static int z_decode (lua_State *L) {
   size_t len;
   const char *bytes = luaL_checklstring(L, 1, &len);
   const char *what = luaL_optstring(L, 2, "decode");
+  /* libzip opens an empty source as an empty archive; 22 bytes is the
+     shortest zip there is (the end record alone) */
+  if (len < sizeof EMPTY)
+    return luaL_error(L, "%s: Not a zip archive (%d bytes)", what, (int)len);
   Archive *a = newarchive(L);
   zip_error_t err;
   zip_error_init(&err);

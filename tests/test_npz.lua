@@ -1,0 +1,298 @@
+-- test_npz.lua: qkv.savez / qkv.loadz (.npz archives: NumPy's files, names,
+-- hand-made bad zips and zip bombs), and the atomic writes that qkv.save
+-- and qkv.savez share: a failed save keeps the old file and leaves no temp
+-- file, modes and symbolic links are kept, and a writer killed mid-save
+-- always leaves a complete file. The .npy format is test_npy.lua's.
+local lu = require "luaunit"
+local S = dofile("tests/shell.lua")
+local fails = dofile("tests/attn_ref.lua").fails
+
+local EXE = arg and arg[-1] or "build/qkv"
+local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "tests/test_npz.lua"
+local FIX = (here:match("^(.*)/[^/]*$") or ".") .. "/fixtures/npy/"
+
+local TMP = (S.sh("mktemp -d"):gsub("%s+$", ""))
+assert(TMP:match("^/"), "test_npz: mktemp -d failed: " .. TMP)
+local _ <close> = setmetatable({}, {__close = function()
+  os.execute("rm -rf " .. S.quote(TMP))
+end})
+
+local function readfile(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function writefile(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local count = 0
+local function newdir()
+  count = count + 1
+  local d = TMP .. "/" .. count
+  assert(os.execute("mkdir " .. S.quote(d)))
+  return d
+end
+
+-- the names in folder d, sorted, hidden ones (our temp files) included
+local function listing(d)
+  local out = S.sh("ls -A " .. S.quote(d))
+  local names = {}
+  for name in out:gmatch("[^\n]+") do names[#names + 1] = name end
+  return names
+end
+
+-- runs a qkv script in a child process; returns its output and status
+local function child(code, prefix)
+  return S.sh((prefix or "") .. S.quote(EXE) .. " -e " .. S.quote(code))
+end
+
+local function assertEqualTables(got, want)
+  local keys = {}
+  for k in pairs(want) do keys[#keys + 1] = k end
+  for k in pairs(got) do lu.assertNotNil(want[k], "unexpected " .. tostring(k)) end
+  for _, k in ipairs(keys) do qkv.test.assertTensorEqual(got[k], want[k]) end
+end
+
+---------------------------------------------------------------- a zip by hand
+
+local CRC = {}
+for i = 0, 255 do
+  local c = i
+  for _ = 1, 8 do c = (c & 1) ~= 0 and (0xEDB88320 ~ (c >> 1)) or (c >> 1) end
+  CRC[i] = c
+end
+local function crc32(s)
+  local c = 0xFFFFFFFF
+  for i = 1, #s do c = CRC[(c ~ s:byte(i)) & 0xFF] ~ (c >> 8) end
+  return c ~ 0xFFFFFFFF
+end
+
+-- entries {name, data, method = 0 | 8 | ..., size = the size it claims};
+-- a method-8 entry's data is one stored deflate block, so that no zlib is
+-- needed here
+local function zip(entries)
+  local locals, central, offset = {}, {}, 0
+  for _, e in ipairs(entries) do
+    local method, raw = e.method or 0, e[2]
+    local data = method == 8 and string.pack("<BI2I2", 1, #raw, ~#raw & 0xFFFF) .. raw or raw
+    local size = e.size or #raw
+    local fields = string.pack("<I2I2I2I2I2I4I4I4I2", 20, 0, method, 0, 0x21, crc32(raw),
+                               #data, size, #e[1])
+    local loc = "PK\3\4" .. fields .. string.pack("<I2", 0) .. e[1] .. data
+    locals[#locals + 1] = loc
+    central[#central + 1] = "PK\1\2" .. string.pack("<I2", 20) .. fields ..
+        string.pack("<I2I2I2I2I4I4", 0, 0, 0, 0, 0, offset) .. e[1]
+    offset = offset + #loc
+  end
+  local cd = table.concat(central)
+  return table.concat(locals) .. cd .. "PK\5\6" ..
+         string.pack("<I2I2I2I2I4I4I2", 0, 0, #entries, #entries, #cd, offset, 0)
+end
+
+local function badzip(bytes, ...)
+  local path = newdir() .. "/bad.npz"
+  writefile(path, bytes)
+  return fails({"loadz: " .. path, ...}, qkv.loadz, path)
+end
+
+---------------------------------------------------------------- .npz
+TestNpz = {}
+
+function TestNpz:testRoundTrip()
+  local x = qkv.arange(24):reshape(2, 3, 4)
+  local t = {w = qkv.randn(3, 4), n = qkv.tensor({7, -8, math.maxinteger}, "int64"),
+             flag = qkv.tensor(true), e = qkv.zeros(0, 5, "float64"), view = x:transpose(1, 3),
+             ["layer1/attn.q_proj"] = qkv.ones(2)}
+  local path = newdir() .. "/a.npz"
+  qkv.savez(path, t)
+  local back = qkv.loadz(path)
+  t.view = x:transpose(1, 3):contiguous()
+  assertEqualTables(back, t)
+  lu.assertEquals(back.view.shape, {4, 3, 2})
+  -- the empty table is an empty archive, as np.savez(path) writes
+  qkv.savez(path, {})
+  lu.assertEquals(next(qkv.loadz(path)), nil)
+end
+
+function TestNpz:testNumPysArchives()
+  local w = qkv.arange(6):reshape(2, 3) / 4
+  assertEqualTables(qkv.loadz(FIX .. "savez.npz"),
+    {w = w, n = qkv.tensor({7, -8, 9}, "int64"), flag = qkv.tensor(true)})
+  assertEqualTables(qkv.loadz(FIX .. "savez_compressed.npz"),
+    {w = w, n = qkv.tensor({7, -8, 9}, "int64"), zeros = qkv.zeros(1000, "float64")})
+end
+
+function TestNpz:testNumPyReadsOurArchives()
+  local py
+  for _, p in ipairs{"python3", "/usr/bin/python3"} do
+    if select(2, S.sh(p .. " -c 'import numpy'")) == 0 then py = p break end
+  end
+  if not py then lu.skip("python3 with numpy is not installed") end
+  local path = newdir() .. "/a.npz"
+  qkv.savez(path, {w = qkv.arange(6, "float64"):reshape(2, 3):t(), ["sub/b"] = qkv.tensor(false)})
+  local out, code = S.sh(py .. " -c " .. S.quote([=[
+import sys, numpy as np
+z = np.load(sys.argv[1])
+assert sorted(z.files) == ["sub/b", "w"], z.files
+assert z["w"].dtype == np.float64 and z["w"].tolist() == [[0, 3], [1, 4], [2, 5]], z["w"]
+assert z["sub/b"].shape == () and z["sub/b"].dtype == np.bool_ and not z["sub/b"]
+print("ok")]=]) .. " " .. S.quote(path))
+  lu.assertEquals(code, 0, out)
+  lu.assertEquals(out, "ok\n")
+end
+
+function TestNpz:testBadNames()
+  local d = newdir()
+  local one = qkv.ones(1)
+  for _, name in ipairs{"", "/abs", "a/../b", "a//b", ".", "a/", "x\0y", "a\\b"} do
+    fails("savez: the name '" .. name .. "'", qkv.savez, d .. "/x.npz", {[name] = one})
+  end
+  fails("savez: tensor names must be strings, got number 1", qkv.savez, d .. "/x.npz", {one})
+  fails("savez: 'w' is a string, not a tensor", qkv.savez, d .. "/x.npz", {w = "x"})
+  fails("savez: bad argument #2 (table of tensors expected, got nil)", qkv.savez, d .. "/x.npz")
+  fails("savez: bad argument #1 (path expected, got number)", qkv.savez, 1, {})
+  fails("loadz: bad argument #1 (path expected, got nil)", qkv.loadz)
+  fails("loadz: " .. d .. "/none.npz: No such file or directory", qkv.loadz, d .. "/none.npz")
+  fails("loadz: " .. d .. ": Is a directory", qkv.loadz, d)
+  lu.assertEquals(listing(d), {})
+end
+
+function TestNpz:testBadArchives()
+  local good = readfile(FIX .. "savez.npz")
+  badzip("hello, not a zip", "Not a zip archive")
+  badzip("", "Not a zip archive")
+  for n = 1, #good - 1, 7 do badzip(good:sub(1, n)) end
+  fails({"loadz: " .. FIX .. "notes.npz: entry 'notes.txt' is not a .npy file"},
+        qkv.loadz, FIX .. "notes.npz")
+  local npy = qkv._npy_encode(qkv.ones(3))
+  badzip(zip{{"a.npy", npy:sub(1, -2)}}, ": a.npy: shape (3,) needs 12 bytes of data but the file has 11")
+  badzip(zip{{"a.npy", "hello"}}, ": a.npy: bad magic")
+  badzip(zip{{"a.npy", npy}, {"a.npy", npy}}, "File already exists")
+  -- the hand-made zip itself is right: stored and deflated entries load
+  assertEqualTables(qkv.loadz((function()
+    local p = newdir() .. "/ok.npz"
+    writefile(p, zip{{"a.npy", npy}, {"b.npy", npy, method = 8}})
+    return p
+  end)()), {a = qkv.ones(3), b = qkv.ones(3)})
+end
+
+-- sizes are checked before anything is inflated
+function TestNpz:testZipBombs()
+  local npy = qkv._npy_encode(qkv.ones(3))
+  badzip(zip{{"a.npy", npy, method = 8, size = 1 << 31}},
+         "entry 'a.npy' claims 2147483648 bytes from " .. #npy + 5 .. " compressed")
+  badzip(zip{{"a.npy", npy, size = #npy + 1}}, "entry 'a.npy' claims")
+  badzip(zip{{"a.npy", npy, method = 12}}, "entry 'a.npy' uses compression method 12")
+  badzip(zip{{"a.npy", npy, method = 8, size = #npy + 10}}, "a.npy")
+end
+
+---------------------------------------------------------------- atomic writes
+TestAtomic = {}
+
+-- a save that raises before writing keeps the old file, and no temp file
+function TestAtomic:testFailedSavesKeepTheOldFile()
+  local d = newdir()
+  local p, z = d .. "/x.npy", d .. "/x.npz"
+  qkv.save(p, qkv.ones(3))
+  qkv.savez(z, {a = qkv.ones(3)})
+  local old, oldz = readfile(p), readfile(z)
+  local closed
+  do
+    local x <close> = qkv.zeros(3)
+    closed = x
+  end
+  fails("tensor was closed", qkv.save, p, closed)
+  fails("savez: 'b' is a number, not a tensor", qkv.savez, z, {a = qkv.zeros(3), b = 1})
+  lu.assertTrue(readfile(p) == old)
+  lu.assertTrue(readfile(z) == oldz)
+  lu.assertEquals(listing(d), {"x.npy", "x.npz"})
+end
+
+-- a write that fails half-way (the file size limit: EFBIG) removes its
+-- temp file and leaves the old file whole
+function TestAtomic:testFailedWritesKeepTheOldFile()
+  local d = newdir()
+  local p = d .. "/x.npy"
+  qkv.save(p, qkv.ones(3))
+  local old = readfile(p)
+  for _, code in ipairs{"qkv.save(%q, qkv.zeros(100000))",
+                        "qkv.savez(%q, {a = qkv.zeros(100000)})"} do
+    local out = child(string.format("local ok, e = pcall(function() " .. code ..
+                                    " end) print(e)", p), "trap '' XFSZ; ulimit -f 8; ")
+    lu.assertStrContains(out, p .. ": File too large")
+    lu.assertTrue(readfile(p) == old)
+    lu.assertEquals(listing(d), {"x.npy"})
+  end
+end
+
+-- a folder we may not write to, as a user without root's rights
+function TestAtomic:testUnwritableFolder()
+  local d = newdir()
+  local p = d .. "/x.npy"
+  qkv.save(p, qkv.ones(3))
+  local old = readfile(p)
+  os.execute("chmod 555 " .. S.quote(d))
+  local prefix = ""
+  if S.sh("id -u") == "0\n" then
+    if select(2, S.sh("command -v setpriv")) ~= 0 then lu.skip("root, and no setpriv") end
+    prefix = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+  end
+  local out = child(string.format("print(pcall(qkv.save, %q, qkv.zeros(3)))", p), prefix)
+  os.execute("chmod 755 " .. S.quote(d))
+  if out:find("Permission denied", 1, true) == nil and prefix ~= "" then
+    lu.skip("cannot run qkv as nobody: " .. out)
+  end
+  lu.assertStrContains(out, "false\tsave: " .. p .. ": Permission denied")
+  lu.assertTrue(readfile(p) == old)
+  lu.assertEquals(listing(d), {"x.npy"})
+end
+
+function TestAtomic:testModesAndLinks()
+  local d = newdir()
+  local p = d .. "/x.npy"
+  qkv.save(p, qkv.ones(3))
+  lu.assertEquals(S.sh("stat -c %a " .. S.quote(p)), "644\n")
+  os.execute("chmod 640 " .. S.quote(p))
+  qkv.save(p, qkv.zeros(3))
+  lu.assertEquals(S.sh("stat -c %a " .. S.quote(p)), "640\n")
+  child(string.format("qkv.save(%q, qkv.zeros(3))", d .. "/y.npy"), "umask 027; ")
+  lu.assertEquals(S.sh("stat -c %a " .. S.quote(d .. "/y.npy")), "640\n")
+  -- through a symbolic link: the file it names is replaced, the link stays
+  os.execute("ln -s x.npy " .. S.quote(d .. "/link.npy"))
+  qkv.save(d .. "/link.npy", qkv.full({2}, 5))
+  lu.assertEquals(S.sh("readlink " .. S.quote(d .. "/link.npy")), "x.npy\n")
+  lu.assertEquals(qkv.load(p):tolist(), {5, 5})
+  lu.assertEquals(listing(d), {"link.npy", "x.npy", "y.npy"})
+end
+
+-- a child saving 4 MiB tensors in a loop, killed with SIGKILL at several
+-- moments: the file always loads to one complete tensor
+function TestAtomic:testKilledWriterLeavesACompleteFile()
+  local d = newdir()
+  local p = d .. "/x.npy"
+  local n = 1 << 20
+  qkv.save(p, qkv.zeros(n))
+  local code = string.format("for k = 1, 1e9 do qkv.save(%q, qkv.full({%d}, k %% 7)) end", p, n)
+  local seen = {}
+  for _, delay in ipairs{"0.02", "0.05", "0.08", "0.13", "0.21"} do
+    local cmd = string.format("%s -e %s & pid=$!; sleep %s; kill -9 $pid; wait $pid",
+                              S.quote(EXE), S.quote(code), delay)
+    local _, status = S.sh(cmd)
+    lu.assertEquals(status, 137, "the child was killed")
+    local x = qkv.load(p)
+    lu.assertEquals(x.shape, {n})
+    local v = x[1]
+    lu.assertEquals(x:eq(v):sum():item(), n, "one complete tensor")
+    seen[v] = true
+  end
+  local names = listing(d)
+  lu.assertEquals(names[#names], "x.npy")
+  for i = 1, #names - 1 do lu.assertStrMatches(names[i], "%.x%.npy%.......") end
+end
+
+os.exit(lu.LuaUnit.run(), true)
