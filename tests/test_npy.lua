@@ -4,30 +4,12 @@
 -- by NumPy, and hand-made bad headers, each an error naming the file.
 -- .npz archives and atomic writes are in test_npz.lua.
 local lu = require "luaunit"
-local S = dofile("tests/shell.lua")
 local fails = dofile("tests/attn_ref.lua").fails
+local H = dofile("tests/npy_helpers.lua")
+local FIX, readfile, writefile = H.FIX, H.readfile, H.writefile
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "tests/test_npy.lua"
-local FIX = (here:match("^(.*)/[^/]*$") or ".") .. "/fixtures/npy/"
-
-local TMP = (S.sh("mktemp -d"):gsub("%s+$", ""))
-assert(TMP:match("^/"), "test_npy: mktemp -d failed: " .. TMP)
-local _ <close> = setmetatable({}, {__close = function()
-  os.execute("rm -rf " .. S.quote(TMP))
-end})
-
-local function readfile(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function writefile(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local TMP, cleanup = H.tmpdir()
+local _ <close> = cleanup
 
 local count = 0
 local function tmp(name)
@@ -303,23 +285,9 @@ end
 ---------------------------------------------------------------- read by NumPy
 TestNumPy = {}
 
-local PYTHON
-local function python()
-  if PYTHON == nil then
-    PYTHON = false
-    for _, py in ipairs{"python3", "/usr/bin/python3"} do
-      local _, code = S.sh(py .. " -c 'import numpy'")
-      if code == 0 then PYTHON = py break end
-    end
-  end
-  if not PYTHON then lu.skip("python3 with numpy is not installed") end
-  return PYTHON
-end
-
 -- NumPy loads what qkv writes, with the same data and shape, and np.save
 -- would have written the same file
 function TestNumPy:testNumPyReadsOurFiles()
-  local py = python()
   local x = qkv.arange(12, "float64"):reshape(3, 4):t()
   local cases = {
     {qkv.tensor(SPECIAL32), "float32", "<f", SPECIAL32},
@@ -341,7 +309,7 @@ function TestNumPy:testNumPyReadsOurFiles()
   end
   local list = tmp("list.txt")
   writefile(list, table.concat(lines, "\n") .. "\n")
-  local out, code = S.sh(py .. " -c " .. S.quote([[
+  local out, code = H.numpy([[
 import io, sys, numpy as np
 for line in open(sys.argv[1]):
     path, dtype, shape, data = (line.split() + [""])[:4]
@@ -353,7 +321,7 @@ for line in open(sys.argv[1]):
     f = io.BytesIO()
     np.save(f, a)
     assert f.getvalue() == open(path, "rb").read(), (path, "np.save writes other bytes")
-print("ok")]]) .. " " .. S.quote(list))
+print("ok")]], list)
   lu.assertEquals(code, 0, out)
   lu.assertEquals(out, "ok\n")
 end
