@@ -89,21 +89,31 @@ static enum CBLAS_TRANSPOSE flag (const operand *op, int transposed) {
   return byrow != transposed ? CblasNoTrans : CblasTrans;
 }
 
-/* s (m x n, ld n) = scale * q (m x dk) k^T */
+/*
+** s (m x n, ld n) = scale * q (m x dk) k^T.  gemm reads neither q nor k
+** when dk or alpha is 0, but Q K^T * scale is NaN where an infinite scale
+** meets a 0 product or a scale of 0 an infinite one (as the composed path
+** and PyTorch give): those cases, and any scale that is not finite,
+** multiply by the scale after the product, as the composed path does.
+*/
 static void scores (const job *J, int m, int n, const void *q, const void *k,
                     void *s) {
-  int dk = (int)J->dk;
+  int dk = (int)J->dk, after = dk == 0 || J->scale == 0 || !isfinite(J->scale);
+  double alpha = after ? 1.0 : J->scale;
   if (dk == 0) {
     memset(s, 0, (size_t)m * (size_t)n * J->es);
   } else if (J->dtype == QKV_F32) {
     cblas_sgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
-                (float)J->scale, (const float *)q, J->q.ld,
+                (float)alpha, (const float *)q, J->q.ld,
                 (const float *)k, J->k.ld, 0.0f, (float *)s, n);
   } else {
     cblas_dgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
-                J->scale, (const double *)q, J->q.ld,
+                alpha, (const double *)q, J->q.ld,
                 (const double *)k, J->k.ld, 0.0, (double *)s, n);
   }
+  for (int64_t i = 0; after && i < (int64_t)m * n; i++)
+    if (J->dtype == QKV_F32) ((float *)s)[i] *= (float)J->scale;
+    else ((double *)s)[i] *= J->scale;
 }
 
 /* o (m x dv, ld dv) += p (m x n, ld n) v */
@@ -385,7 +395,9 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   J.off = J.nk - J.nq;
   J.scale = scale;
 #ifdef QKV_VEXP_X86
-  J.avx2 = J.dtype == QKV_F32 && qkv_cpu_has_avx2();
+  /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
+     an infinite q * scale is not Q K^T * scale; BLAS's scores() takes those */
+  J.avx2 = J.dtype == QKV_F32 && J.dk > 0 && isfinite(scale) && qkv_cpu_has_avx2();
 #endif
   setup(&J.q, q, &J);
   setup(&J.k, k, &J);
