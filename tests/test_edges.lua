@@ -388,6 +388,26 @@ function TestNonFiniteTiles:testNaNKeysMasked()
   end
 end
 
+-- a scale of 0 or ±inf, or NaN: Q K^T * scale is NaN where 0 meets inf,
+-- which BLAS's gemm skips for alpha = 0 and the AVX2 path (scale folded
+-- into q) does not see the same way; both paths must give the composed
+-- result, also with d_k = 0 (every score 0 * scale)
+function TestNonFiniteTiles:testNonFiniteScale()
+  for _, dt in ipairs(DT) do
+    local K = rt({200, 8}, dt)
+    K[150] = inf                                  -- an infinite key for scale 0
+    local Q, V = rt({20, 8}, dt), rt({200, 3}, dt)
+    Q[3] = qkv.zeros(8, dt)                       -- 0 * inf for an infinite scale
+    for _, s in ipairs{0, inf, -inf, nan} do
+      local what = dt .. " scale " .. s
+      local out = attend(Q, K, V, {scale = s, causal = true}, what)
+      close(out, ref(Q, K, V, {scale = s, causal = true}), nil, what)
+      out = attend(qkv.zeros(20, 0, dt), qkv.zeros(200, 0, dt), V, {scale = s}, what .. ", d_k 0")
+      if s == 0 then nonan(out, what) else lu.assertNaN(out[1][1], what .. ", d_k 0") end
+    end
+  end
+end
+
 -- softmax rows of 37 (AVX2 lanes and a tail): a NaN or +inf in the tail
 -- spoils the row, a -inf there is a zero
 function TestNonFiniteTiles:testSoftmaxTail()
