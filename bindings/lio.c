@@ -57,14 +57,19 @@ static void sync_dir (const char *dir) {
 static int write_atomic (const char *path, const Part *parts, int nparts) {
   char real[PATH_MAX], tmp[PATH_MAX + 16], dir[PATH_MAX];
   const char *target = realpath(path, real) ? real : path;
-  const char *slash = strrchr(target, '/');
-  size_t dirlen = slash ? (size_t)(slash - target) : 0;
-  if (strlen(target) + 9 > PATH_MAX) return ENAMETOOLONG;
-  snprintf(dir, sizeof dir, "%.*s", (int)dirlen, target);
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  size_t len = strlen(target), pre = (size_t)(base - target);  /* folder and '/' */
+  if (len + 9 > PATH_MAX) return ENAMETOOLONG;
+  memcpy(tmp, target, pre);                   /* <folder>/.<name>.XXXXXX */
+  tmp[pre] = '.';
+  memcpy(tmp + pre + 1, base, len - pre);
+  memcpy(tmp + len + 1, ".XXXXXX", 8);
   if (!slash) strcpy(dir, ".");
-  else if (dirlen == 0) strcpy(dir, "/");
-  snprintf(tmp, sizeof tmp, "%s%s.%s.XXXXXX", slash ? dir : "",
-           slash && dirlen > 0 ? "/" : "", slash ? slash + 1 : target);
+  else {
+    size_t n = pre > 1 ? pre - 1 : 1;         /* "/" for a file in the root */
+    memcpy(dir, target, n);
+    dir[n] = '\0';
+  }
   struct stat st;
   int exists = stat(target, &st) == 0, err = 0;
   if (exists && S_ISDIR(st.st_mode)) return EISDIR;
