@@ -396,8 +396,10 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   J.scale = scale;
 #ifdef QKV_VEXP_X86
   /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
-     an infinite q * scale is not Q K^T * scale; BLAS's scores() takes those */
-  J.avx2 = J.dtype == QKV_F32 && J.dk > 0 && isfinite(scale) && qkv_cpu_has_avx2();
+     a q * scale that is infinite or 0 hides what Q K^T * scale gives where
+     the product overflows; BLAS's scores() takes those */
+  J.avx2 = J.dtype == QKV_F32 && J.dk > 0 && isfinite(scale) && scale != 0 &&
+           qkv_cpu_has_avx2();
 #endif
   setup(&J.q, q, &J);
   setup(&J.k, k, &J);
