@@ -230,6 +230,11 @@ function TestMagnitudes:testScoresOverflowFloat32()
   for j = 1, 3 do lu.assertNaN(w[1][j], "float32 weights, row 1") end
   for j = 1, 2 do lu.assertNaN(out[1][j]); lu.assertNaN(f[1][j], "fused") end
   nonan(out[2], "row 2"); close(f, T(out), nil, "fused = composed")
+  -- a scale of 0 does not hide it: inf * 0 is NaN in both paths
+  out = qkv.attention(t(Q), t(K), t(V), {scale = 0})
+  f = qkv.attention(t(Q), t(K), t(V), {scale = 0, weights = false})
+  lu.assertNaN(out[1][1], "scale 0"); nonan(out[2], "scale 0, row 2")
+  close(f, T(out), nil, "scale 0: fused = composed")
   out = attend64(t(Q, F64), t(K, F64), t(V, F64), {scale = 1}, "float64 1e40 scores")
   exact(out[1], {shape = {2}, data = {1, 2}}, "float64: one-hot on key 1")
 end
