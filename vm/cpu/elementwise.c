@@ -119,9 +119,10 @@ UNARY(log, QKV_ROW_CALL1, logf(x), log(x))
 UNARY(sqrt, QKV_ROW_MAP1, sqrtf(x), sqrt(x))   /* with -fno-math-errno */
 UNARY(abs, QKV_ROW_MAP1, fabsf(x), fabs(x))
 UNARY(tanh, QKV_ROW_CALL1, tanhf(x), tanh(x))
-/* the exact GELU, x * Phi(x) with the erf form, as nn.GELU() by default */
-UNARY(gelu, QKV_ROW_CALL1, 0.5f * x * (1.0f + erff(x * 0.70710678f)),
-      0.5 * x * (1.0 + erf(x * 0.70710678118654752440)))
+/* the exact GELU, x * Phi(x), as nn.GELU() by default; Phi as erfc(-x/sqrt 2)/2
+   rather than (1 + erf(x/sqrt 2))/2, which cancels to nothing for x below -3 */
+UNARY(gelu, QKV_ROW_CALL1, 0.5f * x * erfcf(x * -0.70710678f),
+      0.5 * x * erfc(x * -0.70710678118654752440))
 /* INT64_MIN negates to itself, as in two's complement */
 QKV_ROW_MAP1(neg_i64, int64_t, int64_t, WRAP(-, 0, x))
 QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? WRAP(-, 0, x) : x)
