@@ -2,7 +2,8 @@
 ** lio.c -- qkv.save and qkv.load: tensors in NumPy's .npy files (the
 ** format is vm/npy.c's), and the atomic writer they share with qkv.savez
 ** (stdlib/qkv/npz.lua).  Internal, for qkv.npz: qkv._npy_encode(x),
-** qkv._npy_decode(bytes, what) and qkv._write_atomic(path, bytes, who).
+** qkv._npy_decode(bytes, what), qkv._write_atomic(path, bytes, who) and
+** qkv._read_file(path, who).
 */
 #define _XOPEN_SOURCE 700       /* realpath */
 #include <errno.h>
@@ -204,32 +205,44 @@ static int read_at (int fd, void *p, size_t n, uint64_t off) {
   return 0;
 }
 
-static void loaderr (lua_State *L, const char *path, int err) {
-  luaL_error(L, "load: %s: %s", path, err == -1 ? "the file shrank while it was read"
-                                                : strerror(err));
+static void ioerr (lua_State *L, const char *who, const char *path, int err) {
+  luaL_error(L, "%s: %s: %s", who, path, err == -1 ? "the file shrank while it was read"
+                                                   : strerror(err));
+}
+
+/* opens path to read: a regular file only, since a FIFO would block and a
+   device may never end; returns its size */
+static uint64_t open_regular (lua_State *L, Reader *r, const char *who, const char *path) {
+  struct stat st;
+  if ((r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) ioerr(L, who, path, errno);
+  if (fstat(r->fd, &st) != 0) ioerr(L, who, path, errno);
+  if (S_ISDIR(st.st_mode)) ioerr(L, who, path, EISDIR);
+  if (!S_ISREG(st.st_mode)) luaL_error(L, "%s: %s: not a regular file", who, path);
+  return (uint64_t)st.st_size;
 }
 
 /* reads and parses the header, checked against the file's size */
-static void read_header (lua_State *L, Reader *r, const char *path, qkv_npy_header *h) {
-  struct stat st;
+static void read_header (lua_State *L, Reader *r, const char *path, uint64_t size,
+                         qkv_npy_header *h) {
   char err[QKV_NPY_ERRLEN];
   unsigned char pre[QKV_NPY_PREFIX];
-  size_t total, n;
-  if (fstat(r->fd, &st) != 0) loaderr(L, path, errno);
-  if (S_ISDIR(st.st_mode)) loaderr(L, path, EISDIR);
-  if (!S_ISREG(st.st_mode)) luaL_error(L, "load: %s: not a regular file", path);
-  uint64_t size = (uint64_t)st.st_size;
-  n = size < sizeof pre ? (size_t)size : sizeof pre;
+  size_t total, n = size < sizeof pre ? (size_t)size : sizeof pre;
   int e = read_at(r->fd, pre, n, 0);
-  if (e) loaderr(L, path, e);
+  if (e) ioerr(L, "load", path, e);
   if (qkv_npy_header_len(pre, n, size, &total, err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
-  if ((r->buf = malloc(total)) == NULL) loaderr(L, path, ENOMEM);
-  if ((e = read_at(r->fd, r->buf, total, 0)) != 0) loaderr(L, path, e);
+  if ((r->buf = malloc(total)) == NULL) ioerr(L, "load", path, ENOMEM);
+  if ((e = read_at(r->fd, r->buf, total, 0)) != 0) ioerr(L, "load", path, e);
   if (qkv_npy_parse(r->buf, total, size, h, err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
   free(r->buf);
   r->buf = NULL;
+}
+
+static void close_reader (lua_State *L, int idx) {
+  lua_pushcfunction(L, reader_close);
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 0);
 }
 
 /* qkv.load(path) -> tensor */
@@ -238,21 +251,34 @@ static int io_load (lua_State *L) {
   Reader *r = newreader(L);
   qkv_npy_header h;
   char err[QKV_NPY_ERRLEN];
-  if ((r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) loaderr(L, path, errno);
-  read_header(L, r, path, &h);
+  read_header(L, r, path, open_regular(L, r, "load", path), &h);
   /* the shape has been checked against the file: this allocation is as
      large as the data there is (8 times for int8 read as int64) */
   qkv_tensor *t = qkvL_new(L, h.dtype, QKV_CPU, h.ndim, h.shape, 0);
   void *src = qkv_data(t);
   if (!qkv_npy_inplace(&h) && (src = r->buf = malloc(h.data_bytes + 1)) == NULL)
-    loaderr(L, path, ENOMEM);
+    ioerr(L, "load", path, ENOMEM);
   int e = read_at(r->fd, src, h.data_bytes, h.data_offset);
-  if (e) loaderr(L, path, e);
+  if (e) ioerr(L, "load", path, e);
   if (qkv_npy_decode(&h, src, qkv_data(t), err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
-  lua_pushcfunction(L, reader_close);
-  lua_pushvalue(L, -3);
-  lua_call(L, 1, 0);
+  close_reader(L, 2);
+  return 1;
+}
+
+/* qkv._read_file(path [, who]) -> the bytes of a regular file: for loadz */
+static int io_read_file (lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  const char *who = luaL_optstring(L, 2, "_read_file");
+  Reader *r = newreader(L);
+  uint64_t size = open_regular(L, r, who, path);
+  if (size > qkv_memory_limit()) ioerr(L, who, path, ENOMEM);
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, (size_t)size);
+  int e = read_at(r->fd, p, (size_t)size, 0);
+  if (e) ioerr(L, who, path, e);
+  luaL_pushresultsize(&b, (size_t)size);
+  close_reader(L, 3);
   return 1;
 }
 
@@ -260,6 +286,7 @@ void qkvL_open_io (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg f[] = {
     {"save", io_save}, {"load", io_load}, {"_npy_encode", io_npy_encode},
     {"_npy_decode", io_npy_decode}, {"_write_atomic", io_write_atomic},
+    {"_read_file", io_read_file},
     {NULL, NULL}
   };
   lua_pushvalue(L, module);

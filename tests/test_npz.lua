@@ -139,6 +139,25 @@ function TestNpz:testBadNames()
   lu.assertEquals(listing(d), {})
 end
 
+-- a FIFO would block a reader and a device never end: regular files only;
+-- errors name the script's line, not qkv.npz's
+function TestNpz:testSpecialFilesAndPositions()
+  local d = newdir()
+  os.execute("mkfifo " .. S.quote(d .. "/fifo"))
+  fails("loadz: " .. d .. "/fifo: not a regular file", qkv.loadz, d .. "/fifo")
+  fails("loadz: /dev/zero: not a regular file", qkv.loadz, "/dev/zero")
+  local closed
+  do
+    local x <close> = qkv.ones(2)
+    closed = x
+  end
+  fails("savez: 'w': tensor was closed", qkv.savez, d .. "/x.npz", {w = closed})
+  local line = debug.getinfo(1, "l").currentline
+  local ok, msg = pcall(function() return qkv.loadz(d .. "/none.npz") end)
+  lu.assertFalse(ok)
+  lu.assertStrContains(msg, "test_npz.lua:" .. line + 1 .. ": loadz: " .. d .. "/none.npz: No such")
+end
+
 function TestNpz:testBadArchives()
   local good = readfile(FIX .. "savez.npz")
   badzip("hello, not a zip", "Not a zip archive")

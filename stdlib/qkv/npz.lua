@@ -7,7 +7,8 @@
 --
 -- The .npy bytes come from qkv._npy_encode / _npy_decode (bindings/lio.c),
 -- the archive from qkv.zip (bindings/zip/lzip.c, libzip), and the file is
--- written by qkv._write_atomic, as qkv.save writes its own.
+-- written by qkv._write_atomic, as qkv.save writes its own, and read by
+-- qkv._read_file (a regular file only: a FIFO or a device is an error).
 
 local qkv = require "qkv"
 local zip = require "qkv.zip"
@@ -25,6 +26,14 @@ local function fail(msg, ...)
     level = level + 1
   end
   error(string.format(msg, ...), level)
+end
+
+-- f(...), with an error raised again at the script's line rather than at
+-- this file's (a C function's error carries its Lua caller's position)
+local function call(f, ...)
+  local ok, r = pcall(f, ...)
+  if ok then return r end
+  fail("%s", (tostring(r):gsub("^[^\n]-npz%.lua:%d+: ", "", 1)))
 end
 
 -- a name NumPy writes and any unzip puts back where it came from: no
@@ -57,18 +66,15 @@ function M.savez(path, tensors)
     if not qkv.is_tensor(t) then
       fail("savez: '%s' is a %s, not a tensor", name, type(t))
     end
-    entries[name .. ".npy"] = qkv._npy_encode(t)
+    local ok, bytes = pcall(qkv._npy_encode, t)
+    if not ok then
+      local msg = tostring(bytes)
+      fail("savez: '%s': %s", name, msg:match("^.-bad argument #%d+ to '[^']*' %((.*)%)$") or
+                                    msg:gsub("^.-_npy_encode: ", ""))
+    end
+    entries[name .. ".npy"] = bytes
   end
-  qkv._write_atomic(path, zip.encode(entries), "savez")
-end
-
-local function read(path)
-  local f, err = io.open(path, "rb")
-  if not f then fail("loadz: %s", err) end
-  local bytes, rerr = f:read("a")
-  f:close()
-  if not bytes then fail("loadz: %s: %s", path, rerr) end
-  return bytes
+  call(qkv._write_atomic, path, call(zip.encode, entries), "savez")
 end
 
 function M.loadz(path)
@@ -76,12 +82,12 @@ function M.loadz(path)
     fail("loadz: bad argument #1 (path expected, got %s)", type(path))
   end
   local what = "loadz: " .. path
-  local entries = zip.decode(read(path), what)
+  local entries = call(zip.decode, call(qkv._read_file, path, "loadz"), what)
   local out = {}
   for name, bytes in pairs(entries) do
     local key = name:match("^(.*)%.npy$")
     if not key then fail("%s: entry '%s' is not a .npy file", what, name) end
-    out[key] = qkv._npy_decode(bytes, what .. ": " .. name)
+    out[key] = call(qkv._npy_decode, bytes, what .. ": " .. name)
   end
   return out
 end
