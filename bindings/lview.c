@@ -57,13 +57,21 @@ static int v_permute (lua_State *L) {
 static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
                      int64_t *size) {
   int n = qkvL_checksizes(L, 2, size), infer = -1;
-  int64_t known = 1, numel = qkv_numel(t);
+  int64_t known = 1, nonzero = 1, numel = qkv_numel(t);
   for (int i = 0; i < n; i++) {
-    if (size[i] >= 0) { known *= size[i]; continue; }
+    if (size[i] > 0 && nonzero > INT64_MAX / size[i]) {
+      known = -1;                   /* more elements than int64: never valid */
+      break;
+    }
+    if (size[i] >= 0) {
+      known *= size[i];
+      if (size[i] > 0) nonzero *= size[i];
+      continue;
+    }
     if (infer >= 0) return luaL_error(L, "%s: only one size can be -1", name);
     infer = i;
   }
-  if (infer >= 0 && known != 0 && numel % known == 0) size[infer] = numel / known;
+  if (infer >= 0 && known > 0 && numel % known == 0) size[infer] = numel / known;
   else if (infer >= 0) known = -1;       /* cannot be inferred */
   if (infer < 0 ? known != numel : known < 0) {
     char buf[200];

@@ -85,12 +85,15 @@ int64_t qkv_numel (const qkv_tensor *t) {
   return n;
 }
 
-/* Fails when the sizes are negative or the byte count overflows. */
+/* Fails when the sizes are negative or the byte count overflows.  The
+   nonzero sizes must multiply within range even when another size is 0,
+   since the strides of the shape are such products. */
 int qkv_numel_of (int ndim, const int64_t *size, size_t elsize, int64_t *numel) {
-  int64_t n = 1, max = INT64_MAX / (int64_t)elsize;
+  int64_t n = 1, nz = 1, max = INT64_MAX / (int64_t)elsize;
   for (int i = 0; i < ndim; i++) {
     if (size[i] < 0) return -1;
-    if (size[i] > 0 && n > max / size[i]) return -1;
+    if (size[i] > 0 && nz > max / size[i]) return -1;
+    if (size[i] > 0) nz *= size[i];
     n *= size[i];
   }
   *numel = n;
@@ -132,8 +135,10 @@ int qkv_broadcast_shape (int na, const int64_t *a, int nb, const int64_t *b,
 
 int qkv_expand (qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size) {
   qkv_tensor r = *src;
+  int64_t n;
   int lead = ndim - src->ndim;
-  if (lead < 0) return -1;
+  /* a size < 0 (-1 asked for a new leading dim), or more elements than int64 */
+  if (lead < 0 || qkv_numel_of(ndim, size, 1, &n) != 0) return -1;
   r.ndim = ndim;
   for (int i = 0; i < ndim; i++) {
     int j = i - lead;
