@@ -70,7 +70,7 @@ function M.savez(path, tensors)
     if not ok then
       local msg = tostring(bytes)
       fail("savez: '%s': %s", name, msg:match("^.-bad argument #%d+ to '[^']*' %((.*)%)$") or
-                                    msg:gsub("^.-_npy_encode: ", ""))
+                                    (msg:gsub("^.-_npy_encode: ", "")))
     end
     entries[name .. ".npy"] = bytes
   end
