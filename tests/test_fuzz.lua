@@ -39,4 +39,59 @@ function TestFuzzFound:testSizesOverflowingInt64()
   lu.assertEquals(qkv.zeros(0, 5):view(5, 0).shape, {5, 0})
 end
 
+-- a module's forward raised the errors of the primitives it calls, which
+-- do not name it: MultiHeadAttention(8, 2)(x) with x (3, 5) said only
+-- "project: x is (3, 5) but W is (8, 8)"; the same for a module made of
+-- others (AlignedCrossAttention(6, 6, 4) said "MultiHeadCrossAttention: ...")
+function TestFuzzFound:testModuleErrorsNameTheModule()
+  local m = qkv.nn.MultiHeadAttention(8, 2)
+  local err = fails({"MultiHeadAttention: project: x is (3, 5) but W is (8, 8)"},
+                    m.forward, m, qkv.ones(3, 5))
+  lu.assertNotStrContains(err, "nn.lua")       -- the caller's line, not the library's
+  fails({"MultiHeadAttention: project"}, m, qkv.ones(3, 5))
+  fails({"MultiHeadAttention: x must be a tensor"}, m, "x")
+  fails({"Sequential: Linear: project: x is (2, 2) but W is (3, 4)"},
+        qkv.nn.Sequential(qkv.nn.Linear(3, 4)), qkv.ones(2, 2))
+  fails({"AlignedCrossAttention: MultiHeadCrossAttention: d_model = 6 is not divisible by h = 4"},
+        qkv.nn.AlignedCrossAttention, 6, 6, 4)
+  fails({"AlignedCrossAttention: TokenAligner: method must be"},
+        qkv.nn.AlignedCrossAttention, 8, 8, 2, qkv.ones(1))
+end
+
+-- cosine_similarity raised "mul: shapes (2,) and (4, 6) do not broadcast"
+-- and "bad argument #1 to 'sum' (dim 3 out of range [-2, 2])"
+function TestFuzzFound:testCosineSimilarityErrors()
+  local cs = qkv.nn.cosine_similarity
+  fails({"cosine_similarity: mul: shapes (2,) and (4, 6)"}, cs, qkv.ones(2), qkv.ones(4, 6))
+  fails({"cosine_similarity", "dim", "[-2, 2]", "3"}, cs, qkv.ones(2), qkv.ones(4, 2), 3)
+  fails({"cosine_similarity", "dim", "got x"}, cs, qkv.ones(2), qkv.ones(4, 2), "x")
+  fails({"cosine_similarity", "eps", "table"}, cs, qkv.ones(2), qkv.ones(4, 2), -1, {})
+  lu.assertEquals(cs(qkv.tensor{1, 0}, qkv.tensor{{1, 0}, {0, 2}}):tolist(), {1, 0})
+end
+
+-- Linear(2, 2, co) said "attempt to index a thread value (local 'opts')",
+-- Linear(2, 2, {dtype = "int64"}) "bad argument #3 to 'rand'"
+function TestFuzzFound:testLinearOptions()
+  fails({"Linear", "opts must be a table", "thread"}, qkv.nn.Linear, 2, 2,
+        coroutine.create(print))
+  fails({"Linear", "dtype", "int64"}, qkv.nn.Linear, 2, 2, {dtype = "int64"})
+  lu.assertEquals(qkv.nn.Linear(2, 3, {dtype = "float64"}).W.dtype, "float64")
+end
+
+-- m:parameters(x) treated its argument as the internal name prefix:
+-- "attempt to concatenate a qkv.Tensor value (local 'prefix')"
+function TestFuzzFound:testParametersTakesNoArguments()
+  local m = qkv.nn.MultiHeadAttention(4, 2)
+  lu.assertEquals(#m:parameters(qkv.ones(1), {1, 2}), 4)
+  lu.assertEquals(m:parameters("x")[1][1], "W_Q")
+end
+
+-- m:load(src) called src.state_dict whenever src had a metatable and that
+-- field: "attempt to call a number value (method 'state_dict')"
+function TestFuzzFound:testLoadFromOddTable()
+  local m = qkv.nn.Linear(2, 2)
+  fails({"load", "no tensor 'W'"}, m.load, m,
+        setmetatable({}, {__index = {state_dict = 1}}))
+end
+
 os.exit(lu.LuaUnit.run(), true)

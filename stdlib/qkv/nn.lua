@@ -24,6 +24,18 @@ local function fail(fname, msg, ...)
   error(fname .. ": " .. string.format(msg, ...), level)
 end
 
+-- the results of pcall(f, ...), or its error named by fname at the script
+-- line: a module's errors name it, also those of the primitives it calls
+-- ("MultiHeadAttention: project: x is (3, 5) but W is (8, 8): d_in 5 ≠ 8")
+local function named(fname, ok, ...)
+  if ok then return ... end
+  local err = ...
+  if type(err) ~= "string" then error(err, 0) end
+  err = err:gsub("^[^\n]-:%d+: ", "", 1)        -- where it was raised
+  if err:sub(1, #fname + 2) == fname .. ": " then err = err:sub(#fname + 3) end
+  fail(fname, "%s", err)
+end
+
 local function checkdim(fname, name, v)
   if math.type(v) ~= "integer" or v < 1 then
     fail(fname, "%s must be a positive integer, got %s", name, tostring(v))
@@ -44,7 +56,8 @@ local Module = {}
 Module.__index = Module
 nn.Module = Module
 
--- a class: its instances are callable and print like PyTorch's modules
+-- a class: its instances are callable and print like PyTorch's modules;
+-- errors in making one or in its forward name the class
 local function class(name)
   local c = setmetatable({}, {__index = Module})
   c.__index = c
@@ -53,8 +66,14 @@ local function class(name)
   c.__tostring = function(self) return self:repr("") end
   nn[name] = setmetatable(c, {__index = Module, __call = function(cls, ...)
     local m = setmetatable({_params = {}, _children = {}}, cls)
-    m:init(...)
+    named(name, pcall(m.init, m, ...))
     return m
+  end, __newindex = function(cls, k, v)
+    if k == "forward" then
+      local f = v
+      v = function(self, ...) return named(name, pcall(f, self, ...)) end
+    end
+    rawset(cls, k, v)
   end})
   return c
 end
@@ -77,16 +96,17 @@ local function uniform(bound, ...)
 end
 
 -- flat list of {name, tensor}, in registration order, children after own
-function Module:parameters(prefix, out)
-  prefix, out = prefix or "", out or {}
-  for _, n in ipairs(self._params) do
-    out[#out + 1] = {prefix .. n, self[n]}
+local function collect(m, prefix, out)
+  for _, n in ipairs(m._params) do
+    out[#out + 1] = {prefix .. n, m[n]}
   end
-  for _, n in ipairs(self._children) do
-    self[n]:parameters(prefix .. n .. ".", out)
+  for _, n in ipairs(m._children) do
+    collect(m[n], prefix .. n .. ".", out)
   end
   return out
 end
+
+function Module:parameters() return collect(self, "", {}) end
 
 function Module:state_dict()
   local d = {}
@@ -105,7 +125,7 @@ end
 -- state_dict), as load_state_dict does; the copies share nothing
 function Module:load(src)
   if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
-  local from = getmetatable(src) and src.state_dict and src:state_dict() or src
+  local from = getmetatable(src) and type(src.state_dict) == "function" and src:state_dict() or src
   local mine = self:parameters()
   for _, p in ipairs(mine) do
     local name, t = p[1], p[2]
@@ -148,7 +168,11 @@ function Linear:init(d_in, d_out, opts)
   checkdim("Linear", "d_in", d_in)
   checkdim("Linear", "d_out", d_out)
   opts = opts or {}
+  if type(opts) ~= "table" then fail("Linear", "opts must be a table, got %s", type(opts)) end
   local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
+  if dt ~= "float32" and dt ~= "float64" then
+    fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
+  end
   self.d_in, self.d_out = d_in, d_out
   self:param("W", uniform(bound, d_in, d_out, dt))
   if opts.bias ~= false then self:param("b", uniform(bound, d_out, dt)) end
@@ -346,13 +370,23 @@ end
 -- cosine_similarity(a, b [, dim = -1 [, eps = 1e-8]]): a·b / max(|a||b|, eps)
 -- along dim, with a and b broadcast (so (4, 1, d) against (1, 9, d) gives
 -- the (4, 9) table). PyTorch's default dim is 1 (0-based); ours is the last.
-function nn.cosine_similarity(a, b, dim, eps)
-  checktensor("cosine_similarity", "a", a)
-  checktensor("cosine_similarity", "b", b)
-  dim, eps = dim or -1, eps or 1e-8
+local function cosine(a, b, dim, eps)
   local dot = (a * b):sum(dim)
   local na, nb = (a * a):sum(dim):sqrt(), (b * b):sum(dim):sqrt()
   return dot / qkv.maximum(na * nb, eps)
+end
+
+function nn.cosine_similarity(a, b, dim, eps)
+  local fname = "cosine_similarity"
+  checktensor(fname, "a", a)
+  checktensor(fname, "b", b)
+  dim, eps = dim or -1, eps or 1e-8
+  local nd = math.max(a:dim(), b:dim())
+  if math.type(dim) ~= "integer" or dim == 0 or dim < -nd or dim > nd then
+    fail(fname, "dim must be an integer in [-%d, %d] but not 0, got %s", nd, nd, tostring(dim))
+  end
+  if type(eps) ~= "number" then fail(fname, "eps must be a number, got %s", type(eps)) end
+  return named(fname, pcall(cosine, a, b, dim, eps))
 end
 
 return nn
