@@ -94,4 +94,19 @@ function TestFuzzFound:testLoadFromOddTable()
         setmetatable({}, {__index = {state_dict = 1}}))
 end
 
+-- plot.hist({nan, inf, -inf, 1e308}) raised "spec.lua:220: attempt to
+-- compare number with nil": the range [1e308 - 0.5, 1e308 + 0.5] has no
+-- width in floating point, nor has [-1e308, 1e308] a finite one; numpy
+-- refuses both ("Too many bins for data range")
+function TestFuzzFound:testHistRangeWithoutFiniteBins()
+  local hist = qkv.plot.hist
+  fails({"hist", "30 finite-sized bins", "[1e+308, 1e+308]"}, hist,
+        {0 / 0, math.huge, -math.huge, 1e308}, {out = false})
+  fails({"hist", "finite-sized bins", "[-1e+308, 1e+308]"}, hist, {-1e308, 1e308}, {out = false})
+  fails({"hist", "finite-sized bins"}, hist, {1, 2}, {range = {-1e308, 1e308}, out = false})
+  local counts, edges = hist({5, 5, 5}, {bins = 2, out = false})
+  lu.assertEquals(counts, {0, 3})
+  lu.assertEquals(edges, {4.5, 5, 5.5})
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -208,6 +208,14 @@ function S.hist(fname, x, opts)
   local xs = util.flat(fname, "x", x)
   local bins = checkbins(fname, opts.bins)
   local lo, hi = checkrange(fname, opts.range, xs)
+  -- numpy's "Too many bins for data range": bins whose width is 0 or not
+  -- finite in floating point (values near 1e308, or all one huge value)
+  local w = (hi - lo) / bins
+  if not (w > 0 and w < math.huge) or lo + w == lo or hi - w == hi then
+    fail("%s: cannot make %d finite-sized bins in the range [%s, %s]", fname, bins,
+         util.isfinite(lo) and ("%.17g"):format(lo) or tostring(lo),
+         util.isfinite(hi) and ("%.17g"):format(hi) or tostring(hi))
+  end
   local counts, edges = {}, {}
   for i = 1, bins do counts[i] = 0 end
   for i = 0, bins do edges[i + 1] = lo + (hi - lo) * i / bins end
