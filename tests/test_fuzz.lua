@@ -109,4 +109,18 @@ function TestFuzzFound:testHistRangeWithoutFiniteBins()
   lu.assertEquals(edges, {4.5, 5, 5.5})
 end
 
+-- a closed tensor (local x <close>) given to qkv.plot or qkv.test raised
+-- "bad argument #1 to 'index' (tensor was closed)" from inside the
+-- library, naming neither heatmap nor assertTensorEqual
+function TestFuzzFound:testClosedTensorsToTheLibraries()
+  local x, y = qkv.ones(2, 2), qkv.ones(2, 2)
+  getmetatable(x).__close(x)
+  fails({"heatmap: w is a closed tensor"}, qkv.plot.heatmap, x, {out = false})
+  fails({"hist: x is a closed tensor"}, qkv.plot.hist, x, {out = false})
+  fails({"grid: panel 1: heatmap: w is a closed tensor"}, qkv.plot.grid, {{x}}, {out = false})
+  fails({"'assertClose'", "tensor was closed"}, qkv.test.assertClose, y, x)
+  fails({"'assertShape'", "tensor was closed"}, qkv.test.assertShape, x, {2, 2})
+  fails({"#2 to 'assertTensorEqual'", "tensor was closed"}, qkv.test.assertTensorEqual, y, x)
+end
+
 os.exit(lu.LuaUnit.run(), true)

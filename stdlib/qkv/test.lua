@@ -33,6 +33,11 @@ local function failure(msg)
   error(lu.FAILURE_PREFIX .. msg, 3 + lu.STRIP_EXTRA_ENTRIES_IN_STACK_TRACE)
 end
 
+-- a closed tensor (local x <close>) is a bad argument, not a failure
+local function checkopen(fname, n, x)
+  if not pcall(function() return x.ndim end) then argerror(fname, n, "tensor was closed") end
+end
+
 -- "(2, 3)" as qkv prints shapes, or "number"
 local function shapestr(x)
   return type(x) == "number" and "number" or tostring(x.shape)
@@ -128,6 +133,8 @@ end
 -- assertClose(a, b [, {rtol = 1e-5, atol = 1e-8}])
 function M.assertClose(a, b, opts)
   local rtol, atol = closeopts(opts)
+  if qkv.is_tensor(a) then checkopen("assertClose", 1, a) end
+  if qkv.is_tensor(b) then checkopen("assertClose", 2, b) end
   if qkv.is_tensor(a) and qkv.is_tensor(b) and not sameshape(a, b) then
     failure(("assertClose: shapes %s and %s differ"):format(shapestr(a), shapestr(b)))
   end
@@ -155,6 +162,7 @@ function M.assertShape(x, shape)
   if not qkv.is_tensor(x) then
     argerror("assertShape", 1, "tensor expected, got " .. type(x))
   end
+  checkopen("assertShape", 1, x)
   if type(shape) ~= "table" then
     argerror("assertShape", 2, "table of sizes expected, got " .. type(shape))
   end
@@ -180,6 +188,8 @@ function M.assertTensorEqual(a, b)
   if not qkv.is_tensor(b) then
     argerror("assertTensorEqual", 2, "tensor expected, got " .. type(b))
   end
+  checkopen("assertTensorEqual", 1, a)
+  checkopen("assertTensorEqual", 2, b)
   if not sameshape(a, b) then
     failure(("assertTensorEqual: shapes %s and %s differ"):format(shapestr(a), shapestr(b)))
   end

@@ -31,6 +31,13 @@ end
 
 function M.is_tensor(x) return qkv.is_tensor(x) end
 
+-- a closed tensor (local x <close>) raises on any use: say so, naming fname
+local function checkopen(fname, what, x)
+  if not pcall(function() return x.ndim end) then
+    M.fail("%s: %s is a closed tensor", fname, what)
+  end
+end
+
 -- "(2, 3, 4)"
 function M.shapestr(sizes)
   local t = {}
@@ -86,6 +93,7 @@ end
 function M.array(fname, what, w, mindim, maxdim)
   local expect = mindim == maxdim and mindim .. "-D" or mindim .. "-D or " .. maxdim .. "-D"
   if M.is_tensor(w) then
+    checkopen(fname, what, w)
     while w:dim() > maxdim and w:size(1) == 1 do w = w:select(1, 1) end
     local s = tsizes(w)
     if #s < mindim or #s > maxdim then
@@ -146,6 +154,7 @@ function M.flat(fname, what, x)
     end
   end
   if M.is_tensor(x) then
+    checkopen(fname, what, x)
     if x:numel() > 0 then walk(x:reshape(x:numel()):tolist()) end
   elseif type(x) == "table" then walk(x)
   else
