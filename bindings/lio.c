@@ -249,6 +249,7 @@ static void close_reader (lua_State *L, int idx) {
 static int io_load (lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   Reader *r = newreader(L);
+  int ri = lua_gettop(L);                /* after any extra arguments */
   qkv_npy_header h;
   char err[QKV_NPY_ERRLEN];
   read_header(L, r, path, open_regular(L, r, "load", path), &h);
@@ -262,7 +263,7 @@ static int io_load (lua_State *L) {
   if (e) ioerr(L, "load", path, e);
   if (qkv_npy_decode(&h, src, qkv_data(t), err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
-  close_reader(L, 2);
+  close_reader(L, ri);
   return 1;
 }
 
@@ -271,6 +272,7 @@ static int io_read_file (lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   const char *who = luaL_optstring(L, 2, "_read_file");
   Reader *r = newreader(L);
+  int ri = lua_gettop(L);
   uint64_t size = open_regular(L, r, who, path);
   if (size > qkv_memory_limit()) ioerr(L, who, path, ENOMEM);
   luaL_Buffer b;
@@ -278,7 +280,7 @@ static int io_read_file (lua_State *L) {
   int e = read_at(r->fd, p, (size_t)size, 0);
   if (e) ioerr(L, who, path, e);
   luaL_pushresultsize(&b, (size_t)size);
-  close_reader(L, 3);
+  close_reader(L, ri);
   return 1;
 }
 

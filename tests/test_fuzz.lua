@@ -123,4 +123,16 @@ function TestFuzzFound:testClosedTensorsToTheLibraries()
   fails({"#2 to 'assertTensorEqual'", "tensor was closed"}, qkv.test.assertTensorEqual, y, x)
 end
 
+-- qkv.load(path, x) loaded the file and then raised "bad argument #1 to
+-- '?' (qkv.npyreader expected, got string)": it closed its reader at
+-- stack index 2, which is the second argument when there is one
+function TestFuzzFound:testLoadWithExtraArguments()
+  local path = os.tmpname()
+  qkv.save(path, qkv.tensor{1, 2, 3})
+  local ok, x = pcall(qkv.load, path, "x.npy", 3)
+  os.remove(path)
+  lu.assertTrue(ok, x)
+  lu.assertEquals(x:tolist(), {1, 2, 3})
+end
+
 os.exit(lu.LuaUnit.run(), true)
