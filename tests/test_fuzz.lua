@@ -66,6 +66,10 @@ function TestFuzzFound:testCosineSimilarityErrors()
   fails({"cosine_similarity", "dim", "[-2, 2]", "3"}, cs, qkv.ones(2), qkv.ones(4, 2), 3)
   fails({"cosine_similarity", "dim", "got x"}, cs, qkv.ones(2), qkv.ones(4, 2), "x")
   fails({"cosine_similarity", "eps", "table"}, cs, qkv.ones(2), qkv.ones(4, 2), -1, {})
+  -- b closed: "nn.lua:384: bad argument #1 to 'index' (tensor was closed)"
+  local b = qkv.ones(2)
+  getmetatable(b).__close(b)
+  fails({"cosine_similarity: b is a closed tensor"}, cs, qkv.ones(2), b)
   lu.assertEquals(cs(qkv.tensor{1, 0}, qkv.tensor{{1, 0}, {0, 2}}):tolist(), {1, 0})
 end
 

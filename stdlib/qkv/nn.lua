@@ -47,6 +47,9 @@ local function checktensor(fname, name, x)
   if not qkv.is_tensor(x) then
     fail(fname, "%s must be a tensor, got %s", name, type(x))
   end
+  if not pcall(function() return x.ndim end) then   -- local x <close> ended
+    fail(fname, "%s is a closed tensor", name)
+  end
   return x
 end
 
