@@ -114,7 +114,9 @@ static void check_qk (lua_State *L, const char *name, const qkv_tensor *Q,
 
 static double opt_scale (lua_State *L, int arg, const char *name,
                          const qkv_tensor *Q) {
-  double s = 1.0 / sqrt((double)(LAST(Q) > 0 ? LAST(Q) : 1));
+  /* called before Q's rank is checked: a 0-d Q has no size[ndim - 1] */
+  int64_t dk = Q->ndim > 0 ? LAST(Q) : 1;
+  double s = 1.0 / sqrt((double)(dk > 0 ? dk : 1));
   if (opt_field(L, arg, "scale") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TNUMBER)
       luaL_error(L, "%s: option 'scale' must be a number, got %s", name,

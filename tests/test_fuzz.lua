@@ -1,6 +1,16 @@
--- test_fuzz.lua: what the API fuzzer (tests/fuzz/fuzz_api.lua) found, kept
--- as regression cases, one per finding, each with the input that showed it.
+-- test_fuzz.lua: the API fuzzer (tests/fuzz/fuzz_api.lua): a short run as
+-- CI's, its checker on outcomes made up to break each rule, the whole
+-- fuzzer on fake functions that break them (tests/fuzz/fakes.lua), and
+-- what it found, kept as regression cases with the input that showed each.
 local lu = require "luaunit"
+
+local EXE = arg and arg[-1] or "build/qkv"
+local sh = dofile("tests/shell.lua")
+
+-- runs the fuzzer with these arguments; returns its output and status
+local function fuzz(args)
+  return sh.sh(sh.quote(EXE) .. " tests/fuzz/fuzz_api.lua " .. args)
+end
 
 -- pcall(f, ...) must fail with a string containing every piece
 local function fails(pieces, f, ...)
@@ -9,6 +19,97 @@ local function fails(pieces, f, ...)
   lu.assertIsString(err)
   for _, p in ipairs(pieces) do lu.assertStrContains(err, p) end
   return err
+end
+
+---------------------------------------------------------------- runs
+
+TestFuzzRun = {}
+
+-- a few thousand calls over every function: no finding, and every call
+-- counted once as ok or error
+function TestFuzzRun:testShortRun()
+  local out, code = fuzz("3000 1")
+  local ok, err = out:match("fuzz: 3000 calls, seed 1: (%d+) ok, (%d+) errors, 0 findings\n$")
+  lu.assertNotNil(ok, out)
+  lu.assertEquals(code, 0)
+  lu.assertEquals(tonumber(ok) + tonumber(err), 3000)
+  -- both outcomes are common: neither the checks nor the calls are trivial
+  lu.assertTrue(tonumber(ok) > 600 and tonumber(err) > 600, out)
+end
+
+-- the fakes: each rule broken is a finding with its call number, the
+-- function that keeps them is not reported, and the status is 1
+function TestFuzzRun:testFakesAreFindings()
+  local out, code = fuzz("40 1 --only ^fake --extra tests/fuzz/fakes.lua")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "(fake.unnamed): message does not name 'unnamed': something went wrong")
+  lu.assertStrContains(out, "(fake.table): raised a table")
+  lu.assertStrMatches(out, ".*finding at call %d+ %(fake.malformed%): result 1: checking it raised: "
+                           .. "[^\n]*tensor was closed.*")
+  lu.assertNotStrContains(out, "(fake.good)")
+  lu.assertStrContains(out, "fuzz: 40 calls, seed 1: ")
+  lu.assertStrContains(out, " 30 findings\n")
+end
+
+-- --replay K makes call K again alone, and says what it was
+function TestFuzzRun:testReplay()
+  local out, code = fuzz("40 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 6")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "call 6: fake.table(")
+  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 1 findings")
+  out, code = fuzz("40 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 8")
+  lu.assertEquals(code, 0)
+  lu.assertStrContains(out, "call 8: fake.good(")
+end
+
+---------------------------------------------------------------- checker
+
+local C = dofile("tests/fuzz/check.lua")
+C.setup(qkv)
+
+TestFuzzChecker = {}
+
+local plain = {name = "qkv.softmax"}
+
+function TestFuzzChecker:testErrors()
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false, "softmax: x is (2,)"), "error")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false,
+                            "bad argument #1 to 'qkv.softmax' (x)"), "error")
+  local kind, why = C.outcome(plain, {"softmax"}, {}, false, "x is (2,)")
+  lu.assertEquals(kind, "finding")
+  lu.assertStrContains(why, "does not name 'softmax'")
+  -- a whole word: 't' is not named by "transpose: ..."
+  lu.assertEquals(C.outcome(plain, {"t"}, {}, false, "transpose: dim 3"), "finding")
+  lu.assertEquals(C.outcome(plain, {"t"}, {}, false, "t: expects 2 dims"), "error")
+  kind, why = C.outcome(plain, {"softmax"}, {}, false, {msg = "softmax"})
+  lu.assertEquals(kind, "finding")
+  lu.assertStrContains(why, "raised a table")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false, nil), "finding")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false, "softmax: got (null)"), "finding")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false, " "), "finding")
+end
+
+-- qkv.test's failures are failures, by design; elsewhere they are findings
+function TestFuzzChecker:testLuaUnitFailures()
+  local msg = lu.FAILURE_PREFIX .. "expected 1, got 2"
+  lu.assertEquals(C.outcome({luaunit = true}, {"assertClose"}, {}, false, msg), "fail")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, false, msg), "finding")
+end
+
+function TestFuzzChecker:testResults()
+  local x = qkv.ones(2, 3)
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, true, x, 1, "s", nil, {x, {x}}), "ok")
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {}, true, qkv.ones(1):expand(2, 3):t()), "ok")
+  local closed = qkv.ones(2)
+  getmetatable(closed).__close(closed)
+  local kind, why = C.outcome(plain, {"softmax"}, {}, true, x, closed)
+  lu.assertEquals(kind, "finding")
+  lu.assertStrContains(why, "result 2: checking it raised")
+  kind, why = C.outcome(plain, {"softmax"}, {}, true, {w = {closed}})
+  lu.assertEquals(kind, "finding")
+  lu.assertStrContains(why, "result 1: [w] [1] checking it raised")
+  -- returned as it was given (an Identity): not judged
+  lu.assertEquals(C.outcome(plain, {"softmax"}, {closed}, true, closed), "ok")
 end
 
 ---------------------------------------------------------------- found
@@ -137,6 +238,16 @@ function TestFuzzFound:testLoadWithExtraArguments()
   os.remove(path)
   lu.assertTrue(ok, x)
   lu.assertEquals(x:tolist(), {1, 2, 3})
+end
+
+-- qkv.scores(Q, K) and qkv.attention with a 0-d Q read Q's size[-1] for
+-- the default scale before checking Q's rank (UBSan: "index -1 out of
+-- bounds for type 'int64_t [8]'"); found under the ASan build
+function TestFuzzFound:testScoresWithZeroDimQ()
+  fails({"scores: Q must be (..., n_q, d_k), got ()"}, qkv.scores,
+        qkv.tensor(1, "float64"), qkv.ones(1, 6))
+  fails({"attention: Q must be (..., n_q, d_k), got ()"}, qkv.attention,
+        qkv.tensor(1), qkv.ones(1, 6), qkv.ones(1, 6), {scale = 2})
 end
 
 os.exit(lu.LuaUnit.run(), true)
