@@ -129,7 +129,7 @@ static int b_full (lua_State *L) {
 
 /* eye(n [, m] [, dtype]) */
 static int b_eye (lua_State *L) {
-  int64_t size[2];
+  int64_t size[QKV_MAXDIM];              /* qkvL_checkshape reads up to 8 sizes */
   qkv_dtype dt = QKV_F32;
   int n = qkvL_checkshape(L, 1, size, &dt);
   luaL_argcheck(L, n == 1 || n == 2, 1, "eye takes n or n, m");

@@ -250,4 +250,12 @@ function TestFuzzFound:testScoresWithZeroDimQ()
         qkv.tensor(1), qkv.ones(1, 6), qkv.ones(1, 6), {scale = 2})
 end
 
+-- qkv.eye(2, 2, 0) wrote its third size past the end of a 2-size array on
+-- the C stack (ASan: stack-buffer-overflow in parse_sizes, from b_eye)
+function TestFuzzFound:testEyeWithThreeSizes()
+  fails({"eye", "n or n, m"}, qkv.eye, 2, 2, 0)
+  fails({"eye", "n or n, m"}, qkv.eye, {1, 2, 3, 4, 5, 6, 7, 8})
+  lu.assertEquals(qkv.eye(2, 3, "int64"):tolist(), {{1, 0, 0}, {0, 1, 0}})
+end
+
 os.exit(lu.LuaUnit.run(), true)
