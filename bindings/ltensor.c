@@ -38,22 +38,26 @@ static void gc_account (lua_State *L, size_t nbytes) {
 
 /*
 ** The name of the running C function, for messages: what the call site
-** calls it, or else its key in the qkv module (a function reached through
-** pcall has no call-site name).
+** calls it, or else its key in the qkv module or the tensor methods (a
+** function reached through pcall has no call-site name).
 */
 static const char *fname (lua_State *L) {
+  static const char *const tables[] = {"qkv", "qkv.Tensor"};
   lua_Debug ar;
   if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return "qkv";
   if (ar.name) return ar.name;
   int fn = lua_gettop(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  if (lua_getfield(L, -1, "qkv") == LUA_TTABLE) {
-    lua_pushnil(L);
-    while (lua_next(L, -2)) {
-      if (lua_rawequal(L, -1, fn) && lua_type(L, -2) == LUA_TSTRING)
-        return lua_tostring(L, -2);    /* the module keeps the key alive */
-      lua_pop(L, 1);
+  for (int i = 0; i < 2; i++) {
+    if (lua_getfield(L, fn + 1, tables[i]) == LUA_TTABLE) {
+      lua_pushnil(L);
+      while (lua_next(L, -2)) {
+        if (lua_rawequal(L, -1, fn) && lua_type(L, -2) == LUA_TSTRING)
+          return lua_tostring(L, -2);  /* the table keeps the key alive */
+        lua_pop(L, 1);
+      }
     }
+    lua_pop(L, 1);
   }
   return "qkv";
 }
