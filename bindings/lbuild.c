@@ -204,6 +204,19 @@ static int b_memory (lua_State *L) {
   return 1;
 }
 
+/* qkv._memory_limit([bytes]) -> the limit before; bytes sets it (0: the
+   machine's RAM). Internal, for tests of the collect-and-retry path. */
+static int b_memory_limit (lua_State *L) {
+  lua_Integer old = (lua_Integer)qkv_memory_limit();
+  if (!lua_isnoneornil(L, 1)) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0, 1, "bytes must be >= 0");
+    qkv_memory_set_limit((size_t)n);
+  }
+  lua_pushinteger(L, old);
+  return 1;
+}
+
 static int b_is_tensor (lua_State *L) {
   lua_pushboolean(L, luaL_testudata(L, 1, QKV_TENSOR) != NULL);
   return 1;
@@ -215,7 +228,8 @@ void qkvL_open_build (lua_State *L, int mt, int methods, int module) {
     {"full", b_full}, {"eye", b_eye}, {"arange", b_arange},
     {"rand", b_rand}, {"randn", b_randn}, {"seed", b_seed},
     {"initial_seed", b_initial_seed}, {"clock", b_clock},
-    {"memory", b_memory}, {"is_tensor", b_is_tensor}, {NULL, NULL}
+    {"memory", b_memory}, {"_memory_limit", b_memory_limit},
+    {"is_tensor", b_is_tensor}, {NULL, NULL}
   };
   lua_pushvalue(L, module);
   luaL_setfuncs(L, f, 0);

@@ -1,5 +1,5 @@
--- test_runtime.lua: the qkv executable, the module from stock lua5.4,
--- and tensor memory (collector accounting, __gc/__close).
+-- test_runtime.lua: the qkv executable and the module from stock lua5.4
+-- (tensor memory is tests/test_memory.lua's).
 local lu = require "luaunit"
 
 local exe = arg and arg[-1] or "build/qkv"
@@ -112,81 +112,6 @@ function TestModule:testClockIsMonotonicSeconds()
   lu.assertTrue(b > a)
   lu.assertTrue(b - a < 5)
   lu.assertEquals(math.type(a), "float")
-end
-
-TestMemory = {}
-
-local function rss_mb()
-  local f = assert(io.open("/proc/self/statm"))
-  local _, resident = f:read("n", "n")
-  f:close()
-  return resident * 4096 / 2^20
-end
-
--- 10^6 temporaries of 1000 floats: without accounting, Lua sees only the
--- small headers and lets gigabytes of garbage pile up behind a big heap
-function TestMemory:testTemporariesStayFlat()
-  local ballast = {}
-  for i = 1, 1e6 do ballast[i] = i + 0.5 end      -- a 16 MB Lua heap
-  local x = qkv.ones(1000)
-  collectgarbage()
-  local start = rss_mb()
-  for _ = 1, 1e5 do local _ = x * 2 end           -- reach the steady state
-  local warm, peak = rss_mb(), 0
-  for i = 1, 1e6 do
-    local y = x * 2
-    if i % 1e4 == 0 then peak = math.max(peak, rss_mb()) end
-  end
-  lu.assertTrue(#ballast == 1e6)
-  lu.assertTrue(peak - warm < 8, string.format("grew from %.1f to %.1f MB", warm, peak))
-  lu.assertTrue(peak - start < 64, string.format("%.1f MB above the start", peak - start))
-end
-
-function TestMemory:testMemoryCountsLiveBytes()
-  collectgarbage()
-  local base = qkv.memory()
-  local x = qkv.zeros(1000, "float64")
-  lu.assertEquals(qkv.memory() - base, 8000)
-  local v = x:view(10, 100)                   -- a view holds no new bytes
-  lu.assertEquals(qkv.memory() - base, 8000)
-  x, v = nil, nil
-  collectgarbage()
-  lu.assertEquals(qkv.memory(), base)
-end
-
-function TestMemory:testCloseFreesAndIsSafeTwice()
-  collectgarbage()
-  local base = qkv.memory()
-  local y
-  do
-    local x <close> = qkv.ones(256)
-    y = x
-    lu.assertEquals(qkv.memory() - base, 1024)
-  end
-  lu.assertEquals(qkv.memory(), base)
-  local mt = getmetatable(y)
-  mt.__close(y)                               -- a second time does nothing
-  mt.__gc(y)
-  lu.assertEquals(tostring(y), "tensor(<closed>)")
-  local ok, err = pcall(function() return y:sum() end)
-  lu.assertFalse(ok)
-  lu.assertStrContains(err, "tensor was closed")
-end
-
-function TestMemory:testViewKeepsStorageAlive()
-  local v
-  do
-    local x <close> = qkv.arange(6)
-    v = x:view(2, 3)
-  end
-  collectgarbage()
-  lu.assertEquals(v:tolist(), {{0, 1, 2}, {3, 4, 5}})
-end
-
-function TestMemory:testHugeAllocationIsAnError()
-  local ok, err = pcall(qkv.zeros, 1e12)
-  lu.assertFalse(ok)
-  lu.assertStrContains(err, "zeros: out of memory: tried to allocate 4000000000000 bytes")
 end
 
 os.exit(lu.LuaUnit.run(), true)

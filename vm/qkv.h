@@ -63,7 +63,8 @@ qkv_storage *qkv_storage_new(qkv_device dev, size_t nbytes, int zero);
 void qkv_storage_retain(qkv_storage *s);
 void qkv_storage_release(qkv_storage *s);
 size_t qkv_memory_live(void);          /* bytes held by live storages */
-size_t qkv_memory_limit(void);         /* largest allocation we try */
+size_t qkv_memory_limit(void);         /* most bytes live storages may hold */
+void qkv_memory_set_limit(size_t nbytes);   /* 0: the machine's RAM */
 
 /* shapes; all return 0 on success, -1 when the shape is impossible */
 int64_t qkv_numel(const qkv_tensor *t);

@@ -37,14 +37,14 @@ const char *qkv_device_name (qkv_device d) {
 
 /* storages */
 
-static size_t live_bytes;
+static size_t live_bytes, limit;
 
 size_t qkv_memory_live (void) { return live_bytes; }
 
-/* An allocation larger than the machine's RAM can only end in the OOM
-   killer (Linux overcommits), so we refuse it up front. */
+/* Tensors holding more than the machine's RAM can only end in the OOM
+   killer (Linux overcommits), so an allocation that would take the live
+   bytes past it is refused up front (the bindings collect and retry). */
 size_t qkv_memory_limit (void) {
-  static size_t limit;
   if (limit == 0) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     limit = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize
@@ -53,9 +53,13 @@ size_t qkv_memory_limit (void) {
   return limit;
 }
 
+/* for tests of the collect-and-retry path; 0 goes back to the RAM */
+void qkv_memory_set_limit (size_t nbytes) { limit = nbytes; }
+
 qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
   const qkv_backend *be = qkv_backend_of(dev);
-  if (be == NULL || nbytes > qkv_memory_limit()) return NULL;
+  size_t max = qkv_memory_limit();
+  if (be == NULL || live_bytes > max || nbytes > max - live_bytes) return NULL;
   qkv_storage *s = malloc(sizeof *s);
   if (s == NULL) return NULL;
   s->data = be->alloc(nbytes ? nbytes : 1, zero);
