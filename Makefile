@@ -143,9 +143,12 @@ asan: deps
 
 test-asan: asan
 
+# the API fuzzer (tests/fuzz/fuzz_api.lua) under the sanitizers, e.g.
+# make fuzz N=1000000 SEED=7; any finding, crash or report fails it
 N ?= 100000
 SEED ?= 1
 fuzz: asan
+	$(ASAN_ENV) build-asan/qkv tests/fuzz/fuzz_api.lua $(N) $(SEED)
 
 # the libFuzzer target for the .npy reader (vm/npy.c alone), run for
 # FUZZ_TIME seconds on a copy of the seed corpus: new inputs go to

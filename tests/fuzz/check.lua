@@ -1,0 +1,131 @@
+-- check.lua: the API fuzzer's judge of one call's outcome.
+--
+--   C.setup(qkv)
+--   C.outcome(entry, accept, given, ok, ...) -> "ok" | "error" | "fail"
+--                                    or "finding", what is wrong
+-- where ok, ... is what pcall returned, accept the names the error may
+-- give and given the arguments. An error must be a non-empty string naming the function (one of
+-- accept, as a whole word); qkv.test's LuaUnit failures and skips are
+-- "fail", by design. A success must return well-formed values: every
+-- tensor (also inside returned tables) has a known dtype and device, ndim
+-- 0..8, a shape of non-negative integers whose product is numel, prints,
+-- and (up to BIG elements) its contiguous copy sums. NaN is a fine result.
+
+local C = {}
+
+local qkv, DTYPES
+local BIG = 1 << 16          -- elements beyond which a result is not summed
+local lu_prefixes = {}
+
+function C.setup(q)
+  qkv = q
+  DTYPES = {}
+  for k, v in pairs(qkv) do
+    if type(k) == "string" and v == k then DTYPES[k] = true end
+  end
+  local ok, lu = pcall(require, "luaunit")
+  if ok then lu_prefixes = {lu.FAILURE_PREFIX, lu.SKIP_PREFIX} end
+end
+
+local function names(msg, accept)
+  for _, n in ipairs(accept) do
+    if msg:find("%f[%w_]" .. n:gsub("%p", "%%%0") .. "%f[^%w_]") then return true end
+  end
+  return false
+end
+
+local function is_luaunit(msg)
+  for _, p in ipairs(lu_prefixes) do
+    if msg:find(p, 1, true) then return true end
+  end
+  return false
+end
+
+-- what is wrong with error value err, or nil
+function C.check_error(accept, err, luaunit)
+  if type(err) ~= "string" then
+    local mt = getmetatable(err)
+    local text = type(mt) == "table" and mt.__tostring and " (" .. tostring(err) .. ")" or ""
+    return "raised a " .. type(err) .. text .. ", not a string"
+  end
+  if luaunit and is_luaunit(err) then return nil, "fail" end
+  if err:match("^%s*$") then return "raised an empty message" end
+  if err:find("(null)", 1, true) then return "message prints a NULL: " .. err end
+  if not names(err, accept) then
+    return "message does not name '" .. accept[1] .. "': " .. err
+  end
+  return nil, "error"
+end
+
+-- what is wrong with tensor x, or nil
+local function check_tensor(x)
+  local ok, why = pcall(function()
+    local dt, dev, nd = x.dtype, x.device, x.ndim
+    if not DTYPES[dt] then return "dtype " .. tostring(dt) end
+    if dev ~= "cpu" and dev ~= "cuda" then return "device " .. tostring(dev) end
+    if math.type(nd) ~= "integer" or nd < 0 or nd > 8 or x:dim() ~= nd then
+      return "ndim " .. tostring(nd)
+    end
+    local shape, st = x.shape, x:stride()
+    if #shape ~= nd or #st ~= nd then return "shape/stride length vs ndim " .. nd end
+    local n = 1
+    for i = 1, nd do
+      local s = shape[i]
+      if math.type(s) ~= "integer" or s < 0 then return "size " .. tostring(s) end
+      if math.type(st[i]) ~= "integer" then return "stride " .. tostring(st[i]) end
+      if s == 0 then n = 0 end
+    end
+    for i = 1, nd do             -- sizes whose product overflows are wrong
+      local s = shape[i]
+      if n ~= 0 and n > math.maxinteger // s then return "numel overflows int64" end
+      n = n == 0 and 0 or n * s
+    end
+    if x:numel() ~= n then
+      return ("numel %d but the shape %s gives %d"):format(x:numel(), tostring(shape), n)
+    end
+    local text = tostring(x)
+    if type(text) ~= "string" or not text:find("^tensor%(") then
+      return "prints as " .. tostring(text)
+    end
+    if n <= BIG then
+      local s = x:contiguous():sum()
+      if not qkv.is_tensor(s) or s:numel() ~= 1 then return "sum is not one value" end
+    end
+  end)
+  if not ok then return "checking it raised: " .. tostring(why) end
+  return why
+end
+
+-- what is wrong with a returned value (tensors inside tables too), or nil
+local function check_value(v, depth)
+  if qkv.is_tensor(v) then return check_tensor(v) end
+  if type(v) == "table" and depth < 3 and getmetatable(v) ~= getmetatable(qkv) then
+    local count = 0
+    for k, x in next, v do
+      count = count + 1
+      if count > 64 then break end
+      local why = check_value(x, depth + 1)
+      if why then return "[" .. tostring(k) .. "] " .. why end
+    end
+  end
+  return nil
+end
+
+-- "ok" | "error" | "fail", or "finding" and what is wrong; `given` lists
+-- the arguments: one returned as it came (Identity's forward) is not judged
+function C.outcome(entry, accept, given, ok, ...)
+  if not ok then
+    local why, kind = C.check_error(accept, (...), entry.luaunit)
+    if why then return "finding", why end
+    return kind
+  end
+  for i = 1, select("#", ...) do
+    local v, passed = (select(i, ...)), false
+    for _, g in pairs(given) do passed = passed or rawequal(v, g) end
+    local why = not passed and check_value(v, 0)
+    if why then return "finding", "result " .. i .. ": " .. why end
+  end
+  return "ok"
+end
+
+return C

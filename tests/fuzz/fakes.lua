@@ -1,0 +1,22 @@
+-- fakes.lua: functions that break the fuzzer's rules on purpose, given to
+-- it with --extra by tests/test_fuzz.lua to check that it reports them
+-- (and does not report the one that keeps the rules).
+local qkv = qkv or require "qkv"
+
+return {
+  -- an error that does not say whose it is
+  {name = "fake.unnamed", fn = function() error("something went wrong", 0) end},
+  -- an error that is not a string
+  {name = "fake.table", fn = function() error({code = 1}) end},
+  -- a result that is not a well-formed tensor: one closed before it returns
+  {name = "fake.malformed", fn = function()
+    local x = qkv.ones(2)
+    getmetatable(x).__close(x)
+    return x
+  end},
+  -- keeps the rules: its errors name it, its results are tensors
+  {name = "fake.good", fn = function(x)
+    if x == nil then error("good: x is nil", 0) end
+    return qkv.ones(1), {qkv.zeros(2, 0)}
+  end},
+}

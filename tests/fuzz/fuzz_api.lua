@@ -1,0 +1,378 @@
+-- fuzz_api.lua: a fuzzer over the whole Lua API of qkv.
+--
+--   qkv tests/fuzz/fuzz_api.lua [N [SEED]] [--replay K] [-v] [--only PAT] [--extra FILE]
+--
+-- calls every public function and method (tests/fuzz/registry.lua lists
+-- them from the live module tables) with random arguments under pcall:
+-- call K of a run calls function (K - 1) % #functions + 1 with arguments
+-- drawn by tests/fuzz/values.lua from math.random seeded by (SEED, K), so
+-- `--replay K` makes that one call again. A call's arguments are random
+-- (0 to 5 values of any kind), valid-looking (sizes that agree, from the
+-- parameter names of the docstrings) or valid-looking with one of them
+-- replaced. tests/fuzz/check.lua judges each outcome; what it rejects is a
+-- finding, printed with its call number. The run ends with
+--   fuzz: N calls, seed S: X ok, Y errors, Z findings
+-- and exits with status 1 when there are findings (or a crash).
+--
+-- The calls run in a child process (this script with --child) whose
+-- working directory is a fresh temp folder, removed at the end, so that
+-- relative paths from the string pool land there; its standard output
+-- goes to /dev/null (plots and help print), and its address space is
+-- limited (ulimit -v; under a sanitizer, max_allocation_size_mb), so that a
+-- size such as 2^31 gives "out of memory" rather than eating the machine.
+-- Before each call the child writes the call number and its arguments to
+-- fuzz_last in that folder: after a crash the parent prints it and keeps
+-- the folder.
+--   -v            a line per function with its counts
+--   --only PAT    only the functions whose name matches the Lua pattern
+--   --extra FILE  a Lua file returning more {name =, fn =, params =}
+--                 entries to fuzz (tests/test_fuzz.lua's fakes)
+
+local qkv = qkv or require "qkv"
+local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
+package.path = HERE .. "/?.lua;" .. package.path
+
+local function usage(msg)
+  io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
+                  "[--replay K] [-v] [--only PAT] [--extra FILE]\n")
+  os.exit(2)
+end
+
+local function parse(argv)
+  local o, pos, i = {n = 10000, seed = 1}, {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "-v" then o.verbose = true
+    elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
+    elseif a == "--replay" or a == "--only" or a == "--extra" then
+      if argv[i + 1] == nil then usage(a .. " needs a value") end
+      o[a:sub(3)] = argv[i + 1]
+      i = i + 1
+    elseif a:match("^%-?%d+$") then pos[#pos + 1] = math.tointeger(tonumber(a))
+    else usage("unknown argument " .. a) end
+    i = i + 1
+  end
+  o.n, o.seed = pos[1] or o.n, pos[2] or o.seed
+  if o.replay then
+    o.replay = math.tointeger(tonumber(o.replay))
+    if not o.replay or o.replay < 1 then usage("--replay needs a call number >= 1") end
+  end
+  if o.n < 0 then usage("N must be >= 0") end
+  return o
+end
+
+---------------------------------------------------------------- parent
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function readall(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function absolute(p, cwd)
+  if p:sub(1, 1) == "/" or not p:find("/") then return p end
+  return cwd .. "/" .. p
+end
+
+-- KiB of address space this process uses, once OpenMP's threads exist
+local function vmsize_kb()
+  qkv.randn(64, 64):matmul(qkv.randn(64, 64)):sum()
+  for line in io.lines("/proc/self/status") do
+    local kb = line:match("^VmSize:%s*(%d+)")
+    if kb then return math.tointeger(tonumber(kb)) end
+  end
+  return 0
+end
+
+local LIMIT_MB = 1536          -- what a call may allocate, about
+
+local function parent(o)
+  local cwd = io.popen("pwd"):read("l")
+  local exe = absolute(arg[-1] or "qkv", cwd)
+  local script = absolute(arg[0], cwd)
+  local tmp = io.popen("mktemp -d \"${TMPDIR:-/tmp}/qkv_fuzz.XXXXXX\""):read("l")
+  assert(tmp and tmp ~= "", "fuzz_api: mktemp failed")
+  local flags = {"--child", tmp, tostring(o.n), tostring(o.seed)}
+  if o.replay then flags[#flags + 1] = "--replay"; flags[#flags + 1] = tostring(o.replay) end
+  if o.verbose then flags[#flags + 1] = "-v" end
+  if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
+  if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, cwd) end
+  for i, f in ipairs(flags) do flags[i] = quote(f) end
+  -- a sanitizer reserves terabytes of address space: ulimit -v would stop
+  -- it starting, so the allocator is told the limit instead
+  local vm = vmsize_kb()
+  local limit = vm < (64 << 20) and ("ulimit -v " .. (vm + (LIMIT_MB << 10)) .. "; ") or ""
+  local asan = os.getenv("ASAN_OPTIONS")
+  asan = (asan and asan ~= "" and asan .. ":" or "") ..
+         "allocator_may_return_null=1:max_allocation_size_mb=" .. LIMIT_MB
+  local cmd = limit .. "cd " .. quote(tmp) .. " && ASAN_OPTIONS=" .. quote(asan) ..
+              " QKV_OUT=" .. quote(tmp .. "/out") .. " exec " .. quote(exe) .. " " ..
+              quote(script) .. " " .. table.concat(flags, " ") .. " </dev/null >/dev/null"
+  local _, how, code = os.execute(cmd)
+  local report = readall(tmp .. "/report") or ""
+  io.write(report)
+  local again = table.concat({arg[-1] or "qkv", arg[0], o.n, o.seed,
+    o.only and "--only " .. quote(o.only) or nil}, " ") ..
+    (o.extra and " --extra " .. quote(o.extra) or "")
+  if report:find("\nfinding at call") or report:find("^finding at call") then
+    io.write("fuzz: replay call K with ", again, " --replay K\n")
+  end
+  local nfind = tonumber(report:match("fuzz: %d+ calls, seed %-?%d+: %d+ ok, %d+ errors, (%d+) findings"))
+  if nfind and how == "exit" and code == (nfind > 0 and 1 or 0) then
+    os.execute("rm -rf " .. quote(tmp))
+    os.exit(code)
+  end
+  if nfind then              -- a sanitizer's report at exit (a leak) changed it
+    io.write(("fuzz: the child ended with %s %s after its report: see above\n"):format(
+      how == "signal" and "signal" or "status", tostring(code)))
+    os.execute("rm -rf " .. quote(tmp))
+    os.exit(1)
+  end
+  io.write(("fuzz: the child %s %s before the end of the run\n"):format(
+    how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+  local last = readall(tmp .. "/fuzz_last")
+  if last then
+    io.write("fuzz: the last call made was\n  ", last,
+             "fuzz: replay it with ", again, " --replay ", (last:match("^call (%d+)") or "K"), "\n")
+  end
+  io.write("fuzz: its folder is kept: ", tmp, "\n")
+  os.exit(1)
+end
+
+---------------------------------------------------------------- child
+
+local V = require "values"
+local P = require "params"
+local C = require "check"
+local R = require "registry"
+
+local random = math.random
+
+-- arguments that look valid: by the parameter names of the signature
+local function valid_args(e, F, self)
+  local args, n = {}, 0
+  local function add(v) n = n + 1; args[n] = v end
+  local prev, list
+  for _, p in ipairs(e.params) do
+    local name = p.name
+    if p.opt and random() < 0.4 then
+      -- left out
+    elseif name == "d2" and list then
+      -- d1 gave the whole list
+    elseif name == "..." then
+      if prev == "m2" then
+        if random() < 0.3 then add(P.param("m1", F)) end
+      elseif not list then
+        for _ = 1, random(1, 2) do add(P.param("...", F, e.name, self, args)) end
+        if random() < 0.3 then add(P.param("opts", F)) end
+      end
+    elseif name == "d1" then
+      local v = P.param("d1", F, e.name, self, args)
+      list = type(v) == "table"
+      if list and getmetatable(v) == nil and random() < 0.5 then
+        for _, x in ipairs(v) do add(x) end
+      else
+        add(v)
+      end
+    else
+      add(P.param(name, F, e.name, self, args))
+    end
+    prev = name
+  end
+  return args, n
+end
+
+local function random_args()
+  local args, n = {}, random(0, 5)
+  for i = 1, n do args[i] = V.any() end
+  return args, n
+end
+
+-- self, args, n for call K of entry e
+local function make_call(e, F)
+  local mode = random(10)                  -- 1-4 random, 5-8 valid, 9-10 one replaced
+  local self
+  if e.kind == "tensor" then
+    if mode <= 4 then self = random() < 0.95 and V.tensor() or V.any()
+    else self = P.param("x", F) end
+  elseif e.kind == "module" then
+    self = P.module(F)
+  end
+  local args, n
+  if mode <= 4 then args, n = random_args()
+  else args, n = valid_args(e, F, self) end
+  if mode >= 9 then
+    local i = random(n + 1)
+    args[i] = V.any()
+    if i > n then n = i end
+  end
+  -- an operator has a tensor on one side: first, or second (2 * x)
+  if e.kind == "meta" then
+    if not qkv.is_tensor(args[1]) then args[1] = V.tensor() end
+    if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1] end
+    n = math.max(n, e.binary and 2 or 1)
+  end
+  return self, args, n
+end
+
+-- pcall calls the function itself, as pcall(qkv.softmax, x) does: then
+-- no call site names it, and its messages must find its name themselves
+local function invoke(e, self, args, n)
+  if e.kind == "tensor" then return pcall(e.fn, self, table.unpack(args, 1, n)) end
+  if e.kind == "module" then return pcall(self[e.method], self, table.unpack(args, 1, n)) end
+  return pcall(e.fn, table.unpack(args, 1, n))
+end
+
+local function describe(e, self, args, n)
+  local parts = {}
+  for i = 1, n do parts[i] = V.describe(args[i]) end
+  local call = e.name .. "(" .. table.concat(parts, ", ") .. ")"
+  if e.kind == "tensor" or e.kind == "module" then
+    call = V.describe(self) .. " :" .. e.method .. "(" .. table.concat(parts, ", ") .. ")"
+    call = e.name .. " on " .. call
+  end
+  return call
+end
+
+-- the names an error of this call may give: the function's, and for a
+-- module's method its class too
+local function accept_for(e, self)
+  if e.kind ~= "module" then return e.accept end
+  local a = {table.unpack(e.accept)}
+  local mt = getmetatable(self)
+  if type(mt) == "table" and type(rawget(mt, "__name")) == "string" then a[#a + 1] = mt.__name end
+  return a
+end
+
+-- the options qkv.plot knows, from its own lists
+local function plot_options()
+  local ok, spec = pcall(require, "qkv.plot.spec")
+  local names = {}
+  if not ok then return names end
+  for _, n in ipairs(spec.FIGURE or {}) do names[#names + 1] = n end
+  for _, lists in pairs(spec.OPTIONS or {}) do
+    for _, list in ipairs(lists) do
+      for _, n in ipairs(list) do names[#names + 1] = n end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+local function child(o)
+  local tmp = o.child
+  local out = assert(io.open(tmp .. "/report", "w"))
+  local function say(...) out:write(...); out:flush() end
+  local q = qkv
+  V.setup(q, tmp)
+  P.setup(q, plot_options())
+  C.setup(q)
+  V.files()
+  local list, makers = R.build(q)
+  if o.extra then
+    for _, e in ipairs(dofile(o.extra)) do
+      e.kind, e.short = e.kind or "function", e.short or e.name:match("([%w_]+)$")
+      e.params = e.params or {}
+      e.accept = e.accept or {e.short}
+      list[#list + 1] = e
+    end
+  end
+  if o.only then
+    local keep = {}
+    for _, e in ipairs(list) do if e.name:match(o.only) then keep[#keep + 1] = e end end
+    list = keep
+  end
+  if #list == 0 then say("fuzz: no function matches\n"); os.exit(2) end
+  for _, m in ipairs(makers) do
+    P.MODULES[#P.MODULES + 1] = function(F)
+      local args, n = valid_args(m, F, nil)
+      return m.fn(table.unpack(args, 1, n))
+    end
+  end
+  collectgarbage()
+  collectgarbage()
+  local base_mem = q.memory()
+  local counts, findings, shown, kinds = {}, {}, 0, {}
+  local tot = {ok = 0, error = 0, fail = 0, finding = 0}
+  local first, last = 1, o.n
+  if o.replay then first, last = o.replay, o.replay end
+  local slow = {t = 0}
+  for K = first, last do
+    math.randomseed(o.seed, K)
+    q.seed(o.seed * 1000003 + K)
+    local e = list[(K - 1) % #list + 1]
+    local F = P.begin_call()
+    local okg, self, args, n = pcall(make_call, e, F)
+    local kind, why, desc
+    if not okg then
+      kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
+    else
+      desc = describe(e, self, args, n)
+      local f = io.open(tmp .. "/fuzz_last", "w")
+      if f then f:write("call ", K, " seed ", o.seed, ": ", desc, "\n"); f:close() end
+      local t0 = q.clock()
+      local res = table.pack(invoke(e, self, args, n))
+      local dt = q.clock() - t0
+      if dt > slow.t then slow = {t = dt, K = K, name = e.name} end
+      local given = {self, table.unpack(args, 1, n)}
+      kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
+      if o.replay then
+        say("call ", K, ": ", desc, "\n", kind, ": ",
+            why or (res[1] and "" or tostring(res[2])), "\n")
+        if not res[1] then        -- where it was raised
+          local f, a, m = e.fn, args, n
+          if e.kind == "module" or e.kind == "tensor" then
+            f, a, m = e.fn or self[e.method], {self, table.unpack(args, 1, n)}, n + 1
+          end
+          say(tostring(select(2, xpcall(f, debug.traceback, table.unpack(a, 1, m)))), "\n")
+        end
+      end
+    end
+    local c = counts[e.name] or {ok = 0, error = 0, fail = 0, finding = 0}
+    counts[e.name] = c
+    c[kind], tot[kind] = c[kind] + 1, tot[kind] + 1
+    if kind == "finding" then
+      -- the first of each kind in full, the rest counted
+      local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):sub(1, 70)
+      kinds[key] = (kinds[key] or 0) + 1
+      if kinds[key] == 1 and shown < 50 then
+        shown = shown + 1
+        findings[#findings + 1] = ("finding at call %d (%s): %s\n  call: %s\n"):format(K, e.name, why, desc)
+      end
+    end
+    if K % 256 == 0 then collectgarbage() end
+  end
+  collectgarbage()
+  collectgarbage()
+  local mem = q.memory()
+  if o.verbose then
+    local names = {}
+    for name in pairs(counts) do names[#names + 1] = name end
+    table.sort(names)
+    for _, name in ipairs(names) do
+      local c = counts[name]
+      say(("%-34s %7d ok %7d error %5d fail %5d finding\n"):format(name, c.ok, c.error, c.fail, c.finding))
+    end
+    say(("slowest call: %d (%s), %.3f s\n"):format(slow.K or 0, slow.name or "-", slow.t))
+  end
+  for _, f in ipairs(findings) do say(f) end
+  if shown < tot.finding then
+    for key, k in pairs(kinds) do say(("  %d x %s\n"):format(k, key)) end
+  end
+  if mem > base_mem + (1 << 20) then
+    tot.finding = tot.finding + 1
+    say(("finding: %d bytes of tensors live after the run, %d before it\n"):format(mem, base_mem))
+  end
+  local ncalls = last - first + 1
+  say(("fuzz: %d calls, seed %d: %d ok, %d errors, %d findings\n"):format(
+    ncalls, o.seed, tot.ok, tot.error + tot.fail, tot.finding))
+  out:close()
+  os.exit(tot.finding > 0 and 1 or 0, true)
+end
+
+local o = parse(arg)
+if o.child then child(o) else parent(o) end
