@@ -92,7 +92,10 @@ TestModule = {}
 function TestModule:testStockLuaRequires()
   local code_ = "local q = require 'qkv'; print(q.ones(2, 2)); " ..
                 "print(getmetatable(q.ones(1)).__name)"
-  local out, code = sh("LUA_CPATH=" .. quote(builddir .. "/?.so;;") ..
+  -- under make test-asan, qkv.so needs the sanitizer's runtime loaded first
+  local rt = os.getenv("QKV_ASAN_PRELOAD")
+  local preload = rt and rt ~= "" and "LD_PRELOAD=" .. quote(rt) .. " " or ""
+  local out, code = sh(preload .. "LUA_CPATH=" .. quote(builddir .. "/?.so;;") ..
                        " lua5.4 -e " .. quote(code_))
   lu.assertEquals(code, 0)
   lu.assertEquals(out, "tensor([[1., 1.],\n        [1., 1.]])\nqkv.Tensor\n")
