@@ -2,6 +2,7 @@
 -- it with --extra by tests/test_fuzz.lua to check that it reports them
 -- (and does not report the one that keeps the rules).
 local qkv = qkv or require "qkv"
+local kept = {}
 
 return {
   -- an error that does not say whose it is
@@ -14,6 +15,8 @@ return {
     getmetatable(x).__close(x)
     return x
   end},
+  -- keeps every tensor it makes: live tensor memory grows over the run
+  {name = "fake.hoard", fn = function() kept[#kept + 1] = qkv.zeros(1 << 16) end},
   -- keeps the rules: its errors name it, its results are tensors
   {name = "fake.good", fn = function(x)
     if x == nil then error("good: x is nil", 0) end

@@ -135,6 +135,7 @@ local function parent(o)
   io.write(("fuzz: the child %s %s before the end of the run\n"):format(
     how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
   local last = readall(tmp .. "/fuzz_last")
+  last = last and last:match("^call [^\n]*\n")   -- its first line: spaces follow
   if last then
     io.write("fuzz: the last call made was\n  ", last,
              "fuzz: replay it with ", again, " --replay ", (last:match("^call (%d+)") or "K"), "\n")
@@ -301,6 +302,7 @@ local function child(o)
   local first, last = 1, o.n
   if o.replay then first, last = o.replay, o.replay end
   local slow = {t = 0}
+  local last_file, last_len = assert(io.open(tmp .. "/fuzz_last", "w")), 0
   for K = first, last do
     math.randomseed(o.seed, K)
     q.seed(o.seed * 1000003 + K)
@@ -312,8 +314,12 @@ local function child(o)
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
     else
       desc = describe(e, self, args, n)
-      local f = io.open(tmp .. "/fuzz_last", "w")
-      if f then f:write("call ", K, " seed ", o.seed, ": ", desc, "\n"); f:close() end
+      -- written over the last one in place: a write, not an open and a close
+      local line = ("call %d seed %d: %s"):format(K, o.seed, desc)
+      last_file:seek("set")
+      last_file:write(line, "\n", (" "):rep(math.max(0, last_len - #line - 1)))
+      last_file:flush()
+      last_len = math.max(last_len, #line + 1)
       local t0 = q.clock()
       local res = table.pack(invoke(e, self, args, n))
       local dt = q.clock() - t0
