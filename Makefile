@@ -140,7 +140,7 @@ clean:
 # calls of the API fuzzer under it, and any report fails the run.  The
 # modules are linked -z nodelete: lua_close's dlclose would otherwise unmap
 # them with the libraries they pull in, whose constructors keep blocks in
-# statics (pixman, OpenBLAS), and LeakSanitizer would report those blocks
+# statics (pixman, libgomp), and LeakSanitizer would report those blocks
 # with stacks it can no longer name.  QKV_ASAN_PRELOAD names the runtime
 # for the one test that loads qkv.so into stock lua5.4; no child gets
 # LD_PRELOAD otherwise (python3's own leaks are not ours).
