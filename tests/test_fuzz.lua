@@ -261,4 +261,27 @@ function TestFuzzFound:testEyeWithThreeSizes()
   lu.assertEquals(qkv.eye(2, 3, "int64"):tolist(), {{1, 0, 0}, {0, 1, 0}})
 end
 
+-- plot.image of a matrix with both signs and 1e308 in it (seed 3, call
+-- 42916 under ASan) raised "png.lua:62: bad argument #2 to 'rect' (must be a
+-- finite number)": centred on 0 its ends are ±1e308, vmax - vmin is inf and
+-- every position on the colour bar NaN; in the terminal the cells were grey
+-- (NaN's colour). Both renderers now scale in halves.
+function TestFuzzFound:testColoursOfARangeWiderThanDoubles()
+  local m = qkv.tensor({{0.5, 1e308}, {-1e30, 1}}, "float64")
+  local path = os.tmpname()
+  local ok, L = pcall(qkv.plot.image, m, {file = path})
+  local png = ok and qkv.plot.read_png(path)
+  os.remove(path)
+  lu.assertTrue(ok, L)
+  local function rgb(x, y) return {png.pixel(x, y)} end
+  local function byte(t) return {math.floor(t[1] * 255 + 0.5), math.floor(t[2] * 255 + 0.5),
+                                 math.floor(t[3] * 255 + 0.5), 255} end
+  local top, mid = {qkv.plot.colormap("coolwarm", 1)}, {qkv.plot.colormap("coolwarm", 0.5)}
+  lu.assertEquals(rgb(L.x0 + L.cw * 3 // 2, L.y0 + L.ch // 2), byte(top))    -- 1e308
+  lu.assertEquals(rgb(L.x0 + L.cw // 2, L.y0 + L.ch // 2), byte(mid))        -- 0.5
+  local text = qkv.plot.image(m, {out = false, color = true})
+  lu.assertStrContains(text, ("38;2;%d;%d;%dm"):format(table.unpack(byte(top))))
+  lu.assertNotStrContains(text, "38;2;153;153;153m")                          -- NaN grey
+end
+
 os.exit(lu.LuaUnit.run(), true)

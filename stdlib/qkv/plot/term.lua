@@ -65,7 +65,8 @@ end
 
 local function norm(s, v)
   if s.vmax == s.vmin then return v == v and 0.5 or v end
-  return (v - s.vmin) / (s.vmax - s.vmin)
+  -- in halves: vmax - vmin overflows to inf for ends near ±1e308
+  return (v / 2 - s.vmin / 2) / (s.vmax / 2 - s.vmin / 2)
 end
 
 local function shade(t)
