@@ -327,8 +327,13 @@ local function child(o)
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
       if o.replay then
-        say("call ", K, ": ", desc, "\n", kind, ": ",
-            why or (res[1] and "" or tostring(res[2])), "\n")
+        say("call ", K, ": ", desc, "\n")
+        for i = 0, n do                 -- the values of small tensors (0: self)
+          local a = i == 0 and self or args[i]
+          local ok, text = pcall(function() return a:numel() <= 100 and tostring(a) end)
+          if qkv.is_tensor(a) and ok and text then say(i, ": ", text, "\n") end
+        end
+        say(kind, ": ", why or (res[1] and "" or tostring(res[2])), "\n")
         if not res[1] then        -- where it was raised
           local f, a, m = e.fn, args, n
           if e.kind == "module" or e.kind == "tensor" then
