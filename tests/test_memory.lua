@@ -232,7 +232,11 @@ function TestOutOfMemory:testFailedMallocIsAnError()
           ":allocator_may_return_null=1:max_allocation_size_mb=4096") ..
           " " .. quote(exe) .. " -e " .. quote(code) .. " 2>/dev/null)"  -- its warnings
   else
-    cmd = "ulimit -v 4000000 && " .. quote(exe) .. " -e " .. quote(code)
+    -- what a started qkv maps (thread stacks, BLAS buffers) plus 1 GB
+    local vm = sh(quote(exe) .. " -e " ..
+                  quote('print(io.open("/proc/self/status"):read("a"):match("VmSize:%s*(%d+)"))'))
+    vm = assert(tonumber(vm), vm)
+    cmd = ("ulimit -v %d && %s -e %s"):format(vm + (1 << 20), quote(exe), quote(code))
   end
   local out, status = sh(cmd)
   lu.assertEquals(status, 0, out)
