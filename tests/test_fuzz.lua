@@ -284,4 +284,18 @@ function TestFuzzFound:testColoursOfARangeWiderThanDoubles()
   lu.assertNotStrContains(text, "38;2;153;153;153m")                          -- NaN grey
 end
 
+-- tables whose # and ipairs disagree: plot.colormap({nil, t1, t2, {...}}, t)
+-- (seed 12, call 226122) took the list for an empty map, since ipairs stops
+-- at the hole, and failed in eval with "attempt to index a nil value";
+-- assertShape(0-d x, s) with # s == 0 but s[1] behind __index (seed 14,
+-- call 356796) called x:size(1). Both now read items 1 .. #t.
+function TestFuzzFound:testTablesWithHoles()
+  fails({"colormap: cmap colour 1 is not a hex colour", "nil"}, qkv.plot.colormap,
+        {nil, "#ffffff", "#000000"}, 0.5)
+  lu.assertEquals({qkv.plot.colormap({"#ffffff", "#000000"}, 0.5)}, {0.5, 0.5, 0.5})
+  qkv.test.assertShape(qkv.tensor(true), setmetatable({}, {__index = {1, 2}}))
+  fails({"'assertShape'", "size 2 is not an integer"}, qkv.test.assertShape,
+        qkv.ones(2, 3), {2, nil, 3})
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -167,8 +167,8 @@ function M.assertShape(x, shape)
     argerror("assertShape", 2, "table of sizes expected, got " .. type(shape))
   end
   local want, same = {}, #shape == x:dim()
-  for i, n in ipairs(shape) do
-    n = math.tointeger(n)
+  for i = 1, #shape do        -- as many as #shape says, as `same` counted
+    local n = math.tointeger(shape[i])
     if n == nil then argerror("assertShape", 2, "size " .. i .. " is not an integer") end
     want[i] = tostring(n)
     if same and x:size(i) ~= n then same = false end

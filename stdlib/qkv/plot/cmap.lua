@@ -69,7 +69,8 @@ function M.resolve(c)
       return nil, string.format("a cmap list needs 2 or more colours, got %d", #c)
     end
     local map = {}
-    for i, h in ipairs(c) do
+    for i = 1, #c do          -- not ipairs: {nil, "#fff", "#000"} has #c == 3
+      local h = c[i]
       map[i] = M.hex(h)
       if not map[i] then
         return nil, string.format("cmap colour %d is not a hex colour like '#3498db': %s",
