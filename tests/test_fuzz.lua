@@ -298,4 +298,35 @@ function TestFuzzFound:testTablesWithHoles()
         qkv.ones(2, 3), {2, nil, 3})
 end
 
+-- axes over values near the largest double: plot.scatter of (1e30, y)
+-- three times (seed 17, call 41989) and plot.hist of values from -1e308
+-- (seed 20, call 82440) raised "bad argument #1 to 'rect' (must be a finite
+-- number)": a single x widened by ±1 stays 1e30, so the axis had no width;
+-- (hi - lo) * i overflowed the hist's edges to inf; a span from -1e308 to
+-- 1e308 is inf wide; in the terminal "table index is NaN"
+function TestFuzzFound:testAxesNearTheLargestDouble()
+  local f64 = function(t) return qkv.tensor(t, "float64") end
+  local path = os.tmpname()
+  local ok, L = pcall(qkv.plot.scatter, {{f64{{1e308, 1}, {-1e308, 2}}}}, {file = path})
+  lu.assertTrue(ok, L)
+  local a, b = L.points[1][1], L.points[1][2]
+  lu.assertTrue(a.x > b.x and b.x >= L.x0 and a.x <= L.x0 + L.pw, "x in order, in the plot")
+  ok, L = pcall(qkv.plot.scatter, {{qkv.tensor{{1e30, -0.8698}}:expand(3, 2)}}, {file = path})
+  lu.assertTrue(ok, L)
+  lu.assertEquals(L.points[1][1].x, L.x0 + L.pw / 2)      -- one x: the middle
+  ok, L = pcall(qkv.plot.scatter, {{f64{{1.79e308, 1}}}}, {file = path})
+  lu.assertTrue(ok, L)
+  ok, L = pcall(qkv.plot.hist, {-1e308, 1.88}, {bins = 3, file = path})
+  os.remove(path)
+  lu.assertTrue(ok, L)
+  local counts, edges = qkv.plot.hist({-1e308, 1.88}, {bins = 3, out = false})
+  lu.assertEquals(counts, {1, 0, 1})
+  local w = (1.88 + 1e308) / 3
+  lu.assertEquals(edges, {-1e308, -1e308 + w, -1e308 + 2 * w, 1.88})
+  local text = qkv.plot.scatter({{f64{{1e308, 1}, {-1e308, 2}}}}, {out = false, color = false})
+  local _, marks = text:gsub("A", "")
+  lu.assertEquals(marks, 2)
+  lu.assertStrContains(text, "-1e+308")
+end
+
 os.exit(lu.LuaUnit.run(), true)

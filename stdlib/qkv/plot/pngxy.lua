@@ -32,9 +32,19 @@ local function axesplan(s, ingrid, xlo, xhi, ylo, yhi, right)
   return p
 end
 
--- data -> pixel, inside the plot area placed at (x0, y0)
-local function px(p, x0, x) return x0 + (x - p.xlo) / (p.xhi - p.xlo) * p.pw end
-local function py(p, y0, y) return y0 + p.ph - (y - p.ylo) / (p.yhi - p.ylo) * p.ph end
+-- data -> pixel, inside the plot area placed at (x0, y0); in halves, since
+-- an axis may span more than the largest double (from -1e308 to 1e308)
+local function px(p, x0, x) return x0 + (x / 2 - p.xlo / 2) / (p.xhi / 2 - p.xlo / 2) * p.pw end
+local function py(p, y0, y)
+  return y0 + p.ph - (y / 2 - p.ylo / 2) / (p.yhi / 2 - p.ylo / 2) * p.ph
+end
+
+-- lo and hi widened by `frac` of the span (in halves, as px), kept finite
+local BIG = 1.7976931348623157e308      -- the largest double
+local function widen(lo, hi, frac)
+  local m = (hi / 2 - lo / 2) * 2 * frac
+  return math.max(lo - m, -BIG), math.min(hi + m, BIG)
+end
 
 local function axesdraw(cv, s, p, ox, oy)
   local x0, y0 = ox + p.x0, oy + p.y0
@@ -61,9 +71,8 @@ end
 function X.hist_plan(_, s, ingrid)
   local top = 0
   for _, c in ipairs(s.counts) do top = math.max(top, c) end
-  local lo, hi = s.edges[1], s.edges[#s.edges]
-  local m = (hi - lo) * 0.03                    -- the bars clear the spine
-  return axesplan(s, ingrid, lo - m, hi + m, 0, math.max(top, 1) * 1.05)
+  local lo, hi = widen(s.edges[1], s.edges[#s.edges], 0.03)   -- the bars clear the spine
+  return axesplan(s, ingrid, lo, hi, 0, math.max(top, 1) * 1.05)
 end
 
 function X.hist_draw(cv, s, p, ox, oy)
@@ -97,9 +106,12 @@ local function span(series, k)
     end
   end
   if lo > hi then return 0, 1 end
-  if lo == hi then return lo - 1, hi + 1 end
-  local m = (hi - lo) * 0.08
-  return lo - m, hi + m
+  -- one value: ±1, or an eighth of it when ±1 would not change it (1e30)
+  if lo == hi then
+    local d = math.max(1, math.abs(lo) / 8)
+    return math.max(lo - d, -BIG), math.min(hi + d, BIG)
+  end
+  return widen(lo, hi, 0.08)
 end
 
 function X.scatter_plan(_, s, ingrid)

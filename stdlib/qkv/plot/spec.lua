@@ -218,7 +218,8 @@ function S.hist(fname, x, opts)
   end
   local counts, edges = {}, {}
   for i = 1, bins do counts[i] = 0 end
-  for i = 0, bins do edges[i + 1] = lo + (hi - lo) * i / bins end
+  -- lo + i * w, as numpy's linspace: (hi - lo) * i overflows near ±1e308
+  for i = 0, bins do edges[i + 1] = lo + i * w end
   edges[bins + 1] = hi
   for _, v in ipairs(xs) do
     if v >= lo and v <= hi then          -- false for NaN

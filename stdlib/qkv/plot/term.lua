@@ -296,7 +296,8 @@ end
 -- where a value lands on an axis of n cells
 local function cell(v, lo, hi, n)
   if hi == lo then return (n + 1) // 2 end
-  return math.floor((v - lo) / (hi - lo) * (n - 1) + 0.5) + 1
+  -- in halves: hi - lo overflows for ends near ±1e308
+  return math.floor((v / 2 - lo / 2) / (hi / 2 - lo / 2) * (n - 1) + 0.5) + 1
 end
 
 local function xyrange(series, k)

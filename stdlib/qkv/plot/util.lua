@@ -201,7 +201,7 @@ function M.ticks(lo, hi, n)
   end
   local t, eps = {}, step * 1e-6
   local v = math.ceil((lo - eps) / step) * step
-  while v <= hi + eps and #t < 50 do
+  while v <= hi + eps and v < math.huge and #t < 50 do     -- hi + eps may be inf
     t[#t + 1] = math.abs(v) < eps and 0 or v
     v = v + step
   end
