@@ -328,11 +328,16 @@ local function child(o)
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
       if o.replay then
         say("call ", K, ": ", desc, "\n")
-        for i = 0, n do                 -- the values of small tensors (0: self)
-          local a = i == 0 and self or args[i]
-          local ok, text = pcall(function() return a:numel() <= 100 and tostring(a) end)
-          if qkv.is_tensor(a) and ok and text then say(i, ": ", text, "\n") end
+        -- the values of small tensors (0: self), also in tables
+        local function show(path, a, depth)
+          if qkv.is_tensor(a) then
+            local ok, text = pcall(function() return a:numel() <= 100 and tostring(a) end)
+            if ok and text then say(path, ": ", text, "\n") end
+          elseif type(a) == "table" and depth < 2 then
+            for k, x in pairs(a) do show(path .. "." .. tostring(k), x, depth + 1) end
+          end
         end
+        for i = 0, n do show(tostring(i), i == 0 and self or args[i], 0) end
         say(kind, ": ", why or (res[1] and "" or tostring(res[2])), "\n")
         if not res[1] then        -- where it was raised
           local f, a, m = e.fn, args, n
