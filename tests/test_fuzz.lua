@@ -327,6 +327,16 @@ function TestFuzzFound:testAxesNearTheLargestDouble()
   local _, marks = text:gsub("A", "")
   lu.assertEquals(marks, 2)
   lu.assertStrContains(text, "-1e+308")
+  -- and a span of one denormal, whose halves are 0 (seed 32, call 49739:
+  -- "term.lua:324: table index is NaN" once positions were all in halves)
+  local tiny = {{f64{{0, -1.79}, {4.9e-324, -1.4}}}}
+  text = qkv.plot.scatter(tiny, {out = false, color = false})
+  _, marks = text:gsub("A", "")
+  lu.assertEquals(marks, 2)
+  ok, L = pcall(qkv.plot.scatter, tiny, {file = path})
+  os.remove(path)
+  lu.assertTrue(ok, L)
+  lu.assertEquals({L.points[1][1].x < L.points[1][2].x}, {true})
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -134,8 +134,7 @@ end
 
 local function norm(s, v)
   if s.vmax == s.vmin then return v == v and 0.5 or v end
-  -- in halves: vmax - vmin overflows to inf for ends near ±1e308
-  return (v / 2 - s.vmin / 2) / (s.vmax / 2 - s.vmin / 2)
+  return util.frac(v, s.vmin, s.vmax)
 end
 
 -- a matrix's colours as the RGB bytes canvas:image takes

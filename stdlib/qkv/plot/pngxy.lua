@@ -32,17 +32,15 @@ local function axesplan(s, ingrid, xlo, xhi, ylo, yhi, right)
   return p
 end
 
--- data -> pixel, inside the plot area placed at (x0, y0); in halves, since
--- an axis may span more than the largest double (from -1e308 to 1e308)
-local function px(p, x0, x) return x0 + (x / 2 - p.xlo / 2) / (p.xhi / 2 - p.xlo / 2) * p.pw end
-local function py(p, y0, y)
-  return y0 + p.ph - (y / 2 - p.ylo / 2) / (p.yhi / 2 - p.ylo / 2) * p.ph
-end
+-- data -> pixel, inside the plot area placed at (x0, y0); an axis may
+-- span more than the largest double (from -1e308 to 1e308)
+local function px(p, x0, x) return x0 + util.frac(x, p.xlo, p.xhi) * p.pw end
+local function py(p, y0, y) return y0 + p.ph - util.frac(y, p.ylo, p.yhi) * p.ph end
 
--- lo and hi widened by `frac` of the span (in halves, as px), kept finite
+-- lo and hi widened by `frac` of the span, kept finite
 local BIG = 1.7976931348623157e308      -- the largest double
 local function widen(lo, hi, frac)
-  local m = (hi / 2 - lo / 2) * 2 * frac
+  local m = hi - lo < math.huge and (hi - lo) * frac or (hi / 2 - lo / 2) * 2 * frac
   return math.max(lo - m, -BIG), math.min(hi + m, BIG)
 end
 

@@ -65,8 +65,7 @@ end
 
 local function norm(s, v)
   if s.vmax == s.vmin then return v == v and 0.5 or v end
-  -- in halves: vmax - vmin overflows to inf for ends near ±1e308
-  return (v / 2 - s.vmin / 2) / (s.vmax / 2 - s.vmin / 2)
+  return util.frac(v, s.vmin, s.vmax)
 end
 
 local function shade(t)
@@ -296,8 +295,7 @@ end
 -- where a value lands on an axis of n cells
 local function cell(v, lo, hi, n)
   if hi == lo then return (n + 1) // 2 end
-  -- in halves: hi - lo overflows for ends near ±1e308
-  return math.floor((v / 2 - lo / 2) / (hi / 2 - lo / 2) * (n - 1) + 0.5) + 1
+  return math.floor(util.frac(v, lo, hi) * (n - 1) + 0.5) + 1
 end
 
 local function xyrange(series, k)

@@ -165,6 +165,14 @@ end
 
 function M.isfinite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 
+-- where v lies from lo (0) to hi (1); in halves when hi - lo overflows
+-- (from -1e308 to 1e308), not always, since halves of denormals are 0
+function M.frac(v, lo, hi)
+  local w = hi - lo
+  if w < math.huge then return (v - lo) / w end
+  return (v / 2 - lo / 2) / (hi / 2 - lo / 2)
+end
+
 -- min and max of the finite values of a matrix; nil when there are none
 function M.range(rows)
   local lo, hi = math.huge, -math.huge
