@@ -339,4 +339,14 @@ function TestFuzzFound:testAxesNearTheLargestDouble()
   lu.assertEquals({L.points[1][1].x < L.points[1][2].x}, {true})
 end
 
+-- plot.hist(x, {width = 2^53}) (seed 42, call 52036) raised "term.lua:266:
+-- resulting string too large" building a bar that wide; width now has a
+-- ceiling, as it had a floor
+function TestFuzzFound:testTerminalWidthCeiling()
+  fails({"hist: width must be an integer from 20 to 10000, got 9007199254740992"},
+        qkv.plot.hist, {1, 2}, {width = 1 << 53, out = false})
+  local _, _, text = qkv.plot.hist({1, 2, 2}, {width = 10000, bins = 2, out = false, color = false})
+  lu.assertStrContains(text, "██")
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -90,7 +90,7 @@ function plot._termwidth()
   local cols = qkv._termsize(1)
   if cols then return cols end
   cols = tonumber(os.getenv("COLUMNS") or "")
-  if cols and cols >= 20 then return math.floor(cols) end
+  if cols and cols >= 20 then return math.floor(math.min(cols, 10000)) end
   return 80
 end
 
@@ -102,8 +102,10 @@ local function checkopts(fname, opts)
   if opts.file ~= nil and type(opts.file) ~= "string" then
     fail("%s: file must be a path string, got a %s", fname, type(opts.file))
   end
-  if opts.width ~= nil and (math.type(opts.width) ~= "integer" or opts.width < 20) then
-    fail("%s: width must be an integer >= 20, got %s", fname, tostring(opts.width))
+  -- at most 10000 columns: a bar of 2^53 of them is no string Lua can make
+  if opts.width ~= nil and (math.type(opts.width) ~= "integer" or opts.width < 20
+                            or opts.width > 10000) then
+    fail("%s: width must be an integer from 20 to 10000, got %s", fname, tostring(opts.width))
   end
   spec.checkkeys(fname, opts, fname)
   return opts
