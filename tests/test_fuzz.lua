@@ -349,4 +349,23 @@ function TestFuzzFound:testTerminalWidthCeiling()
   lu.assertStrContains(text, "██")
 end
 
+-- plot.scatter of an int64 (n, 2) tensor holding the integer limits (seed
+-- 47, call 63744; seed 48, call 47416) raised "term.lua:322: attempt to
+-- index a nil value": its points stayed Lua integers, and hi - lo wrapped
+-- around (math.maxinteger - math.mininteger is -1); plots take floats
+function TestFuzzFound:testInt64PointsAtTheLimits()
+  local x = qkv.tensor({{2147483648, -3}, {9007199254740992, 5}, {0, math.mininteger},
+                        {1, math.maxinteger}}, "int64")
+  local text = qkv.plot.scatter(x, {out = false, color = false})
+  local _, marks = text:gsub("A", "")
+  lu.assertEquals(marks, 4)
+  lu.assertStrContains(text, "-9.22e+18")
+  local path = os.tmpname()
+  local ok, L = pcall(qkv.plot.scatter, x, {file = path})
+  os.remove(path)
+  lu.assertTrue(ok, L)
+  local p = L.points[1]
+  lu.assertTrue(p[4].y < p[2].y and p[2].y < p[3].y, "maxint above 5 above minint")
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -109,7 +109,9 @@ function M.array(fname, what, w, mindim, maxdim)
         M.shapestr(s), w:numel(), M.MAXVALUES)
     end
     local v = w:tolist()
-    if w.dtype == "bool" then v = M.map(v, num) end
+    -- floats: bools count 0/1, and int64's Lua integers would wrap around
+    -- in hi - lo (math.maxinteger - math.mininteger is -1)
+    if w.dtype ~= "float32" and w.dtype ~= "float64" then v = M.map(v, num) end
     return v, s
   elseif type(w) == "table" then
     local s = tablesizes(w)
