@@ -121,6 +121,10 @@ local function parent(o)
   if report:find("\nfinding at call") or report:find("^finding at call") then
     io.write("fuzz: replay call K with ", again, " --replay K\n")
   end
+  if report:find("^fuzz: no function matches") then
+    os.execute("rm -rf " .. quote(tmp))
+    os.exit(2)
+  end
   local nfind = tonumber(report:match("fuzz: %d+ calls, seed %-?%d+: %d+ ok, %d+ errors, (%d+) findings"))
   if nfind and how == "exit" and code == (nfind > 0 and 1 or 0) then
     os.execute("rm -rf " .. quote(tmp))
