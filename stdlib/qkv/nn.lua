@@ -11,17 +11,12 @@ local qkv = require "qkv"
 
 local nn = {}
 
+local caller = require "qkv.caller"
 local SOURCE = debug.getinfo(1, "S").source
 
 -- errors point at the script line that called into qkv.nn
 local function fail(fname, msg, ...)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, "S")
-    if info == nil or (info.source ~= SOURCE and info.what ~= "C") then break end
-    level = level + 1
-  end
-  error(fname .. ": " .. string.format(msg, ...), level)
+  error(fname .. ": " .. string.format(msg, ...), caller(SOURCE, true))
 end
 
 -- the results of pcall(f, ...), or its error named by fname at the script

@@ -15,17 +15,12 @@ local zip = require "qkv.zip"
 
 local M = {}
 
+local caller = require "qkv.caller"
 local SOURCE = debug.getinfo(1, "S").source
 
 -- errors point at the script line that called savez or loadz
 local function fail(msg, ...)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, "S")
-    if info == nil or (info.source ~= SOURCE and info.what ~= "C") then break end
-    level = level + 1
-  end
-  error(string.format(msg, ...), level)
+  error(string.format(msg, ...), caller(SOURCE, true))
 end
 
 -- f(...), with an error raised again at the script's line rather than at

@@ -15,17 +15,12 @@ local INF = math.huge
 
 ---------------------------------------------------------------- helpers
 
+local caller = require "qkv.caller"
 local SOURCE = debug.getinfo(1, "S").source
 
 -- an argument error pointing at the line that called the assertion
 local function argerror(fname, n, msg)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, "S")
-    if info == nil or info.source ~= SOURCE then break end
-    level = level + 1
-  end
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), level)
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), caller(SOURCE, false))
 end
 
 -- a LuaUnit failure pointing at the test's line; called by the assertion itself
