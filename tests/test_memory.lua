@@ -11,13 +11,7 @@ local quote, sh = shell.quote, shell.sh
 local exe = arg and arg[-1] or "build/qkv"
 local MB = 2^20
 
-local function slurp(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = shell.read
 
 local PAGE = tonumber((sh("getconf PAGESIZE"))) or 4096
 

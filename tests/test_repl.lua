@@ -29,13 +29,7 @@ local function writefile(name, text)
   f:close()
 end
 
-local function readfile(name)
-  local f = io.open(name, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local readfile = shell.read
 
 -- the driver's escapes for raw text
 local function esc(s)

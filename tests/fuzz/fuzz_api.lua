@@ -63,15 +63,8 @@ end
 
 ---------------------------------------------------------------- parent
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function readall(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local shell = dofile(HERE .. "/../shell.lua")
+local quote, readall = shell.quote, shell.read
 
 local function absolute(p, cwd)
   if p:sub(1, 1) == "/" or not p:find("/") then return p end
