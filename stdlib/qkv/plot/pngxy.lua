@@ -97,13 +97,8 @@ end
 
 -- the finite range of coordinate k over all series, with a margin
 local function span(series, k)
-  local lo, hi = math.huge, -math.huge
-  for _, e in ipairs(series) do
-    for _, q in ipairs(e.points) do
-      if util.isfinite(q[k]) then lo, hi = math.min(lo, q[k]), math.max(hi, q[k]) end
-    end
-  end
-  if lo > hi then return 0, 1 end
+  local lo, hi, any = util.xyrange(series, k)
+  if not any then return 0, 1 end
   -- one value: ±1, or an eighth of it when ±1 would not change it (1e30)
   if lo == hi then
     local d = math.max(1, math.abs(lo) / 8)

@@ -298,17 +298,6 @@ local function cell(v, lo, hi, n)
   return math.floor(util.frac(v, lo, hi) * (n - 1) + 0.5) + 1
 end
 
-local function xyrange(series, k)
-  local lo, hi = math.huge, -math.huge
-  for _, e in ipairs(series) do
-    for _, p in ipairs(e.points) do
-      if util.isfinite(p[k]) then lo, hi = math.min(lo, p[k]), math.max(hi, p[k]) end
-    end
-  end
-  if lo > hi then return 0, 1 end
-  return lo, hi
-end
-
 -- markers first, then names where they find room (never over a marker)
 local function scattergrid(s, gw, gh, xlo, xhi, ylo, yhi)
   local grid = {}
@@ -344,8 +333,8 @@ local function scattergrid(s, gw, gh, xlo, xhi, ylo, yhi)
 end
 
 function T.scatter(s, W, color)
-  local xlo, xhi = xyrange(s.series, 1)
-  local ylo, yhi = xyrange(s.series, 2)
+  local xlo, xhi = util.xyrange(s.series, 1)
+  local ylo, yhi = util.xyrange(s.series, 2)
   local ys = {util.tickfmt(yhi, yhi - ylo), util.tickfmt(ylo, yhi - ylo)}
   local yw = math.max(#ys[1], #ys[2])
   local gw, gh = math.max(20, math.min(60, W - yw - 3)), 20

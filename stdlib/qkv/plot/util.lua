@@ -167,6 +167,19 @@ end
 
 function M.isfinite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 
+-- the finite range of coordinate k over the points of all scatter series,
+-- and true; 0, 1, false when there is no finite value
+function M.xyrange(series, k)
+  local lo, hi = math.huge, -math.huge
+  for _, e in ipairs(series) do
+    for _, p in ipairs(e.points) do
+      if M.isfinite(p[k]) then lo, hi = math.min(lo, p[k]), math.max(hi, p[k]) end
+    end
+  end
+  if lo > hi then return 0, 1, false end
+  return lo, hi, true
+end
+
 -- where v lies from lo (0) to hi (1); in halves when hi - lo overflows
 -- (from -1e308 to 1e308), not always, since halves of denormals are 0
 function M.frac(v, lo, hi)
