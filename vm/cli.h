@@ -18,6 +18,9 @@ lua_State *cli_newstate (void);
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */
 int cli_docall (lua_State *L, int nargs, int nres);
 
+/* installs handler for sig with no SA_RESTART, so blocking reads return */
+void cli_setsignal (int sig, void (*handler)(int));
+
 /* prints the error on top of the stack (if status is not LUA_OK) */
 int cli_report (lua_State *L, int status);
 

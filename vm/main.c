@@ -71,7 +71,7 @@ static void lstop (lua_State *L, lua_Debug *ar) {
   luaL_error(L, "interrupted!");
 }
 
-static void setsignal (int sig, void (*handler)(int)) {
+void cli_setsignal (int sig, void (*handler)(int)) {
   struct sigaction sa;
   sa.sa_handler = handler;
   sa.sa_flags = 0;
@@ -81,7 +81,7 @@ static void setsignal (int sig, void (*handler)(int)) {
 
 static void laction (int sig) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  setsignal(sig, SIG_DFL);
+  cli_setsignal(sig, SIG_DFL);
   qkv_interrupted = 1;
   lua_sethook(globalL, lstop, flag, 1);
 }
@@ -92,9 +92,9 @@ int cli_docall (lua_State *L, int nargs, int nres) {
   lua_insert(L, base);
   globalL = L;
   qkv_interrupted = 0;
-  setsignal(SIGINT, laction);
+  cli_setsignal(SIGINT, laction);
   int status = lua_pcall(L, nargs, nres, base);
-  setsignal(SIGINT, SIG_DFL);
+  cli_setsignal(SIGINT, SIG_DFL);
   lua_sethook(L, NULL, 0, 0);
   qkv_interrupted = 0;
   lua_remove(L, base);

@@ -46,14 +46,10 @@ static void on_sigint (int sig) {
   got_sigint = 1;
 }
 
-/* while reading, Ctrl-C only sets a flag; no SA_RESTART so reads return */
+/* while reading, Ctrl-C only sets a flag */
 static void catch_sigint (void) {
-  struct sigaction sa;
-  sa.sa_handler = on_sigint;
-  sa.sa_flags = 0;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
   got_sigint = 0;
+  cli_setsignal(SIGINT, on_sigint);
 }
 
 
@@ -144,7 +140,7 @@ static int pushline (lua_State *L, int first) {
   catch_sigint();
   int r = use_readline ? read_rl(first ? PROMPT : PROMPT2, &line)
                        : read_plain(first ? PROMPT : PROMPT2, &line);
-  signal(SIGINT, SIG_DFL);
+  cli_setsignal(SIGINT, SIG_DFL);
   if (r != GOT_LINE) return r;
   lua_pushstring(L, line);
   free(line);
