@@ -82,7 +82,7 @@ static qkv_dtype leaf_dtype (lua_State *L, int idx) {
 
 static int b_tensor (lua_State *L) {
   int64_t size[QKV_MAXDIM];
-  qkv_tensor *src = luaL_testudata(L, 1, QKV_TENSOR) ? qkvL_checktensor(L, 1) : NULL;
+  qkv_tensor *src = qkvL_istensor(L, 1) ? qkvL_checktensor(L, 1) : NULL;
   qkv_dtype dt = src ? src->dtype : leaf_dtype(L, 1);
   if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
   if (src) {
@@ -218,7 +218,7 @@ static int b_memory_limit (lua_State *L) {
 }
 
 static int b_is_tensor (lua_State *L) {
-  lua_pushboolean(L, luaL_testudata(L, 1, QKV_TENSOR) != NULL);
+  lua_pushboolean(L, qkvL_istensor(L, 1) != NULL);
   return 1;
 }
 

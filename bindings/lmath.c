@@ -12,6 +12,7 @@ const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   sc->s.nbytes = sizeof sc->v;
   sc->s.refcount = 1;
   sc->s.device = QKV_CPU;
+  sc->s.pooled = 0;
   memset(&sc->t, 0, sizeof sc->t);
   sc->t.dtype = dt;
   sc->t.storage = &sc->s;
@@ -44,7 +45,7 @@ static int is_scalar_arg (lua_State *L, int arg) {
 
 /* a tensor at arg, NULL for anything else; a closed tensor is an error */
 static qkv_tensor *opttensor (lua_State *L, int arg) {
-  return luaL_testudata(L, arg, QKV_TENSOR) ? qkvL_checktensor(L, arg) : NULL;
+  return qkvL_istensor(L, arg) ? qkvL_checktensor(L, arg) : NULL;
 }
 
 /*

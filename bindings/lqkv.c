@@ -37,6 +37,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   static const char *const dtypes[] = {"float32", "float64", "int64", "bool"};
   int mt = lua_gettop(L) + 1, methods = mt + 1, module = mt + 2;
   luaL_newmetatable(L, QKV_TENSOR);
+  qkvL_setmetakey(L, mt);
   lua_newtable(L);
   lua_newtable(L);
   qkvL_open_tensor(L, mt, methods, module);

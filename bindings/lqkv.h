@@ -18,6 +18,8 @@ LUALIB_API int luaopen_qkv (lua_State *L);
 /* checkers: raise a Lua error naming the argument */
 qkv_tensor *qkvL_checktensor (lua_State *L, int arg);
 qkv_tensor *qkvL_totensor (lua_State *L, int arg);       /* NULL if not one */
+qkv_tensor *qkvL_istensor (lua_State *L, int arg);  /* NULL if not one; may be closed */
+void qkvL_setmetakey (lua_State *L, int mt);   /* registers the metatable at mt */
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);

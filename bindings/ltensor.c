@@ -69,10 +69,38 @@ void qkvL_check (lua_State *L, const char *name, int err) {
   if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
 }
 
+/*
+** The tensor metatable is also kept in the registry under the address of
+** `mtkey`: luaL_checkudata finds it by name, which interns the name and
+** compares strings on every call, the largest single cost of a small op.
+*/
+static const char mtkey = 0;
+
+void qkvL_setmetakey (lua_State *L, int mt) {
+  lua_pushvalue(L, mt);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &mtkey);
+}
+
+qkv_tensor *qkvL_istensor (lua_State *L, int arg) {
+  void *p = lua_touserdata(L, arg);
+  if (p == NULL || !lua_getmetatable(L, arg)) return NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? (qkv_tensor *)p : NULL;
+}
+
 static qkv_tensor *newud (lua_State *L) {
   qkv_tensor *t = (qkv_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
-  luaL_setmetatable(L, QKV_TENSOR);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
+  lua_setmetatable(L, -2);
+  return t;
+}
+
+static qkv_tensor *checkud (lua_State *L, int arg) {
+  qkv_tensor *t = qkvL_istensor(L, arg);
+  if (t == NULL) luaL_typeerror(L, arg, QKV_TENSOR);
   return t;
 }
 
@@ -119,7 +147,7 @@ qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
 
 /* __gc and __close: safe to call twice, and on a half-made tensor */
 static int t_free (lua_State *L) {
-  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, 1, QKV_TENSOR);
+  qkv_tensor *t = checkud(L, 1);
   qkv_storage_release(t->storage);
   t->storage = NULL;
   return 0;
@@ -129,12 +157,12 @@ static int t_free (lua_State *L) {
 /* checkers */
 
 qkv_tensor *qkvL_totensor (lua_State *L, int arg) {
-  qkv_tensor *t = (qkv_tensor *)luaL_testudata(L, arg, QKV_TENSOR);
+  qkv_tensor *t = qkvL_istensor(L, arg);
   return (t && t->storage) ? t : NULL;
 }
 
 qkv_tensor *qkvL_checktensor (lua_State *L, int arg) {
-  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, arg, QKV_TENSOR);
+  qkv_tensor *t = checkud(L, arg);
   if (t->storage == NULL) luaL_argerror(L, arg, "tensor was closed");
   return t;
 }
@@ -393,7 +421,7 @@ static int t_len (lua_State *L) {
 }
 
 static int t_tostring (lua_State *L) {
-  qkv_tensor *t = (qkv_tensor *)luaL_checkudata(L, 1, QKV_TENSOR);
+  qkv_tensor *t = checkud(L, 1);
   if (t->storage == NULL) return lua_pushliteral(L, "tensor(<closed>)"), 1;
   checkcpu(L, t, "tostring");
   return qkvL_pushtensorstring(L, t);

@@ -33,6 +33,7 @@ typedef struct qkv_storage {
   size_t nbytes;
   int refcount;
   qkv_device device;
+  int pooled;            /* 1 + the size class of a pooled block, else 0 */
 } qkv_storage;
 
 /*

@@ -129,29 +129,44 @@ static void fill_f64 (double *o, qkv_dist dist, const uint32_t x[4], int cnt) {
   if (cnt > 1) o[1] = s;
 }
 
+typedef struct {
+  const uint32_t *key;
+  uint64_t offset;
+  int64_t n, nblocks;
+  int per, f32;
+  qkv_dist dist;
+  char *base;
+} job;
+
+/* group q: GROUP Philox blocks' worth of elements */
+static void one_group (const job *J, int64_t q) {
+  uint32_t x[GROUP][4];
+  blocks(J->key, J->offset + (uint64_t)(q * GROUP), x);
+  for (int g = 0; g < GROUP && q * GROUP + g < J->nblocks; g++) {
+    int64_t first = (q * GROUP + g) * J->per;
+    int cnt = J->n - first < J->per ? (int)(J->n - first) : J->per;
+    if (J->f32) fill_f32((float *)J->base + first, J->dist, x[g], cnt);
+    else fill_f64((double *)J->base + first, J->dist, x[g], cnt);
+  }
+}
+
 int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
                     uint64_t offset) {
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
   if (dist != QKV_UNIFORM && dist != QKV_NORMAL) return QKV_EINTERNAL;
-  int64_t n = qkv_numel(out);
-  if (n <= 0) return QKV_OK;
+  job J = {key, offset, qkv_numel(out), 0, out->dtype == QKV_F32 ? 4 : 2,
+           out->dtype == QKV_F32, dist, NULL};
+  if (J.n <= 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
-  int per = out->dtype == QKV_F32 ? 4 : 2;
-  int64_t nblocks = (n + per - 1) / per;
-  char *base = (char *)qkv_data(out);
-  int f32 = out->dtype == QKV_F32;
-  int64_t ngroups = (nblocks + GROUP - 1) / GROUP;
-  #pragma omp parallel for schedule(static) if (n >= QKV_CPU_PAR_MIN)
-  for (int64_t q = 0; q < ngroups; q++) {
-    if (qkv_interrupted) continue;
-    uint32_t x[GROUP][4];
-    blocks(key, offset + (uint64_t)(q * GROUP), x);
-    for (int g = 0; g < GROUP && q * GROUP + g < nblocks; g++) {
-      int64_t first = (q * GROUP + g) * per;
-      int cnt = n - first < per ? (int)(n - first) : per;
-      if (f32) fill_f32((float *)base + first, dist, x[g], cnt);
-      else fill_f64((double *)base + first, dist, x[g], cnt);
-    }
+  J.nblocks = (J.n + J.per - 1) / J.per;
+  J.base = (char *)qkv_data(out);
+  int64_t ngroups = (J.nblocks + GROUP - 1) / GROUP;
+  if (J.n < QKV_CPU_PAR_MIN) {          /* no parallel region for a few */
+    for (int64_t q = 0; q < ngroups; q++) one_group(&J, q);
+    return QKV_OK;
   }
+  #pragma omp parallel for schedule(static)
+  for (int64_t q = 0; q < ngroups; q++)
+    if (!qkv_interrupted) one_group(&J, q);
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }

@@ -324,11 +324,34 @@ static void do_tile (const plan *P, const cursor *c, int w) {
          NULL, &r[k]);
 }
 
-/* Each thread takes one contiguous run of outputs. */
+/* Outputs lo .. hi - 1, in order. */
+static void outputs_range (const plan *P, int tiled, int64_t lo, int64_t hi) {
+  cursor c;
+  if (lo < hi) seek(P, &c, lo);
+  for (int64_t i = lo; i < hi;) {
+    int64_t w = 1;
+    if (tiled) {
+      w = P->size[P->nd - 1] - c.i[P->nd - 1];
+      if (w > hi - i) w = hi - i;
+      if (w > TILE) w = TILE;
+      do_tile(P, &c, (int)w);
+    } else {
+      do_line(P, &c);
+    }
+    i += w;
+    for (int64_t k = 0; k < w && i < hi; k++) advance(P, &c);
+  }
+}
+
+/* Each thread takes one contiguous run of outputs.  A small reduction
+   never enters a parallel region (a one-thread region costs more). */
 static void reduce_outputs (const plan *P) {
   int tiled = tiles(P);
-  #pragma omp parallel if (P->nout > 1 && \
-                          P->nout * P->n >= QKV_CPU_PAR_MIN)
+  if (P->nout <= 1 || P->nout * P->n < QKV_CPU_PAR_MIN) {
+    outputs_range(P, tiled, 0, P->nout);
+    return;
+  }
+  #pragma omp parallel
   {
     int64_t t = 0, nth = 1;
 #ifdef _OPENMP
@@ -337,21 +360,7 @@ static void reduce_outputs (const plan *P) {
 #endif
     int64_t q = P->nout / nth, rem = P->nout % nth;
     int64_t lo = t * q + (t < rem ? t : rem), hi = lo + q + (t < rem);
-    cursor c;
-    if (lo < hi) seek(P, &c, lo);
-    for (int64_t i = lo; i < hi;) {
-      int64_t w = 1;
-      if (tiled) {
-        w = P->size[P->nd - 1] - c.i[P->nd - 1];
-        if (w > hi - i) w = hi - i;
-        if (w > TILE) w = TILE;
-        do_tile(P, &c, (int)w);
-      } else {
-        do_line(P, &c);
-      }
-      i += w;
-      for (int64_t k = 0; k < w && i < hi; k++) advance(P, &c);
-    }
+    outputs_range(P, tiled, lo, hi);
   }
 }
 

@@ -110,31 +110,50 @@ static void row_any_f32 (float *o, int64_t os, const float *x, int64_t xs,
   row_f32(o, os, x, xs, n);
 }
 
+typedef struct {
+  rows R;
+  int64_t n, xs, os;
+  char *ob;
+  const char *xb;
+  int f32, avx2;
+} job;
+
+static void one_row (const job *J, int64_t r) {
+  int64_t xo, oo;
+  row_start(&J->R, r, &xo, &oo);
+  if (J->f32)
+    row_any_f32((float *)J->ob + oo, J->os, (const float *)J->xb + xo, J->xs,
+                J->n, J->avx2);
+  else
+    row_f64((double *)J->ob + oo, J->os, (const double *)J->xb + xo, J->xs, J->n);
+}
+
 int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   if (out->dtype != x->dtype || !qkv_is_float(x->dtype)) return QKV_EDTYPE;
   int64_t numel = qkv_numel(x);
   if (numel == 0) return QKV_OK;
-  int64_t n = x->ndim ? x->size[dim] : 1, nrows = numel / n;
-  int64_t xs = x->ndim ? x->stride[dim] : 1, os = out->ndim ? out->stride[dim] : 1;
-  rows R;
-  rows_init(&R, out, x, dim);
-  char *ob = (char *)qkv_data(out);
-  const char *xb = (const char *)qkv_data(x);
-  size_t es = qkv_elsize(x->dtype);
+  job J;
+  J.n = x->ndim ? x->size[dim] : 1;
+  J.xs = x->ndim ? x->stride[dim] : 1;
+  J.os = out->ndim ? out->stride[dim] : 1;
+  rows_init(&J.R, out, x, dim);
+  J.ob = (char *)qkv_data(out);
+  J.xb = (const char *)qkv_data(x);
+  J.f32 = x->dtype == QKV_F32;
 #ifdef QKV_VEXP_X86
-  int avx2 = qkv_cpu_has_avx2();
+  J.avx2 = qkv_cpu_has_avx2();
 #else
-  int avx2 = 0;
+  J.avx2 = 0;
 #endif
-  #pragma omp parallel for schedule(static) if (numel >= QKV_CPU_PAR_MIN)
-  for (int64_t r = 0; r < nrows; r++) {
-    if (qkv_interrupted) continue;
-    int64_t xo, oo;
-    row_start(&R, r, &xo, &oo);
-    if (es == sizeof(float))
-      row_any_f32((float *)ob + oo, os, (const float *)xb + xo, xs, n, avx2);
-    else
-      row_f64((double *)ob + oo, os, (const double *)xb + xo, xs, n);
+  int64_t nrows = numel / J.n;
+  /* a small tensor never enters a parallel region: even a one-thread
+     region costs more than its whole softmax */
+  if (numel < QKV_CPU_PAR_MIN) {
+    for (int64_t r = 0; r < nrows; r++) one_row(&J, r);
+    return QKV_OK;
   }
+  #pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < nrows; r++)
+    if (!qkv_interrupted) one_row(&J, r);
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }
