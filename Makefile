@@ -104,6 +104,13 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@for f in bench/*.lua; do [ -e "$$f" ] && $(BUILD)/qkv "$$f"; done; true
 
+# optional: bench/latency.lua's peers (PyTorch and pytest under
+# /usr/bin/python3, hyperfine); without them it shows "-" in their columns
+# and times start-up with a loop of its own
+.PHONY: bench-deps
+bench-deps:
+	@$(MAKE) --no-print-directory DEPS="python3-torch python3-pytest hyperfine" deps
+
 LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
 
