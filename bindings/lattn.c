@@ -57,14 +57,6 @@ static int opt_field (lua_State *L, int arg, const char *key) {
   return lua_getfield(L, arg, key);
 }
 
-/* in place: t = t * s */
-static void scale_inplace (lua_State *L, const char *name, qkv_tensor *t, double s) {
-  qkvL_Scalar sc;
-  sc.v.d = s;
-  qkvL_check(L, name, qkv_binary(QKV_MUL, t, t, qkvL_scalar(&sc, QKV_F64)));
-}
-
-
 /* project(x, W [, b]) = x W + b */
 
 static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
@@ -81,7 +73,7 @@ static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
       shape_error(L, name, "b", b, "W", W, lua_pushfstring(L, "b must be "
                   "(d_out,) = (%I,)", (lua_Integer)W->size[1]));
   }
-  qkv_tensor *out = qkvL_matmul(L, x, W);
+  qkv_tensor *out = qkvL_matmul(L, x, W, 1);
   if (b) qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, b));
   return out;
 }
@@ -96,7 +88,8 @@ static int a_project (lua_State *L) {
 }
 
 
-/* scores(Q, K [, {scale=}]) = Q K^T * scale, K^T a view (BLAS transposes) */
+/* scores(Q, K [, {scale=}]) = Q K^T * scale, K^T a view (BLAS transposes),
+   the scale applied by the product itself */
 
 static void check_qk (lua_State *L, const char *name, const qkv_tensor *Q,
                       const qkv_tensor *K) {
@@ -132,9 +125,7 @@ static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
   qkv_tensor Kt;
   check_qk(L, name, Q, K);
   qkv_view_transpose(&Kt, K, K->ndim - 2, K->ndim - 1);
-  qkv_tensor *S = qkvL_matmul(L, Q, &Kt);
-  if (scale != 1) scale_inplace(L, name, S, scale);
-  return S;
+  return qkvL_matmul(L, Q, &Kt, scale);
 }
 
 static int a_scores (lua_State *L) {
@@ -413,7 +404,7 @@ static int a_attention (lua_State *L) {
     lua_pop(L, 1);
   }
   softmax_into(L, S, S, S->ndim - 1);
-  qkvL_matmul(L, S, V);
+  qkvL_matmul(L, S, V, 1);
   lua_pushvalue(L, w);
   return 2;
 }

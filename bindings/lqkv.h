@@ -51,7 +51,9 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);
 void qkvL_check (lua_State *L, const char *fname, int err);
 
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
-qkv_tensor *qkvL_matmul (lua_State *L, const qkv_tensor *a, const qkv_tensor *b);
+/* alpha * a @ b, with matmul's shape rules and errors */
+qkv_tensor *qkvL_matmul (lua_State *L, const qkv_tensor *a, const qkv_tensor *b,
+                         double alpha);
 
 /* the parts of the module: each registers its functions into the
    metatable, the methods table and the module table at those indices */

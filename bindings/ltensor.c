@@ -73,20 +73,36 @@ void qkvL_check (lua_State *L, const char *name, int err) {
 ** The tensor metatable is also kept in the registry under the address of
 ** `mtkey`: luaL_checkudata finds it by name, which interns the name and
 ** compares strings on every call, the largest single cost of a small op.
+** Even that lookup shows, so the metatable's address is cached for the
+** registry last seen.  luaopen_qkv resets the cache, so a new state whose
+** registry lands where a closed one's was cannot match a stale address.
+** Like the storage pool, this assumes one thread runs qkv at a time.
 */
 static const char mtkey = 0;
+static const void *seen_registry, *seen_mt;
 
 void qkvL_setmetakey (lua_State *L, int mt) {
   lua_pushvalue(L, mt);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &mtkey);
+  seen_registry = seen_mt = NULL;
+}
+
+static const void *metatable_address (lua_State *L) {
+  const void *reg = lua_topointer(L, LUA_REGISTRYINDEX);
+  if (reg != seen_registry) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
+    seen_mt = lua_topointer(L, -1);
+    seen_registry = reg;
+    lua_pop(L, 1);
+  }
+  return seen_mt;
 }
 
 qkv_tensor *qkvL_istensor (lua_State *L, int arg) {
   void *p = lua_touserdata(L, arg);
   if (p == NULL || !lua_getmetatable(L, arg)) return NULL;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
+  int same = lua_topointer(L, -1) == metatable_address(L);
+  lua_pop(L, 1);
   return same ? (qkv_tensor *)p : NULL;
 }
 

@@ -26,9 +26,11 @@ typedef struct qkv_backend {
      a's dtype is float for MEAN/VAR/STD; out's dtype is a's for MAX/MIN,
      int64 positions for ARGMAX/ARGMIN, and for SUM a's (int64 for bool) */
   int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
-  /* out (B..., m, p) contiguous; a (B..., m, n), b (B..., n, p) any
-     strides, all three the same batch dims and the same float dtype */
-  int (*matmul)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+  /* out (B..., m, p) contiguous = alpha * a @ b; a (B..., m, n),
+     b (B..., n, p) any strides, all three the same batch dims and the
+     same float dtype */
+  int (*matmul)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                double alpha);
   /* mask: bool with out's shape */
   int (*masked_fill)(qkv_tensor *out, const qkv_tensor *mask, double v);
   /* out is contiguous; element i takes Philox lanes from block offset +

@@ -181,7 +181,8 @@ int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
   return err;
 }
 
-int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
+int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                double alpha) {
   int err;
   const qkv_backend *be = backend3(out, a, b, &err);
   if (be == NULL) return err;
@@ -195,7 +196,7 @@ int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
   qkv_tensor x, y;
   if (qkv_expand(&x, a, n, sa) != 0 || qkv_expand(&y, b, n, sb) != 0)
     return QKV_EINTERNAL;
-  return be->matmul(out, &x, &y);
+  return be->matmul(out, &x, &y, alpha);
 }
 
 int qkv_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {

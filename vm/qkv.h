@@ -111,8 +111,11 @@ int qkv_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_ten
 int qkv_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
 /* out (and idx, int64, may be NULL) = reduce a along dim; dim < 0 reduces all */
 int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
-/* out (..., m, p) = a (..., m, n) @ b (..., n, p), batch dims broadcast */
-int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+/* out (..., m, p) = alpha * a (..., m, n) @ b (..., n, p), batch dims
+   broadcast; the same as the product then a multiply by alpha, for any
+   alpha (0, inf and NaN included) */
+int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+               double alpha);
 /* out (a copy of x) gets v where mask (bool, broadcasts) is true */
 int qkv_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_random(qkv_tensor *out, qkv_dist dist);

@@ -195,6 +195,11 @@ int qkv_broadcast_shape (int na, const int64_t *a, int nb, const int64_t *b,
 }
 
 int qkv_expand (qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size) {
+  /* the common case, nothing to expand: src's shape is known to be valid */
+  if (ndim == src->ndim && memcmp(size, src->size, sizeof *size * (size_t)ndim) == 0) {
+    *dst = *src;
+    return 0;
+  }
   qkv_tensor r = *src;
   int64_t n;
   int lead = ndim - src->ndim;

@@ -275,40 +275,43 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
 }
 
 static void scratch_free (scratch *W) {
-  free(W->s);
-  free(W->m);
-  free(W->l);
-  free(W->qt);
-  free(W->alpha);
-  free(W->mx);
+  free(W->block);
   free(W->qbuf);
   free(W->kbuf);
   free(W->vbuf);
 }
 
-/* n bytes aligned for AVX loads (a multiple of 64 for aligned_alloc) */
-static void *alloc64 (size_t n) {
-  return aligned_alloc(64, (n + 63) / 64 * 64);
+/* the next n bytes of the block, 64-byte aligned for AVX loads */
+static void *carve (char **p, size_t n) {
+  void *r = *p;
+  *p += (n + 63) / 64 * 64;
+  return r;
 }
 
-/* 0 when out of memory (W is then freed) */
+/* 0 when out of memory (W is then freed).  The tile buffers share one
+   block: a call on a few tokens pays for one allocation, not six. */
 static int scratch_new (const job *J, scratch *W) {
   size_t bq = (size_t)(J->nq < BQ ? J->nq : BQ);
   size_t bk = (size_t)(J->nk < BK ? J->nk : BK);
   size_t es = J->es, dk = (size_t)J->dk, dv = (size_t)J->dv;
   memset(W, 0, sizeof *W);
-  if (J->avx2) {     /* queries padded to 16; + 1 keeps dk == 0 from malloc(0) */
-    W->s = alloc64(bk * BQ * sizeof(float));
-    W->qt = alloc64((dk + 1) * BQ * sizeof(float));
-    W->alpha = alloc64(BQ * sizeof(float));
-    W->mx = alloc64(BQ * sizeof(float));
-    bq = BQ;
-  } else {
-    W->s = malloc(bq * bk * es);
+  /* AVX2: queries padded to BQ; + 1 keeps dk == 0 from an empty qt */
+  size_t ns = J->avx2 ? bk * BQ * sizeof(float) : bq * bk * es;
+  size_t nq = J->avx2 ? (dk + 1) * BQ * sizeof(float) : 0;
+  size_t nv = J->avx2 ? BQ * sizeof(float) : 0;
+  if (J->avx2) bq = BQ;
+  size_t nm = bq * sizeof *W->m;
+  char *p = W->block = aligned_alloc(64, (ns + nq + 2 * nv + 2 * nm) / 64 * 64 + 6 * 64);
+  if (p == NULL) return 0;
+  W->s = carve(&p, ns);
+  W->m = carve(&p, nm);
+  W->l = carve(&p, nm);
+  if (J->avx2) {
+    W->qt = carve(&p, nq);
+    W->alpha = carve(&p, nv);
+    W->mx = carve(&p, nv);
   }
-  W->m = alloc64(bq * sizeof *W->m);
-  W->l = alloc64(bq * sizeof *W->l);
-  int ok = W->s && W->m && W->l && (!J->avx2 || (W->qt && W->alpha && W->mx));
+  int ok = 1;
   if (J->q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
   if (J->k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
   if (J->v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
@@ -326,7 +329,14 @@ static int run (const job *J) {
   double work = (double)J->nbatch * (double)J->nq * (double)J->nk *
                 (double)(J->dk + J->dv);
   int err = QKV_OK;
-  #pragma omp parallel reduction(|:err) if (items > 1 && work >= PAR_MIN_WORK)
+  if (items == 1 || work < PAR_MIN_WORK) {    /* no parallel region */
+    scratch W;
+    if (!scratch_new(J, &W)) return QKV_ENOMEM;
+    for (int64_t t = 0; t < items && !qkv_interrupted; t++) query_tile(J, &W, t);
+    scratch_free(&W);
+    return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  }
+  #pragma omp parallel reduction(|:err)
   {
     scratch W;
     int ok = scratch_new(J, &W);

@@ -53,6 +53,7 @@ typedef struct {
   float *qt, *alpha, *mx;           /* AVX2 path: q^T * scale, rescale
                                        factors, the tile's max per query */
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
+  void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 
 /* element offset of batch number bi (row-major over out's batch dims) */

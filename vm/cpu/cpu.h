@@ -15,7 +15,8 @@ int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv
 int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
 int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
-int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                   double alpha);
 int qkv_cpu_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
 int qkv_cpu_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,

@@ -5,6 +5,7 @@
 ** only a matrix that fits neither layout is copied to a dense buffer.
 */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,7 @@ static void densify (void *dst, const operand *op, const char *src, size_t es) {
 typedef struct {
   qkv_dtype dtype;
   size_t es;
+  double alpha;              /* finite and nonzero, or 1 and applied after */
   int m, n, p;
   operand a, b;
   char *c;                   /* out's data */
@@ -79,11 +81,11 @@ static void gemm (const job *J, const void *a, int lda, const void *b, int ldb,
                   void *c) {
   if (J->dtype == QKV_F32)
     cblas_sgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
-                1.0f, (const float *)a, lda, (const float *)b, ldb,
+                (float)J->alpha, (const float *)a, lda, (const float *)b, ldb,
                 0.0f, (float *)c, J->p > 1 ? J->p : 1);
   else
     cblas_dgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
-                1.0, (const double *)a, lda, (const double *)b, ldb,
+                J->alpha, (const double *)a, lda, (const double *)b, ldb,
                 0.0, (double *)c, J->p > 1 ? J->p : 1);
 }
 
@@ -104,6 +106,14 @@ static void one_batch (const job *J, int64_t bi, void *abuf, void *bbuf) {
   }
   char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)J->es;
   gemm(J, a, J->a.ld, b, J->b.ld, c);
+}
+
+/* out *= alpha, for the scales gemm would not apply as a product would */
+static void scale_out (const job *J, int64_t count, double alpha) {
+  if (J->dtype == QKV_F32)
+    for (int64_t i = 0; i < count; i++) ((float *)J->c)[i] *= (float)alpha;
+  else
+    for (int64_t i = 0; i < count; i++) ((double *)J->c)[i] *= alpha;
 }
 
 /*
@@ -138,13 +148,14 @@ static int run_batches (const job *J, int64_t nbatch) {
   void *sa, *sb;
   int err = QKV_OK;
   double work = (double)J->m * J->n * J->p;
-  int par = nbatch > 1 && work < SMALL_GEMM;
+  /* (too little work in all: no parallel region, which costs more) */
+  int par = nbatch > 1 && work < SMALL_GEMM &&
+            work * (double)nbatch >= QKV_CPU_PAR_MIN;
   if (!scratch(J, &sa, &sb, par ? SHARED : SHARED | PRIVATE)) return QKV_ENOMEM;
   if (wants(&J->a, SHARED)) densify(sa, &J->a, J->a.base, J->es);
   if (wants(&J->b, SHARED)) densify(sb, &J->b, J->b.base, J->es);
   if (par) {
-    #pragma omp parallel reduction(|:err) \
-            if (work * (double)nbatch >= QKV_CPU_PAR_MIN)
+    #pragma omp parallel reduction(|:err)
     {
       void *pa, *pb;
       int ok = scratch(J, &pa, &pb, PRIVATE);
@@ -177,7 +188,8 @@ static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
          b->size[nd - 1] == out->size[nd - 1];
 }
 
-int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
+int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                    double alpha) {
   int nd = out->ndim;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
@@ -194,6 +206,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
   J.c = (char *)qkv_data(out);
   if (n == 0) {                        /* an empty sum: all zeros */
     memset(J.c, 0, (size_t)(nbatch * m * p) * J.es);
+    if (alpha != 1) scale_out(&J, nbatch * m * p, alpha);   /* 0 * inf */
     return QKV_OK;
   }
   /* CBLAS counts in int */
@@ -201,5 +214,10 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b) {
   J.m = (int)m; J.n = (int)n; J.p = (int)p;
   setup(&J.a, a);
   setup(&J.b, b);
-  return run_batches(&J, nbatch);
+  /* gemm skips the product when alpha is 0 (so 0 * inf would be 0) */
+  int exact = alpha != 0 && isfinite(alpha);
+  J.alpha = exact ? alpha : 1;
+  int err = run_batches(&J, nbatch);
+  if (err == QKV_OK && !exact) scale_out(&J, nbatch * m * p, alpha);
+  return err;
 }
