@@ -266,10 +266,11 @@ local function compile(stmt)
   return assert(load(src, "=" .. stmt, "t", _ENV))()
 end
 
--- µs per call: calibrate a batch to cfg.batch seconds, warm up for
--- cfg.warm seconds, then the median of cfg.batches batch means. The
--- collector stays on: a user's loop pays for its garbage. The same
--- procedure as latency_torch.py's per_call.
+-- µs per call: warm up for cfg.warm seconds while doubling the loop until
+-- it takes a quarter batch (so that one slow first call cannot set the
+-- batch size), size a batch to cfg.batch seconds, then the median of
+-- cfg.batches batch means. The collector stays on: a user's loop pays for
+-- its garbage. The same procedure as latency_torch.py's per_call.
 local function per_call(stmt, cfg)
   local loop = compile(stmt)
   local function run(n)
@@ -278,10 +279,13 @@ local function per_call(stmt, cfg)
     return qkv.clock() - t
   end
   local n, t = 1, run(1)
-  while t < cfg.batch / 4 do n = n * 2; t = run(n) end
+  local spent = t
+  while spent < cfg.warm or t < cfg.batch / 4 do
+    if t < cfg.batch / 4 then n = n * 2 end
+    t = run(n)
+    spent = spent + t
+  end
   n = math.max(1, math.ceil(n * cfg.batch / t))
-  local start = qkv.clock()
-  repeat run(n) until qkv.clock() - start >= cfg.warm
   local means = {}
   for i = 1, cfg.batches do means[i] = run(n) / n end
   return median(means), n

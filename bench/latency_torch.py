@@ -6,7 +6,7 @@ seed-sized tensors.
 
 prints "INFO ..." (torch's version and threads), then "RESULT key us" per
 workload: microseconds per call, the median of `batches` batch means after
-`warm` seconds of warm-up, a batch being calibrated to `batch` seconds
+`warm` seconds of warm-up, a batch being sized to `batch` seconds
 (defaults 0.1, 0.03, 15; latency.lua passes its own).  The same procedure as
 latency.lua's per_call; the collector stays on, as it does in qkv, and
 everything runs under torch.no_grad().  Each statement is the
@@ -62,16 +62,16 @@ def per_call(stmt, warm, batch, batches):
     """seconds per call of stmt, and the calls per batch"""
     # timeit turns the collector off unless the set-up turns it back on
     timer = timeit.Timer(stmt, setup="gc.enable()", globals=tensors())
+    # warm up while doubling the loop until it takes a quarter batch, so
+    # that one slow first call cannot set the batch size
     n, t = 1, timer.timeit(1)
-    while t < batch / 4:
-        n *= 2
+    spent = t
+    while spent < warm or t < batch / 4:
+        if t < batch / 4:
+            n *= 2
         t = timer.timeit(n)
+        spent += t
     n = max(1, math.ceil(n * batch / t))
-    start = timeit.default_timer()
-    while True:
-        timer.timeit(n)
-        if timeit.default_timer() - start >= warm:
-            break
     return statistics.median(timer.timeit(n) / n for _ in range(batches)), n
 
 
