@@ -150,11 +150,10 @@ int64_t qkv_numel (const qkv_tensor *t) {
    nonzero sizes must multiply within range even when another size is 0,
    since the strides of the shape are such products. */
 int qkv_numel_of (int ndim, const int64_t *size, size_t elsize, int64_t *numel) {
-  int64_t n = 1, nz = 1, max = INT64_MAX / (int64_t)elsize;
+  int64_t n = 1, nz = (int64_t)elsize;   /* nz: bytes of the nonzero sizes */
   for (int i = 0; i < ndim; i++) {
     if (size[i] < 0) return -1;
-    if (size[i] > 0 && nz > max / size[i]) return -1;
-    if (size[i] > 0) nz *= size[i];
+    if (size[i] > 0 && __builtin_mul_overflow(nz, size[i], &nz)) return -1;
     n *= size[i];
   }
   *numel = n;
