@@ -267,10 +267,11 @@ local function compile(stmt)
 end
 
 -- µs per call: warm up for cfg.warm seconds while doubling the loop until
--- it takes a quarter batch (so that one slow first call cannot set the
--- batch size), size a batch to cfg.batch seconds, then the median of
--- cfg.batches batch means. The collector stays on: a user's loop pays for
--- its garbage. The same procedure as latency_torch.py's per_call.
+-- it takes a quarter batch, size a batch to cfg.batch seconds at the best
+-- rate seen (a pause, ours or another process's, only ever slows a run:
+-- it must not shrink the batches), then the median of cfg.batches batch
+-- means. The collector stays on: a user's loop pays for its garbage. The
+-- same procedure as latency_torch.py's per_call.
 local function per_call(stmt, cfg)
   local loop = compile(stmt)
   local function run(n)
@@ -279,13 +280,13 @@ local function per_call(stmt, cfg)
     return qkv.clock() - t
   end
   local n, t = 1, run(1)
-  local spent = t
+  local spent, best = t, t
   while spent < cfg.warm or t < cfg.batch / 4 do
     if t < cfg.batch / 4 then n = n * 2 end
     t = run(n)
-    spent = spent + t
+    spent, best = spent + t, math.min(best, t / n)
   end
-  n = math.max(1, math.ceil(n * cfg.batch / t))
+  n = math.ceil(cfg.batch / best)
   local means = {}
   for i = 1, cfg.batches do means[i] = run(n) / n end
   return median(means), n

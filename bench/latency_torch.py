@@ -62,16 +62,16 @@ def per_call(stmt, warm, batch, batches):
     """seconds per call of stmt, and the calls per batch"""
     # timeit turns the collector off unless the set-up turns it back on
     timer = timeit.Timer(stmt, setup="gc.enable()", globals=tensors())
-    # warm up while doubling the loop until it takes a quarter batch, so
-    # that one slow first call cannot set the batch size
+    # warm up while doubling the loop until it takes a quarter batch; size
+    # the batch at the best rate seen, as a pause only ever slows a run
     n, t = 1, timer.timeit(1)
-    spent = t
+    spent, best = t, t
     while spent < warm or t < batch / 4:
         if t < batch / 4:
             n *= 2
         t = timer.timeit(n)
-        spent += t
-    n = max(1, math.ceil(n * batch / t))
+        spent, best = spent + t, min(best, t / n)
+    n = math.ceil(batch / best)
     return statistics.median(timer.timeit(n) / n for _ in range(batches)), n
 
 
