@@ -274,7 +274,7 @@ static int a_heads (lua_State *L) {
   size[n] = LAST(x) / h;
   qkv_view_reshape(&v, x, n + 1, size);     /* splitting one dim: always a view */
   qkv_view_transpose(&v, &v, n - 2, n - 1);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -287,7 +287,7 @@ static int a_merge (lua_State *L) {
   memcpy(size, v.size, sizeof size);
   size[n - 2] = v.size[n - 2] * v.size[n - 1];
   if (qkv_view_reshape(&v, &v, n - 1, size) == 0) {
-    qkvL_pushview(L, &v);
+    qkvL_pushview(L, &v, 1);
     return 1;
   }
   qkv_tensor *c = qkvL_newlike(L, &v, v.dtype);

@@ -12,7 +12,7 @@ const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   sc->s.nbytes = sizeof sc->v;
   sc->s.refcount = 1;
   sc->s.device = QKV_CPU;
-  sc->s.pooled = 0;
+  sc->s.pool = 0;
   memset(&sc->t, 0, sizeof sc->t);
   sc->t.dtype = dt;
   sc->t.storage = &sc->s;

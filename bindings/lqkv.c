@@ -71,5 +71,6 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_pushvalue(L, methods);
   lua_setfield(L, -2, "qkv.Tensor");
   lua_pop(L, 1);
+  qkvL_plainmeta(L, mt);
   return 1;
 }

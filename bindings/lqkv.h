@@ -19,7 +19,11 @@ LUALIB_API int luaopen_qkv (lua_State *L);
 qkv_tensor *qkvL_checktensor (lua_State *L, int arg);
 qkv_tensor *qkvL_totensor (lua_State *L, int arg);       /* NULL if not one */
 qkv_tensor *qkvL_istensor (lua_State *L, int arg);  /* NULL if not one; may be closed */
-void qkvL_setmetakey (lua_State *L, int mt);   /* registers the metatable at mt */
+/* luaopen_qkv: registers the metatable at mt, and once it is complete,
+   its copy without __gc for the tensors that need no finalizer */
+void qkvL_setmetakey (lua_State *L, int mt);
+void qkvL_plainmeta (lua_State *L, int mt);
+int qkvL_free (lua_State *L);                  /* __gc and __close */
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
@@ -42,7 +46,8 @@ typedef struct qkvL_Scalar {
 const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt);
 
 /* results */
-qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view);
+/* a view sharing the storage of the tensor at index src */
+qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src);
 qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
                       const int64_t *size, int zero);
 qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt);

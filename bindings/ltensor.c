@@ -1,187 +1,13 @@
 /*
-** ltensor.c -- the qkv.Tensor userdata: creation and memory accounting,
-** argument checkers, properties, indexing and the view methods.
+** ltensor.c -- the qkv.Tensor userdata's argument checkers, properties,
+** indexing and element access (lnew.c makes and frees the userdata).
 */
 #include <limits.h>
 #include <string.h>
 
 #include "lqkv.h"
 
-/*
-** Lua sees only the small header userdata, so we tell its collector about
-** the storage bytes: a GC step per 64 KiB allocated paces the incremental
-** collector, and a full collection whenever live tensor memory passes
-** twice what survived the last one bounds the garbage in any loop.
-*/
-#define GC_STEP_BYTES ((size_t)64 << 10)
-#define GC_MIN_THRESHOLD ((size_t)256 << 20)
-
-static size_t gc_pending;
-static size_t gc_threshold = GC_MIN_THRESHOLD;
-
-static void gc_full (lua_State *L) {
-  lua_gc(L, LUA_GCCOLLECT);
-  size_t live = qkv_memory_live();
-  gc_threshold = live > GC_MIN_THRESHOLD / 2 ? 2 * live : GC_MIN_THRESHOLD;
-  gc_pending = 0;
-}
-
-static void gc_account (lua_State *L, size_t nbytes) {
-  gc_pending += nbytes;
-  if (qkv_memory_live() > gc_threshold) gc_full(L);
-  else if (gc_pending >= GC_STEP_BYTES) {
-    size_t kb = gc_pending >> 10;
-    gc_pending = 0;
-    lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
-  }
-}
-
-/*
-** The name of the running C function, for messages: what the call site
-** calls it, or else its key in the qkv module or the tensor methods (a
-** function reached through pcall has no call-site name).
-*/
-static const char *fname (lua_State *L) {
-  static const char *const tables[] = {"qkv", "qkv.Tensor"};
-  lua_Debug ar;
-  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return "qkv";
-  if (ar.name) return ar.name;
-  int fn = lua_gettop(L);
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  for (int i = 0; i < 2; i++) {
-    if (lua_getfield(L, fn + 1, tables[i]) == LUA_TTABLE) {
-      lua_pushnil(L);
-      while (lua_next(L, -2)) {
-        if (lua_rawequal(L, -1, fn) && lua_type(L, -2) == LUA_TSTRING)
-          return lua_tostring(L, -2);  /* the table keeps the key alive */
-        lua_pop(L, 1);
-      }
-    }
-    lua_pop(L, 1);
-  }
-  return "qkv";
-}
-
-/* An op stopped by Ctrl-C has delivered the interrupt: the hook that the
-   executable's SIGINT handler set must not fire again in the handler. */
-void qkvL_check (lua_State *L, const char *name, int err) {
-  if (err == QKV_EINTR) lua_sethook(L, NULL, 0, 0);
-  if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
-}
-
-/*
-** The tensor metatable is also kept in the registry under the address of
-** `mtkey`: luaL_checkudata finds it by name, which interns the name and
-** compares strings on every call, the largest single cost of a small op.
-** Even that lookup shows, so the metatable's address is cached for the
-** registry last seen.  luaopen_qkv resets the cache, so a new state whose
-** registry lands where a closed one's was cannot match a stale address.
-** Like the storage pool, this assumes one thread runs qkv at a time.
-*/
-static const char mtkey = 0;
-static const void *seen_registry, *seen_mt;
-
-void qkvL_setmetakey (lua_State *L, int mt) {
-  lua_pushvalue(L, mt);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &mtkey);
-  seen_registry = seen_mt = NULL;
-}
-
-static const void *metatable_address (lua_State *L) {
-  const void *reg = lua_topointer(L, LUA_REGISTRYINDEX);
-  if (reg != seen_registry) {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
-    seen_mt = lua_topointer(L, -1);
-    seen_registry = reg;
-    lua_pop(L, 1);
-  }
-  return seen_mt;
-}
-
-qkv_tensor *qkvL_istensor (lua_State *L, int arg) {
-  void *p = lua_touserdata(L, arg);
-  if (p == NULL || !lua_getmetatable(L, arg)) return NULL;
-  int same = lua_topointer(L, -1) == metatable_address(L);
-  lua_pop(L, 1);
-  return same ? (qkv_tensor *)p : NULL;
-}
-
-static qkv_tensor *newud (lua_State *L) {
-  qkv_tensor *t = (qkv_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mtkey);
-  lua_setmetatable(L, -2);
-  return t;
-}
-
-static qkv_tensor *checkud (lua_State *L, int arg) {
-  qkv_tensor *t = qkvL_istensor(L, arg);
-  if (t == NULL) luaL_typeerror(L, arg, QKV_TENSOR);
-  return t;
-}
-
-qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view) {
-  qkv_tensor *t = newud(L);
-  *t = *view;
-  qkv_storage_retain(t->storage);
-  return t;
-}
-
-/*
-** A new contiguous tensor.  The userdata exists before the storage, so a
-** memory error while making it cannot leak the storage; a failed
-** allocation is retried once after a full collection.
-*/
-qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
-                      const int64_t *size, int zero) {
-  int64_t n;
-  if (qkv_numel_of(ndim, size, qkv_elsize(dt), &n) != 0) {
-    char buf[200];
-    qkv_shape_str(buf, sizeof buf, ndim, size);
-    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
-  }
-  qkv_tensor *t = newud(L);
-  size_t nbytes = (size_t)n * qkv_elsize(dt);
-  qkv_storage *s = qkv_storage_new(dev, nbytes, zero);
-  if (s == NULL) {
-    gc_full(L);
-    s = qkv_storage_new(dev, nbytes, zero);
-    if (s == NULL)
-      luaL_error(L, "%s: out of memory: tried to allocate %I bytes", fname(L),
-                 (lua_Integer)nbytes);
-  }
-  t->storage = s;
-  t->dtype = dt;
-  qkv_set_contiguous(t, ndim, size);
-  gc_account(L, nbytes);
-  return t;
-}
-
-qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
-  return qkvL_new(L, dt, t->storage->device, t->ndim, t->size, 0);
-}
-
-/* __gc and __close: safe to call twice, and on a half-made tensor */
-static int t_free (lua_State *L) {
-  qkv_tensor *t = checkud(L, 1);
-  qkv_storage_release(t->storage);
-  t->storage = NULL;
-  return 0;
-}
-
-
 /* checkers */
-
-qkv_tensor *qkvL_totensor (lua_State *L, int arg) {
-  qkv_tensor *t = qkvL_istensor(L, arg);
-  return (t && t->storage) ? t : NULL;
-}
-
-qkv_tensor *qkvL_checktensor (lua_State *L, int arg) {
-  qkv_tensor *t = checkud(L, arg);
-  if (t->storage == NULL) luaL_argerror(L, arg, "tensor was closed");
-  return t;
-}
 
 const char *qkvL_shape (lua_State *L, const qkv_tensor *t) {
   char buf[200];
@@ -401,7 +227,7 @@ static int t_index (lua_State *L) {
     checkcpu(L, t, "index");
     return qkvL_pushvalue(L, &v, qkv_data(&v));
   }
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -437,7 +263,8 @@ static int t_len (lua_State *L) {
 }
 
 static int t_tostring (lua_State *L) {
-  qkv_tensor *t = checkud(L, 1);
+  qkv_tensor *t = qkvL_istensor(L, 1);
+  if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
   if (t->storage == NULL) return lua_pushliteral(L, "tensor(<closed>)"), 1;
   checkcpu(L, t, "tostring");
   return qkvL_pushtensorstring(L, t);
@@ -474,7 +301,7 @@ static int t_is_contiguous (lua_State *L) {
 
 void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg meta[] = {
-    {"__gc", t_free}, {"__close", t_free}, {"__len", t_len},
+    {"__gc", qkvL_free}, {"__close", qkvL_free}, {"__len", t_len},
     {"__tostring", t_tostring}, {"__newindex", t_newindex}, {NULL, NULL}
   };
   static const luaL_Reg m[] = {

@@ -20,7 +20,7 @@ static int v_t (lua_State *L) {
                       "use transpose(d1, d2)", lua_tostring(L, -1));
   }
   if (t->ndim == 2) qkv_view_transpose(&v, t, 0, 1);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -28,7 +28,7 @@ static int v_transpose (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
   qkv_view_transpose(&v, t, d1, d2);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -49,7 +49,7 @@ static int v_permute (lua_State *L) {
     lua_pop(L, 1);
   }
   qkv_view_permute(&v, t, perm);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -96,7 +96,7 @@ static int v_view (lua_State *L) {
                       "the input (shape %s, strides %s); use reshape, which "
                       "copies when it must", buf, old, st);
   }
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -109,7 +109,7 @@ static int v_reshape (lua_State *L) {
     qkv_view_reshape(c, c, n, size);
     return 1;
   }
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -125,7 +125,7 @@ static int v_narrow (lua_State *L) {
                       d + 1, size);
   start--;
   qkv_view_narrow(&v, t, d, start, len);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -133,7 +133,7 @@ static int v_select (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
   qkv_view_select(&v, t, d, qkvL_checkindex(L, 3, t->size[d], "index"));
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -142,14 +142,14 @@ static int v_unsqueeze (lua_State *L) {
   int d = qkvL_checkdim(L, 2, t->ndim, 1);
   if (t->ndim == QKV_MAXDIM) return luaL_error(L, "unsqueeze: more than 8 dims");
   qkv_view_unsqueeze(&v, t, d);
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
 static int v_squeeze (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 
@@ -168,7 +168,7 @@ static int v_expand (lua_State *L) {
     return luaL_error(L, "expand: a tensor of shape %s cannot expand to %s",
                       old, buf);
   }
-  qkvL_pushview(L, &v);
+  qkvL_pushview(L, &v, 1);
   return 1;
 }
 

@@ -1,6 +1,8 @@
 -- test_memory.lua: tensor memory. Storage bytes are accounted to Lua's
 -- collector (loops of temporaries stay flat in resident memory),
 -- qkv.memory() counts live storage bytes exactly, __close frees at once,
+-- tensors of at most 1 KiB live inside their Lua object (counted by Lua,
+-- not by qkv.memory()) and views of them keep that object alive,
 -- and an allocation that does not fit is a Lua error after one full
 -- collection and retry, never a crash.
 -- QKV_MEMORY_LOOP (make test-asan sets it) shrinks the loop of temporaries.
@@ -90,61 +92,105 @@ function TestCounting:delta() return qkv.memory() - self.base end
 function TestCounting:testNewTensorsCountTheirBytes()
   local a = qkv.zeros(1000, "float64")
   lu.assertEquals(self:delta(), 8000)
-  local b = qkv.ones(3, 5)                      -- float32
-  lu.assertEquals(self:delta(), 8000 + 60)
-  local c = qkv.tensor({{true, false}, {false, true}})
-  local d = qkv.tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "int64")
+  local b = qkv.ones(30, 50)                    -- float32
+  lu.assertEquals(self:delta(), 8000 + 6000)
+  local bools, ints = {}, {}
+  for i = 1, 2000 do bools[i] = i % 3 == 0 end
+  for i = 1, 300 do ints[i] = i end
+  local c = qkv.tensor(bools)
+  local d = qkv.tensor(ints, "int64")
   lu.assertEquals(c.dtype, "bool")
   lu.assertEquals(d.dtype, "int64")
-  lu.assertEquals(self:delta(), 8000 + 60 + 4 + 80)
+  lu.assertEquals(self:delta(), 8000 + 6000 + 2000 + 2400)
   local e = qkv.zeros(0, 7)                     -- no elements, no bytes
-  lu.assertEquals(self:delta(), 8000 + 60 + 4 + 80)
+  lu.assertEquals(self:delta(), 8000 + 6000 + 2000 + 2400)
   lu.assertEquals(e:numel(), 0)
   local f = a + 1                               -- results count too
-  lu.assertEquals(self:delta(), 2 * 8000 + 60 + 4 + 80)
-  local w = qkv.softmax(qkv.randn(4, 6))        -- the input is garbage by now,
-  lu.assertEquals(w.shape, qkv.zeros(4, 6).shape)  -- but still counted
+  lu.assertEquals(self:delta(), 2 * 8000 + 6000 + 2000 + 2400)
+  local w = qkv.softmax(qkv.randn(40, 60))      -- the input is garbage by now,
+  lu.assertEquals(self:delta(), 2 * 8000 + 6000 + 2000 + 2400 + 2 * 9600)
+  lu.assertEquals(w:size(1) * w:size(2), 2400)  -- but still counted
   a, b, c, d, e, f, w = nil, nil, nil, nil, nil, nil, nil
   collectgarbage()
   lu.assertEquals(self:delta(), 0)
 end
 
+-- small tensors: their bytes are in Lua's heap, and nothing is left once
+-- collected
+function TestCounting:testSmallTensorsLiveInLuasHeap()
+  collectgarbage()
+  local lua0 = collectgarbage("count")
+  local keep = {}
+  for i = 1, 100 do keep[i] = qkv.zeros(256) end   -- 1 KiB each, the most
+  lu.assertEquals(self:delta(), 0)
+  lu.assertTrue(collectgarbage("count") - lua0 >= 100, "100 KiB in Lua's heap")
+  local big = qkv.zeros(257)                        -- 1028 bytes: outside
+  lu.assertEquals(self:delta(), 1028)
+  keep, big = nil, nil
+  collectgarbage()
+  lu.assertEquals(self:delta(), 0)
+  lu.assertTrue(collectgarbage("count") - lua0 < 10)
+end
+
+local function view_list(x)
+  return {x:view(-1, 8), x:transpose(1, 3), x:narrow(2, 2, 3), x:select(1, 2),
+          x[3], x:permute(3, 1, 2), x:unsqueeze(1), x:reshape(8, -1),
+          qkv.heads(x, 2), x:narrow(3, 1, 1):squeeze(),
+          x:narrow(1, 1, 1):expand(9, 6, 8), x:contiguous(), x:to("float32"),
+          x:cpu(), x:transpose(2, 3):transpose(1, 2)}
+end
+
 function TestCounting:testViewsShareStorage()
-  local x = qkv.randn(4, 6, 8)
-  lu.assertEquals(self:delta(), 4 * 6 * 8 * 4)
-  local views = {x:view(24, 8), x:transpose(1, 3), x:narrow(2, 2, 3),
-                 x:select(1, 2), x[3], x:permute(3, 1, 2), x:unsqueeze(1),
-                 x:reshape(8, 24), qkv.heads(x, 2), x:narrow(3, 1, 1):squeeze(),
-                 x:narrow(1, 1, 1):expand(9, 6, 8), x:contiguous(), x:to("float32"),
-                 x:cpu()}
-  lu.assertEquals(#views, 14)
-  lu.assertEquals(self:delta(), 4 * 6 * 8 * 4)
+  local x = qkv.randn(8, 6, 8)
+  lu.assertEquals(self:delta(), 8 * 6 * 8 * 4)
+  local views = view_list(x)
+  lu.assertEquals(#views, 15)
+  lu.assertEquals(self:delta(), 8 * 6 * 8 * 4)
   -- the last views are gone, the storage stays while one view holds it
   x = nil
   for i = 2, #views do views[i] = nil end
   collectgarbage()
-  lu.assertEquals(self:delta(), 4 * 6 * 8 * 4)
-  lu.assertEquals(views[1].shape, qkv.zeros(24, 8).shape)
+  lu.assertEquals(self:delta(), 8 * 6 * 8 * 4)
+  lu.assertEquals(views[1].shape, qkv.zeros(48, 8).shape)
   views = nil
   collectgarbage()
   lu.assertEquals(self:delta(), 0)
 end
 
+-- a view of a small tensor keeps the Lua object that holds the data: the
+-- owner dropped and collected, every view (and views of views) still reads
+-- the same values
+function TestCounting:testViewsOfSmallTensorsKeepTheirOwner()
+  local x = qkv.randn(4, 6, 8)                  -- 768 bytes
+  local views, expect = view_list(x), {}
+  for i, v in ipairs(views) do expect[i] = v:clone() end
+  local vv = x:transpose(1, 2)[2]:narrow(1, 2, 2)  -- a view of views
+  local vexpect = vv:clone()
+  local bytes = self:delta()                    -- the clones of 9 x 6 x 8
+  x = nil
+  for _ = 1, 3 do collectgarbage() end
+  for _ = 1, 2000 do local _ = qkv.randn(4, 6, 8) end  -- reuse freed memory
+  collectgarbage()
+  for i, v in ipairs(views) do qkv.test.assertTensorEqual(v, expect[i]) end
+  qkv.test.assertTensorEqual(vv, vexpect)
+  lu.assertEquals(self:delta(), bytes)
+end
+
 function TestCounting:testCopiesHaveTheirOwnBytes()
-  local x = qkv.randn(5, 3)
-  local copies = {x:clone(), x:t():contiguous(), x:to("float64"), x:t():reshape(15)}
-  lu.assertEquals(self:delta(), 60 + 60 + 60 + 120 + 60)
+  local x = qkv.randn(50, 30)
+  local copies = {x:clone(), x:t():contiguous(), x:to("float64"), x:t():reshape(1500)}
+  lu.assertEquals(self:delta(), 6000 + 6000 + 6000 + 12000 + 6000)
   copies = nil
   collectgarbage()
-  lu.assertEquals(self:delta(), 60)
+  lu.assertEquals(self:delta(), 6000)
 end
 
 function TestCounting:testCloseFreesAtOnceAndIsSafeTwice()
   local y
   do
-    local x <close> = qkv.ones(256)
+    local x <close> = qkv.ones(512)
     y = x
-    lu.assertEquals(self:delta(), 1024)
+    lu.assertEquals(self:delta(), 2048)
   end
   lu.assertEquals(self:delta(), 0)              -- no collection needed
   local mt = getmetatable(y)
@@ -157,19 +203,25 @@ function TestCounting:testCloseFreesAtOnceAndIsSafeTwice()
 end
 
 function TestCounting:testClosedTensorsViewKeepsTheStorage()
-  local v
+  local v, s
   do
-    local x <close> = qkv.arange(6)           -- float32
-    v = x:view(2, 3)
+    local x <close> = qkv.arange(600)           -- float32, 2400 bytes
+    local small <close> = qkv.arange(6)         -- inside its Lua object
+    v, s = x:view(20, 30), small:view(2, 3)
   end
   collectgarbage()
-  lu.assertEquals(self:delta(), 24)
-  lu.assertEquals(v:tolist(), {{0, 1, 2}, {3, 4, 5}})
+  lu.assertEquals(self:delta(), 2400)
+  lu.assertEquals(v[20][30], 599)
+  lu.assertEquals(v:sum():item(), 599 * 600 / 2)
+  lu.assertEquals(s:tolist(), {{0, 1, 2}, {3, 4, 5}})
+  local ok, err = pcall(getmetatable(s).__close, 1)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "qkv.Tensor expected")
 end
 
 -- errors raised half-way leave nothing behind once collected
 function TestCounting:testFailedCallsLeaveNoBytes()
-  local x, W = qkv.randn(3, 4), qkv.randn(5, 2)
+  local x, W = qkv.randn(30, 40), qkv.randn(50, 20)
   for _ = 1, 100 do
     lu.assertFalse(pcall(qkv.project, x, W))
     lu.assertFalse(pcall(qkv.tensor, {{1, 2}, {3}}))
@@ -178,7 +230,7 @@ function TestCounting:testFailedCallsLeaveNoBytes()
     lu.assertFalse(pcall(qkv.cat, {x, W}, 2))
   end
   collectgarbage()
-  lu.assertEquals(self:delta(), 48 + 40)
+  lu.assertEquals(self:delta(), 4800 + 4000)
 end
 
 
@@ -208,11 +260,11 @@ function TestOutOfMemory:testTooLargeForTheMachine()
   assertOOM("add", function() return big + 1 end)
   assertOOM("softmax", qkv.softmax, big)
   -- and the session goes on
-  local y = qkv.ones(3, 4) * 2
-  lu.assertEquals(y:sum():item(), 24)
+  local y = qkv.ones(30, 40) * 2
+  lu.assertEquals(y:sum():item(), 2400)
   big = nil
   collectgarbage()
-  lu.assertEquals(qkv.memory() - base, 48)
+  lu.assertEquals(qkv.memory() - base, 4800)
 end
 
 -- malloc itself failing (an address-space limit, or ASan's cap on one

@@ -33,7 +33,9 @@ typedef struct qkv_storage {
   size_t nbytes;
   int refcount;
   qkv_device device;
-  int pooled;            /* 1 + the size class of a pooled block, else 0 */
+  int pool;              /* 1 + the size class of a pooled block; 0: its own
+                            allocation; < 0: lives in its owner's memory
+                            (a Lua userdata), which release never frees */
 } qkv_storage;
 
 /*

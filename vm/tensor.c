@@ -94,13 +94,13 @@ static qkv_storage *pool_get (size_t nbytes, int zero) {
   } else if ((s = aligned_alloc(POOL_UNIT, pool_block(c))) == NULL)
     return NULL;
   s->data = (char *)s + POOL_UNIT;
-  s->pooled = c + 1;
+  s->pool = c + 1;
   if (zero) memset(s->data, 0, nbytes);
   return s;
 }
 
 static void pool_put (qkv_storage *s) {
-  int c = s->pooled - 1;
+  int c = s->pool - 1;
   if (POOL_OFF || pool_bytes + pool_block(c) > POOL_KEEP) { free(s); return; }
   s->data = pool_free[c];
   pool_free[c] = s;
@@ -118,7 +118,7 @@ qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
     if ((s = malloc(sizeof *s)) == NULL) return NULL;
     s->data = be->alloc(nbytes ? nbytes : 1, zero);
     if (s->data == NULL) { free(s); return NULL; }
-    s->pooled = 0;
+    s->pool = 0;
   }
   s->nbytes = nbytes;
   s->refcount = 1;
@@ -130,9 +130,9 @@ qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
 void qkv_storage_retain (qkv_storage *s) { s->refcount++; }
 
 void qkv_storage_release (qkv_storage *s) {
-  if (s == NULL || --s->refcount > 0) return;
+  if (s == NULL || s->pool < 0 || --s->refcount > 0) return;
   live_bytes -= s->nbytes;
-  if (s->pooled) { pool_put(s); return; }
+  if (s->pool) { pool_put(s); return; }
   qkv_backend_of(s->device)->free(s->data);
   free(s);
 }

@@ -1,0 +1,241 @@
+/*
+** lnew.c -- making, checking and freeing the qkv.Tensor userdata, and
+** keeping Lua's collector informed of the memory tensors hold.
+*/
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "lqkv.h"
+
+/*
+** Lua sees only the small header userdata, so we tell its collector about
+** the storage bytes: a GC step per 64 KiB allocated paces the incremental
+** collector, and a full collection whenever live tensor memory passes
+** twice what survived the last one bounds the garbage in any loop.
+*/
+#define GC_STEP_BYTES ((size_t)64 << 10)
+#define GC_MIN_THRESHOLD ((size_t)256 << 20)
+
+static size_t gc_pending;
+static size_t gc_threshold = GC_MIN_THRESHOLD;
+
+static void gc_full (lua_State *L) {
+  lua_gc(L, LUA_GCCOLLECT);
+  size_t live = qkv_memory_live();
+  gc_threshold = live > GC_MIN_THRESHOLD / 2 ? 2 * live : GC_MIN_THRESHOLD;
+  gc_pending = 0;
+}
+
+static void gc_account (lua_State *L, size_t nbytes) {
+  gc_pending += nbytes;
+  if (qkv_memory_live() > gc_threshold) gc_full(L);
+  else if (gc_pending >= GC_STEP_BYTES) {
+    size_t kb = gc_pending >> 10;
+    gc_pending = 0;
+    lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  }
+}
+
+/*
+** The name of the running C function, for messages: what the call site
+** calls it, or else its key in the qkv module or the tensor methods (a
+** function reached through pcall has no call-site name).
+*/
+static const char *fname (lua_State *L) {
+  static const char *const tables[] = {"qkv", "qkv.Tensor"};
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "nf", &ar)) return "qkv";
+  if (ar.name) return ar.name;
+  int fn = lua_gettop(L);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  for (int i = 0; i < 2; i++) {
+    if (lua_getfield(L, fn + 1, tables[i]) == LUA_TTABLE) {
+      lua_pushnil(L);
+      while (lua_next(L, -2)) {
+        if (lua_rawequal(L, -1, fn) && lua_type(L, -2) == LUA_TSTRING)
+          return lua_tostring(L, -2);  /* the table keeps the key alive */
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  return "qkv";
+}
+
+/* An op stopped by Ctrl-C has delivered the interrupt: the hook that the
+   executable's SIGINT handler set must not fire again in the handler. */
+void qkvL_check (lua_State *L, const char *name, int err) {
+  if (err == QKV_EINTR) lua_sethook(L, NULL, 0, 0);
+  if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
+}
+
+/*
+** Two metatables, the same but for __gc: tensors holding a storage of
+** their own need a finalizer; small tensors (INLINE_MAX bytes of data or
+** less) carry their storage inside the userdata, and views of those keep
+** that owner alive through a user value.  Neither needs a finalizer, which
+** costs a small op as much as the rest of its bookkeeping, and Lua's heap
+** accounting covers their bytes without our help.  Both metatables are
+** kept in the registry under the addresses of the keys below (luaL_checkudata's
+** lookup by name interns the name and compares strings on every call), and
+** their addresses are cached for the registry last seen.  luaopen_qkv
+** resets the cache, so a new state whose registry lands where a closed
+** one's was cannot match a stale address.  Like the storage pool, this
+** assumes one thread runs qkv at a time.
+*/
+#define INLINE_MAX 1024
+
+typedef struct { qkv_tensor t; qkv_storage s; } box;   /* then the data */
+#define BOX_DATA ((sizeof(box) + 15) & ~(size_t)15)
+
+static const char gckey = 0, plainkey = 0;
+static const void *seen_registry, *seen_gc, *seen_plain;
+
+void qkvL_setmetakey (lua_State *L, int mt) {
+  lua_pushvalue(L, mt);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &gckey);
+  seen_registry = NULL;
+}
+
+/* the metatable without __gc: a copy, made once mt is complete */
+void qkvL_plainmeta (lua_State *L, int mt) {
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, mt)) {
+    if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), "__gc") == 0) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &plainkey);
+  seen_registry = NULL;
+}
+
+static void see (lua_State *L) {
+  const void *reg = lua_topointer(L, LUA_REGISTRYINDEX);
+  if (reg == seen_registry) return;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &gckey);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &plainkey);
+  seen_gc = lua_topointer(L, -2);
+  seen_plain = lua_topointer(L, -1);
+  seen_registry = reg;
+  lua_pop(L, 2);
+}
+
+qkv_tensor *qkvL_istensor (lua_State *L, int arg) {
+  void *p = lua_touserdata(L, arg);
+  if (p == NULL || !lua_getmetatable(L, arg)) return NULL;
+  const void *mt = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  see(L);
+  return mt != NULL && (mt == seen_gc || mt == seen_plain) ? (qkv_tensor *)p : NULL;
+}
+
+qkv_tensor *qkvL_totensor (lua_State *L, int arg) {
+  qkv_tensor *t = qkvL_istensor(L, arg);
+  return (t && t->storage) ? t : NULL;
+}
+
+qkv_tensor *qkvL_checktensor (lua_State *L, int arg) {
+  qkv_tensor *t = qkvL_istensor(L, arg);
+  if (t == NULL) luaL_typeerror(L, arg, QKV_TENSOR);
+  if (t->storage == NULL) luaL_argerror(L, arg, "tensor was closed");
+  return t;
+}
+
+/* a userdata of `size` bytes, its header zeroed, `gc`: with a finalizer */
+static qkv_tensor *newud (lua_State *L, size_t size, int nuv, int gc) {
+  qkv_tensor *t = (qkv_tensor *)lua_newuserdatauv(L, size, nuv);
+  memset(t, 0, sizeof *t);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, gc ? &gckey : &plainkey);
+  lua_setmetatable(L, -2);
+  return t;
+}
+
+static int is_inline (const qkv_storage *s) { return s->pool < 0; }
+
+/*
+** A view of the tensor at `src` (sharing its storage).  A view of a small
+** tensor references the userdata that holds the storage: src itself, or
+** the owner src references.
+*/
+qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src) {
+  int inl = is_inline(view->storage);
+  src = lua_absindex(L, src);
+  qkv_tensor *t = newud(L, sizeof *t, inl, !inl);
+  *t = *view;
+  if (!inl) {
+    qkv_storage_retain(t->storage);
+    return t;
+  }
+  const box *b = lua_touserdata(L, src);
+  if (b != NULL && &b->s == view->storage) lua_pushvalue(L, src);
+  else if (lua_getiuservalue(L, src, 1) != LUA_TUSERDATA)
+    luaL_error(L, "%s: internal error: a view without its owner", fname(L));
+  lua_setiuservalue(L, -2, 1);
+  return t;
+}
+
+static qkv_tensor *new_inline (lua_State *L, size_t nbytes, int zero) {
+  box *b = (box *)newud(L, BOX_DATA + (nbytes ? nbytes : 1), 0, 0);
+  b->s.data = (char *)b + BOX_DATA;
+  b->s.nbytes = nbytes;
+  b->s.refcount = 1;
+  b->s.device = QKV_CPU;
+  b->s.pool = -1;
+  if (zero) memset(b->s.data, 0, nbytes);
+  b->t.storage = &b->s;
+  return &b->t;
+}
+
+/*
+** A new contiguous tensor.  The userdata exists before the storage, so a
+** memory error while making it cannot leak the storage; a failed
+** allocation is retried once after a full collection.
+*/
+qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
+                      const int64_t *size, int zero) {
+  int64_t n;
+  if (qkv_numel_of(ndim, size, qkv_elsize(dt), &n) != 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, ndim, size);
+    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
+  }
+  size_t nbytes = (size_t)n * qkv_elsize(dt);
+  qkv_tensor *t;
+  if (dev == QKV_CPU && nbytes <= INLINE_MAX)
+    t = new_inline(L, nbytes, zero);
+  else {
+    t = newud(L, sizeof *t, 0, 1);
+    qkv_storage *s = qkv_storage_new(dev, nbytes, zero);
+    if (s == NULL) {
+      gc_full(L);
+      s = qkv_storage_new(dev, nbytes, zero);
+      if (s == NULL)
+        luaL_error(L, "%s: out of memory: tried to allocate %I bytes", fname(L),
+                   (lua_Integer)nbytes);
+    }
+    t->storage = s;
+    gc_account(L, nbytes);
+  }
+  t->dtype = dt;
+  qkv_set_contiguous(t, ndim, size);
+  return t;
+}
+
+qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
+  return qkvL_new(L, dt, t->storage->device, t->ndim, t->size, 0);
+}
+
+/* __gc and __close: safe to call twice, and on a half-made tensor */
+int qkvL_free (lua_State *L) {
+  qkv_tensor *t = qkvL_istensor(L, 1);
+  if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
+  qkv_storage_release(t->storage);
+  t->storage = NULL;
+  return 0;
+}
