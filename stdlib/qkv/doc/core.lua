@@ -241,7 +241,9 @@ the system's time is set. As time.perf_counter in Python.]]},
    doc = [[The number of bytes held by the storages of live tensors. Tensor
 storage is counted towards Lua's garbage collector, so the number falls
 again when temporaries are collected; call collectgarbage() first for the
-live figure. Views share their storage and add nothing.]]},
+live figure. Views share their storage and add nothing. A tensor of at most
+1 KiB of data (a 16 x 16 float32) keeps it inside its Lua object: its
+bytes count in collectgarbage("count") instead, not here.]]},
 
   {name = "qkv.is_tensor", sig = "qkv.is_tensor(v)", group = "runtime",
    doc = [[True when v is a qkv tensor, false for anything else. A tensor
