@@ -7,22 +7,23 @@ CFLAGS ?= -O2
 BUILD := build
 
 DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
-  libcairo2-dev fonts-dejavu-core libreadline-dev libzip-dev
+  libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev
 
 # evaluated when used, so that a recursive make after `deps` sees new packages
 LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 LUA_LIBS = $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
-CAIRO_CFLAGS = $(shell pkg-config --cflags cairo 2>/dev/null || echo -I/usr/include/cairo)
-CAIRO_LIBS = $(shell pkg-config --libs cairo 2>/dev/null || echo -lcairo)
+CAIRO_CFLAGS = $(shell pkg-config --cflags cairo-ft freetype2 libpng 2>/dev/null || \
+                 echo -I/usr/include/cairo -I/usr/include/freetype2)
+CAIRO_LIBS = $(shell pkg-config --libs cairo-ft freetype2 libpng 2>/dev/null || \
+               echo -lcairo -lfreetype -lpng16)
 READLINE_LIBS = $(shell pkg-config --libs readline 2>/dev/null || echo -lreadline)
 ZIP_CFLAGS = $(shell pkg-config --cflags libzip 2>/dev/null)
 ZIP_LIBS = $(shell pkg-config --libs libzip 2>/dev/null || echo -lzip)
 
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
   -fPIC -fopenmp -fno-math-errno $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
-QKV_LIBS = $(BLAS_LIBS) -fopenmp -lm
+QKV_LIBS = -fopenmp -lm -ldl
 
 # the executable's own parts (REPL, test runner) stay out of qkv.so
 EXE_SRC := vm/main.c vm/repl.c vm/testrun.c
@@ -63,9 +64,10 @@ $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
 $(BUILD)/qkv.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(QKV_LIBS)
 
+# -z nodelete: its FreeType faces are made once and kept for the process
 $(CAIRO_SO): $(CAIRO_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -shared -o $@ $^ $(CAIRO_LIBS)
+	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(CAIRO_LIBS)
 
 $(BUILD)/obj/bindings/zip/%.o: bindings/zip/%.c
 	@mkdir -p $(dir $@)

@@ -23,6 +23,7 @@ const char *qkv_strerror (int code) {
     case QKV_ENODEV: return "device not available";
     case QKV_EDEVICE: return "tensors are on different devices";
     case QKV_EINTR: return "interrupted";
+    case QKV_ENOBLAS: return "no BLAS library could be loaded (libopenblas.so.0)";
     default: return "internal error";
   }
 }

@@ -16,7 +16,7 @@ typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
-       QKV_EINTERNAL };
+       QKV_ENOBLAS, QKV_EINTERNAL };
 const char *qkv_strerror(int code);
 
 /*

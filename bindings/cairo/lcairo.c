@@ -17,6 +17,9 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "fonts.h"
+#include "pngw.h"
+
 #define CANVAS "qkv.cairo.Canvas"
 
 /* cairo's own limit per side is 32767; the product keeps one canvas at
@@ -92,8 +95,7 @@ static int c_new (lua_State *L) {
   cairo_set_source_rgb(c->cr, 1, 1, 1);
   cairo_paint(c->cr);
   cairo_set_source_rgb(c->cr, 0, 0, 0);
-  cairo_select_font_face(c->cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
-                         CAIRO_FONT_WEIGHT_NORMAL);
+  qkv_set_font(c->cr, 0);
   return 1;
 }
 
@@ -195,8 +197,7 @@ static int m_font (lua_State *L) {
   Canvas *c = checkcanvas(L, 1);
   double size = checkfinite(L, 2);
   luaL_argcheck(L, size > 0 && size < 1000, 2, "font size out of range");
-  cairo_select_font_face(c->cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
-      lua_toboolean(L, 3) ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
+  qkv_set_font(c->cr, lua_toboolean(L, 3));
   cairo_set_font_size(c->cr, size);
   return 0;
 }
@@ -306,12 +307,9 @@ static int m_write_png (lua_State *L) {
   Canvas *c = checkcanvas(L, 1);
   const char *path = luaL_checkstring(L, 2);
   cairo_status_t st = cairo_status(c->cr);
-  if (st == CAIRO_STATUS_SUCCESS) {
-    cairo_surface_flush(c->surface);
-    st = cairo_surface_write_to_png(c->surface, path);
-  }
-  if (st != CAIRO_STATUS_SUCCESS)
-    return luaL_error(L, "cannot write '%s': %s", path, cairo_status_to_string(st));
+  const char *why = st == CAIRO_STATUS_SUCCESS ? qkv_write_png(c->surface, path)
+                                               : cairo_status_to_string(st);
+  if (why != NULL) return luaL_error(L, "cannot write '%s': %s", path, why);
   return 0;
 }
 

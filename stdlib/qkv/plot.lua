@@ -67,7 +67,6 @@
 local util = require "qkv.plot.util"
 local cmap = require "qkv.plot.cmap"
 local spec = require "qkv.plot.spec"
-local term = require "qkv.plot.term"
 
 local qkv = package.loaded.qkv or require "qkv"
 local fail = util.fail
@@ -116,6 +115,7 @@ local function show(fname, specs, opts)
   local color = opts.color   -- hist's color may be its bars' hex colour
   if type(color) ~= "boolean" then color = plot._color_default() end
   local width = opts.width or plot._termwidth()
+  local term = require "qkv.plot.term"   -- loaded only for the terminal
   local text = term.render(specs, {color = color and true or false, width = width,
     title = opts.grid and opts.title or nil, cols = opts.cols, grid = opts.grid})
   if opts.out == false then return text end

@@ -17,9 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "cpu.h"
+#include "blas.h"
 #include "iter.h"
 #include "layout.h"
 #include "vexp.h"
@@ -103,11 +102,11 @@ static void scores (const job *J, int m, int n, const void *q, const void *k,
   if (dk == 0) {
     memset(s, 0, (size_t)m * (size_t)n * J->es);
   } else if (J->dtype == QKV_F32) {
-    cblas_sgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
+    qkv_sgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
                 (float)alpha, (const float *)q, J->q.ld,
                 (const float *)k, J->k.ld, 0.0f, (float *)s, n);
   } else {
-    cblas_dgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
+    qkv_dgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
                 alpha, (const double *)q, J->q.ld,
                 (const double *)k, J->k.ld, 0.0, (double *)s, n);
   }
@@ -121,11 +120,11 @@ static void accumulate (const job *J, int m, int n, const void *p,
                         const void *v, void *o) {
   int dv = (int)J->dv;
   if (J->dtype == QKV_F32)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
+    qkv_sgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
                 1.0f, (const float *)p, n, (const float *)v, J->v.ld,
                 1.0f, (float *)o, dv);
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
+    qkv_dgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
                 1.0, (const double *)p, n, (const double *)v, J->v.ld,
                 1.0, (double *)o, dv);
 }
@@ -418,5 +417,6 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
     setup(&J.mask, mask, &J);
     J.has_mask = 1;
   }
+  if (!J.avx2 && qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   return run(&J);
 }

@@ -9,13 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "cpu.h"
+#include "blas.h"
 #include "layout.h"
 
 /* below this many multiply-adds a gemm call is too small to thread */
 #define SMALL_GEMM ((double)64 * 64 * 64)
+/* at most this many multiply-adds a product runs as plain loops: as fast
+   as OpenBLAS's small-matrix kernels there (bench/NOTES.md), and a script
+   of small products then never loads OpenBLAS (blas.h) */
+#define TINY_GEMM 512
 
 /* How one operand is handed to gemm. */
 typedef struct {
@@ -80,11 +83,11 @@ typedef struct {
 static void gemm (const job *J, const void *a, int lda, const void *b, int ldb,
                   void *c) {
   if (J->dtype == QKV_F32)
-    cblas_sgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+    qkv_sgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
                 (float)J->alpha, (const float *)a, lda, (const float *)b, ldb,
                 0.0f, (float *)c, J->p > 1 ? J->p : 1);
   else
-    cblas_dgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+    qkv_dgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
                 J->alpha, (const double *)a, lda, (const double *)b, ldb,
                 0.0, (double *)c, J->p > 1 ? J->p : 1);
 }
@@ -106,6 +109,91 @@ static void one_batch (const job *J, int64_t bi, void *abuf, void *bbuf) {
   }
   char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)J->es;
   gemm(J, a, J->a.ld, b, J->b.ld, c);
+}
+
+/*
+** A tiny product as plain loops over the operands' own strides.  When b's
+** rows are contiguous, out's row is built 16, then 4 columns at a time in
+** vector accumulators that stay in registers (adding into out in memory
+** stalls on every store); other elements are dot products.  The scale
+** multiplies each finished sum, as a product followed by a multiply would.
+*/
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef double f64x2 __attribute__((vector_size(16)));
+
+/* W columns of row ai @ b starting at bj, into ci[0 .. W) */
+#define BLOCK(name, T, V, W) \
+static void name (const job *J, const T *ai, const T *bj, T *ci) { \
+  enum { NV = W * sizeof(T) / sizeof(V) }; \
+  V acc[NV] = {{0}}; \
+  for (int k = 0; k < J->n; k++) { \
+    V a = ai[k * J->a.cs] - (V){0}; \
+    const T *bk = bj + k * J->b.rs; \
+    _Pragma("GCC unroll 8") \
+    for (int v = 0; v < NV; v++) { \
+      V x; \
+      memcpy(&x, bk + v * (int)(sizeof(V) / sizeof(T)), sizeof x); \
+      acc[v] += a * x; \
+    } \
+  } \
+  memcpy(ci, acc, sizeof acc); \
+}
+
+#define TINY(name, T, V) \
+BLOCK(name##_b16, T, V, 16) \
+BLOCK(name##_b4, T, V, 4) \
+static T name##_dot (const T *x, const T *y, int n) { \
+  enum { L = sizeof(V) / sizeof(T) }; \
+  V acc = {0}; \
+  int k = 0; \
+  for (; k + L <= n; k += L) { \
+    V a, b; \
+    memcpy(&a, x + k, sizeof a); \
+    memcpy(&b, y + k, sizeof b); \
+    acc += a * b; \
+  } \
+  T sum = 0; \
+  for (int l = 0; l < L; l++) sum += acc[l]; \
+  for (; k < n; k++) sum += x[k] * y[k]; \
+  return sum; \
+} \
+static void name##_row (const job *J, const T *ai, const T *b, T *ci) { \
+  int j = 0; \
+  if (J->b.cs == 1) { \
+    for (; j + 16 <= J->p; j += 16) name##_b16(J, ai, b + j, ci + j); \
+    for (; j + 4 <= J->p; j += 4) name##_b4(J, ai, b + j, ci + j); \
+  } \
+  for (; j < J->p; j++) { \
+    const T *bj = b + j * J->b.cs; \
+    if (J->a.cs == 1 && J->b.rs == 1) { ci[j] = name##_dot(ai, bj, J->n); continue; } \
+    T sum = 0; \
+    for (int k = 0; k < J->n; k++) sum += ai[k * J->a.cs] * bj[k * J->b.rs]; \
+    ci[j] = sum; \
+  } \
+} \
+static void name (const job *J, const T *a, const T *b, T *c, T alpha) { \
+  for (int i = 0; i < J->m; i++) { \
+    T *ci = c + (int64_t)i * J->p; \
+    name##_row(J, a + i * J->a.rs, b, ci); \
+    if (alpha != 1) \
+      for (int j = 0; j < J->p; j++) ci[j] *= alpha; \
+  } \
+}
+
+TINY(tiny_f32, float, f32x4)
+TINY(tiny_f64, double, f64x2)
+
+static void tiny_batches (const job *J, int64_t nbatch, double alpha) {
+  size_t es = J->es;
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)es;
+    const char *b = J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)es;
+    char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)es;
+    if (J->dtype == QKV_F32)
+      tiny_f32(J, (const float *)a, (const float *)b, (float *)c, (float)alpha);
+    else
+      tiny_f64(J, (const double *)a, (const double *)b, (double *)c, alpha);
+  }
 }
 
 /* out *= alpha, for the scales gemm would not apply as a product would */
@@ -214,6 +302,11 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   J.m = (int)m; J.n = (int)n; J.p = (int)p;
   setup(&J.a, a);
   setup(&J.b, b);
+  if ((double)m * (double)n * (double)p <= TINY_GEMM) {
+    tiny_batches(&J, nbatch, alpha);
+    return QKV_OK;
+  }
+  if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   /* gemm skips the product when alpha is 0 (so 0 * inf would be 0) */
   int exact = alpha != 0 && isfinite(alpha);
   J.alpha = exact ? alpha : 1;
