@@ -41,11 +41,15 @@ CAIRO_SO := $(BUILD)/lib/qkv/cairo.so
 ZIP_SRC := $(wildcard bindings/zip/*.c)
 ZIP_OBJ := $(ZIP_SRC:%.c=$(BUILD)/obj/%.o)
 ZIP_SO := $(BUILD)/lib/qkv/zip.so
+# the stdlib precompiled, which the executable loads instead of a source
+# that is not newer (vm/main.c); stock Lua and installs read the sources
+LUAC ?= luac5.4
+LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -name '*.lua'))
 
 .PHONY: all so deps run test bench install install-rock uninstall clean \
   asan test-asan fuzz fuzz-npy
 
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO)
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(LUAC_OUT)
 
 so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO)
 
@@ -68,6 +72,10 @@ $(BUILD)/qkv.so: $(LIB_OBJ)
 $(CAIRO_SO): $(CAIRO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(CAIRO_LIBS)
+
+$(BUILD)/luac/%.luac: stdlib/%.lua
+	@mkdir -p $(dir $@)
+	$(LUAC) -o $@ $<
 
 $(BUILD)/obj/bindings/zip/%.o: bindings/zip/%.c
 	@mkdir -p $(dir $@)

@@ -474,6 +474,42 @@ function TestMatmul:testViews()
   end
 end
 
+-- products of at most 512 multiply-adds run as plain loops, bigger ones
+-- through OpenBLAS (vm/cpu/matmul.c): every layout on both sides of the
+-- line, and the loops' 16- and 4-column blocks and their remainders
+function TestMatmul:testSmallAndBlasPaths()
+  local sizes = {{8, 8, 8}, {8, 8, 9}, {2, 16, 16}, {2, 16, 17}, {17, 3, 5},
+                 {1, 33, 7}, {3, 5, 21}, {5, 7, 3}}
+  for _, dt in ipairs{"float32", "float64"} do
+    for _, s in ipairs(sizes) do
+      local m, k, n = s[1], s[2], s[3]
+      local what = ("%dx%dx%d %s"):format(m, k, n, dt)
+      check_mm(mk({m, k}, dt), mk({k, n}, dt), what)
+      check_mm(mk({k, m}, dt):t(), mk({k, n}, dt), "a transposed " .. what)
+      check_mm(mk({m, k}, dt), mk({n, k}, dt):t(), "b transposed " .. what)
+      check_mm(mk({m, k, 2}, dt):select(3, 1), mk({k, 2 * n}, dt):view(k, n, 2):select(3, 2),
+               "strided " .. what)
+      check_mm(mk({3, m, k}, dt), mk({k, n}, dt):unsqueeze(1):expand(3, k, n), "batched " .. what)
+    end
+  end
+end
+
+-- scores(Q, K, {scale = s}) is the product then a multiply by s, for any
+-- s: BLAS skips the product when alpha is 0, so 0 * inf must still be NaN
+function TestMatmul:testScaledProducts()
+  for _, n in ipairs{4, 12} do           -- 4x4x4 loops, 12x4x12 BLAS
+    local Q, K = mk({n, 4}, "float32"), mk({n, 4}, "float32")
+    Q[1][1] = math.huge
+    for _, scale in ipairs{0.5, 0, -0.0, math.huge, -math.huge, 0 / 0, 1e-40} do
+      local got = qkv.scores(Q, K, {scale = scale})
+      local want = Q:matmul(K:t()) * scale
+      qkv.test.assertTensorEqual(got, want)
+    end
+    local Z = qkv.scores(qkv.zeros(n, 0), qkv.zeros(n, 0), {scale = math.huge})
+    lu.assertTrue(Z:ne(Z):sum():item() == n * n, "0 * inf in every score")
+  end
+end
+
 function TestMatmul:testLarge()
   check_mm(mk({180, 200}, "float32"), mk({200, 190}, "float32"), "large float32")
   check_mm(mk({2, 90, 60}, "float64"), mk({60, 200}, "float64"), "large float64")

@@ -87,6 +87,58 @@ function TestExecutable:testStdin()
   lu.assertEquals(out, "2.0\n")
 end
 
+-- OpenBLAS is mapped only when a product needs it (vm/cpu/blas.c): a
+-- script of small products never loads it, a bigger product does, and
+-- both give the right numbers
+function TestExecutable:testOpenBlasLoadsOnFirstUse()
+  local probe = [[
+local function blas()
+  return (io.open("/proc/self/maps"):read("a"):find("openblas", 1, true)) ~= nil
+end
+local a = qkv.ones(8, 8)
+local small = a:matmul(a)                        -- 512 multiply-adds: loops
+io.write(tostring(blas()), " ", small[1][1], " ")
+local b = qkv.ones(8, 9)
+local big = a:matmul(b)                          -- 576: OpenBLAS
+io.write(tostring(blas()), " ", big[8][9], "\n")
+]]
+  if not io.open("/proc/self/maps") then lu.skip("no /proc/self/maps") end
+  local path = tmpfile(probe)
+  local out, code = sh(quote(exe) .. " " .. quote(path))
+  os.remove(path)
+  lu.assertEquals(code, 0, out)
+  lu.assertEquals(out, "false 8 true 8\n")
+end
+
+-- the executable loads the stdlib precompiled by make (build/luac) only
+-- when that chunk is not older than its source: a copy of the executable
+-- in a folder laid out like build/ and stdlib/ shows which one it ran
+function TestExecutable:testPrecompiledStdlibOnlyWhenFresh()
+  local root = os.tmpname()
+  os.remove(root)
+  local bin, lib = root .. "/build", root .. "/stdlib/qkv"
+  lu.assertEquals(select(2, sh(("mkdir -p %s/luac/qkv %s && cp %s %s/qkv"):format(
+    quote(bin), quote(lib), quote(exe), quote(bin)))), 0)
+  local function write(path, text, mode)
+    local f = assert(io.open(path, mode or "w"))
+    f:write(text)
+    f:close()
+  end
+  write(lib .. "/probe.lua", "return 'source'")
+  write(bin .. "/luac/qkv/probe.luac", string.dump(load("return 'compiled'")), "wb")
+  local run = quote(bin .. "/qkv") .. " -e 'io.write((require \"qkv.probe\"))'"
+  -- the source older than its chunk: the chunk
+  sh("touch -d '2001-01-01' " .. quote(lib .. "/probe.lua"))
+  lu.assertEquals((sh(run)), "compiled")
+  -- the source edited since: the source, never the stale chunk
+  sh("touch " .. quote(lib .. "/probe.lua"))
+  lu.assertEquals((sh(run)), "source")
+  -- no chunk: the source
+  os.remove(bin .. "/luac/qkv/probe.luac")
+  lu.assertEquals((sh(run)), "source")
+  sh("rm -rf " .. quote(root))
+end
+
 TestModule = {}
 
 function TestModule:testStockLuaRequires()

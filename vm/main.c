@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -101,6 +102,48 @@ int cli_docall (lua_State *L, int nargs, int nres) {
   return status;
 }
 
+/* whether file a was modified after file b (1 also when either is missing) */
+static int newer (const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 1;
+  if (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec) return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec;
+  return sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec;
+}
+
+/*
+** A searcher ahead of Lua's file searcher, for the stdlib: the chunk that
+** `make` precompiled with luac (build/luac/qkv/plot.luac) when it is not
+** older than its source, which skips parsing (1 ms of a script that draws
+** a figure).  A missing or stale one falls through to the source.
+*/
+static int search_compiled (lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *dir = lua_tostring(L, lua_upvalueindex(1));
+  const char *rel = luaL_gsub(L, name, ".", "/");
+  const char *src = lua_pushfstring(L, "%s/../stdlib/%s.lua", dir, rel);
+  const char *bin = lua_pushfstring(L, "%s/luac/%s.luac", dir, rel);
+  if (newer(src, bin)) {
+    lua_pushfstring(L, "no fresh compiled chunk '%s'", bin);
+    return 1;
+  }
+  if (luaL_loadfilex(L, bin, "b") != LUA_OK) return 1;   /* its message */
+  lua_pushstring(L, src);
+  return 2;
+}
+
+static void add_searcher (lua_State *L, const char *exedir) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "searchers");
+  for (lua_Integer i = luaL_len(L, -1); i >= 2; i--) {   /* make room at 2 */
+    lua_geti(L, -1, i);
+    lua_seti(L, -2, i + 1);
+  }
+  lua_pushstring(L, exedir);
+  lua_pushcclosure(L, search_compiled, 1);
+  lua_seti(L, -2, 2);
+  lua_pop(L, 2);
+}
+
 /* package.path and cpath also search the stdlib next to the executable */
 static void setpath (lua_State *L) {
   char exe[PATH_MAX];
@@ -121,6 +164,7 @@ static void setpath (lua_State *L) {
   lua_concat(L, 2);
   lua_setfield(L, -2, "cpath");
   lua_pop(L, 1);
+  add_searcher(L, exe);
 }
 
 static int initstate (lua_State *L) {

@@ -5,7 +5,9 @@
 ** script's whole run.  A figure is mostly flat colour, which zlib's level 1
 ** on unfiltered rows compresses about as well (measured on a scatter plot
 ** and a 10 x 10 heatmap: faster and smaller than the Sub or Up filters or
-** the run-length strategy).  Like cairo, an opaque image is written as RGB.
+** the run-length strategy).  A canvas is opaque (cairo.new paints it white
+** and everything is drawn over that), so it is written as RGB, as cairo
+** writes an opaque image.
 */
 #include <errno.h>
 #include <stdint.h>
@@ -17,38 +19,19 @@
 
 #include "pngw.h"
 
-static int opaque (const unsigned char *data, int w, int h, int stride) {
-  for (int y = 0; y < h; y++) {
-    const uint32_t *p = (const uint32_t *)(data + (size_t)y * (size_t)stride);
-    for (int x = 0; x < w; x++)
-      if ((p[x] >> 24) != 255) return 0;
-  }
-  return 1;
-}
-
-/* one row of native-endian premultiplied ARGB32 as RGB or RGBA bytes */
-static void row_bytes (const uint32_t *p, int w, int alpha, unsigned char *out) {
-  if (!alpha) {
-    for (int x = 0; x < w; x++, out += 3) {
-      out[0] = (unsigned char)(p[x] >> 16);
-      out[1] = (unsigned char)(p[x] >> 8);
-      out[2] = (unsigned char)p[x];
-    }
-    return;
-  }
-  for (int x = 0; x < w; x++) {
-    unsigned a = p[x] >> 24;
-    unsigned c[3] = {(p[x] >> 16) & 255, (p[x] >> 8) & 255, p[x] & 255};
-    for (int k = 0; k < 3; k++)
-      *out++ = (unsigned char)(a == 255 ? c[k] : a == 0 ? 0 : (c[k] * 255 + a / 2) / a);
-    *out++ = (unsigned char)a;
+/* one row of native-endian ARGB32 as RGB bytes (alpha is 255) */
+static void row_bytes (const uint32_t *p, int w, unsigned char *out) {
+  for (int x = 0; x < w; x++, out += 3) {
+    out[0] = (unsigned char)(p[x] >> 16);
+    out[1] = (unsigned char)(p[x] >> 8);
+    out[2] = (unsigned char)p[x];
   }
 }
 
 /* libpng reports its errors by longjmp: everything it may leave half-done
    is set up before setjmp and undone after it */
 static const char *encode (FILE *f, const unsigned char *data, int w, int h,
-                           int stride, int alpha, unsigned char *row) {
+                           int stride, unsigned char *row) {
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (info == NULL) {
@@ -61,14 +44,14 @@ static const char *encode (FILE *f, const unsigned char *data, int w, int h,
   }
   png_init_io(png, f);
   png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-               alpha ? PNG_COLOR_TYPE_RGB_ALPHA : PNG_COLOR_TYPE_RGB,
+               PNG_COLOR_TYPE_RGB,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                PNG_FILTER_TYPE_DEFAULT);
   png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
   png_set_compression_level(png, 1);
   png_write_info(png, info);
   for (int y = 0; y < h; y++) {
-    row_bytes((const uint32_t *)(data + (size_t)y * (size_t)stride), w, alpha, row);
+    row_bytes((const uint32_t *)(data + (size_t)y * (size_t)stride), w, row);
     png_write_row(png, row);
   }
   png_write_end(png, info);
@@ -85,15 +68,14 @@ const char *qkv_write_png (cairo_surface_t *s, const char *path) {
   int w = cairo_image_surface_get_width(s), h = cairo_image_surface_get_height(s);
   int stride = cairo_image_surface_get_stride(s);
   if (data == NULL || w <= 0 || h <= 0) return "empty image";
-  int alpha = fmt == CAIRO_FORMAT_ARGB32 && !opaque(data, w, h, stride);
-  unsigned char *row = malloc((size_t)w * 4);
+  unsigned char *row = malloc((size_t)w * 3);
   if (row == NULL) return "out of memory";
   FILE *f = fopen(path, "wb");
   if (f == NULL) {
     free(row);
     return strerror(errno);
   }
-  const char *why = encode(f, data, w, h, stride, alpha, row);
+  const char *why = encode(f, data, w, h, stride, row);
   free(row);
   if (fclose(f) != 0 && why == NULL) why = strerror(errno);
   if (why != NULL) remove(path);

@@ -87,7 +87,9 @@ T.TestSeed000SelfAttention = {
     lu.assertTrue(has(out, "Input x shape: (5, 8) (5 tokens, d_model=8)"))
     lu.assertTrue(has(out, "Output shape: (5, 4) (5 tokens, d_k=4)"))
     lu.assertTrue(has(out, "Weights shape: (5, 5)"))
-    lu.assertTrue(has(out, "Each row sums to 1: tensor([1.0000, 1.0000, 1.0000, 1.0000, 1.0000])"))
+    -- sums of float32 weights print as 1.0000 (0.99999994) or as 1.
+    -- (exactly 1), as PyTorch prints them, depending on the rounding
+    lu.assertNotNil(out:find("Each row sums to 1: tensor%(%[1%.0*, 1%.0*, 1%.0*, 1%.0*, 1%.0*%]%)"))
     lu.assertTrue(has(out, "Token 4"))   -- the heatmap drawn in the terminal
   end,
   test_png = function()
