@@ -474,11 +474,13 @@ function TestMatmul:testViews()
   end
 end
 
--- products of at most 512 multiply-adds run as plain loops, bigger ones
--- through OpenBLAS (vm/cpu/matmul.c): every layout on both sides of the
--- line, and the loops' 16- and 4-column blocks and their remainders
+-- small products run as plain loops (up to 512 multiply-adds when b's rows
+-- are contiguous, 1024 otherwise), bigger ones through OpenBLAS
+-- (vm/cpu/matmul.c): every layout on both sides of both lines, and the
+-- loops' 16- and 4-column blocks and their remainders
 function TestMatmul:testSmallAndBlasPaths()
-  local sizes = {{8, 8, 8}, {8, 8, 9}, {2, 16, 16}, {2, 16, 17}, {17, 3, 5},
+  local sizes = {{8, 8, 8}, {8, 8, 9}, {4, 16, 16}, {4, 16, 17}, {2, 16, 16},
+                 {2, 16, 17}, {17, 3, 5},
                  {1, 33, 7}, {3, 5, 21}, {5, 7, 3}}
   for _, dt in ipairs{"float32", "float64"} do
     for _, s in ipairs(sizes) do

@@ -15,10 +15,15 @@
 
 /* below this many multiply-adds a gemm call is too small to thread */
 #define SMALL_GEMM ((double)64 * 64 * 64)
-/* at most this many multiply-adds a product runs as plain loops: as fast
-   as OpenBLAS's small-matrix kernels there (bench/NOTES.md), and a script
-   of small products then never loads OpenBLAS (blas.h) */
+/*
+** At most this many multiply-adds a product runs as plain loops, so that a
+** script of small products never loads OpenBLAS (blas.h).  Where b's rows
+** are contiguous OpenBLAS's small-matrix kernel is 5-20% faster from 512
+** up; for other layouts (b transposed: Q K^T) it packs first, and the
+** loops are faster up to about 1024 (bench/NOTES.md).
+*/
 #define TINY_GEMM 512
+#define TINY_GEMM_T 1024
 
 /* How one operand is handed to gemm. */
 typedef struct {
@@ -302,7 +307,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   J.m = (int)m; J.n = (int)n; J.p = (int)p;
   setup(&J.a, a);
   setup(&J.b, b);
-  if ((double)m * (double)n * (double)p <= TINY_GEMM) {
+  if ((double)m * (double)n * (double)p <= (J.b.cs == 1 ? TINY_GEMM : TINY_GEMM_T)) {
     tiny_batches(&J, nbatch, alpha);
     return QKV_OK;
   }
