@@ -35,21 +35,14 @@ local MS, US = 1e-3, 1e-6
 
 ---------------------------------------------------------------- utilities
 
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+-- quote, sh (output and exit status) and read, shared with the test suites
+local shell = dofile(ROOT .. "/tests/shell.lua")
+local quote, read = shell.quote, shell.read
 
 -- runs a shell command; returns its output (stdout and stderr) and success
 local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  return out, p:close() == true
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
+  local out, code = shell.sh(cmd)
+  return out, code == 0
 end
 
 -- the last non-empty line of a command's output: why something failed
