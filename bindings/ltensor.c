@@ -2,7 +2,6 @@
 ** ltensor.c -- the qkv.Tensor userdata's argument checkers, properties,
 ** indexing and element access (lnew.c makes and frees the userdata).
 */
-#include <limits.h>
 #include <string.h>
 
 #include "lqkv.h"
