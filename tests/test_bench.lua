@@ -2,8 +2,10 @@
 -- equivalent (bench/latency/*.py) prints the numbers its qkv script prints,
 -- the generated suite holds 1,000 tests that pass under `qkv test` and, when
 -- /usr/bin/python3 has torch and pytest, under pytest; and a --quick run
--- prints every row of its summary with numbers that parse. Timings are
--- never asserted: this machine's load is not the code's fault.
+-- prints every row of its summary with numbers that parse, with the python
+-- side of each row exactly when its peers are there (torch for most rows,
+-- torch and pytest for the suite's), also with either peer hidden. Timings
+-- are never asserted: this machine's load is not the code's fault.
 local lu = require "luaunit"
 
 local shell = dofile("tests/shell.lua")
@@ -22,14 +24,17 @@ local function why_not(what, cmd)
   return missing[what] or nil
 end
 
+local function torch_missing() return why_not("torch", PY .. " -c 'import torch'") end
+local function pytest_missing() return why_not("pytest", PY .. " -m pytest --version") end
+
 local function need_torch()
-  local why = why_not("torch", PY .. " -c 'import torch'")
+  local why = torch_missing()
   if why then lu.skip(PY .. " has no torch: " .. why) end
 end
 
 local function need_pytest()
   need_torch()
-  local why = why_not("pytest", PY .. " -m pytest --version")
+  local why = pytest_missing()
   if why then lu.skip(PY .. " has no pytest: " .. why) end
 end
 
@@ -147,10 +152,14 @@ local function check_time(cell, what)
   lu.assertTrue(tonumber(v) ~= nil and (unit == "ms" or unit == "µs"), what .. ": " .. cell)
 end
 
-local function check_row(label, r, torch)
+local SUITE_ROW = ROWS[#ROWS]
+
+-- python: whether the row's python side ran (rows of torch; the suite's
+-- needs pytest too)
+local function check_row(label, r, python)
   lu.assertNotNil(r, label .. " is in the summary")
   check_time(r[1], label .. " qkv")
-  if torch then
+  if python then
     check_time(r[2], label .. " torch")
     lu.assertNotNil(tonumber(r[3]:match("^([%d%.]+)×$") or ""), label .. " ratio: " .. r[3])
   else
@@ -162,14 +171,53 @@ local function check_row(label, r, torch)
                 label .. " target: " .. r[4])
 end
 
+-- the rows of a summary, each with the python side when its peers are there
+local function check_rows(rows, labels, torch, pytest)
+  for _, label in ipairs(labels) do
+    check_row(label, rows[label], torch and (label ~= SUITE_ROW or pytest))
+  end
+end
+
 -- every section, torch's side included when it is there
 function TestBenchSmoke:testQuickRunPrintsEveryRow()
-  local torch = not why_not("torch", PY .. " -c 'import torch'")
   local out, code = sh(quote(EXE) .. " bench/latency.lua --quick")
   lu.assertEquals(code, 0, out)
-  local rows = summary(out)
-  for _, label in ipairs(ROWS) do check_row(label, rows[label], torch) end
+  check_rows(summary(out), ROWS, not torch_missing(), not pytest_missing())
   lu.assertStrContains(out, "start: the 001 scripts also draw their PNG figure")
+end
+
+-- "PYTHONPATH=dir " where dir holds modules that shadow the named ones
+-- (PYTHONPATH comes before site-packages), so that /usr/bin/python3 runs
+-- as if they were not installed
+local function hiding(self, modules)
+  for _, m in ipairs(modules) do
+    local f = assert(io.open(self.dir .. "/" .. m .. ".py", "w"))
+    f:write('raise ImportError("' .. m .. ' hidden by tests/test_bench.lua")\n')
+    f:close()
+  end
+  return "PYTHONPATH=" .. quote(self.dir) .. " "
+end
+
+function TestBenchSmoke:setUp() self.dir = tempdir() end
+function TestBenchSmoke:tearDown() os.execute("rm -rf " .. quote(self.dir)) end
+
+local STEP_AND_SUITE = {ROWS[7], ROWS[8], ROWS[9], SUITE_ROW}
+
+-- torch without pytest (Debian's python3-torch alone): the suite's row has
+-- no python side, the others have it
+function TestBenchSmoke:testPytestHidden()
+  local out, code = sh(hiding(self, {"pytest"}) .. quote(EXE) .. " bench/latency.lua step suite --quick")
+  lu.assertEquals(code, 0, out)
+  check_rows(summary(out), STEP_AND_SUITE, not torch_missing(), false)
+  lu.assertStrContains(out, "pytest side skipped: ")
+end
+
+-- pytest without torch: no python side anywhere, and the run says why
+function TestBenchSmoke:testTorchHidden()
+  local out, code = sh(hiding(self, {"torch"}) .. quote(EXE) .. " bench/latency.lua step suite --quick")
+  lu.assertEquals(code, 0, out)
+  check_rows(summary(out), STEP_AND_SUITE, false, not pytest_missing())
+  lu.assertStrContains(out, "cannot import torch: ")
 end
 
 -- one section, without torch and without hyperfine: the fallbacks
@@ -178,7 +226,7 @@ function TestBenchSmoke:testOneSectionWithoutPeers()
   lu.assertEquals(code, 0, out)
   lu.assertStrContains(out, "by a loop of os.execute")
   local rows = summary(out)
-  for i = 1, 6 do check_row(ROWS[i], rows[ROWS[i]], false) end
+  check_rows(rows, {table.unpack(ROWS, 1, 6)}, false, false)
   lu.assertNil(rows[ROWS[7]], "only the start-up section ran")
 end
 
