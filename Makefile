@@ -6,8 +6,11 @@ CC ?= gcc
 CFLAGS ?= -O2
 BUILD := build
 
+# the README lists these (tests/test_make.lua checks that the lists agree)
 DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev
+# bench/latency.lua's optional peers (`make bench-deps`)
+BENCH_DEPS := python3-torch python3-pytest hyperfine
 
 # evaluated when used, so that a recursive make after `deps` sees new packages
 LUA_CFLAGS = $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
@@ -49,7 +52,9 @@ LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -na
 .PHONY: all so deps run test bench install install-rock uninstall clean \
   asan test-asan fuzz fuzz-npy
 
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(LUAC_OUT)
+# everything the suites need, the REPL's terminal driver included, so that
+# `build/qkv test tests/` after `make` is `make test`
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(LUAC_OUT) $(BUILD)/ptydrive
 
 so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO)
 
@@ -88,7 +93,7 @@ $(ZIP_SO): $(ZIP_OBJ)
 # drives the REPL through a pseudo-terminal in tests/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $<
+	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $< $(PTY_LIBS)
 
 deps:
 	@command -v dpkg-query >/dev/null || { echo "deps: not a Debian system; install: $(DEPS)"; exit 0; }; \
@@ -107,7 +112,7 @@ run: deps
 	$(BUILD)/qkv scripts/tour.lua
 
 test: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/ptydrive
+	@$(MAKE) --no-print-directory all
 	$(BUILD)/qkv test tests/
 
 bench: deps
@@ -119,7 +124,7 @@ bench: deps
 # and times start-up with a loop of its own
 .PHONY: bench-deps
 bench-deps:
-	@$(MAKE) --no-print-directory DEPS="python3-torch python3-pytest hyperfine" deps
+	@$(MAKE) --no-print-directory DEPS="$(BENCH_DEPS)" deps
 
 LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
@@ -176,9 +181,7 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:detect_stack_
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" \
 	  QKV_LIBS="$(QKV_LIBS) $(ASAN_LDFLAGS)" CAIRO_LIBS="$(CAIRO_LIBS) $(ASAN_LDFLAGS)" \
-	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" all
-	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS) $(ASAN_RPATH)" \
-	  build-asan/ptydrive
+	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
 
 test-asan: asan
 	$(ASAN_ENV) build-asan/qkv test tests/

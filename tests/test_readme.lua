@@ -1,7 +1,10 @@
 -- test_readme.lua: every ```lua block of README.md runs, and prints what
 -- its `-->` comments say (whitespace runs compare equal, so a tab that
--- print puts between values may be written as spaces).
+-- print puts between values may be written as spaces). The documents stand
+-- alone: no path leads out of the repository, every file they name is in
+-- it, and the README names the seed documents by their titles.
 local lu = require "luaunit"
+local shell = dofile("tests/shell.lua")
 
 local exe = arg and arg[-1] or "build/qkv"
 local root = (exe:match("(.*)/build/[^/]*$") or ".") .. "/"
@@ -54,6 +57,62 @@ function TestReadme:testBlocksRunAndPrintWhatTheySay()
         lu.assertEquals(squash(got[k]), squash(want[k]), "block " .. i .. " line " .. k)
       end
     end
+  end
+end
+
+-- the repository's markdown files (not build or output folders)
+local function markdown()
+  local out = shell.sh("find " .. shell.quote(root) .. " -name '*.md' -not -path '*/.git/*' "
+                       .. "-not -path '*/build*' -not -path '*/out/*' | sort")
+  local list = {}
+  for path in out:gmatch("[^\n]+") do list[#list + 1] = path end
+  return list
+end
+
+TestStandsAlone = {}
+
+function TestStandsAlone:testNoPathLeadsOutside()
+  local files = markdown()
+  lu.assertTrue(#files >= 3, "found the markdown files")
+  for _, path in ipairs(files) do
+    local text = shell.read(path)
+    local n = 0
+    for line in text:gmatch("[^\n]*") do
+      n = n + 1
+      lu.assertNil(line:find("%.%./"), path .. ":" .. n .. " leads out of the repository: " .. line)
+    end
+  end
+end
+
+-- `scripts/x.lua`, `tests/...`: the files a document names exist (globs
+-- and NNN placeholders aside)
+function TestStandsAlone:testNamedFilesExist()
+  local dirs = {scripts = true, tests = true, bench = true, stdlib = true, vm = true, bindings = true}
+  local checked = 0
+  for _, path in ipairs(markdown()) do
+    for ref in shell.read(path):gmatch("`([^`%s]+)`") do
+      local top = ref:match("^(%w+)/")
+      local file = ref:gsub(":%d+$", "")
+      if top and dirs[top] and not file:find("[*]") and not file:find("NNN") then
+        local f = io.open(root .. file)
+        lu.assertNotNil(f, path .. " names " .. ref .. ", which is not in the repository")
+        f:close()
+        checked = checked + 1
+      end
+    end
+  end
+  lu.assertTrue(checked >= 20, "checked " .. checked .. " names")
+end
+
+function TestStandsAlone:testSeedDocumentsByTitle()
+  local text = shell.read(root .. "README.md")
+  for _, title in ipairs{
+      '000 "Self-Attention and Cross-Attention from Scratch"',
+      '001 "Components of Neural Networks"',
+      '002 "Implementation and Analysis of Scaled Dot-Product Attention"',
+      '003 "Token Alignment and Multi-Head Cross-Attention"',
+      '004 "Self Attention & Cross Attention"'} do
+    lu.assertStrContains(text, title)
   end
 end
 

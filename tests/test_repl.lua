@@ -1,5 +1,5 @@
 -- test_repl.lua: the REPL, driven through a pseudo-terminal by
--- tests/tools/ptydrive.c (build/ptydrive, `make build/ptydrive`), and the
+-- tests/tools/ptydrive.c (build/ptydrive, which `make` builds), and the
 -- driver itself. Every session runs with a fresh history file, HOME in a
 -- temporary folder, TERM=xterm-256color and NO_COLOR unset, so nothing
 -- touches the user's files. A test types commands, waits for text that
@@ -66,7 +66,7 @@ local function session(lines, opts)
   opts = opts or {}
   local f = io.open(driver, "r")
   if not f then
-    error("the terminal driver " .. driver .. " is missing: run `make build/ptydrive`", 2)
+    error("the terminal driver " .. driver .. " is missing: run `make`", 2)
   end
   f:close()
   history_count = history_count + 1

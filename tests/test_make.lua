@@ -1,0 +1,64 @@
+-- test_make.lua: the Makefile does what the README says of it. `make`
+-- builds everything the suites need (so `build/qkv test tests/` after it
+-- is `make test`), and the packages `make deps` and `make bench-deps`
+-- install are the ones the README lists. Read from make itself (a dry run,
+-- and --eval to print a variable), not by parsing the Makefile here.
+local lu = require "luaunit"
+
+local shell = dofile("tests/shell.lua")
+local quote, sh = shell.quote, shell.sh
+
+local function need_make()
+  if select(2, sh("command -v make")) ~= 0 then lu.skip("make is not installed") end
+  if not io.open("Makefile") then lu.skip("no Makefile in " .. shell.sh("pwd")) end
+end
+
+-- the words of a Makefile variable, as make expands it
+local function variable(name)
+  local out, code = sh("make -s --no-print-directory --eval "
+                       .. quote("qkv-print-var: ; @echo $(" .. name .. ")") .. " qkv-print-var")
+  lu.assertEquals(code, 0, out)
+  local words = {}
+  for w in out:gmatch("%S+") do words[#words + 1] = w end
+  return words
+end
+
+local function words(s)
+  local list = {}
+  for w in s:gmatch("[^%s,]+") do list[#list + 1] = w end
+  return list
+end
+
+TestMake = {}
+
+-- a dry run into an empty build folder lists every file `make` would make
+function TestMake:testDefaultTargetBuildsWhatTheSuitesNeed()
+  need_make()
+  local dir = (sh("mktemp -d"):gsub("%s+$", ""))
+  local out, code = sh("make -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
+  os.execute("rm -rf " .. quote(dir))
+  lu.assertEquals(code, 0, out)
+  for _, f in ipairs{"qkv", "qkv.so", "lib/qkv/cairo.so", "lib/qkv/zip.so",
+                     "luac/qkv/test.luac", "ptydrive"} do
+    lu.assertStrContains(out, "-o " .. dir .. "/b/" .. f .. " ", false, f .. " is built by `make`")
+  end
+end
+
+-- the README's list of packages is DEPS, in the same order
+function TestMake:testReadmeListsTheDeps()
+  need_make()
+  local readme = shell.read("README.md")
+  local block = readme:match("does nothing when all are there:\n\n(.-)\n\n")
+  lu.assertNotNil(block, "README's list of packages")
+  lu.assertEquals(words(block), variable("DEPS"))
+end
+
+function TestMake:testReadmeListsTheBenchDeps()
+  need_make()
+  local readme = shell.read("README.md")
+  local list = readme:match("`make bench%-deps` for its optional peers: ([^)]*)%)")
+  lu.assertNotNil(list, "README's list of bench peers")
+  lu.assertEquals(words(list), variable("BENCH_DEPS"))
+end
+
+os.exit(lu.LuaUnit.run(), true)
