@@ -217,6 +217,99 @@ function TestAssertTensorEqual:testBadArguments()
            t.assertTensorEqual, qkv.ones(1))
 end
 
+---------------------------------------------------------------- LuaUnit's own
+
+-- under qkv, LuaUnit's assertEquals, assertNotEquals and assertAlmostEquals
+-- know tensors (stdlib/qkv/equal.lua); the rest of LuaUnit is as it was
+TestLuaUnitOnTensors = {}
+
+function TestLuaUnitOnTensors:testEqualTensorsPass()
+  passes(lu.assertEquals, qkv.ones(2), qkv.ones(2))
+  passes(lu.assertEquals, qkv.tensor{1, NAN, -INF}, qkv.tensor{1, NAN, -INF})
+  passes(lu.assertEquals, qkv.arange(6):view(2, 3):t(), qkv.tensor{{0, 3}, {1, 4}, {2, 5}})
+  passes(lu.assertEquals, {w = qkv.ones(2), n = 3, {qkv.eye(2)}}, {w = qkv.ones(2), n = 3, {qkv.eye(2)}})
+  passes(lu.assert_equals, qkv.zeros(0, 3), qkv.zeros(0, 3))
+end
+
+function TestLuaUnitOnTensors:testValuesDiffer()
+  local msg = failure(lu.assertEquals, qkv.tensor{{1, 2}, {3, 4}}, qkv.tensor{{1, 2}, {3, 4.5}})
+  lu.assertEquals(msg, table.concat({
+    "expected:", tostring(qkv.tensor{{1, 2}, {3, 4.5}}),
+    "actual:", tostring(qkv.tensor{{1, 2}, {3, 4}}),
+    "1 of 4 elements differ; the first at [2, 2] (actual = 4.0, expected = 4.5)",
+    "for floats, qkv.test.assertClose(actual, expected [, {rtol = 1e-5, atol = 1e-8}]) "
+    .. "compares within a tolerance"}, "\n"))
+end
+
+function TestLuaUnitOnTensors:testShapeDtypeAndKind()
+  lu.assertEquals(failure(lu.assertEquals, qkv.ones(2), qkv.ones(3)),
+                  "expected: tensor([1., 1., 1.])\nactual: tensor([1., 1.])\nshapes (2,) and (3,) differ")
+  lu.assertStrContains(failure(lu.assertEquals, qkv.ones(2), f64{1, 1}),
+                       "\ndtypes float32 and float64 differ")
+  -- integers: no word of tolerances
+  lu.assertEquals(failure(lu.assertEquals, qkv.ones(2, "int64"), qkv.tensor({1, 0}, "int64")),
+                  "expected: tensor([1, 0])\nactual: tensor([1, 1])\n"
+                  .. "1 of 2 elements differ; the first at [2] (actual = 1, expected = 0)")
+  lu.assertStrContains(failure(lu.assertEquals, qkv.ones(1), 1),
+                       "a tensor where a number was expected")
+end
+
+function TestLuaUnitOnTensors:testInsideTables()
+  local msg = failure(lu.assertEquals, {qkv.ones(2), {x = qkv.zeros(1)}},
+                      {qkv.ones(2), {x = qkv.ones(1)}})
+  lu.assertStrContains(msg, "\nat [2].x: 1 of 1 elements differ; the first at [1] "
+                            .. "(actual = 0.0, expected = 1.0)\n")
+  lu.assertStrContains(failure(lu.assertEquals, {w = qkv.ones(1)}, {w = qkv.ones(1), b = 2}),
+                       "at .b: nil where a value was expected")
+end
+
+function TestLuaUnitOnTensors:testFloatsPointToAssertClose()
+  lu.assertEquals(failure(lu.assertEquals, 0.1 + 0.2, 0.3),
+                  "expected: 0.29999999999999999, actual: 0.30000000000000004\n"
+                  .. "for floats, qkv.test.assertClose(actual, expected [, {rtol = 1e-5, atol = 1e-8}]) "
+                  .. "compares within a tolerance")
+  passes(lu.assertEquals, 2, 2.0)
+  -- LuaUnit's own messages where no tensor or float is involved
+  lu.assertEquals(failure(lu.assertEquals, 1, 2), "expected: 2, actual: 1")
+  lu.assertEquals(failure(lu.assertEquals, {1}, {2}), "expected: {2}\nactual: {1}")
+end
+
+function TestLuaUnitOnTensors:testNotEquals()
+  passes(lu.assertNotEquals, qkv.ones(2), qkv.zeros(2))
+  passes(lu.assertNotEquals, qkv.ones(2), qkv.ones(2, "float64"))
+  passes(lu.assert_not_equals, {qkv.ones(2)}, {qkv.ones(3)})
+  lu.assertEquals(failure(lu.assertNotEquals, qkv.ones(2), qkv.ones(2)),
+                  "Received the not expected value: tensor([1., 1.])")
+  lu.assertEquals(failure(lu.assertNotEquals, 1, 1), "Received the not expected value: 1")
+end
+
+function TestLuaUnitOnTensors:testAlmostEqualsIsAssertCloseWithAMargin()
+  passes(lu.assertAlmostEquals, qkv.tensor{1, 2}, qkv.tensor{1, 2.005}, 0.01)
+  lu.assertStrContains(failure(lu.assertAlmostEquals, f64{1, 2}, f64{1, 2.5}, 0.25),
+                       "1 of 2 elements differ; max abs difference 0.5 at [2]")
+  passes(lu.assertAlmostEquals, 1, 1.001, 0.01)
+end
+
+-- the extra message comes first, as LuaUnit puts it; the failure points
+-- at the test's line
+function TestLuaUnitOnTensors:testExtraMessageAndLine()
+  local ok, err = pcall(lu.assertEquals, qkv.ones(1), qkv.zeros(1), "after step 3")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "after step 3\nexpected: tensor([0.])")
+  lu.assertNil(err:find("equal.lua", 1, true), err)
+  local line = debug.getinfo(1, "l").currentline + 1
+  local ok2, err2 = pcall(function() lu.assertEquals(qkv.ones(1), qkv.zeros(1)) end)
+  lu.assertFalse(ok2)
+  lu.assertStrContains(err2, "test_qkvtest.lua:" .. line .. ":")
+end
+
+-- a closed tensor is an error, not a failure or a crash
+function TestLuaUnitOnTensors:testClosedTensor()
+  local x = qkv.ones(300)
+  getmetatable(x).__close(x)
+  argerror("closed", lu.assertEquals, x, qkv.ones(300))
+end
+
 TestQkvTestModule = {}
 
 function TestQkvTestModule:testSkipUnlessCuda()

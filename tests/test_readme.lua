@@ -104,6 +104,19 @@ function TestStandsAlone:testNamedFilesExist()
   lu.assertTrue(checked >= 20, "checked " .. checked .. " names")
 end
 
+-- tests/README.md says what each suite needs: it lists every suite
+function TestStandsAlone:testEverySuiteInTestsReadme()
+  local text = shell.read(root .. "tests/README.md")
+  lu.assertNotNil(text, "tests/README.md")
+  local out = shell.sh("ls " .. shell.quote(root .. "tests"))
+  local n = 0
+  for name in out:gmatch("(test_[%w_]+%.lua)\n") do
+    lu.assertStrContains(text, "`" .. name .. "`", false, "tests/README.md lists " .. name)
+    n = n + 1
+  end
+  lu.assertTrue(n >= 20, n .. " suites")
+end
+
 function TestStandsAlone:testSeedDocumentsByTitle()
   local text = shell.read(root .. "README.md")
   for _, title in ipairs{

@@ -441,6 +441,92 @@ function TestRunnerDiscovery:testDefaultPathIsTests()
   lu.assertEquals(ran(out), {"tests/test_default.lua"})
 end
 
+---------------------------------------------------------------- run directly
+
+-- `qkv file.lua`: a suite runs as under `qkv test` and closes with the same
+-- line; other scripts are left as they were
+TestDirectRun = {}
+
+-- runs `qkv <words>` (quoted here): output, status, last line
+local function direct(...)
+  local words = {}
+  for i, a in ipairs{...} do words[i] = quote(a) end
+  local p = io.popen(quote(EXE) .. " " .. table.concat(words, " ") .. " 2>&1")
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code, out:match("([^\n]*)\n?$")
+end
+
+function TestDirectRun:setUp() self.dir = tmpdir() end
+function TestDirectRun:tearDown() os.execute("rm -rf " .. quote(self.dir)) end
+
+-- writes a file into the temporary folder; returns its path
+function TestDirectRun:file(name, text)
+  local path = self.dir .. "/" .. name
+  writefile(path, text)
+  return path
+end
+
+-- the fixtures with and without the run line: the same last line as `qkv
+-- test`, and a failing status exactly when something failed
+function TestDirectRun:testSameClosingLine()
+  local cases = {{"test_pass.lua", "3 passed, 0 failed, 1 skipped", 0},
+                 {"test_plain.lua", "2 passed, 0 failed", 0},
+                 {"test_exit.lua", "5 passed, 0 failed", 0},
+                 {"test_fail.lua", "1 passed, 2 failed", 2},   -- os.exit(failures)
+                 {"test_error.lua", "1 passed, 1 failed", 1}}
+  for _, c in ipairs(cases) do
+    local _, _, runner = run(f(c[1]))
+    local out, code, last = direct(f(c[1]))
+    lu.assertEquals(runner, c[2], c[1])
+    lu.assertEquals(last, c[2], c[1] .. ":\n" .. out)
+    lu.assertEquals(code, c[3], c[1])
+  end
+  -- the exit status the suite asks for, after the line
+  local out, code = direct(f"test_exitcode.lua")
+  lu.assertEquals(code, 3)
+  lu.assertStrContains(out, "\n1 passed, 0 failed\n")
+end
+
+-- only Test* tables, no require and no run line: the style the README allows
+function TestDirectRun:testTablesOnly()
+  local path = self:file("test_tables.lua", [[
+TestTables = {}
+function TestTables.testOk() assert(qkv.ones(2):sum():item() == 2) end
+function TestTables.testAlsoOk() end
+function TestTables.testFails() error("fails on purpose") end
+]])
+  local out, code, last = direct(path)
+  lu.assertEquals(last, "2 passed, 1 failed", out)
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "fails on purpose")
+  -- the script's arguments are LuaUnit's options, as under the runner
+  out, code, last = direct(path, "-p", "Ok")
+  lu.assertEquals(last, "2 passed, 0 failed", out)
+  lu.assertEquals(code, 0)
+  lu.assertEquals(select(3, run(path)), "2 passed, 1 failed")
+end
+
+-- a file of any name that loads LuaUnit is a suite; one named test_*.lua
+-- without tests, or another script with a global named test*, is not
+function TestDirectRun:testWhatIsASuite()
+  local out, code, last = direct(self:file("checks.lua",
+    "local lu = require 'luaunit'\nfunction testOne() lu.assertEquals(1, 1) end\n"))
+  lu.assertEquals({last, code}, {"1 passed, 0 failed", 0}, out)
+  out, code = direct(self:file("test_empty.lua", "print('no tests here')\n"))
+  lu.assertEquals({out, code}, {"no tests here\n", 0})
+  out, code = direct(self:file("plain.lua", "function test_me() print('called once') end\ntest_me()\n"))
+  lu.assertEquals({out, code}, {"called once\n", 0})
+end
+
+-- an error outside the tests is the script's error, with no summary
+function TestDirectRun:testErrorAtTopLevel()
+  local out, code = direct(f"test_toplevel.lua")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "no data at top level")
+  lu.assertNotStrContains(out, " passed, ")
+end
+
 ---------------------------------------------------------------- Ctrl-C
 
 TestRunnerInterrupt = {}

@@ -51,6 +51,21 @@ function TestExecutable:testScriptArgs()
   lu.assertEquals(out, f .. "\ta\tb c\t2\t2\ta\tb c\n")
 end
 
+-- help is a global in scripts and suites, as in the REPL: qkv.help
+function TestExecutable:testHelpIsAGlobal()
+  local out, code = sh(quote(exe) .. " -e 'help(qkv.softmax)'")
+  lu.assertEquals(code, 0, out)
+  lu.assertStrContains(out, "qkv.softmax(x [, dim])\n")
+  local f = tmpfile("help('softmax'); help(qkv.nn.Linear)")
+  local out2, code2 = sh(quote(exe) .. " " .. f)
+  os.remove(f)
+  lu.assertEquals(code2, 0, out2)
+  lu.assertStrContains(out2, "qkv.softmax(x [, dim])\n")
+  lu.assertStrContains(out2, "qkv.nn.Linear(d_in, d_out")
+  lu.assertEquals(type(help), "function")       -- this suite's state
+  lu.assertEquals(require("qkv.doc").text(help), require("qkv.doc").text(qkv.help))
+end
+
 function TestExecutable:testErrorPrintsTracebackAndFails()
   local f = tmpfile("local function inner() qkv.matmul(qkv.ones(2, 3), qkv.ones(4, 5)) end\ninner()\n")
   local out, code = sh(quote(exe) .. " " .. f)
@@ -151,6 +166,19 @@ function TestModule:testStockLuaRequires()
                        " lua5.4 -e " .. quote(code_))
   lu.assertEquals(code, 0)
   lu.assertEquals(out, "tensor([[1., 1.],\n        [1., 1.]])\nqkv.Tensor\n")
+end
+
+-- qkv.test loaded from stock Lua teaches LuaUnit tensors there too
+function TestModule:testStockLuaAssertEquals()
+  local code_ = "local q = require 'qkv'; local lu = require 'luaunit'; require 'qkv.test'; " ..
+                "lu.assertEquals(q.ones(2), q.ones(2)); " ..
+                "print(select(2, pcall(lu.assertEquals, q.ones(2), q.zeros(2))))"
+  local rt = os.getenv("QKV_ASAN_PRELOAD")
+  local preload = rt and rt ~= "" and "LD_PRELOAD=" .. quote(rt) .. " " or ""
+  local out, code = sh(preload .. "LUA_CPATH=" .. quote(builddir .. "/?.so;;") ..
+                       " LUA_PATH='stdlib/?.lua;;' lua5.4 -e " .. quote(code_))
+  lu.assertEquals(code, 0, out)
+  lu.assertStrContains(out, "2 of 2 elements differ; the first at [1] (actual = 1.0, expected = 0.0)")
 end
 
 function TestModule:testCheckudataMessage()

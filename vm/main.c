@@ -167,9 +167,40 @@ static void setpath (lua_State *L) {
   add_searcher(L, exe);
 }
 
+/* the global help(...) of scripts, suites and the REPL alike: qkv.help */
+static int help (lua_State *L) {
+  int n = lua_gettop(L);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "qkv");
+  lua_getfield(L, -1, "help");
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/*
+** require "luaunit" in the executable: LuaUnit as qkv.testrun prepares
+** it (tensor-aware assertEquals, every run recorded for the summary line)
+*/
+static int preload_luaunit (lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.testrun");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "luaunit");
+  lua_call(L, 0, 1);
+  return 1;
+}
+
 static int initstate (lua_State *L) {
   luaL_openlibs(L);
   luaL_requiref(L, "qkv", luaopen_qkv, 1);
+  lua_pop(L, 1);
+  lua_register(L, "help", help);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, preload_luaunit);
+  lua_setfield(L, -2, "luaunit");
   lua_pop(L, 1);
   setpath(L);
   return 0;
@@ -210,6 +241,36 @@ static int runscript (lua_State *L, char **argv, int argc, int script) {
     status = cli_docall(L, n, 0);
   }
   return cli_report(L, status);
+}
+
+/* script_end() of qkv.testrun, protected: pushes whether nothing failed */
+static int callend (lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.testrun");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "script_end");
+  lua_call(L, 0, 1);
+  return 1;
+}
+
+/*
+** After a script ran to its end: one that is a suite (it loaded LuaUnit,
+** or it is named test_*.lua) gets the runner's rule, its tests run if it
+** did not run them, and the summary line.  Returns whether nothing failed.
+*/
+static int suite_end (lua_State *L, const char *fname) {
+  const char *base = strrchr(fname, '/');
+  size_t n = strlen(base = base ? base + 1 : fname);
+  int named = strncmp(base, "test_", 5) == 0 && n > 9 && strcmp(base + n - 4, ".lua") == 0;
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  int loaded = lua_getfield(L, -1, "luaunit") != LUA_TNIL;
+  lua_pop(L, 2);
+  if (!named && !loaded) return 1;
+  lua_pushcfunction(L, callend);
+  int status = cli_report(L, cli_docall(L, 0, 1));
+  int ok = status == LUA_OK && lua_toboolean(L, -1);
+  if (status == LUA_OK) lua_pop(L, 1);
+  return ok;
 }
 
 static int rundevice (const char *dev) {
@@ -261,7 +322,7 @@ static int pmain (lua_State *L) {
     return lua_pushboolean(L, 0), 1;
   if (script > 0) {
     createargtable(L, argv, argc, script);
-    ok = runscript(L, argv, argc, script) == LUA_OK;
+    ok = runscript(L, argv, argc, script) == LUA_OK && suite_end(L, argv[script]);
     /* like python -i: the session starts even after an error */
   } else if (!ran && !interactive) {
     if (isatty(STDIN_FILENO)) interactive = 1;

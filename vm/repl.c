@@ -373,14 +373,12 @@ static int helpline (lua_State *L) {
   return cli_docall(L, 1, 0);
 }
 
-/* loads qkv.repl into the registry and lets it set up the globals */
+/* loads qkv.repl into the registry */
 static int openrepl (lua_State *L) {
   lua_getglobal(L, "require");
   lua_pushliteral(L, "qkv.repl");
   lua_call(L, 1, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "qkv.repl");
-  pushreplfn(L, "_init");
-  lua_call(L, 0, 0);
   return 0;
 }
 

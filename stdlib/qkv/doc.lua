@@ -181,7 +181,7 @@ end
 
 -- value -> name, the first name in namespace order (qkv.sum before
 -- Tensor:sum: they are one function); a class's forward is Module:forward,
--- and the REPL's global help, which loads qkv.doc on first use, is qkv.help
+-- and the executable's global help, which loads qkv.doc on first use, is qkv.help
 local function name_of_value(v)
   if type(v) ~= "function" and type(v) ~= "table" then return nil end
   if v == M.help or v == rawget(_G, "help") then return "qkv.help" end

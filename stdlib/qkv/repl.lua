@@ -197,11 +197,4 @@ function M._help(expr)
   return qkv.help(expr)
 end
 
--- set up once per session: the global `help` (documents load on first use)
-function M._init()
-  if rawget(_G, "help") == nil then
-    _G.help = function(...) return qkv.help(...) end
-  end
-end
-
 return M

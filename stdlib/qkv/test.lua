@@ -1,13 +1,20 @@
 -- test.lua: qkv.test, tensor assertions for LuaUnit suites.
 --
 -- assertClose, assertShape, assertTensorEqual and skipUnlessCuda; every
--- other name is LuaUnit's (`local t = qkv.test; t.assertEquals(...)`).
+-- other name is LuaUnit's (`local t = qkv.test; t.assertEquals(...)`),
+-- whose assertEquals, assertNotEquals and assertAlmostEquals compare
+-- tensors once this is loaded (qkv.equal; in the qkv executable, require
+-- "luaunit" loads it).
 -- A failed assertion is a LuaUnit failure; a bad argument (a string where a
 -- tensor goes, an unknown option) is an ordinary error naming the function
 -- and the argument, so that a broken test shows as an error, not a failure.
 
 local qkv = require "qkv"
 local lu = require "luaunit"
+local equal = require "qkv.equal"
+
+-- LuaUnit's assertEquals and assertNotEquals compare tensors from now on
+equal.patch(lu)
 
 local M = setmetatable({}, {__index = lu})
 
@@ -33,43 +40,8 @@ local function checkopen(fname, n, x)
   if not pcall(function() return x.ndim end) then argerror(fname, n, "tensor was closed") end
 end
 
--- "(2, 3)" as qkv prints shapes, or "number"
-local function shapestr(x)
-  return type(x) == "number" and "number" or tostring(x.shape)
-end
-
-local function sameshape(a, b)
-  if a:dim() ~= b:dim() then return false end
-  for d = 1, a:dim() do
-    if a:size(d) ~= b:size(d) then return false end
-  end
-  return true
-end
-
--- the 1-based index, as qkv indexes, of element k (1-based) of x flattened
-local function unravel(shape, k)
-  local idx, rest = {}, k - 1
-  for d = #shape, 1, -1 do
-    idx[d] = rest % shape[d] + 1
-    rest = rest // shape[d]
-  end
-  return "[" .. table.concat(idx, ", ") .. "]"
-end
-
-local function num(x, digits)
-  if x ~= x then return "nan" end
-  return ("%." .. digits .. "g"):format(x)
-end
-
--- two numbers printed with as many digits as it takes to tell them apart
-local function pair(a, b)
-  local fa, fb
-  for digits = 6, 17 do
-    fa, fb = num(a, digits), num(b, digits)
-    if fa ~= fb or a ~= a or a == b then break end
-  end
-  return fa, fb
-end
+local shapestr, sameshape, unravel = equal.shapestr, equal.sameshape, equal.unravel
+local num, pair = equal.num, equal.pair
 
 ---------------------------------------------------------------- assertClose
 
@@ -185,23 +157,8 @@ function M.assertTensorEqual(a, b)
   end
   checkopen("assertTensorEqual", 1, a)
   checkopen("assertTensorEqual", 2, b)
-  if not sameshape(a, b) then
-    failure(("assertTensorEqual: shapes %s and %s differ"):format(shapestr(a), shapestr(b)))
-  end
-  if a.dtype ~= b.dtype then
-    failure(("assertTensorEqual: dtypes %s and %s differ"):format(a.dtype, b.dtype))
-  end
-  -- compared in their own dtype: int64 beyond 2^53 stays exact
-  local differ = a:ne(b)
-  local bothnan = a:ne(a):masked_fill(b:eq(b), 0)
-  differ = differ:masked_fill(bothnan, 0)
-  local bad = differ:sum():item()
-  if bad == 0 then return end
-  local k = differ:reshape(-1):argmax():item()
-  local va, vb = a:reshape(-1)[k], b:reshape(-1)[k]
-  local where = a:dim() > 0 and " at " .. unravel(a.shape, k) or ""
-  failure(("assertTensorEqual: %d of %d elements differ; the first%s (a = %s, b = %s)")
-          :format(bad, a:numel(), where, tostring(va), tostring(vb)))
+  local why = equal.tensors(a, b)
+  if why then failure("assertTensorEqual: " .. why) end
 end
 
 -- skipUnlessCuda(): the rest of the test needs a GPU

@@ -6,6 +6,12 @@
 -- the counts. `suite` runs inside that new state: it loads the file with
 -- os.exit turned into "stop this suite", runs LuaUnit when the file does
 -- not, and returns the counts read from LuaUnit's own result objects.
+--
+-- In every state of the executable `require "luaunit"` comes here
+-- (`luaunit`, preloaded by vm/main.c): LuaUnit with tensor-aware equality
+-- and its runs recorded. A suite file run as a script (`qkv test_x.lua`)
+-- follows the runner's rule through `script_end`, and closes with the same
+-- summary line.
 
 local M = {}
 
@@ -24,6 +30,10 @@ usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-
 ]]
 
 ---------------------------------------------------------------- inside a suite
+
+-- this state's LuaUnit runs, whether it runs a suite for `qkv test`, and
+-- the Ctrl-C flag of the runner (a function)
+local runs, insuite, interrupted = {}, false, function() return false end
 
 -- a traceback without the runner's own frames below the suite
 local function trimmed(msg)
@@ -65,12 +75,12 @@ end
 
 -- LuaUnit's runners record themselves, and stop the suite after a test
 -- during which Ctrl-C was pressed (LuaUnit would catch the error and go on)
-local function hooks(lu, runners, interrupted)
+local function hooks(lu)
   local C = lu.LuaUnit
   for _, name in ipairs{"runSuite", "runSuiteByInstances"} do
     local run = C[name]
     C[name] = function(self, ...)
-      runners[#runners + 1] = self
+      runs[#runs + 1] = self
       return run(self, ...)
     end
   end
@@ -81,11 +91,87 @@ local function hooks(lu, runners, interrupted)
   end
 end
 
+-- "N passed, N failed[, N skipped]", the last line of a run
+local function summaryline(passed, failed, skipped)
+  local line = ("%d passed, %d failed"):format(passed, failed)
+  if skipped > 0 then line = line .. (", %d skipped"):format(skipped) end
+  return line
+end
+
+-- prints the summary line of this state's runs (once); returns whether
+-- nothing failed
+local printed = false
+local function summary()
+  local res = {}
+  collect(res, runs)
+  if not printed then
+    printed = true
+    print(summaryline(res.passed, res.failures + res.errors, res.skipped))
+  end
+  return res.failures + res.errors == 0
+end
+
+-- a suite file run as a script that exits: the summary line goes first,
+-- unless a test is still running (LuaUnit's own os.exit refuses that)
+local function exit_with_summary(lu)
+  local exit = os.exit
+  os.exit = function(...)
+    if #runs > 0 and #lu.LuaUnit.instances == 0 then summary() end
+    return exit(...)
+  end
+end
+
+--[[
+luaunit() -> LuaUnit, what `require "luaunit"` gives in the executable:
+the real module (found by the other searchers), its assertEquals and
+assertNotEquals comparing tensors (qkv.equal), its runs recorded for the
+summary line and, outside `qkv test`, an os.exit that prints that line.
+]]
+local prepared
+function M.luaunit()
+  if prepared then return prepared end
+  package.preload.luaunit = nil
+  local lu = require "luaunit"
+  require("qkv.equal").patch(lu)
+  hooks(lu)
+  if not insuite then exit_with_summary(lu) end
+  prepared = lu
+  return lu
+end
+
+-- whether the script defined tests as LuaUnit collects them: globals named
+-- test* or Test* (any case) holding a function or a table
+local function defines_tests()
+  for k, v in pairs(_G) do
+    if type(k) == "string" and k:sub(1, 4):lower() == "test"
+       and (type(v) == "function" or type(v) == "table") then
+      return true
+    end
+  end
+  return false
+end
+
+--[[
+script_end() -> whether nothing failed: called by the executable once a
+script that is a suite (it loaded LuaUnit, or its name is test_*.lua) ran
+to its end. The runner's rule: if it did not run LuaUnit itself and it
+defines tests, LuaUnit runs them now, with the script's arguments as its
+options. When anything ran, the summary line of `qkv test` closes.
+]]
+function M.script_end()
+  if #runs == 0 then
+    if not defines_tests() then return true end
+    M.luaunit().LuaUnit.run()
+  end
+  return summary()
+end
+
 -- suite(path, args, interrupted) -> {passed=, failures=, errors=, skipped=,
 -- tests= (LuaUnit's nodes), loaderror=, error= (raised outside any test),
 -- exitcode=}; runs in the suite's fresh state
-function M.suite(path, args, interrupted)
-  local res, runners, exitcode = {}, {}, nil
+function M.suite(path, args, flag)
+  local res, exitcode = {}, nil
+  insuite, interrupted = true, flag
   -- os.exit records the code and unwinds the suite; LuaUnit, loaded after
   -- this, wraps it as it wraps any os.exit
   os.exit = function(code)
@@ -94,8 +180,7 @@ function M.suite(path, args, interrupted)
     exitcode = math.tointeger(code) or 1
     error("os.exit(" .. tostring(code) .. ")", 0)
   end
-  local lu = require "luaunit"
-  hooks(lu, runners, interrupted)
+  local lu = M.luaunit()
   local function handler(e)
     if exitcode then return nil end
     return trimmed(errortext(e))
@@ -106,14 +191,14 @@ function M.suite(path, args, interrupted)
   else
     local ok
     ok, err = xpcall(chunk, handler, table.unpack(args))
-    if ok and exitcode == nil and #runners == 0 then
+    if ok and exitcode == nil and #runs == 0 then
       -- a suite without the run line: its Test* tables and test* functions
       ok, err = xpcall(lu.LuaUnit.run, handler)
     end
     -- Ctrl-C unwinds the suite: not an error of its own
     if not ok and exitcode == nil and not interrupted() then res.error = err end
   end
-  collect(res, runners)
+  collect(res, runs)
   res.exitcode = exitcode
   return res
 end
@@ -342,9 +427,7 @@ function M.main(args, sys)
     local ok, werr = writejunit(o.name, suites)
     if not ok then fail(prog, 1, werr); tot.failed = tot.failed + 1 end
   end
-  local line = ("%d passed, %d failed"):format(tot.passed, tot.failed)
-  if tot.skipped > 0 then line = line .. (", %d skipped"):format(tot.skipped) end
-  print(line)
+  print(summaryline(tot.passed, tot.failed, tot.skipped))
   if stopped then return fail(prog, 130, "interrupted") end
   return tot.failed == 0 and 0 or 1
 end

@@ -82,7 +82,9 @@ local namespaces = {
   {id = "qkv.test", title = "qkv.test",
    intro = "Assertions for LuaUnit suites (stdlib/qkv/test.lua). The " ..
      "module also reaches LuaUnit's own functions, so qkv.test.assertEquals " ..
-     "works too.",
+     "works too; in qkv, LuaUnit's assertEquals and assertNotEquals compare " ..
+     "tensors (shape, dtype, values) and assertAlmostEquals(a, b, margin) " ..
+     "on tensors is assertClose with atol = margin, rtol = 0.",
    groups = {"assertions"}},
   {id = "qkv.repl", title = "qkv.repl",
    intro = "The REPL's settings (stdlib/qkv/repl.lua).",

@@ -53,7 +53,8 @@ not a boolean is an error. As Torch7's trepl timing.]]},
 description, a namespace's functions, or with no argument how to use the
 REPL. x is a function (qkv.softmax), a name as a string ("softmax",
 "x:matmul", "qkv.nn.Linear"), a namespace (qkv.nn, qkv.plot, qkv) or a
-tensor, which gives the tensor methods. In the REPL, ?name shows the same as help(name).
-Something undocumented prints no documentation for it;
+tensor, which gives the tensor methods. The qkv executable has it as the
+global help too, in scripts and suites as in the REPL, where ?name shows
+the same as help(name). Something undocumented prints no documentation for it;
 require("qkv.doc").text(x) returns the text instead of printing it.]]},
 }
