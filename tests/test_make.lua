@@ -44,21 +44,16 @@ function TestMake:testDefaultTargetBuildsWhatTheSuitesNeed()
   end
 end
 
--- the README's list of packages is DEPS, in the same order
-function TestMake:testReadmeListsTheDeps()
+-- the README's lists of packages are DEPS and BENCH_DEPS, in their order
+function TestMake:testReadmeListsThePackages()
   need_make()
   local readme = shell.read("README.md")
-  local block = readme:match("does nothing when all are there:\n\n(.-)\n\n")
-  lu.assertNotNil(block, "README's list of packages")
-  lu.assertEquals(words(block), variable("DEPS"))
-end
-
-function TestMake:testReadmeListsTheBenchDeps()
-  need_make()
-  local readme = shell.read("README.md")
-  local list = readme:match("`make bench%-deps` for its optional peers: ([^)]*)%)")
-  lu.assertNotNil(list, "README's list of bench peers")
-  lu.assertEquals(words(list), variable("BENCH_DEPS"))
+  for var, pattern in pairs{DEPS = "does nothing when all are there:\n\n(.-)\n\n",
+                            BENCH_DEPS = "`make bench%-deps` for its optional peers: ([^)]*)%)"} do
+    local list = readme:match(pattern)
+    lu.assertNotNil(list, "README's list of " .. var)
+    lu.assertEquals(words(list), variable(var), var)
+  end
 end
 
 os.exit(lu.LuaUnit.run(), true)

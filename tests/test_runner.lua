@@ -9,16 +9,19 @@ local FIX = "tests/fixtures/runner"
 
 local quote = dofile("tests/shell.lua").quote
 
--- runs `qkv test <args>` (a list, quoted here); returns the output (stdout
--- and stderr), the exit status and the last line
-local function run(...)
+-- runs `qkv <args>` (a list, quoted here); returns the output (stdout and
+-- stderr), the exit status and the last line
+local function direct(...)
   local words = {}
   for i, a in ipairs{...} do words[i] = quote(a) end
-  local p = io.popen(quote(EXE) .. " test " .. table.concat(words, " ") .. " 2>&1")
+  local p = io.popen(quote(EXE) .. " " .. table.concat(words, " ") .. " 2>&1")
   local out = p:read("a")
   local _, _, code = p:close()
   return out, code, out:match("([^\n]*)\n?$")
 end
+
+-- `qkv test <args>`
+local function run(...) return direct("test", ...) end
 
 -- the files run, in order, from the "== path" lines
 local function ran(out)
@@ -446,16 +449,6 @@ end
 -- `qkv file.lua`: a suite runs as under `qkv test` and closes with the same
 -- line; other scripts are left as they were
 TestDirectRun = {}
-
--- runs `qkv <words>` (quoted here): output, status, last line
-local function direct(...)
-  local words = {}
-  for i, a in ipairs{...} do words[i] = quote(a) end
-  local p = io.popen(quote(EXE) .. " " .. table.concat(words, " ") .. " 2>&1")
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code, out:match("([^\n]*)\n?$")
-end
 
 function TestDirectRun:setUp() self.dir = tmpdir() end
 function TestDirectRun:tearDown() os.execute("rm -rf " .. quote(self.dir)) end

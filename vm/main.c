@@ -180,16 +180,21 @@ static int help (lua_State *L) {
   return lua_gettop(L);
 }
 
+/* pushes the one result of require("qkv.testrun")[fn]() */
+static void testrun_call (lua_State *L, const char *fn) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.testrun");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, fn);
+  lua_call(L, 0, 1);
+}
+
 /*
 ** require "luaunit" in the executable: LuaUnit as qkv.testrun prepares
 ** it (tensor-aware assertEquals, every run recorded for the summary line)
 */
 static int preload_luaunit (lua_State *L) {
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "qkv.testrun");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "luaunit");
-  lua_call(L, 0, 1);
+  testrun_call(L, "luaunit");
   return 1;
 }
 
@@ -245,11 +250,7 @@ static int runscript (lua_State *L, char **argv, int argc, int script) {
 
 /* script_end() of qkv.testrun, protected: pushes whether nothing failed */
 static int callend (lua_State *L) {
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "qkv.testrun");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "script_end");
-  lua_call(L, 0, 1);
+  testrun_call(L, "script_end");
   return 1;
 }
 
