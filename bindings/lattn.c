@@ -57,6 +57,44 @@ static int opt_field (lua_State *L, int arg, const char *key) {
   return lua_getfield(L, arg, key);
 }
 
+/*
+** The options of scores and attention, read into C values before any
+** tensor argument is checked: reading them may run the table's
+** metamethods, which may close a tensor or let the collector run.  The
+** mask stays on the stack (at .mask, 0 for none) so that it cannot be
+** collected, and is checked with the other tensors afterwards.
+*/
+typedef struct Opts {
+  int has_scale, causal, weights, mask;
+  double scale;
+} Opts;
+
+static int opt_flag (lua_State *L, int arg, const char *name, const char *key,
+                     int def) {
+  int t = opt_field(L, arg, key), v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+    luaL_error(L, "%s: option '%s' must be a boolean", name, key);
+  lua_pop(L, 1);
+  return v;
+}
+
+static void read_opts (lua_State *L, int arg, const char *name,
+                       const char *const *known, int attention, Opts *o) {
+  check_opts(L, arg, name, known);
+  o->has_scale = opt_field(L, arg, "scale") != LUA_TNIL;
+  if (o->has_scale && lua_type(L, -1) != LUA_TNUMBER)
+    luaL_error(L, "%s: option 'scale' must be a number, got %s", name,
+               luaL_typename(L, -1));
+  o->scale = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  o->mask = 0;
+  if (!attention) return;                   /* scores: scale alone */
+  o->causal = opt_flag(L, arg, name, "causal", 0);
+  o->weights = opt_flag(L, arg, name, "weights", 1);
+  if (opt_field(L, arg, "mask") == LUA_TNIL) lua_pop(L, 1);
+  else o->mask = lua_gettop(L);
+}
+
 /* project(x, W [, b]) = x W + b */
 
 static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
@@ -105,19 +143,11 @@ static void check_qk (lua_State *L, const char *name, const qkv_tensor *Q,
     shape_error(L, name, "Q", Q, "K", K, "batch dims do not broadcast");
 }
 
-static double opt_scale (lua_State *L, int arg, const char *name,
-                         const qkv_tensor *Q) {
-  /* called before Q's rank is checked: a 0-d Q has no size[ndim - 1] */
+/* the option, else 1/sqrt(d_k); before Q's rank is checked, so a 0-d Q
+   (no size[ndim - 1]) counts as d_k = 1 */
+static double scale_of (const Opts *o, const qkv_tensor *Q) {
   int64_t dk = Q->ndim > 0 ? LAST(Q) : 1;
-  double s = 1.0 / sqrt((double)(dk > 0 ? dk : 1));
-  if (opt_field(L, arg, "scale") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TNUMBER)
-      luaL_error(L, "%s: option 'scale' must be a number, got %s", name,
-                 luaL_typename(L, -1));
-    s = lua_tonumber(L, -1);
-  }
-  lua_pop(L, 1);
-  return s;
+  return o->has_scale ? o->scale : 1.0 / sqrt((double)(dk > 0 ? dk : 1));
 }
 
 static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
@@ -130,18 +160,20 @@ static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
 
 static int a_scores (lua_State *L) {
   static const char *const known[] = {"scale", NULL};
+  Opts o;
+  read_opts(L, 3, "scores", known, 0, &o);
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
-  check_opts(L, 3, "scores", known);
-  scores(L, "scores", Q, K, opt_scale(L, 3, "scores", Q));
+  scores(L, "scores", Q, K, scale_of(&o, Q));
   return 1;
 }
 
 
 /* masks */
 
-/* in place: S gets `fill` where m (broadcasting to S) is false/0 */
+/* in place: S gets `fill` (a scalar of S's dtype) where m (broadcasting
+   to S) is false/0 */
 static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
-                            const qkv_tensor *m, double fill) {
+                            const qkv_tensor *m, const qkv_tensor *fill) {
   qkv_tensor e;
   if (qkv_expand(&e, m, S->ndim, S->size) != 0) {
     const char *sm = qkvL_shape(L, m), *ss = qkvL_shape(L, S);
@@ -152,13 +184,26 @@ static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
   qkvL_Scalar zero;
   zero.v.b = 0;
   qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, qkvL_scalar(&zero, QKV_BOOL)));
-  qkvL_check(L, name, qkv_masked_fill(S, off, fill));
+  qkvL_masked_fill(L, name, S, off, fill);
   lua_pop(L, 1);
+}
+
+/* -inf as a scalar of S's dtype, for the masks of attention's scores */
+static const qkv_tensor *neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
+  if (dt == QKV_F32) sc->v.f = -INFINITY; else sc->v.d = -INFINITY;
+  return qkvL_scalar(sc, dt);
 }
 
 static int a_mask (lua_State *L) {
   qkv_tensor *S = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
-  double fill = luaL_optnumber(L, 3, -INFINITY);
+  qkvL_Scalar sc;
+  const qkv_tensor *fill;
+  if (lua_isnoneornil(L, 3) && qkv_is_float(S->dtype)) fill = neg_inf(&sc, S->dtype);
+  else {
+    lua_settop(L, 3);        /* the default -inf, checked as a given fill */
+    if (lua_isnil(L, 3)) lua_pushnumber(L, -INFINITY), lua_replace(L, 3);
+    fill = qkvL_checkfill(L, 3, S->dtype, "mask", &sc);
+  }
   qkv_tensor *out = qkvL_newlike(L, S, S->dtype);
   qkvL_check(L, "mask", qkv_copy(out, S));
   fill_where_not(L, "mask", out, m, fill);
@@ -189,40 +234,57 @@ static int a_causal (lua_State *L) {
   return 1;
 }
 
+/*
+** The lengths at arg, a table or a 1-D tensor, as a float64 tensor pushed
+** on the stack: read once, so a table whose metamethods change their
+** answers cannot make the mask disagree with the checks.
+*/
+static qkv_tensor *read_lengths (lua_State *L, int arg) {
+  qkv_tensor *t = qkvL_totensor(L, arg), *out;
+  if (t) {
+    if (t->ndim != 1) luaL_error(L, "padding: lengths must be 1-D");
+    out = qkvL_newlike(L, t, QKV_F64);
+    qkvL_check(L, "padding", qkv_copy(out, t));
+    return out;
+  }
+  luaL_checktype(L, arg, LUA_TTABLE);
+  int64_t count = (int64_t)luaL_len(L, arg);
+  if (count < 0) luaL_error(L, "padding: the table's length is negative");
+  out = qkvL_new(L, QKV_F64, QKV_CPU, 1, &count, 0);
+  for (int64_t b = 0; b < count; b++) {
+    if (qkv_interrupted) qkvL_check(L, "padding", QKV_EINTR);
+    lua_geti(L, arg, (lua_Integer)b + 1);
+    int ok;
+    lua_Integer len = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    ((double *)qkv_data(out))[b] = ok ? (double)len : -1;
+  }
+  return out;
+}
+
 /* padding(lengths [, n]): bool (#lengths, 1, n), true for real tokens;
    n defaults to the longest length */
 static int a_padding (lua_State *L) {
-  qkv_tensor *t = qkvL_totensor(L, 1);
-  if (t) {                                   /* a tensor: its list of lengths */
-    if (t->ndim != 1) return luaL_error(L, "padding: lengths must be 1-D");
-    lua_getfield(L, 1, "tolist");
-    lua_pushvalue(L, 1);
-    lua_call(L, 1, 1);
-    lua_replace(L, 1);
-  }
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer count = luaL_len(L, 1), n = 0, len;
   lua_Integer want = lua_isnoneornil(L, 2) ? -1 : (lua_Integer)checkcount(L, 2);
-  for (lua_Integer b = 1; b <= count; b++, lua_pop(L, 1)) {
-    int ok;
-    lua_geti(L, 1, b);
-    len = lua_tointegerx(L, -1, &ok);
-    if (!ok || len < 0)
-      return luaL_error(L, "padding: length %I is not a non-negative integer", b);
-    if (want >= 0 && len > want)
+  qkv_tensor *lt = read_lengths(L, 1);
+  int64_t count = lt->size[0], n = 0;
+  const double *len = (const double *)qkv_data(lt);
+  for (int64_t b = 0; b < count; b++) {
+    if (!(len[b] >= 0 && len[b] == floor(len[b]) && len[b] < 9e18))
+      return luaL_error(L, "padding: length %I is not a non-negative integer",
+                        (lua_Integer)b + 1);
+    if (want >= 0 && len[b] > (double)want)
       return luaL_error(L, "padding: length %I of item %I exceeds n = %I",
-                        len, b, want);
-    if (len > n) n = len;
+                        (lua_Integer)len[b], (lua_Integer)b + 1, want);
+    if (len[b] > (double)n) n = (int64_t)len[b];
   }
   if (want >= 0) n = want;
   int64_t size[3] = {count, 1, n};
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
   unsigned char *p = (unsigned char *)qkv_data(m);
-  for (lua_Integer b = 0; b < count; b++, lua_pop(L, 1)) {
-    lua_geti(L, 1, b + 1);
-    len = lua_tointeger(L, -1);
-    for (lua_Integer j = 0; j < n; j++) p[b * n + j] = j < len;
-  }
+  len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
+  for (int64_t b = 0; b < count; b++)
+    for (int64_t j = 0; j < n; j++) p[b * n + j] = (double)j < len[b];
   return 1;
 }
 
@@ -305,16 +367,21 @@ static int a_align (lua_State *L) {
     project(L, "align", x, qkvL_checktensor(L, 2), optbias(L, 3));
     return 1;
   }
-  if (luaL_len(L, 2) != 4)
+  lua_Integer len = luaL_len(L, 2);
+  if (len != 4)
     return luaL_error(L, "align: the MLP form takes {W1, b1, W2, b2}, got %I "
-                      "items", luaL_len(L, 2));
+                      "items", len);
+  /* all four read (the table's metamethods run here) before any is
+     checked, and kept on the stack */
+  int base = lua_gettop(L);
+  for (int i = 0; i < 4; i++) lua_geti(L, 2, i + 1);
+  x = qkvL_checktensor(L, 1);
   for (int i = 0; i < 4; i++) {
-    lua_geti(L, 2, i + 1);
-    w[i] = qkvL_totensor(L, -1);
+    w[i] = qkvL_totensor(L, base + 1 + i);
     if (w[i] == NULL)
       return luaL_error(L, "align: item %d of the weights is a %s, not a "
-                        "tensor", i + 1, luaL_typename(L, -1));
-    lua_pop(L, 1);
+                        "tensor", i + 1, qkvL_istensor(L, base + 1 + i)
+                        ? "closed tensor" : luaL_typename(L, base + 1 + i));
   }
   qkv_tensor *hidden = project(L, "align", x, w[0], w[1]);
   project(L, "align", gelu(L, hidden), w[2], w[3]);
@@ -326,20 +393,13 @@ static int a_align (lua_State *L) {
 ** With weights = false the fused kernel runs and never holds the scores.
 */
 
-static int opt_flag (lua_State *L, int arg, const char *key, int def) {
-  int t = opt_field(L, arg, key), v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
-    luaL_error(L, "attention: option '%s' must be a boolean", key);
-  lua_pop(L, 1);
-  return v;
-}
-
-static qkv_tensor *opt_mask (lua_State *L, int arg) {
-  qkv_tensor *m = NULL;
-  if (opt_field(L, arg, "mask") != LUA_TNIL && (m = qkvL_totensor(L, -1)) == NULL)
+static qkv_tensor *opt_mask (lua_State *L, const Opts *o) {
+  qkv_tensor *m;
+  if (o->mask == 0) return NULL;
+  if ((m = qkvL_totensor(L, o->mask)) == NULL)
     luaL_error(L, "attention: option 'mask' must be a tensor, got %s",
-               luaL_typename(L, -1));
-  lua_pop(L, 1);                 /* the options table keeps it alive */
+               qkvL_istensor(L, o->mask) ? "a closed tensor"
+                                         : luaL_typename(L, o->mask));
   return m;
 }
 
@@ -381,14 +441,14 @@ static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
 
 static int a_attention (lua_State *L) {
   static const char *const known[] = {"mask", "causal", "scale", "weights", NULL};
+  Opts o;
+  read_opts(L, 4, "attention", known, 1, &o);
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
-  qkv_tensor *V = qkvL_checktensor(L, 3), *m;
+  qkv_tensor *V = qkvL_checktensor(L, 3), *m = opt_mask(L, &o);
   int64_t size[QKV_MAXDIM];
-  check_opts(L, 4, "attention", known);
-  double scale = opt_scale(L, 4, "attention", Q);
-  int causal_ = opt_flag(L, 4, "causal", 0), weights = opt_flag(L, 4, "weights", 1);
-  m = opt_mask(L, 4);
-  if (!weights) return fused(L, Q, K, V, m, causal_, scale);
+  double scale = scale_of(&o, Q);
+  int causal_ = o.causal;
+  if (!o.weights) return fused(L, Q, K, V, m, causal_, scale);
   /* Q seen with every batch dim (a view), so the weights have the same
      batch dims as the output, as in the fused path */
   int n = attention_shape(L, Q, K, V, size);
@@ -397,7 +457,8 @@ static int a_attention (lua_State *L) {
   qkv_expand(&Qe, Q, n, size);
   qkv_tensor *S = scores(L, "attention", &Qe, K, scale);
   int w = lua_gettop(L);
-  if (m) fill_where_not(L, "attention", S, m, -INFINITY);
+  qkvL_Scalar sc;
+  if (m) fill_where_not(L, "attention", S, m, neg_inf(&sc, S->dtype));
   if (causal_) {
     qkv_tensor *off = causal(L, ROWS(S), LAST(S), 0);
     qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));

@@ -8,17 +8,27 @@
 
 #include "lqkv.h"
 
-/* the shape of a nested table, read down its first items */
-static int table_shape (lua_State *L, int idx, int64_t *size) {
-  int n = 0;
+/*
+** The shape of a nested table, read down its first items, and the dtype
+** its first leaf suggests (bool for a boolean, else float32).  The walk is
+** bounded: a table met twice on the way down (t[1] = t) or a ninth level
+** is an error.
+*/
+static int table_shape (lua_State *L, int idx, int64_t *size, qkv_dtype *dt) {
+  int n = 0, top = lua_gettop(L);
+  luaL_checkstack(L, QKV_MAXDIM + 2, "tensor");
   lua_pushvalue(L, idx);
   while (lua_type(L, -1) == LUA_TTABLE) {
+    for (int k = top + 1; k < lua_gettop(L); k++)
+      if (lua_rawequal(L, k, -1)) luaL_error(L, "tensor: the nested table contains itself");
     if (n == QKV_MAXDIM) luaL_error(L, "tensor: nested deeper than 8 levels");
-    size[n++] = (int64_t)luaL_len(L, -1);
+    lua_Integer len = luaL_len(L, -1);
+    if (len < 0) luaL_error(L, "tensor: a list at depth %d has a negative length", n + 1);
+    size[n++] = (int64_t)len;
     lua_geti(L, -1, 1);
-    lua_remove(L, -2);
   }
-  lua_pop(L, 1);
+  *dt = lua_type(L, -1) == LUA_TBOOLEAN ? QKV_BOOL : QKV_F32;
+  lua_settop(L, top);
   return n;
 }
 
@@ -48,6 +58,7 @@ static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
                "items, expected %I", d + 1, n, (lua_Integer)t->size[d]);
   luaL_checkstack(L, 2, "tensor");
   for (lua_Integer i = 1; i <= n; i++) {
+    if ((i & 0xfff) == 0 && qkv_interrupted) qkvL_check(L, "tensor", QKV_EINTR);
     lua_geti(L, -1, i);
     int istable = lua_type(L, -1) == LUA_TTABLE;
     if (d + 1 < t->ndim) {
@@ -68,24 +79,12 @@ static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
   return p;
 }
 
-/* the first leaf decides between bool and float32 */
-static qkv_dtype leaf_dtype (lua_State *L, int idx) {
-  lua_pushvalue(L, idx);
-  while (lua_type(L, -1) == LUA_TTABLE) {
-    lua_geti(L, -1, 1);
-    lua_remove(L, -2);
-  }
-  qkv_dtype dt = lua_type(L, -1) == LUA_TBOOLEAN ? QKV_BOOL : QKV_F32;
-  lua_pop(L, 1);
-  return dt;
-}
-
 static int b_tensor (lua_State *L) {
   int64_t size[QKV_MAXDIM];
   qkv_tensor *src = qkvL_istensor(L, 1) ? qkvL_checktensor(L, 1) : NULL;
-  qkv_dtype dt = src ? src->dtype : leaf_dtype(L, 1);
-  if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
+  qkv_dtype dt = src ? src->dtype : QKV_F32, leaf;
   if (src) {
+    if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
     qkv_tensor *t = qkvL_newlike(L, src, dt);
     qkvL_check(L, "tensor", qkv_copy(t, src));
     return 1;
@@ -93,7 +92,8 @@ static int b_tensor (lua_State *L) {
   int type = lua_type(L, 1);
   if (type != LUA_TTABLE && type != LUA_TNUMBER && type != LUA_TBOOLEAN)
     luaL_typeerror(L, 1, "table, number or boolean");
-  int n = table_shape(L, 1, size);
+  int n = table_shape(L, 1, size, &leaf);
+  dt = lua_isnoneornil(L, 2) ? leaf : qkvL_checkdtype(L, 2);
   qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
   lua_pushvalue(L, 1);
   if (n == 0) store(L, dt, (char *)qkv_data(t), -1);
@@ -120,10 +120,11 @@ static int b_full (lua_State *L) {
   int n = qkvL_checkshapearg(L, 1, size);
   luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2), 2,
                 "number expected");
-  double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : lua_tonumber(L, 2);
   qkv_dtype dt = lua_isnoneornil(L, 3) ? QKV_F32 : qkvL_checkdtype(L, 3);
+  qkvL_Scalar sc;
+  const qkv_tensor *v = qkvL_checkfill(L, 2, dt, "full", &sc);
   qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
-  qkvL_check(L, "full", qkv_fill(t, v));
+  qkvL_check(L, "full", qkv_copy(t, v));
   return 1;
 }
 
@@ -157,6 +158,8 @@ static int b_arange (lua_State *L) {
   if (count < 0)
     return luaL_error(L, "arange: step %f goes away from the end %f", step, b);
   if (count > 9e15) return luaL_error(L, "arange: %f items is too many", count);
+  if (dt == QKV_I64 && !(fabs(a) < 9.2e18 && fabs(b) < 9.2e18))
+    return luaL_error(L, "arange: bounds %f and %f do not fit in int64", a, b);
   int64_t n = (int64_t)count;
   qkv_tensor *t = qkvL_new(L, QKV_F64, QKV_CPU, 1, &n, 0);
   double *p = (double *)qkv_data(t);

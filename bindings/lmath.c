@@ -19,6 +19,51 @@ const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   return &sc->t;
 }
 
+/* 2^63: the first double past int64's range (and -2^63 its least) */
+#define TWO63 9223372036854775808.0
+
+const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
+                                  const char *name, qkvL_Scalar *sc) {
+  int t = lua_type(L, arg);
+  if (t != LUA_TNUMBER && t != LUA_TBOOLEAN) luaL_typeerror(L, arg, "number");
+  double x = t == LUA_TBOOLEAN ? lua_toboolean(L, arg) : lua_tonumber(L, arg);
+  switch (dt) {
+    case QKV_F32: sc->v.f = (float)x; break;
+    case QKV_F64: sc->v.d = x; break;
+    case QKV_BOOL: sc->v.b = x != 0; break;
+    default:
+      if (lua_isinteger(L, arg)) sc->v.i = (int64_t)lua_tointeger(L, arg);
+      else if (x >= -TWO63 && x < TWO63) sc->v.i = (int64_t)x;   /* toward 0 */
+      else luaL_error(L, "%s: %s does not fit in int64", name,
+                      x != x ? "nan" : lua_pushfstring(L, "%s", luaL_tolstring(L, arg, NULL)));
+  }
+  return qkvL_scalar(sc, dt);
+}
+
+/*
+** The kernels take the fill value as a double, which holds every float
+** and bool value and every int64 up to 2^53; a larger int64 is written
+** exactly as out = (out with 0 under the mask) + mask * value.
+*/
+void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
+                       const qkv_tensor *mask, const qkv_tensor *val) {
+  const qkvL_Scalar *sc = (const qkvL_Scalar *)val;
+  double v = val->dtype == QKV_F32 ? sc->v.f : val->dtype == QKV_F64 ? sc->v.d
+           : val->dtype == QKV_BOOL ? sc->v.b : (double)sc->v.i;
+  int64_t i = sc->v.i;
+  if (val->dtype != QKV_I64 || (i >= -((int64_t)1 << 53) && i <= (int64_t)1 << 53)) {
+    qkvL_check(L, name, qkv_masked_fill(out, mask, v));
+    return;
+  }
+  qkv_tensor *on = qkvL_newlike(L, mask, QKV_BOOL);
+  qkv_tensor *add = qkvL_newlike(L, out, QKV_I64);
+  qkvL_check(L, name, qkv_copy(on, mask));           /* nonzero: true */
+  qkvL_check(L, name, qkv_masked_fill(out, on, 0));
+  qkvL_check(L, name, qkv_binary(QKV_MUL, add, on, val));
+  qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, add));
+  lua_pop(L, 2);
+}
+
 static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
   switch (dt) {
@@ -251,26 +296,39 @@ static int m_masked_fill (lua_State *L) {
     return luaL_error(L, "masked_fill: mask of shape %s does not broadcast to "
                       "the tensor's shape %s", sm, st);
   }
-  double v = lua_isboolean(L, 3) ? lua_toboolean(L, 3) : lua_tonumber(L, 3);
+  qkvL_Scalar sc;
+  const qkv_tensor *v = qkvL_checkfill(L, 3, t->dtype, "masked_fill", &sc);
   qkv_tensor *out = qkvL_newlike(L, t, t->dtype);
   qkvL_check(L, "masked_fill", qkv_copy(out, t));
-  qkvL_check(L, "masked_fill", qkv_masked_fill(out, m, v));
+  qkvL_masked_fill(L, "masked_fill", out, m, v);
   return 1;
 }
 
-/* the tensors of the list at index 1; returns their count */
+/*
+** The tensors of the list at index 1; returns their count.  The items are
+** read first into a plain table of our own, pushed on the stack, which
+** keeps them alive: the list's metamethods run during that copy only, so
+** whatever they close or drop is seen when the copies are checked.
+*/
 static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  int n = (int)luaL_len(L, 1);
-  if (n < 1) luaL_error(L, "%s: expected a non-empty list of tensors", name);
-  if (n > max) luaL_error(L, "%s: more than %d tensors", name, max);
+  lua_settop(L, 2);                     /* the dim stays at 2, nil or not */
+  lua_Integer len = luaL_len(L, 1);
+  if (len < 1) luaL_error(L, "%s: expected a non-empty list of tensors", name);
+  if (len > max) luaL_error(L, "%s: more than %d tensors", name, max);
+  int n = (int)len;
+  lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_geti(L, 1, i + 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, i + 1);
     ts[i] = qkvL_totensor(L, -1);
     if (ts[i] == NULL)
-      luaL_error(L, "%s: item %d of the list is a %s, not a tensor", name,
-                 i + 1, luaL_typename(L, -1));
-    lua_pop(L, 1);                      /* the list keeps it alive */
+      luaL_error(L, "%s: item %d of the list is a %s, not a tensor", name, i + 1,
+                 qkvL_istensor(L, -1) ? "closed tensor" : luaL_typename(L, -1));
+    lua_pop(L, 1);
   }
   return n;
 }

@@ -4,6 +4,7 @@
 */
 #include <limits.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lqkv.h"
@@ -137,20 +138,22 @@ qkv_tensor *qkvL_istensor (lua_State *L, int arg) {
 
 qkv_tensor *qkvL_totensor (lua_State *L, int arg) {
   qkv_tensor *t = qkvL_istensor(L, arg);
-  return (t && t->storage) ? t : NULL;
+  return (t && !qkv_is_closed(t)) ? t : NULL;
 }
 
 qkv_tensor *qkvL_checktensor (lua_State *L, int arg) {
   qkv_tensor *t = qkvL_istensor(L, arg);
   if (t == NULL) luaL_typeerror(L, arg, QKV_TENSOR);
-  if (t->storage == NULL) luaL_argerror(L, arg, "tensor was closed");
+  if (qkv_is_closed(t)) luaL_argerror(L, arg, "tensor was closed");
   return t;
 }
 
-/* a userdata of `size` bytes, its header zeroed, `gc`: with a finalizer */
+/* a userdata of `size` bytes, its header zeroed and closed until a
+   storage is set, `gc`: with a finalizer */
 static qkv_tensor *newud (lua_State *L, size_t size, int nuv, int gc) {
   qkv_tensor *t = (qkv_tensor *)lua_newuserdatauv(L, size, nuv);
   memset(t, 0, sizeof *t);
+  t->storage = &qkv_closed_storage;
   lua_rawgetp(L, LUA_REGISTRYINDEX, gc ? &gckey : &plainkey);
   lua_setmetatable(L, -2);
   return t;
@@ -161,9 +164,13 @@ static int is_inline (const qkv_storage *s) { return s->pool < 0; }
 /*
 ** A view of the tensor at `src` (sharing its storage).  A view of a small
 ** tensor references the userdata that holds the storage: src itself, or
-** the owner src references.
+** the owner src references.  The view was computed from src's header, so
+** a src closed since (by a metamethod the binding ran) is refused here.
 */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src) {
+  const qkv_tensor *s = qkvL_istensor(L, src);
+  if (s == NULL || qkv_is_closed(s) || s->storage != view->storage)
+    luaL_error(L, "%s: tensor was closed", fname(L));
   int inl = is_inline(view->storage);
   src = lua_absindex(L, src);
   qkv_tensor *t = newud(L, sizeof *t, inl, !inl);
@@ -231,11 +238,99 @@ qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
   return qkvL_new(L, dt, t->storage->device, t->ndim, t->size, 0);
 }
 
-/* __gc and __close: safe to call twice, and on a half-made tensor */
+/*
+** Closing and freeing.  A collected tensor is unreachable, so no running
+** call can hold it: __gc releases its storage at once.  __close is called
+** by scripts, also from a metamethod or a finalizer that a qkv function
+** runs while it holds the tensor's data (an options table's __index, a
+** collection during an allocation).  Such a close marks the tensor closed
+** (every op and view refuses it from then on) but keeps the storage in a
+** deferred list, released by the next free made outside any qkv call.
+** Outside the main thread a call may be running in the coroutine that
+** resumed this one, which no stack walk sees: closes there always defer.
+*/
+static const char bindkey = 0;     /* registry: the set of qkv's C functions */
+static qkv_storage **deferred;
+static size_t ndeferred, maxdeferred;
+
+/* the C functions registered in these tables, as the set of bindings */
+void qkvL_markbindings (lua_State *L, const int *tables, int n) {
+  lua_newtable(L);
+  for (int i = 0; i < n; i++) {
+    lua_pushnil(L);
+    while (lua_next(L, tables[i])) {
+      if (lua_iscfunction(L, -1)) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -4);
+      } else lua_pop(L, 1);
+    }
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &bindkey);
+}
+
+/* whether a qkv function may be running below this one */
+static int in_call (lua_State *L) {
+  lua_Debug ar;
+  int busy = 0;
+  if (!lua_pushthread(L)) busy = 1;
+  lua_pop(L, 1);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &bindkey);
+  for (int level = 1; !busy && lua_getstack(L, level, &ar); level++) {
+    lua_getinfo(L, "f", &ar);
+    if (lua_iscfunction(L, -1)) busy = lua_rawget(L, -2) != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return busy;
+}
+
+static void release_deferred (void) {
+  while (ndeferred > 0) qkv_storage_release(deferred[--ndeferred]);
+}
+
+static void defer (lua_State *L, qkv_storage *s) {
+  if (ndeferred == maxdeferred) {
+    size_t n = maxdeferred ? 2 * maxdeferred : 16;
+    qkv_storage **p = realloc(deferred, n * sizeof *p);
+    if (p == NULL) luaL_error(L, "close: out of memory");
+    deferred = p;
+    maxdeferred = n;
+  }
+  deferred[ndeferred++] = s;
+}
+
+/* __gc: safe to call twice, and on a half-made tensor */
 int qkvL_free (lua_State *L) {
   qkv_tensor *t = qkvL_istensor(L, 1);
   if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
   qkv_storage_release(t->storage);
-  t->storage = NULL;
+  t->storage = &qkv_closed_storage;
+  if (ndeferred > 0 && !in_call(L)) release_deferred();
   return 0;
+}
+
+/* __close: as __gc, or deferred while a qkv function may hold the data */
+int qkvL_close (lua_State *L) {
+  qkv_tensor *t = qkvL_istensor(L, 1);
+  if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
+  if (qkv_is_closed(t) || is_inline(t->storage) || !in_call(L)) return qkvL_free(L);
+  defer(L, t->storage);
+  t->storage = &qkv_closed_storage;
+  return 0;
+}
+
+/* the state's end: nothing runs any more */
+static int release_all (lua_State *L) {
+  (void)L;
+  release_deferred();
+  return 0;
+}
+
+void qkvL_deferred_atclose (lua_State *L) {
+  lua_newuserdatauv(L, 1, 0);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, release_all);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  luaL_ref(L, LUA_REGISTRYINDEX);
 }

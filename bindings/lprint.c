@@ -286,7 +286,7 @@ static void suffixes (Out *o, const qkv_tensor *t, int64_t numel) {
   char buf[32 + 24 * QKV_MAXDIM];
   size_t last = o->col + 2;
   int i;
-  if (t->storage != NULL && t->storage->device != QKV_CPU) {
+  if (t->storage->device != QKV_CPU) {
     snprintf(buf, sizeof(buf), "device='%s'",
              qkv_device_name(t->storage->device));
     addsuffix(o, &last, buf);

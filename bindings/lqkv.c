@@ -71,6 +71,9 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_pushvalue(L, methods);
   lua_setfield(L, -2, "qkv.Tensor");
   lua_pop(L, 1);
+  int tables[] = {mt, methods, module};
+  qkvL_markbindings(L, tables, 3);
+  qkvL_deferred_atclose(L);
   qkvL_plainmeta(L, mt);
   return 1;
 }

@@ -23,7 +23,13 @@ qkv_tensor *qkvL_istensor (lua_State *L, int arg);  /* NULL if not one; may be c
    its copy without __gc for the tensors that need no finalizer */
 void qkvL_setmetakey (lua_State *L, int mt);
 void qkvL_plainmeta (lua_State *L, int mt);
-int qkvL_free (lua_State *L);                  /* __gc and __close */
+int qkvL_free (lua_State *L);                  /* __gc */
+int qkvL_close (lua_State *L);                 /* __close */
+/* luaopen_qkv: the C functions of these tables are qkv's bindings (a
+   __close under one of them defers the release), and the state's close
+   releases what was deferred */
+void qkvL_markbindings (lua_State *L, const int *tables, int n);
+void qkvL_deferred_atclose (lua_State *L);
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
@@ -44,6 +50,14 @@ typedef struct qkvL_Scalar {
 } qkvL_Scalar;
 
 const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt);
+/* the number or boolean at arg, for a write into a tensor of dtype dt, as
+   such a scalar: exact for Lua integers in int64, and an error naming the
+   function for a value int64 cannot hold (NaN, inf, beyond 2^63) */
+const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
+                                  const char *name, qkvL_Scalar *sc);
+/* out gets the scalar val (of out's dtype) where mask is true */
+void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
+                       const qkv_tensor *mask, const qkv_tensor *val);
 
 /* results */
 /* a view sharing the storage of the tensor at index src */

@@ -179,6 +179,7 @@ static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
   lua_createtable(L, (int)t->size[d], 0);
   int64_t step = t->stride[d] * (int64_t)qkv_elsize(t->dtype);
   for (int64_t i = 0; i < t->size[d]; i++) {
+    if ((i & 0xfff) == 0 && qkv_interrupted) qkvL_check(L, "tolist", QKV_EINTR);
     pushlist(L, t, d + 1, p + i * step);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
@@ -236,10 +237,10 @@ static int t_newindex (lua_State *L) {
   if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
     return luaL_error(L, "index: tensors have no settable fields");
   qkv_tensor v, *src;
+  qkvL_Scalar sc;
   qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
-  if (lua_isnumber(L, 3) || lua_isboolean(L, 3))
-    qkvL_check(L, "index", qkv_fill(&v, lua_isboolean(L, 3)
-                                        ? lua_toboolean(L, 3) : lua_tonumber(L, 3)));
+  if (lua_type(L, 3) == LUA_TNUMBER || lua_isboolean(L, 3))
+    qkvL_check(L, "index", qkv_copy(&v, qkvL_checkfill(L, 3, t->dtype, "index", &sc)));
   else if ((src = qkvL_totensor(L, 3)) != NULL) {
     int n;
     int64_t sz[QKV_MAXDIM];
@@ -264,7 +265,7 @@ static int t_len (lua_State *L) {
 static int t_tostring (lua_State *L) {
   qkv_tensor *t = qkvL_istensor(L, 1);
   if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
-  if (t->storage == NULL) return lua_pushliteral(L, "tensor(<closed>)"), 1;
+  if (qkv_is_closed(t)) return lua_pushliteral(L, "tensor(<closed>)"), 1;
   checkcpu(L, t, "tostring");
   return qkvL_pushtensorstring(L, t);
 }
@@ -300,7 +301,7 @@ static int t_is_contiguous (lua_State *L) {
 
 void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg meta[] = {
-    {"__gc", qkvL_free}, {"__close", qkvL_free}, {"__len", t_len},
+    {"__gc", qkvL_free}, {"__close", qkvL_close}, {"__len", t_len},
     {"__tostring", t_tostring}, {"__newindex", t_newindex}, {NULL, NULL}
   };
   static const luaL_Reg m[] = {

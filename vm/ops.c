@@ -24,16 +24,30 @@ const char *qkv_strerror (int code) {
     case QKV_EDEVICE: return "tensors are on different devices";
     case QKV_EINTR: return "interrupted";
     case QKV_ENOBLAS: return "no BLAS library could be loaded (libopenblas.so.0)";
+    case QKV_ECLOSED: return "a tensor was closed";
+    case QKV_EOVERLAP:
+      return "cannot write into a tensor whose elements share memory (an "
+             "expanded view); clone() it first";
     default: return "internal error";
   }
 }
 
-/* Backend of `out`, checking that `a` and `b` (may be NULL) share it. */
+static int closed (const qkv_tensor *t) { return t && qkv_is_closed(t); }
+
+/*
+** Backend of `out`, checking that `a` and `b` (may be NULL) share it: the
+** entry of every op, which also refuses closed tensors (a script can close
+** one from a metamethod or a finalizer while a binding holds it).
+*/
 static const qkv_backend *backend3 (const qkv_tensor *out, const qkv_tensor *a,
                                     const qkv_tensor *b, int *err) {
   qkv_device d = out->storage->device;
   if (qkv_interrupted) {
     *err = QKV_EINTR;
+    return NULL;
+  }
+  if (closed(out) || closed(a) || closed(b)) {
+    *err = QKV_ECLOSED;
     return NULL;
   }
   if ((a && a->storage->device != d) || (b && b->storage->device != d)) {
@@ -83,19 +97,54 @@ static int operand (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
   return QKV_OK;
 }
 
+/* whether two elements of t are one element of memory (a stride-0 dim) */
+static int self_overlapping (const qkv_tensor *t) {
+  for (int i = 0; i < t->ndim; i++)
+    if (t->stride[i] == 0 && t->size[i] > 1) return 1;
+  return 0;
+}
+
+/* the bytes [lo, hi) of its storage that a view touches (lo == hi: none) */
+static void extent (const qkv_tensor *t, int64_t *lo, int64_t *hi) {
+  int64_t a = t->offset, b = t->offset, es = (int64_t)qkv_elsize(t->dtype);
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->size[i] == 0) { *lo = *hi = 0; return; }
+    int64_t span = (t->size[i] - 1) * t->stride[i];
+    if (span < 0) a += span; else b += span;
+  }
+  *lo = a * es;
+  *hi = (b + 1) * es;
+}
+
+static int overlap (const qkv_tensor *x, const qkv_tensor *y) {
+  int64_t xl, xh, yl, yh;
+  if (x->storage != y->storage) return 0;
+  extent(x, &xl, &xh);
+  extent(y, &yl, &yh);
+  return xl < xh && yl < yh && xl < yh && yl < xh;
+}
+
 int qkv_copy (qkv_tensor *dst, const qkv_tensor *src) {
   int err;
-  qkv_tensor e;
+  qkv_tensor e, c = *src;
   const qkv_backend *be = backend3(dst, src, NULL, &err);
   if (be == NULL) return err;
-  if (qkv_expand(&e, src, dst->ndim, dst->size) != 0) return QKV_EINTERNAL;
-  return be->copy(dst, &e);
+  if (self_overlapping(dst)) return QKV_EOVERLAP;
+  /* a source that overlaps the destination is read whole first, as
+     PyTorch's copy_ does: element by element, a write could change what
+     a later read sees */
+  if (overlap(dst, src) && (err = convert(&c, src, src->dtype)) != QKV_OK) return err;
+  if (qkv_expand(&e, &c, dst->ndim, dst->size) != 0) err = QKV_EINTERNAL;
+  else err = be->copy(dst, &e);
+  if (c.storage != src->storage) qkv_storage_release(c.storage);
+  return err;
 }
 
 int qkv_fill (qkv_tensor *dst, double v) {
   int err;
   const qkv_backend *be = backend3(dst, NULL, NULL, &err);
-  return be ? be->fill(dst, v) : err;
+  if (be == NULL) return err;
+  return self_overlapping(dst) ? QKV_EOVERLAP : be->fill(dst, v);
 }
 
 static int is_compare (qkv_binop op) { return op >= QKV_EQ; }

@@ -16,7 +16,7 @@ typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
-       QKV_ENOBLAS, QKV_EINTERNAL };
+       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL };
 const char *qkv_strerror(int code);
 
 /*
@@ -60,6 +60,14 @@ int qkv_dtype_from_name(const char *name, qkv_dtype *t);   /* 1 if known */
 int qkv_is_float(qkv_dtype t);
 qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);  /* bool < int64 < f32 < f64 */
 const char *qkv_device_name(qkv_device d);
+
+/*
+** The storage of a closed tensor (or of one not yet made): no data, never
+** freed.  A closed tensor points here rather than at NULL, so that code
+** reading its header stays safe, and every op refuses it (QKV_ECLOSED).
+*/
+extern qkv_storage qkv_closed_storage;
+#define qkv_is_closed(t) ((t)->storage == &qkv_closed_storage)
 
 /* storages and memory accounting */
 qkv_storage *qkv_storage_new(qkv_device dev, size_t nbytes, int zero);
@@ -106,8 +114,11 @@ typedef enum {
 } qkv_redop;
 typedef enum { QKV_UNIFORM, QKV_NORMAL } qkv_dist;
 
-int qkv_copy(qkv_tensor *dst, const qkv_tensor *src);  /* converts dtype, src broadcasts */
-int qkv_fill(qkv_tensor *dst, double v);
+/* converts dtype, src broadcasts; src may overlap dst (copied as through
+   a temporary), but dst may not write one element twice (QKV_EOVERLAP: a
+   stride-0 dim, as expand makes) */
+int qkv_copy(qkv_tensor *dst, const qkv_tensor *src);
+int qkv_fill(qkv_tensor *dst, double v);           /* QKV_EOVERLAP as copy */
 /* out = a op b; a and b broadcast to out; comparisons give bool */
 int qkv_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
 int qkv_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);

@@ -37,6 +37,8 @@ const char *qkv_device_name (qkv_device d) {
 
 /* storages */
 
+qkv_storage qkv_closed_storage = {NULL, 0, 1, QKV_CPU, -1};
+
 static size_t live_bytes, limit;
 
 size_t qkv_memory_live (void) { return live_bytes; }
