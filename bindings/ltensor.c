@@ -110,24 +110,31 @@ int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
   return parse_sizes(L, arg, size, NULL, 1, 0);
 }
 
+/*
+** qkv.Size's metamethods.  A shape has at most 8 sizes; any table can be
+** given this metatable, so the walks stop there whatever its length says.
+*/
 static int size_tostring (lua_State *L) {
   luaL_Buffer b;
-  lua_Integer n = luaL_len(L, 1);
+  lua_Integer n = luaL_len(L, 1), shown = n > QKV_MAXDIM ? QKV_MAXDIM : n;
   luaL_buffinit(L, &b);
   luaL_addchar(&b, '(');
-  for (lua_Integer i = 1; i <= n; i++) {
+  for (lua_Integer i = 1; i <= shown; i++) {
     lua_geti(L, 1, i);
+    luaL_tolstring(L, -1, NULL);          /* whatever was put there */
+    lua_remove(L, -2);
     luaL_addvalue(&b);
     if (i < n) luaL_addstring(&b, ", ");
   }
-  luaL_addstring(&b, n == 1 ? ",)" : ")");
+  luaL_addstring(&b, n > shown ? "...)" : n == 1 ? ",)" : ")");
   luaL_pushresult(&b);
   return 1;
 }
 
 static int size_eq (lua_State *L) {
   lua_Integer n = luaL_len(L, 1);
-  if (!lua_istable(L, 2) || luaL_len(L, 2) != n) return lua_pushboolean(L, 0), 1;
+  if (n > QKV_MAXDIM || !lua_istable(L, 2) || luaL_len(L, 2) != n)
+    return lua_pushboolean(L, 0), 1;
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
     lua_geti(L, 2, i);

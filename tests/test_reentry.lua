@@ -173,6 +173,21 @@ function TestNested:testLyingRows()
   lu.assertStrContains(err(qkv.tensor, shape), "negative length")
 end
 
+-- a shape table is the user's to change: printing and comparing it stay
+-- bounded and never read past what is there
+function TestNested:testShapesChangedByTheUser()
+  local s = qkv.ones(2, 3).shape
+  s[1] = {}
+  lu.assertStrMatches(tostring(s), "%(table: 0x%x+, 3%)")
+  s[1] = nil
+  lu.assertEquals(tostring(s), "(nil, 3)")
+  local long = setmetatable({}, getmetatable(s))
+  for i = 1, 20 do long[i] = i end
+  lu.assertEquals(tostring(long), "(1, 2, 3, 4, 5, 6, 7, 8, ...)")
+  lu.assertFalse(long == setmetatable({table.unpack(long)}, getmetatable(s)))
+  lu.assertTrue(qkv.ones(2, 3).shape == qkv.zeros(2, 3).shape)
+end
+
 ---------------------------------------------------------------- finalizers, coroutines
 
 TestFinalizers = {}
