@@ -41,7 +41,8 @@ argument. As torch.ones.]]},
    doc = [[A tensor of the given shape with every element v. shape is a
 table of sizes or one size, and v a number or a boolean. The dtype is
 float32 unless given (torch.full takes it from v instead). A v that is not
-a number or boolean is an error on argument #2. As torch.full.]],
+a number or boolean is an error on argument #2, and so is a v an int64
+tensor cannot hold (NaN, inf, beyond 2^63). As torch.full.]],
    example = [=[print(qkv.full({2, 2}, 7))
 --> tensor([[7., 7.],
 -->         [7., 7.]])]=]},
@@ -132,7 +133,8 @@ is false or 0. m may have any dtype (nonzero keeps) and broadcasts to S:
 a padding mask (B, 1, n), a causal one (n_q, n_k) or a per-head one
 (B, H, n_q, n_k). The fill is -inf, not -1e9, so that qkv.softmax gives
 exact zeros there. A mask that does not broadcast is an error with both
-shapes. As S.masked_fill(~m, float('-inf')) in PyTorch.]],
+shapes, and so is a fill S's dtype cannot hold (the default -inf with an
+int64 S). As S.masked_fill(~m, float('-inf')) in PyTorch.]],
    see = {"qkv.causal", "qkv.padding", "Tensor:masked_fill"}},
 
   {name = "qkv.causal", sig = "qkv.causal(n_q [, n_k])", group = "attention",

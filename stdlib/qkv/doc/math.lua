@@ -126,8 +126,9 @@ print(x:matmul(qkv.tensor{{0.5, 0.5}, {0.6405, 0.3595}, {1, 0}}))
    also = "qkv.masked_fill(x, mask, v)", also_group = "math",
    doc = [[A copy of x with v where mask is true or nonzero; a mask may have
 any dtype, where PyTorch insists on bool. mask broadcasts to x's shape (not
-the other way round) and v is a number or a boolean, stored in x's dtype.
-Note the sense: qkv.mask fills where its mask is false. A mask that does
+the other way round) and v is a number or a boolean, stored in x's dtype;
+a v an int64 x cannot hold (NaN, inf, beyond 2^63) is an error, where
+PyTorch wraps or clamps. Note the sense: qkv.mask fills where its mask is false. A mask that does
 not broadcast is an error with both shapes. As torch.masked_fill.]],
    example = [=[print(qkv.ones(2, 2):masked_fill(qkv.eye(2), 0))
 --> tensor([[0., 1.],
