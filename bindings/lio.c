@@ -2,7 +2,7 @@
 ** lio.c -- qkv.save and qkv.load: tensors in NumPy's .npy files (the
 ** format is vm/npy.c's), and the atomic writer they share with qkv.savez
 ** (stdlib/qkv/npz.lua).  Internal, for qkv.npz: qkv._npy_encode(x),
-** qkv._npy_decode(bytes, what), qkv._write_atomic(path, bytes, who) and
+** qkv._npy_decode(bytes, what), qkv._write_file(path, bytes, who) and
 ** qkv._read_file(path, who).
 */
 #define _XOPEN_SOURCE 700       /* realpath */
@@ -21,19 +21,35 @@
 #define HEADER_CAP 512          /* our headers: at most ~330 bytes for 8 dims */
 
 
-/* atomic writes */
+/* writing */
 
 typedef struct Part { const void *p; size_t n; } Part;
 
+/* how much one read or write moves between looks at the interrupt flag:
+   tens of milliseconds, even from the page cache */
+#define IO_CHUNK ((size_t)1 << 24)
+
+/* errors of our own beside errno values: the flag stopped it, or the
+   target is a file qkv does not write */
+#define E_INTR (-2)
+#define E_KIND (-3)
+
 static int write_all (int fd, const char *p, size_t n) {
   while (n > 0) {
-    ssize_t w = write(fd, p, n < ((size_t)1 << 30) ? n : (size_t)1 << 30);
+    if (qkv_interrupted) return E_INTR;
+    ssize_t w = write(fd, p, n < IO_CHUNK ? n : IO_CHUNK);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
+    if (w < 0) return errno;
     p += w;
     n -= (size_t)w;
   }
   return 0;
+}
+
+static int write_parts (int fd, const Part *parts, int nparts) {
+  int err = 0;
+  for (int i = 0; i < nparts && !err; i++) err = write_all(fd, parts[i].p, parts[i].n);
+  return err;
 }
 
 /* the rename is durable only once the folder's entry is; a file system
@@ -49,15 +65,14 @@ static void sync_dir (const char *dir) {
 /*
 ** Writes the parts to a temp file in the target's folder, syncs it and
 ** renames it over the target, so that a reader (or a crash) sees the old
-** file or the new one, never a part.  A symbolic link is followed, so the
-** file it names is replaced and the link stays.  The target keeps its
-** mode (and owner, where we may); a new one gets 0666 minus the umask, as
-** fopen gives.  Returns 0 or an errno value; no temp file outlives a
-** failure.
+** file or the new one, never a part.  target has no symbolic link left in
+** it; st is its stat when exists.  The target keeps its mode (and owner,
+** where we may); a new one gets 0666 minus the umask, as fopen gives.  No
+** temp file outlives a failure.
 */
-static int write_atomic (const char *path, const Part *parts, int nparts) {
-  char real[PATH_MAX], tmp[PATH_MAX + 16], dir[PATH_MAX];
-  const char *target = realpath(path, real) ? real : path;
+static int write_atomic (const char *target, int exists, const struct stat *st,
+                         const Part *parts, int nparts) {
+  char tmp[PATH_MAX + 16], dir[PATH_MAX];
   const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
   size_t len = strlen(target), pre = (size_t)(base - target);  /* folder and '/' */
   if (len + 9 > PATH_MAX) return ENAMETOOLONG;
@@ -71,17 +86,14 @@ static int write_atomic (const char *path, const Part *parts, int nparts) {
     memcpy(dir, target, n);
     dir[n] = '\0';
   }
-  struct stat st;
-  int exists = stat(target, &st) == 0, err = 0;
-  if (exists && S_ISDIR(st.st_mode)) return EISDIR;
   mode_t um = umask(0);
   umask(um);
   int fd = mkstemp(tmp);                 /* mode 0600, which fchmod fixes */
   if (fd < 0) return errno;
-  if (exists && fchown(fd, st.st_uid, st.st_gid) != 0) { /* not ours to give */ }
-  if (fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~um) != 0) err = errno;
-  for (int i = 0; i < nparts && !err; i++)
-    if (write_all(fd, parts[i].p, parts[i].n) != 0) err = errno;
+  int err = 0;
+  if (exists && fchown(fd, st->st_uid, st->st_gid) != 0) { /* not ours to give */ }
+  if (fchmod(fd, exists ? st->st_mode & 07777 : 0666 & ~um) != 0) err = errno;
+  if (!err) err = write_parts(fd, parts, nparts);
   if (!err && fsync(fd) != 0) err = errno;
   if (close(fd) != 0 && !err) err = errno;
   if (!err && rename(tmp, target) != 0) err = errno;
@@ -91,6 +103,59 @@ static int write_atomic (const char *path, const Part *parts, int nparts) {
   }
   sync_dir(dir);
   return 0;
+}
+
+/*
+** A character device or a FIFO is written in place, as any Unix tool
+** writes one: replacing it with a regular file would take it from every
+** other user of that name (/dev/null, a pipe a reader waits on).  Opening
+** a FIFO waits for its reader; Ctrl-C stops the wait.
+*/
+static int write_inplace (const char *target, const Part *parts, int nparts) {
+  int fd;
+  while ((fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY)) < 0 && errno == EINTR)
+    if (qkv_interrupted) return E_INTR;
+  if (fd < 0) return errno;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno
+          : !S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode) ? E_KIND  /* swapped meanwhile */
+          : write_parts(fd, parts, nparts);
+  if (close(fd) != 0 && !err && errno != EINTR) err = errno;
+  return err;
+}
+
+/*
+** Writes the parts to path: a regular file (or a new one) atomically, a
+** character device or a FIFO in place; a folder, a block device or a
+** socket is refused.  A symbolic link is followed, so the file it names
+** is written and the link stays.  0, an errno value, E_INTR or E_KIND.
+*/
+static int write_file (const char *path, const Part *parts, int nparts) {
+  char real[PATH_MAX];
+  const char *target = realpath(path, real) ? real : path;
+  struct stat st;
+  int exists = stat(target, &st) == 0;
+  if (!exists || S_ISREG(st.st_mode)) return write_atomic(target, exists, &st, parts, nparts);
+  if (S_ISDIR(st.st_mode)) return EISDIR;
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return write_inplace(target, parts, nparts);
+  return E_KIND;
+}
+
+/* a path argument: a string without NUL bytes, which the system would
+   read as the end of a shorter name */
+static const char *checkpath (lua_State *L, int arg, const char *who) {
+  size_t n;
+  const char *path = luaL_checklstring(L, arg, &n);
+  if (strlen(path) != n)
+    luaL_error(L, "%s: bad argument #%d (the path holds a NUL byte)", who, arg);
+  return path;
+}
+
+static void writeerr (lua_State *L, const char *who, const char *path, int err) {
+  if (err == E_INTR) qkvL_check(L, who, QKV_EINTR);
+  if (err == E_KIND)
+    luaL_error(L, "%s: %s: not a regular file, a character device or a FIFO", who, path);
+  luaL_error(L, "%s: %s: %s", who, path, strerror(err));
 }
 
 
@@ -113,24 +178,24 @@ static size_t nbytes_of (const qkv_tensor *t) {
 
 /* qkv.save(path, x) */
 static int io_save (lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = checkpath(L, 1, "save");
   const qkv_tensor *t = cdata(L, 2, "save");
   char head[HEADER_CAP];
   size_t hn = qkv_npy_encode_header(head, sizeof head, t->dtype, t->ndim, t->size);
   Part parts[2] = {{head, hn}, {qkv_data(t), nbytes_of(t)}};
-  int err = write_atomic(path, parts, 2);
-  if (err) return luaL_error(L, "save: %s: %s", path, strerror(err));
+  int err = write_file(path, parts, 2);
+  if (err) writeerr(L, "save", path, err);
   return 0;
 }
 
-/* qkv._write_atomic(path, bytes [, who]): for qkv.savez */
-static int io_write_atomic (lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+/* qkv._write_file(path, bytes [, who]): for qkv.savez */
+static int io_write_file (lua_State *L) {
+  const char *who = luaL_optstring(L, 3, "_write_file");
+  const char *path = checkpath(L, 1, who);
   Part part;
   part.p = luaL_checklstring(L, 2, &part.n);
-  const char *who = luaL_optstring(L, 3, "_write_atomic");
-  int err = write_atomic(path, &part, 1);
-  if (err) return luaL_error(L, "%s: %s: %s", who, path, strerror(err));
+  int err = write_file(path, &part, 1);
+  if (err) writeerr(L, who, path, err);
   return 0;
 }
 
@@ -143,7 +208,10 @@ static int io_npy_encode (lua_State *L) {
   luaL_Buffer b;
   char *p = luaL_buffinitsize(L, &b, hn + n);
   memcpy(p, head, hn);
-  if (n > 0) memcpy(p + hn, qkv_data(t), n);
+  for (size_t off = 0; off < n; off += IO_CHUNK) {
+    if (qkv_interrupted) qkvL_check(L, "savez", QKV_EINTR);
+    memcpy(p + hn + off, (const char *)qkv_data(t) + off, n - off < IO_CHUNK ? n - off : IO_CHUNK);
+  }
   luaL_pushresultsize(&b, hn + n);
   return 1;
 }
@@ -158,8 +226,9 @@ static int io_npy_decode (lua_State *L) {
   if (qkv_npy_parse(s, n, n, &h, err, sizeof err) != 0)
     return luaL_error(L, "%s: %s", what, err);
   qkv_tensor *t = qkvL_new(L, h.dtype, QKV_CPU, h.ndim, h.shape, 0);
-  if (qkv_npy_decode(&h, s + h.data_offset, qkv_data(t), err, sizeof err) != 0)
-    return luaL_error(L, "%s: %s", what, err);
+  int e = qkv_npy_decode(&h, s + h.data_offset, qkv_data(t), err, sizeof err);
+  if (e == QKV_NPY_EINTR) qkvL_check(L, what, QKV_EINTR);
+  if (e != 0) return luaL_error(L, "%s: %s", what, err);
   return 1;
 }
 
@@ -190,11 +259,13 @@ static Reader *newreader (lua_State *L) {
   return r;
 }
 
-/* n bytes at off into p; 0, an errno value, or -1 when the file is shorter */
+/* n bytes at off into p; 0, an errno value, -1 when the file is shorter,
+   or E_INTR */
 static int read_at (int fd, void *p, size_t n, uint64_t off) {
   char *c = p;
   while (n > 0) {
-    ssize_t k = pread(fd, c, n < ((size_t)1 << 30) ? n : (size_t)1 << 30, (off_t)off);
+    if (qkv_interrupted) return E_INTR;
+    ssize_t k = pread(fd, c, n < IO_CHUNK ? n : IO_CHUNK, (off_t)off);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) return errno;
     if (k == 0) return -1;
@@ -206,6 +277,7 @@ static int read_at (int fd, void *p, size_t n, uint64_t off) {
 }
 
 static void ioerr (lua_State *L, const char *who, const char *path, int err) {
+  if (err == E_INTR) qkvL_check(L, who, QKV_EINTR);
   luaL_error(L, "%s: %s: %s", who, path, err == -1 ? "the file shrank while it was read"
                                                    : strerror(err));
 }
@@ -247,7 +319,7 @@ static void close_reader (lua_State *L, int idx) {
 
 /* qkv.load(path) -> tensor */
 static int io_load (lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
+  const char *path = checkpath(L, 1, "load");
   Reader *r = newreader(L);
   int ri = lua_gettop(L);                /* after any extra arguments */
   qkv_npy_header h;
@@ -261,16 +333,17 @@ static int io_load (lua_State *L) {
     ioerr(L, "load", path, ENOMEM);
   int e = read_at(r->fd, src, h.data_bytes, h.data_offset);
   if (e) ioerr(L, "load", path, e);
-  if (qkv_npy_decode(&h, src, qkv_data(t), err, sizeof err) != 0)
-    luaL_error(L, "load: %s: %s", path, err);
+  if ((e = qkv_npy_decode(&h, src, qkv_data(t), err, sizeof err)) == QKV_NPY_EINTR)
+    qkvL_check(L, "load", QKV_EINTR);
+  if (e != 0) luaL_error(L, "load: %s: %s", path, err);
   close_reader(L, ri);
   return 1;
 }
 
 /* qkv._read_file(path [, who]) -> the bytes of a regular file: for loadz */
 static int io_read_file (lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
   const char *who = luaL_optstring(L, 2, "_read_file");
+  const char *path = checkpath(L, 1, who);
   Reader *r = newreader(L);
   int ri = lua_gettop(L);
   uint64_t size = open_regular(L, r, who, path);
@@ -287,7 +360,7 @@ static int io_read_file (lua_State *L) {
 void qkvL_open_io (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg f[] = {
     {"save", io_save}, {"load", io_load}, {"_npy_encode", io_npy_encode},
-    {"_npy_decode", io_npy_decode}, {"_write_atomic", io_write_atomic},
+    {"_npy_decode", io_npy_decode}, {"_write_file", io_write_file},
     {"_read_file", io_read_file},
     {NULL, NULL}
   };

@@ -177,6 +177,11 @@ function TestRoundTrip:testArgumentErrors()
   fails({"save: " .. TMP .. "/no/x.npy: No such file or directory"}, qkv.save,
         TMP .. "/no/x.npy", qkv.ones(1))
   fails({"save: " .. TMP .. ": Is a directory"}, qkv.save, TMP, qkv.ones(1))
+  -- the system would read a path with a NUL as the shorter one before it
+  fails({"save: bad argument #1 (the path holds a NUL byte)"}, qkv.save,
+        TMP .. "/nul.npy\0.txt", qkv.ones(1))
+  fails({"load: bad argument #1 (the path holds a NUL byte)"}, qkv.load, TMP .. "/\0")
+  lu.assertNil(io.open(TMP .. "/nul.npy"), "nothing was written at the prefix")
   local closed
   do
     local x <close> = qkv.ones(2)
@@ -374,6 +379,13 @@ function TestHeaders:testUnparsableDicts()
     {"{'descr': '<f\\x34', 'fortran_order': False, 'shape': (6,)}", "expected a string"},
     {"{'descr': '<f4", "expected a string for 'descr'"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (6,)}}", "unexpected text after"},
+    -- C would read these strings shorter: '<f4' and 'descr'
+    {"{'descr': '<f4\0', 'fortran_order': False, 'shape': (6,)}",
+     "the 'descr' string holds a NUL byte"},
+    {"{'descr': '<\0f4', 'fortran_order': False, 'shape': (6,)}",
+     "the 'descr' string holds a NUL byte"},
+    {"{'descr\0': '<f4', 'fortran_order': False, 'shape': (6,)}",
+     "a key of the header holds a NUL byte"},
   }
   for _, c in ipairs(cases) do bad(npy(c[1], pack("<f", {1, 2, 3, 4, 5, 6})), c[2]) end
 end

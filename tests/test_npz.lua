@@ -2,7 +2,9 @@
 -- hand-made bad zips and zip bombs), and the atomic writes that qkv.save
 -- and qkv.savez share: a failed save keeps the old file and leaves no temp
 -- file, modes and symbolic links are kept, and a writer killed mid-save
--- always leaves a complete file. The .npy format is test_npy.lua's.
+-- always leaves a complete file; character devices and FIFOs are written in
+-- place, other special files refused, paths with a NUL refused. The .npy
+-- format is test_npy.lua's.
 local lu = require "luaunit"
 local fails = dofile("tests/attn_ref.lua").fails
 local H = dofile("tests/npy_helpers.lua")
@@ -321,6 +323,90 @@ function TestAtomic:testKilledWriterLeavesACompleteFile()
   local names = listing(d)
   lu.assertEquals(names[#names], "x.npy")
   for i = 1, #names - 1 do lu.assertStrMatches(names[i], "%.x%.npy%.......") end
+end
+
+---------------------------------------------------------------- special files
+TestSpecial = {}
+
+-- what kind of file stat says is at path
+local function kind(path) return (S.sh("stat -c %F " .. S.quote(path))) end
+
+-- a path with a NUL is an error, for both writers and both readers, and
+-- nothing is written at the part before the NUL
+function TestSpecial:testNulInPaths()
+  local d = newdir()
+  local x = qkv.ones(2)
+  fails("save: bad argument #1 (the path holds a NUL byte)", qkv.save, d .. "/a\0b", x)
+  fails("savez: bad argument #1 (the path holds a NUL byte)", qkv.savez, d .. "/a\0b", {x = x})
+  fails("load: bad argument #1 (the path holds a NUL byte)", qkv.load, d .. "/a\0b")
+  fails("loadz: bad argument #1 (the path holds a NUL byte)", qkv.loadz, d .. "/a\0b")
+  lu.assertEquals(listing(d), {})
+end
+
+-- a character device is written in place and stays a device: /dev/null
+-- takes the bytes, /dev/full says it is full
+function TestSpecial:testCharacterDevicesAreWrittenInPlace()
+  qkv.save("/dev/null", qkv.ones(3))
+  qkv.savez("/dev/null", {x = qkv.ones(3)})
+  fails("save: /dev/full: No space left on device", qkv.save, "/dev/full", qkv.ones(3))
+  fails("savez: /dev/full: No space left on device", qkv.savez, "/dev/full", {x = qkv.ones(3)})
+  lu.assertEquals(kind("/dev/full"), "character special file\n")
+  lu.assertEquals(kind("/dev/null"), "character special file\n")
+end
+
+-- a FIFO is written in place, to the reader waiting on it, and stays a FIFO
+function TestSpecial:testFifosAreWrittenInPlace()
+  local d = newdir()
+  local fifo, out = d .. "/fifo", d .. "/out"
+  assert(os.execute("mkfifo " .. S.quote(fifo)))
+  local x = qkv.tensor({{0, 1, 2}, {3, 4, 5}})
+  for _, code in ipairs{"qkv.save(%q, qkv.tensor({{0, 1, 2}, {3, 4, 5}}))",
+                        "qkv.savez(%q, {x = qkv.tensor({{0, 1, 2}, {3, 4, 5}})})"} do
+    local _, status = S.sh(string.format("cat %s > %s & %s -e %s; wait", S.quote(fifo),
+                           S.quote(out), S.quote(EXE), S.quote(code:format(fifo))))
+    lu.assertEquals(status, 0)
+    lu.assertEquals(kind(fifo), "fifo\n")
+    local y = code:find("savez") and qkv.loadz(out).x or qkv.load(out)
+    qkv.test.assertTensorEqual(y, x)
+  end
+  lu.assertEquals(listing(d), {"fifo", "out"})
+end
+
+-- a FIFO with no reader waits for one, as any writer does; SIGINT stops
+-- the wait with an error a script can catch, and the next command runs
+function TestSpecial:testAWaitForAReaderIsInterruptible()
+  local d = newdir()
+  local fifo = d .. "/fifo"
+  assert(os.execute("mkfifo " .. S.quote(fifo)))
+  local code = string.format("print(pcall(qkv.save, %q, qkv.ones(3)))", fifo)
+  local out = S.sh(string.format("%s -e %s -e 'print(qkv.ones(2):sum())' & pid=$!; " ..
+                                 "sleep 0.3; kill -INT $pid; wait $pid 2>&1",
+                                 S.quote(EXE), S.quote(code)))
+  lu.assertEquals(out, "false\tsave: interrupted\ntensor(2.)\n")
+  lu.assertEquals(kind(fifo), "fifo\n")
+end
+
+-- a socket or a block device is refused and stays what it was
+function TestSpecial:testOtherKindsAreRefused()
+  local d = newdir()
+  local sock, blk = d .. "/sock", d .. "/blk"
+  local made = {}
+  if select(2, S.sh("command -v python3")) == 0 and
+     select(2, S.sh("python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' " ..
+                    S.quote(sock))) == 0 then
+    made[#made + 1] = {sock, "socket\n"}
+  end
+  if select(2, S.sh("mknod " .. S.quote(blk) .. " b 7 200")) == 0 then
+    made[#made + 1] = {blk, "block special file\n"}
+  end
+  if #made == 0 then lu.skip("neither python3 (for a socket) nor mknod (as root) here") end
+  for _, m in ipairs(made) do
+    fails("save: " .. m[1] .. ": not a regular file, a character device or a FIFO",
+          qkv.save, m[1], qkv.ones(1))
+    fails("savez: " .. m[1] .. ": not a regular file, a character device or a FIFO",
+          qkv.savez, m[1], {x = qkv.ones(1)})
+    lu.assertEquals(kind(m[1]), m[2])
+  end
 end
 
 os.exit(lu.LuaUnit.run(), true)

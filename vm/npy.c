@@ -101,7 +101,8 @@ static int accept (Lex *lx, char c) {
   return 0;
 }
 
-/* a quoted string without escapes into out (cap bytes); -2 when too long */
+/* a quoted string without escapes into out (cap bytes); -2 when too long,
+   -3 when it holds a NUL (C would read it shorter than it is) */
 static int string (Lex *lx, char *out, size_t cap) {
   skipws(lx);
   if (lx->p >= lx->end || (*lx->p != '\'' && *lx->p != '"')) return -1;
@@ -109,6 +110,7 @@ static int string (Lex *lx, char *out, size_t cap) {
   size_t k = 0;
   while (lx->p < lx->end && *lx->p != q) {
     if (*lx->p == '\\' || *lx->p == '\n') return -1;
+    if (*lx->p == '\0') return -3;
     if (k + 1 < cap) out[k] = *lx->p;
     k++, lx->p++;
   }
@@ -183,6 +185,7 @@ static int descr (Lex *lx, qkv_npy_header *h) {
     return fail(lx->err, lx->errlen, "unsupported dtype: a structured dtype (fields)");
   int r = string(lx, h->descr, sizeof h->descr);
   if (r == -1) return bad(lx, "expected a string for 'descr'");
+  if (r == -3) return fail(lx->err, lx->errlen, "the 'descr' string holds a NUL byte");
   const char *d = h->descr;
   char order = d[0], kind = d[1];
   int size = (d[2] >= '1' && d[2] <= '8' && d[3] == '\0') ? d[2] - '0' : 0;
@@ -217,7 +220,9 @@ static int dict (Lex *lx, qkv_npy_header *h) {
   while (!accept(lx, '}')) {
     char key[32];
     int k = 0;
-    if (string(lx, key, sizeof key) != 0) return bad(lx, "expected a quoted key");
+    int r = string(lx, key, sizeof key);
+    if (r == -3) return fail(lx->err, lx->errlen, "a key of the header holds a NUL byte");
+    if (r != 0) return bad(lx, "expected a quoted key");
     while (k < 3 && strcmp(key, keys[k]) != 0) k++;
     if (k == 3) return fail(lx->err, lx->errlen, "unexpected key '%s' in the header", key);
     if (seen[k]++) return fail(lx->err, lx->errlen, "key '%s' appears twice", key);
@@ -345,6 +350,7 @@ int qkv_npy_decode (const qkv_npy_header *h, const void *src, void *dst,
   }
   for (int64_t i = 0; i < h->numel; i++) {
     int64_t at = h->fortran ? pos : i;
+    if ((i & 0xffff) == 0xffff && qkv_interrupted) return QKV_NPY_EINTR;
     if (convert(h, s + i * h->itemsize, d + at * (int64_t)out) != 0)
       return fail(err, errlen, "uint64 value %llu at element %lld does not fit int64",
                   (unsigned long long)raw(s + i * h->itemsize, 8, h->swap),

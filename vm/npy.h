@@ -70,8 +70,11 @@ int qkv_npy_inplace (const qkv_npy_header *h);
 ** Converts h->data_bytes bytes of file data at src into numel elements of
 ** h->dtype in C order at dst (swapping bytes, widening, transposing).
 ** src may equal dst when qkv_npy_inplace(h).  0 on success; -1 with a
-** message when a value does not fit (a uint64 above 2^63 - 1).
+** message when a value does not fit (a uint64 above 2^63 - 1);
+** QKV_NPY_EINTR when qkv_interrupted stopped it (checked every 64K
+** elements).
 */
+#define QKV_NPY_EINTR (-2)
 int qkv_npy_decode (const qkv_npy_header *h, const void *src, void *dst,
                     char *err, size_t errlen);
 

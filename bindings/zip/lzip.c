@@ -27,6 +27,9 @@
 */
 #define MAX_RATIO 1032
 
+/* bytes inflated or copied between looks at the interrupt flag */
+#define CHUNK ((zip_uint64_t)1 << 24)
+
 LUALIB_API int luaopen_qkv_zip (lua_State *L);
 
 /* libzip's objects live in a userdata, so that a Lua error (a memory
@@ -183,7 +186,12 @@ static void pushentry (lua_State *L, Archive *a, zip_uint64_t i, const char *nam
   if ((a->zf = zip_fopen_index(a->za, i, 0)) == NULL) ziperr(L, what, zip_get_error(a->za));
   zip_uint64_t got = 0;
   while (got < st.size) {
-    zip_int64_t k = zip_fread(a->zf, p + got, st.size - got);
+    if (qkv_interrupted) {         /* as qkvL_check: the hook has done its part */
+      lua_sethook(L, NULL, 0, 0);
+      luaL_error(L, "%s: interrupted", what);
+    }
+    zip_uint64_t want = st.size - got < CHUNK ? st.size - got : CHUNK;
+    zip_int64_t k = zip_fread(a->zf, p + got, want);
     if (k < 0) {
       lua_pushfstring(L, "%s: entry '%s': %s", what, name, zip_file_strerror(a->zf));
       lua_error(L);

@@ -7,7 +7,8 @@
 --
 -- The .npy bytes come from qkv._npy_encode / _npy_decode (bindings/lio.c),
 -- the archive from qkv.zip (bindings/zip/lzip.c, libzip), and the file is
--- written by qkv._write_atomic, as qkv.save writes its own, and read by
+-- written by qkv._write_file, as qkv.save writes its own (a regular file
+-- atomically, a character device or a FIFO in place), and read by
 -- qkv._read_file (a regular file only: a FIFO or a device is an error).
 
 local qkv = require "qkv"
@@ -48,6 +49,7 @@ function M.savez(path, tensors)
   if type(path) ~= "string" then
     fail("savez: bad argument #1 (path expected, got %s)", type(path))
   end
+  if path:find("%z") then fail("savez: bad argument #1 (the path holds a NUL byte)") end
   if type(tensors) ~= "table" then
     fail("savez: bad argument #2 (table of tensors expected, got %s)", type(tensors))
   end
@@ -69,13 +71,14 @@ function M.savez(path, tensors)
     end
     entries[name .. ".npy"] = bytes
   end
-  call(qkv._write_atomic, path, call(zip.encode, entries), "savez")
+  call(qkv._write_file, path, call(zip.encode, entries), "savez")
 end
 
 function M.loadz(path)
   if type(path) ~= "string" then
     fail("loadz: bad argument #1 (path expected, got %s)", type(path))
   end
+  if path:find("%z") then fail("loadz: bad argument #1 (the path holds a NUL byte)") end
   local what = "loadz: " .. path
   local entries = call(zip.decode, call(qkv._read_file, path, "loadz"), what)
   local out = {}

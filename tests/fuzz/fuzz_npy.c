@@ -16,6 +16,9 @@
 
 #include "../../vm/npy.h"
 
+/* vm/ops.c defines it in qkv; npy.c's conversion loop reads it */
+volatile sig_atomic_t qkv_interrupted = 0;
+
 #define CHECK(c) do { if (!(c)) { \
     fprintf(stderr, "fuzz_npy: check failed: %s (line %d)\n", #c, __LINE__); \
     abort(); } } while (0)

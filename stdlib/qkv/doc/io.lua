@@ -2,9 +2,11 @@
 -- in NumPy's .npy files (qkv.save, qkv.load) and .npz archives (qkv.savez,
 -- qkv.loadz).
 
-local ATOMIC = "The file is written atomically: a temp file in the same " ..
-  "folder, synced and renamed over the target, so a failed or killed save " ..
-  "leaves the old file whole. "
+local ATOMIC = "A regular file is written atomically: a temp file in the " ..
+  "same folder, synced and renamed over the target, so a failed or killed " ..
+  "save leaves the old file whole. A character device or a FIFO is written " ..
+  "in place (it stays what it is); a folder, a socket or a block device is " ..
+  "an error, and so is a path that holds a NUL byte. "
 
 return {
   {name = "qkv.save", sig = "qkv.save(path, x)", group = "files",
