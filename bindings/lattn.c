@@ -65,7 +65,7 @@ static int opt_field (lua_State *L, int arg, const char *key) {
 ** collected, and is checked with the other tensors afterwards.
 */
 typedef struct Opts {
-  int has_scale, causal, weights, mask;
+  int has_scale, causal, weights, mask, kpm;
   double scale;
 } Opts;
 
@@ -89,10 +89,17 @@ static void read_opts (lua_State *L, int arg, const char *name,
   lua_pop(L, 1);
   o->mask = 0;
   if (!attention) return;                   /* scores: scale alone */
-  o->causal = opt_flag(L, arg, name, "causal", 0);
+  o->causal = opt_flag(L, arg, name, "causal", -1);
+  int is_causal = opt_flag(L, arg, name, "is_causal", -1);
+  if (o->causal >= 0 && is_causal >= 0 && o->causal != is_causal)
+    luaL_error(L, "%s: options 'causal' and 'is_causal' (its alias) disagree", name);
+  o->causal = o->causal > 0 || is_causal > 0;
   o->weights = opt_flag(L, arg, name, "weights", 1);
+  o->kpm = 0;
   if (opt_field(L, arg, "mask") == LUA_TNIL) lua_pop(L, 1);
   else o->mask = lua_gettop(L);
+  if (opt_field(L, arg, "key_padding_mask") == LUA_TNIL) lua_pop(L, 1);
+  else o->kpm = lua_gettop(L);
 }
 
 /* project(x, W [, b]) = x W + b */
@@ -170,16 +177,31 @@ static int a_scores (lua_State *L) {
 
 /* masks */
 
-/* in place: S gets `fill` (a scalar of S's dtype) where m (broadcasting
-   to S) is false/0 */
+/*
+** The scores' shape (*n, size) as the mask m broadcasts it: m may add
+** leading dims or widen size-1 batch dims (the result then has them, as
+** with PyTorch's attn_mask), never change the last two, (n_q, n_k).
+*/
+static void mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
+                        int *n, int64_t *size) {
+  int nb, keep = *n < 2 ? *n : 2;
+  int64_t b[QKV_MAXDIM];
+  int bad = qkv_broadcast_shape(*n, size, m->ndim, m->size, &nb, b);
+  for (int i = 1; !bad && i <= keep; i++) bad = b[nb - i] != size[*n - i];
+  if (bad) {
+    char buf[200];
+    const char *sm = qkvL_shape(L, m);
+    luaL_error(L, "%s: mask of shape %s does not broadcast to the scores' shape %s",
+               name, sm, qkv_shape_str(buf, sizeof buf, *n, size));
+  }
+  *n = nb;
+  memcpy(size, b, sizeof(int64_t) * (size_t)nb);
+}
+
+/* in place: S gets `fill` (a scalar of S's dtype) where m (broadcast to S's
+   shape by mask_shape) is false/0 */
 static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
                             const qkv_tensor *m, const qkv_tensor *fill) {
-  qkv_tensor e;
-  if (qkv_expand(&e, m, S->ndim, S->size) != 0) {
-    const char *sm = qkvL_shape(L, m), *ss = qkvL_shape(L, S);
-    luaL_error(L, "%s: mask of shape %s does not broadcast to the scores' "
-               "shape %s", name, sm, ss);
-  }
   qkv_tensor *off = qkvL_newlike(L, m, QKV_BOOL);
   qkvL_Scalar zero;
   zero.v.b = 0;
@@ -204,8 +226,14 @@ static int a_mask (lua_State *L) {
     if (lua_isnil(L, 3)) lua_pushnumber(L, -INFINITY), lua_replace(L, 3);
     fill = qkvL_checkfill(L, 3, S->dtype, "mask", &sc);
   }
-  qkv_tensor *out = qkvL_newlike(L, S, S->dtype);
-  qkvL_check(L, "mask", qkv_copy(out, S));
+  int n = S->ndim;
+  int64_t size[QKV_MAXDIM];
+  qkv_tensor Se;
+  memcpy(size, S->size, sizeof size);
+  mask_shape(L, "mask", m, &n, size);
+  qkv_expand(&Se, S, n, size);
+  qkv_tensor *out = qkvL_new(L, S->dtype, S->storage->device, n, size, 0);
+  qkvL_check(L, "mask", qkv_copy(out, &Se));
   fill_where_not(L, "mask", out, m, fill);
   return 1;
 }
@@ -389,23 +417,65 @@ static int a_align (lua_State *L) {
 }
 
 /*
-** attention(Q, K, V [, {mask=, causal=, scale=, weights=}]) -> out, weights.
-** With weights = false the fused kernel runs and never holds the scores.
+** attention(Q, K, V [, {mask=, key_padding_mask=, causal= (is_causal=),
+** scale=, weights=}]) -> out, weights.  With weights = false the fused
+** kernel runs and never holds the scores.
 */
 
-static qkv_tensor *opt_mask (lua_State *L, const Opts *o) {
+static qkv_tensor *opt_tensor (lua_State *L, int idx, const char *key) {
   qkv_tensor *m;
-  if (o->mask == 0) return NULL;
-  if ((m = qkvL_totensor(L, o->mask)) == NULL)
-    luaL_error(L, "attention: option 'mask' must be a tensor, got %s",
-               qkvL_istensor(L, o->mask) ? "a closed tensor"
-                                         : luaL_typename(L, o->mask));
+  if (idx == 0) return NULL;
+  if ((m = qkvL_totensor(L, idx)) == NULL)
+    luaL_error(L, "attention: option '%s' must be a tensor, got %s", key,
+               qkvL_istensor(L, idx) ? "a closed tensor" : luaL_typename(L, idx));
   return m;
 }
 
-/* the output's shape: the broadcast batch dims, then (n_q, d_v) */
+/*
+** key_padding_mask, PyTorch's: (..., n_k), true where a key is padding;
+** as a mask in qkv's sense (true = may attend) it is its negation, seen
+** as (..., 1, n_k).  With a mask as well, a key takes part where both let
+** it.  The result is pushed.
+*/
+static qkv_tensor *padding_keep (lua_State *L, qkv_tensor *kpm, const qkv_tensor *m,
+                                 int64_t nk) {
+  if (kpm->dtype != QKV_BOOL)
+    luaL_error(L, "attention: option 'key_padding_mask' must be a bool tensor "
+               "(true = padding), got %s", qkv_dtype_name(kpm->dtype));
+  if (kpm->ndim < 1 || LAST(kpm) != nk || kpm->ndim >= QKV_MAXDIM) {
+    const char *sk = qkvL_shape(L, kpm);
+    luaL_error(L, "attention: key_padding_mask is %s but n_k is %I: expected "
+               "(..., n_k)", sk, (lua_Integer)nk);
+  }
+  qkv_tensor pad, e;
+  qkv_view_unsqueeze(&pad, kpm, kpm->ndim - 1);
+  int n = pad.ndim;
+  int64_t size[QKV_MAXDIM];
+  memcpy(size, pad.size, sizeof size);
+  if (m && qkv_broadcast_shape(pad.ndim, pad.size, m->ndim, m->size, &n, size)) {
+    const char *sm = qkvL_shape(L, m), *sk = qkvL_shape(L, kpm);
+    luaL_error(L, "attention: mask is %s but key_padding_mask is %s: they do not "
+               "broadcast", sm, sk);
+  }
+  qkv_tensor *keep = qkvL_new(L, QKV_BOOL, kpm->storage->device, n, size, 0);
+  qkvL_Scalar zero;
+  zero.v.b = 0;
+  const qkv_tensor *z = qkvL_scalar(&zero, QKV_BOOL);
+  if (!m) qkvL_check(L, "attention", qkv_binary(QKV_EQ, keep, &pad, z));
+  else {
+    qkvL_check(L, "attention", qkv_binary(QKV_NE, keep, m, z));
+    qkv_expand(&e, &pad, n, size);
+    qkvL_check(L, "attention", qkv_masked_fill(keep, &e, 0));
+  }
+  return keep;
+}
+
+/*
+** The output's shape: the batch dims of Q, K, V and the mask broadcast,
+** then (n_q, d_v).
+*/
 static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
-                            const qkv_tensor *V, int64_t *size) {
+                            const qkv_tensor *V, const qkv_tensor *m, int64_t *size) {
   int n;
   check_qk(L, "attention", Q, K);
   check_rank(L, "attention", "V", V, 2, "(..., n_k, d_v)");
@@ -417,41 +487,41 @@ static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor 
   if (qkv_broadcast_shape(n, size, V->ndim - 2, V->size, &n, size))
     shape_error(L, "attention", "Q", Q, "V", V, "batch dims do not broadcast");
   size[n] = ROWS(Q);
-  size[n + 1] = LAST(V);
-  return n + 2;
+  size[n + 1] = ROWS(K);
+  n += 2;
+  if (m) mask_shape(L, "attention", m, &n, size);
+  size[n - 1] = LAST(V);
+  return n;
 }
 
 static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
                   const qkv_tensor *V, const qkv_tensor *m, int causal_, double scale) {
-  int64_t size[QKV_MAXDIM], ssize[QKV_MAXDIM];
-  int n = attention_shape(L, Q, K, V, size);
-  qkv_tensor e;
-  memcpy(ssize, size, sizeof size);
-  ssize[n - 1] = ROWS(K);
-  if (m && qkv_expand(&e, m, n, ssize) != 0) {
-    const char *sm = qkvL_shape(L, m);
-    char buf[200];
-    return luaL_error(L, "attention: mask of shape %s does not broadcast to the "
-                      "scores' shape %s", sm, qkv_shape_str(buf, sizeof buf, n, ssize));
-  }
+  int64_t size[QKV_MAXDIM];
+  int n = attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
   qkvL_check(L, "attention", qkv_attention(out, Q, K, V, m, causal_, scale));
   return 1;
 }
 
 static int a_attention (lua_State *L) {
-  static const char *const known[] = {"mask", "causal", "scale", "weights", NULL};
+  static const char *const known[] = {"mask", "causal", "is_causal", "scale", "weights",
+                                      "key_padding_mask", NULL};
   Opts o;
   read_opts(L, 4, "attention", known, 1, &o);
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
-  qkv_tensor *V = qkvL_checktensor(L, 3), *m = opt_mask(L, &o);
+  qkv_tensor *V = qkvL_checktensor(L, 3), *m = opt_tensor(L, o.mask, "mask");
+  qkv_tensor *kpm = opt_tensor(L, o.kpm, "key_padding_mask");
   int64_t size[QKV_MAXDIM];
   double scale = scale_of(&o, Q);
   int causal_ = o.causal;
+  if (kpm) {
+    check_qk(L, "attention", Q, K);
+    m = padding_keep(L, kpm, m, ROWS(K));
+  }
   if (!o.weights) return fused(L, Q, K, V, m, causal_, scale);
   /* Q seen with every batch dim (a view), so the weights have the same
      batch dims as the output, as in the fused path */
-  int n = attention_shape(L, Q, K, V, size);
+  int n = attention_shape(L, Q, K, V, m, size);
   qkv_tensor Qe;
   size[n - 1] = LAST(Q);
   qkv_expand(&Qe, Q, n, size);

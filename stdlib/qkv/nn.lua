@@ -265,23 +265,28 @@ local function mha_init(self, fname, d_model, h)
   for _, n in ipairs{"W_Q", "W_K", "W_V", "W_O"} do weight(self, n, d_model, d_model) end
 end
 
--- a mask made for (B, n_q, n_k) scores, like qkv.padding's (B, 1, n), gets
--- a head dim so that it broadcasts against (B, h, n_q, n_k)
+-- Masks come in the frame of the input's scores: a mask (batch..., n_q, n_k)
+-- such as qkv.padding's (B, 1, n) gets a head dim, so that it broadcasts
+-- against (batch..., h, n_q, n_k), and so does a key_padding_mask
+-- (batch..., n_k); a mask that has one, (batch..., h, n_q, n_k), is kept.
 local function head_mask(opts, x)
-  if opts == nil or not qkv.is_tensor(opts.mask) then return opts end
-  local m = opts.mask
-  if x:dim() < 3 or m:dim() ~= x:dim() then return opts end
+  if type(opts) ~= "table" then return opts end
+  local m, kpm = opts.mask, opts.key_padding_mask
+  local fix_m = qkv.is_tensor(m) and m:dim() >= 3 and m:dim() <= x:dim()
+  local fix_k = qkv.is_tensor(kpm) and kpm:dim() >= 2 and kpm:dim() < x:dim()
+  if not fix_m and not fix_k then return opts end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.mask = m:unsqueeze(-3)
+  if fix_m then o.mask = m:unsqueeze(-3) end
+  if fix_k then o.key_padding_mask = kpm:unsqueeze(-2) end
   return o
 end
 
-local function mha_forward(self, xq, xkv, opts)
+local function mha_forward(self, xq, xk, xv, opts)
   local h = self.h
   local Q = qkv.heads(qkv.project(xq, self.W_Q), h)
-  local K = qkv.heads(qkv.project(xkv, self.W_K), h)
-  local V = qkv.heads(qkv.project(xkv, self.W_V), h)
+  local K = qkv.heads(qkv.project(xk, self.W_K), h)
+  local V = qkv.heads(qkv.project(xv, self.W_V), h)
   local out, w = qkv.attention(Q, K, V, head_mask(opts, xq))
   return qkv.project(qkv.merge(out), self.W_O), w
 end
@@ -290,15 +295,34 @@ local function mha_extra(self)
   return string.format("d_model=%d, h=%d", self.d_model, self.h)
 end
 
--- MultiHeadAttention(d_model, h): out, weights = mha(x [, {mask=, causal=}]);
--- weights are (..., h, n, n)
+-- MultiHeadAttention(d_model, h): out, weights = mha(x [, opts]), or as
+-- PyTorch's, mha(query, key, value [, opts]); weights are (..., h, n_q, n_k)
 local MultiHeadAttention = class("MultiHeadAttention")
 function MultiHeadAttention:init(d_model, h) mha_init(self, "MultiHeadAttention", d_model, h) end
 MultiHeadAttention.extra = mha_extra
 
-function MultiHeadAttention:forward(x, opts)
-  checktensor("MultiHeadAttention", "x", x)
-  return mha_forward(self, x, x, opts)
+local MHA_USE = "expected mha(x [, opts]) or mha(query, key, value [, opts])"
+
+function MultiHeadAttention:forward(x, ...)
+  local fname = "MultiHeadAttention"
+  checktensor(fname, "x", x)
+  local n, key, value, opts = select("#", ...), ...
+  if not qkv.is_tensor(key) then
+    if n > 1 or (key ~= nil and type(key) ~= "table") then
+      fail(fname, "%s, got a %s after x", MHA_USE, qkv.is_tensor(key) and "tensor" or type(key))
+    end
+    return mha_forward(self, x, x, x, key)
+  end
+  if not qkv.is_tensor(value) then
+    fail(fname, "%s, got query, key and a %s", MHA_USE, type(value))
+  end
+  if n > 3 then fail(fname, "%s, got %d arguments", MHA_USE, n + 1) end
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(fname, "%s, got a %s after value", MHA_USE, type(opts))
+  end
+  checktensor(fname, "key", key)
+  checktensor(fname, "value", value)
+  return mha_forward(self, x, key, value, opts)
 end
 
 -- MultiHeadCrossAttention(d_model, h): out, weights = m(text, image [, opts]);
@@ -310,7 +334,7 @@ MultiHeadCrossAttention.extra = mha_extra
 function MultiHeadCrossAttention:forward(text, image, opts)
   checktensor("MultiHeadCrossAttention", "text", text)
   checktensor("MultiHeadCrossAttention", "image", image)
-  return mha_forward(self, text, image, opts)
+  return mha_forward(self, text, image, image, opts)
 end
 
 ---------------------------------------------------------------- alignment

@@ -131,7 +131,9 @@ math.sqrt(d_k) in PyTorch.]],
    doc = [[A copy of the scores S with fill (default -inf) where the mask m
 is false or 0. m may have any dtype (nonzero keeps) and broadcasts to S:
 a padding mask (B, 1, n), a causal one (n_q, n_k) or a per-head one
-(B, H, n_q, n_k). The fill is -inf, not -1e9, so that qkv.softmax gives
+(B, H, n_q, n_k). It may add leading dims to the result (a (1, 1, n)
+mask on (n_q, n) scores gives (1, n_q, n)), never change the last two.
+The fill is -inf, not -1e9, so that qkv.softmax gives
 exact zeros there. A mask that does not broadcast is an error with both
 shapes, and so is a fill S's dtype cannot hold (the default -inf with an
 int64 S). As S.masked_fill(~m, float('-inf')) in PyTorch.]],
@@ -208,8 +210,10 @@ the weights and calls it.]]},
 masked) V and the weights. Q is (..., n_q, d_k), K (..., n_k, d_k) and V
 (..., n_k, d_v), with batch dims that broadcast, so K and V may lack Q's
 leading dims; out is (..., n_q, d_v) and the weights (..., n_q, n_k).
-opts: mask (a tensor, as for qkv.mask), causal (a boolean, as
-qkv.causal(n_q, n_k)), scale (default 1/sqrt(d_k)) and weights (default
+opts: mask (a tensor, true = may attend, as for qkv.mask; its leading
+dims join the result's), key_padding_mask (PyTorch's: a bool (..., n_k)
+tensor, true = padding), causal (a boolean, as qkv.causal(n_q, n_k);
+is_causal is its alias), scale (default 1/sqrt(d_k)) and weights (default
 true). With weights = false a fused kernel (tiled, online softmax) returns
 only out and never holds the n_q × n_k matrix. Unknown options and shapes
 that disagree are errors; PyTorch's F.scaled_dot_product_attention returns

@@ -60,8 +60,9 @@ d_model), out (..., n_q, d_k) and weights (..., n_q, n_kv).
 heads and projections W_Q, W_K, W_V, W_O (d_model, d_model). It projects x
 (..., n, d_model), splits the heads (qkv.heads), attends, merges them and
 projects by W_O: out is (..., n, d_model) and weights (..., h, n, n), and a
-(B, 1, n) padding mask in opts.mask gets its head dim added. d_model must
-be divisible by h.
+(B, 1, n) padding mask in opts.mask, or a (B, n) opts.key_padding_mask,
+gets its head dim added. Called as PyTorch's, m(query, key, value
+[, opts]) takes Q, K and V from the three. d_model must be divisible by h.
 ]] .. INIT .. [[As torch.nn.MultiheadAttention with batch_first and no
 biases.]]},
 
