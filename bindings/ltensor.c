@@ -233,7 +233,7 @@ static int distance (const char *a, const char *b) {
   return row[nb];
 }
 
-static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", NULL};
+static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "mT", NULL};
 
 /* a misspelt field is an error naming the closest method or field, as a
    PyTorch user gets an AttributeError rather than nil */
@@ -254,8 +254,88 @@ static int no_field (lua_State *L, const char *k) {
   return luaL_error(L, "index: a tensor has no field '%s'", k);
 }
 
+/* x.T (a matrix's transpose; a 0-d or 1-D tensor itself) and x.mT (the
+   transpose of the last two dims), views as PyTorch's */
+static int transposed (lua_State *L, const qkv_tensor *t, int matrices) {
+  qkv_tensor v = *t;
+  if (matrices ? t->ndim < 2 : t->ndim > 2) {
+    const char *s = qkvL_shape(L, t);
+    return luaL_error(L, matrices ? "index: x.mT needs at least 2 dims, got %s"
+                                  : "index: x.T needs at most 2 dims, got %s; use x.mT "
+                                    "or x:permute(...)", s);
+  }
+  if (t->ndim >= 2) qkv_view_transpose(&v, t, t->ndim - 2, t->ndim - 1);
+  qkvL_pushview(L, &v, 1);
+  return 1;
+}
+
+/* a 1-based position at the top of the stack for a dim of `size` */
+static int64_t position (lua_State *L, lua_Integer item, int dim, int64_t size, int end) {
+  int ok;
+  lua_Integer i = lua_tointegerx(L, -1, &ok);
+  if (!ok)
+    luaL_error(L, "index: item %I of the index table must hold integers, got %s", item,
+               luaL_typename(L, -1));
+  lua_Integer j = i < 0 ? i + size + 1 : i;
+  if (j < 1 - end || j > size)
+    luaL_error(L, "index: %I is out of range for dim %d of size %I", i, dim, (lua_Integer)size);
+  return j - 1;
+}
+
+/*
+** x[{a, {b, c}, {}, ...}], Torch7's indexing, as a view of t: a number
+** selects (its dim goes), {} keeps a dim whole, {i} narrows it to item i,
+** {i, j} to items i..j (negative counts from the end).  The table is read
+** raw, so no metamethod runs while t is held.
+*/
+static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *v) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, key);
+  if (n > t->ndim)
+    luaL_error(L, "index: %I indices for a tensor of %d dims", n, t->ndim);
+  qkv_tensor cur = *t;
+  int d = 0;
+  for (lua_Integer k = 1; k <= n; k++, lua_pop(L, 1)) {
+    int ty = lua_rawgeti(L, key, k), dim = (int)k;
+    if (ty == LUA_TNUMBER) {
+      qkv_view_select(v, &cur, d, position(L, k, dim, cur.size[d], 0));
+      cur = *v;
+      continue;
+    }
+    if (ty != LUA_TTABLE)
+      luaL_error(L, "index: item %I of the index table must be a number or a table, got %s",
+                 k, luaL_typename(L, -1));
+    lua_Integer m = (lua_Integer)lua_rawlen(L, -1);
+    int64_t a = 0, b = cur.size[d] - 1;
+    if (m > 2) luaL_error(L, "index: item %I must be {}, {i} or {i, j}", k);
+    if (m >= 1) {
+      lua_rawgeti(L, -1, 1);
+      a = b = position(L, k, dim, cur.size[d], 0);
+      lua_pop(L, 1);
+    }
+    if (m == 2) {
+      lua_rawgeti(L, -1, 2);
+      b = position(L, k, dim, cur.size[d], 1);
+      lua_pop(L, 1);
+      if (b < a - 1) luaL_error(L, "index: range %I ends before it starts", k);
+    }
+    qkv_view_narrow(v, &cur, d++, a, b - a + 1);
+    cur = *v;
+  }
+  *v = cur;
+}
+
 static int t_index (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    qkv_tensor v;
+    table_view(L, t, 2, &v);
+    if (v.ndim == 0) {
+      checkcpu(L, t, "index");
+      return qkvL_pushvalue(L, &v, qkv_data(&v));
+    }
+    qkvL_pushview(L, &v, 1);
+    return 1;
+  }
   if (lua_type(L, 2) == LUA_TSTRING) {
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
@@ -265,6 +345,8 @@ static int t_index (lua_State *L) {
     else if (strcmp(k, "device") == 0)
       lua_pushstring(L, qkv_device_name(t->storage->device));
     else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->ndim);
+    else if (strcmp(k, "T") == 0) return transposed(L, t, 0);
+    else if (strcmp(k, "mT") == 0) return transposed(L, t, 1);
     else return no_field(L, k);
     return 1;
   }
@@ -279,14 +361,15 @@ static int t_index (lua_State *L) {
   return 1;
 }
 
-/* x[i] = number or tensor: writes into the selected slice */
+/* x[i] = number or tensor, x[{...}] = ...: writes into the selected view */
 static int t_newindex (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
-    return luaL_error(L, "index: tensors have no settable fields");
   qkv_tensor v, *src;
   qkvL_Scalar sc;
-  qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
+  if (lua_type(L, 2) == LUA_TTABLE) table_view(L, t, 2, &v);
+  else if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
+    return luaL_error(L, "index: tensors have no settable fields");
+  else qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
   if (lua_type(L, 3) == LUA_TNUMBER || lua_isboolean(L, 3))
     qkvL_check(L, "index", qkv_copy(&v, qkvL_checkfill(L, 3, t->dtype, "index", &sc)));
   else if ((src = qkvL_totensor(L, 3)) != NULL) {

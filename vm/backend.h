@@ -44,6 +44,16 @@ typedef struct qkv_backend {
   int (*attention)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale);
+  /* cond (bool), a, b: out's shape; a, b: out's dtype */
+  int (*where)(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+               const qkv_tensor *b);
+  /* out[i] = a[i with i_dim := idx[i]]: idx int64 with out's shape, every
+     position in [0, a->size[dim]); a has out's rank, each other dim at
+     least out's size, and out's dtype */
+  int (*gather)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
+  /* each line along the last dim of a, stably sorted (NaN above every
+     number) into values (a's dtype) and indices (int64, 0-based) */
+  int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
 } qkv_backend;
 
 extern const qkv_backend qkv_cpu_backend;

@@ -4,6 +4,7 @@
 ** operands to the output's shape, then calls the backend's entry.
 */
 #include <stddef.h>
+#include <string.h>
 
 #include "qkv.h"
 #include "backend.h"
@@ -149,16 +150,42 @@ int qkv_fill (qkv_tensor *dst, double v) {
 
 static int is_compare (qkv_binop op) { return op >= QKV_EQ; }
 
+/* whether x is out itself, element for element */
+static int same_view (const qkv_tensor *x, const qkv_tensor *out) {
+  return x->storage == out->storage && x->offset == out->offset &&
+         x->dtype == out->dtype && x->ndim == out->ndim &&
+         memcmp(x->size, out->size, sizeof(int64_t) * (size_t)x->ndim) == 0 &&
+         memcmp(x->stride, out->stride, sizeof(int64_t) * (size_t)x->ndim) == 0;
+}
+
+/*
+** An operand of an op writing into out (in place): as operand(), but one
+** that overlaps out and is not out itself is converted (read whole) first,
+** since the kernel may write an element before it reads another.
+*/
+static int input (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
+                  const qkv_tensor *out, qkv_dtype dt) {
+  qkv_tensor c;
+  if (src->dtype != dt || same_view(src, out) || !overlap(src, out))
+    return operand(dst, tmp, src, out, dt);
+  int err = convert(&c, src, dt);
+  if (err != QKV_OK) return err;
+  err = operand(dst, tmp, &c, out, dt);
+  *tmp = c.storage;
+  return err;
+}
+
 int qkv_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
                 const qkv_tensor *b) {
   int err;
   const qkv_backend *be = backend3(out, a, b, &err);
   if (be == NULL) return err;
+  if (self_overlapping(out)) return QKV_EOVERLAP;
   qkv_dtype dt = is_compare(op) ? qkv_promote(a->dtype, b->dtype) : out->dtype;
   qkv_tensor x, y;
   qkv_storage *tx, *ty = NULL;
-  err = operand(&x, &tx, a, out, dt);
-  if (err == QKV_OK) err = operand(&y, &ty, b, out, dt);
+  err = input(&x, &tx, a, out, dt);
+  if (err == QKV_OK) err = input(&y, &ty, b, out, dt);
   if (err == QKV_OK) err = be->binary(op, out, &x, &y);
   qkv_storage_release(tx);
   qkv_storage_release(ty);
@@ -169,9 +196,10 @@ int qkv_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
   int err;
   const qkv_backend *be = backend3(out, a, NULL, &err);
   if (be == NULL) return err;
+  if (self_overlapping(out)) return QKV_EOVERLAP;
   qkv_tensor x;
   qkv_storage *tx;
-  err = operand(&x, &tx, a, out, out->dtype);
+  err = input(&x, &tx, a, out, out->dtype);
   if (err == QKV_OK) err = be->unary(op, out, &x);
   qkv_storage_release(tx);
   return err;
@@ -253,12 +281,64 @@ int qkv_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {
   int err;
   const qkv_backend *be = backend3(out, mask, NULL, &err);
   if (be == NULL) return err;
+  if (self_overlapping(out)) return QKV_EOVERLAP;
   qkv_tensor m;
   qkv_storage *tm;
-  err = operand(&m, &tm, mask, out, QKV_BOOL);
+  err = input(&m, &tm, mask, out, QKV_BOOL);
   if (err == QKV_OK) err = be->masked_fill(out, &m, v);
   qkv_storage_release(tm);
   return err;
+}
+
+
+/* selection */
+
+int qkv_where (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+               const qkv_tensor *b) {
+  int err;
+  const qkv_backend *be = backend3(out, a, b, &err);
+  if (be == NULL || (be = backend3(out, cond, NULL, &err)) == NULL) return err;
+  if (self_overlapping(out)) return QKV_EOVERLAP;
+  qkv_tensor c, x, y;
+  qkv_storage *tc, *tx = NULL, *ty = NULL;
+  err = input(&c, &tc, cond, out, QKV_BOOL);
+  if (err == QKV_OK) err = input(&x, &tx, a, out, out->dtype);
+  if (err == QKV_OK) err = input(&y, &ty, b, out, out->dtype);
+  if (err == QKV_OK) err = be->where(out, &c, &x, &y);
+  qkv_storage_release(tc);
+  qkv_storage_release(tx);
+  qkv_storage_release(ty);
+  return err;
+}
+
+int qkv_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim) {
+  int err;
+  const qkv_backend *be = backend3(out, a, idx, &err);
+  if (be == NULL) return err;
+  if (a->dtype != out->dtype || idx->dtype != QKV_I64 || idx->ndim != out->ndim ||
+      a->ndim != out->ndim || dim < 0 || dim >= out->ndim)
+    return QKV_EINTERNAL;
+  for (int d = 0; d < out->ndim; d++)
+    if (idx->size[d] != out->size[d] || (d != dim && a->size[d] < out->size[d]))
+      return QKV_EINTERNAL;
+  if (self_overlapping(out)) return QKV_EOVERLAP;
+  return be->gather(out, a, idx, dim);
+}
+
+int qkv_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,
+              int descending) {
+  int err;
+  const qkv_backend *be = backend3(values, indices, a, &err);
+  if (be == NULL) return err;
+  if (values->dtype != a->dtype || indices->dtype != QKV_I64) return QKV_EINTERNAL;
+  if (self_overlapping(values) || self_overlapping(indices)) return QKV_EOVERLAP;
+  qkv_tensor x = *a, v = *values, ix = *indices;
+  if (a->ndim > 0) {              /* the sorted dim last: each row is a line */
+    qkv_view_transpose(&x, a, dim, a->ndim - 1);
+    qkv_view_transpose(&v, values, dim, a->ndim - 1);
+    qkv_view_transpose(&ix, indices, dim, a->ndim - 1);
+  }
+  return be->sort(&v, &ix, &x, descending);
 }
 
 

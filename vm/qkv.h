@@ -133,6 +133,26 @@ int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
 int qkv_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_random(qkv_tensor *out, qkv_dist dist);
 
+/*
+** In place: out may be one of the inputs (x:add_(y) is binary(ADD, x, x, y));
+** an input that overlaps out otherwise is read whole first, and an out
+** that would write one element twice (a stride-0 dim) is QKV_EOVERLAP,
+** for binary, unary and masked_fill as for copy.
+*/
+
+/* selection: out = cond ? a : b (cond bool; all broadcast to out, a and b
+   converted to out's dtype) */
+int qkv_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+              const qkv_tensor *b);
+/* out[i] = a[i with i_dim := idx[i]] (dim 0-based): idx int64 with out's
+   shape, its values in [0, a->size[dim]) (the caller checks); a has out's
+   rank and dtype, every other dim at least out's */
+int qkv_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
+/* values (a's shape and dtype) and indices (int64, 0-based) of a sorted
+   along dim, stably; NaN sorts above every number */
+int qkv_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,
+             int descending);
+
 /* attention */
 /* out (float, x's shape) = softmax of x along dim (0-based); a row that is
    all -inf gives zeros */

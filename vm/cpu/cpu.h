@@ -22,5 +22,9 @@ int qkv_cpu_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                       const qkv_tensor *v, const qkv_tensor *mask, int causal,
                       double scale);
+int qkv_cpu_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+                  const qkv_tensor *b);
+int qkv_cpu_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
+int qkv_cpu_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
 
 #endif

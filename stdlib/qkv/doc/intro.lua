@@ -43,6 +43,9 @@ Properties:
   x.ndim      the number of dims, as x:dim()
   #x          the size of dim 1
   x[i]        select along dim 1 (a number when x is 1-D); x[i] = v writes
+  x[{i, {a, b}, {}}]  Torch7's indexing: a number selects, {a, b} narrows
+              to a..b, {} keeps a dim; a view, and x[{...}] = v writes
+  x.T, x.mT   a matrix's transpose; the transpose of the last two dims
 Operators: + - * / ^ and unary - broadcast between tensors and numbers
 (the product * is elementwise; the matrix product is x:matmul(y)).
 tostring(x) and print(x) show the values as PyTorch does, and
@@ -53,14 +56,15 @@ local namespaces = {
    intro = "The qkv module: making tensors, math on them (each also a tensor " ..
      "method), the attention primitives, the runtime and files. In the qkv " ..
      "executable it is the global qkv; elsewhere require \"qkv\".",
-   groups = {"making tensors", "math", "attention", "runtime", "files"}},
+   groups = {"making tensors", "math", "selection and indexing", "attention", "runtime",
+             "files"}},
   {id = "Tensor", title = "Tensor methods",
    intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
      "reference-counted storage, with up to 8 dims. Methods are called as " ..
      "x:name(...); the math ones are also functions of qkv (x:sum(2) is " ..
      "qkv.sum(x, 2)).",
    groups = {"size and layout", "values", "views", "copies and devices",
-             "math", "reductions", "attention"}},
+             "math", "selection and indexing", "reductions", "in place", "attention"}},
   {id = "qkv.nn", title = "qkv.nn",
    intro = "Attention modules in plain Lua on the primitives " ..
      "(stdlib/qkv/nn.lua, loaded on first use). A module is callable, " ..

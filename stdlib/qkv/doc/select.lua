@@ -1,0 +1,159 @@
+-- doc/select.lua: qkv.doc entries of selection and indexing (where, tril,
+-- triu, any, all, the logical ops, index_select, gather, embedding, sort,
+-- topk), clamp, mm, bmm, the dtype shorthands and the in-place ops
+-- (bindings/lselect.c).
+
+local POS = "Positions are 1-based and int64; one out of range is an error " ..
+  "naming it and the dim's size. "
+
+-- a record that is both a method and a function of qkv
+local function both(name, args, group, doc, example)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "(" .. args .. ")", group = group,
+    also = "qkv." .. name .. "(x" .. (args ~= "" and ", " .. args or "") .. ")",
+    also_group = group, doc = doc, example = example}
+end
+
+local function logical(name, what)
+  return both(name, "y", "selection and indexing",
+    "A bool tensor, true where " .. what .. ", elementwise with x and y " ..
+    "broadcast. Nonzero counts as true in any dtype (NaN too), so x and y " ..
+    "need not be bool. As torch." .. name .. ".")
+end
+
+-- in-place op: x op= y
+local function inplace(name, what, torch)
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "(y)", group = "in place",
+    doc = what .. " in place and returns x. y (a tensor or a number) broadcasts to " ..
+      "x's shape, which stays; the result keeps x's dtype, and one x cannot hold " ..
+      "(a float result into int64, a number into bool) is an error, as in " ..
+      "PyTorch. A write into a view writes its base; a y that overlaps x is " ..
+      "read whole first; an expanded x (stride 0) is an error. As " .. torch .. "."}
+end
+
+return {
+  {name = "qkv.where", sig = "qkv.where(cond, a, b)", group = "selection and indexing",
+   doc = [[Elements of a where the bool tensor cond is true, of b elsewhere,
+with cond, a and b broadcast; a and b may be numbers, and the result's
+dtype is theirs promoted. x:where(cond, y) is qkv.where(cond, x, y). As
+torch.where.]],
+   example = [=[local x = qkv.tensor{-1, 2, -3}
+print(qkv.where(x:gt(0), x, 0))   --> tensor([0., 2., 0.])]=]},
+  {name = "Tensor:where", sig = "x:where(cond, y)", group = "selection and indexing",
+   doc = [[x where the bool tensor cond is true, y (a tensor or a number)
+elsewhere, broadcast: qkv.where(cond, x, y). The result's dtype is x's
+and y's promoted. As torch.Tensor.where.]]},
+
+  both("tril", "[k]", "selection and indexing",
+    [[A copy of x with zeros above the k-th diagonal of its last two dims
+(k = 0 the main one, k > 0 above it, k < 0 below): element (i, j) stays
+when j - i <= k. x needs at least 2 dims. As torch.tril.]],
+    [=[print(qkv.ones(2, 3):tril())
+--> tensor([[1., 0., 0.],
+-->         [1., 1., 0.]])]=]),
+  both("triu", "[k]", "selection and indexing",
+    [[A copy of x with zeros below the k-th diagonal of its last two dims:
+element (i, j) stays when j - i >= k. k defaults to 0, the main diagonal,
+and x needs at least 2 dims. As torch.triu.]]),
+  both("any", "[dim [, keepdim]]", "selection and indexing",
+    [[Whether any element is nonzero (true for bool), over everything (a 0-d
+bool tensor) or along dim, which goes or stays as size 1 with keepdim. An
+empty tensor gives false. As torch.any.]],
+    [=[print(qkv.tensor{{0, 1}, {0, 0}}:any(2))   --> tensor([ True, False])]=]),
+  both("all", "[dim [, keepdim]]", "selection and indexing",
+    [[Whether every element is nonzero, over everything or along dim, as
+any. An empty tensor gives true. As torch.all.]]),
+  logical("logical_and", "both x and y are nonzero"),
+  logical("logical_or", "x or y is nonzero"),
+  logical("logical_xor", "exactly one of x and y is nonzero"),
+  both("logical_not", "", "selection and indexing",
+    [[A bool tensor, true where x is zero (false, 0 or -0). It has x's
+shape, whatever x's dtype. As torch.logical_not.]]),
+
+  both("index_select", "dim, index", "selection and indexing",
+    [[The slices of x along dim at the positions of the 1-D int64 tensor
+index, in its order (repeats allowed): the result has x's shape with
+#index at dim. ]] .. POS .. [[As torch.index_select.]],
+    [=[local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+print(x:index_select(2, qkv.tensor({3, 1}, "int64")))
+--> tensor([[3., 1.],
+-->         [6., 4.]])]=]),
+  both("gather", "dim, index", "selection and indexing",
+    [=[Values of x read along dim at the positions in index, an int64 tensor
+with x's number of dims and no dim larger than x's but dim: out[i][j] =
+x[i][index[i][j]] for dim 2. The result has index's shape. ]=] .. POS ..
+    [[As torch.gather.]]),
+  {name = "qkv.embedding", sig = "qkv.embedding(ids, W)", group = "selection and indexing",
+   doc = [[The rows of W (num_embeddings, dim) at the int64 ids (any shape):
+the result is (ids..., dim). ]] .. POS .. [[As torch.nn.functional.embedding.]],
+   example = [=[local W = qkv.tensor{{0, 0}, {1, 1}, {2, 2}}
+print(qkv.embedding(qkv.tensor({3, 1}, "int64"), W))
+--> tensor([[2., 2.],
+-->         [0., 0.]])]=]},
+  both("sort", "[dim [, descending]]", "selection and indexing",
+    [[x sorted along dim (default the last), ascending or descending:
+returns the values and their 1-based positions in x (int64). The sort is
+stable, and NaN sorts above every number, as in PyTorch. As torch.sort.]],
+    [=[local v, i = qkv.tensor{3, 1, 2}:sort()
+print(v, i)   --> tensor([1., 2., 3.])	tensor([2, 3, 1])]=]),
+  both("topk", "k [, dim [, largest]]", "selection and indexing",
+    [[The k largest elements along dim (default the last), or the k smallest
+when largest is false, sorted, and their 1-based positions. k must be
+between 0 and the dim's size. As torch.topk.]]),
+
+  both("clamp", "[min [, max]]", "math",
+    [[x with every element brought into [min, max]: max(x, min), then
+min(., max). Either bound may be nil, a number or a tensor that
+broadcasts; at least one must be given. NaN stays NaN. Bool tensors are an
+error. As torch.clamp.]],
+    [=[print(qkv.tensor{-2, 0.5, 3}:clamp(0, 1))   --> tensor([0.0000, 0.5000, 1.0000])]=]),
+  both("mm", "y", "math",
+    [[The matrix product of two 2-D tensors, no broadcasting: matmul's
+strict form. Any other shapes are an error naming both. As torch.mm.]]),
+  both("bmm", "y", "math",
+    [[The batched matrix product of two 3-D tensors (b, n, m) and (b, m, p),
+no broadcasting. Batches that differ are an error naming both shapes. As
+torch.bmm.]]),
+
+  {name = "Tensor:float", sig = "x:float()", group = "copies and devices",
+   doc = [[x as float32, as x:to("float32"). It is x itself when x already
+is float32, else a copy. As torch.Tensor.float.]]},
+  {name = "Tensor:double", sig = "x:double()", group = "copies and devices",
+   doc = [[x as float64, as x:to("float64"). It is x itself when x already
+is float64, else a copy. As torch.Tensor.double.]]},
+  {name = "Tensor:long", sig = "x:long()", group = "copies and devices",
+   doc = [[x as int64, as x:to("int64"). Floats truncate toward zero, and
+one outside int64's range is an error. As torch.Tensor.long.]]},
+  {name = "Tensor:bool", sig = "x:bool()", group = "copies and devices",
+   doc = [[x as bool, as x:to("bool"). Nonzero (NaN too) is true. As
+torch.Tensor.bool.]]},
+
+  inplace("add_", "Adds y to x", "torch.Tensor.add_"),
+  inplace("sub_", "Subtracts y from x", "torch.Tensor.sub_"),
+  inplace("mul_", "Multiplies x by y", "torch.Tensor.mul_"),
+  inplace("div_", "Divides x by y (an integral x cannot hold the quotient)",
+          "torch.Tensor.div_"),
+  {name = "Tensor:fill_", sig = "x:fill_(v)", group = "in place",
+   doc = [[Sets every element of x to the number v and returns x. A value
+x's dtype cannot hold is an error (1e300 into int64). As
+torch.Tensor.fill_.]],
+   example = [=[local x = qkv.zeros(2, 3)
+x:narrow(2, 2, 2):fill_(7)
+print(x)
+--> tensor([[0., 7., 7.],
+-->         [0., 7., 7.]])]=]},
+  {name = "Tensor:zero_", sig = "x:zero_()", group = "in place",
+   doc = [[Sets every element of x to 0 and returns x. A write into a view
+writes its base. As torch.Tensor.zero_.]]},
+  {name = "Tensor:copy_", sig = "x:copy_(src)", group = "in place",
+   doc = [[Copies src into x (converting its dtype, broadcasting it to x's
+shape) and returns x. A src that overlaps x is read whole first, as
+through a temporary. As torch.Tensor.copy_.]]},
+  {name = "Tensor:clamp_", sig = "x:clamp_([min [, max]])", group = "in place",
+   doc = [[x:clamp(min, max) written into x, which is returned. A float
+bound on an integral x is an error, as the result cannot be held. As
+torch.Tensor.clamp_.]]},
+  {name = "Tensor:masked_fill_", sig = "x:masked_fill_(mask, v)", group = "in place",
+   doc = [[Sets x to the number v where mask (broadcast to x's shape) is true
+and returns x. A v x's dtype cannot hold is an error. As
+torch.Tensor.masked_fill_.]]},
+}
