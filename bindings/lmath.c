@@ -164,7 +164,7 @@ static int m_ge (lua_State *L) { return binary(L, QKV_GE, "ge"); }
 static int unary (lua_State *L, qkv_unop op, const char *name) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
   qkv_dtype dt = t->dtype;
-  if (op == QKV_NEG || op == QKV_ABS) { if (dt == QKV_BOOL) dt = QKV_I64; }
+  if (op == QKV_NEG || op == QKV_ABS || op == QKV_RELU) { if (dt == QKV_BOOL) dt = QKV_I64; }
   else if (!qkv_is_float(dt)) dt = QKV_F32;
   qkv_tensor *out = qkvL_newlike(L, t, dt);
   qkvL_check(L, name, qkv_unary(op, out, t));
@@ -177,6 +177,11 @@ static int m_log (lua_State *L) { return unary(L, QKV_LOG, "log"); }
 static int m_sqrt (lua_State *L) { return unary(L, QKV_SQRT, "sqrt"); }
 static int m_abs (lua_State *L) { return unary(L, QKV_ABS, "abs"); }
 static int m_tanh (lua_State *L) { return unary(L, QKV_TANH, "tanh"); }
+static int m_sigmoid (lua_State *L) { return unary(L, QKV_SIGMOID, "sigmoid"); }
+static int m_relu (lua_State *L) { return unary(L, QKV_RELU, "relu"); }
+static int m_silu (lua_State *L) { return unary(L, QKV_SILU, "silu"); }
+static int m_sin (lua_State *L) { return unary(L, QKV_SIN, "sin"); }
+static int m_cos (lua_State *L) { return unary(L, QKV_COS, "cos"); }
 
 /* the metamethods take the operands in either order */
 static int m_unm (lua_State *L) { lua_settop(L, 1); return m_neg(L); }
@@ -396,7 +401,8 @@ void qkvL_open_math (lua_State *L, int mt, int methods, int module) {
     {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum},
     {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt},
     {"ge", m_ge}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log},
-    {"sqrt", m_sqrt}, {"abs", m_abs}, {"tanh", m_tanh}, {"sum", m_sum},
+    {"sqrt", m_sqrt}, {"abs", m_abs}, {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
+    {"relu", m_relu}, {"silu", m_silu}, {"sin", m_sin}, {"cos", m_cos}, {"sum", m_sum},
     {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"var", m_var},
     {"std", m_std}, {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", m_matmul}, {"masked_fill", m_masked_fill}, {NULL, NULL}

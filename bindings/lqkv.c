@@ -48,6 +48,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_sys(L, mt, methods, module);
   qkvL_open_io(L, mt, methods, module);
   qkvL_open_select(L, mt, methods, module);
+  qkvL_open_norm(L, mt, methods, module);
   for (int i = 0; i < 4; i++) {
     lua_pushstring(L, dtypes[i]);
     lua_setfield(L, module, dtypes[i]);

@@ -84,5 +84,6 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module);
 void qkvL_open_sys (lua_State *L, int mt, int methods, int module);
 void qkvL_open_io (lua_State *L, int mt, int methods, int module);
 void qkvL_open_select (lua_State *L, int mt, int methods, int module);
+void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
 
 #endif

@@ -54,6 +54,12 @@ typedef struct qkv_backend {
   /* each line along the last dim of a, stably sorted (NaN above every
      number) into values (a's dtype) and indices (int64, 0-based) */
   int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
+  /* along the last dim; out and x contiguous, the same float dtype */
+  int (*log_softmax)(qkv_tensor *out, const qkv_tensor *x);
+  /* over the last n elements of each row; out, x contiguous, w and b
+     contiguous n elements or NULL, all the same float dtype */
+  int (*layer_norm)(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                    const qkv_tensor *b, int64_t n, double eps);
 } qkv_backend;
 
 extern const qkv_backend qkv_cpu_backend;

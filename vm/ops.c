@@ -377,6 +377,69 @@ int qkv_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   return err;
 }
 
+/* a contiguous tensor of t's shape and dtype dt in a new storage */
+static int fresh (qkv_tensor *dst, const qkv_tensor *t, qkv_dtype dt) {
+  *dst = *t;
+  dst->dtype = dt;
+  dst->offset = 0;
+  qkv_set_contiguous(dst, t->ndim, t->size);
+  dst->storage = qkv_storage_new(t->storage->device, (size_t)qkv_numel(t) * qkv_elsize(dt), 0);
+  return dst->storage ? QKV_OK : QKV_ENOMEM;
+}
+
+/* x as the kernels over rows want it: contiguous, of dtype dt (x itself,
+   or a copy released through *tmp) */
+static int contiguous_as (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x,
+                          qkv_dtype dt) {
+  *tmp = NULL;
+  *dst = *x;
+  if (x->dtype == dt && qkv_is_contiguous(x)) return QKV_OK;
+  int err = convert(dst, x, dt);
+  if (err == QKV_OK) *tmp = dst->storage;
+  return err;
+}
+
+int qkv_log_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  int err;
+  const qkv_backend *be = backend3(out, x, NULL, &err);
+  if (be == NULL) return err;
+  if (!qkv_is_float(out->dtype)) return QKV_EDTYPE;
+  int lastd = x->ndim ? x->ndim - 1 : 0;
+  qkv_tensor xt = *x, ot = *out, c, o;
+  qkv_storage *tx;
+  if (x->ndim) {                            /* dim last; rows contiguous */
+    qkv_view_transpose(&xt, x, dim, lastd);
+    qkv_view_transpose(&ot, out, dim, lastd);
+  }
+  if ((err = contiguous_as(&c, &tx, &xt, out->dtype)) != QKV_OK) return err;
+  if (qkv_is_contiguous(&ot)) err = be->log_softmax(&ot, &c);
+  else if ((err = fresh(&o, &c, out->dtype)) == QKV_OK) {  /* then moved back */
+    err = be->log_softmax(&o, &c);
+    if (err == QKV_OK) err = be->copy(&ot, &o);
+    qkv_storage_release(o.storage);
+  }
+  qkv_storage_release(tx);
+  return err;
+}
+
+int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                    const qkv_tensor *b, int64_t n, double eps) {
+  int err;
+  const qkv_backend *be = backend3(out, x, w, &err);
+  if (be == NULL || (b && (be = backend3(out, b, NULL, &err)) == NULL)) return err;
+  if (!qkv_is_float(out->dtype) || !qkv_is_contiguous(out)) return QKV_EINTERNAL;
+  qkv_tensor c, cw, cb;
+  qkv_storage *tx, *tw = NULL, *tb = NULL;
+  err = contiguous_as(&c, &tx, x, out->dtype);
+  if (err == QKV_OK && w) err = contiguous_as(&cw, &tw, w, out->dtype);
+  if (err == QKV_OK && b) err = contiguous_as(&cb, &tb, b, out->dtype);
+  if (err == QKV_OK) err = be->layer_norm(out, &c, w ? &cw : NULL, b ? &cb : NULL, n, eps);
+  qkv_storage_release(tx);
+  qkv_storage_release(tw);
+  qkv_storage_release(tb);
+  return err;
+}
+
 int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale) {

@@ -106,7 +106,8 @@ typedef enum {
   QKV_EQ, QKV_NE, QKV_LT, QKV_LE, QKV_GT, QKV_GE, QKV_NBINARY
 } qkv_binop;
 typedef enum {
-  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_GELU, QKV_NUNARY
+  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_GELU, QKV_SIGMOID,
+  QKV_RELU, QKV_SILU, QKV_SIN, QKV_COS, QKV_NUNARY
 } qkv_unop;
 typedef enum {
   QKV_SUM, QKV_MEAN, QKV_MAX, QKV_MIN, QKV_VAR, QKV_STD, QKV_ARGMAX, QKV_ARGMIN,
@@ -157,6 +158,14 @@ int qkv_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int d
 /* out (float, x's shape) = softmax of x along dim (0-based); a row that is
    all -inf gives zeros */
 int qkv_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* out (float, x's shape) = x - logsumexp(x) along dim; a row all -inf
+   gives -inf (the log of softmax's zeros) */
+int qkv_log_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* out (x's shape, float) = x normalised over its last n elements (the
+   normalized shape, flattened): (x - mean) / sqrt(var + eps) * w + b,
+   biased variance, in double; w and b (n elements each) may be NULL */
+int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                   const qkv_tensor *b, int64_t n, double eps);
 /*
 ** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
 ** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with

@@ -63,7 +63,7 @@ local function class(name)
   c.__call = function(self, ...) return self:forward(...) end
   c.__tostring = function(self) return self:repr("") end
   nn[name] = setmetatable(c, {__index = Module, __call = function(cls, ...)
-    local m = setmetatable({_params = {}, _children = {}}, cls)
+    local m = setmetatable({_params = {}, _children = {}, training = true}, cls)
     named(name, pcall(m.init, m, ...))
     return m
   end, __newindex = function(cls, k, v)
@@ -145,6 +145,18 @@ function Module:load(src)
   return self
 end
 
+-- training mode (the default) or evaluation mode, for this module and its
+-- children, as PyTorch's train() / eval(); Dropout reads it
+function Module:train(mode)
+  if mode == nil then mode = true end
+  if type(mode) ~= "boolean" then fail("train", "mode must be a boolean, got %s", type(mode)) end
+  self.training = mode
+  for _, n in ipairs(self._children) do self[n]:train(mode) end
+  return self
+end
+
+function Module:eval() return self:train(false) end
+
 function Module:extra() return "" end
 
 function Module:repr(indent)
@@ -189,6 +201,71 @@ local GELU = class("GELU")
 function GELU:init() end
 function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
 
+local function opts_of(fname, opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail(fname, "opts must be a table, got %s", type(opts)) end
+  local dt = opts.dtype or "float32"
+  if dt ~= "float32" and dt ~= "float64" then
+    fail(fname, "dtype must be 'float32' or 'float64', got %s", tostring(dt))
+  end
+  return opts, dt
+end
+
+-- LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true, bias = true,
+-- dtype}]): w = 1 and b = 0 of the normalized shape, as PyTorch's
+local LayerNorm = class("LayerNorm")
+function LayerNorm:init(shape, opts)
+  local dt
+  opts, dt = opts_of("LayerNorm", opts)
+  local sizes = type(shape) == "table" and {table.unpack(shape)} or {shape}
+  for i, n in ipairs(sizes) do checkdim("LayerNorm", "normalized_shape[" .. i .. "]", n) end
+  if #sizes == 0 then fail("LayerNorm", "normalized_shape is empty") end
+  self.normalized_shape, self.eps = sizes, opts.eps or 1e-5
+  if type(self.eps) ~= "number" then fail("LayerNorm", "eps must be a number, got %s", type(self.eps)) end
+  if opts.elementwise_affine ~= false then
+    self:param("w", qkv.ones(sizes, dt))
+    if opts.bias ~= false then self:param("b", qkv.zeros(sizes, dt)) end
+  end
+end
+
+function LayerNorm:forward(x)
+  return qkv.layer_norm(checktensor("LayerNorm", "x", x), self.normalized_shape, self.w,
+                        self.b, self.eps)
+end
+
+function LayerNorm:extra()
+  local shape = table.concat(self.normalized_shape, ", ")
+  return string.format("(%s%s), eps=%g, elementwise_affine=%s", shape,
+                       #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.w ~= nil))
+end
+
+-- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval()
+local Dropout = class("Dropout")
+function Dropout:init(p)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    fail("Dropout", "p must be a number in [0, 1], got %s", tostring(p))
+  end
+  self.p = p
+end
+
+function Dropout:forward(x) return qkv.dropout(checktensor("Dropout", "x", x), self.p, self.training) end
+function Dropout:extra() return string.format("p=%g", self.p) end
+
+-- Embedding(num_embeddings, dim [, {dtype}]): W (num, dim) from N(0, 1),
+-- as PyTorch's; m(ids) is qkv.embedding(ids, m.W)
+local Embedding = class("Embedding")
+function Embedding:init(num, dim, opts)
+  checkdim("Embedding", "num_embeddings", num)
+  checkdim("Embedding", "embedding_dim", dim)
+  local _, dt = opts_of("Embedding", opts)
+  self.num_embeddings, self.embedding_dim = num, dim
+  self:param("W", qkv.randn(num, dim):to(dt))
+end
+
+function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end
+function Embedding:extra() return string.format("%d, %d", self.num_embeddings, self.embedding_dim) end
+
 local Identity = class("Identity")
 function Identity:init() end
 function Identity:forward(x) return x end
@@ -216,53 +293,73 @@ local function weight(m, name, d_in, d_out)
   m:param(name, uniform(1 / math.sqrt(d_in), d_in, d_out))
 end
 
-local function attn_init(self, fname, d_model, d_k)
+-- opts.bias: b_Q, b_K, b_V (and b_O) as well, with Linear's init, as
+-- PyTorch's modules have by default (qkv's default, the documents', is none)
+local function bias_of(fname, opts)
+  if opts == nil then return false end
+  if type(opts) ~= "table" then fail(fname, "opts must be a table, got %s", type(opts)) end
+  for k in pairs(opts) do
+    if k ~= "bias" then fail(fname, "unknown option '%s'", tostring(k)) end
+  end
+  if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+    fail(fname, "option 'bias' must be a boolean, got %s", type(opts.bias))
+  end
+  return opts.bias == true
+end
+
+local function weights(self, names, d_in, d_out, bias)
+  for _, n in ipairs(names) do
+    weight(self, "W_" .. n, d_in, d_out)
+    if bias then self:param("b_" .. n, uniform(1 / math.sqrt(d_in), d_out)) end
+  end
+end
+
+local function attn_init(self, fname, d_model, d_k, opts)
   checkdim(fname, "d_model", d_model)
   checkdim(fname, "d_k", d_k)
   self.d_model, self.d_k = d_model, d_k
-  weight(self, "W_Q", d_model, d_k)
-  weight(self, "W_K", d_model, d_k)
-  weight(self, "W_V", d_model, d_k)
+  weights(self, {"Q", "K", "V"}, d_model, d_k, bias_of(fname, opts))
 end
 
 local function attn_extra(self)
-  return string.format("d_model=%d, d_k=%d", self.d_model, self.d_k)
+  return string.format("d_model=%d, d_k=%d%s", self.d_model, self.d_k,
+                       self.b_Q and ", bias=true" or "")
 end
 
 -- SelfAttention(d_model, d_k): out, weights = attn(x [, {mask=, causal=}])
 local SelfAttention = class("SelfAttention")
-function SelfAttention:init(d_model, d_k) attn_init(self, "SelfAttention", d_model, d_k) end
+function SelfAttention:init(d_model, d_k, opts) attn_init(self, "SelfAttention", d_model, d_k, opts) end
 SelfAttention.extra = attn_extra
 
 function SelfAttention:forward(x, opts)
   checktensor("SelfAttention", "x", x)
-  return qkv.attention(qkv.project(x, self.W_Q), qkv.project(x, self.W_K),
-                       qkv.project(x, self.W_V), opts)
+  return qkv.attention(qkv.project(x, self.W_Q, self.b_Q), qkv.project(x, self.W_K, self.b_K),
+                       qkv.project(x, self.W_V, self.b_V), opts)
 end
 
 -- CrossAttention(d_model, d_k): out, weights = attn(text, image [, opts]);
 -- Q from the first sequence, K and V from the second
 local CrossAttention = class("CrossAttention")
-function CrossAttention:init(d_model, d_k) attn_init(self, "CrossAttention", d_model, d_k) end
+function CrossAttention:init(d_model, d_k, opts) attn_init(self, "CrossAttention", d_model, d_k, opts) end
 CrossAttention.extra = attn_extra
 
 function CrossAttention:forward(xq, xkv, opts)
   checktensor("CrossAttention", "text", xq)
   checktensor("CrossAttention", "image", xkv)
-  return qkv.attention(qkv.project(xq, self.W_Q), qkv.project(xkv, self.W_K),
-                       qkv.project(xkv, self.W_V), opts)
+  return qkv.attention(qkv.project(xq, self.W_Q, self.b_Q), qkv.project(xkv, self.W_K, self.b_K),
+                       qkv.project(xkv, self.W_V, self.b_V), opts)
 end
 
 -- the multi-head body shared by self and cross attention: project, split
 -- into heads, attend, merge, project by W_O
-local function mha_init(self, fname, d_model, h)
+local function mha_init(self, fname, d_model, h, opts)
   checkdim(fname, "d_model", d_model)
   checkdim(fname, "h", h)
   if d_model % h ~= 0 then
     fail(fname, "d_model = %d is not divisible by h = %d", d_model, h)
   end
   self.d_model, self.h, self.d_k = d_model, h, d_model // h
-  for _, n in ipairs{"W_Q", "W_K", "W_V", "W_O"} do weight(self, n, d_model, d_model) end
+  weights(self, {"Q", "K", "V", "O"}, d_model, d_model, bias_of(fname, opts))
 end
 
 -- Masks come in the frame of the input's scores: a mask (batch..., n_q, n_k)
@@ -284,21 +381,21 @@ end
 
 local function mha_forward(self, xq, xk, xv, opts)
   local h = self.h
-  local Q = qkv.heads(qkv.project(xq, self.W_Q), h)
-  local K = qkv.heads(qkv.project(xk, self.W_K), h)
-  local V = qkv.heads(qkv.project(xv, self.W_V), h)
+  local Q = qkv.heads(qkv.project(xq, self.W_Q, self.b_Q), h)
+  local K = qkv.heads(qkv.project(xk, self.W_K, self.b_K), h)
+  local V = qkv.heads(qkv.project(xv, self.W_V, self.b_V), h)
   local out, w = qkv.attention(Q, K, V, head_mask(opts, xq))
-  return qkv.project(qkv.merge(out), self.W_O), w
+  return qkv.project(qkv.merge(out), self.W_O, self.b_O), w
 end
 
 local function mha_extra(self)
-  return string.format("d_model=%d, h=%d", self.d_model, self.h)
+  return string.format("d_model=%d, h=%d%s", self.d_model, self.h, self.b_Q and ", bias=true" or "")
 end
 
 -- MultiHeadAttention(d_model, h): out, weights = mha(x [, opts]), or as
 -- PyTorch's, mha(query, key, value [, opts]); weights are (..., h, n_q, n_k)
 local MultiHeadAttention = class("MultiHeadAttention")
-function MultiHeadAttention:init(d_model, h) mha_init(self, "MultiHeadAttention", d_model, h) end
+function MultiHeadAttention:init(d_model, h, opts) mha_init(self, "MultiHeadAttention", d_model, h, opts) end
 MultiHeadAttention.extra = mha_extra
 
 local MHA_USE = "expected mha(x [, opts]) or mha(query, key, value [, opts])"
@@ -328,7 +425,9 @@ end
 -- MultiHeadCrossAttention(d_model, h): out, weights = m(text, image [, opts]);
 -- weights are (..., h, n_text, n_image)
 local MultiHeadCrossAttention = class("MultiHeadCrossAttention")
-function MultiHeadCrossAttention:init(d_model, h) mha_init(self, "MultiHeadCrossAttention", d_model, h) end
+function MultiHeadCrossAttention:init(d_model, h, opts)
+  mha_init(self, "MultiHeadCrossAttention", d_model, h, opts)
+end
 MultiHeadCrossAttention.extra = mha_extra
 
 function MultiHeadCrossAttention:forward(text, image, opts)

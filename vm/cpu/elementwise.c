@@ -123,6 +123,14 @@ UNARY(tanh, QKV_ROW_CALL1, tanhf(x), tanh(x))
    rather than (1 + erf(x/sqrt 2))/2, which cancels to nothing for x below -3 */
 UNARY(gelu, QKV_ROW_CALL1, 0.5f * x * erfcf(x * -0.70710678f),
       0.5 * x * erfc(x * -0.70710678118654752440))
+/* sigmoid and silu as 1 / (1 + e^-x): no overflow to NaN at either end */
+UNARY(sigmoid, QKV_ROW_CALL1, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+UNARY(silu, QKV_ROW_CALL1, x / (1.0f + expf(-x)), x / (1.0 + exp(-x)))
+/* NaN stays NaN, as PyTorch's relu */
+UNARY(relu, QKV_ROW_MAP1, ((x > 0) | (x != x)) ? x : 0.0f, ((x > 0) | (x != x)) ? x : 0.0)
+UNARY(sin, QKV_ROW_CALL1, sinf(x), sin(x))
+UNARY(cos, QKV_ROW_CALL1, cosf(x), cos(x))
+QKV_ROW_MAP1(relu_i64, int64_t, int64_t, x > 0 ? x : 0)
 /* INT64_MIN negates to itself, as in two's complement */
 QKV_ROW_MAP1(neg_i64, int64_t, int64_t, WRAP(-, 0, x))
 QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? WRAP(-, 0, x) : x)
@@ -135,6 +143,9 @@ static const qkv_iter_fn unary_rows[QKV_NUNARY][QKV_NDTYPE] = {
   [QKV_SQRT] = FLOAT_ONLY(sqrt),
   [QKV_ABS] = { abs_f32, abs_f64, abs_i64, NULL },
   [QKV_TANH] = FLOAT_ONLY(tanh), [QKV_GELU] = FLOAT_ONLY(gelu),
+  [QKV_SIGMOID] = FLOAT_ONLY(sigmoid), [QKV_SILU] = FLOAT_ONLY(silu),
+  [QKV_RELU] = { relu_f32, relu_f64, relu_i64, NULL },
+  [QKV_SIN] = FLOAT_ONLY(sin), [QKV_COS] = FLOAT_ONLY(cos),
 };
 
 int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {

@@ -56,8 +56,8 @@ local namespaces = {
    intro = "The qkv module: making tensors, math on them (each also a tensor " ..
      "method), the attention primitives, the runtime and files. In the qkv " ..
      "executable it is the global qkv; elsewhere require \"qkv\".",
-   groups = {"making tensors", "math", "selection and indexing", "attention", "runtime",
-             "files"}},
+   groups = {"making tensors", "math", "selection and indexing", "layers", "attention",
+             "runtime", "files"}},
   {id = "Tensor", title = "Tensor methods",
    intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
      "reference-counted storage, with up to 8 dims. Methods are called as " ..

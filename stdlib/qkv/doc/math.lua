@@ -82,6 +82,24 @@ bool gives int64. As torch.abs.]]},
   unary("sqrt", "The square root of x", "The root of a negative number " ..
     "is NaN, a value rather than an error. ", "torch.sqrt"),
   unary("tanh", "The hyperbolic tangent of x", "", "torch.tanh"),
+  unary("sigmoid", "The logistic sigmoid of x, 1 / (1 + e^-x)",
+        "It saturates to 0 and 1 without NaN at either end. ", "torch.sigmoid"),
+  unary("silu", "The SiLU (swish) of x, x * sigmoid(x)", "", "torch.nn.functional.silu"),
+  unary("sin", "The sine of x (radians)", "", "torch.sin"),
+  unary("cos", "The cosine of x (radians)", "", "torch.cos"),
+  {name = "Tensor:relu", sig = "x:relu()", group = "math", also = "qkv.relu(x)",
+   also_group = "math",
+   doc = [[max(x, 0), elementwise. float and int64 tensors keep their dtype
+(bool gives int64), and NaN stays NaN. As torch.relu.]],
+   example = [=[print(qkv.tensor{-1, 0.5}:relu())   --> tensor([0.0000, 0.5000])]=]},
+  {name = "Tensor:log_softmax", sig = "x:log_softmax([dim])", group = "math",
+   also = "qkv.log_softmax(x [, dim])", also_group = "math",
+   doc = [[The log of softmax along dim (default the last), computed stably
+as x - max - log(sum(exp(x - max))) with the sum in double: any finite
+input gives a finite result. A row that is all -inf gives -inf (the log of
+qkv.softmax's zeros), and a NaN makes its row NaN. Integral tensors give
+float32. As torch.log_softmax.]],
+   example = [=[print(qkv.tensor{0, 0}:log_softmax())   --> tensor([-0.6931, -0.6931])]=]},
 
   reduction("sum", "The sum of the elements", "Sums of float32 accumulate " ..
     "in float64; bool gives int64 and other dtypes stay. ", "", "torch.sum"),

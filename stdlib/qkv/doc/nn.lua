@@ -26,6 +26,25 @@ print(m, m(qkv.ones(3, 4)).shape)
 form with erf. It has no weights. An x that is not a tensor is an error.
 As torch.nn.GELU.]]},
 
+  {name = "qkv.nn.LayerNorm", sig = "qkv.nn.LayerNorm(shape [, opts])", group = "modules",
+   doc = [[Layer normalisation over the last dims given by shape (a size or a
+table of sizes): m(x) is qkv.layer_norm(x, shape, m.w, m.b, m.eps). w starts
+at ones and b at zeros, of that shape. opts: eps (1e-5),
+elementwise_affine (true; false: no w and b), bias (true) and dtype. As
+torch.nn.LayerNorm.]]},
+
+  {name = "qkv.nn.Dropout", sig = "qkv.nn.Dropout([p])", group = "modules",
+   doc = [[Dropout as a module: m(x) is qkv.dropout(x, m.p, m.training), so it
+zeros elements with probability p (default 0.5) while training and is the
+identity after m:eval(). It has no weights. As torch.nn.Dropout.]]},
+
+  {name = "qkv.nn.Embedding", sig = "qkv.nn.Embedding(num_embeddings, dim [, opts])",
+   group = "modules",
+   doc = [[A lookup table of num_embeddings rows of dim: m(ids) is
+qkv.embedding(ids, m.W), for int64 ids (1-based) of any shape. W starts
+from N(0, 1), as PyTorch's, drawn from qkv's generator. opts.dtype picks
+float32 or float64. As torch.nn.Embedding.]]},
+
   {name = "qkv.nn.Identity", sig = "qkv.nn.Identity()", group = "modules",
    doc = [[A module that returns its input: m(x) is x. It has no weights.
 TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
@@ -126,6 +145,17 @@ torch.nn.Module.state_dict.]]},
    doc = [[The number of weights of the module and its submodules, the sum
 of numel over m:parameters(). It is an integer. As
 sum(p.numel() for p in m.parameters()) in PyTorch.]]},
+
+  {name = "Module:train", sig = "m:train([mode])", group = "module methods",
+   doc = [[Puts m and its submodules in training mode (mode true, the
+default) or evaluation mode (false), and returns m. Only Dropout behaves
+differently; m.training says which mode a module is in. As
+torch.nn.Module.train.]]},
+
+  {name = "Module:eval", sig = "m:eval()", group = "module methods",
+   doc = [[Puts m and its submodules in evaluation mode, m:train(false), and
+returns m. Dropout then passes its input through. As
+torch.nn.Module.eval.]]},
 
   {name = "Module:load", sig = "m:load(src)", group = "module methods",
    doc = [[Copies the weights of src, a module of the same structure or a

@@ -100,6 +100,22 @@ print(v, i)   --> tensor([1., 2., 3.])	tensor([2, 3, 1])]=]),
 when largest is false, sorted, and their 1-based positions. k must be
 between 0 and the dim's size. As torch.topk.]]),
 
+  {name = "qkv.layer_norm", sig = "qkv.layer_norm(x, shape [, w [, b [, eps]]])",
+   group = "layers",
+   doc = [[x normalised over its last dims given by shape (a size or a table
+of sizes, which must be x's trailing sizes): (x - mean) / sqrt(var + eps)
+* w + b, with the biased variance and eps 1e-5 by default. The mean and
+variance accumulate in double for float32 too, in one fused kernel. w and
+b (each optional) have exactly that shape. As
+torch.nn.functional.layer_norm.]],
+   example = [=[print(qkv.layer_norm(qkv.tensor{{1, 3}}, 2))   --> tensor([[-1.0000,  1.0000]])]=]},
+  {name = "qkv.dropout", sig = "qkv.dropout(x [, p [, training]])", group = "layers",
+   doc = [[x with each element zeroed with probability p (default 0.5) and
+the rest scaled by 1 / (1 - p), while training (the default); x itself when
+training is false or p is 0. The mask is qkv.rand(x.shape) >= p, drawn
+from qkv's generator (Philox), so qkv.seed makes it reproducible. As
+torch.nn.functional.dropout.]]},
+
   both("clamp", "[min [, max]]", "math",
     [[x with every element brought into [min, max]: max(x, min), then
 min(., max). Either bound may be nil, a number or a tensor that

@@ -1,0 +1,121 @@
+/*
+** lnorm.c -- the layers' functions: log_softmax, layer_norm and dropout
+** (qkv.nn's LayerNorm and Dropout call them).
+*/
+#include <string.h>
+
+#include "lqkv.h"
+
+static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
+  if (!qkv_is_float(x->dtype))
+    luaL_error(L, "%s: x must be float32 or float64, got %s", name, qkv_dtype_name(x->dtype));
+}
+
+/* qkv.log_softmax(x [, dim]) / x:log_softmax([dim]) */
+static int n_log_softmax (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
+  qkv_tensor *out = qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32);
+  qkvL_check(L, "log_softmax", qkv_log_softmax(out, x, dim));
+  return 1;
+}
+
+/* normalized_shape at arg: a size or a table of sizes, read raw (no
+   metamethod runs) into size; returns how many */
+static int read_normalized (lua_State *L, int arg, int64_t *size) {
+  if (lua_isinteger(L, arg)) {
+    size[0] = (int64_t)lua_tointeger(L, arg);
+    return 1;
+  }
+  if (!lua_istable(L, arg))
+    luaL_error(L, "layer_norm: normalized_shape must be a size or a table of sizes, got %s",
+               luaL_typename(L, arg));
+  lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+  if (n < 1 || n > QKV_MAXDIM)
+    luaL_error(L, "layer_norm: normalized_shape must hold 1 to 8 sizes, got %I", n);
+  for (lua_Integer i = 1; i <= n; i++) {
+    int ok;
+    lua_rawgeti(L, arg, i);
+    size[i - 1] = (int64_t)lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) luaL_error(L, "layer_norm: normalized_shape item %I is not an integer", i);
+  }
+  return (int)n;
+}
+
+/* w or b at arg: nil, or a tensor of exactly the normalized shape */
+static qkv_tensor *affine (lua_State *L, int arg, const char *what, int n,
+                           const int64_t *size) {
+  if (lua_isnoneornil(L, arg)) return NULL;
+  qkv_tensor *t = qkvL_checktensor(L, arg);
+  if (t->ndim != n || memcmp(t->size, size, sizeof(int64_t) * (size_t)n) != 0) {
+    char buf[200];
+    const char *s = qkvL_shape(L, t);
+    luaL_error(L, "layer_norm: %s is %s but normalized_shape is %s", what, s,
+               qkv_shape_str(buf, sizeof buf, n, size));
+  }
+  return t;
+}
+
+/* qkv.layer_norm(x, normalized_shape [, w [, b [, eps]]]) */
+static int n_layer_norm (lua_State *L) {
+  int64_t size[QKV_MAXDIM];
+  int n = read_normalized(L, 2, size);
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  check_float(L, "layer_norm", x);
+  int fits = n <= x->ndim;
+  for (int i = 0; fits && i < n; i++) fits = size[i] == x->size[x->ndim - n + i];
+  if (!fits) {
+    char buf[200];
+    const char *s = qkvL_shape(L, x);
+    return luaL_error(L, "layer_norm: normalized_shape %s is not the last dims of x %s",
+                      qkv_shape_str(buf, sizeof buf, n, size), s);
+  }
+  qkv_tensor *w = affine(L, 3, "w", n, size), *b = affine(L, 4, "b", n, size);
+  double eps = luaL_optnumber(L, 5, 1e-5);
+  if (!(eps >= 0)) return luaL_error(L, "layer_norm: eps must be >= 0, got %f", eps);
+  int64_t inner = 1;
+  for (int i = 0; i < n; i++) inner *= size[i];
+  qkv_tensor *out = qkvL_newlike(L, x, x->dtype);
+  qkvL_check(L, "layer_norm", qkv_layer_norm(out, x, w, b, inner, eps));
+  return 1;
+}
+
+/*
+** qkv.dropout(x [, p [, training]]): zeros with probability p, the rest
+** scaled by 1 / (1 - p); x itself when not training or p is 0.  The mask
+** is qkv.rand(x.shape) >= p, drawn from the generator's stream.
+*/
+static int n_dropout (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  double p = luaL_optnumber(L, 2, 0.5);
+  int training = lua_isnoneornil(L, 3) ? 1 : lua_toboolean(L, 3);
+  check_float(L, "dropout", x);
+  if (!(p >= 0 && p <= 1))
+    return luaL_error(L, "dropout: p must be in [0, 1], got %f", p);
+  if (!training || p == 0) { lua_settop(L, 1); return 1; }
+  qkv_tensor *u = qkvL_newlike(L, x, x->dtype);
+  qkvL_check(L, "dropout", qkv_random(u, QKV_UNIFORM));
+  qkv_tensor *keep = qkvL_newlike(L, x, QKV_BOOL), *out = qkvL_newlike(L, x, x->dtype);
+  qkvL_Scalar sp, sk;
+  if (x->dtype == QKV_F32) sp.v.f = (float)p, sk.v.f = p < 1 ? (float)(1 / (1 - p)) : 0;
+  else sp.v.d = p, sk.v.d = p < 1 ? 1 / (1 - p) : 0;
+  qkvL_check(L, "dropout", qkv_binary(QKV_GE, keep, u, qkvL_scalar(&sp, x->dtype)));
+  qkvL_check(L, "dropout", qkv_binary(QKV_MUL, out, x, keep));
+  qkvL_check(L, "dropout", qkv_binary(QKV_MUL, out, out, qkvL_scalar(&sk, x->dtype)));
+  return 1;
+}
+
+void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg both[] = {{"log_softmax", n_log_softmax}, {NULL, NULL}};
+  static const luaL_Reg mod[] = {
+    {"layer_norm", n_layer_norm}, {"dropout", n_dropout}, {NULL, NULL}
+  };
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, both, 0);
+  lua_pushvalue(L, module);
+  luaL_setfuncs(L, both, 0);
+  luaL_setfuncs(L, mod, 0);
+  lua_pop(L, 2);
+  (void)mt;
+}
