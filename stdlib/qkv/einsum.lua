@@ -24,6 +24,8 @@ local function fail(msg, ...)
   error("einsum: " .. string.format(msg, ...), caller(SOURCE, true))
 end
 
+local function dims(n) return n .. (n == 1 and " dim" or " dims") end
+
 local function is_ellipsis(label) return label:byte() <= MAXDIM end
 
 -- a label as the messages show it
@@ -79,7 +81,6 @@ end
 ---------------------------------------------------------------- operands
 
 local function check_operands(ops)
-  if ops.n == 0 then fail("no operands given (einsum needs at least one tensor)") end
   local dtype
   for k = 1, ops.n do
     local x = ops[k]
@@ -102,7 +103,7 @@ end
 local function label_dims(term, x, k, nell)
   local labels, n = {}, x.ndim - #term.letters
   if not term.ell and n ~= 0 then
-    fail("operand %d has %d dims but the spec '%s' names %d", k, x.ndim, term.text,
+    fail("operand %d has %s but the spec '%s' names %d", k, dims(x.ndim), term.text,
       #term.letters)
   end
   for i = 1, term.ell or #term.letters do labels[#labels + 1] = term.letters[i] end
@@ -122,8 +123,8 @@ local function label_operands(terms, ops)
     if term.ell then
       local n = ops[k].ndim - #term.letters
       if n < 0 then
-        fail("operand %d has %d dims but the spec '%s' names at least %d", k,
-          ops[k].ndim, term.text, #term.letters)
+        fail("operand %d has %s but the spec '%s' names at least %d", k,
+          dims(ops[k].ndim), term.text, #term.letters)
       end
       nell = math.max(nell, n)
     end
