@@ -232,6 +232,8 @@ end
 function TestEinsumErrors.testDtypes()
   fails("einsum: operand 1 is int64: einsum takes float32 or float64 tensors, as matmul does",
     qkv.einsum, "ij->ji", qkv.ones(2, 2, "int64"))
+  qkv.einsum("ij->ji", qkv.ones(2, 2))  -- a kept plan still checks the dtypes
+  fails("einsum: operand 1 is int64", qkv.einsum, "ij->ji", qkv.ones(2, 2, "int64"))
   fails("einsum: operand 2 is bool", qkv.einsum, "ij,jk", A, qkv.ones(3, 4, "bool"))
   fails("einsum: operand 1 is float32 but operand 2 is float64",
     qkv.einsum, "ij,jk", A, qkv.ones(3, 4, "float64"))

@@ -181,6 +181,86 @@ local function output_labels(out, terms, nell)
   return labels
 end
 
+---------------------------------------------------------------- plans
+
+-- The steps below run on stand-ins for tensors, which know their shape and
+-- the register their tensor will be in: each operation on a stand-in
+-- appends an instruction {f, dst, src, arg, src2} to the plan. The plan
+-- then runs on the operands (registers 1..n) and is kept for the next call
+-- with the same spec and shapes.
+
+local Sym = {}
+Sym.__index = Sym
+
+local function stand_in(plan, reg, shape)
+  return setmetatable({plan = plan, reg = reg, shape = shape, ndim = #shape}, Sym)
+end
+
+local function emit(x, shape, f, arg, y)
+  local plan = x.plan
+  plan.nreg = plan.nreg + 1
+  plan[#plan + 1] = {f, plan.nreg, x.reg, arg, y and y.reg}
+  return stand_in(plan, plan.nreg, shape)
+end
+
+local function without(list, d)
+  local r = {}
+  for i, v in ipairs(list) do if i ~= d then r[#r + 1] = v end end
+  return r
+end
+
+-- the diagonal of dims p < q of x (pq = {p, q}), in dim p: the elements
+-- off it are zeroed (masked_fill, so that an inf off it stays out) and dim
+-- q is summed away
+local function t_diagonal(x, pq)
+  local p, q, n, shape = pq[1], pq[2], x:size(pq[1]), {}
+  for d = 1, x.ndim do shape[d] = (d == p or d == q) and n or 1 end
+  local off = qkv.eye(n, n, x.dtype):eq(0):view(shape)
+  return x:masked_fill(off, 0):sum(q)
+end
+
+local function t_sum(x, d) return x:sum(d) end
+local function t_squeeze(x, d) return x:squeeze(d) end
+local function t_permute(x, perm) return x:permute(perm) end
+local function t_reshape(x, shape) return x:reshape(shape) end
+local function t_matmul(x, _, y) return x:matmul(y) end
+local function t_mul(x, _, y) return x * y end
+local function t_contiguous(x) return x:contiguous() end
+local function t_clone(x) return x:clone() end
+
+function Sym:size(d) return self.shape[d] end
+function Sym:sum(d) return emit(self, without(self.shape, d), t_sum, d) end
+function Sym:squeeze(d) return emit(self, without(self.shape, d), t_squeeze, d) end
+function Sym:diagonal(p, q) return emit(self, without(self.shape, q), t_diagonal, {p, q}) end
+function Sym:contiguous() return emit(self, self.shape, t_contiguous) end
+function Sym:clone() return emit(self, self.shape, t_clone) end
+
+function Sym:permute(perm)
+  local shape, same = {}, true
+  for i, d in ipairs(perm) do shape[i] = self.shape[d]; same = same and d == i end
+  if same then return self end
+  return emit(self, shape, t_permute, perm)
+end
+
+function Sym:reshape(shape)
+  local same = #shape == self.ndim
+  for i = 1, #shape do same = same and shape[i] == self.shape[i] end
+  if same then return self end
+  return emit(self, shape, t_reshape, shape)
+end
+
+-- x and y are 3-d here: (batch, m, k) @ (batch, k, n), or (batch, m, 1) *
+-- (batch, 1, n)
+function Sym:matmul(y) return emit(self, {self.shape[1], self.shape[2], y.shape[3]}, t_matmul, nil, y) end
+function Sym.__mul(x, y) return emit(x, {x.shape[1], x.shape[2], y.shape[3]}, t_mul, nil, y) end
+
+-- the plan's result for the operands
+local function execute(plan, ops)
+  local r = {table.unpack(ops, 1, ops.n)}
+  for _, i in ipairs(plan) do r[i[2]] = i[1](r[i[3]], i[4], r[i[5]]) end
+  return r[plan.nreg]
+end
+
 ---------------------------------------------------------------- steps
 
 local function position(labels, l)
@@ -193,17 +273,9 @@ local function set_of(...)
   return s
 end
 
--- op with the diagonal of a label at dims p < q: the elements off it are
--- zeroed (masked_fill, so that an inf off the diagonal stays out) and dim
--- q is summed away
+-- op with the diagonal of a label at dims p < q, in dim p
 local function diagonal(op, p, q)
-  local t, n = op.t, op.t:size(p)
-  local shape = {}
-  for d = 1, t.ndim do shape[d] = (d == p or d == q) and n or 1 end
-  local off = qkv.eye(n, n, t.dtype):eq(0):view(shape)
-  local labels = {}
-  for d, l in ipairs(op.labels) do if d ~= q then labels[#labels + 1] = l end end
-  return {t = t:masked_fill(off, 0):sum(q), labels = labels}
+  return {t = op.t:diagonal(p, q), labels = without(op.labels, q)}
 end
 
 local function diagonals(op)
@@ -284,9 +356,8 @@ local function contract(a, b, need)
   local ina = set_of(a.labels)
   for _, l in ipairs(b.labels) do if not ina[l] then right[#right + 1] = l end end
   local labels = append(append(append({}, batch), left), right)
-  if #labels > MAXDIM then   -- raised again by M.einsum at the caller's line
-    error({einsum = string.format("an intermediate result would have %d dims (at most %d)",
-      #labels, MAXDIM)})
+  if #labels > MAXDIM then
+    fail("an intermediate result would have %d dims (at most %d)", #labels, MAXDIM)
   end
   local x, y
   if #contr == 0 then
@@ -315,30 +386,66 @@ local function prepare(ops, labels, out, k)
   return sum_except(op, needed(out, labels, 1, ops.n, k))
 end
 
-local function run(ops, labels, out)
+-- the plan of einsum for operands of these labels and shapes
+local function make_plan(labels, shapes, out)
+  local plan = {nreg = #shapes}
+  local ops = {n = #shapes}
+  for k, shape in ipairs(shapes) do ops[k] = stand_in(plan, k, shape) end
   local acc = prepare(ops, labels, out, 1)
-  local fresh = acc.t ~= ops[1]
   for k = 2, ops.n do
     acc = contract(acc, prepare(ops, labels, out, k), needed(out, labels, k + 1, ops.n))
-    fresh = true
   end
   acc = sum_except(acc, set_of(out))
   local perm = {}
   for i, l in ipairs(out) do perm[i] = position(acc.labels, l) end
   local t = acc.t:permute(perm)
-  if not fresh then return t:clone() end
-  return t:contiguous()
+  if t.reg <= ops.n then t:clone() else t:contiguous() end  -- never an operand
+  return plan
+end
+
+local function shape_of(x)
+  local s = {}
+  for d = 1, x.ndim do s[d] = x:size(d) end
+  return s
+end
+
+-- the spec and the operands' shapes as one string, or nil when the spec
+-- is not a string or an operand not a tensor
+local function cache_key(spec, ops)
+  if type(spec) ~= "string" then return nil end
+  local parts = {spec}
+  for k = 1, ops.n do
+    local x = ops[k]
+    if not qkv.is_tensor(x) then return nil end
+    parts[k + 1] = table.concat(shape_of(x), ",")
+  end
+  return table.concat(parts, ";")
+end
+
+local plans, nplans = {}, 0
+
+local function new_plan(spec, ops)
+  local terms, out = parse_spec(spec, ops.n)
+  check_operands(ops)
+  local labels, _, nell = label_operands(terms, ops)
+  local shapes = {}
+  for k = 1, ops.n do shapes[k] = shape_of(ops[k]) end
+  return make_plan(labels, shapes, output_labels(out, terms, nell))
 end
 
 function M.einsum(spec, ...)
   local ops = table.pack(...)
-  local terms, out = parse_spec(spec, ops.n)
-  check_operands(ops)
-  local labels, _, nell = label_operands(terms, ops)
-  local outl = output_labels(out, terms, nell)
-  local ok, r = pcall(run, ops, labels, outl)
+  local key = cache_key(spec, ops)
+  local plan = key and plans[key]
+  if plan then
+    check_operands(ops)
+  else
+    plan = new_plan(spec, ops)     -- raises the spec's or the operands' error
+    if nplans >= 256 then plans, nplans = {}, 0 end
+    if key then plans[key], nplans = plan, nplans + 1 end
+  end
+  local ok, r = pcall(execute, plan, ops)
   if ok then return r end
-  if type(r) == "table" and r.einsum then fail("%s", r.einsum) end
   fail("%s", (tostring(r):gsub("^[^\n]-einsum%.lua:%d+: ", "", 1):gsub("^einsum: ", "", 1)))
 end
 
