@@ -176,6 +176,42 @@ function TestEinsum.testNonContiguous()
   end
 end
 
+-- random specs: 1 to 3 operands of 0 to 4 letters from "abcd" (repeats
+-- make diagonals), a letter 1 in some operands (broadcast), the output
+-- implicit or a random subset in random order
+local function random_case()
+  local size, c = {}, {}
+  for l in ("abcd"):gmatch(".") do size[l] = math.random(1, 3) end
+  local terms, used = {}, {}
+  for k = 1, math.random(1, 3) do
+    local term, shape, one = "", {}, {}
+    for _ = 1, math.random(0, 4) do
+      local l = string.char(math.random(97, 100))
+      if one[l] == nil then one[l] = math.random() < 0.2 end
+      term, used[l] = term .. l, true
+      shape[#shape + 1] = one[l] and 1 or size[l]
+    end
+    terms[k], c[k + 1] = term, shape
+  end
+  local spec = table.concat(terms, ",")
+  if math.random() < 0.7 then
+    local out = {}
+    for l in pairs(used) do if math.random() < 0.5 then out[#out + 1] = l end end
+    table.sort(out)
+    for i = #out, 2, -1 do local j = math.random(i); out[i], out[j] = out[j], out[i] end
+    spec = spec .. "->" .. table.concat(out)
+  end
+  c[1] = spec
+  return c
+end
+
+function TestEinsum.testRandomSpecs()
+  for _ = 1, 300 do
+    local c = random_case()
+    for _, dt in ipairs(DT) do run_case(c, dt, math.random() < 0.5) end
+  end
+end
+
 function TestEinsum.testShapes()
   local function shape(...) return sstr(R.shape(qkv.einsum(...))) end
   lu.assertEquals(shape("ij,jk->ik", qkv.zeros(3, 0), qkv.zeros(0, 4)), "(3, 4)")
