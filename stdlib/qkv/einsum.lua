@@ -9,7 +9,10 @@
 -- the operands are then contracted left to right, two at a time: each pair
 -- is permuted and reshaped to (batch, m, k) and (batch, k, n) for one
 -- batched qkv.matmul (BLAS), or multiplied elementwise when nothing is
--- contracted. The last result is permuted to the output's order.
+-- contracted. The last result is permuted to the output's order. These
+-- steps look at labels and sizes only: they run once, on stand-ins that
+-- record a plan of tensor operations, and the plan is kept per spec and
+-- shapes and replayed on the operands of later calls.
 
 local qkv = require "qkv"
 
@@ -251,8 +254,13 @@ end
 
 -- x and y are 3-d here: (batch, m, k) @ (batch, k, n), or (batch, m, 1) *
 -- (batch, 1, n)
-function Sym:matmul(y) return emit(self, {self.shape[1], self.shape[2], y.shape[3]}, t_matmul, nil, y) end
-function Sym.__mul(x, y) return emit(x, {x.shape[1], x.shape[2], y.shape[3]}, t_mul, nil, y) end
+function Sym.matmul(x, y)
+  return emit(x, {x.shape[1], x.shape[2], y.shape[3]}, t_matmul, nil, y)
+end
+
+function Sym.__mul(x, y)
+  return emit(x, {x.shape[1], x.shape[2], y.shape[3]}, t_mul, nil, y)
+end
 
 -- the plan's result for the operands
 local function execute(plan, ops)
@@ -359,16 +367,14 @@ local function contract(a, b, need)
   if #labels > MAXDIM then
     fail("an intermediate result would have %d dims (at most %d)", #labels, MAXDIM)
   end
-  local x, y
+  local x
   if #contr == 0 then
-    local ta = group(a, batch, left, {})
-    x = ta * group(b, batch, {}, right)
+    x = group(a, batch, left, {}) * group(b, batch, {}, right)
   else
     x = group(a, batch, left, contr):matmul(group(b, batch, contr, right))
   end
   local shape = append(append(sizes_of(a, batch), (sizes_of(a, left))), (sizes_of(b, right)))
-  y = x:reshape(shape)
-  return {t = y, labels = labels}
+  return {t = x:reshape(shape), labels = labels}
 end
 
 ---------------------------------------------------------------- einsum
@@ -376,7 +382,9 @@ end
 -- the labels of `out` and of the operands in first..last but skip
 local function needed(out, labels, first, last, skip)
   local s = set_of(out)
-  for j = first, last do if j ~= skip then for _, l in ipairs(labels[j]) do s[l] = true end end end
+  for j = first, last do
+    if j ~= skip then for _, l in ipairs(labels[j]) do s[l] = true end end
+  end
   return s
 end
 
