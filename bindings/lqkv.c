@@ -15,6 +15,7 @@ static const char *const lazy[][3] = {
   {"cosine_similarity", "qkv.nn", "cosine_similarity"},
   {"help", "qkv.doc", "help"},
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
+  {"einsum", "qkv.einsum", "einsum"},
 };
 
 static int lazy_index (lua_State *L) {

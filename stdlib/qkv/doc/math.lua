@@ -140,6 +140,31 @@ print(x:matmul(qkv.tensor{{0.5, 0.5}, {0.6405, 0.3595}, {1, 0}}))
 --> tensor([[1.5000, 0.5000],
 -->         [1.2810, 0.7190]])]=]},
 
+  {name = "qkv.einsum", sig = "qkv.einsum(spec, ...)", group = "math",
+   doc = [[The Einstein summation of the operands as spec writes it: one
+letter (a-z, A-Z) per dim of each operand, the terms separated by commas,
+then optionally -> and the output's letters (spaces allowed), so that
+"bhqd,bhkd->bhqk" is Q K^T for every batch and head and "bhqk,bhkd->bhqd"
+is W V. Letters missing from the output are summed over, a letter repeated
+in one operand takes its diagonal ("ii->i"; "ii->" is the trace), and
+without -> the output has the letters that appear once, in alphabetical
+order (capitals first). "..." stands for the dims no letter names,
+broadcast across operands as batch dims ("...ij,...jk"): first in an
+implicit output, summed when an explicit one leaves it out; a letter's
+sizes must agree across operands or be 1 (broadcast). Each pair of operands
+is permuted and reshaped for one batched matmul (BLAS), or an elementwise
+product when nothing is contracted, and more than two are contracted left
+to right; the operands are float32 or float64, all of one dtype (int64 and
+bool are refused, as matmul refuses them), and the result is a new
+contiguous tensor of at most 8 dims, as is every intermediate one. Errors
+name the operand and the letter: einsum: subscript 'k' is 4 in operand 1
+but 5 in operand 2. As torch.einsum.]],
+   example = [=[local A = qkv.tensor{{1, 2}, {3, 4}}
+print(qkv.einsum("ij,jk->ik", A, A))
+--> tensor([[ 7., 10.],
+-->         [15., 22.]])
+print(qkv.einsum("ii", A))   --> tensor(5.)]=]},
+
   {name = "Tensor:masked_fill", sig = "x:masked_fill(mask, v)", group = "math",
    also = "qkv.masked_fill(x, mask, v)", also_group = "math",
    doc = [[A copy of x with v where mask is true or nonzero; a mask may have
