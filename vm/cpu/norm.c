@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "vexp.h"
 
 /* rows run in parallel past this many elements, with the flag looked at
    between rows */
@@ -38,16 +39,61 @@ static void name (T *o, const T *x, int64_t n) { \
 LOGSOFTMAX_ROW(lsm_f32, float, expf)
 LOGSOFTMAX_ROW(lsm_f64, double, exp)
 
+#ifdef QKV_VEXP_X86
+/* a float32 row 8 lanes at a time, with softmax's exp (vexp.h): the exps
+   are the whole cost, and libm's expf does not vectorise */
+static QKV_AVX2 void lsm_f32_avx2 (float *o, const float *x, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  float max = qkv_hmax8(vmax);
+  int isnan = _mm256_movemask_ps(nan) != 0;
+  for (; j < n; j++) {
+    isnan |= x[j] != x[j];
+    max = x[j] > max ? x[j] : max;
+  }
+  if (isnan || max == -INFINITY) { lsm_f32(o, x, n); return; }
+  __m256 acc = _mm256_setzero_ps(), vm = _mm256_set1_ps(max);
+  for (j = 0; j + 8 <= n; j += 8)
+    acc = _mm256_add_ps(acc, qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
+  double sum = qkv_hsum8(acc);
+  for (; j < n; j++) sum += qkv_vexpf(x[j] - max);
+  float lse = (float)((double)max + log(sum));
+  __m256 vl = _mm256_set1_ps(lse);
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(o + j, _mm256_sub_ps(_mm256_loadu_ps(x + j), vl));
+  for (; j < n; j++) o[j] = x[j] - lse;
+}
+#endif
+
+static void lsm_row_f32 (float *o, const float *x, int64_t n, int avx2) {
+#ifdef QKV_VEXP_X86
+  if (avx2) { lsm_f32_avx2(o, x, n); return; }
+#endif
+  (void)avx2;
+  lsm_f32(o, x, n);
+}
+
 /* one row of n: mean and biased variance in double, two passes, then
    (x - mean) / sqrt(var + eps) * w + b (w, b NULL for none) */
 #define LAYERNORM_ROW(name, T) \
 static void name (T *o, const T *x, const T *w, const T *b, int64_t n, double eps) { \
   double mean = 0, var = 0; \
-  for (int64_t j = 0; j < n; j++) mean += x[j]; \
-  mean /= (double)n; \
-  for (int64_t j = 0; j < n; j++) { double d = x[j] - mean; var += d * d; } \
+  double m4[4] = {0, 0, 0, 0}, v4[4] = {0, 0, 0, 0}; /* 4 chains, not 1 */ \
+  int64_t j = 0; \
+  for (; j + 4 <= n; j += 4) \
+    for (int k = 0; k < 4; k++) m4[k] += x[j + k]; \
+  for (; j < n; j++) m4[0] += x[j]; \
+  mean = (m4[0] + m4[1] + m4[2] + m4[3]) / (double)n; \
+  for (j = 0; j + 4 <= n; j += 4) \
+    for (int k = 0; k < 4; k++) { double d = x[j + k] - mean; v4[k] += d * d; } \
+  for (; j < n; j++) { double d = x[j] - mean; v4[0] += d * d; } \
+  var = v4[0] + v4[1] + v4[2] + v4[3]; \
   double inv = 1.0 / sqrt(var / (double)n + eps); \
-  for (int64_t j = 0; j < n; j++) { \
+  for (j = 0; j < n; j++) { \
     double y = ((double)x[j] - mean) * inv; \
     if (w) y *= w[j]; \
     if (b) y += b[j]; \
@@ -58,6 +104,56 @@ static void name (T *o, const T *x, const T *w, const T *b, int64_t n, double ep
 LAYERNORM_ROW(ln_f32, float)
 LAYERNORM_ROW(ln_f64, double)
 
+#ifdef QKV_VEXP_X86
+static QKV_AVX2 double hsum4d (__m256d v) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+/* a float32 row, 8 at a time: the sums in double (each 8 floats widened to
+   two vectors of 4 doubles), the row itself in L1 after the first pass;
+   the scale by w and shift by b in float, as PyTorch's */
+static QKV_AVX2 void ln_f32_avx2 (float *o, const float *x, const float *w, const float *b,
+                                  int64_t n, double eps) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  double sum = hsum4d(_mm256_add_pd(a0, a1));
+  for (int64_t k = j; k < n; k++) sum += x[k];
+  double mean = sum / (double)n;
+  __m256d vm = _mm256_set1_pd(mean);
+  a0 = a1 = _mm256_setzero_pd();
+  for (j = 0; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vm);
+    __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vm);
+    a0 = _mm256_fmadd_pd(d0, d0, a0);
+    a1 = _mm256_fmadd_pd(d1, d1, a1);
+  }
+  double var = hsum4d(_mm256_add_pd(a0, a1));
+  for (int64_t k = j; k < n; k++) var += (x[k] - mean) * (x[k] - mean);
+  double inv = 1.0 / sqrt(var / (double)n + eps);
+  __m256d vi = _mm256_set1_pd(inv);
+  for (j = 0; j + 8 <= n; j += 8) {     /* x - mean in double: mean as a */
+    __m256 v = _mm256_loadu_ps(x + j);   /* float could be off by its ulp */
+    __m256d y0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vm), vi);
+    __m256d y1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vm), vi);
+    __m256 y = _mm256_set_m128(_mm256_cvtpd_ps(y1), _mm256_cvtpd_ps(y0));
+    if (w) y = _mm256_mul_ps(y, _mm256_loadu_ps(w + j));
+    if (b) y = _mm256_add_ps(y, _mm256_loadu_ps(b + j));
+    _mm256_storeu_ps(o + j, y);
+  }
+  for (; j < n; j++) {
+    float y = (float)((x[j] - mean) * inv);
+    o[j] = (w ? y * w[j] : y) + (b ? b[j] : 0.0f);
+  }
+}
+#endif
+
 static int64_t last (const qkv_tensor *t) { return t->ndim ? t->size[t->ndim - 1] : 1; }
 
 int qkv_cpu_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
@@ -65,13 +161,19 @@ int qkv_cpu_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
   if (numel == 0) return QKV_OK;
   int64_t rows = numel / n;
   int f32 = x->dtype == QKV_F32;
+#ifdef QKV_VEXP_X86
+  int avx2 = qkv_cpu_has_avx2();
+#else
+  int avx2 = 0;
+#endif
   char *o = qkv_data(out);
   const char *xb = qkv_data(x);
   size_t es = qkv_elsize(x->dtype);
   #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     if (qkv_interrupted) continue;
-    if (f32) lsm_f32((float *)(o + r * n * (int64_t)es), (const float *)(xb + r * n * (int64_t)es), n);
+    if (f32) lsm_row_f32((float *)(o + r * n * (int64_t)es), (const float *)(xb + r * n * (int64_t)es), n,
+                         avx2);
     else lsm_f64((double *)(o + r * n * (int64_t)es), (const double *)(xb + r * n * (int64_t)es), n);
   }
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
@@ -86,13 +188,22 @@ int qkv_cpu_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *
   char *o = qkv_data(out);
   const char *xb = qkv_data(x);
   const void *pw = w ? qkv_data(w) : NULL, *pb = b ? qkv_data(b) : NULL;
+#ifdef QKV_VEXP_X86
+  int avx2 = qkv_cpu_has_avx2();
+#else
+  int avx2 = 0;
+#endif
+  (void)avx2;
   #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     if (qkv_interrupted) continue;
     int64_t at = r * n * (int64_t)es;
-    if (x->dtype == QKV_F32)
+    if (x->dtype == QKV_F32) {
+#ifdef QKV_VEXP_X86
+      if (avx2) { ln_f32_avx2((float *)(o + at), (const float *)(xb + at), pw, pb, n, eps); continue; }
+#endif
       ln_f32((float *)(o + at), (const float *)(xb + at), pw, pb, n, eps);
-    else
+    } else
       ln_f64((double *)(o + at), (const double *)(xb + at), pw, pb, n, eps);
   }
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
