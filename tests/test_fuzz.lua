@@ -29,7 +29,8 @@ TestFuzzRun = {}
 -- counted once as ok or error
 function TestFuzzRun:testShortRun()
   local out, code = fuzz("3000 1")
-  local ok, err = out:match("fuzz: 3000 calls, seed 1: (%d+) ok, (%d+) errors, 0 findings\n$")
+  local ok, err = out:match("fuzz: 3000 calls, seed 1: (%d+) ok, (%d+) errors, 0 findings, "
+                            .. "0 crashes, 0 hangs\n$")
   lu.assertNotNil(ok, out)
   lu.assertEquals(code, 0)
   lu.assertEquals(tonumber(ok) + tonumber(err), 3000)
@@ -37,32 +38,93 @@ function TestFuzzRun:testShortRun()
   lu.assertTrue(tonumber(ok) > 600 and tonumber(err) > 600, out)
 end
 
--- the fakes: each rule broken is a finding with its call number, the
--- function that keeps them is not reported, and the status is 1
+-- the counts of the closing line, as numbers
+local function counts(out)
+  local c = {out:match("fuzz: (%d+) calls, seed %-?%d+: (%d+) ok, (%d+) errors, (%d+) findings, "
+                      .. "(%d+) crashes, (%d+) hangs\n$")}
+  lu.assertEquals(#c, 6, out)
+  for i, v in ipairs(c) do c[i] = tonumber(v) end
+  return {calls = c[1], ok = c[2], errors = c[3], findings = c[4], crashes = c[5], hangs = c[6]}
+end
+
+local FAKES = "--only ^fake --extra tests/fuzz/fakes.lua --hang-seconds 1"
+
+-- the fakes: each rule broken is a finding with its call number, a hang
+-- is killed and reported with its replay line, the function that keeps the
+-- rules is not reported, and the status is 1
 function TestFuzzRun:testFakesAreFindings()
-  local out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua")
+  local out, code = fuzz("50 1 " .. FAKES)
   lu.assertEquals(code, 1)
   lu.assertStrContains(out, "(fake.unnamed): message does not name 'unnamed': something went wrong")
   lu.assertStrContains(out, "(fake.table): raised a table")
   lu.assertStrMatches(out, ".*finding at call %d+ %(fake.malformed%): result 1: checking it raised: "
                            .. "[^\n]*tensor was closed.*")
+  lu.assertStrMatches(out, ".*fuzz: hang at call %d+: no progress in 1 s, killed\n"
+                           .. "  call %d+ seed 1: fake.hang%(tensor [^\n]*%(%d*,? ?0[,)].*")
   lu.assertNotStrContains(out, "(fake.good)")
   lu.assertNotStrContains(out, "(fake.hoard)")
-  -- fake.hoard's 10 calls keep 10 x 256 KiB: one finding at the end
-  lu.assertStrMatches(out, ".*finding: 26%d%d%d%d%d bytes of tensors live after the run, %d+ before it.*")
-  lu.assertStrContains(out, "fuzz: 50 calls, seed 1: ")
-  lu.assertStrContains(out, " 31 findings\n")
+  lu.assertNotStrContains(out, "(fake.hang)")
+  -- fake.hoard's calls keep 256 KiB each: one finding at the end
+  lu.assertStrMatches(out, ".*finding: %d+ bytes of tensors live after the run, %d+ before it.*")
+  -- every call counted once; the memory finding is not a call
+  local c = counts(out)
+  lu.assertEquals(c.calls, 50)
+  lu.assertEquals(c.crashes, 0)
+  lu.assertTrue(c.hangs >= 1 and c.findings > 20, out)
+  lu.assertEquals(c.ok + c.errors + c.findings - 1 + c.hangs, 50, out)
+end
+
+-- a hang: the run goes on after it, and --replay K makes it again
+function TestFuzzRun:testHangIsReportedAndReplays()
+  local out, code = fuzz("30 1 --only ^fake%.hang --extra tests/fuzz/fakes.lua --hang-seconds 1")
+  lu.assertEquals(code, 1)
+  local K = out:match("fuzz: hang at call (%d+): no progress in 1 s, killed\n")
+  lu.assertNotNil(K, out)
+  local replay = out:match("fuzz: replay it with ([^\n]* %-%-replay " .. K .. ")\n")
+  lu.assertNotNil(replay, out)
+  lu.assertStrContains(replay, " --hang-seconds 1 ")
+  local c = counts(out)
+  lu.assertTrue(c.hangs >= 1 and c.hangs < 30, out)
+  lu.assertEquals(c.ok + c.hangs, 30, out)
+  out, code = sh.sh(replay)
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "fuzz: hang at call " .. K .. ": no progress in 1 s, killed\n  call "
+                            .. K .. " seed 1: fake.hang(tensor ")
+  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 0 findings, 0 crashes, 1 hangs\n")
+end
+
+-- a crash (here a signal the call sends its own process) is reported with
+-- its replay line and the run goes on in a new child from the next call
+function TestFuzzRun:testCrashIsReportedAndTheRunGoesOn()
+  local extra = os.tmpname()
+  local f = assert(io.open(extra, "w"))
+  f:write([[return {{name = "fake.crash", params = {{name = "n"}}, fn = function(n)
+    if n == 2 then os.execute("kill -SEGV $PPID"); while true do end end
+  end}}]])
+  f:close()
+  local out, code = fuzz("40 1 --extra " .. sh.quote(extra) .. " --only ^fake")
+  os.remove(extra)
+  lu.assertEquals(code, 1)
+  local K = out:match("fuzz: crash at call (%d+): the child was killed by signal 11\n  call %d+ seed 1: fake.crash%(2%)\n")
+  lu.assertNotNil(K, out)
+  lu.assertStrContains(out, "--replay " .. K .. "\n")
+  local folder = out:match("fuzz: its folder is kept: ([^\n]+)\n")
+  lu.assertNotNil(folder, out)
+  os.execute("rm -rf " .. sh.quote(folder))
+  local c = counts(out)
+  lu.assertTrue(c.crashes >= 2, out)          -- the run went on after the first
+  lu.assertEquals(c.ok + c.errors + c.crashes, 40, out)
 end
 
 -- --replay K makes call K again alone, and says what it was
 function TestFuzzRun:testReplay()
-  local out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 7")
+  local out, code = fuzz("50 1 " .. FAKES .. " --replay 8")
   lu.assertEquals(code, 1)
-  lu.assertStrContains(out, "call 7: fake.table(")
-  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 1 findings")
-  out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 10")
+  lu.assertStrContains(out, "call 8: fake.table(")
+  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 1 findings, 0 crashes, 0 hangs")
+  out, code = fuzz("50 1 " .. FAKES .. " --replay 12")
   lu.assertEquals(code, 0)
-  lu.assertStrContains(out, "call 10: fake.good(")
+  lu.assertStrContains(out, "call 12: fake.good(")
 end
 
 ---------------------------------------------------------------- checker

@@ -17,6 +17,13 @@ return {
   end},
   -- keeps every tensor it makes: live tensor memory grows over the run
   {name = "fake.hoard", fn = function() kept[#kept + 1] = qkv.zeros(1 << 16) end},
+  -- never returns when x is an empty tensor: its loop steps by x:numel()
+  -- (the watchdog must kill it; a Lua hook is not what stops it)
+  {name = "fake.hang", params = {{name = "x"}}, fn = function(x)
+    local ok, n = pcall(function() return x:numel() end)
+    local i = 0
+    while ok and i < 1 do i = i + n end
+  end},
   -- keeps the rules: its errors name it, its results are tensors
   {name = "fake.good", fn = function(x)
     if x == nil then error("good: x is nil", 0) end
