@@ -222,16 +222,18 @@ end
 ---------------------------------------------------------------- child
 
 local V = require "values"
+local H = require "hostile"
 local P = require "params"
 local C = require "check"
 local R = require "registry"
 
 local random = math.random
 
--- arguments that look valid: by the parameter names of the signature
+-- arguments that look valid: by the parameter names of the signature;
+-- names[i] is the name of args[i]
 local function valid_args(e, F, self)
-  local args, n = {}, 0
-  local function add(v) n = n + 1; args[n] = v end
+  local args, n, names = {}, 0, {}
+  local function add(v, name) n = n + 1; args[n], names[n] = v, name end
   local prev, list
   for _, p in ipairs(e.params) do
     local name = p.name
@@ -241,25 +243,25 @@ local function valid_args(e, F, self)
       -- d1 gave the whole list
     elseif name == "..." then
       if prev == "m2" then
-        if random() < 0.3 then add(P.param("m1", F)) end
+        if random() < 0.3 then add(P.param("m1", F), "m1") end
       elseif not list then
-        for _ = 1, random(1, 2) do add(P.param("...", F, e.name, self, args)) end
-        if random() < 0.3 then add(P.param("opts", F)) end
+        for _ = 1, random(1, 2) do add(P.param("...", F, e.name, self, args), "...") end
+        if random() < 0.3 then add(P.param("opts", F), "opts") end
       end
     elseif name == "d1" then
       local v = P.param("d1", F, e.name, self, args)
       list = type(v) == "table"
       if list and getmetatable(v) == nil and random() < 0.5 then
-        for _, x in ipairs(v) do add(x) end
+        for _, x in ipairs(v) do add(x, "d1") end
       else
-        add(v)
+        add(v, "d1")
       end
     else
-      add(P.param(name, F, e.name, self, args))
+      add(P.param(name, F, e.name, self, args), name)
     end
     prev = name
   end
-  return args, n
+  return args, n, names
 end
 
 local function random_args()
@@ -268,8 +270,10 @@ local function random_args()
   return args, n
 end
 
--- self, args, n for call K of entry e
+-- self, args, n for call K of entry e, and marks: {[i] = why args[i]
+-- obliges the call to raise} (tests/fuzz/hostile.lua)
 local function make_call(e, F)
+  H.reset()
   local mode = random(10)                  -- 1-4 random, 5-8 valid, 9-10 one replaced
   local self
   if e.kind == "tensor" then
@@ -278,21 +282,27 @@ local function make_call(e, F)
   elseif e.kind == "module" then
     self = P.module(F)
   end
-  local args, n
-  if mode <= 4 then args, n = random_args()
-  else args, n = valid_args(e, F, self) end
+  local args, n, names, marks
+  if mode <= 4 then args, n, marks = random_args()
+  else
+    args, n, names = valid_args(e, F, self)
+    self, n, marks = H.rewrite(e, self, args, n, names)   -- maybe one hostile
+  end
+  marks = marks or {}
   if mode >= 9 then
     local i = random(n + 1)
     args[i] = V.any()
     if i > n then n = i end
+    marks, H.post = {}, nil
   end
   -- an operator has a tensor on one side: first, or second (2 * x)
   if e.kind == "meta" then
-    if not qkv.is_tensor(args[1]) then args[1] = V.tensor() end
-    if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1] end
+    if not qkv.is_tensor(args[1]) then args[1] = V.tensor(); marks, H.post = {}, nil end
+    if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1]; marks = {} end
     n = math.max(n, e.binary and 2 or 1)
   end
-  return self, args, n
+  H.arm(self, args, n)
+  return self, args, n, marks
 end
 
 -- pcall calls the function itself, as pcall(qkv.softmax, x) does: then
@@ -345,6 +355,7 @@ local function child(o)
   local function say(...) out:write(...); out:flush() end
   local q = qkv
   V.setup(q, tmp)
+  H.setup(q)
   P.setup(q, plot_options())
   C.setup(q)
   V.files()
@@ -383,7 +394,7 @@ local function child(o)
     q.seed(o.seed * 1000003 + K)
     local e = list[(K - 1) % #list + 1]
     local F = P.begin_call()
-    local okg, self, args, n = pcall(make_call, e, F)
+    local okg, self, args, n, marks = pcall(make_call, e, F)
     local kind, why, desc
     if not okg then
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
@@ -403,6 +414,11 @@ local function child(o)
       if dt > slow.t then slow = {t = dt, K = K, name = e.name} end
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
+      kind, why = C.judge(kind, why, res[1], res[2], H.allowed(), select(2, next(marks)))
+      if kind == "ok" and H.post then
+        local w = H.post()
+        if w then kind, why = "finding", w end
+      end
       if o.replay then
         say("call ", K, ": ", desc, "\n")
         -- the values of small tensors (0: self), also in tables
@@ -411,7 +427,7 @@ local function child(o)
             local ok, text = pcall(function() return a:numel() <= 100 and tostring(a) end)
             if ok and text then say(path, ": ", text, "\n") end
           elseif type(a) == "table" and depth < 2 then
-            for k, x in pairs(a) do show(path .. "." .. tostring(k), x, depth + 1) end
+            for k, x in next, a do show(path .. "." .. tostring(k), x, depth + 1) end
           end
         end
         for i = 0, n do show(tostring(i), i == 0 and self or args[i], 0) end
