@@ -29,4 +29,14 @@ return {
     if x == nil then error("good: x is nil", 0) end
     return qkv.ones(1), {qkv.zeros(2, 0)}
   end},
+  -- a writer that takes a path with a NUL (C would write to the part
+  -- before it): the hostile paths must make it a finding
+  {name = "fake.save", params = {{name = "path"}, {name = "x"}}, paths = true, fn = function(path)
+    if type(path) ~= "string" then error("save: path must be a string", 0) end
+  end},
+  -- a size that is clamped rather than refused (NaN, 2^63, 1e300 make 2)
+  {name = "fake.size", params = {{name = "n"}}, fn = function(n)
+    if type(n) ~= "number" then error("size: n must be a number", 0) end
+    return qkv.zeros(math.tointeger(n) and math.max(0, math.min(n, 3)) or 2)
+  end},
 }

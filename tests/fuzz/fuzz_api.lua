@@ -33,6 +33,8 @@
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
 --                 entries to fuzz (tests/test_fuzz.lua's fakes)
 --   --hang-seconds S  the watchdog's limit on one call (10 s)
+--   --hostile-libs    the functions written in Lua (qkv.plot, qkv.nn,
+--                 Module, qkv.test) get proxies and cyclic tables too
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -40,7 +42,7 @@ package.path = HERE .. "/?.lua;" .. package.path
 
 local function usage(msg)
   io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
-                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S]\n")
+                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--hostile-libs]\n")
   os.exit(2)
 end
 
@@ -58,6 +60,7 @@ local function parse(argv)
   while i <= #argv do
     local a = argv[i]
     if a == "-v" then o.verbose = true
+    elseif a == "--hostile-libs" then o.hostile_libs = true
     elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
     elseif a == "--from" then o.from = count(a, argv[i + 1], 1); i = i + 1
     elseif a == "--hang-seconds" then o.hang = count(a, argv[i + 1], 1); i = i + 1
@@ -117,6 +120,7 @@ local function child_command(run, from)
   local o = run.o
   if o.replay then flags[#flags + 1] = "--replay"; flags[#flags + 1] = tostring(o.replay) end
   if o.verbose then flags[#flags + 1] = "-v" end
+  if o.hostile_libs then flags[#flags + 1] = "--hostile-libs" end
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
   if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
@@ -165,7 +169,8 @@ local function parent(o)
   local again = table.concat({arg[-1] or "qkv", arg[0], o.n, o.seed,
     o.only and "--only " .. quote(o.only) or nil}, " ") ..
     (o.extra and " --extra " .. quote(o.extra) or "") ..
-    (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "")
+    (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "") ..
+    (o.hostile_libs and " --hostile-libs" or "")
   local last = o.replay or o.n
   local tot = {calls = 0, ok = 0, errors = 0, findings = 0, crashes = 0, hangs = 0}
   local from, status = o.replay or 1, 0
@@ -273,7 +278,7 @@ end
 -- self, args, n for call K of entry e, and marks: {[i] = why args[i]
 -- obliges the call to raise} (tests/fuzz/hostile.lua)
 local function make_call(e, F)
-  H.reset()
+  H.begin(e)
   local mode = random(10)                  -- 1-4 random, 5-8 valid, 9-10 one replaced
   local self
   if e.kind == "tensor" then
@@ -355,7 +360,7 @@ local function child(o)
   local function say(...) out:write(...); out:flush() end
   local q = qkv
   V.setup(q, tmp)
-  H.setup(q)
+  H.setup(q, o.hostile_libs)
   P.setup(q, plot_options())
   C.setup(q)
   V.files()

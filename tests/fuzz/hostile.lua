@@ -4,7 +4,9 @@
 -- and stride-0 destinations; numbers an integer target cannot hold; paths
 -- and npz names with a NUL.
 --
---   H.setup(qkv)           after values.lua's V.setup
+--   H.setup(qkv, libs)     after values.lua's V.setup; libs: the Lua
+--                          libraries get proxies and cyclic tables too
+--   H.begin(e)             before making the arguments of a call of e
 --   H.any(depth)           one hostile value (values.lua's V.any draws it)
 --   H.rewrite(e, self, args, n, names)  -> self, n, marks: maybe makes one
 --                          argument of a valid-looking call hostile (args
@@ -33,6 +35,7 @@ H.BAD_LEN = "object length is not an integer" -- Lua's, for a __len that lies so
 local victims = setmetatable({}, {__mode = "v"})   -- weak: drops may free them
 local allowed = {}
 local proxies = setmetatable({}, {__mode = "k"})   -- proxy -> {real, plan text}
+local tame, hostile_libs = false, false            -- see H.begin
 
 ---------------------------------------------------------------- numbers
 
@@ -198,7 +201,7 @@ local function nul_path()
 end
 
 function H.any(depth)
-  local r = random(6)
+  local r = random(tame and 2 or 6)
   if r == 1 then return pick(H.NOT_INT) end
   if r == 2 then return nul_path() end
   if r == 3 then return H.cyclic() end
@@ -213,7 +216,8 @@ end
 -- parameters that are integers: sizes, dims, indices, counts
 local INT = {dim = true, d1 = true, d2 = true, start = true, len = true, i = true,
              k = true, n = true, n_q = true, n_k = true, h = true, d_in = true,
-             d_out = true, d_model = true, d_k = true, d_vision = true, d_text = true}
+             d_out = true, d_model = true, d_k = true, d_vision = true, d_text = true,
+             num_embeddings = true}
 -- parameters that are lists of integers
 local INT_LIST = {shape = true, lengths = true, d1 = true}
 
@@ -260,6 +264,8 @@ end
 local INT64 = {
   ["Tensor.__newindex"] = function(self, args) args[1] = as_int64(args[1]); return self, 3 end,
   ["Tensor:masked_fill"] = function(self) return as_int64(self), 2 end,
+  ["Tensor:masked_fill_"] = function(self) return as_int64(self), 2 end,
+  ["Tensor:fill_"] = function(self) return as_int64(self), 1 end,
   ["qkv.masked_fill"] = function(self, args) args[1] = as_int64(args[1]); return self, 3 end,
   ["qkv.mask"] = function(self, args) args[1] = as_int64(args[1]); return self, 3 end,
   ["qkv.full"] = function(self, args) args[3] = "int64"; return self, 2 end,
@@ -280,7 +286,8 @@ local function rewrite_int64(e, self, args, n)
          {[i] = "an int64 target is given " .. V.describe(v)}
 end
 
--- a NUL in the path of save, load, savez, loadz or in an npz entry name
+-- a NUL in the path of save, load, savez, loadz (or of an --extra entry
+-- with paths = true) or in an npz entry name
 local FILES = {["qkv.save"] = true, ["qkv.load"] = true, ["qkv.savez"] = true, ["qkv.loadz"] = true}
 
 local function rewrite_nul(e, self, args, n, names)
@@ -293,7 +300,7 @@ local function rewrite_nul(e, self, args, n, names)
   if #at == 0 then return nil end
   local i = pick(at)
   args[i] = nul_path()
-  if FILES[e.name] then return i, "the path holds a NUL" end
+  if FILES[e.name] or e.paths then return i, "the path holds a NUL" end
 end
 
 -- a table argument replaced by a proxy of it, by one holding itself, or
@@ -320,8 +327,9 @@ local function rewrite_table(e, self, args, n, names)
   if k ~= nil then args[i][k] = args[i] end         -- an option, a name: itself
 end
 
--- x[i] = v into a destination that overlaps v (views of one base, a
--- transpose of it) or whose elements share memory (expand: stride 0)
+-- writes into a destination that overlaps the source (views of one base,
+-- a transpose of it) or whose elements share memory (expand: stride 0):
+-- x[i] = v and the in-place methods (x:copy_(y), x:add_(y), x:fill_(v), ...)
 local function same(a, b)
   if type(a) == "table" then
     for k = 1, #a do if not same(a[k], b[k]) then return false end end
@@ -330,41 +338,77 @@ local function same(a, b)
   return a == b or (a ~= a and b ~= b)
 end
 
-local function rewrite_dest(args)
-  local dtype, c = pick(V.DTYPES), random(2, 5)
+local function clone(v)
+  local ok, c = pcall(function() return v:clone() end)
+  return qkv.is_tensor(v) and ok and c or v
+end
+
+-- x (c, c) and a source that overlaps it: a row, a column or one element
+local function overlapping(dtype, c)
   local base = V.tensor(dtype, {c + 1, c}, "contiguous")
-  local i = random(1, c)
-  if chance(0.3) then                                   -- stride 0
-    local x = V.tensor(dtype, chance(0.5) and {c, 1} or {1, c}, "contiguous"):expand(c, c)
-    args[1], args[2], args[3] = x, i, chance(0.5) and V.tensor(dtype, {c}) or random(-3, 3)
-    if x:stride(2) == 0 then return nil, 3, {[1] = "a destination whose elements share memory"} end
-    return nil, 3, {}
-  end
   local x = chance(0.5) and base:narrow(1, random(1, 2), c) or base:narrow(1, 1, c):t()
   local src = pick{base:select(1, random(1, c + 1)), base:narrow(1, 1, c):t():select(1, random(1, c)),
                    base:select(2, random(1, c)):narrow(1, random(1, 2), c)}
-  if chance(0.3) then src = src:narrow(1, 1, 1) end     -- broadcast over the row
-  -- what x holds after the write, made from copies
-  local want = x:clone()
-  want[i] = src:clone()
-  want = want:tolist()
+  if chance(0.3) then src = src:narrow(1, 1, 1) end     -- broadcast
+  if chance(0.3) then src = base:narrow(1, 2, c) end    -- the whole of x, shifted
+  return x, src
+end
+
+-- after a write that returned: x holds what the same write into copies gives
+local function check_after(x, write)
+  local ok, want = pcall(function()
+    local w = x:clone()
+    write(w)
+    return w:tolist()
+  end)
+  if not ok then return end
   H.post = function()
-    if not same(x:tolist(), want) then return "x[i] = v over its own storage gave another value" end
+    if not same(x:tolist(), want) then return "a write over its own storage gave another value" end
   end
-  args[1], args[2], args[3] = x, i, src
-  return nil, 3, {}
+end
+
+-- the in-place methods whose first argument is a tensor source
+local SOURCE = {copy_ = true, add_ = true, sub_ = true, mul_ = true, div_ = true}
+
+local function rewrite_dest(e, self, args, n)
+  local dtype, c = pick(V.DTYPES), random(2, 5)
+  local x, src, shared
+  local expanded = chance(0.3)
+  if expanded then                                      -- stride 0
+    x = V.tensor(dtype, chance(0.5) and {c, 1} or {1, c}, "contiguous"):expand(c, c)
+    src = chance(0.5) and V.tensor(dtype, {c}) or random(-3, 3)
+    shared = "a destination whose elements share memory"
+  else
+    x, src = overlapping(dtype, c)
+  end
+  if e.name == "Tensor.__newindex" then
+    local i = random(1, c)
+    args[1], args[2], args[3] = x, i, src
+    if shared and x:stride(2) ~= 0 then shared = nil end  -- row i is one element per place
+    -- (a clone of a stride-0 x is not one: only there is its value known)
+    if not expanded then check_after(x, function(w) w[i] = clone(src) end) end
+    return nil, 3, {[1] = shared}
+  end
+  if SOURCE[e.method] then args[1], n = src, math.max(n, 1) end
+  if not shared then
+    local copies = {}
+    for k = 1, n do copies[k] = clone(args[k]) end
+    check_after(x, function(w) w[e.method](w, table.unpack(copies, 1, n)) end)
+  end
+  return x, n, {[0] = shared}
 end
 
 -- maybe one hostile argument; the marks say which ones oblige an error
 function H.rewrite(e, self, args, n, names)
   local r, marks = random(), {}
   local i, why
-  if e.name == "Tensor.__newindex" and chance(0.2) then
-    self, n, marks = rewrite_dest(args)
+  if (e.name == "Tensor.__newindex" or (e.kind == "tensor" and e.method:match("_$")))
+     and chance(0.25) then
+    self, n, marks = rewrite_dest(e, self, args, n)
   elseif r < 0.05 then i, why = rewrite_int(e, self, args, n, names)
   elseif r < 0.08 then self, n, marks = rewrite_int64(e, self, args, n); marks = marks or {}
   elseif r < 0.10 then i, why = rewrite_nul(e, self, args, n, names)
-  elseif r < 0.17 then i, why = rewrite_table(e, self, args, n, names)
+  elseif r < 0.17 and not tame then i, why = rewrite_table(e, self, args, n, names)
   end
   if i and why then marks[i] = why end
   return self, n, marks
@@ -389,11 +433,22 @@ end
 
 function H.allowed() return allowed end
 
--- before each call: its proxies (V.any's too) are counted from here
-function H.reset() allowed, H.post = {}, nil end
+-- the functions written in Lua, whose table arguments are read as any Lua
+-- code reads them: they get no proxies or cyclic tables unless asked
+-- (--hostile-libs): they do not survive them yet
+local LIBRARIES = {"^qkv%.plot%.", "^qkv%.nn%.", "^Module:", "^qkv%.test%.", "^qkv%.repl%."}
 
-function H.setup(q)
-  qkv = q
+-- before each call of entry e: its proxies (V.any's too) count from here
+function H.begin(e)
+  allowed, H.post, tame = {}, nil, false
+  if hostile_libs then return end
+  for _, pat in ipairs(LIBRARIES) do
+    if e.name:match(pat) then tame = true end
+  end
+end
+
+function H.setup(q, libs)
+  qkv, hostile_libs = q, libs
   V.hostile = H.any
   V.describe_hook = H.describe
 end
