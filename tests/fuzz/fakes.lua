@@ -16,7 +16,7 @@ return {
     return x
   end},
   -- keeps every tensor it makes: live tensor memory grows over the run
-  {name = "fake.hoard", fn = function() kept[#kept + 1] = qkv.zeros(1 << 16) end},
+  {name = "fake.hoard", fn = function() kept[#kept + 1] = qkv.zeros(1 << 19) end},
   -- never returns when x is an empty tensor: its loop steps by x:numel()
   -- (the watchdog must kill it; a Lua hook is not what stops it)
   {name = "fake.hang", params = {{name = "x"}}, fn = function(x)
