@@ -191,7 +191,8 @@ test-asan: asan
 	else echo "test-asan: tests/fuzz/fuzz_api.lua is not there yet: no fuzzing"; fi
 
 # the API fuzzer (tests/fuzz/fuzz_api.lua) under the sanitizers, e.g.
-# make fuzz N=1000000 SEED=7; any finding, crash or report fails it
+# make fuzz N=1000000 SEED=7; any finding, crash, hang (a call over 10 s)
+# or report fails it
 N ?= 100000
 SEED ?= 1
 fuzz: asan

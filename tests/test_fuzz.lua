@@ -29,7 +29,8 @@ TestFuzzRun = {}
 -- counted once as ok or error
 function TestFuzzRun:testShortRun()
   local out, code = fuzz("3000 1")
-  local ok, err = out:match("fuzz: 3000 calls, seed 1: (%d+) ok, (%d+) errors, 0 findings\n$")
+  local ok, err = out:match("fuzz: 3000 calls, seed 1: (%d+) ok, (%d+) errors, 0 findings, "
+                            .. "0 crashes, 0 hangs\n$")
   lu.assertNotNil(ok, out)
   lu.assertEquals(code, 0)
   lu.assertEquals(tonumber(ok) + tonumber(err), 3000)
@@ -37,32 +38,109 @@ function TestFuzzRun:testShortRun()
   lu.assertTrue(tonumber(ok) > 600 and tonumber(err) > 600, out)
 end
 
--- the fakes: each rule broken is a finding with its call number, the
--- function that keeps them is not reported, and the status is 1
+-- the counts of the closing line, as numbers
+local function counts(out)
+  local c = {out:match("fuzz: (%d+) calls, seed %-?%d+: (%d+) ok, (%d+) errors, (%d+) findings, "
+                      .. "(%d+) crashes, (%d+) hangs\n$")}
+  lu.assertEquals(#c, 6, out)
+  for i, v in ipairs(c) do c[i] = tonumber(v) end
+  return {calls = c[1], ok = c[2], errors = c[3], findings = c[4], crashes = c[5], hangs = c[6]}
+end
+
+local FAKES = "--only ^fake --extra tests/fuzz/fakes.lua --hang-seconds 1"
+
+-- the fakes: each rule broken is a finding with its call number, a hang
+-- is killed and reported with its replay line, the function that keeps the
+-- rules is not reported, and the status is 1
 function TestFuzzRun:testFakesAreFindings()
-  local out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua")
+  local out, code = fuzz("50 1 " .. FAKES)
   lu.assertEquals(code, 1)
   lu.assertStrContains(out, "(fake.unnamed): message does not name 'unnamed': something went wrong")
   lu.assertStrContains(out, "(fake.table): raised a table")
   lu.assertStrMatches(out, ".*finding at call %d+ %(fake.malformed%): result 1: checking it raised: "
                            .. "[^\n]*tensor was closed.*")
+  lu.assertStrMatches(out, ".*fuzz: hang at call %d+: no progress in 1 s, killed\n"
+                           .. "  call %d+ seed 1: fake.hang%(tensor [^\n]*%(%d*,? ?0[,)].*")
   lu.assertNotStrContains(out, "(fake.good)")
   lu.assertNotStrContains(out, "(fake.hoard)")
-  -- fake.hoard's 10 calls keep 10 x 256 KiB: one finding at the end
-  lu.assertStrMatches(out, ".*finding: 26%d%d%d%d%d bytes of tensors live after the run, %d+ before it.*")
-  lu.assertStrContains(out, "fuzz: 50 calls, seed 1: ")
-  lu.assertStrContains(out, " 31 findings\n")
+  lu.assertNotStrContains(out, "(fake.hang)")
+  -- fake.hoard's calls keep 2 MiB each: a finding at the end of each child
+  -- (a hang starts a new one) that got to its end and called it
+  local _, memory = out:gsub("\nfinding: %d+ bytes of tensors live after the run, %d+ before it\n", "")
+  lu.assertTrue(memory >= 1, out)
+  -- every call counted once; the memory findings are not calls
+  local c = counts(out)
+  lu.assertEquals(c.calls, 50)
+  lu.assertEquals(c.crashes, 0)
+  lu.assertTrue(c.hangs >= 1 and c.findings > 20, out)
+  lu.assertEquals(c.ok + c.errors + c.findings - memory + c.hangs, 50, out)
+end
+
+-- a hang: the run goes on after it, and --replay K makes it again
+function TestFuzzRun:testHangIsReportedAndReplays()
+  local out, code = fuzz("12 1 --only ^fake%.hang --extra tests/fuzz/fakes.lua --hang-seconds 1")
+  lu.assertEquals(code, 1)
+  local K = out:match("fuzz: hang at call (%d+): no progress in 1 s, killed\n")
+  lu.assertNotNil(K, out)
+  local replay = out:match("fuzz: replay it with ([^\n]* %-%-replay " .. K .. ")\n")
+  lu.assertNotNil(replay, out)
+  lu.assertStrContains(replay, " --hang-seconds 1 ")
+  local c = counts(out)
+  lu.assertTrue(c.hangs >= 1 and c.hangs < 12, out)
+  lu.assertEquals(c.ok + c.hangs, 12, out)
+  out, code = sh.sh(replay)
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "fuzz: hang at call " .. K .. ": no progress in 1 s, killed\n  call "
+                            .. K .. " seed 1: fake.hang(tensor ")
+  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 0 findings, 0 crashes, 1 hangs\n")
+end
+
+-- a crash (here a signal the call sends its own process) is reported with
+-- its replay line and the run goes on in a new child from the next call
+function TestFuzzRun:testCrashIsReportedAndTheRunGoesOn()
+  local extra = os.tmpname()
+  local f = assert(io.open(extra, "w"))
+  f:write([[return {{name = "fake.crash", params = {{name = "n"}}, fn = function(n)
+    if n == 2 then os.execute("kill -SEGV $PPID"); while true do end end
+  end}}]])
+  f:close()
+  local out, code = fuzz("40 1 --extra " .. sh.quote(extra) .. " --only ^fake")
+  os.remove(extra)
+  lu.assertEquals(code, 1)
+  -- killed by signal 11, or (under ASan, which reports the SEGV) status 1
+  local K = out:match("fuzz: crash at call (%d+): the child [^\n]*\n  call %d+ seed 1: fake.crash%(2%)\n")
+  lu.assertNotNil(K, out)
+  lu.assertStrContains(out, "--replay " .. K .. "\n")
+  local folder = out:match("fuzz: its folder is kept: ([^\n]+)\n")
+  lu.assertNotNil(folder, out)
+  os.execute("rm -rf " .. sh.quote(folder))
+  local c = counts(out)
+  lu.assertTrue(c.crashes >= 2, out)          -- the run went on after the first
+  lu.assertEquals(c.ok + c.errors + c.crashes, 40, out)
+end
+
+-- the hostile values reach the fakes: a NUL path that a writer takes and
+-- a size it clamps are findings, each with a replay line that shows it
+function TestFuzzRun:testHostileValuesAreFindings()
+  local out, code = fuzz("2000 1 --only ^fake%.s --extra tests/fuzz/fakes.lua")
+  lu.assertEquals(code, 1)
+  local K = out:match("finding at call (%d+) %(fake.save%): returned, but the path holds a NUL must be an error\n")
+  lu.assertNotNil(K, out)
+  lu.assertStrMatches(out, ".*finding at call %d+ %(fake.size%): returned, but a size, dim or index is "
+                           .. "[-%w.+]+ must be an error\n.*")
+  out = fuzz("2000 1 --only ^fake%.s --extra tests/fuzz/fakes.lua --replay " .. K)
+  lu.assertStrMatches(out, "call " .. K .. ": fake.save%(\"[^\n]*\\0[^\n]*\n.*")
 end
 
 -- --replay K makes call K again alone, and says what it was
 function TestFuzzRun:testReplay()
-  local out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 7")
+  local out, code = fuzz("50 1 " .. FAKES .. " --replay 10")
   lu.assertEquals(code, 1)
-  lu.assertStrContains(out, "call 7: fake.table(")
-  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 1 findings")
-  out, code = fuzz("50 1 --only ^fake --extra tests/fuzz/fakes.lua --replay 10")
+  lu.assertStrContains(out, "call 10: fake.table(")
+  lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 1 findings, 0 crashes, 0 hangs")
+  out, code = fuzz("50 1 " .. FAKES .. " --replay 14")
   lu.assertEquals(code, 0)
-  lu.assertStrContains(out, "call 10: fake.good(")
+  lu.assertStrContains(out, "call 14: fake.good(")
 end
 
 ---------------------------------------------------------------- checker
@@ -113,6 +191,87 @@ function TestFuzzChecker:testResults()
   lu.assertStrContains(why, "result 1: [w] [1] checking it raised")
   -- returned as it was given (an Identity): not judged
   lu.assertEquals(C.outcome(plain, {"softmax"}, {closed}, true, closed), "ok")
+end
+
+---------------------------------------------------------------- hostile
+
+package.path = "tests/fuzz/?.lua;" .. package.path
+local V, P, H = require "values", require "params", require "hostile"
+V.setup(qkv, "/nonexistent/dir")
+P.setup(qkv, {})
+H.setup(qkv)
+
+TestFuzzHostile = {}
+
+-- what must raise: a success is a finding; an error the call's own
+-- proxies raised need not name the function
+function TestFuzzHostile:testJudge()
+  local kind, why = C.judge("ok", nil, true, nil, {}, "the path holds a NUL")
+  lu.assertEquals(kind, "finding")
+  lu.assertStrContains(why, "the path holds a NUL must be an error")
+  lu.assertEquals(C.judge("error", nil, false, "save: NUL", {}, "the path holds a NUL"), "error")
+  lu.assertEquals(C.judge("ok", nil, true, nil, {}, nil), "ok")
+  local msg = H.RAISED .. " 3"
+  lu.assertEquals(C.judge("finding", "does not name", false, msg, {H.RAISED}), "error")
+  lu.assertEquals(C.judge("finding", "does not name", false, msg, {}), "finding")
+  lu.assertEquals(C.judge("finding", "does not name", false, "other", {H.RAISED}), "finding")
+end
+
+-- the numbers: none an int64 holds, or none a size, dim or index can be
+function TestFuzzHostile:testNumbers()
+  for _, v in ipairs(H.NOT_INT) do lu.assertTrue(H.not_int(v), tostring(v)) end
+  for _, v in ipairs{0 / 0, math.huge, 2 ^ 63, -(2 ^ 63) - 2048, 1e300} do
+    lu.assertTrue(H.no_int64(v), tostring(v))
+  end
+  for _, v in ipairs{-(2 ^ 63), 2.5, math.maxinteger, 3} do lu.assertFalse(H.no_int64(v), tostring(v)) end
+  lu.assertFalse(H.not_int(3.0))
+end
+
+-- a proxy closes one of the call's tensors at the read its plan says, and
+-- describing it reads nothing
+function TestFuzzHostile:testProxyCloses()
+  local closed = false
+  for seed = 1, 200 do
+    math.randomseed(seed)
+    local x = qkv.ones(2)
+    local p = H.proxy({x, 1, 2})
+    H.arm(nil, {p}, 1)
+    local text = H.describe(p)
+    if text:find("closes a tensor at read 1,") or text:find("closes a tensor at read 1%)") then
+      lu.assertTrue(pcall(function() return x:sum() end), "not closed before a read")
+      pcall(function() return p[1] end)
+      lu.assertFalse(pcall(function() return x:sum() end), "closed at read 1: " .. text)
+      closed = true
+      break
+    end
+  end
+  lu.assertTrue(closed)
+end
+
+-- x[i] = v over its own storage: the check made from copies says when
+-- the write gave another value
+function TestFuzzHostile:testOverlappingWriteCheck()
+  local e = {name = "Tensor.__newindex", kind = "meta", params = {}}
+  local checked = 0
+  for seed = 1, 400 do
+    math.randomseed(seed)
+    H.begin(e)
+    local args = {qkv.ones(2, 2), 1, 0}
+    local _, _, marks = H.rewrite(e, nil, args, 3, {"x", "i", "v"})
+    if H.post then
+      local x, i, v = args[1], args[2], args[3]
+      local ok = pcall(function() x[i] = v end)
+      if ok and x.dtype ~= "bool" then
+        lu.assertNil(H.post(), "the right write")
+        x[i] = x[i] + 1
+        lu.assertStrContains(H.post(), "gave another value")
+        checked = checked + 1
+      end
+    elseif marks[1] then
+      lu.assertFalse(pcall(function() args[1][args[2]] = args[3] end), marks[1])
+    end
+  end
+  lu.assertTrue(checked > 10, checked)
 end
 
 ---------------------------------------------------------------- found

@@ -128,4 +128,20 @@ function C.outcome(entry, accept, given, ok, ...)
   return "ok"
 end
 
+-- the outcome once a call's hostile arguments (tests/fuzz/hostile.lua)
+-- are counted: an error holding one of the texts `allow` (raised by its
+-- own proxies, or Lua's for a length they gave that is not an integer)
+-- need not name the function; a success is a finding when `must` gives a
+-- reason the call has to raise (a NUL in a path, a number its integer
+-- target cannot hold, a list holding itself)
+function C.judge(kind, why, ok, err, allow, must)
+  if ok and must then return "finding", "returned, but " .. must .. " must be an error" end
+  if not ok and kind == "finding" and type(err) == "string" then
+    for _, a in ipairs(allow or {}) do
+      if err:find(a, 1, true) then return "error" end
+    end
+  end
+  return kind, why
+end
+
 return C

@@ -1,6 +1,7 @@
 -- fuzz_api.lua: a fuzzer over the whole Lua API of qkv.
 --
 --   qkv tests/fuzz/fuzz_api.lua [N [SEED]] [--replay K] [-v] [--only PAT] [--extra FILE]
+--                               [--hang-seconds S]
 --
 -- calls every public function and method (tests/fuzz/registry.lua lists
 -- them from the live module tables) with random arguments under pcall:
@@ -11,8 +12,8 @@
 -- parameter names of the docstrings) or valid-looking with one of them
 -- replaced. tests/fuzz/check.lua judges each outcome; what it rejects is a
 -- finding, printed with its call number. The run ends with
---   fuzz: N calls, seed S: X ok, Y errors, Z findings
--- and exits with status 1 when there are findings (or a crash).
+--   fuzz: N calls, seed S: X ok, Y errors, Z findings, C crashes, H hangs
+-- and exits with status 1 when there are findings, crashes or hangs.
 --
 -- The calls run in a child process (this script with --child) whose
 -- working directory is a fresh temp folder, removed at the end, so that
@@ -21,12 +22,19 @@
 -- limited (ulimit -v; under a sanitizer, max_allocation_size_mb), so that a
 -- size such as 2^31 gives "out of memory" rather than eating the machine.
 -- Before each call the child writes the call number and its arguments to
--- fuzz_last in that folder: after a crash the parent prints it and keeps
--- the folder.
+-- fuzz_last in that folder (and the counts so far). A watchdog, a loop of
+-- the shell that starts the child, reads its first line every second: when
+-- one call has run for S seconds (--hang-seconds, 10) it kills the child
+-- (SIGKILL). After a hang or a crash the parent prints the call with its
+-- --replay line (after a crash it keeps the folder) and starts a new child
+-- at the next call, so that one run reports them all.
 --   -v            a line per function with its counts
 --   --only PAT    only the functions whose name matches the Lua pattern
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
 --                 entries to fuzz (tests/test_fuzz.lua's fakes)
+--   --hang-seconds S  the watchdog's limit on one call (10 s)
+--   --hostile-libs    the functions written in Lua (qkv.plot, qkv.nn,
+--                 Module, qkv.test) get proxies and cyclic tables too
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -34,16 +42,28 @@ package.path = HERE .. "/?.lua;" .. package.path
 
 local function usage(msg)
   io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
-                  "[--replay K] [-v] [--only PAT] [--extra FILE]\n")
+                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--hostile-libs]\n")
   os.exit(2)
 end
 
+local HANG_SECONDS = 10       -- a call that runs longer is a hang
+
+-- a whole number >= lo from option a's value v, or usage
+local function count(a, v, lo)
+  v = math.tointeger(tonumber(v))
+  if not v or v < lo then usage(a .. " needs a whole number >= " .. lo) end
+  return v
+end
+
 local function parse(argv)
-  local o, pos, i = {n = 10000, seed = 1}, {}, 1
+  local o, pos, i = {n = 10000, seed = 1, hang = HANG_SECONDS}, {}, 1
   while i <= #argv do
     local a = argv[i]
     if a == "-v" then o.verbose = true
+    elseif a == "--hostile-libs" then o.hostile_libs = true
     elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
+    elseif a == "--from" then o.from = count(a, argv[i + 1], 1); i = i + 1
+    elseif a == "--hang-seconds" then o.hang = count(a, argv[i + 1], 1); i = i + 1
     elseif a == "--replay" or a == "--only" or a == "--extra" then
       if argv[i + 1] == nil then usage(a .. " needs a value") end
       o[a:sub(3)] = argv[i + 1]
@@ -53,10 +73,7 @@ local function parse(argv)
     i = i + 1
   end
   o.n, o.seed = pos[1] or o.n, pos[2] or o.seed
-  if o.replay then
-    o.replay = math.tointeger(tonumber(o.replay))
-    if not o.replay or o.replay < 1 then usage("--replay needs a call number >= 1") end
-  end
+  if o.replay then o.replay = count("--replay", o.replay, 1) end
   if o.n < 0 then usage("N must be >= 0") end
   return o
 end
@@ -83,77 +100,145 @@ end
 
 local LIMIT_MB = 1536          -- what a call may allocate, about
 
-local function parent(o)
-  local cwd = io.popen("pwd"):read("l")
-  local exe = absolute(arg[-1] or "qkv", cwd)
-  local script = absolute(arg[0], cwd)
-  local tmp = io.popen("mktemp -d \"${TMPDIR:-/tmp}/qkv_fuzz.XXXXXX\""):read("l")
-  assert(tmp and tmp ~= "", "fuzz_api: mktemp failed")
-  local flags = {"--child", tmp, tostring(o.n), tostring(o.seed)}
+-- the watchdog, a loop of the shell that started the child ($pid): once a
+-- second it reads the first line of fuzz_last; a "call K ..." line that
+-- stays the same for `secs` readings is a hang: it writes the file hung
+-- and kills the child (SIGKILL: a loop in C answers nothing else)
+local function watchdog(secs)
+  return "last=; same=0; while sleep 1; do " ..
+         "cur=$(head -n 1 fuzz_last 2>/dev/null); " ..
+         "case $cur in 'call '*) ;; *) last=$cur; same=0; continue;; esac; " ..
+         "if [ \"$cur\" = \"$last\" ]; then same=$((same + 1)); else last=$cur; same=0; fi; " ..
+         "if [ $same -ge " .. secs .. " ]; then : > hung; kill -9 $pid; exit 0; fi; done"
+end
+
+-- the shell command that runs the child on calls from..last in folder tmp
+-- under the watchdog; it exits with the child's status (128 + N: signal N)
+local function child_command(run, from)
+  local flags = {"--child", run.tmp, tostring(run.o.n), tostring(run.o.seed),
+                 "--from", tostring(from)}
+  local o = run.o
   if o.replay then flags[#flags + 1] = "--replay"; flags[#flags + 1] = tostring(o.replay) end
   if o.verbose then flags[#flags + 1] = "-v" end
+  if o.hostile_libs then flags[#flags + 1] = "--hostile-libs" end
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
-  if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, cwd) end
+  if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
+  return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung; " ..
+         "(ASAN_OPTIONS=" .. quote(run.asan) .. " QKV_OUT=" .. quote(run.tmp .. "/out") ..
+         " exec " .. quote(run.exe) .. " " .. quote(run.script) .. " " .. table.concat(flags, " ") ..
+         ") </dev/null >/dev/null & pid=$!; (" .. watchdog(o.hang) .. ") & wd=$!; " ..
+         "wait $pid 2>/dev/null; st=$?; kill $wd 2>/dev/null; exit $st"
+end
+
+-- runs the child from call `from`; returns its report, whether the watchdog
+-- killed it, and its exit status (how, code as os.execute gives them)
+local function segment(run, from)
+  os.remove(run.tmp .. "/report")
+  local _, how, code = os.execute(child_command(run, from))
+  if how == "exit" and code > 128 then how, code = "signal", code - 128 end
+  local hung = readall(run.tmp .. "/hung") ~= nil
+  return readall(run.tmp .. "/report") or "", hung, how, code
+end
+
+local COUNTS = "\ncounts: (%d+) calls, (%d+) ok, (%d+) errors, (%d+) findings\n"
+
+-- the last call the child began, and the counts of the calls before it
+local function last_call(tmp)
+  local text = readall(tmp .. "/fuzz_last") or ""
+  local line = text:match("^(call [^\n]*)\n")
+  local ok, err, find = text:match("\ntally: (%d+) ok, (%d+) errors, (%d+) findings")
+  if not line or not ok then return nil end
+  return line, math.tointeger(tonumber(line:match("^call (%d+)"))),
+         tonumber(ok), tonumber(err), tonumber(find)
+end
+
+local function parent(o)
+  local cwd = io.popen("pwd"):read("l")
+  local tmp = io.popen("mktemp -d \"${TMPDIR:-/tmp}/qkv_fuzz.XXXXXX\""):read("l")
+  assert(tmp and tmp ~= "", "fuzz_api: mktemp failed")
   -- a sanitizer reserves terabytes of address space: ulimit -v would stop
   -- it starting, so the allocator is told the limit instead
   local vm = vmsize_kb()
-  local limit = vm < (64 << 20) and ("ulimit -v " .. (vm + (LIMIT_MB << 10)) .. "; ") or ""
   local asan = os.getenv("ASAN_OPTIONS")
-  asan = (asan and asan ~= "" and asan .. ":" or "") ..
-         "allocator_may_return_null=1:max_allocation_size_mb=" .. LIMIT_MB
-  local cmd = limit .. "cd " .. quote(tmp) .. " && ASAN_OPTIONS=" .. quote(asan) ..
-              " QKV_OUT=" .. quote(tmp .. "/out") .. " exec " .. quote(exe) .. " " ..
-              quote(script) .. " " .. table.concat(flags, " ") .. " </dev/null >/dev/null"
-  local _, how, code = os.execute(cmd)
-  local report = readall(tmp .. "/report") or ""
-  io.write(report)
+  local run = {o = o, cwd = cwd, tmp = tmp,
+               exe = absolute(arg[-1] or "qkv", cwd), script = absolute(arg[0], cwd),
+               limit = vm < (64 << 20) and ("ulimit -v " .. (vm + (LIMIT_MB << 10)) .. "; ") or "",
+               asan = (asan and asan ~= "" and asan .. ":" or "") ..
+                      "allocator_may_return_null=1:max_allocation_size_mb=" .. LIMIT_MB}
   local again = table.concat({arg[-1] or "qkv", arg[0], o.n, o.seed,
     o.only and "--only " .. quote(o.only) or nil}, " ") ..
-    (o.extra and " --extra " .. quote(o.extra) or "")
-  if report:find("\nfinding at call") or report:find("^finding at call") then
+    (o.extra and " --extra " .. quote(o.extra) or "") ..
+    (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "") ..
+    (o.hostile_libs and " --hostile-libs" or "")
+  local last = o.replay or o.n
+  local tot = {calls = 0, ok = 0, errors = 0, findings = 0, crashes = 0, hangs = 0}
+  local from, status = o.replay or 1, 0
+  while from <= last do
+    local report, hung, how, code = segment(run, from)
+    io.write((report:gsub("counts: [^\n]*\n", "")))
+    if report:find("^fuzz: no function matches") then
+      os.execute("rm -rf " .. quote(tmp))
+      os.exit(2)
+    end
+    local c, ok, err, find = ("\n" .. report):match(COUNTS)
+    if c then                               -- the child got to its end
+      tot.calls, tot.ok = tot.calls + tonumber(c), tot.ok + tonumber(ok)
+      tot.errors, tot.findings = tot.errors + tonumber(err), tot.findings + tonumber(find)
+      if not (how == "exit" and code == (tonumber(find) > 0 and 1 or 0)) then
+        -- a sanitizer's report at exit (a leak) changed its status
+        io.write(("fuzz: the child ended with %s %s after its report: see above\n"):format(
+          how == "signal" and "signal" or "status", tostring(code)))
+        status = 1
+      end
+      break
+    end
+    local line, K, bok, berr, bfind = last_call(tmp)
+    if not line then
+      io.write(("fuzz: the child %s %s outside any call\n"):format(
+        how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+      status, run.keep = 1, true
+      break
+    end
+    tot.calls = tot.calls + (K - from) + 1
+    tot.ok, tot.errors, tot.findings = tot.ok + bok, tot.errors + berr, tot.findings + bfind
+    if hung then
+      tot.hangs = tot.hangs + 1
+      io.write(("fuzz: hang at call %d: no progress in %d s, killed\n"):format(K, o.hang))
+    else
+      tot.crashes = tot.crashes + 1
+      io.write(("fuzz: crash at call %d: the child %s %s\n"):format(K,
+        how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+    end
+    io.write("  ", line, "\nfuzz: replay it with ", again, " --replay ", K, "\n")
+    run.keep, from = run.keep or not hung, K + 1
+  end
+  if tot.findings > 0 and not o.replay then
     io.write("fuzz: replay call K with ", again, " --replay K\n")
   end
-  if report:find("^fuzz: no function matches") then
-    os.execute("rm -rf " .. quote(tmp))
-    os.exit(2)
-  end
-  local nfind = tonumber(report:match("fuzz: %d+ calls, seed %-?%d+: %d+ ok, %d+ errors, (%d+) findings"))
-  if nfind and how == "exit" and code == (nfind > 0 and 1 or 0) then
-    os.execute("rm -rf " .. quote(tmp))
-    os.exit(code)
-  end
-  if nfind then              -- a sanitizer's report at exit (a leak) changed it
-    io.write(("fuzz: the child ended with %s %s after its report: see above\n"):format(
-      how == "signal" and "signal" or "status", tostring(code)))
-    os.execute("rm -rf " .. quote(tmp))
-    os.exit(1)
-  end
-  io.write(("fuzz: the child %s %s before the end of the run\n"):format(
-    how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
-  local last = readall(tmp .. "/fuzz_last")
-  last = last and last:match("^call [^\n]*\n")   -- its first line: spaces follow
-  if last then
-    io.write("fuzz: the last call made was\n  ", last,
-             "fuzz: replay it with ", again, " --replay ", (last:match("^call (%d+)") or "K"), "\n")
-  end
-  io.write("fuzz: its folder is kept: ", tmp, "\n")
-  os.exit(1)
+  if run.keep then io.write("fuzz: its folder is kept: ", tmp, "\n")
+  else os.execute("rm -rf " .. quote(tmp)) end
+  io.write(("fuzz: %d calls, seed %d: %d ok, %d errors, %d findings, %d crashes, %d hangs\n"):format(
+    tot.calls, o.seed, tot.ok, tot.errors, tot.findings, tot.crashes, tot.hangs))
+  if tot.findings + tot.crashes + tot.hangs > 0 then status = 1 end
+  os.exit(status)
 end
 
 ---------------------------------------------------------------- child
 
 local V = require "values"
+local H = require "hostile"
 local P = require "params"
 local C = require "check"
 local R = require "registry"
 
 local random = math.random
 
--- arguments that look valid: by the parameter names of the signature
+-- arguments that look valid: by the parameter names of the signature;
+-- names[i] is the name of args[i]
 local function valid_args(e, F, self)
-  local args, n = {}, 0
-  local function add(v) n = n + 1; args[n] = v end
+  local args, n, names = {}, 0, {}
+  local function add(v, name) n = n + 1; args[n], names[n] = v, name end
   local prev, list
   for _, p in ipairs(e.params) do
     local name = p.name
@@ -163,25 +248,25 @@ local function valid_args(e, F, self)
       -- d1 gave the whole list
     elseif name == "..." then
       if prev == "m2" then
-        if random() < 0.3 then add(P.param("m1", F)) end
+        if random() < 0.3 then add(P.param("m1", F), "m1") end
       elseif not list then
-        for _ = 1, random(1, 2) do add(P.param("...", F, e.name, self, args)) end
-        if random() < 0.3 then add(P.param("opts", F)) end
+        for _ = 1, random(1, 2) do add(P.param("...", F, e.name, self, args), "...") end
+        if random() < 0.3 then add(P.param("opts", F), "opts") end
       end
     elseif name == "d1" then
       local v = P.param("d1", F, e.name, self, args)
       list = type(v) == "table"
       if list and getmetatable(v) == nil and random() < 0.5 then
-        for _, x in ipairs(v) do add(x) end
+        for _, x in ipairs(v) do add(x, "d1") end
       else
-        add(v)
+        add(v, "d1")
       end
     else
-      add(P.param(name, F, e.name, self, args))
+      add(P.param(name, F, e.name, self, args), name)
     end
     prev = name
   end
-  return args, n
+  return args, n, names
 end
 
 local function random_args()
@@ -190,8 +275,10 @@ local function random_args()
   return args, n
 end
 
--- self, args, n for call K of entry e
+-- self, args, n for call K of entry e, and marks: {[i] = why args[i]
+-- obliges the call to raise} (tests/fuzz/hostile.lua)
 local function make_call(e, F)
+  H.begin(e)
   local mode = random(10)                  -- 1-4 random, 5-8 valid, 9-10 one replaced
   local self
   if e.kind == "tensor" then
@@ -200,21 +287,27 @@ local function make_call(e, F)
   elseif e.kind == "module" then
     self = P.module(F)
   end
-  local args, n
-  if mode <= 4 then args, n = random_args()
-  else args, n = valid_args(e, F, self) end
+  local args, n, names, marks
+  if mode <= 4 then args, n, marks = random_args()
+  else
+    args, n, names = valid_args(e, F, self)
+    self, n, marks = H.rewrite(e, self, args, n, names)   -- maybe one hostile
+  end
+  marks = marks or {}
   if mode >= 9 then
     local i = random(n + 1)
     args[i] = V.any()
     if i > n then n = i end
+    marks, H.post = {}, nil
   end
   -- an operator has a tensor on one side: first, or second (2 * x)
   if e.kind == "meta" then
-    if not qkv.is_tensor(args[1]) then args[1] = V.tensor() end
-    if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1] end
+    if not qkv.is_tensor(args[1]) then args[1] = V.tensor(); marks, H.post = {}, nil end
+    if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1]; marks = {} end
     n = math.max(n, e.binary and 2 or 1)
   end
-  return self, args, n
+  H.arm(self, args, n)
+  return self, args, n, marks
 end
 
 -- pcall calls the function itself, as pcall(qkv.softmax, x) does: then
@@ -267,6 +360,7 @@ local function child(o)
   local function say(...) out:write(...); out:flush() end
   local q = qkv
   V.setup(q, tmp)
+  H.setup(q, o.hostile_libs)
   P.setup(q, plot_options())
   C.setup(q)
   V.files()
@@ -294,9 +388,9 @@ local function child(o)
   collectgarbage()
   collectgarbage()
   local base_mem = q.memory()
-  local counts, findings, shown, kinds = {}, {}, 0, {}
+  local counts, shown, kinds = {}, 0, {}
   local tot = {ok = 0, error = 0, fail = 0, finding = 0}
-  local first, last = 1, o.n
+  local first, last = o.from or 1, o.n
   if o.replay then first, last = o.replay, o.replay end
   local slow = {t = 0}
   local last_file, last_len = assert(io.open(tmp .. "/fuzz_last", "w")), 0
@@ -305,24 +399,31 @@ local function child(o)
     q.seed(o.seed * 1000003 + K)
     local e = list[(K - 1) % #list + 1]
     local F = P.begin_call()
-    local okg, self, args, n = pcall(make_call, e, F)
+    local okg, self, args, n, marks = pcall(make_call, e, F)
     local kind, why, desc
     if not okg then
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
     else
       desc = describe(e, self, args, n)
-      -- written over the last one in place: a write, not an open and a close
-      local line = ("call %d seed %d: %s"):format(K, o.seed, desc)
+      -- written over the last one in place: a write, not an open and a
+      -- close; the counts so far follow for the parent after a crash or hang
+      local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
+        K, o.seed, desc, tot.ok, tot.error + tot.fail, tot.finding)
       last_file:seek("set")
-      last_file:write(line, "\n", (" "):rep(math.max(0, last_len - #line - 1)))
+      last_file:write(line, (" "):rep(math.max(0, last_len - #line)))
       last_file:flush()
-      last_len = math.max(last_len, #line + 1)
+      last_len = math.max(last_len, #line)
       local t0 = q.clock()
       local res = table.pack(invoke(e, self, args, n))
       local dt = q.clock() - t0
       if dt > slow.t then slow = {t = dt, K = K, name = e.name} end
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
+      kind, why = C.judge(kind, why, res[1], res[2], H.allowed(), select(2, next(marks)))
+      if kind == "ok" and H.post then
+        local w = H.post()
+        if w then kind, why = "finding", w end
+      end
       if o.replay then
         say("call ", K, ": ", desc, "\n")
         -- the values of small tensors (0: self), also in tables
@@ -331,7 +432,7 @@ local function child(o)
             local ok, text = pcall(function() return a:numel() <= 100 and tostring(a) end)
             if ok and text then say(path, ": ", text, "\n") end
           elseif type(a) == "table" and depth < 2 then
-            for k, x in pairs(a) do show(path .. "." .. tostring(k), x, depth + 1) end
+            for k, x in next, a do show(path .. "." .. tostring(k), x, depth + 1) end
           end
         end
         for i = 0, n do show(tostring(i), i == 0 and self or args[i], 0) end
@@ -352,13 +453,16 @@ local function child(o)
       -- the first of each kind in full, the rest counted
       local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):sub(1, 70)
       kinds[key] = (kinds[key] or 0) + 1
-      if kinds[key] == 1 and shown < 50 then
+      if kinds[key] == 1 and shown < 50 then     -- said at once: a crash may follow
         shown = shown + 1
-        findings[#findings + 1] = ("finding at call %d (%s): %s\n  call: %s\n"):format(K, e.name, why, desc)
+        say(("finding at call %d (%s): %s\n  call: %s\n"):format(K, e.name, why, desc))
       end
     end
     if K % 256 == 0 then collectgarbage() end
   end
+  last_file:seek("set")
+  last_file:write("end of the calls\n")
+  last_file:close()
   collectgarbage()
   collectgarbage()
   local mem = q.memory()
@@ -372,7 +476,6 @@ local function child(o)
     end
     say(("slowest call: %d (%s), %.3f s\n"):format(slow.K or 0, slow.name or "-", slow.t))
   end
-  for _, f in ipairs(findings) do say(f) end
   if shown < tot.finding then
     for key, k in pairs(kinds) do say(("  %d x %s\n"):format(k, key)) end
   end
@@ -380,9 +483,9 @@ local function child(o)
     tot.finding = tot.finding + 1
     say(("finding: %d bytes of tensors live after the run, %d before it\n"):format(mem, base_mem))
   end
-  local ncalls = last - first + 1
-  say(("fuzz: %d calls, seed %d: %d ok, %d errors, %d findings\n"):format(
-    ncalls, o.seed, tot.ok, tot.error + tot.fail, tot.finding))
+  -- for the parent, which sums the children of a run
+  say(("counts: %d calls, %d ok, %d errors, %d findings\n"):format(
+    last - first + 1, tot.ok, tot.error + tot.fail, tot.finding))
   out:close()
   os.exit(tot.finding > 0 and 1 or 0, true)
 end

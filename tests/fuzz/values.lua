@@ -10,6 +10,8 @@
 --   V.tensor([dtype, shape, layout])  a random tensor, maybe a
 --                          non-contiguous view, a closed one or on "cuda"
 --   V.describe(v)          a short text for the crash file and findings
+-- tests/fuzz/hostile.lua adds its values to V.any's draw (V.hostile) and
+-- describes its proxies (V.describe_hook).
 -- Valid-looking values are tests/fuzz/params.lua's, which fills in
 -- V.OPTIONS (generators by option name) and V.make_module.
 --
@@ -277,7 +279,8 @@ function V.any(depth)
   depth = depth or 0
   local kind = weighted{{6, "nil"}, {5, "boolean"}, {14, "int"}, {10, "float"},
                         {12, "string"}, {depth < 2 and 14 or 2, "table"},
-                        {30, "tensor"}, {3, "odd"}, {5, "extra"}}
+                        {30, "tensor"}, {3, "odd"}, {5, "extra"},
+                        {V.hostile and 4 or 0, "hostile"}}
   if kind == "nil" then return nil end
   if kind == "boolean" then return chance(0.5) end
   if kind == "int" then return any_int() end
@@ -286,6 +289,7 @@ function V.any(depth)
   if kind == "table" then return any_table(depth) end
   if kind == "tensor" then return V.tensor() end
   if kind == "odd" then return odd_tensor() end
+  if kind == "hostile" then return V.hostile(depth) end
   return pick(EXTRA)()
 end
 
@@ -293,6 +297,8 @@ end
 
 function V.describe(v, depth)
   depth = depth or 0
+  local hook = V.describe_hook and V.describe_hook(v)
+  if hook then return hook end
   local ty = type(v)
   if ty == "string" then
     if #v > 40 then return string.format("%q..(%d bytes)", v:sub(1, 40), #v) end
@@ -314,7 +320,7 @@ function V.describe(v, depth)
   if ty == "table" then
     if depth >= 2 then return "{...}" end
     local parts, n = {}, 0
-    for k, x in pairs(v) do
+    for k, x in next, v do              -- not pairs: a __pairs may do anything
       n = n + 1
       if n > 6 then parts[#parts + 1] = "..."; break end
       local key = math.type(k) == "integer" and "" or (tostring(k) .. "=")
