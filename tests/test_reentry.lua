@@ -270,4 +270,32 @@ function TestFinalizers:testPlainCloseFreesAtOnce()
   lu.assertEquals(tostring(x), "tensor(<closed>)")
 end
 
+---------------------------------------------------------------- the Lua libraries
+TestLibraries = {}
+
+-- qkv.plot, qkv.test and qkv.nn read a user's table raw, as the bindings
+-- do: no metamethod of it runs, and one holding itself is an error naming
+-- the function (the fuzzer's hostile tables found each of these)
+function TestLibraries:testTablesAreReadRaw()
+  local cyc = {}
+  cyc[1] = cyc
+  lu.assertStrContains(err(qkv.plot.hist, cyc), "hist: x nests deeper than 8 levels (or holds itself)")
+  local trap = function() error("a metamethod ran") end
+  local lying = setmetatable({}, {__index = trap, __len = trap})
+  lu.assertStrContains(err(qkv.plot.colormap, lying, 0.5), "a cmap list needs 2 or more colours, got 0")
+  t.assertShape(qkv.tensor(1), lying)       -- raw: no sizes, as a 0-d tensor has
+  t.assertShape(qkv.ones(2), setmetatable({2}, {__len = trap}))
+  local a, b = qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 2)
+  local sd = b:state_dict()
+  close(sd.W)
+  lu.assertStrContains(err(a.load, a, sd), "load: the source's 'W' is a closed tensor")
+  local W = b.W:clone()
+  local reads = 0
+  local changing = setmetatable({}, {__pairs = trap, __index = function(_, k)
+    reads = reads + 1
+    return k == "W" and (reads == 1 and W or qkv.ones(3)) or b.b
+  end})
+  lu.assertStrContains(err(a.load, a, changing), "load: the source has no tensor 'W'")
+end
+
 os.exit(lu.LuaUnit.run(), true)

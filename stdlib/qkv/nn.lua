@@ -124,11 +124,17 @@ end
 function Module:load(src)
   if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
   local from = getmetatable(src) and type(src.state_dict) == "function" and src:state_dict() or src
+  local snap = {}                 -- read once and raw: no metamethod runs
+  for k, v in next, from do snap[k] = v end
+  from = snap
   local mine = self:parameters()
   for _, p in ipairs(mine) do
     local name, t = p[1], p[2]
     local s = from[name]
     if not qkv.is_tensor(s) then fail("load", "the source has no tensor '%s'", name) end
+    if not pcall(function() return s.ndim end) then
+      fail("load", "the source's '%s' is a closed tensor", name)
+    end
     if s.shape ~= t.shape then
       fail("load", "%s is %s here but %s in the source", name, tostring(t.shape), tostring(s.shape))
     end

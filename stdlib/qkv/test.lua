@@ -133,9 +133,10 @@ function M.assertShape(x, shape)
   if type(shape) ~= "table" then
     argerror("assertShape", 2, "table of sizes expected, got " .. type(shape))
   end
-  local want, same = {}, #shape == x:dim()
-  for i = 1, #shape do        -- as many as #shape says, as `same` counted
-    local n = math.tointeger(shape[i])
+  local count = rawlen(shape)  -- read raw: a proxy's metamethods do not run
+  local want, same = {}, count == x:dim()
+  for i = 1, count do         -- as many as the length says, as `same` counted
+    local n = math.tointeger(rawget(shape, i))
     if n == nil then argerror("assertShape", 2, "size " .. i .. " is not an integer") end
     want[i] = tostring(n)
     if same and x:size(i) ~= n then same = false end

@@ -33,8 +33,9 @@
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
 --                 entries to fuzz (tests/test_fuzz.lua's fakes)
 --   --hang-seconds S  the watchdog's limit on one call (10 s)
---   --hostile-libs    the functions written in Lua (qkv.plot, qkv.nn,
---                 Module, qkv.test) get proxies and cyclic tables too
+--   --tame-libs   the functions written in Lua (qkv.plot, qkv.nn, Module,
+--                 qkv.test) get no proxies or cyclic tables (they do by
+--                 default; --hostile-libs is accepted for older commands)
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -42,7 +43,7 @@ package.path = HERE .. "/?.lua;" .. package.path
 
 local function usage(msg)
   io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
-                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--hostile-libs]\n")
+                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--tame-libs]\n")
   os.exit(2)
 end
 
@@ -56,11 +57,12 @@ local function count(a, v, lo)
 end
 
 local function parse(argv)
-  local o, pos, i = {n = 10000, seed = 1, hang = HANG_SECONDS}, {}, 1
+  local o, pos, i = {n = 10000, seed = 1, hang = HANG_SECONDS, hostile_libs = true}, {}, 1
   while i <= #argv do
     local a = argv[i]
     if a == "-v" then o.verbose = true
     elseif a == "--hostile-libs" then o.hostile_libs = true
+    elseif a == "--tame-libs" then o.hostile_libs = false
     elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
     elseif a == "--from" then o.from = count(a, argv[i + 1], 1); i = i + 1
     elseif a == "--hang-seconds" then o.hang = count(a, argv[i + 1], 1); i = i + 1
@@ -120,7 +122,7 @@ local function child_command(run, from)
   local o = run.o
   if o.replay then flags[#flags + 1] = "--replay"; flags[#flags + 1] = tostring(o.replay) end
   if o.verbose then flags[#flags + 1] = "-v" end
-  if o.hostile_libs then flags[#flags + 1] = "--hostile-libs" end
+  if not o.hostile_libs then flags[#flags + 1] = "--tame-libs" end
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
   if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
@@ -170,7 +172,7 @@ local function parent(o)
     o.only and "--only " .. quote(o.only) or nil}, " ") ..
     (o.extra and " --extra " .. quote(o.extra) or "") ..
     (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "") ..
-    (o.hostile_libs and " --hostile-libs" or "")
+    (o.hostile_libs and "" or " --tame-libs")
   local last = o.replay or o.n
   local tot = {calls = 0, ok = 0, errors = 0, findings = 0, crashes = 0, hangs = 0}
   local from, status = o.replay or 1, 0

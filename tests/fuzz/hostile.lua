@@ -433,9 +433,9 @@ end
 
 function H.allowed() return allowed end
 
--- the functions written in Lua, whose table arguments are read as any Lua
--- code reads them: they get no proxies or cyclic tables unless asked
--- (--hostile-libs): they do not survive them yet
+-- the functions written in Lua: they read user tables once and raw, as
+-- the bindings do, and get proxies and cyclic tables unless the run says
+-- --tame-libs
 local LIBRARIES = {"^qkv%.plot%.", "^qkv%.nn%.", "^Module:", "^qkv%.test%.", "^qkv%.repl%."}
 
 -- before each call of entry e: its proxies (V.any's too) count from here

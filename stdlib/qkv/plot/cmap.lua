@@ -65,12 +65,13 @@ function M.resolve(c)
     cache[key] = map
     return map
   elseif type(c) == "table" then
-    if #c < 2 then
-      return nil, string.format("a cmap list needs 2 or more colours, got %d", #c)
+    local n = rawlen(c)       -- read raw: no metamethod runs
+    if n < 2 then
+      return nil, string.format("a cmap list needs 2 or more colours, got %d", n)
     end
     local map = {}
-    for i = 1, #c do          -- not ipairs: {nil, "#fff", "#000"} has #c == 3
-      local h = c[i]
+    for i = 1, n do           -- not ipairs: {nil, "#fff", "#000"} has #c == 3
+      local h = rawget(c, i)
       map[i] = M.hex(h)
       if not map[i] then
         return nil, string.format("cmap colour %d is not a hex colour like '#3498db': %s",

@@ -62,9 +62,9 @@ end
 local function tablesizes(t)
   local sizes, node = {}, t
   while type(node) == "table" and #sizes < 8 do
-    sizes[#sizes + 1] = #node
-    if #node == 0 then break end
-    node = node[1]
+    sizes[#sizes + 1] = rawlen(node)
+    if rawlen(node) == 0 then break end
+    node = rawget(node, 1)
   end
   return sizes
 end
@@ -76,13 +76,13 @@ local function tableerror(x, sizes, d, where)
     return nil
   end
   if type(x) ~= "table" then return "a table with a " .. type(x) .. " at " .. where end
-  if #x ~= sizes[d] then
+  if rawlen(x) ~= sizes[d] then
     local first = where:gsub("%[%d+%]$", "[1]")
     return string.format("a ragged table (%s has %d values but %s has %d)",
-      where, #x, first, sizes[d])
+      where, rawlen(x), first, sizes[d])
   end
-  for i = 1, #x do
-    local e = tableerror(x[i], sizes, d + 1, where .. "[" .. i .. "]")
+  for i = 1, rawlen(x) do
+    local e = tableerror(rawget(x, i), sizes, d + 1, where .. "[" .. i .. "]")
     if e then return e end
   end
 end
@@ -115,7 +115,7 @@ function M.array(fname, what, w, mindim, maxdim)
     return v, s
   elseif type(w) == "table" then
     local s = tablesizes(w)
-    while #s > maxdim and s[1] == 1 do w = w[1]; table.remove(s, 1) end
+    while #s > maxdim and s[1] == 1 do w = rawget(w, 1); table.remove(s, 1) end
     if s[#s] == 0 then M.fail("%s: %s %s is empty", fname, what, M.shapestr(s)) end
     local err = tableerror(w, s, 1, what)
     if not err and (#s < mindim or #s > maxdim) then
@@ -135,17 +135,18 @@ end
 function M.map(t, f)
   if type(t) ~= "table" then return f(t) end
   local r = {}
-  for i = 1, #t do r[i] = M.map(t[i], f) end
+  for i = 1, rawlen(t) do r[i] = M.map(rawget(t, i), f) end
   return r
 end
 
 -- every value of x (a tensor of any shape or a list, nested or not)
 function M.flat(fname, what, x)
   local out = {}
-  local function walk(t)
-    for i = 1, #t do
-      local v = t[i]
-      if type(v) == "table" then walk(v)
+  local function walk(t, depth)      -- raw reads: no metamethod runs
+    if depth > 8 then M.fail("%s: %s nests deeper than 8 levels (or holds itself)", fname, what) end
+    for i = 1, rawlen(t) do
+      local v = rawget(t, i)
+      if type(v) == "table" and not M.is_tensor(v) then walk(v, depth + 1)
       else
         local n = num(v)
         if n == nil then
@@ -157,8 +158,8 @@ function M.flat(fname, what, x)
   end
   if M.is_tensor(x) then
     checkopen(fname, what, x)
-    if x:numel() > 0 then walk(x:reshape(x:numel()):tolist()) end
-  elseif type(x) == "table" then walk(x)
+    if x:numel() > 0 then walk(x:reshape(x:numel()):tolist(), 1) end
+  elseif type(x) == "table" then walk(x, 1)
   else
     M.fail("%s: %s must be a tensor or a list of numbers, got a %s", fname, what, type(x))
   end
