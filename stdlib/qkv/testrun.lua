@@ -417,7 +417,10 @@ end
 local function problems(r)
   local list = {}
   local function add(name, msg) list[#list + 1] = {name = name, msg = msg} end
-  if r.crash then add(r.crashtest, r.crash) end
+  if r.crash then
+    add(r.crashtest, r.crash)
+    list[#list].newline = true   -- LuaUnit's line of dots is cut short
+  end
   if r.loaderror then add("(load)", "cannot load the suite: " .. r.loaderror) end
   if r.error then
     add(r.aborted and "(runner)" or "(suite)",
@@ -439,7 +442,7 @@ local function runfiles(sys, files, largs, timeout)
     local r = sys.runsuite(path, largs, timeout)
     if r.partial then partialcounts(r) end
     r.path, r.problems = path, problems(r)
-    for _, p in ipairs(r.problems) do io.write(p.msg, "\n") end
+    for _, p in ipairs(r.problems) do io.write(p.newline and "\n" or "", p.msg, "\n") end
     tot.passed = tot.passed + (r.passed or 0)
     tot.failed = tot.failed + (r.failures or 0) + (r.errors or 0) + #r.problems
     tot.skipped = tot.skipped + (r.skipped or 0)
