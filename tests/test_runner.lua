@@ -562,7 +562,8 @@ function TestRunnerIsolation:testCrashAndTimeoutsAndTheRunGoesOn()
   lu.assertNotStrContains(out, "ran after the crash")
   lu.assertNotStrContains(out, "still alive")
   -- the Lua loop: the test errs, and the one after it runs
-  lu.assertStrContains(out, iso"test_2_loop.lua" .. ": TestLoop.testForever: timed out after 0.3 s\n")
+  lu.assertStrContains(out, iso"test_2_loop.lua" .. ": TestLoop.testForever: timed out after 0.3 s, at "
+                            .. iso"test_2_loop.lua" .. ":8\n")
   lu.assertStrContains(out, "Ran 3 tests in")
   -- the C loop: killed after the limit and its grace period
   lu.assertEquals(lines(out, "TestCLoop.testHang"),
@@ -612,7 +613,7 @@ function TestRunnerIsolation:testTimeoutZeroIsNone()
   local sleep = FIX .. "/fixtures/sleep/test_sleep.lua"
   local out, code, last = run(sleep, "--timeout", "0.3")
   lu.assertEquals({code, last}, {1, "0 passed, 1 failed"})
-  lu.assertStrContains(out, sleep .. ": testSleeps: timed out after 0.3 s")
+  lu.assertStrContains(out, sleep .. ": testSleeps: timed out after 0.3 s, at " .. sleep .. ":4\n")
   out, code, last = run(sleep, "--timeout", "0")
   lu.assertEquals({code, last}, {0, "1 passed, 0 failed"}, out)
 end

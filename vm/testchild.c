@@ -34,6 +34,7 @@ static struct {
   int fd;                /* the pipe to the runner */
   double timeout;        /* seconds, 0 for none */
   char test[MAXNAME];    /* the test running, "" outside tests */
+  char where[MAXNAME];   /* file:line the time-out stopped, if known */
   void (*prev_sigint)(int);
   volatile sig_atomic_t sigint;     /* Ctrl-C was pressed */
   volatile sig_atomic_t timedout;   /* the timer fired in this stretch */
@@ -87,12 +88,31 @@ static void pushtimeout (lua_State *L) {
     lua_pushfstring(L, "%s: %s: timed out after %s s", child.path, child.test, secs);
   else
     lua_pushfstring(L, "%s: timed out after %s s outside any test", child.path, secs);
+  if (child.where[0] != '\0') {
+    lua_pushfstring(L, ", at %s", child.where);
+    lua_concat(L, 2);
+  }
+}
+
+/*
+** Notes the file and line the hook stopped: those of the function running
+** at an instruction, else (at a call or a return) of its caller, when
+** that is Lua code.
+*/
+static void notewhere (lua_State *L, lua_Debug *ar) {
+  lua_Debug up;
+  if (ar->event != LUA_HOOKCOUNT && ar->event != LUA_HOOKLINE) {
+    if (!lua_getstack(L, 1, &up)) return;
+    ar = &up;
+  }
+  if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+    snprintf(child.where, sizeof child.where, "%s:%d", ar->short_src, ar->currentline);
 }
 
 /* runs at the first instruction after the timer fired: the test's error */
 static void timeouthook (lua_State *L, lua_Debug *ar) {
-  (void)ar;
   lua_sethook(L, NULL, 0, 0);
+  notewhere(L, ar);
   if (!child.sigint) qkv_interrupted = 0;   /* the error takes over */
   pushtimeout(L);
   lua_error(L);
@@ -117,6 +137,7 @@ static void arm (double seconds) {
   }
   setitimer(ITIMER_REAL, &v, NULL);
   child.timedout = 0;
+  child.where[0] = '\0';
 }
 
 /* Ctrl-C: noted for interrupted(), then the handler of cli_docall */
