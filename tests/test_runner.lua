@@ -1,8 +1,8 @@
 -- test_runner.lua: `qkv test`, run as a user runs it (the real binary
 -- through io.popen) on the suites in tests/fixtures/runner/: the summary
 -- line's exact counts, the exit status, -p/-x, TAP, JUnit XML (checked by a
--- small XML parser written here), bad usage, discovery, a file's own
--- process (a crash, --timeout) and Ctrl-C.
+-- small XML parser written here), bad usage, discovery and Ctrl-C
+-- (tests/test_isolation.lua: a file's own process, a crash, --timeout).
 local lu = require "luaunit"
 
 local EXE = arg and arg[-1] or "build/qkv"
@@ -310,6 +310,29 @@ function TestRunnerJUnit:testNameGetsXml()
   lu.assertEquals(#children(children(root, "testsuite")[1], "testcase"), 4)
 end
 
+-- a file whose process crashed: the test it was in is an errored
+-- testcase, the one before it passed (tests/test_isolation.lua has the rest)
+local CRASH = FIX .. "/fixtures/isolation/test_1_crash.lua"
+
+function TestRunnerJUnit:testCrashedTestIsAnError()
+  local base = os.tmpname()
+  local xml = base .. ".xml"
+  local _, code, last = run(CRASH, "-o", "junit", "-n", xml)
+  os.remove(base)
+  lu.assertEquals({code, last}, {1, "1 passed, 1 failed"})
+  local h = assert(io.open(xml))
+  local root = assert(parsexml(h:read("a")))
+  h:close()
+  os.remove(xml)
+  local suite = children(root, "testsuite")[1]
+  lu.assertEquals({suite.attrs.tests, suite.attrs.errors}, {"2", "1"})
+  local cases = children(suite, "testcase")
+  lu.assertEquals(cases[1].attrs.name, "TestCrash.testA")
+  lu.assertEquals(cases[2].attrs.name, "TestCrash.testB")
+  lu.assertStrContains(children(cases[2], "error")[1].attrs.message,
+                       CRASH .. ": TestCrash.testB: the process ")
+end
+
 ---------------------------------------------------------------- usage
 
 TestRunnerUsage = {}
@@ -525,97 +548,6 @@ function TestDirectRun:testErrorAtTopLevel()
   lu.assertEquals(code, 1)
   lu.assertStrContains(out, "no data at top level")
   lu.assertNotStrContains(out, " passed, ")
-end
-
----------------------------------------------------------------- isolation
-
--- each file runs in a process of its own: a crash or a test that never
--- ends fails, naming the file and the test, and the run goes on
-TestRunnerIsolation = {}
-
-local ISO = FIX .. "/fixtures/isolation"
-local function iso(name) return ISO .. "/" .. name end
-
--- the output's lines that contain s
-local function lines(out, s)
-  local t = {}
-  for line in out:gmatch("[^\n]+") do
-    if line:find(s, 1, true) then t[#t + 1] = line end
-  end
-  return t
-end
-
--- a crash (SIGSEGV), a Lua loop, a C loop no hook reaches, then a suite
--- that passes: 1+1, 2+1, 1+1 and 1 passed and failed
-function TestRunnerIsolation:testCrashAndTimeoutsAndTheRunGoesOn()
-  local out, code, last = run(ISO, "--timeout", "0.3")
-  lu.assertEquals(code, 1)
-  lu.assertEquals(last, "5 passed, 3 failed")
-  lu.assertEquals(ran(out), {iso"test_1_crash.lua", iso"test_2_loop.lua",
-                             iso"test_3_cloop.lua", iso"test_4_after.lua"})
-  -- the crash: on a line of its own, after LuaUnit's dot for testA (under
-  -- ASan, its handler turns SIGSEGV into a report and exit status 1)
-  local how = os.getenv("ASAN_OPTIONS") and "exited with status 1 before the suite ended"
-              or "crashed (signal 11, Segmentation fault)"
-  lu.assertEquals(lines(out, "TestCrash.testB"),
-                  {iso"test_1_crash.lua" .. ": TestCrash.testB: the process " .. how})
-  lu.assertNotStrContains(out, "ran after the crash")
-  lu.assertNotStrContains(out, "still alive")
-  -- the Lua loop: the test errs, and the one after it runs
-  lu.assertStrContains(out, iso"test_2_loop.lua" .. ": TestLoop.testForever: timed out after 0.3 s, at "
-                            .. iso"test_2_loop.lua" .. ":8\n")
-  lu.assertStrContains(out, "Ran 3 tests in")
-  -- the C loop: killed after the limit and its grace period
-  lu.assertEquals(lines(out, "TestCLoop.testHang"),
-                  {iso"test_3_cloop.lua" .. ": TestCLoop.testHang: timed out after 0.3 s, "
-                   .. "and was killed 1 s later"})
-end
-
--- the crashed test is an errored testcase, the one before it passed
-function TestRunnerIsolation:testCrashInJUnit()
-  local base = os.tmpname()
-  local xml = base .. ".xml"
-  local _, code, last = run(iso"test_1_crash.lua", "-o", "junit", "-n", xml)
-  os.remove(base)
-  lu.assertEquals({code, last}, {1, "1 passed, 1 failed"})
-  local h = assert(io.open(xml))
-  local root = assert(parsexml(h:read("a")))
-  h:close()
-  os.remove(xml)
-  local suite = children(root, "testsuite")[1]
-  lu.assertEquals({suite.attrs.tests, suite.attrs.errors}, {"2", "1"})
-  local cases = children(suite, "testcase")
-  lu.assertEquals(cases[1].attrs.name, "TestCrash.testA")
-  lu.assertEquals(cases[2].attrs.name, "TestCrash.testB")
-  lu.assertStrContains(children(cases[2], "error")[1].attrs.message,
-                       iso"test_1_crash.lua" .. ": TestCrash.testB: the process ")
-end
-
--- a crash outside any test (the file's top level), after what it printed
-function TestRunnerIsolation:testCrashOutsideTests()
-  local d = tmpdir()
-  writefile(d .. "/test_top.lua", [[
-print("before the crash")
-local pid = io.open("/proc/self/stat"):read("n")
-io.popen("kill -ABRT " .. pid):close()
-for _ = 1, 1e9 do end
-]])
-  writefile(d .. "/test_next.lua", "function testNext() end\n")
-  local out, code, last = run(d .. "/test_top.lua", d .. "/test_next.lua")
-  os.execute("rm -rf " .. quote(d))
-  lu.assertEquals({code, last}, {1, "1 passed, 1 failed"})
-  lu.assertStrContains(out, "before the crash\n\n" .. d .. "/test_top.lua: (outside any test): "
-                       .. "the process crashed (signal 6, Aborted)\n")
-end
-
--- --timeout 0 is no limit: a test waiting 0.6 s fails under 0.3 s only
-function TestRunnerIsolation:testTimeoutZeroIsNone()
-  local sleep = FIX .. "/fixtures/sleep/test_sleep.lua"
-  local out, code, last = run(sleep, "--timeout", "0.3")
-  lu.assertEquals({code, last}, {1, "0 passed, 1 failed"})
-  lu.assertStrContains(out, sleep .. ": testSleeps: timed out after 0.3 s, at " .. sleep .. ":4\n")
-  out, code, last = run(sleep, "--timeout", "0")
-  lu.assertEquals({code, last}, {0, "1 passed, 0 failed"}, out)
 end
 
 ---------------------------------------------------------------- Ctrl-C

@@ -64,11 +64,14 @@ static double now (void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* how long a child past its limit has to stop by itself */
+static double grace (double timeout) {
+  return timeout < GRACE_MIN ? GRACE_MIN : timeout > GRACE_MAX ? GRACE_MAX : timeout;
+}
+
 /* each frame starts the clock of a new stretch again */
 static void restart_clock (watch *w) {
-  double grace = w->timeout < GRACE_MIN ? GRACE_MIN
-               : w->timeout > GRACE_MAX ? GRACE_MAX : w->timeout;
-  w->deadline = w->timeout > 0 ? now() + w->timeout + grace : 0;
+  w->deadline = w->timeout > 0 ? now() + w->timeout + grace(w->timeout) : 0;
 }
 
 static void onframe (watch *w, int kind, const char *p, size_t n) {
@@ -191,11 +194,10 @@ static void watchchild (watch *w) {
 /* how the child died, or NULL when it exited cleanly after its results */
 static const char *death (watch *w, char *buf, size_t size) {
   int st = w->wstatus;
-  if (w->killed) {
-    double grace = w->timeout < GRACE_MIN ? GRACE_MIN
-                 : w->timeout > GRACE_MAX ? GRACE_MAX : w->timeout;
-    snprintf(buf, size, "timed out after %g s, and was killed %g s later", w->timeout, grace);
-  } else if (WIFSIGNALED(st))
+  if (w->killed)
+    snprintf(buf, size, "timed out after %g s, and was killed %g s later",
+             w->timeout, grace(w->timeout));
+  else if (WIFSIGNALED(st))
     snprintf(buf, size, "the process crashed (signal %d, %s)", WTERMSIG(st),
              strsignal(WTERMSIG(st)));
   else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !w->ended)
