@@ -130,6 +130,7 @@ static void on_alarm (int sig) {
 static void arm (double seconds) {
   struct itimerval v;
   memset(&v, 0, sizeof v);
+  if (seconds > 1e8) seconds = 1e8;   /* three years: no overflow below */
   if (seconds > 0) {
     v.it_value.tv_sec = (time_t)seconds;
     v.it_value.tv_usec = (suseconds_t)((seconds - (double)v.it_value.tv_sec) * 1e6);
