@@ -126,19 +126,25 @@ static void on_alarm (int sig) {
               LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
 }
 
-/* (re)starts the timer for a new stretch: a test, or what comes between */
+/*
+** (Re)starts the timer for a new stretch: a test, or what comes between.
+** An alarm of the stretch before that came too late for its hook to run
+** is forgotten with the hook.
+*/
 static void arm (double seconds) {
   struct itimerval v;
   memset(&v, 0, sizeof v);
+  setitimer(ITIMER_REAL, &v, NULL);
+  if (child.timedout && !child.sigint) lua_sethook(child.S, NULL, 0, 0);
+  child.timedout = 0;
+  child.where[0] = '\0';
   if (seconds > 1e8) seconds = 1e8;   /* three years: no overflow below */
   if (seconds > 0) {
     v.it_value.tv_sec = (time_t)seconds;
     v.it_value.tv_usec = (suseconds_t)((seconds - (double)v.it_value.tv_sec) * 1e6);
     if (v.it_value.tv_sec == 0 && v.it_value.tv_usec == 0) v.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &v, NULL);
   }
-  setitimer(ITIMER_REAL, &v, NULL);
-  child.timedout = 0;
-  child.where[0] = '\0';
 }
 
 /* Ctrl-C: noted for interrupted(), then the handler of cli_docall */
