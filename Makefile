@@ -29,7 +29,7 @@ QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
 QKV_LIBS = -fopenmp -lm -ldl
 
 # the executable's own parts (REPL, test runner) stay out of qkv.so
-EXE_SRC := vm/main.c vm/repl.c vm/testrun.c
+EXE_SRC := vm/main.c vm/repl.c vm/testrun.c vm/testchild.c vm/testwire.c
 VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
 LIB_SRC := $(filter-out $(EXE_SRC),$(VM_SRC)) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

@@ -76,7 +76,10 @@ function TestResident:testTemporariesStayFlat()
   end
   lu.assertEquals(#ballast, 1e6)
   lu.assertTrue(peak - warm < 8, ("grew from %.1f to %.1f MB"):format(warm, peak))
-  lu.assertTrue(peak - start < 64 + q, ("%.1f MB above the start"):format(peak - start))
+  -- a quarantined block keeps its redzones and shadow resident too: about
+  -- 1.4 times q in a process whose quarantine starts empty, as each file's
+  -- process under `qkv test` does
+  lu.assertTrue(peak - start < 64 + 1.5 * q, ("%.1f MB above the start"):format(peak - start))
 end
 
 

@@ -1,7 +1,8 @@
 -- test_runner.lua: `qkv test`, run as a user runs it (the real binary
 -- through io.popen) on the suites in tests/fixtures/runner/: the summary
 -- line's exact counts, the exit status, -p/-x, TAP, JUnit XML (checked by a
--- small XML parser written here), bad usage, discovery and Ctrl-C.
+-- small XML parser written here), bad usage, discovery and Ctrl-C
+-- (tests/test_isolation.lua: a file's own process, a crash, --timeout).
 local lu = require "luaunit"
 
 local EXE = arg and arg[-1] or "build/qkv"
@@ -309,6 +310,29 @@ function TestRunnerJUnit:testNameGetsXml()
   lu.assertEquals(#children(children(root, "testsuite")[1], "testcase"), 4)
 end
 
+-- a file whose process crashed: the test it was in is an errored
+-- testcase, the one before it passed (tests/test_isolation.lua has the rest)
+local CRASH = FIX .. "/fixtures/isolation/test_1_crash.lua"
+
+function TestRunnerJUnit:testCrashedTestIsAnError()
+  local base = os.tmpname()
+  local xml = base .. ".xml"
+  local _, code, last = run(CRASH, "-o", "junit", "-n", xml)
+  os.remove(base)
+  lu.assertEquals({code, last}, {1, "1 passed, 1 failed"})
+  local h = assert(io.open(xml))
+  local root = assert(parsexml(h:read("a")))
+  h:close()
+  os.remove(xml)
+  local suite = children(root, "testsuite")[1]
+  lu.assertEquals({suite.attrs.tests, suite.attrs.errors}, {"2", "1"})
+  local cases = children(suite, "testcase")
+  lu.assertEquals(cases[1].attrs.name, "TestCrash.testA")
+  lu.assertEquals(cases[2].attrs.name, "TestCrash.testB")
+  lu.assertStrContains(children(cases[2], "error")[1].attrs.message,
+                       CRASH .. ": TestCrash.testB: the process ")
+end
+
 ---------------------------------------------------------------- usage
 
 TestRunnerUsage = {}
@@ -321,6 +345,11 @@ function TestRunnerUsage:testBadUsageExits2()
     {{FIX, "-p"}, "option '-p' needs a value"},
     {{FIX, "--device", "tpu"}, "'tpu' is not cpu or cuda"},
     {{FIX, "--device", "cuda"}, "no CUDA backend in this build"},
+    {{FIX, "--timeout"}, "option '--timeout' needs a value"},
+    {{FIX, "--timeout", "-1"}, "--timeout: '-1' is not a number of seconds (0 for no limit)"},
+    {{FIX, "--timeout", "soon"}, "--timeout: 'soon' is not a number of seconds"},
+    {{FIX, "--timeout", "inf"}, "--timeout: 'inf' is not a number of seconds"},
+    {{FIX, "--timeout", "nan"}, "--timeout: 'nan' is not a number of seconds"},
   }
   for _, c in ipairs(cases) do
     local out, code = run(table.unpack(c[1]))
@@ -347,6 +376,7 @@ function TestRunnerUsage:testDeviceCpuAndHelp()
   out, code = run("-h")
   lu.assertEquals(code, 0)
   lu.assertStrContains(out, "usage: ")
+  lu.assertStrContains(out, "--timeout        seconds a test may run (default 60; 0: no limit)")
 end
 
 function TestRunnerUsage:testNoSuites()

@@ -26,7 +26,7 @@ static void usage (FILE *f) {
   fprintf(f,
     "usage: %s [options] [script [args]]\n"
     "       %s test [paths] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-v]\n"
-    "                [--device cpu|cuda] [-h]\n"
+    "                [--timeout s] [--device cpu|cuda] [-h]\n"
     "  -e code        run the Lua code (may repeat)\n"
     "  -i             enter the REPL after the script (or -e)\n"
     "  -              run standard input as a script\n"

@@ -2,10 +2,12 @@
 --
 -- Two halves, each in its own Lua state. `main` runs in the runner's state
 -- (vm/testrun.c makes it): it reads the options, finds the suites, hands
--- each file to sys.runsuite, which runs it in a brand-new state, and sums
--- the counts. `suite` runs inside that new state: it loads the file with
--- os.exit turned into "stop this suite", runs LuaUnit when the file does
--- not, and returns the counts read from LuaUnit's own result objects.
+-- each file to sys.runsuite, which runs it in a brand-new state in a child
+-- process (vm/testchild.c), and sums the counts. `suite` runs inside that
+-- new state: it loads the file with os.exit turned into "stop this suite",
+-- runs LuaUnit when the file does not, tells the runner as each test starts
+-- and ends (so a crash can be pinned on a test, and each test gets its time
+-- limit), and returns the counts read from LuaUnit's own result objects.
 --
 -- In every state of the executable `require "luaunit"` comes here
 -- (`luaunit`, preloaded by vm/main.c): LuaUnit with tensor-aware equality
@@ -17,7 +19,7 @@ local M = {}
 
 local USAGE = [[
 usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-v]
-                [--device cpu|cuda] [-h]
+                [--timeout s] [--device cpu|cuda] [-h]
   paths            files or folders (default tests/); folders are searched
                    for test_*.lua, skipping hidden, fixtures and build* folders
   -p, --pattern    run only the tests whose name matches (may repeat)
@@ -25,6 +27,9 @@ usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-
   -o, --output     LuaUnit's output: text (default), tap or junit
   -n, --name       the JUnit XML file for the whole run (with -o junit)
   -v, --verbose    LuaUnit's verbose output
+  --timeout        seconds a test may run (default 60; 0: no limit); each
+                   file runs in a process of its own, and a test that runs
+                   over, or crashes it, fails and the run goes on
   --device         cpu (the default) or cuda
   -h, --help       print this help
 ]]
@@ -32,8 +37,12 @@ usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-
 ---------------------------------------------------------------- inside a suite
 
 -- this state's LuaUnit runs, whether it runs a suite for `qkv test`, and
--- the Ctrl-C flag of the runner (a function)
-local runs, insuite, interrupted = {}, false, function() return false end
+-- what the runner's child process gives a suite (vm/testchild.c): the
+-- Ctrl-C flag, the test starting and ending, the time-out message
+local function none() end
+local runs, insuite = {}, false
+local ctl = {interrupted = function() return false end, started = none,
+             ended = none, timedout = none}
 
 -- a traceback without the runner's own frames below the suite
 local function trimmed(msg)
@@ -73,8 +82,27 @@ local function collect(res, runners)
   end
 end
 
--- LuaUnit's runners record themselves, and stop the suite after a test
--- during which Ctrl-C was pressed (LuaUnit would catch the error and go on)
+-- a test that ran out of time errs with the time-out message, whatever
+-- error stopped it (the hook's, a kernel's "interrupted", or none)
+local function timeouts(C)
+  local updateStatus, endTest = C.updateStatus, C.endTest
+  C.updateStatus = function(self, err)
+    local msg = ctl.timedout()
+    if msg and err.status ~= "SUCCESS" then
+      err = {status = "ERROR", msg = msg, trace = err.trace}
+    end
+    return updateStatus(self, err)
+  end
+  C.endTest = function(self, ...)
+    local msg = ctl.timedout()
+    if msg then updateStatus(self, {status = "ERROR", msg = msg, trace = ""}) end
+    return endTest(self, ...)
+  end
+end
+
+-- LuaUnit's runners record themselves, tell the runner as each test starts
+-- and ends, and stop the suite after a test during which Ctrl-C was
+-- pressed (LuaUnit would catch the error and go on)
 local function hooks(lu)
   local C = lu.LuaUnit
   for _, name in ipairs{"runSuite", "runSuiteByInstances"} do
@@ -84,10 +112,17 @@ local function hooks(lu)
       return run(self, ...)
     end
   end
-  local endTest = C.endTest
+  timeouts(C)
+  local startTest, endTest = C.startTest, C.endTest
+  C.startTest = function(self, name, ...)
+    startTest(self, name, ...)
+    ctl.started(tostring(name))
+  end
   C.endTest = function(self, ...)
+    local node = self.result.currentNode
     endTest(self, ...)
-    if interrupted() then error("interrupted!", 0) end
+    ctl.ended(node and nodedata(node))
+    if ctl.interrupted() then error("interrupted!", 0) end
   end
 end
 
@@ -166,12 +201,12 @@ function M.script_end()
   return summary()
 end
 
--- suite(path, args, interrupted) -> {passed=, failures=, errors=, skipped=,
+-- suite(path, args, ctl) -> {passed=, failures=, errors=, skipped=,
 -- tests= (LuaUnit's nodes), loaderror=, error= (raised outside any test),
--- exitcode=}; runs in the suite's fresh state
-function M.suite(path, args, flag)
+-- exitcode=}; runs in the suite's fresh state, in the child process
+function M.suite(path, args, control)
   local res, exitcode = {}, nil
-  insuite, interrupted = true, flag
+  insuite, ctl = true, control
   -- os.exit records the code and unwinds the suite; LuaUnit, loaded after
   -- this, wraps it as it wraps any os.exit
   os.exit = function(code)
@@ -196,7 +231,7 @@ function M.suite(path, args, flag)
       ok, err = xpcall(lu.LuaUnit.run, handler)
     end
     -- Ctrl-C unwinds the suite: not an error of its own
-    if not ok and exitcode == nil and not interrupted() then res.error = err end
+    if not ok and exitcode == nil and not ctl.interrupted() then res.error = err end
   end
   collect(res, runs)
   res.exitcode = exitcode
@@ -208,7 +243,8 @@ end
 local VALUED = {["-p"] = "pattern", ["--pattern"] = "pattern",
                 ["-x"] = "exclude", ["--exclude"] = "exclude",
                 ["-o"] = "output", ["--output"] = "output",
-                ["-n"] = "name", ["--name"] = "name", ["--device"] = "device"}
+                ["-n"] = "name", ["--name"] = "name", ["--device"] = "device",
+                ["--timeout"] = "timeout"}
 local FLAGS = {["-v"] = "verbose", ["--verbose"] = "verbose",
                ["-h"] = "help", ["--help"] = "help"}
 local OUTPUTS = {text = true, tap = true, junit = true}
@@ -245,6 +281,11 @@ local function parseargs(args)
   if o.device and o.device ~= "cpu" and o.device ~= "cuda" then
     return nil, "--device: '" .. o.device .. "' is not cpu or cuda"
   end
+  local t = tonumber(o.timeout or 60)
+  if not t or t < 0 or t ~= t or t == math.huge then
+    return nil, "--timeout: '" .. o.timeout .. "' is not a number of seconds (0 for no limit)"
+  end
+  o.timeout = t
   if #o.paths == 0 then o.paths[1] = "tests" end
   return o
 end
@@ -362,10 +403,24 @@ end
 
 ---------------------------------------------------------------- the run
 
+-- the counts of a suite whose process died, from the tests that ended
+local function partialcounts(r)
+  r.passed, r.failures, r.errors, r.skipped = 0, 0, 0, 0
+  local key = {SUCCESS = "passed", FAIL = "failures", ERROR = "errors", SKIP = "skipped"}
+  for _, t in ipairs(r.tests) do
+    local k = key[t.status]
+    if k then r[k] = r[k] + 1 end
+  end
+end
+
 -- what went wrong outside LuaUnit's tests, each counting as one failure
 local function problems(r)
   local list = {}
   local function add(name, msg) list[#list + 1] = {name = name, msg = msg} end
+  if r.crash then
+    add(r.crashtest, r.crash)
+    list[#list].newline = true   -- LuaUnit's line of dots is cut short
+  end
   if r.loaderror then add("(load)", "cannot load the suite: " .. r.loaderror) end
   if r.error then
     add(r.aborted and "(runner)" or "(suite)",
@@ -379,14 +434,15 @@ end
 
 -- runs the files in order; returns the per-file results, the totals and
 -- whether Ctrl-C stopped the run
-local function runfiles(sys, files, largs)
+local function runfiles(sys, files, largs, timeout)
   local suites, tot, stopped = {}, {passed = 0, failed = 0, skipped = 0}, false
   for _, path in ipairs(files) do
     io.write("== ", path, "\n")
     io.stdout:flush()
-    local r = sys.runsuite(path, largs)
+    local r = sys.runsuite(path, largs, timeout)
+    if r.partial then partialcounts(r) end
     r.path, r.problems = path, problems(r)
-    for _, p in ipairs(r.problems) do io.write(p.msg, "\n") end
+    for _, p in ipairs(r.problems) do io.write(p.newline and "\n" or "", p.msg, "\n") end
     tot.passed = tot.passed + (r.passed or 0)
     tot.failed = tot.failed + (r.failures or 0) + (r.errors or 0) + #r.problems
     tot.skipped = tot.skipped + (r.skipped or 0)
@@ -422,7 +478,7 @@ function M.main(args, sys)
   if o.output == "junit" and o.name:sub(-4) ~= ".xml" then
     o.name = o.name .. ".xml"   -- as LuaUnit names it
   end
-  local suites, tot, stopped = runfiles(sys, files, luaunitargs(o))
+  local suites, tot, stopped = runfiles(sys, files, luaunitargs(o), o.timeout)
   if o.output == "junit" then
     local ok, werr = writejunit(o.name, suites)
     if not ok then fail(prog, 1, werr); tot.failed = tot.failed + 1 end
