@@ -37,8 +37,7 @@ int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
   t[0] = dst;
   t[1] = src;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  qkv_iter_run(&it, copy_rows[dst->dtype][src->dtype], NULL);
-  return QKV_OK;
+  return qkv_iter_run(&it, copy_rows[dst->dtype][src->dtype], NULL);
 }
 
 /* fill works on the bits: the value is converted once, then stored by width */
@@ -74,6 +73,5 @@ int qkv_cpu_fill(qkv_tensor *dst, double v) {
   }
   t[0] = dst;
   if (qkv_iter_tensors(&it, 1, t) != 0) return QKV_EINTERNAL;
-  qkv_iter_run(&it, fn, &s);
-  return QKV_OK;
+  return qkv_iter_run(&it, fn, &s);
 }

@@ -102,8 +102,7 @@ int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   t[1] = a;
   t[2] = b;
   if (qkv_iter_tensors(&it, 3, t) != 0) return QKV_EINTERNAL;
-  qkv_iter_run(&it, fn, NULL);
-  return QKV_OK;
+  return qkv_iter_run(&it, fn, NULL);
 }
 
 /* ---- unary ---- */
@@ -160,8 +159,7 @@ int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
   t[0] = out;
   t[1] = a;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  qkv_iter_run(&it, fn, NULL);
-  return QKV_OK;
+  return qkv_iter_run(&it, fn, NULL);
 }
 
 /* ---- masked_fill ---- */
@@ -206,6 +204,5 @@ int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v) {
   t[0] = out;
   t[1] = mask;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  qkv_iter_run(&it, fn, &s);
-  return QKV_OK;
+  return qkv_iter_run(&it, fn, &s);
 }

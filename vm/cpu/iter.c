@@ -14,6 +14,10 @@
 /* split points are multiples of this (outside whole-row mode), keeping
    threads off each other's cache lines in contiguous outputs */
 #define ITER_GRAIN 64
+/* elements between two looks at the interrupt flag: 64K is 10-200 µs of
+   work, so the look costs nothing and Ctrl-C stops a run within a fraction
+   of a millisecond per thread; a longer row is handed out in pieces */
+#define ITER_CHECK 65536
 
 int qkv_iter_init(qkv_iter *it, int ndim, const int64_t *size, int nop,
                   char *const *data, const int64_t *const *stride,
@@ -71,14 +75,14 @@ int qkv_iter_tensors(qkv_iter *it, int nop, const qkv_tensor *const *t) {
   return qkv_iter_init(it, t[0]->ndim, t[0]->size, nop, data, stride, elsize);
 }
 
-void qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
-                    qkv_iter_fn fn, void *ctx) {
+int qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
+                   qkv_iter_fn fn, void *ctx) {
   int64_t idx[QKV_MAXDIM];
   char *row[QKV_ITER_MAXOP], *p[QKV_ITER_MAXOP];
   const int64_t inner = it->size[0];
-  int64_t r = lo / inner, j = lo % inner;
+  int64_t r = lo / inner, j = lo % inner, left = ITER_CHECK;
   int d, k;
-  if (lo >= hi) return;
+  if (lo >= hi) return QKV_OK;
   /* decompose the starting index once; row[] is the start of its row */
   for (k = 0; k < it->nop; k++) row[k] = it->data[k];
   for (d = 1; d < it->ndim; d++) {
@@ -88,10 +92,17 @@ void qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
   }
   for (;;) {
     int64_t n = inner - j < hi - lo ? inner - j : hi - lo;
+    if (n > ITER_CHECK) n = ITER_CHECK;
     for (k = 0; k < it->nop; k++) p[k] = row[k] + j * it->stride[0][k];
     fn(n, p, it->stride[0], ctx);
     lo += n;
-    if (lo >= hi) break;
+    if (lo >= hi) return QKV_OK;
+    /* short rows are counted up to ITER_CHECK elements between looks */
+    if ((left -= n) <= 0) {
+      if (qkv_interrupted) return QKV_EINTR;
+      left = ITER_CHECK;
+    }
+    if ((j += n) < inner) continue;     /* the rest of a long row */
     j = 0;
     /* next row: odometer carry through the outer dims */
     for (d = 1; d < it->ndim; d++) {
@@ -122,21 +133,18 @@ static int iter_threads(const qkv_iter *it) {
 #endif
 }
 
-void qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx) {
-  int nt;
-  if (it->numel <= 0) return;
+int qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx) {
+  int nt, stopped = 0;
+  if (it->numel <= 0) return QKV_OK;
   nt = iter_threads(it);
-  if (nt <= 1) {
-    qkv_iter_range(it, 0, it->numel, fn, ctx);
-    return;
-  }
+  if (nt <= 1) return qkv_iter_range(it, 0, it->numel, fn, ctx);
 #ifdef _OPENMP
   {
     /* split in units: whole rows when a row must stay on one thread */
     const int64_t unit = (it->flags & QKV_ITER_WHOLE_ROWS) ||
                          it->stride[0][0] == 0 ? it->size[0] : ITER_GRAIN;
     const int64_t nunits = (it->numel + unit - 1) / unit;
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) reduction(|:stopped)
     {
       int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
       int64_t base = nunits / n, rem = nunits % n;
@@ -144,8 +152,9 @@ void qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx) {
       int64_t hi = lo + base + (t < rem);
       lo *= unit;
       hi = hi * unit < it->numel ? hi * unit : it->numel;
-      qkv_iter_range(it, lo, hi, fn, ctx);
+      stopped |= qkv_iter_range(it, lo, hi, fn, ctx) != QKV_OK;
     }
   }
 #endif
+  return stopped ? QKV_EINTR : QKV_OK;
 }

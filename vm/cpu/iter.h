@@ -69,12 +69,16 @@ int qkv_iter_tensors(qkv_iter *it, int nop, const qkv_tensor *const *t);
 ** unless QKV_ITER_SERIAL is set or the run is already inside a parallel
 ** region.  A row is split between threads only if operand 0 moves along it
 ** and QKV_ITER_WHOLE_ROWS is clear; the run is serial when operand 0 has a
-** 0 stride on an outer dim (it would be written by two threads).
+** 0 stride on an outer dim (it would be written by two threads).  Each
+** thread looks at qkv_interrupted every 64K elements (a longer row reaches
+** fn in pieces) and stops there: QKV_EINTR when some element was left
+** undone, else QKV_OK.
 */
-void qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx);
-/* elements [lo, hi) in row-major order of the coalesced shape, this thread */
-void qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
-                    qkv_iter_fn fn, void *ctx);
+int qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx);
+/* elements [lo, hi) in row-major order of the coalesced shape, this
+   thread; QKV_EINTR when it stopped early, as qkv_iter_run */
+int qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
+                   qkv_iter_fn fn, void *ctx);
 
 /*
 ** double -> int64 as C truncates, but defined everywhere: NaN gives 0 and
