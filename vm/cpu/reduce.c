@@ -8,6 +8,11 @@
 ** together.  A few long lines (a full reduction arrives as a 1-D view) are
 ** cut into fixed pieces whose partial results are combined in order, so
 ** the answer never depends on the number of threads.
+**
+** Every thread looks at qkv_interrupted between chunks of CHUNK elements:
+** between short lines, and inside a long line or tile, whose accumulators
+** carry from chunk to chunk, so that the sums are those of one pass.  It
+** stops there, and the reduction returns QKV_EINTR when work was left.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +27,9 @@
 #define PIECE 32768           /* smallest piece of a split line */
 #define MAXPIECES 256         /* most pieces one line is cut into */
 #define FEW_OUTPUTS 64        /* split lines only below this many outputs */
+/* elements between looks at the interrupt flag: 10-100 µs of work; a
+   multiple of 4, so that a chunk leaves sum_f32's four sums in step */
+#define CHUNK 65536
 
 typedef enum { SUMS, MOMENTS, EXTREMA } family;
 
@@ -50,11 +58,15 @@ typedef struct {
 
 /* line kernels: p is the line's first element, s its stride */
 
-/* Four partial sums break the dependency chain on the contiguous path. */
+/*
+** Four partial sums break the dependency chain on the contiguous path.
+** They carry over in t from one call to the next: a line summed in chunks
+** of a multiple of 4 elements adds in the order of one call over it all.
+*/
 #define DEF_FSUM(name, T) \
-static double name (const void *v, int64_t n, int64_t s) { \
+static void name (const void *v, int64_t n, int64_t s, double *t) { \
   const T *p = (const T *)v; \
-  double t0 = 0, t1 = 0, t2 = 0, t3 = 0; \
+  double t0 = t[0], t1 = t[1], t2 = t[2], t3 = t[3]; \
   int64_t i = 0; \
   if (s == 1) { \
     for (; i + 4 <= n; i += 4) { \
@@ -64,7 +76,7 @@ static double name (const void *v, int64_t n, int64_t s) { \
   } else { \
     for (; i < n; i++) t0 += p[i * s]; \
   } \
-  return (t0 + t1) + (t2 + t3); \
+  t[0] = t0; t[1] = t1; t[2] = t2; t[3] = t3; \
 }
 DEF_FSUM(sum_f32, float)
 DEF_FSUM(sum_f64, double)
@@ -84,17 +96,18 @@ static uint64_t sum_int (qkv_dtype dt, const void *v, int64_t n, int64_t s) {
   return t;
 }
 
+/* adds to r->c and r->d as one running sum each, chunk after chunk */
 #define DEF_SQDEV(name, T) \
 static void name (const void *v, int64_t n, int64_t s, double mean, acc *r) { \
   const T *p = (const T *)v; \
-  double d1 = 0, d2 = 0; \
+  double d1 = r->c, d2 = r->d; \
   for (int64_t i = 0; i < n; i++) { \
     double d = (double)p[i * s] - mean; \
     d1 += d; \
     d2 += d * d; \
   } \
-  r->c += d1; \
-  r->d += d2; \
+  r->c = d1; \
+  r->d = d2; \
 }
 DEF_SQDEV(sqdev_f32, float)
 DEF_SQDEV(sqdev_f64, double)
@@ -164,28 +177,53 @@ static int beats (const plan *P, const char *line, int64_t j, int64_t i) {
 }
 
 
-/* pieces: `start`/`len` select part of the line beginning at `line` */
+/*
+** pieces: `start`/`len` select part of the line beginning at `line`, done
+** CHUNK elements at a time with a look at the flag between chunks; each
+** returns QKV_EINTR when it stopped early, leaving r partial.
+*/
 
-static void piece_sum (const plan *P, const char *line, int64_t start,
-                       int64_t len, acc *r) {
-  const char *p = at(P, line, start);
-  if (P->dt == QKV_F32) r->d = sum_f32(p, len, P->sa);
-  else if (P->dt == QKV_F64) r->d = sum_f64(p, len, P->sa);
-  else r->u = sum_int(P->dt, p, len, P->sa);
+static int piece_sum (const plan *P, const char *line, int64_t start,
+                      int64_t len, acc *r) {
+  double t[4] = {0, 0, 0, 0};
+  r->u = 0;
+  for (int64_t i = 0; i < len; i += CHUNK) {
+    const char *p = at(P, line, start + i);
+    int64_t n = len - i < CHUNK ? len - i : CHUNK;
+    if (i > 0 && qkv_interrupted) return QKV_EINTR;
+    if (P->dt == QKV_F32) sum_f32(p, n, P->sa, t);
+    else if (P->dt == QKV_F64) sum_f64(p, n, P->sa, t);
+    else r->u += sum_int(P->dt, p, n, P->sa);
+  }
+  r->d = (t[0] + t[1]) + (t[2] + t[3]);
+  return QKV_OK;
 }
 
-static void piece_sqdev (const plan *P, const char *line, int64_t start,
-                         int64_t len, double mean, acc *r) {
-  const char *p = at(P, line, start);
+static int piece_sqdev (const plan *P, const char *line, int64_t start,
+                        int64_t len, double mean, acc *r) {
   r->d = r->c = 0;
-  if (P->dt == QKV_F32) sqdev_f32(p, len, P->sa, mean, r);
-  else sqdev_f64(p, len, P->sa, mean, r);
+  for (int64_t i = 0; i < len; i += CHUNK) {
+    const char *p = at(P, line, start + i);
+    int64_t n = len - i < CHUNK ? len - i : CHUNK;
+    if (i > 0 && qkv_interrupted) return QKV_EINTR;
+    if (P->dt == QKV_F32) sqdev_f32(p, n, P->sa, mean, r);
+    else sqdev_f64(p, n, P->sa, mean, r);
+  }
+  return QKV_OK;
 }
 
-static int64_t piece_ext (const plan *P, const char *line, int64_t start,
-                          int64_t len) {
+/* the chunks' extrema combined by beats(): the same first extremum (or
+   first NaN) as one scan */
+static int piece_ext (const plan *P, const char *line, int64_t start,
+                      int64_t len, acc *r) {
   ext_fn f = (is_max(P->op) ? ext_max : ext_min)[P->dt];
-  return start + f(at(P, line, start), len, P->sa);
+  for (int64_t i = 0; i < len; i += CHUNK) {
+    int64_t n = len - i < CHUNK ? len - i : CHUNK;
+    if (i > 0 && qkv_interrupted) return QKV_EINTR;
+    int64_t pos = start + i + f(at(P, line, start + i), n, P->sa);
+    if (i == 0 || beats(P, line, pos, r->pos)) r->pos = pos;
+  }
+  return QKV_OK;
 }
 
 static void put_float (qkv_dtype dt, char *o, double v) {
@@ -218,17 +256,19 @@ static void emit (const plan *P, const char *line, char *o, char *x,
   if (x != NULL) *(int64_t *)x = r->pos;
 }
 
-/* The whole line for one output. */
-static void reduce_line (const plan *P, const char *line, char *o, char *x) {
+/* The whole line for one output; QKV_EINTR when it stopped early. */
+static int reduce_line (const plan *P, const char *line, char *o, char *x) {
   acc r = {0, 0, 0, 0};
+  int err;
   if (P->fam == EXTREMA) {
-    r.pos = piece_ext(P, line, 0, P->n);
+    err = piece_ext(P, line, 0, P->n, &r);
   } else {
-    piece_sum(P, line, 0, P->n, &r);
-    if (P->fam == MOMENTS && P->n > 1)
-      piece_sqdev(P, line, 0, P->n, r.d / (double)P->n, &r);
+    err = piece_sum(P, line, 0, P->n, &r);
+    if (err == QKV_OK && P->fam == MOMENTS && P->n > 1)
+      err = piece_sqdev(P, line, 0, P->n, r.d / (double)P->n, &r);
   }
-  emit(P, line, o, x, &r);
+  if (err == QKV_OK) emit(P, line, o, x, &r);
+  return err;
 }
 
 
@@ -262,16 +302,17 @@ static char *out_ptr (char *base, qkv_dtype dt, int64_t off) {
   return base == NULL ? NULL : base + off * (int64_t)qkv_elsize(dt);
 }
 
-static void do_line (const plan *P, const cursor *c) {
-  reduce_line(P, P->a + c->a * (int64_t)P->ea, out_ptr(P->o, P->odt, c->o),
-              out_ptr(P->x, QKV_I64, c->x));
+static int do_line (const plan *P, const cursor *c) {
+  return reduce_line(P, P->a + c->a * (int64_t)P->ea,
+                     out_ptr(P->o, P->odt, c->o), out_ptr(P->x, QKV_I64, c->x));
 }
 
 /*
 ** Up to TILE neighbouring lines at once, for float sums and moments when
 ** the reduced dim is strided but the lines lie side by side (a column
 ** sum): walking them together reads each cache line once, not once per
-** line.  Each lane adds in the order reduce_line's strided loops do.
+** line.  Each lane adds in the order reduce_line's strided loops do, from
+** the value in r on, so that a tile can be walked in chunks of rows.
 */
 #define TILE 64               /* lanes; measured best of 16..1024 */
 
@@ -291,6 +332,7 @@ static void name (const void *v, int64_t n, int64_t s, int w, \
                   const double *mean, acc *r) { \
   const T *p = (const T *)v; \
   double t[TILE] = {0}, c[TILE] = {0}; \
+  for (int k = 0; k < w; k++) { t[k] = r[k].d; c[k] = r[k].c; } \
   if (mean == NULL) { \
     if (w == TILE) { TILE_SUMS(TILE) } else { TILE_SUMS(w) } \
   } else { \
@@ -306,52 +348,78 @@ static int tiles (const plan *P) {
          P->nd > 0 && P->as[P->nd - 1] == 1 && P->sa != 1;
 }
 
-static void do_tile (const plan *P, const cursor *c, int w) {
+/* one pass down a tile, CHUNK elements of rows at a time */
+static int tile_pass (const plan *P, const char *line, int w,
+                      const double *mean, acc *r) {
+  const int64_t rows = CHUNK / TILE;
+  for (int64_t i = 0; i < P->n; i += rows) {
+    int64_t n = P->n - i < rows ? P->n - i : rows;
+    if (i > 0 && qkv_interrupted) return QKV_EINTR;
+    if (P->dt == QKV_F32) tile_f32(at(P, line, i), n, P->sa, w, mean, r);
+    else tile_f64(at(P, line, i), n, P->sa, w, mean, r);
+  }
+  return QKV_OK;
+}
+
+static int do_tile (const plan *P, const cursor *c, int w) {
   acc r[TILE];
   double mean[TILE];
   const char *line = P->a + c->a * (int64_t)P->ea;
   int64_t os = P->os[P->nd - 1];
   memset(r, 0, sizeof r);
-  if (P->dt == QKV_F32) tile_f32(line, P->n, P->sa, w, NULL, r);
-  else tile_f64(line, P->n, P->sa, w, NULL, r);
+  if (tile_pass(P, line, w, NULL, r) != QKV_OK) return QKV_EINTR;
   if (P->fam == MOMENTS && P->n > 1) {
-    for (int k = 0; k < w; k++) mean[k] = r[k].d / (double)P->n;
-    if (P->dt == QKV_F32) tile_f32(line, P->n, P->sa, w, mean, r);
-    else tile_f64(line, P->n, P->sa, w, mean, r);
+    /* every lane, not only w: gcc then sees all of mean set */
+    for (int k = 0; k < TILE; k++) {
+      mean[k] = r[k].d / (double)P->n;
+      r[k].d = r[k].c = 0;
+    }
+    if (tile_pass(P, line, w, mean, r) != QKV_OK) return QKV_EINTR;
   }
   for (int k = 0; k < w; k++)
     emit(P, line + k * (int64_t)P->ea, out_ptr(P->o, P->odt, c->o + k * os),
          NULL, &r[k]);
+  return QKV_OK;
 }
 
-/* Outputs lo .. hi - 1, in order. */
-static void outputs_range (const plan *P, int tiled, int64_t lo, int64_t hi) {
+/*
+** Outputs lo .. hi - 1, in order; QKV_EINTR when it stopped early.  Short
+** lines are counted (an output as one more element) up to CHUNK elements
+** between looks at the flag.
+*/
+static int outputs_range (const plan *P, int tiled, int64_t lo, int64_t hi) {
   cursor c;
+  int64_t left = CHUNK;
   if (lo < hi) seek(P, &c, lo);
   for (int64_t i = lo; i < hi;) {
     int64_t w = 1;
+    int err;
     if (tiled) {
       w = P->size[P->nd - 1] - c.i[P->nd - 1];
       if (w > hi - i) w = hi - i;
       if (w > TILE) w = TILE;
-      do_tile(P, &c, (int)w);
+      err = do_tile(P, &c, (int)w);
     } else {
-      do_line(P, &c);
+      err = do_line(P, &c);
     }
+    if (err != QKV_OK) return err;
     i += w;
+    if ((left -= w * (P->n + 1)) <= 0) {
+      if (i < hi && qkv_interrupted) return QKV_EINTR;
+      left = CHUNK;
+    }
     for (int64_t k = 0; k < w && i < hi; k++) advance(P, &c);
   }
+  return QKV_OK;
 }
 
 /* Each thread takes one contiguous run of outputs.  A small reduction
    never enters a parallel region (a one-thread region costs more). */
-static void reduce_outputs (const plan *P) {
-  int tiled = tiles(P);
-  if (P->nout <= 1 || P->nout * P->n < QKV_CPU_PAR_MIN) {
-    outputs_range(P, tiled, 0, P->nout);
-    return;
-  }
-  #pragma omp parallel
+static int reduce_outputs (const plan *P) {
+  int tiled = tiles(P), stopped = 0;
+  if (P->nout <= 1 || P->nout * P->n < QKV_CPU_PAR_MIN)
+    return outputs_range(P, tiled, 0, P->nout);
+  #pragma omp parallel reduction(|:stopped)
   {
     int64_t t = 0, nth = 1;
 #ifdef _OPENMP
@@ -360,8 +428,9 @@ static void reduce_outputs (const plan *P) {
 #endif
     int64_t q = P->nout / nth, rem = P->nout % nth;
     int64_t lo = t * q + (t < rem ? t : rem), hi = lo + q + (t < rem);
-    outputs_range(P, tiled, lo, hi);
+    stopped |= outputs_range(P, tiled, lo, hi) != QKV_OK;
   }
+  return stopped ? QKV_EINTR : QKV_OK;
 }
 
 
@@ -375,18 +444,24 @@ typedef struct {
   double mean[FEW_OUTPUTS];
 } split;
 
-static void split_pass (split *S, int second) {
+/* a thread that met the flag skips its remaining pieces */
+static int split_pass (split *S, int second) {
   const plan *P = S->P;
   int64_t total = P->nout * S->np;
-  #pragma omp parallel for schedule(dynamic, 1)
+  int stopped = 0;
+  #pragma omp parallel for schedule(dynamic, 1) reduction(|:stopped)
   for (int64_t k = 0; k < total; k++) {
     int64_t j = k / S->np, start = (k % S->np) * S->len;
     int64_t len = P->n - start < S->len ? P->n - start : S->len;
     acc *r = &S->part[k];
-    if (second) piece_sqdev(P, S->line[j], start, len, S->mean[j], r);
-    else if (P->fam == EXTREMA) r->pos = piece_ext(P, S->line[j], start, len);
-    else piece_sum(P, S->line[j], start, len, r);
+    if (stopped || qkv_interrupted) stopped = 1;
+    else if (second)
+      stopped = piece_sqdev(P, S->line[j], start, len, S->mean[j], r) != QKV_OK;
+    else if (P->fam == EXTREMA)
+      stopped = piece_ext(P, S->line[j], start, len, r) != QKV_OK;
+    else stopped = piece_sum(P, S->line[j], start, len, r) != QKV_OK;
   }
+  return stopped ? QKV_EINTR : QKV_OK;
 }
 
 /* Folds the pieces of output j in order. */
@@ -420,20 +495,20 @@ static int reduce_split (const plan *P) {
     if (j + 1 < P->nout) advance(P, &c);
   }
   acc res[FEW_OUTPUTS];
-  split_pass(&S, 0);
-  for (int64_t j = 0; j < P->nout; j++) {
+  int err = split_pass(&S, 0);
+  for (int64_t j = 0; err == QKV_OK && j < P->nout; j++) {
     res[j] = combine(&S, j, 0);
     S.mean[j] = res[j].d / (double)P->n;
   }
-  if (P->fam == MOMENTS) {
-    split_pass(&S, 1);
-    for (int64_t j = 0; j < P->nout; j++) res[j] = combine(&S, j, 1);
+  if (err == QKV_OK && P->fam == MOMENTS) {
+    err = split_pass(&S, 1);
+    for (int64_t j = 0; err == QKV_OK && j < P->nout; j++) res[j] = combine(&S, j, 1);
   }
-  for (int64_t j = 0; j < P->nout; j++)
+  for (int64_t j = 0; err == QKV_OK && j < P->nout; j++)
     emit(P, S.line[j], out_ptr(P->o, P->odt, ooff[j]),
          out_ptr(P->x, QKV_I64, xoff[j]), &res[j]);
   free(S.part);
-  return QKV_OK;
+  return err;
 }
 
 
@@ -518,6 +593,5 @@ int qkv_cpu_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
         idx && P.fam == EXTREMA ? (char *)qkv_data(idx) : NULL;
   if (P.nout < FEW_OUTPUTS && P.n >= 2 * PIECE)
     return reduce_split(&P);
-  reduce_outputs(&P);
-  return QKV_OK;
+  return reduce_outputs(&P);
 }
