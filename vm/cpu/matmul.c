@@ -24,6 +24,25 @@
 */
 #define TINY_GEMM 512
 #define TINY_GEMM_T 1024
+/*
+** One gemm call cannot be stopped, and a 4096² product is half a second of
+** one here: a product of more than PANEL_FLOPS runs as panels of a's (and
+** out's) rows, a gemm call each, with a look at the interrupt flag between
+** them.  A panel is about PANEL_FLOPS (~40 ms here) and never below
+** PANEL_MIN_ROWS rows, where BLAS runs as fast as on the whole
+** (bench/NOTES.md).
+*/
+#ifndef PANEL_FLOPS
+#define PANEL_FLOPS 8e9
+#endif
+#ifndef PANEL_MIN_ROWS
+#define PANEL_MIN_ROWS 512
+#endif
+#ifndef PANEL_MIN_COLS
+#define PANEL_MIN_COLS 2048
+#endif
+/* elements copied or scaled between looks at the flag */
+#define CHUNK 65536
 
 /* How one operand is handed to gemm. */
 typedef struct {
@@ -71,8 +90,22 @@ static int64_t batch_offset (const operand *op, const qkv_tensor *out,
   return off;
 }
 
-static void densify (void *dst, const operand *op, const char *src, size_t es) {
-  qkv_densify(dst, src, es == sizeof(double), op->rows, op->cols, op->rs, op->cs);
+/* a dense copy of rows [r0, r1) of the operand at src, in blocks of rows
+   with a look at the flag between them (a big one copies for a while) */
+static int densify_rows (void *dst, const operand *op, const char *src,
+                         size_t es, int64_t r0, int64_t r1) {
+  int64_t step = CHUNK / (op->cols > 0 ? op->cols : 1) + 1;
+  for (int64_t r = r0; r < r1; r += step) {
+    if (r > r0 && qkv_interrupted) return QKV_EINTR;
+    qkv_densify((char *)dst + (r - r0) * op->cols * (int64_t)es,
+                src + r * op->rs * (int64_t)es, es == sizeof(double),
+                r1 - r < step ? r1 - r : step, op->cols, op->rs, op->cs);
+  }
+  return QKV_OK;
+}
+
+static int densify (void *dst, const operand *op, const char *src, size_t es) {
+  return densify_rows(dst, op, src, es, 0, op->rows);
 }
 
 typedef struct {
@@ -85,35 +118,82 @@ typedef struct {
   const qkv_tensor *out;
 } job;
 
-static void gemm (const job *J, const void *a, int lda, const void *b, int ldb,
-                  void *c) {
+/* an m x p block of out (at c, rows J->p apart) from m rows of a and p
+   columns of b */
+static void gemm (const job *J, int m, int p, const void *a, int lda,
+                  const void *b, int ldb, void *c) {
   if (J->dtype == QKV_F32)
-    qkv_sgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+    qkv_sgemm(CblasRowMajor, J->a.trans, J->b.trans, m, p, J->n,
                 (float)J->alpha, (const float *)a, lda, (const float *)b, ldb,
                 0.0f, (float *)c, J->p > 1 ? J->p : 1);
   else
-    qkv_dgemm(CblasRowMajor, J->a.trans, J->b.trans, J->m, J->p, J->n,
+    qkv_dgemm(CblasRowMajor, J->a.trans, J->b.trans, m, p, J->n,
                 J->alpha, (const double *)a, lda, (const double *)b, ldb,
                 0.0, (double *)c, J->p > 1 ? J->p : 1);
 }
 
 /*
-** One batch.  abuf/bbuf are this thread's scratch for operands that need
-** densifying; a shared operand was densified once, up front, into them.
+** The step that cuts len into even parts of about `want`, at least `least`
+** (len itself when one part will do), rounded up to a multiple of 16: BLAS
+** kernels take rows and columns 4 to 16 at a time.
 */
-static void one_batch (const job *J, int64_t bi, void *abuf, void *bbuf) {
+static int split (int len, double want, int least) {
+  if (want < least) want = least;
+  if (want >= len) return len;
+  int64_t parts = (int64_t)ceil(len / want), step = (len + parts - 1) / parts;
+  return (int)((step + 15) / 16 * 16);
+}
+
+/* rows i0.. of a as gemm reads them: a row down as stored, or a column
+   over when a is read transposed */
+static const char *rows_of (const job *J, const operand *op, const char *x,
+                            int i0) {
+  int64_t step = op->trans == CblasNoTrans ? op->ld : 1;
+  return x + (int64_t)i0 * step * (int64_t)J->es;
+}
+
+/* columns j0.. of b: across a row as stored, or rows down when transposed */
+static const char *cols_of (const job *J, const operand *op, const char *x,
+                            int j0) {
+  int64_t step = op->trans == CblasNoTrans ? 1 : op->ld;
+  return x + (int64_t)j0 * step * (int64_t)J->es;
+}
+
+/*
+** One batch, in panels (see PANEL_FLOPS).  abuf/bbuf are this thread's
+** scratch for operands that need densifying; a shared operand was
+** densified once, up front, into them.  A private a is densified a panel
+** of rows at a time, into the start of abuf.  QKV_EINTR when the flag
+** stopped it.
+*/
+static int one_batch (const job *J, int64_t bi, void *abuf, void *bbuf) {
   const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)J->es;
   const char *b = J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)J->es;
-  if (J->a.copy) {
-    if (!J->a.shared) densify(abuf, &J->a, a, J->es);
-    a = abuf;
-  }
+  char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)J->es;
   if (J->b.copy) {
-    if (!J->b.shared) densify(bbuf, &J->b, b, J->es);
+    if (!J->b.shared && densify(bbuf, &J->b, b, J->es) != QKV_OK) return QKV_EINTR;
     b = bbuf;
   }
-  char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)J->es;
-  gemm(J, a, J->a.ld, b, J->b.ld, c);
+  int rows = split(J->m, PANEL_FLOPS / (2.0 * J->n * J->p), PANEL_MIN_ROWS);
+  int cols = split(J->p, PANEL_FLOPS / (2.0 * J->n * rows), PANEL_MIN_COLS);
+  for (int i0 = 0; i0 < J->m; i0 += rows) {
+    int m = J->m - i0 < rows ? J->m - i0 : rows;
+    const char *ai = a;
+    if (i0 > 0 && qkv_interrupted) return QKV_EINTR;
+    if (J->a.copy && !J->a.shared) {
+      if (densify_rows(abuf, &J->a, a, J->es, i0, i0 + m) != QKV_OK) return QKV_EINTR;
+      ai = abuf;
+    } else {
+      ai = rows_of(J, &J->a, J->a.copy ? abuf : a, i0);
+    }
+    for (int j0 = 0; j0 < J->p; j0 += cols) {
+      if (j0 > 0 && qkv_interrupted) return QKV_EINTR;
+      gemm(J, m, J->p - j0 < cols ? J->p - j0 : cols, ai, J->a.ld,
+           cols_of(J, &J->b, b, j0), J->b.ld,
+           c + ((int64_t)i0 * J->p + j0) * (int64_t)J->es);
+    }
+  }
+  return QKV_OK;
 }
 
 /*
@@ -188,9 +268,11 @@ static void name (const job *J, const T *a, const T *b, T *c, T alpha) { \
 TINY(tiny_f32, float, f32x4)
 TINY(tiny_f64, double, f64x2)
 
-static void tiny_batches (const job *J, int64_t nbatch, double alpha) {
+/* a look at the flag every 1024 products (at most 0.5 ms of them) */
+static int tiny_batches (const job *J, int64_t nbatch, double alpha) {
   size_t es = J->es;
   for (int64_t bi = 0; bi < nbatch; bi++) {
+    if ((bi & 1023) == 1023 && qkv_interrupted) return QKV_EINTR;
     const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)es;
     const char *b = J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)es;
     char *c = J->c + bi * (int64_t)J->m * J->p * (int64_t)es;
@@ -199,14 +281,20 @@ static void tiny_batches (const job *J, int64_t nbatch, double alpha) {
     else
       tiny_f64(J, (const double *)a, (const double *)b, (double *)c, alpha);
   }
+  return QKV_OK;
 }
 
 /* out *= alpha, for the scales gemm would not apply as a product would */
-static void scale_out (const job *J, int64_t count, double alpha) {
-  if (J->dtype == QKV_F32)
-    for (int64_t i = 0; i < count; i++) ((float *)J->c)[i] *= (float)alpha;
-  else
-    for (int64_t i = 0; i < count; i++) ((double *)J->c)[i] *= alpha;
+static int scale_out (const job *J, int64_t count, double alpha) {
+  for (int64_t i0 = 0; i0 < count; i0 += CHUNK) {
+    int64_t i1 = count - i0 < CHUNK ? count : i0 + CHUNK;
+    if (i0 > 0 && qkv_interrupted) return QKV_EINTR;
+    if (J->dtype == QKV_F32)
+      for (int64_t i = i0; i < i1; i++) ((float *)J->c)[i] *= (float)alpha;
+    else
+      for (int64_t i = i0; i < i1; i++) ((double *)J->c)[i] *= alpha;
+  }
+  return QKV_OK;
 }
 
 /*
@@ -239,35 +327,38 @@ static int scratch (const job *J, void **abuf, void **bbuf, int which) {
 */
 static int run_batches (const job *J, int64_t nbatch) {
   void *sa, *sb;
-  int err = QKV_OK;
+  int err = QKV_OK, stopped = 0;
   double work = (double)J->m * J->n * J->p;
   /* (too little work in all: no parallel region, which costs more) */
   int par = nbatch > 1 && work < SMALL_GEMM &&
             work * (double)nbatch >= QKV_CPU_PAR_MIN;
   if (!scratch(J, &sa, &sb, par ? SHARED : SHARED | PRIVATE)) return QKV_ENOMEM;
-  if (wants(&J->a, SHARED)) densify(sa, &J->a, J->a.base, J->es);
-  if (wants(&J->b, SHARED)) densify(sb, &J->b, J->b.base, J->es);
-  if (par) {
-    #pragma omp parallel reduction(|:err)
+  if (wants(&J->a, SHARED)) stopped = densify(sa, &J->a, J->a.base, J->es) != QKV_OK;
+  if (!stopped && wants(&J->b, SHARED))
+    stopped = densify(sb, &J->b, J->b.base, J->es) != QKV_OK;
+  if (par && !stopped) {
+    #pragma omp parallel reduction(|:err, stopped)
     {
       void *pa, *pb;
       int ok = scratch(J, &pa, &pb, PRIVATE);
       void *ua = J->a.shared ? sa : pa, *ub = J->b.shared ? sb : pb;
       if (!ok) err = QKV_ENOMEM;
-      /* every thread must reach the same loop, even one without scratch */
+      /* every thread must reach the same loop, even one without scratch;
+         one that met the flag skips the rest of its batches */
       #pragma omp for schedule(static)
       for (int64_t bi = 0; bi < nbatch; bi++)
-        if (ok && !qkv_interrupted) one_batch(J, bi, ua, ub);
+        if (ok && !stopped)
+          stopped = qkv_interrupted || one_batch(J, bi, ua, ub) != QKV_OK;
       free(pa);
       free(pb);
     }
   } else {
-    for (int64_t bi = 0; bi < nbatch && !qkv_interrupted; bi++)
-      one_batch(J, bi, sa, sb);
+    for (int64_t bi = 0; bi < nbatch && !stopped; bi++)
+      stopped = qkv_interrupted || one_batch(J, bi, sa, sb) != QKV_OK;
   }
   free(sa);
   free(sb);
-  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
+  return err ? err : stopped ? QKV_EINTR : QKV_OK;
 }
 
 static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
@@ -299,8 +390,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   J.c = (char *)qkv_data(out);
   if (n == 0) {                        /* an empty sum: all zeros */
     memset(J.c, 0, (size_t)(nbatch * m * p) * J.es);
-    if (alpha != 1) scale_out(&J, nbatch * m * p, alpha);   /* 0 * inf */
-    return QKV_OK;
+    return alpha != 1 ? scale_out(&J, nbatch * m * p, alpha) : QKV_OK;  /* 0 * inf */
   }
   /* CBLAS counts in int */
   if (!qkv_fits_int(m) || !qkv_fits_int(n) || !qkv_fits_int(p)) return QKV_EINTERNAL;
@@ -308,14 +398,13 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   setup(&J.a, a);
   setup(&J.b, b);
   if ((double)m * (double)n * (double)p <= (J.b.cs == 1 ? TINY_GEMM : TINY_GEMM_T)) {
-    tiny_batches(&J, nbatch, alpha);
-    return QKV_OK;
+    return tiny_batches(&J, nbatch, alpha);
   }
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   /* gemm skips the product when alpha is 0 (so 0 * inf would be 0) */
   int exact = alpha != 0 && isfinite(alpha);
   J.alpha = exact ? alpha : 1;
   int err = run_batches(&J, nbatch);
-  if (err == QKV_OK && !exact) scale_out(&J, nbatch * m * p, alpha);
+  if (err == QKV_OK && !exact) err = scale_out(&J, nbatch * m * p, alpha);
   return err;
 }

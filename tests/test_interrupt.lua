@@ -1,0 +1,60 @@
+-- test_interrupt.lua: SIGINT stops every long-running op kind (README
+-- "Interrupts"): each case of tests/sigint.lua runs in a child qkv that
+-- gets SIGINT from a timer inside the op, and must end the op with the
+-- error "<op>: interrupted", which pcall catches, and then run the next
+-- command (the flag is cleared; a small op gives its value). How long the
+-- stop takes is bench/interrupt.lua's to measure, not a test's. Also:
+-- matmul's panels (a product split so that the flag is looked at between
+-- gemm calls) give the one-call product.
+local lu = require "luaunit"
+local S = dofile("tests/sigint.lua")
+
+local EXE = arg and arg[-1] or "build/qkv"
+
+TestInterrupt = {}
+
+local function names(want)
+  return type(want) == "table" and want or {want}
+end
+
+for _, case in ipairs(S.cases) do
+  TestInterrupt["test " .. case[1]] = function()
+    if not S.available() then lu.skip("needs Linux /proc and GNU date") end
+    local r = S.run_inside(EXE, case)
+    lu.assertEquals(r.status, 0, r.out)
+    local named = false
+    for _, n in ipairs(names(case[2])) do
+      named = named or (r.err or ""):match(": " .. n .. ": interrupted$") ~= nil
+    end
+    lu.assertTrue(named, case[1] .. ": the op's own error, got: " .. tostring(r.err))
+    lu.assertEquals(r.after, "after\t3.0", "the next command runs")
+  end
+end
+
+-- products large enough to be split into panels (vm/cpu/matmul.c,
+-- PANEL_FLOPS), against rows computed one at a time (each below the
+-- split), plain, transposed and through a dense copy
+TestPanels = {}
+
+local function rows_agree(c, a, b, rows)
+  for _, i in ipairs(rows) do
+    local want = a:narrow(1, i, 1):matmul(b)
+    qkv.test.assertClose(c:narrow(1, i, 1), want, {rtol = 1e-4, atol = 1e-3})
+  end
+end
+
+function TestPanels:testLargeProducts()
+  qkv.seed(3)
+  local n = 2048                 -- 2 n³ = 17 GFLOP: past one panel
+  local a, b = qkv.randn(n, n), qkv.randn(n, n)
+  local rows = {1, 700, 1536, 2048}
+  rows_agree(a:matmul(b), a, b, rows)
+  rows_agree(a:t():matmul(b:t()), a:t(), b:t(), rows)
+  local strided = qkv.randn(n, n, 2):select(3, 1)   -- strides (2n, 2): a dense copy
+  rows_agree(strided:matmul(b), strided, b, rows)
+  rows_agree(a:matmul(strided), a, strided, rows)
+  local a64, b64 = a:double(), b:double()
+  rows_agree(a64:matmul(b64), a64, b64, {1, 1025, 2048})
+end
+
+os.exit(lu.LuaUnit.run(), true)
