@@ -26,11 +26,7 @@ function H.readfile(path)
   return s
 end
 
-function H.writefile(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+H.writefile = S.write
 
 -- runs script with Debian's /usr/bin/python3, or the python3 on the PATH when
 -- the first has no numpy; returns its output and status, or skips the test

@@ -12,6 +12,38 @@ function S.sh(cmd)
   return out, code
 end
 
+-- runs `exe <args>` (each argument quoted); returns the output (stdout
+-- and stderr), the exit status and the last line
+function S.exe(exe, ...)
+  local words = {}
+  for i, a in ipairs{...} do words[i] = S.quote(a) end
+  local p = io.popen(S.quote(exe) .. " " .. table.concat(words, " ") .. " 2>&1")
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code, out:match("([^\n]*)\n?$")
+end
+
+-- the files `qkv test` ran, in order, from its "== path" lines
+function S.ran(out)
+  local list = {}
+  for path in out:gmatch("== ([^\n]*)") do list[#list + 1] = path end
+  return list
+end
+
+-- a new empty folder
+function S.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. S.quote(d)))
+  return d
+end
+
+function S.write(path, text)
+  local h = assert(io.open(path, "wb"))
+  h:write(text)
+  h:close()
+end
+
 -- a whole file's text, or nil when it cannot be opened
 function S.read(path)
   local f = io.open(path, "rb")

@@ -8,38 +8,15 @@ local lu = require "luaunit"
 local EXE = arg and arg[-1] or "build/qkv"
 local FIX = "tests/fixtures/runner/fixtures"
 
-local quote = dofile("tests/shell.lua").quote
+local shell = dofile("tests/shell.lua")
+local quote = shell.quote
 
--- `qkv test <args>` (a list, quoted here); returns the output (stdout and
--- stderr), the exit status and the last line
-local function run(...)
-  local words = {}
-  for i, a in ipairs{...} do words[i] = quote(a) end
-  local p = io.popen(quote(EXE) .. " test " .. table.concat(words, " ") .. " 2>&1")
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code, out:match("([^\n]*)\n?$")
-end
+-- `qkv test <args>`; returns the output (stdout and stderr), the exit
+-- status and the last line
+local function run(...) return shell.exe(EXE, "test", ...) end
 
--- the files run, in order, from the "== path" lines
-local function ran(out)
-  local list = {}
-  for path in out:gmatch("== ([^\n]*)") do list[#list + 1] = path end
-  return list
-end
+local ran, tmpdir, writefile = shell.ran, shell.tmpdir, shell.write
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. quote(d)))
-  return d
-end
-
-local function writefile(path, text)
-  local h = assert(io.open(path, "w"))
-  h:write(text)
-  h:close()
-end
 
 -- each file runs in a process of its own: a crash or a test that never
 -- ends fails, naming the file and the test, and the run goes on

@@ -8,43 +8,20 @@ local lu = require "luaunit"
 local EXE = arg and arg[-1] or "build/qkv"
 local FIX = "tests/fixtures/runner"
 
-local quote = dofile("tests/shell.lua").quote
+local shell = dofile("tests/shell.lua")
+local quote = shell.quote
 
--- runs `qkv <args>` (a list, quoted here); returns the output (stdout and
--- stderr), the exit status and the last line
-local function direct(...)
-  local words = {}
-  for i, a in ipairs{...} do words[i] = quote(a) end
-  local p = io.popen(quote(EXE) .. " " .. table.concat(words, " ") .. " 2>&1")
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code, out:match("([^\n]*)\n?$")
-end
+-- runs `qkv <args>`; returns the output (stdout and stderr), the exit
+-- status and the last line
+local function direct(...) return shell.exe(EXE, ...) end
 
 -- `qkv test <args>`
 local function run(...) return direct("test", ...) end
 
--- the files run, in order, from the "== path" lines
-local function ran(out)
-  local list = {}
-  for path in out:gmatch("== ([^\n]*)") do list[#list + 1] = path end
-  return list
-end
+local ran, tmpdir, writefile = shell.ran, shell.tmpdir, shell.write
 
 local function f(name) return FIX .. "/" .. name end
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. quote(d)))
-  return d
-end
-
-local function writefile(path, text)
-  local h = assert(io.open(path, "w"))
-  h:write(text)
-  h:close()
-end
 
 ---------------------------------------------------------------- counts
 

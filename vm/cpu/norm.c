@@ -43,19 +43,9 @@ LOGSOFTMAX_ROW(lsm_f64, double, exp)
 /* a float32 row 8 lanes at a time, with softmax's exp (vexp.h): the exps
    are the whole cost, and libm's expf does not vectorise */
 static QKV_AVX2 void lsm_f32_avx2 (float *o, const float *x, int64_t n) {
-  __m256 vmax = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    __m256 v = _mm256_loadu_ps(x + j);
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    vmax = _mm256_max_ps(vmax, v);
-  }
-  float max = qkv_hmax8(vmax);
-  int isnan = _mm256_movemask_ps(nan) != 0;
-  for (; j < n; j++) {
-    isnan |= x[j] != x[j];
-    max = x[j] > max ? x[j] : max;
-  }
+  int isnan;
+  int64_t j;
+  float max = qkv_rowmax8(x, n, &isnan);
   if (isnan || max == -INFINITY) { lsm_f32(o, x, n); return; }
   __m256 acc = _mm256_setzero_ps(), vm = _mm256_set1_ps(max);
   for (j = 0; j + 8 <= n; j += 8)

@@ -68,25 +68,14 @@ SOFTMAX_ROW(row_f64, double, exp)
 /* a contiguous float32 row, 8 lanes at a time: one exp per score is the
    whole cost of softmax, and libm's expf does not vectorise */
 static QKV_AVX2 void row_f32_avx2 (float *o, const float *x, int64_t n) {
-  __m256 vmax = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    __m256 v = _mm256_loadu_ps(x + j);
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    vmax = _mm256_max_ps(vmax, v);
-  }
-  float max = qkv_hmax8(vmax);
-  int isnan = _mm256_movemask_ps(nan) != 0;
-  for (; j < n; j++) {
-    isnan |= x[j] != x[j];
-    max = x[j] > max ? x[j] : max;
-  }
+  int isnan;
+  int64_t j;
+  float max = qkv_rowmax8(x, n, &isnan);
   if (isnan || max == -INFINITY) {
     row_f32(o, 1, x, 1, n);               /* the rare rows: NaN or zeros */
     return;
   }
-  __m256 acc = _mm256_setzero_ps();
-  vmax = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps(), vmax = _mm256_set1_ps(max);
   for (j = 0; j + 8 <= n; j += 8) {
     __m256 e = qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
     _mm256_storeu_ps(o + j, e);

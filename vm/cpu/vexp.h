@@ -13,6 +13,7 @@
 #ifndef QKV_CPU_VEXP_H
 #define QKV_CPU_VEXP_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* the clamp keeps n within [-150, 128]; both ends still round correctly */
@@ -124,6 +125,26 @@ static inline QKV_AVX2 float qkv_hmax8 (__m256 v) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+/* the largest of x[0..n), and in *nan whether any is NaN: the first pass
+   of softmax and log_softmax over a float32 row */
+static inline QKV_AVX2 float qkv_rowmax8 (const float *x, int64_t n, int *nan) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY), vnan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  float max = qkv_hmax8(vmax);
+  int isnan = _mm256_movemask_ps(vnan) != 0;
+  for (; j < n; j++) {
+    isnan |= x[j] != x[j];
+    max = x[j] > max ? x[j] : max;
+  }
+  *nan = isnan;
+  return max;
 }
 #endif
 
