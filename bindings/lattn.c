@@ -212,7 +212,7 @@ static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
 
 /* -inf as a scalar of S's dtype, for the masks of attention's scores */
 static const qkv_tensor *neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
-  if (dt == QKV_F32) sc->v.f = -INFINITY; else sc->v.d = -INFINITY;
+  qkv_elem_set(dt, &sc->v, -INFINITY);
   return qkvL_scalar(sc, dt);
 }
 

@@ -38,16 +38,13 @@ static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
     luaL_error(L, "tensor: expected numbers or booleans, got a %s",
                luaL_typename(L, idx));
   lua_Number x = t == LUA_TBOOLEAN ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
-  switch (dt) {
-    case QKV_F32: *(float *)p = (float)x; break;
-    case QKV_F64: *(double *)p = x; break;
-    case QKV_BOOL: *(unsigned char *)p = x != 0; break;
-    default:
-      if (lua_isinteger(L, idx)) *(int64_t *)p = (int64_t)lua_tointeger(L, idx);
-      else if (x != x || fabs(x) >= 9.2e18)
-        luaL_error(L, "tensor: %f does not fit in int64", x);
-      else *(int64_t *)p = (int64_t)x;
-  }
+  if (dt != QKV_I64 && dt != QKV_I32) { qkv_elem_set(dt, p, x); return; }
+  lua_Integer i = lua_tointeger(L, idx);
+  int whole = lua_isinteger(L, idx) || (x == x && fabs(x) < 9.2e18);
+  if (!lua_isinteger(L, idx) && whole) i = (lua_Integer)x;
+  if (!whole || (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX)))
+    luaL_error(L, "tensor: %s does not fit in %s", lua_tostring(L, idx), qkv_dtype_name(dt));
+  qkv_elem_seti(dt, p, (int64_t)i);
 }
 
 /* writes the items of the table at the top, checking it is not ragged */

@@ -27,16 +27,18 @@ const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
   int t = lua_type(L, arg);
   if (t != LUA_TNUMBER && t != LUA_TBOOLEAN) luaL_typeerror(L, arg, "number");
   double x = t == LUA_TBOOLEAN ? lua_toboolean(L, arg) : lua_tonumber(L, arg);
-  switch (dt) {
-    case QKV_F32: sc->v.f = (float)x; break;
-    case QKV_F64: sc->v.d = x; break;
-    case QKV_BOOL: sc->v.b = x != 0; break;
-    default:
-      if (lua_isinteger(L, arg)) sc->v.i = (int64_t)lua_tointeger(L, arg);
-      else if (x >= -TWO63 && x < TWO63) sc->v.i = (int64_t)x;   /* toward 0 */
-      else luaL_error(L, "%s: %s does not fit in int64", name,
-                      x != x ? "nan" : lua_pushfstring(L, "%s", luaL_tolstring(L, arg, NULL)));
+  int64_t i = 0;
+  if (dt != QKV_I64 && dt != QKV_I32) {
+    qkv_elem_set(dt, &sc->v, x);
+    return qkvL_scalar(sc, dt);
   }
+  int fits = lua_isinteger(L, arg) || (x >= -TWO63 && x < TWO63);
+  if (fits) i = lua_isinteger(L, arg) ? (int64_t)lua_tointeger(L, arg) : (int64_t)x;
+  if (!fits || (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX)))
+    luaL_error(L, "%s: %s does not fit in %s", name,
+               x != x ? "nan" : lua_pushfstring(L, "%s", luaL_tolstring(L, arg, NULL)),
+               qkv_dtype_name(dt));
+  qkv_elem_seti(dt, &sc->v, i);            /* toward 0 for a float */
   return qkvL_scalar(sc, dt);
 }
 
@@ -48,8 +50,7 @@ const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
 void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
                        const qkv_tensor *mask, const qkv_tensor *val) {
   const qkvL_Scalar *sc = (const qkvL_Scalar *)val;
-  double v = val->dtype == QKV_F32 ? sc->v.f : val->dtype == QKV_F64 ? sc->v.d
-           : val->dtype == QKV_BOOL ? sc->v.b : (double)sc->v.i;
+  double v = qkv_elem_get(val->dtype, &sc->v);
   int64_t i = sc->v.i;
   if (val->dtype != QKV_I64 || (i >= -((int64_t)1 << 53) && i <= (int64_t)1 << 53)) {
     qkvL_check(L, name, qkv_masked_fill(out, mask, v));
@@ -66,12 +67,9 @@ void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
 
 static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
-  switch (dt) {
-    case QKV_F32: sc->v.f = (float)lua_tonumber(L, arg); break;
-    case QKV_F64: sc->v.d = lua_tonumber(L, arg); break;
-    case QKV_I64: sc->v.i = (int64_t)lua_tointeger(L, arg); break;
-    default: sc->v.b = lua_toboolean(L, arg) != 0; break;
-  }
+  if (lua_type(L, arg) == LUA_TBOOLEAN) qkv_elem_seti(dt, &sc->v, lua_toboolean(L, arg));
+  else if (lua_isinteger(L, arg)) qkv_elem_seti(dt, &sc->v, (int64_t)lua_tointeger(L, arg));
+  else qkv_elem_set(dt, &sc->v, lua_tonumber(L, arg));
   return qkvL_scalar(sc, dt);
 }
 
@@ -80,7 +78,8 @@ static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
 static qkv_dtype weak_dtype (lua_State *L, const qkv_tensor *t, int arg) {
   if (qkv_is_float(t->dtype)) return t->dtype;
   if (lua_type(L, arg) == LUA_TBOOLEAN) return t->dtype;
-  return lua_isinteger(L, arg) ? QKV_I64 : QKV_F32;
+  if (!lua_isinteger(L, arg)) return QKV_F32;
+  return t->dtype == QKV_BOOL ? QKV_I64 : t->dtype;     /* int32 stays int32 */
 }
 
 static int is_scalar_arg (lua_State *L, int arg) {
@@ -195,7 +194,7 @@ static const char *const rednames[] = {
 
 static qkv_dtype reduce_dtype (qkv_redop op, qkv_dtype in) {
   switch (op) {
-    case QKV_SUM: return in == QKV_BOOL ? QKV_I64 : in;
+    case QKV_SUM: return in == QKV_BOOL || in == QKV_I32 ? QKV_I64 : in;  /* as PyTorch */
     case QKV_MEAN: case QKV_VAR: case QKV_STD:
       return qkv_is_float(in) ? in : QKV_F32;
     case QKV_ARGMAX: case QKV_ARGMIN: return QKV_I64;

@@ -98,11 +98,11 @@ static int n_dropout (lua_State *L) {
   qkvL_check(L, "dropout", qkv_random(u, QKV_UNIFORM));
   qkv_tensor *keep = qkvL_newlike(L, x, QKV_BOOL), *out = qkvL_newlike(L, x, x->dtype);
   qkvL_Scalar sp, sk;
-  if (x->dtype == QKV_F32) sp.v.f = (float)p, sk.v.f = p < 1 ? (float)(1 / (1 - p)) : 0;
-  else sp.v.d = p, sk.v.d = p < 1 ? 1 / (1 - p) : 0;
-  qkvL_check(L, "dropout", qkv_binary(QKV_GE, keep, u, qkvL_scalar(&sp, x->dtype)));
+  sp.v.d = p;
+  sk.v.d = p < 1 ? 1 / (1 - p) : 0;
+  qkvL_check(L, "dropout", qkv_binary(QKV_GE, keep, u, qkvL_scalar(&sp, QKV_F64)));
   qkvL_check(L, "dropout", qkv_binary(QKV_MUL, out, x, keep));
-  qkvL_check(L, "dropout", qkv_binary(QKV_MUL, out, out, qkvL_scalar(&sk, x->dtype)));
+  qkvL_check(L, "dropout", qkv_binary(QKV_MUL, out, out, qkvL_scalar(&sk, QKV_F64)));
   return 1;
 }
 

@@ -44,9 +44,7 @@ typedef struct Out {
 
 
 static double getf (const qkv_tensor *t, int64_t off) {
-  const void *data = t->storage->data;
-  if (t->dtype == QKV_F64) return ((const double *)data)[off];
-  return ((const float *)data)[off];
+  return qkv_elem_get(t->dtype, (const char *)t->storage->data + off * (int64_t)qkv_elsize(t->dtype));
 }
 
 
@@ -55,8 +53,9 @@ static int fmtval (const Fmt *f, int64_t off, char *buf) {
   const void *data = f->t->storage->data;
   double v;
   switch (f->t->dtype) {
-    case QKV_I64:
-      snprintf(buf, VALSZ, "%" PRId64, ((const int64_t *)data)[off]);
+    case QKV_I64: case QKV_I32:
+      snprintf(buf, VALSZ, "%" PRId64,
+               qkv_elem_geti(f->t->dtype, (const char *)data + off * (int64_t)qkv_elsize(f->t->dtype)));
       return (int)strlen(buf);
     case QKV_BOOL:
       strcpy(buf, ((const uint8_t *)data)[off] ? "True" : "False");
@@ -134,7 +133,7 @@ static void formatter (Fmt *f, const qkv_tensor *t, int summarize) {
   f->t = t;
   f->summarize = summarize;
   f->width = 1;
-  if (t->dtype != QKV_F32 && t->dtype != QKV_F64) {
+  if (!qkv_is_float(t->dtype)) {
     f->mode = FM_EXACT;
     scan(f, 0, t->offset, 1);
     return;
@@ -301,7 +300,8 @@ static void suffixes (Out *o, const qkv_tensor *t, int64_t numel) {
     addsuffix(o, &last, buf);
   }
   /* ... and any dtype but the default, as no values show it */
-  if (numel == 0 ? t->dtype != QKV_F32 : t->dtype == QKV_F64) {
+  if (numel == 0 ? t->dtype != QKV_F32
+                 : t->dtype != QKV_F32 && t->dtype != QKV_I64 && t->dtype != QKV_BOOL) {
     snprintf(buf, sizeof(buf), "dtype=%s", qkv_dtype_name(t->dtype));
     addsuffix(o, &last, buf);
   }

@@ -35,7 +35,6 @@ static int lazy_index (lua_State *L) {
 }
 
 LUALIB_API int luaopen_qkv (lua_State *L) {
-  static const char *const dtypes[] = {"float32", "float64", "int64", "bool"};
   int mt = lua_gettop(L) + 1, methods = mt + 1, module = mt + 2;
   luaL_newmetatable(L, QKV_TENSOR);
   qkvL_setmetakey(L, mt);
@@ -50,9 +49,9 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_io(L, mt, methods, module);
   qkvL_open_select(L, mt, methods, module);
   qkvL_open_norm(L, mt, methods, module);
-  for (int i = 0; i < 4; i++) {
-    lua_pushstring(L, dtypes[i]);
-    lua_setfield(L, module, dtypes[i]);
+  for (int i = 0; i < QKV_NDTYPE; i++) {     /* qkv.float16 == "float16" */
+    lua_pushstring(L, qkv_dtype_name((qkv_dtype)i));
+    lua_setfield(L, module, qkv_dtype_name((qkv_dtype)i));
   }
   lua_pushliteral(L, "qkv " QKV_VERSION);
   lua_setfield(L, module, "_VERSION");

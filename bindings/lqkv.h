@@ -46,7 +46,7 @@ const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
 typedef struct qkvL_Scalar {
   qkv_tensor t;
   qkv_storage s;
-  union { float f; double d; int64_t i; unsigned char b; } v;
+  union { float f; double d; int64_t i; int32_t i32; uint16_t h; unsigned char b; } v;
 } qkvL_Scalar;
 
 const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt);

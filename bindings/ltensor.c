@@ -45,7 +45,7 @@ qkv_dtype qkvL_checkdtype (lua_State *L, int arg) {
   qkv_dtype t;
   if (!qkv_dtype_from_name(name, &t))
     luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s' "
-                  "(float32, float64, int64, bool)", name));
+                  "(float32, float64, float16, bfloat16, int64, int32, bool)", name));
   return t;
 }
 
@@ -165,12 +165,9 @@ void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size) {
 /* element access */
 
 int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
-  switch (t->dtype) {
-    case QKV_F32: lua_pushnumber(L, *(const float *)p); break;
-    case QKV_F64: lua_pushnumber(L, *(const double *)p); break;
-    case QKV_I64: lua_pushinteger(L, *(const int64_t *)p); break;
-    default: lua_pushboolean(L, *(const unsigned char *)p); break;
-  }
+  if (t->dtype == QKV_BOOL) lua_pushboolean(L, *(const unsigned char *)p);
+  else if (qkv_is_float(t->dtype)) lua_pushnumber(L, qkv_elem_get(t->dtype, p));
+  else lua_pushinteger(L, qkv_elem_geti(t->dtype, p));
   return 1;
 }
 
@@ -425,6 +422,11 @@ static int t_stride (lua_State *L) {
   return 1;
 }
 
+static int t_element_size (lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)qkv_elsize(qkvL_checktensor(L, 1)->dtype));
+  return 1;
+}
+
 static int t_is_contiguous (lua_State *L) {
   lua_pushboolean(L, qkv_is_contiguous(qkvL_checktensor(L, 1)));
   return 1;
@@ -438,6 +440,7 @@ void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg m[] = {
     {"dim", t_dim}, {"numel", t_numel}, {"size", t_size}, {"stride", t_stride},
     {"is_contiguous", t_is_contiguous}, {"tolist", t_tolist}, {"item", t_item},
+    {"element_size", t_element_size},
     {NULL, NULL}
   };
   static const luaL_Reg sizemeta[] = {

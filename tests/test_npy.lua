@@ -31,11 +31,21 @@ local function dict(descr, shape, fortran)
 end
 
 -- the bytes of values packed one by one (fmt "<f", "<d", "<i8", "B")
+-- the float16 bits of v, a value float16 holds exactly
+local function f16bits(v)
+  local sign = (v < 0 or 1 / v < 0) and 0x8000 or 0
+  v = math.abs(v)
+  if v == math.huge then return sign | 0x7c00 end
+  if v < 2^-14 then return sign | math.tointeger(v / 2^-24) end   -- 0 and subnormals
+  local m, e = math.frexp(v)                                      -- v = 2m * 2^(e - 1)
+  return sign | ((e + 14) << 10) | math.tointeger((2 * m - 1) * 1024)
+end
+
 local function pack(fmt, values)
   local out = {}
   for i, v in ipairs(values) do
     if fmt == "B" then v = v and 1 or 0 end
-    out[i] = string.pack(fmt, v)
+    out[i] = fmt == "<e" and string.pack("<I2", f16bits(v)) or string.pack(fmt, v)
   end
   return table.concat(out)
 end
@@ -87,6 +97,8 @@ function TestRoundTrip:testEveryDtypeIsBitExact()
     {"float32", "<f", SPECIAL32}, {"float64", "<d", SPECIAL64},
     {"int64", "<i8", {math.mininteger, -1, 0, 1, math.maxinteger, 2^53 + 1}},
     {"bool", "B", {true, false, false, true}},
+    {"int32", "<i4", {-2147483648, -1, 0, 1, 2147483647}},
+    {"float16", "<e", {0, -0.0, 1.5, -2.75, 65504, 2^-24, 2^-14, math.huge, -math.huge}},
   }
   for _, c in ipairs(cases) do
     local dtype, fmt, values = c[1], c[2], c[3]
@@ -100,6 +112,24 @@ function TestRoundTrip:testEveryDtypeIsBitExact()
     lu.assertEquals(y.shape, {#values})
     lu.assertEquals(pack(fmt, y:tolist()), pack(fmt, values), dtype)
   end
+end
+
+-- bfloat16 is written as NumPy writes ml_dtypes' bfloat16, a 2-byte void
+-- ('|V2'), and a '<V2' or '|V2' file loads as bfloat16, bit for bit
+function TestRoundTrip:testBfloat16()
+  local values = {0, -0.0, 1.5, -2.75, 3.3895313892515355e38, 2^-133, math.huge, -math.huge}
+  local x = qkv.tensor(values, "bfloat16")
+  local path = tmp("bf16.npy")
+  qkv.save(path, x)
+  local bytes = readfile(path)
+  lu.assertStrContains(bytes, "'descr': '|V2'")
+  local bits = {}
+  for i, v in ipairs(values) do bits[i] = string.unpack("<I4", string.pack("<f", v)) >> 16 end
+  lu.assertEquals(data_of(bytes), pack("<I2", bits))
+  local y = qkv.load(path)
+  lu.assertEquals(y.dtype, "bfloat16")
+  lu.assertEquals(y:tolist(), values)
+  lu.assertEquals(loads(npy(dict("<V2", "(2,)"), "\x80\x3f\x00\xc0")):tolist(), {1, -2})
 end
 
 -- NaNs (quiet and signalling, either sign, with payloads) keep their bits
@@ -209,10 +239,10 @@ function TestFixtures:testEachDtype()
   lu.assertEquals(qkv.load(FIX .. "b1.npy"):tolist(), {{true, false, true}, {false, false, true}})
 end
 
--- float16 read as float32 exactly: subnormals, infinities and NaN
+-- float16 read as float16, each value exact: subnormals, infinities and NaN
 function TestFixtures:testFloat16Specials()
   local x = qkv.load(FIX .. "f2.npy")
-  lu.assertEquals(x.dtype, "float32")
+  lu.assertEquals(x.dtype, "float16")
   local v = x:tolist()
   local want = {0, -0.0, 1, -2, 65504, 2^-14, 2^-24, 1023 * 2^-24, math.huge, -math.huge}
   for i, w in ipairs(want) do lu.assertEquals(v[i], w, "element " .. i) end
@@ -242,7 +272,7 @@ function TestFixtures:testOtherIntegerWidths()
                u1 = {0, 255}, u2 = {0, 65535}, u4 = {0, 2^32 - 1}}
   for t, e in pairs(ext) do
     local x = qkv.load(FIX .. t .. ".npy")
-    lu.assertEquals(x.dtype, "int64", t)
+    lu.assertEquals(x.dtype, t == "i4" and "int32" or "int64", t)
     lu.assertEquals(x:tolist(), {math.tointeger(e[1]), 0, 1, math.tointeger(e[2])}, t)
   end
   lu.assertEquals(qkv.load(FIX .. "u8.npy"):tolist(), {0, math.maxinteger})

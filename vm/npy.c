@@ -27,7 +27,12 @@ static int little_endian (void) {
 }
 
 size_t qkv_npy_elsize (qkv_dtype dt) {
-  return dt == QKV_BOOL ? 1 : dt == QKV_F32 ? 4 : 8;
+  switch (dt) {                 /* qkv_elsize's, without tensor.c */
+    case QKV_BOOL: return 1;
+    case QKV_F16: case QKV_BF16: return 2;
+    case QKV_F32: case QKV_I32: return 4;
+    default: return 8;
+  }
 }
 
 /* "(2, 3)" as Python writes a tuple */
@@ -189,18 +194,21 @@ static int descr (Lex *lx, qkv_npy_header *h) {
   const char *d = h->descr;
   char order = d[0], kind = d[1];
   int size = (d[2] >= '1' && d[2] <= '8' && d[3] == '\0') ? d[2] - '0' : 0;
+  /* V2: a 2-byte void, as NumPy writes ml_dtypes' bfloat16 (read as one) */
   int ok = r == 0 && order && strchr("<>|=", order) &&
       ((kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
        ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
-       (kind == 'b' && size == 1)) && (order != '|' || size == 1);
+       (kind == 'b' && size == 1) || (kind == 'V' && size == 2)) &&
+      (order != '|' || size == 1 || kind == 'V');
   if (!ok) return fail(lx->err, lx->errlen, "unsupported dtype '%s'%s", h->descr,
                        r == -2 ? "..." : "");
   h->kind = kind;
   h->itemsize = size;
-  h->swap = size > 1 && ((order == '<' && !little_endian()) ||
-                         (order == '>' && little_endian()));
-  h->dtype = kind == 'b' ? QKV_BOOL : kind == 'f' ? (size == 8 ? QKV_F64 : QKV_F32)
-                                                 : QKV_I64;
+  h->swap = size > 1 && kind != 'V' && ((order == '<' && !little_endian()) ||
+                                         (order == '>' && little_endian()));
+  h->dtype = kind == 'b' ? QKV_BOOL : kind == 'V' ? QKV_BF16
+           : kind == 'f' ? (size == 8 ? QKV_F64 : size == 4 ? QKV_F32 : QKV_F16)
+           : kind == 'i' && size == 4 ? QKV_I32 : QKV_I64;
   return 0;
 }
 
@@ -284,17 +292,6 @@ int qkv_npy_inplace (const qkv_npy_header *h) {
   return !h->fortran && (size_t)h->itemsize == qkv_npy_elsize(h->dtype);
 }
 
-/* binary16 to binary32 bits, exactly: subnormals normalised, NaN payloads kept */
-static uint32_t half_to_float (uint16_t x) {
-  uint32_t sign = (uint32_t)(x & 0x8000) << 16, exp = (x >> 10) & 0x1f, man = x & 0x3ff;
-  if (exp == 0x1f) return sign | 0x7f800000u | man << 13;
-  if (exp != 0) return sign | (exp + 112) << 23 | man << 13;
-  if (man == 0) return sign;
-  int k = 9;                  /* the top bit of a subnormal: man * 2^-24 */
-  while (!(man & (1u << k))) k--;
-  return sign | (uint32_t)(k + 103) << 23 | ((man << (23 - k)) & 0x7fffffu);
-}
-
 /* the element at p, in our byte order, as raw bits */
 static uint64_t raw (const unsigned char *p, int size, int swap) {
   unsigned char b[8] = {0};
@@ -312,10 +309,11 @@ static int convert (const qkv_npy_header *h, const unsigned char *p, unsigned ch
   uint64_t v = raw(p, h->itemsize, h->swap);
   int64_t i;
   if (h->kind == 'b') { *dst = v != 0; return 0; }
-  if (h->kind == 'f') {
-    if (h->itemsize == 8) { memcpy(dst, &v, 8); return 0; }
-    uint32_t f = h->itemsize == 2 ? half_to_float((uint16_t)v) : (uint32_t)v;
-    memcpy(dst, &f, 4);
+  if (h->kind == 'f' || h->kind == 'V') {  /* the bits, in our byte order */
+    uint16_t u16 = (uint16_t)v;
+    uint32_t u32 = (uint32_t)v;
+    memcpy(dst, h->itemsize == 8 ? (void *)&v : h->itemsize == 4 ? (void *)&u32 : (void *)&u16,
+           (size_t)h->itemsize);
     return 0;
   }
   if (h->kind == 'u') {
@@ -327,7 +325,10 @@ static int convert (const qkv_npy_header *h, const unsigned char *p, unsigned ch
     case 4: i = (int32_t)(uint32_t)v; break;
     default: memcpy(&i, &v, 8); break;
   }
-  memcpy(dst, &i, 8);
+  if (h->dtype == QKV_I32) {
+    int32_t i32 = (int32_t)i;
+    memcpy(dst, &i32, 4);
+  } else memcpy(dst, &i, 8);
   return 0;
 }
 
@@ -338,7 +339,7 @@ int qkv_npy_decode (const qkv_npy_header *h, const void *src, void *dst,
   size_t out = qkv_npy_elsize(h->dtype);
   int64_t idx[QKV_MAXDIM] = {0}, cstride[QKV_MAXDIM], pos = 0, st = 1;
   /* already qkv's layout: f4, f8, i8 in our byte order and C order */
-  if (qkv_npy_inplace(h) && !h->swap && (h->kind == 'f' || h->kind == 'i')) {
+  if (qkv_npy_inplace(h) && !h->swap && (h->kind == 'f' || h->kind == 'i' || h->kind == 'V')) {
     if (src != dst && h->data_bytes > 0) memmove(dst, src, h->data_bytes);
     return 0;
   }
@@ -370,9 +371,9 @@ int qkv_npy_decode (const qkv_npy_header *h, const void *src, void *dst,
 
 size_t qkv_npy_encode_header (char *buf, size_t cap, qkv_dtype dt, int ndim,
                               const int64_t *shape) {
-  static const char *const kinds[QKV_NDTYPE] = {"f4", "f8", "i8", "b1"};
+  static const char *const kinds[QKV_NDTYPE] = {"f4", "f8", "i8", "b1", "i4", "f2", "V2"};
   char d[QKV_MAXDIM * 24 + 128], s[QKV_MAXDIM * 24];
-  char order = dt == QKV_BOOL ? '|' : little_endian() ? '<' : '>';
+  char order = dt == QKV_BOOL || dt == QKV_BF16 ? '|' : little_endian() ? '<' : '>';
   shape_str(s, sizeof s, ndim, shape);
   int k = snprintf(d, sizeof d, "{'descr': '%c%s', 'fortran_order': False, 'shape': %s, }",
                    order, kinds[dt], s);

@@ -29,7 +29,7 @@
 typedef struct qkv_npy_header {
   int major, minor;            /* the format's version */
   char descr[16];              /* the dtype as written, such as "<f4" */
-  char kind;                   /* 'f' float, 'i' signed, 'u' unsigned, 'b' bool */
+  char kind;                   /* 'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'V' bfloat16 */
   int itemsize;                /* bytes per element in the file */
   int swap;                    /* the file's byte order is not this machine's */
   int fortran;                 /* elements in Fortran (column-major) order */

@@ -8,6 +8,7 @@
 
 #include "qkv.h"
 #include "backend.h"
+#include "ops.h"
 
 volatile sig_atomic_t qkv_interrupted = 0;
 
@@ -40,7 +41,7 @@ static int closed (const qkv_tensor *t) { return t && qkv_is_closed(t); }
 ** entry of every op, which also refuses closed tensors (a script can close
 ** one from a metamethod or a finalizer while a binding holds it).
 */
-static const qkv_backend *backend3 (const qkv_tensor *out, const qkv_tensor *a,
+const qkv_backend *qkv_op_backend (const qkv_tensor *out, const qkv_tensor *a,
                                     const qkv_tensor *b, int *err) {
   qkv_device d = out->storage->device;
   if (qkv_interrupted) {
@@ -61,7 +62,7 @@ static const qkv_backend *backend3 (const qkv_tensor *out, const qkv_tensor *a,
 }
 
 /* A contiguous copy of src in dtype dt, in a storage the caller releases. */
-static int convert (qkv_tensor *dst, const qkv_tensor *src, qkv_dtype dt) {
+int qkv_op_convert (qkv_tensor *dst, const qkv_tensor *src, qkv_dtype dt) {
   qkv_tensor c = *src;
   int64_t n = qkv_numel(src);
   c.dtype = dt;
@@ -80,13 +81,13 @@ static int convert (qkv_tensor *dst, const qkv_tensor *src, qkv_dtype dt) {
 ** the dtype already matches, else a converted copy whose storage the
 ** caller releases through `tmp` (NULL when none was made).
 */
-static int operand (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
+int qkv_op_operand (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
                     const qkv_tensor *like, qkv_dtype dt) {
   qkv_tensor c = *src;
   *tmp = NULL;
   /* convert at the operand's own size, then expand: no wasted work */
   if (src->dtype != dt) {
-    int err = convert(&c, src, dt);
+    int err = qkv_op_convert(&c, src, dt);
     if (err != QKV_OK) return err;
     *tmp = c.storage;
   }
@@ -99,7 +100,7 @@ static int operand (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
 }
 
 /* whether two elements of t are one element of memory (a stride-0 dim) */
-static int self_overlapping (const qkv_tensor *t) {
+int qkv_op_self_overlapping (const qkv_tensor *t) {
   for (int i = 0; i < t->ndim; i++)
     if (t->stride[i] == 0 && t->size[i] > 1) return 1;
   return 0;
@@ -128,13 +129,13 @@ static int overlap (const qkv_tensor *x, const qkv_tensor *y) {
 int qkv_copy (qkv_tensor *dst, const qkv_tensor *src) {
   int err;
   qkv_tensor e, c = *src;
-  const qkv_backend *be = backend3(dst, src, NULL, &err);
+  const qkv_backend *be = qkv_op_backend(dst, src, NULL, &err);
   if (be == NULL) return err;
-  if (self_overlapping(dst)) return QKV_EOVERLAP;
+  if (qkv_op_self_overlapping(dst)) return QKV_EOVERLAP;
   /* a source that overlaps the destination is read whole first, as
      PyTorch's copy_ does: element by element, a write could change what
      a later read sees */
-  if (overlap(dst, src) && (err = convert(&c, src, src->dtype)) != QKV_OK) return err;
+  if (overlap(dst, src) && (err = qkv_op_convert(&c, src, src->dtype)) != QKV_OK) return err;
   if (qkv_expand(&e, &c, dst->ndim, dst->size) != 0) err = QKV_EINTERNAL;
   else err = be->copy(dst, &e);
   if (c.storage != src->storage) qkv_storage_release(c.storage);
@@ -143,9 +144,52 @@ int qkv_copy (qkv_tensor *dst, const qkv_tensor *src) {
 
 int qkv_fill (qkv_tensor *dst, double v) {
   int err;
-  const qkv_backend *be = backend3(dst, NULL, NULL, &err);
+  const qkv_backend *be = qkv_op_backend(dst, NULL, NULL, &err);
   if (be == NULL) return err;
-  return self_overlapping(dst) ? QKV_EOVERLAP : be->fill(dst, v);
+  return qkv_op_self_overlapping(dst) ? QKV_EOVERLAP : be->fill(dst, v);
+}
+
+/* a contiguous tensor of t's shape and dtype dt in a new storage */
+int qkv_op_fresh (qkv_tensor *dst, const qkv_tensor *t, qkv_dtype dt) {
+  *dst = *t;
+  dst->dtype = dt;
+  dst->offset = 0;
+  qkv_set_contiguous(dst, t->ndim, t->size);
+  dst->storage = qkv_storage_new(t->storage->device, (size_t)qkv_numel(t) * qkv_elsize(dt), 0);
+  return dst->storage ? QKV_OK : QKV_ENOMEM;
+}
+
+/* x as the kernels over rows want it: contiguous, of dtype dt (x itself,
+   or a copy released through *tmp) */
+int qkv_op_contiguous_as (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x,
+                          qkv_dtype dt) {
+  *tmp = NULL;
+  *dst = *x;
+  if (x->dtype == dt && qkv_is_contiguous(x)) return QKV_OK;
+  int err = qkv_op_convert(dst, x, dt);
+  if (err == QKV_OK) *tmp = dst->storage;
+  return err;
+}
+
+/*
+** out as a kernel computes it: out itself, or for a dtype that is stored
+** but computed in another (int32, the halves) a fresh tensor of its shape
+** in that dtype, which qkv_op_done converts back into out and releases.
+*/
+int qkv_op_computed (qkv_tensor *out, qkv_tensor *tmp, qkv_tensor **use) {
+  qkv_dtype cd = qkv_compute_dtype(out->dtype);
+  *use = out;
+  if (cd == out->dtype) return QKV_OK;
+  int err = qkv_op_fresh(tmp, out, cd);
+  if (err == QKV_OK) *use = tmp;
+  return err;
+}
+
+int qkv_op_done (int err, const qkv_backend *be, qkv_tensor *out, qkv_tensor *use) {
+  if (use == out) return err;
+  if (err == QKV_OK) err = be->copy(out, use);
+  qkv_storage_release(use->storage);
+  return err;
 }
 
 static int is_compare (qkv_binop op) { return op >= QKV_EQ; }
@@ -159,50 +203,65 @@ static int same_view (const qkv_tensor *x, const qkv_tensor *out) {
 }
 
 /*
-** An operand of an op writing into out (in place): as operand(), but one
+** An operand of an op writing into out (in place): as qkv_op_operand(), but one
 ** that overlaps out and is not out itself is converted (read whole) first,
 ** since the kernel may write an element before it reads another.
 */
-static int input (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
+int qkv_op_input (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
                   const qkv_tensor *out, qkv_dtype dt) {
   qkv_tensor c;
   if (src->dtype != dt || same_view(src, out) || !overlap(src, out))
-    return operand(dst, tmp, src, out, dt);
-  int err = convert(&c, src, dt);
+    return qkv_op_operand(dst, tmp, src, out, dt);
+  int err = qkv_op_convert(&c, src, dt);
   if (err != QKV_OK) return err;
-  err = operand(dst, tmp, &c, out, dt);
+  err = qkv_op_operand(dst, tmp, &c, out, dt);
   *tmp = c.storage;
   return err;
 }
 
-int qkv_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
-                const qkv_tensor *b) {
-  int err;
-  const qkv_backend *be = backend3(out, a, b, &err);
-  if (be == NULL) return err;
-  if (self_overlapping(out)) return QKV_EOVERLAP;
-  qkv_dtype dt = is_compare(op) ? qkv_promote(a->dtype, b->dtype) : out->dtype;
+static int binary_in (const qkv_backend *be, qkv_binop op, qkv_tensor *out,
+                      const qkv_tensor *a, const qkv_tensor *b) {
+  qkv_dtype dt = is_compare(op) ? qkv_compute_dtype(qkv_promote(a->dtype, b->dtype))
+                                : out->dtype;
   qkv_tensor x, y;
   qkv_storage *tx, *ty = NULL;
-  err = input(&x, &tx, a, out, dt);
-  if (err == QKV_OK) err = input(&y, &ty, b, out, dt);
+  int err = qkv_op_input(&x, &tx, a, out, dt);
+  if (err == QKV_OK) err = qkv_op_input(&y, &ty, b, out, dt);
   if (err == QKV_OK) err = be->binary(op, out, &x, &y);
   qkv_storage_release(tx);
   qkv_storage_release(ty);
   return err;
 }
 
-int qkv_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
+int qkv_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+                const qkv_tensor *b) {
   int err;
-  const qkv_backend *be = backend3(out, a, NULL, &err);
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
-  if (self_overlapping(out)) return QKV_EOVERLAP;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(binary_in(be, op, o, a, b), be, out, o);
+}
+
+static int unary_in (const qkv_backend *be, qkv_unop op, qkv_tensor *out,
+                     const qkv_tensor *a) {
   qkv_tensor x;
   qkv_storage *tx;
-  err = input(&x, &tx, a, out, out->dtype);
+  int err = qkv_op_input(&x, &tx, a, out, out->dtype);
   if (err == QKV_OK) err = be->unary(op, out, &x);
   qkv_storage_release(tx);
   return err;
+}
+
+int qkv_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, a, NULL, &err);
+  if (be == NULL) return err;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(unary_in(be, op, o, a), be, out, o);
 }
 
 /* The dtype a reduction wants its input in. */
@@ -217,18 +276,16 @@ static qkv_dtype reduce_input_dtype (qkv_redop op, const qkv_tensor *out,
 ** `dim` removed or kept as 1; dim < 0 reduces everything to one element.
 ** The backend wants them with a's rank and size 1 at the reduced dim.
 */
-int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
-                const qkv_tensor *a, int dim) {
+static int reduce_in (const qkv_backend *be, qkv_redop op, qkv_tensor *out,
+                      qkv_tensor *idx, const qkv_tensor *a, int dim) {
   int err;
-  const qkv_backend *be = backend3(out, a, idx, &err);
-  if (be == NULL) return err;
   qkv_tensor x, o = *out, ix;
   qkv_storage *tx = NULL;
   if (dim < 0) {                     /* everything: a 1-D view of a */
     int64_t n = qkv_numel(a), one = 1;
     qkv_tensor flat = *a;
     if (qkv_view_reshape(&flat, a, 1, &n) != 0) {
-      err = convert(&flat, a, a->dtype);
+      err = qkv_op_convert(&flat, a, a->dtype);
       if (err != QKV_OK) return err;
       tx = flat.storage;
       qkv_view_reshape(&flat, &flat, 1, &n);
@@ -244,11 +301,11 @@ int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
       if (idx) qkv_view_unsqueeze(&ix, idx, dim);
     } else if (idx) ix = *idx;
   }
-  qkv_dtype want = reduce_input_dtype(op, out, a);
+  qkv_dtype want = qkv_compute_dtype(reduce_input_dtype(op, out, a));
   if (x.dtype != want) {
     qkv_tensor y;
     qkv_storage *ty;
-    err = operand(&y, &ty, &x, &x, want);
+    err = qkv_op_operand(&y, &ty, &x, &x, want);
     qkv_storage_release(tx);
     if (err != QKV_OK) return err;
     x = y;
@@ -259,12 +316,17 @@ int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
   return err;
 }
 
-int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
-                double alpha) {
+int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
+                const qkv_tensor *a, int dim) {
   int err;
-  const qkv_backend *be = backend3(out, a, b, &err);
-  if (be == NULL) return err;
-  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, a, idx, &err);
+  if (be == NULL || (err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(reduce_in(be, op, o, idx, a, dim), be, out, o);
+}
+
+static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
+                      const qkv_tensor *b, double alpha) {
   /* expand the batch dims to out's; the matrix dims keep their own sizes */
   int n = out->ndim;
   int64_t sa[QKV_MAXDIM], sb[QKV_MAXDIM];
@@ -277,68 +339,38 @@ int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   return be->matmul(out, &x, &y, alpha);
 }
 
+/* a and b of out's dtype; a float16 or bfloat16 product is one in float32
+   of the operands converted, rounded once at the end */
+int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                double alpha) {
+  int err;
+  qkv_tensor t, *o, x, y;
+  const qkv_backend *be = qkv_op_backend(out, a, b, &err);
+  if (be == NULL) return err;
+  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  if (o == out) return matmul_in(be, out, a, b, alpha);
+  if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
+    if ((err = qkv_op_convert(&y, b, o->dtype)) == QKV_OK) {
+      err = matmul_in(be, o, &x, &y, alpha);
+      qkv_storage_release(y.storage);
+    }
+    qkv_storage_release(x.storage);
+  }
+  return qkv_op_done(err, be, out, o);
+}
+
 int qkv_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {
   int err;
-  const qkv_backend *be = backend3(out, mask, NULL, &err);
+  const qkv_backend *be = qkv_op_backend(out, mask, NULL, &err);
   if (be == NULL) return err;
-  if (self_overlapping(out)) return QKV_EOVERLAP;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
   qkv_tensor m;
   qkv_storage *tm;
-  err = input(&m, &tm, mask, out, QKV_BOOL);
+  err = qkv_op_input(&m, &tm, mask, out, QKV_BOOL);
   if (err == QKV_OK) err = be->masked_fill(out, &m, v);
   qkv_storage_release(tm);
   return err;
-}
-
-
-/* selection */
-
-int qkv_where (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
-               const qkv_tensor *b) {
-  int err;
-  const qkv_backend *be = backend3(out, a, b, &err);
-  if (be == NULL || (be = backend3(out, cond, NULL, &err)) == NULL) return err;
-  if (self_overlapping(out)) return QKV_EOVERLAP;
-  qkv_tensor c, x, y;
-  qkv_storage *tc, *tx = NULL, *ty = NULL;
-  err = input(&c, &tc, cond, out, QKV_BOOL);
-  if (err == QKV_OK) err = input(&x, &tx, a, out, out->dtype);
-  if (err == QKV_OK) err = input(&y, &ty, b, out, out->dtype);
-  if (err == QKV_OK) err = be->where(out, &c, &x, &y);
-  qkv_storage_release(tc);
-  qkv_storage_release(tx);
-  qkv_storage_release(ty);
-  return err;
-}
-
-int qkv_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim) {
-  int err;
-  const qkv_backend *be = backend3(out, a, idx, &err);
-  if (be == NULL) return err;
-  if (a->dtype != out->dtype || idx->dtype != QKV_I64 || idx->ndim != out->ndim ||
-      a->ndim != out->ndim || dim < 0 || dim >= out->ndim)
-    return QKV_EINTERNAL;
-  for (int d = 0; d < out->ndim; d++)
-    if (idx->size[d] != out->size[d] || (d != dim && a->size[d] < out->size[d]))
-      return QKV_EINTERNAL;
-  if (self_overlapping(out)) return QKV_EOVERLAP;
-  return be->gather(out, a, idx, dim);
-}
-
-int qkv_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,
-              int descending) {
-  int err;
-  const qkv_backend *be = backend3(values, indices, a, &err);
-  if (be == NULL) return err;
-  if (values->dtype != a->dtype || indices->dtype != QKV_I64) return QKV_EINTERNAL;
-  if (self_overlapping(values) || self_overlapping(indices)) return QKV_EOVERLAP;
-  qkv_tensor x = *a, v = *values, ix = *indices;
-  if (a->ndim > 0) {              /* the sorted dim last: each row is a line */
-    qkv_view_transpose(&x, a, dim, a->ndim - 1);
-    qkv_view_transpose(&v, values, dim, a->ndim - 1);
-    qkv_view_transpose(&ix, indices, dim, a->ndim - 1);
-  }
-  return be->sort(&v, &ix, &x, descending);
 }
 
 
@@ -350,11 +382,8 @@ static uint64_t offset;                     /* next unused Philox block */
 void qkv_seed (uint64_t s) { seed = s; offset = 0; }
 uint64_t qkv_initial_seed (void) { return seed; }
 
-int qkv_random (qkv_tensor *out, qkv_dist dist) {
+static int random_in (const qkv_backend *be, qkv_tensor *out, qkv_dist dist) {
   int err;
-  const qkv_backend *be = backend3(out, NULL, NULL, &err);
-  if (be == NULL) return err;
-  if (!qkv_is_float(out->dtype)) return QKV_EDTYPE;
   uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   uint64_t n = (uint64_t)qkv_numel(out), per = out->dtype == QKV_F32 ? 4 : 2;
   err = be->random(out, dist, key, offset);
@@ -362,116 +391,13 @@ int qkv_random (qkv_tensor *out, qkv_dist dist) {
   return err;
 }
 
-
-/* attention */
-
-int qkv_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+/* a float16 or bfloat16 tensor takes float32's numbers, rounded */
+int qkv_random (qkv_tensor *out, qkv_dist dist) {
   int err;
-  const qkv_backend *be = backend3(out, x, NULL, &err);
-  if (be == NULL) return err;
-  qkv_tensor y;
-  qkv_storage *ty;
-  err = operand(&y, &ty, x, out, out->dtype);
-  if (err == QKV_OK) err = be->softmax(out, &y, dim);
-  qkv_storage_release(ty);
-  return err;
-}
-
-/* a contiguous tensor of t's shape and dtype dt in a new storage */
-static int fresh (qkv_tensor *dst, const qkv_tensor *t, qkv_dtype dt) {
-  *dst = *t;
-  dst->dtype = dt;
-  dst->offset = 0;
-  qkv_set_contiguous(dst, t->ndim, t->size);
-  dst->storage = qkv_storage_new(t->storage->device, (size_t)qkv_numel(t) * qkv_elsize(dt), 0);
-  return dst->storage ? QKV_OK : QKV_ENOMEM;
-}
-
-/* x as the kernels over rows want it: contiguous, of dtype dt (x itself,
-   or a copy released through *tmp) */
-static int contiguous_as (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x,
-                          qkv_dtype dt) {
-  *tmp = NULL;
-  *dst = *x;
-  if (x->dtype == dt && qkv_is_contiguous(x)) return QKV_OK;
-  int err = convert(dst, x, dt);
-  if (err == QKV_OK) *tmp = dst->storage;
-  return err;
-}
-
-int qkv_log_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
-  int err;
-  const qkv_backend *be = backend3(out, x, NULL, &err);
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, NULL, NULL, &err);
   if (be == NULL) return err;
   if (!qkv_is_float(out->dtype)) return QKV_EDTYPE;
-  int lastd = x->ndim ? x->ndim - 1 : 0;
-  qkv_tensor xt = *x, ot = *out, c, o;
-  qkv_storage *tx;
-  if (x->ndim) {                            /* dim last; rows contiguous */
-    qkv_view_transpose(&xt, x, dim, lastd);
-    qkv_view_transpose(&ot, out, dim, lastd);
-  }
-  if ((err = contiguous_as(&c, &tx, &xt, out->dtype)) != QKV_OK) return err;
-  if (qkv_is_contiguous(&ot)) err = be->log_softmax(&ot, &c);
-  else if ((err = fresh(&o, &c, out->dtype)) == QKV_OK) {  /* then moved back */
-    err = be->log_softmax(&o, &c);
-    if (err == QKV_OK) err = be->copy(&ot, &o);
-    qkv_storage_release(o.storage);
-  }
-  qkv_storage_release(tx);
-  return err;
-}
-
-int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
-                    const qkv_tensor *b, int64_t n, double eps) {
-  int err;
-  const qkv_backend *be = backend3(out, x, w, &err);
-  if (be == NULL || (b && (be = backend3(out, b, NULL, &err)) == NULL)) return err;
-  if (!qkv_is_float(out->dtype) || !qkv_is_contiguous(out)) return QKV_EINTERNAL;
-  qkv_tensor c, cw, cb;
-  qkv_storage *tx, *tw = NULL, *tb = NULL;
-  err = contiguous_as(&c, &tx, x, out->dtype);
-  if (err == QKV_OK && w) err = contiguous_as(&cw, &tw, w, out->dtype);
-  if (err == QKV_OK && b) err = contiguous_as(&cb, &tb, b, out->dtype);
-  if (err == QKV_OK) err = be->layer_norm(out, &c, w ? &cw : NULL, b ? &cb : NULL, n, eps);
-  qkv_storage_release(tx);
-  qkv_storage_release(tw);
-  qkv_storage_release(tb);
-  return err;
-}
-
-int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
-                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                   double scale) {
-  int err;
-  const qkv_backend *be = backend3(out, q, k, &err);
-  if (be == NULL || (be = backend3(out, v, mask, &err)) == NULL) return err;
-  int n = out->ndim;
-  int64_t nq = out->size[n - 2], nk = k->size[k->ndim - 2];
-  int64_t sq[QKV_MAXDIM], sk[QKV_MAXDIM], sv[QKV_MAXDIM], sm[QKV_MAXDIM];
-  for (int i = 0; i < n - 2; i++) sq[i] = sk[i] = sv[i] = sm[i] = out->size[i];
-  sq[n - 2] = nq; sq[n - 1] = q->size[q->ndim - 1];
-  sk[n - 2] = nk; sk[n - 1] = k->size[k->ndim - 1];
-  sv[n - 2] = nk; sv[n - 1] = v->size[v->ndim - 1];
-  sm[n - 2] = nq; sm[n - 1] = nk;
-  qkv_tensor x, y, z, m, *pm = NULL;
-  qkv_storage *tx = NULL, *ty = NULL, *tz = NULL, *tm = NULL;
-  qkv_tensor lq = *q, lk = *k, lv = *v;
-  /* the dtype first, at the operands' own sizes; then expand */
-  err = operand(&lq, &tx, q, q, out->dtype);
-  if (err == QKV_OK) err = operand(&lk, &ty, k, k, out->dtype);
-  if (err == QKV_OK) err = operand(&lv, &tz, v, v, out->dtype);
-  if (err == QKV_OK && mask) {
-    err = operand(&m, &tm, mask, mask, QKV_BOOL);
-    pm = &m;
-  }
-  if (err == QKV_OK && (qkv_expand(&x, &lq, n, sq) || qkv_expand(&y, &lk, n, sk) ||
-                        qkv_expand(&z, &lv, n, sv) || (pm && qkv_expand(pm, &m, n, sm))))
-    err = QKV_EINTERNAL;
-  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale);
-  qkv_storage_release(tx);
-  qkv_storage_release(ty);
-  qkv_storage_release(tz);
-  qkv_storage_release(tm);
-  return err;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(random_in(be, o, dist), be, out, o);
 }

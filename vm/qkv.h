@@ -12,7 +12,10 @@
 #define QKV_VERSION "0.1.0"
 #define QKV_MAXDIM 8
 
-typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_NDTYPE } qkv_dtype;
+/* float16 and bfloat16 are stored (2 bytes) and computed in float32, int32
+   stored and computed in int64 (ops.c), converted back on the way out */
+typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_I32, QKV_F16, QKV_BF16,
+               QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
@@ -58,8 +61,21 @@ size_t qkv_elsize(qkv_dtype t);
 const char *qkv_dtype_name(qkv_dtype t);
 int qkv_dtype_from_name(const char *name, qkv_dtype *t);   /* 1 if known */
 int qkv_is_float(qkv_dtype t);
-qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);  /* bool < int64 < f32 < f64 */
+/* bool < int32 < int64 < float16, bfloat16 < float32 < float64; float16
+   with bfloat16 gives float32, as in PyTorch */
+qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);
+/* the dtype the kernels compute dt in: int32 in int64, the halves in
+   float32, the rest in themselves */
+qkv_dtype qkv_compute_dtype(qkv_dtype dt);
 const char *qkv_device_name(qkv_device d);
+/* one element of dtype dt at p: read as a double (int64 past 2^53 rounds),
+   or as an int64 (floats truncate toward 0, clamped); written from a
+   double (floats round, ints truncate and clamp, bool is x != 0) or an
+   int64 (exact for the int types) */
+double qkv_elem_get(qkv_dtype dt, const void *p);
+int64_t qkv_elem_geti(qkv_dtype dt, const void *p);
+void qkv_elem_set(qkv_dtype dt, void *p, double x);
+void qkv_elem_seti(qkv_dtype dt, void *p, int64_t i);
 
 /*
 ** The storage of a closed tensor (or of one not yet made): no data, never

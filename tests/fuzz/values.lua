@@ -108,6 +108,9 @@ local function values(dtype, n)
     if dtype == "bool" then v[i] = chance(0.5)
     elseif dtype == "int64" then
       v[i] = (specials and chance(0.1)) and pick(INTS) or random(-5, 5)
+    elseif dtype == "int32" then
+      v[i] = (specials and chance(0.1)) and pick{2147483647, -2147483648, 0, -1}
+             or random(-5, 5)
     else
       v[i] = (specials and chance(0.2)) and pick(SPECIAL) or (random() * 4 - 2)
     end
@@ -124,7 +127,7 @@ end
 local function contiguous_tensor(dtype, shape)
   if #shape == 0 then return qkv.tensor(values(dtype, 1)[1], dtype) end
   local n = numel_of(shape)
-  if n > 256 and dtype ~= "bool" and dtype ~= "int64" then
+  if n > 256 and dtype ~= "bool" and dtype ~= "int64" and dtype ~= "int32" then
     local x = qkv.randn(shape, dtype == "float64" and "float64" or "float32")
     return x.dtype == dtype and x or x:to(dtype)
   end

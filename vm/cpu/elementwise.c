@@ -184,6 +184,7 @@ int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
   }
 
 MASKED_ROW(masked_1, uint8_t)
+MASKED_ROW(masked_2, uint16_t)
 MASKED_ROW(masked_4, uint32_t)
 MASKED_ROW(masked_8, uint64_t)
 
@@ -197,6 +198,7 @@ int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v) {
   s = qkv_cpu_scalar_of(out->dtype, v);
   switch (qkv_elsize(out->dtype)) {
     case 1: fn = masked_1; break;
+    case 2: fn = masked_2; break;
     case 4: fn = masked_4; break;
     case 8: fn = masked_8; break;
     default: return QKV_EINTERNAL;

@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 #include "../qkv.h"
+#include "../half.h"
 
 #define QKV_ITER_MAXOP 4
 
@@ -96,8 +97,16 @@ typedef union qkv_cpu_scalar {
   float f32;
   double f64;
   int64_t i64;
+  int32_t i32;
+  uint16_t h;
   uint8_t b;
 } qkv_cpu_scalar;
+
+/* double -> int32 as qkv_cpu_d2i, clamping to int32's range */
+static inline int32_t qkv_cpu_d2i32(double x) {
+  int64_t i = qkv_cpu_d2i(x);
+  return (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
+}
 
 static inline qkv_cpu_scalar qkv_cpu_scalar_of(qkv_dtype t, double v) {
   qkv_cpu_scalar s;
@@ -106,6 +115,9 @@ static inline qkv_cpu_scalar qkv_cpu_scalar_of(qkv_dtype t, double v) {
     case QKV_F32: s.f32 = (float)v; break;
     case QKV_F64: s.f64 = v; break;
     case QKV_I64: s.i64 = qkv_cpu_d2i(v); break;
+    case QKV_I32: s.i32 = qkv_cpu_d2i32(v); break;
+    case QKV_F16: s.h = qkv_f2h((float)v); break;
+    case QKV_BF16: s.h = qkv_f2bf((float)v); break;
     default: s.b = (uint8_t)(v != 0); break;
   }
   return s;

@@ -144,12 +144,8 @@ static void load (const Sort *s, const char *p, int64_t st, int64_t n) {
     const char *e = p + i * st * (int64_t)qkv_elsize(s->a->dtype);
     Item *it = &s->buf[i];
     it->i = i;
-    switch (s->a->dtype) {
-      case QKV_F32: it->v.d = *(const float *)e; break;
-      case QKV_F64: it->v.d = *(const double *)e; break;
-      case QKV_I64: it->v.l = *(const int64_t *)e; break;
-      default: it->v.l = *(const unsigned char *)e; break;
-    }
+    if (qkv_is_float(s->a->dtype)) it->v.d = qkv_elem_get(s->a->dtype, e);
+    else it->v.l = qkv_elem_geti(s->a->dtype, e);
   }
 }
 
@@ -158,12 +154,8 @@ static void store (const Sort *s, char *p, int64_t st, int64_t *ix, int64_t sti,
     char *e = p + i * st * (int64_t)qkv_elsize(s->v->dtype);
     const Item *it = &s->buf[i];
     ix[i * sti] = it->i;
-    switch (s->v->dtype) {
-      case QKV_F32: *(float *)e = (float)it->v.d; break;
-      case QKV_F64: *(double *)e = it->v.d; break;
-      case QKV_I64: *(int64_t *)e = it->v.l; break;
-      default: *(unsigned char *)e = (unsigned char)it->v.l; break;
-    }
+    if (qkv_is_float(s->v->dtype)) qkv_elem_set(s->v->dtype, e, it->v.d);  /* exact */
+    else qkv_elem_seti(s->v->dtype, e, it->v.l);
   }
 }
 

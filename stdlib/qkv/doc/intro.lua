@@ -29,8 +29,9 @@ Namespaces
   qkv.test   assertions for LuaUnit suites, which qkv test runs
   qkv.repl   the REPL's settings
 
-dtypes: "float32" (the default), "float64", "int64", "bool"; also as
-qkv.float32, qkv.float64, qkv.int64, qkv.bool. Devices: "cpu", and "cuda"
+dtypes: "float32" (the default), "float64", "float16", "bfloat16" (2 bytes,
+computed in float32), "int64", "int32", "bool"; also as qkv.float32, ...
+Devices: "cpu", and "cuda"
 when qkv.cuda_available() says a CUDA backend is there.
 Dims and indices count from 1; a negative one counts from the end.
 ]]
@@ -38,7 +39,8 @@ Dims and indices count from 1; a negative one counts from the end.
 local tensor = [[
 Properties:
   x.shape     the sizes, a table that prints as (2, 3) and compares with ==
-  x.dtype     "float32", "float64", "int64" or "bool"
+  x.dtype     "float32", "float64", "float16", "bfloat16", "int64",
+              "int32" or "bool"
   x.device    "cpu" (or "cuda")
   x.ndim      the number of dims, as x:dim()
   #x          the size of dim 1

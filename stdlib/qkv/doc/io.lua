@@ -11,8 +11,9 @@ local ATOMIC = "A regular file is written atomically: a temp file in the " ..
 return {
   {name = "qkv.save", sig = "qkv.save(path, x)", group = "files",
    doc = [[Writes the tensor x to path as a NumPy .npy file, with the header
-that np.save writes. float32, float64, int64 and bool are '<f4', '<f8',
-'<i8' and '|b1', in C order (a non-contiguous view is written as its
+that np.save writes. float32, float64, float16, int64, int32 and bool are
+'<f4', '<f8', '<f2', '<i8', '<i4' and '|b1', bfloat16 '|V2' (as NumPy
+writes ml_dtypes' bfloat16), in C order (a non-contiguous view is written as its
 contiguous copy), 0-d and empty tensors included. ]] .. ATOMIC .. [[A file
 that cannot be written is an error naming it: save: path: Permission
 denied. As np.save.]],
@@ -26,8 +27,8 @@ os.remove(path)]=]},
   {name = "qkv.load", sig = "qkv.load(path)", group = "files",
    doc = [[Reads a tensor from the .npy file at path, bit for bit. It reads
 format versions 1.0, 2.0 and 3.0, either byte order, Fortran order (as the
-same values in C order), float16 (exactly, as float32), float32, float64,
-bool, and every integer width as int64. The header is checked against the
+same values in C order), float16, float32, float64, bool, int32, a 2-byte
+void as bfloat16, and the other integer widths as int64. The header is checked against the
 file's size before anything is allocated, so a truncated, corrupted or
 lying file is an error naming the file and what is wrong: load: path:
 shape (2, 3) needs 24 bytes of data but the file has 20. As np.load.]]},

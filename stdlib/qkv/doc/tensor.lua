@@ -41,6 +41,13 @@ tensor gives its one value. The tensor must be on the CPU. As
 torch.Tensor.tolist.]],
    example = [=[print(qkv.tensor{{1, 2}, {3, 4}}:tolist()[2][1])   --> 3.0]=]},
 
+  {name = "Tensor:element_size", sig = "x:element_size()", group = "size and layout",
+   doc = [[The bytes one element takes: 4 for float32 and int32, 8 for
+float64 and int64, 2 for float16 and bfloat16, 1 for bool. x:numel() *
+x:element_size() is the bytes of x's data. As
+torch.Tensor.element_size.]],
+   example = [=[print(qkv.ones(2, "float16"):element_size())   --> 2]=]},
+
   {name = "Tensor:item", sig = "x:item()", group = "values",
    doc = [[The one value of a tensor with one element, of any shape, as a
 Lua number (an integer for int64) or a boolean. More or fewer elements are
@@ -127,8 +134,9 @@ torch.Tensor.clone.]]},
 
   {name = "Tensor:to", sig = "x:to(dtype | device)", group = "copies and devices",
    doc = [[x converted to a dtype or moved to a device; x itself when
-nothing changes. The dtypes are "float32", "float64", "int64" and "bool",
-the devices "cpu" and "cuda". A float
+nothing changes. The dtypes are "float32", "float64", "float16",
+"bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
+The halves round to nearest even. A float
 converted to int64 truncates, and any nonzero number becomes true as bool.
 An unknown name is an error listing the dtypes, and "cuda" is an error
 when qkv.cuda_available() is false. As torch.Tensor.to.]],

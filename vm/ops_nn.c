@@ -1,0 +1,181 @@
+/*
+** ops_nn.c -- device dispatch of the ops over rows and positions: where,
+** gather, sort, softmax, log_softmax, layer_norm and attention (vm/ops.c
+** has the rest, and the helpers of vm/ops.h).  An out of a dtype that is
+** stored but not computed (int32, the halves) is computed in its compute
+** dtype and converted back.
+*/
+#include "qkv.h"
+#include "backend.h"
+#include "ops.h"
+
+/* selection */
+
+int qkv_where (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+               const qkv_tensor *b) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(out, a, b, &err);
+  if (be == NULL || (be = qkv_op_backend(out, cond, NULL, &err)) == NULL) return err;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  qkv_tensor c, x, y;
+  qkv_storage *tc, *tx = NULL, *ty = NULL;
+  err = qkv_op_input(&c, &tc, cond, out, QKV_BOOL);
+  if (err == QKV_OK) err = qkv_op_input(&x, &tx, a, out, out->dtype);
+  if (err == QKV_OK) err = qkv_op_input(&y, &ty, b, out, out->dtype);
+  if (err == QKV_OK) err = be->where(out, &c, &x, &y);
+  qkv_storage_release(tc);
+  qkv_storage_release(tx);
+  qkv_storage_release(ty);
+  return err;
+}
+
+int qkv_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(out, a, idx, &err);
+  if (be == NULL) return err;
+  if (a->dtype != out->dtype || idx->dtype != QKV_I64 || idx->ndim != out->ndim ||
+      a->ndim != out->ndim || dim < 0 || dim >= out->ndim)
+    return QKV_EINTERNAL;
+  for (int d = 0; d < out->ndim; d++)
+    if (idx->size[d] != out->size[d] || (d != dim && a->size[d] < out->size[d]))
+      return QKV_EINTERNAL;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  return be->gather(out, a, idx, dim);
+}
+
+int qkv_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,
+              int descending) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(values, indices, a, &err);
+  if (be == NULL) return err;
+  if (values->dtype != a->dtype || indices->dtype != QKV_I64) return QKV_EINTERNAL;
+  if (qkv_op_self_overlapping(values) || qkv_op_self_overlapping(indices)) return QKV_EOVERLAP;
+  qkv_tensor x = *a, v = *values, ix = *indices;
+  if (a->ndim > 0) {              /* the sorted dim last: each row is a line */
+    qkv_view_transpose(&x, a, dim, a->ndim - 1);
+    qkv_view_transpose(&v, values, dim, a->ndim - 1);
+    qkv_view_transpose(&ix, indices, dim, a->ndim - 1);
+  }
+  return be->sort(&v, &ix, &x, descending);
+}
+
+
+/* rows */
+
+static int softmax_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x,
+                       int dim) {
+  qkv_tensor y;
+  qkv_storage *ty;
+  int err = qkv_op_operand(&y, &ty, x, out, out->dtype);
+  if (err == QKV_OK) err = be->softmax(out, &y, dim);
+  qkv_storage_release(ty);
+  return err;
+}
+
+int qkv_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, x, NULL, &err);
+  if (be == NULL || (err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(softmax_in(be, o, x, dim), be, out, o);
+}
+
+static int log_softmax_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x,
+                           int dim) {
+  int err;
+  if (!qkv_is_float(out->dtype)) return QKV_EDTYPE;
+  int lastd = x->ndim ? x->ndim - 1 : 0;
+  qkv_tensor xt = *x, ot = *out, c, o;
+  qkv_storage *tx;
+  if (x->ndim) {                            /* dim last; rows contiguous */
+    qkv_view_transpose(&xt, x, dim, lastd);
+    qkv_view_transpose(&ot, out, dim, lastd);
+  }
+  if ((err = qkv_op_contiguous_as(&c, &tx, &xt, out->dtype)) != QKV_OK) return err;
+  if (qkv_is_contiguous(&ot)) err = be->log_softmax(&ot, &c);
+  else if ((err = qkv_op_fresh(&o, &c, out->dtype)) == QKV_OK) {  /* then moved back */
+    err = be->log_softmax(&o, &c);
+    if (err == QKV_OK) err = be->copy(&ot, &o);
+    qkv_storage_release(o.storage);
+  }
+  qkv_storage_release(tx);
+  return err;
+}
+
+int qkv_log_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, x, NULL, &err);
+  if (be == NULL || (err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(log_softmax_in(be, o, x, dim), be, out, o);
+}
+
+static int layer_norm_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x,
+                          const qkv_tensor *w, const qkv_tensor *b, int64_t n, double eps) {
+  int err;
+  if (!qkv_is_float(out->dtype) || !qkv_is_contiguous(out)) return QKV_EINTERNAL;
+  qkv_tensor c, cw, cb;
+  qkv_storage *tx, *tw = NULL, *tb = NULL;
+  err = qkv_op_contiguous_as(&c, &tx, x, out->dtype);
+  if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, out->dtype);
+  if (err == QKV_OK && b) err = qkv_op_contiguous_as(&cb, &tb, b, out->dtype);
+  if (err == QKV_OK) err = be->layer_norm(out, &c, w ? &cw : NULL, b ? &cb : NULL, n, eps);
+  qkv_storage_release(tx);
+  qkv_storage_release(tw);
+  qkv_storage_release(tb);
+  return err;
+}
+
+int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                    const qkv_tensor *b, int64_t n, double eps) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, x, w, &err);
+  if (be == NULL || (b && (be = qkv_op_backend(out, b, NULL, &err)) == NULL)) return err;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(layer_norm_in(be, o, x, w, b, n, eps), be, out, o);
+}
+
+static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
+                         const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                         int causal, double scale) {
+  int err, n = out->ndim;
+  int64_t nq = out->size[n - 2], nk = k->size[k->ndim - 2];
+  int64_t sq[QKV_MAXDIM], sk[QKV_MAXDIM], sv[QKV_MAXDIM], sm[QKV_MAXDIM];
+  for (int i = 0; i < n - 2; i++) sq[i] = sk[i] = sv[i] = sm[i] = out->size[i];
+  sq[n - 2] = nq; sq[n - 1] = q->size[q->ndim - 1];
+  sk[n - 2] = nk; sk[n - 1] = k->size[k->ndim - 1];
+  sv[n - 2] = nk; sv[n - 1] = v->size[v->ndim - 1];
+  sm[n - 2] = nq; sm[n - 1] = nk;
+  qkv_tensor x, y, z, m, *pm = NULL;
+  qkv_storage *tx = NULL, *ty = NULL, *tz = NULL, *tm = NULL;
+  qkv_tensor lq = *q, lk = *k, lv = *v;
+  /* the dtype first, at the operands' own sizes; then expand */
+  err = qkv_op_operand(&lq, &tx, q, q, out->dtype);
+  if (err == QKV_OK) err = qkv_op_operand(&lk, &ty, k, k, out->dtype);
+  if (err == QKV_OK) err = qkv_op_operand(&lv, &tz, v, v, out->dtype);
+  if (err == QKV_OK && mask) {
+    err = qkv_op_operand(&m, &tm, mask, mask, QKV_BOOL);
+    pm = &m;
+  }
+  if (err == QKV_OK && (qkv_expand(&x, &lq, n, sq) || qkv_expand(&y, &lk, n, sk) ||
+                        qkv_expand(&z, &lv, n, sv) || (pm && qkv_expand(pm, &m, n, sm))))
+    err = QKV_EINTERNAL;
+  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale);
+  qkv_storage_release(tx);
+  qkv_storage_release(ty);
+  qkv_storage_release(tz);
+  qkv_storage_release(tm);
+  return err;
+}
+
+int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                   double scale) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, q, k, &err);
+  if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL) return err;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
+}
