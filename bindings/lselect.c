@@ -187,6 +187,21 @@ static int s_not (lua_State *L) {
   return 1;
 }
 
+/* ~x: logical_not of a bool tensor, the bitwise not (-1 - x) of an
+   integer one, as PyTorch's ~; a float tensor has none */
+static int s_bnot (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  if (x->dtype == QKV_BOOL) return s_not(L);
+  if (qkv_is_float(x->dtype))
+    return luaL_error(L, "bnot: ~x needs a bool or integer tensor, got %s",
+                      qkv_dtype_name(x->dtype));
+  qkv_tensor *out = qkvL_newlike(L, x, x->dtype);
+  qkvL_Scalar m1;
+  m1.v.i = -1;
+  qkvL_check(L, "bnot", qkv_binary(QKV_SUB, out, qkvL_scalar(&m1, QKV_I64), x));
+  return 1;
+}
+
 
 /* index_select, gather, embedding */
 
@@ -488,5 +503,6 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module) {
   luaL_setfuncs(L, both, 0);
   luaL_setfuncs(L, mod, 0);
   lua_pop(L, 2);
-  (void)mt;
+  lua_pushcfunction(L, s_bnot);
+  lua_setfield(L, mt, "__bnot");
 }

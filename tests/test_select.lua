@@ -107,6 +107,11 @@ function TestLogical:testOps()
     lu.assertEquals(flat(a[name](a, b)), flat(out), name .. " method")
   end
   lu.assertEquals(flat(a:logical_not()), each({3, 1}, function(x) return x == 0 end, a))
+  -- ~x: logical_not on bool, bitwise not on integers, as PyTorch's
+  lu.assertEquals((~qkv.tensor({true, false})):tolist(), {false, true})
+  lu.assertEquals((~I{0, 5, -1, math.maxinteger}):tolist(), {-1, -6, 0, math.mininteger})
+  lu.assertEquals((~qkv.tensor({7}, "int32")).dtype, "int32")
+  fails("bnot: ~x needs a bool or integer tensor, got float32", function() return ~a end)
   fails("logical_and: shapes (2,) and (3,) do not broadcast", qkv.logical_and, qkv.ones(2), qkv.ones(3))
   fails("qkv.Tensor expected", qkv.logical_or, qkv.ones(2), 1)
 end

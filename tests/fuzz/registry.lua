@@ -25,6 +25,7 @@ local META = {
   __div = {function(x, y) return x / y end, "x", "y"},
   __pow = {function(x, y) return x ^ y end, "x", "y"},
   __unm = {function(x) return -x end, "x"},
+  __bnot = {function(x) return ~x end, "x"},
   __len = {function(x) return #x end, "x"},
   __tostring = {function(x) return tostring(x) end, "x"},
   __index = {function(x, k) return x[k] end, "x", "k"},
@@ -32,7 +33,7 @@ local META = {
   __close = {function(x) local c <close> = x end, "x"},
 }
 -- names an operator's error may give besides its own without the "__"
-local META_ALIAS = {__unm = {"neg"}, __newindex = {"index"}}
+local META_ALIAS = {__unm = {"neg"}, __newindex = {"index"}, __bnot = {"logical_not"}}
 
 -- "qkv.max(x [, dim [, keepdim]])" -> {{name = "x"}, {name = "dim", opt = true}, ...}
 function R.params(sig)

@@ -82,8 +82,12 @@ bool gives int64. As torch.abs.]]},
   unary("sqrt", "The square root of x", "The root of a negative number " ..
     "is NaN, a value rather than an error. ", "torch.sqrt"),
   unary("tanh", "The hyperbolic tangent of x", "", "torch.tanh"),
-  unary("sigmoid", "The logistic sigmoid of x, 1 / (1 + e^-x)",
-        "It saturates to 0 and 1 without NaN at either end. ", "torch.sigmoid"),
+  (function(r)
+    r.example = [=[print(qkv.tensor{-1, 0, 1}:sigmoid())
+--> tensor([0.2689, 0.5000, 0.7311])]=]
+    return r
+  end)(unary("sigmoid", "The logistic sigmoid of x, 1 / (1 + e^-x)",
+             "It saturates to 0 and 1 without NaN at either end. ", "torch.sigmoid")),
   unary("silu", "The SiLU (swish) of x, x * sigmoid(x)", "", "torch.nn.functional.silu"),
   unary("sin", "The sine of x (radians)", "", "torch.sin"),
   unary("cos", "The cosine of x (radians)", "", "torch.cos"),

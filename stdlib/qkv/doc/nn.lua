@@ -31,7 +31,12 @@ As torch.nn.GELU.]]},
 table of sizes): m(x) is qkv.layer_norm(x, shape, m.w, m.b, m.eps). w starts
 at ones and b at zeros, of that shape. opts: eps (1e-5),
 elementwise_affine (true; false: no w and b), bias (true) and dtype. As
-torch.nn.LayerNorm.]]},
+torch.nn.LayerNorm.]],
+   example = [=[local ln = qkv.nn.LayerNorm(3)
+print(ln)
+print(ln(qkv.tensor{{1, 2, 3}}))
+--> LayerNorm((3,), eps=1e-05, elementwise_affine=true)
+--> tensor([[-1.2247,  0.0000,  1.2247]])]=]},
 
   {name = "qkv.nn.Dropout", sig = "qkv.nn.Dropout([p])", group = "modules",
    doc = [[Dropout as a module: m(x) is qkv.dropout(x, m.p, m.training), so it
@@ -43,7 +48,11 @@ identity after m:eval(). It has no weights. As torch.nn.Dropout.]]},
    doc = [[A lookup table of num_embeddings rows of dim: m(ids) is
 qkv.embedding(ids, m.W), for int64 ids (1-based) of any shape. W starts
 from N(0, 1), as PyTorch's, drawn from qkv's generator. opts.dtype picks
-float32 or float64. As torch.nn.Embedding.]]},
+float32 or float64. As torch.nn.Embedding.]],
+   example = [=[qkv.seed(0)
+local e = qkv.nn.Embedding(10, 4)
+print(e, e(qkv.tensor({{1, 2}, {3, 4}}, "int64")).shape)
+--> Embedding(10, 4)	(2, 2, 4)]=]},
 
   {name = "qkv.nn.Identity", sig = "qkv.nn.Identity()", group = "modules",
    doc = [[A module that returns its input: m(x) is x. It has no weights.
@@ -150,7 +159,11 @@ sum(p.numel() for p in m.parameters()) in PyTorch.]]},
    doc = [[Puts m and its submodules in training mode (mode true, the
 default) or evaluation mode (false), and returns m. Only Dropout behaves
 differently; m.training says which mode a module is in. As
-torch.nn.Module.train.]]},
+torch.nn.Module.train.]],
+   example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 2), qkv.nn.Dropout(0.1))
+m:eval()
+print(m.training, m[2].training, m:train()[2].training)
+--> false	false	true]=]},
 
   {name = "Module:eval", sig = "m:eval()", group = "module methods",
    doc = [[Puts m and its submodules in evaluation mode, m:train(false), and

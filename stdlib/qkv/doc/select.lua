@@ -53,7 +53,10 @@ when j - i <= k. x needs at least 2 dims. As torch.tril.]],
   both("triu", "[k]", "selection and indexing",
     [[A copy of x with zeros below the k-th diagonal of its last two dims:
 element (i, j) stays when j - i >= k. k defaults to 0, the main diagonal,
-and x needs at least 2 dims. As torch.triu.]]),
+and x needs at least 2 dims. As torch.triu.]],
+    [=[print(qkv.ones(2, 3):triu(1))
+--> tensor([[0., 1., 1.],
+-->         [0., 0., 1.]])]=]),
   both("any", "[dim [, keepdim]]", "selection and indexing",
     [[Whether any element is nonzero (true for bool), over everything (a 0-d
 bool tensor) or along dim, which goes or stays as size 1 with keepdim. An
@@ -61,8 +64,15 @@ empty tensor gives false. As torch.any.]],
     [=[print(qkv.tensor{{0, 1}, {0, 0}}:any(2))   --> tensor([ True, False])]=]),
   both("all", "[dim [, keepdim]]", "selection and indexing",
     [[Whether every element is nonzero, over everything or along dim, as
-any. An empty tensor gives true. As torch.all.]]),
-  logical("logical_and", "both x and y are nonzero"),
+any. An empty tensor gives true. As torch.all.]],
+    [=[print(qkv.tensor{{1, 0}, {2, 3}}:all(2))
+--> tensor([False,  True])]=]),
+  (function(r)
+    r.example = [=[local a, b = qkv.tensor{true, true, false}, qkv.tensor{1, 0, 1}
+print(a:logical_and(b), a:logical_or(b))
+--> tensor([ True, False, False])	tensor([True, True, True])]=]
+    return r
+  end)(logical("logical_and", "both x and y are nonzero")),
   logical("logical_or", "x or y is nonzero"),
   logical("logical_xor", "exactly one of x and y is nonzero"),
   both("logical_not", "", "selection and indexing",
@@ -81,7 +91,11 @@ print(x:index_select(2, qkv.tensor({3, 1}, "int64")))
     [=[Values of x read along dim at the positions in index, an int64 tensor
 with x's number of dims and no dim larger than x's but dim: out[i][j] =
 x[i][index[i][j]] for dim 2. The result has index's shape. ]=] .. POS ..
-    [[As torch.gather.]]),
+    [[As torch.gather.]],
+    [=[local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+print(x:gather(2, qkv.tensor({{3, 1}, {2, 2}}, "int64")))
+--> tensor([[3., 1.],
+-->         [5., 5.]])]=]),
   {name = "qkv.embedding", sig = "qkv.embedding(ids, W)", group = "selection and indexing",
    doc = [[The rows of W (num_embeddings, dim) at the int64 ids (any shape):
 the result is (ids..., dim). ]] .. POS .. [[As torch.nn.functional.embedding.]],
@@ -98,7 +112,14 @@ print(v, i)   --> tensor([1., 2., 3.])	tensor([2, 3, 1])]=]),
   both("topk", "k [, dim [, largest]]", "selection and indexing",
     [[The k largest elements along dim (default the last), or the k smallest
 when largest is false, sorted, and their 1-based positions. k must be
-between 0 and the dim's size. As torch.topk.]]),
+between 0 and the dim's size. As torch.topk.]],
+    [=[local v, i = qkv.tensor{{3, 1, 5}, {2, 9, 0}}:topk(2)
+print(v)
+print(i)
+--> tensor([[5., 3.],
+-->         [9., 2.]])
+--> tensor([[3, 1],
+-->         [2, 1]])]=]),
 
   {name = "qkv.layer_norm", sig = "qkv.layer_norm(x, shape [, w [, b [, eps]]])",
    group = "layers",
@@ -114,7 +135,10 @@ torch.nn.functional.layer_norm.]],
 the rest scaled by 1 / (1 - p), while training (the default); x itself when
 training is false or p is 0. The mask is qkv.rand(x.shape) >= p, drawn
 from qkv's generator (Philox), so qkv.seed makes it reproducible. As
-torch.nn.functional.dropout.]]},
+torch.nn.functional.dropout.]],
+   example = [=[qkv.seed(1)
+print(qkv.dropout(qkv.ones(4), 0.5), qkv.dropout(qkv.ones(2), 0.5, false))
+--> tensor([2., 2., 2., 2.])	tensor([1., 1.])]=]},
 
   both("clamp", "[min [, max]]", "math",
     [[x with every element brought into [min, max]: max(x, min), then
@@ -124,7 +148,10 @@ error. As torch.clamp.]],
     [=[print(qkv.tensor{-2, 0.5, 3}:clamp(0, 1))   --> tensor([0.0000, 0.5000, 1.0000])]=]),
   both("mm", "y", "math",
     [[The matrix product of two 2-D tensors, no broadcasting: matmul's
-strict form. Any other shapes are an error naming both. As torch.mm.]]),
+strict form. Any other shapes are an error naming both. As torch.mm.]],
+    [=[print(qkv.mm(qkv.eye(2), qkv.tensor{{1, 2}, {3, 4}}))
+--> tensor([[1., 2.],
+-->         [3., 4.]])]=]),
   both("bmm", "y", "math",
     [[The batched matrix product of two 3-D tensors (b, n, m) and (b, m, p),
 no broadcasting. Batches that differ are an error naming both shapes. As
@@ -143,7 +170,13 @@ one outside int64's range is an error. As torch.Tensor.long.]]},
    doc = [[x as bool, as x:to("bool"). Nonzero (NaN too) is true. As
 torch.Tensor.bool.]]},
 
-  inplace("add_", "Adds y to x", "torch.Tensor.add_"),
+  (function(r)
+    r.example = [=[local x = qkv.ones(3)
+x:narrow(1, 2, 2):add_(10)
+print(x)
+--> tensor([ 1., 11., 11.])]=]
+    return r
+  end)(inplace("add_", "Adds y to x", "torch.Tensor.add_")),
   inplace("sub_", "Subtracts y from x", "torch.Tensor.sub_"),
   inplace("mul_", "Multiplies x by y", "torch.Tensor.mul_"),
   inplace("div_", "Divides x by y (an integral x cannot hold the quotient)",
@@ -163,7 +196,12 @@ writes its base. As torch.Tensor.zero_.]]},
   {name = "Tensor:copy_", sig = "x:copy_(src)", group = "in place",
    doc = [[Copies src into x (converting its dtype, broadcasting it to x's
 shape) and returns x. A src that overlaps x is read whole first, as
-through a temporary. As torch.Tensor.copy_.]]},
+through a temporary. As torch.Tensor.copy_.]],
+   example = [=[local x = qkv.zeros(2, 3)
+x:copy_(qkv.tensor{1, 2, 3})
+print(x)
+--> tensor([[1., 2., 3.],
+-->         [1., 2., 3.]])]=]},
   {name = "Tensor:clamp_", sig = "x:clamp_([min [, max]])", group = "in place",
    doc = [[x:clamp(min, max) written into x, which is returned. A float
 bound on an integral x is an error, as the result cannot be held. As
