@@ -42,13 +42,13 @@ S.cases = {
   {"softmax(2)", "softmax", "x = " .. full(N8, N8, 1), "x:softmax(2)"},
   {"log_softmax(2)", "log_softmax", "x = " .. full(N8, N8, 1), "x:log_softmax(2)"},
   {"layer_norm", "layer_norm", "x = " .. full(N8, N8, 1), ("qkv.layer_norm(x, %d)"):format(N8)},
-  -- the unfused path is products and a softmax: the error names the one
-  -- it stopped in
-  {"attention", {"attention", "matmul", "softmax"}, "q = qkv.full({1, 4, 4096, 64}, 0.1)",
-   "qkv.attention(q, q, q)"},
+  -- the unfused path is products and a softmax, reported as attention's
+  {"attention", "attention", "q = qkv.full({1, 4, 4096, 64}, 0.1)", "qkv.attention(q, q, q)"},
   {"attention, fused", "attention", "q = qkv.full({1, 8, 16384, 64}, 0.1)",
    "qkv.attention(q, q, q, {weights = false})"},
   {"randn", "randn", "", ("qkv.randn(%d, %d)"):format(N8, N8)},
+  {"arange", "arange", "", ("qkv.arange(%d)"):format(N8 * N8)},
+  {"causal", "causal", "", ("qkv.causal(%d)"):format(N16)},
   {"sort(2)", "sort", "x = qkv.randn(1024, 65536)", "x:sort(2)"},
   {"where", "where", "x = " .. full(N8, N8) .. "; m = x:gt(0)", "qkv.where(m, x, 0)"},
   {"save", "save", "x = " .. full(N8, N8) .. "; p = os.tmpname()",
