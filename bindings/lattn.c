@@ -118,7 +118,7 @@ static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
       shape_error(L, name, "b", b, "W", W, lua_pushfstring(L, "b must be "
                   "(d_out,) = (%I,)", (lua_Integer)W->size[1]));
   }
-  qkv_tensor *out = qkvL_matmul(L, x, W, 1);
+  qkv_tensor *out = qkvL_matmul(L, name, x, W, 1);
   if (b) qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, b));
   return out;
 }
@@ -162,7 +162,7 @@ static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
   qkv_tensor Kt;
   check_qk(L, name, Q, K);
   qkv_view_transpose(&Kt, K, K->ndim - 2, K->ndim - 1);
-  return qkvL_matmul(L, Q, &Kt, scale);
+  return qkvL_matmul(L, name, Q, &Kt, scale);
 }
 
 static int a_scores (lua_State *L) {
@@ -238,14 +238,40 @@ static int a_mask (lua_State *L) {
   return 1;
 }
 
+/*
+** Rows of n bools, row b `first` for its first cut(b) items and !first for
+** the rest, with a look at the interrupt flag every 64K bools (a mask of
+** 2^31 x 2^31 could otherwise keep a Ctrl-C waiting for minutes).
+*/
+static void fill_rows (lua_State *L, const char *name, unsigned char *p,
+                       int64_t rows, int64_t n, int first,
+                       int64_t (*cut)(int64_t b, const void *ctx), const void *ctx) {
+  int64_t left = 65536;
+  if (n == 0) return;                    /* (p may be NULL) */
+  for (int64_t b = 0; b < rows; b++, p += n) {
+    int64_t c = cut(b, ctx);
+    c = c < 0 ? 0 : c > n ? n : c;
+    memset(p, first, (size_t)c);
+    memset(p + c, !first, (size_t)(n - c));
+    if ((left -= n + 1) <= 0) {
+      if (qkv_interrupted) qkvL_check(L, name, QKV_EINTR);
+      left = 65536;
+    }
+  }
+}
+
+/* query i sees keys j <= i + nk - nq: the first i + nk - nq + 1 */
+static int64_t causal_cut (int64_t i, const void *ctx) {
+  const int64_t *qk = (const int64_t *)ctx;
+  return i + qk[1] - qk[0] + 1;
+}
+
 /* bool (nq, nk): key j is kept for query i when j <= i + nk - nq */
-static qkv_tensor *causal (lua_State *L, int64_t nq, int64_t nk, int keep) {
+static qkv_tensor *causal (lua_State *L, const char *name, int64_t nq,
+                           int64_t nk, int keep) {
   int64_t size[2] = {nq, nk};
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
-  unsigned char *p = (unsigned char *)qkv_data(m);
-  for (int64_t i = 0; i < nq; i++)
-    for (int64_t j = 0; j < nk; j++)
-      p[i * nk + j] = (unsigned char)((j <= i + nk - nq) == keep);
+  fill_rows(L, name, (unsigned char *)qkv_data(m), nq, nk, keep, causal_cut, size);
   return m;
 }
 
@@ -258,7 +284,7 @@ static int64_t checkcount (lua_State *L, int arg) {
 
 static int a_causal (lua_State *L) {
   int64_t nq = checkcount(L, 1);
-  causal(L, nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1);
+  causal(L, "causal", nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1);
   return 1;
 }
 
@@ -290,6 +316,11 @@ static qkv_tensor *read_lengths (lua_State *L, int arg) {
   return out;
 }
 
+/* item b's first len[b] tokens are real (len[b] <= n, checked) */
+static int64_t length_cut (int64_t b, const void *ctx) {
+  return (int64_t)((const double *)ctx)[b];
+}
+
 /* padding(lengths [, n]): bool (#lengths, 1, n), true for real tokens;
    n defaults to the longest length */
 static int a_padding (lua_State *L) {
@@ -311,24 +342,23 @@ static int a_padding (lua_State *L) {
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
   unsigned char *p = (unsigned char *)qkv_data(m);
   len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
-  for (int64_t b = 0; b < count; b++)
-    for (int64_t j = 0; j < n; j++) p[b * n + j] = (double)j < len[b];
+  fill_rows(L, "padding", p, count, n, 1, length_cut, len);
   return 1;
 }
 
 
 /* softmax, gelu */
 
-static qkv_tensor *softmax_into (lua_State *L, qkv_tensor *out,
-                                 const qkv_tensor *x, int dim) {
-  qkvL_check(L, "softmax", qkv_softmax(out, x, dim));
+static qkv_tensor *softmax_into (lua_State *L, const char *name,
+                                 qkv_tensor *out, const qkv_tensor *x, int dim) {
+  qkvL_check(L, name, qkv_softmax(out, x, dim));
   return out;
 }
 
 static int a_softmax (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
-  softmax_into(L, qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
+  softmax_into(L, "softmax", qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
                x, dim);
   return 1;
 }
@@ -530,12 +560,12 @@ static int a_attention (lua_State *L) {
   qkvL_Scalar sc;
   if (m) fill_where_not(L, "attention", S, m, neg_inf(&sc, S->dtype));
   if (causal_) {
-    qkv_tensor *off = causal(L, ROWS(S), LAST(S), 0);
+    qkv_tensor *off = causal(L, "attention", ROWS(S), LAST(S), 0);
     qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));
     lua_pop(L, 1);
   }
-  softmax_into(L, S, S, S->ndim - 1);
-  qkvL_matmul(L, S, V, 1);
+  softmax_into(L, "attention", S, S, S->ndim - 1);
+  qkvL_matmul(L, "attention", S, V, 1);
   lua_pushvalue(L, w);
   return 2;
 }

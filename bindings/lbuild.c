@@ -160,7 +160,11 @@ static int b_arange (lua_State *L) {
   int64_t n = (int64_t)count;
   qkv_tensor *t = qkvL_new(L, QKV_F64, QKV_CPU, 1, &n, 0);
   double *p = (double *)qkv_data(t);
-  for (int64_t i = 0; i < n; i++) p[i] = a + (double)i * step;
+  for (int64_t i0 = 0; i0 < n; i0 += 65536) {   /* a look at Ctrl-C per 64K */
+    int64_t i1 = n - i0 < 65536 ? n : i0 + 65536;
+    if (i0 > 0 && qkv_interrupted) qkvL_check(L, "arange", QKV_EINTR);
+    for (int64_t i = i0; i < i1; i++) p[i] = a + (double)i * step;
+  }
   if (dt != QKV_F64) {
     qkv_tensor *r = qkvL_newlike(L, t, dt);
     qkvL_check(L, "arange", qkv_copy(r, t));

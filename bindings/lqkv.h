@@ -70,9 +70,10 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);
 void qkvL_check (lua_State *L, const char *fname, int err);
 
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
-/* alpha * a @ b, with matmul's shape rules and errors */
-qkv_tensor *qkvL_matmul (lua_State *L, const qkv_tensor *a, const qkv_tensor *b,
-                         double alpha);
+/* alpha * a @ b, with matmul's shape rules and errors; a failure of the
+   kernel itself (Ctrl-C) is reported as `name`'s, the op the user called */
+qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
+                         const qkv_tensor *b, double alpha);
 
 /* the parts of the module: each registers its functions into the
    metatable, the methods table and the module table at those indices */

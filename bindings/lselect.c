@@ -369,7 +369,7 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
     const char *sa = qkvL_shape(L, a), *sb = qkvL_shape(L, b);
     return luaL_error(L, "%s: %s @ %s: %s", name, sa, sb, why);
   }
-  qkvL_matmul(L, a, b, 1);
+  qkvL_matmul(L, name, a, b, 1);
   return 1;
 }
 

@@ -42,13 +42,13 @@ S.cases = {
   {"softmax(2)", "softmax", "x = " .. full(N8, N8, 1), "x:softmax(2)"},
   {"log_softmax(2)", "log_softmax", "x = " .. full(N8, N8, 1), "x:log_softmax(2)"},
   {"layer_norm", "layer_norm", "x = " .. full(N8, N8, 1), ("qkv.layer_norm(x, %d)"):format(N8)},
-  -- the unfused path is products and a softmax: the error names the one
-  -- it stopped in
-  {"attention", {"attention", "matmul", "softmax"}, "q = qkv.full({1, 4, 4096, 64}, 0.1)",
-   "qkv.attention(q, q, q)"},
+  -- the unfused path is products and a softmax, reported as attention's
+  {"attention", "attention", "q = qkv.full({1, 4, 4096, 64}, 0.1)", "qkv.attention(q, q, q)"},
   {"attention, fused", "attention", "q = qkv.full({1, 8, 16384, 64}, 0.1)",
    "qkv.attention(q, q, q, {weights = false})"},
   {"randn", "randn", "", ("qkv.randn(%d, %d)"):format(N8, N8)},
+  {"arange", "arange", "", ("qkv.arange(%d)"):format(N8 * N8)},
+  {"causal", "causal", "", ("qkv.causal(%d)"):format(N16)},
   {"sort(2)", "sort", "x = qkv.randn(1024, 65536)", "x:sort(2)"},
   {"where", "where", "x = " .. full(N8, N8) .. "; m = x:gt(0)", "qkv.where(m, x, 0)"},
   {"save", "save", "x = " .. full(N8, N8) .. "; p = os.tmpname()",
@@ -59,10 +59,11 @@ S.cases = {
 
 -- the child's second chunk: "ready", then the op until interrupted; prints
 -- the error the loop ended with
-function S.body(op)
+-- (then `tail`, more code in the same command, when given)
+function S.body(op, tail)
   return 'print("ready") io.stdout:flush() ' ..
          "local ok, e = pcall(function() for _ = 1, 100 do y = nil; y = " .. op ..
-         " end end) y = nil print(ok and 'finished' or e)"
+         " end end) y = nil print(ok and 'finished' or e) " .. (tail or "")
 end
 
 -- the third: the state is usable after the interrupt
@@ -94,12 +95,12 @@ cat "$out"
 rm -f "$out"
 ]]
 
--- runs one case; returns {status=, latency= (seconds), err= (the line the
+-- runs one case ({label, name, setup, op [, tail]}); returns {status=, latency= (seconds), err= (the line the
 -- loop ended with), after= (the check's line), out=}; `timeout 120` is the
 -- backstop should nothing stop it
 function S.run(exe, case)
   local cmd = "timeout 120 sh -c " .. shell.quote(WRAP) .. " sh " .. shell.quote(exe) ..
-              " " .. shell.quote(case[3]) .. " " .. shell.quote(S.body(case[4])) ..
+              " " .. shell.quote(case[3]) .. " " .. shell.quote(S.body(case[4], case[5])) ..
               " " .. shell.quote(S.CHECK)
   local out, code = shell.sh(cmd)
   local r = {out = out, status = tonumber(out:match("^status (%d+)")) or code}

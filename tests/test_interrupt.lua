@@ -31,6 +31,20 @@ for _, case in ipairs(S.cases) do
   end
 end
 
+-- after a caught interrupt the rest of the command goes on in Lua, but
+-- every op refuses to start (the flag stays set until the command ends,
+-- so a pcall cannot swallow Ctrl-C); the next command runs normally
+function TestInterrupt:testOpsRefuseUntilTheCommandEnds()
+  if not S.available() then lu.skip("needs Linux /proc and GNU date") end
+  local case = {"matmul, then more", "matmul", "a = qkv.full({4096, 4096}, 0.5)",
+                "a:matmul(a)", "print('lua', 6 * 7) print('op', pcall(a.sum, a))"}
+  local r = S.run_inside(EXE, case)
+  lu.assertEquals(r.status, 0, r.out)
+  lu.assertNotNil((r.err or ""):match(": matmul: interrupted$"), r.out)
+  lu.assertStrContains(r.out, "\nlua\t42\nop\tfalse\tsum: interrupted\n", false, r.out)
+  lu.assertEquals(r.after, "after\t3.0", r.out)
+end
+
 -- products large enough to be split into panels (vm/cpu/matmul.c,
 -- PANEL_FLOPS), against rows computed one at a time (each below the
 -- split), plain, transposed and through a dense copy
