@@ -580,11 +580,6 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
     {"merge", a_merge}, {"align", a_align}, {"attention", a_attention},
     {NULL, NULL}
   };
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, both, 0);
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, both, 0);
-  luaL_setfuncs(L, mod, 0);
-  lua_pop(L, 2);
+  qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;
 }

@@ -111,11 +111,6 @@ void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {
     {"layer_norm", n_layer_norm}, {"dropout", n_dropout}, {NULL, NULL}
   };
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, both, 0);
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, both, 0);
-  luaL_setfuncs(L, mod, 0);
-  lua_pop(L, 2);
+  qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;
 }

@@ -85,6 +85,10 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module);
 void qkvL_open_sys (lua_State *L, int mt, int methods, int module);
 void qkvL_open_io (lua_State *L, int mt, int methods, int module);
 void qkvL_open_select (lua_State *L, int mt, int methods, int module);
+/* registers `both` as methods and as functions of the module, `meth` as
+   methods only and `mod` as functions only (each may be NULL) */
+void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
+                    const luaL_Reg *meth, const luaL_Reg *mod);
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
 
 #endif

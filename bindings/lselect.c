@@ -496,13 +496,7 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module) {
     {NULL, NULL}
   };
   static const luaL_Reg mod[] = {{"where", s_where}, {"embedding", s_embedding}, {NULL, NULL}};
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, both, 0);
-  luaL_setfuncs(L, meth, 0);
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, both, 0);
-  luaL_setfuncs(L, mod, 0);
-  lua_pop(L, 2);
+  qkvL_register(L, methods, module, both, meth, mod);
   lua_pushcfunction(L, s_bnot);
   lua_setfield(L, mt, "__bnot");
 }
