@@ -46,7 +46,7 @@ local function reduction(name, what, dtype, extra, torch)
     doc = what .. ". " .. KEEP .. dtype .. extra .. "As " .. torch .. "."}
 end
 
-return {
+local entries = {
   binary("add", "x + y", "Also the + operator. " .. PROMOTE, "torch.add"),
   binary("sub", "x - y", "Also the - operator; dtypes promote as for x:add. ", "torch.sub"),
   binary("mul", "x * y", "Also the * operator, which is elementwise too " ..
@@ -181,3 +181,16 @@ not broadcast is an error with both shapes. As torch.masked_fill.]],
 --> tensor([[0., 1.],
 -->         [1., 0.]])]=]},
 }
+
+-- examples of entries made by the helpers above
+local EXAMPLES = {
+  ["Tensor:cos"] = [=[print(qkv.tensor{0, math.pi}:cos())
+--> tensor([ 1., -1.])]=],
+  ["Tensor:silu"] = [=[print(qkv.tensor{-1, 0, 1}:silu())
+--> tensor([-0.2689,  0.0000,  0.7311])]=],
+  ["Tensor:sin"] = [=[print(qkv.tensor{0, math.pi / 2}:sin())
+--> tensor([0., 1.])]=],
+}
+for _, e in ipairs(entries) do e.example = e.example or EXAMPLES[e.name] end
+
+return entries

@@ -8,7 +8,7 @@ local INIT = "Weights are stored (d_in, d_out), the transpose of PyTorch's " ..
 
 local OPTS = "opts go to qkv.attention: mask, causal, scale. "
 
-return {
+local entries = {
   ---------------------------------------------------------------- modules
   {name = "qkv.nn.Linear", sig = "qkv.nn.Linear(d_in, d_out [, opts])", group = "modules",
    doc = [[A fully connected layer: m(x) is x W + b through qkv.project, with
@@ -177,3 +177,16 @@ same shape and no other name may be there; a missing tensor, a shape that
 differs or an unexpected name is an error naming it. The copies share
 nothing with src. As torch.nn.Module.load_state_dict.]]},
 }
+
+-- examples of entries made by the helpers above
+local EXAMPLES = {
+  ["Module:eval"] = [=[local m = qkv.nn.Dropout()
+print(m:eval().training)
+--> false]=],
+  ["qkv.nn.Dropout"] = [=[local d = qkv.nn.Dropout(0.2)
+print(d, d:eval()(qkv.ones(2)))
+--> Dropout(p=0.2)	tensor([1., 1.])]=],
+}
+for _, e in ipairs(entries) do e.example = e.example or EXAMPLES[e.name] end
+
+return entries

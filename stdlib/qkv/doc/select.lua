@@ -30,7 +30,7 @@ local function inplace(name, what, torch)
       "read whole first; an expanded x (stride 0) is an error. As " .. torch .. "."}
 end
 
-return {
+local entries = {
   {name = "qkv.where", sig = "qkv.where(cond, a, b)", group = "selection and indexing",
    doc = [[Elements of a where the bool tensor cond is true, of b elsewhere,
 with cond, a and b broadcast; a and b may be numbers, and the result's
@@ -211,3 +211,48 @@ torch.Tensor.clamp_.]]},
 and returns x. A v x's dtype cannot hold is an error. As
 torch.Tensor.masked_fill_.]]},
 }
+
+-- examples of entries made by the helpers above
+local EXAMPLES = {
+  ["Tensor:bmm"] = [=[print(qkv.bmm(qkv.ones(2, 1, 3), qkv.ones(2, 3, 1)).shape)
+--> (2, 1, 1)]=],
+  ["Tensor:bool"] = [=[print(qkv.tensor{0, 0.5}:bool())
+--> tensor([False,  True])]=],
+  ["Tensor:clamp_"] = [=[print(qkv.tensor{-2, 0.5, 3}:clamp_(0, 1))
+--> tensor([0.0000, 0.5000, 1.0000])]=],
+  ["Tensor:div_"] = [=[print(qkv.tensor{1, 2}:div_(4))
+--> tensor([0.2500, 0.5000])]=],
+  ["Tensor:double"] = [=[print(qkv.tensor{0.5}:double())
+--> tensor([0.5000], dtype=float64)]=],
+  ["Tensor:float"] = [=[print(qkv.tensor({1, 2}, "int64"):float())
+--> tensor([1., 2.])]=],
+  ["Tensor:logical_not"] = [=[print(qkv.tensor{0, 2}:logical_not(), ~qkv.tensor{true, false})
+--> tensor([ True, False])	tensor([False,  True])]=],
+  ["Tensor:logical_or"] = [=[print(qkv.tensor{true, false}:logical_or(qkv.tensor{false, false}))
+--> tensor([ True, False])]=],
+  ["Tensor:logical_xor"] = [=[print(qkv.tensor{1, 0}:logical_xor(qkv.tensor{1, 1}))
+--> tensor([False,  True])]=],
+  ["Tensor:long"] = [=[print(qkv.tensor{2.7, -2.7}:long())
+--> tensor([ 2, -2])]=],
+  ["Tensor:masked_fill_"] = [=[local x = qkv.zeros(3)
+print(x:masked_fill_(qkv.tensor{true, false, true}, 7))
+--> tensor([7., 0., 7.])]=],
+  ["Tensor:mul_"] = [=[local x = qkv.ones(2, 2)
+x[1]:mul_(3)
+print(x)
+--> tensor([[3., 3.],
+-->         [1., 1.]])]=],
+  ["Tensor:sub_"] = [=[local x = qkv.ones(2)
+print(x:sub_(0.5))
+--> tensor([0.5000, 0.5000])]=],
+  ["Tensor:where"] = [=[local x = qkv.tensor{1, -2, 3}
+print(x:where(x:gt(0), 0))
+--> tensor([1., 0., 3.])]=],
+  ["Tensor:zero_"] = [=[local x = qkv.ones(3)
+x:narrow(1, 1, 2):zero_()
+print(x)
+--> tensor([0., 0., 1.])]=],
+}
+for _, e in ipairs(entries) do e.example = e.example or EXAMPLES[e.name] end
+
+return entries
