@@ -128,6 +128,7 @@ static qkv_tensor *optbias (lua_State *L, int arg) {
 }
 
 static int a_project (lua_State *L) {
+  QKVL_GRAD(L, "project", a_project);
   project(L, "project", qkvL_checktensor(L, 1), qkvL_checktensor(L, 2), optbias(L, 3));
   return 1;
 }
@@ -166,6 +167,7 @@ static qkv_tensor *scores (lua_State *L, const char *name, const qkv_tensor *Q,
 }
 
 static int a_scores (lua_State *L) {
+  QKVL_GRAD(L, "scores", a_scores);
   static const char *const known[] = {"scale", NULL};
   Opts o;
   read_opts(L, 3, "scores", known, 0, &o);
@@ -217,6 +219,7 @@ static const qkv_tensor *neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
 }
 
 static int a_mask (lua_State *L) {
+  QKVL_GRAD(L, "mask", a_mask);
   qkv_tensor *S = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
   qkvL_Scalar sc;
   const qkv_tensor *fill;
@@ -356,6 +359,7 @@ static qkv_tensor *softmax_into (lua_State *L, const char *name,
 }
 
 static int a_softmax (lua_State *L) {
+  QKVL_GRAD(L, "softmax", a_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
   softmax_into(L, "softmax", qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
@@ -370,6 +374,7 @@ static qkv_tensor *gelu (lua_State *L, const qkv_tensor *x) {
 }
 
 static int a_gelu (lua_State *L) {
+  QKVL_GRAD(L, "gelu", a_gelu);
   gelu(L, qkvL_checktensor(L, 1));
   return 1;
 }
@@ -378,6 +383,7 @@ static int a_gelu (lua_State *L) {
 /* heads and merge: views, so the heads share x's storage */
 
 static int a_heads (lua_State *L) {
+  QKVL_GRAD(L, "heads", a_heads);
   qkv_tensor *x = qkvL_checktensor(L, 1), v;
   lua_Integer h = luaL_checkinteger(L, 2);
   check_rank(L, "heads", "x", x, 2, "(..., n, d)");
@@ -399,6 +405,7 @@ static int a_heads (lua_State *L) {
 }
 
 static int a_merge (lua_State *L) {
+  QKVL_GRAD(L, "merge", a_merge);
   qkv_tensor *x = qkvL_checktensor(L, 1), v;
   check_rank(L, "merge", "x", x, 3, "(..., h, n, d_h)");
   int n = x->ndim;
@@ -420,6 +427,7 @@ static int a_merge (lua_State *L) {
 /* align(x, W [, b]) linear, or align(x, {W1, b1, W2, b2}) Linear-GELU-Linear */
 
 static int a_align (lua_State *L) {
+  QKVL_GRAD(L, "align", a_align);
   qkv_tensor *x = qkvL_checktensor(L, 1), *w[4];
   if (!lua_istable(L, 2)) {
     project(L, "align", x, qkvL_checktensor(L, 2), optbias(L, 3));
@@ -534,6 +542,7 @@ static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
 }
 
 static int a_attention (lua_State *L) {
+  QKVL_GRAD(L, "attention", a_attention);
   static const char *const known[] = {"mask", "causal", "is_causal", "scale", "weights",
                                       "key_padding_mask", NULL};
   Opts o;

@@ -96,6 +96,7 @@ static int write_atomic (const char *target, int exists, const struct stat *st,
   if (!err) err = write_parts(fd, parts, nparts);
   if (!err && fsync(fd) != 0) err = errno;
   if (close(fd) != 0 && !err) err = errno;
+  if (!err && qkv_interrupted) err = E_INTR;  /* Ctrl-C in fsync: the old file stays */
   if (!err && rename(tmp, target) != 0) err = errno;
   if (err) {
     unlink(tmp);

@@ -13,6 +13,7 @@ const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   sc->s.refcount = 1;
   sc->s.device = QKV_CPU;
   sc->s.pool = 0;
+  sc->s.version = 0;
   memset(&sc->t, 0, sizeof sc->t);
   sc->t.dtype = dt;
   sc->t.storage = &sc->s;
@@ -146,13 +147,34 @@ static int binary (lua_State *L, qkv_binop op, const char *name) {
   return 1;
 }
 
-static int m_add (lua_State *L) { return binary(L, QKV_ADD, "add"); }
-static int m_sub (lua_State *L) { return binary(L, QKV_SUB, "sub"); }
-static int m_mul (lua_State *L) { return binary(L, QKV_MUL, "mul"); }
-static int m_div (lua_State *L) { return binary(L, QKV_DIV, "div"); }
-static int m_pow (lua_State *L) { return binary(L, QKV_POW, "pow"); }
-static int m_maximum (lua_State *L) { return binary(L, QKV_MAXIMUM, "maximum"); }
-static int m_minimum (lua_State *L) { return binary(L, QKV_MINIMUM, "minimum"); }
+static int m_add (lua_State *L) {
+  QKVL_GRAD(L, "add", m_add);
+  return binary(L, QKV_ADD, "add");
+}
+static int m_sub (lua_State *L) {
+  QKVL_GRAD(L, "sub", m_sub);
+  return binary(L, QKV_SUB, "sub");
+}
+static int m_mul (lua_State *L) {
+  QKVL_GRAD(L, "mul", m_mul);
+  return binary(L, QKV_MUL, "mul");
+}
+static int m_div (lua_State *L) {
+  QKVL_GRAD(L, "div", m_div);
+  return binary(L, QKV_DIV, "div");
+}
+static int m_pow (lua_State *L) {
+  QKVL_GRAD(L, "pow", m_pow);
+  return binary(L, QKV_POW, "pow");
+}
+static int m_maximum (lua_State *L) {
+  QKVL_GRAD(L, "maximum", m_maximum);
+  return binary(L, QKV_MAXIMUM, "maximum");
+}
+static int m_minimum (lua_State *L) {
+  QKVL_GRAD(L, "minimum", m_minimum);
+  return binary(L, QKV_MINIMUM, "minimum");
+}
 static int m_eq (lua_State *L) { return binary(L, QKV_EQ, "eq"); }
 static int m_ne (lua_State *L) { return binary(L, QKV_NE, "ne"); }
 static int m_lt (lua_State *L) { return binary(L, QKV_LT, "lt"); }
@@ -170,17 +192,50 @@ static int unary (lua_State *L, qkv_unop op, const char *name) {
   return 1;
 }
 
-static int m_neg (lua_State *L) { return unary(L, QKV_NEG, "neg"); }
-static int m_exp (lua_State *L) { return unary(L, QKV_EXP, "exp"); }
-static int m_log (lua_State *L) { return unary(L, QKV_LOG, "log"); }
-static int m_sqrt (lua_State *L) { return unary(L, QKV_SQRT, "sqrt"); }
-static int m_abs (lua_State *L) { return unary(L, QKV_ABS, "abs"); }
-static int m_tanh (lua_State *L) { return unary(L, QKV_TANH, "tanh"); }
-static int m_sigmoid (lua_State *L) { return unary(L, QKV_SIGMOID, "sigmoid"); }
-static int m_relu (lua_State *L) { return unary(L, QKV_RELU, "relu"); }
-static int m_silu (lua_State *L) { return unary(L, QKV_SILU, "silu"); }
-static int m_sin (lua_State *L) { return unary(L, QKV_SIN, "sin"); }
-static int m_cos (lua_State *L) { return unary(L, QKV_COS, "cos"); }
+static int m_neg (lua_State *L) {
+  QKVL_GRAD(L, "neg", m_neg);
+  return unary(L, QKV_NEG, "neg");
+}
+static int m_exp (lua_State *L) {
+  QKVL_GRAD(L, "exp", m_exp);
+  return unary(L, QKV_EXP, "exp");
+}
+static int m_log (lua_State *L) {
+  QKVL_GRAD(L, "log", m_log);
+  return unary(L, QKV_LOG, "log");
+}
+static int m_sqrt (lua_State *L) {
+  QKVL_GRAD(L, "sqrt", m_sqrt);
+  return unary(L, QKV_SQRT, "sqrt");
+}
+static int m_abs (lua_State *L) {
+  QKVL_GRAD(L, "abs", m_abs);
+  return unary(L, QKV_ABS, "abs");
+}
+static int m_tanh (lua_State *L) {
+  QKVL_GRAD(L, "tanh", m_tanh);
+  return unary(L, QKV_TANH, "tanh");
+}
+static int m_sigmoid (lua_State *L) {
+  QKVL_GRAD(L, "sigmoid", m_sigmoid);
+  return unary(L, QKV_SIGMOID, "sigmoid");
+}
+static int m_relu (lua_State *L) {
+  QKVL_GRAD(L, "relu", m_relu);
+  return unary(L, QKV_RELU, "relu");
+}
+static int m_silu (lua_State *L) {
+  QKVL_GRAD(L, "silu", m_silu);
+  return unary(L, QKV_SILU, "silu");
+}
+static int m_sin (lua_State *L) {
+  QKVL_GRAD(L, "sin", m_sin);
+  return unary(L, QKV_SIN, "sin");
+}
+static int m_cos (lua_State *L) {
+  QKVL_GRAD(L, "cos", m_cos);
+  return unary(L, QKV_COS, "cos");
+}
 
 /* the metamethods take the operands in either order */
 static int m_unm (lua_State *L) { lua_settop(L, 1); return m_neg(L); }
@@ -237,12 +292,30 @@ static int reduce (lua_State *L, qkv_redop op) {
   return idx && idx != out ? 2 : 1;
 }
 
-static int m_sum (lua_State *L) { return reduce(L, QKV_SUM); }
-static int m_mean (lua_State *L) { return reduce(L, QKV_MEAN); }
-static int m_max (lua_State *L) { return reduce(L, QKV_MAX); }
-static int m_min (lua_State *L) { return reduce(L, QKV_MIN); }
-static int m_var (lua_State *L) { return reduce(L, QKV_VAR); }
-static int m_std (lua_State *L) { return reduce(L, QKV_STD); }
+static int m_sum (lua_State *L) {
+  QKVL_GRAD(L, "sum", m_sum);
+  return reduce(L, QKV_SUM);
+}
+static int m_mean (lua_State *L) {
+  QKVL_GRAD(L, "mean", m_mean);
+  return reduce(L, QKV_MEAN);
+}
+static int m_max (lua_State *L) {
+  QKVL_GRAD(L, "max", m_max);
+  return reduce(L, QKV_MAX);
+}
+static int m_min (lua_State *L) {
+  QKVL_GRAD(L, "min", m_min);
+  return reduce(L, QKV_MIN);
+}
+static int m_var (lua_State *L) {
+  QKVL_GRAD(L, "var", m_var);
+  return reduce(L, QKV_VAR);
+}
+static int m_std (lua_State *L) {
+  QKVL_GRAD(L, "std", m_std);
+  return reduce(L, QKV_STD);
+}
 static int m_argmax (lua_State *L) { return reduce(L, QKV_ARGMAX); }
 static int m_argmin (lua_State *L) { return reduce(L, QKV_ARGMIN); }
 
@@ -285,6 +358,7 @@ qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
 }
 
 static int m_matmul (lua_State *L) {
+  QKVL_GRAD(L, "matmul", m_matmul);
   qkvL_matmul(L, "matmul", qkvL_checktensor(L, 1), qkvL_checktensor(L, 2), 1);
   return 1;
 }
@@ -293,6 +367,7 @@ static int m_matmul (lua_State *L) {
 /* masked_fill, cat, stack */
 
 static int m_masked_fill (lua_State *L) {
+  QKVL_GRAD(L, "masked_fill", m_masked_fill);
   qkv_tensor *t = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2), e;
   if (!is_scalar_arg(L, 3)) luaL_typeerror(L, 3, "number");
   if (qkv_expand(&e, m, t->ndim, t->size) != 0) {
@@ -340,6 +415,7 @@ static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) 
 #define MAXLIST 1024
 
 static int m_cat (lua_State *L) {
+  QKVL_GRAD(L, "cat", m_cat);
   qkv_tensor *ts[MAXLIST], *out, v;
   int n = checklist(L, "cat", ts, MAXLIST);
   int d = qkvL_optdim(L, 2, ts[0]->ndim, 0);
@@ -369,6 +445,7 @@ static int m_cat (lua_State *L) {
 }
 
 static int m_stack (lua_State *L) {
+  QKVL_GRAD(L, "stack", m_stack);
   qkv_tensor *ts[MAXLIST], *out, v;
   int n = checklist(L, "stack", ts, MAXLIST);
   int d = lua_isnoneornil(L, 2) ? 0 : qkvL_checkdim(L, 2, ts[0]->ndim, 1);

@@ -116,6 +116,10 @@ void qkvL_plainmeta (lua_State *L, int mt) {
   seen_registry = NULL;
 }
 
+void qkvL_pushplainmeta (lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &plainkey);
+}
+
 static void see (lua_State *L) {
   const void *reg = lua_topointer(L, LUA_REGISTRYINDEX);
   if (reg == seen_registry) return;
@@ -194,6 +198,7 @@ static qkv_tensor *new_inline (lua_State *L, size_t nbytes, int zero) {
   b->s.refcount = 1;
   b->s.device = QKV_CPU;
   b->s.pool = -1;
+  b->s.version = 0;
   if (zero) memset(b->s.data, 0, nbytes);
   b->t.storage = &b->s;
   return &b->t;

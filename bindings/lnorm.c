@@ -13,6 +13,7 @@ static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
 
 /* qkv.log_softmax(x [, dim]) / x:log_softmax([dim]) */
 static int n_log_softmax (lua_State *L) {
+  QKVL_GRAD(L, "log_softmax", n_log_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
   qkv_tensor *out = qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32);
@@ -59,6 +60,7 @@ static qkv_tensor *affine (lua_State *L, int arg, const char *what, int n,
 
 /* qkv.layer_norm(x, normalized_shape [, w [, b [, eps]]]) */
 static int n_layer_norm (lua_State *L) {
+  QKVL_GRAD(L, "layer_norm", n_layer_norm);
   int64_t size[QKV_MAXDIM];
   int n = read_normalized(L, 2, size);
   qkv_tensor *x = qkvL_checktensor(L, 1);
@@ -87,6 +89,7 @@ static int n_layer_norm (lua_State *L) {
 ** is qkv.rand(x.shape) >= p, drawn from the generator's stream.
 */
 static int n_dropout (lua_State *L) {
+  QKVL_GRAD(L, "dropout", n_dropout);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   double p = luaL_optnumber(L, 2, 0.5);
   int training = lua_isnoneornil(L, 3) ? 1 : lua_toboolean(L, 3);

@@ -16,6 +16,8 @@ static const char *const lazy[][3] = {
   {"help", "qkv.doc", "help"},
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
   {"einsum", "qkv.einsum", "einsum"},
+  {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
+  {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
 };
 
 void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
@@ -60,6 +62,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_io(L, mt, methods, module);
   qkvL_open_select(L, mt, methods, module);
   qkvL_open_norm(L, mt, methods, module);
+  qkvL_open_grad(L, mt, methods, module);
   for (int i = 0; i < QKV_NDTYPE; i++) {     /* qkv.float16 == "float16" */
     lua_pushstring(L, qkv_dtype_name((qkv_dtype)i));
     lua_setfield(L, module, qkv_dtype_name((qkv_dtype)i));
@@ -88,5 +91,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_markbindings(L, tables, 3);
   qkvL_deferred_atclose(L);
   qkvL_plainmeta(L, mt);
+  qkvL_pushplainmeta(L);             /* for qkv.autograd, which wraps both */
+  lua_setfield(L, module, "_plain_meta");
   return 1;
 }

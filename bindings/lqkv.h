@@ -23,6 +23,7 @@ qkv_tensor *qkvL_istensor (lua_State *L, int arg);  /* NULL if not one; may be c
    its copy without __gc for the tensors that need no finalizer */
 void qkvL_setmetakey (lua_State *L, int mt);
 void qkvL_plainmeta (lua_State *L, int mt);
+void qkvL_pushplainmeta (lua_State *L);        /* that copy, pushed */
 int qkvL_free (lua_State *L);                  /* __gc */
 int qkvL_close (lua_State *L);                 /* __close */
 /* luaopen_qkv: the C functions of these tables are qkv's bindings (a
@@ -90,5 +91,18 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module);
 void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
                     const luaL_Reg *meth, const luaL_Reg *mod);
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
+void qkvL_open_grad (lua_State *L, int mt, int methods, int module);
+
+/*
+** autograd (lgrad.c): a differentiable binding starts with QKVL_GRAD: when
+** qkv.autograd is loaded, grad mode is on and an argument takes part in a
+** graph, the op runs as its rule instead (which records the node).
+*/
+int qkvL_grad (lua_State *L, const char *name, lua_CFunction self);
+int qkvL_grad_loaded (void);
+void qkvL_grad_field (lua_State *L, int x, const char *k);
+void qkvL_grad_set (lua_State *L, int x);
+#define QKVL_GRAD(L, name, self) \
+  do { int n_ = qkvL_grad(L, name, self); if (n_ >= 0) return n_; } while (0)
 
 #endif

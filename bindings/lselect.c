@@ -97,7 +97,10 @@ static int s_where3 (lua_State *L, int c, int ia, int ib) {
   return 1;
 }
 
-static int s_where (lua_State *L) { return s_where3(L, 1, 2, 3); }
+static int s_where (lua_State *L) {
+  QKVL_GRAD(L, "where", s_where);
+  return s_where3(L, 1, 2, 3);
+}
 /* x:where(cond, y): x where cond, else y, as torch.Tensor.where */
 static int s_where_method (lua_State *L) {
   qkvL_checktensor(L, 1);
@@ -341,6 +344,7 @@ static qkv_dtype clamp_dtype (lua_State *L, const char *name, const qkv_tensor *
 }
 
 static int s_clamp (lua_State *L) {
+  QKVL_GRAD(L, "clamp", s_clamp);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_settop(L, 3);                      /* the bounds stay at 2 and 3 */
   qkv_tensor *out = qkvL_newlike(L, x, clamp_dtype(L, "clamp", x));
@@ -373,8 +377,14 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
   return 1;
 }
 
-static int s_mm (lua_State *L) { return strict_matmul(L, "mm", 2); }
-static int s_bmm (lua_State *L) { return strict_matmul(L, "bmm", 3); }
+static int s_mm (lua_State *L) {
+  QKVL_GRAD(L, "mm", s_mm);
+  return strict_matmul(L, "mm", 2);
+}
+static int s_bmm (lua_State *L) {
+  QKVL_GRAD(L, "bmm", s_bmm);
+  return strict_matmul(L, "bmm", 3);
+}
 
 
 /* dtype shorthands */
@@ -387,8 +397,14 @@ static int convert (lua_State *L, qkv_dtype dt) {
   return 1;
 }
 
-static int s_float (lua_State *L) { return convert(L, QKV_F32); }
-static int s_double (lua_State *L) { return convert(L, QKV_F64); }
+static int s_float (lua_State *L) {
+  QKVL_GRAD(L, "float", s_float);
+  return convert(L, QKV_F32);
+}
+static int s_double (lua_State *L) {
+  QKVL_GRAD(L, "double", s_double);
+  return convert(L, QKV_F64);
+}
 static int s_long (lua_State *L) { return convert(L, QKV_I64); }
 static int s_bool (lua_State *L) { return convert(L, QKV_BOOL); }
 
@@ -426,6 +442,7 @@ static int inplace (lua_State *L, qkv_binop op, const char *name) {
   const qkv_tensor *b = operand(L, 2, name, y ? y->dtype : dt, &sc);
   check_into(L, name, x, b, "y");
   qkvL_check(L, name, qkv_binary(op, x, x, b));
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }
@@ -439,12 +456,15 @@ static int s_fill_ (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_Scalar sc;
   qkvL_check(L, "fill_", qkv_copy(x, qkvL_checkfill(L, 2, x->dtype, "fill_", &sc)));
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }
 
 static int s_zero_ (lua_State *L) {
-  qkvL_check(L, "zero_", qkv_fill(qkvL_checktensor(L, 1), 0));
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  qkvL_check(L, "zero_", qkv_fill(x, 0));
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }
@@ -453,6 +473,7 @@ static int s_copy_ (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
   qkvL_check(L, "copy_", qkv_copy(x, src));
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }
@@ -466,6 +487,7 @@ static int s_clamp_ (lua_State *L) {
     if (t) check_into(L, "clamp_", x, t, arg == 2 ? "min" : "max");
   }
   clamp_into(L, "clamp_", x, x, 2, 3);
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }
@@ -476,6 +498,7 @@ static int s_masked_fill_ (lua_State *L) {
   check_into(L, "masked_fill_", x, m, "mask");
   qkvL_Scalar sc;
   qkvL_masked_fill(L, "masked_fill_", x, m, qkvL_checkfill(L, 3, x->dtype, "masked_fill_", &sc));
+  x->storage->version++;
   lua_settop(L, 1);
   return 1;
 }

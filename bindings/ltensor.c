@@ -230,7 +230,8 @@ static int distance (const char *a, const char *b) {
   return row[nb];
 }
 
-static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "mT", NULL};
+static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "mT",
+                                     "requires_grad", "is_leaf", "grad", "grad_fn", NULL};
 
 /* a misspelt field is an error naming the closest method or field, as a
    PyTorch user gets an AttributeError rather than nil */
@@ -321,8 +322,14 @@ static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *
   *v = cur;
 }
 
+static int is_grad_field (const char *k) {
+  return strcmp(k, "requires_grad") == 0 || strcmp(k, "is_leaf") == 0 ||
+         strcmp(k, "grad") == 0 || strcmp(k, "grad_fn") == 0;
+}
+
 static int t_index (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_type(L, 2) != LUA_TSTRING) QKVL_GRAD(L, "index", t_index);
   if (lua_type(L, 2) == LUA_TTABLE) {
     qkv_tensor v;
     table_view(L, t, 2, &v);
@@ -342,6 +349,12 @@ static int t_index (lua_State *L) {
     else if (strcmp(k, "device") == 0)
       lua_pushstring(L, qkv_device_name(t->storage->device));
     else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->ndim);
+    /* autograd's fields: qkv.autograd answers them once loaded; before,
+       no tensor requires grad */
+    else if (is_grad_field(k) && qkvL_grad_loaded()) qkvL_grad_field(L, 1, k);
+    else if (strcmp(k, "requires_grad") == 0) lua_pushboolean(L, 0);
+    else if (strcmp(k, "is_leaf") == 0) lua_pushboolean(L, 1);
+    else if (strcmp(k, "grad") == 0 || strcmp(k, "grad_fn") == 0) lua_pushnil(L);
     else if (strcmp(k, "T") == 0) return transposed(L, t, 0);
     else if (strcmp(k, "mT") == 0) return transposed(L, t, 1);
     else return no_field(L, k);
@@ -363,6 +376,12 @@ static int t_newindex (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
   qkv_tensor v, *src;
   qkvL_Scalar sc;
+  if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "grad") == 0 &&
+      qkvL_grad_loaded()) {
+    lua_settop(L, 3);
+    qkvL_grad_set(L, 1);                  /* x.grad = g or nil */
+    return 0;
+  }
   if (lua_type(L, 2) == LUA_TTABLE) table_view(L, t, 2, &v);
   else if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
     return luaL_error(L, "index: tensors have no settable fields");
@@ -380,6 +399,7 @@ static int t_newindex (lua_State *L) {
     qkvL_check(L, "index", qkv_copy(&v, src));
   } else
     luaL_typeerror(L, 3, "number or qkv.Tensor");
+  t->storage->version++;
   return 0;
 }
 
@@ -395,7 +415,27 @@ static int t_tostring (lua_State *L) {
   if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
   if (qkv_is_closed(t)) return lua_pushliteral(L, "tensor(<closed>)"), 1;
   checkcpu(L, t, "tostring");
-  return qkvL_pushtensorstring(L, t);
+  qkvL_pushtensorstring(L, t);
+  if (!qkvL_grad_loaded()) return 1;
+  /* PyTorch's suffixes: grad_fn=<...> on a result, requires_grad=True on a
+     leaf that requires grad */
+  size_t n;
+  const char *s = lua_tolstring(L, -1, &n);
+  qkvL_grad_field(L, 1, "grad_fn");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    qkvL_grad_field(L, 1, "requires_grad");
+    if (!lua_toboolean(L, -1)) { lua_pop(L, 1); return 1; }
+    lua_pop(L, 1);
+    lua_pushliteral(L, "requires_grad=True");
+  } else {
+    const char *fn = luaL_tolstring(L, -1, NULL);
+    lua_pushfstring(L, "grad_fn=%s", fn);
+  }
+  const char *suffix = lua_tostring(L, -1);
+  const char *prefix = lua_pushlstring(L, s, n - 1);       /* without its ")" */
+  lua_pushfstring(L, "%s, %s)", prefix, suffix);
+  return 1;
 }
 
 static int t_dim (lua_State *L) {
@@ -422,6 +462,35 @@ static int t_stride (lua_State *L) {
   return 1;
 }
 
+/* the in-place writes to x's storage so far (autograd's version check) */
+static int t_version (lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)qkvL_checktensor(L, 1)->storage->version);
+  return 1;
+}
+
+/* x:detach(): a view of x's data with no autograd history */
+static int t_detach (lua_State *L) {
+  qkvL_pushview(L, qkvL_checktensor(L, 1), 1);
+  return 1;
+}
+
+/* x:requires_grad_([flag]) and y:backward([grad]): load qkv.autograd,
+   whose own methods replace these, and hand it the call */
+static int autograd_call (lua_State *L, const char *name) {
+  int n = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.autograd");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, name);
+  lua_insert(L, 1);
+  lua_pop(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int t_requires_grad_ (lua_State *L) { return autograd_call(L, "requires_grad_"); }
+static int t_backward (lua_State *L) { return autograd_call(L, "backward"); }
+
 static int t_element_size (lua_State *L) {
   lua_pushinteger(L, (lua_Integer)qkv_elsize(qkvL_checktensor(L, 1)->dtype));
   return 1;
@@ -440,7 +509,8 @@ void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg m[] = {
     {"dim", t_dim}, {"numel", t_numel}, {"size", t_size}, {"stride", t_stride},
     {"is_contiguous", t_is_contiguous}, {"tolist", t_tolist}, {"item", t_item},
-    {"element_size", t_element_size},
+    {"element_size", t_element_size}, {"_version", t_version}, {"detach", t_detach},
+    {"requires_grad_", t_requires_grad_}, {"backward", t_backward},
     {NULL, NULL}
   };
   static const luaL_Reg sizemeta[] = {

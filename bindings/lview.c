@@ -13,6 +13,7 @@ static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
 }
 
 static int v_t (lua_State *L) {
+  QKVL_GRAD(L, "t", v_t);
   qkv_tensor *t = qkvL_checktensor(L, 1), v = *t;
   if (t->ndim > 2) {
     qkvL_shape(L, t);
@@ -25,6 +26,7 @@ static int v_t (lua_State *L) {
 }
 
 static int v_transpose (lua_State *L) {
+  QKVL_GRAD(L, "transpose", v_transpose);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
   qkv_view_transpose(&v, t, d1, d2);
@@ -33,6 +35,7 @@ static int v_transpose (lua_State *L) {
 }
 
 static int v_permute (lua_State *L) {
+  QKVL_GRAD(L, "permute", v_permute);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int perm[QKV_MAXDIM], seen[QKV_MAXDIM] = {0}, n = 0;
   int table = lua_istable(L, 2), top = table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
@@ -84,6 +87,7 @@ static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
 }
 
 static int v_view (lua_State *L) {
+  QKVL_GRAD(L, "view", v_view);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int64_t size[QKV_MAXDIM];
   int n = newshape(L, "view", t, size);
@@ -101,6 +105,7 @@ static int v_view (lua_State *L) {
 }
 
 static int v_reshape (lua_State *L) {
+  QKVL_GRAD(L, "reshape", v_reshape);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int64_t size[QKV_MAXDIM];
   int n = newshape(L, "reshape", t, size);
@@ -114,6 +119,7 @@ static int v_reshape (lua_State *L) {
 }
 
 static int v_narrow (lua_State *L) {
+  QKVL_GRAD(L, "narrow", v_narrow);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
   lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
@@ -130,6 +136,7 @@ static int v_narrow (lua_State *L) {
 }
 
 static int v_select (lua_State *L) {
+  QKVL_GRAD(L, "select", v_select);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
   qkv_view_select(&v, t, d, qkvL_checkindex(L, 3, t->size[d], "index"));
@@ -138,6 +145,7 @@ static int v_select (lua_State *L) {
 }
 
 static int v_unsqueeze (lua_State *L) {
+  QKVL_GRAD(L, "unsqueeze", v_unsqueeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 1);
   if (t->ndim == QKV_MAXDIM) return luaL_error(L, "unsqueeze: more than 8 dims");
@@ -147,6 +155,7 @@ static int v_unsqueeze (lua_State *L) {
 }
 
 static int v_squeeze (lua_State *L) {
+  QKVL_GRAD(L, "squeeze", v_squeeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
   qkvL_pushview(L, &v, 1);
@@ -154,6 +163,7 @@ static int v_squeeze (lua_State *L) {
 }
 
 static int v_expand (lua_State *L) {
+  QKVL_GRAD(L, "expand", v_expand);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int64_t size[QKV_MAXDIM];
   int n = qkvL_checksizes(L, 2, size);
@@ -173,6 +183,7 @@ static int v_expand (lua_State *L) {
 }
 
 static int v_contiguous (lua_State *L) {
+  QKVL_GRAD(L, "contiguous", v_contiguous);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_is_contiguous(t)) lua_settop(L, 1);
   else pushcopy(L, t, t->dtype);
@@ -180,6 +191,7 @@ static int v_contiguous (lua_State *L) {
 }
 
 static int v_clone (lua_State *L) {
+  QKVL_GRAD(L, "clone", v_clone);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   pushcopy(L, t, t->dtype);
   return 1;
@@ -193,6 +205,7 @@ static int todevice (lua_State *L, qkv_tensor *t, qkv_device d) {
 
 /* to(dtype) or to(device); returns self when nothing changes */
 static int v_to (lua_State *L) {
+  QKVL_GRAD(L, "to", v_to);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   const char *s = luaL_checkstring(L, 2);
   if (strcmp(s, "cpu") == 0) return todevice(L, t, QKV_CPU);

@@ -39,6 +39,8 @@ typedef struct qkv_storage {
   int pool;              /* 1 + the size class of a pooled block; 0: its own
                             allocation; < 0: lives in its owner's memory
                             (a Lua userdata), which release never frees */
+  int64_t version;       /* in-place writes so far, for autograd's check
+                            that what backward saved is unchanged */
 } qkv_storage;
 
 /*

@@ -89,7 +89,7 @@ const char *qkv_device_name (qkv_device d) {
 
 /* storages */
 
-qkv_storage qkv_closed_storage = {NULL, 0, 1, QKV_CPU, -1};
+qkv_storage qkv_closed_storage = {NULL, 0, 1, QKV_CPU, -1, 0};
 
 static size_t live_bytes, limit;
 
@@ -177,6 +177,7 @@ qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
   s->nbytes = nbytes;
   s->refcount = 1;
   s->device = dev;
+  s->version = 0;
   live_bytes += nbytes;
   return s;
 }

@@ -76,11 +76,17 @@ local function class(name)
   return c
 end
 
--- register a tensor field; `uniform` draws it in ±bound
+-- register a tensor field, which requires grad (as nn.Parameter does)
 function Module:param(name, t)
   self._params[#self._params + 1] = name
-  self[name] = t
+  self[name] = t:requires_grad_()
   return t
+end
+
+-- every parameter's .grad back to nil
+function Module:zero_grad()
+  for _, p in ipairs(self:parameters()) do p[2].grad = nil end
+  return self
 end
 
 function Module:child(name, m)
@@ -146,7 +152,7 @@ function Module:load(src)
   for _, p in ipairs(mine) do
     local path, obj = p[1], self
     for part in path:gmatch("([^.]+)%.") do obj = obj[tonumber(part) or part] end
-    obj[path:match("([^.]+)$")] = from[path]:clone()
+    obj[path:match("([^.]+)$")] = from[path]:detach():clone():requires_grad_()
   end
   return self
 end
@@ -493,6 +499,47 @@ function AlignedCrossAttention:forward(text, image, opts)
 end
 
 ---------------------------------------------------------------- functions
+
+-- mse_loss(input, target [, reduction]): mean (or sum, or none) of the
+-- squared differences, target broadcast to input
+local function mse(input, target, reduction)
+  local d = input - target
+  local sq = d * d
+  if reduction == "mean" then return sq:mean() end
+  if reduction == "sum" then return sq:sum() end
+  return sq
+end
+
+function nn.mse_loss(input, target, reduction)
+  checktensor("mse_loss", "input", input)
+  checktensor("mse_loss", "target", target)
+  reduction = reduction or "mean"
+  if reduction ~= "mean" and reduction ~= "sum" and reduction ~= "none" then
+    fail("mse_loss", "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
+  end
+  return named("mse_loss", pcall(mse, input, target, reduction))
+end
+
+-- cross_entropy(logits (N, C), targets (N) int64, 1-based classes): the mean
+-- of -log_softmax(logits)[i, targets[i]]
+function nn.cross_entropy(logits, targets)
+  checktensor("cross_entropy", "logits", logits)
+  checktensor("cross_entropy", "targets", targets)
+  if logits:dim() ~= 2 or targets:dim() ~= 1 or targets:size(1) ~= logits:size(1) then
+    fail("cross_entropy", "logits must be (N, C) and targets (N), got %s and %s",
+         tostring(logits.shape), tostring(targets.shape))
+  end
+  if targets.dtype ~= "int64" then fail("cross_entropy", "targets must be int64, got %s", targets.dtype) end
+  local C = logits:size(2)
+  if targets:numel() > 0 and (targets:min():item() < 1 or targets:max():item() > C) then
+    fail("cross_entropy", "targets must be classes 1 to %d", C)
+  end
+  return named("cross_entropy", pcall(function()
+    local onehot = qkv.arange(1, C + 1, "int64"):view(1, C):eq(targets:view(-1, 1))
+    local picked = logits:log_softmax(2):masked_fill(onehot:logical_not(), 0)
+    return -picked:sum() / logits:size(1)
+  end))
+end
 
 -- cosine_similarity(a, b [, dim = -1 [, eps = 1e-8]]): a·b / max(|a||b|, eps)
 -- along dim, with a and b broadcast (so (4, 1, d) against (1, 9, d) gives

@@ -163,6 +163,47 @@ function M.assertTensorEqual(a, b)
 end
 
 -- skipUnlessCuda(): the rest of the test needs a GPU
+-- gradcheck(f, inputs [, {eps, atol, rtol}]): the gradients qkv.autograd
+-- computes for f at the float64 tensors inputs against central finite
+-- differences, as torch.autograd.gradcheck: with v a fixed random tensor of
+-- the output's shape, the gradient of sum(f(inputs...) * v) checked element
+-- by element, |analytic - numeric| <= atol + rtol * |numeric|. Returns true
+-- or fails naming the input and element.
+function M.gradcheck(f, inputs, opts)
+  if type(f) ~= "function" then argerror("gradcheck", 1, "function expected, got " .. type(f)) end
+  if type(inputs) ~= "table" then argerror("gradcheck", 2, "list of tensors expected, got " .. type(inputs)) end
+  opts = opts or {}
+  local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  for i, x in ipairs(inputs) do
+    if not qkv.is_tensor(x) or x.dtype ~= "float64" then
+      argerror("gradcheck", 2, "input " .. i .. " must be a float64 tensor")
+    end
+  end
+  local y0 = qkv.no_grad(f, table.unpack(inputs))
+  local v = qkv.rand(y0.shape, "float64") + 0.5
+  local function loss(...) return (f(...) * v):sum() end
+  local analytic = qkv.grad(loss, inputs)
+  local xs = {}
+  for i, x in ipairs(inputs) do xs[i] = x:contiguous():clone() end
+  for i, x in ipairs(xs) do
+    local flat, ga = x:view(-1), analytic[i]:contiguous():view(-1)
+    for j = 1, flat:numel() do
+      local keep = flat[j]
+      flat[j] = keep + eps
+      local up = qkv.no_grad(loss, table.unpack(xs)):item()
+      flat[j] = keep - eps
+      local down = qkv.no_grad(loss, table.unpack(xs)):item()
+      flat[j] = keep
+      local num, ana = (up - down) / (2 * eps), ga[j]
+      if not (math.abs(ana - num) <= atol + rtol * math.abs(num)) then
+        failure(("gradcheck: input %d, element %d: analytic %.10g, numeric %.10g")
+                :format(i, j, ana, num))
+      end
+    end
+  end
+  return true
+end
+
 function M.skipUnlessCuda()
   if not qkv.cuda_available() then
     lu.skip("needs CUDA (qkv.cuda_available() is false)")

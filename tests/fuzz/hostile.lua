@@ -402,7 +402,8 @@ end
 function H.rewrite(e, self, args, n, names)
   local r, marks = random(), {}
   local i, why
-  if (e.name == "Tensor.__newindex" or (e.kind == "tensor" and e.method:match("_$")))
+  if (e.name == "Tensor.__newindex" or (e.kind == "tensor" and e.method:match("_$")
+                                          and e.method ~= "requires_grad_"))   -- writes no data
      and chance(0.25) then
     self, n, marks = rewrite_dest(e, self, args, n)
   elseif r < 0.05 then i, why = rewrite_int(e, self, args, n, names)

@@ -51,6 +51,7 @@ end
 -- the numbers in a line of text, in order
 function U.numbers(line)
   local r = {}
+  line = line:gsub("grad_fn=<%w+>", "")    -- PyTorch's suffix, as qkv prints it
   for n in line:gmatch("%-?%d+%.?%d*[eE]?[-+]?%d*") do r[#r + 1] = tonumber(n) end
   return r
 end

@@ -59,14 +59,15 @@ local namespaces = {
      "method), the attention primitives, the runtime and files. In the qkv " ..
      "executable it is the global qkv; elsewhere require \"qkv\".",
    groups = {"making tensors", "math", "selection and indexing", "layers", "attention",
-             "runtime", "files"}},
+             "autograd", "runtime", "files"}},
   {id = "Tensor", title = "Tensor methods",
    intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
      "reference-counted storage, with up to 8 dims. Methods are called as " ..
      "x:name(...); the math ones are also functions of qkv (x:sum(2) is " ..
      "qkv.sum(x, 2)).",
    groups = {"size and layout", "values", "views", "copies and devices",
-             "math", "selection and indexing", "reductions", "in place", "attention"}},
+             "math", "selection and indexing", "reductions", "in place", "attention",
+             "autograd"}},
   {id = "qkv.nn", title = "qkv.nn",
    intro = "Attention modules in plain Lua on the primitives " ..
      "(stdlib/qkv/nn.lua, loaded on first use). A module is callable, " ..

@@ -36,7 +36,7 @@ torch.nn.LayerNorm.]],
 print(ln)
 print(ln(qkv.tensor{{1, 2, 3}}))
 --> LayerNorm((3,), eps=1e-05, elementwise_affine=true)
---> tensor([[-1.2247,  0.0000,  1.2247]])]=]},
+--> tensor([[-1.2247,  0.0000,  1.2247]], grad_fn=<NativeLayerNormBackward0>)]=]},
 
   {name = "qkv.nn.Dropout", sig = "qkv.nn.Dropout([p])", group = "modules",
    doc = [[Dropout as a module: m(x) is qkv.dropout(x, m.p, m.training), so it

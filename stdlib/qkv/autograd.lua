@@ -1,0 +1,270 @@
+-- autograd.lua: qkv.autograd, reverse-mode differentiation with PyTorch's
+-- names. Loaded the first time a tensor asks for it (x:requires_grad_(),
+-- qkv.no_grad, qkv.grad, a qkv.nn module's weights): until then no op pays
+-- for it. Once loaded, the differentiable functions and methods of qkv
+-- (stdlib/qkv/derivatives.lua has their rules) are wrapped: a call with an
+-- input that requires grad, while grad mode is on, runs the plain C op and
+-- records a node that knows how to send the output's gradient back to the
+-- inputs; any other call goes straight to the C op.
+--
+--   x:requires_grad_([flag]) -> x     x.requires_grad, x.is_leaf, x.grad
+--   y:backward([grad])                x.grad_fn (prints as <MulBackward0>)
+--   qkv.no_grad(f, ...)  qkv.enable_grad(f, ...)
+--   qkv.grad(f, inputs) -> {gradient of f(inputs...) for each input}
+--
+-- The graph hangs from the tensors (a weak-keyed table, so it is freed with
+-- them). Each node keeps the versions of the tensors it saved: backward
+-- after an in-place write to one of them is an error naming the node.
+
+local qkv = require "qkv"
+local caller = require "qkv.caller"
+local SOURCE = debug.getinfo(1, "S").source
+
+local A = {}
+local meta = setmetatable({}, {__mode = "k"})   -- tensor -> {leaf=, grad=, node=}
+local enabled = true
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), caller(SOURCE, true))
+end
+
+local is_tensor = qkv.is_tensor
+
+---------------------------------------------------------------- state
+
+-- whether x takes part in the graph: a leaf that requires grad, or the
+-- output of a recorded op
+function A.tracked(x)
+  local m = is_tensor(x) and meta[x]
+  return m and (m.leaf or m.node) and true or false
+end
+
+function A.enabled() return enabled end
+
+-- the level of the first frame outside this file and derivatives.lua (and
+-- C), for errors that should point at the script's line
+local function user_level()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "S")
+    if info == nil then return level - 1 end
+    if info.what ~= "C" and not info.source:match("qkv/autograd%.lua$")
+       and not info.source:match("qkv/derivatives%.lua$") then
+      return level - 1
+    end
+    level = level + 1
+  end
+end
+
+local function with_mode(mode, f, ...)
+  local was = enabled
+  enabled = mode
+  qkv._grad_mode(mode)
+  local r = table.pack(pcall(f, ...))
+  enabled = was
+  qkv._grad_mode(was)
+  if not r[1] then
+    local msg = r[2]
+    if type(msg) == "string" then            -- at the script's line
+      msg = msg:gsub("^[^\n]-qkv/[%w_]+%.lua:%d+: ", "")
+      error(msg, user_level())
+    end
+    error(msg, 0)
+  end
+  return table.unpack(r, 2, r.n)
+end
+
+-- orig (a binding) as a rule calls it: with grad mode off, so that it runs
+-- its kernel rather than its rule again
+function A.raw(orig)
+  return function(...) return with_mode(false, orig, ...) end
+end
+
+function A.no_grad(f, ...)
+  if type(f) ~= "function" then fail("no_grad: bad argument #1 (function expected, got %s)", type(f)) end
+  return with_mode(false, f, ...)
+end
+
+function A.enable_grad(f, ...)
+  if type(f) ~= "function" then fail("enable_grad: bad argument #1 (function expected, got %s)", type(f)) end
+  return with_mode(true, f, ...)
+end
+
+function A.requires_grad_(x, flag)
+  if not is_tensor(x) then fail("requires_grad_: bad argument #1 (qkv.Tensor expected, got %s)", type(x)) end
+  if flag == nil then flag = true end
+  if type(flag) ~= "boolean" then fail("requires_grad_: flag must be a boolean, got %s", type(flag)) end
+  local m = meta[x]
+  if m and m.node then
+    fail("requires_grad_: x is the result of %s, not a leaf; use x:detach():requires_grad_()",
+         m.node.name)
+  end
+  if flag and x.dtype ~= "float32" and x.dtype ~= "float64" and x.dtype ~= "float16"
+     and x.dtype ~= "bfloat16" then
+    fail("requires_grad_: only float tensors can require grad, x is %s", x.dtype)
+  end
+  if flag then meta[x] = m or {}; meta[x].leaf = true
+  elseif m then m.leaf = nil end
+  return x
+end
+
+---------------------------------------------------------------- recording
+
+-- a node of the graph: name, backward(g) -> gradients of the inputs (nil
+-- where none), and for each input the edge its gradient takes
+local Node = {}
+Node.__index = Node
+Node.__tostring = function(n) return "<" .. n.name .. "0>" end   -- PyTorch's names
+
+-- records that out = op(inputs...): `inputs` is a list of tensors (or nil
+-- entries), `saved` the tensors backward reads, whose versions are kept
+function A.record(name, out, inputs, backward, saved)
+  local node = setmetatable({name = name, backward = backward, edges = {}, saved = {}}, Node)
+  for i, x in pairs(inputs) do
+    local m = is_tensor(x) and meta[x]
+    if m and m.node then node.edges[i] = {node = m.node}
+    elseif m and m.leaf then node.edges[i] = {leaf = x} end
+  end
+  for _, x in pairs(saved or {}) do
+    if is_tensor(x) then node.saved[#node.saved + 1] = {x, x:_version()} end
+  end
+  node.n = #inputs
+  meta[out] = {node = node}
+  return out
+end
+
+-- whether any argument (tensors, or tensors in a list) is tracked
+function A.any(...)
+  for i = 1, select("#", ...) do
+    local a = select(i, ...)
+    if is_tensor(a) then
+      if A.tracked(a) then return true end
+    elseif type(a) == "table" and getmetatable(a) == nil then
+      for _, v in ipairs(a) do if A.tracked(v) then return true end end
+    end
+  end
+  return false
+end
+
+---------------------------------------------------------------- backward
+
+-- nodes reachable from `root`, each after every node that feeds it
+local function topo(root)
+  local order, seen = {}, {}
+  local function visit(n)
+    if seen[n] then return end
+    seen[n] = true
+    for _, e in pairs(n.edges) do if e.node then visit(e.node) end end
+    order[#order + 1] = n
+  end
+  visit(root)
+  return order
+end
+
+local function accumulate(a, g) return a and a + g or g end
+
+local function check_saved(n)
+  if n.freed then
+    fail("backward: %s's graph was freed by an earlier backward; call the forward again", n.name)
+  end
+  for _, s in ipairs(n.saved) do
+    if s[1]:_version() ~= s[2] then
+      fail("backward: a tensor %s saved was modified in place (version %d, now %d)",
+           n.name, s[2], s[1]:_version())
+    end
+  end
+end
+
+-- runs the graph of y backward with dy; the leaves' gradients go to sink
+-- (a function(leaf, g)); frees the graph
+local function run(y, dy, sink)
+  local root = meta[y] and meta[y].node
+  local grads = {[root] = dy}
+  local order = topo(root)
+  for i = #order, 1, -1 do
+    local n = order[i]
+    local g = grads[n]
+    grads[n] = nil
+    check_saved(n)
+    if g ~= nil then
+      local gs = table.pack(n.backward(g))
+      for k, e in pairs(n.edges) do
+        local gk = gs[k]
+        if gk ~= nil then
+          if e.node then grads[e.node] = accumulate(grads[e.node], gk)
+          else sink(e.leaf, gk) end
+        end
+      end
+    end
+    n.freed, n.saved, n.backward = true, {}, nil
+  end
+end
+
+local function default_grad(y, grad, who)
+  if grad ~= nil then
+    if not is_tensor(grad) then fail("%s: grad must be a tensor, got %s", who, type(grad)) end
+    if grad.shape ~= y.shape then
+      fail("%s: grad is %s but the output is %s", who, tostring(grad.shape), tostring(y.shape))
+    end
+    return grad:to(y.dtype)
+  end
+  if y:numel() ~= 1 then
+    fail("%s: the output has %d elements; a gradient (grad) is needed unless it has 1",
+         who, y:numel())
+  end
+  return qkv.ones(y.shape, y.dtype)
+end
+
+function A.backward(y, grad)
+  if not is_tensor(y) then fail("backward: bad argument #1 (qkv.Tensor expected, got %s)", type(y)) end
+  local m = meta[y]
+  if not (m and m.node) then
+    if m and m.leaf then fail("backward: y is a leaf; there is nothing to go back through") end
+    fail("backward: y does not require grad (no input of the ops that made it did)")
+  end
+  local dy = default_grad(y, grad, "backward")
+  with_mode(false, run, y, dy, function(leaf, g)
+    local lm = meta[leaf]
+    lm.grad = accumulate(lm.grad, g:to(leaf.dtype))
+  end)
+end
+
+-- qkv.grad(f, inputs [, grad]): the gradients of f(inputs...) (one output)
+-- with respect to each input, without touching their .grad
+function A.grad(f, inputs, grad)
+  if type(f) ~= "function" then fail("grad: bad argument #1 (function expected, got %s)", type(f)) end
+  if type(inputs) ~= "table" then fail("grad: bad argument #2 (list of tensors expected, got %s)", type(inputs)) end
+  local xs = {}
+  for i, x in ipairs(inputs) do
+    if not is_tensor(x) then fail("grad: input %d is a %s, not a tensor", i, type(x)) end
+    xs[i] = x:detach()
+    A.requires_grad_(xs[i])
+  end
+  local y = with_mode(true, f, table.unpack(xs))
+  if not is_tensor(y) then fail("grad: f must return a tensor, got %s", type(y)) end
+  local out = {}
+  if A.tracked(y) and meta[y].node then
+    local dy = default_grad(y, grad, "grad")
+    with_mode(false, run, y, dy, function(leaf, g)
+      for i, x in ipairs(xs) do if rawequal(x, leaf) then out[i] = accumulate(out[i], g) end end
+    end)
+  end
+  for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype) end
+  return out
+end
+
+---------------------------------------------------------------- fields
+
+function A.field(x, k)
+  local m = meta[x]
+  if k == "requires_grad" then return m ~= nil and (m.leaf or m.node) ~= nil end
+  if k == "is_leaf" then return not (m and m.node) end
+  if k == "grad" then return m and m.grad end
+  if k == "grad_fn" then return m and m.node end
+end
+
+function A.set_grad(x, g) local m = meta[x] or {}; meta[x] = m; m.grad = g end
+
+qkv._autograd(meta, require("qkv.derivatives").install(A), A.field, A.set_grad)
+
+return A

@@ -1,0 +1,428 @@
+-- derivatives.lua: the backward rule of each differentiable op of qkv, and
+-- the wrapping that records them (qkv.autograd installs it once). A rule
+-- is rule(orig, args...): it calls the C op `orig`, then records a node
+-- whose backward(g) returns the gradient of each tensor input, reduced to
+-- that input's shape where it was broadcast. Backward runs with grad mode
+-- off, so the rules use the plain ops.
+
+local qkv = require "qkv"
+local is_tensor = qkv.is_tensor
+
+local D = {}
+local A                                   -- qkv.autograd, at install
+local R = {}                              -- name -> rule
+
+-- g summed down to x's shape (the inverse of broadcasting); nil for a number
+local function sum_to(g, x)
+  if not is_tensor(x) then return nil end
+  local shape = x.shape
+  for _ = 1, g:dim() - #shape do g = g:sum(1) end
+  for i = 1, #shape do
+    if shape[i] == 1 and g:size(i) ~= 1 then g = g:sum(i, true) end
+  end
+  return g
+end
+
+local function rec(name, y, inputs, backward, saved)
+  return A.record(name, y, inputs, backward, saved)
+end
+
+local function dimof(x, d) return d < 0 and x:dim() + 1 + d or d end
+
+---------------------------------------------------------------- arithmetic
+
+R.add = function(f, a, b)
+  return rec("AddBackward", f(a, b), {a, b}, function(g) return sum_to(g, a), sum_to(g, b) end)
+end
+R.sub = function(f, a, b)
+  return rec("SubBackward", f(a, b), {a, b}, function(g) return sum_to(g, a), sum_to(-g, b) end)
+end
+R.mul = function(f, a, b)
+  return rec("MulBackward", f(a, b), {a, b}, function(g)
+    return sum_to(g * b, a), sum_to(g * a, b)
+  end, {a, b})
+end
+R.div = function(f, a, b)
+  return rec("DivBackward", f(a, b), {a, b}, function(g)
+    return sum_to(g / b, a), is_tensor(b) and sum_to(-g * a / (b * b), b) or nil
+  end, {a, b})
+end
+R.pow = function(f, a, b)
+  local y = f(a, b)
+  return rec("PowBackward", y, {a, b}, function(g)
+    local ga = is_tensor(a) and sum_to(g * b * qkv.pow(a, b - 1), a)
+    local gb = is_tensor(b) and sum_to(g * y * (is_tensor(a) and qkv.log(a) or math.log(a)), b)
+    return ga or nil, gb or nil
+  end, {a, b, y})
+end
+R.maximum = function(f, a, b)
+  return rec("MaximumBackward", f(a, b), {a, b}, function(g)
+    local pick = qkv.ge(a, b)
+    return sum_to(g:masked_fill(pick:logical_not(), 0), a), sum_to(g:masked_fill(pick, 0), b)
+  end, {a, b})
+end
+R.minimum = function(f, a, b)
+  return rec("MinimumBackward", f(a, b), {a, b}, function(g)
+    local pick = qkv.le(a, b)
+    return sum_to(g:masked_fill(pick:logical_not(), 0), a), sum_to(g:masked_fill(pick, 0), b)
+  end, {a, b})
+end
+R.neg = function(f, a)
+  return rec("NegBackward", f(a), {a}, function(g) return -g end)
+end
+
+---------------------------------------------------------------- unary math
+
+-- name -> gradient factor from x and y
+local UNARY = {
+  exp = {"ExpBackward", function(_, y) return y end},
+  log = {"LogBackward", function(x) return 1 / x end},
+  sqrt = {"SqrtBackward", function(_, y) return 0.5 / y end},
+  abs = {"AbsBackward", function(x) return x:gt(0):to(x.dtype) - x:lt(0):to(x.dtype) end},
+  tanh = {"TanhBackward", function(_, y) return 1 - y * y end},
+  sigmoid = {"SigmoidBackward", function(_, y) return y * (1 - y) end},
+  relu = {"ReluBackward", function(x) return x:gt(0):to(x.dtype) end},
+  silu = {"SiluBackward", function(x)
+    local s = x:sigmoid()
+    return s * (1 + x * (1 - s))
+  end},
+  sin = {"SinBackward", function(x) return x:cos() end},
+  cos = {"CosBackward", function(x) return -x:sin() end},
+  -- d/dx x Phi(x) = Phi(x) + x phi(x); Phi from gelu itself (Phi(0) = 1/2)
+  gelu = {"GeluBackward", function(x, y)
+    local Phi = qkv.where(x:eq(0), 0.5, y / x)
+    return Phi + x * (x * x * -0.5):exp() * 0.3989422804014327
+  end},
+}
+
+for name, u in pairs(UNARY) do
+  R[name] = function(f, x)
+    local y = f(x)
+    return rec(u[1], y, {x}, function(g) return g * u[2](x, y) end, {x, y})
+  end
+end
+
+---------------------------------------------------------------- reductions
+
+-- g (reduced over dim, or over all) made x's shape again
+local function expand_back(g, x, dim, keep)
+  if dim == nil then return g:expand(table.unpack(x.shape)) end
+  if not keep then g = g:unsqueeze(dim) end
+  return g:expand(table.unpack(x.shape))
+end
+
+R.sum = function(f, x, dim, keep)
+  return rec("SumBackward", f(x, dim, keep), {x}, function(g)
+    return expand_back(g, x, dim and dimof(x, dim), keep):contiguous()
+  end)
+end
+R.mean = function(f, x, dim, keep)
+  local y = f(x, dim, keep)                 -- first: it checks the arguments
+  local n = dim and x:size(dim) or x:numel()
+  return rec("MeanBackward", y, {x}, function(g)
+    return expand_back(g, x, dim and dimof(x, dim), keep) / n
+  end)
+end
+local function var_rule(name, std)
+  return function(f, x, dim, keep)
+    local y = f(x, dim, keep)
+    local n = dim and x:size(dim) or x:numel()
+    return rec(name, y, {x}, function(g)
+      local d = dim and dimof(x, dim)
+      local mean = d and x:mean(d, true) or x:mean()
+      local gy = std and g / y or g
+      local c = std and 1 / (n - 1) or 2 / (n - 1)
+      return expand_back(gy, x, d, keep) * (x - mean) * c
+    end, {x, y})
+  end
+end
+R.var = var_rule("VarBackward", false)
+R.std = var_rule("StdBackward", true)
+
+-- max/min along a dim (values and positions) or over all: the gradient goes
+-- to the position the op picked
+local function pick_rule(name)
+  return function(f, x, dim, keep)
+    if is_tensor(dim) then return R[name == "MaxBackward" and "maximum" or "minimum"](f, x, dim) end
+    if dim == nil then
+      local y = f(x)
+      return rec(name, y, {x}, function(g)
+        local at = (name == "MaxBackward" and x:argmax() or x:argmin()):item()
+        local out = qkv.zeros(x:numel(), x.dtype)
+        out[at] = g:item()
+        return out:view(table.unpack(x.shape))
+      end)
+    end
+    local v, i = f(x, dim, keep)
+    rec(name, v, {x}, function(g)
+      local d = dimof(x, dim)
+      local idx = keep and i or i:unsqueeze(d)
+      local gg = keep and g or g:unsqueeze(d)
+      local n = x:size(d)
+      local shape = {}
+      for k = 1, x:dim() do shape[k] = k == d and n or 1 end
+      local pos = qkv.arange(1, n + 1, "int64"):view(table.unpack(shape))
+      return qkv.where(pos:eq(idx), gg, 0):to(x.dtype)
+    end)
+    return v, i
+  end
+end
+R.max = pick_rule("MaxBackward")
+R.min = pick_rule("MinBackward")
+
+---------------------------------------------------------------- products
+
+-- matmul with PyTorch's 1-D rules: the operands as matrices, the gradient
+-- of each summed over broadcast batch dims and shaped back
+local function matmul_grads(a, b, g)
+  local a2 = a:dim() == 1 and a:unsqueeze(1) or a
+  local b2 = b:dim() == 1 and b:unsqueeze(2) or b
+  local g2 = g
+  if a:dim() == 1 then g2 = g2:unsqueeze(-2) end
+  if b:dim() == 1 then g2 = g2:unsqueeze(-1) end
+  local ga = sum_to(g2:matmul(b2.mT), a2):reshape(table.unpack(a.shape))
+  local gb = sum_to(a2.mT:matmul(g2), b2):reshape(table.unpack(b.shape))
+  return ga, gb
+end
+
+for _, name in ipairs{"matmul", "mm", "bmm"} do
+  R[name] = function(f, a, b)
+    local label = name == "matmul" and "MmBackward" or name:sub(1, 1):upper() .. name:sub(2) .. "Backward"
+    return rec(label, f(a, b), {a, b},
+               function(g) return matmul_grads(a, b, g) end, {a, b})
+  end
+end
+
+R.scores = function(f, Q, K, opts)
+  local y = f(Q, K, opts)                   -- first: it checks the arguments
+  local scale = opts and opts.scale or 1 / math.sqrt(Q:size(-1))
+  return rec("ScoresBackward", y, {Q, K}, function(g)
+    return sum_to(g:matmul(K) * scale, Q), sum_to(g.mT:matmul(Q) * scale, K)
+  end, {Q, K})
+end
+
+R.project = function(f, x, W, b)
+  -- PyTorch's names: x @ W is MmBackward, with a bias AddmmBackward
+  return rec(b and "AddmmBackward" or "MmBackward", f(x, W, b), {x, W, b}, function(g)
+    local d_in, d_out = W:size(1), W:size(2)
+    local x2, g2 = x:reshape(-1, d_in), g:reshape(-1, d_out)
+    return g:matmul(W:t()), x2:t():matmul(g2), b and g2:sum(1) or nil
+  end, {x, W})
+end
+
+---------------------------------------------------------------- views
+
+local function simple_view(name, back)
+  return function(f, x, ...)
+    local args = table.pack(...)
+    return rec(name, f(x, ...), {x}, function(g) return back(g, x, table.unpack(args, 1, args.n)) end)
+  end
+end
+
+R.t = simple_view("TBackward", function(g) return g:t() end)
+R.transpose = simple_view("TransposeBackward", function(g, _, a, b) return g:transpose(a, b) end)
+R.permute = simple_view("PermuteBackward", function(g, _, ...)
+  local p = type((...)) == "table" and (...) or {...}
+  local inv = {}
+  for i, d in ipairs(p) do inv[d < 0 and #p + 1 + d or d] = i end
+  return g:permute(table.unpack(inv))
+end)
+local function reshape_back(g, x) return g:reshape(table.unpack(x.shape)) end
+R.view = simple_view("ViewBackward", reshape_back)
+R.reshape = simple_view("ReshapeBackward", reshape_back)
+R.contiguous = simple_view("CloneBackward", function(g) return g end)
+R.clone = simple_view("CloneBackward", function(g) return g end)
+R.unsqueeze = simple_view("UnsqueezeBackward", function(g, x, d) return g:reshape(table.unpack(x.shape)) end)
+R.squeeze = simple_view("SqueezeBackward", reshape_back)
+R.expand = simple_view("ExpandBackward", function(g, x) return sum_to(g, x) end)
+R.narrow = simple_view("NarrowBackward", function(g, x, d, start, len)
+  local out = qkv.zeros(x.shape, g.dtype)
+  out:narrow(d, start, len):copy_(g)
+  return out
+end)
+R.select = simple_view("SelectBackward", function(g, x, d, i)
+  local out = qkv.zeros(x.shape, g.dtype)
+  out:select(d, i):copy_(g)
+  return out
+end)
+local function to_rule(f, x, ...)
+  local y = f(x, ...)
+  if rawequal(y, x) then return y end
+  return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
+end
+R.float, R.double = to_rule, to_rule
+
+R.to = function(f, x, what)
+  local y = f(x, what)
+  if rawequal(y, x) then return y end
+  return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
+end
+
+-- x[i] and x[{...}]: the gradient lands in the same place of zeros
+function D.index(f, x, k)
+  local y = f(x, k)
+  if not is_tensor(y) then return y end
+  return rec("IndexBackward", y, {x}, function(g)
+    local out = qkv.zeros(x.shape, g.dtype)
+    out[k] = g
+    return out
+  end)
+end
+
+R.cat = function(f, list, dim)
+  local y = f(list, dim)
+  local d = dimof(list[1], dim or 1)
+  return rec("CatBackward", y, list, function(g)
+    local gs, at = {}, 1
+    for i, x in ipairs(list) do
+      gs[i] = g:narrow(d, at, x:size(d))
+      at = at + x:size(d)
+    end
+    return table.unpack(gs, 1, #list)
+  end)
+end
+R.stack = function(f, list, dim)
+  local y = f(list, dim)
+  local d = dim and (dim < 0 and y:dim() + 1 + dim or dim) or 1
+  return rec("StackBackward", y, list, function(g)
+    local gs = {}
+    for i = 1, #list do gs[i] = g:select(d, i) end
+    return table.unpack(gs, 1, #list)
+  end)
+end
+
+---------------------------------------------------------------- masks, selection
+
+R.masked_fill = function(f, x, m, v)
+  return rec("MaskedFillBackward", f(x, m, v), {x}, function(g) return g:masked_fill(m, 0) end)
+end
+R.mask = function(f, S, m, fill)
+  return rec("MaskBackward", f(S, m, fill), {S}, function(g)
+    return sum_to(g:masked_fill(m:eq(0), 0), S)
+  end)
+end
+R.where = function(f, c, a, b)
+  return rec("WhereBackward", f(c, a, b), {nil, a, b}, function(g)
+    return nil, sum_to(g:masked_fill(c:logical_not(), 0), a), sum_to(g:masked_fill(c, 0), b)
+  end)
+end
+R.clamp = function(f, x, lo, hi)
+  return rec("ClampBackward", f(x, lo, hi), {x}, function(g)
+    local keep = qkv.ones(x.shape, "bool")
+    if lo ~= nil then keep = keep:logical_and(qkv.ge(x, lo)) end
+    if hi ~= nil then keep = keep:logical_and(qkv.le(x, hi)) end
+    return g:masked_fill(keep:logical_not(), 0)
+  end, {x})
+end
+
+---------------------------------------------------------------- rows
+
+R.softmax = function(f, x, dim)
+  local y = f(x, dim)
+  local d = dim or -1
+  return rec("SoftmaxBackward", y, {x}, function(g)
+    return y * (g - (g * y):sum(d, true))
+  end, {y})
+end
+R.log_softmax = function(f, x, dim)
+  local y = f(x, dim)
+  local d = dim or -1
+  return rec("LogSoftmaxBackward", y, {x}, function(g)
+    return g - y:exp() * g:sum(d, true)
+  end, {y})
+end
+
+function D.layer_norm(f, x, shape, w, b, eps)
+  local y = f(x, shape, w, b, eps)
+  local k = type(shape) == "table" and #shape or 1
+  eps = eps or 1e-5
+  return rec("NativeLayerNormBackward", y, {x, nil, w, b}, function(g)
+    local n = 1
+    for i = x:dim() - k + 1, x:dim() do n = n * x:size(i) end
+    local x2 = x:reshape(-1, n)             -- a row per normalised slice
+    local g2 = g:reshape(x2:size(1), -1)
+    local mean = x2:mean(2, true)
+    local xc = x2 - mean
+    local inv = 1 / ((xc * xc):mean(2, true) + eps):sqrt()
+    local xhat = xc * inv
+    local wf = w and w:reshape(1, -1)
+    local gx = wf and g2 * wf or g2
+    local gin = (gx - gx:mean(2, true) - xhat * (gx * xhat):mean(2, true)) * inv
+    local gw = w and (g2 * xhat):sum(1):reshape(table.unpack(w.shape)) or nil
+    local gb = b and g2:sum(1):reshape(table.unpack(b.shape)) or nil
+    return gin:reshape(table.unpack(x.shape)), nil, gw, gb
+  end, {x})
+end
+R.layer_norm = D.layer_norm
+
+---------------------------------------------------------------- compositions
+
+-- ops whose gradient is that of the differentiable ops they are made of:
+-- with grad needed they run as that composition
+local C = {}
+
+C.attention = function(_, Q, K, V, opts)
+  opts = opts or {}
+  local S = qkv.scores(Q, K, {scale = opts.scale})
+  if opts.mask then S = qkv.mask(S, opts.mask) end
+  if opts.key_padding_mask then
+    S = qkv.mask(S, opts.key_padding_mask:logical_not():unsqueeze(-2))
+  end
+  if opts.causal or opts.is_causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1))) end
+  local W = qkv.softmax(S)
+  local out = W:matmul(V)
+  if opts.weights == false then return out end
+  return out, W
+end
+
+C.heads = function(_, x, h)
+  local n, d = x:size(-2), x:size(-1)
+  local shape = {}
+  for i = 1, x:dim() - 2 do shape[i] = x:size(i) end
+  shape[#shape + 1], shape[#shape + 2], shape[#shape + 3] = n, h, d // h
+  return x:reshape(table.unpack(shape)):transpose(-3, -2)
+end
+
+C.merge = function(_, x)
+  local h, n, dh = x:size(-3), x:size(-2), x:size(-1)
+  local shape = {}
+  for i = 1, x:dim() - 3 do shape[i] = x:size(i) end
+  shape[#shape + 1], shape[#shape + 2] = n, h * dh
+  return x:transpose(-3, -2):reshape(table.unpack(shape))
+end
+
+C.align = function(_, x, W, b)
+  if type(W) == "table" and not is_tensor(W) then
+    local h = qkv.project(x, W[1], W[2]):gelu()
+    return qkv.project(h, W[3], W[4])
+  end
+  return qkv.project(x, W, b)
+end
+
+C.dropout = function(orig, x, p, training)
+  p = p == nil and 0.5 or p
+  if training == false or p == 0 or type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    return orig(x, p, training)
+  end
+  local keep = qkv.rand(x.shape, x.dtype):ge(p)
+  return x:masked_fill(keep:logical_not(), 0) * (p < 1 and 1 / (1 - p) or 0)
+end
+
+---------------------------------------------------------------- install
+
+-- the rules as the bindings call them (lgrad.c): rule(orig, args...), orig
+-- being the binding itself, run here with grad mode off
+function D.install(autograd)
+  A = autograd
+  local rules = {}
+  for name, rule in pairs(R) do
+    rules[name] = function(orig, ...) return rule(A.raw(orig), ...) end
+  end
+  rules.index = function(orig, ...) return D.index(A.raw(orig), ...) end
+  for name, comp in pairs(C) do
+    rules[name] = function(orig, ...) return comp(A.raw(orig), ...) end
+  end
+  return rules
+end
+
+return D

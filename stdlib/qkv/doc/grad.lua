@@ -1,0 +1,78 @@
+-- doc/grad.lua: qkv.doc entries of autograd (stdlib/qkv/autograd.lua,
+-- derivatives.lua; bindings/lgrad.c), its losses and gradcheck.
+
+return {
+  {name = "Tensor:requires_grad_", sig = "x:requires_grad_([flag])", group = "autograd",
+   doc = [[Marks x (a float tensor, a leaf) as requiring grad, or not with
+flag false, and returns x. The ops that take x then record a graph, and
+y:backward() fills x.grad. The first call loads qkv.autograd; until then no
+op pays for it. An integer or bool tensor is an error. As
+torch.Tensor.requires_grad_.]],
+   example = [=[local x = qkv.tensor({1, 2, 3}, "float64"):requires_grad_()
+local y = (x * x):sum()
+print(y)   --> tensor(14., dtype=float64, grad_fn=<SumBackward0>)
+y:backward()
+print(x.grad)   --> tensor([2., 4., 6.], dtype=float64)]=]},
+
+  {name = "Tensor:backward", sig = "x:backward([grad])", group = "autograd",
+   doc = [[Sends the gradient of x back through the graph that made it and
+adds it to the .grad of every leaf that requires grad. grad (x's shape)
+defaults to 1 for a one-element x and is needed otherwise. The graph is
+freed: a second backward through it is an error, and so is a backward after
+an in-place write to a tensor the graph saved (its version moved). As
+torch.Tensor.backward.]]},
+
+  {name = "Tensor:detach", sig = "x:detach()", group = "autograd",
+   doc = [[A view of x's data that takes part in no graph: ops on it record
+nothing, and it never requires grad. It shares x's storage. As
+torch.Tensor.detach.]]},
+
+  {name = "qkv.no_grad", sig = "qkv.no_grad(f, ...)", group = "autograd",
+   doc = [[Calls f(...) with grad mode off and returns its results: no op
+inside records a graph, so results do not require grad. The mode comes
+back however f ends. As torch.no_grad as a context.]],
+   example = [=[local w = qkv.ones(2):requires_grad_()
+print(qkv.no_grad(function() return w * 2 end).requires_grad)   --> false]=]},
+
+  {name = "qkv.enable_grad", sig = "qkv.enable_grad(f, ...)", group = "autograd",
+   doc = [[Calls f(...) with grad mode on, also inside qkv.no_grad, and
+returns its results. The mode comes back however f ends. As
+torch.enable_grad.]]},
+
+  {name = "qkv.grad", sig = "qkv.grad(f, inputs [, grad])", group = "autograd",
+   doc = [[The gradients of f(inputs...) (one tensor) with respect to each
+tensor of the list inputs, as a list, without touching any .grad: f runs
+on detached copies that require grad. grad is as for backward. As
+torch.autograd.grad.]],
+   example = [=[local g = qkv.grad(function(x) return (x * x):sum() end, {qkv.tensor{1, 2}})
+print(g[1])   --> tensor([2., 4.])]=]},
+
+  {name = "qkv.nn.mse_loss", sig = "qkv.nn.mse_loss(input, target [, reduction])",
+   group = "functions",
+   doc = [[The mean of the squared differences of input and target (target
+broadcast to input), or their sum or each of them with reduction "sum" or
+"none". It is differentiable. As torch.nn.functional.mse_loss.]]},
+
+  {name = "qkv.nn.cross_entropy", sig = "qkv.nn.cross_entropy(logits, targets)",
+   group = "functions",
+   doc = [=[The mean over N of -log_softmax(logits)[i][targets[i]], for logits
+(N, C) and int64 targets (N) of 1-based classes. A class out of range is
+an error. It is differentiable. As torch.nn.functional.cross_entropy.]=],
+   example = [=[local l = qkv.tensor{{0, 0}, {0, 0}}
+print(qkv.nn.cross_entropy(l, qkv.tensor({1, 2}, "int64")))   --> tensor(0.6931)]=]},
+
+  {name = "Module:zero_grad", sig = "m:zero_grad()", group = "module methods",
+   doc = [[Sets the .grad of every parameter of m and its submodules to nil,
+and returns m. Parameters require grad from the start, as nn.Parameter
+does. As torch.nn.Module.zero_grad.]]},
+
+  {name = "qkv.test.gradcheck", sig = "qkv.test.gradcheck(f, inputs [, opts])",
+   group = "assertions",
+   doc = [[Checks the gradient qkv.autograd computes for f at the float64
+tensors inputs against central finite differences: for a fixed random v of
+f's output shape, each element of the gradient of sum(f(...) * v) must be
+within atol + rtol * |numeric| (opts: eps 1e-6, atol 1e-5, rtol 1e-3).
+It fails naming the input and element, or returns true. As
+torch.autograd.gradcheck.]],
+   example = [=[print(qkv.test.gradcheck(function(x) return x:exp() end, {qkv.randn(3):double()}))   --> true]=]},
+}
