@@ -29,21 +29,24 @@ static int tracked (lua_State *L, int idx) {
   return on;
 }
 
-/* a tracked tensor among the args (or the items of a plain list at 1) */
+/* a tracked tensor among the args, or among the items of a plain list
+   argument (cat's list, align's weights), read raw */
 static int any_tracked (lua_State *L, int top) {
   int base = lua_gettop(L);
-  for (int i = 1; i <= top; i++)
+  for (int i = 1; i <= top; i++) {
     if (tracked(L, i)) return 1;
-  if (top >= 1 && lua_type(L, 1) == LUA_TTABLE && !lua_getmetatable(L, 1)) {
-    lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
+    if (lua_type(L, i) != LUA_TTABLE || lua_getmetatable(L, i)) {
+      lua_settop(L, base);
+      continue;
+    }
+    lua_Integer n = (lua_Integer)lua_rawlen(L, i);
     for (lua_Integer k = 1; k <= n && k <= 1024; k++) {
-      lua_rawgeti(L, 1, k);
+      lua_rawgeti(L, i, k);
       int on = tracked(L, lua_gettop(L));
       lua_settop(L, base);
       if (on) return 1;
     }
   }
-  lua_settop(L, base);
   return 0;
 }
 

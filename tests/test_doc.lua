@@ -23,6 +23,7 @@ local function call_prefix(name)
   local ns, method = name:match("^(%a+):([%w_]+)$")
   if ns == "Tensor" then return "x:" .. method .. "(" end
   if ns == "Module" then return "m:" .. method .. "(" end
+  if ns == "Optimizer" then return "opt:" .. method .. "(" end
   return name .. "("
 end
 
@@ -180,7 +181,7 @@ local function unknown_calls(text, entries)
   end
   for method in text:gmatch("%f[%w_][%a_][%w_]*:([%a_][%w_]*)%s*[%({\"]") do
     if not entries["Tensor:" .. method] and not entries["Module:" .. method]
-        and not is_lua_method(method) then
+        and not entries["Optimizer:" .. method] and not is_lua_method(method) then
       unknown["x:" .. method] = true
     end
   end

@@ -35,8 +35,8 @@ M.INTERNAL = {init = true, param = true, child = true, repr = true, extra = true
 -- the namespace of a name, most specific prefix first
 local PREFIXES = {
   {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
-  {"qkv.repl.", "qkv.repl"}, {"qkv.", "qkv"}, {"Tensor:", "Tensor"},
-  {"Module:", "Module"},
+  {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.", "qkv"},
+  {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
 }
 
 local function namespace_of(name)
@@ -166,9 +166,13 @@ local function walk(load)
   end
   local nn = lib("qkv.nn")
   if nn then nn_functions(nn, out) end
-  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl"} do
+  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
     local m = lib(ns)
     if m then own_functions(m, ns .. ".", out) end
+  end
+  local optim = lib("qkv.optim")
+  if optim and type(optim.Optimizer) == "table" then
+    own_functions(optim.Optimizer, "Optimizer:", out)
   end
   return out
 end

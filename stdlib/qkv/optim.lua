@@ -45,6 +45,7 @@ local function unit(v) return v >= 0 and v < 1 end
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
+O.Optimizer = Optimizer              -- what every optimizer has (for qkv.doc)
 
 function Optimizer:zero_grad()
   for _, p in ipairs(self.params) do p.grad = nil end

@@ -277,4 +277,26 @@ T.TestSeed002MultiHead = {
   end,
 }
 
+---------------------------------------------------------------- the gradients claim
+
+-- the gradient at the logits, unscaled, vanishes as d_k grows; scaled, it
+-- keeps its size; the printed table is the returned numbers
+T.TestSeed002VanishingGradients = {
+  test_claim = function()
+    local r = run("scripts/002_vanishing_gradients.lua")
+    local rows = r.results.rows
+    lu.assertEquals(#rows, 3)
+    lu.assertTrue(rows[3].raw < rows[1].raw / 4, "unscaled: d_k 512 against d_k 8")
+    for _, row in ipairs(rows) do
+      lu.assertTrue(row.scaled > row.raw, "d_k " .. row.d_k)
+      lu.assertTrue(row.scaled > rows[1].scaled / 2 and row.scaled < rows[1].scaled * 2,
+                    "scaled stays the same size, d_k " .. row.d_k)
+      lu.assertStrContains(r.stdout, string.format("%6d  %20.3e  %20.3e", row.d_k, row.raw, row.scaled))
+    end
+  end,
+  test_png = function()
+    U.assertPng(run("scripts/002_vanishing_gradients.lua"), "002_vanishing_gradients.png")
+  end,
+}
+
 return T

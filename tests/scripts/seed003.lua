@@ -310,6 +310,19 @@ function Mlp.test_figure_and_lines()
   U.assertPrinted(r.stdout, "Linear is simpler but works surprisingly well (as shown in LLaVA).")
 end
 
+-- the aligners learn: each loss ends far below where it started, the MLP
+-- below the linear one, and the printed lines are the returned losses
+local Learned = {}
+function Learned.test_losses_fall()
+  local r = run("scripts/003_learned_alignment.lua")
+  local L, n = r.results.losses, r.results.steps
+  for _, m in ipairs{"linear", "mlp"} do
+    lu.assertTrue(L[m][n] < L[m][1] / 10, m .. string.format(": %g -> %g", L[m][1], L[m][n]))
+    lu.assertStrContains(r.stdout, string.format("  step %3d  loss %.5f", n, L[m][n]))
+  end
+  lu.assertTrue(L.mlp[n] < L.linear[n], "the MLP fits the nonlinear map better")
+end
+
 return {TestSeed003TokenAligner = Aligner, TestSeed003MultiHeadCross = Cross,
         TestSeed003HeadSpecialization = Heads, TestSeed003AlignmentStats = Stats,
-        TestSeed003LinearVsMlp = Mlp}
+        TestSeed003LinearVsMlp = Mlp, TestSeed003LearnedAlignment = Learned}

@@ -66,6 +66,29 @@ print(qkv.nn.cross_entropy(l, qkv.tensor({1, 2}, "int64")))   --> tensor(0.6931)
 and returns m. Parameters require grad from the start, as nn.Parameter
 does. As torch.nn.Module.zero_grad.]]},
 
+  {name = "qkv.optim.SGD", sig = "qkv.optim.SGD(params [, opts])", group = "optimizers",
+   doc = [[Stochastic gradient descent over params (a list of tensors that
+require grad, a qkv.nn module or m:parameters()): opt:step() moves each
+parameter by -lr times its gradient, with momentum and weight_decay as
+PyTorch's. opts: lr (0.01), momentum (0), weight_decay (0). A parameter
+that does not require grad is an error. As torch.optim.SGD.]]},
+
+  {name = "qkv.optim.Adam", sig = "qkv.optim.Adam(params [, opts])", group = "optimizers",
+   doc = [[Adam over params, as qkv.optim.SGD takes them: running averages
+of each gradient and of its square, bias-corrected, scale the steps. opts:
+lr (1e-3), betas ({0.9, 0.999}), eps (1e-8), weight_decay (0, added to the
+gradient as PyTorch's Adam does). As torch.optim.Adam.]]},
+
+  {name = "Optimizer:step", sig = "opt:step()", group = "optimizer methods",
+   doc = [[Updates every parameter that has a .grad from it, in place and
+outside the graph; parameters without one are left alone. Call it after
+backward. As torch.optim.Optimizer.step.]]},
+
+  {name = "Optimizer:zero_grad", sig = "opt:zero_grad()", group = "optimizer methods",
+   doc = [[Sets the .grad of every parameter of opt to nil, so that the next
+backward starts from zero. Gradients otherwise accumulate. As
+torch.optim.Optimizer.zero_grad.]]},
+
   {name = "qkv.test.gradcheck", sig = "qkv.test.gradcheck(f, inputs [, opts])",
    group = "assertions",
    doc = [[Checks the gradient qkv.autograd computes for f at the float64

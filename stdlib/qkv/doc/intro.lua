@@ -75,6 +75,13 @@ local namespaces = {
      "like PyTorch's; weights initialise as PyTorch's nn.Linear from " ..
      "qkv.seed.",
    groups = {"modules", "functions"}},
+  {id = "qkv.optim", title = "qkv.optim",
+   intro = "Optimizers for tensors that require grad (stdlib/qkv/optim.lua, " ..
+     "loaded on first use), as PyTorch's torch.optim.",
+   groups = {"optimizers"}},
+  {id = "Optimizer", title = "Optimizer methods",
+   intro = "What every optimizer of qkv.optim has, called as opt:name().",
+   groups = {"optimizer methods"}},
   {id = "Module", title = "Module methods",
    intro = "What every qkv.nn module has, called as m:name(...) on a " ..
      "module m.",
