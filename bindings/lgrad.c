@@ -12,7 +12,7 @@
 
 #include "lqkv.h"
 
-static int grad_on = 0;          /* qkv.autograd is loaded */
+int qkvL_grad_on = 0;            /* qkv.autograd is loaded (QKVL_GRAD reads it) */
 static int grad_enabled = 1;     /* grad mode (no_grad turns it off) */
 static char metakey, ruleskey, fieldkey, setkey;
 
@@ -51,7 +51,7 @@ static int any_tracked (lua_State *L, int top) {
 }
 
 int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
-  if (!grad_on || !grad_enabled) return -1;
+  if (!qkvL_grad_on || !grad_enabled) return -1;
   int top = lua_gettop(L);
   if (!any_tracked(L, top)) return -1;
   lua_rawgetp(L, LUA_REGISTRYINDEX, &ruleskey);
@@ -64,7 +64,7 @@ int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
   return lua_gettop(L);
 }
 
-int qkvL_grad_loaded (void) { return grad_on; }
+int qkvL_grad_loaded (void) { return qkvL_grad_on; }
 
 /* autograd's answer for x.requires_grad, x.grad, ... (x at 1), pushed */
 void qkvL_grad_field (lua_State *L, int x, const char *k) {
@@ -94,7 +94,7 @@ static int g_install (lua_State *L) {
     lua_pushvalue(L, i + 1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, keys[i]);
   }
-  grad_on = 1;
+  qkvL_grad_on = 1;
   return 0;
 }
 

@@ -102,7 +102,9 @@ int qkvL_grad (lua_State *L, const char *name, lua_CFunction self);
 int qkvL_grad_loaded (void);
 void qkvL_grad_field (lua_State *L, int x, const char *k);
 void qkvL_grad_set (lua_State *L, int x);
+extern int qkvL_grad_on;
 #define QKVL_GRAD(L, name, self) \
-  do { int n_ = qkvL_grad(L, name, self); if (n_ >= 0) return n_; } while (0)
+  do { if (qkvL_grad_on) { int n_ = qkvL_grad(L, name, self); if (n_ >= 0) return n_; } } \
+  while (0)
 
 #endif

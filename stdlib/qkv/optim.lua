@@ -72,13 +72,21 @@ local SGD = setmetatable({}, {__index = Optimizer})
 SGD.__index = SGD
 SGD.__name = "SGD"
 
-function O.SGD(params, opts)
+-- an optimizer of class cls over params, with opts' lr (default lr) and
+-- weight_decay read; returns it and opts
+local function build(cls, fname, params, opts, lr)
   opts = opts or {}
-  if type(opts) ~= "table" then fail("SGD: opts must be a table, got %s", type(opts)) end
-  local o = new(SGD, param_list("SGD", params))
-  o.lr = number("SGD", opts, "lr", 0.01, positive)
+  if type(opts) ~= "table" then fail("%s: opts must be a table, got %s", fname, type(opts)) end
+  local o = new(cls, param_list(fname, params))
+  o.lr = number(fname, opts, "lr", lr, positive)
+  o.weight_decay = number(fname, opts, "weight_decay", 0, nonneg)
+  return o, opts
+end
+
+function O.SGD(params, opts)
+  local o
+  o, opts = build(SGD, "SGD", params, opts, 0.01)
   o.momentum = number("SGD", opts, "momentum", 0, unit)
-  o.weight_decay = number("SGD", opts, "weight_decay", 0, nonneg)
   return o
 end
 
@@ -97,12 +105,9 @@ Adam.__index = Adam
 Adam.__name = "Adam"
 
 function O.Adam(params, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("Adam: opts must be a table, got %s", type(opts)) end
-  local o = new(Adam, param_list("Adam", params))
-  o.lr = number("Adam", opts, "lr", 1e-3, positive)
+  local o
+  o, opts = build(Adam, "Adam", params, opts, 1e-3)
   o.eps = number("Adam", opts, "eps", 1e-8, positive)
-  o.weight_decay = number("Adam", opts, "weight_decay", 0, nonneg)
   local betas = opts.betas or {0.9, 0.999}
   if type(betas) ~= "table" or not (type(betas[1]) == "number" and unit(betas[1]))
      or not (type(betas[2]) == "number" and unit(betas[2])) then
