@@ -296,6 +296,13 @@ function TestLibraries:testTablesAreReadRaw()
     return k == "W" and (reads == 1 and W or qkv.ones(3)) or bias
   end})
   lu.assertStrContains(err(a.load, a, changing), "load: the source has no tensor 'W'")
+  -- qkv.optim reads its list raw too, and names itself for a closed tensor
+  local p = qkv.ones(2):requires_grad_()
+  local closing = setmetatable({p}, {__index = function() close(p) end, __len = trap})
+  local opt = qkv.optim.SGD(closing)
+  lu.assertEquals(#opt.params, 1)
+  close(p)
+  lu.assertStrContains(err(qkv.optim.SGD, {p}), "SGD: parameter 1 is a closed tensor")
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -18,13 +18,20 @@ local O = {}
 
 local function fail(fmt, ...) error(string.format(fmt, ...), caller(SOURCE, true)) end
 
+-- the tensors of params: a qkv.nn module's, or a list read raw (no
+-- metamethod of it runs) of tensors or {name, tensor} pairs
 local function param_list(fname, params)
   if type(params) ~= "table" then fail("%s: params must be a list of tensors or a module, got %s", fname, type(params)) end
-  if type(params.parameters) == "function" then params = params:parameters() end
+  local mt = getmetatable(params)
+  if mt and rawget(mt, "__name") and type(params.parameters) == "function" then
+    params = params:parameters()
+  end
   local out = {}
-  for i, p in ipairs(params) do
-    local t = qkv.is_tensor(p) and p or type(p) == "table" and p[2]
+  for i = 1, rawlen(params) do
+    local p = rawget(params, i)
+    local t = qkv.is_tensor(p) and p or type(p) == "table" and rawget(p, 2)
     if not qkv.is_tensor(t) then fail("%s: parameter %d is a %s, not a tensor", fname, i, type(p)) end
+    if not pcall(function() return t.ndim end) then fail("%s: parameter %d is a closed tensor", fname, i) end
     if not t.requires_grad then fail("%s: parameter %d does not require grad", fname, i) end
     out[#out + 1] = t
   end
