@@ -228,6 +228,7 @@ static qkv_tensor *index_select (lua_State *L, const char *name, const qkv_tenso
 }
 
 static int s_index_select (lua_State *L) {
+  QKVL_GRAD(L, "index_select", s_index_select);
   qkv_tensor *a = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, a->ndim, 0);
   index_select(L, "index_select", a, dim, qkvL_checktensor(L, 3));
@@ -235,6 +236,7 @@ static int s_index_select (lua_State *L) {
 }
 
 static int s_gather (lua_State *L) {
+  QKVL_GRAD(L, "gather", s_gather);
   qkv_tensor *a = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, a->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3);
@@ -252,7 +254,60 @@ static int s_gather (lua_State *L) {
 }
 
 /* qkv.embedding(ids, W): the rows of W (V, d) at the int64 ids, (ids..., d) */
+/* x:scatter_add_(dim, index, src): x[i with i_dim := index[i]] += src[i],
+   gather's inverse; x:index_add_(dim, index, src): the slices of src added
+   at the 1-D index's positions along dim */
+static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *x, int dim,
+                                    const qkv_tensor *idx, const qkv_tensor *src) {
+  int ok = idx->ndim == src->ndim && src->ndim == x->ndim;
+  for (int d = 0; ok && d < x->ndim; d++)
+    ok = idx->size[d] == src->size[d] && (d == dim || src->size[d] <= x->size[d]);
+  if (!ok) {
+    const char *sx = qkvL_shape(L, x), *si = qkvL_shape(L, idx), *ss = qkvL_shape(L, src);
+    luaL_error(L, "%s: x is %s, index %s and src %s: index needs src's shape, src x's "
+               "dims, none larger except dim %d", name, sx, si, ss, dim + 1);
+  }
+  if (src->dtype != x->dtype)
+    luaL_error(L, "%s: src is %s but x is %s", name, qkv_dtype_name(src->dtype),
+               qkv_dtype_name(x->dtype));
+  return positions(L, name, idx, x->size[dim], dim);
+}
+
+static int s_scatter_add_ (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  int dim = qkvL_checkdim(L, 2, x->ndim, 0);
+  qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
+  qkv_tensor *z = scatter_checked(L, "scatter_add_", x, dim, idx, src);
+  qkvL_check(L, "scatter_add_", qkv_scatter_add(x, z, src, dim));
+  x->storage->version++;
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int s_index_add_ (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  int dim = qkvL_checkdim(L, 2, x->ndim, 0);
+  qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4), e;
+  if (idx->ndim != 1 || src->ndim != x->ndim || src->size[dim] != idx->size[0]) {
+    const char *sx = qkvL_shape(L, x), *si = qkvL_shape(L, idx), *ss = qkvL_shape(L, src);
+    return luaL_error(L, "index_add_: x is %s, index %s and src %s: index must be 1-D with "
+                      "src's size at dim %d", sx, si, ss, dim + 1);
+  }
+  e = *idx;                      /* index seen with src's shape */
+  for (int d = 0; d < src->ndim; d++) {
+    e.size[d] = src->size[d];
+    e.stride[d] = d == dim ? idx->stride[0] : 0;
+  }
+  e.ndim = src->ndim;
+  qkv_tensor *z = scatter_checked(L, "index_add_", x, dim, &e, src);
+  qkvL_check(L, "index_add_", qkv_scatter_add(x, z, src, dim));
+  x->storage->version++;
+  lua_settop(L, 1);
+  return 1;
+}
+
 static int s_embedding (lua_State *L) {
+  QKVL_GRAD(L, "embedding", s_embedding);
   qkv_tensor *ids = qkvL_checktensor(L, 1), *W = qkvL_checktensor(L, 2), flat;
   if (W->ndim != 2) {
     const char *s = qkvL_shape(L, W);
@@ -516,6 +571,7 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module) {
     {"long", s_long}, {"bool", s_bool}, {"add_", s_add_}, {"sub_", s_sub_},
     {"mul_", s_mul_}, {"div_", s_div_}, {"fill_", s_fill_}, {"zero_", s_zero_},
     {"copy_", s_copy_}, {"clamp_", s_clamp_}, {"masked_fill_", s_masked_fill_},
+    {"scatter_add_", s_scatter_add_}, {"index_add_", s_index_add_},
     {NULL, NULL}
   };
   static const luaL_Reg mod[] = {{"where", s_where}, {"embedding", s_embedding}, {NULL, NULL}};

@@ -81,6 +81,15 @@ function TestRules:testMasksAndSelection()
   check(function(v) return v:clamp(-0.5, 0.5) end, {x}, "clamp")
 end
 
+function TestRules:testPositionsAndEinsum()
+  local I = function(x) return qkv.tensor(x, "int64") end
+  check(function(x) return x:gather(2, I{{1, 1, 3}, {2, 2, 2}}) end, {r(2, 3)}, "gather")
+  check(function(x) return x:index_select(1, I{3, 1, 3}) end, {r(3, 2)}, "index_select")
+  check(function(W) return qkv.embedding(I{{1, 4}, {4, 2}}, W) end, {r(5, 3)}, "embedding")
+  check(function(a, b) return qkv.einsum("bqd,bkd->bqk", a, b) end, {r(2, 3, 4), r(2, 5, 4)}, "einsum")
+  check(function(a) return qkv.einsum("ii->i", a) end, {r(3, 3)}, "einsum diagonal")
+end
+
 function TestRules:testRows()
   local x = r(3, 5)
   check(function(v) return v:softmax() end, {x}, "softmax")

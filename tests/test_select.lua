@@ -169,6 +169,34 @@ function TestIndex:testEmbedding()
   fails("embedding: index must be an int64 tensor, got float32", qkv.embedding, qkv.ones(1), W)
 end
 
+-- scatter_add_ and index_add_: gather's and index_select's inverses,
+-- repeated positions adding up
+function TestIndex:testScatterAndIndexAdd()
+  local x = qkv.zeros(2, 3)
+  lu.assertTrue(rawequal(x:scatter_add_(2, I{{1, 1, 3}, {2, 2, 2}}, qkv.tensor{{1, 2, 3}, {4, 5, 6}}), x))
+  lu.assertEquals(x:tolist(), {{3, 0, 3}, {0, 15, 0}})
+  local y = qkv.zeros(3, 2, "int64")
+  y:index_add_(1, I{3, 1, 3}, qkv.tensor({{1, 2}, {3, 4}, {5, 6}}, "int64"))
+  lu.assertEquals(y:tolist(), {{3, 4}, {0, 0}, {6, 8}})
+  -- against a loop, on random positions and a transposed destination
+  local base = qkv.zeros(4, 5)
+  local idx = I{{2, 4, 4, 1, 2}, {3, 3, 1, 1, 4}}
+  local src = qkv.randn(2, 5)
+  base:t():t():scatter_add_(1, idx, src)
+  local want, iv, sv = {}, idx:tolist(), src:tolist()
+  for i = 1, 4 do want[i] = {0, 0, 0, 0, 0} end
+  for i = 1, 2 do for j = 1, 5 do want[iv[i][j]][j] = want[iv[i][j]][j] + sv[i][j] end end
+  for i = 1, 4 do for j = 1, 5 do lu.assertAlmostEquals(base[{i, j}], want[i][j], 1e-6) end end
+  fails("index_add_: index 4 is out of range for dim 1 of size 3",
+        function() return qkv.zeros(3, 2):index_add_(1, I{4}, qkv.ones(1, 2)) end)
+  fails("scatter_add_: src is float64 but x is float32",
+        function() return qkv.zeros(2):scatter_add_(1, I{1}, qkv.ones(1, "float64")) end)
+  fails("index_add_: x is (3, 2), index (2,) and src (1, 2): index must be 1-D with src's size at dim 1",
+        function() return qkv.zeros(3, 2):index_add_(1, I{1, 2}, qkv.ones(1, 2)) end)
+  fails("cannot write into a tensor whose elements share memory",
+        function() return qkv.zeros(1, 2):expand(3, 2):index_add_(1, I{1}, qkv.ones(1, 2)) end)
+end
+
 ---------------------------------------------------------------- sort, topk
 TestSort = {}
 

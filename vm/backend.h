@@ -54,6 +54,9 @@ typedef struct qkv_backend {
   /* each line along the last dim of a, stably sorted (NaN above every
      number) into values (a's dtype) and indices (int64, 0-based) */
   int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
+  /* out[i with i_dim := idx[i]] += src[i]: gather's inverse, idx int64 with
+     src's shape, its positions in range; out float32/64 or int32/64 */
+  int (*scatter_add)(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
   /* along the last dim; out and x contiguous, the same float dtype */
   int (*log_softmax)(qkv_tensor *out, const qkv_tensor *x);
   /* over the last n elements of each row; out, x contiguous, w and b

@@ -43,6 +43,26 @@ int qkv_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int
   return be->gather(out, a, idx, dim);
 }
 
+int qkv_scatter_add (qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(out, idx, src, &err);
+  if (be == NULL) return err;
+  if (src->dtype != out->dtype || idx->dtype != QKV_I64 || idx->ndim != src->ndim ||
+      src->ndim != out->ndim || dim < 0 || dim >= out->ndim)
+    return QKV_EINTERNAL;
+  for (int d = 0; d < out->ndim; d++)
+    if (idx->size[d] != src->size[d] || (d != dim && src->size[d] > out->size[d]))
+      return QKV_EINTERNAL;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  /* a src in out's storage is read whole first */
+  qkv_tensor c = *src;
+  if (c.storage == out->storage && (err = qkv_op_convert(&c, src, src->dtype)) != QKV_OK)
+    return err;
+  err = be->scatter_add(out, idx, &c, dim);
+  if (c.storage != src->storage) qkv_storage_release(c.storage);
+  return err;
+}
+
 int qkv_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,
               int descending) {
   int err;

@@ -167,6 +167,11 @@ int qkv_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
    shape, its values in [0, a->size[dim]) (the caller checks); a has out's
    rank and dtype, every other dim at least out's */
 int qkv_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
+/* out[i with i_dim := idx[i]] += src[i] (gather's inverse): idx int64 with
+   src's shape, its values in [0, out->size[dim]) (the caller checks); src
+   has out's rank and dtype (float32/64, int32/64), every other dim at most
+   out's */
+int qkv_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 /* values (a's shape and dtype) and indices (int64, 0-based) of a sorted
    along dim, stably; NaN sorts above every number */
 int qkv_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int dim,

@@ -315,6 +315,24 @@ R.clamp = function(f, x, lo, hi)
   end, {x})
 end
 
+-- reads along positions: their gradients add back where they read
+R.gather = function(f, x, dim, idx)
+  return rec("GatherBackward", f(x, dim, idx), {x}, function(g)
+    return qkv.zeros(x.shape, g.dtype):scatter_add_(dim, idx, g)
+  end)
+end
+R.index_select = function(f, x, dim, idx)
+  return rec("IndexSelectBackward", f(x, dim, idx), {x}, function(g)
+    return qkv.zeros(x.shape, g.dtype):index_add_(dim, idx, g)
+  end)
+end
+R.embedding = function(f, ids, W)
+  return rec("EmbeddingBackward", f(ids, W), {nil, W}, function(g)
+    local d = W:size(2)
+    return nil, qkv.zeros(W.shape, g.dtype):index_add_(1, ids:reshape(-1), g:reshape(-1, d))
+  end)
+end
+
 ---------------------------------------------------------------- rows
 
 R.softmax = function(f, x, dim)

@@ -109,6 +109,46 @@ int qkv_cpu_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx,
 }
 
 
+/* scatter_add: out[i with i_dim := idx[i]] += src[i], one thread (two
+   elements of src may land on one of out) */
+
+typedef struct {
+  char *o; const int64_t *ix; const char *s;
+  int64_t so, si, ss, sdim;
+  qkv_dtype dt;
+} Scatter;
+
+static void scatter_row (void *ctx, const int64_t *off, int64_t n) {
+  const Scatter *c = ctx;
+  size_t es = qkv_elsize(c->dt);
+  const int64_t *ix = c->ix + off[1];
+  for (int64_t i = 0; i < n; i++) {
+    char *o = c->o + (off[0] + i * c->so + ix[i * c->si] * c->sdim) * (int64_t)es;
+    const char *s = c->s + (off[2] + i * c->ss) * (int64_t)es;
+    switch (c->dt) {
+      case QKV_F32: *(float *)o += *(const float *)s; break;
+      case QKV_F64: *(double *)o += *(const double *)s; break;
+      case QKV_I32: *(int32_t *)o = (int32_t)((uint32_t)*(int32_t *)o + (uint32_t)*(const int32_t *)s); break;
+      default: *(int64_t *)o = (int64_t)((uint64_t)*(int64_t *)o + (uint64_t)*(const int64_t *)s); break;
+    }
+  }
+}
+
+int qkv_cpu_scatter_add (qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim) {
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && out->dtype != QKV_I64 &&
+      out->dtype != QKV_I32)
+    return QKV_EDTYPE;
+  int64_t so[QKV_MAXDIM];
+  memcpy(so, out->stride, sizeof so);
+  so[dim] = 0;                 /* the position along dim comes from idx */
+  Scatter c = {qkv_data(out), qkv_data(idx), qkv_data(src),
+               src->ndim ? so[src->ndim - 1] : 0, last_stride(idx), last_stride(src),
+               out->stride[dim], out->dtype};
+  const int64_t *st[3] = {so, idx->stride, src->stride};
+  return walk(src->ndim, src->size, 3, st, scatter_row, &c);
+}
+
+
 /* sort: each last-dim line, stably, NaN above every number (as PyTorch) */
 
 typedef struct { union { double d; int64_t l; } v; int64_t i; } Item;

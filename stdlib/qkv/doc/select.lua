@@ -181,6 +181,24 @@ print(x)
   inplace("mul_", "Multiplies x by y", "torch.Tensor.mul_"),
   inplace("div_", "Divides x by y (an integral x cannot hold the quotient)",
           "torch.Tensor.div_"),
+  {name = "Tensor:scatter_add_", sig = "x:scatter_add_(dim, index, src)", group = "in place",
+   doc = [=[Adds src into x at the positions index gives along dim, gather's
+inverse: x[i][index[i][j]] += src[i][j] for dim 2, repeated positions adding
+up, and returns x. index (int64, 1-based) has src's shape, and src x's dims,
+none larger but dim. float32, float64, int32 and int64. As
+torch.Tensor.scatter_add_.]=],
+   example = [=[local x = qkv.zeros(3)
+print(x:scatter_add_(1, qkv.tensor({1, 3, 1}, "int64"), qkv.tensor{1, 2, 3}))   --> tensor([4., 0., 2.])]=]},
+  {name = "Tensor:index_add_", sig = "x:index_add_(dim, index, src)", group = "in place",
+   doc = [[Adds the slices of src along dim into x at the positions of the
+1-D int64 index (1-based), repeated positions adding up, and returns x:
+index_select's inverse, and embedding's gradient. src has x's shape but
+#index at dim. As torch.Tensor.index_add_.]],
+   example = [=[local x = qkv.zeros(2, 2)
+print(x:index_add_(1, qkv.tensor({2, 2}, "int64"), qkv.ones(2, 2)))
+--> tensor([[0., 0.],
+-->         [2., 2.]])]=]},
+
   {name = "Tensor:fill_", sig = "x:fill_(v)", group = "in place",
    doc = [[Sets every element of x to the number v and returns x. A value
 x's dtype cannot hold is an error (1e300 into int64). As
