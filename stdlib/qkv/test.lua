@@ -180,6 +180,7 @@ function M.gradcheck(f, inputs, opts)
     end
   end
   local y0 = qkv.no_grad(f, table.unpack(inputs))
+  if not qkv.is_tensor(y0) then argerror("gradcheck", 1, "f must return a tensor, got " .. type(y0)) end
   local v = qkv.rand(y0.shape, "float64") + 0.5
   local function loss(...) return (f(...) * v):sum() end
   local analytic = qkv.grad(loss, inputs)
