@@ -579,6 +579,43 @@ static int a_attention (lua_State *L) {
   return 2;
 }
 
+/*
+** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale) ->
+** dQ, dK, dV with out's batch dims (qkv.autograd's rule for the fused path
+** sums them back to the inputs' shapes)
+*/
+static int a_attention_backward (lua_State *L) {
+  qkv_tensor *ts[5];
+  for (int i = 0; i < 5; i++) ts[i] = qkvL_checktensor(L, i + 1);
+  qkv_tensor *m = lua_isnoneornil(L, 6) ? NULL : qkvL_checktensor(L, 6);
+  int causal_ = lua_toboolean(L, 7);
+  double scale = luaL_checknumber(L, 8);
+  const qkv_tensor *o = ts[3];
+  int64_t sz[QKV_MAXDIM];
+  int n = o->ndim;
+  /* out must be what attention(Q, K, V) gives, and grad out's shape */
+  int ok = qkv_is_float(o->dtype) && n >= 2 && o->dtype == ts[4]->dtype;
+  for (int i = 0; ok && i < 5; i++)
+    ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
+  ok = ok && attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
+       memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 &&
+       ts[4]->ndim == n && memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
+  if (!ok)
+    return luaL_error(L, "_attention_backward: out and grad must be attention(Q, K, V)'s "
+                      "shape and dtype");
+  int64_t size[3][QKV_MAXDIM];
+  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
+  size[0][n - 1] = LAST(ts[0]);
+  size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
+  size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
+  qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
+  qkv_tensor *g[3];
+  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, dt, o->storage->device, n, size[w], 0);
+  qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
+                                                    o, ts[4], m, causal_, scale));
+  return 3;
+}
+
 void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {
     {"softmax", a_softmax}, {"gelu", a_gelu}, {NULL, NULL}
@@ -587,7 +624,7 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
     {"project", a_project}, {"scores", a_scores}, {"mask", a_mask},
     {"causal", a_causal}, {"padding", a_padding}, {"heads", a_heads},
     {"merge", a_merge}, {"align", a_align}, {"attention", a_attention},
-    {NULL, NULL}
+    {"_attention_backward", a_attention_backward}, {NULL, NULL}
   };
   qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;

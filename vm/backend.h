@@ -54,6 +54,13 @@ typedef struct qkv_backend {
   /* each line along the last dim of a, stably sorted (NaN above every
      number) into values (a's dtype) and indices (int64, 0-based) */
   int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
+  /* the gradients of attention: all contiguous with the same batch dims
+     (B..., rows, cols) and float dtype; mask bool (B..., nq, nk), any
+     strides, or NULL; dq, dk, dv written whole */
+  int (*attention_backward)(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                            const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                            const qkv_tensor *o, const qkv_tensor *go,
+                            const qkv_tensor *mask, int causal, double scale);
   /* out[i with i_dim := idx[i]] += src[i]: gather's inverse, idx int64 with
      src's shape, its positions in range; out float32/64 or int32/64 */
   int (*scatter_add)(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);

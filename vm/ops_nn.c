@@ -199,3 +199,39 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
 }
+
+/* x broadcast to (batch of o..., rows, cols) as a contiguous copy of dtype dt */
+static int full (qkv_tensor *dst, const qkv_tensor *x, const qkv_tensor *o, qkv_dtype dt) {
+  qkv_tensor like = *o, e;
+  like.size[o->ndim - 2] = x->size[x->ndim - 2];
+  like.size[o->ndim - 1] = x->size[x->ndim - 1];
+  if (qkv_expand(&e, x, like.ndim, like.size) != 0) return QKV_EINTERNAL;
+  return qkv_op_convert(dst, &e, dt);
+}
+
+int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                            const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                            const qkv_tensor *o, const qkv_tensor *go,
+                            const qkv_tensor *mask, int causal, double scale) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(dq, q, k, &err);
+  if (be == NULL || (be = qkv_op_backend(dk, v, o, &err)) == NULL ||
+      (be = qkv_op_backend(dv, go, mask, &err)) == NULL) return err;
+  qkv_dtype dt = dq->dtype;
+  if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) ||
+      !qkv_is_contiguous(dv)) return QKV_EINTERNAL;
+  qkv_tensor x[5], m, like = *o;
+  const qkv_tensor *in[5] = {q, k, v, o, go};
+  qkv_storage *tm = NULL;
+  int made = 0;
+  for (; made < 5 && err == QKV_OK; made++) err = full(&x[made], in[made], o, dt);
+  if (err != QKV_OK) made--;
+  like.size[o->ndim - 1] = k->size[k->ndim - 2];
+  if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
+  if (err == QKV_OK)
+    err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
+                                 mask ? &m : NULL, causal, scale);
+  for (int i = 0; i < made; i++) qkv_storage_release(x[i].storage);
+  qkv_storage_release(tm);
+  return err;
+}

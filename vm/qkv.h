@@ -201,6 +201,18 @@ int qkv_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
                   double scale);
 
+/*
+** The gradients of out = attention(q, k, v, mask, causal, scale) given
+** go = dL/dout, recomputing the scores tile by tile (no n_q x n_k block is
+** kept): dq (B..., nq, dk), dk (B..., nk, dk), dv (B..., nk, dv), contiguous,
+** of out's float dtype and batch dims (B...: q, k, v, o, go broadcast to
+** them; the caller sums each back to its input's shape).
+*/
+int qkv_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                           const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                           const qkv_tensor *o, const qkv_tensor *go,
+                           const qkv_tensor *mask, int causal, double scale);
+
 /* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
 void qkv_seed(uint64_t seed);
 uint64_t qkv_initial_seed(void);

@@ -379,8 +379,30 @@ R.layer_norm = D.layer_norm
 -- with grad needed they run as that composition
 local C = {}
 
-C.attention = function(_, Q, K, V, opts)
+-- the fused path (weights = false, float32 or float64): the C kernel
+-- forward, and a backward that recomputes the scores tile by tile
+-- (qkv._attention_backward), so neither way holds n_q x n_k
+local function fused_attention(orig, Q, K, V, opts)
+  local m = opts.mask and qkv.ne(opts.mask, 0) or nil
+  if opts.key_padding_mask then
+    local keep = opts.key_padding_mask:logical_not():unsqueeze(-2)
+    m = m and m:logical_and(keep) or keep
+  end
+  local causal = (opts.causal or opts.is_causal) and true or false
+  local scale = opts.scale or 1 / math.sqrt(Q:size(-1))
+  local out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
+  return rec("ScaledDotProductFlashAttentionBackward", out, {Q, K, V}, function(g)
+    local dq, dk, dv = qkv._attention_backward(Q, K, V, out, g, m, causal, scale)
+    return sum_to(dq, Q), sum_to(dk, K), sum_to(dv, V)
+  end, {Q, K, V, out})
+end
+
+C.attention = function(orig, Q, K, V, opts)
   opts = opts or {}
+  if opts.weights == false and (Q.dtype == "float32" or Q.dtype == "float64")
+     and Q.dtype == K.dtype and Q.dtype == V.dtype then
+    return fused_attention(orig, Q, K, V, opts)
+  end
   local S = qkv.scores(Q, K, {scale = opts.scale})
   if opts.mask then S = qkv.mask(S, opts.mask) end
   if opts.key_padding_mask then

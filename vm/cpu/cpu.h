@@ -26,6 +26,10 @@ int qkv_cpu_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                   const qkv_tensor *b);
 int qkv_cpu_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
 int qkv_cpu_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
+int qkv_cpu_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                               const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                               const qkv_tensor *o, const qkv_tensor *go,
+                               const qkv_tensor *mask, int causal, double scale);
 int qkv_cpu_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 int qkv_cpu_log_softmax(qkv_tensor *out, const qkv_tensor *x);
 int qkv_cpu_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,

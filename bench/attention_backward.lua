@@ -1,0 +1,73 @@
+-- attention_backward.lua -- the fused attention's backward (weights =
+-- false, vm/cpu/attention_bwd.c) at B = 1, H = 8, d = 64, float32, N = 1024
+-- and 4096, against PyTorch's autograd of softmax(Q K^T / sqrt(d)) V in the
+-- same run (bench/attention_backward_torch.py) when /usr/bin/python3 has
+-- torch. FLOPs counted as 10 N² d H (the five products of a backward);
+-- each case in a fresh process, whose peak resident memory it reports.
+--
+--   build/qkv bench/attention_backward.lua       the table (run by `make bench`)
+--   build/qkv bench/attention_backward.lua case N
+
+local H, D = 8, 64
+local SIZES = {1024, 4096}
+local TORCH = "/usr/bin/python3"
+
+local function hwm_mb()
+  local f = io.open("/proc/self/status")
+  if not f then return 0 end
+  local s = f:read("a")
+  f:close()
+  return (tonumber(s:match("VmHWM:%s*(%d+)")) or 0) / 1024
+end
+
+local function best_time(fn, budget)
+  local best, total, runs = math.huge, 0, 0
+  repeat
+    local t = qkv.clock()
+    fn()
+    t = qkv.clock() - t
+    best, total, runs = math.min(best, t), total + t, runs + 1
+  until total >= budget and runs >= 2
+  return best
+end
+
+if arg[1] == "case" then
+  local n = tonumber(arg[2])
+  qkv.seed(1)
+  local Q, K, V = qkv.randn(1, H, n, D), qkv.randn(1, H, n, D), qkv.randn(1, H, n, D)
+  local out = qkv.attention(Q, K, V, {weights = false})
+  local g = qkv.randn(1, H, n, D)
+  local t = best_time(function()
+    return qkv._attention_backward(Q, K, V, out, g, nil, false, 1 / math.sqrt(D))
+  end, 1.0)
+  print(string.format("RESULT %.6f %.2f %.1f", t, 10 * n * n * D * H / t / 1e9, hwm_mb()))
+  return
+end
+
+local function result(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  p:close()
+  local t, g, m = out:match("RESULT (%S+) (%S+) (%S+)")
+  if not t then return nil, out end
+  return {time = tonumber(t), gflops = tonumber(g), mb = tonumber(m)}
+end
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local self = q(arg[-1]) .. " " .. q(arg[0])
+local py = arg[0]:gsub("attention_backward%.lua$", "attention_backward_torch.py")
+local have_torch = os.execute(TORCH .. " -c 'import torch' >/dev/null 2>&1") == true
+print(string.format("attention backward: B=1 H=%d d=%d float32; GFLOP/s of 10 N^2 d H", H, D))
+print(have_torch and "torch: autograd of softmax(QK^T/sqrt(d))V, backward only"
+                 or "torch: not found by " .. TORCH .. ", skipped")
+print(string.format("%6s %9s %8s %8s %9s %9s %9s", "N", "time s", "GFLOP/s", "peak MB",
+                    "torch s", "torch MB", "torch/qkv"))
+for _, n in ipairs(SIZES) do
+  local r, err = result(self .. " case " .. n)
+  if not r then error("case " .. n .. " failed:\n" .. err) end
+  local t = have_torch and result(TORCH .. " " .. q(py) .. " " .. n) or nil
+  print(string.format("%6d %9.4f %8.1f %8.0f %9s %9s %9s", n, r.time, r.gflops, r.mb,
+                      t and string.format("%.4f", t.time) or "-",
+                      t and string.format("%.0f", t.mb) or "-",
+                      t and string.format("%.2f", t.time / r.time) or "-"))
+end

@@ -1,0 +1,205 @@
+/*
+** attention_bwd.c -- the fused attention's backward on the CPU, as
+** FlashAttention-2 does it: nothing of size n_q x n_k is kept.  For each
+** batch item, one thread:
+**   1. per query row, the log-sum-exp of its masked, scaled scores (an
+**      online max and sum over key tiles) and D = dO . O;
+**   2. per query tile and key tile, the scores again, P = exp(S - lse),
+**      dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K,
+**      dK += scale dS^T Q.
+** The tile products go to BLAS gemm.  Only BQ x BK blocks and O(n) row
+** statistics are held per thread.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "blas.h"
+
+#define BQ 64
+#define BK 128
+
+typedef struct {
+  int f64;
+  int64_t nq, nk, d, dv, nb;
+  const char *q, *k, *v, *o, *go;   /* contiguous, (nb, rows, cols) */
+  char *dq, *dk, *dvv;
+  const unsigned char *mask;        /* (nb..., nq, nk) view, or NULL */
+  const qkv_tensor *mt;
+  int causal;
+  double scale;
+} Bwd;
+
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C, rows of A and B as stored */
+static void gemm (const Bwd *J, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                  void *c, int64_t ldc) {
+  enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
+  if (J->f64)
+    qkv_dgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
+              beta, c, (int)ldc);
+  else
+    qkv_sgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
+              (int)ldb, (float)beta, c, (int)ldc);
+}
+
+/* element offset of batch item b in the mask view (row-major batch dims) */
+static int64_t mask_base (const qkv_tensor *m, int64_t b) {
+  int64_t off = 0;
+  for (int i = m->ndim - 3; i >= 0 && b > 0; i--) {
+    off += (b % m->size[i]) * m->stride[i];
+    b /= m->size[i];
+  }
+  return off;
+}
+
+/* whether query i may see key j */
+static int keeps (const Bwd *J, int64_t mb, int64_t i, int64_t j) {
+  if (J->causal && j > i + J->nk - J->nq) return 0;
+  if (!J->mask) return 1;
+  const qkv_tensor *m = J->mt;
+  return J->mask[mb + i * m->stride[m->ndim - 2] + j * m->stride[m->ndim - 1]] != 0;
+}
+
+static double at (const Bwd *J, const char *p, int64_t i) {
+  return J->f64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
+static void put (const Bwd *J, char *p, int64_t i, double x) {
+  if (J->f64) ((double *)p)[i] = x; else ((float *)p)[i] = (float)x;
+}
+
+/* s (bq x bk) = scale q_tile k_tile^T, masked entries -inf */
+static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq, int64_t j0,
+                    int64_t bk, char *s) {
+  size_t es = J->f64 ? 8 : 4;
+  const char *q = J->q + ((b * J->nq + i0) * J->d) * (int64_t)es;
+  const char *k = J->k + ((b * J->nk + j0) * J->d) * (int64_t)es;
+  gemm(J, 0, 1, bq, bk, J->d, J->scale, q, J->d, k, J->d, 0, s, bk);
+  if (!J->mask && (!J->causal || j0 + bk - 1 <= i0 + J->nk - J->nq)) return;  /* all kept */
+  for (int64_t i = 0; i < bq; i++)
+    for (int64_t j = 0; j < bk; j++)
+      if (!keeps(J, mb, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
+}
+
+/* row i of a float32 tile: its max and the sum of exp(x - max) folded into
+   the running (m, l); one exp per score */
+static void row_stats_f32 (const float *x, int64_t n, double *m, double *l) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  if (mx == -INFINITY) return;
+  float sum = 0;
+  #pragma omp simd reduction(+:sum)
+  for (int64_t j = 0; j < n; j++) sum += expf(x[j] - mx);
+  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
+  else *l += sum * exp(mx - *m);
+}
+
+/* a float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D) */
+static void grads_f32 (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+                       const double *D) {
+  for (int64_t i = 0; i < bq; i++) {
+    float L = (float)lse[i], Di = (float)D[i];
+    float *si = s + i * bk, *di = dp + i * bk;
+    if (lse[i] == -INFINITY) {
+      for (int64_t j = 0; j < bk; j++) si[j] = 0, di[j] = 0;
+      continue;
+    }
+    #pragma omp simd
+    for (int64_t j = 0; j < bk; j++) {
+      float p = expf(si[j] - L);            /* -inf gives 0: a masked key */
+      si[j] = p;
+      di[j] = p * (di[j] - Di);
+    }
+  }
+}
+
+static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
+  size_t es = J->f64 ? 8 : 4;
+  int64_t mb = J->mask ? mask_base(J->mt, b) : 0;
+  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {          /* 1: lse and D */
+    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+    double m[BQ], l[BQ];
+    for (int64_t i = 0; i < bq; i++) m[i] = -INFINITY, l[i] = 0;
+    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {
+      int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
+      scores(J, b, mb, i0, bq, j0, bk, s);
+      for (int64_t i = 0; i < bq; i++) {
+        if (!J->f64) { row_stats_f32((const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
+        for (int64_t j = 0; j < bk; j++) {
+          double x = at(J, s, i * bk + j);
+          if (x == -INFINITY) continue;
+          if (x > m[i]) { l[i] = l[i] * exp(m[i] - x) + 1; m[i] = x; }
+          else l[i] += exp(x - m[i]);
+        }
+      }
+    }
+    for (int64_t i = 0; i < bq; i++) {
+      lse[i0 + i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+      double dd = 0;
+      for (int64_t c = 0; c < J->dv; c++) {
+        int64_t e = (b * J->nq + i0 + i) * J->dv + c;
+        dd += at(J, J->go, e) * at(J, J->o, e);
+      }
+      D[i0 + i] = dd;
+    }
+  }
+  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {          /* 2: the gradients */
+    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+    const char *q = J->q + (b * J->nq + i0) * J->d * (int64_t)es;
+    const char *go = J->go + (b * J->nq + i0) * J->dv * (int64_t)es;
+    char *dq = J->dq + (b * J->nq + i0) * J->d * (int64_t)es;
+    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {
+      int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
+      const char *k = J->k + (b * J->nk + j0) * J->d * (int64_t)es;
+      const char *v = J->v + (b * J->nk + j0) * J->dv * (int64_t)es;
+      char *dk = J->dk + (b * J->nk + j0) * J->d * (int64_t)es;
+      char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
+      scores(J, b, mb, i0, bq, j0, bk, s);
+      gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->dv, v, J->dv, 0, dp, bk);    /* dP = dO V^T */
+      if (!J->f64) grads_f32((float *)s, (float *)dp, bq, bk, lse + i0, D + i0);
+      else
+        for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
+          for (int64_t j = 0; j < bk; j++) {
+            double x = at(J, s, i * bk + j), L = lse[i0 + i];
+            double p = x == -INFINITY || L == -INFINITY ? 0 : exp(x - L);
+            put(J, s, i * bk + j, p);
+            put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i0 + i]));
+          }
+      gemm(J, 1, 0, bk, J->dv, bq, 1, s, bk, go, J->dv, 1, dvv, J->dv);   /* dV += P^T dO */
+      gemm(J, 0, 0, bq, J->d, bk, J->scale, dp, bk, k, J->d, 1, dq, J->d); /* dQ += s dS K */
+      gemm(J, 1, 0, bk, J->d, bq, J->scale, dp, bk, q, J->d, 1, dk, J->d); /* dK += s dS^T Q */
+    }
+  }
+}
+
+int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                const qkv_tensor *o, const qkv_tensor *go,
+                                const qkv_tensor *mask, int causal, double scale) {
+  int n = q->ndim;
+  Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
+           v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),
+           qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
+           mask ? qkv_data(mask) : NULL, mask, causal, scale};
+  for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
+  if (J.nb == 0 || J.nq == 0 || J.nk == 0) return QKV_OK;
+  if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
+  size_t es = J.f64 ? 8 : 4;
+  memset(J.dq, 0, (size_t)(J.nb * J.nq * J.d) * es);
+  memset(J.dk, 0, (size_t)(J.nb * J.nk * J.d) * es);
+  memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
+  int err = QKV_OK;
+  #pragma omp parallel reduction(|:err)
+  {
+    char *s = malloc((size_t)BQ * BK * es), *dp = malloc((size_t)BQ * BK * es);
+    double *lse = malloc(sizeof(double) * (size_t)J.nq), *D = malloc(sizeof(double) * (size_t)J.nq);
+    int ok = s && dp && lse && D;
+    if (!ok) err = QKV_ENOMEM;
+    #pragma omp for schedule(dynamic)
+    for (int64_t b = 0; b < J.nb; b++)
+      if (ok && !qkv_interrupted) one_item(&J, b, s, dp, lse, D);
+    free(s); free(dp); free(lse); free(D);
+  }
+  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
+}
