@@ -109,10 +109,27 @@ static int n_dropout (lua_State *L) {
   return 1;
 }
 
+/* qkv._softmax_backward(y, g [, dim]): softmax's backward (qkv.autograd's
+   rule), y a softmax's output and g its gradient, of one shape */
+static int n_softmax_backward (lua_State *L) {
+  qkv_tensor *y = qkvL_checktensor(L, 1), *g = qkvL_checktensor(L, 2);
+  int dim = qkvL_optdim(L, 3, y->ndim, y->ndim ? y->ndim - 1 : 0);
+  if (y->ndim != g->ndim || memcmp(y->size, g->size, sizeof(int64_t) * (size_t)y->ndim) != 0 ||
+      (y->dtype != QKV_F32 && y->dtype != QKV_F64) || g->dtype != y->dtype) {
+    const char *sy = qkvL_shape(L, y), *sg = qkvL_shape(L, g);
+    return luaL_error(L, "_softmax_backward: y %s and g %s must be float32 or float64 of one "
+                      "shape and dtype", sy, sg);
+  }
+  qkv_tensor *gx = qkvL_newlike(L, y, y->dtype);
+  qkvL_check(L, "softmax", qkv_softmax_backward(gx, y, g, dim));
+  return 1;
+}
+
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {{"log_softmax", n_log_softmax}, {NULL, NULL}};
   static const luaL_Reg mod[] = {
-    {"layer_norm", n_layer_norm}, {"dropout", n_dropout}, {NULL, NULL}
+    {"layer_norm", n_layer_norm}, {"dropout", n_dropout},
+    {"_softmax_backward", n_softmax_backward}, {NULL, NULL}
   };
   qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;

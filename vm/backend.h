@@ -64,6 +64,9 @@ typedef struct qkv_backend {
   /* out[i with i_dim := idx[i]] += src[i]: gather's inverse, idx int64 with
      src's shape, its positions in range; out float32/64 or int32/64 */
   int (*scatter_add)(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
+  /* softmax's backward along the last dim: gx = y (g - sum(g y)); gx, y, g
+     contiguous, one float dtype */
+  int (*softmax_backward)(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
   /* along the last dim; out and x contiguous, the same float dtype */
   int (*log_softmax)(qkv_tensor *out, const qkv_tensor *x);
   /* over the last n elements of each row; out, x contiguous, w and b

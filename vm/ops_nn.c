@@ -130,6 +130,36 @@ int qkv_log_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   return qkv_op_done(log_softmax_in(be, o, x, dim), be, out, o);
 }
 
+/* the rows of y and g with dim last, contiguous in dt; gx written back */
+int qkv_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g, int dim) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(gx, y, g, &err);
+  if (be == NULL) return err;
+  qkv_dtype dt = gx->dtype;
+  if ((dt != QKV_F32 && dt != QKV_F64) || y->ndim != gx->ndim || g->ndim != gx->ndim)
+    return QKV_EINTERNAL;
+  int last = y->ndim ? y->ndim - 1 : 0;
+  qkv_tensor yt = *y, gt = *g, ot = *gx, yc, gc, o;
+  qkv_storage *ty, *tg = NULL;
+  if (y->ndim) {
+    qkv_view_transpose(&yt, y, dim, last);
+    qkv_view_transpose(&gt, g, dim, last);
+    qkv_view_transpose(&ot, gx, dim, last);
+  }
+  if ((err = qkv_op_contiguous_as(&yc, &ty, &yt, dt)) != QKV_OK) return err;
+  if ((err = qkv_op_contiguous_as(&gc, &tg, &gt, dt)) == QKV_OK) {
+    if (qkv_is_contiguous(&ot)) err = be->softmax_backward(&ot, &yc, &gc);
+    else if ((err = qkv_op_fresh(&o, &yc, dt)) == QKV_OK) {
+      err = be->softmax_backward(&o, &yc, &gc);
+      if (err == QKV_OK) err = be->copy(&ot, &o);
+      qkv_storage_release(o.storage);
+    }
+  }
+  qkv_storage_release(ty);
+  qkv_storage_release(tg);
+  return err;
+}
+
 static int layer_norm_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x,
                           const qkv_tensor *w, const qkv_tensor *b, int64_t n, double eps) {
   int err;

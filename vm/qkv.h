@@ -181,6 +181,9 @@ int qkv_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int d
 /* out (float, x's shape) = softmax of x along dim (0-based); a row that is
    all -inf gives zeros */
 int qkv_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* gx (y's shape and float dtype) = y (g - sum(g y)) along dim: softmax's
+   backward, y its output and g the output's gradient */
+int qkv_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g, int dim);
 /* out (float, x's shape) = x - logsumexp(x) along dim; a row all -inf
    gives -inf (the log of softmax's zeros) */
 int qkv_log_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);

@@ -27,6 +27,7 @@ const qkv_backend qkv_cpu_backend = {
   qkv_cpu_copy, qkv_cpu_fill, qkv_cpu_binary, qkv_cpu_unary,
   qkv_cpu_reduce, qkv_cpu_matmul, qkv_cpu_masked_fill, qkv_cpu_random,
   qkv_cpu_softmax, qkv_cpu_attention, qkv_cpu_where, qkv_cpu_gather, qkv_cpu_sort,
-  qkv_cpu_attention_backward, qkv_cpu_scatter_add, qkv_cpu_log_softmax,
+  qkv_cpu_attention_backward, qkv_cpu_scatter_add, qkv_cpu_softmax_backward,
+  qkv_cpu_log_softmax,
   qkv_cpu_layer_norm
 };

@@ -198,3 +198,34 @@ int qkv_cpu_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *
   }
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }
+
+/* softmax's backward along the last dim: gx = y (g - sum(g y)), the sum in
+   double; y, g, gx contiguous rows of one float dtype */
+#define SOFTMAX_BWD_ROW(name, T) \
+static void name (T *gx, const T *y, const T *g, int64_t n) { \
+  double dot = 0; \
+  for (int64_t j = 0; j < n; j++) dot += (double)g[j] * y[j]; \
+  for (int64_t j = 0; j < n; j++) gx[j] = (T)(y[j] * ((double)g[j] - dot)); \
+}
+
+SOFTMAX_BWD_ROW(sbw_f32, float)
+SOFTMAX_BWD_ROW(sbw_f64, double)
+
+int qkv_cpu_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g) {
+  int64_t n = last(y), numel = qkv_numel(y);
+  if (numel == 0) return QKV_OK;
+  int64_t rows = numel / n;
+  size_t es = qkv_elsize(y->dtype);
+  char *o = qkv_data(gx);
+  const char *yb = qkv_data(y), *gb = qkv_data(g);
+  #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    if (qkv_interrupted) continue;
+    int64_t at = r * n * (int64_t)es;
+    if (y->dtype == QKV_F32)
+      sbw_f32((float *)(o + at), (const float *)(yb + at), (const float *)(gb + at), n);
+    else
+      sbw_f64((double *)(o + at), (const double *)(yb + at), (const double *)(gb + at), n);
+  }
+  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+}
