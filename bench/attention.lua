@@ -9,35 +9,18 @@
 -- Every case runs in a fresh process, so that the peak resident memory
 -- (VmHWM) it reports belongs to that case alone.
 
+local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
+local hwm_mb, best_time, result = U.hwm_mb, U.best_time, U.result
+local shell_quote = U.quote
+
 local H, D = 8, 64
 local SIZES = {512, 1024, 2048, 4096, 16384}
 local GEMM_N = 2048
 local TORCH = "/usr/bin/python3"
 
-local function hwm_mb()
-  local f = io.open("/proc/self/status")
-  if not f then return 0 end
-  local s = f:read("a")
-  f:close()
-  return (tonumber(s:match("VmHWM:%s*(%d+)")) or 0) / 1024
-end
-
 local function flops(n, causal)
   local f = 4 * n * n * D * H
   return causal and f / 2 or f
-end
-
--- the best time of runs of fn: at least `budget` seconds and two runs,
--- unless one run alone takes 10 s
-local function best_time(fn, budget)
-  local best, total, runs = math.huge, 0, 0
-  repeat
-    local t = qkv.clock()
-    fn()
-    t = qkv.clock() - t
-    best, total, runs = math.min(best, t), total + t, runs + 1
-  until total >= budget and (runs >= 2 or total >= 10)
-  return best
 end
 
 -- child: one case, printed as "RESULT seconds gflops hwm_mb"
@@ -60,18 +43,6 @@ if arg[1] == "case" then return run_case(tonumber(arg[2]), arg[3] == "true") end
 if arg[1] == "sgemm" then return run_sgemm() end
 
 ---------------------------------------------------------------- the table
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- runs a command, returns the numbers of its RESULT line (or nil, output)
-local function result(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  local t, g, m = out:match("RESULT (%S+) (%S+) (%S+)")
-  if not t then return nil, out end
-  return {time = tonumber(t), gflops = tonumber(g), mb = tonumber(m)}
-end
 
 local self = shell_quote(arg[-1]) .. " " .. shell_quote(arg[0])
 local torch_py = arg[0]:gsub("attention%.lua$", "attention_torch.py")

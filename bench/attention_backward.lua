@@ -8,28 +8,13 @@
 --   build/qkv bench/attention_backward.lua       the table (run by `make bench`)
 --   build/qkv bench/attention_backward.lua case N
 
+local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
+local hwm_mb, best_time, result = U.hwm_mb, U.best_time, U.result
+local q = U.quote
+
 local H, D = 8, 64
 local SIZES = {1024, 4096}
 local TORCH = "/usr/bin/python3"
-
-local function hwm_mb()
-  local f = io.open("/proc/self/status")
-  if not f then return 0 end
-  local s = f:read("a")
-  f:close()
-  return (tonumber(s:match("VmHWM:%s*(%d+)")) or 0) / 1024
-end
-
-local function best_time(fn, budget)
-  local best, total, runs = math.huge, 0, 0
-  repeat
-    local t = qkv.clock()
-    fn()
-    t = qkv.clock() - t
-    best, total, runs = math.min(best, t), total + t, runs + 1
-  until total >= budget and runs >= 2
-  return best
-end
 
 if arg[1] == "case" then
   local n = tonumber(arg[2])
@@ -44,16 +29,6 @@ if arg[1] == "case" then
   return
 end
 
-local function result(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  local t, g, m = out:match("RESULT (%S+) (%S+) (%S+)")
-  if not t then return nil, out end
-  return {time = tonumber(t), gflops = tonumber(g), mb = tonumber(m)}
-end
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local self = q(arg[-1]) .. " " .. q(arg[0])
 local py = arg[0]:gsub("attention_backward%.lua$", "attention_backward_torch.py")
 local have_torch = os.execute(TORCH .. " -c 'import torch' >/dev/null 2>&1") == true

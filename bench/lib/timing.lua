@@ -1,0 +1,40 @@
+-- timing.lua: what the benches that time one case per process share
+-- (bench/attention.lua, bench/attention_backward.lua).
+local T = {}
+
+-- this process's peak resident memory in MB (VmHWM), 0 without /proc
+function T.hwm_mb()
+  local f = io.open("/proc/self/status")
+  if not f then return 0 end
+  local s = f:read("a")
+  f:close()
+  return (tonumber(s:match("VmHWM:%s*(%d+)")) or 0) / 1024
+end
+
+-- the best time of runs of fn: at least `budget` seconds and two runs,
+-- unless one run alone takes 10 s
+function T.best_time(fn, budget)
+  local best, total, runs = math.huge, 0, 0
+  repeat
+    local t = qkv.clock()
+    fn()
+    t = qkv.clock() - t
+    best, total, runs = math.min(best, t), total + t, runs + 1
+  until total >= budget and (runs >= 2 or total >= 10)
+  return best
+end
+
+function T.quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- runs a command, returns the numbers of its "RESULT time gflops mb" line
+-- (or nil and its output)
+function T.result(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  p:close()
+  local t, g, m = out:match("RESULT (%S+) (%S+) (%S+)")
+  if not t then return nil, out end
+  return {time = tonumber(t), gflops = tonumber(g), mb = tonumber(m)}
+end
+
+return T
