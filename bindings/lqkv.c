@@ -15,7 +15,7 @@ static const char *const lazy[][3] = {
   {"cosine_similarity", "qkv.nn", "cosine_similarity"},
   {"help", "qkv.doc", "help"},
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
-  {"einsum", "qkv.einsum", "einsum"},
+  {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
 };
