@@ -5,7 +5,8 @@
 -- values computed by hand or by loops, the random ones by properties.
 local lu = require "luaunit"
 
-for _, name in ipairs{"seed000", "seed001", "seed002", "seed003", "seed004", "tour", "readme"} do
+for _, name in ipairs{"seed000", "seed001", "seed002", "seed003", "seed004", "real", "tour",
+                      "readme"} do
   local f = "tests/scripts/" .. name .. ".lua"
   local h = io.open(f)
   if h then
