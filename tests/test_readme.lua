@@ -46,18 +46,35 @@ end
 
 TestReadme = {}
 
-function TestReadme:testBlocksRunAndPrintWhatTheySay()
-  local list = blocks()
-  lu.assertTrue(#list >= 5, "README has its examples")
-  for i, code in ipairs(list) do
-    local want, got = expected(code), run(code)
-    if #want > 0 then
-      lu.assertEquals(#got, #want, "block " .. i .. " prints " .. #got .. " lines")
-      for k = 1, #want do
-        lu.assertEquals(squash(got[k]), squash(want[k]), "block " .. i .. " line " .. k)
+-- a block that starts with this comment runs only where `make model` has
+-- fetched the real model (testModelBlocks), and is skipped elsewhere
+local NEEDS_MODEL = "^%-%- needs the model"
+local MODEL = (os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2") .. "/model.safetensors"
+
+local function check_blocks(model)
+  local n = 0
+  for i, code in ipairs(blocks()) do
+    if (code:find(NEEDS_MODEL) ~= nil) == model then
+      n = n + 1
+      local want, got = expected(code), run(code)
+      if #want > 0 then
+        lu.assertEquals(#got, #want, "block " .. i .. " prints " .. #got .. " lines")
+        for k = 1, #want do
+          lu.assertEquals(squash(got[k]), squash(want[k]), "block " .. i .. " line " .. k)
+        end
       end
     end
   end
+  return n
+end
+
+function TestReadme:testBlocksRunAndPrintWhatTheySay()
+  lu.assertTrue(check_blocks(false) >= 5, "README has its examples")
+end
+
+function TestReadme:testModelBlocks()
+  if not io.open(MODEL) then lu.skip("the real model is not fetched (`make model`)") end
+  lu.assertTrue(check_blocks(true) >= 1, "README has an example with the model")
 end
 
 -- the repository's markdown files (not build or output folders)
