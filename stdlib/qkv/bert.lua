@@ -133,6 +133,7 @@ end
 
 local Model = {}
 Model.__index = Model
+M.BertModel = Model     -- the class, for qkv.doc
 
 function M.load(dir)
   if type(dir) ~= "string" then

@@ -25,7 +25,7 @@ local qkv = package.loaded.qkv or require "qkv"
 
 local M = {}
 
-local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io"}
+local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
@@ -35,7 +35,8 @@ M.INTERNAL = {init = true, param = true, child = true, repr = true, extra = true
 -- the namespace of a name, most specific prefix first
 local PREFIXES = {
   {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
-  {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.", "qkv"},
+  {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
+  {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
 }
 
@@ -173,6 +174,11 @@ local function walk(load)
   local optim = lib("qkv.optim")
   if optim and type(optim.Optimizer) == "table" then
     own_functions(optim.Optimizer, "Optimizer:", out)
+  end
+  local bert = lib("qkv.bert")
+  if bert then
+    own_functions(bert, "qkv.bert.", out)
+    own_functions(bert.BertModel, "BertModel:", out)
   end
   return out
 end

@@ -82,6 +82,14 @@ local namespaces = {
   {id = "Optimizer", title = "Optimizer methods",
    intro = "What every optimizer of qkv.optim has, called as opt:name().",
    groups = {"optimizer methods"}},
+  {id = "qkv.bert", title = "qkv.bert",
+   intro = "A pretrained BERT encoder (all-MiniLM-L6-v2 and its kin) read " ..
+     "from a Hugging Face folder and run with the primitives " ..
+     "(stdlib/qkv/bert.lua, loaded on first use); `make model` fetches the model.",
+   groups = {"models"}},
+  {id = "BertModel", title = "BertModel methods",
+   intro = "What a model from qkv.bert.load has, called as model:name(...).",
+   groups = {"model methods"}},
   {id = "Module", title = "Module methods",
    intro = "What every qkv.nn module has, called as m:name(...) on a " ..
      "module m.",

@@ -1,0 +1,51 @@
+-- doc/bert.lua: qkv.doc entries of qkv.bert (stdlib/qkv/bert.lua) and of
+-- the model it loads. The examples need the real model, so they live in
+-- the README (its block runs where `make model` fetched it).
+
+return {
+  {name = "qkv.bert.load", sig = "qkv.bert.load(dir)", group = "models",
+   doc = [[Loads a BERT encoder from a Hugging Face model folder: config.json
+(read with qkv.json), model.safetensors (qkv.load_safetensors; names with or
+without BertForX's "bert." prefix) and vocab.txt (qkv.wordpiece), with
+sentence-transformers' pooling settings when 1_Pooling/ and modules.json are
+there (mean pooling and L2 normalisation otherwise). all-MiniLM-L6-v2 is in
+build/models/ after `make model`. A missing file, a config this encoder
+would run wrongly (hidden_act other than "gelu", relative positions, heads
+that do not divide hidden_size) and a missing or misshapen weight are
+errors naming the file and the tensor. As transformers'
+BertModel.from_pretrained(dir).]]},
+
+  {name = "BertModel:encode", sig = "model:encode(texts [, opts])", group = "model methods",
+   doc = [[Tokenises texts (a string or a list of strings, padded into one
+batch) and runs the encoder. Returns a table: tokens (each sentence's word
+pieces, [CLS] ... [SEP]), input_ids and attention_mask (int64 (B, n); ids
+0-based as in vocab.txt), last_hidden_state (B, n, hidden), hidden_states
+(the embeddings and each layer's output), attentions (one (B, heads, n, n)
+tensor a layer, unless opts.attentions is false) and embeddings (B,
+hidden), the sentence embeddings of sentence-transformers. Padding gets
+exactly zero weight. As a tokenizer call and BertModel(...,
+output_attentions=True, output_hidden_states=True).]]},
+
+  {name = "BertModel:embed", sig = "model:embed(texts)", group = "model methods",
+   doc = [[The sentence embeddings (B, hidden) of texts alone. They are computed
+with the fused attention (weights = false), which never holds the n × n
+weights, and equal encode's embeddings. As sentence-transformers'
+model.encode(texts).]]},
+
+  {name = "BertModel:forward", sig = "model:forward(input_ids [, attention_mask [, token_type_ids [, opts]]])",
+   group = "model methods",
+   doc = [[The encoder on token ids: input_ids is an int64 (B, n) tensor of
+0-based vocabulary ids, attention_mask (default all ones) has 1 for tokens
+and 0 for padding, token_type_ids defaults to zeros. Returns
+last_hidden_state, hidden_states and (unless opts.attentions is false) the
+list of every layer's (B, heads, n, n) weights. More tokens than the model
+has positions, or ids that are not int64 (B, n), are errors. As
+transformers' BertModel.forward.]]},
+
+  {name = "BertModel:pool", sig = "model:pool(hidden, attention_mask)", group = "model methods",
+   doc = [[Sentence embeddings from hidden states (B, n, hidden): the mean over
+the positions where attention_mask is nonzero (or the [CLS] row, when the
+model's pooling config says so). The result is L2-normalised when the
+model has a Normalize module. As sentence-transformers' Pooling and
+Normalize.]]},
+}
