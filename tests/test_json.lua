@@ -1,0 +1,71 @@
+-- test_json.lua: qkv.json (bindings/json/ljson.c, libcjson), the JSON
+-- reader behind qkv.bert's config files: every JSON type, numbers that stay
+-- integers or not, nesting, and malformed text as errors that name it.
+local lu = require "luaunit"
+local json = require "qkv.json"
+
+TestJson = {}
+
+function TestJson:testValues()
+  local v = json.decode('{"a": 1, "b": [true, false, null, "x\\u00e9\\n"], "c": {"d": -2.5}}')
+  lu.assertEquals(v.a, 1)
+  lu.assertEquals(math.type(v.a), "integer")
+  lu.assertEquals(v.b[1], true)
+  lu.assertEquals(v.b[2], false)
+  lu.assertEquals(v.b[3], json.null)
+  lu.assertEquals(v.b[4], "x\u{e9}\n")
+  lu.assertEquals(v.c.d, -2.5)
+  lu.assertEquals(json.decode("[]"), {})
+  lu.assertEquals(json.decode("  {}  \n"), {})
+  lu.assertEquals(json.decode('"s"'), "s")
+end
+
+function TestJson:testNumbers()
+  local v = json.decode("[1e-12, 30522, 1e300, -0.0, 9007199254740992, 9007199254740994, 2.0]")
+  lu.assertEquals(v[1], 1e-12)
+  lu.assertEquals(math.type(v[2]), "integer")
+  lu.assertEquals(v[3], 1e300)
+  lu.assertEquals(math.type(v[5]), "integer")              -- 2^53 stays exact
+  lu.assertEquals(math.type(v[6]), "float")                -- past it, a float
+  lu.assertEquals(v[7], 2)
+  lu.assertEquals(math.type(v[7]), "integer")
+end
+
+function TestJson:testNesting()
+  local deep = string.rep("[", 900) .. string.rep("]", 900)
+  local v = json.decode(deep)
+  for _ = 1, 899 do v = v[1] end
+  lu.assertEquals(v, {})
+  -- past libcjson's nesting limit: an error, not a crash
+  local ok, err = pcall(json.decode, string.rep("[", 5000) .. string.rep("]", 5000))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "json.decode: text is not valid JSON")
+end
+
+function TestJson:testErrors()
+  local cases = {
+    {"{", "not valid JSON (at byte 1 of 1)"},
+    {'{"a": }', "not valid JSON"},
+    {"[1, 2,]", "not valid JSON"},
+    {"", "not valid JSON"},
+    {"{} {}", "has bytes after its JSON value (at byte 4)"},
+    {"nul", "not valid JSON"},
+    {"[1]\0", "has bytes after its JSON value"},
+  }
+  for _, c in ipairs(cases) do
+    local ok, err = pcall(json.decode, c[1], "x.json")
+    lu.assertFalse(ok, c[1])
+    lu.assertStrContains(err, "json.decode: x.json ")
+    lu.assertStrContains(err, c[2])
+  end
+  local ok, err = pcall(json.decode, {})
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "bad argument #1")
+end
+
+-- the text is parsed by length, so bytes after a NUL are seen
+function TestJson:testRepeatedKeysKeepTheLast()
+  lu.assertEquals(json.decode('{"a": 1, "a": 2}').a, 2)
+end
+
+os.exit(lu.LuaUnit.run(), true)
