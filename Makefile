@@ -8,7 +8,8 @@ BUILD := build
 
 # the README lists these (tests/test_make.lua checks that the lists agree)
 DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
-  libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev
+  libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
+  libutf8proc-dev
 # bench/latency.lua's optional peers (`make bench-deps`)
 BENCH_DEPS := python3-torch python3-pytest hyperfine
 
@@ -25,6 +26,7 @@ ZIP_CFLAGS = $(shell pkg-config --cflags libzip 2>/dev/null)
 ZIP_LIBS = $(shell pkg-config --libs libzip 2>/dev/null || echo -lzip)
 JSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 JSON_LIBS = $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
+TEXT_LIBS = $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc)
 
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
   -fPIC -fopenmp -fno-math-errno $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
@@ -50,6 +52,10 @@ ZIP_SO := $(BUILD)/lib/qkv/zip.so
 JSON_SRC := $(wildcard bindings/json/*.c)
 JSON_OBJ := $(JSON_SRC:%.c=$(BUILD)/obj/%.o)
 JSON_SO := $(BUILD)/lib/qkv/json.so
+# Unicode text (libutf8proc) likewise: require "qkv.text", loaded by qkv.wordpiece
+TEXT_SRC := $(wildcard bindings/text/*.c)
+TEXT_OBJ := $(TEXT_SRC:%.c=$(BUILD)/obj/%.o)
+TEXT_SO := $(BUILD)/lib/qkv/text.so
 # the stdlib precompiled, which the executable loads instead of a source
 # that is not newer (vm/main.c); stock Lua and installs read the sources
 LUAC ?= luac5.4
@@ -60,9 +66,9 @@ LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -na
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(LUAC_OUT) $(BUILD)/ptydrive
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(LUAC_OUT) $(BUILD)/ptydrive
 
-so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO)
+so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -103,6 +109,10 @@ $(BUILD)/obj/bindings/json/%.o: bindings/json/%.c
 $(JSON_SO): $(JSON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(JSON_LIBS)
+
+$(TEXT_SO): $(TEXT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(TEXT_LIBS)
 
 # drives the REPL through a pseudo-terminal in tests/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
@@ -177,6 +187,7 @@ install: all
 	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
 	install -m 755 $(ZIP_SO) $(CLIBDIR)/qkv/zip.so
 	install -m 755 $(JSON_SO) $(CLIBDIR)/qkv/json.so
+	install -m 755 $(TEXT_SO) $(CLIBDIR)/qkv/text.so
 	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
 	install -m 644 stdlib/qkv/doc/*.lua $(LUADIR)/qkv/doc/
@@ -188,13 +199,14 @@ install-rock: so
 	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
 	install -m 755 $(ZIP_SO) $(INST_LIBDIR)/qkv/zip.so
 	install -m 755 $(JSON_SO) $(INST_LIBDIR)/qkv/json.so
+	install -m 755 $(TEXT_SO) $(INST_LIBDIR)/qkv/text.so
 	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(INST_LUADIR)/qkv/plot/
 	install -m 644 stdlib/qkv/doc/*.lua $(INST_LUADIR)/qkv/doc/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so \
-	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so
+	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so $(CLIBDIR)/qkv/text.so
 	rm -rf $(LUADIR)/qkv
 
 clean:
@@ -224,7 +236,8 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:detect_stack_
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" \
 	  QKV_LIBS="$(QKV_LIBS) $(ASAN_LDFLAGS)" CAIRO_LIBS="$(CAIRO_LIBS) $(ASAN_LDFLAGS)" \
-	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" JSON_LIBS="$(JSON_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
+	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" JSON_LIBS="$(JSON_LIBS) $(ASAN_LDFLAGS)" \
+	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
 
 test-asan: asan
 	$(ASAN_ENV) build-asan/qkv test tests/
@@ -255,4 +268,4 @@ fuzz-npy:
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d)

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,8 +23,6 @@
 
 
 /* writing */
-
-typedef struct Part { const void *p; size_t n; } Part;
 
 /* how much one read or write moves between looks at the interrupt flag:
    tens of milliseconds, even from the page cache */
@@ -46,7 +45,7 @@ static int write_all (int fd, const char *p, size_t n) {
   return 0;
 }
 
-static int write_parts (int fd, const Part *parts, int nparts) {
+static int write_parts (int fd, const qkvL_Part *parts, int nparts) {
   int err = 0;
   for (int i = 0; i < nparts && !err; i++) err = write_all(fd, parts[i].p, parts[i].n);
   return err;
@@ -71,7 +70,7 @@ static void sync_dir (const char *dir) {
 ** temp file outlives a failure.
 */
 static int write_atomic (const char *target, int exists, const struct stat *st,
-                         const Part *parts, int nparts) {
+                         const qkvL_Part *parts, int nparts) {
   char tmp[PATH_MAX + 16], dir[PATH_MAX];
   const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
   size_t len = strlen(target), pre = (size_t)(base - target);  /* folder and '/' */
@@ -112,7 +111,7 @@ static int write_atomic (const char *target, int exists, const struct stat *st,
 ** other user of that name (/dev/null, a pipe a reader waits on).  Opening
 ** a FIFO waits for its reader; Ctrl-C stops the wait.
 */
-static int write_inplace (const char *target, const Part *parts, int nparts) {
+static int write_inplace (const char *target, const qkvL_Part *parts, int nparts) {
   int fd;
   while ((fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY)) < 0 && errno == EINTR)
     if (qkv_interrupted) return E_INTR;
@@ -131,7 +130,7 @@ static int write_inplace (const char *target, const Part *parts, int nparts) {
 ** socket is refused.  A symbolic link is followed, so the file it names
 ** is written and the link stays.  0, an errno value, E_INTR or E_KIND.
 */
-static int write_file (const char *path, const Part *parts, int nparts) {
+int qkvL_write_file (const char *path, const qkvL_Part *parts, int nparts) {
   char real[PATH_MAX];
   const char *target = realpath(path, real) ? real : path;
   struct stat st;
@@ -144,7 +143,7 @@ static int write_file (const char *path, const Part *parts, int nparts) {
 
 /* a path argument: a string without NUL bytes, which the system would
    read as the end of a shorter name */
-static const char *checkpath (lua_State *L, int arg, const char *who) {
+const char *qkvL_checkpath (lua_State *L, int arg, const char *who) {
   size_t n;
   const char *path = luaL_checklstring(L, arg, &n);
   if (strlen(path) != n)
@@ -152,7 +151,7 @@ static const char *checkpath (lua_State *L, int arg, const char *who) {
   return path;
 }
 
-static void writeerr (lua_State *L, const char *who, const char *path, int err) {
+void qkvL_writeerr (lua_State *L, const char *who, const char *path, int err) {
   if (err == E_INTR) qkvL_check(L, who, QKV_EINTR);
   if (err == E_KIND)
     luaL_error(L, "%s: %s: not a regular file, a character device or a FIFO", who, path);
@@ -162,7 +161,7 @@ static void writeerr (lua_State *L, const char *who, const char *path, int err) 
 
 /* a tensor as the .npy data wants it: contiguous on the CPU */
 
-static const qkv_tensor *cdata (lua_State *L, int arg, const char *fn) {
+const qkv_tensor *qkvL_cpudata (lua_State *L, int arg, const char *fn) {
   qkv_tensor *t = qkvL_checktensor(L, arg);
   if (t->storage->device != QKV_CPU)
     luaL_error(L, "%s: the tensor is on %s; call x:cpu() first", fn,
@@ -179,30 +178,30 @@ static size_t nbytes_of (const qkv_tensor *t) {
 
 /* qkv.save(path, x) */
 static int io_save (lua_State *L) {
-  const char *path = checkpath(L, 1, "save");
-  const qkv_tensor *t = cdata(L, 2, "save");
+  const char *path = qkvL_checkpath(L, 1, "save");
+  const qkv_tensor *t = qkvL_cpudata(L, 2, "save");
   char head[HEADER_CAP];
   size_t hn = qkv_npy_encode_header(head, sizeof head, t->dtype, t->ndim, t->size);
-  Part parts[2] = {{head, hn}, {qkv_data(t), nbytes_of(t)}};
-  int err = write_file(path, parts, 2);
-  if (err) writeerr(L, "save", path, err);
+  qkvL_Part parts[2] = {{head, hn}, {qkv_data(t), nbytes_of(t)}};
+  int err = qkvL_write_file(path, parts, 2);
+  if (err) qkvL_writeerr(L, "save", path, err);
   return 0;
 }
 
 /* qkv._write_file(path, bytes [, who]): for qkv.savez */
 static int io_write_file (lua_State *L) {
   const char *who = luaL_optstring(L, 3, "_write_file");
-  const char *path = checkpath(L, 1, who);
-  Part part;
+  const char *path = qkvL_checkpath(L, 1, who);
+  qkvL_Part part;
   part.p = luaL_checklstring(L, 2, &part.n);
-  int err = write_file(path, &part, 1);
-  if (err) writeerr(L, who, path, err);
+  int err = qkvL_write_file(path, &part, 1);
+  if (err) qkvL_writeerr(L, who, path, err);
   return 0;
 }
 
 /* qkv._npy_encode(x) -> the bytes of x's .npy file */
 static int io_npy_encode (lua_State *L) {
-  const qkv_tensor *t = cdata(L, 1, "_npy_encode");
+  const qkv_tensor *t = qkvL_cpudata(L, 1, "_npy_encode");
   char head[HEADER_CAP];
   size_t hn = qkv_npy_encode_header(head, sizeof head, t->dtype, t->ndim, t->size);
   size_t n = nbytes_of(t);
@@ -237,21 +236,25 @@ static int io_npy_decode (lua_State *L) {
 /* loading: the open file and any buffer live in a userdata, so that an
    error anywhere (or a memory error from Lua) cannot leak them */
 
-typedef struct Reader { int fd; void *buf; } Reader;
+typedef qkvL_Reader Reader;
 
 static int reader_close (lua_State *L) {
   Reader *r = (Reader *)luaL_checkudata(L, 1, READER);
   if (r->fd >= 0) close(r->fd);
   free(r->buf);
+  if (r->map) munmap(r->map, r->maplen);
   r->fd = -1;
   r->buf = NULL;
+  r->map = NULL;
   return 0;
 }
 
-static Reader *newreader (lua_State *L) {
+Reader *qkvL_newreader (lua_State *L) {
   Reader *r = (Reader *)lua_newuserdatauv(L, sizeof *r, 0);
   r->fd = -1;
   r->buf = NULL;
+  r->map = NULL;
+  r->maplen = 0;
   if (luaL_newmetatable(L, READER)) {
     lua_pushcfunction(L, reader_close);
     lua_setfield(L, -2, "__gc");
@@ -262,7 +265,7 @@ static Reader *newreader (lua_State *L) {
 
 /* n bytes at off into p; 0, an errno value, -1 when the file is shorter,
    or E_INTR */
-static int read_at (int fd, void *p, size_t n, uint64_t off) {
+int qkvL_read_at (int fd, void *p, size_t n, uint64_t off) {
   char *c = p;
   while (n > 0) {
     if (qkv_interrupted) return E_INTR;
@@ -277,7 +280,7 @@ static int read_at (int fd, void *p, size_t n, uint64_t off) {
   return 0;
 }
 
-static void ioerr (lua_State *L, const char *who, const char *path, int err) {
+void qkvL_ioerr (lua_State *L, const char *who, const char *path, int err) {
   if (err == E_INTR) qkvL_check(L, who, QKV_EINTR);
   luaL_error(L, "%s: %s: %s", who, path, err == -1 ? "the file shrank while it was read"
                                                    : strerror(err));
@@ -285,11 +288,11 @@ static void ioerr (lua_State *L, const char *who, const char *path, int err) {
 
 /* opens path to read: a regular file only, since a FIFO would block and a
    device may never end; returns its size */
-static uint64_t open_regular (lua_State *L, Reader *r, const char *who, const char *path) {
+uint64_t qkvL_open_regular (lua_State *L, Reader *r, const char *who, const char *path) {
   struct stat st;
-  if ((r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) ioerr(L, who, path, errno);
-  if (fstat(r->fd, &st) != 0) ioerr(L, who, path, errno);
-  if (S_ISDIR(st.st_mode)) ioerr(L, who, path, EISDIR);
+  if ((r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) qkvL_ioerr(L, who, path, errno);
+  if (fstat(r->fd, &st) != 0) qkvL_ioerr(L, who, path, errno);
+  if (S_ISDIR(st.st_mode)) qkvL_ioerr(L, who, path, EISDIR);
   if (!S_ISREG(st.st_mode)) luaL_error(L, "%s: %s: not a regular file", who, path);
   return (uint64_t)st.st_size;
 }
@@ -300,19 +303,19 @@ static void read_header (lua_State *L, Reader *r, const char *path, uint64_t siz
   char err[QKV_NPY_ERRLEN];
   unsigned char pre[QKV_NPY_PREFIX];
   size_t total, n = size < sizeof pre ? (size_t)size : sizeof pre;
-  int e = read_at(r->fd, pre, n, 0);
-  if (e) ioerr(L, "load", path, e);
+  int e = qkvL_read_at(r->fd, pre, n, 0);
+  if (e) qkvL_ioerr(L, "load", path, e);
   if (qkv_npy_header_len(pre, n, size, &total, err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
-  if ((r->buf = malloc(total)) == NULL) ioerr(L, "load", path, ENOMEM);
-  if ((e = read_at(r->fd, r->buf, total, 0)) != 0) ioerr(L, "load", path, e);
+  if ((r->buf = malloc(total)) == NULL) qkvL_ioerr(L, "load", path, ENOMEM);
+  if ((e = qkvL_read_at(r->fd, r->buf, total, 0)) != 0) qkvL_ioerr(L, "load", path, e);
   if (qkv_npy_parse(r->buf, total, size, h, err, sizeof err) != 0)
     luaL_error(L, "load: %s: %s", path, err);
   free(r->buf);
   r->buf = NULL;
 }
 
-static void close_reader (lua_State *L, int idx) {
+void qkvL_close_reader (lua_State *L, int idx) {
   lua_pushcfunction(L, reader_close);
   lua_pushvalue(L, idx);
   lua_call(L, 1, 0);
@@ -320,41 +323,41 @@ static void close_reader (lua_State *L, int idx) {
 
 /* qkv.load(path) -> tensor */
 static int io_load (lua_State *L) {
-  const char *path = checkpath(L, 1, "load");
-  Reader *r = newreader(L);
+  const char *path = qkvL_checkpath(L, 1, "load");
+  Reader *r = qkvL_newreader(L);
   int ri = lua_gettop(L);                /* after any extra arguments */
   qkv_npy_header h;
   char err[QKV_NPY_ERRLEN];
-  read_header(L, r, path, open_regular(L, r, "load", path), &h);
+  read_header(L, r, path, qkvL_open_regular(L, r, "load", path), &h);
   /* the shape has been checked against the file: this allocation is as
      large as the data there is (8 times for int8 read as int64) */
   qkv_tensor *t = qkvL_new(L, h.dtype, QKV_CPU, h.ndim, h.shape, 0);
   void *src = qkv_data(t);
   if (!qkv_npy_inplace(&h) && (src = r->buf = malloc(h.data_bytes + 1)) == NULL)
-    ioerr(L, "load", path, ENOMEM);
-  int e = read_at(r->fd, src, h.data_bytes, h.data_offset);
-  if (e) ioerr(L, "load", path, e);
+    qkvL_ioerr(L, "load", path, ENOMEM);
+  int e = qkvL_read_at(r->fd, src, h.data_bytes, h.data_offset);
+  if (e) qkvL_ioerr(L, "load", path, e);
   if ((e = qkv_npy_decode(&h, src, qkv_data(t), err, sizeof err)) == QKV_NPY_EINTR)
     qkvL_check(L, "load", QKV_EINTR);
   if (e != 0) luaL_error(L, "load: %s: %s", path, err);
-  close_reader(L, ri);
+  qkvL_close_reader(L, ri);
   return 1;
 }
 
 /* qkv._read_file(path [, who]) -> the bytes of a regular file: for loadz */
 static int io_read_file (lua_State *L) {
   const char *who = luaL_optstring(L, 2, "_read_file");
-  const char *path = checkpath(L, 1, who);
-  Reader *r = newreader(L);
+  const char *path = qkvL_checkpath(L, 1, who);
+  Reader *r = qkvL_newreader(L);
   int ri = lua_gettop(L);
-  uint64_t size = open_regular(L, r, who, path);
-  if (size > qkv_memory_limit()) ioerr(L, who, path, ENOMEM);
+  uint64_t size = qkvL_open_regular(L, r, who, path);
+  if (size > qkv_memory_limit()) qkvL_ioerr(L, who, path, ENOMEM);
   luaL_Buffer b;
   char *p = luaL_buffinitsize(L, &b, (size_t)size);
-  int e = read_at(r->fd, p, (size_t)size, 0);
-  if (e) ioerr(L, who, path, e);
+  int e = qkvL_read_at(r->fd, p, (size_t)size, 0);
+  if (e) qkvL_ioerr(L, who, path, e);
   luaL_pushresultsize(&b, (size_t)size);
-  close_reader(L, ri);
+  qkvL_close_reader(L, ri);
   return 1;
 }
 

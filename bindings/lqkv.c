@@ -16,6 +16,7 @@ static const char *const lazy[][3] = {
   {"help", "qkv.doc", "help"},
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
   {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL},
+  {"wordpiece", "qkv.wordpiece", NULL},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
 };
@@ -62,6 +63,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_io(L, mt, methods, module);
   qkvL_open_select(L, mt, methods, module);
   qkvL_open_norm(L, mt, methods, module);
+  qkvL_open_safetensors(L, mt, methods, module);
   qkvL_open_grad(L, mt, methods, module);
   for (int i = 0; i < QKV_NDTYPE; i++) {     /* qkv.float16 == "float16" */
     lua_pushstring(L, qkv_dtype_name((qkv_dtype)i));

@@ -92,6 +92,35 @@ void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
                     const luaL_Reg *meth, const luaL_Reg *mod);
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module);
+void qkvL_open_safetensors (lua_State *L, int mt, int methods, int module);
+
+/*
+** files (lio.c): qkvL_write_file writes the parts to path, a regular file
+** atomically (a temp file renamed over it), a character device or a FIFO
+** in place; it returns 0 or an error that qkvL_writeerr raises.
+*/
+typedef struct qkvL_Part { const void *p; size_t n; } qkvL_Part;
+int qkvL_write_file (const char *path, const qkvL_Part *parts, int nparts);
+void qkvL_writeerr (lua_State *L, const char *who, const char *path, int err);
+/* a path: a string without NUL bytes */
+const char *qkvL_checkpath (lua_State *L, int arg, const char *who);
+/* the tensor at arg as a file wants its data: on the CPU and contiguous
+   (a contiguous copy is pushed when it is not) */
+const qkv_tensor *qkvL_cpudata (lua_State *L, int arg, const char *fn);
+/*
+** reading: a reader is a userdata (pushed by qkvL_newreader) that owns an
+** open file, a buffer and a mapping, so that no error can leak them;
+** qkvL_close_reader(L, idx) releases them at once.  qkvL_open_regular
+** opens a regular file (anything else is an error) and returns its size;
+** qkvL_read_at returns 0, an errno value, -1 when the file is shorter, or
+** an interrupt, each of which qkvL_ioerr raises.
+*/
+typedef struct qkvL_Reader { int fd; void *buf; void *map; size_t maplen; } qkvL_Reader;
+qkvL_Reader *qkvL_newreader (lua_State *L);
+uint64_t qkvL_open_regular (lua_State *L, qkvL_Reader *r, const char *who, const char *path);
+int qkvL_read_at (int fd, void *p, size_t n, uint64_t off);
+void qkvL_ioerr (lua_State *L, const char *who, const char *path, int err);
+void qkvL_close_reader (lua_State *L, int idx);
 
 /*
 ** autograd (lgrad.c): a differentiable binding starts with QKVL_GRAD: when

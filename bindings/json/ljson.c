@@ -2,9 +2,11 @@
 ** ljson.c -- the module qkv.json: JSON text to Lua values through Debian's
 ** libcjson.  Loaded only by what reads JSON (qkv.bert's config.json), so
 ** that no script pays for it at start-up.
-**   json.decode(text [, what]) -> the value: objects become tables keyed
-**       by name, arrays sequences, true/false booleans, null json.null,
-**       numbers integers when they are whole and fit, else floats
+**   json.decode(text [, what [, unique]]) -> the value: objects become
+**       tables keyed by name, arrays sequences, true/false booleans, null
+**       json.null, numbers integers when they are whole and fit, else
+**       floats; a name repeated in one object is an error when unique is
+**       true (else the last wins)
 **   json.null                 -> the light userdata null decodes to
 ** what names the text in errors ("config.json"); the default is "text".
 */
@@ -36,19 +38,25 @@ static void pushnumber (lua_State *L, double d) {
   else lua_pushnumber(L, d);
 }
 
-static void push (lua_State *L, const cJSON *j) {
+typedef struct Opts { const char *what; int unique; } Opts;
+
+static void push (lua_State *L, const cJSON *j, const Opts *o) {
   luaL_checkstack(L, 4, "json.decode: nested too deep");
   if (cJSON_IsObject(j)) {
     lua_createtable(L, 0, cJSON_GetArraySize(j));
     for (const cJSON *c = j->child; c; c = c->next) {
-      push(L, c);
+      if (o->unique && lua_getfield(L, -1, c->string) != LUA_TNIL)
+        luaL_error(L, "json.decode: %s has the name \"%s\" twice in one object", o->what,
+                   c->string);
+      if (o->unique) lua_pop(L, 1);
+      push(L, c, o);
       lua_setfield(L, -2, c->string);     /* a repeated name: the last wins */
     }
   } else if (cJSON_IsArray(j)) {
     lua_Integer i = 0;
     lua_createtable(L, cJSON_GetArraySize(j), 0);
     for (const cJSON *c = j->child; c; c = c->next) {
-      push(L, c);
+      push(L, c, o);
       lua_rawseti(L, -2, ++i);
     }
   } else if (cJSON_IsString(j)) lua_pushstring(L, j->valuestring);
@@ -60,7 +68,8 @@ static void push (lua_State *L, const cJSON *j) {
 static int decode (lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
-  const char *what = luaL_optstring(L, 2, "text");
+  Opts o = {luaL_optstring(L, 2, "text"), lua_toboolean(L, 3)};
+  const char *what = o.what;
   cJSON **t = (cJSON **)lua_newuserdatauv(L, sizeof *t, 0);
   *t = NULL;
   luaL_setmetatable(L, TREE);
@@ -75,7 +84,7 @@ static int decode (lua_State *L) {
   if (end < s + n)
     return luaL_error(L, "json.decode: %s has bytes after its JSON value (at byte %d)", what,
                       (int)(end - s + 1));
-  push(L, *t);
+  push(L, *t, &o);
   lua_pushcfunction(L, tree_gc);      /* free the tree now, not at the next cycle */
   lua_pushvalue(L, -3);
   lua_call(L, 1, 0);

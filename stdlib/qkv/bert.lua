@@ -32,12 +32,14 @@ local function readfile(path)
   return s
 end
 
-local function readjson(path)
+-- a JSON file's value (nil when there is no such file): an object, or
+-- also a list when list_ok
+local function readjson(path, list_ok)
   local s = readfile(path)
   if s == nil then return nil end
   local ok, v = pcall(require("qkv.json").decode, s, path)
   if not ok then fail("bert.load: %s", (tostring(v):gsub("^json%.decode: ", ""))) end
-  if type(v) ~= "table" then fail("bert.load: %s is not a JSON object", path) end
+  if type(v) ~= "table" or (#v > 0 and not list_ok) then fail("bert.load: %s is not a JSON object", path) end
   return v
 end
 
@@ -81,7 +83,7 @@ end
 local function pooling(dir)
   local p = readjson(dir .. "/1_Pooling/config.json") or {}
   local mode = p.pooling_mode_cls_token and "cls" or "mean"
-  local mods = readjson(dir .. "/modules.json")
+  local mods = readjson(dir .. "/modules.json", true)
   local normalize = mods == nil
   for _, m in ipairs(mods or {}) do
     if type(m) == "table" and tostring(m.type):find("Normalize", 1, true) then normalize = true end
@@ -149,8 +151,14 @@ function M.load(dir)
   local tcfg = readjson(dir .. "/tokenizer_config.json") or {}
   local m = setmetatable({dir = dir, config = cfg, hidden = s.hidden, heads = s.heads,
                           eps = s.eps, layers = {}}, Model)
-  m.tokenizer = require("qkv.wordpiece").load(dir .. "/vocab.txt",
-    {lower = tcfg.do_lower_case ~= false, max_length = cfg.max_position_embeddings})
+  -- sentence-transformers cuts at its max_seq_length (256 for MiniLM)
+  local st = readjson(dir .. "/sentence_bert_config.json") or {}
+  local maxlen = st.max_seq_length or cfg.max_position_embeddings
+  if math.type(maxlen) ~= "integer" or maxlen < 2 then maxlen = cfg.max_position_embeddings end
+  local ok, tok = pcall(require("qkv.wordpiece").load, dir .. "/vocab.txt",
+    {lower = tcfg.do_lower_case ~= false, max_length = maxlen})
+  if not ok then fail("bert.load: %s", (tostring(tok):gsub("^.-wordpiece%.load: ", ""))) end
+  m.tokenizer = tok
   m.pooling, m.normalize = pooling(dir)
   local get, d = weights(dir, s), s.hidden
   m.word = get("embeddings.word_embeddings.weight", -1, d)

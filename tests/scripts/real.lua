@@ -20,7 +20,7 @@ local function position(tokens, word)
   for i, t in ipairs(tokens) do if t == word then return i end end
 end
 
-TestRealBank = {}
+local TestRealBank = {}
 
 function TestRealBank:testMapsAreTheReferenceWeights()
   local r = run("scripts/real_bank.lua")
@@ -46,7 +46,7 @@ function TestRealBank:testMapsAreTheReferenceWeights()
   U.assertPng(r, "real_bank.png", 800, 600)
 end
 
-TestRealHeads = {}
+local TestRealHeads = {}
 
 function TestRealHeads:testTheModelView()
   local r = run("scripts/real_heads.lua")

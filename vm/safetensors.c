@@ -1,0 +1,270 @@
+/*
+** safetensors.c -- the safetensors format (see safetensors.h): dtypes, the
+** checks of a header's entries against the data, conversion into qkv's
+** dtypes and the header we write.  Nothing here trusts the file: every
+** size is checked for overflow before it is compared or used.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c reads little-endian data in place: port the conversion first"
+#endif
+
+/* ordered by alignment, widest first, as the writer wants them */
+static const qkv_st_dtype DTYPES[] = {
+  {"F64", 8, QKV_F64, 1}, {"I64", 8, QKV_I64, 1}, {"U64", 8, QKV_I64, 1},
+  {"F32", 4, QKV_F32, 1}, {"I32", 4, QKV_I32, 1}, {"U32", 4, QKV_I64, 1},
+  {"F16", 2, QKV_F16, 1}, {"BF16", 2, QKV_BF16, 1}, {"I16", 2, QKV_I64, 1},
+  {"U16", 2, QKV_I64, 1}, {"I8", 1, QKV_I64, 1}, {"U8", 1, QKV_I64, 1},
+  {"BOOL", 1, QKV_BOOL, 1}, {"F8_E4M3", 1, QKV_F32, 0}, {"F8_E5M2", 1, QKV_F32, 0},
+};
+#define NDTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
+
+static int fail (char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const qkv_st_dtype *qkv_st_dtype_named (const char *name) {
+  for (int i = 0; i < NDTYPES; i++)
+    if (strcmp(DTYPES[i].name, name) == 0) return &DTYPES[i];
+  return NULL;
+}
+
+const qkv_st_dtype *qkv_st_dtype_of (qkv_dtype dt) {
+  switch (dt) {
+    case QKV_F64: return qkv_st_dtype_named("F64");
+    case QKV_I64: return qkv_st_dtype_named("I64");
+    case QKV_I32: return qkv_st_dtype_named("I32");
+    case QKV_F16: return qkv_st_dtype_named("F16");
+    case QKV_BF16: return qkv_st_dtype_named("BF16");
+    case QKV_BOOL: return qkv_st_dtype_named("BOOL");
+    default: return qkv_st_dtype_named("F32");
+  }
+}
+
+
+/* checking */
+
+/* the bytes an entry's shape needs, or -1 past 2^63 */
+static int64_t shape_bytes (const qkv_st_entry *e) {
+  int64_t n = e->dtype->itemsize;
+  for (int i = 0; i < e->ndim; i++) {
+    if (e->shape[i] < 0) return -1;
+    if (e->shape[i] == 0) n = 0;
+  }
+  for (int i = 0; i < e->ndim && n > 0; i++) {
+    if (e->shape[i] > INT64_MAX / n) return -1;
+    n *= e->shape[i];
+  }
+  return n;
+}
+
+static void shape_str (char *buf, size_t n, const qkv_st_entry *e) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < e->ndim && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static int by_begin (const void *a, const void *b) {
+  const qkv_st_entry *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int check_one (const qkv_st_entry *e, uint64_t data_bytes, char *err, size_t errlen) {
+  char sh[160];
+  if (e->end < e->begin)
+    return fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+  if (e->end > data_bytes)
+    return fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] run past the %llu bytes "
+                "of data", e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                (unsigned long long)data_bytes);
+  int64_t need = shape_bytes(e);
+  shape_str(sh, sizeof sh, e);
+  if (need < 0)
+    return fail(err, errlen, "tensor '%s': shape %s is too large", e->name, sh);
+  if ((uint64_t)need != e->end - e->begin)
+    return fail(err, errlen, "tensor '%s': shape %s of %s is %lld bytes, but its data_offsets "
+                "[%llu, %llu] hold %llu", e->name, sh, e->dtype->name, (long long)need,
+                (unsigned long long)e->begin, (unsigned long long)e->end,
+                (unsigned long long)(e->end - e->begin));
+  return 0;
+}
+
+int qkv_st_check (qkv_st_entry *e, int n, uint64_t data_bytes, char *err, size_t errlen) {
+  for (int i = 0; i < n; i++)
+    if (check_one(&e[i], data_bytes, err, errlen) != 0) return -1;
+  if (n > 1) qsort(e, (size_t)n, sizeof *e, by_begin);
+  uint64_t at = 0;
+  const char *prev = NULL;
+  for (int i = 0; i < n; i++) {
+    if (e[i].begin < at)
+      return fail(err, errlen, "tensors '%s' and '%s' overlap: [%llu, ...) starts before "
+                  "byte %llu, where '%s' ends", prev, e[i].name,
+                  (unsigned long long)e[i].begin, (unsigned long long)at, prev);
+    if (e[i].begin > at)
+      return fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (before "
+                  "'%s')", (unsigned long long)at, (unsigned long long)e[i].begin, e[i].name);
+    at = e[i].end;
+    prev = e[i].name;
+  }
+  if (at != data_bytes)
+    return fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (at the end)",
+                (unsigned long long)at, (unsigned long long)data_bytes);
+  return 0;
+}
+
+
+/* converting */
+
+/* bytes of one element of dt in a tensor (tensor.c's qkv_elsize, which
+   the fuzz target does not link) */
+static size_t elsize (qkv_dtype dt) {
+  switch (dt) {
+    case QKV_BOOL: return 1;
+    case QKV_F16: case QKV_BF16: return 2;
+    case QKV_F32: case QKV_I32: return 4;
+    default: return 8;
+  }
+}
+
+#define EVERY_64K(i) (((i) & 0xffff) == 0xffff && qkv_interrupted)
+
+static int widen (const qkv_st_entry *e, const unsigned char *s, int64_t *d, int64_t n,
+                  char *err, size_t errlen) {
+  const char *t = e->dtype->name;
+  for (int64_t i = 0; i < n; i++) {
+    if (EVERY_64K(i)) return QKV_ST_EINTR;
+    const unsigned char *p = s + i * e->dtype->itemsize;
+    uint64_t u = 0;
+    memcpy(&u, p, (size_t)e->dtype->itemsize);    /* little-endian: the low bytes */
+    if (!strcmp(t, "I8")) d[i] = (int8_t)u;
+    else if (!strcmp(t, "I16")) d[i] = (int16_t)u;
+    else if (u > (uint64_t)INT64_MAX)
+      return fail(err, errlen, "tensor '%s': element %lld is %llu, past int64's range",
+                  e->name, (long long)i, (unsigned long long)u);
+    else d[i] = (int64_t)u;
+  }
+  return 0;
+}
+
+int qkv_st_convert (const qkv_st_entry *e, const void *src, void *dst,
+                    char *err, size_t errlen) {
+  int64_t bytes = shape_bytes(e), n = bytes / e->dtype->itemsize;
+  const unsigned char *s = src;
+  if (e->dtype->itemsize == (int)elsize(e->dtype->loads_as) &&
+      strcmp(e->dtype->name, "U64") != 0 && strcmp(e->dtype->name, "BOOL") != 0) {
+    for (int64_t off = 0; off < bytes; off += (int64_t)1 << 24) {
+      if (qkv_interrupted) return QKV_ST_EINTR;
+      int64_t k = bytes - off < ((int64_t)1 << 24) ? bytes - off : (int64_t)1 << 24;
+      memcpy((char *)dst + off, s + off, (size_t)k);
+    }
+    return 0;
+  }
+  if (!strcmp(e->dtype->name, "BOOL")) {
+    for (int64_t i = 0; i < n; i++) {
+      if (EVERY_64K(i)) return QKV_ST_EINTR;
+      if (s[i] > 1)
+        return fail(err, errlen, "tensor '%s': element %lld is the byte %d, not a BOOL (0 or 1)",
+                    e->name, (long long)i, s[i]);
+      ((unsigned char *)dst)[i] = s[i];
+    }
+    return 0;
+  }
+  return widen(e, s, dst, n, err, errlen);
+}
+
+
+/* writing the header */
+
+typedef struct Out { char *p; size_t cap, n; } Out;
+
+static void put (Out *o, const char *s, size_t k) {
+  if (o->n < o->cap) memcpy(o->p + o->n, s, o->n + k <= o->cap ? k : o->cap - o->n);
+  o->n += k;
+}
+
+static void puts_ (Out *o, const char *s) { put(o, s, strlen(s)); }
+
+/* a JSON string: quotes, backslashes and control bytes escaped, the rest
+   (UTF-8) as it is */
+static void putstr (Out *o, const char *s) {
+  char u[8];
+  put(o, "\"", 1);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') { put(o, "\\", 1); put(o, s, 1); }
+    else if (c < 0x20) { snprintf(u, sizeof u, "\\u%04x", c); put(o, u, 6); }
+    else put(o, s, 1);
+  }
+  put(o, "\"", 1);
+}
+
+static void putentry (Out *o, const qkv_st_entry *e) {
+  char num[48];
+  putstr(o, e->name);
+  puts_(o, ":{\"dtype\":");
+  putstr(o, e->dtype->name);
+  puts_(o, ",\"shape\":[");
+  for (int i = 0; i < e->ndim; i++) {
+    snprintf(num, sizeof num, i ? ",%lld" : "%lld", (long long)e->shape[i]);
+    puts_(o, num);
+  }
+  snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)e->begin,
+           (unsigned long long)e->end);
+  puts_(o, num);
+}
+
+size_t qkv_st_encode_header (char *buf, size_t cap, const qkv_st_entry *e, int n,
+                             const char *const *meta, int nmeta) {
+  Out o = {buf, cap, 0};
+  put(&o, "{", 1);
+  if (nmeta > 0) {
+    puts_(&o, "\"__metadata__\":{");
+    for (int i = 0; i < nmeta; i++) {
+      if (i) put(&o, ",", 1);
+      putstr(&o, meta[2 * i]);
+      put(&o, ":", 1);
+      putstr(&o, meta[2 * i + 1]);
+    }
+    put(&o, "}", 1);
+  }
+  for (int i = 0; i < n; i++) {
+    if (i || nmeta > 0) put(&o, ",", 1);
+    putentry(&o, &e[i]);
+  }
+  put(&o, "}", 1);
+  while (o.n % 8 != 0) put(&o, " ", 1);
+  return o.n;
+}
+
+int64_t qkv_st_utf8_error (const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    unsigned c = u[i];
+    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+             : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (k == 0 || i + k > n) return (int64_t)i;
+    uint32_t cp = k == 1 ? c : c & (0x7f >> k);
+    for (size_t j = 1; j < k; j++) {
+      if ((u[i + j] & 0xc0) != 0x80) return (int64_t)i;
+      cp = cp << 6 | (u[i + j] & 0x3f);
+    }
+    /* overlong forms, surrogates and code points past U+10FFFF */
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[k] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return (int64_t)i;
+    i += k;
+  }
+  return -1;
+}
