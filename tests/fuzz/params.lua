@@ -168,6 +168,7 @@ local PARAMS = {
     return F.m
   end,
   mask = function(F, _, self, args) return mask_for(F, self or args[1]) end,
+  metadata = function() return pick{{format = "pt"}, {}, {k = 1}, {"x"}} end,
   tensors = function(F)
     local t = {}
     for i = 1, random(0, 3) do
@@ -217,6 +218,10 @@ local PARAMS = {
   path = function(_, fname)
     local read = not fname:match("save")
     if fname:match("png") then return pick{"o.png", V.TMP .. "/p.png", "in.png", "cut.png", "in.npy"} end
+    if fname:match("safetensors") then
+      return read and pick{"in.safetensors", "cut.safetensors", "flip.safetensors", "in.npy"}
+                  or pick{"a.safetensors", V.TMP .. "/s.safetensors"}
+    end
     if fname:match("z$") then
       return read and pick{"a.npz", "in.npz", "cut.npz", "flip.npz", "in.npy"} or pick{"a.npz", V.TMP .. "/z.npz"}
     end

@@ -360,8 +360,9 @@ function V.files()
   if qkv.save then qkv.save(TMP .. "/in.npy", x) end
   if qkv.savez then qkv.savez(TMP .. "/in.npz", {a = x, b = qkv.arange(5, "int64")}) end
   pcall(qkv.plot.heatmap, x, {file = TMP .. "/in.png"})
+  pcall(qkv.save_safetensors, TMP .. "/in.safetensors", {a = x, b = qkv.arange(5, "int64")})
   write("empty.npy", "")
-  for _, ext in ipairs{"npy", "npz", "png"} do
+  for _, ext in ipairs{"npy", "npz", "png", "safetensors"} do
     local whole = read("in." .. ext)
     if whole then
       write("cut." .. ext, whole:sub(1, #whole // 2))

@@ -48,4 +48,44 @@ the positions where attention_mask is nonzero (or the [CLS] row, when the
 model's pooling config says so). The result is L2-normalised when the
 model has a Normalize module. As sentence-transformers' Pooling and
 Normalize.]]},
+
+  {name = "qkv.wordpiece.load", sig = "qkv.wordpiece.load(path [, opts])", group = "tokenizers",
+   doc = [[Reads a BERT vocabulary (vocab.txt: one token a line, its id the
+line number less one) into a tokenizer. opts: lower (default true: lower
+case and accents stripped, as uncased models want), strip_accents (default:
+lower), max_length (default 512: encode cuts each text to this many tokens,
+[CLS] and [SEP] included). The vocabulary must hold [CLS], [SEP], [PAD]
+and [UNK]. qkv.bert.load makes one from the model folder (model.tokenizer).
+As transformers' BertTokenizerFast(vocab_file).]],
+   example = [=[local path = os.tmpname()
+local f = io.open(path, "w")
+f:write("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nriver\nbank\n##s\n,\n")
+f:close()
+local tok = qkv.wordpiece.load(path)
+print(table.concat(tok:tokenize("The river, banks"), " "))   --> the river , bank ##s
+os.remove(path)]=]},
+
+  {name = "Tokenizer:tokenize", sig = "tok:tokenize(text)", group = "tokenizer methods",
+   doc = [[The word pieces of one text, without [CLS] and [SEP]: the text
+NFC-normalised, control characters dropped, lower-cased and its accents
+stripped (when the tokenizer lowers), split at whitespace, punctuation and
+CJK ideographs, then each word cut greedily into the longest pieces the
+vocabulary holds ("##" marks a piece inside a word); a word with no such
+cut, or longer than 100 characters, is [UNK]. Special tokens written in
+the text ([MASK], [SEP], ...) stay whole. Invalid UTF-8 is an error. As
+tokenizers' BertNormalizer, BertPreTokenizer and WordPiece, character for
+character (Unicode from libutf8proc).]]},
+
+  {name = "Tokenizer:encode", sig = "tok:encode(texts)", group = "tokenizer methods",
+   doc = [[Tokenises texts (a string or a list of strings) into one padded
+batch. Returns a table: tokens (each text's pieces, [CLS] ... [SEP], cut
+to max_length), input_ids (int64 (B, n), 0-based ids, [PAD] after each
+text's end), attention_mask (int64 (B, n): 1 for tokens, 0 for padding)
+and token_type_ids (zeros). As tokenizer(texts, padding=True,
+truncation=True) in transformers.]]},
+
+  {name = "Tokenizer:decode", sig = "tok:decode(ids)", group = "tokenizer methods",
+   doc = [[The text of 0-based ids (a list or a 1-D tensor): tokens joined by
+spaces, each "##" piece glued to the word before it, [PAD] left out. An id
+outside the vocabulary is an error naming it. As tokenizer.decode(ids).]]},
 }

@@ -90,6 +90,14 @@ local namespaces = {
   {id = "BertModel", title = "BertModel methods",
    intro = "What a model from qkv.bert.load has, called as model:name(...).",
    groups = {"model methods"}},
+  {id = "qkv.wordpiece", title = "qkv.wordpiece",
+   intro = "BERT's WordPiece tokenizer from a vocab.txt, as the tokenizers " ..
+     "package runs it (stdlib/qkv/wordpiece.lua on qkv.text, libutf8proc; " ..
+     "loaded on first use).",
+   groups = {"tokenizers"}},
+  {id = "Tokenizer", title = "Tokenizer methods",
+   intro = "What a tokenizer from qkv.wordpiece.load has, called as tok:name(...).",
+   groups = {"tokenizer methods"}},
   {id = "Module", title = "Module methods",
    intro = "What every qkv.nn module has, called as m:name(...) on a " ..
      "module m.",
