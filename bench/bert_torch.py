@@ -86,6 +86,8 @@ def main():
     model_dir, ids_path, mask_path, texts_path, batch = sys.argv[1:6]
     batch = int(batch)
     torch.set_grad_enabled(False)
+    # Debian's torch starts with one thread here; give it every core, as qkv
+    torch.set_num_threads(os.cpu_count() or 1)
     ids, mask = torch.from_numpy(np.load(ids_path)), torch.from_numpy(np.load(mask_path))
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)

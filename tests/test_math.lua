@@ -477,6 +477,10 @@ function TestMatmul:testViews()
     check_mm(mk({2, 1, m, k}, dt), mk({1, k, n}, dt), "folded, size-1 dims " .. dt)
     check_mm(mk({3, 2, 20, 30}, dt), mk({30, 25}, dt):t():contiguous():t(), "folded, big " .. dt)
     check_mm(mk({20, 3, 30}, dt):transpose(1, 2), mk({30, 25}, dt), "not foldable, big " .. dt)
+    -- size-1 dims have any stride, and a broadcast batch dim has stride 0
+    check_mm(mk({m, k}, dt):expand(2, 1, m, k), mk({k, n}, dt), "broadcast a " .. dt)
+    check_mm(mk({3, 5, k}, dt):narrow(2, 2, 1), mk({k, n}, dt), "one row a batch " .. dt)
+    check_mm(mk({3, 1, 20, 30}, dt):transpose(1, 2), mk({30, 25}, dt), "size-1 dim moved " .. dt)
   end
 end
 

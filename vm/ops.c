@@ -325,21 +325,30 @@ int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
   return qkv_op_done(reduce_in(be, op, o, idx, a, dim), be, out, o);
 }
 
-/* whether dims 0..n-2 of t lie end to end, so that they read as one dim
-   of rows with t's row stride */
-static int rows_chain (const qkv_tensor *t) {
-  for (int i = 0; i < t->ndim - 2; i++)
-    if (t->size[i] != 1 && t->stride[i] != t->stride[i + 1] * t->size[i + 1]) return 0;
+/*
+** Whether dims 0..n-2 of t lie end to end, so that they read as one dim of
+** rows; *rs is that dim's stride: the innermost of them with more than one
+** element (a dim of size 1 has any stride, and takes no part).
+*/
+static int rows_chain (const qkv_tensor *t, int64_t *rs) {
+  int last = t->ndim - 2;
+  while (last > 0 && t->size[last] == 1) last--;
+  int64_t expect = *rs = t->stride[last];
+  for (int i = last; i >= 0; i--) {
+    if (t->size[i] == 1) continue;
+    if (t->stride[i] != expect) return 0;
+    expect *= t->size[i];
+  }
   return 1;
 }
 
-/* t's last two dims with its rows folded into the first: (M, cols) */
-static void fold (qkv_tensor *f, const qkv_tensor *t, int64_t rows) {
+/* t's last two dims with its rows folded into the first: (rows, cols) */
+static void fold (qkv_tensor *f, const qkv_tensor *t, int64_t rows, int64_t rs) {
   *f = *t;
   f->ndim = 2;
   f->size[0] = rows;
   f->size[1] = t->size[t->ndim - 1];
-  f->stride[0] = t->stride[t->ndim - 2];
+  f->stride[0] = rs;
   f->stride[1] = t->stride[t->ndim - 1];
 }
 
@@ -358,13 +367,14 @@ static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *
      (B... n, k) rows, as PyTorch folds it, rather than B small ones */
   int shared = n > 2;
   for (int i = 0; i < n - 2; i++) shared = shared && (y.size[i] == 1 || y.stride[i] == 0);
-  if (shared && rows_chain(&x) && rows_chain(out)) {
+  int64_t xs, os;
+  if (shared && rows_chain(&x, &xs) && rows_chain(out, &os)) {
     int64_t rows = 1;
     for (int i = 0; i < n - 1; i++) rows *= out->size[i];
     qkv_tensor x2, y2, o2;
-    fold(&x2, &x, rows);
-    fold(&o2, out, rows);
-    fold(&y2, &y, y.size[n - 2]);
+    fold(&x2, &x, rows, xs);
+    fold(&o2, out, rows, os);
+    fold(&y2, &y, y.size[n - 2], y.stride[n - 2]);
     return be->matmul(&o2, &x2, &y2, alpha);
   }
   return be->matmul(out, &x, &y, alpha);
