@@ -199,6 +199,9 @@ function TestAPI:testErrors()
         function() (a * 2):requires_grad_() end)
   fails("backward: y does not require grad", function() qkv.ones(1):backward() end)
   fails("grad: f must return a tensor", qkv.grad, function() return 1 end, {qkv.ones(1)})
+  -- the API fuzzer's finding: options that are not a table
+  fails("bad argument #3 to 'gradcheck' (options table expected, got number)",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, 1)
   -- errors of the ops keep naming them, at the script's line
   local line = debug.getinfo(1, "l").currentline + 1
   local ok, msg = pcall(function() return a:sum(5) end)

@@ -4,12 +4,15 @@
 ** Loaded only by what tokenises (qkv.wordpiece), so that no other script
 ** pays for it.
 **   text.bert_words(s [, lower [, strip_accents]]) -> {word, ...}
-** is BERT's basic tokenizer (transformers' BasicTokenizer): control
-** characters, NUL and U+FFFD dropped, whitespace split, CJK ideographs and
-** punctuation (ASCII's and every Unicode P* category) made words of their
-** own, the text NFC-normalised, lower-cased when lower (default true) and
-** its accents stripped (NFD, then every Mn mark dropped) when
-** strip_accents (default: lower).  Invalid UTF-8 is an error.
+** is BERT's normaliser and pre-tokenizer as the tokenizers package runs
+** them (BertNormalizer, BertPreTokenizer): control characters, NUL and
+** U+FFFD dropped, whitespace split, CJK ideographs and punctuation (ASCII's
+** and every Unicode P* category) made words of their own, the text
+** lower-cased a character at a time when lower (default true) and its
+** accents stripped (NFD, then every Mn mark dropped) when strip_accents
+** (default: lower).  Text whose accents stay is NFC-normalised, as
+** transformers' BertTokenizer does (the tokenizers package leaves it as it
+** comes).  Invalid UTF-8 is an error.
 */
 #include <string.h>
 

@@ -172,6 +172,9 @@ end
 function M.gradcheck(f, inputs, opts)
   if type(f) ~= "function" then argerror("gradcheck", 1, "function expected, got " .. type(f)) end
   if type(inputs) ~= "table" then argerror("gradcheck", 2, "list of tensors expected, got " .. type(inputs)) end
+  if opts ~= nil and type(opts) ~= "table" then
+    argerror("gradcheck", 3, "options table expected, got " .. type(opts))
+  end
   opts = opts or {}
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   for i, x in ipairs(inputs) do

@@ -1,7 +1,8 @@
--- wordpiece.lua: qkv.wordpiece, BERT's tokenizer from a vocab.txt, as
--- transformers' BertTokenizer does it: the basic tokenizer (qkv.text,
--- libutf8proc: NFC, control characters dropped, lower case, accents
--- stripped, punctuation and CJK ideographs split), then greedy
+-- wordpiece.lua: qkv.wordpiece, BERT's tokenizer from a vocab.txt, as the
+-- tokenizers package runs it (BertTokenizerFast): the normaliser and
+-- pre-tokenizer (qkv.text, libutf8proc: control characters dropped, lower
+-- case a character at a time, accents stripped, punctuation and CJK
+-- ideographs split), then greedy
 -- longest-match-first word pieces ("##" marks a piece inside a word; a
 -- word with no split, or over 100 characters, is [UNK]).
 --

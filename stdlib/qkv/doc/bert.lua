@@ -66,9 +66,9 @@ print(table.concat(tok:tokenize("The river, banks"), " "))   --> the river , ban
 os.remove(path)]=]},
 
   {name = "Tokenizer:tokenize", sig = "tok:tokenize(text)", group = "tokenizer methods",
-   doc = [[The word pieces of one text, without [CLS] and [SEP]: the text
-NFC-normalised, control characters dropped, lower-cased and its accents
-stripped (when the tokenizer lowers), split at whitespace, punctuation and
+   doc = [[The word pieces of one text, without [CLS] and [SEP]: control
+characters dropped, the text lower-cased and its accents stripped (when the
+tokenizer lowers; NFC-normalised when it keeps accents), split at whitespace, punctuation and
 CJK ideographs, then each word cut greedily into the longest pieces the
 vocabulary holds ("##" marks a piece inside a word); a word with no such
 cut, or longer than 100 characters, is [UNK]. Special tokens written in
