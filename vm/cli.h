@@ -1,6 +1,6 @@
 /*
 ** cli.h -- what the parts of the qkv executable share (main.c, repl.c,
-** testrun.c): a ready Lua state, calls under the traceback handler and the
+** testrun.c, kernel.c): a ready Lua state, calls under the traceback handler and the
 ** SIGINT hook, and error reports.  Not part of the module qkv.so.
 */
 #ifndef QKV_CLI_H
@@ -18,6 +18,9 @@ lua_State *cli_newstate (void);
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */
 int cli_docall (lua_State *L, int nargs, int nres);
 
+/* the same without the SIGINT hook */
+int cli_pcall (lua_State *L, int nargs, int nres);
+
 /* installs handler for sig with no SA_RESTART, so blocking reads return */
 void cli_setsignal (int sig, void (*handler)(int));
 
@@ -29,5 +32,8 @@ void cli_repl (lua_State *L);
 
 /* `qkv test [args]`: argv[0] is "test"; returns the exit status */
 int cli_test (int argc, char **argv);
+
+/* `qkv kernel [args]` (kernel.c): argv[0] is "kernel"; the exit status */
+int cli_kernel (int argc, char **argv);
 
 #endif

@@ -1,7 +1,8 @@
 /*
 ** main.c -- the qkv executable: Lua 5.4 with the qkv module preloaded as a
 ** global.  Runs a script with `arg` set as lua.c does, or code given with
-** -e, or the REPL (repl.c), or `qkv test` (testrun.c).
+** -e, or the REPL (repl.c), or `qkv test` (testrun.c), or the Jupyter
+** kernel (kernel.c).
 */
 #include <limits.h>
 #include <signal.h>
@@ -27,6 +28,7 @@ static void usage (FILE *f) {
     "usage: %s [options] [script [args]]\n"
     "       %s test [paths] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-v]\n"
     "                [--timeout s] [--device cpu|cuda] [-h]\n"
+    "       %s kernel -f connection_file | kernel install [--user | --prefix dir]\n"
     "  -e code        run the Lua code (may repeat)\n"
     "  -i             enter the REPL after the script (or -e)\n"
     "  -              run standard input as a script\n"
@@ -35,7 +37,7 @@ static void usage (FILE *f) {
     "  -h, --help     print this help\n"
     "With no script: the REPL when standard input is a terminal, else\n"
     "standard input runs as a script.  The module is the global `qkv`.\n",
-    cli_progname, cli_progname);
+    cli_progname, cli_progname, cli_progname);
 }
 
 static int msghandler (lua_State *L) {
@@ -85,6 +87,15 @@ static void laction (int sig) {
   cli_setsignal(sig, SIG_DFL);
   qkv_interrupted = 1;
   lua_sethook(globalL, lstop, flag, 1);
+}
+
+int cli_pcall (lua_State *L, int nargs, int nres) {
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, base);
+  int status = lua_pcall(L, nargs, nres, base);
+  lua_remove(L, base);
+  return status;
 }
 
 int cli_docall (lua_State *L, int nargs, int nres) {
@@ -345,6 +356,7 @@ static int pmain (lua_State *L) {
 int main (int argc, char **argv) {
   if (argv[0] && argv[0][0]) cli_progname = argv[0];
   if (argc > 1 && strcmp(argv[1], "test") == 0) return cli_test(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "kernel") == 0) return cli_kernel(argc - 1, argv + 1);
   lua_State *L = cli_newstate();
   if (L == NULL) return EXIT_FAILURE;
   lua_pushcfunction(L, pmain);

@@ -7,10 +7,18 @@
 **       json.null, numbers integers when they are whole and fit, else
 **       floats; a name repeated in one object is an error when unique is
 **       true (else the last wins)
+**   json.encode(value) -> compact JSON text: tables with keys 1..n (n > 0)
+**       or marked by json.array(t) are arrays, other tables objects (their
+**       keys strings, written sorted), json.null and nil null; invalid
+**       UTF-8 in strings becomes U+FFFD; NaN, inf, cycles and other
+**       types are errors
+**   json.array(t) -> t, marked to encode as an array even when empty
 **   json.null                 -> the light userdata null decodes to
 ** what names the text in errors ("config.json"); the default is "text".
 */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -91,14 +99,177 @@ static int decode (lua_State *L) {
   return 1;
 }
 
+/* encoding */
+
+#define ARRAY "qkv.jsonarray"
+#define MAXDEPTH 200
+
+/* s as valid UTF-8 (bad bytes as U+FFFD), pushed */
+static const char *utf8_clean (lua_State *L, const char *s, size_t n) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (size_t i = 0; i < n;) {
+    unsigned char c = (unsigned char)s[i];
+    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+             : (c & 0xf8) == 0xf0 ? 4 : 0;
+    int ok = k > 0 && i + k <= n && c != 0;
+    unsigned long cp = k == 1 ? c : c & (0x7f >> k);
+    for (size_t j = 1; ok && j < k; j++) {
+      ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
+      cp = cp << 6 | ((unsigned char)s[i + j] & 0x3f);
+    }
+    static const unsigned long least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= least[k] && !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
+    if (ok) luaL_addlstring(&b, s + i, k), i += k;
+    else luaL_addstring(&b, "\xEF\xBF\xBD"), i++;           /* U+FFFD */
+  }
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+static int is_array (lua_State *L, int t) {
+  if (lua_getmetatable(L, t)) {
+    luaL_getmetatable(L, ARRAY);
+    int marked = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (marked) return 1;
+  }
+  lua_Integer n = (lua_Integer)lua_rawlen(L, t), keys = 0;
+  if (n == 0) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) { keys++; lua_pop(L, 1); }
+  return keys == n;
+}
+
+static int by_string (const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void add (lua_State *L, int i, int depth, cJSON *parent, const char *key);
+
+/* attaches c to parent (under key, or at the end of an array) at once, so
+   that the tree owns every node before anything can raise an error */
+static cJSON *attach (lua_State *L, cJSON *parent, const char *key, cJSON *c) {
+  if (c == NULL) luaL_error(L, "json.encode: out of memory");
+  if (key) cJSON_AddItemToObject(parent, key, c);
+  else cJSON_AddItemToArray(parent, c);
+  return c;
+}
+
+static void add_object (lua_State *L, int t, int depth, cJSON *o) {
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "json.encode: an object's keys must be strings, got %s", luaL_typename(L, -1));
+    n++;
+  }
+  const char **keys = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *keys, 0);
+  int k = 0;
+  lua_pushnil(L);
+  while (k < n && lua_next(L, t)) { keys[k++] = lua_tostring(L, -2); lua_pop(L, 1); }
+  if (k == n && n > 0) lua_pop(L, 1);               /* the key lua_next left */
+  qsort(keys, (size_t)k, sizeof *keys, by_string);
+  for (int j = 0; j < k; j++) {
+    lua_pushstring(L, keys[j]);
+    lua_rawget(L, t);
+    const char *clean = utf8_clean(L, keys[j], strlen(keys[j]));
+    add(L, lua_gettop(L) - 1, depth + 1, o, clean);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+}
+
+static void add (lua_State *L, int i, int depth, cJSON *parent, const char *key) {
+  luaL_checkstack(L, 8, "json.encode: nested too deep");
+  if (depth > MAXDEPTH) luaL_error(L, "json.encode: nested deeper than %d (a cycle?)", MAXDEPTH);
+  switch (lua_type(L, i)) {
+    case LUA_TNIL: attach(L, parent, key, cJSON_CreateNull()); return;
+    case LUA_TBOOLEAN: attach(L, parent, key, cJSON_CreateBool(lua_toboolean(L, i))); return;
+    case LUA_TLIGHTUSERDATA:
+      if (lua_touserdata(L, i) != NULL) break;
+      attach(L, parent, key, cJSON_CreateNull());
+      return;
+    case LUA_TNUMBER: {
+      char buf[40];
+      if (lua_isinteger(L, i)) snprintf(buf, sizeof buf, "%lld", (long long)lua_tointeger(L, i));
+      else {
+        double d = lua_tonumber(L, i);
+        if (!isfinite(d)) luaL_error(L, "json.encode: %f is not a JSON number", d);
+        for (int prec = 15; prec <= 17; prec++) {      /* the shortest that reads back */
+          snprintf(buf, sizeof buf, "%.*g", prec, d);
+          if (strtod(buf, NULL) == d) break;
+        }
+        if (!strpbrk(buf, ".eE")) strcat(buf, ".0");
+      }
+      attach(L, parent, key, cJSON_CreateRaw(buf));
+      return;
+    }
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, i, &n);
+      attach(L, parent, key, cJSON_CreateString(utf8_clean(L, s, n)));
+      lua_pop(L, 1);
+      return;
+    }
+    case LUA_TTABLE: {
+      int t = lua_absindex(L, i);
+      if (!is_array(L, t)) {
+        add_object(L, t, depth, attach(L, parent, key, cJSON_CreateObject()));
+        return;
+      }
+      cJSON *a = attach(L, parent, key, cJSON_CreateArray());
+      lua_Integer n = (lua_Integer)lua_rawlen(L, t);
+      for (lua_Integer j = 1; j <= n; j++) {
+        lua_rawgeti(L, t, j);
+        add(L, lua_gettop(L), depth + 1, a, NULL);
+        lua_pop(L, 1);
+      }
+      return;
+    }
+    default: break;
+  }
+  luaL_error(L, "json.encode: cannot encode a %s", luaL_typename(L, i));
+}
+
+/* the value is built under a root array that a userdata owns, so that an
+   error anywhere frees the whole tree */
+static int encode (lua_State *L) {
+  lua_settop(L, 1);
+  cJSON **t = (cJSON **)lua_newuserdatauv(L, sizeof *t, 0);
+  *t = NULL;
+  luaL_setmetatable(L, TREE);
+  if ((*t = cJSON_CreateArray()) == NULL) return luaL_error(L, "json.encode: out of memory");
+  add(L, 1, 0, *t, NULL);
+  char *text = cJSON_PrintUnformatted(cJSON_GetArrayItem(*t, 0));
+  if (text == NULL) return luaL_error(L, "json.encode: out of memory");
+  lua_pushstring(L, text);
+  cJSON_free(text);
+  return 1;
+}
+
+static int array (lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  luaL_setmetatable(L, ARRAY);
+  return 1;
+}
+
 LUALIB_API int luaopen_qkv_json (lua_State *L) {
   luaL_newmetatable(L, TREE);
   lua_pushcfunction(L, tree_gc);
   lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
+  luaL_newmetatable(L, ARRAY);
+  lua_pop(L, 1);
   lua_newtable(L);
   lua_pushcfunction(L, decode);
   lua_setfield(L, -2, "decode");
+  lua_pushcfunction(L, encode);
+  lua_setfield(L, -2, "encode");
+  lua_pushcfunction(L, array);
+  lua_setfield(L, -2, "array");
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, -2, "null");
   return 1;

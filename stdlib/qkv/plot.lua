@@ -123,7 +123,12 @@ local function show(fname, specs, opts)
   io.stdout:flush()
 end
 
+-- plot._display(fname, specs, opts), when a host sets it (the Jupyter
+-- kernel), shows a figure that has no file instead of the terminal
 local function draw(fname, specs, opts)
+  if not opts.file and plot._display and opts.out ~= false then
+    return plot._display(fname, specs, opts)
+  end
   if opts.file then
     local png = require "qkv.plot.png"   -- cairo is loaded only here
     return png.figure(fname, specs, opts)

@@ -99,6 +99,15 @@ function M._show(...)
   return table.concat(parts, multiline and "\n" or "\t")
 end
 
+-- qkv.display(...): shows values as a command's results show: in the
+-- REPL or a script as they print, in Jupyter as display_data (the kernel
+-- sets M._display)
+function M.display(...)
+  if M._display then return M._display(...) end
+  io.write(M._show(...), "\n")
+  io.stdout:flush()
+end
+
 -- completion ---------------------------------------------------------
 
 local keywords = {

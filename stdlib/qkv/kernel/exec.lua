@@ -1,0 +1,233 @@
+-- kernel/exec.lua: how qkv's Jupyter kernel runs a cell (stdlib/qkv/kernel.lua
+-- has the protocol). A cell is a chunk as the REPL takes a line: a cell
+-- that is one expression shows its value, and so does a last line that is
+-- one (as IPython shows the last expression); a trailing ';' keeps it
+-- quiet. Values show as the REPL prints them (text/plain), a small tensor
+-- also as an HTML table. print, io.write and io.stdout/io.stderr are
+-- streamed as they come; a qkv.plot call without `file` shows a PNG
+-- (display_data, through the same cairo renderer), and qkv.display(x)
+-- shows any value explicitly. Globals persist from cell to cell, locals do
+-- not (as in the REPL).
+
+local json = require "qkv.json"
+local zmq = require "qkv.zmq"
+local repl = require "qkv.repl"
+
+local M = {}
+
+local K          -- the kernel, for publishing
+local current    -- {msg, silent} while a request's cell runs
+local real = {stdout = io.stdout, stderr = io.stderr}
+
+-- output ---------------------------------------------------------------
+
+local function emit(name, text)
+  if text == "" then return end
+  if current then
+    if not current.silent then K:publish("stream", {name = name, text = text}, current.msg) end
+  else
+    real[name]:write(text)
+    real[name]:flush()
+  end
+end
+
+-- io.stdout and io.stderr while the kernel runs: files that stream
+local Stream = {__name = "FILE*"}
+Stream.__index = Stream
+
+function Stream:write(...)
+  local parts = {}
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) ~= "string" and type(v) ~= "number" then
+      error(("bad argument #%d to 'write' (string expected, got %s)"):format(i, type(v)), 2)
+    end
+    parts[i] = tostring(v)
+  end
+  emit(self.name, table.concat(parts))
+  return self
+end
+
+function Stream:flush() return self end
+function Stream:setvbuf() return true end
+function Stream:close() return nil, "cannot close standard file" end
+function Stream:__tostring() return "file (" .. self.name .. ", streamed to Jupyter)" end
+
+local function display(data, metadata)
+  if current then
+    if not current.silent then
+      K:publish("display_data", {data = data, metadata = metadata or {}, transient = {}},
+                current.msg)
+    end
+  else
+    emit("stdout", data["text/plain"] .. "\n")
+  end
+end
+
+-- values as a MIME bundle ------------------------------------------------
+
+local HTML_MAX = 400
+
+local function cell(v)
+  if math.type(v) == "float" then return ("%.4f"):format(v) end
+  return tostring(v)
+end
+
+-- a small tensor (at most 2-D, 400 elements) as an HTML table
+local function html(t)
+  if not qkv.is_tensor(t) or t.ndim == 0 or t.ndim > 2 or t:numel() > HTML_MAX
+     or t:numel() == 0 then
+    return nil
+  end
+  local rows = t.ndim == 2 and t:tolist() or {t:tolist()}
+  local out = {('<table class="qkv-tensor"><caption>%s %s%s</caption>')
+               :format(tostring(t.shape), t.dtype, t.device == "cpu" and "" or " " .. t.device)}
+  for _, r in ipairs(rows) do
+    local tds = {}
+    for j, v in ipairs(r) do tds[j] = '<td style="text-align:right">' .. cell(v) .. "</td>" end
+    out[#out + 1] = "<tr>" .. table.concat(tds) .. "</tr>"
+  end
+  out[#out + 1] = "</table>"
+  return table.concat(out)
+end
+
+local function bundle(...)
+  local ok, text = pcall(repl._show, ...)
+  local data = {["text/plain"] = ok and text or "(error printing the value: " .. tostring(text) .. ")"}
+  if select("#", ...) == 1 then data["text/html"] = html((...)) end
+  return data
+end
+
+-- a plot drawn as a PNG in place of the terminal (qkv.plot's display hook)
+local function show_plot(fname, specs, opts)
+  local png = require "qkv.plot.png"
+  local path = os.tmpname()
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.file = path
+  local ok, layout = pcall(png.figure, fname, specs, o)
+  local f = io.open(path, "rb")
+  local bytes = f and f:read("a")
+  if f then f:close() end
+  os.remove(path)
+  if not ok then error(layout, 0) end
+  display({["image/png"] = zmq.base64(bytes or ""),
+           ["text/plain"] = ("<qkv.plot.%s: %dx%d PNG>"):format(fname, layout.width, layout.height)},
+          {["image/png"] = {width = layout.width, height = layout.height}})
+end
+
+-- compiling and running ----------------------------------------------------
+
+-- the chunk for a cell, whether what it returns shows, and whether a
+-- trailing ';' asked for quiet
+local function compile(code, n)
+  local name = ("=In[%d]"):format(n)
+  local body = code:gsub("%s+$", "")
+  local quiet = body:sub(-1) == ";"
+  if quiet then body = body:sub(1, -2) end
+  local f = load("return " .. body, name, "t")
+  if f then return f, true, quiet end
+  local head, last = body:match("^(.*\n)([^\n]*)$")
+  if last and last:find("%S") and not last:find("^%s*%-%-") then
+    f = load(head .. "return " .. last, name, "t")
+    if f then return f, true, quiet end
+  end
+  local err
+  f, err = load(code, name, "t")
+  if not f then return nil, err end
+  return f, true, quiet             -- what a chunk returns shows too
+end
+
+M._compile = compile        -- for tests/test_kernel.lua
+
+-- the error as Jupyter shows it: a name, the message, and the traceback
+-- of the cell's frames (the kernel's own are cut)
+local function describe(e)
+  local err = type(e) == "table" and e.error or e
+  local msg = type(err) == "string" and err or (pcall(tostring, err) and tostring(err))
+              or "(error object is a " .. type(err) .. " value)"
+  local ename = msg:find("interrupted!?$") and "Interrupted" or "Error"
+  local tb = {msg}
+  if type(e) == "table" and type(e.traceback) == "string" then
+    for line in e.traceback:gmatch("[^\n]+") do
+      if line:find("kernel/exec.lua", 1, true) or line:find("^%s*%[C%]: in %?")
+         or line:find("in field 'docall'", 1, true) then
+        break
+      end
+      tb[#tb + 1] = line
+    end
+    if #tb == 2 then tb[2] = nil end               -- "stack traceback:" alone
+  end
+  return ename, msg, tb
+end
+
+-- runs code for the request msg; returns {status, ename, evalue, traceback}
+function M.run(k, msg, code, n, silent)
+  current = {msg = msg, silent = silent}
+  local f, show, quiet = compile(code, n)
+  if not f then
+    current = nil
+    local ename, evalue, tb = "SyntaxError", show, {show}
+    if not silent then k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg) end
+    return {status = "error", ename = ename, evalue = evalue, traceback = tb}
+  end
+  local r = table.pack(k.docall(f))
+  if r[1] then
+    if show and r.n > 1 then
+      _G._ = r[2]
+      if not silent and not quiet then
+        k:publish("execute_result", {execution_count = n, data = bundle(table.unpack(r, 2, r.n)),
+                                     metadata = {}}, msg)
+      end
+    end
+    current = nil
+    return {status = "ok"}
+  end
+  current = nil
+  local ename, evalue, tb = describe(r[2])
+  if not silent then
+    k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg)
+  end
+  return {status = "error", ename = ename, evalue = evalue, traceback = tb}
+end
+
+-- the REPL's unfinished-chunk rule
+function M.is_complete(code)
+  if load("return " .. code, "=cell", "t") then return {status = "complete"} end
+  local f, err = load(code, "=cell", "t")
+  if f then return {status = "complete"} end
+  if tostring(err):sub(-5) == "<eof>" then return {status = "incomplete", indent = ""} end
+  return {status = "invalid"}
+end
+
+-- the REPL's `?name` text, or nil
+function M.help_text(name)
+  if name == "" then return nil end
+  local doc = require "qkv.doc"
+  local f = load("return " .. name, "=?", "t")
+  if f then
+    local ok, v = pcall(f)
+    if ok and v ~= nil then
+      local text = doc.text(v)
+      if text then return text end
+    end
+  end
+  return (doc.text(name))
+end
+
+-- the kernel's streams, the plot hook and qkv.display
+function M.setup(k)
+  K = k
+  io.stdout = setmetatable({name = "stdout"}, Stream)
+  io.stderr = setmetatable({name = "stderr"}, Stream)
+  io.write = function(...) return io.stdout:write(...) end
+  print = function(...)
+    local parts = {}
+    for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+    emit("stdout", table.concat(parts, "\t") .. "\n")
+  end
+  require("qkv.plot")._display = show_plot
+  repl._display = function(...) display(bundle(...)) end
+end
+
+return M
