@@ -15,7 +15,7 @@ local H = dofile("tests/npy_helpers.lua")
 local json = require "qkv.json"
 
 local PY = "build/pyref/bin/python"
-local QKV = "build/qkv"
+local QKV = arg and arg[-1] or "build/qkv"     -- build-asan/qkv under make test-asan
 local NOTEBOOK = "notebooks/002_scaled_dot_product.ipynb"
 local TMP, cleanup = H.tmpdir()
 local _ <close> = cleanup
@@ -69,6 +69,14 @@ for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
   TestKernelClient["test_" .. name] = function() passes(name) end
 end
 
+-- under make test-asan the kernel is build-asan/qkv: its reports go to the log
+function TestKernelClient:test_the_kernel_log_has_no_sanitizer_report()
+  checks()
+  local log = H.readfile(TMP .. "/kernel.log")
+  lu.assertNil(log:find("Sanitizer", 1, true), log)
+  lu.assertNil(log:find("runtime error", 1, true), log)
+end
+
 TestKernelNotebook = {}
 
 function TestKernelNotebook:testEveryCellWithNbclient()
@@ -110,7 +118,7 @@ function TestKernelLocal:testInstallWritesTheKernelspec()
   lu.assertEquals(spec.language, "lua")
   lu.assertEquals(spec.interrupt_mode, "signal")
   lu.assertEquals({spec.argv[2], spec.argv[3], spec.argv[4]}, {"kernel", "-f", "{connection_file}"})
-  lu.assertStrContains(spec.argv[1], "/build/qkv")
+  lu.assertStrContains(spec.argv[1], "/qkv")
   lu.assertEquals(spec.argv[1]:sub(1, 1), "/")
   for _, size in ipairs{32, 64} do
     local w, h = require("qkv.cairo").read_png(dir .. ("/logo-%dx%d.png"):format(size, size))

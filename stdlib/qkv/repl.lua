@@ -102,7 +102,7 @@ end
 -- qkv.display(...): shows values as a command's results show: in the
 -- REPL or a script as they print, in Jupyter as display_data (the kernel
 -- sets M._display)
-function M.display(...)
+function M._display_values(...)
   if M._display then return M._display(...) end
   io.write(M._show(...), "\n")
   io.stdout:flush()

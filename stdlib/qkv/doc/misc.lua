@@ -57,4 +57,13 @@ tensor, which gives the tensor methods. The qkv executable has it as the
 global help too, in scripts and suites as in the REPL, where ?name shows
 the same as help(name). Something undocumented prints no documentation for it;
 require("qkv.doc").text(x) returns the text instead of printing it.]]},
+
+  {name = "qkv.display", sig = "qkv.display(...)", group = "runtime",
+   doc = [[Shows values as a command's results show. In a Jupyter notebook
+(the qkv kernel) each call is a display_data output: the REPL's text as
+text/plain, and a small tensor (at most 2-D, 400 elements) also as an
+HTML table, so a cell can show several values, not only its last one. In
+the REPL or a script it prints them as the REPL prints results. As
+IPython.display.display.]]},
 }
+
