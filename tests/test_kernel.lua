@@ -65,7 +65,8 @@ TestKernelClient = {}
 for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
     "execute_result_and_count", "streams_as_they_come", "errors_and_the_kernel_goes_on",
     "display_and_plots", "complete", "inspect", "is_complete", "history_and_comm_info",
-    "interrupt", "wrongly_signed_and_replayed_messages_are_dropped", "shutdown_and_restart"} do
+    "interrupt", "wrongly_signed_and_replayed_messages_are_dropped",
+    "garbage_is_dropped_and_the_kernel_goes_on", "shutdown_and_restart"} do
   TestKernelClient["test_" .. name] = function() passes(name) end
 end
 
@@ -181,6 +182,9 @@ end
 function TestKernelLocal:testDisplayOutsideTheKernelPrints()
   local out = S.sh(QKV .. " -e 'qkv.display(qkv.ones(2), \"x\")'")
   lu.assertEquals(out, "tensor([1., 1.])\tx\n")
+  -- a closed tensor inside a table (the API fuzzer's finding)
+  out = S.sh(QKV .. " -e 'local t do local x <close> = qkv.ones(1); t = x end; qkv.display({t})'")
+  lu.assertEquals(out, "{tensor(<closed>)}\n")
 end
 
 function TestKernelLocal:testHmacAndBase64AgainstKnownAnswers()

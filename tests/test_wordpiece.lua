@@ -132,6 +132,9 @@ function TestWordpieceTiny:testErrors()
   end
   fails("wordpiece.load: cannot open", qkv.wordpiece.load, TMP .. "/none.txt")
   fails("bad argument #1", qkv.wordpiece.load, 3)
+  fails("wordpiece.load: cannot read " .. TMP, qkv.wordpiece.load, TMP)   -- a folder
+  S.write(TMP .. "/empty.txt", "")
+  fails("holds no tokens", qkv.wordpiece.load, TMP .. "/empty.txt")
   fails("max_length must be an integer >= 2", tiny, {max_length = 1})
   fails("has no [CLS] token", tiny, nil, {"[PAD]", "[UNK]", "[SEP]", "a"})
   fails("encode: texts must be a string or a non-empty list of strings, got number",

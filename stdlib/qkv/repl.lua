@@ -75,7 +75,9 @@ function repr(v, depth, seen)
   if type(v) == "string" then return string.format("%q", v) end
   if qkv.is_tensor(v) then
     if depth > 0 then
-      return "tensor(size=(" .. table.concat(v.shape, ", ") .. "), dtype=" .. v.dtype .. ")"
+      local ok, shape, dtype = pcall(function() return v.shape, v.dtype end)
+      if not ok then return tostring(v) end           -- a closed tensor
+      return "tensor(size=(" .. table.concat(shape, ", ") .. "), dtype=" .. dtype .. ")"
     end
     return tostring(v)
   end

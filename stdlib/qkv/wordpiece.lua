@@ -43,12 +43,15 @@ function M.load(path, opts)
   opts = opts or {}
   local f, why = io.open(path, "rb")
   if not f then fail("wordpiece.load: cannot open %s", why) end
+  local text, rerr = f:read("a")      -- nil for a folder
+  f:close()
+  if not text then fail("wordpiece.load: cannot read %s: %s", path, tostring(rerr)) end
   local vocab, itos = {}, {}
-  for line in f:lines() do           -- as load_vocab: a token per line, the id its row
+  if text ~= "" and text:sub(-1) ~= "\n" then text = text .. "\n" end
+  for line in text:gmatch("(.-)\n") do   -- as load_vocab: a token per line, the id its row
     itos[#itos + 1] = line
     vocab[line] = #itos - 1
   end
-  f:close()
   if #itos == 0 then fail("wordpiece.load: %s holds no tokens", path) end
   local self = setmetatable({vocab = vocab, itos = itos, path = path,
                              lower = opts.lower ~= false,

@@ -305,6 +305,32 @@ def wrongly_signed_and_replayed_messages_are_dropped():
 
 
 @check
+def garbage_is_dropped_and_the_kernel_goes_on():
+    import hashlib
+    import hmac
+    key = K.km.session.key
+    sock = K.kc.shell_channel.socket
+
+    def signed(*parts):
+        return [b"<IDS|MSG>", hmac.new(key, b"".join(parts), hashlib.sha256).hexdigest().encode(),
+                *parts]
+    for frames in ([b"x"], [b"<IDS|MSG>"], [b"<IDS|MSG>", b"", b"", b""],
+                   signed(b"not json", b"{}", b"{}", b"{}"),
+                   signed(b"[1, 2]", b"{}", b"{}", b"{}"),
+                   signed(b'{"msg_type": 7}', b"{}", b"{}", b"[]"),
+                   signed(b'{"msg_type": "execute_request"}', b"{}", b"{}", b'{"code": 5}'),
+                   signed(b'{"msg_type": "complete_request"}', b"{}", b"{}",
+                          b'{"code": "qkv.", "cursor_pos": -7}'),
+                   signed(b'{"msg_type": "no_such_request"}', b"{}", b"{}", b"{}"),
+                   signed(b'{"msg_type": "history_request"}', b"[]", b"null", b'{"n": "x"}'),
+                   [b"\xff" * 100000]):
+        sock.send_multipart(frames)
+    time.sleep(0.5)
+    r, msgs = K.run("6 * 7")
+    expect(r["status"] == "ok" and of(msgs, "execute_result")[0]["data"]["text/plain"] == "42", r)
+
+
+@check
 def shutdown_and_restart():
     K.run("before_restart = 1")
     K.km.restart_kernel(now=False)
