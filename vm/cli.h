@@ -18,7 +18,10 @@ lua_State *cli_newstate (void);
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */
 int cli_docall (lua_State *L, int nargs, int nres);
 
-/* the same without the SIGINT hook */
+/* pushes require(module).main and the table {argv[1], ..., argv[argc-1]} */
+void cli_pushmain (lua_State *L, const char *module, int argc, char **argv);
+
+/* cli_docall without the SIGINT hook */
 int cli_pcall (lua_State *L, int nargs, int nres);
 
 /* installs handler for sig with no SA_RESTART, so blocking reads return */

@@ -71,15 +71,7 @@ static int k_docall (lua_State *L) {
 static int kmain (lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "qkv.kernel");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "main");
-  lua_createtable(L, argc, 0);
-  for (int i = 1; i < argc; i++) {
-    lua_pushstring(L, argv[i]);
-    lua_rawseti(L, -2, i);
-  }
+  cli_pushmain(L, "qkv.kernel", argc, argv);
   lua_pushcfunction(L, k_docall);
   char exe[PATH_MAX];                   /* the kernelspec wants a full path */
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

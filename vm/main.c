@@ -89,6 +89,19 @@ static void laction (int sig) {
   lua_sethook(globalL, lstop, flag, 1);
 }
 
+void cli_pushmain (lua_State *L, const char *module, int argc, char **argv) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, module);
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "main");
+  lua_remove(L, -2);
+  lua_createtable(L, argc, 0);
+  for (int i = 1; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i);
+  }
+}
+
 int cli_pcall (lua_State *L, int nargs, int nres) {
   int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, msghandler);

@@ -324,15 +324,7 @@ static int runnermain (lua_State *L) {
   };
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "qkv.testrun");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "main");
-  lua_createtable(L, argc, 0);
-  for (int i = 1; i < argc; i++) {
-    lua_pushstring(L, argv[i]);
-    lua_rawseti(L, -2, i);
-  }
+  cli_pushmain(L, "qkv.testrun", argc, argv);
   luaL_newlib(L, sys);
   lua_pushstring(L, cli_progname);
   lua_setfield(L, -2, "progname");

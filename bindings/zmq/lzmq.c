@@ -282,6 +282,17 @@ static int z_base64 (lua_State *L) {
   return 1;
 }
 
+/* a userdata's metatable: methods as __index, and the finalizer */
+static void newclass (lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+}
+
 LUALIB_API int luaopen_qkv_zmq (lua_State *L) {
   static const luaL_Reg ctxm[] = {{"socket", ctx_socket}, {"term", ctx_term}, {NULL, NULL}};
   static const luaL_Reg sockm[] = {
@@ -292,18 +303,8 @@ LUALIB_API int luaopen_qkv_zmq (lua_State *L) {
     {"context", ctx_new}, {"poll", z_poll}, {"heartbeat", z_heartbeat},
     {"hmac_sha256", z_hmac}, {"equal", z_equal}, {"base64", z_base64}, {NULL, NULL}
   };
-  luaL_newmetatable(L, CTX);
-  luaL_newlib(L, ctxm);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, ctx_term);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
-  luaL_newmetatable(L, SOCK);
-  luaL_newlib(L, sockm);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, sock_close);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
+  newclass(L, CTX, ctxm, ctx_term);
+  newclass(L, SOCK, sockm, sock_close);
   luaL_newlib(L, f);
   return 1;
 }
