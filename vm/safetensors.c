@@ -17,11 +17,12 @@
 
 /* ordered by alignment, widest first, as the writer wants them */
 static const qkv_st_dtype DTYPES[] = {
-  {"F64", 8, QKV_F64, 1}, {"I64", 8, QKV_I64, 1}, {"U64", 8, QKV_I64, 1},
-  {"F32", 4, QKV_F32, 1}, {"I32", 4, QKV_I32, 1}, {"U32", 4, QKV_I64, 1},
-  {"F16", 2, QKV_F16, 1}, {"BF16", 2, QKV_BF16, 1}, {"I16", 2, QKV_I64, 1},
-  {"U16", 2, QKV_I64, 1}, {"I8", 1, QKV_I64, 1}, {"U8", 1, QKV_I64, 1},
-  {"BOOL", 1, QKV_BOOL, 1}, {"F8_E4M3", 1, QKV_F32, 0}, {"F8_E5M2", 1, QKV_F32, 0},
+  {"F64", 8, 'f', QKV_F64, 1}, {"I64", 8, 'i', QKV_I64, 1}, {"U64", 8, 'u', QKV_I64, 1},
+  {"F32", 4, 'f', QKV_F32, 1}, {"I32", 4, 'i', QKV_I32, 1}, {"U32", 4, 'u', QKV_I64, 1},
+  {"F16", 2, 'f', QKV_F16, 1}, {"BF16", 2, 'f', QKV_BF16, 1}, {"I16", 2, 'i', QKV_I64, 1},
+  {"U16", 2, 'u', QKV_I64, 1}, {"I8", 1, 'i', QKV_I64, 1}, {"U8", 1, 'u', QKV_I64, 1},
+  {"BOOL", 1, 'b', QKV_BOOL, 1}, {"F8_E4M3", 1, 'f', QKV_F32, 0},
+  {"F8_E5M2", 1, 'f', QKV_F32, 0},
 };
 #define NDTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
 
@@ -141,16 +142,16 @@ static size_t elsize (qkv_dtype dt) {
 
 #define EVERY_64K(i) (((i) & 0xffff) == 0xffff && qkv_interrupted)
 
+/* I8, I16 (sign-extended), U8, U16, U32 and U64 (below 2^63) into int64 */
 static int widen (const qkv_st_entry *e, const unsigned char *s, int64_t *d, int64_t n,
                   char *err, size_t errlen) {
-  const char *t = e->dtype->name;
+  const int size = e->dtype->itemsize, shift = 64 - 8 * size;
+  const int is_signed = e->dtype->kind == 'i';
   for (int64_t i = 0; i < n; i++) {
     if (EVERY_64K(i)) return QKV_ST_EINTR;
-    const unsigned char *p = s + i * e->dtype->itemsize;
     uint64_t u = 0;
-    memcpy(&u, p, (size_t)e->dtype->itemsize);    /* little-endian: the low bytes */
-    if (!strcmp(t, "I8")) d[i] = (int8_t)u;
-    else if (!strcmp(t, "I16")) d[i] = (int16_t)u;
+    memcpy(&u, s + i * size, (size_t)size);       /* little-endian: the low bytes */
+    if (is_signed) d[i] = (int64_t)(u << shift) >> shift;
     else if (u > (uint64_t)INT64_MAX)
       return fail(err, errlen, "tensor '%s': element %lld is %llu, past int64's range",
                   e->name, (long long)i, (unsigned long long)u);
@@ -163,8 +164,8 @@ int qkv_st_convert (const qkv_st_entry *e, const void *src, void *dst,
                     char *err, size_t errlen) {
   int64_t bytes = shape_bytes(e), n = bytes / e->dtype->itemsize;
   const unsigned char *s = src;
-  if (e->dtype->itemsize == (int)elsize(e->dtype->loads_as) &&
-      strcmp(e->dtype->name, "U64") != 0 && strcmp(e->dtype->name, "BOOL") != 0) {
+  char kind = e->dtype->kind;
+  if (e->dtype->itemsize == (int)elsize(e->dtype->loads_as) && kind != 'u' && kind != 'b') {
     for (int64_t off = 0; off < bytes; off += (int64_t)1 << 24) {
       if (qkv_interrupted) return QKV_ST_EINTR;
       int64_t k = bytes - off < ((int64_t)1 << 24) ? bytes - off : (int64_t)1 << 24;
@@ -172,7 +173,7 @@ int qkv_st_convert (const qkv_st_entry *e, const void *src, void *dst,
     }
     return 0;
   }
-  if (!strcmp(e->dtype->name, "BOOL")) {
+  if (kind == 'b') {
     for (int64_t i = 0; i < n; i++) {
       if (EVERY_64K(i)) return QKV_ST_EINTR;
       if (s[i] > 1)

@@ -24,11 +24,13 @@
 #define QKV_ST_MAXHEADER ((uint64_t)100000000)
 #define QKV_ST_ERRLEN 256
 
-/* a dtype of the format: its name, bytes per element, what qkv loads it
-   as, and 0 when qkv cannot read it at all (the 8-bit floats) */
+/* a dtype of the format: its name, bytes per element, its kind ('f'
+   float, 'i' signed, 'u' unsigned, 'b' bool), what qkv loads it as, and 0
+   when qkv cannot read it at all (the 8-bit floats) */
 typedef struct qkv_st_dtype {
   const char *name;
   int itemsize;
+  char kind;
   qkv_dtype loads_as;
   int supported;
 } qkv_st_dtype;
