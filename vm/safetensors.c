@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "safetensors.h"
+#include "utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data in place: port the conversion first"
@@ -252,20 +253,7 @@ size_t qkv_st_encode_header (char *buf, size_t cap, const qkv_st_entry *e, int n
 
 int64_t qkv_st_utf8_error (const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
-  for (size_t i = 0; i < n;) {
-    unsigned c = u[i];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-             : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (k == 0 || i + k > n) return (int64_t)i;
-    uint32_t cp = k == 1 ? c : c & (0x7f >> k);
-    for (size_t j = 1; j < k; j++) {
-      if ((u[i + j] & 0xc0) != 0x80) return (int64_t)i;
-      cp = cp << 6 | (u[i + j] & 0x3f);
-    }
-    /* overlong forms, surrogates and code points past U+10FFFF */
-    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < least[k] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return (int64_t)i;
-    i += k;
-  }
+  for (size_t i = 0, k; i < n; i += k)
+    if ((k = qkv_utf8_seq(u + i, n - i)) == 0) return (int64_t)i;
   return -1;
 }

@@ -23,6 +23,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "../../vm/utf8.h"
+
 #include <lua.h>
 #include <lauxlib.h>
 
@@ -108,19 +110,10 @@ static int decode (lua_State *L) {
 static const char *utf8_clean (lua_State *L, const char *s, size_t n) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
+  const unsigned char *u = (const unsigned char *)s;
   for (size_t i = 0; i < n;) {
-    unsigned char c = (unsigned char)s[i];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-             : (c & 0xf8) == 0xf0 ? 4 : 0;
-    int ok = k > 0 && i + k <= n && c != 0;
-    unsigned long cp = k == 1 ? c : c & (0x7f >> k);
-    for (size_t j = 1; ok && j < k; j++) {
-      ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
-      cp = cp << 6 | ((unsigned char)s[i + j] & 0x3f);
-    }
-    static const unsigned long least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    ok = ok && cp >= least[k] && !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
-    if (ok) luaL_addlstring(&b, s + i, k), i += k;
+    size_t k = u[i] == 0 ? 0 : qkv_utf8_seq(u + i, n - i);   /* NUL too: cJSON ends there */
+    if (k) luaL_addlstring(&b, s + i, k), i += k;
     else luaL_addstring(&b, "\xEF\xBF\xBD"), i++;           /* U+FFFD */
   }
   luaL_pushresult(&b);
