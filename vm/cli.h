@@ -18,6 +18,10 @@ lua_State *cli_newstate (void);
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */
 int cli_docall (lua_State *L, int nargs, int nres);
 
+/* from a signal handler: raises the flag kernels look at and hooks L so
+   that its next Lua instruction raises "interrupted!" */
+void cli_interrupt (lua_State *L);
+
 /* pushes require(module).main and the table {argv[1], ..., argv[argc-1]} */
 void cli_pushmain (lua_State *L, const char *module, int argc, char **argv);
 

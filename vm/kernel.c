@@ -25,17 +25,9 @@
 static lua_State *kernelL;
 static volatile sig_atomic_t running;
 
-static void kstop (lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  lua_sethook(L, NULL, 0, 0);
-  luaL_error(L, "interrupted!");
-}
-
 static void on_sigint (int sig) {
   (void)sig;
-  if (!running) return;
-  qkv_interrupted = 1;
-  lua_sethook(kernelL, kstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+  if (running) cli_interrupt(kernelL);
 }
 
 /* the error object and the traceback below it, as a table */

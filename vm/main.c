@@ -82,11 +82,15 @@ void cli_setsignal (int sig, void (*handler)(int)) {
   sigaction(sig, &sa, NULL);
 }
 
-static void laction (int sig) {
+void cli_interrupt (lua_State *L) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  cli_setsignal(sig, SIG_DFL);
   qkv_interrupted = 1;
-  lua_sethook(globalL, lstop, flag, 1);
+  lua_sethook(L, lstop, flag, 1);
+}
+
+static void laction (int sig) {
+  cli_setsignal(sig, SIG_DFL);
+  cli_interrupt(globalL);
 }
 
 void cli_pushmain (lua_State *L, const char *module, int argc, char **argv) {
