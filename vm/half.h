@@ -12,10 +12,17 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t qkv_fbits (float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float qkv_bitsf (uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+/* the same conversions in CUDA kernels (vm/cuda/), bit for bit */
+#ifdef __CUDACC__
+#define QKV_HD __host__ __device__
+#else
+#define QKV_HD
+#endif
 
-static inline float qkv_h2f (uint16_t h) {
+static inline QKV_HD uint32_t qkv_fbits (float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline QKV_HD float qkv_bitsf (uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline QKV_HD float qkv_h2f (uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
   if (e == 0) {                           /* zero or subnormal: m * 2^-24 */
     float v = (float)m * (1.0f / 16777216.0f);
@@ -25,7 +32,7 @@ static inline float qkv_h2f (uint16_t h) {
   return qkv_bitsf(sign | ((e + 112) << 23) | (m << 13));
 }
 
-static inline uint16_t qkv_f2h (float f) {
+static inline QKV_HD uint16_t qkv_f2h (float f) {
   uint32_t x = qkv_fbits(f), sign = (x >> 16) & 0x8000;
   x &= 0x7fffffffu;
   if (x >= 0x7f800000u)                   /* inf, or NaN made quiet */
@@ -39,9 +46,9 @@ static inline uint16_t qkv_f2h (float f) {
   return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1)) >> 13));
 }
 
-static inline float qkv_bf2f (uint16_t b) { return qkv_bitsf((uint32_t)b << 16); }
+static inline QKV_HD float qkv_bf2f (uint16_t b) { return qkv_bitsf((uint32_t)b << 16); }
 
-static inline uint16_t qkv_f2bf (float f) {
+static inline QKV_HD uint16_t qkv_f2bf (float f) {
   uint32_t x = qkv_fbits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
   return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);

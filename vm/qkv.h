@@ -19,7 +19,7 @@ typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_I32, QKV_F16, QKV_BF16,
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
-       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL };
+       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL, QKV_ECUDA };
 const char *qkv_strerror(int code);
 
 /*
@@ -92,6 +92,7 @@ qkv_storage *qkv_storage_new(qkv_device dev, size_t nbytes, int zero);
 void qkv_storage_retain(qkv_storage *s);
 void qkv_storage_release(qkv_storage *s);
 size_t qkv_memory_live(void);          /* bytes held by live storages */
+size_t qkv_memory_on(qkv_device d);    /* of them, those on device d */
 size_t qkv_memory_limit(void);         /* most bytes live storages may hold */
 void qkv_memory_set_limit(size_t nbytes);   /* 0: the machine's RAM */
 
@@ -132,6 +133,10 @@ typedef enum {
   QKV_NREDUCE
 } qkv_redop;
 typedef enum { QKV_UNIFORM, QKV_NORMAL } qkv_dist;
+
+/* dst (contiguous, src's shape and dtype) on another device than src: a
+   copy between host and GPU memory (vm/plugin.c) */
+int qkv_transfer(qkv_tensor *dst, const qkv_tensor *src);
 
 /* converts dtype, src broadcasts; src may overlap dst (copied as through
    a temporary), but dst may not write one element twice (QKV_EOVERLAP: a

@@ -1,0 +1,384 @@
+/*
+** attention.cu -- fused scaled-dot-product attention on the GPU, as
+** vm/cpu/attention.c: out = softmax(q k^T * scale, masked) v, computed for a
+** tile of BQ queries against BK keys at a time with an online softmax (a
+** running max m and sum l per query; the partial output is rescaled by
+** exp(m_old - m_new) when the max grows), so no block holds more than a
+** BQ x BK block of scores.
+**
+** Sizes and strides: q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv)
+** and mask (bool, (B..., nq, nk), or none) come expanded to out's batch
+** dims with any element strides (0 included, in the last dims too); out
+** (B..., nq, dv) is contiguous.  Query i keeps key j where the mask is
+** true and, under causal, j <= i + nk - nq; a query with no key left gives
+** zeros.  Scores are the product then a multiply by scale, as the CPU's.
+**
+** A block of NT = 256 threads takes one tile of BQ queries of one batch
+** item (the grid loops over these items, the last query tiles first, as
+** the CPU's) and walks the key tiles up to the tile's causal end:
+**   1. K's and V's tiles to shared memory (Q's once per item);
+**   2. scores: thread t = 16 r + c computes queries r + 16 a (a < BQ / 16)
+**      against keys c + 16 b (b < BK / 16), in registers; an excluded key
+**      (mask false, causal, past nk) gets -inf;
+**   3. the online softmax in registers: the 16 threads of a row (one half
+**      warp) share its max by shuffles, each keeps its part of l; the
+**      probabilities go to shared memory as P;
+**   4. O = O * exp(m_old - m_new) + P V, where the thread owns O's elements
+**      of its rows at columns c + 16 j, so O needs no barrier of its own.
+** At the end out = O / l (l summed over the row's threads), zeros where
+** l == 0.
+**
+** Shared memory, in elements of T: P BQ x LDP (LDP = 16 mod 32: the two
+** half warps hit other banks), Q BQ x ldq and K BK x ldq (ldq = dk | 1: odd,
+** so 16 threads reading 16 keys' rows hit 16 banks), V BK x dv, O BQ x dv.
+** For d = dk = dv in float32 that is 84.5 KiB at 64 x 64 (d = 64) and
+** 108.4 KiB at 64 x 32 (d = 128); tiles shrink (64 x 64, 64 x 32, 32 x 32,
+** 16 x 16) until a block fits, two to an SM where one of the first two does.
+** A head too big even for 16 x 16 takes the unstaged kernel: q, k, v read
+** from global memory where they lie, O kept in out, only P shared.
+*/
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+#define NT 256                       /* threads a block */
+#define RG (NT / 16)                 /* row groups: 16 threads a row */
+#define FULL 0xffffffffu
+
+/* a block's shared memory at most (the device's own limit if lower) */
+#define BUDGET (200 * 1024)
+
+/* One of q, k, v, mask: element (b, i, j) at base + boff(b) + i rs + j cs. */
+typedef struct {
+  const char *base;                  /* element 0 of the view */
+  int64_t rs, cs;                    /* element strides of rows, columns */
+  int64_t bstride[QKV_MAXDIM];       /* batch dims, 0 where of size 1 */
+} operand;
+
+typedef struct {
+  int nbd;                           /* batch dims */
+  int64_t bsize[QKV_MAXDIM];
+  int64_t nbatch, ntiles, items, nq, nk;
+  int64_t off;                       /* causal: query i keeps keys j <= i + off */
+  int dk, dv, causal, has_mask;
+  double scale;
+  operand q, k, v, mask;
+  void *out;
+} job;
+
+/* ---- the kernel ---- */
+
+__device__ static inline float ex (float x) { return expf(x); }
+__device__ static inline double ex (double x) { return exp(x); }
+
+/* element offsets of batch item b in q, k, v and mask (row-major over out's
+   batch dims) */
+__device__ static void batch_offsets (const job &J, int64_t b, int64_t off[4]) {
+  off[0] = off[1] = off[2] = off[3] = 0;
+  for (int i = J.nbd - 1; i >= 0; i--) {
+    int64_t c = b % J.bsize[i];
+    b /= J.bsize[i];
+    off[0] += c * J.q.bstride[i];
+    off[1] += c * J.k.bstride[i];
+    off[2] += c * J.v.bstride[i];
+    off[3] += c * J.mask.bstride[i];
+  }
+}
+
+/* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
+   at dst, ld apart, by all the block's threads */
+template <typename T>
+__device__ static void load_tile (T *dst, int ld, int rows, int w, const operand &op,
+                                  int64_t boff, int64_t r0, int n) {
+  const T *src = (const T *)op.base + boff;
+  for (int x = threadIdx.x; x < rows * w; x += NT) {
+    int i = x / w, j = x % w;
+    dst[i * ld + j] = i < n ? src[(r0 + i) * op.rs + j * op.cs] : (T)0;
+  }
+}
+
+/*
+** The item loop.  STAGED: q, k, v tiles in shared memory and O there too;
+** otherwise q, k, v are read where they lie (rows past the end clamped to
+** the last, whose scores are excluded anyway) and O is kept in out.
+*/
+template <typename T, int BQ, int BK, bool STAGED>
+__global__ void __launch_bounds__(NT) attention_kernel (job J) {
+  enum { RA = BQ / RG, CB = BK / 16, LDP = BK / 32 * 32 + 16 };
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int t = threadIdx.x, r = t / 16, c = t % 16, dk = J.dk, dv = J.dv;
+  const int ldq = dk | 1;
+  const T ninf = -(T)INFINITY, scale = (T)J.scale;
+  T *Ps = (T *)smem, *Qs = Ps + BQ * LDP, *Ks = Qs + BQ * ldq, *Vs = Ks + BK * ldq;
+  T *Os = Vs + BK * dv;
+  /* element strides of a feature step in q, k, v as the products read them */
+  const int64_t qcs = STAGED ? 1 : J.q.cs, kcs = STAGED ? 1 : J.k.cs;
+  const int64_t vrs = STAGED ? dv : J.v.rs, vcs = STAGED ? 1 : J.v.cs;
+
+  for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
+    int64_t b = item % J.nbatch, i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
+    int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
+    /* keys past jend are causally excluded for every query of the tile */
+    int64_t jend = J.nk;
+    if (J.causal && i0 + bq + J.off < jend) jend = i0 + bq + J.off;
+    int64_t boff[4];
+    batch_offsets(J, b, boff);
+    T *out = (T *)J.out + (b * J.nq + i0) * dv;
+    T *O = STAGED ? Os : out;                  /* rows dv apart either way */
+    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
+
+    __syncthreads();                           /* the last item's reads are done */
+    if (STAGED && jend > 0) load_tile<T>(Qs, ldq, BQ, dk, J.q, boff[0], i0, bq);
+    /* the thread's rows of q, as the products read them */
+    const T *qrow[RA];
+    for (int a = 0; a < RA; a++) {
+      int64_t i = i0 + r + RG * a;
+      qrow[a] = STAGED ? Qs + (r + RG * a) * ldq
+                       : (const T *)J.q.base + boff[0] + (i < J.nq ? i : J.nq - 1) * J.q.rs;
+    }
+    T m[RA], l[RA], alpha[RA];
+    for (int a = 0; a < RA; a++) {
+      m[a] = ninf;
+      l[a] = 0;
+      if (r + RG * a < bq)
+        for (int d = c; d < dv; d += 16) O[(r + RG * a) * dv + d] = 0;
+    }
+
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+      int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
+      __syncthreads();                         /* the last tile's K, V, P reads are done */
+      if (STAGED) {
+        load_tile<T>(Ks, ldq, BK, dk, J.k, boff[1], j0, bk);
+        load_tile<T>(Vs, dv, bk, dv, J.v, boff[2], j0, bk);
+      }
+      __syncthreads();
+
+      /* 2. scores */
+      const T *krow[CB];
+      for (int bb = 0; bb < CB; bb++) {
+        int64_t j = j0 + c + 16 * bb;
+        krow[bb] = STAGED ? Ks + (c + 16 * bb) * ldq
+                          : (const T *)J.k.base + boff[1] + (j < J.nk ? j : J.nk - 1) * J.k.rs;
+      }
+      T s[RA][CB];
+      for (int a = 0; a < RA; a++)
+        for (int bb = 0; bb < CB; bb++) s[a][bb] = 0;
+      for (int kk = 0; kk < dk; kk++) {
+        T qa[RA], kb[CB];
+        for (int a = 0; a < RA; a++) qa[a] = qrow[a][kk * qcs];
+        for (int bb = 0; bb < CB; bb++) kb[bb] = krow[bb][kk * kcs];
+        for (int a = 0; a < RA; a++)
+          for (int bb = 0; bb < CB; bb++) s[a][bb] += qa[a] * kb[bb];
+      }
+      for (int a = 0; a < RA; a++) {
+        int64_t i = i0 + r + RG * a;
+        for (int bb = 0; bb < CB; bb++) {
+          int64_t j = j0 + c + 16 * bb;
+          bool keep = i < J.nq && c + 16 * bb < bk && (!J.causal || j <= i + J.off) &&
+                      (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs] != 0);
+          s[a][bb] = keep ? s[a][bb] * scale : ninf;
+        }
+      }
+
+      /* 3. the online softmax; -inf - -inf is never taken */
+      for (int a = 0; a < RA; a++) {
+        T mx = ninf, sum = 0;
+        for (int bb = 0; bb < CB; bb++) mx = s[a][bb] > mx ? s[a][bb] : mx;
+        for (int o = 8; o > 0; o >>= 1) {    /* the max skips NaN, as the CPU's */
+          T y = __shfl_xor_sync(FULL, mx, o);
+          mx = y > mx ? y : mx;
+        }
+        T mnew = mx > m[a] ? mx : m[a];
+        alpha[a] = mnew == m[a] ? (T)1 : ex(m[a] - mnew);     /* 0 at first */
+        for (int bb = 0; bb < CB; bb++) {
+          T p = s[a][bb] == ninf ? (T)0 : ex(s[a][bb] - mnew);  /* NaN stays */
+          Ps[(r + RG * a) * LDP + c + 16 * bb] = p;
+          sum += p;
+        }
+        l[a] = l[a] * alpha[a] + sum;
+        m[a] = mnew;
+      }
+      __syncthreads();
+
+      /* 4. O = O alpha + P V, 64 columns a pass */
+      for (int d0 = 0; d0 < dv; d0 += 64) {
+        T acc[RA][4];
+        const T *vcol[4];
+        for (int bb = 0; bb < 4; bb++) {
+          int d = d0 + c + 16 * bb;
+          d = d < dv ? d : dv - 1;               /* read in bounds, stored never */
+          vcol[bb] = STAGED ? Vs + d : (const T *)J.v.base + boff[2] + j0 * J.v.rs + d * vcs;
+          for (int a = 0; a < RA; a++) acc[a][bb] = 0;
+        }
+        for (int jj = 0; jj < bk; jj++) {
+          T pa[RA], vb[4];
+          for (int a = 0; a < RA; a++) pa[a] = Ps[(r + RG * a) * LDP + jj];
+          for (int bb = 0; bb < 4; bb++) vb[bb] = vcol[bb][jj * vrs];
+          for (int a = 0; a < RA; a++)
+            for (int bb = 0; bb < 4; bb++) acc[a][bb] += pa[a] * vb[bb];
+        }
+        for (int a = 0; a < RA; a++) {
+          int row = r + RG * a;
+          for (int bb = 0; bb < 4; bb++) {
+            int d = d0 + c + 16 * bb;
+            if (row < bq && d < dv) O[row * dv + d] = O[row * dv + d] * alpha[a] + acc[a][bb];
+          }
+        }
+      }
+    }
+
+    /* out = O / l; a row with no key kept is zeros */
+    for (int a = 0; a < RA; a++) {
+      T sum = l[a];
+      for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
+      int row = r + RG * a;
+      T rinv = sum == 0 ? (T)0 : (T)(1.0 / (double)sum);
+      if (row < bq)
+        for (int d = c; d < dv; d += 16)
+          out[row * dv + d] = sum == 0 ? (T)0 : O[row * dv + d] * rinv;
+    }
+  }
+}
+
+/* ---- the launch ---- */
+
+/* shared memory of a block for BQ x BK tiles */
+static size_t smem_bytes (int bq, int bk, int dk, int dv, size_t es, bool staged) {
+  size_t ldq = (size_t)(dk | 1), ldp = (size_t)(bk / 32 * 32 + 16);
+  size_t n = (size_t)bq * ldp;
+  if (staged) n += (size_t)(bq + bk) * ldq + (size_t)(bk + bq) * (size_t)dv;
+  return n * es;
+}
+
+template <typename T, int BQ, int BK, bool STAGED>
+static int launch (job J) {
+  size_t smem = smem_bytes(BQ, BK, J.dk, J.dv, sizeof(T), STAGED);
+  void (*kernel)(job) = attention_kernel<T, BQ, BK, STAGED>;
+  if (smem > 48 * 1024)
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+  J.ntiles = (J.nq + BQ - 1) / BQ;
+  J.items = J.nbatch * J.ntiles;
+  unsigned grid = (unsigned)(J.items < INT_MAX ? J.items : INT_MAX);
+  kernel<<<grid, NT, smem>>>(J);
+  launchCheck("attention_kernel");
+  return QKV_OK;
+}
+
+/* the device's shared memory: a block's most, and half an SM's (two blocks
+   to an SM), each less the 1 KiB the system keeps a block */
+static int smem_limits (size_t *block, size_t *half) {
+  static int most = -1, per_sm = -1;
+  if (most < 0) {
+    int dev, a = 0, b = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&a, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaCheck(cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    most = a;
+    per_sm = b;
+  }
+  *block = (size_t)most < BUDGET ? (size_t)most : BUDGET;
+  *half = (size_t)per_sm / 2 > 1024 ? (size_t)per_sm / 2 - 1024 : 0;
+  if (*half > *block) *half = *block;
+  return QKV_OK;
+}
+
+/* the biggest tiles that fit, two blocks to an SM where 64 x 64 or
+   64 x 32 can, else one; the unstaged kernel when none fits */
+template <typename T>
+static int run (const job &J) {
+  size_t block = 0, half = 0, es = sizeof(T);
+  int err = smem_limits(&block, &half);
+  if (err != QKV_OK) return err;
+  int dk = J.dk, dv = J.dv;
+  if (smem_bytes(64, 64, dk, dv, es, true) <= half) return launch<T, 64, 64, true>(J);
+  if (smem_bytes(64, 32, dk, dv, es, true) <= half) return launch<T, 64, 32, true>(J);
+  if (smem_bytes(64, 64, dk, dv, es, true) <= block) return launch<T, 64, 64, true>(J);
+  if (smem_bytes(64, 32, dk, dv, es, true) <= block) return launch<T, 64, 32, true>(J);
+  if (smem_bytes(32, 32, dk, dv, es, true) <= block) return launch<T, 32, 32, true>(J);
+  if (smem_bytes(16, 16, dk, dv, es, true) <= block) return launch<T, 16, 16, true>(J);
+  return launch<T, 64, 64, false>(J);
+}
+
+static void setup (operand *op, const qkv_tensor *t, int nbd) {
+  int nd = t->ndim;
+  op->base = qkv_cu_data(t);
+  op->rs = t->stride[nd - 2];
+  op->cs = t->stride[nd - 1];
+  for (int i = 0; i < QKV_MAXDIM; i++)
+    op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
+}
+
+static int shapes_agree (const qkv_tensor *out, const qkv_tensor *q,
+                         const qkv_tensor *k, const qkv_tensor *v,
+                         const qkv_tensor *mask) {
+  int nd = out->ndim;
+  if (nd < 2 || q->ndim != nd || k->ndim != nd || v->ndim != nd) return 0;
+  if (mask && mask->ndim != nd) return 0;
+  for (int i = 0; i < nd - 2; i++)
+    if (q->size[i] != out->size[i] || k->size[i] != out->size[i] ||
+        v->size[i] != out->size[i] || (mask && mask->size[i] != out->size[i]))
+      return 0;
+  int64_t nq = out->size[nd - 2], dv = out->size[nd - 1];
+  int64_t nk = k->size[nd - 2], dk = q->size[nd - 1];
+  if (mask && (mask->size[nd - 2] != nq || mask->size[nd - 1] != nk)) return 0;
+  return q->size[nd - 2] == nq && k->size[nd - 1] == dk &&
+         v->size[nd - 2] == nk && v->size[nd - 1] == dv;
+}
+
+static int contiguous (const qkv_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->size[i] != 1 && t->stride[i] != s) return 0;
+    s *= t->size[i];
+  }
+  return 1;
+}
+
+int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                        double scale) {
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  if (q->dtype != out->dtype || k->dtype != out->dtype || v->dtype != out->dtype)
+    return QKV_EDTYPE;
+  if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
+  if (!shapes_agree(out, q, k, v, mask)) return QKV_EINTERNAL;
+  int nd = out->ndim;
+  job J;
+  memset(&J, 0, sizeof J);
+  J.nbd = nd - 2;
+  J.nbatch = 1;
+  for (int i = 0; i < QKV_MAXDIM; i++) {
+    J.bsize[i] = i < nd - 2 ? out->size[i] : 1;
+    if (i < nd - 2) J.nbatch *= out->size[i];
+  }
+  J.nq = out->size[nd - 2];
+  J.nk = k->size[nd - 2];
+  int64_t dk = q->size[nd - 1], dv = out->size[nd - 1];
+  if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
+  if (!contiguous(out)) return QKV_EINTERNAL;
+  J.out = qkv_cu_data(out);
+  size_t es = qkv_cu_elsize(out->dtype);
+  if (J.nk == 0) {                   /* no key for any query: zeros */
+    cudaCheck(cudaMemsetAsync(J.out, 0, (size_t)(J.nbatch * J.nq * dv) * es, 0));
+    return QKV_OK;
+  }
+  /* the kernel counts features (and tile elements) in int */
+  if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;
+  J.dk = (int)dk;
+  J.dv = (int)dv;
+  J.causal = causal != 0;
+  J.off = J.nk - J.nq;
+  J.scale = scale;
+  setup(&J.q, q, J.nbd);
+  setup(&J.k, k, J.nbd);
+  setup(&J.v, v, J.nbd);
+  if (mask) {
+    setup(&J.mask, mask, J.nbd);
+    J.has_mask = 1;
+  }
+  if (out->dtype == QKV_F32) return run<float>(J);
+  return run<double>(J);
+}

@@ -1,0 +1,351 @@
+/*
+** attention_bwd.cu -- the fused attention's backward on the GPU, the
+** gradients vm/cpu/attention_bwd.c computes, through whole score matrices
+** in scratch and cuBLAS products rather than the CPU's tiles.
+**
+** Sizes: q (B, nq, dk), k (B, nk, dk), v (B, nk, dv), o and go (B, nq, dv),
+** and dq, dk, dv of the inputs' shapes, all contiguous (B the batch dims
+** flattened); mask bool (B..., nq, nk) with any strides, or NULL.  Query i
+** keeps key j where the mask is true and, under causal, j <= i + nk - nq.
+**
+** A chunk of the batch at a time (whole items while ~256 MiB of scratch
+** holds two nq x nk score matrices each, else one item's queries a block of
+** rows at a time):
+**   S  = scale Q K^T                     (cuBLAS)
+**   P  = exp(S - lse) per row, masked    (rows_kernel: a warp a row, which
+**        also takes D = dO . O; a row with no key kept, lse = -inf, is 0)
+**   dV (+)= P^T dO,  dP = dO V^T         (cuBLAS)
+**   dS = P (dP - D)                      (ds_kernel, in dP's place)
+**   dQ = scale dS K, dK (+)= scale dS^T Q  (cuBLAS)
+** dK and dV add up over the row blocks of an item (beta 1 after the first).
+** Row-major products go to cuBLAS as their transposes: C^T = op(B)^T op(A)^T.
+*/
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+#define THREADS 256
+#define SCRATCH ((size_t)256 << 20)   /* bytes of S and dP at most, roughly */
+
+/* The mask's view: batch item b's row i, column j at base + off(b) + i rs + j cs. */
+typedef struct {
+  const unsigned char *base;         /* NULL: no mask */
+  int nbd;                           /* its batch dims */
+  int64_t size[QKV_MAXDIM], stride[QKV_MAXDIM];
+  int64_t rs, cs;
+} maskview;
+
+/* a chunk: items [b0, b0 + nb), query rows [i0, i0 + rq) of each */
+typedef struct {
+  int64_t nq, nk, dv;
+  int64_t b0, nb, i0, rq;
+  int causal;
+  maskview mask;
+} chunk;
+
+/* ---- kernels ---- */
+
+__device__ static inline float ex (float x) { return expf(x); }
+__device__ static inline double ex (double x) { return exp(x); }
+
+/* element offset of batch item b in the mask (row-major over its batch dims) */
+__device__ static int64_t mask_base (const maskview &M, int64_t b) {
+  int64_t off = 0;
+  for (int i = M.nbd - 1; i >= 0 && b > 0; i--) {
+    off += (b % M.size[i]) * M.stride[i];
+    b /= M.size[i];
+  }
+  return off;
+}
+
+__device__ static double warp_sum (double x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/*
+** One warp a row of the chunk (nb rq rows of nk scores at s): the masked
+** scores' max (NaN skipped, as the CPU's) and sum of exp(x - max) give
+** lse (-inf when the sum is not above 0: every key excluded, or a NaN);
+** then P = exp(S - lse) in S's place.  Lane j takes columns j, j + 32, ...
+** in every pass, so it reads back only what it wrote.  Also D = dO . O.
+*/
+template <typename T>
+__global__ void rows_kernel (T *s, double *lse, double *D, const T *o, const T *go,
+                             chunk C) {
+  const int lane = threadIdx.x % 32;
+  const T ninf = -(T)INFINITY;
+  int64_t nrows = C.nb * C.rq;
+  int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  int64_t nw = (int64_t)gridDim.x * blockDim.x / 32;
+  for (int64_t row = w; row < nrows; row += nw) {      /* the same in a warp */
+    int64_t b = C.b0 + row / C.rq, i = C.i0 + row % C.rq;
+    T *sr = s + row * C.nk;
+    const unsigned char *mr = NULL;
+    if (C.mask.base) mr = C.mask.base + mask_base(C.mask, b) + i * C.mask.rs;
+    T mx = ninf;
+    for (int64_t j = lane; j < C.nk; j += 32) {
+      T x = sr[j];
+      if ((C.causal && j > i + C.nk - C.nq) || (mr && !mr[j * C.mask.cs])) sr[j] = x = ninf;
+      mx = x > mx ? x : mx;
+    }
+    for (int k = 16; k > 0; k >>= 1) {
+      T y = __shfl_xor_sync(0xffffffffu, mx, k);
+      mx = y > mx ? y : mx;
+    }
+    double l = 0;
+    if (mx != ninf)
+      for (int64_t j = lane; j < C.nk; j += 32)
+        if (sr[j] != ninf) l += (double)ex(sr[j] - mx);
+    l = warp_sum(l);
+    double L = l > 0 ? (double)mx + log(l) : -INFINITY;
+    T Lt = (T)L;
+    for (int64_t j = lane; j < C.nk; j += 32)
+      sr[j] = L == -INFINITY || sr[j] == ninf ? (T)0 : ex(sr[j] - Lt);
+    /* D = dO . O over the row's dv features */
+    const T *orow = o + ((b * C.nq) + i) * C.dv, *grow = go + ((b * C.nq) + i) * C.dv;
+    double dd = 0;
+    for (int64_t c = lane; c < C.dv; c += 32) dd += (double)grow[c] * (double)orow[c];
+    dd = warp_sum(dd);
+    if (lane == 0) {
+      lse[row] = L;
+      D[row] = dd;
+    }
+  }
+}
+
+/* dp = P (dP - D) over n elements, rows nk long; a row with no key is 0 */
+template <typename T>
+__global__ void ds_kernel (const T *p, T *dp, const double *lse, const double *D,
+                           int64_t n, int64_t nk) {
+  QKV_CU_LOOP(x, n) {
+    int64_t row = x / nk;
+    dp[x] = lse[row] == -INFINITY ? (T)0 : p[x] * (dp[x] - (T)D[row]);
+  }
+}
+
+/* ---- the products ---- */
+
+static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
+                                    cublasOperation_t tb, int m, int n, int k,
+                                    const float *alpha, const float *a, int lda,
+                                    long long sa, const float *b, int ldb, long long sb,
+                                    const float *beta, float *c, int ldc, long long sc,
+                                    int count) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                   beta, c, ldc, sc, count);
+}
+
+static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
+                                    cublasOperation_t tb, int m, int n, int k,
+                                    const double *alpha, const double *a, int lda,
+                                    long long sa, const double *b, int ldb, long long sb,
+                                    const double *beta, double *c, int ldc, long long sc,
+                                    int count) {
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                   beta, c, ldc, sc, count);
+}
+
+/* One row-major operand of a batch: element (i, j) of item b at
+   p + b stride + i ld + j; read transposed when t. */
+template <typename T>
+struct mat {
+  const T *p;
+  int64_t ld, stride;
+  int t;
+};
+
+/*
+** C (m x n, rows c.ld apart) = alpha op(A) op(B) + beta C for count items,
+** row-major, as C^T = op(B)^T op(A)^T in cuBLAS's column-major terms (a
+** row-major X read column-major is X^T).  k > 0; every size fits int.
+*/
+template <typename T>
+static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T> B,
+                 double beta, T *c, int64_t ldc, int64_t sc, int64_t count) {
+  cublasHandle_t h = qkv_cu_blas();
+  if (h == NULL) return QKV_ECUDA;
+  T al = (T)alpha, be = (T)beta;
+  cublasCheck(gemm_batched(h, B.t ? CUBLAS_OP_T : CUBLAS_OP_N, A.t ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           (int)n, (int)m, (int)k, &al, B.p, (int)B.ld, B.stride,
+                           A.p, (int)A.ld, A.stride, &be, c, (int)ldc, sc, (int)count));
+  return QKV_OK;
+}
+
+/* ---- a chunk ---- */
+
+typedef struct {
+  int64_t nb, nq, nk, dk, dv;
+  double scale;
+  const void *q, *k, *v, *o, *go;
+  void *dq, *dk_, *dv_;
+  int causal;
+  maskview mask;
+} job;
+
+/* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
+   lse, D (C.nb C.rq each) */
+template <typename T>
+static int one_chunk (const job &J, const chunk &C, T *s, T *dp, double *lse, double *D) {
+  int err;
+  int64_t nq = J.nq, nk = J.nk, dk = J.dk, dv = J.dv, rq = C.rq, nb = C.nb;
+  int64_t rows = nb * rq, ns = rq * nk;
+  const T *q = (const T *)J.q + (C.b0 * nq + C.i0) * dk, *k = (const T *)J.k + C.b0 * nk * dk;
+  const T *v = (const T *)J.v + C.b0 * nk * dv, *go = (const T *)J.go + (C.b0 * nq + C.i0) * dv;
+  T *dq = (T *)J.dq + (C.b0 * nq + C.i0) * dk, *dkk = (T *)J.dk_ + C.b0 * nk * dk;
+  T *dvv = (T *)J.dv_ + C.b0 * nk * dv;
+  double acc = C.i0 > 0 ? 1 : 0;       /* dK, dV add to the earlier row blocks' */
+  mat<T> Q = {q, dk, nq * dk, 0}, K = {k, dk, nk * dk, 0}, V = {v, dv, nk * dv, 0};
+  mat<T> GO = {go, dv, nq * dv, 0}, S = {s, nk, ns, 0}, DS = {dp, nk, ns, 0};
+  /* S = scale Q K^T (no features: zeros, as BLAS gives) */
+  K.t = 1;
+  if (dk > 0) {
+    if ((err = gemm<T>(rq, nk, dk, J.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
+  } else {
+    cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
+  }
+  K.t = 0;
+  rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
+      s, lse, D, (const T *)J.o, (const T *)J.go, C);
+  launchCheck("rows_kernel");
+  if (dv > 0) {
+    S.t = 1;                                           /* dV (+)= P^T dO */
+    if ((err = gemm<T>(nk, dv, rq, 1, S, GO, acc, dvv, dv, nk * dv, nb)) != QKV_OK) return err;
+    S.t = 0;
+    V.t = 1;                                           /* dP = dO V^T */
+    if ((err = gemm<T>(rq, nk, dv, 1, GO, V, 0, dp, nk, ns, nb)) != QKV_OK) return err;
+  } else {
+    cudaCheck(cudaMemsetAsync(dp, 0, (size_t)(rows * nk) * sizeof(T), 0));
+  }
+  ds_kernel<T><<<qkv_cu_blocks(rows * nk, THREADS), THREADS>>>(s, dp, lse, D, rows * nk, nk);
+  launchCheck("ds_kernel");
+  if (dk == 0) return QKV_OK;
+  /* dQ = scale dS K, dK (+)= scale dS^T Q */
+  if ((err = gemm<T>(rq, dk, nk, J.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
+  DS.t = 1;
+  return gemm<T>(nk, dk, rq, J.scale, DS, Q, acc, dkk, dk, nk * dk, nb);
+}
+
+/* the chunks: cb whole items, or (cb == 1) rq rows of one */
+template <typename T>
+static int chunks (const job &J, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
+                   double *D) {
+  chunk C;
+  C.nq = J.nq;
+  C.nk = J.nk;
+  C.dv = J.dv;
+  C.causal = J.causal;
+  C.mask = J.mask;
+  for (C.b0 = 0; C.b0 < J.nb; C.b0 += cb)
+    for (C.i0 = 0; C.i0 < J.nq; C.i0 += rq) {
+      C.nb = J.nb - C.b0 < cb ? J.nb - C.b0 : cb;
+      C.rq = J.nq - C.i0 < rq ? J.nq - C.i0 : rq;
+      int err = one_chunk<T>(J, C, s, dp, lse, D);
+      if (err != QKV_OK) return err;
+    }
+  return QKV_OK;
+}
+
+/* the scratch for the largest chunk, freed on every path */
+template <typename T>
+static int run (const job &J) {
+  size_t row = 2 * (size_t)J.nk * sizeof(T) + 2 * sizeof(double);
+  int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = J.nq;
+  if (fit < 1) fit = 1;
+  if (fit >= J.nq) {
+    cb = fit / J.nq;
+    cb = cb < J.nb ? cb : J.nb;
+    cb = cb < INT_MAX ? cb : INT_MAX;
+  } else {
+    rq = fit;
+  }
+  size_t nrows = (size_t)(cb * rq), ns = nrows * (size_t)J.nk;
+  T *s = (T *)qkv_cu_alloc(ns * sizeof(T)), *dp = NULL;
+  double *stats = NULL;
+  int err = QKV_ENOMEM;
+  if (s && (dp = (T *)qkv_cu_alloc(ns * sizeof(T))) != NULL &&
+      (stats = (double *)qkv_cu_alloc(2 * nrows * sizeof(double))) != NULL)
+    err = chunks<T>(J, cb, rq, s, dp, stats, stats + nrows);
+  qkv_cu_free(stats);
+  qkv_cu_free(dp);
+  qkv_cu_free(s);
+  return err;
+}
+
+/* ---- the entry ---- */
+
+static int contiguous (const qkv_tensor *t) {
+  int64_t s = 1;
+  if (qkv_cu_numel(t) == 0) return 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->size[i] != 1 && t->stride[i] != s) return 0;
+    s *= t->size[i];
+  }
+  return 1;
+}
+
+static int zero (qkv_tensor *t) {
+  size_t n = (size_t)qkv_cu_numel(t) * qkv_cu_elsize(t->dtype);
+  if (n) cudaCheck(cudaMemsetAsync(qkv_cu_data(t), 0, n, 0));
+  return QKV_OK;
+}
+
+static int fits_int (int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                 const qkv_tensor *o, const qkv_tensor *go,
+                                 const qkv_tensor *mask, int causal, double scale) {
+  qkv_dtype dt = q->dtype;
+  const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
+  if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;
+  for (int i = 0; i < 8; i++) {
+    if (all[i]->dtype != dt) return QKV_EDTYPE;
+    if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;
+  }
+  if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
+  int n = q->ndim;
+  if (n < 2 || (mask && mask->ndim < 2)) return QKV_EINTERNAL;
+  job J;
+  memset(&J, 0, sizeof J);
+  J.nb = 1;
+  for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
+  J.nq = q->size[n - 2];
+  J.dk = q->size[n - 1];
+  J.nk = k->size[n - 2];
+  J.dv = v->size[n - 1];
+  if (J.nb == 0) return QKV_OK;
+  if (J.nq == 0 || J.nk == 0) {                /* nothing reaches any input */
+    int err = zero(dq);
+    if (err == QKV_OK) err = zero(dk);
+    return err == QKV_OK ? zero(dv) : err;
+  }
+  /* cuBLAS counts in int */
+  if (!fits_int(J.nq) || !fits_int(J.nk) || !fits_int(J.dk) || !fits_int(J.dv))
+    return QKV_EINTERNAL;
+  J.scale = scale;
+  J.causal = causal != 0;
+  J.q = qkv_cu_data(q);
+  J.k = qkv_cu_data(k);
+  J.v = qkv_cu_data(v);
+  J.o = qkv_cu_data(o);
+  J.go = qkv_cu_data(go);
+  J.dq = qkv_cu_data(dq);
+  J.dk_ = qkv_cu_data(dk);
+  J.dv_ = qkv_cu_data(dv);
+  if (mask) {
+    int mn = mask->ndim;
+    J.mask.base = (const unsigned char *)qkv_cu_data(mask);
+    J.mask.nbd = mn - 2;
+    for (int i = 0; i < mn - 2; i++) {
+      J.mask.size[i] = mask->size[i];
+      J.mask.stride[i] = mask->stride[i];
+    }
+    J.mask.rs = mask->stride[mn - 2];
+    J.mask.cs = mask->stride[mn - 1];
+  }
+  if (dt == QKV_F32) return run<float>(J);
+  return run<double>(J);
+}

@@ -1,0 +1,240 @@
+/*
+** backend.cu -- the CUDA backend's dispatch table, its caching allocator,
+** its error record and the plugin's one export, qkv_cuda_plugin (see
+** backend.h).  Mirrors vm/cpu/backend.c.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+/* errors */
+
+static char errbuf[512];
+
+int qkv_cu_fail (const char *call, const char *file, int line, const char *why) {
+  snprintf(errbuf, sizeof errbuf, "cuda: %s failed at %s:%d: %s", call, file, line, why);
+  return QKV_ECUDA;
+}
+
+const char *qkv_cu_error (void) { return errbuf[0] ? errbuf : "cuda: no error recorded"; }
+
+const char *qkv_cublas_status (cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS could not allocate";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "cuBLAS error";
+  }
+}
+
+
+/*
+** The caching allocator.  Sizes round up to a class: 512-byte steps up to
+** 1 MiB, then eighths of each power of two (at most 12.5% over).  A freed
+** block goes on its class's free list and the next request of that class
+** takes it back without cudaMalloc (which synchronises the device and
+** costs tens of microseconds).  When cudaMalloc fails, the cache is given
+** back to the driver and the call retried once; the bindings then collect
+** Lua's garbage and ask again.  QKV_CUDA_NO_CACHE=1 frees every block at
+** once, so that compute-sanitizer sees each use after free.
+*/
+#define SMALL_STEP 512
+#define SMALL_MAX ((size_t)1 << 20)
+#define NCLASS (2048 + 8 * 44 + 8)
+#define NHASH 4096
+
+typedef struct block { void *p; size_t size; int cls; struct block *next; } block;
+
+static block *free_list[NCLASS];     /* cached blocks, by class */
+static block *live[NHASH];           /* blocks tensors hold, by address */
+static size_t allocated, cached, peak;
+static int no_cache = -1;
+
+static int size_class (size_t n, size_t *rounded) {
+  if (n <= SMALL_MAX) {
+    size_t c = (n + SMALL_STEP - 1) / SMALL_STEP;
+    if (c == 0) c = 1;
+    *rounded = c * SMALL_STEP;
+    return (int)c - 1;
+  }
+  int e = 63 - __builtin_clzll((unsigned long long)n);      /* 2^e <= n */
+  size_t step = (size_t)1 << (e - 3), k = (n + step - 1) / step;   /* 9..16 */
+  *rounded = k * step;
+  return 2048 + (e - 20) * 8 + (int)(k - 9);
+}
+
+static unsigned hash (const void *p) { return (unsigned)(((uintptr_t)p >> 9) % NHASH); }
+
+static void release_cache (void) {
+  for (int c = 0; c < NCLASS; c++)
+    while (free_list[c]) {
+      block *b = free_list[c];
+      free_list[c] = b->next;
+      cudaFree(b->p);
+      free(b);
+    }
+  cached = 0;
+}
+
+static void *device_malloc (size_t n) {
+  void *p = NULL;
+  if (cudaMalloc(&p, n) == cudaSuccess) return p;
+  cudaGetLastError();                       /* clear the failure */
+  release_cache();
+  if (cudaMalloc(&p, n) == cudaSuccess) return p;
+  cudaGetLastError();
+  size_t fr = 0, total = 0;
+  cudaMemGetInfo(&fr, &total);
+  snprintf(errbuf, sizeof errbuf, "cuda: out of memory: tried to allocate %zu bytes (%zu free)",
+           n, fr);
+  return NULL;
+}
+
+static void *cu_alloc (size_t nbytes, int zero) {
+  size_t size;
+  if (no_cache < 0) no_cache = getenv("QKV_CUDA_NO_CACHE") != NULL;
+  int c = size_class(nbytes, &size);
+  if (c >= NCLASS || size < nbytes) return NULL;
+  block *b = free_list[c];
+  if (b) {
+    free_list[c] = b->next;
+    cached -= b->size;
+  } else {
+    if ((b = (block *)malloc(sizeof *b)) == NULL) return NULL;
+    if ((b->p = device_malloc(size)) == NULL) { free(b); return NULL; }
+    b->size = size;
+    b->cls = c;
+  }
+  if (zero && cudaMemset(b->p, 0, nbytes) != cudaSuccess) {
+    qkv_cu_fail("cudaMemset", __FILE__, __LINE__, cudaGetErrorString(cudaGetLastError()));
+    cudaFree(b->p);
+    free(b);
+    return NULL;
+  }
+  unsigned h = hash(b->p);
+  b->next = live[h];
+  live[h] = b;
+  allocated += b->size;
+  if (allocated > peak) peak = allocated;
+  return b->p;
+}
+
+static void cu_free (void *p) {
+  block **link = &live[hash(p)];
+  while (*link && (*link)->p != p) link = &(*link)->next;
+  block *b = *link;
+  if (b == NULL) return;                    /* not ours: never happens */
+  *link = b->next;
+  allocated -= b->size;
+  if (no_cache > 0) { cudaFree(b->p); free(b); return; }
+  b->next = free_list[b->cls];
+  free_list[b->cls] = b;
+  cached += b->size;
+}
+
+void *qkv_cu_alloc (size_t nbytes) { return cu_alloc(nbytes, 0); }
+void qkv_cu_free (void *p) { if (p) cu_free(p); }
+
+
+/* the device */
+
+static int ready = -1;                      /* -1: not tried yet */
+static char why_not[256];
+static char name[256];
+static int tf32_on;
+static cublasHandle_t blas;
+
+static int cu_init (char *why, size_t n) {
+  if (ready < 0) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || count == 0 || e != cudaSuccess)
+      snprintf(why_not, sizeof why_not, "%s (%s)",
+               e == cudaErrorInsufficientDriver ? "no CUDA driver"
+               : e == cudaErrorNoDevice || (e == cudaSuccess && count == 0) ? "no CUDA device"
+               : "the CUDA runtime could not start",
+               e == cudaSuccess ? "cudaGetDeviceCount found 0" : cudaGetErrorString(e));
+    else if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess)
+      snprintf(why_not, sizeof why_not, "the CUDA device could not start (%s)",
+               cudaGetErrorString(e));
+    else {
+      cudaDeviceProp prop;
+      if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        snprintf(name, sizeof name, "%s", prop.name);
+      ready = 1;
+    }
+    if (ready != 1) { ready = 0; cudaGetLastError(); }
+  }
+  if (!ready && why) snprintf(why, n, "%s", why_not);
+  return ready ? QKV_OK : QKV_ENODEV;
+}
+
+cublasHandle_t qkv_cu_blas (void) {
+  if (blas == NULL) {
+    cublasStatus_t s = cublasCreate(&blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      qkv_cu_fail("cublasCreate", __FILE__, __LINE__, qkv_cublas_status(s));
+      blas = NULL;
+      return NULL;
+    }
+    cublasSetMathMode(blas, tf32_on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  }
+  return blas;
+}
+
+static void cu_allow_tf32 (int on) {
+  tf32_on = on != 0;
+  if (blas) cublasSetMathMode(blas, tf32_on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+}
+
+static int cu_tf32 (void) { return tf32_on; }
+
+static int cu_to_device (void *dst, const void *src, size_t n) {
+  if (n) cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  return QKV_OK;
+}
+
+static int cu_to_host (void *dst, const void *src, size_t n) {
+  if (n) cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+  return QKV_OK;
+}
+
+static int cu_synchronize (void) {
+  cudaCheck(cudaDeviceSynchronize());
+  return QKV_OK;
+}
+
+static void cu_memory (qkv_cuda_memory *m) {
+  m->allocated = allocated;
+  m->cached = cached;
+  m->peak = peak;
+  m->free = m->total = 0;
+  cudaMemGetInfo(&m->free, &m->total);
+}
+
+static const char *cu_device_name (void) { return name; }
+
+static const qkv_backend cuda_backend = {
+  "cuda", cu_alloc, cu_free,
+  qkv_cuda_copy, qkv_cuda_fill, qkv_cuda_binary, qkv_cuda_unary,
+  qkv_cuda_reduce, qkv_cuda_matmul, qkv_cuda_masked_fill, qkv_cuda_random,
+  qkv_cuda_softmax, qkv_cuda_attention, qkv_cuda_where, qkv_cuda_gather, qkv_cuda_sort,
+  qkv_cuda_attention_backward, qkv_cuda_scatter_add, qkv_cuda_softmax_backward,
+  qkv_cuda_log_softmax,
+  qkv_cuda_layer_norm
+};
+
+static const qkv_cuda_api api = {
+  QKV_CUDA_ABI, &cuda_backend, cu_init, qkv_cu_error, cu_to_device, cu_to_host,
+  cu_synchronize, release_cache, cu_memory, cu_device_name, cu_allow_tf32, cu_tf32
+};
+
+extern "C" __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {
+  return &api;
+}

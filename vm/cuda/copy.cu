@@ -1,0 +1,194 @@
+/*
+** copy.cu -- CUDA copy with dtype conversion, and fill, as vm/cpu/copy.c.
+**
+** Conversions: to bool is x != 0 (NaN is true); float to int64 or int32
+** truncates toward zero, NaN giving 0 and out-of-range values clamping;
+** int64 to int32 wraps (C's cast, as the CPU's); to float16 and bfloat16
+** through float32, rounding to nearest even (half.h, the same code as the
+** CPU's, so the bits agree); everything else is C's conversion.  One
+** thread per element, over the strided iterator (cuda.cuh).
+*/
+#include "cuda.cuh"
+
+#define THREADS 256
+
+/* the halves as their own types, so that overloads can tell them apart */
+struct f16_t { uint16_t b; };
+struct bf16_t { uint16_t b; };
+
+/*
+** Operand offsets (elements) of linear index i: a loop that the iterator
+** merged into one dim (any contiguous copy) needs no division.
+*/
+template <int NOP>
+__device__ static inline void iter_at (const qkv_cu_iter &it, int64_t i, int64_t (&off)[NOP]) {
+  if (it.ndim == 1) {
+    for (int k = 0; k < NOP; k++) off[k] = i * it.stride[k][0];
+    return;
+  }
+  for (int k = 0; k < NOP; k++) off[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; d--) {
+    int64_t s = it.size[d], c = i % s;
+    i /= s;
+    for (int k = 0; k < NOP; k++) off[k] += c * it.stride[k][d];
+  }
+}
+
+
+/* ---- conversions ---- */
+
+/* double -> int64 as C truncates, but defined everywhere (iter.h's
+   qkv_cpu_d2i): NaN gives 0, out-of-range values clamp */
+__host__ __device__ static inline int64_t d2i (double x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775808.0) return INT64_MAX;
+  if (x < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)x;
+}
+
+__host__ __device__ static inline int32_t d2i32 (double x) {
+  int64_t i = d2i(x);
+  return (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
+}
+
+/* the value an element stands for: itself, or a float for the halves */
+__device__ static inline float value_of (f16_t h) { return qkv_h2f(h.b); }
+__device__ static inline float value_of (bf16_t h) { return qkv_bf2f(h.b); }
+template <typename T> __device__ static inline T value_of (T x) { return x; }
+
+/* a value (float, double, int64, int32 or a bool's byte) as an element of
+   type TO; the overloads pick the float or the int rule */
+template <typename TO> struct to;
+
+template <> struct to<float> {
+  template <typename V> __device__ static float of (V v) { return (float)v; }
+};
+template <> struct to<double> {
+  template <typename V> __device__ static double of (V v) { return (double)v; }
+};
+template <> struct to<int64_t> {
+  __device__ static int64_t of (float v) { return d2i((double)v); }
+  __device__ static int64_t of (double v) { return d2i(v); }
+  __device__ static int64_t of (int64_t v) { return v; }
+  __device__ static int64_t of (int32_t v) { return (int64_t)v; }
+  __device__ static int64_t of (uint8_t v) { return (int64_t)v; }
+};
+template <> struct to<int32_t> {
+  __device__ static int32_t of (float v) { return d2i32((double)v); }
+  __device__ static int32_t of (double v) { return d2i32(v); }
+  __device__ static int32_t of (int64_t v) { return (int32_t)v; }   /* wraps */
+  __device__ static int32_t of (int32_t v) { return v; }
+  __device__ static int32_t of (uint8_t v) { return (int32_t)v; }
+};
+template <> struct to<uint8_t> {                  /* bool */
+  template <typename V> __device__ static uint8_t of (V v) { return (uint8_t)(v != 0); }
+};
+template <> struct to<f16_t> {
+  template <typename V> __device__ static f16_t of (V v) {
+    f16_t r;
+    r.b = qkv_f2h((float)v);
+    return r;
+  }
+};
+template <> struct to<bf16_t> {
+  template <typename V> __device__ static bf16_t of (V v) {
+    bf16_t r;
+    r.b = qkv_f2bf((float)v);
+    return r;
+  }
+};
+
+
+/* ---- copy ---- */
+
+/* operand 0 is dst (TO), 1 is src (TI) */
+template <typename TO, typename TI>
+__global__ void copy_kernel (qkv_cu_iter it) {
+  TO *o = (TO *)it.data[0];
+  const TI *a = (const TI *)it.data[1];
+  QKV_CU_LOOP(i, it.numel) {
+    int64_t off[2];
+    iter_at(it, i, off);
+    o[off[0]] = to<TO>::of(value_of(a[off[1]]));
+  }
+}
+
+template <typename TO, typename TI>
+static int copy_launch (const qkv_cu_iter &it) {
+  copy_kernel<TO, TI><<<qkv_cu_blocks(it.numel, THREADS), THREADS>>>(it);
+  launchCheck("copy_kernel");
+  return QKV_OK;
+}
+
+template <typename TO>
+static int copy_to (qkv_dtype src, const qkv_cu_iter &it) {
+  switch (src) {
+    case QKV_F32: return copy_launch<TO, float>(it);
+    case QKV_F64: return copy_launch<TO, double>(it);
+    case QKV_I64: return copy_launch<TO, int64_t>(it);
+    case QKV_BOOL: return copy_launch<TO, uint8_t>(it);
+    case QKV_I32: return copy_launch<TO, int32_t>(it);
+    case QKV_F16: return copy_launch<TO, f16_t>(it);
+    case QKV_BF16: return copy_launch<TO, bf16_t>(it);
+    default: return QKV_EDTYPE;
+  }
+}
+
+int qkv_cuda_copy (qkv_tensor *dst, const qkv_tensor *src) {
+  const qkv_tensor *t[2] = {dst, src};
+  qkv_cu_iter it;
+  if ((unsigned)dst->dtype >= QKV_NDTYPE || (unsigned)src->dtype >= QKV_NDTYPE)
+    return QKV_EDTYPE;
+  if (qkv_cu_numel(dst) == 0) return QKV_OK;
+  qkv_cu_iter_init(&it, 2, t);
+  switch (dst->dtype) {
+    case QKV_F32: return copy_to<float>(src->dtype, it);
+    case QKV_F64: return copy_to<double>(src->dtype, it);
+    case QKV_I64: return copy_to<int64_t>(src->dtype, it);
+    case QKV_BOOL: return copy_to<uint8_t>(src->dtype, it);
+    case QKV_I32: return copy_to<int32_t>(src->dtype, it);
+    case QKV_F16: return copy_to<f16_t>(src->dtype, it);
+    case QKV_BF16: return copy_to<bf16_t>(src->dtype, it);
+    default: return QKV_EDTYPE;
+  }
+}
+
+
+/* ---- fill ---- */
+
+/* fill works on the bits: v is converted once on the host (as iter.h's
+   qkv_cpu_scalar_of), then stored by width */
+template <typename T>
+__global__ void fill_kernel (qkv_cu_iter it, T v) {
+  T *o = (T *)it.data[0];
+  QKV_CU_LOOP(i, it.numel) {
+    int64_t off[1];
+    iter_at(it, i, off);
+    o[off[0]] = v;
+  }
+}
+
+template <typename T>
+static int fill_launch (const qkv_cu_iter &it, T v) {
+  fill_kernel<T><<<qkv_cu_blocks(it.numel, THREADS), THREADS>>>(it, v);
+  launchCheck("fill_kernel");
+  return QKV_OK;
+}
+
+int qkv_cuda_fill (qkv_tensor *dst, double v) {
+  const qkv_tensor *t[1] = {dst};
+  qkv_cu_iter it;
+  if ((unsigned)dst->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
+  if (qkv_cu_numel(dst) == 0) return QKV_OK;
+  qkv_cu_iter_init(&it, 1, t);
+  switch (dst->dtype) {
+    case QKV_F32: return fill_launch<float>(it, (float)v);
+    case QKV_F64: return fill_launch<double>(it, v);
+    case QKV_I64: return fill_launch<int64_t>(it, d2i(v));
+    case QKV_BOOL: return fill_launch<uint8_t>(it, (uint8_t)(v != 0));
+    case QKV_I32: return fill_launch<int32_t>(it, d2i32(v));
+    case QKV_F16: return fill_launch<uint16_t>(it, qkv_f2h((float)v));
+    case QKV_BF16: return fill_launch<uint16_t>(it, qkv_f2bf((float)v));
+    default: return QKV_EDTYPE;
+  }
+}

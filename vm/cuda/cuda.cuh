@@ -1,0 +1,157 @@
+/*
+** cuda.cuh -- what the CUDA backend's kernels share: its entry points (the
+** contracts are backend.h's, the same as vm/cpu/cpu.h's), the checked-call
+** macros, the caching allocator, and a strided iterator for elementwise
+** kernels.  Each vm/cuda/X.cu mirrors vm/cpu/X.c and gives the same
+** numbers (float32 to rounding; TF32 is off unless a script allows it).
+**
+** Everything runs on the legacy default stream, so kernels are ordered
+** with each other and with the blocking copies to the host: a result the
+** host reads is complete.
+*/
+#ifndef QKV_CUDA_CUH
+#define QKV_CUDA_CUH
+
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+extern "C" {
+#include "../qkv.h"
+#include "../backend.h"
+#include "../half.h"
+}
+
+/*
+** Every CUDA and cuBLAS call and every launch is checked; a failure
+** records "call at file:line: reason" (qkv_cu_error) and returns
+** QKV_ECUDA from the enclosing function, which the bindings raise as a
+** Lua error.  Kernel launches are followed by launchCheck(name).
+*/
+int qkv_cu_fail(const char *call, const char *file, int line, const char *why);
+const char *qkv_cu_error(void);
+
+#define cudaCheck(call) do { \
+    cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) \
+      return qkv_cu_fail(#call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+  } while (0)
+
+#define launchCheck(name) do { \
+    cudaError_t e_ = cudaGetLastError(); \
+    if (e_ != cudaSuccess) \
+      return qkv_cu_fail("launch of " name, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+  } while (0)
+
+const char *qkv_cublas_status(cublasStatus_t s);
+#define cublasCheck(call) do { \
+    cublasStatus_t s_ = (call); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) \
+      return qkv_cu_fail(#call, __FILE__, __LINE__, qkv_cublas_status(s_)); \
+  } while (0)
+
+/* the cuBLAS handle (made on first use, TF32 as qkv.cuda.allow_tf32 says);
+   NULL after recording why */
+cublasHandle_t qkv_cu_blas(void);
+
+/* scratch device memory from the caching allocator (NULL when out of
+   memory, with the error recorded); free it before returning */
+void *qkv_cu_alloc(size_t nbytes);
+void qkv_cu_free(void *p);
+
+/* element size of each dtype (the plugin links no qkv code) */
+__host__ __device__ static inline size_t qkv_cu_elsize (qkv_dtype t) {
+  return t == QKV_F64 || t == QKV_I64 ? 8 : t == QKV_BOOL ? 1
+       : t == QKV_F16 || t == QKV_BF16 ? 2 : 4;
+}
+
+__host__ static inline int64_t qkv_cu_numel (const qkv_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->size[i];
+  return n;
+}
+
+__host__ static inline char *qkv_cu_data (const qkv_tensor *t) {
+  return (char *)t->storage->data + t->offset * (int64_t)qkv_cu_elsize(t->dtype);
+}
+
+/* one element of dtype dt at p, read as double or written from one (the
+   way vm/tensor.c's qkv_elem_get/set do: ints truncate and clamp) */
+__device__ static inline double qkv_cu_get (qkv_dtype dt, const char *p) {
+  switch (dt) {
+    case QKV_F32: return *(const float *)p;
+    case QKV_F64: return *(const double *)p;
+    case QKV_I64: return (double)*(const int64_t *)p;
+    case QKV_I32: return *(const int32_t *)p;
+    case QKV_F16: return qkv_h2f(*(const uint16_t *)p);
+    case QKV_BF16: return qkv_bf2f(*(const uint16_t *)p);
+    default: return *(const unsigned char *)p;
+  }
+}
+
+/*
+** A strided loop over up to QKV_CU_MAXOP operands of one shape, passed to
+** kernels by value.  Host side: qkv_cu_iter_init drops size-1 dims and
+** merges dims contiguous with each other in every operand.  Device side:
+** qkv_cu_iter_offsets gives each operand's element offset (in elements,
+** from data[k]) of linear index i (row-major over the shape).
+*/
+#define QKV_CU_MAXOP 4
+
+struct qkv_cu_iter {
+  int nop, ndim;
+  int64_t numel;
+  int64_t size[QKV_MAXDIM];                    /* outermost first */
+  int64_t stride[QKV_CU_MAXOP][QKV_MAXDIM];    /* elements */
+  char *data[QKV_CU_MAXOP];                    /* element 0 of each */
+};
+
+void qkv_cu_iter_init(qkv_cu_iter *it, int nop, const qkv_tensor *const *t);
+
+__device__ static inline void qkv_cu_iter_offsets (const qkv_cu_iter &it, int64_t i,
+                                                   int64_t *off) {
+  for (int k = 0; k < QKV_CU_MAXOP; k++) off[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; d--) {
+    int64_t s = it.size[d], c = i % s;
+    i /= s;
+    for (int k = 0; k < it.nop; k++) off[k] += c * it.stride[k][d];
+  }
+}
+
+/* grid-stride loops: blocks for n elements at `threads` per block */
+static inline unsigned qkv_cu_blocks (int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+#define QKV_CU_LOOP(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+/* the entries (see backend.h for what each takes) */
+int qkv_cuda_copy(qkv_tensor *dst, const qkv_tensor *src);
+int qkv_cuda_fill(qkv_tensor *dst, double v);
+int qkv_cuda_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cuda_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+int qkv_cuda_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
+int qkv_cuda_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+int qkv_cuda_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b, double alpha);
+int qkv_cuda_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
+int qkv_cuda_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
+int qkv_cuda_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                       const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                       double scale);
+int qkv_cuda_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+                   const qkv_tensor *b);
+int qkv_cuda_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
+int qkv_cuda_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
+int qkv_cuda_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                const qkv_tensor *o, const qkv_tensor *go,
+                                const qkv_tensor *mask, int causal, double scale);
+int qkv_cuda_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
+int qkv_cuda_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
+int qkv_cuda_log_softmax(qkv_tensor *out, const qkv_tensor *x);
+int qkv_cuda_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                        const qkv_tensor *b, int64_t n, double eps);
+
+#endif

@@ -1,0 +1,267 @@
+/*
+** norm.cu -- GPU kernels over contiguous rows, as vm/cpu/norm.c:
+** log_softmax (along the last dim), layer_norm (over the last n elements
+** of each row) and softmax's backward (along the last dim).  All three
+** accumulate in double whatever the dtype, and vm/ops_nn.c hands them
+** contiguous rows (moving another dim last with a copy when it must).
+**
+** A row takes a warp (up to 1024 elements) or a block (longer), whose
+** threads stride along it and combine their sums; rows of a few elements
+** take a thread each.  The sums add in another order than the CPU's, in
+** double: float32 results agree to their rounding.
+*/
+#include <math.h>
+
+#include "cuda.cuh"
+
+#define TINY 8                /* rows this short take a thread each */
+#define WARP_MAX 1024         /* rows up to this long take a warp */
+#define THREADS 256           /* of every launch */
+
+typedef enum { LOG_SOFTMAX, LAYER_NORM, SOFTMAX_BWD } rowop;
+
+namespace {                   /* the types are this file's own */
+
+/* every row of n contiguous elements at o and x (and g for the backward,
+   w and b for layer_norm, either may be NULL) */
+struct norm_job {
+  int64_t n, nrows;
+  char *o;
+  const char *x, *g, *w, *b;
+  double eps;
+};
+
+
+/*
+** The groups of threads that share a row, each with its first row, its
+** step between rows, its threads' lane and count, and the reductions over
+** them (as vm/cuda/softmax.cu's).  Every thread of a group gets the same
+** result: a warp's butterfly adds the same pairs in every lane, and a
+** block's threads each fold the warps' results in the same order.
+*/
+#define FULL 0xffffffffu
+
+struct by_thread {
+  __device__ static int64_t first () { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x; }
+  __device__ static int lane () { return 0; }
+  __device__ static int size () { return 1; }
+  __device__ static double sum (double v) { return v; }
+  template <typename T> __device__ static T max (T v) { return v; }
+  __device__ static int any (int v) { return v; }
+};
+
+template <typename T> __device__ static inline T warp_max (T v) {
+  for (int o = 16; o > 0; o /= 2) {
+    T u = __shfl_xor_sync(FULL, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+__device__ static inline double warp_sum (double v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+
+struct by_warp {
+  __device__ static int64_t first () {
+    return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  }
+  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x / 32; }
+  __device__ static int lane () { return threadIdx.x % 32; }
+  __device__ static int size () { return 32; }
+  __device__ static double sum (double v) { return warp_sum(v); }
+  template <typename T> __device__ static T max (T v) { return warp_max(v); }
+  __device__ static int any (int v) { return __any_sync(FULL, v); }
+};
+
+/* blockDim.x a multiple of 32; the first barrier keeps a write to sh from
+   overtaking a thread still reading the previous call's */
+struct by_block {
+  __device__ static int64_t first () { return blockIdx.x; }
+  __device__ static int64_t step () { return gridDim.x; }
+  __device__ static int lane () { return threadIdx.x; }
+  __device__ static int size () { return blockDim.x; }
+  __device__ static double sum (double v) {
+    __shared__ double sh[32];
+    v = warp_sum(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sh[0];
+    for (unsigned w = 1; w < blockDim.x / 32; w++) v += sh[w];
+    return v;
+  }
+  template <typename T> __device__ static T max (T v) {
+    __shared__ T sh[32];
+    v = warp_max(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sh[0];
+    for (unsigned w = 1; w < blockDim.x / 32; w++) v = sh[w] > v ? sh[w] : v;
+    return v;
+  }
+  __device__ static int any (int v) { return __syncthreads_or(v); }
+};
+
+}
+
+
+/* the rows, their elements shared out among the group G */
+
+__device__ static inline float ex (float v) { return expf(v); }
+__device__ static inline double ex (double v) { return exp(v); }
+
+/*
+** x - max - log(sum(exp(x - max))): finite for any finite row.  A row all
+** -inf gives -inf (the log of softmax's zeros), and a NaN anywhere makes
+** the row NaN, as softmax does.  max + log(sum) is rounded to the dtype
+** and subtracted in it, as the CPU's vector path (and PyTorch) do.
+*/
+template <typename T, typename G>
+__device__ static void lsm_row (T *o, const T *x, int64_t n) {
+  T max = -INFINITY;
+  int nan = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    nan |= x[j] != x[j];
+    max = x[j] > max ? x[j] : max;
+  }
+  max = G::max(max);
+  nan = G::any(nan);
+  if (nan || max == -INFINITY) {         /* the same in the whole group */
+    for (int64_t j = G::lane(); j < n; j += G::size()) o[j] = nan ? (T)NAN : (T)-INFINITY;
+    return;
+  }
+  double sum = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) sum += ex(x[j] - max);
+  T lse = (T)((double)max + log(G::sum(sum)));
+  for (int64_t j = G::lane(); j < n; j += G::size()) o[j] = x[j] - lse;
+}
+
+/*
+** (x - mean) / sqrt(var + eps), mean and biased variance in double, two
+** passes.  float32 then scales by w and shifts by b in float, as the CPU's
+** vector path (and PyTorch) do; float64 stays in double.  The _rn forms
+** keep the multiply and add apart, as the CPU has them.
+*/
+__device__ static inline float affine (double y, const float *w, const float *b, int64_t j) {
+  float f = (float)y;
+  if (w) f = __fmul_rn(f, w[j]);
+  if (b) f = __fadd_rn(f, b[j]);
+  return f;
+}
+
+__device__ static inline double affine (double y, const double *w, const double *b, int64_t j) {
+  if (w) y = __dmul_rn(y, w[j]);
+  if (b) y = __dadd_rn(y, b[j]);
+  return y;
+}
+
+template <typename T, typename G>
+__device__ static void ln_row (T *o, const T *x, const T *w, const T *b, int64_t n,
+                               double eps) {
+  double s = 0, v = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) s += x[j];
+  double mean = G::sum(s) / (double)n;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    double d = x[j] - mean;
+    v += d * d;
+  }
+  double inv = 1.0 / sqrt(G::sum(v) / (double)n + eps);
+  for (int64_t j = G::lane(); j < n; j += G::size())
+    o[j] = affine(((double)x[j] - mean) * inv, w, b, j);
+}
+
+/* gx = y (g - sum(g y)), the sum in double */
+template <typename T, typename G>
+__device__ static void sbw_row (T *gx, const T *y, const T *g, int64_t n) {
+  double dot = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) dot += (double)g[j] * y[j];
+  dot = G::sum(dot);
+  for (int64_t j = G::lane(); j < n; j += G::size()) gx[j] = (T)(y[j] * ((double)g[j] - dot));
+}
+
+/* every row, each taken by one group; a group's rows are the same for all
+   its threads, so the barriers inside are reached by the whole block */
+template <rowop OP, typename T, typename G>
+static __global__ void norm_rows (norm_job J) {
+  for (int64_t r = G::first(); r < J.nrows; r += G::step()) {
+    int64_t at = r * J.n;
+    T *o = (T *)J.o + at;
+    const T *x = (const T *)J.x + at;
+    if constexpr (OP == LOG_SOFTMAX) lsm_row<T, G>(o, x, J.n);
+    else if constexpr (OP == LAYER_NORM)
+      ln_row<T, G>(o, x, (const T *)J.w, (const T *)J.b, J.n, J.eps);
+    else sbw_row<T, G>(o, x, (const T *)J.g + at, J.n);
+  }
+}
+
+template <rowop OP, typename T>
+static int launch_as (const norm_job &J) {
+  if (J.n <= TINY) {
+    norm_rows<OP, T, by_thread><<<qkv_cu_blocks(J.nrows, THREADS), THREADS>>>(J);
+    launchCheck("norm rows (a thread a row)");
+  } else if (J.n <= WARP_MAX) {
+    norm_rows<OP, T, by_warp><<<qkv_cu_blocks(J.nrows, THREADS / 32), THREADS>>>(J);
+    launchCheck("norm rows (a warp a row)");
+  } else {
+    norm_rows<OP, T, by_block><<<qkv_cu_blocks(J.nrows, 1), THREADS>>>(J);
+    launchCheck("norm rows (a block a row)");
+  }
+  return QKV_OK;
+}
+
+/* J's rows of one float dtype dt */
+template <rowop OP>
+static int launch (const norm_job &J, qkv_dtype dt) {
+  return dt == QKV_F32 ? launch_as<OP, float>(J) : launch_as<OP, double>(J);
+}
+
+
+/* the entries */
+
+static int64_t last (const qkv_tensor *t) { return t->ndim ? t->size[t->ndim - 1] : 1; }
+
+static int is_f (qkv_dtype t) { return t == QKV_F32 || t == QKV_F64; }
+
+static norm_job job_of (qkv_tensor *out, const qkv_tensor *x, int64_t n) {
+  norm_job J;
+  J.n = n;
+  J.nrows = qkv_cu_numel(x) / n;
+  J.o = qkv_cu_data(out);
+  J.x = qkv_cu_data(x);
+  J.g = J.w = J.b = NULL;
+  J.eps = 0;
+  return J;
+}
+
+int qkv_cuda_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
+  if (!is_f(x->dtype) || out->dtype != x->dtype) return QKV_EDTYPE;
+  int64_t n = last(x);
+  if (qkv_cu_numel(x) == 0) return QKV_OK;
+  return launch<LOG_SOFTMAX>(job_of(out, x, n), x->dtype);
+}
+
+int qkv_cuda_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
+                         const qkv_tensor *b, int64_t n, double eps) {
+  if (!is_f(x->dtype) || out->dtype != x->dtype || (w && w->dtype != x->dtype) ||
+      (b && b->dtype != x->dtype))
+    return QKV_EDTYPE;
+  if (qkv_cu_numel(x) == 0 || n == 0) return QKV_OK;
+  norm_job J = job_of(out, x, n);
+  J.w = w ? qkv_cu_data(w) : NULL;
+  J.b = b ? qkv_cu_data(b) : NULL;
+  J.eps = eps;
+  return launch<LAYER_NORM>(J, x->dtype);
+}
+
+int qkv_cuda_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g) {
+  if (!is_f(y->dtype) || gx->dtype != y->dtype || g->dtype != y->dtype) return QKV_EDTYPE;
+  int64_t n = last(y);
+  if (qkv_cu_numel(y) == 0) return QKV_OK;
+  norm_job J = job_of(gx, y, n);
+  J.g = qkv_cu_data(g);
+  return launch<SOFTMAX_BWD>(J, y->dtype);
+}

@@ -1,0 +1,206 @@
+/*
+** softmax.cu -- softmax along one dim of a strided tensor on the GPU, as
+** vm/cpu/softmax.c: the row max subtracted (in the row's dtype), the
+** exponentials summed in double, each scaled by (T)(1 / sum).  A row that
+** is entirely -inf (every key masked) gives zeros rather than 0/0 = NaN;
+** a NaN anywhere in a row makes the whole row NaN.
+**
+** A row takes a warp (up to 1024 elements) or a block (longer), whose
+** threads stride along it; tiny rows, and many rows interleaved in memory
+** (softmax along a dim that is not the innermost), take a thread each, so
+** that neighbouring threads read neighbouring memory.  Each pass reads x
+** again rather than keeping the exponentials: max, then the sum, then
+** the output, with the same exp of the same difference each time.
+*/
+#include <math.h>
+
+#include "cuda.cuh"
+
+#define TINY 8                /* rows this short take a thread each */
+#define WARP_MAX 1024         /* rows up to this long take a warp */
+#define MANY 8192             /* interleaved rows enough for a thread each */
+#define THREADS 256           /* of every launch */
+
+namespace {                   /* the types are this file's own */
+
+/* where row r starts in x and in out, the other dims taken in order */
+struct rows {
+  int n;
+  int64_t size[QKV_MAXDIM], xs[QKV_MAXDIM], os[QKV_MAXDIM];
+};
+
+struct sm_job {
+  rows R;
+  int64_t n, xs, os, nrows;   /* the row length, its strides, the rows */
+  char *o;
+  const char *x;
+};
+
+__device__ static void row_start (const rows &R, int64_t r, int64_t *xo, int64_t *oo) {
+  *xo = *oo = 0;
+  for (int i = R.n - 1; i >= 0 && r > 0; i--) {
+    int64_t j = r % R.size[i];
+    r /= R.size[i];
+    *xo += j * R.xs[i];
+    *oo += j * R.os[i];
+  }
+}
+
+
+/*
+** The groups of threads that share a row, each with its first row, its
+** step between rows, its threads' lane and count, and the reductions over
+** them.  Every thread of a group gets the same result: a warp's butterfly
+** adds the same pairs in every lane, and a block's threads each fold the
+** warps' results in the same order.
+*/
+#define FULL 0xffffffffu
+
+struct by_thread {
+  __device__ static int64_t first () { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x; }
+  __device__ static int lane () { return 0; }
+  __device__ static int size () { return 1; }
+  __device__ static double sum (double v) { return v; }
+  template <typename T> __device__ static T max (T v) { return v; }
+  __device__ static int any (int v) { return v; }
+};
+
+template <typename T> __device__ static inline T warp_max (T v) {
+  for (int o = 16; o > 0; o /= 2) {
+    T u = __shfl_xor_sync(FULL, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+__device__ static inline double warp_sum (double v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+
+struct by_warp {
+  __device__ static int64_t first () {
+    return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  }
+  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x / 32; }
+  __device__ static int lane () { return threadIdx.x % 32; }
+  __device__ static int size () { return 32; }
+  __device__ static double sum (double v) { return warp_sum(v); }
+  template <typename T> __device__ static T max (T v) { return warp_max(v); }
+  __device__ static int any (int v) { return __any_sync(FULL, v); }
+};
+
+/* blockDim.x a multiple of 32; the first barrier keeps a write to sh from
+   overtaking a thread still reading the previous call's */
+struct by_block {
+  __device__ static int64_t first () { return blockIdx.x; }
+  __device__ static int64_t step () { return gridDim.x; }
+  __device__ static int lane () { return threadIdx.x; }
+  __device__ static int size () { return blockDim.x; }
+  __device__ static double sum (double v) {
+    __shared__ double sh[32];
+    v = warp_sum(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sh[0];
+    for (unsigned w = 1; w < blockDim.x / 32; w++) v += sh[w];
+    return v;
+  }
+  template <typename T> __device__ static T max (T v) {
+    __shared__ T sh[32];
+    v = warp_max(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sh[0];
+    for (unsigned w = 1; w < blockDim.x / 32; w++) v = sh[w] > v ? sh[w] : v;
+    return v;
+  }
+  __device__ static int any (int v) { return __syncthreads_or(v); }
+};
+
+}
+
+
+/* one row, its elements shared out among the group G */
+
+__device__ static inline float ex (float v) { return expf(v); }
+__device__ static inline double ex (double v) { return exp(v); }
+
+template <typename T, typename G>
+__device__ static void softmax_row (T *o, int64_t os, const T *x, int64_t xs, int64_t n) {
+  T max = -INFINITY;
+  int nan = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    T v = x[j * xs];
+    nan |= v != v;
+    max = v > max ? v : max;
+  }
+  max = G::max(max);
+  nan = G::any(nan);
+  if (nan || max == -INFINITY) {         /* the same in the whole group */
+    T fill = nan ? (T)NAN : (T)0;
+    for (int64_t j = G::lane(); j < n; j += G::size()) o[j * os] = fill;
+    return;
+  }
+  double sum = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) sum += ex(x[j * xs] - max);
+  sum = G::sum(sum);
+  T inv = (T)(1.0 / sum);
+  for (int64_t j = G::lane(); j < n; j += G::size()) o[j * os] = ex(x[j * xs] - max) * inv;
+}
+
+/* every row, each taken by one group; a group's rows are the same for all
+   its threads, so the barriers inside are reached by the whole block */
+template <typename T, typename G>
+static __global__ void softmax_rows (sm_job J) {
+  for (int64_t r = G::first(); r < J.nrows; r += G::step()) {
+    int64_t xo, oo;
+    row_start(J.R, r, &xo, &oo);
+    softmax_row<T, G>((T *)J.o + oo, J.os, (const T *)J.x + xo, J.xs, J.n);
+  }
+}
+
+template <typename T>
+static int launch (const sm_job &J, int interleaved) {
+  if (J.n <= TINY || (interleaved && J.nrows >= MANY)) {
+    softmax_rows<T, by_thread><<<qkv_cu_blocks(J.nrows, THREADS), THREADS>>>(J);
+    launchCheck("softmax (a thread a row)");
+  } else if (J.n <= WARP_MAX) {
+    softmax_rows<T, by_warp><<<qkv_cu_blocks(J.nrows, THREADS / 32), THREADS>>>(J);
+    launchCheck("softmax (a warp a row)");
+  } else {
+    softmax_rows<T, by_block><<<qkv_cu_blocks(J.nrows, 1), THREADS>>>(J);
+    launchCheck("softmax (a block a row)");
+  }
+  return QKV_OK;
+}
+
+static int64_t mag (int64_t s) { return s < 0 ? -s : s; }
+
+int qkv_cuda_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  if (out->dtype != x->dtype || (x->dtype != QKV_F32 && x->dtype != QKV_F64))
+    return QKV_EDTYPE;
+  int64_t numel = qkv_cu_numel(x);
+  if (numel == 0) return QKV_OK;
+  sm_job J;
+  J.n = x->ndim ? x->size[dim] : 1;
+  J.xs = x->ndim ? x->stride[dim] : 1;
+  J.os = out->ndim ? out->stride[dim] : 1;
+  J.nrows = numel / J.n;
+  J.R.n = 0;
+  int interleaved = 0;          /* another dim steps less than the row's */
+  for (int i = 0; i < x->ndim; i++) {
+    if (i == dim) continue;
+    J.R.size[J.R.n] = x->size[i];
+    J.R.xs[J.R.n] = x->stride[i];
+    J.R.os[J.R.n] = out->stride[i];
+    J.R.n++;
+    if (x->size[i] > 1 && mag(x->stride[i]) < mag(J.xs)) interleaved = 1;
+  }
+  J.o = qkv_cu_data(out);
+  J.x = qkv_cu_data(x);
+  return x->dtype == QKV_F32 ? launch<float>(J, interleaved) : launch<double>(J, interleaved);
+}
