@@ -269,12 +269,16 @@ static int64_t causal_cut (int64_t i, const void *ctx) {
   return i + qk[1] - qk[0] + 1;
 }
 
-/* bool (nq, nk): key j is kept for query i when j <= i + nk - nq */
+/* bool (nq, nk) on dev: key j is kept for query i when j <= i + nk - nq
+   (made on the host, then moved) */
 static qkv_tensor *causal (lua_State *L, const char *name, int64_t nq,
-                           int64_t nk, int keep) {
+                           int64_t nk, int keep, qkv_device dev) {
   int64_t size[2] = {nq, nk};
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
   fill_rows(L, name, (unsigned char *)qkv_data(m), nq, nk, keep, causal_cut, size);
+  if (dev == QKV_CPU) return m;
+  m = qkvL_todevice(L, m, dev, name);
+  lua_remove(L, -2);
   return m;
 }
 
@@ -287,7 +291,8 @@ static int64_t checkcount (lua_State *L, int arg) {
 
 static int a_causal (lua_State *L) {
   int64_t nq = checkcount(L, 1);
-  causal(L, "causal", nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1);
+  causal(L, "causal", nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1,
+         qkvL_default_device());
   return 1;
 }
 
@@ -300,8 +305,10 @@ static qkv_tensor *read_lengths (lua_State *L, int arg) {
   qkv_tensor *t = qkvL_totensor(L, arg), *out;
   if (t) {
     if (t->ndim != 1) luaL_error(L, "padding: lengths must be 1-D");
-    out = qkvL_newlike(L, t, QKV_F64);
-    qkvL_check(L, "padding", qkv_copy(out, t));
+    const qkv_tensor *h = qkvL_host(L, t, "padding");
+    out = qkvL_new(L, QKV_F64, QKV_CPU, 1, t->size, 0);
+    qkvL_check(L, "padding", qkv_copy(out, h));
+    if (h != t) lua_remove(L, -2);
     return out;
   }
   luaL_checktype(L, arg, LUA_TTABLE);
@@ -346,6 +353,7 @@ static int a_padding (lua_State *L) {
   unsigned char *p = (unsigned char *)qkv_data(m);
   len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
   fill_rows(L, "padding", p, count, n, 1, length_cut, len);
+  qkvL_todefault(L, "padding");
   return 1;
 }
 
@@ -569,7 +577,7 @@ static int a_attention (lua_State *L) {
   qkvL_Scalar sc;
   if (m) fill_where_not(L, "attention", S, m, neg_inf(&sc, S->dtype));
   if (causal_) {
-    qkv_tensor *off = causal(L, "attention", ROWS(S), LAST(S), 0);
+    qkv_tensor *off = causal(L, "attention", ROWS(S), LAST(S), 0, S->storage->device);
     qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));
     lua_pop(L, 1);
   }

@@ -96,14 +96,31 @@ static int b_tensor (lua_State *L) {
   if (n == 0) store(L, dt, (char *)qkv_data(t), -1);
   else fill(L, t, 0, (char *)qkv_data(t));
   lua_pop(L, 1);
+  qkvL_todefault(L, "tensor");
   return 1;
+}
+
+/* an optional device name at arg: the default device when none */
+static qkv_device optdevice (lua_State *L, int arg, const char *name) {
+  static const char *const names[] = {"cpu", "cuda", NULL};
+  if (lua_isnoneornil(L, arg)) return qkvL_default_device();
+  qkv_device d = luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
+  if (d == QKV_CUDA) qkvL_checkcuda(L, name);
+  return d;
+}
+
+static int is_device (lua_State *L, int arg) {
+  const char *s = lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : "";
+  return strcmp(s, "cpu") == 0 || strcmp(s, "cuda") == 0;
 }
 
 static int filled (lua_State *L, double v, int zero) {
   int64_t size[QKV_MAXDIM];
   qkv_dtype dt = QKV_F32;
-  int n = qkvL_checkshape(L, 1, size, &dt);
-  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, zero);
+  qkv_device dev;
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
+  if (dev == QKV_CUDA) qkvL_checkcuda(L, zero ? "zeros" : "ones");
+  qkv_tensor *t = qkvL_new(L, dt, dev, n, size, zero);
   if (!zero) qkvL_check(L, "fill", qkv_fill(t, v));
   return 1;
 }
@@ -111,16 +128,18 @@ static int filled (lua_State *L, double v, int zero) {
 static int b_zeros (lua_State *L) { return filled(L, 0, 1); }
 static int b_ones (lua_State *L) { return filled(L, 1, 0); }
 
-/* full(shape, value [, dtype]); shape is a table or one size */
+/* full(shape, value [, dtype] [, device]); shape is a table or one size */
 static int b_full (lua_State *L) {
   int64_t size[QKV_MAXDIM];
   int n = qkvL_checkshapearg(L, 1, size);
   luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2), 2,
                 "number expected");
-  qkv_dtype dt = lua_isnoneornil(L, 3) ? QKV_F32 : qkvL_checkdtype(L, 3);
+  int darg = is_device(L, 3) ? 3 : 4;
+  qkv_dtype dt = lua_isnoneornil(L, 3) || darg == 3 ? QKV_F32 : qkvL_checkdtype(L, 3);
+  qkv_device dev = optdevice(L, darg, "full");
   qkvL_Scalar sc;
   const qkv_tensor *v = qkvL_checkfill(L, 2, dt, "full", &sc);
-  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
+  qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
   qkvL_check(L, "full", qkv_copy(t, v));
   return 1;
 }
@@ -129,10 +148,12 @@ static int b_full (lua_State *L) {
 static int b_eye (lua_State *L) {
   int64_t size[QKV_MAXDIM];              /* qkvL_checkshape reads up to 8 sizes */
   qkv_dtype dt = QKV_F32;
-  int n = qkvL_checkshape(L, 1, size, &dt);
+  qkv_device dev;
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
   luaL_argcheck(L, n == 1 || n == 2, 1, "eye takes n or n, m");
   if (n == 1) size[1] = size[0];
-  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, 2, size, 1), diag = *t;
+  if (dev == QKV_CUDA) qkvL_checkcuda(L, "eye");
+  qkv_tensor *t = qkvL_new(L, dt, dev, 2, size, 1), diag = *t;
   diag.ndim = 1;
   diag.size[0] = size[0] < size[1] ? size[0] : size[1];
   diag.stride[0] = t->stride[0] + 1;
@@ -140,7 +161,8 @@ static int b_eye (lua_State *L) {
   return 1;
 }
 
-/* arange([a,] b [, step] [, dtype]): a, a+step, ... up to but not b */
+/* arange([a,] b [, step] [, dtype] [, device]): a, a+step, ... up to but
+   not b */
 static int b_arange (lua_State *L) {
   int nnum = 0;
   while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
@@ -148,7 +170,10 @@ static int b_arange (lua_State *L) {
   double a = nnum >= 2 ? lua_tonumber(L, 1) : 0;
   double b = lua_tonumber(L, nnum >= 2 ? 2 : 1);
   double step = nnum == 3 ? lua_tonumber(L, 3) : 1;
-  qkv_dtype dt = lua_isnoneornil(L, nnum + 1) ? QKV_F32 : qkvL_checkdtype(L, nnum + 1);
+  int darg = is_device(L, nnum + 1) ? nnum + 1 : nnum + 2;
+  qkv_dtype dt = lua_isnoneornil(L, nnum + 1) || darg == nnum + 1 ? QKV_F32
+                 : qkvL_checkdtype(L, nnum + 1);
+  qkv_device dev = optdevice(L, darg, "arange");
   if (!(step != 0) || !isfinite(a) || !isfinite(b) || !isfinite(step))
     return luaL_error(L, "arange: bounds and step must be finite and step non-zero");
   double count = ceil((b - a) / step);
@@ -165,9 +190,13 @@ static int b_arange (lua_State *L) {
     if (i0 > 0 && qkv_interrupted) qkvL_check(L, "arange", QKV_EINTR);
     for (int64_t i = i0; i < i1; i++) p[i] = a + (double)i * step;
   }
+  if (dev != QKV_CPU) {
+    qkvL_todevice(L, t, dev, "arange");
+    lua_remove(L, -2);
+  }
   if (dt != QKV_F64) {
-    qkv_tensor *r = qkvL_newlike(L, t, dt);
-    qkvL_check(L, "arange", qkv_copy(r, t));
+    qkv_tensor *r = qkvL_newlike(L, qkvL_checktensor(L, -1), dt);
+    qkvL_check(L, "arange", qkv_copy(r, qkvL_checktensor(L, -2)));
   }
   return 1;
 }
@@ -175,11 +204,14 @@ static int b_arange (lua_State *L) {
 static int random_tensor (lua_State *L, qkv_dist dist) {
   int64_t size[QKV_MAXDIM];
   qkv_dtype dt = QKV_F32;
-  int n = qkvL_checkshape(L, 1, size, &dt);
+  qkv_device dev;
+  const char *name = dist == QKV_UNIFORM ? "rand" : "randn";
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
   if (!qkv_is_float(dt))
     luaL_argerror(L, n + 1, "random tensors are float32 or float64");
-  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
-  qkvL_check(L, dist == QKV_UNIFORM ? "rand" : "randn", qkv_random(t, dist));
+  if (dev == QKV_CUDA) qkvL_checkcuda(L, name);
+  qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
+  qkvL_check(L, name, qkv_random(t, dist));
   return 1;
 }
 

@@ -163,9 +163,7 @@ void qkvL_writeerr (lua_State *L, const char *who, const char *path, int err) {
 
 const qkv_tensor *qkvL_cpudata (lua_State *L, int arg, const char *fn) {
   qkv_tensor *t = qkvL_checktensor(L, arg);
-  if (t->storage->device != QKV_CPU)
-    luaL_error(L, "%s: the tensor is on %s; call x:cpu() first", fn,
-               qkv_device_name(t->storage->device));
+  if (t->storage->device != QKV_CPU) return qkvL_todevice(L, t, QKV_CPU, fn);
   if (qkv_is_contiguous(t)) return t;
   qkv_tensor *c = qkvL_new(L, t->dtype, QKV_CPU, t->ndim, t->size, 0);
   qkvL_check(L, fn, qkv_copy(c, t));
@@ -229,6 +227,7 @@ static int io_npy_decode (lua_State *L) {
   int e = qkv_npy_decode(&h, s + h.data_offset, qkv_data(t), err, sizeof err);
   if (e == QKV_NPY_EINTR) qkvL_check(L, what, QKV_EINTR);
   if (e != 0) return luaL_error(L, "%s: %s", what, err);
+  qkvL_todefault(L, what);
   return 1;
 }
 
@@ -341,6 +340,7 @@ static int io_load (lua_State *L) {
     qkvL_check(L, "load", QKV_EINTR);
   if (e != 0) luaL_error(L, "load: %s: %s", path, err);
   qkvL_close_reader(L, ri);
+  qkvL_todefault(L, "load");
   return 1;
 }
 

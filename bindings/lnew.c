@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lqkv.h"
+#include "../vm/backend.h"
 
 /*
 ** Lua sees only the small header userdata, so we tell its collector about
@@ -219,6 +220,7 @@ qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
   }
   size_t nbytes = (size_t)n * qkv_elsize(dt);
   qkv_tensor *t;
+  if (dev == QKV_CUDA && qkv_cuda_loaded() == NULL) qkvL_checkcuda(L, fname(L));
   if (dev == QKV_CPU && nbytes <= INLINE_MAX)
     t = new_inline(L, nbytes, zero);
   else {
@@ -227,6 +229,8 @@ qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
     if (s == NULL) {
       gc_full(L);
       s = qkv_storage_new(dev, nbytes, zero);
+      if (s == NULL && dev == QKV_CUDA && qkv_cuda_loaded())
+        luaL_error(L, "%s: %s", fname(L), qkv_cuda_loaded()->error());
       if (s == NULL)
         luaL_error(L, "%s: out of memory: tried to allocate %I bytes", fname(L),
                    (lua_Integer)nbytes);
@@ -338,4 +342,45 @@ void qkvL_deferred_atclose (lua_State *L) {
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+
+/*
+** Devices.  New tensors go to the default device (qkv.set_default_device,
+** `qkv --device cuda`); a tensor moves with x:cuda(), x:cpu(), x:to(dev).
+** The CUDA plugin is loaded by the first of these that names the GPU.
+*/
+static qkv_device default_device = QKV_CPU;
+
+qkv_device qkvL_default_device (void) { return default_device; }
+
+void qkvL_checkcuda (lua_State *L, const char *name) {
+  char why[600];
+  if (qkv_cuda(why, sizeof why) == NULL)
+    luaL_error(L, "%s: cuda is not available: %s", name, why);
+}
+
+/* lazy, as torch.set_default_device: the first tensor made there loads the
+   plugin (so that `qkv test --device cuda` can fork its suites before any
+   CUDA call: a CUDA context does not survive a fork) */
+void qkvL_set_default_device (qkv_device d) { default_device = d; }
+
+qkv_tensor *qkvL_todevice (lua_State *L, const qkv_tensor *t, qkv_device d,
+                           const char *name) {
+  if (d == QKV_CUDA) qkvL_checkcuda(L, name);
+  qkv_tensor *r = qkvL_new(L, t->dtype, d, t->ndim, t->size, 0);
+  qkvL_check(L, name, qkv_transfer(r, t));
+  return r;
+}
+
+/* the tensor at the top, made on the host, moved to the default device */
+void qkvL_todefault (lua_State *L, const char *name) {
+  if (default_device == QKV_CPU) return;
+  qkvL_todevice(L, qkvL_checktensor(L, -1), default_device, name);
+  lua_replace(L, -2);
+}
+
+const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name) {
+  if (t->storage->device == QKV_CPU) return t;
+  return qkvL_todevice(L, t, QKV_CPU, name);
 }

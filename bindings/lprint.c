@@ -281,13 +281,12 @@ static void addsuffix (Out *o, size_t *last, const char *s) {
 }
 
 
-static void suffixes (Out *o, const qkv_tensor *t, int64_t numel) {
+static void suffixes (Out *o, const qkv_tensor *t, int64_t numel, qkv_device dev) {
   char buf[32 + 24 * QKV_MAXDIM];
   size_t last = o->col + 2;
   int i;
-  if (t->storage->device != QKV_CPU) {
-    snprintf(buf, sizeof(buf), "device='%s'",
-             qkv_device_name(t->storage->device));
+  if (dev != QKV_CPU) {
+    snprintf(buf, sizeof(buf), "device='%s'", qkv_device_name(dev));
     addsuffix(o, &last, buf);
   }
   /* an empty tensor shows a shape that "[]" does not imply ... */
@@ -308,8 +307,11 @@ static void suffixes (Out *o, const qkv_tensor *t, int64_t numel) {
 }
 
 
+/* a GPU tensor is printed from its host copy, with device='cuda' */
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t) {
   Out o;
+  qkv_device dev = t->storage->device;
+  if (dev != QKV_CPU) t = qkvL_host(L, t, "tostring");
   int64_t numel = qkv_numel(t);
   luaL_buffinit(L, &o.b);
   o.col = 0;
@@ -322,8 +324,9 @@ int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t) {
     if (t->ndim == 0) putval(&o, &f, t->offset);
     else emit(&o, &f, 0, t->offset, INDENT);
   }
-  suffixes(&o, t, numel);
+  suffixes(&o, t, numel, dev);
   addchar(&o, ')');
   luaL_pushresult(&o.b);
+  if (dev != QKV_CPU) lua_remove(L, -2);
   return 1;
 }

@@ -36,8 +36,11 @@ int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
 qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
 /* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
-   A string after the sizes is a dtype, stored in *dt when dt is given. */
-int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt);
+   A string after the sizes is a dtype, stored in *dt when dt is given,
+   and a device ("cpu", "cuda") may follow or stand alone, stored in *dev
+   (the default device when none is given) when dev is given. */
+int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
+                     qkv_device *dev);
 int qkvL_checksizes (lua_State *L, int arg, int64_t *size);   /* -1 allowed */
 int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size); /* arg alone */
 const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
@@ -71,6 +74,20 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);
 void qkvL_check (lua_State *L, const char *fname, int err);
 
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
+
+/* devices (lnew.c): where new tensors go, and moving tensors between the
+   host and the GPU; a GPU that cannot be used is an error naming why */
+qkv_device qkvL_default_device (void);
+void qkvL_set_default_device (qkv_device d);
+void qkvL_checkcuda (lua_State *L, const char *name);
+/* a copy of t on device d, pushed */
+qkv_tensor *qkvL_todevice (lua_State *L, const qkv_tensor *t, qkv_device d,
+                           const char *name);
+/* the tensor at the top (made on the host) replaced by its copy on the
+   default device, when that is not the CPU */
+void qkvL_todefault (lua_State *L, const char *name);
+/* t when on the host, else its host copy, pushed: for reading elements */
+const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name);
 /* alpha * a @ b, with matmul's shape rules and errors; a failure of the
    kernel itself (Ctrl-C) is reported as `name`'s, the op the user called */
 qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,

@@ -188,6 +188,7 @@ static int st_load (lua_State *L) {
                             sizeof err);
     if (rc == QKV_ST_EINTR) qkvL_check(L, LOAD, QKV_EINTR);
     if (rc != 0) luaL_error(L, LOAD ": %s: %s", path, err);
+    qkvL_todefault(L, LOAD);
     lua_setfield(L, 7, e[i].name);
   }
   qkvL_close_reader(L, 2);

@@ -62,8 +62,9 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
   for (int op = 0; op < 2; op++) {     /* the least and the largest */
     qkv_tensor *r = qkvL_new(L, QKV_I64, z->storage->device, 0, &one_size, 0);
     qkvL_check(L, name, qkv_reduce(op ? QKV_MAX : QKV_MIN, r, NULL, z, -1));
-    mm[op] = *(int64_t *)qkv_data(r);
-    lua_pop(L, 1);
+    const qkv_tensor *h = qkvL_host(L, r, name);
+    mm[op] = *(int64_t *)qkv_data(h);
+    lua_pop(L, h == r ? 1 : 2);
   }
   for (int op = 0; op < 2; op++)
     if (mm[op] < 0 || mm[op] >= n)
@@ -122,6 +123,7 @@ static int triangle (lua_State *L, const char *name, int upper) {
   for (int64_t i = 0; i < size[0]; i++)
     for (int64_t j = 0; j < size[1]; j++)
       p[i * size[1] + j] = upper ? j - i < k : j - i > k;
+  if (x->storage->device != QKV_CPU) off = qkvL_todevice(L, off, x->storage->device, name);
   qkv_tensor *out = qkvL_newlike(L, x, x->dtype);
   qkvL_check(L, name, qkv_copy(out, x));
   qkvL_check(L, name, qkv_masked_fill(out, off, 0));

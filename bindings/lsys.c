@@ -27,19 +27,116 @@ static int s_termsize (lua_State *L) {
   return 2;
 }
 
-/* qkv.cuda_available() -> boolean: a CUDA backend is loaded and has a GPU */
+/* qkv.cuda_available() -> boolean [, why not]: loads the CUDA plugin the
+   first time and says whether it found a GPU */
 static int s_cuda_available (lua_State *L) {
-  lua_pushboolean(L, qkv_backend_of(QKV_CUDA) != NULL);
+  char why[600];
+  int ok = qkv_cuda(why, sizeof why) != NULL;
+  lua_pushboolean(L, ok);
+  if (ok) return 1;
+  lua_pushstring(L, why);
+  return 2;
+}
+
+/* qkv._backend_entries() -> {{name =, cpu =, cuda =}, ...}: the dispatch
+   table's entries and which backends fill them (cuda false when the GPU
+   backend is not loaded); for tests/test_cuda.lua */
+static int s_backend_entries (lua_State *L) {
+  const qkv_backend *cpu = qkv_backend_of(QKV_CPU), *gpu = qkv_backend_of(QKV_CUDA);
+  const char *name;
+  int filled;
+  lua_newtable(L);
+  for (int i = 0; (name = qkv_backend_entry(cpu, i, &filled)) != NULL; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "name");
+    lua_pushboolean(L, filled);
+    lua_setfield(L, -2, "cpu");
+    qkv_backend_entry(gpu, i, &filled);
+    lua_pushboolean(L, gpu != NULL && filled);
+    lua_setfield(L, -2, "cuda");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static const qkv_cuda_api *cuda (lua_State *L, const char *name) {
+  qkvL_checkcuda(L, name);
+  return qkv_cuda_loaded();
+}
+
+/* qkv.cuda.memory() -> {allocated, cached, peak, free, total} in bytes */
+static int c_memory (lua_State *L) {
+  qkv_cuda_memory m;
+  cuda(L, "memory")->memory(&m);
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)m.allocated); lua_setfield(L, -2, "allocated");
+  lua_pushinteger(L, (lua_Integer)m.cached); lua_setfield(L, -2, "cached");
+  lua_pushinteger(L, (lua_Integer)m.peak); lua_setfield(L, -2, "peak");
+  lua_pushinteger(L, (lua_Integer)m.free); lua_setfield(L, -2, "free");
+  lua_pushinteger(L, (lua_Integer)m.total); lua_setfield(L, -2, "total");
+  return 1;
+}
+
+static int c_synchronize (lua_State *L) {
+  qkvL_check(L, "synchronize", cuda(L, "synchronize")->synchronize());
+  return 0;
+}
+
+static int c_empty_cache (lua_State *L) {
+  cuda(L, "empty_cache")->empty_cache();
+  return 0;
+}
+
+static int c_device_name (lua_State *L) {
+  lua_pushstring(L, cuda(L, "device_name")->device_name());
+  return 1;
+}
+
+/* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it */
+static int c_allow_tf32 (lua_State *L) {
+  const qkv_cuda_api *a = cuda(L, "allow_tf32");
+  lua_pushboolean(L, a->tf32());
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    a->allow_tf32(lua_toboolean(L, 1));
+  }
+  return 1;
+}
+
+static qkv_device checkdevice (lua_State *L, int arg) {
+  static const char *const names[] = {"cpu", "cuda", NULL};
+  return luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
+}
+
+/* qkv.set_default_device(dev): where new tensors go ("cpu" or "cuda") */
+static int s_set_default_device (lua_State *L) {
+  qkvL_set_default_device(checkdevice(L, 1));
+  return 0;
+}
+
+static int s_default_device (lua_State *L) {
+  lua_pushstring(L, qkv_device_name(qkvL_default_device()));
   return 1;
 }
 
 void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg f[] = {
     {"_isatty", s_isatty}, {"_termsize", s_termsize},
-    {"cuda_available", s_cuda_available}, {NULL, NULL}
+    {"cuda_available", s_cuda_available}, {"set_default_device", s_set_default_device},
+    {"default_device", s_default_device}, {"_backend_entries", s_backend_entries},
+    {NULL, NULL}
+  };
+  static const luaL_Reg c[] = {
+    {"memory", c_memory}, {"synchronize", c_synchronize}, {"empty_cache", c_empty_cache},
+    {"device_name", c_device_name}, {"allow_tf32", c_allow_tf32}, {NULL, NULL}
   };
   lua_pushvalue(L, module);
   luaL_setfuncs(L, f, 0);
+  luaL_newlib(L, c);
+  lua_pushcfunction(L, s_cuda_available);
+  lua_setfield(L, -2, "is_available");
+  lua_setfield(L, -2, "cuda");
   lua_pop(L, 1);
   (void)mt; (void)methods;
 }

@@ -68,8 +68,16 @@ static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
 ** `one`, only `arg` itself holds the shape.  Anything else left over, but
 ** trailing nils, is an error rather than silently ignored.
 */
+/* "cpu" or "cuda" at arg: 1 and *dev set, else 0 */
+static int device_arg (lua_State *L, int arg, qkv_device *dev) {
+  const char *s = lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : NULL;
+  if (s == NULL || (strcmp(s, "cpu") != 0 && strcmp(s, "cuda") != 0)) return 0;
+  *dev = strcmp(s, "cuda") == 0 ? QKV_CUDA : QKV_CPU;
+  return 1;
+}
+
 static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                        int infer, int one) {
+                        qkv_device *dev, int infer, int one) {
   int n = 0, top = lua_gettop(L);
   while (top > arg && lua_isnil(L, top)) top--;
   if (lua_type(L, arg) == LUA_TTABLE) {
@@ -91,23 +99,30 @@ static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
     }
   }
   if (one) return n;
-  if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) *dt = qkvL_checkdtype(L, arg++);
+  if (dev && arg <= top && device_arg(L, arg, dev)) arg++;
+  else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
+    *dt = qkvL_checkdtype(L, arg++);
+    if (dev && arg <= top && device_arg(L, arg, dev)) arg++;
+  }
   if (arg <= top)
     luaL_argerror(L, arg, lua_pushfstring(L, "size%s expected, got %s",
-                  dt ? " or dtype" : "", luaL_typename(L, arg)));
+                  dev ? ", dtype or device" : dt ? " or dtype" : "",
+                  luaL_typename(L, arg)));
   return n;
 }
 
-int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt) {
-  return parse_sizes(L, arg, size, dt, 0, 0);
+int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
+                     qkv_device *dev) {
+  if (dev) *dev = qkvL_default_device();
+  return parse_sizes(L, arg, size, dt, dev, 0, 0);
 }
 
 int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, 0, 1);
+  return parse_sizes(L, arg, size, NULL, NULL, 0, 1);
 }
 
 int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, 1, 0);
+  return parse_sizes(L, arg, size, NULL, NULL, 1, 0);
 }
 
 /*
@@ -171,10 +186,10 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
   return 1;
 }
 
-static void checkcpu (lua_State *L, const qkv_tensor *t, const char *name) {
-  if (t->storage->device != QKV_CPU)
-    luaL_error(L, "%s: tensor is on %s; call :cpu() first", name,
-               qkv_device_name(t->storage->device));
+/* the element that the 0-d view v names, pushed (copied from the GPU) */
+static int pushelem (lua_State *L, const qkv_tensor *v, const char *name) {
+  const qkv_tensor *h = qkvL_host(L, v, name);
+  return qkvL_pushvalue(L, h, qkv_data(h));
 }
 
 static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
@@ -190,21 +205,20 @@ static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
 }
 
 static int t_tolist (lua_State *L) {
-  qkv_tensor *t = qkvL_checktensor(L, 1);
-  checkcpu(L, t, "tolist");
+  const qkv_tensor *t = qkvL_host(L, qkvL_checktensor(L, 1), "tolist");
   pushlist(L, t, 0, (const char *)qkv_data(t));
   return 1;
 }
 
 static int t_item (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  checkcpu(L, t, "item");
   if (qkv_numel(t) != 1) {
     qkvL_shape(L, t);
     return luaL_error(L, "item: tensor of shape %s has %I elements, not 1",
                       lua_tostring(L, -1), (lua_Integer)qkv_numel(t));
   }
-  return qkvL_pushvalue(L, t, qkv_data(t));
+  const qkv_tensor *h = qkvL_host(L, t, "item");
+  return qkvL_pushvalue(L, h, qkv_data(h));
 }
 
 
@@ -333,10 +347,7 @@ static int t_index (lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     qkv_tensor v;
     table_view(L, t, 2, &v);
-    if (v.ndim == 0) {
-      checkcpu(L, t, "index");
-      return qkvL_pushvalue(L, &v, qkv_data(&v));
-    }
+    if (v.ndim == 0) return pushelem(L, &v, "index");
     qkvL_pushview(L, &v, 1);
     return 1;
   }
@@ -363,10 +374,7 @@ static int t_index (lua_State *L) {
   if (t->ndim == 0) return luaL_error(L, "index: cannot index a 0-d tensor");
   qkv_tensor v;
   qkv_view_select(&v, t, 0, qkvL_checkindex(L, 2, t->size[0], "index"));
-  if (v.ndim == 0) {
-    checkcpu(L, t, "index");
-    return qkvL_pushvalue(L, &v, qkv_data(&v));
-  }
+  if (v.ndim == 0) return pushelem(L, &v, "index");
   qkvL_pushview(L, &v, 1);
   return 1;
 }
@@ -414,7 +422,6 @@ static int t_tostring (lua_State *L) {
   qkv_tensor *t = qkvL_istensor(L, 1);
   if (t == NULL) luaL_typeerror(L, 1, QKV_TENSOR);
   if (qkv_is_closed(t)) return lua_pushliteral(L, "tensor(<closed>)"), 1;
-  checkcpu(L, t, "tostring");
   qkvL_pushtensorstring(L, t);
   if (!qkvL_grad_loaded()) return 1;
   /* PyTorch's suffixes: grad_fn=<...> on a result, requires_grad=True on a

@@ -197,10 +197,11 @@ static int v_clone (lua_State *L) {
   return 1;
 }
 
-static int todevice (lua_State *L, qkv_tensor *t, qkv_device d) {
+/* a copy on device d (self when already there), as PyTorch's x.to(dev) */
+static int todevice (lua_State *L, qkv_tensor *t, qkv_device d, const char *name) {
   if (t->storage->device == d) { lua_settop(L, 1); return 1; }
-  return luaL_error(L, "to: the %s backend is not available in this build",
-                    qkv_device_name(d));
+  qkvL_todevice(L, t, d, name);
+  return 1;
 }
 
 /* to(dtype) or to(device); returns self when nothing changes */
@@ -208,16 +209,23 @@ static int v_to (lua_State *L) {
   QKVL_GRAD(L, "to", v_to);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   const char *s = luaL_checkstring(L, 2);
-  if (strcmp(s, "cpu") == 0) return todevice(L, t, QKV_CPU);
-  if (strcmp(s, "cuda") == 0) return todevice(L, t, QKV_CUDA);
+  if (strcmp(s, "cpu") == 0) return todevice(L, t, QKV_CPU, "to");
+  if (strcmp(s, "cuda") == 0) return todevice(L, t, QKV_CUDA, "to");
   qkv_dtype dt = qkvL_checkdtype(L, 2);
   if (dt == t->dtype) lua_settop(L, 1);
   else pushcopy(L, t, dt);
   return 1;
 }
 
-static int v_cpu (lua_State *L) { return todevice(L, qkvL_checktensor(L, 1), QKV_CPU); }
-static int v_cuda (lua_State *L) { return todevice(L, qkvL_checktensor(L, 1), QKV_CUDA); }
+static int v_cpu (lua_State *L) {
+  QKVL_GRAD(L, "cpu", v_cpu);
+  return todevice(L, qkvL_checktensor(L, 1), QKV_CPU, "cpu");
+}
+
+static int v_cuda (lua_State *L) {
+  QKVL_GRAD(L, "cuda", v_cuda);
+  return todevice(L, qkvL_checktensor(L, 1), QKV_CUDA, "cuda");
+}
 
 void qkvL_open_view (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg m[] = {

@@ -18,6 +18,8 @@
 
 #include "qkv.h"
 #include "cli.h"
+#include "backend.h"
+#include "../bindings/lqkv.h"
 
 LUALIB_API int luaopen_qkv (lua_State *L);
 
@@ -302,12 +304,18 @@ static int suite_end (lua_State *L, const char *fname) {
   return ok;
 }
 
+/* --device cuda: new tensors go to the GPU, which must be usable */
 static int rundevice (const char *dev) {
+  char why[600];
   if (strcmp(dev, "cpu") == 0) return 1;
-  if (strcmp(dev, "cuda") == 0)
-    fprintf(stderr, "%s: --device cuda: this build has no CUDA backend\n", cli_progname);
-  else
+  if (strcmp(dev, "cuda") != 0)
     fprintf(stderr, "%s: --device: '%s' is not cpu or cuda\n", cli_progname, dev);
+  else if (qkv_cuda(why, sizeof why) == NULL)
+    fprintf(stderr, "%s: --device cuda: %s\n", cli_progname, why);
+  else {
+    qkvL_set_default_device(QKV_CUDA);
+    return 1;
+  }
   return 0;
 }
 

@@ -4,6 +4,7 @@
 ** operands to the output's shape, then calls the backend's entry.
 */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "qkv.h"
@@ -13,9 +14,38 @@
 volatile sig_atomic_t qkv_interrupted = 0;
 
 const qkv_backend *qkv_backend_of (qkv_device dev) {
-  /* the CUDA table is filled in when its shared object is loaded */
-  return dev == QKV_CPU ? &qkv_cpu_backend : NULL;
+  /* the CUDA table comes with its plugin, once loaded (vm/plugin.c) */
+  if (dev == QKV_CPU) return &qkv_cpu_backend;
+  const qkv_cuda_api *cuda = qkv_cuda_loaded();
+  return cuda ? cuda->backend : NULL;
 }
+
+/*
+** The backend table's entries by name, so that the cross-backend suite
+** (tests/test_cuda.lua) can ask that each has a test and that the GPU
+** fills each: an entry added to backend.h without a line here fails the
+** assertion below.
+*/
+#define ENTRY(f) {#f, offsetof(qkv_backend, f)}
+static const struct { const char *name; size_t off; } entries[] = {
+  ENTRY(alloc), ENTRY(free), ENTRY(copy), ENTRY(fill), ENTRY(binary), ENTRY(unary),
+  ENTRY(reduce), ENTRY(matmul), ENTRY(masked_fill), ENTRY(random), ENTRY(softmax),
+  ENTRY(attention), ENTRY(where), ENTRY(gather), ENTRY(sort), ENTRY(attention_backward),
+  ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm)
+};
+_Static_assert(sizeof entries / sizeof entries[0] ==
+               (sizeof(qkv_backend) - sizeof(const char *)) / sizeof(void (*)(void)),
+               "every entry of qkv_backend is listed in ops.c's entries");
+
+const char *qkv_backend_entry (const qkv_backend *be, int i, int *filled) {
+  if (i < 0 || i >= (int)(sizeof entries / sizeof entries[0])) return NULL;
+  void (*const *f)(void) = (void (*const *)(void))((const char *)be + entries[i].off);
+  *filled = be != NULL && *f != NULL;
+  return entries[i].name;
+}
+
+/* the devices of the last op that mixed them, for its message */
+static char mixed[80] = "tensors are on different devices";
 
 const char *qkv_strerror (int code) {
   switch (code) {
@@ -23,13 +53,14 @@ const char *qkv_strerror (int code) {
     case QKV_ENOMEM: return "out of memory";
     case QKV_EDTYPE: return "unsupported dtype";
     case QKV_ENODEV: return "device not available";
-    case QKV_EDEVICE: return "tensors are on different devices";
+    case QKV_EDEVICE: return mixed;
     case QKV_EINTR: return "interrupted";
     case QKV_ENOBLAS: return "no BLAS library could be loaded (libopenblas.so.0)";
     case QKV_ECLOSED: return "a tensor was closed";
     case QKV_EOVERLAP:
       return "cannot write into a tensor whose elements share memory (an "
              "expanded view); clone() it first";
+    case QKV_ECUDA: return qkv_cuda_loaded() ? qkv_cuda_loaded()->error() : "cuda: error";
     default: return "internal error";
   }
 }
@@ -53,6 +84,9 @@ const qkv_backend *qkv_op_backend (const qkv_tensor *out, const qkv_tensor *a,
     return NULL;
   }
   if ((a && a->storage->device != d) || (b && b->storage->device != d)) {
+    qkv_device o = a && a->storage->device != d ? a->storage->device : b->storage->device;
+    snprintf(mixed, sizeof mixed, "expected all tensors on one device, got %s and %s",
+             qkv_device_name(d), qkv_device_name(o));
     *err = QKV_EDEVICE;
     return NULL;
   }
@@ -126,7 +160,41 @@ static int overlap (const qkv_tensor *x, const qkv_tensor *y) {
   return xl < xh && yl < yh && xl < yh && yl < xh;
 }
 
+/*
+** A 0-d CPU tensor (a Lua number the bindings made a scalar of) meeting an
+** op on the GPU is copied there first, as PyTorch lets x + 1 run with x on
+** the GPU: *x then points at buf, whose storage qkv_op_unlift releases.
+*/
+int qkv_op_lift (const qkv_tensor **x, qkv_tensor *buf, qkv_device d) {
+  const qkv_tensor *s = *x;
+  if (s == NULL || d == QKV_CPU || s->storage->device != QKV_CPU || s->ndim != 0 ||
+      qkv_is_closed(s) || qkv_backend_of(d) == NULL)
+    return QKV_OK;
+  *buf = *s;
+  buf->offset = 0;
+  if ((buf->storage = qkv_storage_new(d, qkv_elsize(s->dtype), 0)) == NULL) return QKV_ENOMEM;
+  int err = qkv_transfer(buf, s);
+  if (err != QKV_OK) qkv_storage_release(buf->storage);
+  else *x = buf;
+  return err;
+}
+
+void qkv_op_unlift (const qkv_tensor *x, qkv_tensor *buf) {
+  if (x == buf) qkv_storage_release(buf->storage);
+}
+
+static int copy_on (qkv_tensor *dst, const qkv_tensor *src);
+
 int qkv_copy (qkv_tensor *dst, const qkv_tensor *src) {
+  qkv_tensor buf;
+  int err = qkv_op_lift(&src, &buf, dst->storage->device);
+  if (err != QKV_OK) return err;
+  err = copy_on(dst, src);
+  qkv_op_unlift(src, &buf);
+  return err;
+}
+
+static int copy_on (qkv_tensor *dst, const qkv_tensor *src) {
   int err;
   qkv_tensor e, c = *src;
   const qkv_backend *be = qkv_op_backend(dst, src, NULL, &err);
@@ -233,8 +301,24 @@ static int binary_in (const qkv_backend *be, qkv_binop op, qkv_tensor *out,
   return err;
 }
 
+static int binary_on (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+                      const qkv_tensor *b);
+
 int qkv_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
                 const qkv_tensor *b) {
+  qkv_tensor la, lb;
+  qkv_device d = out->storage->device;
+  int err = qkv_op_lift(&a, &la, d);
+  if (err == QKV_OK && (err = qkv_op_lift(&b, &lb, d)) == QKV_OK) {
+    err = binary_on(op, out, a, b);
+    qkv_op_unlift(b, &lb);
+  }
+  qkv_op_unlift(a, &la);
+  return err;
+}
+
+static int binary_on (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+                      const qkv_tensor *b) {
   int err;
   qkv_tensor t, *o;
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);

@@ -33,5 +33,9 @@ int qkv_op_contiguous_as(qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x
    into out and releases (the error it returns is err's, or the copy's) */
 int qkv_op_computed(qkv_tensor *out, qkv_tensor *tmp, qkv_tensor **use);
 int qkv_op_done(int err, const qkv_backend *be, qkv_tensor *out, qkv_tensor *use);
+/* a 0-d CPU operand of an op on device d, copied there into buf (*x then
+   points at buf); qkv_op_unlift releases that copy */
+int qkv_op_lift(const qkv_tensor **x, qkv_tensor *buf, qkv_device d);
+void qkv_op_unlift(const qkv_tensor *x, qkv_tensor *buf);
 
 #endif

@@ -11,8 +11,24 @@
 
 /* selection */
 
+static int where_on (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+                     const qkv_tensor *b);
+
 int qkv_where (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                const qkv_tensor *b) {
+  qkv_tensor la, lb;
+  qkv_device d = out->storage->device;
+  int err = qkv_op_lift(&a, &la, d);
+  if (err == QKV_OK && (err = qkv_op_lift(&b, &lb, d)) == QKV_OK) {
+    err = where_on(out, cond, a, b);
+    qkv_op_unlift(b, &lb);
+  }
+  qkv_op_unlift(a, &la);
+  return err;
+}
+
+static int where_on (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
+                     const qkv_tensor *b) {
   int err;
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL || (be = qkv_op_backend(out, cond, NULL, &err)) == NULL) return err;

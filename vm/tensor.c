@@ -91,9 +91,11 @@ const char *qkv_device_name (qkv_device d) {
 
 qkv_storage qkv_closed_storage = {NULL, 0, 1, QKV_CPU, -1, 0};
 
-static size_t live_bytes, limit;
+static size_t live_bytes[QKV_NDEV], limit;
 
-size_t qkv_memory_live (void) { return live_bytes; }
+/* host and device bytes together: what the bindings pace the collector by */
+size_t qkv_memory_live (void) { return live_bytes[QKV_CPU] + live_bytes[QKV_CUDA]; }
+size_t qkv_memory_on (qkv_device d) { return live_bytes[d]; }
 
 /* Tensors holding more than the machine's RAM can only end in the OOM
    killer (Linux overcommits), so an allocation that would take the live
@@ -163,8 +165,9 @@ static void pool_put (qkv_storage *s) {
 
 qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
   const qkv_backend *be = qkv_backend_of(dev);
-  size_t max = qkv_memory_limit();
-  if (be == NULL || live_bytes > max || nbytes > max - live_bytes) return NULL;
+  /* the RAM bounds host storages; the GPU's allocator says when it is full */
+  size_t max = dev == QKV_CPU ? qkv_memory_limit() : SIZE_MAX, live = live_bytes[dev];
+  if (be == NULL || live > max || nbytes > max - live) return NULL;
   qkv_storage *s;
   if (dev == QKV_CPU && nbytes <= POOL_CLASSES * POOL_UNIT) {
     if ((s = pool_get(nbytes, zero)) == NULL) return NULL;
@@ -178,7 +181,7 @@ qkv_storage *qkv_storage_new (qkv_device dev, size_t nbytes, int zero) {
   s->refcount = 1;
   s->device = dev;
   s->version = 0;
-  live_bytes += nbytes;
+  live_bytes[dev] += nbytes;
   return s;
 }
 
@@ -186,7 +189,7 @@ void qkv_storage_retain (qkv_storage *s) { s->refcount++; }
 
 void qkv_storage_release (qkv_storage *s) {
   if (s == NULL || s->pool < 0 || --s->refcount > 0) return;
-  live_bytes -= s->nbytes;
+  live_bytes[s->device] -= s->nbytes;
   if (s->pool) { pool_put(s); return; }
   qkv_backend_of(s->device)->free(s->data);
   free(s);

@@ -25,6 +25,7 @@
 
 #include "qkv.h"
 #include "cli.h"
+#include "backend.h"
 #include "testrun.h"
 
 #define MAXNAME 200      /* the longest test name kept */
@@ -316,11 +317,39 @@ static int t_listdir (lua_State *L) {
   return 1;
 }
 
+/*
+** cudaprobe() -> true, or false and why not: whether the GPU can be used,
+** asked in a child process, since a CUDA context made here would not
+** survive the fork of each suite's child.
+*/
+static int t_cudaprobe (lua_State *L) {
+  char why[600] = "the probe's process failed";
+  int fds[2], status = 0;
+  if (pipe(fds) != 0) return luaL_error(L, "cudaprobe: pipe: %s", strerror(errno));
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    int ok = qkv_cuda(why, sizeof why) != NULL;
+    if (!ok && write(fds[1], why, strlen(why)) < 0) _exit(2);
+    _exit(ok ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t n = pid > 0 ? read(fds[0], why, sizeof why - 1) : -1;
+  close(fds[0]);
+  if (n > 0) why[n] = '\0';
+  if (pid > 0) waitpid(pid, &status, 0);
+  int ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  lua_pushboolean(L, ok);
+  if (ok) return 1;
+  lua_pushstring(L, why);
+  return 2;
+}
+
 /* the runner's main, protected: testrun.main(args, sys) -> exit status */
 static int runnermain (lua_State *L) {
   static const luaL_Reg sys[] = {
     {"runsuite", t_runsuite}, {"kind", t_kind}, {"listdir", t_listdir},
-    {NULL, NULL}
+    {"cudaprobe", t_cudaprobe}, {NULL, NULL}
   };
   int argc = (int)lua_tointeger(L, 1);
   char **argv = (char **)lua_touserdata(L, 2);

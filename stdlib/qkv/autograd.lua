@@ -212,7 +212,7 @@ local function default_grad(y, grad, who)
     fail("%s: the output has %d elements; a gradient (grad) is needed unless it has 1",
          who, y:numel())
   end
-  return qkv.ones(y.shape, y.dtype)
+  return qkv.ones(y.shape, y.dtype, y.device)
 end
 
 function A.backward(y, grad)
@@ -249,7 +249,7 @@ function A.grad(f, inputs, grad)
       for i, x in ipairs(xs) do if rawequal(x, leaf) then out[i] = accumulate(out[i], g) end end
     end)
   end
-  for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype) end
+  for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype, x.device) end
   return out
 end
 

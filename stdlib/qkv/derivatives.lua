@@ -148,7 +148,7 @@ local function pick_rule(name)
       local y = f(x)
       return rec(name, y, {x}, function(g)
         local at = (name == "MaxBackward" and x:argmax() or x:argmin()):item()
-        local out = qkv.zeros(x:numel(), x.dtype)
+        local out = qkv.zeros(x:numel(), x.dtype, x.device)
         out[at] = g:item()
         return out:view(table.unpack(x.shape))
       end)
@@ -161,7 +161,7 @@ local function pick_rule(name)
       local n = x:size(d)
       local shape = {}
       for k = 1, x:dim() do shape[k] = k == d and n or 1 end
-      local pos = qkv.arange(1, n + 1, "int64"):view(table.unpack(shape))
+      local pos = qkv.arange(1, n + 1, "int64", x.device):view(table.unpack(shape))
       return qkv.where(pos:eq(idx), gg, 0):to(x.dtype)
     end)
     return v, i
@@ -236,12 +236,12 @@ R.unsqueeze = simple_view("UnsqueezeBackward", function(g, x, d) return g:reshap
 R.squeeze = simple_view("SqueezeBackward", reshape_back)
 R.expand = simple_view("ExpandBackward", function(g, x) return sum_to(g, x) end)
 R.narrow = simple_view("NarrowBackward", function(g, x, d, start, len)
-  local out = qkv.zeros(x.shape, g.dtype)
+  local out = qkv.zeros(x.shape, g.dtype, g.device)
   out:narrow(d, start, len):copy_(g)
   return out
 end)
 R.select = simple_view("SelectBackward", function(g, x, d, i)
-  local out = qkv.zeros(x.shape, g.dtype)
+  local out = qkv.zeros(x.shape, g.dtype, g.device)
   out:select(d, i):copy_(g)
   return out
 end)
@@ -263,7 +263,7 @@ function D.index(f, x, k)
   local y = f(x, k)
   if not is_tensor(y) then return y end
   return rec("IndexBackward", y, {x}, function(g)
-    local out = qkv.zeros(x.shape, g.dtype)
+    local out = qkv.zeros(x.shape, g.dtype, g.device)
     out[k] = g
     return out
   end)
@@ -308,7 +308,7 @@ R.where = function(f, c, a, b)
 end
 R.clamp = function(f, x, lo, hi)
   return rec("ClampBackward", f(x, lo, hi), {x}, function(g)
-    local keep = qkv.ones(x.shape, "bool")
+    local keep = qkv.ones(x.shape, "bool", x.device)
     if lo ~= nil then keep = keep:logical_and(qkv.ge(x, lo)) end
     if hi ~= nil then keep = keep:logical_and(qkv.le(x, hi)) end
     return g:masked_fill(keep:logical_not(), 0)
@@ -318,18 +318,18 @@ end
 -- reads along positions: their gradients add back where they read
 R.gather = function(f, x, dim, idx)
   return rec("GatherBackward", f(x, dim, idx), {x}, function(g)
-    return qkv.zeros(x.shape, g.dtype):scatter_add_(dim, idx, g)
+    return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dim, idx, g)
   end)
 end
 R.index_select = function(f, x, dim, idx)
   return rec("IndexSelectBackward", f(x, dim, idx), {x}, function(g)
-    return qkv.zeros(x.shape, g.dtype):index_add_(dim, idx, g)
+    return qkv.zeros(x.shape, g.dtype, g.device):index_add_(dim, idx, g)
   end)
 end
 R.embedding = function(f, ids, W)
   return rec("EmbeddingBackward", f(ids, W), {nil, W}, function(g)
     local d = W:size(2)
-    return nil, qkv.zeros(W.shape, g.dtype):index_add_(1, ids:reshape(-1), g:reshape(-1, d))
+    return nil, qkv.zeros(W.shape, g.dtype, g.device):index_add_(1, ids:reshape(-1), g:reshape(-1, d))
   end)
 end
 
@@ -411,7 +411,7 @@ C.attention = function(orig, Q, K, V, opts)
   if opts.key_padding_mask then
     S = qkv.mask(S, opts.key_padding_mask:logical_not():unsqueeze(-2))
   end
-  if opts.causal or opts.is_causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1))) end
+  if opts.causal or opts.is_causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1)):to(S.device)) end
   local W = qkv.softmax(S)
   local out = W:matmul(V)
   if opts.weights == false then return out end
@@ -447,7 +447,7 @@ C.dropout = function(orig, x, p, training)
   if training == false or p == 0 or type(p) ~= "number" or not (p >= 0 and p <= 1) then
     return orig(x, p, training)
   end
-  local keep = qkv.rand(x.shape, x.dtype):ge(p)
+  local keep = qkv.rand(x.shape, x.dtype, x.device):ge(p)
   return x:masked_fill(keep:logical_not(), 0) * (p < 1 and 1 / (1 - p) or 0)
 end
 

@@ -35,6 +35,7 @@ M.INTERNAL = {init = true, param = true, child = true, repr = true, extra = true
 -- the namespace of a name, most specific prefix first
 local PREFIXES = {
   {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
+  {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
   {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
   {"Tokenizer:", "Tokenizer"},
@@ -158,6 +159,7 @@ local function walk(load)
     for _, k in ipairs(qkv._lazy or {}) do pcall(function() return qkv[k] end) end
   end
   own_functions(qkv, "qkv.", out)
+  own_functions(qkv.cuda, "qkv.cuda.", out)
   own_functions(package.loaded["qkv.Tensor"], "Tensor:", out)
   local function lib(modname)
     if load then

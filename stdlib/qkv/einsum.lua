@@ -218,7 +218,7 @@ end
 local function t_diagonal(x, pq)
   local p, q, n, shape = pq[1], pq[2], x:size(pq[1]), {}
   for d = 1, x.ndim do shape[d] = (d == p or d == q) and n or 1 end
-  local off = qkv.eye(n, n, x.dtype):eq(0):view(shape)
+  local off = qkv.eye(n, n, x.dtype, x.device):eq(0):view(shape)
   return x:masked_fill(off, 0):sum(q)
 end
 

@@ -89,6 +89,22 @@ function Module:zero_grad()
   return self
 end
 
+-- every parameter moved to device ("cpu" or "cuda") in place, children
+-- too, as nn.Module.to does; returns the module
+function Module:to(device)
+  if device ~= "cpu" and device ~= "cuda" then
+    fail("to", "device must be \"cpu\" or \"cuda\", got %s", tostring(device))
+  end
+  for _, n in ipairs(self._params) do
+    local p = self[n]
+    if p.device ~= device then self[n] = p:detach():to(device):requires_grad_() end
+  end
+  for _, n in ipairs(self._children) do self[n]:to(device) end
+  return self
+end
+function Module:cuda() return self:to("cuda") end
+function Module:cpu() return self:to("cpu") end
+
 function Module:child(name, m)
   self._children[#self._children + 1] = name
   self[name] = m
@@ -535,7 +551,7 @@ function nn.cross_entropy(logits, targets)
     fail("cross_entropy", "targets must be classes 1 to %d", C)
   end
   return named("cross_entropy", pcall(function()
-    local onehot = qkv.arange(1, C + 1, "int64"):view(1, C):eq(targets:view(-1, 1))
+    local onehot = qkv.arange(1, C + 1, "int64", targets.device):view(1, C):eq(targets:view(-1, 1))
     local picked = logits:log_softmax(2):masked_fill(onehot:logical_not(), 0)
     return -picked:sum() / logits:size(1)
   end))

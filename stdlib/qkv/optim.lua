@@ -125,7 +125,7 @@ function O.Adam(params, opts)
 end
 
 function Adam:update(i, p, g)
-  local s = self.state[i] or {m = qkv.zeros(p.shape, p.dtype), v = qkv.zeros(p.shape, p.dtype)}
+  local s = self.state[i] or {m = qkv.zeros(p.shape, p.dtype, p.device), v = qkv.zeros(p.shape, p.dtype, p.device)}
   self.state[i] = s
   s.m:mul_(self.b1):add_(g * (1 - self.b1))
   s.v:mul_(self.b2):add_(g * g * (1 - self.b2))

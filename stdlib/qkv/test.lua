@@ -209,9 +209,8 @@ function M.gradcheck(f, inputs, opts)
 end
 
 function M.skipUnlessCuda()
-  if not qkv.cuda_available() then
-    lu.skip("needs CUDA (qkv.cuda_available() is false)")
-  end
+  local ok, why = qkv.cuda_available()
+  if not ok then lu.skip("needs CUDA (qkv.cuda_available() is false: " .. why .. ")") end
 end
 
 return M

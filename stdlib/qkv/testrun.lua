@@ -466,8 +466,10 @@ function M.main(args, sys)
   local o, err = parseargs(args)
   if not o then return fail(prog, 2, err, true) end
   if o.help then io.write(USAGE:format(prog)); return 0 end
-  if o.device == "cuda" and not require("qkv").cuda_available() then
-    return fail(prog, 2, "--device cuda: no CUDA backend in this build")
+  if o.device == "cuda" then
+    local ok, why = sys.cudaprobe()
+    if not ok then return fail(prog, 2, "--device cuda: " .. why) end
+    require("qkv").set_default_device("cuda")   -- each suite's child inherits it
   end
   local files
   files, err = discover(sys, o.paths)
