@@ -384,4 +384,13 @@ function R.fails(subs, f, ...)
   return msg
 end
 
+-- new tensors go to the CPU until the returned value is closed: for the
+-- checks of what only the host has (print formats, host memory counts)
+-- when `qkv test --device cuda` makes the GPU the default
+function R.cpu_only()
+  local was = qkv.default_device()
+  qkv.set_default_device("cpu")
+  return setmetatable({}, {__close = function() qkv.set_default_device(was) end})
+end
+
 return R

@@ -2,6 +2,8 @@
 -- against the live objects, help()'s output, the examples in the entries,
 -- and the README's API reference against the registry (tests/gen_api.lua).
 local lu = require "luaunit"
+-- the examples print CPU tensors, also under --device cuda
+qkv.set_default_device("cpu")
 local doc = require "qkv.doc"
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "tests/test_doc.lua"

@@ -173,6 +173,7 @@ function TestMisc:testRandom()
 end
 
 function TestMisc:testPrinting()
+  local _ <close> = R.cpu_only()
   lu.assertEquals(tostring(qkv.tensor({1.5, -2}, "float16")), "tensor([ 1.5000, -2.0000], dtype=float16)")
   lu.assertEquals(tostring(qkv.tensor({1, 2}, "bfloat16")), "tensor([1., 2.], dtype=bfloat16)")
   lu.assertEquals(tostring(qkv.tensor({1, -2}, "int32")), "tensor([ 1, -2], dtype=int32)")

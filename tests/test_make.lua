@@ -44,6 +44,27 @@ function TestMake:testDefaultTargetBuildsWhatTheSuitesNeed()
   end
 end
 
+-- the CUDA backend: built as qkv_cuda.so when make finds nvcc, never with
+-- CUDA=0, and make says which
+function TestMake:testCudaBackendIsBuiltWhenNvccIsThere()
+  need_make()
+  local dir = (sh("mktemp -d"):gsub("%s+$", ""))
+  local on, c1 = sh("make -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
+  local off, c2 = sh("make -n --no-print-directory CUDA=0 BUILD=" .. quote(dir .. "/b"))
+  os.execute("rm -rf " .. quote(dir))
+  lu.assertEquals({c1, c2}, {0, 0}, on .. off)
+  lu.assertNotStrContains(off, "qkv_cuda.so ")
+  lu.assertNotStrContains(off, "-gencode")
+  lu.assertStrContains(off, "CUDA backend not built")
+  if #variable("NVCC") == 0 then
+    lu.assertStrContains(on, "CUDA backend not built")
+  else
+    lu.assertStrContains(on, "-o " .. dir .. "/b/qkv_cuda.so ")
+    lu.assertStrContains(on, "arch=compute_90,code=sm_90")
+    lu.assertStrContains(on, "CUDA backend built")
+  end
+end
+
 -- the README's lists of packages are DEPS and BENCH_DEPS, in their order
 function TestMake:testReadmeListsThePackages()
   need_make()

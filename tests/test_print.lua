@@ -1,6 +1,9 @@
 -- test_print.lua: tostring of tensors, against strings derived from
 -- PyTorch's printing rules (README: "Printing follows PyTorch").
 local lu = require "luaunit"
+-- print formats of CPU tensors (a GPU tensor's, with device='cuda', is
+-- checked in test_cuda.lua), also under `qkv test --device cuda`
+qkv.set_default_device("cpu")
 
 local inf, nan = math.huge, 0 / 0
 

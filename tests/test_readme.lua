@@ -4,6 +4,8 @@
 -- alone: no path leads out of the repository, every file they name is in
 -- it, and the README names the seed documents by their titles.
 local lu = require "luaunit"
+-- the README's blocks print CPU tensors, also under --device cuda
+qkv.set_default_device("cpu")
 local shell = dofile("tests/shell.lua")
 
 local exe = arg and arg[-1] or "build/qkv"

@@ -1,0 +1,73 @@
+/*
+** fakecuda.c -- a stand-in for build/qkv_cuda.so on machines without a GPU:
+** the CPU's kernels behind the plugin's interface, its "device memory" a
+** separate heap.  Loaded with QKV_CUDA_PLUGIN=build/fakecuda.so, it lets
+** `qkv test --device cuda tests/` exercise everything between the scripts
+** and the backend table (moves, the default device, numbers lifted to the
+** device, host copies for printing, mixed-device errors) where CI runs.
+** It proves nothing about the CUDA kernels themselves: tests/test_cuda.lua
+** skips its comparisons when it sees this device's name.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../vm/backend.h"
+
+#define TOTAL ((size_t)1 << 34)     /* a 16 GiB card */
+
+static size_t held;
+static char err[128] = "fakecuda: no error";
+
+static void *fake_alloc (size_t nbytes, int zero) {
+  size_t *p = nbytes <= TOTAL - held ? malloc(nbytes + 16) : NULL;
+  if (p == NULL) {
+    snprintf(err, sizeof err, "cuda: out of memory: tried to allocate %zu bytes (%zu free)",
+             nbytes, TOTAL - held);
+    return NULL;
+  }
+  p[0] = nbytes;
+  held += nbytes;
+  if (zero) memset(p + 2, 0, nbytes);
+  return p + 2;
+}
+
+static void fake_free (void *q) {
+  size_t *p = (size_t *)q - 2;
+  held -= p[0];
+  free(p);
+}
+
+static qkv_backend table;
+
+static int fake_init (char *why, size_t n) { (void)why; (void)n; return QKV_OK; }
+static const char *fake_error (void) { return err; }
+static int fake_move (void *dst, const void *src, size_t n) {
+  if (n) memcpy(dst, src, n);
+  return QKV_OK;
+}
+static int fake_sync (void) { return QKV_OK; }
+static void fake_empty (void) {}
+static void fake_memory (qkv_cuda_memory *m) {
+  m->allocated = m->peak = held;
+  m->cached = 0;
+  m->free = TOTAL - held;
+  m->total = TOTAL;
+}
+static const char *fake_name (void) { return "fakecuda (the CPU's kernels)"; }
+static int tf32;
+static void fake_allow (int on) { tf32 = on; }
+static int fake_tf32 (void) { return tf32; }
+
+static const qkv_cuda_api api = {
+  QKV_CUDA_ABI, &table, fake_init, fake_error, fake_move, fake_move, fake_sync,
+  fake_empty, fake_memory, fake_name, fake_allow, fake_tf32
+};
+
+__attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {
+  table = qkv_cpu_backend;          /* from the executable (-Wl,-E) */
+  table.name = "cuda";
+  table.alloc = fake_alloc;
+  table.free = fake_free;
+  return &api;
+}
