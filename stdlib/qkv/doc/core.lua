@@ -5,6 +5,9 @@
 local SHAPE = "Sizes are given as numbers (qkv.zeros(2, 3)) or as one table " ..
   "(qkv.zeros{2, 3}), at most 8 of them; no sizes give a 0-d tensor. "
 
+local DEVICE = "A trailing \"cpu\" or \"cuda\" (after the dtype, or alone) " ..
+  "puts it on that device; else it goes to the default device (qkv.set_default_device). "
+
 local GENERATOR = "The numbers come from qkv's counter-based generator " ..
   "(Philox 4x32-10), so qkv.seed(n) makes them the same on every machine. "
 
@@ -24,54 +27,56 @@ print(qkv.tensor{{1, 2}, {3, 4}})
 -->         [3., 4.]])
 print(qkv.tensor({1, 2}, "int64"))   --> tensor([1, 2])]=]},
 
-  {name = "qkv.zeros", sig = "qkv.zeros(d1, d2, ... [, dtype])", group = "making tensors",
+  {name = "qkv.zeros", sig = "qkv.zeros(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of zeros with the given sizes. ]] .. SHAPE .. [[A trailing
-string is the dtype, float32 by default: qkv.zeros(2, 3, "int64"). A size
+string is the dtype, float32 by default: qkv.zeros(2, 3, "int64"). ]] .. DEVICE .. [[A size
 that is not a non-negative integer is an error naming the argument. As
 torch.zeros.]],
    example = [=[print(qkv.zeros(2, 3).shape, qkv.zeros{2, 3}.shape)   --> (2, 3)	(2, 3)]=]},
 
-  {name = "qkv.ones", sig = "qkv.ones(d1, d2, ... [, dtype])", group = "making tensors",
+  {name = "qkv.ones", sig = "qkv.ones(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of ones with the given sizes. ]] .. SHAPE .. [[A trailing
 string is the dtype, float32 by default: qkv.ones(2, 2, "bool") is all
-true. A size that is not a non-negative integer is an error naming the
+true. ]] .. DEVICE .. [[A size that is not a non-negative integer is an error naming the
 argument. As torch.ones.]]},
 
-  {name = "qkv.full", sig = "qkv.full(shape, v [, dtype])", group = "making tensors",
+  {name = "qkv.full", sig = "qkv.full(shape, v [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of the given shape with every element v. shape is a
 table of sizes or one size, and v a number or a boolean. The dtype is
 float32 unless given (torch.full takes it from v instead). A v that is not
 a number or boolean is an error on argument #2, and so is a v an int64
-tensor cannot hold (NaN, inf, beyond 2^63). As torch.full.]],
+tensor cannot hold (NaN, inf, beyond 2^63). ]] .. DEVICE .. [[As torch.full.]],
    example = [=[print(qkv.full({2, 2}, 7))
 --> tensor([[7., 7.],
 -->         [7., 7.]])]=]},
 
-  {name = "qkv.eye", sig = "qkv.eye(n [, m] [, dtype])", group = "making tensors",
+  {name = "qkv.eye", sig = "qkv.eye(n [, m] [, dtype] [, device])", group = "making tensors",
    doc = [[The n × m identity matrix: ones on the main diagonal, zeros
 elsewhere. m defaults to n, and the dtype to float32. Sizes must be
-non-negative integers. As torch.eye.]]},
+non-negative integers. ]] .. DEVICE .. [[As torch.eye.]]},
 
-  {name = "qkv.arange", sig = "qkv.arange([a,] b [, step] [, dtype])", group = "making tensors",
+  {name = "qkv.arange", sig = "qkv.arange([a,] b [, step] [, dtype] [, device])", group = "making tensors",
    doc = [[The 1-D tensor a, a + step, a + 2 step, ... up to but not
 including b. a defaults to 0 and step to 1; a negative step counts down.
 The values are computed in float64 and stored as float32 unless dtype says
 otherwise (torch.arange gives int64 for integer arguments). A zero or
 non-finite step, a non-finite bound, or a step that goes away from b is an
-error. As torch.arange.]],
+error. ]] .. DEVICE .. [[As torch.arange.]],
    example = [=[print(qkv.arange(3), qkv.arange(0, 1, 0.25))
 --> tensor([0., 1., 2.])	tensor([0.0000, 0.2500, 0.5000, 0.7500])]=]},
 
-  {name = "qkv.rand", sig = "qkv.rand(d1, d2, ... [, dtype])", group = "making tensors",
+  {name = "qkv.rand", sig = "qkv.rand(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of random numbers uniform in [0, 1), shaped as for
 qkv.zeros. ]] .. GENERATOR .. [[The dtype is float32 or float64; another
-one is an error. As torch.rand, though the draws differ from PyTorch's.]]},
+one is an error. ]] .. DEVICE .. [[The GPU draws the same numbers as the CPU. As torch.rand, though
+the draws differ from PyTorch's.]]},
 
-  {name = "qkv.randn", sig = "qkv.randn(d1, d2, ... [, dtype])", group = "making tensors",
+  {name = "qkv.randn", sig = "qkv.randn(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of standard normal random numbers (mean 0, variance 1),
 shaped as for qkv.zeros. ]] .. GENERATOR .. [[They are Box-Muller on the
-generator's output. The dtype is float32 or float64; another one is an
-error. As torch.randn, though the draws differ from PyTorch's.]],
+generator's output; on the GPU they are the CPU's within an ulp for
+float32 and four for float64 (its log, sin and cos are the GPU's own). The dtype is float32 or float64;
+another one is an error. ]] .. DEVICE .. [[As torch.randn, though the draws differ from PyTorch's.]],
    example = [=[qkv.seed(42)
 local a = qkv.randn(2, 3)
 qkv.seed(42)
@@ -244,7 +249,8 @@ local t = qkv.clock(); ...; print(qkv.clock() - t). It never goes back when
 the system's time is set. As time.perf_counter in Python.]]},
 
   {name = "qkv.memory", sig = "qkv.memory()", group = "runtime",
-   doc = [[The number of bytes held by the storages of live tensors. Tensor
+   doc = [[The number of bytes held by the storages of live tensors, in host
+and GPU memory together (qkv.cuda.memory() has the GPU's alone). Tensor
 storage is counted towards Lua's garbage collector, so the number falls
 again when temporaries are collected; call collectgarbage() first for the
 live figure. Views share their storage and add nothing. A tensor of at most
@@ -257,7 +263,60 @@ closed by <close> is still a tensor, though using it is an error. As
 torch.is_tensor.]]},
 
   {name = "qkv.cuda_available", sig = "qkv.cuda_available()", group = "runtime",
-   doc = [[True when qkv has a CUDA backend with a GPU to run on. This build
-has no CUDA backend yet, so it returns false, and x:cuda() or x:to("cuda")
-is an error. As torch.cuda.is_available.]]},
+   doc = [[True when qkv has a CUDA backend with a GPU to run on; else false
+and why not (no build/qkv_cuda.so because make found no nvcc, no CUDA
+driver, no device). The first call loads the backend (a shared object
+built from vm/cuda/ when nvcc is found) with dlopen, so that a script that
+never asks for the GPU never pays for cudart and cuBLAS. Also
+qkv.cuda.is_available. As torch.cuda.is_available.]],
+   example = [=[local ok, why = qkv.cuda_available()
+print(type(ok))   --> boolean]=]},
+
+  {name = "qkv.set_default_device", sig = "qkv.set_default_device(device)", group = "runtime",
+   doc = [[Where new tensors go: "cpu" (the start) or "cuda". qkv.tensor,
+zeros, ones, full, eye, arange, rand, randn, causal, padding and the
+loaders (qkv.load, load_safetensors) then make their tensors there.
+`qkv --device cuda` and `qkv test --device cuda` set it. Setting it does
+not load the GPU backend: the first tensor made there does, and is an
+error saying why when the GPU cannot be used. A name other than "cpu" or
+"cuda" is an error. As torch.set_default_device.]],
+   example = [=[qkv.set_default_device("cpu")
+print(qkv.default_device())   --> cpu]=]},
+
+  {name = "qkv.default_device", sig = "qkv.default_device()", group = "runtime",
+   doc = [[The device new tensors go to: "cpu" or "cuda" (see
+qkv.set_default_device). It is "cpu" at start. As torch.get_default_device.]]},
+
+  {name = "qkv.cuda.is_available", sig = "qkv.cuda.is_available()", group = "device",
+   doc = [[The same function as qkv.cuda_available: true when a GPU can be
+used, else false and why not. It loads the CUDA backend on its first call.
+As torch.cuda.is_available.]]},
+
+  {name = "qkv.cuda.memory", sig = "qkv.cuda.memory()", group = "device",
+   doc = [[The GPU's memory, in bytes, as a table: allocated (held by
+tensors), cached (freed blocks kept by qkv's caching allocator for reuse),
+peak (the most allocated at once), free and total (the device's, as
+cudaMemGetInfo says). An error when the GPU cannot be used. As
+torch.cuda.memory_allocated and memory_reserved.]]},
+
+  {name = "qkv.cuda.synchronize", sig = "qkv.cuda.synchronize()", group = "device",
+   doc = [[Waits until every GPU kernel launched so far has finished, and
+raises the error of any that failed. Copies to the host and item() already
+wait. As torch.cuda.synchronize.]]},
+
+  {name = "qkv.cuda.empty_cache", sig = "qkv.cuda.empty_cache()", group = "device",
+   doc = [[Gives the cached free blocks back to the driver (cached becomes
+0 in qkv.cuda.memory()). Tensors in use keep their memory. As
+torch.cuda.empty_cache.]]},
+
+  {name = "qkv.cuda.device_name", sig = "qkv.cuda.device_name()", group = "device",
+   doc = [[The GPU's name, as "NVIDIA H100 80GB HBM3". qkv uses the first
+GPU the driver lists. As torch.cuda.get_device_name.]]},
+
+  {name = "qkv.cuda.allow_tf32", sig = "qkv.cuda.allow_tf32([on])", group = "device",
+   doc = [[Whether float32 products on the GPU may use TF32 tensor cores
+(10-bit mantissas, much faster, about 1e-3 relative error). Off by default,
+so the GPU's float32 results match the CPU's to rounding. Returns the
+setting before; a boolean argument sets it. As
+torch.backends.cuda.matmul.allow_tf32.]]},
 }

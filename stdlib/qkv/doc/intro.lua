@@ -31,8 +31,8 @@ Namespaces
 
 dtypes: "float32" (the default), "float64", "float16", "bfloat16" (2 bytes,
 computed in float32), "int64", "int32", "bool"; also as qkv.float32, ...
-Devices: "cpu", and "cuda"
-when qkv.cuda_available() says a CUDA backend is there.
+Devices: "cpu", and "cuda" when qkv.cuda_available() says a GPU is there:
+x:cuda(), or qkv.set_default_device("cuda") for new tensors.
 Dims and indices count from 1; a negative one counts from the end.
 ]]
 
@@ -79,6 +79,11 @@ local namespaces = {
    intro = "Optimizers for tensors that require grad (stdlib/qkv/optim.lua, " ..
      "loaded on first use), as PyTorch's torch.optim.",
    groups = {"optimizers"}},
+  {id = "qkv.cuda", title = "qkv.cuda",
+   intro = "The GPU (vm/cuda/, built into build/qkv_cuda.so when make finds " ..
+     "nvcc and loaded on first use): memory, synchronisation and settings. " ..
+     "Each is an error saying why when qkv.cuda_available() is false.",
+   groups = {"device"}},
   {id = "Optimizer", title = "Optimizer methods",
    intro = "What every optimizer of qkv.optim has, called as opt:name().",
    groups = {"optimizer methods"}},

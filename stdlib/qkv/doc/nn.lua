@@ -165,6 +165,22 @@ m:eval()
 print(m.training, m[2].training, m:train()[2].training)
 --> false	false	true]=]},
 
+  {name = "Module:to", sig = "m:to(device)", group = "module methods",
+   doc = [[Moves every parameter of m and its submodules to device, "cpu"
+or "cuda", in place, and returns m; the moved parameters still require
+grad. m:cuda() and m:cpu() are the same as m:to("cuda") and m:to("cpu").
+Another name is an error. As torch.nn.Module.to.]],
+   example = [=[local m = qkv.nn.Linear(2, 2):to("cpu")
+print(m.W.device)   --> cpu]=]},
+
+  {name = "Module:cuda", sig = "m:cuda()", group = "module methods",
+   doc = [[m:to("cuda"): every parameter moved to the GPU, in place. The
+module then takes GPU tensors. As torch.nn.Module.cuda.]]},
+
+  {name = "Module:cpu", sig = "m:cpu()", group = "module methods",
+   doc = [[m:to("cpu"): every parameter moved back to the host, in place.
+The module then takes CPU tensors. As torch.nn.Module.cpu.]]},
+
   {name = "Module:eval", sig = "m:eval()", group = "module methods",
    doc = [[Puts m and its submodules in evaluation mode, m:train(false), and
 returns m. Dropout then passes its input through. As

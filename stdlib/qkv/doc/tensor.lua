@@ -136,10 +136,11 @@ torch.Tensor.clone.]]},
    doc = [[x converted to a dtype or moved to a device; x itself when
 nothing changes. The dtypes are "float32", "float64", "float16",
 "bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
-The halves round to nearest even. A float
+The halves round to nearest even, a float
 converted to int64 truncates, and any nonzero number becomes true as bool.
-An unknown name is an error listing the dtypes, and "cuda" is an error
-when qkv.cuda_available() is false. As torch.Tensor.to.]],
+An unknown name is an error listing the dtypes. A device move copies
+(through host memory for the GPU); "cuda" is an error saying why when
+qkv.cuda_available() is false. As torch.Tensor.to.]],
    example = [=[print(qkv.arange(3):to("float64"))   --> tensor([0., 1., 2.], dtype=float64)]=]},
 
   {name = "Tensor:cpu", sig = "x:cpu()", group = "copies and devices",
@@ -147,7 +148,11 @@ when qkv.cuda_available() is false. As torch.Tensor.to.]],
 as x:to("cpu"). As torch.Tensor.cpu.]]},
 
   {name = "Tensor:cuda", sig = "x:cuda()", group = "copies and devices",
-   doc = [[x on the GPU, as x:to("cuda"). It is an error (to: the cuda
-backend is not available in this build) when qkv.cuda_available() is
-false. As torch.Tensor.cuda.]]},
+   doc = [[x on the GPU, as x:to("cuda"): a copy, or x itself when it is
+there already. Ops on GPU tensors run there and give the CPU's numbers
+(float32 to rounding); an op mixing devices is an error naming both, but a
+number (x + 1) is fine. Printing shows device='cuda'; item, tolist and
+printing copy to the host. It is an error saying why (cuda: cuda is not
+available: no CUDA driver, ...) when qkv.cuda_available() is false. As
+torch.Tensor.cuda.]]},
 }

@@ -1,0 +1,73 @@
+-- cuda.lua -- qkv on the GPU against PyTorch on the same GPU
+-- (bench/cuda_torch.py, the python3 on PATH): the seed-sized step (project
+-- to Q, K, V, scores, softmax, weights @ V on 6 tokens of 16), float32
+-- fused attention at B = 1, H = 16, d = 64 and N = 1k, 4k, 16k (causal and
+-- not), and the cost of the first x:cuda() in a fresh process (loading the
+-- plugin, cudart and cuBLAS, and making the context). Times are medians of
+-- 20 runs after 5 warm-ups, each run ended by qkv.cuda.synchronize();
+-- torch's are CUDA events. FLOPs: 4 B H N^2 d, halved when causal.
+--
+--   build/qkv bench/cuda.lua            (run by `make bench`; says why it skips)
+
+local ok, why = qkv.cuda_available()
+if not ok then print("cuda: no GPU (" .. why .. "); skipped") return end
+local here = arg[0]:match("^(.*)/[^/]*$") or "."
+local exe = arg[-1] or "build/qkv"
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function median_ms(fn, warm, runs)
+  for _ = 1, warm or 5 do fn() end
+  qkv.cuda.synchronize()
+  local t = {}
+  for i = 1, runs or 20 do
+    local t0 = qkv.clock()
+    fn()
+    qkv.cuda.synchronize()
+    t[i] = (qkv.clock() - t0) * 1e3
+  end
+  table.sort(t)
+  return (t[#t // 2] + t[#t // 2 + 1]) / 2
+end
+
+-- the first x:cuda() of a fresh process, from inside it
+local p = io.popen(quote(exe) .. " -e " .. quote(
+  "local t = qkv.clock(); qkv.ones(1):cuda(); io.write(qkv.clock() - t)"))
+local first = tonumber(p:read("a"))
+p:close()
+
+local torch = {}
+p = io.popen("python3 " .. quote(here .. "/cuda_torch.py") .. " 2>&1")
+local out = p:read("a")
+p:close()
+for name, ms in out:gmatch("RESULT (%S+) (%S+)") do torch[name] = tonumber(ms) end
+if not next(torch) then print("cuda: torch: " .. out:gsub("\n$", "")) end
+
+local rows = {}
+local function row(name, ms, flops)
+  rows[#rows + 1] = {name, ms, torch[name], flops}
+end
+
+qkv.seed(1)
+local x = qkv.randn(6, 16, "cuda")
+local w = {qkv.randn(16, 16, "cuda"), qkv.randn(16, 16, "cuda"), qkv.randn(16, 16, "cuda")}
+row("seed_step", median_ms(function()
+  local q, k, v = qkv.project(x, w[1]), qkv.project(x, w[2]), qkv.project(x, w[3])
+  return qkv.softmax(qkv.scores(q, k), -1):matmul(v)
+end))
+for _, n in ipairs{1024, 4096, 16384} do
+  local q, k, v = qkv.randn(1, 16, n, 64, "cuda"), qkv.randn(1, 16, n, 64, "cuda"),
+                  qkv.randn(1, 16, n, 64, "cuda")
+  for _, causal in ipairs{false, true} do
+    local name = ("attention_%d_%s"):format(n, causal and "causal" or "full")
+    local flops = 4 * 16 * n * n * 64 / (causal and 2 or 1)
+    row(name, median_ms(function() return qkv.attention(q, k, v, {causal = causal}) end), flops)
+  end
+end
+
+print(("cuda: %s, float32, TF32 off; medians of 20 (ms)"):format(qkv.cuda.device_name()))
+print(("%-24s %10s %10s %10s %10s"):format("", "qkv", "torch", "qkv/torch", "qkv TFLOP/s"))
+for _, r in ipairs(rows) do
+  print(("%-24s %10.3f %10s %10s %10s"):format(r[1], r[2], r[3] and ("%.3f"):format(r[3]) or "-",
+    r[3] and ("%.2f"):format(r[3] / r[2]) or "-", r[4] and ("%.1f"):format(r[4] / r[2] / 1e9) or "-"))
+end
+print(("first x:cuda() in a fresh process: %.0f ms (plugin, cudart, cuBLAS, context)"):format(first * 1e3))

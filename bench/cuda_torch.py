@@ -1,0 +1,58 @@
+"""cuda_torch.py -- PyTorch on the GPU for the cases of bench/cuda.lua.
+
+    python3 bench/cuda_torch.py
+
+prints one "RESULT name milliseconds" line per case (or "SKIP why"): the
+seed-sized step (project x to Q, K, V, scores, softmax, weights @ V) and
+float32 attention (B = 1, H = 16, d = 64) at N = 1k, 4k, 16k, causal or
+not, through scaled_dot_product_attention, with TF32 off as in qkv.  Each
+is timed with CUDA events: 5 warm-up runs, then the median of 20.
+"""
+import statistics
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("SKIP no torch")
+    sys.exit(0)
+if not torch.cuda.is_available():
+    print("SKIP torch sees no GPU")
+    sys.exit(0)
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = "cuda"
+
+
+def median_ms(fn, warm=5, runs=20):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def seed_step():
+    x = torch.randn(6, 16, device=dev)
+    w = [torch.randn(16, 16, device=dev) for _ in range(3)]
+
+    def step():
+        q, k, v = x @ w[0], x @ w[1], x @ w[2]
+        s = q @ k.T / 4.0
+        return torch.softmax(s, dim=-1) @ v
+    return step
+
+
+print("RESULT seed_step %.4f" % median_ms(seed_step()))
+for n in (1024, 4096, 16384):
+    q, k, v = (torch.randn(1, 16, n, 64, device=dev) for _ in range(3))
+    for causal in (False, True):
+        f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        print("RESULT attention_%d_%s %.4f" % (n, "causal" if causal else "full", median_ms(f)))
