@@ -276,6 +276,9 @@ gpu-bundle: all
 	  $(MAIN_OBJ) $(LIB_OBJ) $(LUA_LIBS) $(READLINE_LIBS) $(QKV_LIBS)
 	cp $(CUDA_SO) $(BUILD)/fakecuda.so $(BUILD)/ptydrive $(BUILD)/qkv.so $(GPU_BUNDLE)/bin/
 	cp $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(GPU_BUNDLE)/bin/lib/qkv/
+	mkdir -p $(GPU_BUNDLE)/bin/lib/qkv/fonts
+	cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf \
+	  /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf $(GPU_BUNDLE)/bin/lib/qkv/fonts/
 	cp -r $(BUILD)/luac $(GPU_BUNDLE)/bin/luac
 	cp -r stdlib $(GPU_BUNDLE)/stdlib
 	blas=$$(ldconfig -p | awk '/libopenblas\.so\.0 /{print $$NF; exit}'); \
