@@ -1,0 +1,59 @@
+"""attention_gpu_torch.py -- PyTorch's scaled_dot_product_attention on the
+GPU for the cases of bench/attention_gpu.lua, and the ceilings.
+
+    python3 bench/attention_gpu_torch.py
+
+prints "RESULT dtype heads d N causal milliseconds" per case (B = 16384 / N
+sequences, hidden 2048 as 16 x 128 and 32 x 64; N from 512 to 16k; bf16,
+fp16 and fp32 with TF32 off), timed with CUDA events (5 warm-ups, the
+median of 20), then "CEILING copy_gbs X" (a 1 GiB device-to-device copy,
+bytes read and written) and "CEILING bf16_gemm_tflops X" (8192^3), or
+"SKIP why".
+"""
+import statistics
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("SKIP no torch")
+    sys.exit(0)
+if not torch.cuda.is_available():
+    print("SKIP torch sees no GPU")
+    sys.exit(0)
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def median_ms(fn, warm=5, runs=20):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+sdpa = torch.nn.functional.scaled_dot_product_attention
+for name in ("bfloat16", "float16", "float32"):
+    for heads, d in ((16, 128), (32, 64)):
+        for n in (512, 1024, 2048, 4096, 8192, 16384):
+            b = 16384 // n
+            q, k, v = (torch.randn(b, heads, n, d, device="cuda", dtype=DT[name]) for _ in range(3))
+            for causal in (False, True):
+                ms = median_ms(lambda: sdpa(q, k, v, is_causal=causal))
+                print("RESULT %s %d %d %d %d %.4f" % (name, heads, d, n, int(causal), ms))
+            del q, k, v
+
+x = torch.empty(1 << 28, device="cuda")                 # 1 GiB of float32
+y = torch.empty_like(x)
+print("CEILING copy_gbs %.0f" % (2 * x.numel() * 4 / median_ms(lambda: y.copy_(x)) / 1e6))
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+print("CEILING bf16_gemm_tflops %.0f" % (2 * 8192 ** 3 / median_ms(lambda: a @ b) / 1e9))
