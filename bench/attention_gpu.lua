@@ -16,7 +16,8 @@
 local ok, why = qkv.cuda_available()
 if not ok then print("attention_gpu: no GPU (" .. why .. "); skipped") return end
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local U = dofile(here .. "/lib/timing.lua")
+local quote = U.quote
 
 local torch, ceiling = {}, {}
 local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") .. " 2>&1")
@@ -28,19 +29,7 @@ end
 for k, v in out:gmatch("CEILING (%S+) (%S+)") do ceiling[k] = v end
 if not next(torch) then print("attention_gpu: torch: " .. out:gsub("\n$", "")) end
 
-local function median_ms(fn)
-  for _ = 1, 5 do fn() end
-  qkv.cuda.synchronize()
-  local t = {}
-  for i = 1, 20 do
-    local t0 = qkv.clock()
-    fn()
-    qkv.cuda.synchronize()
-    t[i] = (qkv.clock() - t0) * 1e3
-  end
-  table.sort(t)
-  return (t[10] + t[11]) / 2
-end
+local median_ms = U.gpu_median_ms
 
 print(("attention_gpu: %s; TFLOP/s (ms)"):format(qkv.cuda.device_name()))
 print("| dtype | heads x d | N | causal | qkv | torch SDPA | qkv/torch |")

@@ -10,37 +10,14 @@ median of 20), then "CEILING copy_gbs X" (a 1 GiB device-to-device copy,
 bytes read and written) and "CEILING bf16_gemm_tflops X" (8192^3), or
 "SKIP why".
 """
-import statistics
+import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP no torch")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("SKIP torch sees no GPU")
-    sys.exit(0)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from cuda_events import median_ms, torch_on_gpu  # noqa: E402
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+torch = torch_on_gpu()
 DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def median_ms(fn, warm=5, runs=20):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
 sdpa = torch.nn.functional.scaled_dot_product_attention
 for name in ("bfloat16", "float16", "float32"):
     for heads, d in ((16, 128), (32, 64)):

@@ -12,22 +12,11 @@
 local ok, why = qkv.cuda_available()
 if not ok then print("cuda: no GPU (" .. why .. "); skipped") return end
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
+local U = dofile(here .. "/lib/timing.lua")
 local exe = arg[-1] or "build/qkv"
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local quote = U.quote
 
-local function median_ms(fn, warm, runs)
-  for _ = 1, warm or 5 do fn() end
-  qkv.cuda.synchronize()
-  local t = {}
-  for i = 1, runs or 20 do
-    local t0 = qkv.clock()
-    fn()
-    qkv.cuda.synchronize()
-    t[i] = (qkv.clock() - t0) * 1e3
-  end
-  table.sort(t)
-  return (t[#t // 2] + t[#t // 2 + 1]) / 2
-end
+local median_ms = U.gpu_median_ms
 
 -- the first x:cuda() of a fresh process, from inside it
 local p = io.popen(quote(exe) .. " -e " .. quote(

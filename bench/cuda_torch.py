@@ -8,35 +8,14 @@ float32 attention (B = 1, H = 16, d = 64) at N = 1k, 4k, 16k, causal or
 not, through scaled_dot_product_attention, with TF32 off as in qkv.  Each
 is timed with CUDA events: 5 warm-up runs, then the median of 20.
 """
-import statistics
+import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP no torch")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("SKIP torch sees no GPU")
-    sys.exit(0)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from cuda_events import median_ms, torch_on_gpu  # noqa: E402
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+torch = torch_on_gpu()
 dev = "cuda"
-
-
-def median_ms(fn, warm=5, runs=20):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def seed_step():

@@ -1,5 +1,5 @@
--- timing.lua: what the benches that time one case per process share
--- (bench/attention.lua, bench/attention_backward.lua).
+-- timing.lua: what the benches share (bench/attention.lua,
+-- bench/attention_backward.lua, the GPU ones).
 local T = {}
 
 -- this process's peak resident memory in MB (VmHWM), 0 without /proc
@@ -22,6 +22,22 @@ function T.best_time(fn, budget)
     best, total, runs = math.min(best, t), total + t, runs + 1
   until total >= budget and (runs >= 2 or total >= 10)
   return best
+end
+
+-- the median in ms of `runs` (20) runs of fn on the GPU after `warm` (5),
+-- each ended by qkv.cuda.synchronize(), on the host's clock
+function T.gpu_median_ms(fn, warm, runs)
+  for _ = 1, warm or 5 do fn() end
+  qkv.cuda.synchronize()
+  local t = {}
+  for i = 1, runs or 20 do
+    local t0 = qkv.clock()
+    fn()
+    qkv.cuda.synchronize()
+    t[i] = (qkv.clock() - t0) * 1e3
+  end
+  table.sort(t)
+  return #t % 2 == 1 and t[(#t + 1) // 2] or (t[#t // 2] + t[#t // 2 + 1]) / 2
 end
 
 function T.quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end

@@ -128,26 +128,6 @@ __global__ void ds_kernel (const T *p, T *dp, const double *lse, const double *D
 
 /* ---- the products ---- */
 
-static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
-                                    cublasOperation_t tb, int m, int n, int k,
-                                    const float *alpha, const float *a, int lda,
-                                    long long sa, const float *b, int ldb, long long sb,
-                                    const float *beta, float *c, int ldc, long long sc,
-                                    int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                   beta, c, ldc, sc, count);
-}
-
-static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
-                                    cublasOperation_t tb, int m, int n, int k,
-                                    const double *alpha, const double *a, int lda,
-                                    long long sa, const double *b, int ldb, long long sb,
-                                    const double *beta, double *c, int ldc, long long sc,
-                                    int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                   beta, c, ldc, sc, count);
-}
-
 /* One row-major operand of a batch: element (i, j) of item b at
    p + b stride + i ld + j; read transposed when t. */
 template <typename T>
@@ -168,7 +148,7 @@ static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T>
   cublasHandle_t h = qkv_cu_blas();
   if (h == NULL) return QKV_ECUDA;
   T al = (T)alpha, be = (T)beta;
-  cublasCheck(gemm_batched(h, B.t ? CUBLAS_OP_T : CUBLAS_OP_N, A.t ? CUBLAS_OP_T : CUBLAS_OP_N,
+  cublasCheck(qkv_cu_gemm_batched(h, B.t ? CUBLAS_OP_T : CUBLAS_OP_N, A.t ? CUBLAS_OP_T : CUBLAS_OP_N,
                            (int)n, (int)m, (int)k, &al, B.p, (int)B.ld, B.stride,
                            A.p, (int)A.ld, A.stride, &be, c, (int)ldc, sc, (int)count));
   return QKV_OK;

@@ -54,6 +54,23 @@ const char *qkv_cublas_status(cublasStatus_t s);
    NULL after recording why */
 cublasHandle_t qkv_cu_blas(void);
 
+/* cuBLAS's strided batched product in float32 or float64, by overload */
+static inline cublasStatus_t qkv_cu_gemm_batched (
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb,
+    long long sb, const float *beta, float *c, int ldc, long long sc, int count) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                   beta, c, ldc, sc, count);
+}
+
+static inline cublasStatus_t qkv_cu_gemm_batched (
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const double *alpha, const double *a, int lda, long long sa, const double *b, int ldb,
+    long long sb, const double *beta, double *c, int ldc, long long sc, int count) {
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
+                                   beta, c, ldc, sc, count);
+}
+
 /* scratch device memory from the caching allocator (NULL when out of
    memory, with the error recorded); free it before returning */
 void *qkv_cu_alloc(size_t nbytes);

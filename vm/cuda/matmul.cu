@@ -132,26 +132,6 @@ static int densify (T *buf, const operand *op, const qkv_tensor *t) {
 
 /* ---- the products ---- */
 
-static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
-                                    cublasOperation_t tb, int m, int n, int k,
-                                    const float *alpha, const float *a, int lda,
-                                    long long sa, const float *b, int ldb, long long sb,
-                                    const float *beta, float *c, int ldc, long long sc,
-                                    int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                   beta, c, ldc, sc, count);
-}
-
-static cublasStatus_t gemm_batched (cublasHandle_t h, cublasOperation_t ta,
-                                    cublasOperation_t tb, int m, int n, int k,
-                                    const double *alpha, const double *a, int lda,
-                                    long long sa, const double *b, int ldb, long long sb,
-                                    const double *beta, double *c, int ldc, long long sc,
-                                    int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb,
-                                   beta, c, ldc, sc, count);
-}
-
 static cublasOperation_t op_of (const operand *op) {
   return op->layout == QKV_BYCOL ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
@@ -169,7 +149,7 @@ static int products (T *out, const operand *A, const operand *B, int64_t nbatch,
   for (int64_t b0 = 0; b0 < nbatch; b0 += INT_MAX) {
     int count = (int)(nbatch - b0 < INT_MAX ? nbatch - b0 : INT_MAX);
     const T *a = (const T *)A->ptr + b0 * A->bs, *b = (const T *)B->ptr + b0 * B->bs;
-    cublasCheck(gemm_batched(h, op_of(B), op_of(A), p, m, n, &al, b, B->ld, B->bs,
+    cublasCheck(qkv_cu_gemm_batched(h, op_of(B), op_of(A), p, m, n, &al, b, B->ld, B->bs,
                              a, A->ld, A->bs, &zero, out + b0 * m * p, p,
                              (long long)m * p, count));
   }

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cuda.cuh"
+#include "rows.cuh"
 
 #define TINY 8                /* rows this short take a thread each */
 #define WARP_MAX 1024         /* rows up to this long take a warp */
@@ -45,89 +46,10 @@ __device__ static void row_start (const rows &R, int64_t r, int64_t *xo, int64_t
     *oo += j * R.os[i];
   }
 }
-
-
-/*
-** The groups of threads that share a row, each with its first row, its
-** step between rows, its threads' lane and count, and the reductions over
-** them.  Every thread of a group gets the same result: a warp's butterfly
-** adds the same pairs in every lane, and a block's threads each fold the
-** warps' results in the same order.
-*/
-#define FULL 0xffffffffu
-
-struct by_thread {
-  __device__ static int64_t first () { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
-  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x; }
-  __device__ static int lane () { return 0; }
-  __device__ static int size () { return 1; }
-  __device__ static double sum (double v) { return v; }
-  template <typename T> __device__ static T max (T v) { return v; }
-  __device__ static int any (int v) { return v; }
-};
-
-template <typename T> __device__ static inline T warp_max (T v) {
-  for (int o = 16; o > 0; o /= 2) {
-    T u = __shfl_xor_sync(FULL, v, o);
-    v = u > v ? u : v;
-  }
-  return v;
-}
-
-__device__ static inline double warp_sum (double v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL, v, o);
-  return v;
-}
-
-struct by_warp {
-  __device__ static int64_t first () {
-    return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  }
-  __device__ static int64_t step () { return (int64_t)gridDim.x * blockDim.x / 32; }
-  __device__ static int lane () { return threadIdx.x % 32; }
-  __device__ static int size () { return 32; }
-  __device__ static double sum (double v) { return warp_sum(v); }
-  template <typename T> __device__ static T max (T v) { return warp_max(v); }
-  __device__ static int any (int v) { return __any_sync(FULL, v); }
-};
-
-/* blockDim.x a multiple of 32; the first barrier keeps a write to sh from
-   overtaking a thread still reading the previous call's */
-struct by_block {
-  __device__ static int64_t first () { return blockIdx.x; }
-  __device__ static int64_t step () { return gridDim.x; }
-  __device__ static int lane () { return threadIdx.x; }
-  __device__ static int size () { return blockDim.x; }
-  __device__ static double sum (double v) {
-    __shared__ double sh[32];
-    v = warp_sum(v);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = sh[0];
-    for (unsigned w = 1; w < blockDim.x / 32; w++) v += sh[w];
-    return v;
-  }
-  template <typename T> __device__ static T max (T v) {
-    __shared__ T sh[32];
-    v = warp_max(v);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = sh[0];
-    for (unsigned w = 1; w < blockDim.x / 32; w++) v = sh[w] > v ? sh[w] : v;
-    return v;
-  }
-  __device__ static int any (int v) { return __syncthreads_or(v); }
-};
-
 }
 
 
-/* one row, its elements shared out among the group G */
-
-__device__ static inline float ex (float v) { return expf(v); }
-__device__ static inline double ex (double v) { return exp(v); }
+/* one row, its elements shared out among the group G (rows.cuh) */
 
 template <typename T, typename G>
 __device__ static void softmax_row (T *o, int64_t os, const T *x, int64_t xs, int64_t n) {
