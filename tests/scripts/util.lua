@@ -15,12 +15,16 @@ function U.run(script)
   local p = io.popen("mktemp -d")
   local dir = p:read("l")
   p:close()
-  local cmd = string.format("cd %s && QKV_OUT=%s NO_COLOR=1 %s tests/scripts/harness.lua %s 2>&1",
-                            quote(os.getenv("PWD") or "."), quote(dir), quote(exe), quote(script))
+  -- under `qkv test --device cuda` the scripts run on the GPU too
+  local dev = qkv.default_device() == "cuda" and " --device cuda" or ""
+  local cmd = string.format("cd %s && QKV_OUT=%s NO_COLOR=1 %s%s tests/scripts/harness.lua %s 2>&1",
+                            quote(os.getenv("PWD") or "."), quote(dir), quote(exe), dev, quote(script))
   p = io.popen(cmd)
   local text = p:read("a")
   local ok, _, code = p:close()
   assert(ok, script .. " failed (exit " .. tostring(code) .. "):\n" .. text)
+  -- the same prints as on the CPU, but for the device's suffix
+  if dev ~= "" then text = text:gsub(",%s*device='cuda'", "") end
   local stdout, lit = text:match("^(.*)\n%-%-%- results %-%-%-\n(.*)$")
   assert(stdout, script .. ": no results marker in its output:\n" .. text)
   local results = assert(load(lit))()
