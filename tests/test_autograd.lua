@@ -147,6 +147,21 @@ function TestRules:testFusedBackwardAcrossTiles()
                   "<ScaledDotProductFlashAttentionBackward0>")
 end
 
+-- no key at all (n_k = 0): the output is zeros and so is Q's gradient, in
+-- memory a freed tensor of sevens had held (the kernel once left it)
+function TestRules:testFusedBackwardWithNoKeys()
+  for _ = 1, 3 do
+    local junk = qkv.full({2, 300, 4}, 7)
+    junk = nil
+    collectgarbage()
+    local q = qkv.randn(2, 300, 4):requires_grad_()
+    local k, v = qkv.randn(2, 0, 4):requires_grad_(), qkv.randn(2, 0, 5):requires_grad_()
+    qkv.attention(q, k, v, {weights = false}):sum():backward()
+    t.assertTensorEqual(q.grad, qkv.zeros(2, 300, 4))
+    lu.assertEquals(k.grad.shape, k.shape)
+  end
+end
+
 ---------------------------------------------------------------- the API
 TestAPI = {}
 

@@ -399,6 +399,7 @@ local function child(o)
   for K = first, last do
     math.randomseed(o.seed, K)
     q.seed(o.seed * 1000003 + K)
+    q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
     local e = list[(K - 1) % #list + 1]
     local F = P.begin_call()
     local okg, self, args, n, marks = pcall(make_call, e, F)

@@ -183,12 +183,13 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
            qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
            mask ? qkv_data(mask) : NULL, mask, causal, scale};
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
-  if (J.nb == 0 || J.nq == 0 || J.nk == 0) return QKV_OK;
-  if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
+  /* written whole, also when there is nothing to add (n_k = 0: dq is 0) */
   size_t es = J.f64 ? 8 : 4;
   memset(J.dq, 0, (size_t)(J.nb * J.nq * J.d) * es);
   memset(J.dk, 0, (size_t)(J.nb * J.nk * J.d) * es);
   memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
+  if (J.nb == 0 || J.nq == 0 || J.nk == 0) return QKV_OK;
+  if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   int err = QKV_OK;
   #pragma omp parallel reduction(|:err)
   {
