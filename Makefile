@@ -7,7 +7,7 @@ CFLAGS ?= -O2
 BUILD := build
 
 # the README lists these (tests/test_make.lua checks that the lists agree)
-DEPS := gcc make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
+DEPS := gcc g++ make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
   libutf8proc-dev libzmq3-dev libssl-dev
 # bench/latency.lua's optional peers (`make bench-deps`)
@@ -185,7 +185,7 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory model-try peers-try
 	$(BUILD)/qkv test tests/
-	@$(MAKE) --no-print-directory test-device
+	@$(MAKE) --no-print-directory test-device test-cudasim
 
 # every suite again with "cuda" as the default device: on the GPU when
 # there is one, else through build/fakecuda.so, which checks the device
@@ -267,7 +267,20 @@ bench-deps:
 # as $(GPU_BUNDLE).tar.xz for the trip (README, "CUDA")
 GPU_BUNDLE := $(BUILD)/gpu
 BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|/librt\.so|/libresolv|/libgcc_s|/libstdc\+\+|libcuda|libcudart|libcublas
-.PHONY: gpu-bundle test-device
+# the CUDA kernels where no GPU is: vm/cuda/*.cu, unmodified, built with g++
+# against a host simulation (tests/tools/cudasim/: every block of the grid,
+# a block's threads as fibers switched at barriers and warp operations),
+# and the cross-backend suite run on them, threads in two orders
+SIM_SO := $(BUILD)/simcuda.so
+$(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard tests/tools/cudasim/*) \
+  vm/qkv.h vm/backend.h vm/half.h
+	BUILD=$(BUILD) tests/tools/cudasim/build.sh
+
+test-cudasim: $(SIM_SO)
+	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
+	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
+
+.PHONY: gpu-bundle test-device test-cudasim
 gpu-bundle: all
 	@test -f $(CUDA_SO) || { echo "gpu-bundle: no $(CUDA_SO) (make found no nvcc)"; exit 1; }
 	rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz

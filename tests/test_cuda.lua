@@ -517,7 +517,7 @@ end
 function TestCudaSoftmax:testLayerNorm()
   need()
   for _, dt in ipairs(FLOATS) do
-    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}} do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}} do
       local x = values(s, dt) * 5 + 100
       local n = s[#s]
       same(dt .. " layer_norm " .. table.concat(s, "x"),
@@ -548,9 +548,11 @@ end
 
 TestCudaAttention = {}
 
+-- unit normal Q, K, V (float32 scores of size 100 would round at 1e-5)
 local function qkvs(b, nq, nk, dk, dv, dt)
-  return values(b and {b, nq, dk} or {nq, dk}, dt), values(b and {b, nk, dk} or {nk, dk}, dt),
-         values(b and {b, nk, dv} or {nk, dv}, dt)
+  local function u(shape) return (values(shape, "float64") / 3):to(dt) end
+  return u(b and {b, nq, dk} or {nq, dk}), u(b and {b, nk, dk} or {nk, dk}),
+         u(b and {b, nk, dv} or {nk, dv})
 end
 
 function TestCudaAttention:testFusedForwardOnManyShapes()
@@ -564,14 +566,20 @@ function TestCudaAttention:testFusedForwardOnManyShapes()
     for _, c in ipairs(cases) do
       local q, k, v = qkvs(c[1], c[2], c[3], c[4], c[5], dt)
       local label = ("%s b=%s nq=%d nk=%d dk=%d dv=%d"):format(dt, tostring(c[1]), c[2], c[3], c[4], c[5])
-      same(label, function(a, b, e) return qkv.attention(a, b, e) end, {q, k, v})
-      same(label .. " causal", function(a, b, e) return qkv.attention(a, b, e, {causal = true}) end,
-           {q, k, v})
+      -- weights = false: the fused kernel (with weights, the composed path)
+      same(label, function(a, b, e) return qkv.attention(a, b, e, {weights = false}) end, {q, k, v})
+      same(label .. " causal", function(a, b, e)
+        return qkv.attention(a, b, e, {causal = true, weights = false})
+      end, {q, k, v})
       local m = values({c[2], c[3]}, "bool")
-      same(label .. " mask", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w}) end,
-           {q, k, v, m})
+      same(label .. " mask", function(a, b, e, w)
+        return qkv.attention(a, b, e, {mask = w, weights = false})
+      end, {q, k, v, m})
       same(label .. " mask + causal + scale", function(a, b, e, w)
-        return qkv.attention(a, b, e, {mask = w, causal = true, scale = 0.3})
+        return qkv.attention(a, b, e, {mask = w, causal = true, scale = 0.3, weights = false})
+      end, {q, k, v, m})
+      same(label .. " composed, with weights", function(a, b, e, w)
+        return qkv.attention(a, b, e, {mask = w, causal = true})
       end, {q, k, v, m})
     end
   end
@@ -583,15 +591,16 @@ function TestCudaAttention:testMasksBroadcastHeadsAndEmptyRows()
                   values({2, 4, 11, 32}, "float32")
   -- a padding mask (2, 1, 1, 11) broadcast over heads and queries
   local pad = qkv.padding({7, 11}):view(2, 1, 1, 11)
-  same("padding mask", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w}) end,
+  same("padding mask", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w, weights = false}) end,
        {q, k, v, pad})
   -- K and V shared by the heads (stride-0 batch dims)
-  same("shared K, V", function(a, b, e) return qkv.attention(a, b:expand(2, 4, 11, 32), e:expand(2, 4, 11, 32)) end,
-       {q, k:narrow(2, 1, 1), v:narrow(2, 1, 1)})
+  same("shared K, V", function(a, b, e)
+    return qkv.attention(a, b:expand(2, 4, 11, 32), e:expand(2, 4, 11, 32), {weights = false})
+  end, {q, k:narrow(2, 1, 1), v:narrow(2, 1, 1)})
   -- rows with no key left give zeros
   local none = qkv.zeros(9, 11, "bool")
   none:narrow(1, 1, 4):fill_(true)
-  same("fully masked rows", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w}) end,
+  same("fully masked rows", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w, weights = false}) end,
        {q, k, v, none})
   -- weights, as the unfused path gives them
   same("with weights", function(a, b, e) return qkv.attention(a, b, e, {weights = true}) end,
@@ -609,9 +618,10 @@ function TestCudaAttention:testBackwardGivesTheCpusGradients()
       local q, k, v = qkvs(c[1], c[2], c[3], c[4], c[5], dt)
       local g = values({c[1], c[2], c[5]}, dt)
       local m = values({c[2], c[3]}, "bool")
+      -- weights = false: the fused backward (attention_backward)
       local grads = function(a, b, e, go, w)
         local x, y, z = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
-        qkv.attention(x, y, z, {causal = c[6], mask = w}):backward(go)
+        qkv.attention(x, y, z, {causal = c[6], mask = w, weights = false}):backward(go)
         return x.grad, y.grad, z.grad
       end
       same(("%s attention backward %d %d %d"):format(dt, c[2], c[3], c[4]), grads, {q, k, v, g, m})
