@@ -94,14 +94,16 @@ function A.requires_grad_(x, flag)
   if not is_tensor(x) then fail("requires_grad_: bad argument #1 (qkv.Tensor expected, got %s)", type(x)) end
   if flag == nil then flag = true end
   if type(flag) ~= "boolean" then fail("requires_grad_: flag must be a boolean, got %s", type(flag)) end
+  local open, dtype = pcall(function() return x.dtype end)
+  if not open then fail("requires_grad_: bad argument #1 (tensor was closed)") end
   local m = meta[x]
   if m and m.node then
     fail("requires_grad_: x is the result of %s, not a leaf; use x:detach():requires_grad_()",
          m.node.name)
   end
-  if flag and x.dtype ~= "float32" and x.dtype ~= "float64" and x.dtype ~= "float16"
-     and x.dtype ~= "bfloat16" then
-    fail("requires_grad_: only float tensors can require grad, x is %s", x.dtype)
+  if flag and dtype ~= "float32" and dtype ~= "float64" and dtype ~= "float16"
+     and dtype ~= "bfloat16" then
+    fail("requires_grad_: only float tensors can require grad, x is %s", dtype)
   end
   if flag then meta[x] = m or {}; meta[x].leaf = true
   elseif m then m.leaf = nil end

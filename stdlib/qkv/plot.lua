@@ -98,13 +98,15 @@ local function checkopts(fname, opts)
   if type(opts) ~= "table" then
     fail("%s: opts must be a table, got a %s", fname, type(opts))
   end
-  if opts.file ~= nil and type(opts.file) ~= "string" then
-    fail("%s: file must be a path string, got a %s", fname, type(opts.file))
+  -- each read once: a table whose __index changes its answers is checked
+  -- on what it said
+  local file, width = opts.file, opts.width
+  if file ~= nil and type(file) ~= "string" then
+    fail("%s: file must be a path string, got a %s", fname, type(file))
   end
   -- at most 10000 columns: a bar of 2^53 of them is no string Lua can make
-  if opts.width ~= nil and (math.type(opts.width) ~= "integer" or opts.width < 20
-                            or opts.width > 10000) then
-    fail("%s: width must be an integer from 20 to 10000, got %s", fname, tostring(opts.width))
+  if width ~= nil and (math.type(width) ~= "integer" or width < 20 or width > 10000) then
+    fail("%s: width must be an integer from 20 to 10000, got %s", fname, tostring(width))
   end
   spec.checkkeys(fname, opts, fname)
   return opts
