@@ -16,25 +16,6 @@
 struct f16_t { uint16_t b; };
 struct bf16_t { uint16_t b; };
 
-/*
-** Operand offsets (elements) of linear index i: a loop that the iterator
-** merged into one dim (any contiguous copy) needs no division.
-*/
-template <int NOP>
-__device__ static inline void iter_at (const qkv_cu_iter &it, int64_t i, int64_t (&off)[NOP]) {
-  if (it.ndim == 1) {
-    for (int k = 0; k < NOP; k++) off[k] = i * it.stride[k][0];
-    return;
-  }
-  for (int k = 0; k < NOP; k++) off[k] = 0;
-  for (int d = it.ndim - 1; d >= 0; d--) {
-    int64_t s = it.size[d], c = i % s;
-    i /= s;
-    for (int k = 0; k < NOP; k++) off[k] += c * it.stride[k][d];
-  }
-}
-
-
 /* ---- conversions ---- */
 
 /* double -> int64 as C truncates, but defined everywhere (iter.h's
@@ -108,7 +89,7 @@ __global__ void copy_kernel (qkv_cu_iter it) {
   const TI *a = (const TI *)it.data[1];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[2];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = to<TO>::of(value_of(a[off[1]]));
   }
 }
@@ -163,7 +144,7 @@ __global__ void fill_kernel (qkv_cu_iter it, T v) {
   T *o = (T *)it.data[0];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[1];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = v;
   }
 }

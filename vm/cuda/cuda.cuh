@@ -110,7 +110,7 @@ __device__ static inline double qkv_cu_get (qkv_dtype dt, const char *p) {
 ** A strided loop over up to QKV_CU_MAXOP operands of one shape, passed to
 ** kernels by value.  Host side: qkv_cu_iter_init drops size-1 dims and
 ** merges dims contiguous with each other in every operand.  Device side:
-** qkv_cu_iter_offsets gives each operand's element offset (in elements,
+** qkv_cu_iter_at<NOP> gives each operand's element offset (in elements,
 ** from data[k]) of linear index i (row-major over the shape).
 */
 #define QKV_CU_MAXOP 4
@@ -125,13 +125,18 @@ struct qkv_cu_iter {
 
 void qkv_cu_iter_init(qkv_cu_iter *it, int nop, const qkv_tensor *const *t);
 
-__device__ static inline void qkv_cu_iter_offsets (const qkv_cu_iter &it, int64_t i,
-                                                   int64_t *off) {
-  for (int k = 0; k < QKV_CU_MAXOP; k++) off[k] = 0;
+template <int NOP>
+__device__ static inline void qkv_cu_iter_at (const qkv_cu_iter &it, int64_t i,
+                                              int64_t (&off)[NOP]) {
+  if (it.ndim == 1) {              /* merged into one dim: no division */
+    for (int k = 0; k < NOP; k++) off[k] = i * it.stride[k][0];
+    return;
+  }
+  for (int k = 0; k < NOP; k++) off[k] = 0;
   for (int d = it.ndim - 1; d >= 0; d--) {
     int64_t s = it.size[d], c = i % s;
     i /= s;
-    for (int k = 0; k < it.nop; k++) off[k] += c * it.stride[k][d];
+    for (int k = 0; k < NOP; k++) off[k] += c * it.stride[k][d];
   }
 }
 

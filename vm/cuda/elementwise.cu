@@ -14,25 +14,6 @@
 
 #define THREADS 256
 
-/*
-** Operand offsets (elements) of linear index i: a loop that the iterator
-** merged into one dim (contiguous operands) needs no division.
-*/
-template <int NOP>
-__device__ static inline void iter_at (const qkv_cu_iter &it, int64_t i, int64_t (&off)[NOP]) {
-  if (it.ndim == 1) {
-    for (int k = 0; k < NOP; k++) off[k] = i * it.stride[k][0];
-    return;
-  }
-  for (int k = 0; k < NOP; k++) off[k] = 0;
-  for (int d = it.ndim - 1; d >= 0; d--) {
-    int64_t s = it.size[d], c = i % s;
-    i /= s;
-    for (int k = 0; k < NOP; k++) off[k] += c * it.stride[k][d];
-  }
-}
-
-
 /* ---- binary ---- */
 
 #define WRAP(op, x, y) ((int64_t)((uint64_t)(x) op (uint64_t)(y)))
@@ -108,7 +89,7 @@ __global__ void binary_kernel (qkv_cu_iter it, F f) {
   const TI *a = (const TI *)it.data[1], *b = (const TI *)it.data[2];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[3];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = f(a[off[1]], b[off[2]]);
   }
 }
@@ -228,7 +209,7 @@ __global__ void unary_kernel (qkv_cu_iter it, F f) {
   const T *a = (const T *)it.data[1];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[2];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = f(a[off[1]]);
   }
 }
@@ -305,7 +286,7 @@ __global__ void masked_kernel (qkv_cu_iter it, T v) {
   const uint8_t *m = (const uint8_t *)it.data[1];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[2];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     if (m[off[1]]) o[off[0]] = v;
   }
 }

@@ -16,24 +16,6 @@
 
 #define THREADS 256
 
-/*
-** Operand offsets (elements) of linear index i: a loop that the iterator
-** merged into one dim (contiguous operands) needs no division.
-*/
-template <int NOP>
-__device__ static inline void iter_at (const qkv_cu_iter &it, int64_t i, int64_t (&off)[NOP]) {
-  if (it.ndim == 1) {
-    for (int k = 0; k < NOP; k++) off[k] = i * it.stride[k][0];
-    return;
-  }
-  for (int k = 0; k < NOP; k++) off[k] = 0;
-  for (int d = it.ndim - 1; d >= 0; d--) {
-    int64_t s = it.size[d], c = i % s;
-    i /= s;
-    for (int k = 0; k < NOP; k++) off[k] += c * it.stride[k][d];
-  }
-}
-
 /* the unsigned type of an element's width, for kernels that move bits */
 #define BY_WIDTH(dt, CALL) \
   switch (qkv_cu_elsize(dt)) { \
@@ -55,7 +37,7 @@ __global__ void where_kernel (qkv_cu_iter it) {
   const T *a = (const T *)it.data[2], *b = (const T *)it.data[3];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[4];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = c[off[1]] ? a[off[2]] : b[off[3]];
   }
 }
@@ -92,7 +74,7 @@ __global__ void gather_kernel (qkv_cu_iter it, int64_t sdim) {
   const T *a = (const T *)it.data[2];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[3];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     o[off[0]] = a[off[2] + ix[off[1]] * sdim];
   }
 }
@@ -143,7 +125,7 @@ __global__ void scatter_kernel (qkv_cu_iter it, int64_t sdim) {
   const T *s = (const T *)it.data[2];
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[3];
-    iter_at(it, i, off);
+    qkv_cu_iter_at(it, i, off);
     add_to(o + off[0] + ix[off[1]] * sdim, s[off[2]]);
   }
 }
@@ -234,7 +216,7 @@ __global__ void key_kernel (Lines l, qkv_dtype dt, K *key, int64_t *pos, int64_t
   const int64_t es = (int64_t)qkv_cu_elsize(dt);
   QKV_CU_LOOP(i, total) {
     int64_t r = i / l.n, j = i - r * l.n, off[3];
-    iter_at(l.it, r, off);
+    qkv_cu_iter_at(l.it, r, off);
     key[i] = key_of<K>(dt, a + (off[0] + j * l.s[0]) * es);
     pos[i] = j;
   }
@@ -254,7 +236,7 @@ __global__ void sorted_kernel (Lines l, const int64_t *pos, int64_t total) {
   int64_t *ix = (int64_t *)l.it.data[2];
   QKV_CU_LOOP(i, total) {
     int64_t r = i / l.n, j = i - r * l.n, off[3];
-    iter_at(l.it, r, off);
+    qkv_cu_iter_at(l.it, r, off);
     int64_t p = pos ? pos[i] : j;
     v[off[1] + j * l.s[1]] = a[off[0] + p * l.s[0]];
     ix[off[2] + j * l.s[2]] = p;
