@@ -328,15 +328,6 @@ static int shapes_agree (const qkv_tensor *out, const qkv_tensor *q,
          v->size[nd - 2] == nk && v->size[nd - 1] == dv;
 }
 
-static int contiguous (const qkv_tensor *t) {
-  int64_t s = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->size[i] != 1 && t->stride[i] != s) return 0;
-    s *= t->size[i];
-  }
-  return 1;
-}
-
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale) {
@@ -358,7 +349,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   J.nk = k->size[nd - 2];
   int64_t dk = q->size[nd - 1], dv = out->size[nd - 1];
   if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
-  if (!contiguous(out)) return QKV_EINTERNAL;
+  if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
   J.out = qkv_cu_data(out);
   size_t es = qkv_cu_elsize(out->dtype);
   if (J.nk == 0) {                   /* no key for any query: zeros */

@@ -88,6 +88,16 @@ __host__ static inline int64_t qkv_cu_numel (const qkv_tensor *t) {
   return n;
 }
 
+/* whether t's elements lie densely in row-major order (size-1 dims skipped) */
+__host__ static inline int qkv_cu_contiguous (const qkv_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->size[i] != 1 && t->stride[i] != s) return 0;
+    s *= t->size[i];
+  }
+  return 1;
+}
+
 __host__ static inline char *qkv_cu_data (const qkv_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)qkv_cu_elsize(t->dtype);
 }

@@ -197,15 +197,6 @@ static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
          b->size[nd - 1] == out->size[nd - 1];
 }
 
-static int contiguous (const qkv_tensor *t) {
-  int64_t s = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->size[i] != 1 && t->stride[i] != s) return 0;
-    s *= t->size[i];
-  }
-  return 1;
-}
-
 /* the empty sum (n == 0): zeros, times alpha as a product would be (0 * inf) */
 template <typename T>
 static int zeros (T *out, int64_t count, double alpha) {
@@ -247,7 +238,7 @@ int qkv_cuda_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   int64_t nbatch = 1;
   for (int i = 0; i < nd - 2; i++) nbatch *= out->size[i];
   if (nbatch == 0 || m == 0 || p == 0) return QKV_OK;
-  if (!contiguous(out)) return QKV_EINTERNAL;
+  if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
   if (out->dtype == QKV_F32) return matmul<float>(out, a, b, nbatch, m, n, p, alpha);
   return matmul<double>(out, a, b, nbatch, m, n, p, alpha);
 }
