@@ -100,18 +100,15 @@ static int b_tensor (lua_State *L) {
   return 1;
 }
 
-/* an optional device name at arg: the default device when none */
-static qkv_device optdevice (lua_State *L, int arg, const char *name) {
-  static const char *const names[] = {"cpu", "cuda", NULL};
-  if (lua_isnoneornil(L, arg)) return qkvL_default_device();
-  qkv_device d = luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
-  if (d == QKV_CUDA) qkvL_checkcuda(L, name);
-  return d;
+/* an optional device name at arg: the default device when none (a GPU
+   that cannot be used is qkvL_new's error, naming the function) */
+static qkv_device optdevice (lua_State *L, int arg) {
+  return lua_isnoneornil(L, arg) ? qkvL_default_device() : qkvL_checkdevice(L, arg);
 }
 
 static int is_device (lua_State *L, int arg) {
-  const char *s = lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : "";
-  return strcmp(s, "cpu") == 0 || strcmp(s, "cuda") == 0;
+  qkv_device d;
+  return qkvL_isdevice(L, arg, &d);
 }
 
 static int filled (lua_State *L, double v, int zero) {
@@ -119,7 +116,6 @@ static int filled (lua_State *L, double v, int zero) {
   qkv_dtype dt = QKV_F32;
   qkv_device dev;
   int n = qkvL_checkshape(L, 1, size, &dt, &dev);
-  if (dev == QKV_CUDA) qkvL_checkcuda(L, zero ? "zeros" : "ones");
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, zero);
   if (!zero) qkvL_check(L, "fill", qkv_fill(t, v));
   return 1;
@@ -136,7 +132,7 @@ static int b_full (lua_State *L) {
                 "number expected");
   int darg = is_device(L, 3) ? 3 : 4;
   qkv_dtype dt = lua_isnoneornil(L, 3) || darg == 3 ? QKV_F32 : qkvL_checkdtype(L, 3);
-  qkv_device dev = optdevice(L, darg, "full");
+  qkv_device dev = optdevice(L, darg);
   qkvL_Scalar sc;
   const qkv_tensor *v = qkvL_checkfill(L, 2, dt, "full", &sc);
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
@@ -152,7 +148,6 @@ static int b_eye (lua_State *L) {
   int n = qkvL_checkshape(L, 1, size, &dt, &dev);
   luaL_argcheck(L, n == 1 || n == 2, 1, "eye takes n or n, m");
   if (n == 1) size[1] = size[0];
-  if (dev == QKV_CUDA) qkvL_checkcuda(L, "eye");
   qkv_tensor *t = qkvL_new(L, dt, dev, 2, size, 1), diag = *t;
   diag.ndim = 1;
   diag.size[0] = size[0] < size[1] ? size[0] : size[1];
@@ -173,7 +168,7 @@ static int b_arange (lua_State *L) {
   int darg = is_device(L, nnum + 1) ? nnum + 1 : nnum + 2;
   qkv_dtype dt = lua_isnoneornil(L, nnum + 1) || darg == nnum + 1 ? QKV_F32
                  : qkvL_checkdtype(L, nnum + 1);
-  qkv_device dev = optdevice(L, darg, "arange");
+  qkv_device dev = optdevice(L, darg);
   if (!(step != 0) || !isfinite(a) || !isfinite(b) || !isfinite(step))
     return luaL_error(L, "arange: bounds and step must be finite and step non-zero");
   double count = ceil((b - a) / step);
@@ -209,7 +204,6 @@ static int random_tensor (lua_State *L, qkv_dist dist) {
   int n = qkvL_checkshape(L, 1, size, &dt, &dev);
   if (!qkv_is_float(dt))
     luaL_argerror(L, n + 1, "random tensors are float32 or float64");
-  if (dev == QKV_CUDA) qkvL_checkcuda(L, name);
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
   qkvL_check(L, name, qkv_random(t, dist));
   return 1;

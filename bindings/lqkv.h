@@ -78,6 +78,10 @@ int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
 /* devices (lnew.c): where new tensors go, and moving tensors between the
    host and the GPU; a GPU that cannot be used is an error naming why */
 qkv_device qkvL_default_device (void);
+/* "cpu" or "cuda" at arg: 1 and *dev set, else 0 (qkvL_isdevice); or an
+   error naming the argument unless it is one (qkvL_checkdevice) */
+int qkvL_isdevice (lua_State *L, int arg, qkv_device *dev);
+qkv_device qkvL_checkdevice (lua_State *L, int arg);
 void qkvL_set_default_device (qkv_device d);
 void qkvL_checkcuda (lua_State *L, const char *name);
 /* a copy of t on device d, pushed */

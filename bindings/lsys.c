@@ -104,14 +104,9 @@ static int c_allow_tf32 (lua_State *L) {
   return 1;
 }
 
-static qkv_device checkdevice (lua_State *L, int arg) {
-  static const char *const names[] = {"cpu", "cuda", NULL};
-  return luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
-}
-
 /* qkv.set_default_device(dev): where new tensors go ("cpu" or "cuda") */
 static int s_set_default_device (lua_State *L) {
-  qkvL_set_default_device(checkdevice(L, 1));
+  qkvL_set_default_device(qkvL_checkdevice(L, 1));
   return 0;
 }
 

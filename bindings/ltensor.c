@@ -68,12 +68,16 @@ static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
 ** `one`, only `arg` itself holds the shape.  Anything else left over, but
 ** trailing nils, is an error rather than silently ignored.
 */
-/* "cpu" or "cuda" at arg: 1 and *dev set, else 0 */
-static int device_arg (lua_State *L, int arg, qkv_device *dev) {
+int qkvL_isdevice (lua_State *L, int arg, qkv_device *dev) {
   const char *s = lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : NULL;
   if (s == NULL || (strcmp(s, "cpu") != 0 && strcmp(s, "cuda") != 0)) return 0;
   *dev = strcmp(s, "cuda") == 0 ? QKV_CUDA : QKV_CPU;
   return 1;
+}
+
+qkv_device qkvL_checkdevice (lua_State *L, int arg) {
+  static const char *const names[] = {"cpu", "cuda", NULL};
+  return luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
 }
 
 static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
@@ -99,10 +103,10 @@ static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
     }
   }
   if (one) return n;
-  if (dev && arg <= top && device_arg(L, arg, dev)) arg++;
+  if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
   else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
     *dt = qkvL_checkdtype(L, arg++);
-    if (dev && arg <= top && device_arg(L, arg, dev)) arg++;
+    if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
   }
   if (arg <= top)
     luaL_argerror(L, arg, lua_pushfstring(L, "size%s expected, got %s",

@@ -208,9 +208,8 @@ static int todevice (lua_State *L, qkv_tensor *t, qkv_device d, const char *name
 static int v_to (lua_State *L) {
   QKVL_GRAD(L, "to", v_to);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  const char *s = luaL_checkstring(L, 2);
-  if (strcmp(s, "cpu") == 0) return todevice(L, t, QKV_CPU, "to");
-  if (strcmp(s, "cuda") == 0) return todevice(L, t, QKV_CUDA, "to");
+  qkv_device d;
+  if (qkvL_isdevice(L, 2, &d)) return todevice(L, t, d, "to");
   qkv_dtype dt = qkvL_checkdtype(L, 2);
   if (dt == t->dtype) lua_settop(L, 1);
   else pushcopy(L, t, dt);

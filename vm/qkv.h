@@ -92,7 +92,6 @@ qkv_storage *qkv_storage_new(qkv_device dev, size_t nbytes, int zero);
 void qkv_storage_retain(qkv_storage *s);
 void qkv_storage_release(qkv_storage *s);
 size_t qkv_memory_live(void);          /* bytes held by live storages */
-size_t qkv_memory_on(qkv_device d);    /* of them, those on device d */
 size_t qkv_memory_limit(void);         /* most bytes live storages may hold */
 void qkv_memory_set_limit(size_t nbytes);   /* 0: the machine's RAM */
 

@@ -95,7 +95,6 @@ static size_t live_bytes[QKV_NDEV], limit;
 
 /* host and device bytes together: what the bindings pace the collector by */
 size_t qkv_memory_live (void) { return live_bytes[QKV_CPU] + live_bytes[QKV_CUDA]; }
-size_t qkv_memory_on (qkv_device d) { return live_bytes[d]; }
 
 /* Tensors holding more than the machine's RAM can only end in the OOM
    killer (Linux overcommits), so an allocation that would take the live
