@@ -37,21 +37,6 @@ static void check_rank (lua_State *L, const char *name, const char *an,
   }
 }
 
-/* options table at arg: rejects keys it does not know, to catch typos */
-static void check_opts (lua_State *L, int arg, const char *name,
-                        const char *const *known) {
-  if (lua_isnoneornil(L, arg)) return;
-  luaL_checktype(L, arg, LUA_TTABLE);
-  lua_pushnil(L);
-  while (lua_next(L, arg)) {
-    int ok = 0;
-    lua_pop(L, 1);
-    for (int i = 0; known[i] && !ok; i++)
-      ok = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), known[i]) == 0;
-    if (!ok) luaL_error(L, "%s: unknown option '%s'", name, luaL_tolstring(L, -1, NULL));
-  }
-}
-
 static int opt_field (lua_State *L, int arg, const char *key) {
   if (lua_isnoneornil(L, arg)) { lua_pushnil(L); return LUA_TNIL; }
   return lua_getfield(L, arg, key);
@@ -61,11 +46,13 @@ static int opt_field (lua_State *L, int arg, const char *key) {
 ** The options of scores and attention, read into C values before any
 ** tensor argument is checked: reading them may run the table's
 ** metamethods, which may close a tensor or let the collector run.  The
-** mask stays on the stack (at .mask, 0 for none) so that it cannot be
-** collected, and is checked with the other tensors afterwards.
+** masks stay on the stack (at .mask and .kpm, 0 for none) so that they
+** cannot be collected, and are checked with the other tensors afterwards.
+** causal is qkv's (aligned to the end), is_causal PyTorch's (to the
+** start); -1 where not given.
 */
 typedef struct Opts {
-  int has_scale, causal, weights, mask, kpm;
+  int has_scale, causal, is_causal, weights, mask, kpm;
   double scale;
 } Opts;
 
@@ -80,22 +67,18 @@ static int opt_flag (lua_State *L, int arg, const char *name, const char *key,
 
 static void read_opts (lua_State *L, int arg, const char *name,
                        const char *const *known, int attention, Opts *o) {
-  check_opts(L, arg, name, known);
+  qkvL_checkopts(L, arg, name, known);
   o->has_scale = opt_field(L, arg, "scale") != LUA_TNIL;
   if (o->has_scale && lua_type(L, -1) != LUA_TNUMBER)
     luaL_error(L, "%s: option 'scale' must be a number, got %s", name,
                luaL_typename(L, -1));
   o->scale = lua_tonumber(L, -1);
   lua_pop(L, 1);
-  o->mask = 0;
+  o->mask = o->kpm = 0;
   if (!attention) return;                   /* scores: scale alone */
-  o->causal = opt_flag(L, arg, name, "causal", -1);
-  int is_causal = opt_flag(L, arg, name, "is_causal", -1);
-  if (o->causal >= 0 && is_causal >= 0 && o->causal != is_causal)
-    luaL_error(L, "%s: options 'causal' and 'is_causal' (its alias) disagree", name);
-  o->causal = o->causal > 0 || is_causal > 0;
+  o->causal = opt_flag(L, arg, name, "causal", 0);
+  o->is_causal = opt_flag(L, arg, name, "is_causal", 0);
   o->weights = opt_flag(L, arg, name, "weights", 1);
-  o->kpm = 0;
   if (opt_field(L, arg, "mask") == LUA_TNIL) lua_pop(L, 1);
   else o->mask = lua_gettop(L);
   if (opt_field(L, arg, "key_padding_mask") == LUA_TNIL) lua_pop(L, 1);
@@ -173,187 +156,6 @@ static int a_scores (lua_State *L) {
   read_opts(L, 3, "scores", known, 0, &o);
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
   scores(L, "scores", Q, K, scale_of(&o, Q));
-  return 1;
-}
-
-
-/* masks */
-
-/*
-** The scores' shape (*n, size) as the mask m broadcasts it: m may add
-** leading dims or widen size-1 batch dims (the result then has them, as
-** with PyTorch's attn_mask), never change the last two, (n_q, n_k).
-*/
-static void mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
-                        int *n, int64_t *size) {
-  int nb, keep = *n < 2 ? *n : 2;
-  int64_t b[QKV_MAXDIM];
-  int bad = qkv_broadcast_shape(*n, size, m->ndim, m->size, &nb, b);
-  for (int i = 1; !bad && i <= keep; i++) bad = b[nb - i] != size[*n - i];
-  if (bad) {
-    char buf[200];
-    const char *sm = qkvL_shape(L, m);
-    luaL_error(L, "%s: mask of shape %s does not broadcast to the scores' shape %s",
-               name, sm, qkv_shape_str(buf, sizeof buf, *n, size));
-  }
-  *n = nb;
-  memcpy(size, b, sizeof(int64_t) * (size_t)nb);
-}
-
-/* in place: S gets `fill` (a scalar of S's dtype) where m (broadcast to S's
-   shape by mask_shape) is false/0 */
-static void fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
-                            const qkv_tensor *m, const qkv_tensor *fill) {
-  qkv_tensor *off = qkvL_newlike(L, m, QKV_BOOL);
-  qkvL_Scalar zero;
-  zero.v.b = 0;
-  qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, qkvL_scalar(&zero, QKV_BOOL)));
-  qkvL_masked_fill(L, name, S, off, fill);
-  lua_pop(L, 1);
-}
-
-/* -inf as a scalar of S's dtype, for the masks of attention's scores */
-static const qkv_tensor *neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
-  qkv_elem_set(dt, &sc->v, -INFINITY);
-  return qkvL_scalar(sc, dt);
-}
-
-static int a_mask (lua_State *L) {
-  QKVL_GRAD(L, "mask", a_mask);
-  qkv_tensor *S = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
-  qkvL_Scalar sc;
-  const qkv_tensor *fill;
-  if (lua_isnoneornil(L, 3) && qkv_is_float(S->dtype)) fill = neg_inf(&sc, S->dtype);
-  else {
-    lua_settop(L, 3);        /* the default -inf, checked as a given fill */
-    if (lua_isnil(L, 3)) lua_pushnumber(L, -INFINITY), lua_replace(L, 3);
-    fill = qkvL_checkfill(L, 3, S->dtype, "mask", &sc);
-  }
-  int n = S->ndim;
-  int64_t size[QKV_MAXDIM];
-  qkv_tensor Se;
-  memcpy(size, S->size, sizeof size);
-  mask_shape(L, "mask", m, &n, size);
-  qkv_expand(&Se, S, n, size);
-  qkv_tensor *out = qkvL_new(L, S->dtype, S->storage->device, n, size, 0);
-  qkvL_check(L, "mask", qkv_copy(out, &Se));
-  fill_where_not(L, "mask", out, m, fill);
-  return 1;
-}
-
-/*
-** Rows of n bools, row b `first` for its first cut(b) items and !first for
-** the rest, with a look at the interrupt flag every 64K bools (a mask of
-** 2^31 x 2^31 could otherwise keep a Ctrl-C waiting for minutes).
-*/
-static void fill_rows (lua_State *L, const char *name, unsigned char *p,
-                       int64_t rows, int64_t n, int first,
-                       int64_t (*cut)(int64_t b, const void *ctx), const void *ctx) {
-  int64_t left = 65536;
-  if (n == 0) return;                    /* (p may be NULL) */
-  for (int64_t b = 0; b < rows; b++, p += n) {
-    int64_t c = cut(b, ctx);
-    c = c < 0 ? 0 : c > n ? n : c;
-    memset(p, first, (size_t)c);
-    memset(p + c, !first, (size_t)(n - c));
-    if ((left -= n + 1) <= 0) {
-      if (qkv_interrupted) qkvL_check(L, name, QKV_EINTR);
-      left = 65536;
-    }
-  }
-}
-
-/* query i sees keys j <= i + nk - nq: the first i + nk - nq + 1 */
-static int64_t causal_cut (int64_t i, const void *ctx) {
-  const int64_t *qk = (const int64_t *)ctx;
-  return i + qk[1] - qk[0] + 1;
-}
-
-/* bool (nq, nk) on dev: key j is kept for query i when j <= i + nk - nq
-   (made on the host, then moved) */
-static qkv_tensor *causal (lua_State *L, const char *name, int64_t nq,
-                           int64_t nk, int keep, qkv_device dev) {
-  int64_t size[2] = {nq, nk};
-  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
-  fill_rows(L, name, (unsigned char *)qkv_data(m), nq, nk, keep, causal_cut, size);
-  if (dev == QKV_CPU) return m;
-  m = qkvL_todevice(L, m, dev, name);
-  lua_remove(L, -2);
-  return m;
-}
-
-static int64_t checkcount (lua_State *L, int arg) {
-  lua_Integer n = luaL_checkinteger(L, arg);
-  luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 31), arg,
-                "a non-negative length is expected");
-  return (int64_t)n;
-}
-
-static int a_causal (lua_State *L) {
-  int64_t nq = checkcount(L, 1);
-  causal(L, "causal", nq, lua_isnoneornil(L, 2) ? nq : checkcount(L, 2), 1,
-         qkvL_default_device());
-  return 1;
-}
-
-/*
-** The lengths at arg, a table or a 1-D tensor, as a float64 tensor pushed
-** on the stack: read once, so a table whose metamethods change their
-** answers cannot make the mask disagree with the checks.
-*/
-static qkv_tensor *read_lengths (lua_State *L, int arg) {
-  qkv_tensor *t = qkvL_totensor(L, arg), *out;
-  if (t) {
-    if (t->ndim != 1) luaL_error(L, "padding: lengths must be 1-D");
-    const qkv_tensor *h = qkvL_host(L, t, "padding");
-    out = qkvL_new(L, QKV_F64, QKV_CPU, 1, t->size, 0);
-    qkvL_check(L, "padding", qkv_copy(out, h));
-    if (h != t) lua_remove(L, -2);
-    return out;
-  }
-  luaL_checktype(L, arg, LUA_TTABLE);
-  int64_t count = (int64_t)luaL_len(L, arg);
-  if (count < 0) luaL_error(L, "padding: the table's length is negative");
-  out = qkvL_new(L, QKV_F64, QKV_CPU, 1, &count, 0);
-  for (int64_t b = 0; b < count; b++) {
-    if (qkv_interrupted) qkvL_check(L, "padding", QKV_EINTR);
-    lua_geti(L, arg, (lua_Integer)b + 1);
-    int ok;
-    lua_Integer len = lua_tointegerx(L, -1, &ok);
-    lua_pop(L, 1);
-    ((double *)qkv_data(out))[b] = ok ? (double)len : -1;
-  }
-  return out;
-}
-
-/* item b's first len[b] tokens are real (len[b] <= n, checked) */
-static int64_t length_cut (int64_t b, const void *ctx) {
-  return (int64_t)((const double *)ctx)[b];
-}
-
-/* padding(lengths [, n]): bool (#lengths, 1, n), true for real tokens;
-   n defaults to the longest length */
-static int a_padding (lua_State *L) {
-  lua_Integer want = lua_isnoneornil(L, 2) ? -1 : (lua_Integer)checkcount(L, 2);
-  qkv_tensor *lt = read_lengths(L, 1);
-  int64_t count = lt->size[0], n = 0;
-  const double *len = (const double *)qkv_data(lt);
-  for (int64_t b = 0; b < count; b++) {
-    if (!(len[b] >= 0 && len[b] == floor(len[b]) && len[b] < 9e18))
-      return luaL_error(L, "padding: length %I is not a non-negative integer",
-                        (lua_Integer)b + 1);
-    if (want >= 0 && len[b] > (double)want)
-      return luaL_error(L, "padding: length %I of item %I exceeds n = %I",
-                        (lua_Integer)len[b], (lua_Integer)b + 1, want);
-    if (len[b] > (double)n) n = (int64_t)len[b];
-  }
-  if (want >= 0) n = want;
-  int64_t size[3] = {count, 1, n};
-  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
-  unsigned char *p = (unsigned char *)qkv_data(m);
-  len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
-  fill_rows(L, "padding", p, count, n, 1, length_cut, len);
-  qkvL_todefault(L, "padding");
   return 1;
 }
 
@@ -463,7 +265,7 @@ static int a_align (lua_State *L) {
 }
 
 /*
-** attention(Q, K, V [, {mask=, key_padding_mask=, causal= (is_causal=),
+** attention(Q, K, V [, {mask=, key_padding_mask=, causal=, is_causal=,
 ** scale=, weights=}]) -> out, weights.  With weights = false the fused
 ** kernel runs and never holds the scores.
 */
@@ -478,10 +280,38 @@ static qkv_tensor *opt_tensor (lua_State *L, int idx, const char *key) {
 }
 
 /*
-** key_padding_mask, PyTorch's: (..., n_k), true where a key is padding;
-** as a mask in qkv's sense (true = may attend) it is its negation, seen
-** as (..., 1, n_k).  With a mask as well, a key takes part where both let
-** it.  The result is pushed.
+** m (true = may attend; NULL for all) and-ed with the negation of off
+** (bool, true = masked), broadcast together, as a new bool mask, pushed;
+** when they do not broadcast, an error names m and `given` (what off was
+** made from) by name and shape.
+*/
+static qkv_tensor *keep_unless (lua_State *L, const qkv_tensor *m, const qkv_tensor *off,
+                                const char *offname, const qkv_tensor *given) {
+  int n = off->ndim;
+  int64_t size[QKV_MAXDIM];
+  memcpy(size, off->size, sizeof size);
+  if (m && qkv_broadcast_shape(off->ndim, off->size, m->ndim, m->size, &n, size)) {
+    const char *sm = qkvL_shape(L, m), *so = qkvL_shape(L, given);
+    luaL_error(L, "attention: mask is %s but %s is %s: they do not broadcast", sm,
+               offname, so);
+  }
+  qkv_tensor *keep = qkvL_new(L, QKV_BOOL, off->storage->device, n, size, 0), e;
+  qkvL_Scalar zero;
+  zero.v.b = 0;
+  const qkv_tensor *z = qkvL_scalar(&zero, QKV_BOOL);
+  if (!m) qkvL_check(L, "attention", qkv_binary(QKV_EQ, keep, off, z));
+  else {
+    qkvL_check(L, "attention", qkv_binary(QKV_NE, keep, m, z));
+    qkv_expand(&e, off, n, size);
+    qkvL_check(L, "attention", qkv_masked_fill(keep, &e, 0));
+  }
+  return keep;
+}
+
+/*
+** key_padding_mask, PyTorch's: (..., n_k), true where a key is padding,
+** seen as (..., 1, n_k); with a mask as well, a key takes part where both
+** let it.  The result is pushed.
 */
 static qkv_tensor *padding_keep (lua_State *L, qkv_tensor *kpm, const qkv_tensor *m,
                                  int64_t nk) {
@@ -493,27 +323,33 @@ static qkv_tensor *padding_keep (lua_State *L, qkv_tensor *kpm, const qkv_tensor
     luaL_error(L, "attention: key_padding_mask is %s but n_k is %I: expected "
                "(..., n_k)", sk, (lua_Integer)nk);
   }
-  qkv_tensor pad, e;
+  qkv_tensor pad;
   qkv_view_unsqueeze(&pad, kpm, kpm->ndim - 1);
-  int n = pad.ndim;
-  int64_t size[QKV_MAXDIM];
-  memcpy(size, pad.size, sizeof size);
-  if (m && qkv_broadcast_shape(pad.ndim, pad.size, m->ndim, m->size, &n, size)) {
-    const char *sm = qkvL_shape(L, m), *sk = qkvL_shape(L, kpm);
-    luaL_error(L, "attention: mask is %s but key_padding_mask is %s: they do not "
-               "broadcast", sm, sk);
-  }
-  qkv_tensor *keep = qkvL_new(L, QKV_BOOL, kpm->storage->device, n, size, 0);
-  qkvL_Scalar zero;
-  zero.v.b = 0;
-  const qkv_tensor *z = qkvL_scalar(&zero, QKV_BOOL);
-  if (!m) qkvL_check(L, "attention", qkv_binary(QKV_EQ, keep, &pad, z));
-  else {
-    qkvL_check(L, "attention", qkv_binary(QKV_NE, keep, m, z));
-    qkv_expand(&e, &pad, n, size);
-    qkvL_check(L, "attention", qkv_masked_fill(keep, &e, 0));
-  }
-  return keep;
+  return keep_unless(L, m, &pad, "key_padding_mask", kpm);
+}
+
+/*
+** The mask attention applies besides its causal flag (NULL for none), from
+** the options: mask, and-ed with the keys key_padding_mask lets through
+** and, for PyTorch's is_causal, with its mask aligned to the first key
+** (query i sees keys j <= i, as torch.ones(n_q, n_k).tril()).  Where n_q =
+** n_k that is qkv's causal, aligned to the last key, and the kernels' flag
+** does it; else it is a mask.  What is made is pushed.
+*/
+static qkv_tensor *resolve (lua_State *L, Opts *o, const qkv_tensor *Q, const qkv_tensor *K) {
+  qkv_tensor *m = opt_tensor(L, o->mask, "mask");
+  qkv_tensor *kpm = opt_tensor(L, o->kpm, "key_padding_mask");
+  if (kpm || o->is_causal) check_qk(L, "attention", Q, K);
+  if (kpm) m = padding_keep(L, kpm, m, ROWS(K));
+  if (!o->is_causal) return m;
+  int64_t nq = ROWS(Q), nk = ROWS(K);
+  if (nq == nk) { o->causal = 1; return m; }
+  if (o->causal)
+    luaL_error(L, "attention: options 'causal' (qkv's, aligned to the last key) and "
+               "'is_causal' (PyTorch's, aligned to the first) differ for n_q = %I, n_k = "
+               "%I: give one", (lua_Integer)nq, (lua_Integer)nk);
+  qkv_tensor *off = qkvL_causal(L, "attention", nq, nk, 0, 0, Q->storage->device);
+  return keep_unless(L, m, off, "is_causal's mask", off);
 }
 
 /*
@@ -535,7 +371,7 @@ static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor 
   size[n] = ROWS(Q);
   size[n + 1] = ROWS(K);
   n += 2;
-  if (m) mask_shape(L, "attention", m, &n, size);
+  if (m) qkvL_mask_shape(L, "attention", m, &n, size);
   size[n - 1] = LAST(V);
   return n;
 }
@@ -549,22 +385,18 @@ static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
   return 1;
 }
 
+static const char *const ATTENTION_OPTS[] = {"mask", "causal", "is_causal", "scale",
+                                             "weights", "key_padding_mask", NULL};
+
 static int a_attention (lua_State *L) {
   QKVL_GRAD(L, "attention", a_attention);
-  static const char *const known[] = {"mask", "causal", "is_causal", "scale", "weights",
-                                      "key_padding_mask", NULL};
   Opts o;
-  read_opts(L, 4, "attention", known, 1, &o);
+  read_opts(L, 4, "attention", ATTENTION_OPTS, 1, &o);
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
-  qkv_tensor *V = qkvL_checktensor(L, 3), *m = opt_tensor(L, o.mask, "mask");
-  qkv_tensor *kpm = opt_tensor(L, o.kpm, "key_padding_mask");
+  qkv_tensor *V = qkvL_checktensor(L, 3), *m = resolve(L, &o, Q, K);
   int64_t size[QKV_MAXDIM];
   double scale = scale_of(&o, Q);
   int causal_ = o.causal;
-  if (kpm) {
-    check_qk(L, "attention", Q, K);
-    m = padding_keep(L, kpm, m, ROWS(K));
-  }
   if (!o.weights) return fused(L, Q, K, V, m, causal_, scale);
   /* Q seen with every batch dim (a view), so the weights have the same
      batch dims as the output, as in the fused path */
@@ -575,9 +407,10 @@ static int a_attention (lua_State *L) {
   qkv_tensor *S = scores(L, "attention", &Qe, K, scale);
   int w = lua_gettop(L);
   qkvL_Scalar sc;
-  if (m) fill_where_not(L, "attention", S, m, neg_inf(&sc, S->dtype));
+  if (m) qkvL_fill_where_not(L, "attention", S, m, qkvL_neg_inf(&sc, S->dtype));
   if (causal_) {
-    qkv_tensor *off = causal(L, "attention", ROWS(S), LAST(S), 0, S->storage->device);
+    qkv_tensor *off = qkvL_causal(L, "attention", ROWS(S), LAST(S), LAST(S) - ROWS(S), 0,
+                                  S->storage->device);
     qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));
     lua_pop(L, 1);
   }
@@ -585,6 +418,26 @@ static int a_attention (lua_State *L) {
   qkvL_matmul(L, "attention", S, V, 1);
   lua_pushvalue(L, w);
   return 2;
+}
+
+/*
+** qkv._attention_opts(Q, K [, opts]) -> mask|nil, causal, scale, weights:
+** attention's options checked and resolved as attention reads them, for
+** qkv.autograd's rules, which run it as a composition (mask, true = may
+** attend, holds key_padding_mask and PyTorch's is_causal; causal is qkv's)
+*/
+static int a_attention_opts (lua_State *L) {
+  Opts o;
+  read_opts(L, 3, "attention", ATTENTION_OPTS, 1, &o);
+  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
+  int top = lua_gettop(L);
+  if (resolve(L, &o, Q, K) == NULL) lua_pushnil(L);
+  else if (lua_gettop(L) == top) lua_pushvalue(L, o.mask);    /* the option itself */
+  else lua_pushvalue(L, -1);                                   /* the mask made */
+  lua_pushboolean(L, o.causal);
+  lua_pushnumber(L, scale_of(&o, Q));
+  lua_pushboolean(L, o.weights);
+  return 4;
 }
 
 /*
@@ -629,10 +482,11 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
     {"softmax", a_softmax}, {"gelu", a_gelu}, {NULL, NULL}
   };
   static const luaL_Reg mod[] = {
-    {"project", a_project}, {"scores", a_scores}, {"mask", a_mask},
-    {"causal", a_causal}, {"padding", a_padding}, {"heads", a_heads},
+    {"project", a_project}, {"scores", a_scores},
+    {"heads", a_heads},
     {"merge", a_merge}, {"align", a_align}, {"attention", a_attention},
-    {"_attention_backward", a_attention_backward}, {NULL, NULL}
+    {"_attention_backward", a_attention_backward},
+    {"_attention_opts", a_attention_opts}, {NULL, NULL}
   };
   qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;

@@ -59,12 +59,14 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_math(L, mt, methods, module);
   qkvL_open_build(L, mt, methods, module);
   qkvL_open_attention(L, mt, methods, module);
+  qkvL_open_mask(L, mt, methods, module);
   qkvL_open_sys(L, mt, methods, module);
   qkvL_open_io(L, mt, methods, module);
   qkvL_open_select(L, mt, methods, module);
   qkvL_open_norm(L, mt, methods, module);
   qkvL_open_safetensors(L, mt, methods, module);
   qkvL_open_grad(L, mt, methods, module);
+  qkvL_open_opts(L, mt, methods, module);
   for (int i = 0; i < QKV_NDTYPE; i++) {     /* qkv.float16 == "float16" */
     lua_pushstring(L, qkv_dtype_name((qkv_dtype)i));
     lua_setfield(L, module, qkv_dtype_name((qkv_dtype)i));

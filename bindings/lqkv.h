@@ -63,6 +63,34 @@ const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
 void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
                        const qkv_tensor *mask, const qkv_tensor *val);
 
+/*
+** options tables (lopts.c): qkvL_checkopts raises "fname: unknown option
+** 'casual' (did you mean 'causal'?)" for a key of the table at arg that is
+** not in known (NULL-terminated); nil or none passes.  qkvL_closest gives
+** the name of names within two edits of k, or NULL; qkvL_nearer(k, name,
+** &best) whether name is nearer to k than best edits (and updates best).
+*/
+void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
+const char *qkvL_closest (const char *k, const char *const *names);
+int qkvL_nearer (const char *k, const char *name, int *best);
+
+/*
+** masks (lmask.c), true where a query may attend.  qkvL_mask_shape: the
+** scores' shape (*n, size) as m broadcasts it, or an error naming name;
+** qkvL_fill_where_not: S gets fill (a scalar of S's dtype) where m is
+** false; qkvL_neg_inf: -inf as such a scalar; qkvL_causal: bool (nq, nk)
+** on dev, pushed, `keep` where key j <= i + offset for query i (offset
+** nk - nq: aligned to the end, as qkv.causal; 0: to the start, as PyTorch's
+** is_causal), !keep elsewhere.
+*/
+void qkvL_mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
+                      int *n, int64_t *size);
+void qkvL_fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
+                          const qkv_tensor *m, const qkv_tensor *fill);
+const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt);
+qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
+                         int64_t offset, int keep, qkv_device dev);
+
 /* results */
 /* a view sharing the storage of the tensor at index src */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src);
@@ -114,6 +142,8 @@ void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module);
 void qkvL_open_safetensors (lua_State *L, int mt, int methods, int module);
+void qkvL_open_opts (lua_State *L, int mt, int methods, int module);
+void qkvL_open_mask (lua_State *L, int mt, int methods, int module);
 
 /*
 ** files (lio.c): qkvL_write_file writes the parts to path, a regular file

@@ -228,44 +228,22 @@ static int t_item (lua_State *L) {
 
 /* properties and indexing */
 
-/* the edit distance between a and b (Levenshtein), for names under 32 */
-static int distance (const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  int row[33];
-  if (na > 32 || nb > 32) return 99;
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= nb; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
-    }
-  }
-  return row[nb];
-}
-
 static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "mT",
                                      "requires_grad", "is_leaf", "grad", "grad_fn", NULL};
 
 /* a misspelt field is an error naming the closest method or field, as a
    PyTorch user gets an AttributeError rather than nil */
 static int no_field (lua_State *L, const char *k) {
-  const char *best = NULL;
+  const char *best = qkvL_closest(k, FIELDS);
   int bd = 3;                          /* suggest within 2 edits */
-  for (int i = 0; FIELDS[i]; i++)
-    if (distance(k, FIELDS[i]) < bd) bd = distance(k, FIELDS[i]), best = FIELDS[i];
+  if (best) qkvL_nearer(k, best, &bd);
   lua_pushnil(L);
   while (lua_next(L, lua_upvalueindex(1))) {
     lua_pop(L, 1);
-    if (lua_type(L, -1) != LUA_TSTRING) continue;
-    int d = distance(k, lua_tostring(L, -1));
-    if (d < bd) bd = d, best = lua_tostring(L, -1);   /* the table keeps it */
+    if (lua_type(L, -1) == LUA_TSTRING && qkvL_nearer(k, lua_tostring(L, -1), &bd))
+      best = lua_tostring(L, -1);      /* the table keeps it */
   }
-  if (best && bd < (int)strlen(k))
+  if (best)
     return luaL_error(L, "index: a tensor has no field '%s' (did you mean '%s'?)", k, best);
   return luaL_error(L, "index: a tensor has no field '%s'", k);
 }

@@ -159,19 +159,69 @@ function TestKeyPadding:testErrors()
 end
 
 ---------------------------------------------------------------- is_causal
+-- qkv's causal aligns the diagonal to the last key (query i sees key j
+-- when j <= i + n_k - n_q); PyTorch's is_causal to the first (j <= i, as
+-- torch.ones(n_q, n_k).tril()). Where n_q = n_k they are the same mask.
 TestIsCausal = {}
 
-function TestIsCausal:testAliasOfCausal()
-  local Q, K, V = rt(2, 4, 3), rt(2, 6, 3), rt(2, 6, 2)
+local function topleft(nq, nk)
+  local d = {}
+  for i = 0, nq - 1 do for j = 0, nk - 1 do d[i * nk + j + 1] = j <= i end end
+  return {shape = {nq, nk}, data = d}
+end
+
+-- every way attention runs: both kernels, and the autograd compositions
+local function each_path(Q, K, V, opts, f)
+  for _, wts in ipairs{true, false} do
+    f(qkv.attention(Q, K, V, with(opts, "weights", wts)), "weights = " .. tostring(wts))
+    local Qg = Q:detach():requires_grad_()
+    f(qkv.attention(Qg, K, V, with(opts, "weights", wts)):detach(),
+      "requires grad, weights = " .. tostring(wts))
+  end
+end
+
+function TestIsCausal:testFollowsPyTorchWhenShapesDiffer()
+  for _, qk in ipairs{{3, 5}, {5, 3}, {1, 4}} do
+    local nq, nk = qk[1], qk[2]
+    local Q, K, V = R.mk({2, nq, 4}, "float64"), R.mk({2, nk, 4}, "float64"), R.mk({2, nk, 3}, "float64")
+    local ref = R.attention(T(Q), T(K), T(V), {mask = topleft(nq, nk)})
+    local ours = R.attention(T(Q), T(K), T(V), {causal = true})
+    each_path(Q, K, V, {is_causal = true}, function(out, how)
+      close(out, ref, nil, string.format("is_causal %dx%d, %s", nq, nk, how))
+    end)
+    each_path(Q, K, V, {causal = true}, function(out, how)
+      close(out, ours, nil, string.format("causal %dx%d, %s", nq, nk, how))
+    end)
+    -- with a mask too: both apply
+    local m = rbool({nq, nk}, 0.7)
+    local keep, tl = {shape = {nq, nk}, data = {}}, topleft(nq, nk)
+    for i, v in ipairs(T(m).data) do keep.data[i] = v and tl.data[i] end
+    each_path(Q, K, V, {is_causal = true, mask = m}, function(out, how)
+      close(out, (R.attention(T(Q), T(K), T(V), {mask = keep})), nil, "is_causal and mask, " .. how)
+    end)
+  end
+end
+
+-- n_q 3, n_k 5: the two alignments give different results (PyTorch's
+-- scaled_dot_product_attention(is_causal=True) differs from qkv's causal
+-- by 0.395 on such inputs), so asking for both is an error
+function TestIsCausal:testBothAreAnErrorWhenTheyDiffer()
+  local Q, K, V = rt(3, 4), rt(5, 4), rt(5, 2)
+  fails("attention: options 'causal' (qkv's, aligned to the last key) and 'is_causal' "
+        .. "(PyTorch's, aligned to the first) differ for n_q = 3, n_k = 5: give one",
+        qkv.attention, Q, K, V, {causal = true, is_causal = true})
+  fails("attention: option 'is_causal' must be a boolean", qkv.attention, Q, K, V, {is_causal = 1})
+end
+
+function TestIsCausal:testSameAsCausalWhenSquare()
+  local Q, K, V = rt(2, 4, 3), rt(2, 4, 3), rt(2, 4, 2)
   for _, wts in ipairs{true, false} do
     local a = qkv.attention(Q, K, V, {causal = true, weights = wts})
     R.exact(qkv.attention(Q, K, V, {is_causal = true, weights = wts}), T(a), "is_causal")
     R.exact(qkv.attention(Q, K, V, {is_causal = true, causal = true, weights = wts}), T(a), "both")
+    R.exact(qkv.attention(Q, K, V, {is_causal = false, causal = true, weights = wts}), T(a), "false")
     close(a, (R.attention(T(Q), T(K), T(V), {causal = true})), nil, "reference")
   end
-  fails("attention: options 'causal' and 'is_causal' (its alias) disagree",
-        qkv.attention, Q, K, V, {causal = true, is_causal = false})
-  fails("attention: option 'is_causal' must be a boolean", qkv.attention, Q, K, V, {is_causal = 1})
 end
 
 ---------------------------------------------------------------- modules

@@ -385,14 +385,8 @@ local C = {}
 -- the fused path (weights = false, float32 or float64): the C kernel
 -- forward, and a backward that recomputes the scores tile by tile
 -- (qkv._attention_backward), so neither way holds n_q x n_k
-local function fused_attention(orig, Q, K, V, opts)
-  local m = opts.mask and qkv.ne(opts.mask, 0) or nil
-  if opts.key_padding_mask then
-    local keep = opts.key_padding_mask:logical_not():unsqueeze(-2)
-    m = m and m:logical_and(keep) or keep
-  end
-  local causal = (opts.causal or opts.is_causal) and true or false
-  local scale = opts.scale or 1 / math.sqrt(Q:size(-1))
+local function fused_attention(orig, Q, K, V, m, causal, scale)
+  if m then m = qkv.ne(m, 0) end
   local out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
   return rec("ScaledDotProductFlashAttentionBackward", out, {Q, K, V}, function(g)
     local dq, dk, dv = qkv._attention_backward(Q, K, V, out, g, m, causal, scale)
@@ -400,21 +394,21 @@ local function fused_attention(orig, Q, K, V, opts)
   end, {Q, K, V, out})
 end
 
+-- the options checked and resolved by the binding, as attention itself
+-- reads them: one mask (with key_padding_mask and PyTorch's is_causal in
+-- it) and qkv's causal flag
 C.attention = function(orig, Q, K, V, opts)
-  opts = opts or {}
-  if opts.weights == false and (Q.dtype == "float32" or Q.dtype == "float64")
+  local m, causal, scale, weights = qkv._attention_opts(Q, K, opts)
+  if not weights and (Q.dtype == "float32" or Q.dtype == "float64")
      and Q.dtype == K.dtype and Q.dtype == V.dtype then
-    return fused_attention(orig, Q, K, V, opts)
+    return fused_attention(orig, Q, K, V, m, causal, scale)
   end
-  local S = qkv.scores(Q, K, {scale = opts.scale})
-  if opts.mask then S = qkv.mask(S, opts.mask) end
-  if opts.key_padding_mask then
-    S = qkv.mask(S, opts.key_padding_mask:logical_not():unsqueeze(-2))
-  end
-  if opts.causal or opts.is_causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1)):to(S.device)) end
+  local S = qkv.scores(Q, K, {scale = scale})
+  if m then S = qkv.mask(S, m) end
+  if causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1)):to(S.device)) end
   local W = qkv.softmax(S)
   local out = W:matmul(V)
-  if opts.weights == false then return out end
+  if not weights then return out end
   return out, W
 end
 
