@@ -200,6 +200,100 @@ function TestState:testLoadFromStateDict()
   lu.assertEquals((a.W_V - b.W_V):abs():max():item(), 0)
 end
 
+-- load copies into the parameters themselves, as load_state_dict does:
+-- whoever holds them (an optimizer) sees the new values
+function TestState:testLoadKeepsTheTensors()
+  qkv.seed(4)
+  local m, src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+  local held = {}
+  for _, p in ipairs(m:parameters()) do held[p[1]] = p[2] end
+  local opt = qkv.optim.SGD(m, {lr = 0.5})
+  m:load(src)
+  for _, p in ipairs(m:parameters()) do
+    lu.assertTrue(rawequal(p[2], held[p[1]]), p[1] .. " is the same tensor")
+    lu.assertTrue(p[2].requires_grad and p[2].is_leaf, p[1])
+    lu.assertEquals(p[2]:tolist(), src:state_dict()[p[1]]:tolist(), p[1])
+  end
+  -- the optimizer made before the load moves the model
+  local x = rt{5, 3}
+  local before = m[1].W:clone()
+  m(x):sum():backward()
+  opt:step()
+  lu.assertTrue((m[1].W - before):abs():max():item() > 0, "the step moved m[1].W")
+  -- float64 sources are converted as copy_ converts
+  local sd = {}
+  for k, v in pairs(src:state_dict()) do sd[k] = v:to("float64") * 2 end
+  m:load(sd)
+  lu.assertEquals(m[1].W.dtype, "float32")
+  close(m[1].W, T(sd["1.W"]), nil, "from float64")
+  -- a source that is one of the module's own tensors is read before any copy
+  local a = nn.Sequential(nn.Linear(2, 2, {bias = false}), nn.Linear(2, 2, {bias = false}))
+  local w1, w2 = a[1].W:tolist(), a[2].W:tolist()
+  a:load({["1.W"] = a[2].W, ["2.W"] = a[1].W})
+  lu.assertEquals(a[1].W:tolist(), w2)
+  lu.assertEquals(a[2].W:tolist(), w1)
+end
+
+-- a bad entry anywhere changes nothing
+function TestState:testLoadIsAllOrNothing()
+  local m, src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+  local before = {}
+  for _, p in ipairs(m:parameters()) do before[p[1]] = p[2]:tolist() end
+  local function unchanged(what)
+    for _, p in ipairs(m:parameters()) do lu.assertEquals(p[2]:tolist(), before[p[1]], what .. ": " .. p[1]) end
+  end
+  local sd = src:state_dict()
+  sd["2.W"] = qkv.ones(4, 2, "int64")
+  fails({"load", "2.W is float32 here but int64 in the source"}, m.load, m, sd)
+  unchanged("an int64 weight")
+  sd["2.W"] = qkv.ones(4, 3)
+  fails({"load", "2.W is (4, 2) here but (4, 3) in the source"}, m.load, m, sd)
+  unchanged("a wrong shape")
+  sd["2.W"] = nil
+  fails({"load", "no tensor '2.W'"}, m.load, m, sd)
+  unchanged("a missing entry")
+  sd["2.W"], sd["2.c"] = src[2].W, src[2].b
+  fails({"load", "unexpected '2.c'"}, m.load, m, sd)
+  unchanged("an unexpected entry")
+end
+
+-- every options table refuses a key it does not know, naming the closest
+function TestState:testOptionsAreChecked()
+  local x = rt{2, 4, 8}
+  for _, c in ipairs{
+    {nn.SelfAttention(8, 4), "SelfAttention"}, {nn.MultiHeadAttention(8, 2), "MultiHeadAttention"},
+  } do
+    local m, name = c[1], c[2]
+    fails({name, "unknown option 'casual' (did you mean 'causal'?)"}, m, x, {casual = true})
+    fails({name, "unknown option 'attn_mask' (qkv's is 'mask': true = may attend"},
+          m, x, {attn_mask = qkv.causal(4)})
+    fails({name, "unknown option 'need_weights' (qkv's is 'weights'"}, m, x, {need_weights = false})
+    m:eval()
+    qkv.no_grad(function()
+      fails({name, "unknown option 'casual'"}, m, x, {casual = true})
+    end)
+  end
+  fails({"CrossAttention", "unknown option 'maks' (did you mean 'mask'?)"},
+        nn.CrossAttention(8, 4), x, rt{2, 3, 8}, {maks = qkv.ones(4, 3)})
+  fails({"MultiHeadCrossAttention", "unknown option 'scael'"}, nn.MultiHeadCrossAttention(8, 2),
+        x, rt{2, 3, 8}, {scael = 1})
+  fails({"AlignedCrossAttention", "unknown option 'is_casual' (did you mean 'is_causal'?)"},
+        nn.AlignedCrossAttention(6, 8, 2), x, rt{2, 3, 6}, {is_casual = true})
+  fails("Linear: unknown option 'bais' (did you mean 'bias'?)", nn.Linear, 2, 3, {bais = false})
+  fails("Linear: option 'bias' must be a boolean, got number", nn.Linear, 2, 3, {bias = 0})
+  fails("Linear: options must be a table, got string", nn.Linear, 2, 3, "float64")
+  fails("LayerNorm: unknown option 'elementwise_afine' (did you mean 'elementwise_affine'?)",
+        nn.LayerNorm, 4, {elementwise_afine = false})
+  fails("LayerNorm: option 'elementwise_affine' must be a boolean", nn.LayerNorm, 4, {elementwise_affine = 0})
+  fails("Embedding: unknown option 'padding_idx'", nn.Embedding, 4, 2, {padding_idx = 1})
+  fails("SelfAttention: unknown option 'biass' (did you mean 'bias'?)", nn.SelfAttention, 4, 2, {biass = true})
+  fails("MultiHeadAttention: unknown option 'dropout' (qkv.attention has no dropout",
+        nn.MultiHeadAttention, 4, 2, {dropout = 0.1})
+  -- what is known still works
+  lu.assertNil(nn.Linear(2, 3, {bias = false, dtype = "float64"}).b)
+  lu.assertNil(nn.LayerNorm(4, {elementwise_affine = false, eps = 1e-6}).w)
+end
+
 TestCosine = {}
 
 function TestCosine:testBroadcastTable()

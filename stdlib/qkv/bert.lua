@@ -195,12 +195,23 @@ local function checkids(m, ids, what)
   end
 end
 
+-- forward's and encode's options: attentions (a boolean) alone
+local function checkopts(fname, opts)
+  local msg = qkv._checkopts(fname, opts, {"attentions"})
+  if msg then error(msg, caller(SOURCE, true)) end
+  opts = opts or {}
+  if opts.attentions ~= nil and type(opts.attentions) ~= "boolean" then
+    fail("%s: option 'attentions' must be a boolean, got %s", fname, type(opts.attentions))
+  end
+  return opts
+end
+
 -- m:forward(input_ids [, attention_mask [, token_type_ids [, opts]]]):
 -- Hugging Face's BertModel forward on 0-based vocabulary ids (B, n);
 -- returns last_hidden_state, hidden_states (L + 1) and, unless
 -- opts.attentions is false, every layer's weights
 function Model:forward(ids, mask, types, opts)
-  opts = opts or {}
+  opts = checkopts("forward", opts)
   checkids(self, ids, "input_ids")
   local B, n = ids.shape[1], ids.shape[2]
   mask = mask or qkv.ones({B, n}, "int64")
@@ -240,6 +251,7 @@ end
 
 -- m:encode(texts): tokens, hidden states, attentions, sentence embeddings
 function Model:encode(texts, opts)
+  checkopts("encode", opts)
   local enc = tokenize(self, texts)
   local last, hidden, att = self:forward(enc.input_ids, enc.attention_mask, enc.token_type_ids,
                                          opts)

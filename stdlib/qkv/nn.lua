@@ -31,6 +31,22 @@ local function named(fname, ok, ...)
   fail(fname, "%s", err)
 end
 
+-- opts, nil or a table whose keys are all in known (qkv._checkopts's
+-- message, "Linear: unknown option 'bais' (did you mean 'bias'?)", else)
+local function checkopts(fname, opts, known)
+  local msg = qkv._checkopts(fname, opts, known)
+  if msg then error(msg, caller(SOURCE, true)) end
+  return opts or {}
+end
+
+-- opts[key], a boolean, or default when it is nil
+local function flag(fname, opts, key, default)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "boolean" then fail(fname, "option '%s' must be a boolean, got %s", key, type(v)) end
+  return v
+end
+
 local function checkdim(fname, name, v)
   if math.type(v) ~= "integer" or v < 1 then
     fail(fname, "%s must be a positive integer, got %s", name, tostring(v))
@@ -142,7 +158,10 @@ function Module:nparams()
 end
 
 -- copy the weights of another module of the same structure (or of a
--- state_dict), as load_state_dict does; the copies share nothing
+-- state_dict) into this one's parameters, as load_state_dict does: the
+-- tensors stay the same objects (an optimizer made before keeps stepping
+-- them) and the copies share nothing with the source. Every entry is
+-- checked before the first is copied, so a bad one changes nothing.
 function Module:load(src)
   if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
   local from = getmetatable(src) and type(src.state_dict) == "function" and src:state_dict() or src
@@ -150,8 +169,10 @@ function Module:load(src)
   for k, v in next, from do snap[k] = v end
   from = snap
   local mine = self:parameters()
+  local known = {}
   for _, p in ipairs(mine) do
     local name, t = p[1], p[2]
+    known[name] = true
     local s = from[name]
     if not qkv.is_tensor(s) then fail("load", "the source has no tensor '%s'", name) end
     if not pcall(function() return s.ndim end) then
@@ -160,16 +181,23 @@ function Module:load(src)
     if s.shape ~= t.shape then
       fail("load", "%s is %s here but %s in the source", name, tostring(t.shape), tostring(s.shape))
     end
+    if s.dtype ~= "float32" and s.dtype ~= "float64" and s.dtype ~= "float16" and s.dtype ~= "bfloat16" then
+      fail("load", "%s is %s here but %s in the source: load copies float tensors", name, t.dtype, s.dtype)
+    end
   end
-  local known = self:state_dict()
   for name in pairs(from) do
-    if known[name] == nil then fail("load", "the source has an unexpected '%s'", tostring(name)) end
+    if not known[name] then fail("load", "the source has an unexpected '%s'", tostring(name)) end
   end
-  for _, p in ipairs(mine) do
-    local path, obj = p[1], self
-    for part in path:gmatch("([^.]+)%.") do obj = obj[tonumber(part) or part] end
-    obj[path:match("([^.]+)$")] = from[path]:detach():clone():requires_grad_()
-  end
+  local is_mine = {}
+  for _, p in ipairs(mine) do is_mine[p[2]] = true end
+  qkv.no_grad(function()
+    local src = {}                -- a source that is one of ours is read first
+    for _, p in ipairs(mine) do
+      local s = from[p[1]]
+      src[p[1]] = is_mine[s] and s:clone() or s
+    end
+    for _, p in ipairs(mine) do p[2]:copy_(src[p[1]]:to(p[2].device)) end
+  end)
   return self
 end
 
@@ -205,15 +233,14 @@ local Linear = class("Linear")
 function Linear:init(d_in, d_out, opts)
   checkdim("Linear", "d_in", d_in)
   checkdim("Linear", "d_out", d_out)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("Linear", "opts must be a table, got %s", type(opts)) end
+  opts = checkopts("Linear", opts, {"bias", "dtype"})
   local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
   if dt ~= "float32" and dt ~= "float64" then
     fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
   end
   self.d_in, self.d_out = d_in, d_out
   self:param("W", uniform(bound, d_in, d_out, dt))
-  if opts.bias ~= false then self:param("b", uniform(bound, d_out, dt)) end
+  if flag("Linear", opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
 end
 
 function Linear:forward(x)
@@ -229,9 +256,8 @@ local GELU = class("GELU")
 function GELU:init() end
 function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
 
-local function opts_of(fname, opts)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail(fname, "opts must be a table, got %s", type(opts)) end
+local function opts_of(fname, opts, known)
+  opts = checkopts(fname, opts, known)
   local dt = opts.dtype or "float32"
   if dt ~= "float32" and dt ~= "float64" then
     fail(fname, "dtype must be 'float32' or 'float64', got %s", tostring(dt))
@@ -244,15 +270,16 @@ end
 local LayerNorm = class("LayerNorm")
 function LayerNorm:init(shape, opts)
   local dt
-  opts, dt = opts_of("LayerNorm", opts)
+  opts, dt = opts_of("LayerNorm", opts, {"eps", "elementwise_affine", "bias", "dtype"})
   local sizes = type(shape) == "table" and {table.unpack(shape)} or {shape}
   for i, n in ipairs(sizes) do checkdim("LayerNorm", "normalized_shape[" .. i .. "]", n) end
   if #sizes == 0 then fail("LayerNorm", "normalized_shape is empty") end
   self.normalized_shape, self.eps = sizes, opts.eps or 1e-5
   if type(self.eps) ~= "number" then fail("LayerNorm", "eps must be a number, got %s", type(self.eps)) end
-  if opts.elementwise_affine ~= false then
+  local bias = flag("LayerNorm", opts, "bias", true)
+  if flag("LayerNorm", opts, "elementwise_affine", true) then
     self:param("w", qkv.ones(sizes, dt))
-    if opts.bias ~= false then self:param("b", qkv.zeros(sizes, dt)) end
+    if bias then self:param("b", qkv.zeros(sizes, dt)) end
   end
 end
 
@@ -286,7 +313,7 @@ local Embedding = class("Embedding")
 function Embedding:init(num, dim, opts)
   checkdim("Embedding", "num_embeddings", num)
   checkdim("Embedding", "embedding_dim", dim)
-  local _, dt = opts_of("Embedding", opts)
+  local _, dt = opts_of("Embedding", opts, {"dtype"})
   self.num_embeddings, self.embedding_dim = num, dim
   self:param("W", qkv.randn(num, dim):to(dt))
 end
@@ -324,15 +351,7 @@ end
 -- opts.bias: b_Q, b_K, b_V (and b_O) as well, with Linear's init, as
 -- PyTorch's modules have by default (qkv's default, the documents', is none)
 local function bias_of(fname, opts)
-  if opts == nil then return false end
-  if type(opts) ~= "table" then fail(fname, "opts must be a table, got %s", type(opts)) end
-  for k in pairs(opts) do
-    if k ~= "bias" then fail(fname, "unknown option '%s'", tostring(k)) end
-  end
-  if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
-    fail(fname, "option 'bias' must be a boolean, got %s", type(opts.bias))
-  end
-  return opts.bias == true
+  return flag(fname, checkopts(fname, opts, {"bias"}), "bias", false)
 end
 
 local function weights(self, names, d_in, d_out, bias)

@@ -188,10 +188,13 @@ torch.nn.Module.eval.]]},
 
   {name = "Module:load", sig = "m:load(src)", group = "module methods",
    doc = [[Copies the weights of src, a module of the same structure or a
-state_dict, into m, and returns m. Every name must be present with the
-same shape and no other name may be there; a missing tensor, a shape that
-differs or an unexpected name is an error naming it. The copies share
-nothing with src. As torch.nn.Module.load_state_dict.]]},
+state_dict, into m's own tensors, and returns m: whoever holds them (an
+optimizer) sees the new values. Every name must be present with the same
+shape and a float dtype (converted as copy_ converts) and no other name may
+be there; a missing tensor, a shape that differs, a dtype that is not a
+float or an unexpected name is an error naming it, raised before anything
+is copied. The copies share nothing with src. As
+torch.nn.Module.load_state_dict.]]},
 }
 
 -- examples of entries made by the helpers above

@@ -24,19 +24,11 @@ S.OPTIONS = {
 S.FIGURE = {"file", "color", "width", "out"}
 
 function S.checkkeys(fname, opts, kind, inpanel)
-  local known = {kind = inpanel}
-  for _, list in ipairs(S.OPTIONS[kind]) do
-    for _, k in ipairs(list) do known[k] = true end
-  end
-  if not inpanel then
-    for _, k in ipairs(S.FIGURE) do known[k] = true end
-  end
-  local bad = {}
-  for k in pairs(opts) do
-    if not known[k] then bad[#bad + 1] = tostring(k) end
-  end
-  table.sort(bad)        -- the same message whatever the table's order
-  if bad[1] then fail("%s: unknown option '%s'", fname, bad[1]) end
+  local known = {inpanel and "kind" or nil}
+  for _, list in ipairs(S.OPTIONS[kind]) do table.move(list, 1, #list, #known + 1, known) end
+  if not inpanel then table.move(S.FIGURE, 1, #S.FIGURE, #known + 1, known) end
+  local msg = require("qkv")._checkopts(fname, opts, known)
+  if msg then fail("%s", msg) end
 end
 
 local function getmap(fname, c, default)
