@@ -13,8 +13,25 @@
 #include "lqkv.h"
 
 int qkvL_grad_on = 0;            /* qkv.autograd is loaded (QKVL_GRAD reads it) */
-static int grad_enabled = 1;     /* grad mode (no_grad turns it off) */
-static char metakey, ruleskey, fieldkey, setkey;
+static int grad_enabled = 1;     /* the main thread's grad mode (no_grad turns it off) */
+static char metakey, ruleskey, fieldkey, setkey, modeskey;
+
+/*
+** Grad mode belongs to a coroutine, as PyTorch's to a thread: no_grad(f)
+** sets it for the coroutine running f, so that one which yields inside f
+** and is never resumed takes nothing with it.  The main thread's is
+** grad_enabled; another's is in a weak-keyed table (modeskey), present
+** while a no_grad or enable_grad of its own runs, and else the main
+** thread's.
+*/
+static int mode_of (lua_State *L) {
+  if (lua_pushthread(L)) { lua_pop(L, 1); return grad_enabled; }
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &modeskey);
+  lua_insert(L, -2);
+  int on = lua_rawget(L, -2) == LUA_TNIL ? grad_enabled : lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return on;
+}
 
 /* whether the value at idx (absolute) is a tensor the graph tracks */
 static int tracked (lua_State *L, int idx) {
@@ -51,7 +68,7 @@ static int any_tracked (lua_State *L, int top) {
 }
 
 int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
-  if (!qkvL_grad_on || !grad_enabled) return -1;
+  if (!qkvL_grad_on || !mode_of(L)) return -1;
   int top = lua_gettop(L);
   if (!any_tracked(L, top)) return -1;
   lua_rawgetp(L, LUA_REGISTRYINDEX, &ruleskey);
@@ -98,16 +115,47 @@ static int g_install (lua_State *L) {
   return 0;
 }
 
-/* qkv._grad_mode([on]) -> the mode before */
+/*
+** qkv._grad_mode() -> the running coroutine's grad mode; qkv._grad_mode(v)
+** sets its own (a boolean, or nil: the main thread's again) and returns
+** the own mode before (nil for none), for autograd's no_grad to restore
+*/
 static int g_mode (lua_State *L) {
-  int was = grad_enabled;
-  if (!lua_isnoneornil(L, 1)) grad_enabled = lua_toboolean(L, 1);
-  lua_pushboolean(L, was);
+  if (lua_gettop(L) == 0) {
+    lua_pushboolean(L, mode_of(L));
+    return 1;
+  }
+  int v = lua_isnil(L, 1) ? -1 : lua_toboolean(L, 1);
+  if (lua_pushthread(L)) {                 /* the main thread: never nil */
+    lua_pushboolean(L, grad_enabled);
+    if (v >= 0) grad_enabled = v;
+    return 1;
+  }
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &modeskey);
+  lua_pushvalue(L, -2);
+  lua_rawget(L, -2);                       /* thread, modes, before */
+  lua_pushvalue(L, -3);
+  if (v >= 0) lua_pushboolean(L, v);
+  else lua_pushnil(L);
+  lua_rawset(L, -4);
+  return 1;
+}
+
+/* qkv.is_grad_enabled() -> whether ops record for backward here */
+static int g_enabled (lua_State *L) {
+  lua_pushboolean(L, mode_of(L));
   return 1;
 }
 
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module) {
-  static const luaL_Reg mod[] = {{"_autograd", g_install}, {"_grad_mode", g_mode}, {NULL, NULL}};
+  static const luaL_Reg mod[] = {{"_autograd", g_install}, {"_grad_mode", g_mode},
+                                 {"is_grad_enabled", g_enabled}, {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
+  lua_newtable(L);                         /* thread -> its own grad mode */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &modeskey);
   (void)mt;
 }

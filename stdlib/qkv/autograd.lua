@@ -22,7 +22,6 @@ local SOURCE = debug.getinfo(1, "S").source
 
 local A = {}
 local meta = setmetatable({}, {__mode = "k"})   -- tensor -> {leaf=, grad=, node=}
-local enabled = true
 
 local function fail(fmt, ...)
   error(string.format(fmt, ...), caller(SOURCE, true))
@@ -39,7 +38,8 @@ function A.tracked(x)
   return m and (m.leaf or m.node) and true or false
 end
 
-function A.enabled() return enabled end
+-- grad mode is the running coroutine's (bindings/lgrad.c keeps it)
+function A.enabled() return qkv._grad_mode() end
 
 -- the level of the first frame outside this file and derivatives.lua (and
 -- C), for errors that should point at the script's line
@@ -56,12 +56,11 @@ local function user_level()
   end
 end
 
+-- f(...) with grad mode `mode` in this coroutine, the mode restored after
+-- (a coroutine that yields in f and is never resumed keeps it to itself)
 local function with_mode(mode, f, ...)
-  local was = enabled
-  enabled = mode
-  qkv._grad_mode(mode)
+  local was = qkv._grad_mode(mode)
   local r = table.pack(pcall(f, ...))
-  enabled = was
   qkv._grad_mode(was)
   if not r[1] then
     local msg = r[2]
@@ -205,6 +204,7 @@ end
 local function default_grad(y, grad, who)
   if grad ~= nil then
     if not is_tensor(grad) then fail("%s: grad must be a tensor, got %s", who, type(grad)) end
+    if not pcall(function() return grad.ndim end) then fail("%s: grad is a closed tensor", who) end
     if grad.shape ~= y.shape then
       fail("%s: grad is %s but the output is %s", who, tostring(grad.shape), tostring(y.shape))
     end
@@ -265,7 +265,23 @@ function A.field(x, k)
   if k == "grad_fn" then return m and m.node end
 end
 
-function A.set_grad(x, g) local m = meta[x] or {}; meta[x] = m; m.grad = g end
+-- x.grad = g: nil, or a tensor of x's shape, dtype and device (PyTorch:
+-- "assigned grad has data of a different size"), so that a step never
+-- reads a number or a tensor that does not fit
+function A.set_grad(x, g)
+  if g ~= nil then
+    if not is_tensor(g) then fail("grad: x.grad must be nil or a tensor, got a %s", type(g)) end
+    local open = pcall(function() return g.ndim end)
+    if not open then fail("grad: x.grad must be nil or a tensor, got a closed tensor") end
+    if g.shape ~= x.shape or g.dtype ~= x.dtype or g.device ~= x.device then
+      fail("grad: x is %s %s on %s but the grad assigned is %s %s on %s", x.dtype,
+           tostring(x.shape), x.device, g.dtype, tostring(g.shape), g.device)
+    end
+  end
+  local m = meta[x] or {}
+  meta[x] = m
+  m.grad = g
+end
 
 qkv._autograd(meta, require("qkv.derivatives").install(A), A.field, A.set_grad)
 

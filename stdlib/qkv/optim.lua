@@ -1,14 +1,19 @@
 -- optim.lua: qkv.optim, PyTorch's optimizers for tensors that require grad.
 --
---   opt = qkv.optim.SGD(params, {lr = 0.01, momentum = 0, weight_decay = 0})
+--   opt = qkv.optim.SGD(params, {lr = 0.01, momentum = 0, dampening = 0,
+--                                weight_decay = 0, nesterov = false, maximize = false})
 --   opt = qkv.optim.Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,
---                                 weight_decay = 0})
+--                                 weight_decay = 0, amsgrad = false, maximize = false})
 --   opt:step()       updates each parameter from its .grad (those with none
 --                    are left alone), in place and outside the graph
 --   opt:zero_grad()  sets every parameter's .grad to nil
 --
 -- params is a list of tensors, a qkv.nn module, or m:parameters()'s list of
--- {name, tensor}.
+-- {name, tensor}. Each parameter is a leaf that requires grad, listed once
+-- (PyTorch: "some parameters appear in more than one parameter group").
+-- The updates are PyTorch's, step for step; each parameter keeps its own
+-- state, Adam's step count included, so one that had no gradient for a
+-- while is bias-corrected as torch.optim.Adam corrects it.
 
 local qkv = require "qkv"
 local caller = require "qkv.caller"
@@ -18,37 +23,58 @@ local O = {}
 
 local function fail(fmt, ...) error(string.format(fmt, ...), caller(SOURCE, true)) end
 
+local function is_open(t) return pcall(function() return t.ndim end) end
+
 -- the tensors of params: a qkv.nn module's, or a list read raw (no
--- metamethod of it runs) of tensors or {name, tensor} pairs
+-- metamethod of it runs) of tensors or {name, tensor} pairs; and the
+-- module, when it is one
 local function param_list(fname, params)
   if type(params) ~= "table" then fail("%s: params must be a list of tensors or a module, got %s", fname, type(params)) end
-  local mt = getmetatable(params)
+  local mt, module = getmetatable(params), nil
   if mt and rawget(mt, "__name") and type(params.parameters) == "function" then
-    params = params:parameters()
+    module, params = params, params:parameters()
   end
-  local out = {}
+  local out, seen = {}, {}
   for i = 1, rawlen(params) do
     local p = rawget(params, i)
     local t = qkv.is_tensor(p) and p or type(p) == "table" and rawget(p, 2)
     if not qkv.is_tensor(t) then fail("%s: parameter %d is a %s, not a tensor", fname, i, type(p)) end
-    if not pcall(function() return t.ndim end) then fail("%s: parameter %d is a closed tensor", fname, i) end
+    if not is_open(t) then fail("%s: parameter %d is a closed tensor", fname, i) end
     if not t.requires_grad then fail("%s: parameter %d does not require grad", fname, i) end
+    if not t.is_leaf then
+      fail("%s: parameter %d is the result of %s, not a leaf; optimize the tensor it was made from",
+           fname, i, tostring(t.grad_fn))
+    end
+    if seen[t] then
+      fail("%s: parameter %d is parameter %d again: each parameter may be listed once", fname, i, seen[t])
+    end
+    seen[t] = i
     out[#out + 1] = t
   end
   if #out == 0 then fail("%s: no parameters", fname) end
-  return out
+  return out, module
 end
 
-local function number(fname, opts, key, default, ok)
+local function number(fname, opts, key, default, ok, range)
   local v = opts[key]
   if v == nil then return default end
-  if type(v) ~= "number" or not ok(v) then fail("%s: bad %s %s", fname, key, tostring(v)) end
+  if type(v) ~= "number" or not ok(v) then
+    fail("%s: option '%s' must be a number %s, got %s", fname, key, range, tostring(v))
+  end
+  return v
+end
+
+local function flag(fname, opts, key)
+  local v = opts[key]
+  if v == nil then return false end
+  if type(v) ~= "boolean" then fail("%s: option '%s' must be a boolean, got %s", fname, key, type(v)) end
   return v
 end
 
 local function positive(v) return v > 0 end
 local function nonneg(v) return v >= 0 end
 local function unit(v) return v >= 0 and v < 1 end
+local function closed_unit(v) return v >= 0 and v <= 1 end
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -58,51 +84,88 @@ function Optimizer:zero_grad()
   for _, p in ipairs(self.params) do p.grad = nil end
 end
 
-function Optimizer:step()
-  qkv.no_grad(function()
-    for i, p in ipairs(self.params) do
-      local g = p.grad
-      if g ~= nil then
-        if self.weight_decay ~= 0 then g = g + p * self.weight_decay end
-        self:update(i, p, g)
-      end
-    end
-  end)
-  self.t = self.t + 1
+-- the gradient step() uses for parameter i (nil for none): .grad, negated
+-- to maximize, with weight decay added as PyTorch adds it
+local function gradient(self, i, p)
+  if not is_open(p) then fail("step: parameter %d is a closed tensor", i) end
+  local g = p.grad
+  if g == nil then return nil end
+  if not is_open(g) then fail("step: the grad of parameter %d is a closed tensor", i) end
+  if self.maximize then g = -g end
+  if self.weight_decay ~= 0 then g = g + p * self.weight_decay end
+  return g
 end
 
-local function new(cls, params)
-  return setmetatable({params = params, state = {}, t = 0}, cls)
+-- an optimizer made from a module steps that module's tensors: if they
+-- were replaced since (m:to, or an assignment), stepping the old ones
+-- would leave the model where it is, silently
+local function check_module(self)
+  local now = self.module:parameters()
+  for i, p in ipairs(self.params) do
+    local q = now[i]
+    if q == nil or not rawequal(q[2], p) then
+      fail("step: the module's parameter '%s' is not the tensor this optimizer was made with "
+           .. "(replaced by m:to or an assignment?): make the optimizer after moving the model",
+           q and q[1] or "#" .. i)
+    end
+  end
+  if #now ~= #self.params then
+    fail("step: the module has %d parameters, but had %d when this optimizer was made", #now, #self.params)
+  end
+end
+
+function Optimizer:step()
+  if self.module then check_module(self) end
+  qkv.no_grad(function()
+    for i, p in ipairs(self.params) do
+      local g = gradient(self, i, p)
+      if g ~= nil then self:update(i, p, g) end
+    end
+  end)
+end
+
+-- an optimizer of class cls named fname over params, with the options
+-- known (each else an error naming it); lr (default lr), weight_decay and
+-- maximize read. Returns it and opts.
+local function build(cls, fname, params, opts, known, lr)
+  local msg = qkv._checkopts(fname, opts, known)
+  if msg then error(msg, caller(SOURCE, true)) end
+  opts = opts or {}
+  local list, module = param_list(fname, params)
+  local o = setmetatable({params = list, module = module, state = {}}, cls)
+  o.lr = number(fname, opts, "lr", lr, positive, "> 0")
+  o.weight_decay = number(fname, opts, "weight_decay", 0, nonneg, ">= 0")
+  o.maximize = flag(fname, opts, "maximize")
+  return o, opts
 end
 
 local SGD = setmetatable({}, {__index = Optimizer})
 SGD.__index = SGD
 SGD.__name = "SGD"
 
--- an optimizer of class cls over params, with opts' lr (default lr) and
--- weight_decay read; returns it and opts
-local function build(cls, fname, params, opts, lr)
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("%s: opts must be a table, got %s", fname, type(opts)) end
-  local o = new(cls, param_list(fname, params))
-  o.lr = number(fname, opts, "lr", lr, positive)
-  o.weight_decay = number(fname, opts, "weight_decay", 0, nonneg)
-  return o, opts
-end
-
 function O.SGD(params, opts)
   local o
-  o, opts = build(SGD, "SGD", params, opts, 0.01)
-  o.momentum = number("SGD", opts, "momentum", 0, unit)
+  o, opts = build(SGD, "SGD", params, opts, {"lr", "momentum", "dampening", "weight_decay",
+                                             "nesterov", "maximize"}, 0.01)
+  o.momentum = number("SGD", opts, "momentum", 0, unit, "in [0, 1)")
+  o.dampening = number("SGD", opts, "dampening", 0, closed_unit, "in [0, 1]")
+  o.nesterov = flag("SGD", opts, "nesterov")
+  if o.nesterov and (o.momentum == 0 or o.dampening ~= 0) then
+    fail("SGD: nesterov needs a momentum and zero dampening, got momentum %g, dampening %g",
+         o.momentum, o.dampening)
+  end
   return o
 end
 
+-- torch.optim.SGD: buf = g at the first step, then momentum * buf +
+-- (1 - dampening) * g; nesterov steps by g + momentum * buf
 function SGD:update(i, p, g)
   if self.momentum ~= 0 then
     local buf = self.state[i]
-    buf = buf and buf:mul_(self.momentum):add_(g) or g:clone()
+    if buf then buf:mul_(self.momentum):add_(g * (1 - self.dampening))
+    else buf = g:clone() end
     self.state[i] = buf
-    g = buf
+    g = self.nesterov and g + buf * self.momentum or buf
   end
   p:sub_(g * self.lr)
 end
@@ -113,26 +176,37 @@ Adam.__name = "Adam"
 
 function O.Adam(params, opts)
   local o
-  o, opts = build(Adam, "Adam", params, opts, 1e-3)
-  o.eps = number("Adam", opts, "eps", 1e-8, positive)
+  o, opts = build(Adam, "Adam", params, opts, {"lr", "betas", "eps", "weight_decay", "amsgrad",
+                                               "maximize"}, 1e-3)
+  o.eps = number("Adam", opts, "eps", 1e-8, positive, "> 0")
+  o.amsgrad = flag("Adam", opts, "amsgrad")
   local betas = opts.betas or {0.9, 0.999}
-  if type(betas) ~= "table" or not (type(betas[1]) == "number" and unit(betas[1]))
-     or not (type(betas[2]) == "number" and unit(betas[2])) then
-    fail("Adam: betas must be two numbers in [0, 1), got %s", tostring(betas))
+  local b1, b2 = type(betas) == "table" and rawget(betas, 1), type(betas) == "table" and rawget(betas, 2)
+  if not (type(b1) == "number" and unit(b1) and type(b2) == "number" and unit(b2)) then
+    fail("Adam: option 'betas' must be two numbers in [0, 1), got %s", tostring(betas))
   end
-  o.b1, o.b2 = betas[1], betas[2]
+  o.b1, o.b2 = b1, b2
   return o
 end
 
+-- torch.optim.Adam, with each parameter's own step count t
 function Adam:update(i, p, g)
-  local s = self.state[i] or {m = qkv.zeros(p.shape, p.dtype, p.device), v = qkv.zeros(p.shape, p.dtype, p.device)}
-  self.state[i] = s
+  local s = self.state[i]
+  if not s then
+    s = {t = 0, m = qkv.zeros(p.shape, p.dtype, p.device), v = qkv.zeros(p.shape, p.dtype, p.device)}
+    if self.amsgrad then s.vmax = qkv.zeros(p.shape, p.dtype, p.device) end
+    self.state[i] = s
+  end
+  s.t = s.t + 1
   s.m:mul_(self.b1):add_(g * (1 - self.b1))
   s.v:mul_(self.b2):add_(g * g * (1 - self.b2))
-  local t = self.t + 1
-  local mhat = s.m / (1 - self.b1 ^ t)
-  local vhat = s.v / (1 - self.b2 ^ t)
-  p:sub_(mhat / (vhat:sqrt() + self.eps) * self.lr)
+  local v = s.v
+  if s.vmax then
+    s.vmax:copy_(qkv.maximum(s.vmax, s.v))
+    v = s.vmax
+  end
+  local denom = (v / (1 - self.b2 ^ s.t)):sqrt() + self.eps
+  p:sub_(s.m / denom * (self.lr / (1 - self.b1 ^ s.t)))
 end
 
 return O

@@ -34,6 +34,15 @@ back however f ends. As torch.no_grad as a context.]],
    example = [=[local w = qkv.ones(2):requires_grad_()
 print(qkv.no_grad(function() return w * 2 end).requires_grad)   --> false]=]},
 
+  {name = "qkv.is_grad_enabled", sig = "qkv.is_grad_enabled()", group = "autograd",
+   doc = [[Whether ops record a graph here: false inside qkv.no_grad, true
+inside qkv.enable_grad and elsewhere. Grad mode belongs to a coroutine, as
+PyTorch's to a thread: a coroutine that yields inside qkv.no_grad takes its
+mode with it (one never resumed leaves the rest of the program recording),
+and a coroutine that has set none follows the main thread. As
+torch.is_grad_enabled.]],
+   example = [=[print(qkv.no_grad(qkv.is_grad_enabled), qkv.is_grad_enabled())   --> false true]=]},
+
   {name = "qkv.enable_grad", sig = "qkv.enable_grad(f, ...)", group = "autograd",
    doc = [[Calls f(...) with grad mode on, also inside qkv.no_grad, and
 returns its results. The mode comes back however f ends. As
@@ -69,15 +78,27 @@ does. As torch.nn.Module.zero_grad.]]},
   {name = "qkv.optim.SGD", sig = "qkv.optim.SGD(params [, opts])", group = "optimizers",
    doc = [[Stochastic gradient descent over params (a list of tensors that
 require grad, a qkv.nn module or m:parameters()): opt:step() moves each
-parameter by -lr times its gradient, with momentum and weight_decay as
-PyTorch's. opts: lr (0.01), momentum (0), weight_decay (0). A parameter
-that does not require grad is an error. As torch.optim.SGD.]]},
+parameter by -lr times its gradient, with momentum, dampening, nesterov,
+weight_decay and maximize as PyTorch's, step for step. opts: lr (0.01),
+momentum (0), dampening (0), weight_decay (0), nesterov (false; needs a
+momentum and no dampening), maximize (false). An unknown option, a
+parameter that does not require grad, is not a leaf or is listed twice is
+an error. As torch.optim.SGD.]],
+   example = [=[local p = qkv.tensor{1, 2}:requires_grad_()
+local opt = qkv.optim.SGD({p}, {lr = 0.5})
+p.grad = qkv.tensor{1, 1}
+opt:step()
+print(p:detach())                                  --> tensor([0.5000, 1.5000])
+print(select(2, pcall(qkv.optim.SGD, {p}, {nesterow = true})))
+--> example:6: SGD: unknown option 'nesterow' (did you mean 'nesterov'?)]=]},
 
   {name = "qkv.optim.Adam", sig = "qkv.optim.Adam(params [, opts])", group = "optimizers",
    doc = [[Adam over params, as qkv.optim.SGD takes them: running averages
-of each gradient and of its square, bias-corrected, scale the steps. opts:
-lr (1e-3), betas ({0.9, 0.999}), eps (1e-8), weight_decay (0, added to the
-gradient as PyTorch's Adam does). As torch.optim.Adam.]]},
+of each gradient and of its square, bias-corrected by each parameter's own
+step count, scale the steps. opts: lr (1e-3), betas ({0.9, 0.999}), eps
+(1e-8), weight_decay (0, added to the gradient as PyTorch's Adam does),
+amsgrad (false: true divides by the largest second moment so far),
+maximize (false). As torch.optim.Adam.]]},
 
   {name = "Optimizer:step", sig = "opt:step()", group = "optimizer methods",
    doc = [[Updates every parameter that has a .grad from it, in place and
