@@ -217,12 +217,16 @@ masked) V and the weights. Q is (..., n_q, d_k), K (..., n_k, d_k) and V
 leading dims; out is (..., n_q, d_v) and the weights (..., n_q, n_k).
 opts: mask (a tensor, true = may attend, as for qkv.mask; its leading
 dims join the result's), key_padding_mask (PyTorch's: a bool (..., n_k)
-tensor, true = padding), causal (a boolean, as qkv.causal(n_q, n_k);
-is_causal is its alias), scale (default 1/sqrt(d_k)) and weights (default
-true). With weights = false a fused kernel (tiled, online softmax) returns
-only out and never holds the n_q × n_k matrix. Unknown options and shapes
-that disagree are errors; PyTorch's F.scaled_dot_product_attention returns
-only out.]],
+tensor, true = padding), causal (a boolean, as qkv.causal(n_q, n_k): the
+diagonal aligned to the last key), is_causal (PyTorch's: aligned to the
+first key, query i sees keys j <= i, as torch.ones(n_q, n_k).tril(); the
+same as causal when n_q = n_k, and an error beside causal = true when
+not), scale (default 1/sqrt(d_k)) and weights (default true). With
+weights = false a fused kernel (tiled, online softmax) returns only out and
+never holds the n_q × n_k matrix. An unknown option is an error naming the
+closest known one (PyTorch's attn_mask points to mask and its polarity),
+and so are shapes that disagree; PyTorch's F.scaled_dot_product_attention
+returns only out.]],
    example = [=[local X = qkv.tensor{{1, 0}, {0, 1}}
 local out, w = qkv.attention(X, X, X, {scale = 1})
 print(w)
