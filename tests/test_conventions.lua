@@ -202,6 +202,22 @@ function TestIsCausal:testFollowsPyTorchWhenShapesDiffer()
   end
 end
 
+-- PyTorch's own numbers (tests/fixtures/sdpa/torch_is_causal.lua, written
+-- by torch_is_causal.py there): F.scaled_dot_product_attention(is_causal=True)
+function TestIsCausal:testEqualsPyTorchsNumbers()
+  local F = dofile("tests/fixtures/sdpa/torch_is_causal.lua")
+  lu.assertEquals(#F, 3)
+  for i, c in ipairs(F) do
+    local Q, K, V = qkv.tensor(c.q, "float64"), qkv.tensor(c.k, "float64"), qkv.tensor(c.v, "float64")
+    local want = {shape = R.shape(qkv.tensor(c.out, "float64")), data = R.flatten(c.out)}
+    each_path(Q, K, V, {is_causal = true}, function(out, how)
+      close(out, want, 1e-12, string.format("case %d, %s", i, how))
+    end)
+    local diff = (qkv.attention(Q, K, V, {causal = true}) - qkv.tensor(c.out, "float64")):abs():max():item()
+    lu.assertTrue(diff > 0.1, string.format("case %d: causal is another mask (%g)", i, diff))
+  end
+end
+
 -- n_q 3, n_k 5: the two alignments give different results (PyTorch's
 -- scaled_dot_product_attention(is_causal=True) differs from qkv's causal
 -- by 0.395 on such inputs), so asking for both is an error
