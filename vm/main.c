@@ -221,7 +221,8 @@ static void testrun_call (lua_State *L, const char *fn) {
 
 /*
 ** require "luaunit" in the executable: LuaUnit as qkv.testrun prepares
-** it (tensor-aware assertEquals, every run recorded for the summary line)
+** it (tensor-aware assertEquals, its outermost runs recorded for the
+** summary line)
 */
 static int preload_luaunit (lua_State *L) {
   testrun_call(L, "luaunit");

@@ -11,9 +11,9 @@
 --
 -- In every state of the executable `require "luaunit"` comes here
 -- (`luaunit`, preloaded by vm/main.c): LuaUnit with tensor-aware equality
--- and its runs recorded. A suite file run as a script (`qkv test_x.lua`)
--- follows the runner's rule through `script_end`, and closes with the same
--- summary line.
+-- and its outermost runs recorded. A suite file run as a script
+-- (`qkv test_x.lua`) follows the runner's rule through `script_end`, and
+-- closes with the same summary line.
 
 local M = {}
 
@@ -36,11 +36,12 @@ usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-
 
 ---------------------------------------------------------------- inside a suite
 
--- this state's LuaUnit runs, whether it runs a suite for `qkv test`, and
--- what the runner's child process gives a suite (vm/testchild.c): the
--- Ctrl-C flag, the test starting and ending, the time-out message
+-- this state's outermost LuaUnit runs, the one going on (nil between
+-- runs), whether it runs a suite for `qkv test`, and what the runner's
+-- child process gives a suite (vm/testchild.c): the Ctrl-C flag, the test
+-- starting and ending, the time-out message
 local function none() end
-local runs, insuite = {}, false
+local runs, active, insuite = {}, nil, false
 local ctl = {interrupted = function() return false end, started = none,
              ended = none, timedout = none}
 
@@ -66,7 +67,7 @@ local function nodedata(node)
           trace = node.stackTrace and tostring(node.stackTrace) or nil}
 end
 
--- the counts of every LuaUnit run the suite made
+-- the counts of the suite's outermost LuaUnit runs
 local function collect(res, runners)
   res.passed, res.failures, res.errors, res.skipped = 0, 0, 0, 0
   res.tests = {}
@@ -83,45 +84,59 @@ local function collect(res, runners)
 end
 
 -- a test that ran out of time errs with the time-out message, whatever
--- error stopped it (the hook's, a kernel's "interrupted", or none)
+-- error stopped it (the hook's, a kernel's "interrupted", or none); the
+-- time limit is the outermost run's test's, a nested run's tests have none
 local function timeouts(C)
   local updateStatus, endTest = C.updateStatus, C.endTest
   C.updateStatus = function(self, err)
-    local msg = ctl.timedout()
+    local msg = self == active and ctl.timedout()
     if msg and err.status ~= "SUCCESS" then
       err = {status = "ERROR", msg = msg, trace = err.trace}
     end
     return updateStatus(self, err)
   end
   C.endTest = function(self, ...)
-    local msg = ctl.timedout()
+    local msg = self == active and ctl.timedout()
     if msg then updateStatus(self, {status = "ERROR", msg = msg, trace = ""}) end
     return endTest(self, ...)
   end
 end
 
--- LuaUnit's runners record themselves, tell the runner as each test starts
--- and ends, and stop the suite after a test during which Ctrl-C was
--- pressed (LuaUnit would catch the error and go on)
+--[[
+A run that starts while another is going on is nested: a test that runs
+LuaUnit itself, as LuaUnit's own suite does to test itself, with failures
+on purpose. Its results are that test's business: only the outermost runs
+count, and only their tests are told to the runner (a nested test's start
+would restart the outer test's time limit, its end make a crash in the
+outer test "outside any test", and both would add to the counts).
+]]
+local function outermost(run)
+  return function(self, ...)
+    if active then return run(self, ...) end
+    runs[#runs + 1], active = self, self
+    local _ <close> = setmetatable({}, {__close = function() active = nil end})
+    return run(self, ...)
+  end
+end
+
+-- LuaUnit's outermost runners record themselves and tell the runner as
+-- each of their tests starts and ends; any run stops after a test during
+-- which Ctrl-C was pressed (LuaUnit would catch the error and go on)
 local function hooks(lu)
   local C = lu.LuaUnit
-  for _, name in ipairs{"runSuite", "runSuiteByInstances"} do
-    local run = C[name]
-    C[name] = function(self, ...)
-      runs[#runs + 1] = self
-      return run(self, ...)
-    end
+  for _, name in ipairs{"runSuite", "runSuiteByInstances", "internalRunSuiteByInstances"} do
+    C[name] = outermost(C[name])
   end
   timeouts(C)
   local startTest, endTest = C.startTest, C.endTest
   C.startTest = function(self, name, ...)
     startTest(self, name, ...)
-    ctl.started(tostring(name))
+    if self == active then ctl.started(tostring(name)) end
   end
   C.endTest = function(self, ...)
     local node = self.result.currentNode
     endTest(self, ...)
-    ctl.ended(node and nodedata(node))
+    if self == active then ctl.ended(node and nodedata(node)) end
     if ctl.interrupted() then error("interrupted!", 0) end
   end
 end
@@ -159,8 +174,9 @@ end
 --[[
 luaunit() -> LuaUnit, what `require "luaunit"` gives in the executable:
 the real module (found by the other searchers), its assertEquals and
-assertNotEquals comparing tensors (qkv.equal), its runs recorded for the
-summary line and, outside `qkv test`, an os.exit that prints that line.
+assertNotEquals comparing tensors (qkv.equal), its outermost runs
+recorded for the summary line and, outside `qkv test`, an os.exit that
+prints that line.
 ]]
 local prepared
 function M.luaunit()
