@@ -216,8 +216,21 @@ function TestAPI:testErrors()
   fails("backward: y does not require grad", function() qkv.ones(1):backward() end)
   fails("grad: f must return a tensor", qkv.grad, function() return 1 end, {qkv.ones(1)})
   -- the API fuzzer's finding: options that are not a table
-  fails("bad argument #3 to 'gradcheck' (options table expected, got number)",
+  fails("bad argument #3 to 'gradcheck' (options must be a table, got number)",
         qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, 1)
+  fails("bad argument #3 to 'gradcheck' (unknown option 'atl' (did you mean 'atol'?))",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {atl = 1})
+  fails("bad argument #3 to 'gradcheck' (eps must be a positive number, got 0)",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {eps = 0})
+  -- a closed tensor is an error naming the function the script called
+  local closed
+  do
+    local c <close> = qkv.ones(3, "float64")
+    closed = c
+  end
+  fails("bad argument #2 to 'gradcheck' (tensor was closed)",
+        qkv.test.gradcheck, function(x) return x end, {closed})
+  fails("backward: grad is a closed tensor", function() (x * 2):backward(closed) end)
   -- errors of the ops keep naming them, at the script's line
   local line = debug.getinfo(1, "l").currentline + 1
   local ok, msg = pcall(function() return a:sum(5) end)

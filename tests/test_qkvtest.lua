@@ -150,7 +150,7 @@ function TestAssertClose:testBadArguments()
            t.assertClose, "x", 1)
   argerror("bad argument #2 to 'assertClose' (tensor or number expected, got nil)",
            t.assertClose, qkv.ones(2))
-  argerror("bad argument #3 to 'assertClose' (unknown option 'rtl')",
+  argerror("bad argument #3 to 'assertClose' (unknown option 'rtl' (did you mean 'rtol'?))",
            t.assertClose, 1, 1, {rtl = 1})
   argerror("bad argument #3 to 'assertClose' (rtol must be a non-negative number, got -1)",
            t.assertClose, 1, 1, {rtol = -1})

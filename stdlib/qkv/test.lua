@@ -45,18 +45,18 @@ local num, pair = equal.num, equal.pair
 
 ---------------------------------------------------------------- assertClose
 
-local CLOSE_OPTS = {rtol = true, atol = true}
+-- opts (argument n of fname), nil or a table of the known keys; else an
+-- argument error with qkv._checkopts's words ("unknown option 'rtl' (did
+-- you mean 'rtol'?)")
+local function checkopts(fname, n, opts, known)
+  local msg = qkv._checkopts(fname, opts, known)
+  if msg then argerror(fname, n, msg:sub(#fname + 3)) end
+  return opts or {}
+end
 
 local function closeopts(opts)
   if opts == nil then return 1e-5, 1e-8 end
-  if type(opts) ~= "table" then
-    argerror("assertClose", 3, "options must be a table, got " .. type(opts))
-  end
-  for k in pairs(opts) do
-    if not CLOSE_OPTS[k] then
-      argerror("assertClose", 3, "unknown option '" .. tostring(k) .. "'")
-    end
-  end
+  checkopts("assertClose", 3, opts, {"rtol", "atol"})
   local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
   for name, v in pairs{rtol = rtol, atol = atol} do
     if type(v) ~= "number" or not (v >= 0) then
@@ -172,12 +172,16 @@ end
 function M.gradcheck(f, inputs, opts)
   if type(f) ~= "function" then argerror("gradcheck", 1, "function expected, got " .. type(f)) end
   if type(inputs) ~= "table" then argerror("gradcheck", 2, "list of tensors expected, got " .. type(inputs)) end
-  if opts ~= nil and type(opts) ~= "table" then
-    argerror("gradcheck", 3, "options table expected, got " .. type(opts))
-  end
-  opts = opts or {}
+  opts = checkopts("gradcheck", 3, opts, {"eps", "atol", "rtol"})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  for name, v in pairs{eps = eps, atol = atol, rtol = rtol} do
+    if type(v) ~= "number" or not (v >= 0) or (name == "eps" and v == 0) then
+      argerror("gradcheck", 3, name .. " must be a " .. (name == "eps" and "positive" or "non-negative")
+               .. " number, got " .. tostring(v))
+    end
+  end
   for i, x in ipairs(inputs) do
+    if qkv.is_tensor(x) then checkopen("gradcheck", 2, x) end
     if not qkv.is_tensor(x) or x.dtype ~= "float64" then
       argerror("gradcheck", 2, "input " .. i .. " must be a float64 tensor")
     end
