@@ -182,6 +182,9 @@ function TestWordpieceTiny:testErrors()
   end
   fails("wordpiece.load: cannot open", qkv.wordpiece.load, TMP .. "/none.txt")
   fails("bad argument #1", qkv.wordpiece.load, 3)
+  tiny()
+  fails("wordpiece.load: bad argument #1 (the path holds a NUL byte)", qkv.wordpiece.load,
+        TMP .. "/vocab.txt\0.bak")
   fails("wordpiece.load: cannot read " .. TMP, qkv.wordpiece.load, TMP)   -- a folder
   S.write(TMP .. "/empty.txt", "")
   fails("holds no tokens", qkv.wordpiece.load, TMP .. "/empty.txt")

@@ -37,6 +37,9 @@ function M.load(path, opts)
   if type(path) ~= "string" then
     fail("wordpiece.load: bad argument #1 (a vocab.txt path expected, got %s)", type(path))
   end
+  if path:find("%z") then       -- the system would open the path before the NUL
+    fail("wordpiece.load: bad argument #1 (the path holds a NUL byte)")
+  end
   if opts ~= nil and type(opts) ~= "table" then
     fail("wordpiece.load: bad argument #2 (options table expected, got %s)", type(opts))
   end
