@@ -79,7 +79,8 @@ local function zip(entries, zip64)
   if zip64 then         -- the zip64 end record and its locator, the counts in them
     local at = offset + #cd
     return table.concat(locals) .. cd ..
-      "PK\6\6" .. string.pack("<I8I2I2I4I4I8I8I8I8", 44, 45, 45, 0, 0, #entries, #entries, #cd, offset) ..
+      "PK\6\6" .. string.pack("<I8I2I2I4I4I8I8I8I8", 44, 45, 45, 0, 0, #entries, #entries, #cd,
+                              offset) ..
       "PK\6\7" .. string.pack("<I4I8I4", 0, at, 1) ..
       "PK\5\6" .. string.pack("<I2I2I2I2I4I4I2", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
   end
@@ -246,7 +247,8 @@ function TestNpz:testCorruptEntries()
     -- the bad entry first or last among good ones
     badzip(zip{{"a.npy", other}, {"b.npy", npy, method = method, crc = 0}, {"c.npy", other}},
            ": entry 'b.npy' is corrupt")
-    badzip(zip{{"a.npy", npy, method = method, crc = 0}, {"b.npy", other}}, ": entry 'a.npy' is corrupt")
+    badzip(zip{{"a.npy", npy, method = method, crc = 0}, {"b.npy", other}},
+           ": entry 'a.npy' is corrupt")
   end
   -- a deflated entry that inflates to more than it claims
   badzip(zip{{"a.npy", npy, method = 8, size = #npy - 1}}, "entry 'a.npy' ")

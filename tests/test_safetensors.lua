@@ -270,7 +270,8 @@ function TestSafetensorsErrors:testNulBytes()
             "__metadata__: the string \"k\\u0000\" holds a NUL byte")
   loadfails(stfile("nul5", '{"__metadata__":{"k":"v\\u0000w"},"a":' .. a .. '}', d8),
             "__metadata__: the string \"v\\u0000w\" holds a NUL byte")
-  loadfails(stfile("nul6", '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x\\u0000":1}}', d8),
+  loadfails(stfile("nul6", '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x\\u0000":1}}',
+                   d8),
             "tensor 'a': the string \"x\\u0000\" holds a NUL byte")
   -- a backslash written \\ before u0000 is no NUL
   local w = qkv.load_safetensors(stfile("nonul", '{"a\\\\u0000b":' .. a .. '}', d8))
@@ -304,9 +305,9 @@ function TestSafetensorsErrors:testHeaderBounds()
   -- ignore, metadata of many strings (here named with an escape)
   local meta = {}
   for i = 1, 100 do meta[i] = ('"k%d":"v"'):format(i) end
-  local w, m = qkv.load_safetensors(stfile("ok", '{"__metad\\u0061ta__":{' .. table.concat(meta, ",")
-    .. '},"a\\tb":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8],"x":[1,2],'
-    .. '"y":"z","k6":1,"k7":2,"k8":3}}', d8))
+  local w, m = qkv.load_safetensors(stfile("ok", '{"__metad\\u0061ta__":{'
+    .. table.concat(meta, ",") .. '},"a\\tb":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],'
+    .. '"data_offsets":[0,8],"x":[1,2],"y":"z","k6":1,"k7":2,"k8":3}}', d8))
   lu.assertEquals(m.k100, "v")
   lu.assertEquals(shape(w["a\tb"]), {1, 1, 1, 1, 1, 1, 1, 2})
 end

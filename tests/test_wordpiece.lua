@@ -222,7 +222,8 @@ end
 
 function TestWordpieceWork:testTheSpecialTokenScanReadsTheTextOnce()
   local tok = tiny()
-  for _, s in ipairs{("[CLS]"):rep(40000), ("the [SEP] "):rep(20000), "x" .. ("[MASK]"):rep(30000)} do
+  local texts = {("[CLS]"):rep(40000), ("the [SEP] "):rep(20000), "x" .. ("[MASK]"):rep(30000)}
+  for _, s in ipairs(texts) do
     local read = 0
     local got = counting("find", function(find, str, p, init, plain)
       local a, b = find(str, p, init, plain)
