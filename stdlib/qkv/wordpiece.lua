@@ -84,12 +84,14 @@ local function pieces(self, word, out)
   local n = #at
   at[n + 1] = #word + 1
   if n > MAX_WORD then out[#out + 1] = self.unk; return end
-  local got, start, longest = {}, 1, self.longest
+  local got, start, last, longest = {}, 1, 0, self.longest
   while start <= n do
-    local stop, piece = n, nil
-    -- no piece is longer than the vocabulary's longest token: 100
-    -- characters tried at each start would cost 10 µs a byte of text
-    while stop >= start and at[stop + 1] - at[start] > longest do stop = stop - 1 end
+    -- the last character a piece from start may reach: none is longer
+    -- than the vocabulary's longest token (trying up to 100 characters at
+    -- each start cost 10 µs a byte of text)
+    last = math.max(last, start - 1)
+    while last < n and at[last + 2] - at[start] <= longest do last = last + 1 end
+    local stop, piece = last, nil
     while stop >= start do
       local s = word:sub(at[start], at[stop + 1] - 1)
       if start > 1 then s = "##" .. s end
