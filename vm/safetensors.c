@@ -1,8 +1,9 @@
 /*
 ** safetensors.c -- the safetensors format (see safetensors.h): dtypes, the
-** checks of a header's entries against the data, conversion into qkv's
-** dtypes and the header we write.  Nothing here trusts the file: every
-** size is checked for overflow before it is compared or used.
+** scan of a header's text, the checks of its entries against the data,
+** conversion into qkv's dtypes and the header we write.  Nothing here
+** trusts the file: every size is checked for overflow before it is
+** compared or used.
 */
 #include <stdarg.h>
 #include <stdio.h>

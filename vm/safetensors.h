@@ -1,9 +1,10 @@
 /*
-** safetensors.h -- the safetensors format: its dtypes, the checks a
-** header's entries must pass against the data they describe, the
-** conversion of that data into qkv's dtypes, and the header qkv writes.
-** Pure C with no Lua, no JSON parser and no I/O: bindings/lsafetensors.c
-** reads the files and has the header parsed by libcjson (qkv.json).
+** safetensors.h -- the safetensors format: its dtypes, the scan that
+** bounds a header's JSON before it is parsed, the checks a header's
+** entries must pass against the data they describe, the conversion of
+** that data into qkv's dtypes, and the header qkv writes.  Pure C with no
+** Lua, no JSON parser and no I/O: bindings/lsafetensors.c reads the files
+** and has the header parsed by libcjson (qkv.json).
 **
 ** A file is an unsigned 64-bit little-endian header length N, N bytes of
 ** JSON, then the data.  The JSON object maps each tensor's name to
