@@ -19,7 +19,8 @@
 
 /* loading */
 
-/* the header's bytes as a Lua string, pushed; *hlen is their count */
+/* the header's bytes as a Lua string, pushed, once they have passed the
+   scan that bounds what the parser will build; *hlen is their count */
 static void read_header (lua_State *L, qkvL_Reader *r, const char *path, uint64_t size,
                          uint64_t *hlen) {
   unsigned char pre[8];
@@ -41,6 +42,9 @@ static void read_header (lua_State *L, qkvL_Reader *r, const char *path, uint64_
   if ((e = qkvL_read_at(r->fd, p, (size_t)n, 8)) != 0) qkvL_ioerr(L, LOAD, path, e);
   if (n == 0 || p[0] != '{')
     luaL_error(L, LOAD ": %s: the header is not a JSON object (it must start with '{')", path);
+  char err[QKV_ST_ERRLEN];
+  if (qkv_st_scan_header(p, (size_t)n, err, sizeof err) != 0)
+    luaL_error(L, LOAD ": %s: %s", path, err);
   luaL_pushresultsize(&b, (size_t)n);
   *hlen = n;
 }

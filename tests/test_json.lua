@@ -65,6 +65,24 @@ function TestJson:testErrors()
   lu.assertStrContains(err, "bad argument #1")
 end
 
+-- a NUL byte in a string, raw or written \u0000, is an error: libcjson's
+-- C strings would end there ("a\u0000b" read as "a")
+function TestJson:testNulBytesInStrings()
+  local cases = {
+    {'{"a\\u0000b": 1}', 'name "a\\u0000b" (at byte 2)'},
+    {'{"s": "x\0y"}', 'string "x\\u0000y" (at byte 7)'},
+    {'["ok", "\\u0000"]', 'string "\\u0000" (at byte 8)'},
+    {'"' .. ("a"):rep(100) .. '\\u0000"', 'string "' .. ("a"):rep(60) .. '..." (at byte 1)'},
+  }
+  for _, c in ipairs(cases) do
+    local ok, err = pcall(json.decode, c[1], "x.json")
+    lu.assertFalse(ok, c[1])
+    lu.assertStrContains(err, "json.decode: x.json has a NUL byte in the " .. c[2])
+  end
+  -- an escaped backslash before u0000 is no NUL
+  lu.assertEquals(json.decode('["a\\\\u0000"]'), {"a\\u0000"})
+end
+
 -- the text is parsed by length, so bytes after a NUL are seen
 function TestJson:testRepeatedKeysKeepTheLast()
   lu.assertEquals(json.decode('{"a": 1, "a": 2}').a, 2)

@@ -255,6 +255,63 @@ function TestSafetensorsErrors:testEntries()
             "past int64's range")
 end
 
+-- a NUL byte in a name or a string, raw or written \u0000, is an error
+-- naming the tensor as the header writes it (a C string would end at the
+-- NUL: "a\u0000b" loaded as a)
+function TestSafetensorsErrors:testNulBytes()
+  local d8, a = ("\0"):rep(8), entry("F32", "2", 0, 8)
+  loadfails(stfile("nul1", '{"a\\u0000b":' .. a .. '}', d8),
+            "tensor 'a\\u0000b': its name holds a NUL byte")
+  loadfails(stfile("nul2", '{"x":' .. a .. ',"a\0b":' .. a .. '}', d8 .. d8),
+            "tensor 'a\\u0000b': its name holds a NUL byte")
+  loadfails(stfile("nul3", '{"a":' .. entry("F32\\u0000x", "2", 0, 8) .. '}', d8),
+            "tensor 'a': the string \"F32\\u0000x\" holds a NUL byte")
+  loadfails(stfile("nul4", '{"__metadata__":{"k\\u0000":"v"},"a":' .. a .. '}', d8),
+            "__metadata__: the string \"k\\u0000\" holds a NUL byte")
+  loadfails(stfile("nul5", '{"__metadata__":{"k":"v\\u0000w"},"a":' .. a .. '}', d8),
+            "__metadata__: the string \"v\\u0000w\" holds a NUL byte")
+  loadfails(stfile("nul6", '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x\\u0000":1}}',
+                   d8),
+            "tensor 'a': the string \"x\\u0000\" holds a NUL byte")
+  -- a backslash written \\ before u0000 is no NUL
+  local w = qkv.load_safetensors(stfile("nonul", '{"a\\\\u0000b":' .. a .. '}', d8))
+  lu.assertEquals(shape(w["a\\u0000b"]), {2})
+end
+
+-- what no safetensors header holds is refused by one pass over the text
+-- before the JSON parser builds anything from it (a flat list of 50M
+-- numbers took 4.8 GB and 10 s to be refused): lists of more than 8
+-- values, nesting below a tensor's lists, more than 8 keys in a tensor,
+-- metadata that is not strings
+function TestSafetensorsErrors:testHeaderBounds()
+  local list, d8 = "[" .. ("1,"):rep(1 << 21) .. "1]", ("\0"):rep(8)      -- 4 MB
+  loadfails(stfile("flat1", '{"a":{"dtype":"F32","shape":' .. list .. ',"data_offsets":[0,4]}}',
+                   "\0\0\0\0"), "tensor 'a': 'shape' holds more than 8 values")
+  loadfails(stfile("flat2", '{"a":' .. list .. '}'), "tensor 'a' is a list, not a JSON object")
+  loadfails(stfile("flat3", '{"__metadata__":' .. list .. '}'),
+            "__metadata__ is a list, not a JSON object")
+  loadfails(stfile("flat4", '{"__metadata__":{"k":' .. list .. '}}'),
+            "__metadata__ maps names to strings, but 'k' is a list")
+  loadfails(stfile("deep", '{"a":{"shape":' .. ("["):rep(1 << 20) .. '}}'),
+            "tensor 'a': 'shape' holds a list; a shape is a list of numbers")
+  loadfails(stfile("obj", '{"a":{"x":{"y":1}}}'), "tensor 'a': 'x' is a JSON object")
+  loadfails(stfile("objs", '{"__metadata__":{"k":{}}}'),
+            "__metadata__ maps names to strings, but 'k' is a JSON object")
+  local keys = {}
+  for i = 1, 9 do keys[i] = ('"k%d":%d'):format(i, i) end
+  loadfails(stfile("keys", '{"a":{' .. table.concat(keys, ",") .. '}}'),
+            "tensor 'a': more than 8 keys")
+  -- what the format holds still loads: 8 dims, a few keys that readers
+  -- ignore, metadata of many strings (here named with an escape)
+  local meta = {}
+  for i = 1, 100 do meta[i] = ('"k%d":"v"'):format(i) end
+  local w, m = qkv.load_safetensors(stfile("ok", '{"__metad\\u0061ta__":{'
+    .. table.concat(meta, ",") .. '},"a\\tb":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],'
+    .. '"data_offsets":[0,8],"x":[1,2],"y":"z","k6":1,"k7":2,"k8":3}}', d8))
+  lu.assertEquals(m.k100, "v")
+  lu.assertEquals(shape(w["a\tb"]), {1, 1, 1, 1, 1, 1, 1, 2})
+end
+
 function TestSafetensorsErrors:testSaveArguments()
   local function fails(want, ...)
     local ok, err = pcall(qkv.save_safetensors, ...)

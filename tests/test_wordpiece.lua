@@ -81,6 +81,56 @@ for line in open(sys.argv[2]):
   lu.assertEquals(i, #texts)
 end
 
+-- what tokenize cuts into parts (texts over 64 KB) and the long runs of
+-- combining marks that qkv.text orders itself: the same as the package's
+function TestWordpieceReference:testLongTextsAgainstTheTokenizersPackage()
+  local tok = real()
+  local f = io.open(PY)
+  if not f then lu.skip("no " .. PY .. " with tokenizers (`make peers`)") end
+  f:close()
+  local rng = 9
+  local function rand(n)
+    rng = (rng * 1103515245 + 12345) % 2147483648
+    return rng % n + 1
+  end
+  local parts = {}
+  for i = 1, 150000 do parts[i] = ALPHABET[rand(#ALPHABET)] end
+  -- marks of several classes in random order, under a letter: only the
+  -- marks' canonical order decides what NFC makes of them
+  local MARKS = {"\u{301}", "\u{316}", "\u{327}", "\u{334}", "\u{5b0}", "\u{f71}", "\u{f72}",
+                 "\u{93c}", "\u{94d}", "\u{1dce}", "\u{308}", "\u{345}"}
+  local marks = {"a"}
+  for i = 2, 200001 do marks[i] = MARKS[rand(#MARKS)] end
+  local long, run = table.concat(parts), table.concat(marks)
+  lu.assertTrue(#long > 3 * 65536, #long)
+  S.write(TMP .. "/long.txt", long)
+  S.write(TMP .. "/run.txt", run)
+  local out, code = S.sh(PY .. " -c " .. S.quote([[
+import sys, tokenizers
+from tokenizers import normalizers
+tok = tokenizers.Tokenizer.from_file(sys.argv[1])
+tok.no_padding(); tok.no_truncation()
+print(" ".join(map(str, tok.encode(open(sys.argv[2], encoding="utf-8").read()).ids)))
+print(normalizers.NFC().normalize_str(open(sys.argv[3], encoding="utf-8").read()).encode().hex())
+]]) .. " " .. S.quote(DIR .. "/tokenizer.json") .. " " .. S.quote(TMP .. "/long.txt") .. " " ..
+     S.quote(TMP .. "/run.txt") .. " 2>&1")
+  lu.assertEquals(code, 0, out)
+  local ids, nfc = out:match("^([^\n]*)\n([^\n]*)\n$")
+  local want = {}
+  for id in ids:gmatch("%d+") do want[#want + 1] = tonumber(id) end
+  local got = {tok.vocab["[CLS]"]}
+  for _, t in ipairs(tok:tokenize(long)) do got[#got + 1] = tok.vocab[t] end
+  got[#got + 1] = tok.vocab["[SEP]"]
+  local i = 1
+  while i <= #want and got[i] == want[i] do i = i + 1 end
+  lu.assertEquals({table.unpack(got, i, i + 5)}, {table.unpack(want, i, i + 5)}, "from id " .. i)
+  lu.assertEquals(#got, #want)
+  local words = require("qkv.text").bert_words(run, false, false)
+  lu.assertEquals(#words, 1)
+  lu.assertTrue(words[1] == (nfc:gsub("..", function(h) return string.char(tonumber(h, 16)) end)),
+                "the marks' canonical order")
+end
+
 -- a tiny vocabulary
 local VOCAB = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "river", "bank", "##s",
                "un", "##believ", "##able", ",", "é", "北"}
@@ -132,6 +182,9 @@ function TestWordpieceTiny:testErrors()
   end
   fails("wordpiece.load: cannot open", qkv.wordpiece.load, TMP .. "/none.txt")
   fails("bad argument #1", qkv.wordpiece.load, 3)
+  tiny()
+  fails("wordpiece.load: bad argument #1 (the path holds a NUL byte)", qkv.wordpiece.load,
+        TMP .. "/vocab.txt\0.bak")
   fails("wordpiece.load: cannot read " .. TMP, qkv.wordpiece.load, TMP)   -- a folder
   S.write(TMP .. "/empty.txt", "")
   fails("holds no tokens", qkv.wordpiece.load, TMP .. "/empty.txt")
@@ -144,8 +197,79 @@ function TestWordpieceTiny:testErrors()
   fails("encode: text 2 is a boolean", tok.encode, tok, {"a", true})
   fails("encode: text 1: the text is not valid UTF-8 (at byte 2)", tok.encode, tok, "a\255")
   fails("tokenize: bad argument #1", tok.tokenize, tok, nil)
+  -- where in the whole text, past special tokens and the parts of a long text
+  fails("tokenize: the text is not valid UTF-8 (at byte 10)", tok.tokenize, tok, "[CLS] ok \255")
+  fails("(at byte 200002)", tok.tokenize, tok, ("the "):rep(50000) .. "a\255")
   fails("decode: id 2 is 99", tok.decode, tok, {1, 99})
   fails("decode: bad argument #1", tok.decode, tok, "x")
+end
+
+-- the work tokenize does grows with the text, counted without a clock:
+-- the bytes its special-token scan reads, the length of what one call of
+-- qkv.text gets (the hook that stops a script on Ctrl-C runs between
+-- calls), the pieces looked up in the vocabulary
+TestWordpieceWork = {}
+
+-- f() with string[name] replaced by count(original, ...)
+local function counting(name, count, f)
+  local original = string[name]
+  string[name] = function(...) return count(original, ...) end
+  local ok, r = pcall(f)
+  string[name] = original
+  if not ok then error(r, 0) end
+  return r
+end
+
+function TestWordpieceWork:testTheSpecialTokenScanReadsTheTextOnce()
+  local tok = tiny()
+  local texts = {("[CLS]"):rep(40000), ("the [SEP] "):rep(20000), "x" .. ("[MASK]"):rep(30000)}
+  for _, s in ipairs(texts) do
+    local read = 0
+    local got = counting("find", function(find, str, p, init, plain)
+      local a, b = find(str, p, init, plain)
+      read = read + (b or #str) - (init or 1) + 1
+      return a, b
+    end, function() return tok:tokenize(s) end)
+    lu.assertEquals(got[#got], s:match("(%[%u+%])%s*$"))
+    lu.assertTrue(read <= 6 * #s, ("%d bytes read for a text of %d"):format(read, #s))
+  end
+  lu.assertEquals(#tok:tokenize(("[CLS]"):rep(40000)), 40000)
+  lu.assertEquals(tok:tokenize("[SEP][MASK]the[PAD] [UNK]x"),
+                  {"[SEP]", "[MASK]", "the", "[PAD]", "[UNK]", "[UNK]"})
+end
+
+function TestWordpieceWork:testLongTextsGoToQkvTextInParts()
+  local tok, text = tiny(), require "qkv.text"
+  local s = ("the river bank, unbelievable banks. "):rep(30000)      -- 1 MB
+  local original, longest, calls = text.bert_words, 0, 0
+  text.bert_words = function(t, ...)
+    longest, calls = math.max(longest, #t), calls + 1
+    return original(t, ...)
+  end
+  local ok, got = pcall(tok.tokenize, tok, s)
+  text.bert_words = original
+  lu.assertTrue(ok, got)
+  lu.assertTrue(longest <= 65536 + 64, longest .. " bytes in one call")
+  lu.assertTrue(calls >= 16, calls .. " calls")
+  lu.assertEquals(#got, 30000 * 10)
+  lu.assertEquals({table.unpack(got, 1, 9)},
+                  {"the", "river", "bank", ",", "un", "##believ", "##able", "bank", "##s"})
+end
+
+-- no piece is looked for that is longer than the longest token
+function TestWordpieceWork:testPiecesAreNoLongerThanTheLongestToken()
+  local vocab = {table.unpack(VOCAB)}
+  for _, t in ipairs{"a", "##a", "##b"} do vocab[#vocab + 1] = t end
+  local tok = tiny({lower = true}, vocab)
+  local s = (("ab"):rep(50) .. " "):rep(100)
+  local subs = 0
+  local got = counting("sub", function(sub, ...)
+    subs = subs + 1
+    return sub(...)
+  end, function() return tok:tokenize(s) end)
+  lu.assertEquals(#got, 100 * 100)
+  lu.assertEquals({got[1], got[2], got[3]}, {"a", "##b", "##a"})
+  lu.assertTrue(subs <= 10 * #s, subs .. " pieces looked up for a text of " .. #s)
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -1,8 +1,9 @@
 /*
 ** safetensors.c -- the safetensors format (see safetensors.h): dtypes, the
-** checks of a header's entries against the data, conversion into qkv's
-** dtypes and the header we write.  Nothing here trusts the file: every
-** size is checked for overflow before it is compared or used.
+** scan of a header's text, the checks of its entries against the data,
+** conversion into qkv's dtypes and the header we write.  Nothing here
+** trusts the file: every size is checked for overflow before it is
+** compared or used.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,6 +126,206 @@ int qkv_st_check (qkv_st_entry *e, int n, uint64_t data_bytes, char *err, size_t
     return fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (at the end)",
                 (unsigned long long)at, (unsigned long long)data_bytes);
   return 0;
+}
+
+
+/* the header's shape, before any parser sees it */
+
+/*
+** A JSON parser builds a tree of the whole text at about a hundred bytes a
+** value: a 100 MB header holding one flat list of numbers took 4.8 GB and
+** 10 s to be refused.  This pass reads the text once, allocates nothing,
+** and stops at the first byte of what no safetensors header holds (see
+** qkv_st_scan_header).  What it cannot read as JSON it leaves to the
+** parser, which refuses it there or before: the parser never reads past
+** where the scan stopped.
+*/
+
+enum { OK = 0, LEAVE = 1, FAIL = -1 };
+
+typedef struct Scan {
+  const char *p, *end;
+  char *err;
+  size_t errlen;
+} Scan;
+
+static void ws (Scan *sc) {            /* as libcjson: every byte up to 32 */
+  while (sc->p < sc->end && (unsigned char)*sc->p <= 32) sc->p++;
+}
+
+static int at (Scan *sc, char c) {
+  ws(sc);
+  if (sc->p < sc->end && *sc->p == c) { sc->p++; return 1; }
+  return 0;
+}
+
+static int next_is (Scan *sc, const char *chars) {
+  ws(sc);
+  return sc->p < sc->end && *sc->p != '\0' && strchr(chars, *sc->p) != NULL;
+}
+
+/* a string's text as the header writes it, for a message: control bytes
+   as \u00XX, cut with "..." past cap */
+static void quote (char *out, size_t cap, const char *b, const char *e) {
+  size_t k = 0;
+  for (; b < e && k + 11 <= cap; b++) {
+    unsigned char c = (unsigned char)*b;
+    if (c < 32) k += (size_t)snprintf(out + k, cap - k, "\\u%04x", c);
+    else out[k++] = (char)c;
+  }
+  if (b < e) memcpy(out + k, "...", 3), k += 3;
+  out[k] = '\0';
+}
+
+/* the string at p, its text between *b and *e; *nul when it holds a NUL
+   byte, raw or written \u0000 (a C string would end there) */
+static int string (Scan *sc, const char **b, const char **e, int *nul) {
+  ws(sc);
+  if (sc->p >= sc->end || *sc->p != '"') return LEAVE;
+  *b = ++sc->p;
+  *nul = 0;
+  for (; sc->p < sc->end && *sc->p != '"'; sc->p++) {
+    if (*sc->p == '\0') *nul = 1;
+    if (*sc->p == '\\' && sc->end - sc->p > 1) {
+      if (sc->end - sc->p >= 6 && memcmp(sc->p + 1, "u0000", 5) == 0) *nul = 1;
+      sc->p++;
+    }
+  }
+  if (sc->p >= sc->end) return LEAVE;
+  *e = sc->p++;
+  return OK;
+}
+
+static int nul_in (Scan *sc, const char *where, const char *b, const char *e) {
+  char q[80];
+  quote(q, sizeof q, b, e);
+  return fail(sc->err, sc->errlen, "%s: the string \"%s\" holds a NUL byte", where, q);
+}
+
+/* a string, a number, true, false or null */
+static int scalar (Scan *sc, const char *where) {
+  const char *b, *e, *start;
+  int nul;
+  if (next_is(sc, "\"")) {
+    if (string(sc, &b, &e, &nul) != OK) return LEAVE;
+    return nul ? nul_in(sc, where, b, e) : OK;
+  }
+  for (start = sc->p; sc->p < sc->end && (unsigned char)*sc->p > 32; sc->p++)
+    if (strchr(",:[]{}\"", *sc->p)) break;
+  return sc->p > start ? OK : LEAVE;
+}
+
+/* a tensor's list: at most QKV_MAXDIM numbers */
+static int list (Scan *sc, const char *where, const char *key) {
+  sc->p++;
+  if (at(sc, ']')) return OK;
+  for (size_t n = 1;; n++) {
+    int r;
+    if (next_is(sc, "[{"))
+      return fail(sc->err, sc->errlen, "%s: '%s' holds a %s; a shape is a list of numbers",
+                  where, key, *sc->p == '[' ? "list" : "JSON object");
+    if ((r = scalar(sc, where)) != OK) return r;
+    if (at(sc, ']')) return OK;
+    if (!at(sc, ',')) return LEAVE;
+    if (n == QKV_MAXDIM)
+      return fail(sc->err, sc->errlen, "%s: '%s' holds more than %d values (a shape holds at "
+                  "most %d, data_offsets 2)", where, key, QKV_MAXDIM, QKV_MAXDIM);
+  }
+}
+
+static int tensor_value (Scan *sc, const char *where, const char *key) {
+  if (next_is(sc, "{"))
+    return fail(sc->err, sc->errlen, "%s: '%s' is a JSON object; a tensor holds strings and "
+                "lists of numbers", where, key);
+  return next_is(sc, "[") ? list(sc, where, key) : scalar(sc, where);
+}
+
+static int meta_value (Scan *sc, const char *where, const char *key) {
+  if (next_is(sc, "[{"))
+    return fail(sc->err, sc->errlen, "%s maps names to strings, but '%s' is a %s", where, key,
+                *sc->p == '[' ? "list" : "JSON object");
+  return scalar(sc, where);
+}
+
+/* an object's members, at most max of them, each value read by value() */
+static int members (Scan *sc, const char *where, size_t max,
+                    int (*value) (Scan *, const char *, const char *)) {
+  sc->p++;
+  if (at(sc, '}')) return OK;
+  for (size_t n = 1;; n++) {
+    const char *b, *e;
+    char key[80];
+    int nul, r;
+    if (n > max)
+      return fail(sc->err, sc->errlen, "%s: more than %d keys (a tensor has dtype, shape and "
+                  "data_offsets)", where, QKV_ST_MAXKEYS);
+    if (string(sc, &b, &e, &nul) != OK || !at(sc, ':')) return LEAVE;
+    if (nul) return nul_in(sc, where, b, e);
+    quote(key, sizeof key, b, e);
+    if ((r = value(sc, where, key)) != OK) return r;
+    if (at(sc, '}')) return OK;
+    if (!at(sc, ',')) return LEAVE;
+  }
+}
+
+/* the character that JSON's escape \c stands for (\u aside) */
+static int unescape (int c) {
+  switch (c) {
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return c;
+  }
+}
+
+/* whether the name between b and e is "__metadata__", its escapes read */
+static int is_metadata (const char *b, const char *e) {
+  const char *want = "__metadata__";
+  while (b < e) {
+    int c = (unsigned char)*b++;
+    if (c == '\\' && b < e && (c = unescape((unsigned char)*b++)) == 'u') {
+      char hex[5] = {0};
+      if (e - b < 4) return 0;
+      memcpy(hex, b, 4);
+      b += 4;
+      c = (int)strtol(hex, NULL, 16);
+    }
+    if (*want == '\0' || c != *want++) return 0;
+  }
+  return *want == '\0';
+}
+
+/* the value of the member of the header named between b and e */
+static int top_value (Scan *sc, const char *b, const char *e) {
+  char where[100], q[80];
+  int meta = is_metadata(b, e);
+  quote(q, sizeof q, b, e);
+  if (meta) snprintf(where, sizeof where, "__metadata__");
+  else snprintf(where, sizeof where, "tensor '%s'", q);
+  if (next_is(sc, "["))
+    return fail(sc->err, sc->errlen, "%s is a list, not a JSON object", where);
+  if (!next_is(sc, "{")) return scalar(sc, where);
+  return meta ? members(sc, where, SIZE_MAX, meta_value)
+              : members(sc, where, QKV_ST_MAXKEYS, tensor_value);
+}
+
+int qkv_st_scan_header (const char *s, size_t n, char *err, size_t errlen) {
+  Scan sc = {s, s + n, err, errlen};
+  if (!at(&sc, '{') || at(&sc, '}')) return 0;
+  for (;;) {
+    const char *b, *e;
+    int nul, r;
+    if (string(&sc, &b, &e, &nul) != OK || !at(&sc, ':')) return 0;
+    if (nul) {
+      char q[80];
+      quote(q, sizeof q, b, e);
+      return fail(err, errlen, "tensor '%s': its name holds a NUL byte", q);
+    }
+    if ((r = top_value(&sc, b, e)) != OK) return r == FAIL ? -1 : 0;
+    if (!at(&sc, ',')) return 0;
+  }
 }
 
 

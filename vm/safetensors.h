@@ -1,9 +1,10 @@
 /*
-** safetensors.h -- the safetensors format: its dtypes, the checks a
-** header's entries must pass against the data they describe, the
-** conversion of that data into qkv's dtypes, and the header qkv writes.
-** Pure C with no Lua, no JSON parser and no I/O: bindings/lsafetensors.c
-** reads the files and has the header parsed by libcjson (qkv.json).
+** safetensors.h -- the safetensors format: its dtypes, the scan that
+** bounds a header's JSON before it is parsed, the checks a header's
+** entries must pass against the data they describe, the conversion of
+** that data into qkv's dtypes, and the header qkv writes.  Pure C with no
+** Lua, no JSON parser and no I/O: bindings/lsafetensors.c reads the files
+** and has the header parsed by libcjson (qkv.json).
 **
 ** A file is an unsigned 64-bit little-endian header length N, N bytes of
 ** JSON, then the data.  The JSON object maps each tensor's name to
@@ -54,6 +55,21 @@ typedef struct qkv_st_entry {
 ** success; -1 with a message in err naming the tensor.
 */
 int qkv_st_check (qkv_st_entry *e, int n, uint64_t data_bytes, char *err, size_t errlen);
+
+/* the most keys a tensor's object may hold: dtype, shape, data_offsets
+   and a few that readers ignore */
+#define QKV_ST_MAXKEYS 8
+
+/*
+** Checks the header's JSON text (n bytes) in one pass, allocating nothing,
+** for what no safetensors header holds and would cost a parser memory:
+** values nested below a tensor's lists, lists of more than QKV_MAXDIM
+** values, tensors of more than QKV_ST_MAXKEYS keys, metadata values that
+** are not strings, and strings with a NUL byte.  0 when it finds none (the
+** text may still be bad JSON: that is the parser's to say); -1 with a
+** message in err naming the tensor.
+*/
+int qkv_st_scan_header (const char *s, size_t n, char *err, size_t errlen);
 
 /*
 ** Converts an entry's data at src (little-endian, as the file holds it)

@@ -6,7 +6,7 @@
 **       tables keyed by name, arrays sequences, true/false booleans, null
 **       json.null, numbers integers when they are whole and fit, else
 **       floats; a name repeated in one object is an error when unique is
-**       true (else the last wins)
+**       true (else the last wins), and so is a string with a NUL byte
 **   json.encode(value) -> compact JSON text: tables with keys 1..n (n > 0)
 **       or marked by json.array(t) are arrays, other tables objects (their
 **       keys strings, written sorted), json.null and nil null; invalid
@@ -75,6 +75,41 @@ static void push (lua_State *L, const cJSON *j, const Opts *o) {
   else lua_pushlightuserdata(L, NULL);      /* null */
 }
 
+/*
+** libcjson keeps strings as C strings, so a NUL byte in one (raw or
+** written \u0000) would cut it short: "a\u0000b" read as "a".  The first
+** string of the parsed text t[0..n) that holds one, as the text writes it
+** (cut at 60 bytes), pushed with whether it is an object's name; returns
+** where it starts (the 1-based byte of its opening quote), or -1.
+*/
+static int64_t nul_string (lua_State *L, const char *t, size_t n, int *is_name) {
+  for (size_t i = 0; i < n; i++) {
+    if (t[i] != '"') continue;
+    size_t b = ++i;
+    int nul = 0;
+    for (; i < n && t[i] != '"'; i++) {
+      if (t[i] == '\0') nul = 1;
+      else if (t[i] == '\\' && i + 1 < n) {
+        if (n - i >= 6 && memcmp(t + i + 1, "u0000", 5) == 0) nul = 1;
+        i++;
+      }
+    }
+    if (!nul) continue;
+    luaL_Buffer buf;
+    luaL_buffinit(L, &buf);
+    for (size_t k = b; k < i && k < b + 60; k++)
+      if (t[k] == '\0') luaL_addstring(&buf, "\\u0000");
+      else luaL_addchar(&buf, t[k]);
+    if (i > b + 60) luaL_addstring(&buf, "...");
+    luaL_pushresult(&buf);
+    size_t after = i + 1;
+    while (after < n && (unsigned char)t[after] <= 32) after++;
+    *is_name = after < n && t[after] == ':';
+    return (int64_t)b;
+  }
+  return -1;
+}
+
 static int decode (lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
@@ -94,6 +129,11 @@ static int decode (lua_State *L) {
   if (end < s + n)
     return luaL_error(L, "json.decode: %s has bytes after its JSON value (at byte %d)", what,
                       (int)(end - s + 1));
+  int is_name;
+  int64_t at = nul_string(L, s, (size_t)(end - s), &is_name);
+  if (at >= 0)
+    return luaL_error(L, "json.decode: %s has a NUL byte in the %s \"%s\" (at byte %I)", what,
+                      is_name ? "name" : "string", lua_tostring(L, -1), (lua_Integer)at);
   push(L, *t, &o);
   lua_pushcfunction(L, tree_gc);      /* free the tree now, not at the next cycle */
   lua_pushvalue(L, -3);

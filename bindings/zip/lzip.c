@@ -6,8 +6,11 @@
 **                                      as np.savez writes them)
 **   zip.decode(bytes [, what]) -> {name = bytes, ...} (stored or deflated
 **                                      entries, as np.savez_compressed)
+** decode checks every entry's CRC-32 and size and refuses names with a NUL
+** byte, all before it returns anything.
 */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,12 +179,117 @@ static void check_sizes (lua_State *L, zip_t *za, zip_int64_t n, const char *wha
   }
 }
 
+/* name (n bytes) with NUL and other control bytes written out, pushed */
+static const char *pushescaped (lua_State *L, const unsigned char *name, size_t n) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (size_t i = 0; i < n; i++) {
+    if (name[i] == 0) luaL_addstring(&b, "\\0");
+    else if (name[i] < 0x20 || name[i] == 0x7f) {
+      char x[8];
+      snprintf(x, sizeof x, "\\x%02X", name[i]);
+      luaL_addstring(&b, x);
+    } else luaL_addchar(&b, (char)name[i]);
+  }
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+static uint64_t le (const unsigned char *p, int n) {
+  uint64_t v = 0;
+  while (n-- > 0) v = v << 8 | p[n];
+  return v;
+}
+
+/* the Info-ZIP Unicode path (extra field 0x7075) among x's n bytes, which
+   libzip takes as the name in place of the record's: its name, or NULL */
+static const unsigned char *unicode_path (const unsigned char *x, size_t n, size_t *len) {
+  for (size_t at = 0; at + 4 <= n;) {
+    size_t id = (size_t)le(x + at, 2), k = (size_t)le(x + at + 2, 2);
+    if (at + 4 + k > n) break;
+    if (id == 0x7075 && k >= 5) {
+      *len = k - 5;
+      return x + at + 9;
+    }
+    at += 4 + k;
+  }
+  return NULL;
+}
+
+/* the central directory's offset and entry count, from the end record at
+   e (and its zip64 record when a locator precedes it, as libzip reads
+   it); 0 when they do not fit in the archive */
+static int directory (const unsigned char *b, size_t len, size_t e, uint64_t *at,
+                      uint64_t *count) {
+  *count = le(b + e + 10, 2);
+  *at = le(b + e + 16, 4);
+  if (e >= 20 && memcmp(b + e - 20, "PK\6\7", 4) == 0) {
+    uint64_t z = le(b + e - 12, 8);
+    if (z > len || len - z < 56 || memcmp(b + z, "PK\6\6", 4) != 0) return 0;
+    *count = le(b + z + 32, 8);
+    *at = le(b + z + 48, 8);
+  }
+  return *at <= len;
+}
+
+static int unlike_libzip (lua_State *L, const char *what) {
+  return luaL_error(L, "%s: the central directory is not as libzip read it", what);
+}
+
+static int same (const char *s, const unsigned char *p, size_t n) {
+  return p && strlen(s) == n && memcmp(s, p, n) == 0;
+}
+
+/*
+** libzip hands names out as C strings: a name with a NUL byte ends there,
+** or has a space in its place when libzip takes the name for CP437
+** ("x.npy\0y.npy" loaded as "x.npy y"); the central directory's records
+** give each name's true bytes.  Found as libzip finds it (the end record
+** whose comment ends the archive, ZIP_CHECKCONS), it must list libzip's
+** entries under libzip's names; anything else is an error too.
+*/
+static void check_names (lua_State *L, zip_t *za, const unsigned char *b, size_t len,
+                         zip_int64_t n, const char *what) {
+  size_t e = len - 22, stop = len > 22 + 65535 ? len - 22 - 65535 : 0;
+  while (!(memcmp(b + e, "PK\5\6", 4) == 0 && e + 22 + le(b + e + 20, 2) == len)) {
+    if (e == stop) unlike_libzip(L, what);
+    e--;
+  }
+  uint64_t at, count;
+  if (!directory(b, len, e, &at, &count) || count != (uint64_t)n) unlike_libzip(L, what);
+  for (zip_int64_t i = 0; i < n; i++) {
+    if (len - at < 46 || memcmp(b + at, "PK\1\2", 4) != 0) unlike_libzip(L, what);
+    size_t k = (size_t)le(b + at + 28, 2), xn = (size_t)le(b + at + 30, 2), un = 0;
+    size_t skip = 46 + k + xn + (size_t)le(b + at + 32, 2);
+    if (len - at < skip) unlike_libzip(L, what);
+    const unsigned char *name = b + at + 46, *u = unicode_path(name + k, xn, &un);
+    if (memchr(name, 0, k))
+      luaL_error(L, "%s: entry '%s' has a NUL byte in its name", what, pushescaped(L, name, k));
+    if (u && memchr(u, 0, un))
+      luaL_error(L, "%s: entry '%s' has a NUL byte in its name", what, pushescaped(L, u, un));
+    const char *got = zip_get_name(za, (zip_uint64_t)i, ZIP_FL_ENC_RAW);
+    if (!got || !(same(got, name, k) || same(got, u, un))) unlike_libzip(L, what);
+    at += skip;
+  }
+}
+
+/* the error of the entry being read: a CRC mismatch said as one */
+static int entryerr (lua_State *L, Archive *a, const char *name, const char *what) {
+  if (zip_error_code_zip(zip_file_get_error(a->zf)) == ZIP_ER_CRC)
+    return luaL_error(L, "%s: entry '%s' is corrupt (CRC-32 mismatch)", what, name);
+  return luaL_error(L, "%s: entry '%s': %s", what, name, zip_file_strerror(a->zf));
+}
+
 /* entry i's bytes as a Lua string */
 static void pushentry (lua_State *L, Archive *a, zip_uint64_t i, const char *name,
                        const char *what) {
   zip_stat_t st;
   luaL_Buffer b;
   if (zip_stat_index(a->za, i, 0, &st) != 0) ziperr(L, what, zip_get_error(a->za));
+  /* libzip reads an entry of no bytes without its CRC layer: the CRC-32
+     of nothing is 0 */
+  if (st.comp_size == 0 && (st.valid & ZIP_STAT_CRC) && st.crc != 0)
+    luaL_error(L, "%s: entry '%s' is corrupt (CRC-32 mismatch)", what, name);
   char *p = luaL_buffinitsize(L, &b, (size_t)st.size);
   if ((a->zf = zip_fopen_index(a->za, i, 0)) == NULL) ziperr(L, what, zip_get_error(a->za));
   zip_uint64_t got = 0;
@@ -192,13 +300,16 @@ static void pushentry (lua_State *L, Archive *a, zip_uint64_t i, const char *nam
     }
     zip_uint64_t want = st.size - got < CHUNK ? st.size - got : CHUNK;
     zip_int64_t k = zip_fread(a->zf, p + got, want);
-    if (k < 0) {
-      lua_pushfstring(L, "%s: entry '%s': %s", what, name, zip_file_strerror(a->zf));
-      lua_error(L);
-    }
+    if (k < 0) entryerr(L, a, name, what);
     if (k == 0) luaL_error(L, "%s: entry '%s' is shorter than it claims", what, name);
     got += (zip_uint64_t)k;
   }
+  /* libzip checks the CRC-32 only when a read meets the end of the data:
+     one more read must find that end */
+  char more;
+  zip_int64_t k = zip_fread(a->zf, &more, 1);
+  if (k < 0) entryerr(L, a, name, what);
+  if (k > 0) luaL_error(L, "%s: entry '%s' is longer than it claims", what, name);
   zip_fclose(a->zf);
   a->zf = NULL;
   luaL_pushresultsize(&b, (size_t)got);
@@ -220,6 +331,7 @@ static int z_decode (lua_State *L) {
     ziperr(L, what, &err);
   zip_source_keep(a->src);
   zip_int64_t n = zip_get_num_entries(a->za, 0);
+  check_names(L, a->za, (const unsigned char *)bytes, len, n, what);
   check_sizes(L, a->za, n, what);
   lua_createtable(L, 0, (int)(n < 1000 ? n : 1000));
   for (zip_int64_t i = 0; i < n; i++) {

@@ -37,6 +37,9 @@ function M.load(path, opts)
   if type(path) ~= "string" then
     fail("wordpiece.load: bad argument #1 (a vocab.txt path expected, got %s)", type(path))
   end
+  if path:find("%z") then       -- the system would open the path before the NUL
+    fail("wordpiece.load: bad argument #1 (the path holds a NUL byte)")
+  end
   if opts ~= nil and type(opts) ~= "table" then
     fail("wordpiece.load: bad argument #2 (options table expected, got %s)", type(opts))
   end
@@ -46,14 +49,15 @@ function M.load(path, opts)
   local text, rerr = f:read("a")      -- nil for a folder
   f:close()
   if not text then fail("wordpiece.load: cannot read %s: %s", path, tostring(rerr)) end
-  local vocab, itos = {}, {}
+  local vocab, itos, longest = {}, {}, 0
   if text ~= "" and text:sub(-1) ~= "\n" then text = text .. "\n" end
   for line in text:gmatch("(.-)\n") do   -- as load_vocab: a token per line, the id its row
     itos[#itos + 1] = line
     vocab[line] = #itos - 1
+    longest = math.max(longest, #line)
   end
   if #itos == 0 then fail("wordpiece.load: %s holds no tokens", path) end
-  local self = setmetatable({vocab = vocab, itos = itos, path = path,
+  local self = setmetatable({vocab = vocab, itos = itos, path = path, longest = longest,
                              lower = opts.lower ~= false,
                              max_length = opts.max_length or 512}, Tokenizer)
   self.strip_accents = opts.strip_accents
@@ -61,12 +65,14 @@ function M.load(path, opts)
   if math.type(self.max_length) ~= "integer" or self.max_length < 2 then
     fail("wordpiece.load: max_length must be an integer >= 2, got %s", tostring(opts.max_length))
   end
+  self.specials = {}                  -- those in the vocabulary, which stay whole
   for _, s in ipairs(SPECIALS) do
     local key = s:sub(2, -2):lower()
     if vocab[s] == nil and s ~= "[MASK]" then
       fail("wordpiece.load: %s has no %s token", path, s)
     end
     self[key] = s
+    if vocab[s] then self.specials[#self.specials + 1] = s end
   end
   return self
 end
@@ -78,9 +84,14 @@ local function pieces(self, word, out)
   local n = #at
   at[n + 1] = #word + 1
   if n > MAX_WORD then out[#out + 1] = self.unk; return end
-  local got, start = {}, 1
+  local got, start, last, longest = {}, 1, 0, self.longest
   while start <= n do
-    local stop, piece = n, nil
+    -- the last character a piece from start may reach: none is longer
+    -- than the vocabulary's longest token (trying up to 100 characters at
+    -- each start cost 10 µs a byte of text)
+    last = math.max(last, start - 1)
+    while last < n and at[last + 2] - at[start] <= longest do last = last + 1 end
+    local stop, piece = last, nil
     while stop >= start do
       local s = word:sub(at[start], at[stop + 1] - 1)
       if start > 1 then s = "##" .. s end
@@ -94,16 +105,44 @@ local function pieces(self, word, out)
   table.move(got, 1, #got, #out + 1, out)
 end
 
--- the special token that starts earliest at or after i in s, and where
-local function next_special(self, s, i)
+-- the special token that starts earliest at or after i in s, and where;
+-- next_at keeps where each was found, and a token is looked for again
+-- only once i has passed that place, so the scan reads the text about
+-- once per special token (looking for each from i every time read the
+-- rest of the text for each token found: 24 s for ("[CLS]"):rep(40000))
+local function next_special(self, s, i, next_at)
   local best, at
-  for _, t in ipairs(SPECIALS) do
-    if self.vocab[t] then
-      local p = s:find(t, i, true)
-      if p and (at == nil or p < at) then best, at = t, p end
+  for _, t in ipairs(self.specials) do
+    local p = next_at[t]
+    if p ~= false and (p == nil or p < i) then
+      p = s:find(t, i, true) or false
+      next_at[t] = p
     end
+    if p and (at == nil or p < at) then best, at = t, p end
   end
   return best, at
+end
+
+-- bert_words on s[i, j], cut into calls of about CHUNK bytes so that no
+-- one C call runs long (the hook that stops a script on Ctrl-C runs
+-- between calls). A cut goes before an ASCII space or punctuation
+-- character: it ends a word anyway, no normalisation joins it to what
+-- comes before, and so the words are the same as from one call.
+local CHUNK = 1 << 16
+local CUT = "[ \t\n\r!-/:-@%[-`{-~]"         -- BERT's ASCII whitespace and punctuation
+
+local function words(self, s, i, j, out)
+  while i <= j do
+    local stop = j
+    if j - i >= CHUNK then stop = math.min(j, (s:find(CUT, i + CHUNK) or j + 1) - 1) end
+    local ok, w = pcall(text.bert_words, s:sub(i, stop), self.lower, self.strip_accents)
+    if not ok then             -- where in the whole text, not in this call's part
+      fail("tokenize: %s", (tostring(w):gsub("^bert_words: ", "")
+        :gsub("%(at byte (%d+)%)", function(b) return ("(at byte %d)"):format(i + b - 1) end)))
+    end
+    for _, word in ipairs(w) do pieces(self, word, out) end
+    i = stop + 1
+  end
 end
 
 -- tok:tokenize(text) -> the word pieces of one text, without [CLS]/[SEP]
@@ -111,13 +150,10 @@ function Tokenizer:tokenize(s)
   if type(s) ~= "string" then
     fail("tokenize: bad argument #1 (a string expected, got %s)", type(s))
   end
-  local out, i = {}, 1
+  local out, i, next_at = {}, 1, {}
   while i <= #s do
-    local special, at = next_special(self, s, i)
-    local chunk = s:sub(i, (at or #s + 1) - 1)
-    local ok, words = pcall(text.bert_words, chunk, self.lower, self.strip_accents)
-    if not ok then fail("tokenize: %s", (tostring(words):gsub("^bert_words: ", ""))) end
-    for _, w in ipairs(words) do pieces(self, w, out) end
+    local special, at = next_special(self, s, i, next_at)
+    words(self, s, i, (at or #s + 1) - 1, out)
     if not special then break end
     out[#out + 1] = special
     i = at + #special
@@ -174,16 +210,22 @@ function Tokenizer:decode(ids)
   if type(ids) ~= "table" then
     fail("decode: bad argument #1 (a list or 1-D tensor of ids expected, got %s)", type(ids))
   end
-  local words = {}
+  -- a word's pieces are gathered and joined once (appending each to the
+  -- word so far copied it again for every piece)
+  local words, word = {}, nil
   for i, id in ipairs(ids) do
     local t = math.type(id) == "integer" and self.itos[id + 1]
     if not t then fail("decode: id %d is %s, not an id of the vocabulary (0 to %d)", i,
                        tostring(id), #self.itos - 1) end
     if t ~= self.pad then
-      if t:sub(1, 2) == "##" and #words > 0 then words[#words] = words[#words] .. t:sub(3)
-      else words[#words + 1] = t end
+      if t:sub(1, 2) == "##" and word then word[#word + 1] = t:sub(3)
+      else
+        word = {t}
+        words[#words + 1] = word
+      end
     end
   end
+  for k, w in ipairs(words) do words[k] = table.concat(w) end
   return table.concat(words, " ")
 end
 
