@@ -208,6 +208,7 @@ function TestBertTiny:testLoadErrors()
   loadfails(TMP .. "/nowhere", "has no config.json")
   local ok, err = pcall(qkv.bert.load, 42)
   lu.assertFalse(ok); lu.assertStrContains(err, "bad argument #1")
+  loadfails(newtiny() .. "\0/elsewhere", "has a NUL byte")   -- io.open would read the folder
   local d = newtiny()
   S.write(d .. "/config.json", "{\"hidden_size\": 8,")
   loadfails(d, "config.json is not valid JSON")

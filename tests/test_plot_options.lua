@@ -227,6 +227,11 @@ function TestOptions:testUnknownOptionsAreRefused()
   fails({"grid: panel 2: hist: unknown option 'annotate'"}, plot.grid,
     {{W3}, {{1, 2}, {kind = "hist", annotate = true}}})
   fails({"grid: panel 1: heatmap: unknown option 'width'"}, plot.grid, {{W3, {width = 80}}})
+  fails({"heatmap: unknown option 'anotate' (did you mean 'annotate'?)"}, plot.heatmap, W3, {anotate = true})
+  fails({"hist: unknown option 'bns' (did you mean 'bins'?)"}, plot.hist, {1, 2}, {bns = 3})
+  -- a path with a NUL byte would write the part before it
+  fails({"heatmap: file", "has a NUL byte"}, plot.heatmap, W3, {file = tmp("a\0b.png")})
+  lu.assertNil(io.open(tmp("a"), "r"))
   -- every option of the header comment is known
   local common = {title = "t\nu", title_color = "#123456", xlabel = "x", ylabel = "y",
     ylabel_rotation = 0}

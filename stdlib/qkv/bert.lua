@@ -141,6 +141,9 @@ function M.load(dir)
   if type(dir) ~= "string" then
     fail("bert.load: bad argument #1 (a model folder's path expected, got %s)", type(dir))
   end
+  if dir:find("\0", 1, true) then     -- io.open would read the path before it
+    fail("bert.load: bad argument #1 (the path %q has a NUL byte)", dir)
+  end
   dir = dir:gsub("/+$", "")
   local cfg = readjson(dir .. "/config.json")
   if cfg == nil then

@@ -104,6 +104,9 @@ local function checkopts(fname, opts)
   if file ~= nil and type(file) ~= "string" then
     fail("%s: file must be a path string, got a %s", fname, type(file))
   end
+  if file and file:find("\0", 1, true) then   -- C would write the path before it
+    fail("%s: file %q has a NUL byte", fname, file)
+  end
   -- at most 10000 columns: a bar of 2^53 of them is no string Lua can make
   if width ~= nil and (math.type(width) ~= "integer" or width < 20 or width > 10000) then
     fail("%s: width must be an integer from 20 to 10000, got %s", fname, tostring(width))
