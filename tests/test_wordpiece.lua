@@ -189,6 +189,11 @@ function TestWordpieceTiny:testErrors()
   S.write(TMP .. "/empty.txt", "")
   fails("holds no tokens", qkv.wordpiece.load, TMP .. "/empty.txt")
   fails("max_length must be an integer >= 2", tiny, {max_length = 1})
+  fails("wordpiece.load: unknown option 'lowr' (did you mean 'lower'?)", tiny, {lowr = false})
+  fails("wordpiece.load: unknown option 'do_lower_case'", tiny, {do_lower_case = false})
+  fails("wordpiece.load: unknown option 'strip_accent' (did you mean 'strip_accents'?)", tiny,
+        {strip_accent = true})
+  fails("wordpiece.load: option 'lower' must be a boolean, got number", tiny, {lower = 0})
   fails("has no [CLS] token", tiny, nil, {"[PAD]", "[UNK]", "[SEP]", "a"})
   fails("encode: texts must be a string or a non-empty list of strings, got number",
         tok.encode, tok, 5)
