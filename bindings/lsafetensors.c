@@ -248,6 +248,8 @@ static int items (lua_State *L, int keep, Item **out) {
       luaL_error(L, SAVE ": '__metadata__' is the format's own name, not a tensor's");
     if (qkvL_istensor(L, -1) == NULL)
       luaL_error(L, SAVE ": '%s' is a %s, not a tensor", name, luaL_typename(L, -1));
+    if (qkvL_totensor(L, -1) == NULL)
+      luaL_error(L, SAVE ": '%s' is a closed tensor", name);
     int top = lua_gettop(L);
     const qkv_tensor *t = qkvL_cpudata(L, top, SAVE);
     if (lua_gettop(L) == top) lua_pushvalue(L, top);

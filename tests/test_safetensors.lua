@@ -333,7 +333,7 @@ function TestSafetensorsErrors:testSaveArguments()
   fails("Is a directory", TMP, {x = qkv.ones(1)})
   local closed
   do local x <close> = qkv.ones(2); closed = x end
-  fails("tensor was closed", p, {x = closed})
+  fails("save_safetensors: 'x' is a closed tensor", p, {x = closed})   -- not "bad argument #7"
   lu.assertNil(io.open(p), "nothing was written")
 end
 
