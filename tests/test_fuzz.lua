@@ -95,6 +95,40 @@ function TestFuzzRun:testHangIsReportedAndReplays()
   lu.assertStrContains(out, "fuzz: 1 calls, seed 1: 0 ok, 0 errors, 0 findings, 0 crashes, 1 hangs\n")
 end
 
+-- a hang while the arguments are made, or in the call, after a restart:
+-- seed 4242's call 31066 looped in the argument builder before fuzz_last
+-- was written, so the watchdog blamed call 31065 and, once the new child
+-- had truncated the file, never fired again. Here fake.spin's builder
+-- (its parameter "spin") and its call never return: each of its calls
+-- is a hang reported with its own number, and the run ends.
+function TestFuzzRun:testHangsWhileMakingArgumentsAfterRestarts()
+  local extra = os.tmpname()
+  local f = assert(io.open(extra, "w"))
+  f:write([[local P = require "params"
+    local param = P.param
+    function P.param(name, ...)
+      if name == "spin" then while true do end end
+      return param(name, ...)
+    end
+    return {{name = "fake.fine", fn = function() end},
+            {name = "fake.spin", params = {{name = "spin"}}, fn = function() while true do end end}}]])
+  f:close()
+  -- (a run that never ends is ended at 45 s, with its children)
+  local out, code = sh.sh("timeout -k 5 45 " .. sh.quote(EXE) .. " tests/fuzz/fuzz_api.lua "
+                          .. "6 1 --only ^fake --hang-seconds 1 --extra " .. sh.quote(extra))
+  os.remove(extra)
+  lu.assertEquals(code, 1)
+  local hung = {}
+  for K, line in out:gmatch("fuzz: hang at call (%d+): no progress in 1 s, killed\n  (call [^\n]*)") do
+    lu.assertStrContains(line, "call " .. K .. " seed 1: fake.spin")
+    hung[#hung + 1] = tonumber(K)
+  end
+  lu.assertEquals(hung, {2, 4, 6}, out)
+  lu.assertStrContains(out, "fake.spin (making its arguments)")
+  local c = counts(out)
+  lu.assertEquals({c.calls, c.ok, c.hangs}, {6, 3, 3}, out)
+end
+
 -- a crash (here a signal the call sends its own process) is reported with
 -- its replay line and the run goes on in a new child from the next call
 function TestFuzzRun:testCrashIsReportedAndTheRunGoesOn()
@@ -246,6 +280,27 @@ function TestFuzzHostile:testProxyCloses()
     end
   end
   lu.assertTrue(closed)
+end
+
+-- seed 4242, call 31066: a size list rewritten with a number no size can
+-- be was copied item by item up to its #, which a proxy said was 2^40; a
+-- proxy is no list to rewrite, and making the arguments reads none of it
+function TestFuzzHostile:testProxyListIsNotRead()
+  local reads = 0
+  local function read() reads = reads + 1; return 1 << 40 end
+  local p = setmetatable({}, {__len = read, __index = read})
+  local e = {name = "qkv.fake", kind = "function", params = {{name = "shape"}}}
+  debug.sethook(function() error("the rewrite ran past its budget") end, "", 10000000)
+  local ok, err = pcall(function()
+    for seed = 1, 300 do
+      math.randomseed(seed)
+      H.begin(e)
+      H.rewrite(e, nil, {p}, 1, {"shape"})
+    end
+  end)
+  debug.sethook()
+  lu.assertTrue(ok, err)
+  lu.assertEquals(reads, 0)
 end
 
 -- x[i] = v over its own storage: the check made from copies says when

@@ -21,13 +21,15 @@
 -- goes to /dev/null (plots and help print), and its address space is
 -- limited (ulimit -v; under a sanitizer, max_allocation_size_mb), so that a
 -- size such as 2^31 gives "out of memory" rather than eating the machine.
--- Before each call the child writes the call number and its arguments to
--- fuzz_last in that folder (and the counts so far). A watchdog, a loop of
--- the shell that starts the child, reads its first line every second: when
--- one call has run for S seconds (--hang-seconds, 10) it kills the child
--- (SIGKILL). After a hang or a crash the parent prints the call with its
--- --replay line (after a crash it keeps the folder) and starts a new child
--- at the next call, so that one run reports them all.
+-- Before it makes a call's arguments the child writes the call number and
+-- the function to fuzz_last in that folder (and the counts so far), then
+-- the arguments once they are made. A watchdog, a loop of the shell that
+-- starts each child, reads its first line every second: when one call
+-- (its arguments' making included) has run for S seconds (--hang-seconds,
+-- 10) it kills the child (SIGKILL). After a hang or a crash the parent
+-- prints the call with its --replay line (after a crash it keeps the
+-- folder) and starts a new child, with a new watchdog, at the next call,
+-- so that one run reports them all.
 --   -v            a line per function with its counts
 --   --only PAT    only the functions whose name matches the Lua pattern
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
@@ -102,16 +104,23 @@ end
 
 local LIMIT_MB = 1536          -- what a call may allocate, about
 
+local OUTSIDE_SECONDS = 120   -- the child's start-up and end (ASan's leak check)
+
 -- the watchdog, a loop of the shell that started the child ($pid): once a
--- second it reads the first line of fuzz_last; a "call K ..." line that
--- stays the same for `secs` readings is a hang: it writes the file hung
--- and kills the child (SIGKILL: a loop in C answers nothing else)
+-- second it reads the first line of fuzz_last; a "call K ..." line (the
+-- child writes it before it makes the call's arguments) that stays the
+-- same for `secs` readings is a hang, and so is any other state (no file
+-- yet: the child is starting; "end of the calls") that lasts
+-- OUTSIDE_SECONDS: it writes the file hung and kills the child (SIGKILL:
+-- a loop in C answers nothing else). The parent removes fuzz_last before
+-- each child, so that a new child is never blamed for the last one's call.
 local function watchdog(secs)
+  local outside = math.max(secs, OUTSIDE_SECONDS)
   return "last=; same=0; while sleep 1; do " ..
          "cur=$(head -n 1 fuzz_last 2>/dev/null); " ..
-         "case $cur in 'call '*) ;; *) last=$cur; same=0; continue;; esac; " ..
+         "case $cur in 'call '*) lim=" .. secs .. ";; *) lim=" .. outside .. ";; esac; " ..
          "if [ \"$cur\" = \"$last\" ]; then same=$((same + 1)); else last=$cur; same=0; fi; " ..
-         "if [ $same -ge " .. secs .. " ]; then : > hung; kill -9 $pid; exit 0; fi; done"
+         "if [ $same -ge $lim ]; then : > hung; kill -9 $pid; exit 0; fi; done"
 end
 
 -- the shell command that runs the child on calls from..last in folder tmp
@@ -126,7 +135,7 @@ local function child_command(run, from)
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
   if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
-  return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung; " ..
+  return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung fuzz_last; " ..
          "(ASAN_OPTIONS=" .. quote(run.asan) .. " QKV_OUT=" .. quote(run.tmp .. "/out") ..
          " exec " .. quote(run.exe) .. " " .. quote(run.script) .. " " .. table.concat(flags, " ") ..
          ") </dev/null >/dev/null & pid=$!; (" .. watchdog(o.hang) .. ") & wd=$!; " ..
@@ -197,8 +206,14 @@ local function parent(o)
     end
     local line, K, bok, berr, bfind = last_call(tmp)
     if not line then
-      io.write(("fuzz: the child %s %s outside any call\n"):format(
-        how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+      if hung then
+        io.write(("fuzz: hang outside any call (starting or ending): no progress in %d s, killed\n")
+                 :format(math.max(o.hang, OUTSIDE_SECONDS)))
+        tot.hangs = tot.hangs + 1
+      else
+        io.write(("fuzz: the child %s %s outside any call\n"):format(
+          how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+      end
       status, run.keep = 1, true
       break
     end
@@ -396,11 +411,24 @@ local function child(o)
   if o.replay then first, last = o.replay, o.replay end
   local slow = {t = 0}
   local last_file, last_len = assert(io.open(tmp .. "/fuzz_last", "w")), 0
+  -- call K and what it is doing, over the last one in place: a write, not
+  -- an open and a close; the counts so far follow for the parent after a
+  -- crash or hang
+  local function mark(K, what)
+    local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
+      K, o.seed, what, tot.ok, tot.error + tot.fail, tot.finding)
+    last_file:seek("set")
+    last_file:write(line, (" "):rep(math.max(0, last_len - #line)))
+    last_file:flush()
+    last_len = math.max(last_len, #line)
+  end
   for K = first, last do
     math.randomseed(o.seed, K)
     q.seed(o.seed * 1000003 + K)
     q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
     local e = list[(K - 1) % #list + 1]
+    -- before the arguments are made: making them may hang too
+    mark(K, e.name .. " (making its arguments)")
     local F = P.begin_call()
     local okg, self, args, n, marks = pcall(make_call, e, F)
     local kind, why, desc
@@ -408,14 +436,7 @@ local function child(o)
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
     else
       desc = describe(e, self, args, n)
-      -- written over the last one in place: a write, not an open and a
-      -- close; the counts so far follow for the parent after a crash or hang
-      local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
-        K, o.seed, desc, tot.ok, tot.error + tot.fail, tot.finding)
-      last_file:seek("set")
-      last_file:write(line, (" "):rep(math.max(0, last_len - #line)))
-      last_file:flush()
-      last_len = math.max(last_len, #line)
+      mark(K, desc)
       local t0 = q.clock()
       local res = table.pack(invoke(e, self, args, n))
       local dt = q.clock() - t0

@@ -223,9 +223,11 @@ local INT_LIST = {shape = true, lengths = true, d1 = true}
 
 local function plain(t) return type(t) == "table" and getmetatable(t) == nil end
 
+-- a plain list's items, read raw: `#` of a proxy may say 2^40 (and its
+-- reads close tensors), so a proxy is never copied here
 local function copy(t)
   local c = {}
-  for i = 1, #t do c[i] = t[i] end
+  for i = 1, math.min(rawlen(t), 64) do c[i] = rawget(t, i) end
   return c
 end
 
@@ -241,7 +243,7 @@ end
 local function rewrite_int(e, self, args, n, names)
   local at = indices(names, n, function(name, i)
     return INT[name] or (name == "m" and e.name:match("eye")) or
-           (INT_LIST[name] and type(args[i]) == "table")
+           (INT_LIST[name] and plain(args[i]))
   end)
   if #at == 0 then return nil end
   local i, v = pick(at), bad_int()
@@ -340,8 +342,9 @@ local function same(a, b)
 end
 
 local function clone(v)
+  if not qkv.is_tensor(v) then return v end     -- a proxy's reads are the call's
   local ok, c = pcall(function() return v:clone() end)
-  return qkv.is_tensor(v) and ok and c or v
+  return ok and c or v
 end
 
 -- x (c, c) and a source that overlaps it: a row, a column or one element
