@@ -1,7 +1,7 @@
 -- fuzz_api.lua: a fuzzer over the whole Lua API of qkv.
 --
 --   qkv tests/fuzz/fuzz_api.lua [N [SEED]] [--replay K] [-v] [--only PAT] [--extra FILE]
---                               [--hang-seconds S]
+--                               [--hang-seconds S] [--rules LIST]
 --
 -- calls every public function and method (tests/fuzz/registry.lua lists
 -- them from the live module tables) with random arguments under pcall:
@@ -38,6 +38,9 @@
 --   --tame-libs   the functions written in Lua (qkv.plot, qkv.nn, Module,
 --                 qkv.test) get no proxies or cyclic tables (they do by
 --                 default; --hostile-libs is accepted for older commands)
+--   --rules LIST  which classes of tests/fuzz/rules.lua to draw: names
+--                 separated by commas (options,duplicates,grad,convert,
+--                 crc,nul,sizes), "all" (the default) or "none"
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -45,7 +48,8 @@ package.path = HERE .. "/?.lua;" .. package.path
 
 local function usage(msg)
   io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
-                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--tame-libs]\n")
+                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--tame-libs] ",
+                  "[--rules LIST]\n")
   os.exit(2)
 end
 
@@ -58,6 +62,20 @@ local function count(a, v, lo)
   return v
 end
 
+-- the classes of tests/fuzz/rules.lua a --rules list names: class -> true
+local function rules_of(list)
+  local classes, on = require("rules").CLASSES, {}
+  if list == nil or list == "all" then list = table.concat(classes, ",") end
+  if list == "none" then return on end
+  for name in list:gmatch("[^,]+") do
+    local known = false
+    for _, c in ipairs(classes) do known = known or c == name end
+    if not known then usage("--rules: no class '" .. name .. "' (" .. table.concat(classes, ", ") .. ")") end
+    on[name] = true
+  end
+  return on
+end
+
 local function parse(argv)
   local o, pos, i = {n = 10000, seed = 1, hang = HANG_SECONDS, hostile_libs = true}, {}, 1
   while i <= #argv do
@@ -68,7 +86,7 @@ local function parse(argv)
     elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
     elseif a == "--from" then o.from = count(a, argv[i + 1], 1); i = i + 1
     elseif a == "--hang-seconds" then o.hang = count(a, argv[i + 1], 1); i = i + 1
-    elseif a == "--replay" or a == "--only" or a == "--extra" then
+    elseif a == "--replay" or a == "--only" or a == "--extra" or a == "--rules" then
       if argv[i + 1] == nil then usage(a .. " needs a value") end
       o[a:sub(3)] = argv[i + 1]
       i = i + 1
@@ -79,6 +97,7 @@ local function parse(argv)
   o.n, o.seed = pos[1] or o.n, pos[2] or o.seed
   if o.replay then o.replay = count("--replay", o.replay, 1) end
   if o.n < 0 then usage("N must be >= 0") end
+  o.enabled = rules_of(o.rules)
   return o
 end
 
@@ -133,6 +152,7 @@ local function child_command(run, from)
   if o.verbose then flags[#flags + 1] = "-v" end
   if not o.hostile_libs then flags[#flags + 1] = "--tame-libs" end
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
+  if o.rules then flags[#flags + 1] = "--rules"; flags[#flags + 1] = o.rules end
   if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
   return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung fuzz_last; " ..
@@ -181,7 +201,8 @@ local function parent(o)
     o.only and "--only " .. quote(o.only) or nil}, " ") ..
     (o.extra and " --extra " .. quote(o.extra) or "") ..
     (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "") ..
-    (o.hostile_libs and "" or " --tame-libs")
+    (o.hostile_libs and "" or " --tame-libs") ..
+    (o.rules and " --rules " .. quote(o.rules) or "")
   local last = o.replay or o.n
   local tot = {calls = 0, ok = 0, errors = 0, findings = 0, crashes = 0, hangs = 0}
   local from, status = o.replay or 1, 0
@@ -248,6 +269,8 @@ local H = require "hostile"
 local P = require "params"
 local C = require "check"
 local R = require "registry"
+local S = require "rules"
+local D = require "rules_data"
 
 local random = math.random
 
@@ -315,11 +338,14 @@ local function make_call(e, F)
     local i = random(n + 1)
     args[i] = V.any()
     if i > n then n = i end
-    marks, H.post = {}, nil
+    marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
   end
   -- an operator has a tensor on one side: first, or second (2 * x)
   if e.kind == "meta" then
-    if not qkv.is_tensor(args[1]) then args[1] = V.tensor(); marks, H.post = {}, nil end
+    if not qkv.is_tensor(args[1]) then
+      args[1] = V.tensor()
+      marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
+    end
     if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1]; marks = {} end
     n = math.max(n, e.binary and 2 or 1)
   end
@@ -357,10 +383,9 @@ local function accept_for(e, self)
 end
 
 -- the options qkv.plot knows, from its own lists
-local function plot_options()
-  local ok, spec = pcall(require, "qkv.plot.spec")
+local function plot_options(spec)
   local names = {}
-  if not ok then return names end
+  if not spec then return names end
   for _, n in ipairs(spec.FIGURE or {}) do names[#names + 1] = n end
   for _, lists in pairs(spec.OPTIONS or {}) do
     for _, list in ipairs(lists) do
@@ -376,11 +401,15 @@ local function child(o)
   local out = assert(io.open(tmp .. "/report", "w"))
   local function say(...) out:write(...); out:flush() end
   local q = qkv
+  local ok, spec = pcall(require, "qkv.plot.spec")
+  spec = ok and spec or nil
   V.setup(q, tmp)
-  H.setup(q, o.hostile_libs)
-  P.setup(q, plot_options())
+  H.setup(q, o.hostile_libs, S)
+  P.setup(q, plot_options(spec))
+  S.setup(q, spec, o.enabled)
   C.setup(q)
   V.files()
+  D.files(tmp)
   local list, makers = R.build(q)
   if o.extra then
     for _, e in ipairs(dofile(o.extra)) do
@@ -444,10 +473,11 @@ local function child(o)
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
       kind, why = C.judge(kind, why, res[1], res[2], H.allowed(), select(2, next(marks)))
-      if kind == "ok" and H.post then
-        local w = H.post()
-        if w then kind, why = "finding", w end
-      end
+      local w
+      if kind == "ok" and H.post then w = H.post(table.unpack(res, 2, res.n))
+      elseif kind == "error" and H.post_error then w = H.post_error(res[2]) end
+      if w then kind, why = "finding", w end
+      if kind == "finding" and H.rule then why = "rule " .. H.rule .. ": " .. why end
       if o.replay then
         say("call ", K, ": ", desc, "\n")
         -- the values of small tensors (0: self), also in tables
@@ -473,9 +503,14 @@ local function child(o)
     local c = counts[e.name] or {ok = 0, error = 0, fail = 0, finding = 0}
     counts[e.name] = c
     c[kind], tot[kind] = c[kind] + 1, tot[kind] + 1
+    if H.rule then
+      local rc = counts["rule " .. H.rule] or {ok = 0, error = 0, fail = 0, finding = 0}
+      counts["rule " .. H.rule], rc[kind] = rc, rc[kind] + 1
+    end
     if kind == "finding" then
       -- the first of each kind in full, the rest counted
-      local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):sub(1, 70)
+      local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):gsub("'[^']*'", "'#'")
+                                       :sub(1, 70)
       kinds[key] = (kinds[key] or 0) + 1
       if kinds[key] == 1 and shown < 50 then     -- said at once: a crash may follow
         shown = shown + 1
