@@ -498,7 +498,7 @@ end
 -- Linear(2, 2, co) said "attempt to index a thread value (local 'opts')",
 -- Linear(2, 2, {dtype = "int64"}) "bad argument #3 to 'rand'"
 function TestFuzzFound:testLinearOptions()
-  fails({"Linear", "opts must be a table", "thread"}, qkv.nn.Linear, 2, 2,
+  fails({"Linear", "must be a table", "thread"}, qkv.nn.Linear, 2, 2,
         coroutine.create(print))
   fails({"Linear", "dtype", "int64"}, qkv.nn.Linear, 2, 2, {dtype = "int64"})
   lu.assertEquals(qkv.nn.Linear(2, 3, {dtype = "float64"}).W.dtype, "float64")
