@@ -443,7 +443,7 @@ local function child(o)
   -- call K and what it is doing, over the last one in place: a write, not
   -- an open and a close; the counts so far follow for the parent after a
   -- crash or hang
-  local function mark(K, what)
+  local function note(K, what)
     local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
       K, o.seed, what, tot.ok, tot.error + tot.fail, tot.finding)
     last_file:seek("set")
@@ -457,7 +457,7 @@ local function child(o)
     q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
     local e = list[(K - 1) % #list + 1]
     -- before the arguments are made: making them may hang too
-    mark(K, e.name .. " (making its arguments)")
+    note(K, e.name .. " (making its arguments)")
     local F = P.begin_call()
     local okg, self, args, n, marks = pcall(make_call, e, F)
     local kind, why, desc
@@ -465,7 +465,7 @@ local function child(o)
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
     else
       desc = describe(e, self, args, n)
-      mark(K, desc)
+      note(K, desc)
       local t0 = q.clock()
       local res = table.pack(invoke(e, self, args, n))
       local dt = q.clock() - t0
