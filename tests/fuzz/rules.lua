@@ -5,9 +5,9 @@
 --   options     an options table with a misspelt known key or a PyTorch
 --               name the function does not know: must raise
 --   duplicates  qkv.optim.SGD / Adam given one parameter twice: must raise
---   grad        p.grad = v: a number, string, table or a tensor of another
---               shape, dtype or device must raise naming grad; nil or a
---               tensor like p must succeed and read back
+--   grad        p.grad = v: a number, string, table, boolean or a tensor
+--               of another shape, dtype or device must raise naming grad;
+--               nil or a tensor like p must succeed and read back
 --   convert     float -> int64 / int32 (to, long, copy_, qkv.tensor) of
 --               NaN, ±inf or out of range must raise; in range, a success
 --               gives the values truncated toward 0
@@ -16,7 +16,7 @@
 --   sizes       shapes whose nonzero sizes overflow int64 (view, reshape,
 --               expand, zeros, full, heads) and indices at the int64 limits
 --               (gather, index_select, embedding, scatter_add_, index_add_)
--- (the files for crc and nul are tests/fuzz/rules_files.lua's)
+-- (rules_data.lua draws convert, crc, nul and sizes, and writes their files)
 --
 --   S.setup(qkv, plot_spec, enabled)  enabled: class name -> true
 --   S.rewrite(e, self, args, n, names) -> self, n, marks, hooks, class

@@ -121,8 +121,7 @@ function D.convert(e, self, args)
     src = src:tolist()
   end
   local want, bad = truncated(src, target)
-  local what = "a float -> " .. target .. " conversion of " .. (bad and text(bad) or "")
-  if want == nil then return self, n, {[0] = what} end
+  if want == nil then return self, n, {[0] = "a float -> " .. target .. " conversion of " .. text(bad)} end
   return self, n, {}, {post = function(...)
     local result = dst or (...)
     local ok, dt, got = pcall(function() return result.dtype, result:tolist() end)
