@@ -8,8 +8,9 @@
 -- accept, as a whole word); qkv.test's LuaUnit failures and skips are
 -- "fail", by design. A success must return well-formed values: every
 -- tensor (also inside returned tables) has a known dtype and device, ndim
--- 0..8, a shape of non-negative integers whose product is numel, prints,
--- and (up to BIG elements) its contiguous copy sums. NaN is a fine result.
+-- 0..8, a shape of non-negative integers whose product is numel and whose
+-- nonzero sizes multiply within int64, strides >= 0, prints, and (up to
+-- BIG elements) its contiguous copy sums. NaN is a fine result.
 
 local C = {}
 
@@ -79,6 +80,18 @@ local function check_tensor(x)
       local s = shape[i]
       if n ~= 0 and n > math.maxinteger // s then return "numel overflows int64" end
       n = n == 0 and 0 or n * s
+    end
+    -- so are nonzero sizes whose product overflows (another size being 0:
+    -- the strides are such products) and negative strides, which no view
+    -- makes: they are strides that wrapped around
+    local nz = 1
+    for i = 1, nd do
+      if st[i] < 0 then return "stride " .. st[i] .. " is negative" end
+      local s = shape[i]
+      if s > 0 then
+        if nz > math.maxinteger // s then return "nonzero sizes overflow int64" end
+        nz = nz * s
+      end
     end
     if x:numel() ~= n then
       return ("numel %d but the shape %s gives %d"):format(x:numel(), tostring(shape), n)

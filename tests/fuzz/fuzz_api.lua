@@ -1,7 +1,7 @@
 -- fuzz_api.lua: a fuzzer over the whole Lua API of qkv.
 --
 --   qkv tests/fuzz/fuzz_api.lua [N [SEED]] [--replay K] [-v] [--only PAT] [--extra FILE]
---                               [--hang-seconds S]
+--                               [--hang-seconds S] [--rules LIST]
 --
 -- calls every public function and method (tests/fuzz/registry.lua lists
 -- them from the live module tables) with random arguments under pcall:
@@ -21,13 +21,15 @@
 -- goes to /dev/null (plots and help print), and its address space is
 -- limited (ulimit -v; under a sanitizer, max_allocation_size_mb), so that a
 -- size such as 2^31 gives "out of memory" rather than eating the machine.
--- Before each call the child writes the call number and its arguments to
--- fuzz_last in that folder (and the counts so far). A watchdog, a loop of
--- the shell that starts the child, reads its first line every second: when
--- one call has run for S seconds (--hang-seconds, 10) it kills the child
--- (SIGKILL). After a hang or a crash the parent prints the call with its
--- --replay line (after a crash it keeps the folder) and starts a new child
--- at the next call, so that one run reports them all.
+-- Before it makes a call's arguments the child writes the call number and
+-- the function to fuzz_last in that folder (and the counts so far), then
+-- the arguments once they are made. A watchdog, a loop of the shell that
+-- starts each child, reads its first line every second: when one call
+-- (its arguments' making included) has run for S seconds (--hang-seconds,
+-- 10) it kills the child (SIGKILL). After a hang or a crash the parent
+-- prints the call with its --replay line (after a crash it keeps the
+-- folder) and starts a new child, with a new watchdog, at the next call,
+-- so that one run reports them all.
 --   -v            a line per function with its counts
 --   --only PAT    only the functions whose name matches the Lua pattern
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
@@ -36,6 +38,9 @@
 --   --tame-libs   the functions written in Lua (qkv.plot, qkv.nn, Module,
 --                 qkv.test) get no proxies or cyclic tables (they do by
 --                 default; --hostile-libs is accepted for older commands)
+--   --rules LIST  which classes of tests/fuzz/rules.lua to draw: names
+--                 separated by commas (options,duplicates,grad,convert,
+--                 crc,nul,sizes), "all" (the default) or "none"
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -43,7 +48,8 @@ package.path = HERE .. "/?.lua;" .. package.path
 
 local function usage(msg)
   io.stderr:write("fuzz_api: ", msg, "\nusage: qkv fuzz_api.lua [N [SEED]] ",
-                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--tame-libs]\n")
+                  "[--replay K] [-v] [--only PAT] [--extra FILE] [--hang-seconds S] [--tame-libs] ",
+                  "[--rules LIST]\n")
   os.exit(2)
 end
 
@@ -56,6 +62,20 @@ local function count(a, v, lo)
   return v
 end
 
+-- the classes of tests/fuzz/rules.lua a --rules list names: class -> true
+local function rules_of(list)
+  local classes, on = require("rules").CLASSES, {}
+  if list == nil or list == "all" then list = table.concat(classes, ",") end
+  if list == "none" then return on end
+  for name in list:gmatch("[^,]+") do
+    local known = false
+    for _, c in ipairs(classes) do known = known or c == name end
+    if not known then usage("--rules: no class '" .. name .. "' (" .. table.concat(classes, ", ") .. ")") end
+    on[name] = true
+  end
+  return on
+end
+
 local function parse(argv)
   local o, pos, i = {n = 10000, seed = 1, hang = HANG_SECONDS, hostile_libs = true}, {}, 1
   while i <= #argv do
@@ -66,7 +86,7 @@ local function parse(argv)
     elseif a == "--child" then o.child = argv[i + 1]; i = i + 1
     elseif a == "--from" then o.from = count(a, argv[i + 1], 1); i = i + 1
     elseif a == "--hang-seconds" then o.hang = count(a, argv[i + 1], 1); i = i + 1
-    elseif a == "--replay" or a == "--only" or a == "--extra" then
+    elseif a == "--replay" or a == "--only" or a == "--extra" or a == "--rules" then
       if argv[i + 1] == nil then usage(a .. " needs a value") end
       o[a:sub(3)] = argv[i + 1]
       i = i + 1
@@ -77,6 +97,7 @@ local function parse(argv)
   o.n, o.seed = pos[1] or o.n, pos[2] or o.seed
   if o.replay then o.replay = count("--replay", o.replay, 1) end
   if o.n < 0 then usage("N must be >= 0") end
+  o.enabled = rules_of(o.rules)
   return o
 end
 
@@ -102,16 +123,23 @@ end
 
 local LIMIT_MB = 1536          -- what a call may allocate, about
 
+local OUTSIDE_SECONDS = 120   -- the child's start-up and end (ASan's leak check)
+
 -- the watchdog, a loop of the shell that started the child ($pid): once a
--- second it reads the first line of fuzz_last; a "call K ..." line that
--- stays the same for `secs` readings is a hang: it writes the file hung
--- and kills the child (SIGKILL: a loop in C answers nothing else)
+-- second it reads the first line of fuzz_last; a "call K ..." line (the
+-- child writes it before it makes the call's arguments) that stays the
+-- same for `secs` readings is a hang, and so is any other state (no file
+-- yet: the child is starting; "end of the calls") that lasts
+-- OUTSIDE_SECONDS: it writes the file hung and kills the child (SIGKILL:
+-- a loop in C answers nothing else). The parent removes fuzz_last before
+-- each child, so that a new child is never blamed for the last one's call.
 local function watchdog(secs)
+  local outside = math.max(secs, OUTSIDE_SECONDS)
   return "last=; same=0; while sleep 1; do " ..
          "cur=$(head -n 1 fuzz_last 2>/dev/null); " ..
-         "case $cur in 'call '*) ;; *) last=$cur; same=0; continue;; esac; " ..
+         "case $cur in 'call '*) lim=" .. secs .. ";; *) lim=" .. outside .. ";; esac; " ..
          "if [ \"$cur\" = \"$last\" ]; then same=$((same + 1)); else last=$cur; same=0; fi; " ..
-         "if [ $same -ge " .. secs .. " ]; then : > hung; kill -9 $pid; exit 0; fi; done"
+         "if [ $same -ge $lim ]; then : > hung; kill -9 $pid; exit 0; fi; done"
 end
 
 -- the shell command that runs the child on calls from..last in folder tmp
@@ -124,9 +152,10 @@ local function child_command(run, from)
   if o.verbose then flags[#flags + 1] = "-v" end
   if not o.hostile_libs then flags[#flags + 1] = "--tame-libs" end
   if o.only then flags[#flags + 1] = "--only"; flags[#flags + 1] = o.only end
+  if o.rules then flags[#flags + 1] = "--rules"; flags[#flags + 1] = o.rules end
   if o.extra then flags[#flags + 1] = "--extra"; flags[#flags + 1] = absolute(o.extra, run.cwd) end
   for i, f in ipairs(flags) do flags[i] = quote(f) end
-  return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung; " ..
+  return run.limit .. "cd " .. quote(run.tmp) .. " || exit 125; rm -f hung fuzz_last; " ..
          "(ASAN_OPTIONS=" .. quote(run.asan) .. " QKV_OUT=" .. quote(run.tmp .. "/out") ..
          " exec " .. quote(run.exe) .. " " .. quote(run.script) .. " " .. table.concat(flags, " ") ..
          ") </dev/null >/dev/null & pid=$!; (" .. watchdog(o.hang) .. ") & wd=$!; " ..
@@ -172,7 +201,8 @@ local function parent(o)
     o.only and "--only " .. quote(o.only) or nil}, " ") ..
     (o.extra and " --extra " .. quote(o.extra) or "") ..
     (o.hang ~= HANG_SECONDS and " --hang-seconds " .. o.hang or "") ..
-    (o.hostile_libs and "" or " --tame-libs")
+    (o.hostile_libs and "" or " --tame-libs") ..
+    (o.rules and " --rules " .. quote(o.rules) or "")
   local last = o.replay or o.n
   local tot = {calls = 0, ok = 0, errors = 0, findings = 0, crashes = 0, hangs = 0}
   local from, status = o.replay or 1, 0
@@ -197,8 +227,14 @@ local function parent(o)
     end
     local line, K, bok, berr, bfind = last_call(tmp)
     if not line then
-      io.write(("fuzz: the child %s %s outside any call\n"):format(
-        how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+      if hung then
+        io.write(("fuzz: hang outside any call (starting or ending): no progress in %d s, killed\n")
+                 :format(math.max(o.hang, OUTSIDE_SECONDS)))
+        tot.hangs = tot.hangs + 1
+      else
+        io.write(("fuzz: the child %s %s outside any call\n"):format(
+          how == "signal" and "was killed by signal" or "exited with status", tostring(code)))
+      end
       status, run.keep = 1, true
       break
     end
@@ -233,6 +269,8 @@ local H = require "hostile"
 local P = require "params"
 local C = require "check"
 local R = require "registry"
+local S = require "rules"
+local D = require "rules_data"
 
 local random = math.random
 
@@ -300,11 +338,14 @@ local function make_call(e, F)
     local i = random(n + 1)
     args[i] = V.any()
     if i > n then n = i end
-    marks, H.post = {}, nil
+    marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
   end
   -- an operator has a tensor on one side: first, or second (2 * x)
   if e.kind == "meta" then
-    if not qkv.is_tensor(args[1]) then args[1] = V.tensor(); marks, H.post = {}, nil end
+    if not qkv.is_tensor(args[1]) then
+      args[1] = V.tensor()
+      marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
+    end
     if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1]; marks = {} end
     n = math.max(n, e.binary and 2 or 1)
   end
@@ -342,10 +383,9 @@ local function accept_for(e, self)
 end
 
 -- the options qkv.plot knows, from its own lists
-local function plot_options()
-  local ok, spec = pcall(require, "qkv.plot.spec")
+local function plot_options(spec)
   local names = {}
-  if not ok then return names end
+  if not spec then return names end
   for _, n in ipairs(spec.FIGURE or {}) do names[#names + 1] = n end
   for _, lists in pairs(spec.OPTIONS or {}) do
     for _, list in ipairs(lists) do
@@ -361,11 +401,15 @@ local function child(o)
   local out = assert(io.open(tmp .. "/report", "w"))
   local function say(...) out:write(...); out:flush() end
   local q = qkv
+  local ok, spec = pcall(require, "qkv.plot.spec")
+  spec = ok and spec or nil
   V.setup(q, tmp)
-  H.setup(q, o.hostile_libs)
-  P.setup(q, plot_options())
+  H.setup(q, o.hostile_libs, S)
+  P.setup(q, plot_options(spec))
+  S.setup(q, spec, o.enabled)
   C.setup(q)
   V.files()
+  D.files(tmp)
   local list, makers = R.build(q)
   if o.extra then
     for _, e in ipairs(dofile(o.extra)) do
@@ -396,11 +440,24 @@ local function child(o)
   if o.replay then first, last = o.replay, o.replay end
   local slow = {t = 0}
   local last_file, last_len = assert(io.open(tmp .. "/fuzz_last", "w")), 0
+  -- call K and what it is doing, over the last one in place: a write, not
+  -- an open and a close; the counts so far follow for the parent after a
+  -- crash or hang
+  local function note(K, what)
+    local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
+      K, o.seed, what, tot.ok, tot.error + tot.fail, tot.finding)
+    last_file:seek("set")
+    last_file:write(line, (" "):rep(math.max(0, last_len - #line)))
+    last_file:flush()
+    last_len = math.max(last_len, #line)
+  end
   for K = first, last do
     math.randomseed(o.seed, K)
     q.seed(o.seed * 1000003 + K)
     q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
     local e = list[(K - 1) % #list + 1]
+    -- before the arguments are made: making them may hang too
+    note(K, e.name .. " (making its arguments)")
     local F = P.begin_call()
     local okg, self, args, n, marks = pcall(make_call, e, F)
     local kind, why, desc
@@ -408,14 +465,7 @@ local function child(o)
       kind, why, desc = "finding", "making the arguments raised: " .. tostring(self), e.name
     else
       desc = describe(e, self, args, n)
-      -- written over the last one in place: a write, not an open and a
-      -- close; the counts so far follow for the parent after a crash or hang
-      local line = ("call %d seed %d: %s\ntally: %d ok, %d errors, %d findings\n"):format(
-        K, o.seed, desc, tot.ok, tot.error + tot.fail, tot.finding)
-      last_file:seek("set")
-      last_file:write(line, (" "):rep(math.max(0, last_len - #line)))
-      last_file:flush()
-      last_len = math.max(last_len, #line)
+      note(K, desc)
       local t0 = q.clock()
       local res = table.pack(invoke(e, self, args, n))
       local dt = q.clock() - t0
@@ -423,10 +473,11 @@ local function child(o)
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
       kind, why = C.judge(kind, why, res[1], res[2], H.allowed(), select(2, next(marks)))
-      if kind == "ok" and H.post then
-        local w = H.post()
-        if w then kind, why = "finding", w end
-      end
+      local w
+      if kind == "ok" and H.post then w = H.post(table.unpack(res, 2, res.n))
+      elseif kind == "error" and H.post_error then w = H.post_error(res[2]) end
+      if w then kind, why = "finding", w end
+      if kind == "finding" and H.rule then why = "rule " .. H.rule .. ": " .. why end
       if o.replay then
         say("call ", K, ": ", desc, "\n")
         -- the values of small tensors (0: self), also in tables
@@ -452,9 +503,14 @@ local function child(o)
     local c = counts[e.name] or {ok = 0, error = 0, fail = 0, finding = 0}
     counts[e.name] = c
     c[kind], tot[kind] = c[kind] + 1, tot[kind] + 1
+    if H.rule then
+      local rc = counts["rule " .. H.rule] or {ok = 0, error = 0, fail = 0, finding = 0}
+      counts["rule " .. H.rule], rc[kind] = rc, rc[kind] + 1
+    end
     if kind == "finding" then
       -- the first of each kind in full, the rest counted
-      local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):sub(1, 70)
+      local key = e.name .. ": " .. why:gsub("0x%x+", "#"):gsub("%d+", "#"):gsub("'[^']*'", "'#'")
+                                       :sub(1, 70)
       kinds[key] = (kinds[key] or 0) + 1
       if kinds[key] == 1 and shown < 50 then     -- said at once: a crash may follow
         shown = shown + 1

@@ -4,8 +4,9 @@
 -- and stride-0 destinations; numbers an integer target cannot hold; paths
 -- and npz names with a NUL.
 --
---   H.setup(qkv, libs)     after values.lua's V.setup; libs: the Lua
---                          libraries get proxies and cyclic tables too
+--   H.setup(qkv, libs, rules)  after values.lua's V.setup; libs: the Lua
+--                          libraries get proxies and cyclic tables too;
+--                          rules: tests/fuzz/rules.lua, set up, or nil
 --   H.begin(e)             before making the arguments of a call of e
 --   H.any(depth)           one hostile value (values.lua's V.any draws it)
 --   H.rewrite(e, self, args, n, names)  -> self, n, marks: maybe makes one
@@ -16,6 +17,9 @@
 --   H.arm(self, args, n)   the call's tensors, which proxies may close
 --   H.allowed()            texts an error of this call may hold instead of
 --                          the function's name: its proxies raised it
+--   H.post(...), H.post_error(err)  after the call returned (its results)
+--                          or raised: what is wrong, or nil; either may be nil
+--   H.rule                 the rules.lua class the call was drawn for, or nil
 --   H.describe(v)          a short text for a proxy, or nil
 --
 -- Every choice is drawn when a value is made, none while the call runs, so
@@ -36,6 +40,7 @@ local victims = setmetatable({}, {__mode = "v"})   -- weak: drops may free them
 local allowed = {}
 local proxies = setmetatable({}, {__mode = "k"})   -- proxy -> {real, plan text}
 local tame, hostile_libs = false, false            -- see H.begin
+local rules                                        -- see H.setup
 
 ---------------------------------------------------------------- numbers
 
@@ -223,9 +228,11 @@ local INT_LIST = {shape = true, lengths = true, d1 = true}
 
 local function plain(t) return type(t) == "table" and getmetatable(t) == nil end
 
+-- a plain list's items, read raw: `#` of a proxy may say 2^40 (and its
+-- reads close tensors), so a proxy is never copied here
 local function copy(t)
   local c = {}
-  for i = 1, #t do c[i] = t[i] end
+  for i = 1, math.min(rawlen(t), 64) do c[i] = rawget(t, i) end
   return c
 end
 
@@ -241,7 +248,7 @@ end
 local function rewrite_int(e, self, args, n, names)
   local at = indices(names, n, function(name, i)
     return INT[name] or (name == "m" and e.name:match("eye")) or
-           (INT_LIST[name] and type(args[i]) == "table")
+           (INT_LIST[name] and plain(args[i]))
   end)
   if #at == 0 then return nil end
   local i, v = pick(at), bad_int()
@@ -340,8 +347,9 @@ local function same(a, b)
 end
 
 local function clone(v)
+  if not qkv.is_tensor(v) then return v end     -- a proxy's reads are the call's
   local ok, c = pcall(function() return v:clone() end)
-  return qkv.is_tensor(v) and ok and c or v
+  return ok and c or v
 end
 
 -- x (c, c) and a source that overlaps it: a row, a column or one element
@@ -411,6 +419,13 @@ function H.rewrite(e, self, args, n, names)
   elseif r < 0.08 then self, n, marks = rewrite_int64(e, self, args, n); marks = marks or {}
   elseif r < 0.10 then i, why = rewrite_nul(e, self, args, n, names)
   elseif r < 0.17 and not tame then i, why = rewrite_table(e, self, args, n, names)
+  elseif r < 0.40 and rules then
+    local s, m, mk, hooks, class = rules.rewrite(e, self, args, n, names)
+    if class then
+      self, n, marks, H.rule = s, m, mk, class
+      H.post, H.post_error = hooks.post, hooks.post_error
+      for _, a in ipairs(hooks.allow or {}) do allowed[#allowed + 1] = a end
+    end
   end
   if i and why then marks[i] = why end
   return self, n, marks
@@ -442,15 +457,15 @@ local LIBRARIES = {"^qkv%.plot%.", "^qkv%.nn%.", "^Module:", "^qkv%.test%.", "^q
 
 -- before each call of entry e: its proxies (V.any's too) count from here
 function H.begin(e)
-  allowed, H.post, tame = {}, nil, false
+  allowed, H.post, H.post_error, H.rule, tame = {}, nil, nil, nil, false
   if hostile_libs then return end
   for _, pat in ipairs(LIBRARIES) do
     if e.name:match(pat) then tame = true end
   end
 end
 
-function H.setup(q, libs)
-  qkv, hostile_libs = q, libs
+function H.setup(q, libs, rules_module)
+  qkv, hostile_libs, rules = q, libs, rules_module
   V.hostile = H.any
   V.describe_hook = H.describe
 end

@@ -6,6 +6,7 @@
 --                          are more known option names (qkv.plot's)
 --   P.begin_call()         a family for the call: sizes that agree (B, n,
 --                          m, d = h * dh, e) and a float dtype
+--   P.current()            that family
 --   P.param(name, F, fname, self, args)  a value for a parameter named as
 --                          in the docstrings' signatures (Q, K, V, x, W, b,
 --                          dim, opts, path, ...); any value for a name not
@@ -40,6 +41,8 @@ function P.begin_call()
   CUR = P.family()
   return CUR
 end
+
+function P.current() return CUR end
 
 -- a float tensor of the family's dtype, sometimes a non-contiguous view
 local function ftensor(F, shape)
