@@ -40,10 +40,11 @@ static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
   lua_Number x = t == LUA_TBOOLEAN ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
   if (dt != QKV_I64 && dt != QKV_I32) { qkv_elem_set(dt, p, x); return; }
   lua_Integer i = lua_tointeger(L, idx);
-  int whole = lua_isinteger(L, idx) || (x == x && fabs(x) < 9.2e18);
+  int whole = lua_isinteger(L, idx) || qkv_fits(QKV_I64, x);
   if (!lua_isinteger(L, idx) && whole) i = (lua_Integer)x;
   if (!whole || (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX)))
-    luaL_error(L, "tensor: %s does not fit in %s", lua_tostring(L, idx), qkv_dtype_name(dt));
+    luaL_error(L, "tensor: %s does not fit in %s", x != x ? "nan" : lua_tostring(L, idx),
+               qkv_dtype_name(dt));
   qkv_elem_seti(dt, p, (int64_t)i);
 }
 

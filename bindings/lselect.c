@@ -446,24 +446,25 @@ static int s_bmm (lua_State *L) {
 
 /* dtype shorthands */
 
-static int convert (lua_State *L, qkv_dtype dt) {
+static int convert (lua_State *L, qkv_dtype dt, const char *name) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   if (x->dtype == dt) { lua_settop(L, 1); return 1; }
   qkv_tensor *out = qkvL_newlike(L, x, dt);
-  qkvL_check(L, "to", qkv_copy(out, x));
+  qkvL_check(L, name, qkv_copy(out, x));
   return 1;
 }
 
 static int s_float (lua_State *L) {
   QKVL_GRAD(L, "float", s_float);
-  return convert(L, QKV_F32);
+  return convert(L, QKV_F32, "float");
 }
 static int s_double (lua_State *L) {
   QKVL_GRAD(L, "double", s_double);
-  return convert(L, QKV_F64);
+  return convert(L, QKV_F64, "double");
 }
-static int s_long (lua_State *L) { return convert(L, QKV_I64); }
-static int s_bool (lua_State *L) { return convert(L, QKV_BOOL); }
+static int s_long (lua_State *L) { return convert(L, QKV_I64, "long"); }
+static int s_int (lua_State *L) { return convert(L, QKV_I32, "int"); }
+static int s_bool (lua_State *L) { return convert(L, QKV_BOOL, "bool"); }
 
 
 /* in place: the result keeps x's dtype, x's shape, and is x */
@@ -529,7 +530,7 @@ static int s_zero_ (lua_State *L) {
 static int s_copy_ (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
-  qkvL_check(L, "copy_", qkv_copy(x, src));
+  qkvL_check(L, "copy_", qkv_copy_into(x, src));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;
@@ -570,7 +571,7 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module) {
   };
   static const luaL_Reg meth[] = {
     {"where", s_where_method}, {"float", s_float}, {"double", s_double},
-    {"long", s_long}, {"bool", s_bool}, {"add_", s_add_}, {"sub_", s_sub_},
+    {"long", s_long}, {"int", s_int}, {"bool", s_bool}, {"add_", s_add_}, {"sub_", s_sub_},
     {"mul_", s_mul_}, {"div_", s_div_}, {"fill_", s_fill_}, {"zero_", s_zero_},
     {"copy_", s_copy_}, {"clamp_", s_clamp_}, {"masked_fill_", s_masked_fill_},
     {"scatter_add_", s_scatter_add_}, {"index_add_", s_index_add_},

@@ -408,7 +408,7 @@ static int t_newindex (lua_State *L) {
       const char *a = qkvL_shape(L, src), *b = qkvL_shape(L, &v);
       return luaL_error(L, "index: value of shape %s does not broadcast to %s", a, b);
     }
-    qkvL_check(L, "index", qkv_copy(&v, src));
+    qkvL_check(L, "index", qkv_copy_into(&v, src));
   } else
     luaL_typeerror(L, 3, "number or qkv.Tensor");
   t->storage->version++;

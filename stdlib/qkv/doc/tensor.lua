@@ -136,8 +136,9 @@ torch.Tensor.clone.]]},
    doc = [[x converted to a dtype or moved to a device; x itself when
 nothing changes. The dtypes are "float32", "float64", "float16",
 "bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
-The halves round to nearest even, a float
-converted to int64 truncates, and any nonzero number becomes true as bool.
+The halves round to nearest even, a float converted to int64 or int32
+truncates toward zero (NaN, ±inf or a value out of the int's range is an
+error naming the first one), and any nonzero number becomes true as bool.
 An unknown name is an error listing the dtypes. A device move copies
 (through host memory for the GPU); "cuda" is an error saying why when
 qkv.cuda_available() is false. As torch.Tensor.to.]],
