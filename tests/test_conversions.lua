@@ -1,10 +1,12 @@
--- test_conversions.lua: floats into integers (issue 28, "No silent wrong
--- value, third round"). A float goes into int64 or int32 by truncation
--- toward 0, checked against a reference computed here with Lua's
--- integers; NaN, ±inf and values whose truncation the int cannot hold are
--- errors naming the function, the value and its position, on every path
--- (to, long, int, copy_, x[i] = t, tensor(t, dt), fill, masked_fill), and
--- a failed write leaves its target as it was.
+-- test_conversions.lua: floats into integers and integer aranges (issue
+-- 28, "No silent wrong value, third round"). A float goes into int64 or
+-- int32 by truncation toward 0, checked against a reference computed here
+-- with Lua's integers; NaN, ±inf and values whose truncation the int
+-- cannot hold are errors naming the function, the value and its position,
+-- on every path (to, long, int, copy_, x[i] = t, tensor(t, dt), fill,
+-- masked_fill), and a failed write leaves its target as it was.
+-- Integer aranges compute in integers (PyTorch's torch.arange(2**53,
+-- 2**53 + 4, dtype=torch.int64) is the reference).
 local lu = require "luaunit"
 local R = dofile("tests/attn_ref.lua")
 local fails = R.fails
@@ -140,6 +142,54 @@ function TestFloatToInt:testOtherConversionsUnchanged()
   lu.assertEquals(qkv.tensor({2^32 + 5, -2^31 - 1}, "int64"):int():tolist(), {5, 2147483647})
   lu.assertEquals(qkv.tensor({math.maxinteger}, "int64"):double():tolist(), {2^63})
   lu.assertEquals(qkv.tensor({70000}, "int32"):to("float16"):tolist(), {inf})
+end
+
+---------------------------------------------------------------- arange
+
+TestIntegerArange = {}
+
+-- the reference: PyTorch's torch.arange(2**53, 2**53 + 4, dtype=torch.int64)
+function TestIntegerArange:testExactPast2To53()
+  local p = 1 << 53
+  local want = {p, p + 1, p + 2, p + 3}
+  lu.assertEquals(qkv.arange(2^53, 2^53 + 4, 1, "int64"):tolist(), want)
+  lu.assertEquals(qkv.arange(p, p + 4, "int64"):tolist(), want)
+  lu.assertEquals(qkv.arange(p + 3, p - 1, -1, "int64"):tolist(), {p + 3, p + 2, p + 1, p})
+  -- a span wider than int64: computed without overflow
+  lu.assertEquals(qkv.arange(math.mininteger, math.maxinteger, 1 << 62, "int64"):tolist(),
+                  {math.mininteger, -(1 << 62), 0, 1 << 62})
+  lu.assertEquals(qkv.arange(math.maxinteger, math.mininteger, math.mininteger, "int64"):tolist(),
+                  {math.maxinteger, -1})
+end
+
+-- bounds and step truncate toward 0 first, as PyTorch's int64 arange
+function TestIntegerArange:testCountsAndTruncation()
+  for _, dt in ipairs{"int64", "int32"} do
+    lu.assertEquals(qkv.arange(0, 10, 3, dt):tolist(), {0, 3, 6, 9})
+    lu.assertEquals(qkv.arange(10, 0, -3, dt):tolist(), {10, 7, 4, 1})
+    lu.assertEquals(qkv.arange(5, dt):tolist(), {0, 1, 2, 3, 4})
+    lu.assertEquals(qkv.arange(0.5, 3, dt):tolist(), {0, 1, 2})
+    lu.assertEquals(qkv.arange(-2.5, 2.5, 1, dt):tolist(), {-2, -1, 0, 1})
+    lu.assertEquals(qkv.arange(3, 3, dt):numel(), 0)
+    lu.assertEquals(qkv.arange(3, dt).dtype, dt)
+    fails("arange: step 0.5 is 0 as an integer (" .. dt .. ")", qkv.arange, 0, 2, 0.5, dt)
+    fails("arange: step 1 goes away from the end -1", qkv.arange, 0, -1, 1, dt)
+  end
+  fails("arange: end 1e+19 does not fit in int64", qkv.arange, 0, 1e19, 1e18, "int64")
+  fails("arange: start -1e+19 does not fit in int64", qkv.arange, -1e19, 0, 1e18, "int64")
+end
+
+function TestIntegerArange:testInt32RangeIsAnError()
+  fails("arange: the values from 2147483640 to 2147483649 do not all fit in int32",
+        qkv.arange, 2147483640, 2147483650, 1, "int32")
+  fails("arange: the values from -2147483649 to -2147483647 do not all fit in int32",
+        qkv.arange, -2147483649, -2147483646, 1, "int32")
+  lu.assertEquals(qkv.arange(2147483645, 2147483648, 1, "int32"):tolist(),
+                  {2147483645, 2147483646, 2147483647})
+  lu.assertEquals(qkv.arange(-2147483648, -2147483646, "int32"):tolist(),
+                  {-2147483648, -2147483647})
+  -- the end is exclusive: a bound outside int32 with values inside is fine
+  lu.assertEquals(qkv.arange(2147483647, 2^40, 2^40, "int32"):tolist(), {2147483647})
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -291,6 +291,8 @@ function TestCudaCopy:testFloatToIntErrorsOnTheDevice()
   end
   local x = qkv.tensor({1, 2^31}, "float64")
   same_error("float64 2^31 -> int32", function(v) return v:int() end, {x})
+  t.assertTensorEqual(qkv.arange(2^53, 2^53 + 4, 1, "int64", "cuda"):cpu(),
+                      qkv.arange(2^53, 2^53 + 4, 1, "int64"))
 end
 
 function TestCudaCopy:testStridedCopiesAndFills()
