@@ -174,8 +174,18 @@ static int is_inline (const qkv_storage *s) { return s->pool < 0; }
 */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src) {
   const qkv_tensor *s = qkvL_istensor(L, src);
+  int64_t n;
   if (s == NULL || qkv_is_closed(s) || s->storage != view->storage)
     luaL_error(L, "%s: tensor was closed", fname(L));
+  /* every tensor has a shape that qkvL_new would make (its nonzero sizes
+     multiply within int64 bytes), empty ones too: a view that would not
+     (an empty tensor split into huge sizes) is an error here, whichever
+     binding made it */
+  if (qkv_numel_of(view->ndim, view->size, qkv_elsize(view->dtype), &n) != 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, view->ndim, view->size);
+    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
+  }
   int inl = is_inline(view->storage);
   src = lua_absindex(L, src);
   qkv_tensor *t = newud(L, sizeof *t, inl, !inl);

@@ -1,12 +1,13 @@
--- test_conversions.lua: floats into integers and integer aranges (issue
--- 28, "No silent wrong value, third round"). A float goes into int64 or
--- int32 by truncation toward 0, checked against a reference computed here
--- with Lua's integers; NaN, ±inf and values whose truncation the int
--- cannot hold are errors naming the function, the value and its position,
--- on every path (to, long, int, copy_, x[i] = t, tensor(t, dt), fill,
--- masked_fill), and a failed write leaves its target as it was.
+-- test_conversions.lua: floats into integers, integer aranges, sizes and
+-- bounds (issue 28, "No silent wrong value, third round"). A float goes
+-- into int64 or int32 by truncation toward 0, checked against a reference
+-- computed here with Lua's integers; NaN, ±inf and values whose truncation
+-- the int cannot hold are errors naming the function, the value and its
+-- position, on every path (to, long, int, copy_, x[i] = t, tensor(t, dt),
+-- fill, masked_fill), and a failed write leaves its target as it was.
 -- Integer aranges compute in integers (PyTorch's torch.arange(2**53,
--- 2**53 + 4, dtype=torch.int64) is the reference).
+-- 2**53 + 4, dtype=torch.int64) is the reference). Shapes whose sizes
+-- multiply past int64 are errors too.
 local lu = require "luaunit"
 local R = dofile("tests/attn_ref.lua")
 local fails = R.fails
@@ -190,6 +191,32 @@ function TestIntegerArange:testInt32RangeIsAnError()
                   {-2147483648, -2147483647})
   -- the end is exclusive: a bound outside int32 with values inside is fine
   lu.assertEquals(qkv.arange(2147483647, 2^40, 2^40, "int32"):tolist(), {2147483647})
+end
+
+---------------------------------------------------------------- sizes
+
+TestSizeOverflow = {}
+
+-- the issue's case: an empty tensor split into heads of 2^62
+function TestSizeOverflow:testHeadsOfAnEmptyTensor()
+  fails("heads: shape (2, 14, 14, 4611686018427387904, 1, 0) is too large",
+        qkv.heads, qkv.zeros(2, 14, 14, 1, 0), 2^62)
+  lu.assertEquals(qkv.heads(qkv.zeros(2, 3, 0), 4).shape, qkv.zeros(2, 4, 3, 0).shape)
+end
+
+-- every view's sizes multiply within int64 bytes, as zeros' do, also when
+-- another size is 0
+function TestSizeOverflow:testViewsOfEmptyTensors()
+  local e = qkv.zeros(0)
+  fails("zeros: shape (2305843009213693952, 2, 0) is too large", qkv.zeros, 2^61, 2, 0)
+  fails("view: shape (2305843009213693952, 2, 0) is too large", e.view, e, 2^61, 2, 0)
+  fails("reshape: shape (2305843009213693952, 2, 0) is too large", e.reshape, e, 2^61, 2, 0)
+  fails("expand: a tensor of shape (1,) cannot expand to (4611686018427387904,)",
+        qkv.ones(1).expand, qkv.ones(1), 2^62)
+  local ok = e:view(2^30, 0, 2^20)
+  lu.assertEquals(ok:stride(), {2^20, 2^20, 1})
+  lu.assertEquals(ok:unsqueeze(2):stride(), {2^20, 0, 2^20, 1})     -- PyTorch's size * stride
+  lu.assertEquals(qkv.ones(1):expand(2^40, 3):numel(), 3 * 2^40)
 end
 
 os.exit(lu.LuaUnit.run(), true)
