@@ -47,29 +47,31 @@ static void broadcast3 (lua_State *L, const char *name, const qkv_tensor *a,
   luaL_error(L, "%s: shapes %s and %s do not broadcast", name, sa, sb);
 }
 
-/* a position tensor made 0-based (a copy, int64), checked against n */
+/*
+** A position tensor made 0-based (a copy, int64), checked against n.  The
+** 1-based positions are checked before 1 is taken off, so that no value
+** (math.mininteger) overflows on the way.
+*/
 static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *idx,
                               int64_t n, int dim) {
   if (idx->dtype != QKV_I64)
     luaL_error(L, "%s: index must be an int64 tensor, got %s", name,
                qkv_dtype_name(idx->dtype));
+  int64_t mm[2], one_size = 1;
+  for (int op = 0; op < 2 && qkv_numel(idx) > 0; op++) {  /* the least and the largest */
+    qkv_tensor *r = qkvL_new(L, QKV_I64, idx->storage->device, 0, &one_size, 0);
+    qkvL_check(L, name, qkv_reduce(op ? QKV_MAX : QKV_MIN, r, NULL, idx, -1));
+    const qkv_tensor *h = qkvL_host(L, r, name);
+    mm[op] = *(int64_t *)qkv_data(h);
+    lua_pop(L, h == r ? 1 : 2);
+    if (mm[op] < 1 || mm[op] > n)
+      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
+                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n);
+  }
   qkv_tensor *z = qkvL_newlike(L, idx, QKV_I64);
   qkvL_Scalar one;
   one.v.i = 1;
   qkvL_check(L, name, qkv_binary(QKV_SUB, z, idx, qkvL_scalar(&one, QKV_I64)));
-  if (qkv_numel(z) == 0) return z;
-  int64_t mm[2], one_size = 1;
-  for (int op = 0; op < 2; op++) {     /* the least and the largest */
-    qkv_tensor *r = qkvL_new(L, QKV_I64, z->storage->device, 0, &one_size, 0);
-    qkvL_check(L, name, qkv_reduce(op ? QKV_MAX : QKV_MIN, r, NULL, z, -1));
-    const qkv_tensor *h = qkvL_host(L, r, name);
-    mm[op] = *(int64_t *)qkv_data(h);
-    lua_pop(L, h == r ? 1 : 2);
-  }
-  for (int op = 0; op < 2; op++)
-    if (mm[op] < 0 || mm[op] >= n)
-      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
-                 (lua_Integer)mm[op] + 1, dim + 1, (lua_Integer)n);
   return z;
 }
 

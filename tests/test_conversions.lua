@@ -7,7 +7,7 @@
 -- fill, masked_fill), and a failed write leaves its target as it was.
 -- Integer aranges compute in integers (PyTorch's torch.arange(2**53,
 -- 2**53 + 4, dtype=torch.int64) is the reference). Shapes whose sizes
--- multiply past int64 are errors too.
+-- multiply past int64 and indices at math.mininteger are errors too.
 local lu = require "luaunit"
 local R = dofile("tests/attn_ref.lua")
 local fails = R.fails
@@ -217,6 +217,29 @@ function TestSizeOverflow:testViewsOfEmptyTensors()
   lu.assertEquals(ok:stride(), {2^20, 2^20, 1})
   lu.assertEquals(ok:unsqueeze(2):stride(), {2^20, 0, 2^20, 1})     -- PyTorch's size * stride
   lu.assertEquals(qkv.ones(1):expand(2^40, 3):numel(), 3 * 2^40)
+end
+
+---------------------------------------------------------------- indices
+
+TestIndexBounds = {}
+
+-- positions at the ends of int64 are checked without overflowing
+function TestIndexBounds:testExtremeIndices()
+  local x = qkv.arange(3)
+  local calls = {
+    gather = function(i) return x:gather(1, i) end,
+    index_select = function(i) return x:index_select(1, i) end,
+    embedding = function(i) return qkv.embedding(i, qkv.ones(3, 2)) end,
+    scatter_add_ = function(i) return qkv.zeros(3):scatter_add_(1, i, qkv.ones(1)) end,
+    index_add_ = function(i) return qkv.zeros(3):index_add_(1, i, qkv.ones(1)) end,
+  }
+  for name, f in pairs(calls) do
+    for _, v in ipairs{math.mininteger, math.maxinteger, 0, 4} do
+      fails(("%s: index %d is out of range for dim 1 of size 3"):format(name, v), f,
+            qkv.tensor({v}, "int64"))
+    end
+    lu.assertEquals(f(qkv.tensor({3}, "int64")):numel() > 0, true, name)
+  end
 end
 
 os.exit(lu.LuaUnit.run(), true)
