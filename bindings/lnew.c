@@ -390,7 +390,19 @@ void qkvL_todefault (lua_State *L, const char *name) {
   lua_replace(L, -2);
 }
 
+/* an expanded dim (stride 0) crosses once and is expanded again on the
+   host, so that printing qkv.ones(1, "cuda"):expand(2^40) copies one
+   element, not 2^40 */
 const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name) {
+  qkv_tensor once = *t, e;
+  int expanded = 0;
   if (t->storage->device == QKV_CPU) return t;
-  return qkvL_todevice(L, t, QKV_CPU, name);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->size[d] > 1) once.size[d] = 1, expanded = 1;
+  if (!expanded) return qkvL_todevice(L, t, QKV_CPU, name);
+  qkv_tensor *h = qkvL_todevice(L, &once, QKV_CPU, name);
+  if (qkv_expand(&e, h, t->ndim, t->size) != 0) luaL_error(L, "%s: internal error", name);
+  qkv_tensor *r = qkvL_pushview(L, &e, -1);
+  lua_remove(L, -2);
+  return r;
 }

@@ -7,7 +7,8 @@
 -- fill, masked_fill), and a failed write leaves its target as it was.
 -- Integer aranges compute in integers (PyTorch's torch.arange(2**53,
 -- 2**53 + 4, dtype=torch.int64) is the reference). Shapes whose sizes
--- multiply past int64 and indices at math.mininteger are errors too.
+-- multiply past int64, indices at math.mininteger, and Lua tables bigger
+-- than the memory are errors too.
 local lu = require "luaunit"
 local R = dofile("tests/attn_ref.lua")
 local fails = R.fails
@@ -240,6 +241,40 @@ function TestIndexBounds:testExtremeIndices()
     end
     lu.assertEquals(f(qkv.tensor({3}, "int64")):numel() > 0, true, name)
   end
+end
+
+---------------------------------------------------------------- Lua values
+
+TestLuaSize = {}
+
+-- an expanded tensor costs nothing, its Lua tables would cost terabytes
+function TestLuaSize:testTolistChecksTheSizeFirst()
+  fails({"tolist: a tensor of shape (1099511627776,) (1099511627776 elements) is too large",
+         "more than half the memory limit"}, function() return qkv.ones(1):expand(2^40):tolist() end)
+  fails("tolist: a tensor of shape (1099511627776, 0) (0 elements) is too large", function()
+    return qkv.zeros(2^40, 0):tolist()
+  end)
+  fails("hist: x (1099511627776,) has 1099511627776 values, more than the 16777216 a plot takes",
+        qkv.plot.hist, qkv.ones(1):expand(2^40))
+  lu.assertStrContains(tostring(qkv.ones(1):expand(2^40)), "...")
+  fails("json.encode: cannot encode a userdata", require("qkv.json").encode, {qkv.ones(2)})
+end
+
+-- the limit is half the memory limit at 16 bytes a value and 80 a list:
+-- 200 rows of 40 take 16 * 8000 + 80 * 201 = 144080 bytes, 201 rows 144800
+-- (views of one small row, so that nothing is allocated under the limit)
+function TestLuaSize:testTheLimitAndNestedListsBelowIt()
+  local row = qkv.zeros(1, 40)
+  local was = qkv._memory_limit(2 * 144400)
+  local ok, err = pcall(function()
+    lu.assertEquals(#row:expand(200, 40):tolist(), 200)
+    fails("tolist: a tensor of shape (201, 40)", function() return row:expand(201, 40):tolist() end)
+  end)
+  qkv._memory_limit(was)
+  if not ok then error(err, 0) end
+  local l = qkv.arange(60):view(3, 4, 5):tolist()
+  lu.assertEquals(l[3][4][5], 59.0)
+  lu.assertEquals(#qkv.zeros(300, 300, 3):tolist()[300][300], 3)
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -332,6 +332,10 @@ function TestCudaCopy:testPrintingItemAndTolist()
   lu.assertEquals(g[2][1], 3)
   lu.assertEquals(g:sum():item(), 6.5)
   lu.assertStrContains(tostring(qkv.zeros(2, "int64", "cuda")), "device='cuda'")
+  -- an expanded dim crosses to the host once: 2^40 elements print at once
+  lu.assertEquals(tostring(qkv.ones(1, "cuda"):expand(2^40)),
+                  "tensor([1., 1., 1.,  ..., 1., 1., 1.], device='cuda')")
+  lu.assertEquals(g:expand(3, 2, 2):tolist()[3], x:tolist())
 end
 
 function TestCudaCopy:testMixedDevicesAreAnErrorNamingBoth()

@@ -37,8 +37,9 @@ x:contiguous() makes a copy that is. As torch.Tensor.is_contiguous.]]},
   {name = "Tensor:tolist", sig = "x:tolist()", group = "values",
    doc = [[The values of x as nested Lua tables, one level per dim: numbers
 for float and int64 tensors (integers for int64), booleans for bool. A 0-d
-tensor gives its one value. The tensor must be on the CPU. As
-torch.Tensor.tolist.]],
+tensor gives its one value. A GPU tensor is read through a host copy.
+Tables that would take more than half the memory limit (about 16 bytes a
+value, 80 a list) are an error before any is made. As torch.Tensor.tolist.]],
    example = [=[print(qkv.tensor{{1, 2}, {3, 4}}:tolist()[2][1])   --> 3.0]=]},
 
   {name = "Tensor:element_size", sig = "x:element_size()", group = "size and layout",
