@@ -40,10 +40,11 @@ static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
   lua_Number x = t == LUA_TBOOLEAN ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
   if (dt != QKV_I64 && dt != QKV_I32) { qkv_elem_set(dt, p, x); return; }
   lua_Integer i = lua_tointeger(L, idx);
-  int whole = lua_isinteger(L, idx) || (x == x && fabs(x) < 9.2e18);
+  int whole = lua_isinteger(L, idx) || qkv_fits(QKV_I64, x);
   if (!lua_isinteger(L, idx) && whole) i = (lua_Integer)x;
   if (!whole || (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX)))
-    luaL_error(L, "tensor: %s does not fit in %s", lua_tostring(L, idx), qkv_dtype_name(dt));
+    luaL_error(L, "tensor: %s does not fit in %s", x != x ? "nan" : lua_tostring(L, idx),
+               qkv_dtype_name(dt));
   qkv_elem_seti(dt, p, (int64_t)i);
 }
 
@@ -156,6 +157,61 @@ static int b_eye (lua_State *L) {
   return 1;
 }
 
+/* the number at arg as an int64, truncated toward 0 as PyTorch's arange
+   truncates its bounds for an integer dtype */
+static int64_t arange_int (lua_State *L, int arg, const char *what) {
+  if (lua_isinteger(L, arg)) return (int64_t)lua_tointeger(L, arg);
+  double x = lua_tonumber(L, arg);
+  if (!qkv_fits(QKV_I64, x))
+    luaL_error(L, "arange: %s %s does not fit in int64", what, lua_tostring(L, arg));
+  return (int64_t)x;
+}
+
+/* a + i step, which lies between a and b, computed in uint64: i step
+   alone may overflow an int64 when a is far on the other side of 0 */
+static int64_t at (int64_t a, int64_t step, int64_t i) {
+  return (int64_t)((uint64_t)a + (uint64_t)i * (uint64_t)step);
+}
+
+/*
+** arange for int64 and int32, in integers (a float64 loses the values past
+** 2^53): a, b and step are truncated toward 0 and the count is PyTorch's,
+** ceil((b - a) / step), computed in uint64 so that no difference
+** overflows; a value that int32 cannot hold is an error.  Pushes a CPU
+** tensor.
+*/
+static void int_arange (lua_State *L, int nnum, qkv_dtype dt) {
+  int64_t a = nnum >= 2 ? arange_int(L, 1, "start") : 0;
+  int64_t b = arange_int(L, nnum >= 2 ? 2 : 1, "end");
+  int64_t step = nnum == 3 ? arange_int(L, 3, "step") : 1;
+  if (step == 0)
+    luaL_error(L, "arange: step %s is 0 as an integer (%s)", lua_tostring(L, 3),
+               qkv_dtype_name(dt));
+  if (step > 0 ? b < a : b > a)
+    luaL_error(L, "arange: step %I goes away from the end %I", (lua_Integer)step,
+               (lua_Integer)b);
+  uint64_t span = step > 0 ? (uint64_t)b - (uint64_t)a : (uint64_t)a - (uint64_t)b;
+  uint64_t by = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+  uint64_t count = span / by + (span % by != 0);
+  if (count > 9000000000000000u)
+    luaL_error(L, "arange: %I items is too many", (lua_Integer)count);
+  int64_t n = (int64_t)count, last = n ? at(a, step, n - 1) : a;
+  if (dt == QKV_I32 && n > 0 && (a < INT32_MIN || a > INT32_MAX || last < INT32_MIN ||
+                                 last > INT32_MAX))
+    luaL_error(L, "arange: the values from %I to %I do not all fit in int32 (its range "
+               "is [-2147483648, 2147483647])", (lua_Integer)a, (lua_Integer)last);
+  qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, 1, &n, 0);
+  void *p = qkv_data(t);
+  for (int64_t i0 = 0; i0 < n; i0 += 65536) {   /* a look at Ctrl-C per 64K */
+    int64_t i1 = n - i0 < 65536 ? n : i0 + 65536;
+    if (i0 > 0 && qkv_interrupted) qkvL_check(L, "arange", QKV_EINTR);
+    if (dt == QKV_I32)
+      for (int64_t i = i0; i < i1; i++) ((int32_t *)p)[i] = (int32_t)at(a, step, i);
+    else
+      for (int64_t i = i0; i < i1; i++) ((int64_t *)p)[i] = at(a, step, i);
+  }
+}
+
 /* arange([a,] b [, step] [, dtype] [, device]): a, a+step, ... up to but
    not b */
 static int b_arange (lua_State *L) {
@@ -171,12 +227,18 @@ static int b_arange (lua_State *L) {
   qkv_device dev = optdevice(L, darg);
   if (!(step != 0) || !isfinite(a) || !isfinite(b) || !isfinite(step))
     return luaL_error(L, "arange: bounds and step must be finite and step non-zero");
+  if (dt == QKV_I64 || dt == QKV_I32) {
+    int_arange(L, nnum, dt);
+    if (dev != QKV_CPU) {
+      qkvL_todevice(L, qkvL_checktensor(L, -1), dev, "arange");
+      lua_remove(L, -2);
+    }
+    return 1;
+  }
   double count = ceil((b - a) / step);
   if (count < 0)
     return luaL_error(L, "arange: step %f goes away from the end %f", step, b);
   if (count > 9e15) return luaL_error(L, "arange: %f items is too many", count);
-  if (dt == QKV_I64 && !(fabs(a) < 9.2e18 && fabs(b) < 9.2e18))
-    return luaL_error(L, "arange: bounds %f and %f do not fit in int64", a, b);
   int64_t n = (int64_t)count;
   qkv_tensor *t = qkvL_new(L, QKV_F64, QKV_CPU, 1, &n, 0);
   double *p = (double *)qkv_data(t);

@@ -174,8 +174,18 @@ static int is_inline (const qkv_storage *s) { return s->pool < 0; }
 */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src) {
   const qkv_tensor *s = qkvL_istensor(L, src);
+  int64_t n;
   if (s == NULL || qkv_is_closed(s) || s->storage != view->storage)
     luaL_error(L, "%s: tensor was closed", fname(L));
+  /* every tensor has a shape that qkvL_new would make (its nonzero sizes
+     multiply within int64 bytes), empty ones too: a view that would not
+     (an empty tensor split into huge sizes) is an error here, whichever
+     binding made it */
+  if (qkv_numel_of(view->ndim, view->size, qkv_elsize(view->dtype), &n) != 0) {
+    char buf[200];
+    qkv_shape_str(buf, sizeof buf, view->ndim, view->size);
+    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
+  }
   int inl = is_inline(view->storage);
   src = lua_absindex(L, src);
   qkv_tensor *t = newud(L, sizeof *t, inl, !inl);
@@ -380,7 +390,19 @@ void qkvL_todefault (lua_State *L, const char *name) {
   lua_replace(L, -2);
 }
 
+/* an expanded dim (stride 0) crosses once and is expanded again on the
+   host, so that printing qkv.ones(1, "cuda"):expand(2^40) copies one
+   element, not 2^40 */
 const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name) {
+  qkv_tensor once = *t, e;
+  int expanded = 0;
   if (t->storage->device == QKV_CPU) return t;
-  return qkvL_todevice(L, t, QKV_CPU, name);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->size[d] > 1) once.size[d] = 1, expanded = 1;
+  if (!expanded) return qkvL_todevice(L, t, QKV_CPU, name);
+  qkv_tensor *h = qkvL_todevice(L, &once, QKV_CPU, name);
+  if (qkv_expand(&e, h, t->ndim, t->size) != 0) luaL_error(L, "%s: internal error", name);
+  qkv_tensor *r = qkvL_pushview(L, &e, -1);
+  lua_remove(L, -2);
+  return r;
 }

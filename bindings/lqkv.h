@@ -118,7 +118,8 @@ qkv_tensor *qkvL_todevice (lua_State *L, const qkv_tensor *t, qkv_device d,
 /* the tensor at the top (made on the host) replaced by its copy on the
    default device, when that is not the CPU */
 void qkvL_todefault (lua_State *L, const char *name);
-/* t when on the host, else its host copy, pushed: for reading elements */
+/* t when on the host, else its host copy, pushed: for reading elements
+   (an expanded dim is copied once and expanded again on the host) */
 const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name);
 /* alpha * a @ b, with matmul's shape rules and errors; a failure of the
    kernel itself (Ctrl-C) is reported as `name`'s, the op the user called */

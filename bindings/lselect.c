@@ -47,29 +47,31 @@ static void broadcast3 (lua_State *L, const char *name, const qkv_tensor *a,
   luaL_error(L, "%s: shapes %s and %s do not broadcast", name, sa, sb);
 }
 
-/* a position tensor made 0-based (a copy, int64), checked against n */
+/*
+** A position tensor made 0-based (a copy, int64), checked against n.  The
+** 1-based positions are checked before 1 is taken off, so that no value
+** (math.mininteger) overflows on the way.
+*/
 static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *idx,
                               int64_t n, int dim) {
   if (idx->dtype != QKV_I64)
     luaL_error(L, "%s: index must be an int64 tensor, got %s", name,
                qkv_dtype_name(idx->dtype));
+  int64_t mm[2], one_size = 1;
+  for (int op = 0; op < 2 && qkv_numel(idx) > 0; op++) {  /* the least and the largest */
+    qkv_tensor *r = qkvL_new(L, QKV_I64, idx->storage->device, 0, &one_size, 0);
+    qkvL_check(L, name, qkv_reduce(op ? QKV_MAX : QKV_MIN, r, NULL, idx, -1));
+    const qkv_tensor *h = qkvL_host(L, r, name);
+    mm[op] = *(int64_t *)qkv_data(h);
+    lua_pop(L, h == r ? 1 : 2);
+    if (mm[op] < 1 || mm[op] > n)
+      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
+                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n);
+  }
   qkv_tensor *z = qkvL_newlike(L, idx, QKV_I64);
   qkvL_Scalar one;
   one.v.i = 1;
   qkvL_check(L, name, qkv_binary(QKV_SUB, z, idx, qkvL_scalar(&one, QKV_I64)));
-  if (qkv_numel(z) == 0) return z;
-  int64_t mm[2], one_size = 1;
-  for (int op = 0; op < 2; op++) {     /* the least and the largest */
-    qkv_tensor *r = qkvL_new(L, QKV_I64, z->storage->device, 0, &one_size, 0);
-    qkvL_check(L, name, qkv_reduce(op ? QKV_MAX : QKV_MIN, r, NULL, z, -1));
-    const qkv_tensor *h = qkvL_host(L, r, name);
-    mm[op] = *(int64_t *)qkv_data(h);
-    lua_pop(L, h == r ? 1 : 2);
-  }
-  for (int op = 0; op < 2; op++)
-    if (mm[op] < 0 || mm[op] >= n)
-      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
-                 (lua_Integer)mm[op] + 1, dim + 1, (lua_Integer)n);
   return z;
 }
 
@@ -446,24 +448,25 @@ static int s_bmm (lua_State *L) {
 
 /* dtype shorthands */
 
-static int convert (lua_State *L, qkv_dtype dt) {
+static int convert (lua_State *L, qkv_dtype dt, const char *name) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   if (x->dtype == dt) { lua_settop(L, 1); return 1; }
   qkv_tensor *out = qkvL_newlike(L, x, dt);
-  qkvL_check(L, "to", qkv_copy(out, x));
+  qkvL_check(L, name, qkv_copy(out, x));
   return 1;
 }
 
 static int s_float (lua_State *L) {
   QKVL_GRAD(L, "float", s_float);
-  return convert(L, QKV_F32);
+  return convert(L, QKV_F32, "float");
 }
 static int s_double (lua_State *L) {
   QKVL_GRAD(L, "double", s_double);
-  return convert(L, QKV_F64);
+  return convert(L, QKV_F64, "double");
 }
-static int s_long (lua_State *L) { return convert(L, QKV_I64); }
-static int s_bool (lua_State *L) { return convert(L, QKV_BOOL); }
+static int s_long (lua_State *L) { return convert(L, QKV_I64, "long"); }
+static int s_int (lua_State *L) { return convert(L, QKV_I32, "int"); }
+static int s_bool (lua_State *L) { return convert(L, QKV_BOOL, "bool"); }
 
 
 /* in place: the result keeps x's dtype, x's shape, and is x */
@@ -529,7 +532,7 @@ static int s_zero_ (lua_State *L) {
 static int s_copy_ (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
-  qkvL_check(L, "copy_", qkv_copy(x, src));
+  qkvL_check(L, "copy_", qkv_copy_into(x, src));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;
@@ -570,7 +573,7 @@ void qkvL_open_select (lua_State *L, int mt, int methods, int module) {
   };
   static const luaL_Reg meth[] = {
     {"where", s_where_method}, {"float", s_float}, {"double", s_double},
-    {"long", s_long}, {"bool", s_bool}, {"add_", s_add_}, {"sub_", s_sub_},
+    {"long", s_long}, {"int", s_int}, {"bool", s_bool}, {"add_", s_add_}, {"sub_", s_sub_},
     {"mul_", s_mul_}, {"div_", s_div_}, {"fill_", s_fill_}, {"zero_", s_zero_},
     {"copy_", s_copy_}, {"clamp_", s_clamp_}, {"masked_fill_", s_masked_fill_},
     {"scatter_add_", s_scatter_add_}, {"index_add_", s_index_add_},

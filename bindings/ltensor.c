@@ -2,6 +2,8 @@
 ** ltensor.c -- the qkv.Tensor userdata's argument checkers, properties,
 ** indexing and element access (lnew.c makes and frees the userdata).
 */
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lqkv.h"
@@ -208,8 +210,38 @@ static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
   }
 }
 
+/*
+** Lua tables take about 16 bytes a value and 80 a table (its header and
+** its slot in the parent), which for a big tensor (an expanded one costs
+** nothing itself) is more than the machine has: tolist refuses what would
+** take more than half the memory limit (the RAM, qkv._memory_limit), a
+** clear error before any work rather than the OOM killer.
+*/
+static void check_listable (lua_State *L, const qkv_tensor *t) {
+  double tables = 0, rows = 1, values = (double)qkv_numel(t);
+  for (int d = 0; d < t->ndim; d++) {
+    tables += rows;                  /* the lists of dim d */
+    rows *= (double)t->size[d];
+  }
+  double bytes = 16 * values + 80 * tables, limit = (double)qkv_memory_limit() / 2;
+  if (bytes > limit) {
+    char why[120];
+    const char *s = qkvL_shape(L, t);
+    snprintf(why, sizeof why, "about %.0f bytes, more than half the memory limit (%.0f "
+             "bytes)", bytes, limit);
+    luaL_error(L, "tolist: a tensor of shape %s (%I elements) is too large to make Lua "
+               "tables: %s", s, (lua_Integer)qkv_numel(t), why);
+  }
+  for (int d = 0; d < t->ndim; d++)   /* lua_createtable's count is an int */
+    if (t->size[d] > INT_MAX)
+      luaL_error(L, "tolist: dim %d has %I items, more than a Lua table holds", d + 1,
+                 (lua_Integer)t->size[d]);
+}
+
 static int t_tolist (lua_State *L) {
-  const qkv_tensor *t = qkvL_host(L, qkvL_checktensor(L, 1), "tolist");
+  qkv_tensor *x = qkvL_checktensor(L, 1);
+  check_listable(L, x);
+  const qkv_tensor *t = qkvL_host(L, x, "tolist");
   pushlist(L, t, 0, (const char *)qkv_data(t));
   return 1;
 }
@@ -386,7 +418,7 @@ static int t_newindex (lua_State *L) {
       const char *a = qkvL_shape(L, src), *b = qkvL_shape(L, &v);
       return luaL_error(L, "index: value of shape %s does not broadcast to %s", a, b);
     }
-    qkvL_check(L, "index", qkv_copy(&v, src));
+    qkvL_check(L, "index", qkv_copy_into(&v, src));
   } else
     luaL_typeerror(L, 3, "number or qkv.Tensor");
   t->storage->version++;

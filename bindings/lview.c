@@ -6,9 +6,10 @@
 
 #include "lqkv.h"
 
-static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt) {
+static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt,
+                             const char *name) {
   qkv_tensor *r = qkvL_newlike(L, t, dt);
-  qkvL_check(L, "copy", qkv_copy(r, t));
+  qkvL_check(L, name, qkv_copy(r, t));
   return r;
 }
 
@@ -76,6 +77,12 @@ static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
   }
   if (infer >= 0 && known > 0 && numel % known == 0) size[infer] = numel / known;
   else if (infer >= 0) known = -1;       /* cannot be inferred */
+  int64_t bytes;
+  if (known >= 0 && qkv_numel_of(n, size, qkv_elsize(t->dtype), &bytes) != 0) {
+    char buf[200];           /* an empty tensor split into huge sizes */
+    qkv_shape_str(buf, sizeof buf, n, size);
+    return luaL_error(L, "%s: shape %s is too large", name, buf);
+  }
   if (infer < 0 ? known != numel : known < 0) {
     char buf[200];
     qkv_shape_str(buf, sizeof buf, n, size);
@@ -110,7 +117,7 @@ static int v_reshape (lua_State *L) {
   int64_t size[QKV_MAXDIM];
   int n = newshape(L, "reshape", t, size);
   if (qkv_view_reshape(&v, t, n, size) != 0) {
-    qkv_tensor *c = pushcopy(L, t, t->dtype);
+    qkv_tensor *c = pushcopy(L, t, t->dtype, "reshape");
     qkv_view_reshape(c, c, n, size);
     return 1;
   }
@@ -186,14 +193,14 @@ static int v_contiguous (lua_State *L) {
   QKVL_GRAD(L, "contiguous", v_contiguous);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_is_contiguous(t)) lua_settop(L, 1);
-  else pushcopy(L, t, t->dtype);
+  else pushcopy(L, t, t->dtype, "contiguous");
   return 1;
 }
 
 static int v_clone (lua_State *L) {
   QKVL_GRAD(L, "clone", v_clone);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  pushcopy(L, t, t->dtype);
+  pushcopy(L, t, t->dtype, "clone");
   return 1;
 }
 
@@ -212,7 +219,7 @@ static int v_to (lua_State *L) {
   if (qkvL_isdevice(L, 2, &d)) return todevice(L, t, d, "to");
   qkv_dtype dt = qkvL_checkdtype(L, 2);
   if (dt == t->dtype) lua_settop(L, 1);
-  else pushcopy(L, t, dt);
+  else pushcopy(L, t, dt, "to");
   return 1;
 }
 

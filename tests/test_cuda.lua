@@ -243,11 +243,56 @@ end
 function TestCudaCopy:testConversionsOnTheDevice()
   need()
   local x = qkv.tensor{0, -0.5, 1.5, 2.5, -3.7, 1e10, -1e10, 70000, 1e-8, inf, -inf, nan}:double()
+  -- values every dtype turns into one that the ints hold, where an int is
+  -- made from a float (the others are errors: testFloatToIntErrorsOnTheDevice)
+  local fit = qkv.tensor{0, -0.5, 1.5, 2.5, -3.7, 60000, 1e-8, -65504}:double()
+  local int = {int64 = true, int32 = true}
   for _, from in ipairs(ALL) do
     for _, to in ipairs(ALL) do
-      same(from .. " -> " .. to, function(v) return v:to(to) end, {x:to(from)}, 0)
+      local v = (int[from] or int[to]) and fit or x
+      same(from .. " -> " .. to, function(w) return w:to(to) end, {v:to(from)}, 0)
     end
   end
+end
+
+-- f(args) on the CPU and on the GPU raise the same error (messages that
+-- name an element are built from the values, not from the backend)
+local function same_error(what, f, args)
+  local c, g = move(args, LAYOUTS.contiguous, false), move(args, LAYOUTS.contiguous, true)
+  local okc, ec = pcall(f, table.unpack(c))
+  local okg, eg = pcall(f, table.unpack(g))
+  lu.assertFalse(okc, what .. ": no error on the CPU")
+  lu.assertFalse(okg, what .. ": no error on the GPU")
+  lu.assertEquals(eg, ec, what)
+  return ec
+end
+
+-- NaN, ±inf and out-of-range floats into an int raise on the GPU as on
+-- the CPU (the kernel's flag), at any place in a big tensor, and a failed
+-- copy_ leaves the GPU tensor as it was
+function TestCudaCopy:testFloatToIntErrorsOnTheDevice()
+  need()
+  local bad = {{nan, "nan"}, {inf, "inf"}, {-inf, "-inf"}, {3e38, "3e+38"}}
+  for _, from in ipairs{"float32", "float64", "float16", "bfloat16"} do
+    for _, to in ipairs{"int64", "int32"} do
+      for _, b in ipairs(bad) do
+        for _, n in ipairs{1, 7, 70001} do
+          local x = qkv.zeros(n, "float64")
+          x[n] = b[1]
+          local e = same_error(from .. " " .. b[2] .. " -> " .. to .. " at " .. n,
+                               function(v) return v:to(to) end, {x:to(from)})
+          lu.assertStrContains(e, "at [" .. n .. "] to " .. to)
+        end
+      end
+      local o = qkv.full({2, 3}, 5, to):cuda()
+      lu.assertFalse(pcall(o.copy_, o, qkv.tensor({1, nan, 2}, from):cuda()))
+      t.assertTensorEqual(o:cpu(), qkv.full({2, 3}, 5, to))
+    end
+  end
+  local x = qkv.tensor({1, 2^31}, "float64")
+  same_error("float64 2^31 -> int32", function(v) return v:int() end, {x})
+  t.assertTensorEqual(qkv.arange(2^53, 2^53 + 4, 1, "int64", "cuda"):cpu(),
+                      qkv.arange(2^53, 2^53 + 4, 1, "int64"))
 end
 
 function TestCudaCopy:testStridedCopiesAndFills()
@@ -287,6 +332,10 @@ function TestCudaCopy:testPrintingItemAndTolist()
   lu.assertEquals(g[2][1], 3)
   lu.assertEquals(g:sum():item(), 6.5)
   lu.assertStrContains(tostring(qkv.zeros(2, "int64", "cuda")), "device='cuda'")
+  -- an expanded dim crosses to the host once: 2^40 elements print at once
+  lu.assertEquals(tostring(qkv.ones(1, "cuda"):expand(2^40)),
+                  "tensor([1., 1., 1.,  ..., 1., 1., 1.], device='cuda')")
+  lu.assertEquals(g:expand(3, 2, 2):tolist()[3], x:tolist())
 end
 
 function TestCudaCopy:testMixedDevicesAreAnErrorNamingBoth()

@@ -61,6 +61,7 @@ const char *qkv_strerror (int code) {
       return "cannot write into a tensor whose elements share memory (an "
              "expanded view); clone() it first";
     case QKV_ECUDA: return qkv_cuda_loaded() ? qkv_cuda_loaded()->error() : "cuda: error";
+    case QKV_ERANGE: return qkv_op_range_message();
     default: return "internal error";
   }
 }
@@ -105,6 +106,7 @@ int qkv_op_convert (qkv_tensor *dst, const qkv_tensor *src, qkv_dtype dt) {
   if (c.storage == NULL) return QKV_ENOMEM;
   qkv_set_contiguous(&c, src->ndim, src->size);
   int err = qkv_backend_of(src->storage->device)->copy(&c, src);
+  if (err == QKV_ERANGE) qkv_op_range(src, dt);
   if (err != QKV_OK) { qkv_storage_release(c.storage); return err; }
   *dst = c;
   return QKV_OK;
@@ -206,14 +208,37 @@ static int copy_on (qkv_tensor *dst, const qkv_tensor *src) {
   if (overlap(dst, src) && (err = qkv_op_convert(&c, src, src->dtype)) != QKV_OK) return err;
   if (qkv_expand(&e, &c, dst->ndim, dst->size) != 0) err = QKV_EINTERNAL;
   else err = be->copy(dst, &e);
+  if (err == QKV_ERANGE) qkv_op_range(&c, dst->dtype);   /* named in src's shape */
   if (c.storage != src->storage) qkv_storage_release(c.storage);
   return err;
+}
+
+static int is_int (qkv_dtype dt) { return dt == QKV_I64 || dt == QKV_I32; }
+
+int qkv_copy_into (qkv_tensor *dst, const qkv_tensor *src) {
+  int err;
+  qkv_tensor c;
+  if (!qkv_is_float(src->dtype) || !is_int(dst->dtype)) return qkv_copy(dst, src);
+  if (qkv_op_backend(src, NULL, NULL, &err) == NULL) return err;
+  if ((err = qkv_op_convert(&c, src, dst->dtype)) != QKV_OK) return err;
+  err = qkv_copy(dst, &c);
+  qkv_storage_release(c.storage);
+  return err;
+}
+
+/* a fill value that dst's dtype cannot hold: QKV_ERANGE, as for a copy
+   (the bindings check theirs; this keeps any other caller from a clamp) */
+static int unfit (const qkv_tensor *dst, double v) {
+  if (qkv_fits(dst->dtype, v)) return 0;
+  qkv_op_range_value(v, dst->dtype);
+  return 1;
 }
 
 int qkv_fill (qkv_tensor *dst, double v) {
   int err;
   const qkv_backend *be = qkv_op_backend(dst, NULL, NULL, &err);
   if (be == NULL) return err;
+  if (unfit(dst, v)) return QKV_ERANGE;
   return qkv_op_self_overlapping(dst) ? QKV_EOVERLAP : be->fill(dst, v);
 }
 
@@ -490,6 +515,7 @@ int qkv_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {
   const qkv_backend *be = qkv_op_backend(out, mask, NULL, &err);
   if (be == NULL) return err;
   if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  if (unfit(out, v)) return QKV_ERANGE;
   qkv_tensor m;
   qkv_storage *tm;
   err = qkv_op_input(&m, &tm, mask, out, QKV_BOOL);

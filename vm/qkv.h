@@ -18,8 +18,11 @@ typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_I32, QKV_F16, QKV_BF16,
                QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
 
+/* QKV_ERANGE: a float that an integer dtype cannot hold (NaN, an infinity,
+   a value out of its range) met a conversion; qkv_strerror then names the
+   first such element, as the op that found it described it */
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
-       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL, QKV_ECUDA };
+       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL, QKV_ECUDA, QKV_ERANGE };
 const char *qkv_strerror(int code);
 
 /*
@@ -78,6 +81,11 @@ double qkv_elem_get(qkv_dtype dt, const void *p);
 int64_t qkv_elem_geti(qkv_dtype dt, const void *p);
 void qkv_elem_set(qkv_dtype dt, void *p, double x);
 void qkv_elem_seti(qkv_dtype dt, void *p, int64_t i);
+/* whether the float v goes into dtype dt: always for the floats and bool;
+   for int64 and int32 when v is a number whose truncation toward 0 is in
+   range (NaN and the infinities never are).  Every conversion of a float
+   into an int follows this rule, and one that breaks it is QKV_ERANGE. */
+int qkv_fits(qkv_dtype dt, double v);
 
 /*
 ** The storage of a closed tensor (or of one not yet made): no data, never
@@ -139,8 +147,15 @@ int qkv_transfer(qkv_tensor *dst, const qkv_tensor *src);
 
 /* converts dtype, src broadcasts; src may overlap dst (copied as through
    a temporary), but dst may not write one element twice (QKV_EOVERLAP: a
-   stride-0 dim, as expand makes) */
+   stride-0 dim, as expand makes).  A float src with a value that dst's
+   integer dtype cannot hold (qkv_fits) is QKV_ERANGE, dst then written
+   with 0 in place of the bad values; fill and masked_fill refuse such a
+   value before writing anything */
 int qkv_copy(qkv_tensor *dst, const qkv_tensor *src);
+/* as qkv_copy, but all or nothing: a float src that dst's integer dtype
+   cannot hold (QKV_ERANGE) leaves dst unchanged, since it is converted
+   into a temporary first (for writes into a user's tensor: copy_, x[i]) */
+int qkv_copy_into(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_fill(qkv_tensor *dst, double v);           /* QKV_EOVERLAP as copy */
 /* out = a op b; a and b broadcast to out; comparisons give bool */
 int qkv_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);

@@ -227,13 +227,15 @@ int qkv_is_contiguous (const qkv_tensor *t) {
   return 1;
 }
 
+/* the strides of a shape that qkv_numel_of accepts; for one it refuses
+   (a caller's bug) they saturate rather than overflow */
 void qkv_set_contiguous (qkv_tensor *t, int ndim, const int64_t *size) {
   int64_t s = 1;
   t->ndim = ndim;
   for (int i = ndim - 1; i >= 0; i--) {
     t->size[i] = size[i];
     t->stride[i] = s;
-    s *= size[i] > 0 ? size[i] : 1;
+    if (size[i] > 1 && __builtin_mul_overflow(s, size[i], &s)) s = INT64_MAX;
   }
 }
 
@@ -259,8 +261,9 @@ int qkv_expand (qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t 
   qkv_tensor r = *src;
   int64_t n;
   int lead = ndim - src->ndim;
-  /* a size < 0 (-1 asked for a new leading dim), or more elements than int64 */
-  if (lead < 0 || qkv_numel_of(ndim, size, 1, &n) != 0) return -1;
+  /* a size < 0 (-1 asked for a new leading dim), or more bytes than int64
+     (the rule of qkv_numel_of, as for a tensor that owns its storage) */
+  if (lead < 0 || qkv_numel_of(ndim, size, qkv_elsize(src->dtype), &n) != 0) return -1;
   r.ndim = ndim;
   for (int i = 0; i < ndim; i++) {
     int j = i - lead;
@@ -330,7 +333,10 @@ void qkv_view_unsqueeze (qkv_tensor *dst, const qkv_tensor *src, int d) {
     r.stride[k] = src->stride[k - 1];
   }
   r.size[d] = 1;
-  r.stride[d] = d < src->ndim ? src->size[d] * src->stride[d] : 1;
+  /* any stride serves a dim of size 1; PyTorch's is this product, which
+     for an empty src need not fit */
+  if (d >= src->ndim || __builtin_mul_overflow(src->size[d], src->stride[d], &r.stride[d]))
+    r.stride[d] = 1;
   r.ndim++;
   *dst = r;
 }
@@ -354,8 +360,16 @@ void qkv_view_squeeze (qkv_tensor *dst, const qkv_tensor *src, int d) {
 int qkv_view_reshape (qkv_tensor *dst, const qkv_tensor *src, int ndim,
                       const int64_t *size) {
   qkv_tensor r = *src;
-  int64_t numel = qkv_numel(src);
+  int64_t numel = qkv_numel(src), n;
   r.ndim = ndim;
+  /* a shape no tensor may have: dst still gets it, with strides that do
+     not overflow, so that a caller that ignores -1 pushes a view the
+     bindings refuse (qkvL_pushview) rather than garbage */
+  if (qkv_numel_of(ndim, size, qkv_elsize(src->dtype), &n) != 0) {
+    qkv_set_contiguous(&r, ndim, size);
+    *dst = r;
+    return -1;
+  }
   if (numel == 0 || src->ndim == 0) {
     qkv_set_contiguous(&r, ndim, size);
     *dst = r;
@@ -364,10 +378,12 @@ int qkv_view_reshape (qkv_tensor *dst, const qkv_tensor *src, int ndim,
   int vd = ndim - 1;
   int64_t chunk = src->stride[src->ndim - 1], tensor_numel = 1, view_numel = 1;
   for (int td = src->ndim - 1; td >= 0; td--) {
+    int64_t span;
     tensor_numel *= src->size[td];
     /* a group ends where the old layout stops being contiguous */
     if (td == 0 || (src->size[td - 1] != 1 &&
-                    src->stride[td - 1] != tensor_numel * chunk)) {
+                    (__builtin_mul_overflow(tensor_numel, chunk, &span) ||
+                     src->stride[td - 1] != span))) {
       while (vd >= 0 && (view_numel < tensor_numel || size[vd] == 1)) {
         r.stride[vd] = view_numel * chunk;
         r.size[vd] = size[vd];

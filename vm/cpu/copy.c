@@ -2,39 +2,119 @@
 ** copy.c -- CPU copy with dtype conversion, and fill.
 **
 ** Conversions: to bool is x != 0 (NaN is true); float to int64 or int32
-** truncates toward zero, NaN giving 0 and out-of-range values clamping;
-** to float16 and bfloat16 through float32, rounding to nearest even
-** (half.h); everything else is C's conversion.
+** truncates toward zero, and a NaN, an infinity or a value whose truncation
+** the int cannot hold makes the copy return QKV_ERANGE (every element is
+** still written, 0 in place of the bad ones, so that no conversion is
+** undefined); int64 to int32 wraps (C's cast); to float16 and bfloat16
+** through float32, rounding to nearest even (half.h); everything else is
+** C's conversion.
 */
 #include <string.h>
 #include "cpu.h"
 #include "iter.h"
 
-#define I32_OF(x) qkv_cpu_d2i32((double)(x))
-#define INT32_OF(x) ((int32_t)(x))
+/*
+** A float into an int: v (the element's value as a T, a float for the
+** halves) is converted when LOX < v < HIX, the bounds exclusive and exact
+** in T (so that NaN fails both), else 0 is stored and the row tells, once.
+** The check rides in the conversion's loop, so the copy stays one pass.
+** BLEND selects without a branch, vectorised with an or-reduction: float32
+** into int32, which SSE2 converts four at a time.  Elsewhere there is no
+** packed conversion (int64 needs AVX-512) and BRANCH's branch, always taken
+** the same way, is the faster (16M float64 into int64: 73 ms, blended 110).
+*/
+#ifdef _OPENMP
+#define SIMD_OR _Pragma("omp simd reduction(|:bad)")
+#else
+#define SIMD_OR
+#endif
+
+#define CHECKED(dst, v, TO, T, LOX, HIX) \
+  if (v > (T)(LOX) && v < (T)(HIX)) dst = (TO)v; \
+  else dst = 0, bad = 1;
+
+#define BRANCH(o, a, n, TO, T, V, LOX, HIX) \
+  for (int64_t i = 0; i < n; i++) { \
+    T v = V(a[i]); \
+    CHECKED(o[i], v, TO, T, LOX, HIX) \
+  }
+#define BLEND(o, a, n, TO, T, V, LOX, HIX) \
+  SIMD_OR for (int64_t i = 0; i < n; i++) { \
+    T v = V(a[i]); \
+    int ok = v > (T)(LOX) && v < (T)(HIX); \
+    bad |= !ok; \
+    o[i] = (TO)(ok ? v : 0); \
+  }
+
+/* rows run concurrently: each tells of a bad value with one atomic store */
+static void tell_range (void *ctx) {
+  int *bad = ctx;
+  #pragma omp atomic write
+  *bad = 1;
+}
+
+/* LOOP (BRANCH or BLEND) runs the contiguous case */
+#define TO_INT_ROW(name, TO, TI, T, V, LOX, HIX, LOOP) \
+  static void name(int64_t n, char **p, const int64_t *s, void *ctx) { \
+    TO *o = (TO *)p[0]; \
+    const TI *a = (const TI *)p[1]; \
+    int bad = 0; \
+    if (s[0] == QKV_CPU_SZ(TO) && s[1] == QKV_CPU_SZ(TI)) { \
+      LOOP(o, a, n, TO, T, V, LOX, HIX) \
+    } else { \
+      const int64_t so = s[0], sa = s[1]; \
+      char *po = p[0], *pa = p[1]; \
+      for (int64_t i = 0; i < n; i++, po += so, pa += sa) { \
+        T v = V(*(const TI *)pa); \
+        CHECKED(*(TO *)po, v, TO, T, LOX, HIX) \
+      } \
+    } \
+    if (bad) tell_range(ctx); \
+  }
 
 /*
 ** One row function per (dst, src) pair; V(x) is the source element's value
 ** (a float for the halves).  ROW is MAP (vectorised) for the plain types,
 ** CALL where a conversion function is called.
 */
-#define COPY_FROM(src, TI, V, TO_I64, TO_I32, ROW) \
+#define COPY_FROM(src, TI, V, ROW) \
   ROW(copy_f32_##src, float, TI, (float)V(x)) \
   ROW(copy_f64_##src, double, TI, (double)V(x)) \
-  ROW(copy_i64_##src, int64_t, TI, TO_I64(V(x))) \
   ROW(copy_bool_##src, uint8_t, TI, (uint8_t)(V(x) != 0)) \
-  ROW(copy_i32_##src, int32_t, TI, TO_I32(V(x))) \
   QKV_ROW_CALL1(copy_f16_##src, uint16_t, TI, qkv_f2h((float)V(x))) \
   QKV_ROW_CALL1(copy_bf16_##src, uint16_t, TI, qkv_f2bf((float)V(x)))
 
+/* an int or bool source into the ints: C's casts */
+#define INT_TO_INT(src, TI) \
+  QKV_ROW_MAP1(copy_i64_##src, int64_t, TI, (int64_t)x) \
+  QKV_ROW_MAP1(copy_i32_##src, int32_t, TI, (int32_t)x)
+
+/* a float source into the ints, checked; the bounds are the values of T
+   just outside each int's range of truncations (2^31 and 2^63 are exact;
+   a double holds -2^31 - 1, a float's and a double's neighbours of -2^63
+   and a float's of -2^31 are the next values below).  LOOP32 runs into
+   int32 (BLEND for float32) */
+#define FLOAT_TO_INT(src, TI, T, V, LOOP32, LO64, LO32) \
+  TO_INT_ROW(copy_i64_##src, int64_t, TI, T, V, LO64, 0x1p63, BRANCH) \
+  TO_INT_ROW(copy_i32_##src, int32_t, TI, T, V, LO32, 0x1p31, LOOP32)
+
 #define SAME(x) (x)
-COPY_FROM(f32, float, SAME, qkv_cpu_d2i, I32_OF, QKV_ROW_MAP1)
-COPY_FROM(f64, double, SAME, qkv_cpu_d2i, I32_OF, QKV_ROW_MAP1)
-COPY_FROM(i64, int64_t, SAME, (int64_t), INT32_OF, QKV_ROW_MAP1)
-COPY_FROM(bool, uint8_t, SAME, (int64_t), INT32_OF, QKV_ROW_MAP1)
-COPY_FROM(i32, int32_t, SAME, (int64_t), INT32_OF, QKV_ROW_MAP1)
-COPY_FROM(f16, uint16_t, qkv_h2f, qkv_cpu_d2i, I32_OF, QKV_ROW_CALL1)
-COPY_FROM(bf16, uint16_t, qkv_bf2f, qkv_cpu_d2i, I32_OF, QKV_ROW_CALL1)
+#define LO64_F (-0x1.000002p63f)
+#define LO32_F (-0x1.000002p31f)
+COPY_FROM(f32, float, SAME, QKV_ROW_MAP1)
+COPY_FROM(f64, double, SAME, QKV_ROW_MAP1)
+COPY_FROM(i64, int64_t, SAME, QKV_ROW_MAP1)
+COPY_FROM(bool, uint8_t, SAME, QKV_ROW_MAP1)
+COPY_FROM(i32, int32_t, SAME, QKV_ROW_MAP1)
+COPY_FROM(f16, uint16_t, qkv_h2f, QKV_ROW_CALL1)
+COPY_FROM(bf16, uint16_t, qkv_bf2f, QKV_ROW_CALL1)
+INT_TO_INT(i64, int64_t)
+INT_TO_INT(bool, uint8_t)
+INT_TO_INT(i32, int32_t)
+FLOAT_TO_INT(f32, float, float, SAME, BLEND, LO64_F, LO32_F)
+FLOAT_TO_INT(f64, double, double, SAME, BRANCH, -0x1.0000000000001p63, -2147483649.0)
+FLOAT_TO_INT(f16, uint16_t, float, qkv_h2f, BRANCH, LO64_F, LO32_F)
+FLOAT_TO_INT(bf16, uint16_t, float, qkv_bf2f, BRANCH, LO64_F, LO32_F)
 
 #define COPY_ROWS(dst) \
   { copy_##dst##_f32, copy_##dst##_f64, copy_##dst##_i64, copy_##dst##_bool, \
@@ -50,12 +130,14 @@ static const qkv_iter_fn copy_rows[QKV_NDTYPE][QKV_NDTYPE] = {
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
   const qkv_tensor *t[2];
   qkv_iter it;
+  int bad = 0, err;
   if ((unsigned)dst->dtype >= QKV_NDTYPE || (unsigned)src->dtype >= QKV_NDTYPE)
     return QKV_EDTYPE;
   t[0] = dst;
   t[1] = src;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  return qkv_iter_run(&it, copy_rows[dst->dtype][src->dtype], NULL);
+  err = qkv_iter_run(&it, copy_rows[dst->dtype][src->dtype], &bad);
+  return err == QKV_OK && bad ? QKV_ERANGE : err;
 }
 
 /* fill works on the bits: the value is converted once, then stored by width */

@@ -59,9 +59,11 @@ non-negative integers. ]] .. DEVICE .. [[As torch.eye.]]},
    doc = [[The 1-D tensor a, a + step, a + 2 step, ... up to but not
 including b. a defaults to 0 and step to 1; a negative step counts down.
 The values are computed in float64 and stored as float32 unless dtype says
-otherwise (torch.arange gives int64 for integer arguments). A zero or
-non-finite step, a non-finite bound, or a step that goes away from b is an
-error. ]] .. DEVICE .. [[As torch.arange.]],
+otherwise (torch.arange gives int64 for integer arguments); for int64 and
+int32 a, b and step are truncated toward zero and everything is computed in
+integers, exact past 2^53, as PyTorch's int64 arange; an int32 value out of
+range is an error. A zero or non-finite step, a non-finite bound, or a step
+that goes away from b is an error. ]] .. DEVICE .. [[As torch.arange.]],
    example = [=[print(qkv.arange(3), qkv.arange(0, 1, 0.25))
 --> tensor([0., 1., 2.])	tensor([0.0000, 0.2500, 0.5000, 0.7500])]=]},
 

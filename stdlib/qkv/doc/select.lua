@@ -164,8 +164,14 @@ is float32, else a copy. As torch.Tensor.float.]]},
    doc = [[x as float64, as x:to("float64"). It is x itself when x already
 is float64, else a copy. As torch.Tensor.double.]]},
   {name = "Tensor:long", sig = "x:long()", group = "copies and devices",
-   doc = [[x as int64, as x:to("int64"). Floats truncate toward zero, and
-one outside int64's range is an error. As torch.Tensor.long.]]},
+   doc = [[x as int64, as x:to("int64"). Floats truncate toward zero; NaN,
+±inf and a value outside int64's range are an error naming the first such
+element (PyTorch gives an undefined value). As torch.Tensor.long.]]},
+  {name = "Tensor:int", sig = "x:int()", group = "copies and devices",
+   doc = [[x as int32, as x:to("int32"). Floats truncate toward zero; NaN,
+±inf and a value outside int32's range are an error naming the first such
+element, while int64 values wrap as C's cast (and PyTorch's) does. As
+torch.Tensor.int.]]},
   {name = "Tensor:bool", sig = "x:bool()", group = "copies and devices",
    doc = [[x as bool, as x:to("bool"). Nonzero (NaN too) is true. As
 torch.Tensor.bool.]]},
@@ -214,7 +220,9 @@ writes its base. As torch.Tensor.zero_.]]},
   {name = "Tensor:copy_", sig = "x:copy_(src)", group = "in place",
    doc = [[Copies src into x (converting its dtype, broadcasting it to x's
 shape) and returns x. A src that overlaps x is read whole first, as
-through a temporary. As torch.Tensor.copy_.]],
+through a temporary. A float src with a value that an integer x cannot
+hold (NaN, ±inf, out of range) is an error that leaves x unchanged. As
+torch.Tensor.copy_.]],
    example = [=[local x = qkv.zeros(2, 3)
 x:copy_(qkv.tensor{1, 2, 3})
 print(x)
@@ -252,6 +260,8 @@ local EXAMPLES = {
 --> tensor([False,  True])]=],
   ["Tensor:long"] = [=[print(qkv.tensor{2.7, -2.7}:long())
 --> tensor([ 2, -2])]=],
+  ["Tensor:int"] = [=[print(qkv.tensor{2.7, -2.7}:int())
+--> tensor([ 2, -2], dtype=int32)]=],
   ["Tensor:masked_fill_"] = [=[local x = qkv.zeros(3)
 print(x:masked_fill_(qkv.tensor{true, false, true}, 7))
 --> tensor([7., 0., 7.])]=],

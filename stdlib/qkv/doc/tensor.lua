@@ -37,8 +37,9 @@ x:contiguous() makes a copy that is. As torch.Tensor.is_contiguous.]]},
   {name = "Tensor:tolist", sig = "x:tolist()", group = "values",
    doc = [[The values of x as nested Lua tables, one level per dim: numbers
 for float and int64 tensors (integers for int64), booleans for bool. A 0-d
-tensor gives its one value. The tensor must be on the CPU. As
-torch.Tensor.tolist.]],
+tensor gives its one value. A GPU tensor is read through a host copy.
+Tables that would take more than half the memory limit (about 16 bytes a
+value, 80 a list) are an error before any is made. As torch.Tensor.tolist.]],
    example = [=[print(qkv.tensor{{1, 2}, {3, 4}}:tolist()[2][1])   --> 3.0]=]},
 
   {name = "Tensor:element_size", sig = "x:element_size()", group = "size and layout",
@@ -136,8 +137,9 @@ torch.Tensor.clone.]]},
    doc = [[x converted to a dtype or moved to a device; x itself when
 nothing changes. The dtypes are "float32", "float64", "float16",
 "bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
-The halves round to nearest even, a float
-converted to int64 truncates, and any nonzero number becomes true as bool.
+The halves round to nearest even, a float converted to int64 or int32
+truncates toward zero (NaN, ±inf or a value out of the int's range is an
+error naming the first one), and any nonzero number becomes true as bool.
 An unknown name is an error listing the dtypes. A device move copies
 (through host memory for the GPU); "cuda" is an error saying why when
 qkv.cuda_available() is false. As torch.Tensor.to.]],

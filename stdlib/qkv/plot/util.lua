@@ -158,6 +158,11 @@ function M.flat(fname, what, x)
   end
   if M.is_tensor(x) then
     checkopen(fname, what, x)
+    -- as for a heatmap: a Lua list of more would take gigabytes
+    if x:numel() > M.MAXVALUES then
+      M.fail("%s: %s %s has %d values, more than the %d a plot takes", fname, what,
+        M.shapestr(tsizes(x)), x:numel(), M.MAXVALUES)
+    end
     if x:numel() > 0 then walk(x:reshape(x:numel()):tolist(), 1) end
   elseif type(x) == "table" then walk(x, 1)
   else
