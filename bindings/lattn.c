@@ -208,7 +208,12 @@ static int a_heads (lua_State *L) {
   memcpy(size, x->size, sizeof size);
   size[n - 1] = h;
   size[n] = LAST(x) / h;
-  qkv_view_reshape(&v, x, n + 1, size);     /* splitting one dim: always a view */
+  /* splitting one dim is always a view, unless the shape is one no tensor
+     may have (h = 2^62 heads of an empty d) */
+  if (qkv_view_reshape(&v, x, n + 1, size) != 0) {
+    const char *s = qkvL_shape(L, x);
+    return luaL_error(L, "heads: %I heads of x %s make a shape too large", h, s);
+  }
   qkv_view_transpose(&v, &v, n - 2, n - 1);
   qkvL_pushview(L, &v, 1);
   return 1;
