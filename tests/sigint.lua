@@ -31,7 +31,7 @@ S.cases = {
   {"exp", "exp", "x = " .. full(N8, N8), "x:exp()"},
   {"full", "full", "", full(N8, N8, 2)},
   {"masked_fill", "masked_fill", "x = " .. full(N4, N8, 1) .. "; m = x:gt(0)", "x:masked_fill(m, 0)"},
-  {"copy of x:t()", "copy", "x = " .. full(N8, N8, 1), "x:t():contiguous()"},
+  {"copy of x:t()", "contiguous", "x = " .. full(N8, N8, 1), "x:t():contiguous()"},
   {"sum()", "sum", ("x = qkv.full({%d}, 1)"):format(N16 * N8), "x:sum()"},
   {"sum(1), strided", "sum", "x = " .. full(N8, N16, 1), "x:sum(1)"},
   {"argmax(2)", "argmax", "x = " .. full(N16, N8, 1), "x:argmax(2)"},

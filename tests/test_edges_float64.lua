@@ -129,12 +129,16 @@ function TestFloat64:testNoSilentFloat32()
   lu.assertEquals(m[1] - 1, 2 ^ -30, "sum keeps float64")
 end
 
--- a MultiHeadAttention given float64 weights (load) runs in float64
+-- a MultiHeadAttention in float64 (m:double()) runs in float64; load
+-- keeps a module's dtype, as load_state_dict does
 function TestFloat64:testModules()
   qkv.seed(5)
   local m = qkv.nn.MultiHeadAttention(8, 2)
   local sd = {}
   for name, t in pairs(m:state_dict()) do sd[name] = t:to(F64) end
+  m:load(sd)
+  lu.assertEquals(m.W_Q.dtype, "float32")
+  lu.assertTrue(rawequal(m:double(), m))
   m:load(sd)
   local x = rt({2, 4, 8})
   local pad = qkv.padding({4, 1})

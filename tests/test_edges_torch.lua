@@ -239,8 +239,10 @@ end
 TestTorchMHA = {}
 
 -- the fixture's weights loaded into qkv's module (as a state_dict), in dt
+-- (load copies into the module's own tensors, converting as copy_ does, so
+-- the module is made dt first)
 local function mha(dt)
-  local m = qkv.nn.MultiHeadAttention(4, 2)
+  local m = qkv.nn.MultiHeadAttention(4, 2):to(dt)
   local sd = {}
   for name, A in pairs(F.mha.W) do sd[name] = mk(A, dt) end
   return m:load(sd)

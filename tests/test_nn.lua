@@ -234,6 +234,26 @@ function TestState:testLoadKeepsTheTensors()
   lu.assertEquals(a[2].W:tolist(), w1)
 end
 
+-- m:to(dtype), m:double(), m:float(): every parameter, children too
+function TestState:testToDtype()
+  local m = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+  local opt = qkv.optim.SGD(m, {lr = 0.1})
+  local w = m[1].W:tolist()
+  lu.assertTrue(rawequal(m:double(), m))
+  for _, p in ipairs(m:parameters()) do
+    lu.assertEquals(p[2].dtype, "float64", p[1])
+    lu.assertTrue(p[2].requires_grad and p[2].is_leaf, p[1])
+  end
+  close(m[1].W, {shape = {3, 4}, data = R.flatten(w)}, 1e-12, "the values kept")
+  lu.assertEquals(m(qkv.ones(2, 3, "float64")).dtype, "float64")
+  fails("step: the module's parameter '1.W' is not the tensor this optimizer was made with",
+        opt.step, opt)
+  lu.assertEquals(m:float()[2].w.dtype, "float32")
+  lu.assertEquals(m:to("bfloat16")[1].b.dtype, "bfloat16")
+  fails({"to", "expected a device", "or a float dtype, got int64"}, m.to, m, "int64")
+  fails({"to", "got float63"}, m.to, m, "float63")
+end
+
 -- a bad entry anywhere changes nothing
 function TestState:testLoadIsAllOrNothing()
   local m, src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))

@@ -105,21 +105,27 @@ function Module:zero_grad()
   return self
 end
 
--- every parameter moved to device ("cpu" or "cuda") in place, children
--- too, as nn.Module.to does; returns the module
-function Module:to(device)
-  if device ~= "cpu" and device ~= "cuda" then
-    fail("to", "device must be \"cpu\" or \"cuda\", got %s", tostring(device))
+local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+
+-- every parameter moved to a device ("cpu" or "cuda") or converted to a
+-- float dtype, children too, as nn.Module.to does; returns the module. The
+-- parameters are new tensors (an optimizer made before says so at its step).
+function Module:to(to)
+  local field = (to == "cpu" or to == "cuda") and "device" or FLOATS[to] and "dtype"
+  if not field then
+    fail("to", "expected a device (\"cpu\", \"cuda\") or a float dtype, got %s", tostring(to))
   end
   for _, n in ipairs(self._params) do
     local p = self[n]
-    if p.device ~= device then self[n] = p:detach():to(device):requires_grad_() end
+    if p[field] ~= to then self[n] = p:detach():to(to):requires_grad_() end
   end
-  for _, n in ipairs(self._children) do self[n]:to(device) end
+  for _, n in ipairs(self._children) do self[n]:to(to) end
   return self
 end
 function Module:cuda() return self:to("cuda") end
 function Module:cpu() return self:to("cpu") end
+function Module:double() return self:to("float64") end
+function Module:float() return self:to("float32") end
 
 function Module:child(name, m)
   self._children[#self._children + 1] = name

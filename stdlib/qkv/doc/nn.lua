@@ -165,13 +165,26 @@ m:eval()
 print(m.training, m[2].training, m:train()[2].training)
 --> false	false	true]=]},
 
-  {name = "Module:to", sig = "m:to(device)", group = "module methods",
-   doc = [[Moves every parameter of m and its submodules to device, "cpu"
-or "cuda", in place, and returns m; the moved parameters still require
-grad. m:cuda() and m:cpu() are the same as m:to("cuda") and m:to("cpu").
-Another name is an error. As torch.nn.Module.to.]],
+  {name = "Module:to", sig = "m:to(device_or_dtype)", group = "module methods",
+   doc = [[Moves every parameter of m and its submodules to a device, "cpu"
+or "cuda", or converts it to a float dtype ("float32", "float64",
+"float16", "bfloat16"), and returns m; the parameters are new tensors that
+still require grad, so make an optimizer after this (one made before says
+so at its step). m:cuda(), m:cpu(), m:double() and m:float() are
+m:to("cuda"), m:to("cpu"), m:to("float64") and m:to("float32"). Another
+name is an error. As torch.nn.Module.to.]],
    example = [=[local m = qkv.nn.Linear(2, 2):to("cpu")
-print(m.W.device)   --> cpu]=]},
+print(m.W.device, m:double().W.dtype)   --> cpu	float64]=]},
+
+  {name = "Module:double", sig = "m:double()", group = "module methods",
+   doc = [[m:to("float64"): every parameter converted to float64, children's
+too, and m returned. The parameters are new tensors that require grad. The
+module then takes float64 inputs. As torch.nn.Module.double.]]},
+
+  {name = "Module:float", sig = "m:float()", group = "module methods",
+   doc = [[m:to("float32"): every parameter converted to float32, children's
+too, and m returned. The parameters are new tensors that require grad. The
+module then takes float32 inputs. As torch.nn.Module.float.]]},
 
   {name = "Module:cuda", sig = "m:cuda()", group = "module methods",
    doc = [[m:to("cuda"): every parameter moved to the GPU, in place. The
