@@ -179,6 +179,43 @@ function TestKernelLocal:testTheCellRules()
   lu.assertNil(exec.help_text("no_such_thing_at_all"))
 end
 
+-- IPython's HistoryManager is the reference (ipykernel's do_history)
+function TestKernelLocal:testHistoryAnswersAsIPythonDoes()
+  local history = require "qkv.kernel.history"
+  local h = {{1, "x = 1", nil}, {2, "1 + 2", "3"}, {3, "y = 2"}, {4, "1 + 2", "3"},
+             {5, "1 + 20", "21"}, {6, "1 + 2", "3"}, {7, "é?"}, {8, "a%b.[c]"}}
+  local function lines(c)
+    local out = {}
+    for i, e in ipairs(history.query(h, c)) do out[i] = e[1] end
+    return out
+  end
+  local function search(pattern, extra)
+    local c = {hist_access_type = "search", pattern = pattern}
+    for k, v in pairs(extra or {}) do c[k] = v end
+    return lines(c)
+  end
+  lu.assertEquals(search("1 + *"), {2, 4, 5, 6})
+  lu.assertEquals(search("1 + *", {unique = true}), {5, 6})        -- each code at its latest
+  lu.assertEquals(search("1 + *", {n = 3}), {4, 5, 6})             -- the last n, oldest first
+  lu.assertEquals(search("1 + *", {n = 1, unique = true}), {6})
+  lu.assertEquals(search("1 + 2"), {2, 4, 6})                      -- the whole code
+  lu.assertEquals(search("1 + ?"), {2, 4, 6})
+  lu.assertEquals(search("1 + ??"), {5})
+  lu.assertEquals(search("??"), {7})                               -- é is one character
+  lu.assertEquals(search("[xy] = *"), {1, 3})
+  lu.assertEquals(search("[^xy1] *"), {})
+  lu.assertEquals(search("[a-x] = 1"), {1})
+  lu.assertEquals(search("a%b.[[]c]"), {8})                        -- no magic but the glob's
+  lu.assertEquals(search("X = 1"), {})                             -- case-sensitive as GLOB
+  lu.assertEquals(search("*"), {1, 2, 3, 4, 5, 6, 7, 8})
+  lu.assertEquals(search("*", {n = 0}), {})
+  lu.assertEquals(lines{hist_access_type = "tail", n = 2}, {7, 8})
+  lu.assertEquals(lines{hist_access_type = "range", session = 1, start = 2, stop = 4}, {2, 3})
+  lu.assertEquals(lines{hist_access_type = "range", session = 0, start = 7}, {7, 8})
+  lu.assertEquals(lines{hist_access_type = "range", session = 2, start = 1}, {})
+  lu.assertEquals(lines{hist_access_type = "tail", n = "x"}, {1, 2, 3, 4, 5, 6, 7, 8})
+end
+
 function TestKernelLocal:testDisplayOutsideTheKernelPrints()
   local out = S.sh(QKV .. " -e 'qkv.display(qkv.ones(2), \"x\")'")
   lu.assertEquals(out, "tensor([1., 1.])\tx\n")

@@ -2,8 +2,9 @@
 -- messaging protocol 5.3 over ZeroMQ (qkv.zmq: libzmq, HMAC-SHA256 from
 -- libcrypto), JSON through qkv.json (libcjson). The executable (vm/kernel.c)
 -- calls M.main with the arguments and `docall`, which runs a cell so that
--- Jupyter's interrupt (SIGINT) stops it. Cells run in kernel/exec.lua;
--- `qkv kernel install` is kernel/install.lua.
+-- Jupyter's interrupt (SIGINT) stops it. Cells run in kernel/exec.lua,
+-- history_request is answered by kernel/history.lua, and `qkv kernel
+-- install` is kernel/install.lua.
 --
 -- Sockets bind to the connection file's address only (127.0.0.1 as
 -- Jupyter writes it). A message whose signature does not verify, or one
@@ -13,6 +14,7 @@ local zmq = require "qkv.zmq"
 local json = require "qkv.json"
 local repl = require "qkv.repl"
 local exec = require "qkv.kernel.exec"
+local history = require "qkv.kernel.history"
 
 local M = {}
 local stderr = io.stderr        -- the process's own, for the log (cells get a stream)
@@ -204,23 +206,10 @@ function H.is_complete_request(k, sock, msg)
 end
 
 function H.history_request(k, sock, msg)
-  local c, out = msg.content, {}
-  local function add(h)
-    local input = c.output and json.array{h[2], h[3] or json.null} or h[2]
-    out[#out + 1] = json.array{1, h[1], input}
-  end
-  if c.hist_access_type == "range" then
-    local start, stop = tonumber(c.start) or 0, tonumber(c.stop)
-    for _, h in ipairs(k.history) do
-      if h[1] >= start and (stop == nil or h[1] < stop) then add(h) end
-    end
-  elseif c.hist_access_type == "search" then
-    local pat = "^" .. tostring(c.pattern or "*"):gsub("[%^%$%(%)%%%.%[%]%+%-]", "%%%0")
-                :gsub("%*", ".*"):gsub("%?", ".") .. "$"
-    for _, h in ipairs(k.history) do if h[2]:find(pat) then add(h) end end
-  else
-    local n = math.tointeger(c.n) or #k.history
-    for i = math.max(1, #k.history - n + 1), #k.history do add(k.history[i]) end
+  local out = {}
+  for _, h in ipairs(history.query(k.history, msg.content)) do
+    local input = msg.content.output and json.array{h[2], h[3] or json.null} or h[2]
+    out[#out + 1] = json.array{history.SESSION, h[1], input}
   end
   k:reply(sock, msg, "history_reply", {status = "ok", history = json.array(out)})
 end

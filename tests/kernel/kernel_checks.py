@@ -258,6 +258,20 @@ def history_and_comm_info():
     msg_id = K.kc.history(hist_access_type="search", pattern="hist_*", output=False, raw=True)
     r = K.reply_for(msg_id)["content"]
     expect([h[2] for h in r["history"]] == ["hist_mark = 1"], r)
+    for code in ("hist_n = 1", "hist_n = 2", "hist_n = 1", "return hist_n * 7"):
+        K.run(code)
+
+    def search(**kw):
+        msg_id = K.kc.history(hist_access_type="search", raw=True, **kw)
+        return [h[2] for h in K.reply_for(msg_id)["content"]["history"]]
+    expect(search(pattern="hist_n = ?", output=False) == ["hist_n = 1", "hist_n = 2", "hist_n = 1"],
+           "glob")
+    expect(search(pattern="hist_n = ?", output=False, unique=True) == ["hist_n = 2", "hist_n = 1"],
+           "unique: each code once, at its latest")
+    expect(search(pattern="hist_n = ?", output=False, n=2) == ["hist_n = 2", "hist_n = 1"],
+           "n: the last n matches")
+    expect(search(pattern="*hist_n [*]*", output=True) == [["return hist_n * 7", "7"]],
+           "output: the text of the value")
     msg_id = K.kc.comm_info()
     r = K.reply_for(msg_id)["content"]
     expect(r == {"status": "ok", "comms": {}}, r)

@@ -162,6 +162,7 @@ local function describe(e)
 end
 
 -- runs code for the request msg; returns {status, ename, evalue, traceback}
+-- or {status, output}, the text of the value shown
 function M.run(k, msg, code, n, silent)
   current = {msg = msg, silent = silent}
   local f, show, quiet = compile(code, n)
@@ -176,8 +177,10 @@ function M.run(k, msg, code, n, silent)
     if show and r.n > 1 then
       _G._ = r[2]
       if not silent and not quiet then
-        k:publish("execute_result", {execution_count = n, data = bundle(table.unpack(r, 2, r.n)),
-                                     metadata = {}}, msg)
+        local data = bundle(table.unpack(r, 2, r.n))
+        k:publish("execute_result", {execution_count = n, data = data, metadata = {}}, msg)
+        current = nil
+        return {status = "ok", output = data["text/plain"]}
       end
     end
     current = nil
