@@ -30,10 +30,11 @@ static void on_sigint (int sig) {
   if (running) cli_interrupt(kernelL);
 }
 
-/* the error object and the traceback below it, as a table */
+/* the error's text as the REPL shows it and the traceback below it, as a
+   table */
 static int handler (lua_State *L) {
   lua_newtable(L);
-  lua_pushvalue(L, 1);
+  cli_errortext(L, 1);
   lua_setfield(L, -2, "error");
   luaL_traceback(L, L, NULL, 1);
   lua_setfield(L, -2, "traceback");
@@ -41,7 +42,7 @@ static int handler (lua_State *L) {
 }
 
 /*
-** docall(f, ...) -> true, results... | false, {error = e, traceback = s}:
+** docall(f, ...) -> true, results... | false, {error = text, traceback = s}:
 ** f under the interrupt.  Only the main state is hooked, as in the REPL.
 */
 static int k_docall (lua_State *L) {

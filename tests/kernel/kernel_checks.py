@@ -184,6 +184,18 @@ def errors_and_the_kernel_goes_on():
     expect(err["evalue"].endswith("boom") and err["traceback"][0] == err["evalue"], err)
     expect(any("in main chunk" in line for line in err["traceback"]), err["traceback"])
     expect(not any("kernel" in line for line in err["traceback"]), err["traceback"])
+    # what is not a string shows as Lua's REPL shows it (lua.c's msghandler)
+    for code, evalue in (("error()", "(error object is a nil value)"),
+                         ("error(nil)", "(error object is a nil value)"),
+                         ("error({})", "(error object is a table value)"),
+                         ("error(true)", "(error object is a boolean value)"),
+                         ("error(42)", "42"),
+                         ("error(setmetatable({}, {__tostring = function() return 'own' end}))",
+                          "own")):
+        r, msgs = K.run(code)
+        err = of(msgs, "error")[0]
+        expect(r["evalue"] == evalue and err["evalue"] == evalue and err["traceback"][0] == evalue,
+               (code, r["evalue"], err["evalue"]))
     r, msgs = K.run("qkv.scores(qkv.ones(3, 2), qkv.ones(5, 3))")
     expect("scores: Q is (3, 2) but K is (5, 3)" in r["evalue"], r["evalue"])
     r, msgs = K.run("for i = 1, do")

@@ -141,11 +141,11 @@ end
 M._compile = compile        -- for tests/test_kernel.lua
 
 -- the error as Jupyter shows it: a name, the message, and the traceback
--- of the cell's frames (the kernel's own are cut)
+-- of the cell's frames (the kernel's own are cut); docall gives the
+-- message as the REPL shows it (error() has "(error object is a nil
+-- value)"), or a bare string when its handler itself failed (memory)
 local function describe(e)
-  local err = type(e) == "table" and e.error or e
-  local msg = type(err) == "string" and err or (pcall(tostring, err) and tostring(err))
-              or "(error object is a " .. type(err) .. " value)"
+  local msg = type(e) == "table" and e.error or tostring(e)
   local ename = msg:find("interrupted!?$") and "Interrupted" or "Error"
   local tb = {msg}
   if type(e) == "table" and type(e.traceback) == "string" then
