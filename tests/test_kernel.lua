@@ -64,7 +64,7 @@ end
 TestKernelClient = {}
 for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
     "execute_result_and_count", "streams_as_they_come", "errors_and_the_kernel_goes_on",
-    "display_and_plots", "complete", "inspect", "is_complete", "history_and_comm_info",
+    "display_and_plots", "clear_output_and_help_pages", "complete", "inspect", "is_complete", "history_and_comm_info",
     "interrupt", "wrongly_signed_and_replayed_messages_are_dropped",
     "garbage_is_dropped_and_the_kernel_goes_on", "shutdown_and_restart"} do
   TestKernelClient["test_" .. name] = function() passes(name) end
@@ -222,6 +222,14 @@ function TestKernelLocal:testDisplayOutsideTheKernelPrints()
   -- a closed tensor inside a table (the API fuzzer's finding)
   out = S.sh(QKV .. " -e 'local t do local x <close> = qkv.ones(1); t = x end; qkv.display({t})'")
   lu.assertEquals(out, "{tensor(<closed>)}\n")
+end
+
+function TestKernelLocal:testClearOutputOutsideTheKernel()
+  local out, code = S.sh(QKV .. " -e 'print(1); qkv.clear_output(); qkv.clear_output(true); print(2)'")
+  lu.assertEquals({out, code}, {"1\n2\n", 0})
+  local ok, err = pcall(qkv.clear_output, "yes")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "clear_output: bad argument #1 (boolean expected, got string)")
 end
 
 function TestKernelLocal:testHmacAndBase64AgainstKnownAnswers()

@@ -164,7 +164,7 @@ function H.execute_request(k, sock, msg)
   if store then k.history[#k.history + 1] = {n, code, r.output} end
   local reply = {status = r.status, execution_count = n}
   if r.status == "ok" then
-    reply.payload, reply.user_expressions = json.array{}, {}
+    reply.payload, reply.user_expressions = json.array(r.payload or {}), {}
   else
     reply.ename, reply.evalue, reply.traceback = r.ename, r.evalue, json.array(r.traceback)
   end

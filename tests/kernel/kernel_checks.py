@@ -231,6 +231,29 @@ def display_and_plots():
 
 
 @check
+def clear_output_and_help_pages():
+    _, msgs = K.run('print("a"); qkv.clear_output(); qkv.clear_output(true); print("b")')
+    seen = [(m["msg_type"], m["content"].get("wait", m["content"].get("text")))
+            for m in msgs if m["msg_type"] in ("stream", "clear_output")]
+    expect(seen == [("stream", "a\n"), ("clear_output", False), ("clear_output", True),
+                    ("stream", "b\n")], seen)
+    r, msgs = K.run("qkv.clear_output(1)")
+    expect(r["status"] == "error" and "clear_output: bad argument #1 (boolean expected, got number)"
+           in r["evalue"], r)
+    r, msgs = K.run("?qkv.softmax")
+    expect(r["status"] == "ok" and not of(msgs, "stream") and len(r["payload"]) == 1, (r, msgs))
+    page = r["payload"][0]
+    expect(page["source"] == "page" and page["start"] == 0
+           and "Softmax along dim" in page["data"]["text/plain"], page)
+    r, _ = K.run("  ?  ")
+    expect("qkv.softmax" in r["payload"][0]["data"]["text/plain"], "? alone: the general help")
+    r, msgs = K.run("?no_such_name_here")
+    expect(r["status"] == "ok" and r["payload"] == [], r)
+    expect(of(msgs, "stream") == [{"name": "stdout", "text": "no documentation for no_such_name_here\n"}],
+           of(msgs, "stream"))
+
+
+@check
 def complete():
     msg_id = K.kc.complete("x = qkv.sof", 11)
     r = K.reply_for(msg_id)["content"]

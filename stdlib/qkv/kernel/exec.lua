@@ -64,6 +64,14 @@ local function display(data, metadata)
   end
 end
 
+-- qkv.clear_output(wait): the cell's output so far goes (with wait, when
+-- the next output comes, as IPython's clear_output)
+local function clear_output(wait)
+  if current and not current.silent then
+    K:publish("clear_output", {wait = wait}, current.msg)
+  end
+end
+
 -- values as a MIME bundle ------------------------------------------------
 
 local HTML_MAX = 400
@@ -161,10 +169,44 @@ local function describe(e)
   return ename, msg, tb
 end
 
+-- the REPL's `?expr` text: help on the value of expr, else on the name;
+-- nil and the REPL's words when there is none
+function M.help_text(expr)
+  expr = expr:match("^%s*(.-)%s*$")
+  if expr == "" then return nil, "no name" end
+  local doc = require "qkv.doc"
+  local f = load("return " .. expr, "=?", "t")
+  local ok, v = false, nil
+  if f then ok, v = pcall(f) end
+  if ok and v ~= nil then
+    local text, msg = doc.text(v)
+    if text then return text end
+    return doc.text(expr) or nil, msg
+  end
+  return doc.text(expr)
+end
+
+-- a `?expr` cell, as the REPL's `?expr` line: help's text as a page
+-- payload (as IPython's `obj?`; `?` alone is the general help), or the
+-- REPL's words on stdout when there is none
+local function help_page(expr)
+  local text, msg
+  if expr:find("%S") then text, msg = M.help_text(expr) else text = require("qkv.doc").text() end
+  if text then return {{source = "page", data = {["text/plain"] = text}, start = 0}} end
+  emit("stdout", msg .. "\n")
+  return nil
+end
+
 -- runs code for the request msg; returns {status, ename, evalue, traceback}
--- or {status, output}, the text of the value shown
+-- or {status, output, payload}: the text of the value shown, the pages
 function M.run(k, msg, code, n, silent)
   current = {msg = msg, silent = silent}
+  local expr = code:match("^%s*%?([^\n]*)$")
+  if expr then
+    local payload = help_page(expr)
+    current = nil
+    return {status = "ok", payload = payload}
+  end
   local f, show, quiet = compile(code, n)
   if not f then
     current = nil
@@ -203,21 +245,6 @@ function M.is_complete(code)
   return {status = "invalid"}
 end
 
--- the REPL's `?name` text, or nil
-function M.help_text(name)
-  if name == "" then return nil end
-  local doc = require "qkv.doc"
-  local f = load("return " .. name, "=?", "t")
-  if f then
-    local ok, v = pcall(f)
-    if ok and v ~= nil then
-      local text = doc.text(v)
-      if text then return text end
-    end
-  end
-  return (doc.text(name))
-end
-
 -- the kernel's streams, the plot hook and qkv.display
 function M.setup(k)
   K = k
@@ -231,6 +258,7 @@ function M.setup(k)
   end
   require("qkv.plot")._display = show_plot
   repl._display = function(...) display(bundle(...)) end
+  repl._clear = clear_output
 end
 
 return M
