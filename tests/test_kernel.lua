@@ -63,7 +63,8 @@ end
 
 TestKernelClient = {}
 for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
-    "execute_result_and_count", "streams_as_they_come", "errors_and_the_kernel_goes_on",
+    "execute_result_and_count", "streams_as_they_come", "streams_in_order_and_batched",
+    "errors_and_the_kernel_goes_on",
     "display_and_plots", "clear_output_and_help_pages", "complete", "inspect", "is_complete", "history_and_comm_info",
     "interrupt", "wrongly_signed_and_replayed_messages_are_dropped",
     "garbage_is_dropped_and_the_kernel_goes_on", "shutdown_and_restart"} do

@@ -1,8 +1,9 @@
 -- kernel.lua: qkv's Jupyter kernel (`qkv kernel -f CONNECTION_FILE`): the
 -- messaging protocol 5.3 over ZeroMQ (qkv.zmq: libzmq, HMAC-SHA256 from
 -- libcrypto), JSON through qkv.json (libcjson). The executable (vm/kernel.c)
--- calls M.main with the arguments and `docall`, which runs a cell so that
--- Jupyter's interrupt (SIGINT) stops it. Cells run in kernel/exec.lua,
+-- calls M.main with the arguments, `docall`, which runs a cell so that
+-- Jupyter's interrupt (SIGINT) stops it, and `flush_in`, the timer that
+-- sends a busy cell's output. Cells run in kernel/exec.lua,
 -- history_request is answered by kernel/history.lua, and `qkv kernel
 -- install` is kernel/install.lua.
 --
@@ -246,12 +247,12 @@ function K:handle(sock)
   self:publish("status", {execution_state = "idle"}, msg)
 end
 
-function M.serve(path, docall)
+function M.serve(path, docall, flush_in)
   local c = connection(path)
   local ctx = zmq.context()
   local k = setmetatable({key = c.key, session = random_hex(16), count_sent = 0,
                           execution_count = 0, history = {}, seen = {}, order = {},
-                          docall = docall, ctx = ctx}, K)
+                          docall = docall, flush_in = flush_in, ctx = ctx}, K)
   k.shell, k.control = ctx:socket("ROUTER"), ctx:socket("ROUTER")
   k.stdin, k.iopub = ctx:socket("ROUTER"), ctx:socket("PUB")
   k.shell:bind(addr(c, c.shell_port))
@@ -272,7 +273,7 @@ function M.serve(path, docall)
 end
 
 -- `qkv kernel -f FILE` or `qkv kernel install [...]`
-function M.main(args, docall, progname)
+function M.main(args, docall, progname, flush_in)
   if args[1] == "install" then
     return require("qkv.kernel.install").main(table.move(args, 2, #args, 1, {}), progname)
   end
@@ -286,7 +287,7 @@ function M.main(args, docall, progname)
                     :format(progname, progname))
     return 2
   end
-  return M.serve(path, docall)
+  return M.serve(path, docall, flush_in)
 end
 
 return M

@@ -21,14 +21,63 @@ local real = {stdout = io.stdout, stderr = io.stderr}
 
 -- output ---------------------------------------------------------------
 
+-- A cell's stream output waits in `pending` and goes as one stream
+-- message LINGER seconds after its first byte (ipykernel's flush_interval;
+-- the kernel's timer sends it even while the cell computes), once CHUNK
+-- bytes wait, when the other stream writes (stdout and stderr keep their
+-- order), and before any other message of the cell. So 51,200 prints are
+-- a message or a few, not 51,200: those overflowed the iopub socket's
+-- queue (1000 messages: libzmq's PUB drops past it) and most were lost.
+-- ipykernel has no size bound; 1 MiB bounds the text held and keeps a
+-- flood coming as it goes, and at 1 MiB a message a cell must print 1 GB
+-- faster than the client reads before that queue drops any (at 64 KiB, a
+-- 200 MB flood lost a quarter of its lines).
+local LINGER, CHUNK = 0.2, 1 << 20
+local clock = qkv.clock
+local pending = {parts = {}, size = 0}
+local inside = false    -- in emit or publish: the timer's flush comes back later
+
+local function flush()
+  if pending.size == 0 then return end
+  local text = table.concat(pending.parts)
+  pending.parts, pending.size = {}, 0
+  K:publish("stream", {name = pending.name, text = text}, current.msg)
+end
+
+-- the timer's flush, from a hook at any instruction of the cell
+local function on_time()
+  if not current then return end
+  if inside then K.flush_in(LINGER / 10, on_time) else flush() end
+end
+
+-- a message of the cell that is not a stream, after what it printed
+local function publish(msg_type, content)
+  if current.silent then return end
+  inside = true
+  flush()
+  K:publish(msg_type, content, current.msg)
+  inside = false
+end
+
 local function emit(name, text)
   if text == "" then return end
-  if current then
-    if not current.silent then K:publish("stream", {name = name, text = text}, current.msg) end
-  else
+  if not current then
     real[name]:write(text)
     real[name]:flush()
+    return
   end
+  if current.silent then return end
+  inside = true
+  if pending.name ~= name then flush() end
+  if pending.size == 0 then
+    pending.since = clock()
+    if K.flush_in then K.flush_in(LINGER, on_time) end
+  end
+  pending.name = name
+  pending.parts[#pending.parts + 1] = text
+  pending.size = pending.size + #text
+  if pending.size >= CHUNK or clock() - pending.since >= LINGER then flush() end
+  inside = false
 end
 
 -- io.stdout and io.stderr while the kernel runs: files that stream
@@ -55,10 +104,7 @@ function Stream:__tostring() return "file (" .. self.name .. ", streamed to Jupy
 
 local function display(data, metadata)
   if current then
-    if not current.silent then
-      K:publish("display_data", {data = data, metadata = metadata or {}, transient = {}},
-                current.msg)
-    end
+    publish("display_data", {data = data, metadata = metadata or {}, transient = {}})
   else
     emit("stdout", data["text/plain"] .. "\n")
   end
@@ -67,9 +113,7 @@ end
 -- qkv.clear_output(wait): the cell's output so far goes (with wait, when
 -- the next output comes, as IPython's clear_output)
 local function clear_output(wait)
-  if current and not current.silent then
-    K:publish("clear_output", {wait = wait}, current.msg)
-  end
+  if current then publish("clear_output", {wait = wait}) end
 end
 
 -- values as a MIME bundle ------------------------------------------------
@@ -197,43 +241,38 @@ local function help_page(expr)
   return nil
 end
 
--- runs code for the request msg; returns {status, ename, evalue, traceback}
--- or {status, output, payload}: the text of the value shown, the pages
-function M.run(k, msg, code, n, silent)
-  current = {msg = msg, silent = silent}
-  local expr = code:match("^%s*%?([^\n]*)$")
-  if expr then
-    local payload = help_page(expr)
-    current = nil
-    return {status = "ok", payload = payload}
-  end
-  local f, show, quiet = compile(code, n)
-  if not f then
-    current = nil
-    local ename, evalue, tb = "SyntaxError", show, {show}
-    if not silent then k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg) end
-    return {status = "error", ename = ename, evalue = evalue, traceback = tb}
-  end
-  local r = table.pack(k.docall(f))
-  if r[1] then
-    if show and r.n > 1 then
-      _G._ = r[2]
-      if not silent and not quiet then
-        local data = bundle(table.unpack(r, 2, r.n))
-        k:publish("execute_result", {execution_count = n, data = data, metadata = {}}, msg)
-        current = nil
-        return {status = "ok", output = data["text/plain"]}
-      end
-    end
-    current = nil
-    return {status = "ok"}
-  end
-  current = nil
-  local ename, evalue, tb = describe(r[2])
-  if not silent then
-    k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg)
-  end
+local function failed(ename, evalue, tb)
+  publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)})
   return {status = "error", ename = ename, evalue = evalue, traceback = tb}
+end
+
+-- the cell's messages but its last stream output, and M.run's result
+local function outcome(k, code, n)
+  local expr = code:match("^%s*%?([^\n]*)$")
+  if expr then return {status = "ok", payload = help_page(expr)} end
+  local f, show, quiet = compile(code, n)
+  if not f then return failed("SyntaxError", show, {show}) end
+  local r = table.pack(k.docall(f))
+  if not r[1] then return failed(describe(r[2])) end
+  if not show or r.n == 1 then return {status = "ok"} end
+  _G._ = r[2]
+  if current.silent or quiet then return {status = "ok"} end
+  local data = bundle(table.unpack(r, 2, r.n))
+  publish("execute_result", {execution_count = n, data = data, metadata = {}})
+  return {status = "ok", output = data["text/plain"]}
+end
+
+-- runs code for the request msg; returns {status, ename, evalue, traceback}
+-- or {status, output, payload}: the text of the value shown, the pages.
+-- What the cell printed is sent by then.
+function M.run(k, msg, code, n, silent)
+  current, inside = {msg = msg, silent = silent}, false
+  local ok, r = pcall(outcome, k, code, n)
+  local sent, err = pcall(flush)
+  current, pending.parts, pending.size = nil, {}, 0
+  if not ok then error(r, 0) end
+  if not sent then error(err, 0) end
+  return r
 end
 
 -- the REPL's unfinished-chunk rule
