@@ -5,10 +5,11 @@
 -- and the kernel going on, display_data PNGs of the heatmap's size,
 -- complete, inspect, is_complete, history, comm_info, interrupts of
 -- running loops, wrongly signed and replayed messages dropped, loopback
--- only, shutdown and restart), nbclient runs notebooks/ and checks each
--- cell, and nbconvert --execute turns it into HTML. Without them those
--- are skipped; what needs no peer (install, the cell rules, arguments) is
--- checked here directly.
+-- only, shutdown and restart), jupyter_kernel_test's conformance checks
+-- run against it (tests/kernel/conformance.py), nbclient runs notebooks/
+-- and checks each cell, and nbconvert --execute turns it into HTML.
+-- Without them those are skipped; what needs no peer (install, the cell
+-- rules, history search, arguments) is checked here directly.
 local lu = require "luaunit"
 local S = dofile("tests/shell.lua")
 local H = dofile("tests/npy_helpers.lua")
@@ -72,11 +73,61 @@ for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
 end
 
 -- under make test-asan the kernel is build-asan/qkv: its reports go to the log
-function TestKernelClient:test_the_kernel_log_has_no_sanitizer_report()
-  checks()
-  local log = H.readfile(TMP .. "/kernel.log")
+local function assert_clean(log)
+  log = H.readfile(log)
   lu.assertNil(log:find("Sanitizer", 1, true), log)
   lu.assertNil(log:find("runtime error", 1, true), log)
+end
+
+function TestKernelClient:test_the_kernel_log_has_no_sanitizer_report()
+  checks()
+  assert_clean(TMP .. "/kernel.log")
+end
+
+-- jupyter_kernel_test, the Jupyter project's conformance checks: its
+-- KernelTests with qkv's samples (tests/kernel/conformance.py), run once;
+-- each of its checks must pass, and one it adds later shows up here
+local CONFORMANCE = {"kernel_info", "execute_stdout", "execute_stderr", "completion",
+  "is_complete", "pager", "error", "execute_result", "display_data", "history", "inspect",
+  "clear_output"}
+local conformance
+local function conform()
+  local _, code = S.sh(PY .. " -c 'import jupyter_kernel_test' 2>/dev/null")
+  if code ~= 0 then lu.skip("no " .. PY .. " with jupyter_kernel_test (`make peers`)") end
+  if not conformance then
+    install()
+    local out = S.sh(PY .. " tests/kernel/conformance.py " .. S.quote(TMP) .. " "
+                     .. S.quote(TMP .. "/conformance.log"))
+    conformance = {raw = out, done = out:find("\nDONE") ~= nil, names = {}}
+    for verdict, name, rest in out:gmatch("(%u+) test_([%w_]+)([^\n]*)") do
+      conformance[name] = {verdict, rest}
+      conformance.names[#conformance.names + 1] = name
+    end
+  end
+  lu.assertTrue(conformance.done, conformance.raw)
+  return conformance
+end
+
+TestKernelConformance = {}
+for _, name in ipairs(CONFORMANCE) do
+  TestKernelConformance["test_" .. name] = function()
+    local r = conform()[name]
+    lu.assertNotNil(r, name .. " did not run\n" .. conformance.raw)
+    if r[1] ~= "PASS" then lu.fail(("%s %s%s"):format(r[1], name, r[2])) end
+  end
+end
+
+function TestKernelConformance:test_every_check_is_listed_here()
+  local listed = {}
+  for _, name in ipairs(CONFORMANCE) do listed[name] = true end
+  for _, name in ipairs(conform().names) do
+    lu.assertTrue(listed[name], "jupyter_kernel_test's test_" .. name .. " is new: list it")
+  end
+end
+
+function TestKernelConformance:test_the_kernel_log_has_no_sanitizer_report()
+  conform()
+  assert_clean(TMP .. "/conformance.log")
 end
 
 TestKernelNotebook = {}
