@@ -4,10 +4,11 @@
 -- one (as IPython shows the last expression); a trailing ';' keeps it
 -- quiet. Values show as the REPL prints them (text/plain), a small tensor
 -- also as an HTML table. print, io.write and io.stdout/io.stderr are
--- streamed as they come; a qkv.plot call without `file` shows a PNG
--- (display_data, through the same cairo renderer), and qkv.display(x)
--- shows any value explicitly. Globals persist from cell to cell, locals do
--- not (as in the REPL).
+-- streamed as they come, in batches (below); a qkv.plot call without
+-- `file` shows a PNG (display_data, through the same cairo renderer),
+-- qkv.display(x) shows any value explicitly and qkv.clear_output clears.
+-- A cell that is `?expr` is help's page. Globals persist from cell to
+-- cell, locals do not (as in the REPL).
 
 local json = require "qkv.json"
 local zmq = require "qkv.zmq"
@@ -237,7 +238,7 @@ local function help_page(expr)
   local text, msg
   if expr:find("%S") then text, msg = M.help_text(expr) else text = require("qkv.doc").text() end
   if text then return {{source = "page", data = {["text/plain"] = text}, start = 0}} end
-  emit("stdout", msg .. "\n")
+  emit("stdout", (msg or "no documentation for " .. expr) .. "\n")
   return nil
 end
 
