@@ -225,13 +225,14 @@ model-try:
 # the test-time peers in a venv of their own (never system-wide): the
 # reference safetensors reads qkv's files back (tests/test_safetensors.lua),
 # the tokenizers package checks qkv.wordpiece, jupyter_client, nbclient and
-# nbconvert drive the kernel (tests/test_kernel.lua), ipykernel is
+# nbconvert drive the kernel (tests/test_kernel.lua), jupyter_kernel_test
+# (the Jupyter project's conformance checks) checks it, ipykernel is
 # bench/kernel.lua's peer, and the fixture scripts under tests/fixtures/
 # run with it; `make test`
 # tries it and those checks skip without it (peers-try), `.ci/run` insists
 PYREF := build/pyref
 PEERS := numpy==2.4.6 safetensors==0.8.0 tokenizers==0.23.3 jupyter_client==8.10.0 \
-  nbclient==0.11.0 nbformat==5.11.1 nbconvert==7.17.2 ipykernel==7.4.0
+  nbclient==0.11.0 nbformat==5.11.1 nbconvert==7.17.2 ipykernel==7.4.0 jupyter_kernel_test==0.7.0
 
 # the stamp holds the list, so that a changed list installs again
 peers:

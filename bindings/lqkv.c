@@ -17,6 +17,7 @@ static const char *const lazy[][3] = {
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
   {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL},
   {"wordpiece", "qkv.wordpiece", NULL}, {"display", "qkv.repl", "_display_values"},
+  {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
 };

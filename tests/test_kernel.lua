@@ -5,10 +5,11 @@
 -- and the kernel going on, display_data PNGs of the heatmap's size,
 -- complete, inspect, is_complete, history, comm_info, interrupts of
 -- running loops, wrongly signed and replayed messages dropped, loopback
--- only, shutdown and restart), nbclient runs notebooks/ and checks each
--- cell, and nbconvert --execute turns it into HTML. Without them those
--- are skipped; what needs no peer (install, the cell rules, arguments) is
--- checked here directly.
+-- only, shutdown and restart), jupyter_kernel_test's conformance checks
+-- run against it (tests/kernel/conformance.py), nbclient runs notebooks/
+-- and checks each cell, and nbconvert --execute turns it into HTML.
+-- Without them those are skipped; what needs no peer (install, the cell
+-- rules, history search, arguments) is checked here directly.
 local lu = require "luaunit"
 local S = dofile("tests/shell.lua")
 local H = dofile("tests/npy_helpers.lua")
@@ -63,19 +64,70 @@ end
 
 TestKernelClient = {}
 for _, name in ipairs{"kernelspec", "kernel_info", "binds_loopback_only",
-    "execute_result_and_count", "streams_as_they_come", "errors_and_the_kernel_goes_on",
-    "display_and_plots", "complete", "inspect", "is_complete", "history_and_comm_info",
+    "execute_result_and_count", "streams_as_they_come", "streams_in_order_and_batched",
+    "errors_and_the_kernel_goes_on",
+    "display_and_plots", "clear_output_and_help_pages", "complete", "inspect", "is_complete", "history_and_comm_info",
     "interrupt", "wrongly_signed_and_replayed_messages_are_dropped",
     "garbage_is_dropped_and_the_kernel_goes_on", "shutdown_and_restart"} do
   TestKernelClient["test_" .. name] = function() passes(name) end
 end
 
 -- under make test-asan the kernel is build-asan/qkv: its reports go to the log
-function TestKernelClient:test_the_kernel_log_has_no_sanitizer_report()
-  checks()
-  local log = H.readfile(TMP .. "/kernel.log")
+local function assert_clean(log)
+  log = H.readfile(log)
   lu.assertNil(log:find("Sanitizer", 1, true), log)
   lu.assertNil(log:find("runtime error", 1, true), log)
+end
+
+function TestKernelClient:test_the_kernel_log_has_no_sanitizer_report()
+  checks()
+  assert_clean(TMP .. "/kernel.log")
+end
+
+-- jupyter_kernel_test, the Jupyter project's conformance checks: its
+-- KernelTests with qkv's samples (tests/kernel/conformance.py), run once;
+-- each of its checks must pass, and one it adds later shows up here
+local CONFORMANCE = {"kernel_info", "execute_stdout", "execute_stderr", "completion",
+  "is_complete", "pager", "error", "execute_result", "display_data", "history", "inspect",
+  "clear_output"}
+local conformance
+local function conform()
+  local _, code = S.sh(PY .. " -c 'import jupyter_kernel_test' 2>/dev/null")
+  if code ~= 0 then lu.skip("no " .. PY .. " with jupyter_kernel_test (`make peers`)") end
+  if not conformance then
+    install()
+    local out = S.sh(PY .. " tests/kernel/conformance.py " .. S.quote(TMP) .. " "
+                     .. S.quote(TMP .. "/conformance.log"))
+    conformance = {raw = out, done = out:find("\nDONE") ~= nil, names = {}}
+    for verdict, name, rest in out:gmatch("(%u+) test_([%w_]+)([^\n]*)") do
+      conformance[name] = {verdict, rest}
+      conformance.names[#conformance.names + 1] = name
+    end
+  end
+  lu.assertTrue(conformance.done, conformance.raw)
+  return conformance
+end
+
+TestKernelConformance = {}
+for _, name in ipairs(CONFORMANCE) do
+  TestKernelConformance["test_" .. name] = function()
+    local r = conform()[name]
+    lu.assertNotNil(r, name .. " did not run\n" .. conformance.raw)
+    if r[1] ~= "PASS" then lu.fail(("%s %s%s"):format(r[1], name, r[2])) end
+  end
+end
+
+function TestKernelConformance:test_every_check_is_listed_here()
+  local listed = {}
+  for _, name in ipairs(CONFORMANCE) do listed[name] = true end
+  for _, name in ipairs(conform().names) do
+    lu.assertTrue(listed[name], "jupyter_kernel_test's test_" .. name .. " is new: list it")
+  end
+end
+
+function TestKernelConformance:test_the_kernel_log_has_no_sanitizer_report()
+  conform()
+  assert_clean(TMP .. "/conformance.log")
 end
 
 TestKernelNotebook = {}
@@ -179,12 +231,57 @@ function TestKernelLocal:testTheCellRules()
   lu.assertNil(exec.help_text("no_such_thing_at_all"))
 end
 
+-- IPython's HistoryManager is the reference (ipykernel's do_history)
+function TestKernelLocal:testHistoryAnswersAsIPythonDoes()
+  local history = require "qkv.kernel.history"
+  local h = {{1, "x = 1", nil}, {2, "1 + 2", "3"}, {3, "y = 2"}, {4, "1 + 2", "3"},
+             {5, "1 + 20", "21"}, {6, "1 + 2", "3"}, {7, "é?"}, {8, "a%b.[c]"}}
+  local function lines(c)
+    local out = {}
+    for i, e in ipairs(history.query(h, c)) do out[i] = e[1] end
+    return out
+  end
+  local function search(pattern, extra)
+    local c = {hist_access_type = "search", pattern = pattern}
+    for k, v in pairs(extra or {}) do c[k] = v end
+    return lines(c)
+  end
+  lu.assertEquals(search("1 + *"), {2, 4, 5, 6})
+  lu.assertEquals(search("1 + *", {unique = true}), {5, 6})        -- each code at its latest
+  lu.assertEquals(search("1 + *", {n = 3}), {4, 5, 6})             -- the last n, oldest first
+  lu.assertEquals(search("1 + *", {n = 1, unique = true}), {6})
+  lu.assertEquals(search("1 + 2"), {2, 4, 6})                      -- the whole code
+  lu.assertEquals(search("1 + ?"), {2, 4, 6})
+  lu.assertEquals(search("1 + ??"), {5})
+  lu.assertEquals(search("??"), {7})                               -- é is one character
+  lu.assertEquals(search("[xy] = *"), {1, 3})
+  lu.assertEquals(search("[^xy1] *"), {})
+  lu.assertEquals(search("[a-x] = 1"), {1})
+  lu.assertEquals(search("a%b.[[]c]"), {8})                        -- no magic but the glob's
+  lu.assertEquals(search("X = 1"), {})                             -- case-sensitive as GLOB
+  lu.assertEquals(search("*"), {1, 2, 3, 4, 5, 6, 7, 8})
+  lu.assertEquals(search("*", {n = 0}), {})
+  lu.assertEquals(lines{hist_access_type = "tail", n = 2}, {7, 8})
+  lu.assertEquals(lines{hist_access_type = "range", session = 1, start = 2, stop = 4}, {2, 3})
+  lu.assertEquals(lines{hist_access_type = "range", session = 0, start = 7}, {7, 8})
+  lu.assertEquals(lines{hist_access_type = "range", session = 2, start = 1}, {})
+  lu.assertEquals(lines{hist_access_type = "tail", n = "x"}, {1, 2, 3, 4, 5, 6, 7, 8})
+end
+
 function TestKernelLocal:testDisplayOutsideTheKernelPrints()
   local out = S.sh(QKV .. " -e 'qkv.display(qkv.ones(2), \"x\")'")
   lu.assertEquals(out, "tensor([1., 1.])\tx\n")
   -- a closed tensor inside a table (the API fuzzer's finding)
   out = S.sh(QKV .. " -e 'local t do local x <close> = qkv.ones(1); t = x end; qkv.display({t})'")
   lu.assertEquals(out, "{tensor(<closed>)}\n")
+end
+
+function TestKernelLocal:testClearOutputOutsideTheKernel()
+  local out, code = S.sh(QKV .. " -e 'print(1); qkv.clear_output(); qkv.clear_output(true); print(2)'")
+  lu.assertEquals({out, code}, {"1\n2\n", 0})
+  local ok, err = pcall(qkv.clear_output, "yes")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "clear_output: bad argument #1 (boolean expected, got string)")
 end
 
 function TestKernelLocal:testHmacAndBase64AgainstKnownAnswers()

@@ -31,6 +31,11 @@ int cli_pcall (lua_State *L, int nargs, int nres);
 /* installs handler for sig with no SA_RESTART, so blocking reads return */
 void cli_setsignal (int sig, void (*handler)(int));
 
+/* pushes and returns the text Lua's REPL shows for the error object at
+   idx: a string or number, else what __tostring gives, else "(error
+   object is a nil value)" and the like (lua.c's msghandler) */
+const char *cli_errortext (lua_State *L, int idx);
+
 /* prints the error on top of the stack (if status is not LUA_OK) */
 int cli_report (lua_State *L, int status);
 

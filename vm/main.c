@@ -42,12 +42,25 @@ static void usage (FILE *f) {
     cli_progname, cli_progname, cli_progname);
 }
 
+const char *cli_errortext (lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) == LUA_TSTRING || lua_type(L, idx) == LUA_TNUMBER) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1);
+  }
+  if (luaL_callmeta(L, idx, "__tostring")) {
+    if (lua_type(L, -1) == LUA_TSTRING) return lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  return lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, idx));
+}
+
 static int msghandler (lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  int plain = lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER;
+  const char *msg = cli_errortext(L, 1);
+  if (!plain && luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
+    lua_pop(L, 1);
+    return 1;           /* as lua.c: an object's own text goes without a traceback */
   }
   luaL_traceback(L, L, msg, 1);
   return 1;

@@ -1,9 +1,11 @@
 -- kernel.lua: qkv's Jupyter kernel (`qkv kernel -f CONNECTION_FILE`): the
 -- messaging protocol 5.3 over ZeroMQ (qkv.zmq: libzmq, HMAC-SHA256 from
 -- libcrypto), JSON through qkv.json (libcjson). The executable (vm/kernel.c)
--- calls M.main with the arguments and `docall`, which runs a cell so that
--- Jupyter's interrupt (SIGINT) stops it. Cells run in kernel/exec.lua;
--- `qkv kernel install` is kernel/install.lua.
+-- calls M.main with the arguments, `docall`, which runs a cell so that
+-- Jupyter's interrupt (SIGINT) stops it, and `flush_in`, the timer that
+-- sends a busy cell's output. Cells run in kernel/exec.lua,
+-- history_request is answered by kernel/history.lua, and `qkv kernel
+-- install` is kernel/install.lua.
 --
 -- Sockets bind to the connection file's address only (127.0.0.1 as
 -- Jupyter writes it). A message whose signature does not verify, or one
@@ -13,6 +15,7 @@ local zmq = require "qkv.zmq"
 local json = require "qkv.json"
 local repl = require "qkv.repl"
 local exec = require "qkv.kernel.exec"
+local history = require "qkv.kernel.history"
 
 local M = {}
 local stderr = io.stderr        -- the process's own, for the log (cells get a stream)
@@ -162,7 +165,7 @@ function H.execute_request(k, sock, msg)
   if store then k.history[#k.history + 1] = {n, code, r.output} end
   local reply = {status = r.status, execution_count = n}
   if r.status == "ok" then
-    reply.payload, reply.user_expressions = json.array{}, {}
+    reply.payload, reply.user_expressions = json.array(r.payload or {}), {}
   else
     reply.ename, reply.evalue, reply.traceback = r.ename, r.evalue, json.array(r.traceback)
   end
@@ -204,23 +207,10 @@ function H.is_complete_request(k, sock, msg)
 end
 
 function H.history_request(k, sock, msg)
-  local c, out = msg.content, {}
-  local function add(h)
-    local input = c.output and json.array{h[2], h[3] or json.null} or h[2]
-    out[#out + 1] = json.array{1, h[1], input}
-  end
-  if c.hist_access_type == "range" then
-    local start, stop = tonumber(c.start) or 0, tonumber(c.stop)
-    for _, h in ipairs(k.history) do
-      if h[1] >= start and (stop == nil or h[1] < stop) then add(h) end
-    end
-  elseif c.hist_access_type == "search" then
-    local pat = "^" .. tostring(c.pattern or "*"):gsub("[%^%$%(%)%%%.%[%]%+%-]", "%%%0")
-                :gsub("%*", ".*"):gsub("%?", ".") .. "$"
-    for _, h in ipairs(k.history) do if h[2]:find(pat) then add(h) end end
-  else
-    local n = math.tointeger(c.n) or #k.history
-    for i = math.max(1, #k.history - n + 1), #k.history do add(k.history[i]) end
+  local out = {}
+  for _, h in ipairs(history.query(k.history, msg.content)) do
+    local input = msg.content.output and json.array{h[2], h[3] or json.null} or h[2]
+    out[#out + 1] = json.array{history.SESSION, h[1], input}
   end
   k:reply(sock, msg, "history_reply", {status = "ok", history = json.array(out)})
 end
@@ -257,12 +247,12 @@ function K:handle(sock)
   self:publish("status", {execution_state = "idle"}, msg)
 end
 
-function M.serve(path, docall)
+function M.serve(path, docall, flush_in)
   local c = connection(path)
   local ctx = zmq.context()
   local k = setmetatable({key = c.key, session = random_hex(16), count_sent = 0,
                           execution_count = 0, history = {}, seen = {}, order = {},
-                          docall = docall, ctx = ctx}, K)
+                          docall = docall, flush_in = flush_in, ctx = ctx}, K)
   k.shell, k.control = ctx:socket("ROUTER"), ctx:socket("ROUTER")
   k.stdin, k.iopub = ctx:socket("ROUTER"), ctx:socket("PUB")
   k.shell:bind(addr(c, c.shell_port))
@@ -283,7 +273,7 @@ function M.serve(path, docall)
 end
 
 -- `qkv kernel -f FILE` or `qkv kernel install [...]`
-function M.main(args, docall, progname)
+function M.main(args, docall, progname, flush_in)
   if args[1] == "install" then
     return require("qkv.kernel.install").main(table.move(args, 2, #args, 1, {}), progname)
   end
@@ -297,7 +287,7 @@ function M.main(args, docall, progname)
                     :format(progname, progname))
     return 2
   end
-  return M.serve(path, docall)
+  return M.serve(path, docall, flush_in)
 end
 
 return M

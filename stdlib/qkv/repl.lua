@@ -110,6 +110,16 @@ function M._display_values(...)
   io.stdout:flush()
 end
 
+-- qkv.clear_output([wait]): clears the cell's output in Jupyter (the
+-- kernel sets M._clear); a terminal's output is no cell's, so elsewhere
+-- it does nothing
+function M._clear_output(wait)
+  if wait ~= nil and type(wait) ~= "boolean" then
+    error("clear_output: bad argument #1 (boolean expected, got " .. type(wait) .. ")", 2)
+  end
+  if M._clear then M._clear(wait == true) end
+end
+
 -- completion ---------------------------------------------------------
 
 local keywords = {

@@ -15,7 +15,6 @@ import struct
 import sys
 import time
 import traceback
-from queue import Empty
 
 JUPYTER_DIR, LOG = sys.argv[1], sys.argv[2]
 ONLY = set(sys.argv[3:])
@@ -67,10 +66,10 @@ class Kernel:
             if m["parent_header"].get("msg_id") == msg_id:
                 return m
 
-    def run(self, code, **kw):
+    def run(self, code, timeout=10, **kw):
         msg_id = self.kc.execute(code, **kw)
-        reply = self.reply_for(msg_id)
-        return reply["content"], self.iopub_for(msg_id)
+        reply = self.reply_for(msg_id, timeout)
+        return reply["content"], self.iopub_for(msg_id, timeout)
 
 
 def types(msgs):
@@ -154,26 +153,72 @@ def execute_result_and_count():
     expect(types(msgs) == ["status", "status"], "silent: nothing but the status")
 
 
+def merged(msgs):
+    """stream, display_data and error messages, a stream's consecutive
+    messages as one: how many there are depends on the machine's speed"""
+    out = []
+    for m in msgs:
+        t, c = m["msg_type"], m["content"]
+        if t == "stream" and out and out[-1][0] == c["name"]:
+            out[-1] = (c["name"], out[-1][1] + c["text"])
+        elif t == "stream":
+            out.append((c["name"], c["text"]))
+        elif t in ("display_data", "error"):
+            out.append((t, c.get("evalue")))
+    return out
+
+
 @check
 def streams_as_they_come():
+    # stdout goes when stderr writes; stderr goes by the timer while the
+    # cell computes: the cell waits for the client to say it has it
+    go = os.path.join(JUPYTER_DIR, "go")
     code = ('print("first"); io.write("second\\n"); io.stderr:write("err\\n")\n'
-            'local t = qkv.clock(); while qkv.clock() - t < 1.5 do end\nprint("last")')
+            'local t, s, f = qkv.clock(), 0\n'
+            'repeat for i = 1, 1e5 do s = s + i end; f = io.open(%r)\n'
+            'until f or qkv.clock() - t > 60\n'
+            'print(f and "last" or "the client never had err")' % go)
     msg_id = K.kc.execute(code)
-    first = None
-    while first is None:
-        m = K.kc.get_iopub_msg(timeout=10)
+    got = []
+    while not got or got[-1]["content"]["name"] != "stderr":
+        m = K.kc.get_iopub_msg(timeout=70)
         if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream":
-            first = m["content"]
-    expect(first == {"name": "stdout", "text": "first\n"}, first)
-    try:
-        K.kc.get_shell_msg(timeout=0.2)
-        expect(False, "the reply came before the first stream was seen")
-    except Empty:
-        pass
+            got.append(m)
+    open(go, "w").close()
     msgs = K.iopub_for(msg_id)
     K.reply_for(msg_id)
-    streams = [(c["name"], c["text"]) for c in of(msgs, "stream")]
-    expect(streams == [("stdout", "second\n"), ("stderr", "err\n"), ("stdout", "last\n")], streams)
+    expect(merged(got + msgs) == [("stdout", "first\nsecond\n"), ("stderr", "err\n"),
+                                  ("stdout", "last\n")], merged(got + msgs))
+
+
+@check
+def streams_in_order_and_batched():
+    r, msgs = K.run('print("a"); io.stderr:write("b\\n"); print("c"); qkv.display(1); print("d")\n'
+                    'io.write("e"); error("f")')
+    expect(merged(msgs) == [("stdout", "a\n"), ("stderr", "b\n"), ("stdout", "c\n"),
+                            ("display_data", None), ("stdout", "d\ne"),
+                            ("error", "In[%d]:2: f" % r["execution_count"])], merged(msgs))
+    # a flood: every line arrives, in few messages; each flush is by size
+    # (1 MiB), by age (one per 0.2 s of the cell at most) or the cell's end
+    n = 51200
+    t = time.time()
+    _, msgs = K.run("for i = 0, %d do print(i) end" % (n - 1), timeout=120)
+    elapsed = time.time() - t
+    texts = [c["text"] for c in of(msgs, "stream")]
+    expect("".join(texts) == "".join("%d\n" % i for i in range(n)), "lines lost or reordered")
+    size = sum(len(x) for x in texts)
+    expect(len(texts) <= size // (1 << 20) + elapsed / 0.2 + 2, (len(texts), size, elapsed))
+    # 3 MiB in 1 KiB writes: no message holds more than 1 MiB and a write
+    _, msgs = K.run('local s = string.rep("x", 1023) .. "\\n"\nfor i = 1, 3072 do io.write(s) end',
+                    timeout=120)
+    texts = [c["text"] for c in of(msgs, "stream")]
+    expect("".join(texts) == ("x" * 1023 + "\n") * 3072, "3 MiB: lines lost")
+    expect(len(texts) >= 3 and max(len(x) for x in texts) <= (1 << 20) + 1024, [len(x) for x in texts])
+    # silent cells stream nothing; the next cell's output is its own
+    _, msgs = K.run('print("quiet")', silent=True)
+    expect(types(msgs) == ["status", "status"], types(msgs))
+    _, msgs = K.run('print("loud")')
+    expect(of(msgs, "stream") == [{"name": "stdout", "text": "loud\n"}], of(msgs, "stream"))
 
 
 @check
@@ -184,6 +229,18 @@ def errors_and_the_kernel_goes_on():
     expect(err["evalue"].endswith("boom") and err["traceback"][0] == err["evalue"], err)
     expect(any("in main chunk" in line for line in err["traceback"]), err["traceback"])
     expect(not any("kernel" in line for line in err["traceback"]), err["traceback"])
+    # what is not a string shows as Lua's REPL shows it (lua.c's msghandler)
+    for code, evalue in (("error()", "(error object is a nil value)"),
+                         ("error(nil)", "(error object is a nil value)"),
+                         ("error({})", "(error object is a table value)"),
+                         ("error(true)", "(error object is a boolean value)"),
+                         ("error(42)", "42"),
+                         ("error(setmetatable({}, {__tostring = function() return 'own' end}))",
+                          "own")):
+        r, msgs = K.run(code)
+        err = of(msgs, "error")[0]
+        expect(r["evalue"] == evalue and err["evalue"] == evalue and err["traceback"][0] == evalue,
+               (code, r["evalue"], err["evalue"]))
     r, msgs = K.run("qkv.scores(qkv.ones(3, 2), qkv.ones(5, 3))")
     expect("scores: Q is (3, 2) but K is (5, 3)" in r["evalue"], r["evalue"])
     r, msgs = K.run("for i = 1, do")
@@ -216,6 +273,29 @@ def display_and_plots():
     expect(size == "%d\t%d" % (w, h), (size, w, h))
     _, msgs = K.run("qkv.plot.heatmap(w, {out = false}):sub(1, 0)")
     expect(not of(msgs, "display_data"), "out = false returns the text")
+
+
+@check
+def clear_output_and_help_pages():
+    _, msgs = K.run('print("a"); qkv.clear_output(); qkv.clear_output(true); print("b")')
+    seen = [(m["msg_type"], m["content"].get("wait", m["content"].get("text")))
+            for m in msgs if m["msg_type"] in ("stream", "clear_output")]
+    expect(seen == [("stream", "a\n"), ("clear_output", False), ("clear_output", True),
+                    ("stream", "b\n")], seen)
+    r, msgs = K.run("qkv.clear_output(1)")
+    expect(r["status"] == "error" and "clear_output: bad argument #1 (boolean expected, got number)"
+           in r["evalue"], r)
+    r, msgs = K.run("?qkv.softmax")
+    expect(r["status"] == "ok" and not of(msgs, "stream") and len(r["payload"]) == 1, (r, msgs))
+    page = r["payload"][0]
+    expect(page["source"] == "page" and page["start"] == 0
+           and "Softmax along dim" in page["data"]["text/plain"], page)
+    r, _ = K.run("  ?  ")
+    expect("qkv.softmax" in r["payload"][0]["data"]["text/plain"], "? alone: the general help")
+    r, msgs = K.run("?no_such_name_here")
+    expect(r["status"] == "ok" and r["payload"] == [], r)
+    expect(of(msgs, "stream") == [{"name": "stdout", "text": "no documentation for no_such_name_here\n"}],
+           of(msgs, "stream"))
 
 
 @check
@@ -258,6 +338,20 @@ def history_and_comm_info():
     msg_id = K.kc.history(hist_access_type="search", pattern="hist_*", output=False, raw=True)
     r = K.reply_for(msg_id)["content"]
     expect([h[2] for h in r["history"]] == ["hist_mark = 1"], r)
+    for code in ("hist_n = 1", "hist_n = 2", "hist_n = 1", "return hist_n * 7"):
+        K.run(code)
+
+    def search(**kw):
+        msg_id = K.kc.history(hist_access_type="search", raw=True, **kw)
+        return [h[2] for h in K.reply_for(msg_id)["content"]["history"]]
+    expect(search(pattern="hist_n = ?", output=False) == ["hist_n = 1", "hist_n = 2", "hist_n = 1"],
+           "glob")
+    expect(search(pattern="hist_n = ?", output=False, unique=True) == ["hist_n = 2", "hist_n = 1"],
+           "unique: each code once, at its latest")
+    expect(search(pattern="hist_n = ?", output=False, n=2) == ["hist_n = 2", "hist_n = 1"],
+           "n: the last n matches")
+    expect(search(pattern="*hist_n [*]*", output=True) == [["return hist_n * 7", "7"]],
+           "output: the text of the value")
     msg_id = K.kc.comm_info()
     r = K.reply_for(msg_id)["content"]
     expect(r == {"status": "ok", "comms": {}}, r)

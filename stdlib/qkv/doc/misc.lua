@@ -65,5 +65,12 @@ text/plain, and a small tensor (at most 2-D, 400 elements) also as an
 HTML table, so a cell can show several values, not only its last one. In
 the REPL or a script it prints them as the REPL prints results. As
 IPython.display.display.]]},
+
+  {name = "qkv.clear_output", sig = "qkv.clear_output([wait])", group = "runtime",
+   doc = [[Clears the output of the running cell in a Jupyter notebook (the
+qkv kernel): what it printed and displayed so far goes. With wait = true
+the old output stays until new output comes, so that a loop that redraws
+a plot or a line does not flicker. In the REPL or a script it does
+nothing. As IPython.display.clear_output.]]},
 }
 

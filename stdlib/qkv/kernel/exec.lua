@@ -4,10 +4,11 @@
 -- one (as IPython shows the last expression); a trailing ';' keeps it
 -- quiet. Values show as the REPL prints them (text/plain), a small tensor
 -- also as an HTML table. print, io.write and io.stdout/io.stderr are
--- streamed as they come; a qkv.plot call without `file` shows a PNG
--- (display_data, through the same cairo renderer), and qkv.display(x)
--- shows any value explicitly. Globals persist from cell to cell, locals do
--- not (as in the REPL).
+-- streamed as they come, in batches (below); a qkv.plot call without
+-- `file` shows a PNG (display_data, through the same cairo renderer),
+-- qkv.display(x) shows any value explicitly and qkv.clear_output clears.
+-- A cell that is `?expr` is help's page. Globals persist from cell to
+-- cell, locals do not (as in the REPL).
 
 local json = require "qkv.json"
 local zmq = require "qkv.zmq"
@@ -21,14 +22,63 @@ local real = {stdout = io.stdout, stderr = io.stderr}
 
 -- output ---------------------------------------------------------------
 
+-- A cell's stream output waits in `pending` and goes as one stream
+-- message LINGER seconds after its first byte (ipykernel's flush_interval;
+-- the kernel's timer sends it even while the cell computes), once CHUNK
+-- bytes wait, when the other stream writes (stdout and stderr keep their
+-- order), and before any other message of the cell. So 51,200 prints are
+-- a message or a few, not 51,200: those overflowed the iopub socket's
+-- queue (1000 messages: libzmq's PUB drops past it) and most were lost.
+-- ipykernel has no size bound; 1 MiB bounds the text held and keeps a
+-- flood coming as it goes, and at 1 MiB a message a cell must print 1 GB
+-- faster than the client reads before that queue drops any (at 64 KiB, a
+-- 200 MB flood lost a quarter of its lines).
+local LINGER, CHUNK = 0.2, 1 << 20
+local clock = qkv.clock
+local pending = {parts = {}, size = 0}
+local inside = false    -- in emit or publish: the timer's flush comes back later
+
+local function flush()
+  if pending.size == 0 then return end
+  local text = table.concat(pending.parts)
+  pending.parts, pending.size = {}, 0
+  K:publish("stream", {name = pending.name, text = text}, current.msg)
+end
+
+-- the timer's flush, from a hook at any instruction of the cell
+local function on_time()
+  if not current then return end
+  if inside then K.flush_in(LINGER / 10, on_time) else flush() end
+end
+
+-- a message of the cell that is not a stream, after what it printed
+local function publish(msg_type, content)
+  if current.silent then return end
+  inside = true
+  flush()
+  K:publish(msg_type, content, current.msg)
+  inside = false
+end
+
 local function emit(name, text)
   if text == "" then return end
-  if current then
-    if not current.silent then K:publish("stream", {name = name, text = text}, current.msg) end
-  else
+  if not current then
     real[name]:write(text)
     real[name]:flush()
+    return
   end
+  if current.silent then return end
+  inside = true
+  if pending.name ~= name then flush() end
+  if pending.size == 0 then
+    pending.since = clock()
+    if K.flush_in then K.flush_in(LINGER, on_time) end
+  end
+  pending.name = name
+  pending.parts[#pending.parts + 1] = text
+  pending.size = pending.size + #text
+  if pending.size >= CHUNK or clock() - pending.since >= LINGER then flush() end
+  inside = false
 end
 
 -- io.stdout and io.stderr while the kernel runs: files that stream
@@ -55,13 +105,16 @@ function Stream:__tostring() return "file (" .. self.name .. ", streamed to Jupy
 
 local function display(data, metadata)
   if current then
-    if not current.silent then
-      K:publish("display_data", {data = data, metadata = metadata or {}, transient = {}},
-                current.msg)
-    end
+    publish("display_data", {data = data, metadata = metadata or {}, transient = {}})
   else
     emit("stdout", data["text/plain"] .. "\n")
   end
+end
+
+-- qkv.clear_output(wait): the cell's output so far goes (with wait, when
+-- the next output comes, as IPython's clear_output)
+local function clear_output(wait)
+  if current then publish("clear_output", {wait = wait}) end
 end
 
 -- values as a MIME bundle ------------------------------------------------
@@ -141,11 +194,11 @@ end
 M._compile = compile        -- for tests/test_kernel.lua
 
 -- the error as Jupyter shows it: a name, the message, and the traceback
--- of the cell's frames (the kernel's own are cut)
+-- of the cell's frames (the kernel's own are cut); docall gives the
+-- message as the REPL shows it (error() has "(error object is a nil
+-- value)"), or a bare string when its handler itself failed (memory)
 local function describe(e)
-  local err = type(e) == "table" and e.error or e
-  local msg = type(err) == "string" and err or (pcall(tostring, err) and tostring(err))
-              or "(error object is a " .. type(err) .. " value)"
+  local msg = type(e) == "table" and e.error or tostring(e)
   local ename = msg:find("interrupted!?$") and "Interrupted" or "Error"
   local tb = {msg}
   if type(e) == "table" and type(e.traceback) == "string" then
@@ -161,34 +214,66 @@ local function describe(e)
   return ename, msg, tb
 end
 
--- runs code for the request msg; returns {status, ename, evalue, traceback}
-function M.run(k, msg, code, n, silent)
-  current = {msg = msg, silent = silent}
-  local f, show, quiet = compile(code, n)
-  if not f then
-    current = nil
-    local ename, evalue, tb = "SyntaxError", show, {show}
-    if not silent then k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg) end
-    return {status = "error", ename = ename, evalue = evalue, traceback = tb}
+-- the REPL's `?expr` text: help on the value of expr, else on the name;
+-- nil and the REPL's words when there is none
+function M.help_text(expr)
+  expr = expr:match("^%s*(.-)%s*$")
+  if expr == "" then return nil, "no name" end
+  local doc = require "qkv.doc"
+  local f = load("return " .. expr, "=?", "t")
+  local ok, v = false, nil
+  if f then ok, v = pcall(f) end
+  if ok and v ~= nil then
+    local text, msg = doc.text(v)
+    if text then return text end
+    return doc.text(expr) or nil, msg
   end
-  local r = table.pack(k.docall(f))
-  if r[1] then
-    if show and r.n > 1 then
-      _G._ = r[2]
-      if not silent and not quiet then
-        k:publish("execute_result", {execution_count = n, data = bundle(table.unpack(r, 2, r.n)),
-                                     metadata = {}}, msg)
-      end
-    end
-    current = nil
-    return {status = "ok"}
-  end
-  current = nil
-  local ename, evalue, tb = describe(r[2])
-  if not silent then
-    k:publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)}, msg)
-  end
+  return doc.text(expr)
+end
+
+-- a `?expr` cell, as the REPL's `?expr` line: help's text as a page
+-- payload (as IPython's `obj?`; `?` alone is the general help), or the
+-- REPL's words on stdout when there is none
+local function help_page(expr)
+  local text, msg
+  if expr:find("%S") then text, msg = M.help_text(expr) else text = require("qkv.doc").text() end
+  if text then return {{source = "page", data = {["text/plain"] = text}, start = 0}} end
+  emit("stdout", (msg or "no documentation for " .. expr) .. "\n")
+  return nil
+end
+
+local function failed(ename, evalue, tb)
+  publish("error", {ename = ename, evalue = evalue, traceback = json.array(tb)})
   return {status = "error", ename = ename, evalue = evalue, traceback = tb}
+end
+
+-- the cell's messages but its last stream output, and M.run's result
+local function outcome(k, code, n)
+  local expr = code:match("^%s*%?([^\n]*)$")
+  if expr then return {status = "ok", payload = help_page(expr)} end
+  local f, show, quiet = compile(code, n)
+  if not f then return failed("SyntaxError", show, {show}) end
+  local r = table.pack(k.docall(f))
+  if not r[1] then return failed(describe(r[2])) end
+  if not show or r.n == 1 then return {status = "ok"} end
+  _G._ = r[2]
+  if current.silent or quiet then return {status = "ok"} end
+  local data = bundle(table.unpack(r, 2, r.n))
+  publish("execute_result", {execution_count = n, data = data, metadata = {}})
+  return {status = "ok", output = data["text/plain"]}
+end
+
+-- runs code for the request msg; returns {status, ename, evalue, traceback}
+-- or {status, output, payload}: the text of the value shown, the pages.
+-- What the cell printed is sent by then.
+function M.run(k, msg, code, n, silent)
+  current, inside = {msg = msg, silent = silent}, false
+  local ok, r = pcall(outcome, k, code, n)
+  local sent, err = pcall(flush)
+  current, pending.parts, pending.size = nil, {}, 0
+  if not ok then error(r, 0) end
+  if not sent then error(err, 0) end
+  return r
 end
 
 -- the REPL's unfinished-chunk rule
@@ -198,21 +283,6 @@ function M.is_complete(code)
   if f then return {status = "complete"} end
   if tostring(err):sub(-5) == "<eof>" then return {status = "incomplete", indent = ""} end
   return {status = "invalid"}
-end
-
--- the REPL's `?name` text, or nil
-function M.help_text(name)
-  if name == "" then return nil end
-  local doc = require "qkv.doc"
-  local f = load("return " .. name, "=?", "t")
-  if f then
-    local ok, v = pcall(f)
-    if ok and v ~= nil then
-      local text = doc.text(v)
-      if text then return text end
-    end
-  end
-  return (doc.text(name))
 end
 
 -- the kernel's streams, the plot hook and qkv.display
@@ -228,6 +298,7 @@ function M.setup(k)
   end
   require("qkv.plot")._display = show_plot
   repl._display = function(...) display(bundle(...)) end
+  repl._clear = clear_output
 end
 
 return M
