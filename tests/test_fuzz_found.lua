@@ -3,13 +3,7 @@
 local lu = require "luaunit"
 
 -- pcall(f, ...) must fail with a string containing every piece
-local function fails(pieces, f, ...)
-  local ok, err = pcall(f, ...)
-  lu.assertFalse(ok, "expected an error")
-  lu.assertIsString(err)
-  for _, p in ipairs(pieces) do lu.assertStrContains(err, p) end
-  return err
-end
+local fails = dofile("tests/attn_ref.lua").fails
 
 TestFuzzFound = {}
 
