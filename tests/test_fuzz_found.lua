@@ -256,4 +256,19 @@ function TestFuzzFound:testInt64PointsAtTheLimits()
   lu.assertTrue(p[4].y < p[2].y and p[2].y < p[3].y, "maxint above 5 above minint")
 end
 
+-- seed 2801 call 769844: plot.grid read an option again after checking it,
+-- so a table whose __index changes its answers got past the check
+-- ("attempt to index a number value"); each option is now read once
+function TestFuzzFound:testPlotOptionsAreReadOnce()
+  local reads = 0
+  local opts = setmetatable({}, {__index = function(_, k)
+    if k ~= "cols" then return nil end
+    reads = reads + 1
+    return reads == 1 and {} or 2
+  end})
+  fails({"grid: cols must be a positive integer, got table"}, qkv.plot.grid,
+        {{qkv.ones(2, 2)}, {qkv.ones(2, 2)}}, opts)
+  lu.assertEquals(reads, 1)
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -98,8 +98,9 @@ local function checkopts(fname, opts)
   if type(opts) ~= "table" then
     fail("%s: opts must be a table, got a %s", fname, type(opts))
   end
-  -- each read once: a table whose __index changes its answers is checked
-  -- on what it said
+  -- the known options, each read once (a table whose __index changes its
+  -- answers is checked and drawn on what it said)
+  opts = spec.checkkeys(fname, opts, fname)
   local file, width = opts.file, opts.width
   if file ~= nil and type(file) ~= "string" then
     fail("%s: file must be a path string, got a %s", fname, type(file))
@@ -111,7 +112,6 @@ local function checkopts(fname, opts)
   if width ~= nil and (math.type(width) ~= "integer" or width < 20 or width > 10000) then
     fail("%s: width must be an integer from 20 to 10000, got %s", fname, tostring(width))
   end
-  spec.checkkeys(fname, opts, fname)
   return opts
 end
 

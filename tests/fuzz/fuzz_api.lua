@@ -496,7 +496,9 @@ local function child(o)
           if e.kind == "module" or e.kind == "tensor" then
             f, a, m = e.fn or self[e.method], {self, table.unpack(args, 1, n)}, n + 1
           end
-          say(tostring(select(2, xpcall(f, debug.traceback, table.unpack(a, 1, m)))), "\n")
+          -- made again: a proxy's answers may differ, and the call succeed
+          local again = table.pack(xpcall(f, debug.traceback, table.unpack(a, 1, m)))
+          say(again[1] and "(made again, the call returned)" or tostring(again[2]), "\n")
         end
       end
     end

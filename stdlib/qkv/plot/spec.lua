@@ -29,6 +29,11 @@ function S.checkkeys(fname, opts, kind, inpanel)
   if not inpanel then table.move(S.FIGURE, 1, #S.FIGURE, #known + 1, known) end
   local msg = require("qkv")._checkopts(fname, opts, known)
   if msg then fail("%s", msg) end
+  -- each known option read once, into a plain table that is drawn from: a
+  -- table whose __index changes its answers is drawn as it answered here
+  local snap = {}
+  for _, k in ipairs(known) do snap[k] = opts[k] end
+  return snap
 end
 
 local function getmap(fname, c, default)
@@ -294,7 +299,8 @@ function S.panel(i, p)
       tostring(kind))
   end
   local fname = "grid: panel " .. i .. ": " .. kind
-  S.checkkeys(fname, opts, kind, true)
+  opts = S.checkkeys(fname, opts, kind, true)
+  opts.kind = kind
   return S[kind](fname, p[1], opts, true)
 end
 
