@@ -131,9 +131,11 @@ void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const
 }
 
 /*
-** qkv._checkopts(fname, opts, known) -> nil, or the message for opts'
-** first unknown key; the Lua library raises it at its caller's line.
-** known is a list of strings (at most 64).
+** qkv._checkopts(fname, opts, known) -> the message for opts' first
+** unknown key (the Lua library raises it at its caller's line), or nil and
+** a plain table of the known keys, each read from opts once (its
+** metamethods run here), so that what is checked is what is used.  known
+** is a list of strings (at most 64).
 */
 static int o_checkopts (lua_State *L) {
   const char *fname = luaL_checkstring(L, 1);
@@ -148,12 +150,18 @@ static int o_checkopts (lua_State *L) {
     lua_pop(L, 1);
   }
   known[n] = NULL;
-  if (lua_isnil(L, 2)) return 0;
-  if (lua_type(L, 2) != LUA_TTABLE) {
+  if (!lua_isnil(L, 2) && lua_type(L, 2) != LUA_TTABLE) {
     lua_pushfstring(L, "%s: options must be a table, got %s", fname, luaL_typename(L, 2));
     return 1;
   }
-  return find_unknown(L, 2, fname, known) != NULL;
+  if (!lua_isnil(L, 2) && find_unknown(L, 2, fname, known) != NULL) return 1;
+  lua_pushnil(L);
+  lua_createtable(L, 0, (int)n);
+  for (lua_Integer i = 0; i < n && !lua_isnil(L, 2); i++) {
+    lua_getfield(L, 2, known[i]);
+    lua_setfield(L, -2, known[i]);
+  }
+  return 2;
 }
 
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module) {

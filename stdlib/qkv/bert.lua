@@ -200,9 +200,9 @@ end
 
 -- forward's and encode's options: attentions (a boolean) alone
 local function checkopts(fname, opts)
-  local msg = qkv._checkopts(fname, opts, {"attentions"})
+  local msg
+  msg, opts = qkv._checkopts(fname, opts, {"attentions"})
   if msg then error(msg, caller(SOURCE, true)) end
-  opts = opts or {}
   if opts.attentions ~= nil and type(opts.attentions) ~= "boolean" then
     fail("%s: option 'attentions' must be a boolean, got %s", fname, type(opts.attentions))
   end

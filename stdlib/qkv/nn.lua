@@ -34,9 +34,9 @@ end
 -- opts, nil or a table whose keys are all in known (qkv._checkopts's
 -- message, "Linear: unknown option 'bais' (did you mean 'bias'?)", else)
 local function checkopts(fname, opts, known)
-  local msg = qkv._checkopts(fname, opts, known)
+  local msg, snap = qkv._checkopts(fname, opts, known)
   if msg then error(msg, caller(SOURCE, true)) end
-  return opts or {}
+  return snap
 end
 
 -- opts[key], a boolean, or default when it is nil

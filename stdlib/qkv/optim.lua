@@ -128,13 +128,11 @@ end
 -- known (each else an error naming it); lr (default lr), weight_decay and
 -- maximize read. Returns it and opts.
 local function build(cls, fname, params, opts, known, lr)
-  local msg = qkv._checkopts(fname, opts, known)
-  if msg then error(msg, caller(SOURCE, true)) end
   -- each known option read once, before the parameters are checked: a
   -- table's metamethods may run here (and close a tensor), not after
-  local snap = {}
-  for _, k in ipairs(known) do snap[k] = opts and opts[k] end
-  opts = snap
+  local msg
+  msg, opts = qkv._checkopts(fname, opts, known)
+  if msg then error(msg, caller(SOURCE, true)) end
   local list, module = param_list(fname, params)
   local o = setmetatable({params = list, module = module, state = {}}, cls)
   o.lr = number(fname, opts, "lr", lr, positive, "> 0")

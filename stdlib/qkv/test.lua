@@ -49,14 +49,14 @@ local num, pair = equal.num, equal.pair
 -- argument error with qkv._checkopts's words ("unknown option 'rtl' (did
 -- you mean 'rtol'?)")
 local function checkopts(fname, n, opts, known)
-  local msg = qkv._checkopts(fname, opts, known)
+  local msg, snap = qkv._checkopts(fname, opts, known)
   if msg then argerror(fname, n, msg:sub(#fname + 3)) end
-  return opts or {}
+  return snap
 end
 
 local function closeopts(opts)
   if opts == nil then return 1e-5, 1e-8 end
-  checkopts("assertClose", 3, opts, {"rtol", "atol"})
+  opts = checkopts("assertClose", 3, opts, {"rtol", "atol"})
   local rtol, atol = opts.rtol or 1e-5, opts.atol or 1e-8
   for name, v in pairs{rtol = rtol, atol = atol} do
     if type(v) ~= "number" or not (v >= 0) then

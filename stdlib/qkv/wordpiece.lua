@@ -43,9 +43,9 @@ function M.load(path, opts)
   if opts ~= nil and type(opts) ~= "table" then
     fail("wordpiece.load: bad argument #2 (options table expected, got %s)", type(opts))
   end
-  local bad = qkv._checkopts("wordpiece.load", opts, {"lower", "strip_accents", "max_length"})
+  local bad
+  bad, opts = qkv._checkopts("wordpiece.load", opts, {"lower", "strip_accents", "max_length"})
   if bad then fail("%s", bad) end
-  opts = opts or {}
   for _, k in ipairs{"lower", "strip_accents"} do
     if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
       fail("wordpiece.load: option '%s' must be a boolean, got %s", k, type(opts[k]))

@@ -27,12 +27,10 @@ function S.checkkeys(fname, opts, kind, inpanel)
   local known = {inpanel and "kind" or nil}
   for _, list in ipairs(S.OPTIONS[kind]) do table.move(list, 1, #list, #known + 1, known) end
   if not inpanel then table.move(S.FIGURE, 1, #S.FIGURE, #known + 1, known) end
-  local msg = require("qkv")._checkopts(fname, opts, known)
+  -- the known options, each read once into a plain table that is drawn
+  -- from: a table whose __index changes its answers is drawn as it answered
+  local msg, snap = require("qkv")._checkopts(fname, opts, known)
   if msg then fail("%s", msg) end
-  -- each known option read once, into a plain table that is drawn from: a
-  -- table whose __index changes its answers is drawn as it answered here
-  local snap = {}
-  for _, k in ipairs(known) do snap[k] = opts[k] end
   return snap
 end
 
