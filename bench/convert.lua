@@ -8,17 +8,7 @@
 
 local N = 1 << 24
 
-local function median_time(fn, budget)
-  local times, total = {}, 0
-  repeat
-    local t = qkv.clock()
-    fn()
-    t = qkv.clock() - t
-    times[#times + 1], total = t, total + t
-  until total >= budget and #times >= 5
-  table.sort(times)
-  return times[(#times + 1) // 2]
-end
+local median_time = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").median_time
 
 local SIZE = {float32 = 4, float64 = 8, bfloat16 = 2, int64 = 8, int32 = 4}
 

@@ -18,18 +18,7 @@ local CASES = {
 
 local function numel(s) local n = 1 for _, v in ipairs(s) do n = n * v end return n end
 
--- the median of runs of fn over at least `budget` seconds (5 runs at least)
-local function median_time(fn, budget)
-  local times, total = {}, 0
-  repeat
-    local t = qkv.clock()
-    fn()
-    t = qkv.clock() - t
-    times[#times + 1], total = t, total + t
-  until total >= budget and #times >= 5
-  table.sort(times)
-  return times[(#times + 1) // 2]
-end
+local median_time = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").median_time
 
 local function run(name, shape)
   qkv.seed(1)

@@ -1,5 +1,5 @@
 -- timing.lua: what the benches share (bench/attention.lua,
--- bench/attention_backward.lua, the GPU ones).
+-- bench/attention_backward.lua, layers.lua, convert.lua, the GPU ones).
 local T = {}
 
 -- this process's peak resident memory in MB (VmHWM), 0 without /proc
@@ -22,6 +22,20 @@ function T.best_time(fn, budget)
     best, total, runs = math.min(best, t), total + t, runs + 1
   until total >= budget and (runs >= 2 or total >= 10)
   return best
+end
+
+-- the median time of runs of fn over at least `budget` seconds (5 runs at
+-- least)
+function T.median_time(fn, budget)
+  local times, total = {}, 0
+  repeat
+    local t = qkv.clock()
+    fn()
+    t = qkv.clock() - t
+    times[#times + 1], total = t, total + t
+  until total >= budget and #times >= 5
+  table.sort(times)
+  return times[(#times + 1) // 2]
 end
 
 -- the median in ms of `runs` (20) runs of fn on the GPU after `warm` (5),
