@@ -174,18 +174,12 @@ static int is_inline (const qkv_storage *s) { return s->pool < 0; }
 */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src) {
   const qkv_tensor *s = qkvL_istensor(L, src);
-  int64_t n;
   if (s == NULL || qkv_is_closed(s) || s->storage != view->storage)
     luaL_error(L, "%s: tensor was closed", fname(L));
-  /* every tensor has a shape that qkvL_new would make (its nonzero sizes
-     multiply within int64 bytes), empty ones too: a view that would not
-     (an empty tensor split into huge sizes) is an error here, whichever
-     binding made it */
-  if (qkv_numel_of(view->ndim, view->size, qkv_elsize(view->dtype), &n) != 0) {
-    char buf[200];
-    qkv_shape_str(buf, sizeof buf, view->ndim, view->size);
-    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
-  }
+  /* every tensor has a shape that qkvL_new would make, empty ones too: a
+     view that would not (an empty tensor split into huge sizes) is an
+     error here, whichever binding made it */
+  qkvL_checkbytes(L, NULL, view->ndim, view->size, view->dtype);
   int inl = is_inline(view->storage);
   src = lua_absindex(L, src);
   qkv_tensor *t = newud(L, sizeof *t, inl, !inl);
@@ -220,14 +214,20 @@ static qkv_tensor *new_inline (lua_State *L, size_t nbytes, int zero) {
 ** memory error while making it cannot leak the storage; a failed
 ** allocation is retried once after a full collection.
 */
-qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
-                      const int64_t *size, int zero) {
+int64_t qkvL_checkbytes (lua_State *L, const char *name, int ndim, const int64_t *size,
+                         qkv_dtype dt) {
   int64_t n;
   if (qkv_numel_of(ndim, size, qkv_elsize(dt), &n) != 0) {
     char buf[200];
     qkv_shape_str(buf, sizeof buf, ndim, size);
-    luaL_error(L, "%s: shape %s is too large", fname(L), buf);
+    luaL_error(L, "%s: shape %s is too large", name ? name : fname(L), buf);
   }
+  return n;
+}
+
+qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
+                      const int64_t *size, int zero) {
+  int64_t n = qkvL_checkbytes(L, NULL, ndim, size, dt);
   size_t nbytes = (size_t)n * qkv_elsize(dt);
   qkv_tensor *t;
   if (dev == QKV_CUDA && qkv_cuda_loaded() == NULL) qkvL_checkcuda(L, fname(L));

@@ -96,6 +96,11 @@ qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src);
 qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
                       const int64_t *size, int zero);
+/* the element count of a shape a tensor of dtype dt may have (its nonzero
+   sizes multiply within int64 bytes), else "name: shape (...) is too
+   large" (name NULL: the running function's) */
+int64_t qkvL_checkbytes (lua_State *L, const char *name, int ndim, const int64_t *size,
+                         qkv_dtype dt);
 qkv_tensor *qkvL_newlike (lua_State *L, const qkv_tensor *t, qkv_dtype dt);
 void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size);
 int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p);

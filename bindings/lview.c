@@ -77,12 +77,7 @@ static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
   }
   if (infer >= 0 && known > 0 && numel % known == 0) size[infer] = numel / known;
   else if (infer >= 0) known = -1;       /* cannot be inferred */
-  int64_t bytes;
-  if (known >= 0 && qkv_numel_of(n, size, qkv_elsize(t->dtype), &bytes) != 0) {
-    char buf[200];           /* an empty tensor split into huge sizes */
-    qkv_shape_str(buf, sizeof buf, n, size);
-    return luaL_error(L, "%s: shape %s is too large", name, buf);
-  }
+  if (known >= 0) qkvL_checkbytes(L, name, n, size, t->dtype);   /* empty, split huge */
   if (infer < 0 ? known != numel : known < 0) {
     char buf[200];
     qkv_shape_str(buf, sizeof buf, n, size);
