@@ -183,14 +183,7 @@ static int string (Scan *sc, const char **b, const char **e, int *nul) {
   ws(sc);
   if (sc->p >= sc->end || *sc->p != '"') return LEAVE;
   *b = ++sc->p;
-  *nul = 0;
-  for (; sc->p < sc->end && *sc->p != '"'; sc->p++) {
-    if (*sc->p == '\0') *nul = 1;
-    if (*sc->p == '\\' && sc->end - sc->p > 1) {
-      if (sc->end - sc->p >= 6 && memcmp(sc->p + 1, "u0000", 5) == 0) *nul = 1;
-      sc->p++;
-    }
-  }
+  sc->p = qkv_json_string_end(sc->p, sc->end, nul);
   if (sc->p >= sc->end) return LEAVE;
   *e = sc->p++;
   return OK;

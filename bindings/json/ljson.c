@@ -86,14 +86,8 @@ static int64_t nul_string (lua_State *L, const char *t, size_t n, int *is_name) 
   for (size_t i = 0; i < n; i++) {
     if (t[i] != '"') continue;
     size_t b = ++i;
-    int nul = 0;
-    for (; i < n && t[i] != '"'; i++) {
-      if (t[i] == '\0') nul = 1;
-      else if (t[i] == '\\' && i + 1 < n) {
-        if (n - i >= 6 && memcmp(t + i + 1, "u0000", 5) == 0) nul = 1;
-        i++;
-      }
-    }
+    int nul;
+    i = (size_t)(qkv_json_string_end(t + i, t + n, &nul) - t);
     if (!nul) continue;
     luaL_Buffer buf;
     luaL_buffinit(L, &buf);
