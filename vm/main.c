@@ -55,14 +55,12 @@ const char *cli_errortext (lua_State *L, int idx) {
   return lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, idx));
 }
 
+/* as lua.c's: an object's own text (__tostring) goes without a traceback */
 static int msghandler (lua_State *L) {
-  int plain = lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER;
-  const char *msg = cli_errortext(L, 1);
-  if (!plain && luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
-    lua_pop(L, 1);
-    return 1;           /* as lua.c: an object's own text goes without a traceback */
-  }
-  luaL_traceback(L, L, msg, 1);
+  if (lua_tostring(L, 1) == NULL && luaL_callmeta(L, 1, "__tostring") &&
+      lua_type(L, -1) == LUA_TSTRING)
+    return 1;
+  luaL_traceback(L, L, cli_errortext(L, 1), 1);
   return 1;
 }
 
