@@ -130,36 +130,52 @@ void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const
   if (find_unknown(L, arg, fname, known)) lua_error(L);
 }
 
+/* the strings of the list at arg (at most 64) into names, NULL-ended */
+static void names_of (lua_State *L, int arg, const char **names) {
+  luaL_checktype(L, arg, LUA_TTABLE);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+  luaL_argcheck(L, n <= 64, arg, "at most 64 keys");
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, arg, i);
+    luaL_argcheck(L, lua_type(L, -1) == LUA_TSTRING, arg, "a list of strings expected");
+    names[i - 1] = lua_tostring(L, -1);   /* the list keeps the string */
+    lua_pop(L, 1);
+  }
+  names[n] = NULL;
+}
+
 /*
-** qkv._checkopts(fname, opts, known) -> the message for opts' first
-** unknown key (the Lua library raises it at its caller's line), or nil and
+** qkv._checkopts(fname, opts, known [, flags]) -> the message for opts'
+** first unknown key, or for a key of flags whose value is neither nil nor
+** a boolean (the Lua library raises it at its caller's line); or nil and
 ** a plain table of the known keys, each read from opts once (its
-** metamethods run here), so that what is checked is what is used.  known
-** is a list of strings (at most 64).
+** metamethods run here), so that what is checked is what is used.
 */
 static int o_checkopts (lua_State *L) {
   const char *fname = luaL_checkstring(L, 1);
-  const char *known[65];
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lua_Integer n = (lua_Integer)lua_rawlen(L, 3);
-  luaL_argcheck(L, n <= 64, 3, "at most 64 known keys");
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, 3, i);
-    luaL_argcheck(L, lua_type(L, -1) == LUA_TSTRING, 3, "a list of strings expected");
-    known[i - 1] = lua_tostring(L, -1);   /* the list keeps the string */
-    lua_pop(L, 1);
-  }
-  known[n] = NULL;
+  const char *known[65], *flags[65] = {NULL};
+  names_of(L, 3, known);
+  if (!lua_isnoneornil(L, 4)) names_of(L, 4, flags);
   if (!lua_isnil(L, 2) && lua_type(L, 2) != LUA_TTABLE) {
     lua_pushfstring(L, "%s: options must be a table, got %s", fname, luaL_typename(L, 2));
     return 1;
   }
   if (!lua_isnil(L, 2) && find_unknown(L, 2, fname, known) != NULL) return 1;
+  int snap = lua_gettop(L) + 2;
   lua_pushnil(L);
-  lua_createtable(L, 0, (int)n);
-  for (lua_Integer i = 0; i < n && !lua_isnil(L, 2); i++) {
+  lua_createtable(L, 0, 8);
+  for (int i = 0; known[i] && !lua_isnil(L, 2); i++) {
     lua_getfield(L, 2, known[i]);
-    lua_setfield(L, -2, known[i]);
+    lua_setfield(L, snap, known[i]);
+  }
+  for (int i = 0; flags[i]; i++) {
+    int t = lua_getfield(L, snap, flags[i]);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
+      lua_pushfstring(L, "%s: option '%s' must be a boolean, got %s", fname, flags[i],
+                      lua_typename(L, t));
+      return 1;
+    }
+    lua_pop(L, 1);
   }
   return 2;
 }

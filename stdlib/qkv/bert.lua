@@ -201,11 +201,8 @@ end
 -- forward's and encode's options: attentions (a boolean) alone
 local function checkopts(fname, opts)
   local msg
-  msg, opts = qkv._checkopts(fname, opts, {"attentions"})
+  msg, opts = qkv._checkopts(fname, opts, {"attentions"}, {"attentions"})
   if msg then error(msg, caller(SOURCE, true)) end
-  if opts.attentions ~= nil and type(opts.attentions) ~= "boolean" then
-    fail("%s: option 'attentions' must be a boolean, got %s", fname, type(opts.attentions))
-  end
   return opts
 end
 

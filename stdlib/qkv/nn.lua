@@ -31,20 +31,19 @@ local function named(fname, ok, ...)
   fail(fname, "%s", err)
 end
 
--- opts, nil or a table whose keys are all in known (qkv._checkopts's
--- message, "Linear: unknown option 'bais' (did you mean 'bias'?)", else)
-local function checkopts(fname, opts, known)
-  local msg, snap = qkv._checkopts(fname, opts, known)
+-- opts, nil or a table whose keys are all in known and whose flags are
+-- booleans, read once into a plain table (else qkv._checkopts's message:
+-- "Linear: unknown option 'bais' (did you mean 'bias'?)")
+local function checkopts(fname, opts, known, flags)
+  local msg, snap = qkv._checkopts(fname, opts, known, flags)
   if msg then error(msg, caller(SOURCE, true)) end
   return snap
 end
 
--- opts[key], a boolean, or default when it is nil
-local function flag(fname, opts, key, default)
-  local v = opts[key]
-  if v == nil then return default end
-  if type(v) ~= "boolean" then fail(fname, "option '%s' must be a boolean, got %s", key, type(v)) end
-  return v
+-- opts[key] (checkopts made it nil or a boolean), or default when it is nil
+local function flag(opts, key, default)
+  if opts[key] == nil then return default end
+  return opts[key]
 end
 
 local function checkdim(fname, name, v)
@@ -239,14 +238,14 @@ local Linear = class("Linear")
 function Linear:init(d_in, d_out, opts)
   checkdim("Linear", "d_in", d_in)
   checkdim("Linear", "d_out", d_out)
-  opts = checkopts("Linear", opts, {"bias", "dtype"})
+  opts = checkopts("Linear", opts, {"bias", "dtype"}, {"bias"})
   local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
   if dt ~= "float32" and dt ~= "float64" then
     fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
   end
   self.d_in, self.d_out = d_in, d_out
   self:param("W", uniform(bound, d_in, d_out, dt))
-  if flag("Linear", opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
+  if flag(opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
 end
 
 function Linear:forward(x)
@@ -262,8 +261,8 @@ local GELU = class("GELU")
 function GELU:init() end
 function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
 
-local function opts_of(fname, opts, known)
-  opts = checkopts(fname, opts, known)
+local function opts_of(fname, opts, known, flags)
+  opts = checkopts(fname, opts, known, flags)
   local dt = opts.dtype or "float32"
   if dt ~= "float32" and dt ~= "float64" then
     fail(fname, "dtype must be 'float32' or 'float64', got %s", tostring(dt))
@@ -276,14 +275,15 @@ end
 local LayerNorm = class("LayerNorm")
 function LayerNorm:init(shape, opts)
   local dt
-  opts, dt = opts_of("LayerNorm", opts, {"eps", "elementwise_affine", "bias", "dtype"})
+  opts, dt = opts_of("LayerNorm", opts, {"eps", "elementwise_affine", "bias", "dtype"},
+                    {"bias", "elementwise_affine"})
   local sizes = type(shape) == "table" and {table.unpack(shape)} or {shape}
   for i, n in ipairs(sizes) do checkdim("LayerNorm", "normalized_shape[" .. i .. "]", n) end
   if #sizes == 0 then fail("LayerNorm", "normalized_shape is empty") end
   self.normalized_shape, self.eps = sizes, opts.eps or 1e-5
   if type(self.eps) ~= "number" then fail("LayerNorm", "eps must be a number, got %s", type(self.eps)) end
-  local bias = flag("LayerNorm", opts, "bias", true)
-  if flag("LayerNorm", opts, "elementwise_affine", true) then
+  local bias = flag(opts, "bias", true)
+  if flag(opts, "elementwise_affine", true) then
     self:param("w", qkv.ones(sizes, dt))
     if bias then self:param("b", qkv.zeros(sizes, dt)) end
   end
@@ -357,7 +357,7 @@ end
 -- opts.bias: b_Q, b_K, b_V (and b_O) as well, with Linear's init, as
 -- PyTorch's modules have by default (qkv's default, the documents', is none)
 local function bias_of(fname, opts)
-  return flag(fname, checkopts(fname, opts, {"bias"}), "bias", false)
+  return flag(checkopts(fname, opts, {"bias"}, {"bias"}), "bias", false)
 end
 
 local function weights(self, names, d_in, d_out, bias)

@@ -64,13 +64,6 @@ local function number(fname, opts, key, default, ok, range)
   return v
 end
 
-local function flag(fname, opts, key)
-  local v = opts[key]
-  if v == nil then return false end
-  if type(v) ~= "boolean" then fail("%s: option '%s' must be a boolean, got %s", fname, key, type(v)) end
-  return v
-end
-
 local function positive(v) return v > 0 end
 local function nonneg(v) return v >= 0 end
 local function unit(v) return v >= 0 and v < 1 end
@@ -125,19 +118,19 @@ function Optimizer:step()
 end
 
 -- an optimizer of class cls named fname over params, with the options
--- known (each else an error naming it); lr (default lr), weight_decay and
--- maximize read. Returns it and opts.
-local function build(cls, fname, params, opts, known, lr)
+-- known (each else an error naming it; those of flags booleans); lr
+-- (default lr), weight_decay and maximize read. Returns it and opts.
+local function build(cls, fname, params, opts, known, flags, lr)
   -- each known option read once, before the parameters are checked: a
   -- table's metamethods may run here (and close a tensor), not after
   local msg
-  msg, opts = qkv._checkopts(fname, opts, known)
+  msg, opts = qkv._checkopts(fname, opts, known, flags)
   if msg then error(msg, caller(SOURCE, true)) end
   local list, module = param_list(fname, params)
   local o = setmetatable({params = list, module = module, state = {}}, cls)
   o.lr = number(fname, opts, "lr", lr, positive, "> 0")
   o.weight_decay = number(fname, opts, "weight_decay", 0, nonneg, ">= 0")
-  o.maximize = flag(fname, opts, "maximize")
+  o.maximize = opts.maximize == true
   return o, opts
 end
 
@@ -148,10 +141,10 @@ SGD.__name = "SGD"
 function O.SGD(params, opts)
   local o
   o, opts = build(SGD, "SGD", params, opts, {"lr", "momentum", "dampening", "weight_decay",
-                                             "nesterov", "maximize"}, 0.01)
+                                             "nesterov", "maximize"}, {"nesterov", "maximize"}, 0.01)
   o.momentum = number("SGD", opts, "momentum", 0, unit, "in [0, 1)")
   o.dampening = number("SGD", opts, "dampening", 0, closed_unit, "in [0, 1]")
-  o.nesterov = flag("SGD", opts, "nesterov")
+  o.nesterov = opts.nesterov == true
   if o.nesterov and (o.momentum == 0 or o.dampening ~= 0) then
     fail("SGD: nesterov needs a momentum and zero dampening, got momentum %g, dampening %g",
          o.momentum, o.dampening)
@@ -179,9 +172,9 @@ Adam.__name = "Adam"
 function O.Adam(params, opts)
   local o
   o, opts = build(Adam, "Adam", params, opts, {"lr", "betas", "eps", "weight_decay", "amsgrad",
-                                               "maximize"}, 1e-3)
+                                               "maximize"}, {"amsgrad", "maximize"}, 1e-3)
   o.eps = number("Adam", opts, "eps", 1e-8, positive, "> 0")
-  o.amsgrad = flag("Adam", opts, "amsgrad")
+  o.amsgrad = opts.amsgrad == true
   local betas = opts.betas or {0.9, 0.999}
   local b1, b2 = type(betas) == "table" and rawget(betas, 1), type(betas) == "table" and rawget(betas, 2)
   if not (type(b1) == "number" and unit(b1) and type(b2) == "number" and unit(b2)) then

@@ -44,13 +44,9 @@ function M.load(path, opts)
     fail("wordpiece.load: bad argument #2 (options table expected, got %s)", type(opts))
   end
   local bad
-  bad, opts = qkv._checkopts("wordpiece.load", opts, {"lower", "strip_accents", "max_length"})
+  bad, opts = qkv._checkopts("wordpiece.load", opts, {"lower", "strip_accents", "max_length"},
+                             {"lower", "strip_accents"})
   if bad then fail("%s", bad) end
-  for _, k in ipairs{"lower", "strip_accents"} do
-    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
-      fail("wordpiece.load: option '%s' must be a boolean, got %s", k, type(opts[k]))
-    end
-  end
   local f, why = io.open(path, "rb")
   if not f then fail("wordpiece.load: cannot open %s", why) end
   local text, rerr = f:read("a")      -- nil for a folder
