@@ -79,27 +79,24 @@ function TestPeerLuaUnit:testStockLua()
   lu.assertEquals(stock(), PINNED)
 end
 
--- `qkv test` on its runner script, and on the suite file by itself
-function TestPeerLuaUnit:testUnderQkvTest()
-  local want = stock()
+-- the runner script and the suite file, each run as `qkv <args...> file`,
+-- give stock Lua's counts and qkv's closing line for them
+local function gives_stocks_counts(...)
+  local want, args = stock(), table.pack(...)
   for _, file in ipairs{"run_unit_tests.lua", "test/test_luaunit.lua"} do
-    local out, code = inpeer(exe_from_anywhere(), "test", file)
+    args[args.n + 1] = file
+    local out, code = inpeer(exe_from_anywhere(), table.unpack(args, 1, args.n + 1))
     lu.assertEquals(luaunit_counts(out), want, file .. ":\n" .. out)
     lu.assertEquals(lastline(out), closing(want), file)
     lu.assertEquals(code, 0, file)
   end
 end
 
+-- `qkv test` on its runner script, and on the suite file by itself
+function TestPeerLuaUnit:testUnderQkvTest() gives_stocks_counts("test") end
+
 -- each run alone, as a script
-function TestPeerLuaUnit:testRunDirectly()
-  local want = stock()
-  for _, file in ipairs{"run_unit_tests.lua", "test/test_luaunit.lua"} do
-    local out, code = inpeer(exe_from_anywhere(), file)
-    lu.assertEquals(luaunit_counts(out), want, file .. ":\n" .. out)
-    lu.assertEquals(lastline(out), closing(want), file)
-    lu.assertEquals(code, 0, file)
-  end
-end
+function TestPeerLuaUnit:testRunDirectly() gives_stocks_counts() end
 
 -- `qkv test tests/` finds the suite too (test/test_luaunit.lua), and it
 -- counts as it does alone
