@@ -281,14 +281,14 @@ test-cudasim: $(SIM_SO)
 	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
 	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
 
-.PHONY: gpu-bundle test-device test-cudasim
-gpu-bundle: all
+.PHONY: gpu-bundle gpu-check test-device test-cudasim
+gpu-bundle: all $(SIM_SO)
 	@test -f $(CUDA_SO) || { echo "gpu-bundle: no $(CUDA_SO) (make found no nvcc)"; exit 1; }
 	rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz
 	mkdir -p $(GPU_BUNDLE)/bin/lib/qkv
 	$(CC) $(CFLAGS) -Wl,-E -Wl,--disable-new-dtags,-rpath,'$$ORIGIN' -o $(GPU_BUNDLE)/bin/qkv \
 	  $(MAIN_OBJ) $(LIB_OBJ) $(LUA_LIBS) $(READLINE_LIBS) $(QKV_LIBS)
-	cp $(CUDA_SO) $(BUILD)/fakecuda.so $(BUILD)/ptydrive $(BUILD)/qkv.so $(GPU_BUNDLE)/bin/
+	cp $(CUDA_SO) $(SIM_SO) $(BUILD)/fakecuda.so $(BUILD)/ptydrive $(BUILD)/qkv.so $(GPU_BUNDLE)/bin/
 	cp $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(GPU_BUNDLE)/bin/lib/qkv/
 	mkdir -p $(GPU_BUNDLE)/bin/lib/qkv/fonts
 	cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf \
@@ -302,6 +302,13 @@ gpu-bundle: all
 	cp -L $$blas $(GPU_BUNDLE)/bin/libopenblas.so.0
 	tar -C $(BUILD) -cJf $(GPU_BUNDLE).tar.xz gpu
 	@echo "gpu-bundle: $(GPU_BUNDLE)/bin/qkv, packed as $(GPU_BUNDLE).tar.xz ($$(du -h $(GPU_BUNDLE).tar.xz | cut -f1))"
+
+# the whole GPU check (tests/tools/gpu_check.sh) made ready to travel: the
+# bundle, and the one command to run on the GPU machine with it (the device
+# tool's run, carrying build/gpu.tar.xz; README, "CUDA")
+gpu-check: gpu-bundle
+	@echo "gpu-check: on the GPU machine, from the repository's root, carrying build/gpu.tar.xz:"
+	@echo "    bash tests/tools/gpu_check.sh"
 
 LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4

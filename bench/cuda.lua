@@ -1,7 +1,7 @@
 -- cuda.lua -- qkv on the GPU against PyTorch on the same GPU
 -- (bench/cuda_torch.py, the python3 on PATH): the seed-sized step (project
 -- to Q, K, V, scores, softmax, weights @ V on 6 tokens of 16), float32
--- fused attention at B = 1, H = 16, d = 64 and N = 1k, 4k, 16k (causal and
+-- fused attention at B = 1, H = 8, d = 64 and N = 1k, 4k, 16k (causal and
 -- not), and the cost of the first x:cuda() in a fresh process (loading the
 -- plugin, cudart and cuBLAS, and making the context). Times are medians of
 -- 20 runs after 5 warm-ups, each run ended by qkv.cuda.synchronize();
@@ -44,11 +44,11 @@ row("seed_step", median_ms(function()
   return qkv.softmax(qkv.scores(q, k), -1):matmul(v)
 end))
 for _, n in ipairs{1024, 4096, 16384} do
-  local q, k, v = qkv.randn(1, 16, n, 64, "cuda"), qkv.randn(1, 16, n, 64, "cuda"),
-                  qkv.randn(1, 16, n, 64, "cuda")
+  local q, k, v = qkv.randn(1, 8, n, 64, "cuda"), qkv.randn(1, 8, n, 64, "cuda"),
+                  qkv.randn(1, 8, n, 64, "cuda")
   for _, causal in ipairs{false, true} do
     local name = ("attention_%d_%s"):format(n, causal and "causal" or "full")
-    local flops = 4 * 16 * n * n * 64 / (causal and 2 or 1)
+    local flops = 4 * 8 * n * n * 64 / (causal and 2 or 1)
     row(name, median_ms(function() return qkv.attention(q, k, v, {causal = causal}) end), flops)
   end
 end

@@ -11,6 +11,8 @@
 -- run: every entry has a test here, and x:cuda() says why it cannot.
 local lu = require "luaunit"
 local t = qkv.test
+local S = dofile("tests/shell.lua")
+local EXE = arg[-1]
 
 qkv.set_default_device("cpu")     -- `qkv test --device cuda` sets the GPU
 local GPU, WHY = qkv.cuda_available()
@@ -147,28 +149,69 @@ function TestCudaCoverage:testTheGpuFillsEveryEntry()
   end
 end
 
+-- without a GPU (here: a plugin path that holds none, in a child process,
+-- so that this runs on a GPU machine too) every use of it says why
 function TestCudaCoverage:testWithoutAGpuEveryUseSaysWhy()
-  if GPU then lu.skip("a GPU is there") end
-  lu.assertEquals(type(WHY), "string")
-  lu.assertTrue(#WHY > 0)
-  local x = qkv.ones(2)
-  for what, f in pairs{
-    cuda = function() return x:cuda() end, to = function() return x:to("cuda") end,
-    zeros = function() return qkv.zeros(2, "cuda") end,
-    randn = function() return qkv.randn(2, "float64", "cuda") end,
-    memory = function() return qkv.cuda.memory() end,
-    synchronize = function() return qkv.cuda.synchronize() end,
-  } do
-    local ok, err = pcall(f)
-    lu.assertFalse(ok, what)
-    lu.assertStrContains(err, what .. ": cuda is not available: " .. WHY)
+  local out, code = S.sh("QKV_CUDA_PLUGIN=/nonexistent/qkv_cuda.so " .. S.quote(EXE) .. " -e " ..
+    S.quote([[
+      local ok, why = qkv.cuda_available()
+      assert(not ok and type(why) == "string" and #why > 0, "available")
+      local x = qkv.ones(2)
+      for what, f in pairs{
+        cuda = function() return x:cuda() end, to = function() return x:to("cuda") end,
+        zeros = function() return qkv.zeros(2, "cuda") end,
+        randn = function() return qkv.randn(2, "float64", "cuda") end,
+        memory = function() return qkv.cuda.memory() end,
+        synchronize = function() return qkv.cuda.synchronize() end,
+      } do
+        local ok, err = pcall(f)
+        assert(not ok, what)
+        assert(err:find(what .. ": cuda is not available: " .. why, 1, true), err)
+      end
+      -- the default device is lazy: the first tensor made there says why
+      qkv.set_default_device("cuda")
+      local ok, err = pcall(qkv.ones, 3)
+      assert(not ok and err:find("cuda is not available", 1, true), err)
+      print("checked: " .. why)]]))
+  lu.assertEquals(code, 0, out)
+  lu.assertStrContains(out, "checked: ")
+  lu.assertStrContains(out, "/nonexistent/qkv_cuda.so")
+end
+
+-- a fault inside a kernel kills the CUDA context: every later use is an
+-- error naming the first call that saw it, out of memory never, and the
+-- process goes on (the host simulation's SIM_FAULT_AT makes the third
+-- launch fault; build/simcuda.so is made by `make test-cudasim`)
+function TestCudaCoverage:testAFaultMarksTheDeviceLost()
+  local sim = EXE:gsub("[^/]*$", "") .. "simcuda.so"
+  if not io.open(sim) then lu.skip("needs " .. sim .. " (make test-cudasim)") end
+  local out, code = S.sh("SIM_FAULT_AT=3 QKV_CUDA_PLUGIN=" .. S.quote(sim) .. " " ..
+    S.quote(EXE) .. " -e " .. S.quote([[
+      local x = qkv.randn(4, 4, "cuda")                 -- launch 1
+      for _, f in ipairs{
+        function() return (x + 1):sum():item() end,     -- a fill, then the fault
+        function() return x:matmul(x) end,
+        function() return qkv.zeros(1 << 20, "cuda") end,
+        function() return x:cpu() end,
+        function() return qkv.cuda.synchronize() end,
+      } do
+        local ok, err = pcall(f)
+        assert(not ok, "no error")
+        print(err)
+      end
+      print(qkv.ones(2):sum():item())]]))
+  lu.assertEquals(code, 0, out)
+  local n = 0
+  for line in out:gmatch("[^\n]+") do
+    if line:find("device lost", 1, true) then
+      n = n + 1
+      lu.assertStrContains(line, "cuda: device lost: an illegal memory access was encountered " ..
+        "(first seen by launch of binary_kernel at vm/cuda/elementwise.cu:")
+      lu.assertNotStrContains(line, "out of memory")
+    end
   end
-  -- the default device is lazy: the first tensor made there says why
-  qkv.set_default_device("cuda")
-  local ok, err = pcall(qkv.ones, 3)
-  qkv.set_default_device("cpu")
-  lu.assertFalse(ok)
-  lu.assertStrContains(err, "cuda is not available")
+  lu.assertEquals(n, 5, out)
+  lu.assertStrContains(out, "\n2.0\n")                  -- the CPU goes on
 end
 
 function TestCudaCoverage:testDeviceArgumentsAreChecked()

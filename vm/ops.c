@@ -164,8 +164,11 @@ static int overlap (const qkv_tensor *x, const qkv_tensor *y) {
 
 /*
 ** A 0-d CPU tensor (a Lua number the bindings made a scalar of) meeting an
-** op on the GPU is copied there first, as PyTorch lets x + 1 run with x on
+** op on the GPU is put there first, as PyTorch lets x + 1 run with x on
 ** the GPU: *x then points at buf, whose storage qkv_op_unlift releases.
+** The value travels by value in a fill kernel's arguments, not through a
+** copy from pageable memory, which would wait for all queued GPU work
+** (an int64 that a double cannot hold is copied).
 */
 int qkv_op_lift (const qkv_tensor **x, qkv_tensor *buf, qkv_device d) {
   const qkv_tensor *s = *x;
@@ -175,7 +178,11 @@ int qkv_op_lift (const qkv_tensor **x, qkv_tensor *buf, qkv_device d) {
   *buf = *s;
   buf->offset = 0;
   if ((buf->storage = qkv_storage_new(d, qkv_elsize(s->dtype), 0)) == NULL) return QKV_ENOMEM;
-  int err = qkv_transfer(buf, s);
+  const void *p = qkv_data(s);
+  double v = qkv_elem_get(s->dtype, p);
+  int exact = s->dtype != QKV_I64 || (v >= -0x1p63 && v < 0x1p63 &&
+                                      (int64_t)v == qkv_elem_geti(s->dtype, p));
+  int err = exact ? qkv_backend_of(d)->fill(buf, v) : qkv_transfer(buf, s);
   if (err != QKV_OK) qkv_storage_release(buf->storage);
   else *x = buf;
   return err;

@@ -9,13 +9,49 @@
 
 #include "cuda.cuh"
 
-/* errors */
+/*
+** Errors.  A failure records "call failed at file:line: why" for
+** qkv_cu_error.  Most CUDA errors leave the context usable (a bad launch
+** configuration, out of memory) and are cleared.  A fault inside a
+** kernel (an illegal address, say) is sticky: the context is dead and
+** every later call fails with it.  The first such error marks the device
+** lost, and from then on every failure reports that first one, naming the
+** call that saw it, instead of whatever the later call was.
+*/
 
 static char errbuf[512];
+static char lost[512];
 
 int qkv_cu_fail (const char *call, const char *file, int line, const char *why) {
-  snprintf(errbuf, sizeof errbuf, "cuda: %s failed at %s:%d: %s", call, file, line, why);
+  if (lost[0]) snprintf(errbuf, sizeof errbuf, "%s", lost);
+  else snprintf(errbuf, sizeof errbuf, "cuda: %s failed at %s:%d: %s", call, file, line, why);
   return QKV_ECUDA;
+}
+
+static int sticky (cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc: case cudaErrorAssert: case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable: case cudaErrorContextIsDestroyed:
+    case cudaErrorUnknown:
+      return 1;
+    default: return 0;
+  }
+}
+
+int qkv_cu_fail_cuda (const char *call, const char *file, int line, cudaError_t e) {
+  cudaGetLastError();                       /* clear what can be cleared */
+  if (!lost[0] && (sticky(e) || cudaPeekAtLastError() != cudaSuccess))
+    snprintf(lost, sizeof lost, "cuda: device lost: %s (first seen by %s at %s:%d); "
+             "restart the process to use the GPU again", cudaGetErrorString(e), call, file, line);
+  return qkv_cu_fail(call, file, line, cudaGetErrorString(e));
+}
+
+int qkv_cu_fail_blas (const char *call, const char *file, int line, cublasStatus_t s) {
+  cudaError_t e = cudaPeekAtLastError();   /* a fault inside cuBLAS's kernels */
+  if (sticky(e)) return qkv_cu_fail_cuda(call, file, line, e);
+  return qkv_cu_fail(call, file, line, qkv_cublas_status(s));
 }
 
 const char *qkv_cu_error (void) { return errbuf[0] ? errbuf : "cuda: no error recorded"; }
@@ -82,12 +118,21 @@ static void release_cache (void) {
   cached = 0;
 }
 
+/* only cudaErrorMemoryAllocation is out of memory; any other failure
+   is recorded (a sticky one marks the device lost) */
 static void *device_malloc (size_t n) {
   void *p = NULL;
-  if (cudaMalloc(&p, n) == cudaSuccess) return p;
-  cudaGetLastError();                       /* clear the failure */
-  release_cache();
-  if (cudaMalloc(&p, n) == cudaSuccess) return p;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    release_cache();
+    e = cudaMalloc(&p, n);
+  }
+  if (e == cudaSuccess) return p;
+  if (e != cudaErrorMemoryAllocation) {
+    qkv_cu_fail_cuda("cudaMalloc", __FILE__, __LINE__, e);
+    return NULL;
+  }
   cudaGetLastError();
   size_t fr = 0, total = 0;
   cudaMemGetInfo(&fr, &total);
@@ -99,9 +144,11 @@ static void *device_malloc (size_t n) {
 static void *cu_alloc (size_t nbytes, int zero) {
   size_t size;
   if (no_cache < 0) no_cache = getenv("QKV_CUDA_NO_CACHE") != NULL;
+  if (lost[0]) { snprintf(errbuf, sizeof errbuf, "%s", lost); return NULL; }
   int c = size_class(nbytes, &size);
   if (c >= NCLASS || size < nbytes) return NULL;
-  block *b = free_list[c];
+  if (no_cache > 0) size = nbytes ? nbytes : 1;   /* exact: memcheck sees over-reads */
+  block *b = no_cache > 0 ? NULL : free_list[c];
   if (b) {
     free_list[c] = b->next;
     cached -= b->size;
@@ -111,8 +158,9 @@ static void *cu_alloc (size_t nbytes, int zero) {
     b->size = size;
     b->cls = c;
   }
-  if (zero && cudaMemset(b->p, 0, nbytes) != cudaSuccess) {
-    qkv_cu_fail("cudaMemset", __FILE__, __LINE__, cudaGetErrorString(cudaGetLastError()));
+  cudaError_t e;
+  if (zero && (e = cudaMemset(b->p, 0, nbytes)) != cudaSuccess) {
+    qkv_cu_fail_cuda("cudaMemset", __FILE__, __LINE__, e);
     cudaFree(b->p);
     free(b);
     return NULL;
@@ -175,12 +223,30 @@ static int cu_init (char *why, size_t n) {
   return ready ? QKV_OK : QKV_ENODEV;
 }
 
+/*
+** The cuBLAS handle, made on first use.  Its workspace comes from us
+** (device_malloc frees our cache to make room), so that cuBLAS never
+** allocates behind the cache's back: with the cache holding most of the
+** card, cuBLAS's own allocation would fail a product (ALLOC_FAILED).
+*/
+#define BLAS_WORKSPACE ((size_t)32 << 20)   /* what NVIDIA advises for Hopper */
+static void *blas_ws;
+
 cublasHandle_t qkv_cu_blas (void) {
   if (blas == NULL) {
     cublasStatus_t s = cublasCreate(&blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
-      qkv_cu_fail("cublasCreate", __FILE__, __LINE__, qkv_cublas_status(s));
+      qkv_cu_fail_blas("cublasCreate", __FILE__, __LINE__, s);
       blas = NULL;
+      return NULL;
+    }
+    if ((blas_ws = device_malloc(BLAS_WORKSPACE)) == NULL ||
+        (s = cublasSetWorkspace(blas, blas_ws, BLAS_WORKSPACE)) != CUBLAS_STATUS_SUCCESS) {
+      if (blas_ws) qkv_cu_fail_blas("cublasSetWorkspace", __FILE__, __LINE__, s);
+      cudaFree(blas_ws);
+      cublasDestroy(blas);
+      blas = NULL;
+      blas_ws = NULL;
       return NULL;
     }
     cublasSetMathMode(blas, tf32_on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);

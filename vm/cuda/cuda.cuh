@@ -29,25 +29,24 @@ extern "C" {
 ** Lua error.  Kernel launches are followed by launchCheck(name).
 */
 int qkv_cu_fail(const char *call, const char *file, int line, const char *why);
+int qkv_cu_fail_cuda(const char *call, const char *file, int line, cudaError_t e);
 const char *qkv_cu_error(void);
 
 #define cudaCheck(call) do { \
     cudaError_t e_ = (call); \
-    if (e_ != cudaSuccess) \
-      return qkv_cu_fail(#call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    if (e_ != cudaSuccess) return qkv_cu_fail_cuda(#call, __FILE__, __LINE__, e_); \
   } while (0)
 
 #define launchCheck(name) do { \
     cudaError_t e_ = cudaGetLastError(); \
-    if (e_ != cudaSuccess) \
-      return qkv_cu_fail("launch of " name, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    if (e_ != cudaSuccess) return qkv_cu_fail_cuda("launch of " name, __FILE__, __LINE__, e_); \
   } while (0)
 
 const char *qkv_cublas_status(cublasStatus_t s);
+int qkv_cu_fail_blas(const char *call, const char *file, int line, cublasStatus_t s);
 #define cublasCheck(call) do { \
     cublasStatus_t s_ = (call); \
-    if (s_ != CUBLAS_STATUS_SUCCESS) \
-      return qkv_cu_fail(#call, __FILE__, __LINE__, qkv_cublas_status(s_)); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) return qkv_cu_fail_blas(#call, __FILE__, __LINE__, s_); \
   } while (0)
 
 /* the cuBLAS handle (made on first use, TF32 as qkv.cuda.allow_tf32 says);

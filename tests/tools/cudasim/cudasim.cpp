@@ -34,6 +34,10 @@
 
 static std::mutex mu;                  /* errors, allocations, attributes */
 static cudaError_t last_error;
+/* a fault inside a kernel kills the context: from then on every call
+   fails with it, and cudaGetLastError cannot clear it (SIM_FAULT_AT=n
+   makes the n-th launch such a fault, for tests of what follows one) */
+static cudaError_t sticky;
 
 static cudaError_t fail (cudaError_t e, const char *fmt, ...) {
   va_list ap;
@@ -56,6 +60,7 @@ const char *cudaGetErrorName (cudaError_t e) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     default: return "cudaError";
   }
 }
@@ -69,6 +74,7 @@ const char *cudaGetErrorString (cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorLaunchFailure: return "unspecified launch failure (cudasim: see stderr)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     default: return "cudasim error";
   }
 }
@@ -76,7 +82,7 @@ const char *cudaGetErrorString (cudaError_t e) {
 cudaError_t cudaGetLastError (void) {
   std::lock_guard<std::mutex> g(mu);
   cudaError_t e = last_error;
-  last_error = cudaSuccess;
+  last_error = sticky;
   return e;
 }
 
@@ -149,8 +155,8 @@ cudaError_t cudaDeviceGetAttribute (int *v, cudaDeviceAttr a, int d) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize (void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize (cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize (void) { return sticky; }
+cudaError_t cudaStreamSynchronize (cudaStream_t) { return sticky; }
 
 
 /* device memory: host memory, each allocation registered so that copies,
@@ -161,6 +167,7 @@ static size_t allocated;
 
 cudaError_t cudaMalloc (void **p, size_t n) {
   *p = NULL;
+  if (sticky) return sticky;
   size_t rounded = (n + 255) / 256 * 256;
   if (n == 0) return cudaSuccess;
   if (n > total_memory() - allocated || (*p = aligned_alloc(256, rounded)) == NULL)
@@ -209,6 +216,7 @@ cudaError_t sim_check_range (const void *p, size_t n, const char *what) {
 }
 
 cudaError_t cudaMemcpy (void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+  if (sticky) return sticky;
   if (n == 0) return cudaSuccess;
   bool dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
   bool sd = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
@@ -225,6 +233,7 @@ cudaError_t cudaMemcpyAsync (void *dst, const void *src, size_t n, cudaMemcpyKin
 }
 
 cudaError_t cudaMemset (void *p, int v, size_t n) {
+  if (sticky) return sticky;
   if (cudaError_t e = sim_check_range(p, n, "cudaMemset")) return e;
   memset(p, v, n);
   return cudaSuccess;
@@ -616,6 +625,15 @@ void sim_run_grid (const char *name, const void *kernel, sim_cfg_t c, void (*bod
          limit, limit == DEFAULT_SMEM ? " (no cudaFuncSetAttribute)" : "");
     return;
   }
+  static long fault_at = -1, launches;
+  if (fault_at < 0) fault_at = getenv("SIM_FAULT_AT") ? atol(getenv("SIM_FAULT_AT")) : 0;
+  if (sticky || ++launches == fault_at) {
+    std::lock_guard<std::mutex> g(mu);
+    if (!sticky) fprintf(stderr, "cudasim: launch %ld (%s) faults, as SIM_FAULT_AT says\n",
+                         launches, name);
+    last_error = sticky = cudaErrorIllegalAddress;
+    return;
+  }
   unsigned nw = workers();
   if (nw > blocks) nw = (unsigned)blocks;
   std::atomic<uint64_t> next(0);
@@ -656,6 +674,12 @@ cublasStatus_t cublasCreate (cublasHandle_t *h) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasSetWorkspace (cublasHandle_t h, void *ws, size_t bytes) {
+  if (h == NULL) return CUBLAS_STATUS_NOT_INITIALIZED;
+  return sim_check_range(ws, bytes, "cublasSetWorkspace") ? CUBLAS_STATUS_INVALID_VALUE
+                                                           : CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasDestroy (cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 
 cublasStatus_t cublasSetMathMode (cublasHandle_t h, cublasMath_t m) {
@@ -692,6 +716,7 @@ static cublasStatus_t gemm (cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const T *B, int ldb, long long sb, const T *beta, T *C, int ldc,
                             long long sc, int count) {
   if (h == NULL) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
   auto atleast1 = [](int x) { return x > 1 ? x : 1; };
   bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
   if (m < 0 || n < 0 || k < 0 || count < 0 || lda < atleast1(an ? m : k) ||

@@ -73,7 +73,11 @@ enum {
   cudaErrorInitializationError = 3, cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101, cudaErrorNoDevice = 100,
   cudaErrorInsufficientDriver = 35, cudaErrorInvalidDeviceFunction = 98,
-  cudaErrorIllegalAddress = 700, cudaErrorLaunchFailure = 719
+  cudaErrorIllegalAddress = 700, cudaErrorLaunchFailure = 719,
+  cudaErrorECCUncorrectable = 214, cudaErrorLaunchTimeout = 702,
+  cudaErrorContextIsDestroyed = 709, cudaErrorAssert = 710, cudaErrorHardwareStackError = 714,
+  cudaErrorIllegalInstruction = 715, cudaErrorMisalignedAddress = 716,
+  cudaErrorInvalidAddressSpace = 717, cudaErrorInvalidPc = 718, cudaErrorUnknown = 999
 };
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
@@ -310,6 +314,7 @@ typedef enum {
 cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes);
 cublasStatus_t cublasSgemmStridedBatched(
     cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb,

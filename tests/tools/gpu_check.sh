@@ -1,0 +1,91 @@
+#!/bin/bash
+# gpu_check.sh -- the whole GPU check, run on a bare GPU machine from the
+# repository's root, with build/gpu.tar.xz (`make gpu-check` makes it and
+# prints the command).  Each step runs under its own time limit and writes
+# its log under $OUT (8 files at most); one line per step goes to
+# $OUT/0-summary.txt and to stdout, so the end of the output is the summary.
+#
+#   1-env.log        nvidia-smi, driver, toolkit, the plugin's libraries
+#   2-cuda.log       the cross-backend suite, CUDA_LAUNCH_BLOCKING=1
+#   3-memcheck.log   compute-sanitizer memcheck over it, QKV_CUDA_NO_CACHE=1
+#   4-racecheck.log  racecheck, then synccheck, over its shared-memory tests
+#   5-device.log     every suite with the GPU as the default device
+#   6-bench.log      bench/cuda.lua against the PyTorch there
+#   7-oom.log        tests/tools/gpu_oom.lua: the card filled, alone, last
+#
+# Steps 3, 4 and 5 run side by side (16 cores, one GPU; none of them is
+# timed); the bench and the out-of-memory check run alone.
+set -u
+OUT=${OUT:-build/gpu-check}
+mkdir -p "$OUT"
+SUM=$OUT/0-summary.txt
+: > "$SUM"
+T0=$(date +%s)
+say() { echo "$*" | tee -a "$SUM"; }
+
+# the bundle, and the names the suites use for the build (build/qkv, ...)
+tar -C build -xJf build/gpu.tar.xz || { echo "gpu_check: no build/gpu.tar.xz (make gpu-check)"; exit 1; }
+for f in qkv qkv.so qkv_cuda.so fakecuda.so simcuda.so ptydrive luac lib; do
+  [ -e build/gpu/bin/$f ] && [ ! -e build/$f ] && ln -s gpu/bin/$f build/$f
+done
+# the test-time Python peers: the machine's python3 (numpy, safetensors,
+# tokenizers, torch), where build/pyref would be
+if [ ! -e build/pyref/bin/python ] && command -v python3 >/dev/null; then
+  mkdir -p build/pyref/bin && ln -sfn "$(command -v python3)" build/pyref/bin/python
+fi
+# cudart and cuBLAS: the toolkit's (the plugin's rpath), else the wheels'
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
+  [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+done
+export LD_LIBRARY_PATH
+export QKV=build/gpu/bin/qkv
+export CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+
+# run NAME LIMIT CMD...: the step (a command or a function below), its
+# time, its status and its last words
+run() {
+  local name=$1 limit=$2; shift 2
+  local t=$(date +%s%N)
+  timeout -k 10 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local s=$(( ($(date +%s%N) - t) / 1000000 ))
+  local last=$(grep -E "passed, [0-9]+ failed|ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^(ok|FAIL) " "$OUT/$name.log" | tr '\n' ';' | tail -c 300)
+  [ $rc = 124 ] || [ $rc = 137 ] && last="TIMED OUT after $limit s; $last"
+  printf '%-12s rc=%-3s %5d.%01d s  %s\n' "$name" "$rc" $((s / 1000)) $((s % 1000 / 100)) "${last:-$(tail -n 1 "$OUT/$name.log" | cut -c1-200)}" | tee -a "$SUM"
+}
+
+env_step() {
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  nvcc --version 2>&1 | tail -n 2
+  echo "compute-sanitizer: ${CS:-absent}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd build/gpu/bin/qkv_cuda.so
+  $QKV -e 'print("cuda_available", qkv.cuda_available()); print(qkv.cuda.device_name())
+    local t = qkv.clock(); local x = qkv.ones(1):cuda(); print("first cuda()", qkv.clock() - t)'
+}
+# san TOOL [LuaUnit options]: a sanitizer over the cross-backend suite
+san() {
+  local tool=$1; shift
+  QKV_CUDA_NO_CACHE=1 "$CS" --tool "$tool" --error-exitcode 3 --print-limit 30 \
+    $QKV tests/test_cuda.lua "$@"
+}
+# racecheck and synccheck on the kernels that share memory or sync warps
+SHARED="-p Reduce -p Softmax -p Attention -p Select"
+racesync() { san racecheck $SHARED; echo "racecheck rc=$?"; san synccheck $SHARED; }
+export SHARED
+export -f env_step san racesync
+run 1-env 45 env_step
+cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release" | head -n 8
+run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/test_cuda.lua
+run 3-memcheck 170 san memcheck &
+run 4-racecheck 170 racesync &
+run 5-device 170 $QKV test --device cuda tests/ &
+wait
+run 6-bench 90 $QKV bench/cuda.lua
+run 7-oom 45 $QKV tests/tools/gpu_oom.lua
+say "gpu_check: $(( $(date +%s) - T0 )) s in all"
+echo "== summary"; cat "$SUM"
+echo "== bench"; tail -n 12 "$OUT/6-bench.log"
+echo "== failures"; grep -hE "^(FAIL|not ok)|[0-9]+\) |Failed tests|crashed|timed out|device lost|Error|========= (Invalid|Race|Barrier|Program hit)" \
+  "$OUT"/[2357]-*.log | sort | uniq -c | sort -rn | head -n 40
