@@ -264,7 +264,8 @@ bench-deps:
 # (DT_RPATH, which also serves what its modules and dlopen load), the
 # non-system shared libraries it, its modules and OpenBLAS need copied
 # beside it, the plugin, the modules, the stdlib and its precompiled
-# chunks; cudart and cuBLAS are the machine's own toolkit's.  Also packed
+# chunks, and Debian's LuaUnit; cudart and cuBLAS are the machine's own
+# toolkit's.  Also packed
 # as $(GPU_BUNDLE).tar.xz for the trip (README, "CUDA")
 GPU_BUNDLE := $(BUILD)/gpu
 BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|/librt\.so|/libresolv|/libgcc_s|/libstdc\+\+|libcuda|libcudart|libcublas
@@ -295,6 +296,8 @@ gpu-bundle: all $(SIM_SO)
 	  /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf $(GPU_BUNDLE)/bin/lib/qkv/fonts/
 	cp -r $(BUILD)/luac $(GPU_BUNDLE)/bin/luac
 	cp -r stdlib $(GPU_BUNDLE)/stdlib
+	cp "$$($(BUILD)/qkv -e 'io.write(package.searchpath("luaunit", package.path))')" \
+	  $(GPU_BUNDLE)/stdlib/
 	blas=$$(ldconfig -p | awk '/libopenblas\.so\.0 /{print $$NF; exit}'); \
 	for f in $(GPU_BUNDLE)/bin/qkv $(GPU_BUNDLE)/bin/lib/qkv/*.so $$blas; do ldd $$f; done | \
 	  awk '/=>/ {print $$3}' | grep -Ev '$(BUNDLE_SYSTEM)' | sort -u | \

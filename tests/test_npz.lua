@@ -24,7 +24,7 @@ end
 
 -- the names in folder d, sorted, hidden ones (our temp files) included
 local function listing(d)
-  local out = S.sh("ls -A " .. S.quote(d))
+  local out = S.sh("LC_ALL=C ls -A " .. S.quote(d))   -- C's order: dot files first
   local names = {}
   for name in out:gmatch("[^\n]+") do names[#names + 1] = name end
   return names

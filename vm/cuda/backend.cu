@@ -118,9 +118,10 @@ static void release_cache (void) {
   cached = 0;
 }
 
-/* only cudaErrorMemoryAllocation is out of memory; any other failure
-   is recorded (a sticky one marks the device lost) */
-static void *device_malloc (size_t n) {
+/* n bytes for a request of `asked` (the message names what the script
+   asked for); only cudaErrorMemoryAllocation is out of memory, any other
+   failure is recorded (a sticky one marks the device lost) */
+static void *device_malloc (size_t n, size_t asked) {
   void *p = NULL;
   cudaError_t e = cudaMalloc(&p, n);
   if (e == cudaErrorMemoryAllocation) {
@@ -137,7 +138,7 @@ static void *device_malloc (size_t n) {
   size_t fr = 0, total = 0;
   cudaMemGetInfo(&fr, &total);
   snprintf(errbuf, sizeof errbuf, "cuda: out of memory: tried to allocate %zu bytes (%zu free)",
-           n, fr);
+           asked, fr);
   return NULL;
 }
 
@@ -154,7 +155,7 @@ static void *cu_alloc (size_t nbytes, int zero) {
     cached -= b->size;
   } else {
     if ((b = (block *)malloc(sizeof *b)) == NULL) return NULL;
-    if ((b->p = device_malloc(size)) == NULL) { free(b); return NULL; }
+    if ((b->p = device_malloc(size, nbytes)) == NULL) { free(b); return NULL; }
     b->size = size;
     b->cls = c;
   }
@@ -240,7 +241,7 @@ cublasHandle_t qkv_cu_blas (void) {
       blas = NULL;
       return NULL;
     }
-    if ((blas_ws = device_malloc(BLAS_WORKSPACE)) == NULL ||
+    if ((blas_ws = device_malloc(BLAS_WORKSPACE, BLAS_WORKSPACE)) == NULL ||
         (s = cublasSetWorkspace(blas, blas_ws, BLAS_WORKSPACE)) != CUBLAS_STATUS_SUCCESS) {
       if (blas_ws) qkv_cu_fail_blas("cublasSetWorkspace", __FILE__, __LINE__, s);
       cudaFree(blas_ws);
