@@ -9,6 +9,12 @@ fp16 and fp32 with TF32 off), timed with CUDA events (5 warm-ups, the
 median of 20), then "CEILING copy_gbs X" (a 1 GiB device-to-device copy,
 bytes read and written) and "CEILING bf16_gemm_tflops X" (8192^3), or
 "SKIP why".
+
+    python3 bench/attention_gpu_torch.py --numerics FILE DTYPE HEADS D
+
+reads q, k, v from FILE (safetensors, written by attention_gpu.lua) and
+prints "NUMERICS DTYPE HEADS D CAUSAL MAX RMS" for SDPA on them in DTYPE
+against SDPA in float64 on the CPU, causal and not.
 """
 import os
 import sys
@@ -19,6 +25,18 @@ from cuda_events import median_ms, torch_on_gpu  # noqa: E402
 torch = torch_on_gpu()
 DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 sdpa = torch.nn.functional.scaled_dot_product_attention
+
+if len(sys.argv) > 1 and sys.argv[1] == "--numerics":
+    from safetensors.torch import load_file
+    path, name, heads, d = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    t = load_file(path)
+    for causal in (False, True):
+        want = sdpa(t["q"].double(), t["k"].double(), t["v"].double(), is_causal=causal)
+        got = sdpa(*(t[x].to(DT[name]).cuda() for x in "qkv"), is_causal=causal).cpu().double()
+        err = (got - want).abs()
+        print("NUMERICS %s %d %d %d %.6e %.6e" % (name, heads, d, int(causal), err.max().item(),
+                                                  err.pow(2).mean().sqrt().item()))
+    sys.exit(0)
 for name in ("bfloat16", "float16", "float32"):
     for heads, d in ((16, 128), (32, 64)):
         for n in (512, 1024, 2048, 4096, 8192, 16384):

@@ -93,6 +93,11 @@ static int c_device_name (lua_State *L) {
   return 1;
 }
 
+static int c_attention_backend (lua_State *L) {
+  lua_pushstring(L, cuda(L, "attention_backend")->attention_backend());
+  return 1;
+}
+
 /* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it */
 static int c_allow_tf32 (lua_State *L) {
   const qkv_cuda_api *a = cuda(L, "allow_tf32");
@@ -124,7 +129,8 @@ void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
   };
   static const luaL_Reg c[] = {
     {"memory", c_memory}, {"synchronize", c_synchronize}, {"empty_cache", c_empty_cache},
-    {"device_name", c_device_name}, {"allow_tf32", c_allow_tf32}, {NULL, NULL}
+    {"device_name", c_device_name}, {"allow_tf32", c_allow_tf32},
+    {"attention_backend", c_attention_backend}, {NULL, NULL}
   };
   lua_pushvalue(L, module);
   luaL_setfuncs(L, f, 0);

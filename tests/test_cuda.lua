@@ -700,6 +700,59 @@ function TestCudaAttention:testMasksBroadcastHeadsAndEmptyRows()
   same("heads and merge", function(x) return qkv.merge(qkv.heads(x, 4)) end, {values({3, 10, 32}, "float32")})
 end
 
+-- float16 and bfloat16 on the tensor cores (vm/cuda/attention_mma.cu; head
+-- sizes 64 and 128): the CPU's float32 result to the dtype's tolerance in
+-- every layout, and against float64 within twice the CPU's own error
+-- (which is only the output's rounding; the GPU also rounds P)
+local function rel64(x, want)
+  local d = x:cpu():double() - want
+  return math.sqrt((d * d):sum():item() / (want * want):sum():item())
+end
+
+function TestCudaAttention:testHalvesOnTheTensorCores()
+  need()
+  local cases = {{1, 2, 70, 50, 64, false}, {2, 1, 64, 64, 128, true}, {1, 1, 33, 100, 64, true},
+                 {1, 2, 130, 129, 128, false}, {1, 1, 100, 40, 64, true}}
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(cases) do
+      local q, k, v = values({c[1], c[2], c[3], c[5]}, dt), values({c[1], c[2], c[4], c[5]}, dt),
+                      values({c[1], c[2], c[4], c[5]}, dt)
+      local m = values({c[3], c[4]}, "bool")
+      m:narrow(1, 1, 3):fill_(false)                        -- rows with no key: zeros
+      local label = ("%s %d x %d d %d%s"):format(dt, c[3], c[4], c[5], c[6] and " causal" or "")
+      same(label, function(a, b, e)
+        return qkv.attention(a, b, e, {causal = c[6], weights = false})
+      end, {q, k, v})
+      same(label .. " mask, scale", function(a, b, e, w)
+        return qkv.attention(a, b, e, {causal = c[6], mask = w, scale = 0.3, weights = false})
+      end, {q, k, v, m})
+      local opts = {causal = c[6], mask = m, weights = false}
+      local got = qkv.attention(q:cuda(), k:cuda(), v:cuda(), {causal = c[6], mask = m:cuda(),
+                                                               weights = false})
+      if qkv.cuda.attention_backend() ~= "cpu" then        -- build/fakecuda.so runs the CPU's
+        lu.assertEquals(qkv.cuda.attention_backend(), "mma", label)
+      end
+      lu.assertEquals(got:narrow(3, 1, 3):cpu():abs():max():item(), 0, label .. ": masked rows")
+      local want = qkv.attention(q:double(), k:double(), v:double(), opts)
+      local cpu, gpu = rel64(qkv.attention(q, k, v, opts), want), rel64(got, want)
+      lu.assertTrue(gpu <= 2 * cpu, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+        label, gpu, cpu))
+    end
+  end
+  -- other head sizes are computed in float32 on the CUDA cores
+  local q = values({1, 1, 20, 32}, "bfloat16")
+  same("bfloat16 d 32", function(a) return qkv.attention(a, a, a, {weights = false}) end, {q})
+  if qkv.cuda.attention_backend() ~= "cpu" then
+    lu.assertEquals(qkv.cuda.attention_backend(), "fp32")
+    -- and QKV_CUDA_ATTENTION=fp32 sends every half there
+    local out, code = S.sh("QKV_CUDA_ATTENTION=fp32 " .. S.quote(EXE) .. " -e " .. S.quote(
+      "local x = qkv.randn(1, 8, 64, 'cuda'):to('float16'); " ..
+      "qkv.attention(x, x, x, {weights = false}); io.write(qkv.cuda.attention_backend())"))
+    lu.assertEquals(code, 0, out)
+    lu.assertEquals(out, "fp32")
+  end
+end
+
 function TestCudaAttention:testBackwardGivesTheCpusGradients()
   need()
   require "qkv.autograd"

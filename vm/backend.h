@@ -40,7 +40,8 @@ typedef struct qkv_backend {
   int (*softmax)(qkv_tensor *out, const qkv_tensor *x, int dim);
   /* as qkv_attention, with q, k, v (and mask, bool) already expanded to
      out's batch dims (strides may be 0; mask to (B..., nq, nk)), all of
-     out's float dtype; out is contiguous */
+     out's float dtype; out is contiguous.  float16 and bfloat16 are asked
+     for first; QKV_EDTYPE says to compute them in float32 instead */
   int (*attention)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale);
@@ -87,7 +88,7 @@ const char *qkv_backend_entry(const qkv_backend *be, int i, int *filled);
 ** exports one C function, qkv_cuda_plugin, returning this table; abi
 ** guards against a plugin built from other headers.
 */
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 1)
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 2)
 
 typedef struct qkv_cuda_memory {
   size_t allocated;      /* bytes in blocks that tensors hold */
@@ -114,6 +115,10 @@ typedef struct qkv_cuda_api {
   const char *(*device_name)(void);
   void (*allow_tf32)(int on);             /* float32 products on tensor cores */
   int (*tf32)(void);
+  /* the path the last fused attention took: "mma" (tensor cores, float16
+     and bfloat16), "fp32" (the CUDA-core kernel: float32, float64, and the
+     halves it computes in float32), "none" before the first */
+  const char *(*attention_backend)(void);
 } qkv_cuda_api;
 
 typedef const qkv_cuda_api *(*qkv_cuda_plugin_fn)(void);

@@ -242,6 +242,12 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   qkv_tensor t, *o;
   const qkv_backend *be = qkv_op_backend(out, q, k, &err);
   if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL) return err;
+  /* float16 and bfloat16 natively where the backend can (the GPU's tensor
+     cores: QKV_EDTYPE otherwise), else computed in float32 */
+  if (out->dtype == QKV_F16 || out->dtype == QKV_BF16) {
+    err = attention_in(be, out, q, k, v, mask, causal, scale);
+    if (err != QKV_EDTYPE) return err;
+  }
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
 }

@@ -58,10 +58,11 @@ static const char *fake_name (void) { return "fakecuda (the CPU's kernels)"; }
 static int tf32;
 static void fake_allow (int on) { tf32 = on; }
 static int fake_tf32 (void) { return tf32; }
+static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
 static const qkv_cuda_api api = {
   QKV_CUDA_ABI, &table, fake_init, fake_error, fake_move, fake_move, fake_sync,
-  fake_empty, fake_memory, fake_name, fake_allow, fake_tf32
+  fake_empty, fake_memory, fake_name, fake_allow, fake_tf32, fake_attention
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

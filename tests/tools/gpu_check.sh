@@ -15,6 +15,9 @@
 #   6-bench.log      bench/cuda.lua against the PyTorch there
 #   7-oom.log        tests/tools/gpu_oom.lua: the card filled, alone, last
 #
+# `bash tests/tools/gpu_check.sh attention` runs the tensor-core attention's
+# steps alone (below).
+#
 # Steps 3, 4 and 5 run side by side (16 cores, one GPU; none of them is
 # timed); the bench and the out-of-memory check run alone.
 set -u
@@ -84,6 +87,19 @@ racesync() {
 }
 export -f env_step san racesync
 run 1-env 45 env_step
+# `gpu_check.sh attention`: the tensor-core attention alone (issue 27): the
+# cross-backend suite, memcheck and racecheck over its half-precision test,
+# and bench/attention_gpu.lua (numerics and the table), about 4 minutes
+if [ "${1:-}" = attention ]; then
+  run 2-cuda 40 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/test_cuda.lua
+  run 3-memcheck 100 san memcheck -p Halves &
+  run 4-racecheck 100 san racecheck -p Halves &
+  wait
+  run 6-bench 120 $QKV bench/attention_gpu.lua
+  say "gpu_check attention: $(( $(date +%s) - T0 )) s in all"
+  echo "== bench"; cat "$OUT/6-bench.log"
+  exit 0
+fi
 cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release" | head -n 8
 run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/test_cuda.lua
 run 3-memcheck 200 san memcheck -x OutOfMemory &

@@ -41,7 +41,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda.cuh"
+#include "attention.cuh"
 
 #define NT 256                       /* threads a block */
 #define RG (NT / 16)                 /* row groups: 16 threads a row */
@@ -50,42 +50,10 @@
 /* a block's shared memory at most (the device's own limit if lower) */
 #define BUDGET (200 * 1024)
 
-/* One of q, k, v, mask: element (b, i, j) at base + boff(b) + i rs + j cs. */
-typedef struct {
-  const char *base;                  /* element 0 of the view */
-  int64_t rs, cs;                    /* element strides of rows, columns */
-  int64_t bstride[QKV_MAXDIM];       /* batch dims, 0 where of size 1 */
-} operand;
-
-typedef struct {
-  int nbd;                           /* batch dims */
-  int64_t bsize[QKV_MAXDIM];
-  int64_t nbatch, ntiles, items, nq, nk;
-  int64_t off;                       /* causal: query i keeps keys j <= i + off */
-  int dk, dv, causal, has_mask;
-  double scale;
-  operand q, k, v, mask;
-  void *out;
-} job;
-
 /* ---- the kernel ---- */
 
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
-
-/* element offsets of batch item b in q, k, v and mask (row-major over out's
-   batch dims) */
-__device__ static void batch_offsets (const job &J, int64_t b, int64_t off[4]) {
-  off[0] = off[1] = off[2] = off[3] = 0;
-  for (int i = J.nbd - 1; i >= 0; i--) {
-    int64_t c = b % J.bsize[i];
-    b /= J.bsize[i];
-    off[0] += c * J.q.bstride[i];
-    off[1] += c * J.k.bstride[i];
-    off[2] += c * J.v.bstride[i];
-    off[3] += c * J.mask.bstride[i];
-  }
-}
 
 /* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
    at dst, ld apart, by all the block's threads */
@@ -302,7 +270,7 @@ static int run (const job &J) {
   return launch<T, 64, 64, false>(J);
 }
 
-static void setup (operand *op, const qkv_tensor *t, int nbd) {
+void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
   int nd = t->ndim;
   op->base = qkv_cu_data(t);
   op->rs = t->stride[nd - 2];
@@ -331,7 +299,8 @@ static int shapes_agree (const qkv_tensor *out, const qkv_tensor *q,
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale) {
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   if (q->dtype != out->dtype || k->dtype != out->dtype || v->dtype != out->dtype)
     return QKV_EDTYPE;
   if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
@@ -363,13 +332,15 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   J.causal = causal != 0;
   J.off = J.nk - J.nq;
   J.scale = scale;
-  setup(&J.q, q, J.nbd);
-  setup(&J.k, k, J.nbd);
-  setup(&J.v, v, J.nbd);
+  qkv_cu_attention_setup(&J.q, q, J.nbd);
+  qkv_cu_attention_setup(&J.k, k, J.nbd);
+  qkv_cu_attention_setup(&J.v, v, J.nbd);
   if (mask) {
-    setup(&J.mask, mask, J.nbd);
+    qkv_cu_attention_setup(&J.mask, mask, J.nbd);
     J.has_mask = 1;
   }
+  if (half) return qkv_cu_attention_mma(J, out->dtype);
+  qkv_cu_attention_path = "fp32";
   if (out->dtype == QKV_F32) return run<float>(J);
   return run<double>(J);
 }

@@ -287,6 +287,9 @@ static void cu_memory (qkv_cuda_memory *m) {
 
 static const char *cu_device_name (void) { return name; }
 
+const char *qkv_cu_attention_path = "none";
+static const char *cu_attention_backend (void) { return qkv_cu_attention_path; }
+
 static const qkv_backend cuda_backend = {
   "cuda", cu_alloc, cu_free,
   qkv_cuda_copy, qkv_cuda_fill, qkv_cuda_binary, qkv_cuda_unary,
@@ -299,7 +302,8 @@ static const qkv_backend cuda_backend = {
 
 static const qkv_cuda_api api = {
   QKV_CUDA_ABI, &cuda_backend, cu_init, qkv_cu_error, cu_to_device, cu_to_host,
-  cu_synchronize, release_cache, cu_memory, cu_device_name, cu_allow_tf32, cu_tf32
+  cu_synchronize, release_cache, cu_memory, cu_device_name, cu_allow_tf32, cu_tf32,
+  cu_attention_backend
 };
 
 extern "C" __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

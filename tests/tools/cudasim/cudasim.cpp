@@ -17,6 +17,7 @@
 ** whose mask names an ended lane is a fault.
 */
 #include "cudasim.h"
+#include "../../../vm/half.h"
 
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -662,6 +663,60 @@ void sim_run_grid (const char *name, const void *kernel, sim_cfg_t c, void (*bod
   for (unsigned s = 1; s < nw; s++) th.emplace_back(run, s);
   run(0);
   for (auto &t : th) t.join();
+}
+
+
+/* the tensor-core instructions of vm/cuda/mma.cuh, as warp collectives:
+   every lane hands in its registers, and each computes its own outputs
+   from the whole warp's, by the fragment layouts mma.cuh describes */
+
+static void warp_all (uint64_t v, uint64_t out[32]) {
+  const uint64_t *all = sim_warp_exchange(SIM_SHFL, 0xffffffffu, v);
+  memcpy(out, all, 32 * sizeof *out);
+}
+
+static float half_at (int fp16, uint32_t reg, int hi) {
+  uint16_t h = (uint16_t)(hi ? reg >> 16 : reg & 0xffff);
+  return fp16 ? qkv_h2f(h) : qkv_bf2f(h);
+}
+
+void sim_mma_m16n8k16 (int fp16, float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  uint64_t a01[32], a23[32], b01[32];
+  warp_all((uint64_t)a[0] | (uint64_t)a[1] << 32, a01);
+  warp_all((uint64_t)a[2] | (uint64_t)a[3] << 32, a23);
+  warp_all((uint64_t)b[0] | (uint64_t)b[1] << 32, b01);
+  auto A = [&](int row, int k) {               /* element (row, k) of the 16 x 16 A */
+    int lane = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
+    uint64_t w = reg < 2 ? a01[lane] : a23[lane];
+    return half_at(fp16, (uint32_t)(w >> (32 * (reg & 1))), k & 1);
+  };
+  auto B = [&](int k, int n) {                 /* element (k, n) of the 16 x 8 B */
+    uint64_t w = b01[n * 4 + (k % 8) / 2];
+    return half_at(fp16, (uint32_t)(w >> (32 * (k >= 8))), k & 1);
+  };
+  unsigned t = sim_lane();
+  int g = (int)t / 4, c = 2 * (int)(t % 4);
+  for (int i = 0; i < 4; i++) {
+    int row = g + 8 * (i / 2), col = c + i % 2;
+    double s = d[i];                            /* products exact, summed wide */
+    for (int k = 0; k < 16; k++) s += (double)A(row, k) * (double)B(k, col);
+    d[i] = (float)s;
+  }
+}
+
+void sim_ldmatrix_x4 (int trans, uint32_t r[4], const void *row) {
+  uint64_t addr[32];
+  warp_all((uint64_t)(uintptr_t)row, addr);
+  unsigned t = sim_lane();
+  int g = (int)t / 4, c = 2 * (int)(t % 4);
+  auto at = [&](int tile, int i, int j) {      /* element j of row i of a tile */
+    return ((const uint16_t *)(uintptr_t)addr[8 * tile + i])[j];
+  };
+  for (int j = 0; j < 4; j++) {
+    uint16_t lo = trans ? at(j, c, g) : at(j, g, c);
+    uint16_t hi = trans ? at(j, c + 1, g) : at(j, g, c + 1);
+    r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+  }
 }
 
 

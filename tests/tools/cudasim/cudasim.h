@@ -28,6 +28,8 @@
 */
 #ifndef QKV_CUDASIM_H
 #define QKV_CUDASIM_H
+#define QKV_CUDASIM 1        /* vm/cuda/mma.cuh: the tensor-core instructions as
+                                warp collectives (sim_mma_m16n8k16, sim_ldmatrix_x4) */
 
 #include <limits.h>
 #include <math.h>
@@ -258,6 +260,10 @@ static inline int __clz (int v) { return v ? __builtin_clz((unsigned)v) : 32; }
 static inline int __clzll (long long v) { return v ? __builtin_clzll((unsigned long long)v) : 64; }
 static inline int __ffs (int v) { return __builtin_ffs(v); }
 template <typename T> static inline T __ldg (const T *p) { return *p; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4 (unsigned x, unsigned y, unsigned z, unsigned w) {
+  return {x, y, z, w};
+}
 static inline float rsqrtf (float v) { return 1.0f / sqrtf(v); }
 static inline double rsqrt (double v) { return 1.0 / sqrt(v); }
 

@@ -1,0 +1,55 @@
+/*
+** attention.cuh -- what the fused attention kernels share (attention.cu in
+** float32 and float64 on CUDA cores, attention_mma.cu in bfloat16 and
+** float16 on tensor cores): the job a launch is given, and each batch
+** item's offsets into q, k, v and the mask.
+*/
+#ifndef QKV_CUDA_ATTENTION_CUH
+#define QKV_CUDA_ATTENTION_CUH
+
+#include "cuda.cuh"
+
+/* One of q, k, v, mask: element (b, i, j) at base + boff(b) + i rs + j cs. */
+typedef struct {
+  const char *base;                  /* element 0 of the view */
+  int64_t rs, cs;                    /* element strides of rows, columns */
+  int64_t bstride[QKV_MAXDIM];       /* batch dims, 0 where of size 1 */
+} operand;
+
+typedef struct {
+  int nbd;                           /* batch dims */
+  int64_t bsize[QKV_MAXDIM];
+  int64_t nbatch, ntiles, items, nq, nk;
+  int64_t off;                       /* causal: query i keeps keys j <= i + off */
+  int dk, dv, causal, has_mask;
+  double scale;
+  operand q, k, v, mask;
+  void *out;
+} job;
+
+void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);
+
+/* the path the last launch took (qkv.cuda.attention_backend) */
+extern const char *qkv_cu_attention_path;
+
+/* the tensor-core path for bfloat16 and float16 (attention_mma.cu);
+   QKV_EDTYPE when it does not take the job (a head size other than 64 or
+   128, dk != dv, or QKV_CUDA_ATTENTION=fp32): the caller computes in
+   float32 then */
+int qkv_cu_attention_mma(const job &J, qkv_dtype dt);
+
+/* element offsets of batch item b in q, k, v and mask (row-major over out's
+   batch dims) */
+__device__ static inline void batch_offsets (const job &J, int64_t b, int64_t off[4]) {
+  off[0] = off[1] = off[2] = off[3] = 0;
+  for (int i = J.nbd - 1; i >= 0; i--) {
+    int64_t c = b % J.bsize[i];
+    b /= J.bsize[i];
+    off[0] += c * J.q.bstride[i];
+    off[1] += c * J.k.bstride[i];
+    off[2] += c * J.v.bstride[i];
+    off[3] += c * J.mask.bstride[i];
+  }
+}
+
+#endif

@@ -1,0 +1,224 @@
+/*
+** attention_mma.cu -- fused attention in bfloat16 and float16 on the
+** tensor cores, as FlashAttention-2 tiles it (Dao, 2023), for head sizes 64
+** and 128 (dk = dv); the same function as attention.cu (masks, causal
+** aligned to the last key, a query with no key left gives zeros, scores
+** the product then a multiply by scale), with float32 accumulators and the
+** probabilities rounded to the input's dtype before P V.
+**
+** A block of 4 warps takes BQ = 64 queries of one batch item (16 a warp;
+** the grid loops over items, the last query tiles first) and walks the key
+** tiles of BK = 64 up to the tile's causal end:
+**   1. Q's tile goes to shared memory once per item, and from there into
+**      each warp's A fragments (ldmatrix), which stay in registers;
+**   2. per key tile: K's and V's tiles to shared memory (16 bytes a thread
+**      a load when the rows allow it); S = Q K^T by mma.sync m16n8k16, K's
+**      rows read as B fragments by ldmatrix; an excluded key (mask false,
+**      causal, past nk) gets -inf;
+**   3. the online softmax in registers: a thread holds two rows' scores
+**      (rows g and g + 8 of its warp's 16, g = lane / 4); the four threads
+**      of a row share its max by shuffles; O and l are rescaled by
+**      exp(m_old - m_new);
+**   4. O += P V: the scores' accumulator fragments are the A fragments of
+**      P once packed to 16 bits (no shared memory), V's rows read as B
+**      fragments by ldmatrix.trans.
+** At the end out = O / l, zeros where l == 0.
+**
+** Shared memory: Q BQ x LD, K and V BK x LD in 16-bit elements, LD = D + 8
+** (rows 16 bytes apart in banks, so ldmatrix's eight rows hit eight
+** different bank groups): 27 KiB at D = 64, 51 KiB at D = 128.
+** Mirrors attention.cu, the float32 reference of the same tiling on CUDA
+** cores; the host simulation runs this file with mma.cuh's instructions as
+** warp collectives.
+*/
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.cuh"
+#include "mma.cuh"
+
+#define WARPS 4
+#define NTH (32 * WARPS)              /* threads a block */
+#define BQ (16 * WARPS)               /* queries a block: 16 a warp */
+#define BK 64                         /* keys a tile */
+#define FULL 0xffffffffu
+
+/* rows [r0, r0 + n) of op to a rows x D tile at dst, LD apart, zeros past
+   n; 16 bytes a load when vec (the rows' elements dense and aligned) */
+template <int D>
+__device__ static void load_rows (uint16_t *dst, const operand &op, int64_t boff, int64_t r0,
+                                  int n, int rows, int vec) {
+  enum { LD = D + 8, V = D / 8 };
+  const uint16_t *src = (const uint16_t *)op.base + boff;
+  if (vec) {
+    for (int x = threadIdx.x; x < rows * V; x += NTH) {
+      int i = x / V, j = x % V * 8;
+      uint4 u = make_uint4(0, 0, 0, 0);
+      if (i < n) u = *(const uint4 *)(src + (r0 + i) * op.rs + j);
+      *(uint4 *)(dst + i * LD + j) = u;
+    }
+  } else {
+    for (int x = threadIdx.x; x < rows * D; x += NTH) {
+      int i = x / D, j = x % D;
+      dst[i * LD + j] = i < n ? src[(r0 + i) * op.rs + j * op.cs] : (uint16_t)0;
+    }
+  }
+}
+
+template <int DT, int D>
+__global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
+  enum { LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8 };
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
+  const float scale = (float)J.scale, ninf = -INFINITY;
+
+  for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
+    int64_t b = item % J.nbatch, i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
+    int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
+    /* keys past jend are causally excluded for every query of the tile */
+    int64_t jend = J.nk;
+    if (J.causal && i0 + bq + J.off < jend) jend = i0 + bq + J.off;
+    int64_t boff[4];
+    batch_offsets(J, b, boff);
+    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
+    const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};   /* this thread's queries */
+
+    __syncthreads();                           /* the last item's reads are done */
+    load_rows<D>(Qs, J.q, boff[0], i0, bq, BQ, vec);
+    __syncthreads();
+    uint32_t qf[KS][4];
+    for (int kk = 0; kk < KS; kk++)
+      qkv_ldmatrix_x4(qf[kk], Qs + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
+
+    float o[DN][4], m[2] = {ninf, ninf}, l[2] = {0, 0};
+    for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0;
+
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+      int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
+      __syncthreads();                         /* every warp is done with K and V */
+      load_rows<D>(Ks, J.k, boff[1], j0, bk, BK, vec);
+      load_rows<D>(Vs, J.v, boff[2], j0, bk, BK, vec);
+      __syncthreads();
+
+      /* 2. S = Q K^T: ldmatrix's tiles 0, 1 are keys 16 np .. + 7 (dims
+         kk 16 and + 8), tiles 2, 3 the next eight keys */
+      float s[NS][4];
+      for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+      for (int kk = 0; kk < KS; kk++)
+        for (int np = 0; np < NS / 2; np++) {
+          uint32_t kb[4];
+          qkv_ldmatrix_x4(kb, Ks + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
+          const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+          qkv_mma<DT>(s[2 * np], qf[kk], b0);
+          qkv_mma<DT>(s[2 * np + 1], qf[kk], b1);
+        }
+
+      /* scaled, excluded keys to -inf, and each row's max */
+      float mx[2] = {ninf, ninf};
+      for (int n = 0; n < NS; n++)
+        for (int e = 0; e < 4; e++) {
+          int64_t i = row[e / 2], j = j0 + n * 8 + c + (e & 1);
+          bool keep = i < J.nq && j < J.nk && (!J.causal || j <= i + J.off) &&
+                      (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs]);
+          s[n][e] = keep ? s[n][e] * scale : ninf;
+          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+        }
+
+      /* 3. the online softmax; a row with nothing kept yet keeps m = -inf
+         and takes its exponentials against 0 (all zeros) */
+      float mref[2], alpha[2];
+      for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));
+        float mn = fmaxf(m[h], mx[h]);
+        mref[h] = mn == ninf ? 0.f : mn;
+        alpha[h] = expf(m[h] - mref[h]);
+        m[h] = mn;
+        l[h] *= alpha[h];
+      }
+      for (int n = 0; n < NS; n++)
+        for (int e = 0; e < 4; e++) {
+          s[n][e] = expf(s[n][e] - mref[e / 2]);
+          l[e / 2] += s[n][e];
+        }
+      for (int dn = 0; dn < DN; dn++)
+        for (int e = 0; e < 4; e++) o[dn][e] *= alpha[e / 2];
+
+      /* 4. O += P V: P's A fragment for keys 16 kp .. + 15 is S's
+         accumulators of key groups 2 kp and 2 kp + 1; ldmatrix.trans's
+         tiles 0, 1 are keys 16 kp .. + 7 and + 8 .. + 15 of dims 16 dp .. + 7,
+         tiles 2, 3 the same keys of the next eight dims */
+      for (int kp = 0; kp < NS / 2; kp++) {
+        const uint32_t pa[4] = {qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]),
+                                qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]),
+                                qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]),
+                                qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3])};
+        for (int dp = 0; dp < D / 16; dp++) {
+          uint32_t vb[4];
+          qkv_ldmatrix_x4_trans(vb, Vs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
+                                    (tile >> 1) * 8);
+          const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+          qkv_mma<DT>(o[2 * dp], pa, b0);
+          qkv_mma<DT>(o[2 * dp + 1], pa, b1);
+        }
+      }
+    }
+
+    /* out = O / l (l summed over the row's four threads); zeros where no
+       key was kept */
+    for (int h = 0; h < 2; h++) {
+      l[h] += __shfl_xor_sync(FULL, l[h], 1);
+      l[h] += __shfl_xor_sync(FULL, l[h], 2);
+    }
+    uint16_t *out = (uint16_t *)J.out + (b * J.nq + i0) * D;
+    for (int h = 0; h < 2; h++) {
+      int r = 16 * w + g + 8 * h;
+      if (r >= bq) continue;
+      float rinv = l[h] == 0 ? 0.f : 1.f / l[h];
+      for (int dn = 0; dn < DN; dn++)
+        *(uint32_t *)(out + r * D + dn * 8 + c) =
+            qkv_pack2<DT>(o[dn][2 * h] * rinv, o[dn][2 * h + 1] * rinv);
+    }
+  }
+}
+
+/* ---- the launch ---- */
+
+template <int DT, int D>
+static int launch (job J, int vec) {
+  size_t smem = (size_t)(BQ + 2 * BK) * (D + 8) * sizeof(uint16_t);
+  void (*kernel)(job, int) = attention_mma_kernel<DT, D>;
+  if (smem > 48 * 1024)
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+  J.ntiles = (J.nq + BQ - 1) / BQ;
+  J.items = J.nbatch * J.ntiles;
+  unsigned grid = (unsigned)(J.items < INT_MAX ? J.items : INT_MAX);
+  kernel<<<grid, NTH, smem>>>(J, vec);
+  launchCheck("attention_mma_kernel");
+  return QKV_OK;
+}
+
+/* whether an operand's rows can be read 16 bytes at a time */
+static int dense_rows (const operand &op, int nbd) {
+  if (op.cs != 1 || op.rs % 8 != 0 || (uintptr_t)op.base % 16 != 0) return 0;
+  for (int i = 0; i < nbd; i++)
+    if (op.bstride[i] % 8 != 0) return 0;
+  return 1;
+}
+
+int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
+  static int force = -1;                 /* QKV_CUDA_ATTENTION=fp32: never this path */
+  if (force < 0) force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
+  if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0)
+    return QKV_EDTYPE;
+  qkv_cu_attention_path = "mma";
+  int vec = dense_rows(J.q, J.nbd) && dense_rows(J.k, J.nbd) && dense_rows(J.v, J.nbd);
+  if (dt == QKV_BF16)
+    return J.dk == 64 ? launch<QKV_MMA_BF16, 64>(J, vec) : launch<QKV_MMA_BF16, 128>(J, vec);
+  return J.dk == 64 ? launch<QKV_MMA_F16, 64>(J, vec) : launch<QKV_MMA_F16, 128>(J, vec);
+}
