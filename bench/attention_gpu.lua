@@ -2,7 +2,7 @@
 -- scaled_dot_product_attention on the same GPU (bench/attention_gpu_torch.py,
 -- the python3 on PATH), in one command:
 --
---   build/qkv bench/attention_gpu.lua          (on a GPU machine; README "CUDA")
+--   build/qkv bench/attention_gpu.lua [--quick]   (on a GPU machine; README "CUDA")
 --
 -- 16k tokens per case (B = 16384 / N sequences of N), hidden 2048 as 16
 -- heads of 128 and 32 of 64, N from 512 to 16k, causal and not, bfloat16,
@@ -23,7 +23,12 @@ local U = dofile(here .. "/lib/timing.lua")
 local quote = U.quote
 
 local torch, ceiling = {}, {}
-local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") .. " 2>&1")
+-- --quick: the halves at N 4k and 16k only, no numerics (a short GPU run)
+local QUICK = arg[1] == "--quick"
+local DTYPES = QUICK and {"bfloat16", "float16"} or {"bfloat16", "float16", "float32"}
+local NS = QUICK and {4096, 16384} or {512, 1024, 2048, 4096, 8192, 16384}
+local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") ..
+                   (QUICK and " --quick" or "") .. " 2>&1")
 local out = p:read("a")
 p:close()
 for dt, h, d, n, c, ms in out:gmatch("RESULT (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
@@ -44,7 +49,7 @@ local function errors(got, want)
 end
 local numerics = {}
 qkv.seed(2)
-for _, dt in ipairs{"bfloat16", "float16"} do
+for _, dt in ipairs(QUICK and {} or {"bfloat16", "float16"}) do
   for _, hd in ipairs{{16, 128}, {32, 64}} do
     local q, k, v = qkv.randn(1, hd[1], 1024, hd[2]):to(dt), qkv.randn(1, hd[1], 1024, hd[2]):to(dt),
                     qkv.randn(1, hd[1], 1024, hd[2]):to(dt)
@@ -80,10 +85,10 @@ print(("attention_gpu: %s; TFLOP/s (ms)"):format(qkv.cuda.device_name()))
 print("| dtype | heads x d | N | causal | path | qkv | torch SDPA | qkv/torch |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 qkv.seed(1)
-for _, dt in ipairs{"bfloat16", "float16", "float32"} do
+for _, dt in ipairs(DTYPES) do
   for _, hd in ipairs{{16, 128}, {32, 64}} do
     local h, d = hd[1], hd[2]
-    for _, n in ipairs{512, 1024, 2048, 4096, 8192, 16384} do
+    for _, n in ipairs(NS) do
       local b = 16384 // n
       local q = qkv.randn(b, h, n, d, "cuda"):to(dt)
       local k = qkv.randn(b, h, n, d, "cuda"):to(dt)

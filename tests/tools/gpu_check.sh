@@ -90,12 +90,24 @@ run 1-env 45 env_step
 # `gpu_check.sh attention`: the tensor-core attention alone (issue 27): the
 # cross-backend suite, memcheck and racecheck over its half-precision test,
 # and bench/attention_gpu.lua (numerics and the table), about 4 minutes
+# (the pipelined kernel, and QKV_CUDA_MMA_SYNC=1's one-stage kernel beside
+# it), and bench/attention_gpu.lua (`attention quick`: the halves at 4k and
+# 16k, both kernels)
 if [ "${1:-}" = attention ]; then
-  run 2-cuda 40 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/test_cuda.lua
+  halves() { $QKV test tests/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/test_cuda.lua; }
+  export -f halves
+  run 2-cuda 40 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
   run 3-memcheck 100 san memcheck -p Halves &
   run 4-racecheck 100 san racecheck -p Halves &
   wait
-  run 6-bench 120 $QKV bench/attention_gpu.lua
+  if [ "${2:-}" = quick ]; then
+    bq() { $QKV bench/attention_gpu.lua --quick; echo "== QKV_CUDA_MMA_SYNC=1"
+           QKV_CUDA_MMA_SYNC=1 $QKV bench/attention_gpu.lua --quick; }
+    export -f bq
+    run 6-bench 100 bq
+  else
+    run 6-bench 120 $QKV bench/attention_gpu.lua
+  fi
   say "gpu_check attention: $(( $(date +%s) - T0 )) s in all"
   echo "== bench"; cat "$OUT/6-bench.log"
   exit 0

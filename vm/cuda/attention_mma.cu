@@ -3,8 +3,9 @@
 ** tensor cores, as FlashAttention-2 tiles it (Dao, 2023), for head sizes 64
 ** and 128 (dk = dv); the same function as attention.cu (masks, causal
 ** aligned to the last key, a query with no key left gives zeros, scores
-** the product then a multiply by scale), with float32 accumulators and the
-** probabilities rounded to the input's dtype before P V.
+** the product then a multiply by scale, in log2 units for exp2), with
+** float32 accumulators and the probabilities rounded to the input's dtype
+** before P V.
 **
 ** A block of 4 warps takes BQ = 64 queries of one batch item (16 a warp;
 ** the grid loops over items, the last query tiles first) and walks the key
@@ -67,14 +68,39 @@ __device__ static void load_rows (uint16_t *dst, const operand &op, int64_t boff
   }
 }
 
-template <int DT, int D>
+/* K's and V's rows [j0, j0 + n) into one stage by cp.async, one group;
+   zeros past n (rows dense and aligned: vec) */
+template <int D>
+__device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const job &J, const int64_t boff[4],
+                                 int64_t j0, int n) {
+  enum { LD = D + 8, V = D / 8 };
+  const uint16_t *k = (const uint16_t *)J.k.base + boff[1];
+  const uint16_t *v = (const uint16_t *)J.v.base + boff[2];
+  for (int x = threadIdx.x; x < BK * V; x += NTH) {
+    int i = x / V, j = x % V * 8;
+    if (i < n) {
+      qkv_cp_async16(ks + i * LD + j, k + (j0 + i) * J.k.rs + j);
+      qkv_cp_async16(vs + i * LD + j, v + (j0 + i) * J.v.rs + j);
+    } else {
+      *(uint4 *)(ks + i * LD + j) = make_uint4(0, 0, 0, 0);
+      *(uint4 *)(vs + i * LD + j) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  qkv_cp_commit();
+}
+
+/* PIPE: K and V in two stages, the next tile's copies (cp.async) in
+   flight while this one is computed on; else one stage, loaded and then
+   computed on */
+template <int DT, int D, bool PIPE>
 __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
-  enum { LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8 };
+  enum { LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8, STAGE = 2 * BK * LD };
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t *Qs = (uint16_t *)smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD;
+  uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BQ * LD;    /* stage s: K at KV + s STAGE, V after */
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
-  const float scale = (float)J.scale, ninf = -INFINITY;
+  /* scores in log2 units: exp(x scale - m) = exp2(x scale log2 e - m') */
+  const float scale2 = (float)(J.scale * 1.4426950408889634), ninf = -INFINITY;
 
   for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
     int64_t b = item % J.nbatch, i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
@@ -88,6 +114,7 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
     const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};   /* this thread's queries */
 
     __syncthreads();                           /* the last item's reads are done */
+    if (PIPE && jend > 0) issue_kv<D>(KV, KV + BK * LD, J, boff, 0, (int)(J.nk < BK ? J.nk : BK));
     load_rows<D>(Qs, J.q, boff[0], i0, bq, BQ, vec);
     __syncthreads();
     uint32_t qf[KS][4];
@@ -97,11 +124,25 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
     float o[DN][4], m[2] = {ninf, ninf}, l[2] = {0, 0};
     for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0;
 
-    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-      int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
-      __syncthreads();                         /* every warp is done with K and V */
-      load_rows<D>(Ks, J.k, boff[1], j0, bk, BK, vec);
-      load_rows<D>(Vs, J.v, boff[2], j0, bk, BK, vec);
+    for (int64_t j0 = 0, it = 0; j0 < jend; j0 += BK, it++) {
+      uint16_t *Ks = KV + (PIPE ? (it & 1) * STAGE : 0), *Vs = Ks + BK * LD;
+      if (PIPE) {
+        /* the next tile's copies into the other stage (which every warp
+           finished reading before the barrier that ended the last pass),
+           then wait for this tile's */
+        if (j0 + BK < jend) {
+          uint16_t *nk = KV + ((it + 1) & 1) * STAGE;
+          issue_kv<D>(nk, nk + BK * LD, J, boff, j0 + BK,
+                      (int)(J.nk - j0 - BK < BK ? J.nk - j0 - BK : BK));
+          qkv_cp_wait<1>();
+        } else
+          qkv_cp_wait<0>();
+      } else {
+        int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
+        __syncthreads();                       /* every warp is done with K and V */
+        load_rows<D>(Ks, J.k, boff[1], j0, bk, BK, vec);
+        load_rows<D>(Vs, J.v, boff[2], j0, bk, BK, vec);
+      }
       __syncthreads();
 
       /* 2. S = Q K^T: ldmatrix's tiles 0, 1 are keys 16 np .. + 7 (dims
@@ -117,14 +158,21 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
           qkv_mma<DT>(s[2 * np + 1], qf[kk], b1);
         }
 
-      /* scaled, excluded keys to -inf, and each row's max */
+      /* scaled (by scale log2 e: the exponentials are exp2), excluded
+         keys to -inf, and each row's max; only a tile that the mask,
+         the causal diagonal or the keys' end cuts looks at each key
+         (rows past nq are Q's zero rows, never stored) */
       float mx[2] = {ninf, ninf};
+      bool cut = J.has_mask || j0 + BK > J.nk || (J.causal && j0 + BK - 1 > i0 + J.off);
       for (int n = 0; n < NS; n++)
         for (int e = 0; e < 4; e++) {
-          int64_t i = row[e / 2], j = j0 + n * 8 + c + (e & 1);
-          bool keep = i < J.nq && j < J.nk && (!J.causal || j <= i + J.off) &&
-                      (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs]);
-          s[n][e] = keep ? s[n][e] * scale : ninf;
+          s[n][e] *= scale2;
+          if (cut) {
+            int64_t i = row[e / 2], j = j0 + n * 8 + c + (e & 1);
+            bool keep = j < J.nk && (!J.causal || j <= i + J.off) &&
+                        (!J.has_mask || i >= J.nq || mk[i * J.mask.rs + j * J.mask.cs]);
+            if (!keep) s[n][e] = ninf;
+          }
           mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
         }
 
@@ -136,13 +184,13 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));
         float mn = fmaxf(m[h], mx[h]);
         mref[h] = mn == ninf ? 0.f : mn;
-        alpha[h] = expf(m[h] - mref[h]);
+        alpha[h] = exp2f(m[h] - mref[h]);
         m[h] = mn;
         l[h] *= alpha[h];
       }
       for (int n = 0; n < NS; n++)
         for (int e = 0; e < 4; e++) {
-          s[n][e] = expf(s[n][e] - mref[e / 2]);
+          s[n][e] = exp2f(s[n][e] - mref[e / 2]);
           l[e / 2] += s[n][e];
         }
       for (int dn = 0; dn < DN; dn++)
@@ -166,6 +214,7 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
           qkv_mma<DT>(o[2 * dp + 1], pa, b1);
         }
       }
+      if (PIPE) __syncthreads();               /* this stage is free for the pass after next */
     }
 
     /* out = O / l (l summed over the row's four threads); zeros where no
@@ -188,10 +237,10 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
 
 /* ---- the launch ---- */
 
-template <int DT, int D>
+template <int DT, int D, bool PIPE>
 static int launch (job J, int vec) {
-  size_t smem = (size_t)(BQ + 2 * BK) * (D + 8) * sizeof(uint16_t);
-  void (*kernel)(job, int) = attention_mma_kernel<DT, D>;
+  size_t smem = (size_t)(BQ + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t);
+  void (*kernel)(job, int) = attention_mma_kernel<DT, D, PIPE>;
   if (smem > 48 * 1024)
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
@@ -218,7 +267,16 @@ int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
     return QKV_EDTYPE;
   qkv_cu_attention_path = "mma";
   int vec = dense_rows(J.q, J.nbd) && dense_rows(J.k, J.nbd) && dense_rows(J.v, J.nbd);
+  static int sync = -1;                  /* QKV_CUDA_MMA_SYNC=1: no cp.async pipeline */
+  if (sync < 0) sync = getenv("QKV_CUDA_MMA_SYNC") != NULL;
+  if (vec && !sync) {
+    if (dt == QKV_BF16)
+      return J.dk == 64 ? launch<QKV_MMA_BF16, 64, true>(J, vec)
+                        : launch<QKV_MMA_BF16, 128, true>(J, vec);
+    return J.dk == 64 ? launch<QKV_MMA_F16, 64, true>(J, vec) : launch<QKV_MMA_F16, 128, true>(J, vec);
+  }
   if (dt == QKV_BF16)
-    return J.dk == 64 ? launch<QKV_MMA_BF16, 64>(J, vec) : launch<QKV_MMA_BF16, 128>(J, vec);
-  return J.dk == 64 ? launch<QKV_MMA_F16, 64>(J, vec) : launch<QKV_MMA_F16, 128>(J, vec);
+    return J.dk == 64 ? launch<QKV_MMA_BF16, 64, false>(J, vec)
+                      : launch<QKV_MMA_BF16, 128, false>(J, vec);
+  return J.dk == 64 ? launch<QKV_MMA_F16, 64, false>(J, vec) : launch<QKV_MMA_F16, 128, false>(J, vec);
 }

@@ -1,9 +1,10 @@
 /*
 ** mma.cuh -- the tensor-core instructions the half-precision kernels use,
 ** one inline function each: a warp's 16 x 8 x 16 matrix multiply-add
-** (mma.sync m16n8k16, bfloat16 or float16 in, float32 accumulators) and
+** (mma.sync m16n8k16, bfloat16 or float16 in, float32 accumulators),
 ** ldmatrix (four 8 x 8 tiles of 16-bit elements from shared memory into
-** fragments, plain or transposed).  On nvcc each is its PTX instruction; in
+** fragments, plain or transposed) and cp.async (global to shared memory in
+** the background, in groups).  On nvcc each is its PTX instruction; in
 ** the host simulation (tests/tools/cudasim, QKV_CUDASIM) each is a warp
 ** collective that computes the same fragments, so the kernels' numerics
 ** are tested on every `make test`.
@@ -34,6 +35,9 @@ enum { QKV_MMA_BF16 = 0, QKV_MMA_F16 = 1 };
 #ifdef QKV_CUDASIM
 void sim_mma_m16n8k16(int fp16, float d[4], const uint32_t a[4], const uint32_t b[2]);
 void sim_ldmatrix_x4(int trans, uint32_t r[4], const void *row);
+void sim_cp_async(void *dst, const void *src, size_t n);
+void sim_cp_commit(void);
+void sim_cp_wait(int n);
 #endif
 
 /* d += a b, one warp, every lane */
@@ -73,6 +77,35 @@ __device__ static inline void qkv_ldmatrix_x4_trans (uint32_t r[4], const void *
   unsigned s = (unsigned)__cvta_generic_to_shared(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+#endif
+}
+
+/* cp.async: 16 bytes from global to shared memory, in the background;
+   commit closes a group of them, wait<n> returns when at most n groups
+   are still in flight (the simulation does the copies there) */
+__device__ static inline void qkv_cp_async16 (void *dst, const void *src) {
+#ifdef QKV_CUDASIM
+  sim_cp_async(dst, src, 16);
+#else
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src) : "memory");
+#endif
+}
+
+__device__ static inline void qkv_cp_commit (void) {
+#ifdef QKV_CUDASIM
+  sim_cp_commit();
+#else
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ static inline void qkv_cp_wait (void) {
+#ifdef QKV_CUDASIM
+  sim_cp_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 #endif
 }
 

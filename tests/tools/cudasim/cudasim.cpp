@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -303,6 +304,9 @@ sim_switch:
 
 enum { READY, WAIT_BAR, WAIT_WARP, DONE, FAULTED };
 
+/* a cp.async copy, done when its group is waited for (vm/cuda/mma.cuh) */
+struct cp_copy { void *dst; const void *src; size_t n; };
+
 struct fiber {
 #if defined(__x86_64__)
   void *sp;
@@ -311,6 +315,8 @@ struct fiber {
 #endif
   int state;
   unsigned lin;                 /* linear thread index in the block */
+  std::vector<cp_copy> open;    /* cp.async copies not yet committed */
+  std::deque<std::vector<cp_copy>> groups;   /* committed, not yet waited for */
 };
 
 struct warp {
@@ -432,6 +438,8 @@ static void fiber_main (void) {
   worker *w = cur_worker;
   w->body(w->ctx);
   fiber *f = &w->f[w->cur];
+  if (!f->open.empty() || !f->groups.empty())
+    fault(w, "ended with cp.async copies never waited for (cp.async.wait_group 0)");
   unsigned wi = f->lin / 32, lane = f->lin % 32;
   f->state = DONE;
   w->live--;
@@ -505,6 +513,8 @@ static void start_fiber (worker *w, unsigned i) {
   fiber &f = w->f[i];
   f.state = READY;
   f.lin = i;
+  f.open.clear();
+  f.groups.clear();
   char *top = w->stacks + (size_t)(i + 1) * w->stack_size;
 #if defined(__x86_64__)
   /* the frame sim_switch pops: control words, r15..r12, rbx, rbp, then
@@ -716,6 +726,30 @@ void sim_ldmatrix_x4 (int trans, uint32_t r[4], const void *row) {
     uint16_t lo = trans ? at(j, c, g) : at(j, g, c);
     uint16_t hi = trans ? at(j, c + 1, g) : at(j, g, c + 1);
     r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+  }
+}
+
+
+/* cp.async: a copy is queued, and done only when a wait leaves its group
+   among the n most recent or fewer, so that a kernel that reads shared
+   memory before waiting reads what was there before */
+
+void sim_cp_async (void *dst, const void *src, size_t n) {
+  worker *w = cur_worker;
+  w->f[w->cur].open.push_back({dst, src, n});
+}
+
+void sim_cp_commit (void) {
+  fiber &f = cur_worker->f[cur_worker->cur];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+
+void sim_cp_wait (int n) {
+  fiber &f = cur_worker->f[cur_worker->cur];
+  while (f.groups.size() > (size_t)n) {
+    for (const cp_copy &c : f.groups.front()) memcpy(c.dst, c.src, c.n);
+    f.groups.pop_front();
   }
 }
 
