@@ -325,4 +325,12 @@ GPU the driver lists. As torch.cuda.get_device_name.]]},
 so the GPU's float32 results match the CPU's to rounding. Returns the
 setting before; a boolean argument sets it. As
 torch.backends.cuda.matmul.allow_tf32.]]},
+
+  {name = "qkv.cuda.attention_backend", sig = "qkv.cuda.attention_backend()", group = "device",
+   doc = [[Which kernel the last fused attention on the GPU ran: "mma" (the
+tensor cores, for float16 and bfloat16 with head size 64 or 128), "fp32"
+(the CUDA-core kernel: float32, float64, and other half shapes computed in
+float32), or "none" before the first. QKV_CUDA_ATTENTION=fp32 in the
+environment sends every half to the CUDA-core kernel, for comparisons. As
+the backend PyTorch's sdpa_kernel context chooses.]]},
 }
