@@ -1,13 +1,13 @@
--- gen_api.lua: the README's API reference, generated from the docstring
--- registry (stdlib/qkv/doc/): one line per function, grouped by namespace,
--- with its signature and the first sentence of its description.
+-- gen_api.lua: the API reference (docs/api.md), generated from the
+-- docstring registry (stdlib/qkv/doc/): one line per function, grouped by
+-- namespace, with its signature and the first sentence of its description.
 --
 --   build/qkv tests/gen_api.lua           prints the block
---   build/qkv tests/gen_api.lua --write   puts it in README.md between
+--   build/qkv tests/gen_api.lua --write   puts it in docs/api.md between
 --                                         <!-- api:begin --> and <!-- api:end -->
 --
 -- tests/test_doc.lua loads this file (dofile) for M.block and M.current,
--- and checks that the README holds what M.block makes now.
+-- and checks that docs/api.md holds what M.block makes now.
 
 local doc = require "qkv.doc"
 
@@ -15,9 +15,10 @@ local M = {}
 
 M.BEGIN, M.END = "<!-- api:begin -->", "<!-- api:end -->"
 
--- the README next to this file's folder, wherever qkv was started from
+-- docs/api.md beside this file's folder, wherever qkv was started from
 local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "tests/gen_api.lua"
-M.README = (here:match("^(.*)/[^/]*$") or ".") .. "/../README.md"
+M.NAME = "docs/api.md"
+M.PATH = (here:match("^(.*)/[^/]*$") or ".") .. "/../" .. M.NAME
 
 -- markdown would read a * as emphasis
 local function escape(s) return (s:gsub("%*", "\\*")) end
@@ -29,7 +30,7 @@ function M.block()
     for _, g in ipairs(ns.groups) do
       if #g.entries > 0 then
         local title = #ns.groups > 1 and ns.title .. ": " .. g.name or ns.title
-        out[#out + 1] = "### " .. title
+        out[#out + 1] = "## " .. title
         out[#out + 1] = ""
         for _, e in ipairs(g.entries) do
           out[#out + 1] = "- `" .. e.sig .. "` — " .. escape(doc.first_sentence(e.doc))
@@ -48,10 +49,10 @@ local function read(path)
   return text
 end
 
--- the README's text, and where the block between the markers starts and
+-- the file's text, and where the block between the markers starts and
 -- ends in it (nil when the markers are missing)
 function M.current(path)
-  local text = read(path or M.README)
+  local text = read(path or M.PATH)
   local b = text:find(M.BEGIN, 1, true)
   local e = b and text:find(M.END, b, true)
   if not e then return text end
@@ -60,7 +61,7 @@ function M.current(path)
 end
 
 function M.write(path)
-  path = path or M.README
+  path = path or M.PATH
   local text, first, last = M.current(path)
   if not first then
     error("gen_api: " .. path .. " has no " .. M.BEGIN .. " ... " .. M.END .. " markers", 0)
@@ -75,7 +76,7 @@ end
 
 if arg and arg[0] and arg[0]:match("gen_api%.lua$") then
   if arg[1] == "--write" then
-    print(M.write() and "gen_api: README.md updated" or "gen_api: README.md is up to date")
+    print(M.write() and "gen_api: " .. M.NAME .. " updated" or "gen_api: " .. M.NAME .. " is up to date")
   elseif arg[1] == nil then
     io.write(M.block(), "\n")
   else

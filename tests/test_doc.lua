@@ -1,6 +1,7 @@
 -- test_doc.lua: the docstring registry (stdlib/qkv/doc.lua and doc/*.lua)
 -- against the live objects, help()'s output, the examples in the entries,
--- and the README's API reference against the registry (tests/gen_api.lua).
+-- docs/api.md's reference against the registry (tests/gen_api.lua), and
+-- the calls README.md and docs/*.md write (tests/documents.lua lists them).
 local lu = require "luaunit"
 -- the examples print CPU tensors, also under --device cuda
 qkv.set_default_device("cpu")
@@ -9,6 +10,7 @@ local doc = require "qkv.doc"
 local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "tests/test_doc.lua"
 local dir = here:match("^(.*)/[^/]*$") or "."
 local gen = dofile(dir .. "/gen_api.lua")
+local documents = dofile(dir .. "/documents.lua")
 
 local WRITE = "build/qkv tests/gen_api.lua --write"
 
@@ -148,22 +150,15 @@ function TestExamples:testExamplesPrintWhatTheySay()
   lu.assertTrue(n >= 20)
 end
 
--- the README's reference is what gen_api.lua makes from the registry
+-- docs/api.md's reference is what gen_api.lua makes from the registry
 TestReadme = {}
-
-local function readme()
-  local f = assert(io.open(gen.README))
-  local text = f:read("a")
-  f:close()
-  return text
-end
 
 function TestReadme:testApiBlockIsCurrent()
   local text, first, last = gen.current()
-  lu.assertNotNil(first, "README.md lacks the " .. gen.BEGIN .. " / " .. gen.END ..
+  lu.assertNotNil(first, gen.NAME .. " lacks the " .. gen.BEGIN .. " / " .. gen.END ..
                   " markers of the API reference")
   lu.assertTrue(text:sub(first, last) == gen.block(),
-                "README.md's API reference is out of date with the registry; run: " .. WRITE)
+                gen.NAME .. "'s API reference is out of date with the registry; run: " .. WRITE)
 end
 
 function TestReadme:testApiBlockListsEverySignature()
@@ -173,7 +168,7 @@ function TestReadme:testApiBlockListsEverySignature()
   end
 end
 
--- calls written anywhere in the README (code and prose) are documented
+-- calls written anywhere in the documents (code and prose) are documented
 local function is_lua_method(m)
   return string[m] ~= nil or getmetatable(io.stdout).__index[m] ~= nil
 end
@@ -197,10 +192,14 @@ local function unknown_calls(text, entries)
   return list
 end
 
-function TestReadme:testCallsInTheReadmeAreDocumented()
-  local list = unknown_calls(readme(), doc.entries())
-  lu.assertEquals(list, {}, "README.md calls functions that have no entry: " ..
-                  table.concat(list, ", "))
+function TestReadme:testCallsInTheDocumentsAreDocumented()
+  local docs = documents.all(dir .. "/../")
+  lu.assertTrue(#docs >= 10, #docs .. " documents")
+  for _, d in ipairs(docs) do
+    local list = unknown_calls(d.text, doc.entries())
+    lu.assertEquals(list, {}, d.path .. " calls functions that have no entry: " ..
+                    table.concat(list, ", "))
+  end
 end
 
 function TestReadme:testTheCallCheckCatchesUnknownCalls()

@@ -1,11 +1,13 @@
--- test_make.lua: the Makefile does what the README says of it. `make`
+-- test_make.lua: the Makefile does what the documents say of it. `make`
 -- builds everything the suites need (so `build/qkv test tests/` after it
--- is `make test`), and the packages `make deps` and `make bench-deps`
--- install are the ones the README lists. Read from make itself (a dry run,
--- and --eval to print a variable), not by parsing the Makefile here.
+-- is `make test`'s main pass), and the packages `make deps` and
+-- `make bench-deps` install are the ones README.md and docs/contributing.md
+-- list. Read from make itself (a dry run, and --eval to print a variable),
+-- not by parsing the Makefile here.
 local lu = require "luaunit"
 
 local shell = dofile("tests/shell.lua")
+local documents = dofile("tests/documents.lua")
 local quote, sh = shell.quote, shell.sh
 
 local function need_make()
@@ -65,15 +67,25 @@ function TestMake:testCudaBackendIsBuiltWhenNvccIsThere()
   end
 end
 
--- the README's lists of packages are DEPS and BENCH_DEPS, in their order
-function TestMake:testReadmeListsThePackages()
+-- the documents' lists of packages are DEPS (README.md's set-up) and
+-- BENCH_DEPS (docs/contributing.md's targets), in their order; each list
+-- is written once, in whichever document (tests/documents.lua)
+function TestMake:testDocumentsListThePackages()
   need_make()
-  local readme = shell.read("README.md")
-  for var, pattern in pairs{DEPS = "does nothing when all are there:\n\n(.-)\n\n",
-                            BENCH_DEPS = "`make bench%-deps` for its optional peers: ([^)]*)%)"} do
-    local list = readme:match(pattern)
-    lu.assertNotNil(list, "README's list of " .. var)
-    lu.assertEquals(words(list), variable(var), var)
+  local docs = documents.all("")
+  for var, pattern in pairs{
+      DEPS = "does nothing when all are there:\n\n(.-)\n\n",
+      BENCH_DEPS = "`make bench%-deps`%s+installs their optional peers: ([^.]*)%."} do
+    local found = {}
+    for _, d in ipairs(docs) do
+      local list = d.text:match(pattern)
+      if list then
+        found[#found + 1] = d.path
+        lu.assertEquals(words(list), variable(var), d.path .. "'s list of " .. var)
+      end
+    end
+    lu.assertEquals(#found, 1, "the list of " .. var .. " is in " .. #found ..
+                    " documents: " .. table.concat(found, ", "))
   end
 end
 

@@ -1,22 +1,29 @@
--- test_readme.lua: every ```lua block of README.md runs, and prints what
--- its `-->` comments say (whitespace runs compare equal, so a tab that
--- print puts between values may be written as spaces). The documents stand
--- alone: no path leads out of the repository, every file they name is in
--- it, and the README names the seed documents by their titles.
+-- test_readme.lua: every ```lua block of README.md and of each chapter in
+-- docs/ (tests/documents.lua lists them) runs, and prints what its `-->`
+-- comments say (whitespace runs compare equal, so a tab that print puts
+-- between values may be written as spaces). The documents stand alone: no
+-- path leads out of the repository, every file they name is in it, every
+-- link reaches a file and a heading, the README's contents link every
+-- chapter, and the README names the seed documents by their titles.
 local lu = require "luaunit"
--- the README's blocks print CPU tensors, also under --device cuda
+-- the documents' blocks print CPU tensors, also under --device cuda
 qkv.set_default_device("cpu")
 local shell = dofile("tests/shell.lua")
+local documents = dofile("tests/documents.lua")
 
 local exe = arg and arg[-1] or "build/qkv"
 local root = (exe:match("(.*)/build/[^/]*$") or ".") .. "/"
 
+-- every ```lua block of every document, each with its name: "docs/x.md block 2"
 local function blocks()
-  local f = assert(io.open(root .. "README.md"))
-  local text = f:read("a")
-  f:close()
   local list = {}
-  for code in text:gmatch("```lua\n(.-)```") do list[#list + 1] = code end
+  for _, d in ipairs(documents.all(root)) do
+    local i = 0
+    for code in d.text:gmatch("```lua\n(.-)```") do
+      i = i + 1
+      list[#list + 1] = {name = d.path .. " block " .. i, code = code}
+    end
+  end
   return list
 end
 
@@ -32,7 +39,7 @@ end
 
 local function squash(s) return (s:gsub("%s+", " "):gsub("%s+$", "")) end
 
-local function run(code)
+local function run(code, name)
   local printed = {}
   local env = setmetatable({print = function(...)
     local t = table.pack(...)
@@ -41,7 +48,7 @@ local function run(code)
       printed[#printed + 1] = line
     end
   end}, {__index = _G})
-  local chunk = assert(load(code, "=README", "t", env))
+  local chunk = assert(load(code, "=" .. name, "t", env))
   chunk()
   return printed
 end
@@ -55,14 +62,14 @@ local MODEL = (os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2") ..
 
 local function check_blocks(model)
   local n = 0
-  for i, code in ipairs(blocks()) do
-    if (code:find(NEEDS_MODEL) ~= nil) == model then
+  for _, b in ipairs(blocks()) do
+    if (b.code:find(NEEDS_MODEL) ~= nil) == model then
       n = n + 1
-      local want, got = expected(code), run(code)
+      local want, got = expected(b.code), run(b.code, b.name)
       if #want > 0 then
-        lu.assertEquals(#got, #want, "block " .. i .. " prints " .. #got .. " lines")
+        lu.assertEquals(#got, #want, b.name .. " prints " .. #got .. " lines")
         for k = 1, #want do
-          lu.assertEquals(squash(got[k]), squash(want[k]), "block " .. i .. " line " .. k)
+          lu.assertEquals(squash(got[k]), squash(want[k]), b.name .. " line " .. k)
         end
       end
     end
@@ -71,12 +78,26 @@ local function check_blocks(model)
 end
 
 function TestReadme:testBlocksRunAndPrintWhatTheySay()
-  lu.assertTrue(check_blocks(false) >= 5, "README has its examples")
+  lu.assertTrue(check_blocks(false) >= 25, "the documents have their examples")
 end
 
 function TestReadme:testModelBlocks()
   if not io.open(MODEL) then lu.skip("the real model is not fetched (`make model`)") end
-  lu.assertTrue(check_blocks(true) >= 1, "README has an example with the model")
+  lu.assertTrue(check_blocks(true) >= 1, "the documents have an example with the model")
+end
+
+-- the documents are README.md and every docs/*.md, whatever their names
+function TestReadme:testEveryChapterIsADocument()
+  local list = documents.list(root)
+  lu.assertEquals(list[1], "README.md")
+  local out = shell.sh("ls " .. shell.quote(root .. "docs"))
+  local n = 0
+  for name in out:gmatch("([^\n]+%.md)\n") do
+    lu.assertStrContains(table.concat(list, " "), "docs/" .. name)
+    n = n + 1
+  end
+  lu.assertEquals(#list, n + 1)
+  lu.assertTrue(n >= 10, n .. " chapters")
 end
 
 -- the repository's markdown files (not build or output folders)
@@ -90,6 +111,27 @@ end
 
 TestStandsAlone = {}
 
+-- the folder of a markdown file, relative to the root ("" or "docs/")
+local function folder(path)
+  return path:sub(#root + 1):match("^(.*/)") or ""
+end
+
+-- a path written in the file at `path`, resolved against its folder:
+-- the path from the root, or nil when it climbs above the root
+local function resolve(path, ref)
+  local parts = {}
+  for p in (folder(path) .. ref):gmatch("[^/]+") do
+    if p == ".." then
+      if #parts == 0 then return nil end
+      parts[#parts] = nil
+    elseif p ~= "." then
+      parts[#parts + 1] = p
+    end
+  end
+  return table.concat(parts, "/")
+end
+
+-- a path with `..` in it (docs/x.md may say ../README.md) stays inside
 function TestStandsAlone:testNoPathLeadsOutside()
   local files = markdown()
   lu.assertTrue(#files >= 3, "found the markdown files")
@@ -98,7 +140,70 @@ function TestStandsAlone:testNoPathLeadsOutside()
     local n = 0
     for line in text:gmatch("[^\n]*") do
       n = n + 1
-      lu.assertNil(line:find("%.%./"), path .. ":" .. n .. " leads out of the repository: " .. line)
+      for ref in line:gmatch("[^%s%(%)%[%]`'\"<>]*%.%./[^%s%(%)%[%]`'\"<>]*") do
+        lu.assertNotNil(resolve(path, ref), path .. ":" .. n .. " leads out of the repository: " .. line)
+      end
+    end
+  end
+  lu.assertNil(resolve(root .. "docs/x.md", "../../x"))
+  lu.assertEquals(resolve(root .. "docs/x.md", "../README.md"), "README.md")
+end
+
+-- a heading's anchor as GitHub makes it: lower case, punctuation dropped,
+-- spaces as hyphens, "-1", "-2" after a repeated one
+local function anchors(text)
+  local set, seen, fenced = {}, {}, false
+  for line in text:gmatch("[^\n]*") do
+    if line:match("^```") then fenced = not fenced end
+    local title = not fenced and line:match("^#+%s+(.-)%s*$")
+    if title then
+      local a = title:lower():gsub("[^%w%s%-_\128-\255]", ""):gsub("%s", "-")
+      if seen[a] then
+        seen[a] = seen[a] + 1
+        a = a .. "-" .. seen[a]
+      else
+        seen[a] = 0
+      end
+      set[a] = true
+    end
+  end
+  return set
+end
+
+-- every relative link, [text](path#anchor), names a file of the repository
+-- and, with an anchor, one of that file's headings
+function TestStandsAlone:testLinksReachFilesAndHeadings()
+  local checked = 0
+  for _, path in ipairs(markdown()) do
+    local text = shell.read(path)
+    for target in text:gmatch("%]%(([^%)%s]+)%)") do
+      if not target:match("^%a+:") then
+        local file, anchor = target:match("^([^#]*)#?(.*)$")
+        local where = file == "" and path:sub(#root + 1) or resolve(path, file)
+        lu.assertNotNil(where, path .. " links outside the repository: " .. target)
+        local body = shell.read(root .. where)
+        lu.assertNotNil(body, path .. " links to " .. target .. ", which is not in the repository")
+        if anchor ~= "" then
+          lu.assertTrue(anchors(body)[anchor], path .. " links to " .. target ..
+                        ", but " .. where .. " has no heading with that anchor")
+        end
+        checked = checked + 1
+      end
+    end
+  end
+  lu.assertTrue(checked >= 40, "checked " .. checked .. " links")
+  local a = anchors("# A: b, c\n## `x.y` and z\n```\n# not a heading\n```\n## A: b, c\n")
+  lu.assertEquals(a, {["a-b-c"] = true, ["xy-and-z"] = true, ["a-b-c-1"] = true})
+end
+
+-- the README's contents link every chapter, and every chapter links back
+function TestStandsAlone:testContentsLinkEveryChapter()
+  local readme = shell.read(root .. "README.md")
+  for _, path in ipairs(documents.list(root)) do
+    if path ~= "README.md" then
+      lu.assertStrContains(readme, "](" .. path .. ")", false, "README.md links " .. path)
+      lu.assertStrContains(shell.read(root .. path), "](../README.md", false,
+                           path .. " links back to README.md")
     end
   end
 end
@@ -106,7 +211,8 @@ end
 -- `scripts/x.lua`, `tests/...`: the files a document names exist (globs
 -- and NNN placeholders aside)
 function TestStandsAlone:testNamedFilesExist()
-  local dirs = {scripts = true, tests = true, bench = true, stdlib = true, vm = true, bindings = true}
+  local dirs = {scripts = true, tests = true, bench = true, stdlib = true, vm = true, bindings = true,
+                docs = true}
   local checked = 0
   for _, path in ipairs(markdown()) do
     for ref in shell.read(path):gmatch("`([^`%s]+)`") do
