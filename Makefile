@@ -6,11 +6,12 @@ CC ?= gcc
 CFLAGS ?= -O2
 BUILD := build
 
-# the README lists these (tests/test_make.lua checks that the lists agree)
+# README.md lists these (tests/test_make.lua checks that the lists agree)
 DEPS := gcc g++ make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
   libutf8proc-dev libzmq3-dev libssl-dev
-# bench/latency.lua's optional peers (`make bench-deps`)
+# bench/latency.lua's optional peers (`make bench-deps`), listed in
+# docs/contributing.md
 BENCH_DEPS := python3-torch python3-pytest hyperfine
 
 # evaluated when used, so that a recursive make after `deps` sees new packages
@@ -266,7 +267,7 @@ bench-deps:
 # beside it, the plugin, the modules, the stdlib and its precompiled
 # chunks, and Debian's LuaUnit; cudart and cuBLAS are the machine's own
 # toolkit's.  Also packed
-# as $(GPU_BUNDLE).tar.xz for the trip (README, "CUDA")
+# as $(GPU_BUNDLE).tar.xz for the trip (docs/cuda.md)
 GPU_BUNDLE := $(BUILD)/gpu
 BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|/librt\.so|/libresolv|/libgcc_s|/libstdc\+\+|libcuda|libcudart|libcublas
 # the CUDA kernels where no GPU is: vm/cuda/*.cu, unmodified, built with g++
@@ -308,7 +309,7 @@ gpu-bundle: all $(SIM_SO)
 
 # the whole GPU check (tests/tools/gpu_check.sh) made ready to travel: the
 # bundle, and the one command to run on the GPU machine with it (the device
-# tool's run, carrying build/gpu.tar.xz; README, "CUDA")
+# tool's run, carrying build/gpu.tar.xz; docs/cuda.md)
 gpu-check: gpu-bundle
 	@echo "gpu-check: on the GPU machine, from the repository's root, carrying build/gpu.tar.xz:"
 	@echo "    bash tests/tools/gpu_check.sh"

@@ -2,7 +2,7 @@
 -- scaled_dot_product_attention on the same GPU (bench/attention_gpu_torch.py,
 -- the python3 on PATH), in one command:
 --
---   build/qkv bench/attention_gpu.lua [--quick]   (on a GPU machine; README "CUDA")
+--   build/qkv bench/attention_gpu.lua [--quick]   (on a GPU machine; docs/cuda.md)
 --
 -- 16k tokens per case (B = 16384 / N sequences of N), hidden 2048 as 16
 -- heads of 128 and 32 of 64, N from 512 to 16k, causal and not, bfloat16,

@@ -1,4 +1,4 @@
--- test_autograd.lua: qkv.autograd (README "Gradients"): every rule of
+-- test_autograd.lua: qkv.autograd (docs/autograd.md, "Gradients"): every rule of
 -- stdlib/qkv/derivatives.lua against float64 finite differences
 -- (qkv.test.gradcheck) on broadcast, non-contiguous and masked inputs; the
 -- API as PyTorch has it (requires_grad_, backward, grad accumulation,

@@ -1,4 +1,4 @@
--- test_dtypes.lua: int32, float16 and bfloat16 (README "dtypes"): stored in
+-- test_dtypes.lua: int32, float16 and bfloat16 (docs/tensors.md, "dtypes"): stored in
 -- 4 and 2 bytes, converted both ways with round-to-nearest-even (against a
 -- reference written here in exact double arithmetic), computed in int64 /
 -- float32 and returned in their own dtype, promoted as PyTorch promotes,

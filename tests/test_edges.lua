@@ -1,4 +1,4 @@
--- test_edges.lua: the edge cases of README "Numerics: edge cases" for
+-- test_edges.lua: the edge cases of docs/numerics.md for
 -- every primitive, the fused path and the qkv.nn modules: empty tensors (0
 -- queries, 0 keys, 0 batch, d = 0), 1-token sequences, rows with every key
 -- masked (zeros, never NaN, in the weights and the output of both paths),
@@ -103,7 +103,7 @@ function TestEmpty:testAlign()
   end
 end
 
--- attention with nothing to attend: shapes, and zeros where the README says
+-- attention with nothing to attend: shapes, and zeros where docs/numerics.md says
 function TestEmpty:testAttention()
   for _, dt in ipairs(DT) do
     local z = function(...) return qkv.zeros({...}, dt) end

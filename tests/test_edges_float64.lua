@@ -1,9 +1,9 @@
--- test_edges_float64.lua: README "Numerics: edge cases", continued.
+-- test_edges_float64.lua: docs/numerics.md's edge cases, continued.
 -- (e) every primitive, the fused path, matmul, the reductions and the
 -- qkv.nn modules in float64 agree with the float64 references of
 -- tests/attn_ref.lua to 1e-12 and stay float64 -- also on data that
 -- float32 cannot tell apart, so a silent round trip through float32
--- fails; mixed float32/float64 promote or raise as the README says.
+-- fails; mixed float32/float64 promote or raise as docs/numerics.md says.
 -- (f) very large and very small magnitudes: softmax of ±1e30 and ±3e38,
 -- scores that overflow float32, subnormals, underflowing exponentials.
 local lu = require "luaunit"

@@ -3,8 +3,8 @@
 -- nn.MultiHeadAttention, against PyTorch's answers for the same inputs
 -- (tests/fixtures/edges/torch_edges.lua, written once by torch_edges.py
 -- with Debian's python3-torch; this suite needs no torch). Where qkv
--- differs on purpose (README "Numerics: edge cases") the test asserts
--- qkv's behaviour and that PyTorch's recorded answer is the one the README
+-- differs on purpose (docs/numerics.md) the test asserts
+-- qkv's behaviour and that PyTorch's recorded answer is the one docs/numerics.md
 -- says it is.
 local lu = require "luaunit"
 local R = dofile("tests/attn_ref.lua")
@@ -61,7 +61,7 @@ function TestTorchSoftmax:testEveryCase()
   end
 end
 
--- the README's table rows, spelled out
+-- docs/numerics.md's table rows, spelled out
 function TestTorchSoftmax:testDocumentedRows()
   local function find(name)
     for _, c in ipairs(F.softmax) do if c.name == name then return c end end
@@ -177,7 +177,7 @@ TestTorchElementwise = {}
 -- element by element (one norm over values from 1e-30 to 1e30 would hide
 -- every small one), against PyTorch and against the exact x·Φ(x): qkv's
 -- erfc form keeps its digits for negative x, where PyTorch's 1 + erf(x/√2)
--- cancels (README), so below -2 only the exact value is the reference
+-- cancels (docs/numerics.md), so below -2 only the exact value is the reference
 function TestTorchElementwise:testGelu()
   for _, dt in ipairs(DT) do
     local y = qkv.gelu(mk(F.gelu.x, dt))

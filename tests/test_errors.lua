@@ -1,6 +1,6 @@
 -- test_errors.lua: every bad input is a Lua error that pcall catches and
 -- whose message names the function (and the shapes, for shape errors);
--- the process never crashes (README: "Errors").
+-- the process never crashes (docs/tensors.md, "Errors").
 local lu = require "luaunit"
 
 ---------------------------------------------------------------- helpers
@@ -234,7 +234,7 @@ function TestShapeErrors:testBadSizes()
 end
 
 function TestShapeErrors:testReadmeExamples()
-  -- the README's two outputs of print(pcall(...)), verbatim
+  -- docs/tensors.md's two outputs of print(pcall(...)), verbatim
   exact("matmul: (2, 3) @ (4, 5): inner dims 3 and 4 differ", qkv.matmul, qkv.ones(2, 3), qkv.ones(4, 5))
   exact("bad argument #1 to 'qkv.zeros' (size must be a non-negative integer, got -1)", qkv.zeros, -1)
 end
@@ -248,13 +248,13 @@ function TestShapeErrors:testHuge()
 end
 
 function TestShapeErrors:testHugeDirectPcall()
-  -- called straight from pcall, as the README's examples do
+  -- called straight from pcall, as the documents' examples do
   fails({"zeros", "too large"}, qkv.zeros, 1e12, 1e12)
   fails({"zeros", "out of memory: tried to allocate"}, qkv.zeros, 1e12)
 end
 
 function TestShapeErrors:testDirectPcallNamesMethod()
-  -- pcall(f, ...) as in the README: methods must still be named
+  -- pcall(f, ...) as in the documents: methods must still be named
   local x = M(3, 4)
   fails({"narrow", "dim 5 out of range"}, x.narrow, x, 5, 1, 1)
   fails({"transpose", "dim 3 out of range"}, x.transpose, x, 1, 3)

@@ -1,4 +1,4 @@
--- test_interrupt.lua: SIGINT stops every long-running op kind (README
+-- test_interrupt.lua: SIGINT stops every long-running op kind (docs/repl-and-jupyter.md,
 -- "Interrupts"): each case of tests/sigint.lua runs in a child qkv that
 -- gets SIGINT from a timer inside the op, and must end the op with the
 -- error "<op>: interrupted", which pcall catches, and then run the next

@@ -1,4 +1,4 @@
--- test_layers.lua: the layers' math (README "Layers"): sigmoid, relu, silu,
+-- test_layers.lua: the layers' math (docs/tensors.md, "Layers"): sigmoid, relu, silu,
 -- sin, cos, log_softmax, layer_norm and dropout against plain-Lua float64
 -- references, their edge cases (±inf, NaN, rows all -inf, a large offset
 -- that float32 accumulation would lose) and bad arguments; then

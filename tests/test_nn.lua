@@ -1,4 +1,4 @@
--- test_nn.lua: qkv.nn (README "qkv.nn") against the float64 plain-loop
+-- test_nn.lua: qkv.nn (docs/autograd.md, "qkv.nn") against the float64 plain-loop
 -- references of tests/attn_ref.lua composed by hand from each module's own
 -- weights: Linear, GELU, Sequential, SelfAttention, CrossAttention,
 -- MultiHeadAttention (with masks), MultiHeadCrossAttention, TokenAligner,

@@ -1,4 +1,4 @@
--- test_optim.lua: qkv.optim (README "Gradients: qkv.autograd") step for
+-- test_optim.lua: qkv.optim (docs/autograd.md, "Gradients") step for
 -- step against torch.optim (tests/fixtures/optim/torch_optim.lua, written
 -- by torch_optim.py there): SGD with momentum, dampening, nesterov,
 -- weight_decay and maximize, Adam with amsgrad, weight_decay and maximize,

@@ -1,5 +1,5 @@
 -- test_print.lua: tostring of tensors, against strings derived from
--- PyTorch's printing rules (README: "Printing follows PyTorch").
+-- PyTorch's printing rules (docs/tensors.md: "Printing follows PyTorch").
 local lu = require "luaunit"
 -- print formats of CPU tensors (a GPU tensor's, with device='cuda', is
 -- checked in test_cuda.lua), also under `qkv test --device cuda`
@@ -72,7 +72,7 @@ function TestPrintFloat:testFloat64SuffixFromTable()
     "tensor([0.2000, 0.2000, 0.2000, 0.2000, 0.2000, 0.2000, 0.2000], dtype=float64)")
 end
 
-function TestPrintFloat:testFloat64Arange()   -- the README example
+function TestPrintFloat:testFloat64Arange()   -- the docs/tensors.md example
   check(qkv.arange(3, "float64"), "tensor([0., 1., 2.], dtype=float64)")
 end
 

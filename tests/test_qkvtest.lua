@@ -109,7 +109,7 @@ function TestAssertClose:testInfinities()
   failure(t.assertClose, f64{INF}, f64{1e308}, {rtol = 1})
 end
 
--- the message of the README: count, worst difference, where, values, shapes
+-- the message of docs/testing.md: count, worst difference, where, values, shapes
 function TestAssertClose:testMessage()
   local a = f64{{1, 1, 1}, {0.5, 1, 1}}
   local b = f64{{1, 1, 1}, {0.4877, 1, 1}}

@@ -490,7 +490,7 @@ function TestDirectRun:testSameClosingLine()
   lu.assertStrContains(out, "\n1 passed, 0 failed\n")
 end
 
--- only Test* tables, no require and no run line: the style the README allows
+-- only Test* tables, no require and no run line: the style docs/testing.md allows
 function TestDirectRun:testTablesOnly()
   local path = self:file("test_tables.lua", [[
 TestTables = {}

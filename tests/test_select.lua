@@ -1,7 +1,7 @@
 -- test_select.lua: selection and indexing (where, tril, triu, any, all, the
 -- logical ops, index_select, gather, embedding, sort, topk), clamp, mm, bmm,
 -- the dtype shorthands, Torch7's table indexing, x.T / x.mT, and the
--- in-place ops (README "Selection and indexing", "In place"). Each result
+-- in-place ops (docs/tensors.md, "Selection and indexing", "In place"). Each result
 -- against a plain-Lua reference over tolist(), on broadcast, non-contiguous,
 -- 0-size and 1-size inputs, and every bad argument as a Lua error.
 local lu = require "luaunit"

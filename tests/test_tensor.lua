@@ -1,5 +1,5 @@
 -- test_tensor.lua: constructors, properties, tolist/item, views, copies
--- and `<close>` (README: "Making tensors", "Looking at them", "Views").
+-- and `<close>` (docs/tensors.md: "Making tensors", "Looking at them", "Views").
 local lu = require "luaunit"
 
 ---------------------------------------------------------------- helpers
@@ -237,7 +237,7 @@ function TestViews:testTransposeSharesStorage()
   assertShape(y, {3, 2})
   assertList(y, {{0, 3}, {1, 4}, {2, 5}})
   lu.assertEquals(tostring(y:stride()), "(1, 3)")
-  x[1] = 7                          -- the README example
+  x[1] = 7                          -- the docs/tensors.md example
   lu.assertEquals(y[1][1], 7.0)
   assertList(y, {{7, 3}, {7, 4}, {7, 5}})
   y[2] = -1                         -- writing through the view

@@ -1,6 +1,6 @@
 -- doc/bert.lua: qkv.doc entries of qkv.bert (stdlib/qkv/bert.lua) and of
 -- the model it loads. The examples need the real model, so they live in
--- the README (its block runs where `make model` fetched it).
+-- docs/model.md (its blocks run where `make model` fetched it).
 
 return {
   {name = "qkv.bert.load", sig = "qkv.bert.load(dir)", group = "models",
