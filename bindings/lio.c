@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "lqkv.h"
-#include "../vm/npy.h"
+#include "../vm/formats/npy.h"
 
 #define READER "qkv.npyreader"
 #define HEADER_CAP 512          /* our headers: at most ~330 bytes for 8 dims */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lqkv.h"
-#include "../vm/backend.h"
+#include "../vm/core/backend.h"
 
 /*
 ** Lua sees only the small header userdata, so we tell its collector about

@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 
 #include "lqkv.h"
-#include "../vm/safetensors.h"
+#include "../vm/formats/safetensors.h"
 
 #define LOAD "load_safetensors"
 #define SAVE "save_safetensors"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../vm/npy.h"
+#include "../../vm/formats/npy.h"
 
 /* vm/ops.c defines it in qkv; npy.c's conversion loop reads it */
 volatile sig_atomic_t qkv_interrupted = 0;

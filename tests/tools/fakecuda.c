@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../vm/backend.h"
+#include "../../vm/core/backend.h"
 
 #define TOTAL ((size_t)1 << 34)     /* a 16 GiB card */
 

@@ -4,7 +4,7 @@
 #ifndef QKV_CPU_H
 #define QKV_CPU_H
 
-#include "../backend.h"
+#include "../core/backend.h"
 
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768

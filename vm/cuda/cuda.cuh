@@ -17,9 +17,9 @@
 #include <cublas_v2.h>
 
 extern "C" {
-#include "../qkv.h"
-#include "../backend.h"
-#include "../half.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
+#include "../core/half.h"
 }
 
 /*

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "safetensors.h"
-#include "utf8.h"
+#include "../core/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data in place: port the conversion first"

@@ -5,8 +5,8 @@
 #ifndef QKV_OPS_H
 #define QKV_OPS_H
 
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 
 /* the backend of out, with a and b (may be NULL) on its device, none of
    them closed, the flag not set; NULL with *err otherwise */

@@ -16,10 +16,10 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
-#include "backend.h"
-#include "../bindings/lqkv.h"
+#include "../core/backend.h"
+#include "../../bindings/lqkv.h"
 
 LUALIB_API int luaopen_qkv (lua_State *L);
 

@@ -23,9 +23,9 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
-#include "backend.h"
+#include "../core/backend.h"
 #include "testrun.h"
 
 #define MAXNAME 200      /* the longest test name kept */

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 #include "ops.h"
 
 static const qkv_cuda_api *api;

@@ -5,8 +5,8 @@
 ** stored but not computed (int32, the halves) is computed in its compute
 ** dtype and converted back.
 */
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 #include "ops.h"
 
 /* selection */

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 #include "ops.h"
 
 volatile sig_atomic_t qkv_interrupted = 0;

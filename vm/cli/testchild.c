@@ -20,7 +20,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
 #include "testrun.h"
 

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "ops.h"
 
 static char message[400] = "a value does not fit in the integer dtype";
