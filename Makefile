@@ -165,7 +165,7 @@ $(BUILD)/ptydrive: tests/tools/ptydrive.c
 # the CPU's kernels behind the CUDA plugin's interface, for `make test`'s
 # second pass (tests/tools/fakecuda.c): every suite with "cuda" as the
 # default device, on machines without a GPU
-$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/core/backend.h vm/core/qkv.h
+$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/core/backend.h vm/core/qkv.h vm/dispatch/plugin.h
 	$(CC) -std=c11 -Wall -Wextra -Werror -fPIC -shared $(CFLAGS) -o $@ $<
 
 deps:
@@ -278,7 +278,7 @@ BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|
 # and the cross-backend suite run on them, threads in two orders
 SIM_SO := $(BUILD)/simcuda.so
 $(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard tests/tools/cudasim/*) \
-  vm/core/qkv.h vm/core/backend.h vm/core/half.h vm/cpu/layout.h
+  vm/core/qkv.h vm/core/backend.h vm/core/half.h vm/cpu/layout.h vm/dispatch/plugin.h
 	BUILD=$(BUILD) tests/tools/cudasim/build.sh
 
 test-cudasim: $(SIM_SO)

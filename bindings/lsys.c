@@ -9,6 +9,7 @@
 
 #include "lqkv.h"
 #include "../vm/core/backend.h"
+#include "../vm/dispatch/plugin.h"
 
 /* qkv._isatty([fd = 1]) -> boolean */
 static int s_isatty (lua_State *L) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../../vm/core/backend.h"
+#include "../../vm/dispatch/plugin.h"
 
 #define TOTAL ((size_t)1 << 34)     /* a 16 GiB card */
 
@@ -66,7 +67,7 @@ static const qkv_cuda_api api = {
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {
-  table = qkv_cpu_backend;          /* from the executable (-Wl,-E) */
+  table = *qkv_backend_of(QKV_CPU);  /* the executable's registry (-Wl,-E) */
   table.name = "cuda";
   table.alloc = fake_alloc;
   table.free = fake_free;

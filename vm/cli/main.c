@@ -18,7 +18,7 @@
 
 #include "../core/qkv.h"
 #include "cli.h"
-#include "../core/backend.h"
+#include "../dispatch/plugin.h"
 #include "../../bindings/lqkv.h"
 
 LUALIB_API int luaopen_qkv (lua_State *L);

@@ -25,7 +25,7 @@
 
 #include "../core/qkv.h"
 #include "cli.h"
-#include "../core/backend.h"
+#include "../dispatch/plugin.h"
 #include "testrun.h"
 
 #define MAXNAME 200      /* the longest test name kept */

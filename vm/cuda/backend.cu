@@ -9,6 +9,10 @@
 
 #include "cuda.cuh"
 
+extern "C" {
+#include "../dispatch/plugin.h"
+}
+
 /*
 ** Errors.  A failure records "call failed at file:line: why" for
 ** qkv_cu_error.  Most CUDA errors leave the context usable (a bad launch
