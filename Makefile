@@ -73,9 +73,10 @@ ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME = $(patsubst %/bin/nvcc,%,$(NVCC))
-# sm_90 machine code (H100, H200) plus its PTX for later GPUs
+# sm_90 machine code (H100, H200) plus its PTX for later GPUs; C++20 for
+# the designated initialisers of the tables (vm/cuda/backend.cu)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -Werror all-warnings \
+NVCC_FLAGS = -O3 -std=c++20 $(CUDA_ARCH) -Werror all-warnings \
   -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden -MMD -MP
 CUDA_SRC := $(wildcard vm/cuda/*.cu)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)

@@ -62,8 +62,19 @@ static int fake_tf32 (void) { return tf32; }
 static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
 static const qkv_cuda_api api = {
-  QKV_CUDA_ABI, &table, fake_init, fake_error, fake_move, fake_move, fake_sync,
-  fake_empty, fake_memory, fake_name, fake_allow, fake_tf32, fake_attention
+  .abi = QKV_CUDA_ABI,
+  .backend = &table,
+  .init = fake_init,
+  .error = fake_error,
+  .to_device = fake_move,
+  .to_host = fake_move,
+  .synchronize = fake_sync,
+  .empty_cache = fake_empty,
+  .memory = fake_memory,
+  .device_name = fake_name,
+  .allow_tf32 = fake_allow,
+  .tf32 = fake_tf32,
+  .attention_backend = fake_attention,
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {
