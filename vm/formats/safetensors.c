@@ -324,7 +324,7 @@ int qkv_st_scan_header (const char *s, size_t n, char *err, size_t errlen) {
 
 /* converting */
 
-/* bytes of one element of dt in a tensor (tensor.c's qkv_elsize, which
+/* bytes of one element of dt in a tensor (dtype.c's qkv_elsize, which
    the fuzz target does not link) */
 static size_t elsize (qkv_dtype dt) {
   switch (dt) {
