@@ -26,7 +26,8 @@
 #include "../core/qkv.h"
 #include "cli.h"
 #include "../dispatch/plugin.h"
-#include "testrun.h"
+#include "testchild.h"
+#include "testwire.h"
 
 #define MAXNAME 200      /* the longest test name kept */
 #define GRACE_MIN 1.0    /* a child past its limit gets the limit again, */

@@ -10,6 +10,7 @@
 #include "../core/backend.h"
 #include "ops.h"
 #include "plugin.h"
+#include "range.h"
 
 /* the devices of the last op that mixed them, for its message */
 static char mixed[80] = "tensors are on different devices";

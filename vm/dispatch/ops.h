@@ -37,11 +37,5 @@ int qkv_op_done(int err, const qkv_backend *be, qkv_tensor *out, qkv_tensor *use
    points at buf); qkv_op_unlift releases that copy */
 int qkv_op_lift(const qkv_tensor **x, qkv_tensor *buf, qkv_device d);
 void qkv_op_unlift(const qkv_tensor *x, qkv_tensor *buf);
-/* range.c: after a conversion of src into the integer dtype `to`
-   failed (QKV_ERANGE), or before one of the value v would, the message
-   that qkv_strerror gives, naming the first element that does not fit */
-void qkv_op_range(const qkv_tensor *src, qkv_dtype to);
-void qkv_op_range_value(double v, qkv_dtype to);
-const char *qkv_op_range_message(void);
 
 #endif

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "../core/qkv.h"
-#include "ops.h"
+#include "range.h"
 
 static char message[400] = "a value does not fit in the integer dtype";
 
