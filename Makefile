@@ -37,9 +37,12 @@ QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
 QKV_LIBS = -fopenmp -lm -ldl
 
 # the executable's own parts (REPL, test runner) stay out of qkv.so
-EXE_SRC := vm/main.c vm/repl.c vm/testrun.c vm/testchild.c vm/testwire.c vm/kernel.c
-VM_SRC := $(wildcard vm/*.c vm/cpu/*.c)
-LIB_SRC := $(filter-out $(EXE_SRC),$(VM_SRC)) $(wildcard bindings/*.c)
+# vm/ by layer: core (tensors, storages, dtypes, the backend registry),
+# dispatch (the ops, the CUDA plugin's loader), the CPU kernels, file
+# formats; vm/cli is the executable
+EXE_SRC := $(wildcard vm/cli/*.c)
+VM_SRC := $(wildcard vm/core/*.c vm/dispatch/*.c vm/cpu/*.c vm/formats/*.c)
+LIB_SRC := $(VM_SRC) $(wildcard bindings/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(EXE_SRC:%.c=$(BUILD)/obj/%.o)
 # PNG drawing lives in its own module (require "qkv.cairo", found by the
@@ -66,14 +69,15 @@ ZMQ_OBJ := $(ZMQ_SRC:%.c=$(BUILD)/obj/%.o)
 ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
 # the CUDA backend (vm/cuda/*.cu) as its own shared object, which the
 # runtime loads with dlopen the first time a script asks for the GPU
-# (vm/plugin.c), so that cudart and cuBLAS never slow a CPU script's
+# (vm/dispatch/plugin.c), so that cudart and cuBLAS never slow a CPU script's
 # start; built when nvcc is found (or CUDA=1), never with CUDA=0
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME = $(patsubst %/bin/nvcc,%,$(NVCC))
-# sm_90 machine code (H100, H200) plus its PTX for later GPUs
+# sm_90 machine code (H100, H200) plus its PTX for later GPUs; C++20 for
+# the designated initialisers of the tables (vm/cuda/backend.cu)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -Werror all-warnings \
+NVCC_FLAGS = -O3 -std=c++20 $(CUDA_ARCH) -Werror all-warnings \
   -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden -MMD -MP
 CUDA_SRC := $(wildcard vm/cuda/*.cu)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -82,7 +86,7 @@ ifeq ($(CUDA),1)
 CUDA_TARGET := $(CUDA_SO)
 endif
 # the stdlib precompiled, which the executable loads instead of a source
-# that is not newer (vm/main.c); stock Lua and installs read the sources
+# that is not newer (vm/cli/main.c); stock Lua and installs read the sources
 LUAC ?= luac5.4
 LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -name '*.lua'))
 
@@ -163,7 +167,7 @@ $(BUILD)/ptydrive: tests/tools/ptydrive.c
 # the CPU's kernels behind the CUDA plugin's interface, for `make test`'s
 # second pass (tests/tools/fakecuda.c): every suite with "cuda" as the
 # default device, on machines without a GPU
-$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/backend.h vm/qkv.h
+$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/core/backend.h vm/core/qkv.h vm/dispatch/plugin.h
 	$(CC) -std=c11 -Wall -Wextra -Werror -fPIC -shared $(CFLAGS) -o $@ $<
 
 deps:
@@ -276,7 +280,7 @@ BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|
 # and the cross-backend suite run on them, threads in two orders
 SIM_SO := $(BUILD)/simcuda.so
 $(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard tests/tools/cudasim/*) \
-  vm/qkv.h vm/backend.h vm/half.h
+  vm/core/qkv.h vm/core/backend.h vm/core/half.h vm/cpu/layout.h vm/dispatch/plugin.h
 	BUILD=$(BUILD) tests/tools/cudasim/build.sh
 
 test-cudasim: $(SIM_SO)
@@ -399,7 +403,7 @@ SEED ?= 1
 fuzz: asan
 	$(ASAN_ENV) build-asan/qkv tests/fuzz/fuzz_api.lua $(N) $(SEED)
 
-# the libFuzzer target for the .npy reader (vm/npy.c alone), run for
+# the libFuzzer target for the .npy reader (vm/formats/npy.c alone), run for
 # FUZZ_TIME seconds on a copy of the seed corpus: new inputs go to
 # build-fuzz/corpus_npy/, crashes to build-fuzz/crash-*, none into git
 FUZZ_TIME ?= 60
@@ -408,7 +412,7 @@ fuzz-npy:
 	@mkdir -p build-fuzz/corpus_npy
 	clang -std=c11 -g -O1 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -o build-fuzz/fuzz_npy tests/fuzz/fuzz_npy.c vm/npy.c
+	  -o build-fuzz/fuzz_npy tests/fuzz/fuzz_npy.c vm/formats/npy.c
 	cp -n tests/fuzz/corpus_npy/* build-fuzz/corpus_npy/
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy

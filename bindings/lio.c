@@ -1,6 +1,6 @@
 /*
 ** lio.c -- qkv.save and qkv.load: tensors in NumPy's .npy files (the
-** format is vm/npy.c's), and the atomic writer they share with qkv.savez
+** format is vm/formats/npy.c's), and the atomic writer they share with qkv.savez
 ** (stdlib/qkv/npz.lua).  Internal, for qkv.npz: qkv._npy_encode(x),
 ** qkv._npy_decode(bytes, what), qkv._write_file(path, bytes, who) and
 ** qkv._read_file(path, who).
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "lqkv.h"
-#include "../vm/npy.h"
+#include "../vm/formats/npy.h"
 
 #define READER "qkv.npyreader"
 #define HEADER_CAP 512          /* our headers: at most ~330 bytes for 8 dims */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lqkv.h"
-#include "../vm/backend.h"
+#include "../vm/dispatch/plugin.h"
 
 /*
 ** Lua sees only the small header userdata, so we tell its collector about

@@ -8,7 +8,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "../vm/qkv.h"
+#include "../vm/core/qkv.h"
 
 #define QKV_TENSOR "qkv.Tensor"
 #define QKV_SIZE "qkv.Size"

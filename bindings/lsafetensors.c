@@ -1,7 +1,7 @@
 /*
 ** lsafetensors.c -- qkv.load_safetensors and qkv.save_safetensors: named
 ** tensors in Hugging Face's safetensors files (the format is
-** vm/safetensors.c's).  The JSON header is parsed by libcjson through
+** vm/formats/safetensors.c's).  The JSON header is parsed by libcjson through
 ** qkv.json, loaded on the first call, so that no other script pays for
 ** it; the data is mapped with mmap and copied once into the tensors.
 */
@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 
 #include "lqkv.h"
-#include "../vm/safetensors.h"
+#include "../vm/formats/safetensors.h"
 
 #define LOAD "load_safetensors"
 #define SAVE "save_safetensors"

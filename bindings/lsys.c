@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "lqkv.h"
-#include "../vm/backend.h"
+#include "../vm/core/backend.h"
+#include "../vm/dispatch/plugin.h"
 
 /* qkv._isatty([fd = 1]) -> boolean */
 static int s_isatty (lua_State *L) {

@@ -1,5 +1,5 @@
 -- test_cuda.lua: the cross-backend suite (as ggml's test-backend-ops). Every
--- entry of the backend table (vm/backend.h, listed by qkv._backend_entries)
+-- entry of the backend table (vm/core/backend.h, listed by qkv._backend_entries)
 -- runs on random inputs of many shapes and layouts (contiguous, transposed,
 -- offset views, broadcast, size 1, empty, n not a multiple of any tile) on
 -- the CPU and on the GPU, and the GPU's result must be the CPU's: exact for
@@ -118,7 +118,7 @@ local ALL = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "boo
 ---------------------------------------------------------------- coverage
 
 -- which tests below cover each entry of the backend table: an entry added
--- to vm/backend.h without a cross-backend test here fails this suite
+-- to vm/core/backend.h without a cross-backend test here fails this suite
 local COVER = {
   alloc = "TestCudaMemory", free = "TestCudaMemory", copy = "TestCudaCopy",
   fill = "TestCudaCopy", binary = "TestCudaElementwise", unary = "TestCudaElementwise",

@@ -1,5 +1,5 @@
 -- test_isolation.lua: `qkv test` runs each file in a process of its own
--- (vm/testrun.c, vm/testchild.c): a crash or a test that never ends fails,
+-- (vm/cli/testrun.c, vm/cli/testchild.c): a crash or a test that never ends fails,
 -- naming the file and the test, and the run goes on; --timeout; Ctrl-C
 -- that reaches the runner alone. Run as a user runs it, on the suites in
 -- tests/fixtures/runner/fixtures/ (test_runner.lua has the rest of `qkv test`).

@@ -472,7 +472,7 @@ function TestMatmul:testViews()
     check_mm(mk({2, m, k}, dt), mk({k, n}, dt):unsqueeze(1):expand(2, k, n), "expanded b " .. dt)
     check_mm(mk({m, 2, 2, k}, dt):select(3, 2):transpose(1, 2), mk({k, n}, dt), "4-D select view " .. dt)
     -- a's batch and rows read as one block of rows against a shared b
-    -- (vm/ops.c folds them into one product), past the small loops too
+    -- (vm/dispatch/ops.c folds them into one product), past the small loops too
     check_mm(mk({2, m, k + 3}, dt):narrow(3, 2, k), mk({k, n}, dt), "folded, padded rows " .. dt)
     check_mm(mk({2, 1, m, k}, dt), mk({1, k, n}, dt), "folded, size-1 dims " .. dt)
     check_mm(mk({3, 2, 20, 30}, dt), mk({30, 25}, dt):t():contiguous():t(), "folded, big " .. dt)

@@ -23,7 +23,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "../../vm/utf8.h"
+#include "../../vm/core/utf8.h"
 
 #include <lua.h>
 #include <lauxlib.h>

@@ -19,7 +19,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "../../vm/qkv.h"
+#include "../../vm/core/qkv.h"
 
 #define ARCHIVE "qkv.ziparchive"
 

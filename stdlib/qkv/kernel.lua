@@ -1,6 +1,6 @@
 -- kernel.lua: qkv's Jupyter kernel (`qkv kernel -f CONNECTION_FILE`): the
 -- messaging protocol 5.3 over ZeroMQ (qkv.zmq: libzmq, HMAC-SHA256 from
--- libcrypto), JSON through qkv.json (libcjson). The executable (vm/kernel.c)
+-- libcrypto), JSON through qkv.json (libcjson). The executable (vm/cli/kernel.c)
 -- calls M.main with the arguments, `docall`, which runs a cell so that
 -- Jupyter's interrupt (SIGINT) stops it, and `flush_in`, the timer that
 -- sends a busy cell's output. Cells run in kernel/exec.lua,

@@ -1,4 +1,4 @@
--- repl.lua: qkv.repl, the Lua half of the REPL (vm/repl.c is the C half):
+-- repl.lua: qkv.repl, the Lua half of the REPL (vm/cli/repl.c is the C half):
 -- how results print, what Tab completes, what `?name` asks, and the
 -- switch for showing each command's wall time. Only `timing` is public;
 -- the C side calls the functions whose names start with '_'.

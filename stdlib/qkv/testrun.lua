@@ -1,16 +1,16 @@
 -- testrun.lua: `qkv test`, the LuaUnit suite runner.
 --
 -- Two halves, each in its own Lua state. `main` runs in the runner's state
--- (vm/testrun.c makes it): it reads the options, finds the suites, hands
+-- (vm/cli/testrun.c makes it): it reads the options, finds the suites, hands
 -- each file to sys.runsuite, which runs it in a brand-new state in a child
--- process (vm/testchild.c), and sums the counts. `suite` runs inside that
+-- process (vm/cli/testchild.c), and sums the counts. `suite` runs inside that
 -- new state: it loads the file with os.exit turned into "stop this suite",
 -- runs LuaUnit when the file does not, tells the runner as each test starts
 -- and ends (so a crash can be pinned on a test, and each test gets its time
 -- limit), and returns the counts read from LuaUnit's own result objects.
 --
 -- In every state of the executable `require "luaunit"` comes here
--- (`luaunit`, preloaded by vm/main.c): LuaUnit with tensor-aware equality
+-- (`luaunit`, preloaded by vm/cli/cli.c): LuaUnit with tensor-aware equality
 -- and its outermost runs recorded. A suite file run as a script
 -- (`qkv test_x.lua`) follows the runner's rule through `script_end`, and
 -- closes with the same summary line.
@@ -38,7 +38,7 @@ usage: %s test [paths...] [-p pat] [-x pat] [-o text|tap|junit] [-n file.xml] [-
 
 -- this state's outermost LuaUnit runs, the one going on (nil between
 -- runs), whether it runs a suite for `qkv test`, and what the runner's
--- child process gives a suite (vm/testchild.c): the Ctrl-C flag, the test
+-- child process gives a suite (vm/cli/testchild.c): the Ctrl-C flag, the test
 -- starting and ending, the time-out message
 local function none() end
 local runs, active, insuite = {}, nil, false

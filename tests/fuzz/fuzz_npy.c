@@ -1,5 +1,5 @@
 /*
-** fuzz_npy.c -- the libFuzzer target for the .npy reader, vm/npy.c alone
+** fuzz_npy.c -- the libFuzzer target for the .npy reader, vm/formats/npy.c alone
 ** (make fuzz-npy builds it with clang -fsanitize=fuzzer,address,undefined).
 ** The input is a whole file, given to the parser the two ways qkv reads
 ** one: as qkv._npy_decode does (all bytes at once) and as qkv.load does
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../vm/npy.h"
+#include "../../vm/formats/npy.h"
 
-/* vm/ops.c defines it in qkv; npy.c's conversion loop reads it */
+/* vm/core/backend.c defines it in qkv; npy.c's conversion loop reads it */
 volatile sig_atomic_t qkv_interrupted = 0;
 
 #define CHECK(c) do { if (!(c)) { \

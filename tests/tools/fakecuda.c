@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../vm/backend.h"
+#include "../../vm/core/backend.h"
+#include "../../vm/dispatch/plugin.h"
 
 #define TOTAL ((size_t)1 << 34)     /* a 16 GiB card */
 
@@ -61,12 +62,23 @@ static int fake_tf32 (void) { return tf32; }
 static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
 static const qkv_cuda_api api = {
-  QKV_CUDA_ABI, &table, fake_init, fake_error, fake_move, fake_move, fake_sync,
-  fake_empty, fake_memory, fake_name, fake_allow, fake_tf32, fake_attention
+  .abi = QKV_CUDA_ABI,
+  .backend = &table,
+  .init = fake_init,
+  .error = fake_error,
+  .to_device = fake_move,
+  .to_host = fake_move,
+  .synchronize = fake_sync,
+  .empty_cache = fake_empty,
+  .memory = fake_memory,
+  .device_name = fake_name,
+  .allow_tf32 = fake_allow,
+  .tf32 = fake_tf32,
+  .attention_backend = fake_attention,
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {
-  table = qkv_cpu_backend;          /* from the executable (-Wl,-E) */
+  table = *qkv_backend_of(QKV_CPU);  /* the executable's registry (-Wl,-E) */
   table.name = "cuda";
   table.alloc = fake_alloc;
   table.free = fake_free;

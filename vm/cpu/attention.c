@@ -23,7 +23,7 @@
 #include "layout.h"
 #include "vexp.h"
 
-#include "attention.h"
+#include "attention_job.h"
 
 /* a tile of the matrix has at most its rows, so the ld chosen for the
    whole (layout.h) fits every tile */
@@ -42,26 +42,6 @@ static void setup (operand *op, const qkv_tensor *t, const job *J) {
   /* the AVX2 products only need each token's features to be adjacent */
   if (J->avx2 && op->layout != BYROW)
     op->layout = op->cs == 1 || t->size[nd - 1] == 1 ? BYROW : COPY;
-}
-
-/* element offset of batch number bi (row-major over out's batch dims) */
-int64_t qkv_attn_batch_offset (const job *J, const operand *op, int64_t bi) {
-  int64_t off = 0;
-  for (int i = J->nbd - 1; i >= 0 && bi > 0; i--) {
-    off += (bi % J->bsize[i]) * op->bstride[i];
-    bi /= J->bsize[i];
-  }
-  return off;
-}
-
-/* rows [r0, r0 + n) of op (batch at element offset boff), as stored or, for
-   a COPY operand, densified into buf (whose row stride is then width) */
-const void *qkv_attn_tile_of (const job *J, const operand *op, int64_t boff,
-                            int64_t r0, int64_t n, int64_t width, void *buf) {
-  const char *p = op->base + (boff + r0 * op->rs) * (int64_t)J->es;
-  if (op->layout != COPY) return p;
-  qkv_densify(buf, p, J->dtype == QKV_F64, n, width, op->rs, op->cs);
-  return buf;
 }
 
 /* ---- the BLAS path ---- */

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention.h"
+#include "attention_job.h"
 
 /* ---- the AVX2 path (float32) ----
 **

@@ -1,5 +1,6 @@
 /*
-** backend.c -- the CPU backend's dispatch table and its allocator.
+** backend.c -- the CPU backend's table, its allocator, and its place in
+** the core's registry.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +24,34 @@ static void *cpu_alloc (size_t nbytes, int zero) {
 static void cpu_free (void *p) { free(p); }
 
 const qkv_backend qkv_cpu_backend = {
-  "cpu", cpu_alloc, cpu_free,
-  qkv_cpu_copy, qkv_cpu_fill, qkv_cpu_binary, qkv_cpu_unary,
-  qkv_cpu_reduce, qkv_cpu_matmul, qkv_cpu_masked_fill, qkv_cpu_random,
-  qkv_cpu_softmax, qkv_cpu_attention, qkv_cpu_where, qkv_cpu_gather, qkv_cpu_sort,
-  qkv_cpu_attention_backward, qkv_cpu_scatter_add, qkv_cpu_softmax_backward,
-  qkv_cpu_log_softmax,
-  qkv_cpu_layer_norm
+  .name = "cpu",
+  .alloc = cpu_alloc,
+  .free = cpu_free,
+  .copy = qkv_cpu_copy,
+  .fill = qkv_cpu_fill,
+  .binary = qkv_cpu_binary,
+  .unary = qkv_cpu_unary,
+  .reduce = qkv_cpu_reduce,
+  .matmul = qkv_cpu_matmul,
+  .masked_fill = qkv_cpu_masked_fill,
+  .random = qkv_cpu_random,
+  .softmax = qkv_cpu_softmax,
+  .attention = qkv_cpu_attention,
+  .where = qkv_cpu_where,
+  .gather = qkv_cpu_gather,
+  .sort = qkv_cpu_sort,
+  .attention_backward = qkv_cpu_attention_backward,
+  .scatter_add = qkv_cpu_scatter_add,
+  .softmax_backward = qkv_cpu_softmax_backward,
+  .log_softmax = qkv_cpu_log_softmax,
+  .layer_norm = qkv_cpu_layer_norm,
 };
+
+/*
+** Into the core's registry as the library loads (the executable, qkv.so
+** under any Lua), before anything can ask for a storage: the core names no
+** backend, and no embedder has an open call to remember.
+*/
+__attribute__((constructor)) static void register_cpu (void) {
+  qkv_backend_register(QKV_CPU, &qkv_cpu_backend);
+}

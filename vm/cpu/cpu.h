@@ -4,7 +4,10 @@
 #ifndef QKV_CPU_H
 #define QKV_CPU_H
 
-#include "../backend.h"
+#include "../core/backend.h"
+
+/* the table (backend.c), which registers itself for QKV_CPU */
+extern const qkv_backend qkv_cpu_backend;
 
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768

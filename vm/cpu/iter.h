@@ -17,8 +17,8 @@
 #define QKV_CPU_ITER_H
 
 #include <stdint.h>
-#include "../qkv.h"
-#include "../half.h"
+#include "../core/qkv.h"
+#include "../core/half.h"
 
 #define QKV_ITER_MAXOP 4
 

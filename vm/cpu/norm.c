@@ -1,7 +1,7 @@
 /*
 ** norm.c -- CPU kernels over contiguous rows: log_softmax (along the last
 ** dim) and layer_norm (over the last N elements of each row).  Both
-** accumulate in double whatever the dtype, and vm/ops.c hands them
+** accumulate in double whatever the dtype, and vm/dispatch/ops.c hands them
 ** contiguous rows (moving another dim last with a copy when it must).
 */
 #include <math.h>

@@ -211,7 +211,7 @@ static void sort_row (void *ctx, const int64_t *off, int64_t n) {
 }
 
 /* values and indices have a's shape and dtype (int64); dim is the last
-   (vm/ops.c moves the sorted dim there) */
+   (vm/dispatch/ops_nn.c moves the sorted dim there) */
 int qkv_cpu_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc) {
   int64_t n = a->ndim ? a->size[a->ndim - 1] : 1;
   Sort s = {a, values, indices, qkv_data(a), qkv_data(values), qkv_data(indices), desc,

@@ -1,13 +1,17 @@
 /*
 ** backend.cu -- the CUDA backend's dispatch table, its caching allocator,
 ** its error record and the plugin's one export, qkv_cuda_plugin (see
-** backend.h).  Mirrors vm/cpu/backend.c.
+** vm/dispatch/plugin.h).  Mirrors vm/cpu/backend.c.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.cuh"
+
+extern "C" {
+#include "../dispatch/plugin.h"
+}
 
 /*
 ** Errors.  A failure records "call failed at file:line: why" for
@@ -290,20 +294,45 @@ static const char *cu_device_name (void) { return name; }
 const char *qkv_cu_attention_path = "none";
 static const char *cu_attention_backend (void) { return qkv_cu_attention_path; }
 
+/* designated initialisers (C++20: in the order of backend.h's fields) */
 static const qkv_backend cuda_backend = {
-  "cuda", cu_alloc, cu_free,
-  qkv_cuda_copy, qkv_cuda_fill, qkv_cuda_binary, qkv_cuda_unary,
-  qkv_cuda_reduce, qkv_cuda_matmul, qkv_cuda_masked_fill, qkv_cuda_random,
-  qkv_cuda_softmax, qkv_cuda_attention, qkv_cuda_where, qkv_cuda_gather, qkv_cuda_sort,
-  qkv_cuda_attention_backward, qkv_cuda_scatter_add, qkv_cuda_softmax_backward,
-  qkv_cuda_log_softmax,
-  qkv_cuda_layer_norm
+  .name = "cuda",
+  .alloc = cu_alloc,
+  .free = cu_free,
+  .copy = qkv_cuda_copy,
+  .fill = qkv_cuda_fill,
+  .binary = qkv_cuda_binary,
+  .unary = qkv_cuda_unary,
+  .reduce = qkv_cuda_reduce,
+  .matmul = qkv_cuda_matmul,
+  .masked_fill = qkv_cuda_masked_fill,
+  .random = qkv_cuda_random,
+  .softmax = qkv_cuda_softmax,
+  .attention = qkv_cuda_attention,
+  .where = qkv_cuda_where,
+  .gather = qkv_cuda_gather,
+  .sort = qkv_cuda_sort,
+  .attention_backward = qkv_cuda_attention_backward,
+  .scatter_add = qkv_cuda_scatter_add,
+  .softmax_backward = qkv_cuda_softmax_backward,
+  .log_softmax = qkv_cuda_log_softmax,
+  .layer_norm = qkv_cuda_layer_norm,
 };
 
 static const qkv_cuda_api api = {
-  QKV_CUDA_ABI, &cuda_backend, cu_init, qkv_cu_error, cu_to_device, cu_to_host,
-  cu_synchronize, release_cache, cu_memory, cu_device_name, cu_allow_tf32, cu_tf32,
-  cu_attention_backend
+  .abi = QKV_CUDA_ABI,
+  .backend = &cuda_backend,
+  .init = cu_init,
+  .error = qkv_cu_error,
+  .to_device = cu_to_device,
+  .to_host = cu_to_host,
+  .synchronize = cu_synchronize,
+  .empty_cache = release_cache,
+  .memory = cu_memory,
+  .device_name = cu_device_name,
+  .allow_tf32 = cu_allow_tf32,
+  .tf32 = cu_tf32,
+  .attention_backend = cu_attention_backend,
 };
 
 extern "C" __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

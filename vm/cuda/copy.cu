@@ -22,7 +22,7 @@ struct bf16_t { uint16_t b; };
 
 /* double -> int64 as C truncates, but defined everywhere (iter.h's
    qkv_cpu_d2i): NaN gives 0, out-of-range values clamp; for fill, whose
-   value vm/ops.c has checked */
+   value vm/dispatch/ops.c has checked */
 __host__ __device__ static inline int64_t d2i (double x) {
   if (x != x) return 0;
   if (x >= 9223372036854775808.0) return INT64_MAX;

@@ -17,9 +17,9 @@
 #include <cublas_v2.h>
 
 extern "C" {
-#include "../qkv.h"
-#include "../backend.h"
-#include "../half.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
+#include "../core/half.h"
 }
 
 /*
@@ -102,7 +102,7 @@ __host__ static inline char *qkv_cu_data (const qkv_tensor *t) {
 }
 
 /* one element of dtype dt at p, read as double or written from one (the
-   way vm/tensor.c's qkv_elem_get/set do: ints truncate and clamp) */
+   way vm/core/dtype.c's qkv_elem_get/set do: ints truncate and clamp) */
 __device__ static inline double qkv_cu_get (qkv_dtype dt, const char *p) {
   switch (dt) {
     case QKV_F32: return *(const float *)p;

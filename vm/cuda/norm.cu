@@ -2,7 +2,7 @@
 ** norm.cu -- GPU kernels over contiguous rows, as vm/cpu/norm.c:
 ** log_softmax (along the last dim), layer_norm (over the last n elements
 ** of each row) and softmax's backward (along the last dim).  All three
-** accumulate in double whatever the dtype, and vm/ops_nn.c hands them
+** accumulate in double whatever the dtype, and vm/dispatch/ops_nn.c hands them
 ** contiguous rows (moving another dim last with a copy when it must).
 **
 ** A row takes a warp (up to 1024 elements) or a block (longer), whose

@@ -347,7 +347,7 @@ static int64_t last_stride (const qkv_tensor *t) {
 }
 
 /* values and indices have a's shape (dtypes a's and int64); the sorted dim
-   is the last (vm/ops_nn.c moves it there) */
+   is the last (vm/dispatch/ops_nn.c moves it there) */
 static int sort_from (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc) {
   int64_t total = qkv_cu_numel(a);
   qkv_tensor la = line_view(a), lv = line_view(values), li = line_view(indices);

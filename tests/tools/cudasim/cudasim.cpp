@@ -17,7 +17,7 @@
 ** whose mask names an ended lane is a fault.
 */
 #include "cudasim.h"
-#include "../../../vm/half.h"
+#include "../../../vm/core/half.h"
 
 #include <stdarg.h>
 #include <sys/mman.h>

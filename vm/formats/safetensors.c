@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "safetensors.h"
-#include "utf8.h"
+#include "../core/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data in place: port the conversion first"
@@ -324,7 +324,7 @@ int qkv_st_scan_header (const char *s, size_t n, char *err, size_t errlen) {
 
 /* converting */
 
-/* bytes of one element of dt in a tensor (tensor.c's qkv_elsize, which
+/* bytes of one element of dt in a tensor (dtype.c's qkv_elsize, which
    the fuzz target does not link) */
 static size_t elsize (qkv_dtype dt) {
   switch (dt) {

@@ -1,12 +1,12 @@
 /*
-** ops.h -- what vm/ops.c and vm/ops_nn.c share (not public): the op entry
+** ops.h -- what ops.c and ops_nn.c share (not public): the op entry
 ** check, the operands' conversion and expansion, and the compute dtype.
 */
 #ifndef QKV_OPS_H
 #define QKV_OPS_H
 
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 
 /* the backend of out, with a and b (may be NULL) on its device, none of
    them closed, the flag not set; NULL with *err otherwise */
@@ -37,11 +37,5 @@ int qkv_op_done(int err, const qkv_backend *be, qkv_tensor *out, qkv_tensor *use
    points at buf); qkv_op_unlift releases that copy */
 int qkv_op_lift(const qkv_tensor **x, qkv_tensor *buf, qkv_device d);
 void qkv_op_unlift(const qkv_tensor *x, qkv_tensor *buf);
-/* vm/convert.c: after a conversion of src into the integer dtype `to`
-   failed (QKV_ERANGE), or before one of the value v would, the message
-   that qkv_strerror gives, naming the first element that does not fit */
-void qkv_op_range(const qkv_tensor *src, qkv_dtype to);
-void qkv_op_range_value(double v, qkv_dtype to);
-const char *qkv_op_range_message(void);
 
 #endif

@@ -12,7 +12,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "testrun.h"
+#include "testwire.h"
 
 #define MAXDEPTH 8   /* deepest table encoded; deeper ones arrive as nil */
 

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 
 /* the bytes that say how long the header is: magic, version, length */
 #define QKV_NPY_PREFIX 12

@@ -1,12 +1,12 @@
 /*
 ** ops_nn.c -- device dispatch of the ops over rows and positions: where,
-** gather, sort, softmax, log_softmax, layer_norm and attention (vm/ops.c
-** has the rest, and the helpers of vm/ops.h).  An out of a dtype that is
+** gather, sort, softmax, log_softmax, layer_norm and attention (ops.c
+** has the rest, and the helpers of ops.h).  An out of a dtype that is
 ** stored but not computed (int32, the halves) is computed in its compute
 ** dtype and converted back.
 */
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 #include "ops.h"
 
 /* selection */

@@ -30,7 +30,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
 
 #define HOOKMASK (LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT)

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qkv.h"
-#include "backend.h"
-#include "ops.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
+#include "plugin.h"
 
 static const qkv_cuda_api *api;
 static int tried;
@@ -71,8 +71,10 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
     else if (a && a->abi != QKV_CUDA_ABI)
       snprintf(why_not, sizeof why_not, "the CUDA plugin was built from other headers "
                "(rebuild it: make)");
-    else if (a && a->init(why_not, sizeof why_not) == QKV_OK)
+    else if (a && a->init(why_not, sizeof why_not) == QKV_OK) {
       api = a;
+      qkv_backend_register(QKV_CUDA, a->backend);
+    }
   }
   if (api == NULL && why) snprintf(why, n, "%s", why_not);
   return api;
@@ -81,16 +83,24 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
 const qkv_cuda_api *qkv_cuda_loaded (void) { return api; }
 
 int qkv_transfer (qkv_tensor *dst, const qkv_tensor *src) {
-  qkv_tensor c;
-  qkv_storage *tmp;
+  qkv_tensor c = *src;
+  qkv_device from = src->storage->device;
+  int err = QKV_OK;
   if (api == NULL) return QKV_ENODEV;
   if (qkv_is_closed(dst) || qkv_is_closed(src)) return QKV_ECLOSED;
   if (qkv_interrupted) return QKV_EINTR;
-  int err = qkv_op_contiguous_as(&c, &tmp, src, src->dtype);
-  if (err != QKV_OK) return err;
   size_t n = (size_t)qkv_numel(src) * qkv_elsize(src->dtype);
-  err = dst->storage->device == QKV_CUDA ? api->to_device(qkv_data(dst), qkv_data(&c), n)
-                                         : api->to_host(qkv_data(dst), qkv_data(&c), n);
-  qkv_storage_release(tmp);
+  /* a strided src crosses as a contiguous copy that its own backend makes
+     (in its own dtype, so no value can fail to fit) */
+  if (!qkv_is_contiguous(src)) {
+    c.offset = 0;
+    qkv_set_contiguous(&c, src->ndim, src->size);
+    if ((c.storage = qkv_storage_new(from, n, 0)) == NULL) return QKV_ENOMEM;
+    err = qkv_backend_of(from)->copy(&c, src);
+  }
+  if (err == QKV_OK)
+    err = dst->storage->device == QKV_CUDA ? api->to_device(qkv_data(dst), qkv_data(&c), n)
+                                           : api->to_host(qkv_data(dst), qkv_data(&c), n);
+  if (c.storage != src->storage) qkv_storage_release(c.storage);
   return err;
 }

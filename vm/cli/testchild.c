@@ -20,9 +20,10 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
-#include "testrun.h"
+#include "testchild.h"
+#include "testwire.h"
 
 #define MAXCOPY 8   /* deepest table handed from one state to the other */
 #define MAXNAME 200 /* the longest test name kept for the time-out message */

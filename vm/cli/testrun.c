@@ -23,10 +23,11 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
-#include "backend.h"
-#include "testrun.h"
+#include "../dispatch/plugin.h"
+#include "testchild.h"
+#include "testwire.h"
 
 #define MAXNAME 200      /* the longest test name kept */
 #define GRACE_MIN 1.0    /* a child past its limit gets the limit again, */

@@ -1,5 +1,5 @@
 /*
-** utf8.h -- the text checks that qkv's C code shares (vm/safetensors.c and
+** utf8.h -- the text checks that qkv's C code shares (vm/formats/safetensors.c and
 ** bindings/json/ljson.c): a UTF-8 sequence (for the names safetensors
 ** writes and the strings json encodes) and the end of a JSON string with
 ** whether it holds a NUL (for the headers and texts they read).

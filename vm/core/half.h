@@ -3,7 +3,7 @@
 ** top half of a float32), converted to and from float32.  Narrowing rounds
 ** to nearest, ties to even; overflow gives inf; NaN stays NaN (quiet, with
 ** its sign).  Widening is exact.  qkv stores these dtypes and computes on
-** them in float32 (vm/ops.c).
+** them in float32 (vm/dispatch/ops.c).
 */
 #ifndef QKV_HALF_H
 #define QKV_HALF_H

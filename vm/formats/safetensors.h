@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 
 /* the reference implementation refuses longer headers */
 #define QKV_ST_MAXHEADER ((uint64_t)100000000)

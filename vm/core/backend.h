@@ -1,8 +1,15 @@
 /*
-** backend.h -- the per-device dispatch table.  vm/ops.c checks devices,
-** converts dtypes and expands broadcast operands, so a backend entry only
-** ever sees operands that already have the output's shape (strides may be
-** 0 or arbitrary) and the dtype stated for that entry.
+** backend.h -- the per-device table of kernels, and the registry of which
+** table serves each device.  vm/dispatch/ops.c checks devices, converts
+** dtypes and expands broadcast operands, so a backend entry only ever sees
+** operands that already have the output's shape (strides may be 0 or
+** arbitrary) and the dtype stated for that entry.
+**
+** The core owns the registry, since a storage takes its memory from its
+** device's table (storage.c), but it names no table: the kernels call the
+** core, so a core that called them back would tie the two in a circle.
+** The CPU's table registers itself as the library loads (vm/cpu/backend.c),
+** the GPU's is registered when its plugin loads (vm/dispatch/plugin.c).
 */
 #ifndef QKV_BACKEND_H
 #define QKV_BACKEND_H
@@ -76,57 +83,10 @@ typedef struct qkv_backend {
                     const qkv_tensor *b, int64_t n, double eps);
 } qkv_backend;
 
-extern const qkv_backend qkv_cpu_backend;
-const qkv_backend *qkv_backend_of(qkv_device dev);   /* NULL when absent */
+/* the table of device dev, NULL while none is registered (no GPU plugin) */
+const qkv_backend *qkv_backend_of(qkv_device dev);
+void qkv_backend_register(qkv_device dev, const qkv_backend *be);
 /* the name of entry i (0-based; NULL past the last) and whether be fills it */
 const char *qkv_backend_entry(const qkv_backend *be, int i, int *filled);
-
-/*
-** The CUDA backend lives in build/qkv_cuda.so (vm/cuda/), which vm/plugin.c
-** loads with dlopen the first time a script asks for the GPU, so that
-** cudart and cuBLAS never slow down a CPU script's start.  The plugin
-** exports one C function, qkv_cuda_plugin, returning this table; abi
-** guards against a plugin built from other headers.
-*/
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 2)
-
-typedef struct qkv_cuda_memory {
-  size_t allocated;      /* bytes in blocks that tensors hold */
-  size_t cached;         /* bytes in free blocks kept for reuse */
-  size_t peak;           /* most bytes allocated at once so far */
-  size_t free, total;    /* the device's, as cudaMemGetInfo says */
-} qkv_cuda_memory;
-
-typedef struct qkv_cuda_api {
-  size_t abi;                             /* QKV_CUDA_ABI */
-  const qkv_backend *backend;
-  /* QKV_OK when a device is usable, else QKV_ENODEV with why (no driver,
-     no device) written into why */
-  int (*init)(char *why, size_t n);
-  /* the last failure (QKV_ECUDA): the call, its file and line, and CUDA's
-     words for it; an out-of-memory also says how much was asked and free */
-  const char *(*error)(void);
-  /* n bytes between host and device memory (dst and src contiguous) */
-  int (*to_device)(void *dst, const void *src, size_t n);
-  int (*to_host)(void *dst, const void *src, size_t n);
-  int (*synchronize)(void);
-  void (*empty_cache)(void);
-  void (*memory)(qkv_cuda_memory *m);
-  const char *(*device_name)(void);
-  void (*allow_tf32)(int on);             /* float32 products on tensor cores */
-  int (*tf32)(void);
-  /* the path the last fused attention took: "mma" (tensor cores, float16
-     and bfloat16), "fp32" (the CUDA-core kernel: float32, float64, and the
-     halves it computes in float32), "none" before the first */
-  const char *(*attention_backend)(void);
-} qkv_cuda_api;
-
-typedef const qkv_cuda_api *(*qkv_cuda_plugin_fn)(void);
-
-/* vm/plugin.c: the loaded plugin, or NULL with why it cannot be (no
-   plugin built, no driver, no device); loads it on the first call */
-const qkv_cuda_api *qkv_cuda(char *why, size_t n);
-/* the plugin when already loaded and usable, else NULL (loads nothing) */
-const qkv_cuda_api *qkv_cuda_loaded(void);
 
 #endif

@@ -1,26 +1,19 @@
 /*
-** convert.c -- the rule for floats going into an integer dtype, and the
-** message that names the first value breaking it.  A float converts by
-** truncation toward 0; NaN, the infinities and values whose truncation
-** the integer cannot hold are errors (QKV_ERANGE), never a clamp or a 0.
-** The kernels only say that some element failed (one vectorised pass);
-** the element is found here, on the error path, for the message.
+** range.c -- the message of QKV_ERANGE, which names the first value that
+** breaks the rule for floats going into an integer dtype (qkv_fits,
+** vm/core/dtype.c).  A float converts by truncation toward 0; NaN, the
+** infinities and values whose truncation the integer cannot hold are
+** errors, never a clamp or a 0.  The kernels only say that some element
+** failed (one vectorised pass); the element is found here, on the error
+** path, for the message.
 */
 #include <math.h>
 #include <stdio.h>
 
-#include "qkv.h"
-#include "ops.h"
+#include "../core/qkv.h"
+#include "range.h"
 
 static char message[400] = "a value does not fit in the integer dtype";
-
-/* the truncations int64 and int32 hold: -2^63 <= v < 2^63 (no double lies
-   strictly between -2^63 - 1 and -2^63), and -2^31 - 1 < v < 2^31 */
-int qkv_fits (qkv_dtype dt, double v) {
-  if (dt == QKV_I64) return v >= -0x1p63 && v < 0x1p63;
-  if (dt == QKV_I32) return v > -2147483649.0 && v < 0x1p31;
-  return 1;
-}
 
 const char *qkv_op_range_message (void) { return message; }
 

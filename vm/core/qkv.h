@@ -13,7 +13,7 @@
 #define QKV_MAXDIM 8
 
 /* float16 and bfloat16 are stored (2 bytes) and computed in float32, int32
-   stored and computed in int64 (ops.c), converted back on the way out */
+   stored and computed in int64 (vm/dispatch/ops.c), converted back on the way out */
 typedef enum { QKV_F32, QKV_F64, QKV_I64, QKV_BOOL, QKV_I32, QKV_F16, QKV_BF16,
                QKV_NDTYPE } qkv_dtype;
 typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
@@ -142,7 +142,7 @@ typedef enum {
 typedef enum { QKV_UNIFORM, QKV_NORMAL } qkv_dist;
 
 /* dst (contiguous, src's shape and dtype) on another device than src: a
-   copy between host and GPU memory (vm/plugin.c) */
+   copy between host and GPU memory (vm/dispatch/plugin.c) */
 int qkv_transfer(qkv_tensor *dst, const qkv_tensor *src);
 
 /* converts dtype, src broadcasts; src may overlap dst (copied as through

@@ -1,10 +1,11 @@
 /*
-** attention.h -- what the two files of the fused CPU attention kernel
-** share: tile sizes, the job and per-thread scratch, and the helpers the
-** AVX2 path (attention_avx2.c) takes from attention.c.
+** attention_job.h -- what the two paths of the fused CPU attention kernel
+** share: tile sizes, the job and per-thread scratch, and the helpers that
+** read a batch's tiles.  attention.c calls the AVX2 path
+** (attention_avx2.c); the AVX2 path needs nothing of attention.c but this.
 */
-#ifndef QKV_CPU_ATTENTION_H
-#define QKV_CPU_ATTENTION_H
+#ifndef QKV_CPU_ATTENTION_JOB_H
+#define QKV_CPU_ATTENTION_JOB_H
 
 #include "cpu.h"
 #include "layout.h"
@@ -57,10 +58,26 @@ typedef struct {
 } scratch;
 
 /* element offset of batch number bi (row-major over out's batch dims) */
-int64_t qkv_attn_batch_offset (const job *J, const operand *op, int64_t bi);
-/* rows [r0, r0 + n) of op, as stored or densified into buf */
-const void *qkv_attn_tile_of (const job *J, const operand *op, int64_t boff,
-                              int64_t r0, int64_t n, int64_t width, void *buf);
+static inline int64_t qkv_attn_batch_offset (const job *J, const operand *op, int64_t bi) {
+  int64_t off = 0;
+  for (int i = J->nbd - 1; i >= 0 && bi > 0; i--) {
+    off += (bi % J->bsize[i]) * op->bstride[i];
+    bi /= J->bsize[i];
+  }
+  return off;
+}
+
+/* rows [r0, r0 + n) of op (batch at element offset boff), as stored or, for
+   a COPY operand, densified into buf (whose row stride is then width) */
+static inline const void *qkv_attn_tile_of (const job *J, const operand *op,
+                                             int64_t boff, int64_t r0, int64_t n,
+                                             int64_t width, void *buf) {
+  const char *p = op->base + (boff + r0 * op->rs) * (int64_t)J->es;
+  if (op->layout != COPY) return p;
+  qkv_densify(buf, p, J->dtype == QKV_F64, n, width, op->rs, op->cs);
+  return buf;
+}
+
 #ifdef QKV_VEXP_X86
 /* the keys of query tile [i0, i0 + bq) of batch b with our products, into o */
 void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,

@@ -1,14 +1,13 @@
 /*
-** testrun.h -- what the parts of `qkv test` share: the runner in the
-** parent process (testrun.c), the suite in its forked child
-** (testchild.c), and the frames that go between them on a pipe
-** (testwire.c).  Not part of the module qkv.so.
+** testwire.h -- the frames that go on a pipe between the two parts of
+** `qkv test`, the suite in its forked child (testchild.c) and the runner in
+** the parent process (testrun.c), and the encoding of the Lua values they
+** carry (testwire.c).  Not part of the module qkv.so.
 */
-#ifndef QKV_TESTRUN_H
-#define QKV_TESTRUN_H
+#ifndef QKV_TESTWIRE_H
+#define QKV_TESTWIRE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include <lua.h>
 
@@ -43,12 +42,5 @@ int tw_decode (lua_State *L, const char *p, size_t n);
 
 /* writes one frame to fd; returns 0 once the reader is gone */
 int tw_send (int fd, int kind, const char *payload, size_t n);
-
-/*
-** The child: runs the suite named at index 1 of the runner's state L, with
-** the LuaUnit options at index 2, in a new state; writes its frames to fd
-** and exits.  timeout is the per-test limit in seconds (0: none).
-*/
-_Noreturn void testchild_run (lua_State *L, int fd, double timeout, uint64_t seed);
 
 #endif

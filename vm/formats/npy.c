@@ -27,7 +27,7 @@ static int little_endian (void) {
 }
 
 size_t qkv_npy_elsize (qkv_dtype dt) {
-  switch (dt) {                 /* qkv_elsize's, without tensor.c */
+  switch (dt) {                 /* qkv_elsize's, without dtype.c */
     case QKV_BOOL: return 1;
     case QKV_F16: case QKV_BF16: return 2;
     case QKV_F32: case QKV_I32: return 4;

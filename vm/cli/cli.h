@@ -1,12 +1,21 @@
 /*
-** cli.h -- what the parts of the qkv executable share (main.c, repl.c,
-** testrun.c, kernel.c): a ready Lua state, calls under the traceback handler and the
-** SIGINT hook, and error reports.  Not part of the module qkv.so.
+** cli.h -- what the parts of the qkv executable share (cli.c): a ready Lua
+** state, calls under the traceback handler and the SIGINT hook, and error
+** reports; then the commands that main.c picks among.  Not part of the
+** module qkv.so.
 */
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
 
 #include <lua.h>
+
+/*
+** The module the executable embeds (bindings/lqkv.c), declared here as
+** lualib.h declares luaopen_base: the executable stands above the
+** bindings, and declaring their one entry point here rather than
+** including bindings/lqkv.h keeps every include of vm/ inside vm/.
+*/
+LUALIB_API int luaopen_qkv (lua_State *L);
 
 extern const char *cli_progname;
 
@@ -39,13 +48,24 @@ const char *cli_errortext (lua_State *L, int idx);
 /* prints the error on top of the stack (if status is not LUA_OK) */
 int cli_report (lua_State *L, int status);
 
-/* the REPL on standard input; returns when it reads end of file */
-void cli_repl (lua_State *L);
+/* pushes the one result of require("qkv.testrun")[fn]() */
+void cli_testrun (lua_State *L, const char *fn);
 
-/* `qkv test [args]`: argv[0] is "test"; returns the exit status */
+/*
+** The commands, each in its own file: main() hands argv to the first
+** three, and a script's run ends in the REPL with -i or on a terminal.
+*/
+
+/* `qkv test [args]` (testrun.c): argv[0] is "test"; the exit status */
 int cli_test (int argc, char **argv);
 
 /* `qkv kernel [args]` (kernel.c): argv[0] is "kernel"; the exit status */
 int cli_kernel (int argc, char **argv);
+
+/* `qkv [options] [script [args]]` (script.c); the exit status */
+int cli_script (int argc, char **argv);
+
+/* the REPL on standard input (repl.c); returns when it reads end of file */
+void cli_repl (lua_State *L);
 
 #endif

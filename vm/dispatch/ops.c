@@ -3,46 +3,14 @@
 ** converts operands to the dtype a kernel wants and expands broadcast
 ** operands to the output's shape, then calls the backend's entry.
 */
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "qkv.h"
-#include "backend.h"
+#include "../core/qkv.h"
+#include "../core/backend.h"
 #include "ops.h"
-
-volatile sig_atomic_t qkv_interrupted = 0;
-
-const qkv_backend *qkv_backend_of (qkv_device dev) {
-  /* the CUDA table comes with its plugin, once loaded (vm/plugin.c) */
-  if (dev == QKV_CPU) return &qkv_cpu_backend;
-  const qkv_cuda_api *cuda = qkv_cuda_loaded();
-  return cuda ? cuda->backend : NULL;
-}
-
-/*
-** The backend table's entries by name, so that the cross-backend suite
-** (tests/test_cuda.lua) can ask that each has a test and that the GPU
-** fills each: an entry added to backend.h without a line here fails the
-** assertion below.
-*/
-#define ENTRY(f) {#f, offsetof(qkv_backend, f)}
-static const struct { const char *name; size_t off; } entries[] = {
-  ENTRY(alloc), ENTRY(free), ENTRY(copy), ENTRY(fill), ENTRY(binary), ENTRY(unary),
-  ENTRY(reduce), ENTRY(matmul), ENTRY(masked_fill), ENTRY(random), ENTRY(softmax),
-  ENTRY(attention), ENTRY(where), ENTRY(gather), ENTRY(sort), ENTRY(attention_backward),
-  ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm)
-};
-_Static_assert(sizeof entries / sizeof entries[0] ==
-               (sizeof(qkv_backend) - sizeof(const char *)) / sizeof(void (*)(void)),
-               "every entry of qkv_backend is listed in ops.c's entries");
-
-const char *qkv_backend_entry (const qkv_backend *be, int i, int *filled) {
-  if (i < 0 || i >= (int)(sizeof entries / sizeof entries[0])) return NULL;
-  void (*const *f)(void) = (void (*const *)(void))((const char *)be + entries[i].off);
-  *filled = be != NULL && *f != NULL;
-  return entries[i].name;
-}
+#include "plugin.h"
+#include "range.h"
 
 /* the devices of the last op that mixed them, for its message */
 static char mixed[80] = "tensors are on different devices";

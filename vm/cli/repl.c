@@ -24,7 +24,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "qkv.h"
+#include "../core/qkv.h"
 #include "cli.h"
 
 #define PROMPT "> "

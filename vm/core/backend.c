@@ -1,0 +1,43 @@
+/*
+** backend.c -- the registry of backends, one table per device (backend.h),
+** the names of a table's entries, and the Ctrl-C flag that the kernels of
+** every backend watch.
+*/
+#include <stddef.h>
+#include <signal.h>
+
+#include "qkv.h"
+#include "backend.h"
+
+volatile sig_atomic_t qkv_interrupted = 0;
+
+/* filled by the backends themselves: the core names none of them */
+static const qkv_backend *backends[QKV_NDEV];
+
+const qkv_backend *qkv_backend_of (qkv_device dev) { return backends[dev]; }
+
+void qkv_backend_register (qkv_device dev, const qkv_backend *be) { backends[dev] = be; }
+
+/*
+** The backend table's entries by name, so that the cross-backend suite
+** (tests/test_cuda.lua) can ask that each has a test and that the GPU
+** fills each: an entry added to backend.h without a line here fails the
+** assertion below.
+*/
+#define ENTRY(f) {#f, offsetof(qkv_backend, f)}
+static const struct { const char *name; size_t off; } entries[] = {
+  ENTRY(alloc), ENTRY(free), ENTRY(copy), ENTRY(fill), ENTRY(binary), ENTRY(unary),
+  ENTRY(reduce), ENTRY(matmul), ENTRY(masked_fill), ENTRY(random), ENTRY(softmax),
+  ENTRY(attention), ENTRY(where), ENTRY(gather), ENTRY(sort), ENTRY(attention_backward),
+  ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm)
+};
+_Static_assert(sizeof entries / sizeof entries[0] ==
+               (sizeof(qkv_backend) - sizeof(const char *)) / sizeof(void (*)(void)),
+               "every entry of qkv_backend is listed in core/backend.c's entries");
+
+const char *qkv_backend_entry (const qkv_backend *be, int i, int *filled) {
+  if (i < 0 || i >= (int)(sizeof entries / sizeof entries[0])) return NULL;
+  void (*const *f)(void) = (void (*const *)(void))((const char *)be + entries[i].off);
+  *filled = be != NULL && *f != NULL;
+  return entries[i].name;
+}

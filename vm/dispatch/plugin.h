@@ -1,0 +1,59 @@
+/*
+** plugin.h -- the CUDA plugin's interface: what build/qkv_cuda.so
+** (vm/cuda/backend.cu) hands over, and the loader (plugin.c) that finds it.
+**
+** The CUDA backend lives in build/qkv_cuda.so (vm/cuda/), which plugin.c
+** loads with dlopen the first time a script asks for the GPU, so that
+** cudart and cuBLAS never slow down a CPU script's start.  The plugin
+** exports one C function, qkv_cuda_plugin, returning this table; abi
+** guards against a plugin built from other headers.  Once loaded, its
+** backend serves QKV_CUDA in the core's registry (qkv_backend_of).
+*/
+#ifndef QKV_PLUGIN_H
+#define QKV_PLUGIN_H
+
+#include "../core/qkv.h"
+#include "../core/backend.h"
+
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 2)
+
+typedef struct qkv_cuda_memory {
+  size_t allocated;      /* bytes in blocks that tensors hold */
+  size_t cached;         /* bytes in free blocks kept for reuse */
+  size_t peak;           /* most bytes allocated at once so far */
+  size_t free, total;    /* the device's, as cudaMemGetInfo says */
+} qkv_cuda_memory;
+
+typedef struct qkv_cuda_api {
+  size_t abi;                             /* QKV_CUDA_ABI */
+  const qkv_backend *backend;
+  /* QKV_OK when a device is usable, else QKV_ENODEV with why (no driver,
+     no device) written into why */
+  int (*init)(char *why, size_t n);
+  /* the last failure (QKV_ECUDA): the call, its file and line, and CUDA's
+     words for it; an out-of-memory also says how much was asked and free */
+  const char *(*error)(void);
+  /* n bytes between host and device memory (dst and src contiguous) */
+  int (*to_device)(void *dst, const void *src, size_t n);
+  int (*to_host)(void *dst, const void *src, size_t n);
+  int (*synchronize)(void);
+  void (*empty_cache)(void);
+  void (*memory)(qkv_cuda_memory *m);
+  const char *(*device_name)(void);
+  void (*allow_tf32)(int on);             /* float32 products on tensor cores */
+  int (*tf32)(void);
+  /* the path the last fused attention took: "mma" (tensor cores, float16
+     and bfloat16), "fp32" (the CUDA-core kernel: float32, float64, and the
+     halves it computes in float32), "none" before the first */
+  const char *(*attention_backend)(void);
+} qkv_cuda_api;
+
+typedef const qkv_cuda_api *(*qkv_cuda_plugin_fn)(void);
+
+/* the loaded plugin, or NULL with why it cannot be (no plugin built, no
+   driver, no device); loads it on the first call */
+const qkv_cuda_api *qkv_cuda(char *why, size_t n);
+/* the plugin when already loaded and usable, else NULL (loads nothing) */
+const qkv_cuda_api *qkv_cuda_loaded(void);
+
+#endif
