@@ -108,7 +108,7 @@ void qkvL_check (lua_State *L, const char *fname, int err);
 
 int qkvL_pushtensorstring (lua_State *L, const qkv_tensor *t);
 
-/* devices (lnew.c): where new tensors go, and moving tensors between the
+/* devices (lauxtensor.c): where new tensors go, and moving tensors between the
    host and the GPU; a GPU that cannot be used is an error naming why */
 qkv_device qkvL_default_device (void);
 /* "cpu" or "cuda" at arg: 1 and *dev set, else 0 (qkvL_isdevice); or an

@@ -1,6 +1,6 @@
 /*
 ** ltensor.c -- the qkv.Tensor userdata's argument checkers, properties,
-** indexing and element access (lnew.c makes and frees the userdata).
+** indexing and element access (lauxtensor.c makes and frees the userdata).
 */
 #include <limits.h>
 #include <stdio.h>

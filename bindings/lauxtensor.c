@@ -1,6 +1,6 @@
 /*
-** lnew.c -- making, checking and freeing the qkv.Tensor userdata, and
-** keeping Lua's collector informed of the memory tensors hold.
+** lauxtensor.c -- making, checking and freeing the qkv.Tensor userdata,
+** and keeping Lua's collector informed of the memory tensors hold.
 */
 #include <limits.h>
 #include <stddef.h>
