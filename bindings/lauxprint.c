@@ -13,7 +13,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /* PyTorch's default print options (precision 4 is in the formats) */
 #define THRESHOLD 1000    /* summarise tensors with more elements */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 #include "../vm/backend.h"
 
 /*

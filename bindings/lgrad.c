@@ -10,7 +10,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 int qkvL_grad_on = 0;            /* qkv.autograd is loaded (QKVL_GRAD reads it) */
 static int grad_enabled = 1;     /* the main thread's grad mode (no_grad turns it off) */

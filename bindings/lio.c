@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 #include "../vm/npy.h"
 
 #define READER "qkv.npyreader"

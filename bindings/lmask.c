@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /*
 ** The scores' shape (*n, size) as the mask m broadcasts it: m may add

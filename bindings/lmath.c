@@ -5,7 +5,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
   sc->s.data = &sc->v;

@@ -10,7 +10,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /* the edit distance between a and b (Levenshtein), for names under 32 */
 static int distance (const char *a, const char *b) {

@@ -7,7 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 #include "../vm/backend.h"
 
 /* qkv._isatty([fd = 1]) -> boolean */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /* checkers */
 
