@@ -175,9 +175,13 @@ void qkvL_fill_rows (lua_State *L, const char *name, unsigned char *p,
 
 /*
 ** {======================================================
-** lio.c: files
+** lauxio.c: files
 ** =======================================================
 */
+
+/* how much one read or write moves between looks at the interrupt flag:
+   tens of milliseconds, even from the page cache */
+#define QKVL_IO_CHUNK ((size_t)1 << 24)
 
 /*
 ** writing: qkvL_write_file writes the parts to path, a regular file
