@@ -216,7 +216,7 @@ void qkvL_close_reader (lua_State *L, int idx);
 
 /*
 ** {======================================================
-** lgrad.c: autograd's hook
+** lauxgrad.c: autograd's hook
 ** =======================================================
 */
 
@@ -225,14 +225,21 @@ void qkvL_close_reader (lua_State *L, int idx);
 ** loaded, grad mode is on and an argument takes part in a graph, the op
 ** runs as its rule instead (which records the node).
 */
-int qkvL_grad (lua_State *L, const char *name, lua_CFunction self);
-int qkvL_grad_loaded (void);
-void qkvL_grad_field (lua_State *L, int x, const char *k);
-void qkvL_grad_set (lua_State *L, int x);
 extern int qkvL_grad_on;
 #define QKVL_GRAD(L, name, self) \
   do { if (qkvL_grad_on) { int n_ = qkvL_grad(L, name, self); if (n_ >= 0) return n_; } } \
   while (0)
+int qkvL_grad (lua_State *L, const char *name, lua_CFunction self);
+int qkvL_grad_loaded (void);
+void qkvL_grad_field (lua_State *L, int x, const char *k);
+void qkvL_grad_set (lua_State *L, int x);
+/* for lgrad.c: the running coroutine's grad mode; qkv._autograd's hooks
+   (at 1 to 4) installed; the coroutine's own mode set to v (-1: none),
+   the one before pushed; the table of the coroutines' modes made */
+int qkvL_grad_mode (lua_State *L);
+void qkvL_grad_install (lua_State *L);
+void qkvL_grad_setmode (lua_State *L, int v);
+void qkvL_grad_init (lua_State *L);
 
 /* }====================================================== */
 
