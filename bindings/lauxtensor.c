@@ -1,6 +1,7 @@
 /*
-** lauxtensor.c -- making, checking and freeing the qkv.Tensor userdata,
-** and keeping Lua's collector informed of the memory tensors hold.
+** lauxtensor.c -- making, checking, viewing, moving and freeing the
+** qkv.Tensor userdata, and keeping Lua's collector informed of the memory
+** tensors hold.  It registers no Lua function of its own.
 */
 #include <limits.h>
 #include <stddef.h>
