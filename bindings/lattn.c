@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 #define LAST(t) ((t)->size[(t)->ndim - 1])
 #define ROWS(t) ((t)->size[(t)->ndim - 2])

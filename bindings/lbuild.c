@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /*
 ** The shape of a nested table, read down its first items, and the dtype

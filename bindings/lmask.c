@@ -7,46 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lqkv.h"
-
-/*
-** The scores' shape (*n, size) as the mask m broadcasts it: m may add
-** leading dims or widen size-1 batch dims (the result then has them, as
-** with PyTorch's attn_mask), never change the last two, (n_q, n_k).
-*/
-void qkvL_mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
-                      int *n, int64_t *size) {
-  int nb, keep = *n < 2 ? *n : 2;
-  int64_t b[QKV_MAXDIM];
-  int bad = qkv_broadcast_shape(*n, size, m->ndim, m->size, &nb, b);
-  for (int i = 1; !bad && i <= keep; i++) bad = b[nb - i] != size[*n - i];
-  if (bad) {
-    char buf[200];
-    const char *sm = qkvL_shape(L, m);
-    luaL_error(L, "%s: mask of shape %s does not broadcast to the scores' shape %s",
-               name, sm, qkv_shape_str(buf, sizeof buf, *n, size));
-  }
-  *n = nb;
-  memcpy(size, b, sizeof(int64_t) * (size_t)nb);
-}
-
-/* in place: S gets `fill` (a scalar of S's dtype) where m (broadcast to S's
-   shape by mask_shape) is false/0 */
-void qkvL_fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
-                          const qkv_tensor *m, const qkv_tensor *fill) {
-  qkv_tensor *off = qkvL_newlike(L, m, QKV_BOOL);
-  qkvL_Scalar zero;
-  zero.v.b = 0;
-  qkvL_check(L, name, qkv_binary(QKV_EQ, off, m, qkvL_scalar(&zero, QKV_BOOL)));
-  qkvL_masked_fill(L, name, S, off, fill);
-  lua_pop(L, 1);
-}
-
-/* -inf as a scalar of S's dtype, for the masks of attention's scores */
-const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
-  qkv_elem_set(dt, &sc->v, -INFINITY);
-  return qkvL_scalar(sc, dt);
-}
+#include "lauxqkv.h"
 
 static int a_mask (lua_State *L) {
   QKVL_GRAD(L, "mask", a_mask);
@@ -69,44 +30,6 @@ static int a_mask (lua_State *L) {
   qkvL_check(L, "mask", qkv_copy(out, &Se));
   qkvL_fill_where_not(L, "mask", out, m, fill);
   return 1;
-}
-
-/*
-** Rows of n bools, row b `first` for its first cut(b) items and !first for
-** the rest, with a look at the interrupt flag every 64K bools (a mask of
-** 2^31 x 2^31 could otherwise keep a Ctrl-C waiting for minutes).
-*/
-static void fill_rows (lua_State *L, const char *name, unsigned char *p,
-                       int64_t rows, int64_t n, int first,
-                       int64_t (*cut)(int64_t b, const void *ctx), const void *ctx) {
-  int64_t left = 65536;
-  if (n == 0) return;                    /* (p may be NULL) */
-  for (int64_t b = 0; b < rows; b++, p += n) {
-    int64_t c = cut(b, ctx);
-    c = c < 0 ? 0 : c > n ? n : c;
-    memset(p, first, (size_t)c);
-    memset(p + c, !first, (size_t)(n - c));
-    if ((left -= n + 1) <= 0) {
-      if (qkv_interrupted) qkvL_check(L, name, QKV_EINTR);
-      left = 65536;
-    }
-  }
-}
-
-/* query i sees keys j <= i + offset: the first i + offset + 1 */
-static int64_t causal_cut (int64_t i, const void *ctx) {
-  return i + *(const int64_t *)ctx + 1;
-}
-
-qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
-                         int64_t offset, int keep, qkv_device dev) {
-  int64_t size[2] = {nq, nk};
-  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
-  fill_rows(L, name, (unsigned char *)qkv_data(m), nq, nk, keep, causal_cut, &offset);
-  if (dev == QKV_CPU) return m;
-  m = qkvL_todevice(L, m, dev, name);
-  lua_remove(L, -2);
-  return m;
 }
 
 static int64_t checkcount (lua_State *L, int arg) {
@@ -179,7 +102,7 @@ static int a_padding (lua_State *L) {
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
   unsigned char *p = (unsigned char *)qkv_data(m);
   len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
-  fill_rows(L, "padding", p, count, n, 1, length_cut, len);
+  qkvL_fill_rows(L, "padding", p, count, n, 1, length_cut, len);
   qkvL_todefault(L, "padding");
   return 1;
 }

@@ -5,66 +5,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
-
-const qkv_tensor *qkvL_scalar (qkvL_Scalar *sc, qkv_dtype dt) {
-  sc->s.data = &sc->v;
-  sc->s.nbytes = sizeof sc->v;
-  sc->s.refcount = 1;
-  sc->s.device = QKV_CPU;
-  sc->s.pool = 0;
-  sc->s.version = 0;
-  memset(&sc->t, 0, sizeof sc->t);
-  sc->t.dtype = dt;
-  sc->t.storage = &sc->s;
-  return &sc->t;
-}
-
-/* 2^63: the first double past int64's range (and -2^63 its least) */
-#define TWO63 9223372036854775808.0
-
-const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
-                                  const char *name, qkvL_Scalar *sc) {
-  int t = lua_type(L, arg);
-  if (t != LUA_TNUMBER && t != LUA_TBOOLEAN) luaL_typeerror(L, arg, "number");
-  double x = t == LUA_TBOOLEAN ? lua_toboolean(L, arg) : lua_tonumber(L, arg);
-  int64_t i = 0;
-  if (dt != QKV_I64 && dt != QKV_I32) {
-    qkv_elem_set(dt, &sc->v, x);
-    return qkvL_scalar(sc, dt);
-  }
-  int fits = lua_isinteger(L, arg) || (x >= -TWO63 && x < TWO63);
-  if (fits) i = lua_isinteger(L, arg) ? (int64_t)lua_tointeger(L, arg) : (int64_t)x;
-  if (!fits || (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX)))
-    luaL_error(L, "%s: %s does not fit in %s", name,
-               x != x ? "nan" : lua_pushfstring(L, "%s", luaL_tolstring(L, arg, NULL)),
-               qkv_dtype_name(dt));
-  qkv_elem_seti(dt, &sc->v, i);            /* toward 0 for a float */
-  return qkvL_scalar(sc, dt);
-}
-
-/*
-** The kernels take the fill value as a double, which holds every float
-** and bool value and every int64 up to 2^53; a larger int64 is written
-** exactly as out = (out with 0 under the mask) + mask * value.
-*/
-void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
-                       const qkv_tensor *mask, const qkv_tensor *val) {
-  const qkvL_Scalar *sc = (const qkvL_Scalar *)val;
-  double v = qkv_elem_get(val->dtype, &sc->v);
-  int64_t i = sc->v.i;
-  if (val->dtype != QKV_I64 || (i >= -((int64_t)1 << 53) && i <= (int64_t)1 << 53)) {
-    qkvL_check(L, name, qkv_masked_fill(out, mask, v));
-    return;
-  }
-  qkv_tensor *on = qkvL_newlike(L, mask, QKV_BOOL);
-  qkv_tensor *add = qkvL_newlike(L, out, QKV_I64);
-  qkvL_check(L, name, qkv_copy(on, mask));           /* nonzero: true */
-  qkvL_check(L, name, qkv_masked_fill(out, on, 0));
-  qkvL_check(L, name, qkv_binary(QKV_MUL, add, on, val));
-  qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, add));
-  lua_pop(L, 2);
-}
+#include "lauxqkv.h"
 
 static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
@@ -321,41 +262,6 @@ static int m_argmin (lua_State *L) { return reduce(L, QKV_ARGMIN); }
 
 
 /* matmul */
-
-static int matmul_error (lua_State *L, const qkv_tensor *a,
-                         const qkv_tensor *b, const char *why) {
-  const char *sa = qkvL_shape(L, a), *sb = qkvL_shape(L, b);
-  return luaL_error(L, "matmul: %s @ %s: %s", sa, sb, why);
-}
-
-/* pushes a @ b (batched, broadcasting, 1-D operands as in PyTorch) */
-qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
-                         const qkv_tensor *b, double alpha) {
-  qkv_tensor x = *a, y = *b;
-  if (a->ndim == 0 || b->ndim == 0)
-    matmul_error(L, a, b, "both operands need at least 1 dim");
-  if (!qkv_is_float(a->dtype) || a->dtype != b->dtype)
-    matmul_error(L, a, b, lua_pushfstring(L, "expected two float32 or "
-        "two float64 tensors, got %s and %s", qkv_dtype_name(a->dtype),
-        qkv_dtype_name(b->dtype)));
-  if (a->ndim == 1) qkv_view_unsqueeze(&x, a, 0);
-  if (b->ndim == 1) qkv_view_unsqueeze(&y, b, 1);
-  int64_t k1 = x.size[x.ndim - 1], k2 = y.size[y.ndim - 2];
-  if (k1 != k2)
-    matmul_error(L, a, b, lua_pushfstring(L, "inner dims %I and %I differ",
-                 (lua_Integer)k1, (lua_Integer)k2));
-  int n;
-  int64_t size[QKV_MAXDIM + 2];
-  if (qkv_broadcast_shape(x.ndim - 2, x.size, y.ndim - 2, y.size, &n, size) != 0)
-    matmul_error(L, a, b, "batch dims do not broadcast");
-  size[n] = x.size[x.ndim - 2];
-  size[n + 1] = y.size[y.ndim - 1];
-  qkv_tensor *out = qkvL_new(L, a->dtype, a->storage->device, n + 2, size, 0);
-  qkvL_check(L, name, qkv_matmul(out, &x, &y, alpha));
-  if (b->ndim == 1) qkv_view_select(out, out, out->ndim - 1, 0);
-  if (a->ndim == 1) qkv_view_select(out, out, out->ndim - 1 - (b->ndim > 1), 0);
-  return out;
-}
 
 static int m_matmul (lua_State *L) {
   QKVL_GRAD(L, "matmul", m_matmul);

@@ -4,7 +4,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
   if (!qkv_is_float(x->dtype))

@@ -22,17 +22,6 @@ static const char *const lazy[][3] = {
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
 };
 
-void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
-                    const luaL_Reg *meth, const luaL_Reg *mod) {
-  lua_pushvalue(L, methods);
-  if (both) luaL_setfuncs(L, both, 0);
-  if (meth) luaL_setfuncs(L, meth, 0);
-  lua_pushvalue(L, module);
-  if (both) luaL_setfuncs(L, both, 0);
-  if (mod) luaL_setfuncs(L, mod, 0);
-  lua_pop(L, 2);
-}
-
 static int lazy_index (lua_State *L) {
   if (lua_type(L, 2) != LUA_TSTRING) return 0;   /* qkv[1] stays nil */
   const char *key = lua_tostring(L, 2);

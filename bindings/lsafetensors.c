@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 #include "../vm/formats/safetensors.h"
 
 #define LOAD "load_safetensors"

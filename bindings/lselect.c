@@ -8,7 +8,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 static qkv_tensor *opttensor (lua_State *L, int arg) {
   return qkvL_istensor(L, arg) ? qkvL_checktensor(L, arg) : NULL;

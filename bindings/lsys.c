@@ -7,7 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 #include "../vm/core/backend.h"
 #include "../vm/dispatch/plugin.h"
 

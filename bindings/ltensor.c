@@ -1,135 +1,12 @@
 /*
-** ltensor.c -- the qkv.Tensor userdata's argument checkers, properties,
-** indexing and element access (lnew.c makes and frees the userdata).
+** ltensor.c -- the qkv.Tensor userdata's properties, indexing and element
+** access (lauxtensor.c makes and frees the userdata).
 */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "lqkv.h"
-
-/* checkers */
-
-const char *qkvL_shape (lua_State *L, const qkv_tensor *t) {
-  char buf[200];
-  return lua_pushstring(L, qkv_shape_str(buf, sizeof buf, t->ndim, t->size));
-}
-
-/* a 1-based dim, negative from the end, among ndim + extra dims; 0-based */
-int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
-  lua_Integer d = luaL_checkinteger(L, arg);
-  int n = ndim + extra;
-  if (d < 0) d += n + 1;
-  if (d < 1 || d > n) {
-    if (n == 0) luaL_argerror(L, arg, "a 0-d tensor has no dims");
-    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]",
-                  luaL_checkinteger(L, arg), -n, n));
-  }
-  return (int)d - 1;
-}
-
-int qkvL_optdim (lua_State *L, int arg, int ndim, int def) {
-  return lua_isnoneornil(L, arg) ? def : qkvL_checkdim(L, arg, ndim, 0);
-}
-
-/* a 1-based index, negative from the end, into `size` items; 0-based */
-int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what) {
-  lua_Integer i = luaL_checkinteger(L, arg);
-  lua_Integer j = i < 0 ? i + size + 1 : i;
-  if (j < 1 || j > size)
-    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I",
-                  what, i, (lua_Integer)size));
-  return j - 1;
-}
-
-qkv_dtype qkvL_checkdtype (lua_State *L, int arg) {
-  const char *name = luaL_checkstring(L, arg);
-  qkv_dtype t;
-  if (!qkv_dtype_from_name(name, &t))
-    luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s' "
-                  "(float32, float64, float16, bfloat16, int64, int32, bool)", name));
-  return t;
-}
-
-static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
-  int ok;
-  lua_Integer v = lua_tointegerx(L, idx, &ok);
-  if (!ok || v < (infer ? -1 : 0)) {
-    const char *got = lua_type(L, idx) == LUA_TNUMBER
-        ? lua_pushfstring(L, "%s", luaL_tolstring(L, idx, NULL))
-        : luaL_typename(L, idx);
-    luaL_argerror(L, arg, lua_pushfstring(L, "size must be a non-negative "
-                  "integer, got %s", got));
-  }
-  return (int64_t)v;
-}
-
-/*
-** Sizes as numbers or one table from `arg` on, then an optional dtype
-** string (when dt is given); -1 (when infer) marks a size to infer.  With
-** `one`, only `arg` itself holds the shape.  Anything else left over, but
-** trailing nils, is an error rather than silently ignored.
-*/
-int qkvL_isdevice (lua_State *L, int arg, qkv_device *dev) {
-  const char *s = lua_type(L, arg) == LUA_TSTRING ? lua_tostring(L, arg) : NULL;
-  if (s == NULL || (strcmp(s, "cpu") != 0 && strcmp(s, "cuda") != 0)) return 0;
-  *dev = strcmp(s, "cuda") == 0 ? QKV_CUDA : QKV_CPU;
-  return 1;
-}
-
-qkv_device qkvL_checkdevice (lua_State *L, int arg) {
-  static const char *const names[] = {"cpu", "cuda", NULL};
-  return luaL_checkoption(L, arg, NULL, names) ? QKV_CUDA : QKV_CPU;
-}
-
-static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                        qkv_device *dev, int infer, int one) {
-  int n = 0, top = lua_gettop(L);
-  while (top > arg && lua_isnil(L, top)) top--;
-  if (lua_type(L, arg) == LUA_TTABLE) {
-    lua_Integer len = luaL_len(L, arg);
-    luaL_argcheck(L, len <= QKV_MAXDIM, arg, "more than 8 dims");
-    for (n = 0; n < len; n++) {
-      lua_geti(L, arg, n + 1);
-      size[n] = checksize(L, -1, arg, infer);
-      lua_pop(L, 1);
-    }
-    arg++;
-  } else if (one) {
-    size[n++] = checksize(L, arg, arg, infer);
-    arg++;
-  } else {
-    for (; arg <= top && lua_type(L, arg) == LUA_TNUMBER; arg++, n++) {
-      luaL_argcheck(L, n < QKV_MAXDIM, arg, "more than 8 dims");
-      size[n] = checksize(L, arg, arg, infer);
-    }
-  }
-  if (one) return n;
-  if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
-  else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
-    *dt = qkvL_checkdtype(L, arg++);
-    if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
-  }
-  if (arg <= top)
-    luaL_argerror(L, arg, lua_pushfstring(L, "size%s expected, got %s",
-                  dev ? ", dtype or device" : dt ? " or dtype" : "",
-                  luaL_typename(L, arg)));
-  return n;
-}
-
-int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                     qkv_device *dev) {
-  if (dev) *dev = qkvL_default_device();
-  return parse_sizes(L, arg, size, dt, dev, 0, 0);
-}
-
-int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, NULL, 0, 1);
-}
-
-int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, NULL, 1, 0);
-}
+#include "lauxqkv.h"
 
 /*
 ** qkv.Size's metamethods.  A shape has at most 8 sizes; any table can be
@@ -173,7 +50,7 @@ static int size_concat (lua_State *L) {
   return 1;
 }
 
-void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size) {
+static void pushshape (lua_State *L, int ndim, const int64_t *size) {
   lua_createtable(L, ndim, 0);
   for (int i = 0; i < ndim; i++) {
     lua_pushinteger(L, (lua_Integer)size[i]);
@@ -185,7 +62,7 @@ void qkvL_pushshape (lua_State *L, int ndim, const int64_t *size) {
 
 /* element access */
 
-int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
+static int pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
   if (t->dtype == QKV_BOOL) lua_pushboolean(L, *(const unsigned char *)p);
   else if (qkv_is_float(t->dtype)) lua_pushnumber(L, qkv_elem_get(t->dtype, p));
   else lua_pushinteger(L, qkv_elem_geti(t->dtype, p));
@@ -195,11 +72,11 @@ int qkvL_pushvalue (lua_State *L, const qkv_tensor *t, const void *p) {
 /* the element that the 0-d view v names, pushed (copied from the GPU) */
 static int pushelem (lua_State *L, const qkv_tensor *v, const char *name) {
   const qkv_tensor *h = qkvL_host(L, v, name);
-  return qkvL_pushvalue(L, h, qkv_data(h));
+  return pushvalue(L, h, qkv_data(h));
 }
 
 static void pushlist (lua_State *L, const qkv_tensor *t, int d, const char *p) {
-  if (d == t->ndim) { qkvL_pushvalue(L, t, p); return; }
+  if (d == t->ndim) { pushvalue(L, t, p); return; }
   luaL_checkstack(L, 4, "tolist");
   lua_createtable(L, (int)t->size[d], 0);
   int64_t step = t->stride[d] * (int64_t)qkv_elsize(t->dtype);
@@ -254,7 +131,7 @@ static int t_item (lua_State *L) {
                       lua_tostring(L, -1), (lua_Integer)qkv_numel(t));
   }
   const qkv_tensor *h = qkvL_host(L, t, "item");
-  return qkvL_pushvalue(L, h, qkv_data(h));
+  return pushvalue(L, h, qkv_data(h));
 }
 
 
@@ -369,7 +246,7 @@ static int t_index (lua_State *L) {
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
     const char *k = lua_tostring(L, 2);
-    if (strcmp(k, "shape") == 0) qkvL_pushshape(L, t->ndim, t->size);
+    if (strcmp(k, "shape") == 0) pushshape(L, t->ndim, t->size);
     else if (strcmp(k, "dtype") == 0) lua_pushstring(L, qkv_dtype_name(t->dtype));
     else if (strcmp(k, "device") == 0)
       lua_pushstring(L, qkv_device_name(t->storage->device));
@@ -471,14 +348,14 @@ static int t_numel (lua_State *L) {
 
 static int t_size (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  if (lua_isnoneornil(L, 2)) qkvL_pushshape(L, t->ndim, t->size);
+  if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->size);
   else lua_pushinteger(L, t->size[qkvL_checkdim(L, 2, t->ndim, 0)]);
   return 1;
 }
 
 static int t_stride (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  if (lua_isnoneornil(L, 2)) qkvL_pushshape(L, t->ndim, t->stride);
+  if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->stride);
   else lua_pushinteger(L, t->stride[qkvL_checkdim(L, 2, t->ndim, 0)]);
   return 1;
 }

@@ -4,7 +4,7 @@
 */
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt,
                              const char *name) {

@@ -38,7 +38,7 @@ function A.tracked(x)
   return m and (m.leaf or m.node) and true or false
 end
 
--- grad mode is the running coroutine's (bindings/lgrad.c keeps it)
+-- grad mode is the running coroutine's (bindings/lauxgrad.c keeps it)
 function A.enabled() return qkv._grad_mode() end
 
 -- the level of the first frame outside this file and derivatives.lua (and

@@ -447,7 +447,7 @@ end
 
 ---------------------------------------------------------------- install
 
--- the rules as the bindings call them (lgrad.c): rule(orig, args...), orig
+-- the rules as the bindings call them (lauxgrad.c): rule(orig, args...), orig
 -- being the binding itself, run here with grad mode off
 function D.install(autograd)
   A = autograd

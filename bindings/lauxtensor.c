@@ -1,13 +1,15 @@
 /*
-** lnew.c -- making, checking and freeing the qkv.Tensor userdata, and
-** keeping Lua's collector informed of the memory tensors hold.
+** lauxtensor.c -- making, checking, viewing, moving and freeing the
+** qkv.Tensor userdata, and keeping Lua's collector informed of the memory
+** tensors hold.  It registers no Lua function of its own.
 */
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
+#include "../vm/core/backend.h"
 #include "../vm/dispatch/plugin.h"
 
 /*
@@ -63,13 +65,6 @@ static const char *fname (lua_State *L) {
     lua_pop(L, 1);
   }
   return "qkv";
-}
-
-/* An op stopped by Ctrl-C has delivered the interrupt: the hook that the
-   executable's SIGINT handler set must not fire again in the handler. */
-void qkvL_check (lua_State *L, const char *name, int err) {
-  if (err == QKV_EINTR) lua_sethook(L, NULL, 0, 0);
-  if (err != QKV_OK) luaL_error(L, "%s: %s", name, qkv_strerror(err));
 }
 
 /*
@@ -355,25 +350,8 @@ void qkvL_deferred_atclose (lua_State *L) {
 }
 
 
-/*
-** Devices.  New tensors go to the default device (qkv.set_default_device,
-** `qkv --device cuda`); a tensor moves with x:cuda(), x:cpu(), x:to(dev).
-** The CUDA plugin is loaded by the first of these that names the GPU.
-*/
-static qkv_device default_device = QKV_CPU;
-
-qkv_device qkvL_default_device (void) { return default_device; }
-
-void qkvL_checkcuda (lua_State *L, const char *name) {
-  char why[600];
-  if (qkv_cuda(why, sizeof why) == NULL)
-    luaL_error(L, "%s: cuda is not available: %s", name, why);
-}
-
-/* lazy, as torch.set_default_device: the first tensor made there loads the
-   plugin (so that `qkv test --device cuda` can fork its suites before any
-   CUDA call: a CUDA context does not survive a fork) */
-void qkvL_set_default_device (qkv_device d) { default_device = d; }
+/* devices: a tensor moves with x:cuda(), x:cpu(), x:to(dev), and new ones
+   made on the host go to the default device (laux.c keeps it) */
 
 qkv_tensor *qkvL_todevice (lua_State *L, const qkv_tensor *t, qkv_device d,
                            const char *name) {
@@ -385,8 +363,9 @@ qkv_tensor *qkvL_todevice (lua_State *L, const qkv_tensor *t, qkv_device d,
 
 /* the tensor at the top, made on the host, moved to the default device */
 void qkvL_todefault (lua_State *L, const char *name) {
-  if (default_device == QKV_CPU) return;
-  qkvL_todevice(L, qkvL_checktensor(L, -1), default_device, name);
+  qkv_device d = qkvL_default_device();
+  if (d == QKV_CPU) return;
+  qkvL_todevice(L, qkvL_checktensor(L, -1), d, name);
   lua_replace(L, -2);
 }
 

@@ -1,5 +1,5 @@
 /*
-** lprint.c -- the text of a tensor, as PyTorch (1.13+) prints it with its
+** lauxprint.c -- the text of a tensor, as PyTorch (1.13+) prints it with its
 ** default print options: torch/_tensor_str.py's _Formatter,
 ** get_summarized_data, _vector_str, _tensor_str_with_formatter and
 ** _add_suffixes, with qkv's own dtype and device names in the suffixes.
@@ -13,7 +13,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "lqkv.h"
+#include "lauxqkv.h"
 
 /* PyTorch's default print options (precision 4 is in the formats) */
 #define THRESHOLD 1000    /* summarise tensors with more elements */

@@ -1,0 +1,140 @@
+/*
+** lauxgrad.c -- autograd's hook in the bindings (stdlib/qkv/autograd.lua).
+** Until that module is loaded nothing here runs but one flag test.  Once
+** loaded, a differentiable binding first asks qkvL_grad whether grad mode
+** is on and one of its arguments takes part in a graph (a weak-keyed table
+** of autograd's says); if so the op runs as its Lua rule, which calls the
+** binding back with grad mode off and records the node.  The bindings stay
+** the functions of the module and the methods, so their argument errors
+** name them as before.  lgrad.c registers the functions through which
+** qkv.autograd installs itself and sets grad mode; the state they set is
+** kept here.
+*/
+#include "lauxqkv.h"
+
+int qkvL_grad_on = 0;            /* qkv.autograd is loaded (QKVL_GRAD reads it) */
+static int grad_enabled = 1;     /* the main thread's grad mode (no_grad turns it off) */
+static char metakey, ruleskey, fieldkey, setkey, modeskey;
+
+/*
+** Grad mode belongs to a coroutine, as PyTorch's to a thread: no_grad(f)
+** sets it for the coroutine running f, so that one which yields inside f
+** and is never resumed takes nothing with it.  The main thread's is
+** grad_enabled; another's is in a weak-keyed table (modeskey), present
+** while a no_grad or enable_grad of its own runs, and else the main
+** thread's.
+*/
+int qkvL_grad_mode (lua_State *L) {
+  if (lua_pushthread(L)) { lua_pop(L, 1); return grad_enabled; }
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &modeskey);
+  lua_insert(L, -2);
+  int on = lua_rawget(L, -2) == LUA_TNIL ? grad_enabled : lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return on;
+}
+
+/* whether the value at idx (absolute) is a tensor the graph tracks */
+static int tracked (lua_State *L, int idx) {
+  int base = lua_gettop(L), on = 0;
+  if (qkvL_istensor(L, idx) == NULL) return 0;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &metakey);
+  lua_pushvalue(L, idx);
+  if (lua_rawget(L, -2) == LUA_TTABLE)
+    on = lua_getfield(L, base + 2, "leaf") != LUA_TNIL ||
+         lua_getfield(L, base + 2, "node") != LUA_TNIL;
+  lua_settop(L, base);
+  return on;
+}
+
+/* a tracked tensor among the args, or among the items of a plain list
+   argument (cat's list, align's weights), read raw */
+static int any_tracked (lua_State *L, int top) {
+  int base = lua_gettop(L);
+  for (int i = 1; i <= top; i++) {
+    if (tracked(L, i)) return 1;
+    if (lua_type(L, i) != LUA_TTABLE || lua_getmetatable(L, i)) {
+      lua_settop(L, base);
+      continue;
+    }
+    lua_Integer n = (lua_Integer)lua_rawlen(L, i);
+    for (lua_Integer k = 1; k <= n && k <= 1024; k++) {
+      lua_rawgeti(L, i, k);
+      int on = tracked(L, lua_gettop(L));
+      lua_settop(L, base);
+      if (on) return 1;
+    }
+  }
+  return 0;
+}
+
+int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
+  if (!qkvL_grad_on || !qkvL_grad_mode(L)) return -1;
+  int top = lua_gettop(L);
+  if (!any_tracked(L, top)) return -1;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &ruleskey);
+  if (lua_getfield(L, -1, name) != LUA_TFUNCTION) { lua_settop(L, top); return -1; }
+  lua_remove(L, -2);
+  lua_insert(L, 1);                       /* rule, args */
+  lua_pushcfunction(L, self);
+  lua_insert(L, 2);                       /* rule, orig, args */
+  lua_call(L, top + 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+int qkvL_grad_loaded (void) { return qkvL_grad_on; }
+
+/* autograd's answer for x.requires_grad, x.grad, ... (x at 1), pushed */
+void qkvL_grad_field (lua_State *L, int x, const char *k) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &fieldkey);
+  lua_pushvalue(L, x);
+  lua_pushstring(L, k);
+  lua_call(L, 2, 1);
+}
+
+/* x.grad = v (v at the top, popped) */
+void qkvL_grad_set (lua_State *L, int x) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &setkey);
+  lua_pushvalue(L, x);
+  lua_pushvalue(L, -3);
+  lua_call(L, 2, 0);
+  lua_pop(L, 1);
+}
+
+/* the hooks at 1 to 4 (meta, rules, field, set_grad: qkv._autograd's
+   arguments, checked there) are kept; from now on QKVL_GRAD asks them */
+void qkvL_grad_install (lua_State *L) {
+  void *keys[4] = {&metakey, &ruleskey, &fieldkey, &setkey};
+  for (int i = 0; i < 4; i++) {
+    lua_pushvalue(L, i + 1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, keys[i]);
+  }
+  qkvL_grad_on = 1;
+}
+
+/* the running coroutine's own grad mode becomes v (a boolean, or -1: the
+   main thread's again); the own mode before (nil for none) is pushed */
+void qkvL_grad_setmode (lua_State *L, int v) {
+  if (lua_pushthread(L)) {                 /* the main thread: never nil */
+    lua_pushboolean(L, grad_enabled);
+    if (v >= 0) grad_enabled = v;
+    return;
+  }
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &modeskey);
+  lua_pushvalue(L, -2);
+  lua_rawget(L, -2);                       /* thread, modes, before */
+  lua_pushvalue(L, -3);
+  if (v >= 0) lua_pushboolean(L, v);
+  else lua_pushnil(L);
+  lua_rawset(L, -4);
+}
+
+/* at the module's opening: the coroutines' own grad modes, a table with
+   weak keys in the registry */
+void qkvL_grad_init (lua_State *L) {
+  lua_newtable(L);                         /* thread -> its own grad mode */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &modeskey);
+}
