@@ -233,6 +233,17 @@ static int reduce (lua_State *L, qkv_redop op) {
   return idx && idx != out ? 2 : 1;
 }
 
+/* x:cumsum(dim): running sums along dim, x's shape; integer and bool x
+   give int64 (as torch.cumsum) */
+static int m_cumsum (lua_State *L) {
+  QKVL_GRAD(L, "cumsum", m_cumsum);
+  qkv_tensor *t = qkvL_checktensor(L, 1);
+  int dim = qkvL_checkdim(L, 2, t->ndim ? t->ndim : 1, 0);
+  qkv_tensor *out = qkvL_newlike(L, t, qkv_is_float(t->dtype) ? t->dtype : QKV_I64);
+  qkvL_check(L, "cumsum", qkv_cumsum(out, t, dim));
+  return 1;
+}
+
 static int m_sum (lua_State *L) {
   QKVL_GRAD(L, "sum", m_sum);
   return reduce(L, QKV_SUM);
@@ -385,6 +396,7 @@ void qkvL_open_math (lua_State *L, int mt, int methods, int module) {
     {"ge", m_ge}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log},
     {"sqrt", m_sqrt}, {"abs", m_abs}, {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
     {"relu", m_relu}, {"silu", m_silu}, {"sin", m_sin}, {"cos", m_cos}, {"sum", m_sum},
+    {"cumsum", m_cumsum},
     {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"var", m_var},
     {"std", m_std}, {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", m_matmul}, {"masked_fill", m_masked_fill}, {NULL, NULL}

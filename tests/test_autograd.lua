@@ -95,6 +95,8 @@ function TestRules:testRows()
   check(function(v) return v:softmax() end, {x}, "softmax")
   check(function(v) return qkv.softmax(v, 1) end, {x}, "softmax(1)")
   check(function(v) return v:log_softmax() end, {x}, "log_softmax")
+  check(function(v) return v:cumsum(2) end, {x}, "cumsum")
+  check(function(v) return qkv.cumsum(v:t(), -2) end, {x}, "cumsum of a transposed view")
   check(function(v, w, b) return qkv.layer_norm(v, 5, w, b) end, {x, r(5), r(5)}, "layer_norm")
   check(function(v) return qkv.layer_norm(v:view(3, 5, 1):expand(3, 5, 2), {5, 2}) end, {x}, "layer_norm 2-D")
 end

@@ -127,7 +127,7 @@ local COVER = {
   where = "TestCudaSelect", gather = "TestCudaSelect", sort = "TestCudaSelect",
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
-  layer_norm = "TestCudaSoftmax",
+  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce",
 }
 
 TestCudaCoverage = {}
@@ -497,6 +497,19 @@ function TestCudaReduce:testAlongEachDimAndOverAll()
             end
           end
         end
+      end
+    end
+  end
+end
+
+function TestCudaReduce:testCumsumAlongEachDim()
+  need()
+  for _, dt in ipairs{"float32", "float64", "int64", "bool", "float16"} do
+    for _, s in ipairs{{}, {7}, {3, 1000}, {1000, 3}, {2, 3, 4}, {0, 5}} do
+      local x = values(s, dt)
+      for d = 1, math.max(#s, 1) do
+        same(("%s %s cumsum(%d)"):format(dt, table.concat(s, "x"), d),
+             function(v) return v:cumsum(#s == 0 and 1 or d) end, {x})
       end
     end
   end

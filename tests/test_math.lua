@@ -331,6 +331,61 @@ local function check_reductions(shape, dt, what)
   end
 end
 
+-- cumsum against running sums in float64 written here, along every dim
+local function cumsum_ref(x, d)
+  local shape, data = x.shape, x:double():reshape(-1):tolist()
+  local inner = 1
+  for i = d + 1, #shape do inner = inner * shape[i] end
+  local n, out = shape[d], {}
+  for k = 1, #data do
+    local i = (k - 1) // inner % n
+    out[k] = data[k] + (i > 0 and out[k - inner] or 0)
+  end
+  return qkv.tensor(out, "float64"):reshape(table.unpack(shape))
+end
+
+function TestReductions:testCumsum()
+  for _, dt in ipairs{"float32", "float64"} do
+    for _ = 1, 6 do
+      local s = rshape(math.random(1, 3))
+      local x = qkv.randn(s):to(dt)
+      for d = 1, #s do
+        local got, want = x:cumsum(d), cumsum_ref(x, d)
+        lu.assertEquals(got.dtype, dt)
+        lu.assertEquals(got.shape, s)
+        local err = (got:double() - want):abs():max():item()
+        lu.assertTrue(err <= TOL[dt] * (1 + want:abs():max():item()), dt .. " cumsum " .. d)
+        qkv.test.assertTensorEqual(qkv.cumsum(x, d - #s - 1), got)   -- negative dims
+      end
+    end
+  end
+  -- float32 sums in float64: 1e8 + 1 - 1e8 is 1, not float32's 0
+  lu.assertEquals(qkv.tensor({1e8, 1, -1e8}, "float32"):cumsum(1):tolist(), {1e8, 1e8, 1})  -- 1e8 + 1 rounds to 1e8 in float32, the running sum does not
+  -- integers and bool give int64, exactly
+  local i = qkv.tensor({{1, 2}, {3, 4}}, "int32"):cumsum(1)
+  lu.assertEquals(i.dtype, "int64")
+  lu.assertEquals(i:tolist(), {{1, 2}, {4, 6}})
+  lu.assertEquals(qkv.tensor{true, false, true}:cumsum(1):tolist(), {1, 1, 2})
+  lu.assertEquals(qkv.tensor({2 ^ 62, 2 ^ 62}, "int64"):cumsum(1):tolist(), {2 ^ 62, math.mininteger})
+  -- a 0-d tensor and empty dims
+  lu.assertEquals(qkv.tensor(5):cumsum(1):item(), 5)
+  lu.assertEquals(qkv.zeros(0, 3):cumsum(1).shape, {0, 3})
+  -- float16 computes in float32 and stays float16
+  lu.assertEquals(qkv.tensor({1, 2}, "float16"):cumsum(1):tolist(), {1, 3})
+  lu.assertEquals(qkv.tensor({1, 2}, "float16"):cumsum(1).dtype, "float16")
+  -- errors name the function, the argument and the shape
+  local ok, err = pcall(qkv.cumsum, qkv.ones(2, 3), 3)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "cumsum")
+  lu.assertStrContains(err, "dim")
+  ok, err = pcall(qkv.cumsum, qkv.ones(2))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "cumsum")
+  ok, err = pcall(qkv.cumsum, "x", 1)
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "cumsum")
+end
+
 function TestReductions:testRandomShapes()
   for _, dt in ipairs{"float32", "float64"} do
     for _ = 1, 4 do

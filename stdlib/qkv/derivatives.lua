@@ -345,6 +345,13 @@ R.softmax = function(f, x, dim)
     return y * (g - (g * y):sum(d, true))
   end, {y})
 end
+-- the gradient of running sums is the running sums from the other end:
+-- sum - cumsum + g
+R.cumsum = function(f, x, dim)
+  return rec("CumsumBackward", f(x, dim), {x}, function(g)
+    return g:sum(dim, true) - g:cumsum(dim) + g
+  end)
+end
 R.log_softmax = function(f, x, dim)
   local y = f(x, dim)
   local d = dim or -1

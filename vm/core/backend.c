@@ -29,7 +29,8 @@ static const struct { const char *name; size_t off; } entries[] = {
   ENTRY(alloc), ENTRY(free), ENTRY(copy), ENTRY(fill), ENTRY(binary), ENTRY(unary),
   ENTRY(reduce), ENTRY(matmul), ENTRY(masked_fill), ENTRY(random), ENTRY(softmax),
   ENTRY(attention), ENTRY(where), ENTRY(gather), ENTRY(sort), ENTRY(attention_backward),
-  ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm)
+  ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm),
+  ENTRY(cumsum)
 };
 _Static_assert(sizeof entries / sizeof entries[0] ==
                (sizeof(qkv_backend) - sizeof(const char *)) / sizeof(void (*)(void)),

@@ -81,6 +81,10 @@ typedef struct qkv_backend {
      contiguous n elements or NULL, all the same float dtype */
   int (*layer_norm)(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                     const qkv_tensor *b, int64_t n, double eps);
+  /* running sums along dim (0-based): out[.., i, ..] = x[.., 0, ..] + ...
+     + x[.., i, ..]; out and x contiguous, one dtype: float32 and float64
+     summed in double, int64 exactly (wrapping on overflow, as PyTorch) */
+  int (*cumsum)(qkv_tensor *out, const qkv_tensor *x, int dim);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

@@ -211,6 +211,9 @@ int qkv_log_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
    biased variance, in double; w and b (n elements each) may be NULL */
 int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                    const qkv_tensor *b, int64_t n, double eps);
+/* out (x's shape) = running sums of x along dim (0-based); out's dtype is
+   x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
+int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
 /*
 ** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
 ** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with

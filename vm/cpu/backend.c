@@ -45,6 +45,7 @@ const qkv_backend qkv_cpu_backend = {
   .softmax_backward = qkv_cpu_softmax_backward,
   .log_softmax = qkv_cpu_log_softmax,
   .layer_norm = qkv_cpu_layer_norm,
+  .cumsum = qkv_cpu_cumsum,
 };
 
 /*

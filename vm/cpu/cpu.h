@@ -36,6 +36,7 @@ int qkv_cpu_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
 int qkv_cpu_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 int qkv_cpu_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
 int qkv_cpu_log_softmax(qkv_tensor *out, const qkv_tensor *x);
+int qkv_cpu_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                        const qkv_tensor *b, int64_t n, double eps);
 

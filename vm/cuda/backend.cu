@@ -317,6 +317,7 @@ static const qkv_backend cuda_backend = {
   .softmax_backward = qkv_cuda_softmax_backward,
   .log_softmax = qkv_cuda_log_softmax,
   .layer_norm = qkv_cuda_layer_norm,
+  .cumsum = qkv_cuda_cumsum,
 };
 
 static const qkv_cuda_api api = {

@@ -202,6 +202,26 @@ int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
   return qkv_op_done(layer_norm_in(be, o, x, w, b, n, eps), be, out, o);
 }
 
+static int cumsum_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x, int dim) {
+  qkv_tensor c;
+  qkv_storage *tx;
+  if (!qkv_is_contiguous(out) || dim < 0 || dim >= (x->ndim ? x->ndim : 1)) return QKV_EINTERNAL;
+  int err = qkv_op_contiguous_as(&c, &tx, x, out->dtype);
+  if (err == QKV_OK) err = qkv_numel(x) ? be->cumsum(out, &c, x->ndim ? dim : 0) : QKV_OK;
+  qkv_storage_release(tx);
+  return err;
+}
+
+int qkv_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, x, NULL, &err);
+  if (be == NULL) return err;
+  if (out->dtype != QKV_I64 && !qkv_is_float(out->dtype)) return QKV_EDTYPE;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(cumsum_in(be, o, x, dim), be, out, o);
+}
+
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
                          int causal, double scale) {

@@ -105,6 +105,14 @@ qkv.softmax's zeros), and a NaN makes its row NaN. Integral tensors give
 float32. As torch.log_softmax.]],
    example = [=[print(qkv.tensor{0, 0}:log_softmax())   --> tensor([-0.6931, -0.6931])]=]},
 
+  {name = "Tensor:cumsum", sig = "x:cumsum(dim)", group = "reductions",
+   also = "qkv.cumsum(x, dim)", also_group = "math",
+   doc = [[The running sums of x along dim (1-based; negative counts from
+the end): element i along dim is the sum of elements 1 to i. The result
+has x's shape. float32 sums in float64 before it is rounded, on the CPU
+and the GPU alike; int64 sums exactly (wrapping on overflow), and the other
+integer dtypes and bool give int64. Differentiable. As torch.cumsum.]],
+   example = [=[print(qkv.tensor{1, 2, 3}:cumsum(1))   --> tensor([1., 3., 6.])]=]},
   reduction("sum", "The sum of the elements", "Sums of float32 accumulate " ..
     "in float64; bool gives int64 and other dtypes stay. ", "", "torch.sum"),
   reduction("mean", "The mean of the elements", "float32 accumulates in " ..
