@@ -200,6 +200,9 @@ function TestCudaCoverage:testAFaultMarksTheDeviceLost()
         print(err)
       end
       print(qkv.ones(2):sum():item())]]))
+  if out:find("built from other headers", 1, true) then     -- the sim of an older tree
+    lu.skip(sim .. " is older than the headers (make test-cudasim rebuilds it)")
+  end
   lu.assertEquals(code, 0, out)
   local n = 0
   for line in out:gmatch("[^\n]+") do
