@@ -47,10 +47,11 @@ static QKV_AVX2 void lsm_f32_avx2 (float *o, const float *x, int64_t n) {
   int64_t j;
   float max = qkv_rowmax8(x, n, &isnan);
   if (isnan || max == -INFINITY) { lsm_f32(o, x, n); return; }
-  __m256 acc = _mm256_setzero_ps(), vm = _mm256_set1_ps(max);
+  __m256 vm = _mm256_set1_ps(max);
+  __m256d acc[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};   /* in double */
   for (j = 0; j + 8 <= n; j += 8)
-    acc = _mm256_add_ps(acc, qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
-  double sum = qkv_hsum8(acc);
+    qkv_acc8d(acc, qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
+  double sum = qkv_hsum8d(acc);
   for (; j < n; j++) sum += qkv_vexpf(x[j] - max);
   float lse = (float)((double)max + log(sum));
   __m256 vl = _mm256_set1_ps(lse);

@@ -75,13 +75,14 @@ static QKV_AVX2 void row_f32_avx2 (float *o, const float *x, int64_t n) {
     row_f32(o, 1, x, 1, n);               /* the rare rows: NaN or zeros */
     return;
   }
-  __m256 acc = _mm256_setzero_ps(), vmax = _mm256_set1_ps(max);
+  __m256 vmax = _mm256_set1_ps(max);
+  __m256d acc[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};   /* in double */
   for (j = 0; j + 8 <= n; j += 8) {
     __m256 e = qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmax));
     _mm256_storeu_ps(o + j, e);
-    acc = _mm256_add_ps(acc, e);
+    qkv_acc8d(acc, e);
   }
-  double sum = qkv_hsum8(acc);
+  double sum = qkv_hsum8d(acc);
   for (; j < n; j++) sum += o[j] = qkv_vexpf(x[j] - max);
   __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
   for (j = 0; j + 8 <= n; j += 8)

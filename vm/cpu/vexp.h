@@ -111,12 +111,18 @@ static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-/* the sum of the 8 lanes */
-static inline QKV_AVX2 float qkv_hsum8 (__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+/* a row's sum in double, 8 float lanes at a time: acc holds two vectors
+   of 4 doubles (float lanes would lose ~1e-5 over a row of 70000, seen
+   against the GPU's double sums); qkv_hsum8d gives their total */
+static inline QKV_AVX2 void qkv_acc8d (__m256d acc[2], __m256 e) {
+  acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+  acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+
+static inline QKV_AVX2 double qkv_hsum8d (const __m256d acc[2]) {
+  __m256d v = _mm256_add_pd(acc[0], acc[1]);
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(s) + _mm_cvtsd_f64(_mm_unpackhi_pd(s, s));
 }
 
 /* the largest of the 8 lanes */
