@@ -86,12 +86,9 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
   const int64_t vrs = STAGED ? dv : J.v.rs, vcs = STAGED ? 1 : J.v.cs;
 
   for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
-    int64_t b = item % J.nbatch, i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
-    int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
-    /* keys past jend are causally excluded for every query of the tile */
-    int64_t jend = J.nk;
-    if (J.causal && i0 + bq + J.off < jend) jend = i0 + bq + J.off;
-    int64_t boff[4];
+    int64_t b, i0, jend, boff[4];
+    int bq;
+    attention_tile(J, item, BQ, &b, &i0, &bq, &jend);
     batch_offsets(J, b, boff);
     T *out = (T *)J.out + (b * J.nq + i0) * dv;
     T *O = STAGED ? Os : out;                  /* rows dv apart either way */

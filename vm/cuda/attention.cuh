@@ -38,6 +38,20 @@ extern const char *qkv_cu_attention_path;
    float32 then */
 int qkv_cu_attention_mma(const job &J, qkv_dtype dt);
 
+/*
+** Item `item` of a launch of BQ-query tiles (the last tiles first, as the
+** CPU's): its batch b, first query i0 and rows bq, and jend, past which
+** every key is causally excluded for every query of the tile.
+*/
+__device__ static inline void attention_tile (const job &J, int64_t item, int BQ, int64_t *b,
+                                              int64_t *i0, int *bq, int64_t *jend) {
+  *b = item % J.nbatch;
+  *i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
+  *bq = (int)(J.nq - *i0 < BQ ? J.nq - *i0 : BQ);
+  *jend = J.nk;
+  if (J.causal && *i0 + *bq + J.off < *jend) *jend = *i0 + *bq + J.off;
+}
+
 /* element offsets of batch item b in q, k, v and mask (row-major over out's
    batch dims) */
 __device__ static inline void batch_offsets (const job &J, int64_t b, int64_t off[4]) {

@@ -103,12 +103,9 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
   const float scale2 = (float)(J.scale * 1.4426950408889634), ninf = -INFINITY;
 
   for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
-    int64_t b = item % J.nbatch, i0 = (J.ntiles - 1 - item / J.nbatch) * BQ;
-    int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
-    /* keys past jend are causally excluded for every query of the tile */
-    int64_t jend = J.nk;
-    if (J.causal && i0 + bq + J.off < jend) jend = i0 + bq + J.off;
-    int64_t boff[4];
+    int64_t b, i0, jend, boff[4];
+    int bq;
+    attention_tile(J, item, BQ, &b, &i0, &bq, &jend);
     batch_offsets(J, b, boff);
     const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
     const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};   /* this thread's queries */

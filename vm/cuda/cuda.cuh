@@ -101,20 +101,6 @@ __host__ static inline char *qkv_cu_data (const qkv_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)qkv_cu_elsize(t->dtype);
 }
 
-/* one element of dtype dt at p, read as double or written from one (the
-   way vm/core/dtype.c's qkv_elem_get/set do: ints truncate and clamp) */
-__device__ static inline double qkv_cu_get (qkv_dtype dt, const char *p) {
-  switch (dt) {
-    case QKV_F32: return *(const float *)p;
-    case QKV_F64: return *(const double *)p;
-    case QKV_I64: return (double)*(const int64_t *)p;
-    case QKV_I32: return *(const int32_t *)p;
-    case QKV_F16: return qkv_h2f(*(const uint16_t *)p);
-    case QKV_BF16: return qkv_bf2f(*(const uint16_t *)p);
-    default: return *(const unsigned char *)p;
-  }
-}
-
 /*
 ** A strided loop over up to QKV_CU_MAXOP operands of one shape, passed to
 ** kernels by value.  Host side: qkv_cu_iter_init drops size-1 dims and
