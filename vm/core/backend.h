@@ -82,8 +82,9 @@ typedef struct qkv_backend {
   int (*layer_norm)(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                     const qkv_tensor *b, int64_t n, double eps);
   /* running sums along dim (0-based): out[.., i, ..] = x[.., 0, ..] + ...
-     + x[.., i, ..]; out and x contiguous, one dtype: float32 and float64
-     summed in double, int64 exactly (wrapping on overflow, as PyTorch) */
+     + x[.., i, ..]; out and x contiguous, not empty, one dtype: float32
+     and float64 summed in double, int64 exactly (wrapping on overflow, as
+     PyTorch) */
   int (*cumsum)(qkv_tensor *out, const qkv_tensor *x, int dim);
 } qkv_backend;
 

@@ -43,19 +43,7 @@ int qkv_cpu_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
   switch (out->dtype) {
     case QKV_F32: SCAN(float, d) break;
     case QKV_F64: SCAN(double, d) break;
-    case QKV_I64: {
-      const uint64_t *src = (const uint64_t *)qkv_data(x);
-      uint64_t *dst = (uint64_t *)qkv_data(out);
-      for (int64_t o = 0; o < outer; o++) {
-        for (int64_t j = 0; j < inner; j++) acc[j].u = 0;
-        for (int64_t i = 0; i < n; i++)
-          for (int64_t j = 0; j < inner; j++) {
-            int64_t k = (o * n + i) * inner + j;
-            dst[k] = acc[j].u += src[k];
-          }
-      }
-      break;
-    }
+    case QKV_I64: SCAN(uint64_t, u) break;
     default: free(acc); return QKV_EDTYPE;
   }
   free(acc);

@@ -207,7 +207,7 @@ static int cumsum_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *
   qkv_storage *tx;
   if (!qkv_is_contiguous(out) || dim < 0 || dim >= (x->ndim ? x->ndim : 1)) return QKV_EINTERNAL;
   int err = qkv_op_contiguous_as(&c, &tx, x, out->dtype);
-  if (err == QKV_OK) err = qkv_numel(x) ? be->cumsum(out, &c, x->ndim ? dim : 0) : QKV_OK;
+  if (err == QKV_OK && qkv_numel(x)) err = be->cumsum(out, &c, dim);
   qkv_storage_release(tx);
   return err;
 }
