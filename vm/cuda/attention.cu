@@ -221,12 +221,9 @@ template <typename T, int BQ, int BK, bool STAGED>
 static int launch (job J) {
   size_t smem = smem_bytes(BQ, BK, J.dk, J.dv, sizeof(T), STAGED);
   void (*kernel)(job) = attention_kernel<T, BQ, BK, STAGED>;
-  if (smem > 48 * 1024)
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-  J.ntiles = (J.nq + BQ - 1) / BQ;
-  J.items = J.nbatch * J.ntiles;
-  unsigned grid = (unsigned)(J.items < INT_MAX ? J.items : INT_MAX);
+  unsigned grid = 0;
+  int err = attention_grid(kernel, smem, BQ, &J, &grid);
+  if (err != QKV_OK) return err;
   kernel<<<grid, NT, smem>>>(J);
   launchCheck("attention_kernel");
   return QKV_OK;

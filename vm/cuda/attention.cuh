@@ -7,6 +7,8 @@
 #ifndef QKV_CUDA_ATTENTION_CUH
 #define QKV_CUDA_ATTENTION_CUH
 
+#include <limits.h>
+
 #include "cuda.cuh"
 
 /* One of q, k, v, mask: element (b, i, j) at base + boff(b) + i rs + j cs. */
@@ -50,6 +52,23 @@ __device__ static inline void attention_tile (const job &J, int64_t item, int BQ
   *bq = (int)(J.nq - *i0 < BQ ? J.nq - *i0 : BQ);
   *jend = J.nk;
   if (J.causal && *i0 + *bq + J.off < *jend) *jend = *i0 + *bq + J.off;
+}
+
+/*
+** What both fused kernels' launches do first: raise the kernel's limit of
+** dynamic shared memory where a block needs more than the default 48 KiB,
+** and cut the job into tiles of bq queries (J->ntiles, J->items); *grid is
+** a block an item, at most INT_MAX (the kernels loop over the rest).
+*/
+template <typename K>
+static int attention_grid (K kernel, size_t smem, int bq, job *J, unsigned *grid) {
+  if (smem > 48 * 1024)
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+  J->ntiles = (J->nq + bq - 1) / bq;
+  J->items = J->nbatch * J->ntiles;
+  *grid = (unsigned)(J->items < INT_MAX ? J->items : INT_MAX);
+  return QKV_OK;
 }
 
 /* element offsets of batch item b in q, k, v and mask (row-major over out's

@@ -238,12 +238,9 @@ template <int DT, int D, bool PIPE>
 static int launch (job J, int vec) {
   size_t smem = (size_t)(BQ + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t);
   void (*kernel)(job, int) = attention_mma_kernel<DT, D, PIPE>;
-  if (smem > 48 * 1024)
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-  J.ntiles = (J.nq + BQ - 1) / BQ;
-  J.items = J.nbatch * J.ntiles;
-  unsigned grid = (unsigned)(J.items < INT_MAX ? J.items : INT_MAX);
+  unsigned grid = 0;
+  int err = attention_grid(kernel, smem, BQ, &J, &grid);
+  if (err != QKV_OK) return err;
   kernel<<<grid, NTH, smem>>>(J, vec);
   launchCheck("attention_mma_kernel");
   return QKV_OK;
