@@ -204,6 +204,17 @@ static int c_timedout (lua_State *L) {
   return 1;
 }
 
+/* pushes the results of a suite that could not run, {error=, aborted=true},
+   the error being the text of the value on top, else `fallback` */
+static void push_aborted (lua_State *S, const char *fallback) {
+  const char *msg = lua_tostring(S, -1);
+  lua_createtable(S, 0, 3);
+  lua_pushstring(S, msg ? msg : fallback);
+  lua_setfield(S, -2, "error");
+  lua_pushboolean(S, 1);
+  lua_setfield(S, -2, "aborted");
+}
+
 /* the suite's driver, in Lua so that it is loaded in the suite's state */
 static const char driver[] =
   "local path, args, ctl = ...\n"
@@ -242,14 +253,8 @@ static int suitemain (lua_State *S) {
   lua_pushvalue(S, args);
   luaL_newlib(S, ctl);
   int status = lua_pcall(S, 3, 1, 0);
-  if (status != LUA_OK || !lua_istable(S, -1)) {
-    const char *msg = lua_tostring(S, -1);
-    lua_createtable(S, 0, 3);
-    lua_pushstring(S, msg ? msg : "the suite's driver gave no results");
-    lua_setfield(S, -2, "error");
-    lua_pushboolean(S, 1);
-    lua_setfield(S, -2, "aborted");
-  }
+  if (status != LUA_OK || !lua_istable(S, -1))
+    push_aborted(S, "the suite's driver gave no results");
   lua_pushboolean(S, child.sigint);
   lua_setfield(S, -2, "interrupted");
   return 1;
@@ -274,14 +279,7 @@ _Noreturn void testchild_run (lua_State *L, int fd, double timeout, uint64_t see
   lua_pushlightuserdata(S, L);
   int status = cli_docall(S, 1, 1);
   arm(0);
-  if (status != LUA_OK) {
-    const char *msg = lua_tostring(S, -1);
-    lua_createtable(S, 0, 2);
-    lua_pushstring(S, msg ? msg : "(error object is not a string)");
-    lua_setfield(S, -2, "error");
-    lua_pushboolean(S, 1);
-    lua_setfield(S, -2, "aborted");
-  }
+  if (status != LUA_OK) push_aborted(S, "(error object is not a string)");
   sendvalue(S, FRAME_RESULTS, -1);
   lua_close(S);
   fflush(stdout);
