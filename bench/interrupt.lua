@@ -1,11 +1,11 @@
 -- interrupt.lua -- how long SIGINT takes to stop each long-running op kind
--- (the cases of tests/sigint.lua): the child gets SIGINT inside the op and
+-- (the cases of tests/helpers/sigint.lua): the child gets SIGINT inside the op and
 -- the time is from the kill to the op's error line in its output, the
 -- median of 3 runs. The aim is ~100 ms or less for every kind.
 --
 --   build/qkv bench/interrupt.lua          the table (run by `make bench`)
 
-local S = dofile("tests/sigint.lua")
+local S = dofile("tests/helpers/sigint.lua")
 local EXE = arg[-1]
 
 if not S.available() then

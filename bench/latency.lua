@@ -11,10 +11,10 @@
 --   suite    1,000 small tensor tests: `qkv test` against pytest
 --
 -- With no section it runs all four; the summary table comes last. --quick
--- makes few, short runs (tests/test_bench.lua uses it: its numbers are only
+-- makes few, short runs (tests/project/test_bench.lua uses it: its numbers are only
 -- for checking that everything runs); --no-hyperfine times start-up with a
 -- loop of os.execute even when hyperfine is installed; --no-torch leaves
--- the python side out (both for tests/test_bench.lua). The torch side
+-- the python side out (both for tests/project/test_bench.lua). The torch side
 -- (bench/latency_torch.py) runs under /usr/bin/python3, where Debian's torch
 -- lives, and shows "-" when `import torch` fails there.
 
@@ -36,7 +36,7 @@ local MS, US = 1e-3, 1e-6
 ---------------------------------------------------------------- utilities
 
 -- quote, sh (output and exit status) and read, shared with the test suites
-local shell = dofile(ROOT .. "/tests/shell.lua")
+local shell = dofile(ROOT .. "/tests/helpers/shell.lua")
 local quote, read = shell.quote, shell.read
 
 -- runs a shell command; returns its output (stdout and stderr) and success

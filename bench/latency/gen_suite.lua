@@ -1,7 +1,7 @@
 -- gen_suite.lua -- writes the same suite of small tensor tests twice: as
 -- LuaUnit tests for `qkv test` (test_small.lua) and as pytest functions on
 -- torch (test_small.py), for section 4 of bench/latency.lua (the time a
--- user waits for a suite of many small tests) and for tests/test_bench.lua.
+-- user waits for a suite of many small tests) and for tests/project/test_bench.lua.
 --
 --   qkv bench/latency/gen_suite.lua DIR [N]     writes DIR/test_small.{lua,py}
 --   dofile("bench/latency/gen_suite.lua").write(dir [, n])   the same

@@ -1,5 +1,5 @@
 -- doc.lua: qkv.doc, the docstring registry behind help() and `?name` in
--- the REPL, and behind the API reference, docs/api.md (tests/gen_api.lua).
+-- the REPL, and behind the API reference, docs/api.md (tests/tools/gen_api.lua).
 --
 -- The entries live in data files, stdlib/qkv/doc/*.lua, read the first
 -- time help is asked for. Each file returns a list of records

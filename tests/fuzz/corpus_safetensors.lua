@@ -1,7 +1,7 @@
 -- corpus_safetensors.lua: writes the seed corpus for qkv.load_safetensors
 -- into tests/fuzz/corpus_safetensors/ (build/qkv tests/fuzz/corpus_safetensors.lua):
 -- good files (the reference's fixture, one of qkv's, edge shapes) and one
--- of each malformation tests/test_safetensors.lua names. The suite loads
+-- of each malformation tests/bindings/test_safetensors.lua names. The suite loads
 -- each and damages them at random; test-asan runs that under ASan.
 local DIR = "tests/fuzz/corpus_safetensors/"
 os.execute("mkdir -p " .. DIR)

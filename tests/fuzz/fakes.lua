@@ -1,5 +1,5 @@
 -- fakes.lua: functions that break the fuzzer's rules on purpose, given to
--- it with --extra by tests/test_fuzz.lua to check that it reports them
+-- it with --extra by tests/bindings/test_fuzz.lua to check that it reports them
 -- (and does not report the one that keeps the rules).
 local qkv = qkv or require "qkv"
 local kept = {}

@@ -1,6 +1,6 @@
 -- fakes_rules.lua: functions that break the rules of tests/fuzz/rules.lua
 -- on purpose, each drawn as the qkv function it stands for (`as`), given
--- to the fuzzer with --extra by tests/test_fuzz.lua to check that each
+-- to the fuzzer with --extra by tests/bindings/test_fuzz.lua to check that each
 -- class reports them. They do in Lua what a binding that breaks the rule
 -- would do, so that they keep breaking it once qkv keeps it.
 local qkv = qkv or require "qkv"

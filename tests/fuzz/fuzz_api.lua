@@ -33,7 +33,7 @@
 --   -v            a line per function with its counts
 --   --only PAT    only the functions whose name matches the Lua pattern
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
---                 entries to fuzz (tests/test_fuzz.lua's fakes)
+--                 entries to fuzz (tests/bindings/test_fuzz.lua's fakes)
 --   --hang-seconds S  the watchdog's limit on one call (10 s)
 --   --tame-libs   the functions written in Lua (qkv.plot, qkv.nn, Module,
 --                 qkv.test) get no proxies or cyclic tables (they do by
@@ -103,7 +103,7 @@ end
 
 ---------------------------------------------------------------- parent
 
-local shell = dofile(HERE .. "/../shell.lua")
+local shell = dofile(HERE .. "/../helpers/shell.lua")
 local quote, readall = shell.quote, shell.read
 
 local function absolute(p, cwd)

@@ -6,7 +6,7 @@ local lu = require "luaunit"
 local U = {}
 
 local exe = arg and arg[-1] or "build/qkv"
-local quote = dofile("tests/shell.lua").quote
+local quote = dofile("tests/helpers/shell.lua").quote
 
 -- run(script) -> {stdout = text printed, results = returned table (tensors
 -- come back as {__tensor = nested float64 lists, shape = ...}), out = the

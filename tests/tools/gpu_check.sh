@@ -71,7 +71,7 @@ san() {
   local tool=$1; shift
   QKV_CUDA_NO_CACHE=1 timeout -k 5 "${SAN_LIMIT:-600}" "$CS" --tool "$tool" --error-exitcode 3 \
     --print-limit 30 \
-    $QKV tests/test_cuda.lua "$@"
+    $QKV tests/backends/test_cuda.lua "$@"
 }
 # racecheck, one process per test class that uses shared memory or warp
 # shuffles, side by side, then synccheck on those; joined in one log
@@ -94,7 +94,7 @@ run 1-env 45 env_step
 # it), and bench/attention_gpu.lua (`attention quick`: the halves at 4k and
 # 16k, both kernels)
 if [ "${1:-}" = attention ]; then
-  halves() { $QKV test tests/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/test_cuda.lua; }
+  halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
   export -f halves
   run 2-cuda 40 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
   run 3-memcheck 100 san memcheck -p Halves &
@@ -113,7 +113,7 @@ if [ "${1:-}" = attention ]; then
   exit 0
 fi
 cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release" | head -n 8
-run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/test_cuda.lua
+run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/test_cuda.lua
 run 3-memcheck 200 san memcheck -x OutOfMemory &
 run 4-racecheck 220 racesync &
 run 5-device 220 $QKV test --device cuda tests/ &

@@ -20,7 +20,7 @@ void qkv_backend_register (qkv_device dev, const qkv_backend *be) { backends[dev
 
 /*
 ** The backend table's entries by name, so that the cross-backend suite
-** (tests/test_cuda.lua) can ask that each has a test and that the GPU
+** (tests/backends/test_cuda.lua) can ask that each has a test and that the GPU
 ** fills each: an entry added to backend.h without a line here fails the
 ** assertion below.
 */

@@ -191,7 +191,7 @@ local function compile(code, n)
   return f, true, quiet             -- what a chunk returns shows too
 end
 
-M._compile = compile        -- for tests/test_kernel.lua
+M._compile = compile        -- for tests/cli/test_kernel.lua
 
 -- the error as Jupyter shows it: a name, the message, and the traceback
 -- of the cell's frames (the kernel's own are cut); docall gives the

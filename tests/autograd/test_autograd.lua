@@ -1,0 +1,308 @@
+-- test_autograd.lua: qkv.autograd (docs/autograd.md, "Gradients"): every rule of
+-- stdlib/qkv/derivatives.lua against float64 finite differences
+-- (qkv.test.gradcheck) on broadcast, non-contiguous and masked inputs; the
+-- API as PyTorch has it (requires_grad_, backward, grad accumulation,
+-- detach, no_grad, qkv.grad, grad_fn printing); the errors (in-place write
+-- after save, a freed graph, integer tensors, a missing grad); the optimizers
+-- and losses; and a training loop whose memory stays flat.
+local lu = require "luaunit"
+local t = qkv.test
+local R = dofile("tests/helpers/attn_ref.lua")
+local fails = R.fails
+
+qkv.seed(17)
+local function r(...) return qkv.randn(...):double() end
+local function check(f, inputs, what)
+  local ok, err = pcall(t.gradcheck, f, inputs)
+  if not ok then lu.fail((what or "") .. ": " .. tostring(err)) end
+end
+
+---------------------------------------------------------------- rules
+TestRules = {}
+
+function TestRules:testArithmeticBroadcast()
+  local a, b = r(2, 3), r(3)
+  check(function(x, y) return x + y end, {a, b}, "add")
+  check(function(x, y) return x - y * 2 end, {a, b}, "sub")
+  check(function(x, y) return x * y end, {a, b}, "mul")
+  check(function(x, y) return x / (y * y + 1) end, {a, b}, "div")
+  check(function(x) return 3 / (x * x + 1) end, {a}, "number / x")
+  check(function(x, y) return (x * x + 1) ^ y end, {a, b}, "pow")
+  check(function(x) return 2 ^ x end, {a}, "number ^ x")
+  check(function(x) return -x end, {a}, "neg")
+  check(function(x, y) return qkv.maximum(x, y) + qkv.minimum(x, y * 2) end, {a, b}, "max/min")
+  check(function(x) return x:t() * 2 end, {r(3, 2)}, "transposed")
+end
+
+function TestRules:testUnary()
+  local x = r(2, 3)
+  local pos = x:abs() + 0.5
+  for _, name in ipairs{"exp", "tanh", "sigmoid", "silu", "sin", "cos", "gelu", "relu", "abs"} do
+    check(function(v) return v[name](v) end, {x}, name)
+  end
+  check(function(v) return v:log() + v:sqrt() end, {pos}, "log, sqrt")
+end
+
+function TestRules:testReductions()
+  local x = r(3, 4)
+  check(function(v) return v:sum() end, {x}, "sum")
+  check(function(v) return v:sum(2) end, {x}, "sum(2)")
+  check(function(v) return v:mean(1, true) end, {x}, "mean(1, keep)")
+  check(function(v) return v:var() + v:std(2) end, {x}, "var, std")
+  check(function(v) return (v:max(2)) end, {x}, "max(2)")
+  check(function(v) return (v:min(1, true)) end, {x}, "min(1, keep)")
+  check(function(v) return v:max() end, {x}, "max()")
+end
+
+function TestRules:testProductsAndViews()
+  check(function(a, b) return a:matmul(b) end, {r(2, 3, 4), r(4, 5)}, "batched matmul")
+  check(function(a, b) return a:matmul(b) end, {r(4), r(4, 2)}, "vector @ matrix")
+  check(function(a, b) return qkv.mm(a, b) + qkv.bmm(a:unsqueeze(1), b:unsqueeze(1)):squeeze(1) end,
+        {r(2, 3), r(3, 2)}, "mm, bmm")
+  local x = r(2, 3, 4)
+  check(function(v) return v:transpose(1, 3):permute(2, 1, 3):reshape(6, 4) end, {x}, "views")
+  check(function(v) return v:narrow(3, 2, 2):select(1, 2):unsqueeze(1):expand(3, 3, 2) end, {x}, "narrow")
+  check(function(v) return v:view(6, 4):contiguous():clone() end, {x}, "view")
+  check(function(v) return v[2] + v[{1, {1, 3}}] end, {x}, "indexing")
+  check(function(a, b) return qkv.cat({a, b}, 2) end, {r(2, 1), r(2, 3)}, "cat")
+  check(function(a, b) return qkv.stack({a, b}, 2) end, {r(2, 3), r(2, 3)}, "stack")
+  -- through float32 and back (finite differences cannot see past float32's rounding)
+  local g = qkv.grad(function(v) return (v:to("float32") * 2):sum() end, {r(3)})[1]
+  lu.assertEquals({g.dtype, g:tolist()}, {"float64", {2, 2, 2}})
+end
+
+function TestRules:testMasksAndSelection()
+  local x = r(3, 4)
+  local m = qkv.tensor{{true, false, true, true}, {false, false, true, true}, {true, true, true, false}}
+  check(function(v) return v:masked_fill(m, 0) end, {x}, "masked_fill")
+  check(function(v) return qkv.mask(v, m, -1) end, {x}, "mask")
+  check(function(v) return qkv.mask(v, qkv.padding({2}, 4), 0) end, {x}, "mask adds dims")
+  check(function(a, b) return qkv.where(m, a, b) end, {x, r(4)}, "where")
+  check(function(v) return v:clamp(-0.5, 0.5) end, {x}, "clamp")
+end
+
+function TestRules:testPositionsAndEinsum()
+  local I = function(x) return qkv.tensor(x, "int64") end
+  check(function(x) return x:gather(2, I{{1, 1, 3}, {2, 2, 2}}) end, {r(2, 3)}, "gather")
+  check(function(x) return x:index_select(1, I{3, 1, 3}) end, {r(3, 2)}, "index_select")
+  check(function(W) return qkv.embedding(I{{1, 4}, {4, 2}}, W) end, {r(5, 3)}, "embedding")
+  check(function(a, b) return qkv.einsum("bqd,bkd->bqk", a, b) end, {r(2, 3, 4), r(2, 5, 4)}, "einsum")
+  check(function(a) return qkv.einsum("ii->i", a) end, {r(3, 3)}, "einsum diagonal")
+end
+
+function TestRules:testRows()
+  local x = r(3, 5)
+  check(function(v) return v:softmax() end, {x}, "softmax")
+  check(function(v) return qkv.softmax(v, 1) end, {x}, "softmax(1)")
+  check(function(v) return v:log_softmax() end, {x}, "log_softmax")
+  check(function(v) return v:cumsum(2) end, {x}, "cumsum")
+  check(function(v) return qkv.cumsum(v:t(), -2) end, {x}, "cumsum of a transposed view")
+  check(function(v, w, b) return qkv.layer_norm(v, 5, w, b) end, {x, r(5), r(5)}, "layer_norm")
+  check(function(v) return qkv.layer_norm(v:view(3, 5, 1):expand(3, 5, 2), {5, 2}) end, {x}, "layer_norm 2-D")
+end
+
+function TestRules:testAttentionPrimitives()
+  local Q, K, V = r(2, 3, 4), r(2, 5, 4), r(2, 5, 3)
+  check(function(q, k) return qkv.scores(q, k) end, {Q, K}, "scores")
+  check(function(q, k) return qkv.scores(q, k, {scale = 0.3}) end, {Q, K:select(1, 1)}, "scores, broadcast K")
+  check(function(x, W, b) return qkv.project(x, W, b) end, {Q, r(4, 6), r(6)}, "project")
+  check(function(x) return qkv.merge(qkv.heads(x, 2)) * x end, {r(3, 4)}, "heads, merge")
+  check(function(x, W1, b1, W2, b2) return qkv.align(x, {W1, b1, W2, b2}) end,
+        {r(3, 4), r(4, 5), r(5), r(5, 2), r(2)}, "align mlp")
+  local m = qkv.padding({5, 2}, 5)
+  for _, opts in ipairs{{}, {mask = m}, {causal = true}, {mask = m, causal = true},
+                        {key_padding_mask = m:squeeze(2):logical_not()}, {weights = false}} do
+    check(function(q, k, v) return (qkv.attention(q, k, v, opts)) end, {Q, K, V}, "attention")
+  end
+  -- n_q > n_k with causal: rows with no key give zeros, and no gradient
+  check(function(q, k, v) return (qkv.attention(q, k, v, {causal = true})) end,
+        {r(4, 2), r(2, 2), r(2, 3)}, "attention, empty rows")
+  check(function(a, b) return qkv.nn.cosine_similarity(a, b) end, {r(3, 4), r(3, 4)}, "cosine")
+end
+
+-- the fused path's backward kernel (several 64 x 128 tiles here) against
+-- the composed path's gradients, masks, causal and n_q > n_k included
+function TestRules:testFusedBackwardAcrossTiles()
+  qkv.seed(21)
+  local Q, K, V = r(2, 300, 16), r(2, 200, 16), r(2, 200, 8)
+  local m = qkv.rand(2, 1, 200):gt(0.2)
+  for _, opts in ipairs{{}, {mask = m}, {causal = true}, {mask = m, causal = true}} do
+    local function f(fused)
+      return function(q, k, v)
+        local o = qkv.attention(q, k, v, {mask = opts.mask, causal = opts.causal, weights = not fused})
+        return (o * o):sum()
+      end
+    end
+    local a = qkv.grad(f(true), {Q, K, V})
+    local b = qkv.grad(f(false), {Q, K, V})
+    for i = 1, 3 do t.assertClose(a[i], b[i], {rtol = 1e-9, atol = 1e-12}) end
+    -- float32 has a kernel path of its own (float exps, vectorised rows)
+    local Q32, K32, V32 = Q:float(), K:float(), V:float()
+    local a32 = qkv.grad(f(true), {Q32, K32, V32})
+    for i = 1, 3 do
+      lu.assertEquals(a32[i].dtype, "float32")
+      t.assertClose(a32[i]:double(), b[i], {rtol = 1e-3, atol = 1e-4})
+    end
+  end
+  local q = qkv.randn(3, 4):requires_grad_()
+  lu.assertEquals(tostring(qkv.attention(q, q, q, {weights = false}).grad_fn),
+                  "<ScaledDotProductFlashAttentionBackward0>")
+end
+
+-- no key at all (n_k = 0): the output is zeros and so is Q's gradient, in
+-- memory a freed tensor of sevens had held (the kernel once left it)
+function TestRules:testFusedBackwardWithNoKeys()
+  for _ = 1, 3 do
+    local junk = qkv.full({2, 300, 4}, 7)
+    junk = nil
+    collectgarbage()
+    local q = qkv.randn(2, 300, 4):requires_grad_()
+    local k, v = qkv.randn(2, 0, 4):requires_grad_(), qkv.randn(2, 0, 5):requires_grad_()
+    qkv.attention(q, k, v, {weights = false}):sum():backward()
+    t.assertTensorEqual(q.grad, qkv.zeros(2, 300, 4))
+    lu.assertEquals(k.grad.shape, k.shape)
+  end
+end
+
+---------------------------------------------------------------- the API
+TestAPI = {}
+
+function TestAPI:testLeavesAndAccumulation()
+  local x = qkv.tensor({1, 2, 3}, "float64")
+  lu.assertFalse(x.requires_grad)
+  lu.assertTrue(rawequal(x:requires_grad_(), x))
+  lu.assertTrue(x.requires_grad)
+  lu.assertTrue(x.is_leaf)
+  lu.assertNil(x.grad)
+  local y = (x * x):sum()
+  lu.assertFalse(y.is_leaf)
+  lu.assertEquals(tostring(y.grad_fn), "<SumBackward0>")
+  local dev = x.device == "cuda" and "device='cuda', " or ""
+  lu.assertEquals(tostring(y), "tensor(14., " .. dev .. "dtype=float64, grad_fn=<SumBackward0>)")
+  lu.assertEquals(tostring(x), "tensor([1., 2., 3.], " .. dev .. "dtype=float64, requires_grad=True)")
+  y:backward()
+  lu.assertEquals(x.grad:tolist(), {2, 4, 6})
+  ;(x * 3):sum():backward()
+  lu.assertEquals(x.grad:tolist(), {5, 7, 9}, "gradients accumulate")
+  x.grad = nil
+  lu.assertNil(x.grad)
+  local z = x * 2
+  z:backward(qkv.tensor({1, 0, -1}, "float64"))
+  lu.assertEquals(x.grad:tolist(), {2, 0, -2})
+  lu.assertFalse(x:detach().requires_grad)
+  lu.assertFalse(qkv.no_grad(function() return x * 2 end).requires_grad)
+  lu.assertTrue(qkv.no_grad(qkv.enable_grad, function() return x * 2 end).requires_grad)
+  local g = qkv.grad(function(v) return (v * v * v):sum() end, {x})
+  lu.assertEquals(g[1]:tolist(), {3, 12, 27})
+  lu.assertEquals(x.grad:tolist(), {2, 0, -2}, "qkv.grad leaves .grad alone")
+end
+
+function TestAPI:testErrors()
+  local x = qkv.ones(3):requires_grad_()
+  local y = x * 2
+  fails("backward: the output has 3 elements; a gradient (grad) is needed", function() y:backward() end)
+  fails("backward: grad is (2,) but the output is (3,)", function() y:backward(qkv.ones(2)) end)
+  local s = (x * x):sum()
+  s:backward()
+  fails("graph was freed", function() s:backward() end)
+  local a = qkv.ones(3):requires_grad_()
+  local b = qkv.ones(3)
+  local c = (a * b):sum()
+  b[1] = 5
+  fails("backward: a tensor MulBackward saved was modified in place (version 0, now 1)",
+        function() c:backward() end)
+  fails("requires_grad_: only float tensors can require grad, x is int64",
+        function() qkv.ones(2, "int64"):requires_grad_() end)
+  fails("requires_grad_: x is the result of MulBackward, not a leaf",
+        function() (a * 2):requires_grad_() end)
+  fails("backward: y does not require grad", function() qkv.ones(1):backward() end)
+  fails("grad: f must return a tensor", qkv.grad, function() return 1 end, {qkv.ones(1)})
+  -- the API fuzzer's finding: options that are not a table
+  fails("bad argument #3 to 'gradcheck' (options must be a table, got number)",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, 1)
+  fails("bad argument #3 to 'gradcheck' (unknown option 'atl' (did you mean 'atol'?))",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {atl = 1})
+  fails("bad argument #3 to 'gradcheck' (eps must be a positive number, got 0)",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {eps = 0})
+  -- a closed tensor is an error naming the function the script called
+  local closed
+  do
+    local c <close> = qkv.ones(3, "float64")
+    closed = c
+  end
+  fails("bad argument #2 to 'gradcheck' (tensor was closed)",
+        qkv.test.gradcheck, function(x) return x end, {closed})
+  fails("backward: grad is a closed tensor", function() (x * 2):backward(closed) end)
+  -- errors of the ops keep naming them, at the script's line
+  local line = debug.getinfo(1, "l").currentline + 1
+  local ok, msg = pcall(function() return a:sum(5) end)
+  lu.assertFalse(ok)
+  lu.assertStrContains(msg, "test_autograd.lua:" .. line .. ": bad argument #2 to 'qkv.")
+  lu.assertStrContains(msg, "sum' (dim 5 out of range")
+end
+
+---------------------------------------------------------------- training
+TestTraining = {}
+
+function TestTraining:testLossesAndOptimizers()
+  qkv.seed(3)
+  local x = qkv.randn(16, 4)
+  local w_true = qkv.tensor{{1}, {-2}, {0.5}, {3}}
+  local y = x:matmul(w_true)
+  for _, make in ipairs{function(p) return qkv.optim.SGD(p, {lr = 0.1, momentum = 0.5}) end,
+                        function(p) return qkv.optim.Adam(p, {lr = 0.05}) end} do
+    local model = qkv.nn.Linear(4, 1)
+    local opt = make(model)
+    local first, last
+    for step = 1, 200 do
+      opt:zero_grad()
+      local loss = qkv.nn.mse_loss(model(x), y)
+      loss:backward()
+      opt:step()
+      first = first or loss:item()
+      last = loss:item()
+    end
+    lu.assertTrue(last < first * 1e-3, string.format("loss %g -> %g", first, last))
+  end
+  -- cross_entropy against its definition
+  local logits = r(3, 4):requires_grad_()
+  local targets = qkv.tensor({2, 4, 1}, "int64")
+  local ce = qkv.nn.cross_entropy(logits, targets)
+  local lsm = logits:detach():log_softmax():tolist()
+  lu.assertAlmostEquals(ce:item(), -(lsm[1][2] + lsm[2][4] + lsm[3][1]) / 3, 1e-12)
+  check(function(l) return qkv.nn.cross_entropy(l, targets) end, {logits:detach()}, "cross_entropy")
+  fails("cross_entropy: targets must be classes 1 to 4", qkv.nn.cross_entropy, logits, qkv.tensor({5, 1, 1}, "int64"))
+  fails("SGD: parameter 1 does not require grad", qkv.optim.SGD, {qkv.ones(2)})
+  fails("Adam: option 'lr' must be a number > 0, got -1", qkv.optim.Adam, {qkv.ones(1):requires_grad_()}, {lr = -1})
+end
+
+function TestTraining:testModulesRequireGradAndZeroGrad()
+  local m = qkv.nn.MultiHeadAttention(8, 2, {bias = true})
+  for _, p in ipairs(m:parameters()) do lu.assertTrue(p[2].requires_grad, p[1]) end
+  local out = m(qkv.randn(2, 5, 8))
+  out:sum():backward()
+  for _, p in ipairs(m:parameters()) do lu.assertNotNil(p[2].grad, p[1]) end
+  lu.assertTrue(rawequal(m:zero_grad(), m))
+  for _, p in ipairs(m:parameters()) do lu.assertNil(p[2].grad, p[1]) end
+end
+
+-- the graph is freed with the tensors: memory stays flat over many steps
+function TestTraining:testMemoryStaysFlat()
+  qkv.seed(5)
+  local model = qkv.nn.Sequential(qkv.nn.Linear(8, 16), qkv.nn.GELU(), qkv.nn.Linear(16, 1))
+  local opt = qkv.optim.SGD(model, {lr = 0.01})
+  local x, y = qkv.randn(32, 8), qkv.randn(32, 1)
+  local marks = {}
+  for step = 1, 10000 do
+    opt:zero_grad()
+    qkv.nn.mse_loss(model(x), y):backward()
+    opt:step()
+    if step % 2500 == 0 then
+      collectgarbage()
+      marks[#marks + 1] = qkv.memory()
+    end
+  end
+  lu.assertEquals(marks[#marks], marks[1], "bytes held by tensors after 2500 and 10000 steps")
+end
+
+os.exit(lu.LuaUnit.run(), true)

@@ -1,0 +1,200 @@
+-- test_optim.lua: qkv.optim (docs/autograd.md, "Gradients") step for
+-- step against torch.optim (tests/fixtures/optim/torch_optim.lua, written
+-- by torch_optim.py there): SGD with momentum, dampening, nesterov,
+-- weight_decay and maximize, Adam with amsgrad, weight_decay and maximize,
+-- a parameter without a gradient for two steps; and the training state
+-- that must not drift: options that are not known, parameters listed
+-- twice, .grad assignments, a module's tensors replaced, closed tensors,
+-- grad mode left in an abandoned coroutine.
+local lu = require "luaunit"
+local R = dofile("tests/helpers/attn_ref.lua")
+local F = dofile("tests/fixtures/optim/torch_optim.lua")
+
+local fails = R.fails
+local optim = qkv.optim
+
+local function describe(run)
+  local keys = {}
+  for k, v in pairs(run.opts) do
+    keys[#keys + 1] = k .. "=" .. (type(v) == "table" and "{" .. table.concat(v, ",") .. "}" or tostring(v))
+  end
+  table.sort(keys)
+  return run.optim .. "{" .. table.concat(keys, ", ") .. "}"
+end
+
+local function assertNear(got, want, what)
+  local g, w = got:tolist(), want:tolist()
+  local flat_g, flat_w = R.flatten(g), R.flatten(w)
+  for i = 1, #flat_w do
+    local tol = 1e-12 * math.max(1, math.abs(flat_w[i]))
+    if math.abs(flat_g[i] - flat_w[i]) > tol then
+      lu.fail(string.format("%s: element %d is %.17g, torch has %.17g", what, i, flat_g[i], flat_w[i]))
+    end
+  end
+end
+
+---------------------------------------------------------------- PyTorch's steps
+TestAgainstTorch = {}
+
+function TestAgainstTorch:testEveryConfiguration()
+  lu.assertTrue(#F.runs >= 11)
+  for _, run in ipairs(F.runs) do
+    local p = qkv.tensor(F.p0, "float64"):requires_grad_()
+    local q = qkv.tensor(F.q0, "float64"):requires_grad_()
+    local opts = {}
+    for k, v in pairs(run.opts) do opts[k] = v end
+    local opt = optim[run.optim]({p, q}, opts)
+    for s = 1, #F.gp do
+      opt:zero_grad()
+      p.grad = qkv.tensor(F.gp[s], "float64")
+      if F.gq[s] then q.grad = qkv.tensor(F.gq[s], "float64") end
+      opt:step()
+      local what = string.format("%s step %d", describe(run), s)
+      assertNear(p, qkv.tensor(run.p[s], "float64"), what .. " p")
+      assertNear(q, qkv.tensor(run.q[s], "float64"), what .. " q")
+    end
+  end
+end
+
+---------------------------------------------------------------- options
+TestOptions = {}
+
+function TestOptions:testUnknownOptionsNameTheClosest()
+  local p = qkv.ones(3):requires_grad_()
+  fails("SGD: unknown option 'nesterow' (did you mean 'nesterov'?)", optim.SGD, {p}, {nesterow = true})
+  fails("SGD: unknown option 'momentun' (did you mean 'momentum'?)", optim.SGD, {p}, {momentun = 0.9})
+  fails("Adam: unknown option 'weight_decy' (did you mean 'weight_decay'?)", optim.Adam, {p}, {weight_decy = 0.1})
+  fails("Adam: unknown option 'amsgard' (did you mean 'amsgrad'?)", optim.Adam, {p}, {amsgard = true})
+  fails("Adam: unknown option 'foreach'", optim.Adam, {p}, {foreach = true})
+  fails("Adam: unknown option 1 (options are named", optim.Adam, {p}, {0.01})
+  fails("SGD: options must be a table, got number", optim.SGD, {p}, 0.1)
+end
+
+function TestOptions:testValuesAreChecked()
+  local p = qkv.ones(3):requires_grad_()
+  fails("SGD: nesterov needs a momentum and zero dampening, got momentum 0, dampening 0",
+        optim.SGD, {p}, {nesterov = true})
+  fails("SGD: nesterov needs a momentum and zero dampening, got momentum 0.9, dampening 0.1",
+        optim.SGD, {p}, {nesterov = true, momentum = 0.9, dampening = 0.1})
+  fails("SGD: option 'nesterov' must be a boolean, got number", optim.SGD, {p}, {nesterov = 1})
+  fails("SGD: option 'dampening' must be a number in [0, 1], got 2", optim.SGD, {p}, {dampening = 2})
+  fails("Adam: option 'lr' must be a number > 0, got -1", optim.Adam, {p}, {lr = -1})
+  fails("Adam: option 'amsgrad' must be a boolean, got string", optim.Adam, {p}, {amsgrad = "yes"})
+  fails("Adam: option 'maximize' must be a boolean", optim.Adam, {p}, {maximize = 0})
+  fails("Adam: option 'betas' must be two numbers in [0, 1)", optim.Adam, {p}, {betas = {0.9, 1}})
+end
+
+---------------------------------------------------------------- parameters
+TestParameters = {}
+
+function TestParameters:testEachParameterOnce()
+  local p, q = qkv.ones(3):requires_grad_(), qkv.ones(2):requires_grad_()
+  fails("SGD: parameter 3 is parameter 1 again: each parameter may be listed once",
+        optim.SGD, {p, q, p}, {lr = 0.1})
+  fails("Adam: parameter 2 is parameter 1 again", optim.Adam, {{"a", p}, {"b", p}})
+  local m = qkv.nn.Linear(2, 2)
+  fails("SGD: parameter 3 is parameter 1 again", optim.SGD, {m.W, m.b, m.W})
+  fails("SGD: parameter 1 is the result of <MulBackward0>, not a leaf", optim.SGD, {p * 2})
+end
+
+-- p.grad is nil or a tensor that fits p
+function TestParameters:testGradAssignmentIsChecked()
+  local p = qkv.ones(3):requires_grad_()
+  fails("grad: x.grad must be nil or a tensor, got a number", function() p.grad = 5 end)
+  fails("grad: x.grad must be nil or a tensor, got a string", function() p.grad = "1" end)
+  fails("grad: x.grad must be nil or a tensor, got a table", function() p.grad = {1, 2, 3} end)
+  local on = p.device           -- the default device (make test runs it on both)
+  fails("grad: x is float32 (3,) on " .. on .. " but the grad assigned is float32 (5,) on " .. on,
+        function() p.grad = qkv.ones(5) end)
+  fails("grad: x is float32 (3,) on " .. on .. " but the grad assigned is float64 (3,) on " .. on,
+        function() p.grad = qkv.ones(3, "float64") end)
+  if on == "cuda" then
+    fails("grad: x is float32 (3,) on cuda but the grad assigned is float32 (3,) on cpu",
+          function() p.grad = qkv.ones(3, "cpu") end)
+  end
+  local closed
+  do
+    local c <close> = qkv.ones(3)
+    closed = c
+  end
+  fails("grad: x.grad must be nil or a tensor, got a closed tensor", function() p.grad = closed end)
+  lu.assertNil(p.grad, "a refused assignment leaves .grad as it was")
+  local g = qkv.full({3}, 2)
+  p.grad = g
+  lu.assertTrue(rawequal(p.grad, g))
+  optim.SGD({p}, {lr = 0.5}):step()
+  lu.assertEquals(p:tolist(), {0, 0, 0})
+  p.grad = nil
+  lu.assertNil(p.grad)
+end
+
+-- an optimizer made from a module steps that module's tensors; once they
+-- were replaced it says so rather than step the old ones
+function TestParameters:testReplacedModuleTensorsAreAnError()
+  local m = qkv.nn.Linear(2, 1)
+  local opt = optim.SGD(m, {lr = 0.1})
+  m.W = m.W:detach():clone():requires_grad_()
+  fails("step: the module's parameter 'W' is not the tensor this optimizer was made with",
+        opt.step, opt)
+end
+
+-- a tensor closed under the optimizer is an error naming step
+function TestParameters:testClosedTensorsNameStep()
+  local opt
+  do
+    local p <close> = qkv.ones(3):requires_grad_()
+    opt = optim.SGD({p})
+  end
+  fails("step: parameter 1 is a closed tensor", opt.step, opt)
+  local q = qkv.ones(2):requires_grad_()
+  local opt2 = optim.Adam({q})
+  do
+    local g <close> = qkv.ones(2)
+    q.grad = g
+  end
+  fails("step: the grad of parameter 1 is a closed tensor", opt2.step, opt2)
+end
+
+---------------------------------------------------------------- grad mode
+TestGradMode = {}
+
+-- grad mode belongs to the coroutine: one that yields inside no_grad and
+-- is never resumed leaves the rest of the program recording
+function TestGradMode:testAbandonedCoroutineLeavesNothing()
+  local p = qkv.ones(3):requires_grad_()
+  local inside = {}
+  local co = coroutine.create(function()
+    qkv.no_grad(function()
+      inside[1] = qkv.is_grad_enabled()
+      coroutine.yield()
+      inside[2] = (p * 2).requires_grad
+    end)
+  end)
+  assert(coroutine.resume(co))
+  lu.assertFalse(inside[1])
+  lu.assertTrue(qkv.is_grad_enabled(), "after the yield")
+  lu.assertTrue((p * 2).requires_grad, "ops record after the yield")
+  assert(coroutine.resume(co))
+  lu.assertFalse(inside[2], "resumed, the coroutine is in no_grad again")
+  local abandoned = coroutine.create(function() qkv.no_grad(function() coroutine.yield() end) end)
+  assert(coroutine.resume(abandoned))
+  abandoned = nil
+  collectgarbage()
+  lu.assertTrue(qkv.is_grad_enabled())
+  lu.assertTrue((p * 2).requires_grad)
+  -- a coroutine that sets none follows the main thread
+  qkv.no_grad(function()
+    local gen = coroutine.wrap(function() coroutine.yield((p * 2).requires_grad) end)
+    lu.assertFalse(gen())
+  end)
+  -- enable_grad inside a coroutine inside no_grad
+  qkv.no_grad(function()
+    local co2 = coroutine.wrap(function()
+      return qkv.enable_grad(function() return (p * 2).requires_grad end)
+    end)
+    lu.assertTrue(co2())
+    lu.assertFalse((p * 2).requires_grad)
+  end)
+end
+
+os.exit(lu.LuaUnit.run(), true)

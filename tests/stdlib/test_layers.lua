@@ -1,0 +1,279 @@
+-- test_layers.lua: the layers' math (docs/tensors.md, "Layers"): sigmoid, relu, silu,
+-- sin, cos, log_softmax, layer_norm and dropout against plain-Lua float64
+-- references, their edge cases (±inf, NaN, rows all -inf, a large offset
+-- that float32 accumulation would lose) and bad arguments; then
+-- qkv.nn.LayerNorm, Dropout (train / eval), Embedding and the attention
+-- modules with bias = true.
+local lu = require "luaunit"
+local R = dofile("tests/helpers/attn_ref.lua")
+local fails = R.fails
+
+math.randomseed(11)
+
+local function rand(shape, dt, lo, hi)
+  local d = {}
+  for i = 1, R.numel(shape) do d[i] = (lo or -3) + ((hi or 3) - (lo or -3)) * math.random() end
+  return qkv.tensor(R.nest(d, shape), dt or "float64")
+end
+local function flat(x) return x:contiguous():view(-1):tolist() end
+
+-- |got - want| within rel * max(1, |want|), NaN matching NaN, inf inf
+local function near(got, want, rel, what)
+  lu.assertEquals(#got, #want, what)
+  for i = 1, #want do
+    local g, w = got[i], want[i]
+    if w ~= w then lu.assertTrue(g ~= g, what .. " [" .. i .. "] NaN")
+    elseif w == math.huge or w == -math.huge then lu.assertEquals(g, w, what .. " [" .. i .. "]")
+    else lu.assertTrue(math.abs(g - w) <= rel * math.max(1, math.abs(w)),
+                       string.format("%s [%d]: %.17g vs %.17g", what, i, g, w)) end
+  end
+end
+
+---------------------------------------------------------------- elementwise
+TestElementwise = {}
+
+local SPECIAL = {-math.huge, -1e4, -30, -2, -0.5, 0, 0.25, 1, 3, 30, 1e4, math.huge, 0 / 0}
+local REF = {
+  sigmoid = function(x) return 1 / (1 + math.exp(-x)) end,
+  relu = function(x) return (x > 0 or x ~= x) and x or 0 end,
+  silu = function(x) return x / (1 + math.exp(-x)) end,
+  sin = math.sin, cos = math.cos,
+}
+
+function TestElementwise:testAgainstReference()
+  for name, f in pairs(REF) do
+    for _, dt in ipairs{"float64", "float32"} do
+      local x = rand({3, 5}, dt, -6, 6)
+      local want = {}
+      for i, v in ipairs(flat(x)) do want[i] = f(v) end
+      near(flat(x[name](x)), want, dt == "float64" and 1e-14 or 2e-6, name .. " " .. dt)
+      near(flat(qkv[name](x:t())), (function()
+        local w = {}
+        for i, v in ipairs(flat(x:t())) do w[i] = f(v) end
+        return w
+      end)(), dt == "float64" and 1e-14 or 2e-6, name .. " transposed")
+      lu.assertEquals(x[name](x).dtype, dt)
+    end
+    if name ~= "sin" and name ~= "cos" then
+      local s = qkv.tensor(SPECIAL, "float64")
+      local want = {}
+      for i, v in ipairs(SPECIAL) do want[i] = f(v) end
+      if name == "silu" then want[1] = 0 / 0 end      -- -inf / inf
+      near(flat(s[name](s)), want, 1e-14, name .. " specials")
+    end
+  end
+  lu.assertEquals(qkv.tensor({-2, 3}, "int64"):relu():tolist(), {0, 3})
+  lu.assertEquals(qkv.tensor({-2, 3}, "int64"):relu().dtype, "int64")
+  lu.assertEquals(qkv.tensor({-2, 3}, "int64"):sigmoid().dtype, "float32")
+  lu.assertEquals(qkv.zeros(0, 2):silu().shape, {0, 2})
+end
+
+---------------------------------------------------------------- log_softmax
+TestLogSoftmax = {}
+
+local function ref_lsm(row)
+  local m = -math.huge
+  for _, v in ipairs(row) do m = math.max(m, v) end
+  local s = 0
+  for _, v in ipairs(row) do s = s + math.exp(v - m) end
+  local out = {}
+  for i, v in ipairs(row) do out[i] = v - m - math.log(s) end
+  return out
+end
+
+function TestLogSoftmax:testRowsAndDims()
+  for _, dt in ipairs{"float64", "float32"} do
+    local x = rand({3, 4, 5}, dt, -20, 20)
+    local xs = x:tolist()
+    local last = x:log_softmax()
+    local d2 = qkv.log_softmax(x, 2)
+    for a = 1, 3 do
+      for b = 1, 4 do near(last[a][b]:tolist(), ref_lsm(xs[a][b]), dt == "float64" and 1e-13 or 2e-6, "last") end
+      for c = 1, 5 do
+        local col = {}
+        for b = 1, 4 do col[b] = xs[a][b][c] end
+        near(flat(d2[a]:select(2, c)), ref_lsm(col), dt == "float64" and 1e-13 or 2e-6, "dim 2")
+      end
+    end
+    -- a transposed input, the dim last in the view
+    qkv.test.assertClose(x:transpose(2, 3):log_softmax(), x:transpose(2, 3):contiguous():log_softmax())
+    qkv.test.assertClose(x:transpose(2, 3):log_softmax(2), last:transpose(2, 3))
+    qkv.test.assertClose(x:transpose(2, 3):log_softmax(3), d2:transpose(2, 3))
+  end
+end
+
+function TestLogSoftmax:testEdges()
+  local x = qkv.tensor({{1e30, 0, -1e30}, {-math.huge, -math.huge, -math.huge},
+                        {0 / 0, 1, 2}, {-math.huge, 0, 0}}, "float64")
+  local out = x:log_softmax():tolist()
+  near(out[1], {0, -1e30, -2e30}, 1e-15, "huge")
+  near(out[2], {-math.huge, -math.huge, -math.huge}, 0, "all -inf: the log of softmax's zeros")
+  near(out[3], {0 / 0, 0 / 0, 0 / 0}, 0, "NaN row")
+  near(out[4], {-math.huge, -math.log(2), -math.log(2)}, 1e-15, "masked key")
+  qkv.test.assertClose(x[1]:log_softmax():exp(), x[1]:softmax())
+  lu.assertEquals(qkv.zeros(2, 0):log_softmax().shape, {2, 0})
+  lu.assertEquals(qkv.tensor({1, 2}, "int64"):log_softmax().dtype, "float32")
+  fails("dim", qkv.log_softmax, qkv.ones(2), 3)
+end
+
+---------------------------------------------------------------- layer_norm
+TestLayerNorm = {}
+
+local function ref_ln(row, w, b, eps)
+  local n, mean, var = #row, 0, 0
+  for _, v in ipairs(row) do mean = mean + v end
+  mean = mean / n
+  for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
+  local inv = 1 / math.sqrt(var / n + eps)
+  local out = {}
+  for i, v in ipairs(row) do out[i] = (v - mean) * inv * (w and w[i] or 1) + (b and b[i] or 0) end
+  return out
+end
+
+function TestLayerNorm:testAgainstReference()
+  for _, dt in ipairs{"float64", "float32"} do
+    local x = rand({2, 3, 4}, dt)
+    local w, b = rand({3, 4}, dt), rand({3, 4}, dt)
+    local cases = {
+      {4, nil, nil, 1e-5}, {{4}, rand({4}, dt), rand({4}, dt), 1e-5},
+      {{3, 4}, w, b, 1e-3}, {{3, 4}, w, nil, 0},
+    }
+    for k, c in ipairs(cases) do
+      local out = qkv.layer_norm(x, c[1], c[2], c[3], c[4])
+      local n = type(c[1]) == "table" and R.numel(c[1]) or c[1]
+      local xf, of = flat(x), flat(out)
+      local wf, bf = c[2] and flat(c[2]), c[3] and flat(c[3])
+      for r = 0, #xf // n - 1 do
+        local row, got = {}, {}
+        for i = 1, n do row[i], got[i] = xf[r * n + i], of[r * n + i] end
+        near(got, ref_ln(row, wf, bf, c[4]), dt == "float64" and 1e-12 or 3e-6, "case " .. k .. " " .. dt)
+      end
+    end
+    qkv.test.assertClose(qkv.layer_norm(x:transpose(1, 2), 4), qkv.layer_norm(x:transpose(1, 2):contiguous(), 4))
+  end
+end
+
+-- float32 with a large common offset: the mean and variance accumulate in
+-- double, so the small spread survives
+function TestLayerNorm:testLargeOffsetFloat32()
+  local d = {}
+  for i = 1, 1024 do d[i] = 1e4 + (i % 7) * 0.01 end
+  local x = qkv.tensor({d})
+  local got = flat(qkv.layer_norm(x, 1024))
+  local want = ref_ln(flat(x), nil, nil, 1e-5)
+  near(got, want, 1e-4, "offset 1e4")
+end
+
+function TestLayerNorm:testErrors()
+  local x = qkv.ones(2, 3)
+  fails("layer_norm: normalized_shape (2,) is not the last dims of x (2, 3)", qkv.layer_norm, x, 2)
+  fails("layer_norm: normalized_shape (2, 3, 1) is not the last dims of x (2, 3)", qkv.layer_norm, x, {2, 3, 1})
+  fails("layer_norm: w is (2,) but normalized_shape is (3,)", qkv.layer_norm, x, 3, qkv.ones(2))
+  fails("layer_norm: b is (3, 1) but normalized_shape is (3,)", qkv.layer_norm, x, 3, nil, qkv.ones(3, 1))
+  fails("layer_norm: x must be float32 or float64, got int64", qkv.layer_norm, qkv.tensor({1}, "int64"), 1)
+  fails("layer_norm: normalized_shape must be a size or a table of sizes, got string", qkv.layer_norm, x, "3")
+  fails("layer_norm: normalized_shape item 1 is not an integer", qkv.layer_norm, x, {1.5})
+  fails("layer_norm: eps must be >= 0", qkv.layer_norm, x, 3, nil, nil, -1)
+  -- read raw: the table's metamethods are not run
+  local proxy = setmetatable({3}, {__index = function() error("ran") end, __len = function() error("ran") end})
+  qkv.test.assertClose(qkv.layer_norm(x, proxy), qkv.layer_norm(x, 3))
+end
+
+---------------------------------------------------------------- dropout
+TestDropout = {}
+
+-- the mask is qkv.rand(x.shape) >= p from the generator's stream
+function TestDropout:testMaskAndScale()
+  for _, dt in ipairs{"float32", "float64"} do
+    local x = rand({4, 50}, dt)
+    qkv.seed(123)
+    local out = qkv.dropout(x, 0.3)
+    qkv.seed(123)
+    local keep = qkv.rand({4, 50}, dt):ge(0.3)
+    qkv.test.assertClose(out, x:masked_fill(keep:logical_not(), 0) / 0.7)
+    lu.assertEquals(out.dtype, dt)
+  end
+  local x = qkv.ones(3)
+  lu.assertTrue(rawequal(qkv.dropout(x, 0.5, false), x), "not training: x itself")
+  lu.assertTrue(rawequal(qkv.dropout(x, 0), x), "p = 0: x itself")
+  lu.assertEquals(qkv.dropout(x, 1):tolist(), {0, 0, 0})
+  fails("dropout: p must be in [0, 1]", qkv.dropout, x, 1.5)
+  fails("dropout: p must be in [0, 1]", qkv.dropout, x, 0 / 0)
+  fails("dropout: x must be float32 or float64, got int64", qkv.dropout, qkv.tensor({1}, "int64"), 0.5)
+end
+
+---------------------------------------------------------------- modules
+TestModules = {}
+
+function TestModules:testLayerNorm()
+  local ln = qkv.nn.LayerNorm({3, 4})
+  lu.assertEquals(tostring(ln), "LayerNorm((3, 4), eps=1e-05, elementwise_affine=true)")
+  lu.assertEquals(ln.w:tolist()[1], {1, 1, 1, 1})
+  lu.assertEquals(ln:nparams(), 24)
+  local x = rand({2, 3, 4}, "float32")
+  ln.w, ln.b = rand({3, 4}, "float32"), rand({3, 4}, "float32")
+  qkv.test.assertClose(ln(x), qkv.layer_norm(x, {3, 4}, ln.w, ln.b, 1e-5))
+  lu.assertNil(qkv.nn.LayerNorm(4, {elementwise_affine = false}).w)
+  lu.assertNil(qkv.nn.LayerNorm(4, {bias = false}).b)
+  lu.assertEquals(tostring(qkv.nn.LayerNorm(4)), "LayerNorm((4,), eps=1e-05, elementwise_affine=true)")
+  fails("LayerNorm: normalized_shape[1] must be a positive integer, got 0", qkv.nn.LayerNorm, 0)
+  fails("LayerNorm: dtype must be 'float32' or 'float64', got int64", qkv.nn.LayerNorm, 4, {dtype = "int64"})
+end
+
+function TestModules:testDropoutTrainEval()
+  local seq = qkv.nn.Sequential(qkv.nn.Linear(4, 4), qkv.nn.Dropout(0.5))
+  lu.assertTrue(seq[2].training)
+  local x = qkv.ones(8, 4)
+  qkv.seed(9)
+  local y = seq(x)
+  qkv.seed(9)
+  local keep = qkv.rand(8, 4):ge(0.5)
+  qkv.test.assertClose(y, seq[1](x):masked_fill(keep:logical_not(), 0) * 2)
+  lu.assertTrue(rawequal(seq:eval(), seq))
+  lu.assertFalse(seq.training)
+  lu.assertFalse(seq[2].training)
+  qkv.test.assertClose(seq(x), seq[1](x))
+  seq:train()
+  lu.assertTrue(seq[2].training)
+  lu.assertEquals(tostring(seq[2]), "Dropout(p=0.5)")
+  fails("Dropout: p must be a number in [0, 1], got 2", qkv.nn.Dropout, 2)
+  fails("train: mode must be a boolean, got number", function() return seq:train(1) end)
+end
+
+function TestModules:testEmbedding()
+  qkv.seed(4)
+  local e = qkv.nn.Embedding(10, 3)
+  qkv.seed(4)
+  qkv.test.assertTensorEqual(e.W, qkv.randn(10, 3))
+  local ids = qkv.tensor({{1, 10}, {3, 3}}, "int64")
+  qkv.test.assertTensorEqual(e(ids), qkv.embedding(ids, e.W))
+  lu.assertEquals(tostring(e), "Embedding(10, 3)")
+  fails("Embedding: embedding_dim must be a positive integer, got 0", qkv.nn.Embedding, 3, 0)
+  fails("Embedding: embedding: index 11 is out of range for dim 1 of size 10",
+        function() return e(qkv.tensor({11}, "int64")) end)
+end
+
+-- with bias = true each projection adds its bias, as PyTorch's modules
+function TestModules:testAttentionBias()
+  qkv.seed(2)
+  local sa = qkv.nn.SelfAttention(6, 4, {bias = true})
+  lu.assertEquals(sa:nparams(), 3 * (6 * 4 + 4))
+  local x = rand({5, 6}, "float32")
+  local Q = qkv.project(x, sa.W_Q, sa.b_Q)
+  local K = qkv.project(x, sa.W_K, sa.b_K)
+  local V = qkv.project(x, sa.W_V, sa.b_V)
+  qkv.test.assertClose(sa(x), (qkv.attention(Q, K, V)))
+  local mha = qkv.nn.MultiHeadAttention(6, 2, {bias = true})
+  lu.assertEquals(mha:nparams(), 4 * (36 + 6))
+  lu.assertEquals(tostring(mha), "MultiHeadAttention(d_model=6, h=2, bias=true)")
+  local out = qkv.attention(qkv.heads(qkv.project(x, mha.W_Q, mha.b_Q), 2),
+                            qkv.heads(qkv.project(x, mha.W_K, mha.b_K), 2),
+                            qkv.heads(qkv.project(x, mha.W_V, mha.b_V), 2))
+  qkv.test.assertClose(mha(x), qkv.project(qkv.merge(out), mha.W_O, mha.b_O))
+  lu.assertNil(qkv.nn.MultiHeadAttention(6, 2).b_Q, "no bias by default, as the documents")
+  fails("SelfAttention: unknown option 'bais'", qkv.nn.SelfAttention, 4, 2, {bais = true})
+  fails("MultiHeadAttention: option 'bias' must be a boolean, got number",
+        qkv.nn.MultiHeadAttention, 4, 2, {bias = 1})
+end
+
+os.exit(lu.LuaUnit.run(), true)
