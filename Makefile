@@ -186,11 +186,15 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/qkv scripts/tour.lua
 
+# the passes' output also goes to build/test.log, whose closing lines
+# tests/tools/total.lua sums into the last line
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory model-try peers-try
-	$(BUILD)/qkv test tests/
-	@$(MAKE) --no-print-directory test-device test-cudasim
+	@{ echo "$(BUILD)/qkv test tests/"; $(BUILD)/qkv test tests/ && \
+	   $(MAKE) --no-print-directory test-device test-cudasim; \
+	   echo $$? > $(BUILD)/test.status; } 2>&1 | tee $(BUILD)/test.log
+	@$(BUILD)/qkv tests/tools/total.lua $(BUILD)/test.log $(BUILD)/test.status
 
 # every suite again with "cuda" as the default device: on the GPU when
 # there is one, else through build/fakecuda.so, which checks the device

@@ -89,4 +89,27 @@ function TestMake:testDocumentsListThePackages()
   end
 end
 
+-- make test's last line: tests/tools/total.lua sums the passes' closing
+-- lines from the log, and fails when a pass failed or a test did
+function TestMake:testTotalSumsThePasses()
+  local dir = (sh("mktemp -d"):gsub("%s+$", ""))
+  local function total(log, status)
+    local f = assert(io.open(dir .. "/log", "w")); f:write(log); f:close()
+    f = assert(io.open(dir .. "/status", "w")); f:write(status, "\n"); f:close()
+    return sh(quote(arg[-1]) .. " tests/tools/total.lua " .. quote(dir .. "/log") .. " "
+              .. quote(dir .. "/status"))
+  end
+  local log = "== tests/core/test_math.lua\nRan 3 tests\n1064 passed, 0 failed, 38 skipped\n"
+              .. "  7 passed, 0 failed\n1096 passed, 0 failed, 6 skipped\n36 passed, 0 failed\n"
+  local out, code = total(log, "0")
+  lu.assertEquals(out, "all 3 passes: 2196 passed, 0 failed, 44 skipped\n")
+  lu.assertEquals(code, 0)
+  out, code = total(log .. "35 passed, 1 failed\n", "2")
+  lu.assertEquals(out, "all 4 passes: 2231 passed, 1 failed, 44 skipped (a pass failed: it "
+                  .. "stopped there)\n")
+  lu.assertEquals(code, 1)
+  lu.assertEquals(select(2, total(log .. "1 passed, 1 failed\n", "0")), 1)
+  os.execute("rm -rf " .. quote(dir))
+end
+
 os.exit(lu.LuaUnit.run(), true)
