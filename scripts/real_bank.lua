@@ -1,8 +1,7 @@
 -- Seed 002's "bank" disambiguation, on a real trained model: which of
 -- all-MiniLM-L6-v2's 72 heads (6 layers x 12) make "bank" look at "river"
 -- in one sentence and at "account" in the other? (`make model` fetches it.)
-local dir = os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2"
-local m = qkv.bert.load(dir)
+local m = qkv.bert.load()      -- $QKV_MODEL_DIR, else what `make model` fetched
 local texts = {"he sat on the river bank", "she opened a bank account"}
 local context = {"river", "account"}
 local out = m:encode(texts)

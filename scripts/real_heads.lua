@@ -1,8 +1,7 @@
 -- bertviz's model view in qkv: every head of all-MiniLM-L6-v2 (6 layers x
 -- 12 heads) on one sentence, as a 6 x 12 grid of attention maps in a PNG,
 -- and in the terminal each head named by what it mostly does. (`make model`)
-local dir = os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2"
-local m = qkv.bert.load(dir)
+local m = qkv.bert.load()      -- $QKV_MODEL_DIR, else what `make model` fetched
 local text = "the cat sat on the mat because it was tired"
 local out = m:encode(text)
 local tokens, n = out.tokens[1], #out.tokens[1]

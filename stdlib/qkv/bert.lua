@@ -137,7 +137,30 @@ local Model = {}
 Model.__index = Model
 M.BertModel = Model     -- the class, for qkv.doc
 
+-- the model `make model` fetches: $QKV_MODEL_DIR, else build/models/ of the
+-- repository this library is in (found from this file, so from any folder)
+M.DEFAULT = "all-MiniLM-L6-v2"
+function M.default_dir()
+  local env = os.getenv("QKV_MODEL_DIR")
+  if env and env ~= "" then return env end
+  local here = package.searchpath("qkv.bert", package.path) or "stdlib/qkv/bert.lua"
+  local root = here:match("^(.-)/?stdlib/qkv/bert%.lua$")
+  if root == nil or root == "" then root = "." end
+  root = root:gsub("/[^/.][^/]*/%.%.$", "")       -- build/qkv's <exe>/.. as the repository
+  return root .. "/build/models/" .. M.DEFAULT
+end
+
 function M.load(dir)
+  local default = dir == nil
+  if default then
+    dir = M.default_dir()
+    local f = io.open(dir .. "/config.json")
+    if f == nil then
+      fail("bert.load: %s is not in %s: run `make model` in qkv's repository to fetch it, "
+           .. "or set QKV_MODEL_DIR to a copy", M.DEFAULT, dir)
+    end
+    f:close()
+  end
   if type(dir) ~= "string" then
     fail("bert.load: bad argument #1 (a model folder's path expected, got %s)", type(dir))
   end

@@ -226,6 +226,26 @@ function TestBertTiny:testLoadErrors()
   lu.assertFalse(ok); lu.assertStrContains(err, "vocab.txt")
 end
 
+-- load() with no folder: $QKV_MODEL_DIR, else the repository's
+-- build/models/, found from the library wherever qkv is started
+function TestBertTiny:testDefaultFolder()
+  local root = S.sh("pwd"):gsub("%s+$", "")
+  local exe = S.quote(arg[-1]:sub(1, 1) == "/" and arg[-1] or root .. "/" .. arg[-1])
+  local function run(env, code)
+    return S.sh("cd / && " .. env .. " " .. exe .. " -e " .. S.quote(code))
+  end
+  local out = run("env -u QKV_MODEL_DIR", "io.write(qkv.bert.default_dir())")
+  lu.assertEquals(out, root .. "/build/models/all-MiniLM-L6-v2")
+  local tinydir = newtiny()
+  out = run("QKV_MODEL_DIR=" .. S.quote(tinydir), "io.write(#qkv.bert.load().layers)")
+  lu.assertEquals(out, "2")
+  local code
+  out, code = run("QKV_MODEL_DIR=" .. S.quote(TMP .. "/nowhere"), "qkv.bert.load()")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "bert.load: all-MiniLM-L6-v2 is not in " .. TMP .. "/nowhere: run "
+                       .. "`make model` in qkv's repository to fetch it, or set QKV_MODEL_DIR")
+end
+
 function TestBertTiny:testForwardAndEncodeErrors()
   local m = qkv.bert.load(newtiny())
   local ok, err = pcall(m.forward, m, qkv.ones(1, 3))

@@ -3,17 +3,24 @@
 -- docs/model.md (its blocks run where `make model` fetched it).
 
 return {
-  {name = "qkv.bert.load", sig = "qkv.bert.load(dir)", group = "models",
+  {name = "qkv.bert.load", sig = "qkv.bert.load([dir])", group = "models",
    doc = [[Loads a BERT encoder from a Hugging Face model folder: config.json
 (read with qkv.json), model.safetensors (qkv.load_safetensors; names with or
 without BertForX's "bert." prefix) and vocab.txt (qkv.wordpiece), with
 sentence-transformers' pooling settings when 1_Pooling/ and modules.json are
-there (mean pooling and L2 normalisation otherwise). all-MiniLM-L6-v2 is in
-build/models/ after `make model`. A missing file, a config this encoder
+there (mean pooling and L2 normalisation otherwise). Without dir it loads
+all-MiniLM-L6-v2 from $QKV_MODEL_DIR, else from the repository's build/models/
+where `make model` puts it (qkv.bert.default_dir() says where), from any
+working folder; when it is not there the error says how to get it. A missing file, a config this encoder
 would run wrongly (hidden_act other than "gelu", relative positions, heads
 that do not divide hidden_size) and a missing or misshapen weight are
 errors naming the file and the tensor. As transformers'
 BertModel.from_pretrained(dir).]]},
+
+  {name = "qkv.bert.default_dir", sig = "qkv.bert.default_dir()", group = "models",
+   doc = [[The folder qkv.bert.load() reads when given none. It is $QKV_MODEL_DIR
+when that is set. Else it is build/models/all-MiniLM-L6-v2 in the repository
+whose stdlib this qkv runs, where `make model` fetches it.]]},
 
   {name = "BertModel:encode", sig = "model:encode(texts [, opts])", group = "model methods",
    doc = [[Tokenises texts (a string or a list of strings, padded into one
