@@ -79,6 +79,13 @@ function TestRules:testMasksAndSelection()
   check(function(v) return qkv.mask(v, qkv.padding({2}, 4), 0) end, {x}, "mask adds dims")
   check(function(a, b) return qkv.where(m, a, b) end, {x, r(4)}, "where")
   check(function(v) return v:clamp(-0.5, 0.5) end, {x}, "clamp")
+  check(function(v) return v:tril() * 2 + qkv.triu(v, 1) end, {x}, "tril, triu")
+  check(function(v) return qkv.tril(v:transpose(2, 3), -1) + v:triu(2):transpose(2, 3) end,
+        {r(2, 4, 3)}, "tril, triu batched, of transposed views")
+  check(function(v) return v:tril(-5) + v:triu(9) + v:tril(7) end, {x}, "tril, triu past the edges")
+  local q = qkv.randn(3, 3):requires_grad_()
+  lu.assertEquals(tostring(q:tril().grad_fn), "<TrilBackward0>")
+  lu.assertEquals(tostring(qkv.triu(q, 1).grad_fn), "<TriuBackward0>")
 end
 
 function TestRules:testPositionsAndEinsum()

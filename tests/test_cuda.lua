@@ -127,7 +127,7 @@ local COVER = {
   where = "TestCudaSelect", gather = "TestCudaSelect", sort = "TestCudaSelect",
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
-  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce",
+  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
 }
 
 TestCudaCoverage = {}
@@ -835,6 +835,37 @@ function TestCudaSelect:testSortIsStableWithNaNOnTop()
     end
     same(dt .. " sort dim 1", function(v) return v:sort(1) end, {values({6, 4}, dt)})
     same(dt .. " topk", function(v) return v:topk(3) end, {values({5, 20}, dt)})
+  end
+end
+
+-- tril and triu (the backend's tri): every dtype, since the kernel moves
+-- elements of 1, 2, 4 or 8 bytes whatever they hold; batched; bands past
+-- either edge; and the masks made with it on the device, causal (in
+-- place) and padding, as the CPU makes them
+function TestCudaSelect:testTriangles()
+  need()
+  for _, dt in ipairs(ALL) do
+    for _, s in ipairs{{3, 1}, {2, 3, 4}, {7, 33}, {2, 0, 3}, {3, 130}, {1, 1, 1}} do
+      for _, k in ipairs{-40, -2, 0, 1, 40} do
+        same(("%s tril/triu %s k = %d"):format(dt, table.concat(s, "x"), k),
+             function(v) return v:tril(k), qkv.triu(v, k) end, {values(s, dt)})
+      end
+    end
+  end
+  local function on_gpu(f, ...)
+    qkv.set_default_device("cuda")
+    local r = table.pack(pcall(f, ...))
+    qkv.set_default_device("cpu")
+    if not r[1] then error(r[2], 0) end
+    return table.unpack(r, 2, r.n)
+  end
+  for _, c in ipairs{{4, 4}, {3, 7}, {7, 3}, {0, 5}, {5, 0}, {1, 300}} do
+    compare(qkv.causal(c[1], c[2]), on_gpu(qkv.causal, c[1], c[2]),
+            ("causal(%d, %d)"):format(c[1], c[2]))
+  end
+  for _, c in ipairs{{{3, 0, 2}}, {{3, 0, 2}, 6}, {{}}, {{0, 0}, 0}, {{130, 7}}} do
+    compare(qkv.padding(c[1], c[2]), on_gpu(qkv.padding, c[1], c[2]),
+            "padding {" .. table.concat(c[1], ", ") .. "}")
   end
 end
 

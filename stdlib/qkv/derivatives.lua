@@ -301,6 +301,13 @@ R.mask = function(f, S, m, fill)
     return sum_to(g:masked_fill(m:eq(0), 0), S)
   end)
 end
+-- the triangle keeps or zeroes each element, and so its gradient
+R.tril = function(f, x, k)
+  return rec("TrilBackward", f(x, k), {x}, function(g) return g:tril(k) end)
+end
+R.triu = function(f, x, k)
+  return rec("TriuBackward", f(x, k), {x}, function(g) return g:triu(k) end)
+end
 R.where = function(f, c, a, b)
   return rec("WhereBackward", f(c, a, b), {nil, a, b}, function(g)
     return nil, sum_to(g:masked_fill(c:logical_not(), 0), a), sum_to(g:masked_fill(c, 0), b)

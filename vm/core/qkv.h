@@ -214,6 +214,11 @@ int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
 /* out (x's shape) = running sums of x along dim (0-based); out's dtype is
    x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
 int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* out (x's shape and dtype, any dtype, at least 2 dims) = x with zeros
+   outside the triangle of each matrix of its last two dims: element
+   (..., i, j) kept where j - i <= k (tril; upper: j - i >= k, triu), as
+   torch.tril and torch.triu; out may be x itself (in place) */
+int qkv_tri(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
 /*
 ** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
 ** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with

@@ -1,10 +1,12 @@
 /*
 ** ops_nn.c -- device dispatch of the ops over rows and positions: where,
-** gather, sort, softmax, log_softmax, layer_norm and attention (ops.c
-** has the rest, and the helpers of ops.h).  An out of a dtype that is
-** stored but not computed (int32, the halves) is computed in its compute
-** dtype and converted back.
+** gather, sort, softmax, log_softmax, layer_norm, cumsum, tri and
+** attention (ops.c has the rest, and the helpers of ops.h).  An out of a
+** dtype that is stored but not computed (int32, the halves) is computed
+** in its compute dtype and converted back.
 */
+#include <string.h>
+
 #include "../core/qkv.h"
 #include "../core/backend.h"
 #include "ops.h"
@@ -220,6 +222,39 @@ int qkv_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
   if (out->dtype != QKV_I64 && !qkv_is_float(out->dtype)) return QKV_EDTYPE;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(cumsum_in(be, o, x, dim), be, out, o);
+}
+
+/*
+** Any dtype as it is stored (the kernel moves elements, so the halves and
+** int32 need no compute dtype).  x is read whole first when it overlaps
+** out without being out; an out that is not contiguous gets the result
+** through a fresh tensor.
+*/
+int qkv_tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
+  int err, n = out->ndim;
+  const qkv_backend *be = qkv_op_backend(out, x, NULL, &err);
+  if (be == NULL) return err;
+  if (n < 2 || x->ndim != n || x->dtype != out->dtype ||
+      memcmp(x->size, out->size, sizeof(int64_t) * (size_t)n) != 0)
+    return QKV_EINTERNAL;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  if (qkv_numel(out) == 0) return QKV_OK;
+  int64_t rows = out->size[n - 2], cols = out->size[n - 1];
+  k = k < -rows ? -rows : k > cols ? cols : k;
+  qkv_tensor in, c, o;
+  qkv_storage *ti, *tc = NULL;
+  if ((err = qkv_op_input(&in, &ti, x, out, x->dtype)) != QKV_OK) return err;
+  if ((err = qkv_op_contiguous_as(&c, &tc, &in, x->dtype)) == QKV_OK) {
+    if (qkv_is_contiguous(out)) err = be->tri(out, &c, k, upper);
+    else if ((err = qkv_op_fresh(&o, out, out->dtype)) == QKV_OK) {
+      err = be->tri(&o, &c, k, upper);
+      if (err == QKV_OK) err = be->copy(out, &o);
+      qkv_storage_release(o.storage);
+    }
+  }
+  qkv_storage_release(ti);
+  qkv_storage_release(tc);
+  return err;
 }
 
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
