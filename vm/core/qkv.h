@@ -232,6 +232,19 @@ int qkv_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                   double scale);
 
 /*
+** attention's composed path, which keeps the weights: w (B..., nq, nk) =
+** softmax(q k^T * scale) with -inf where mask (any dtype, false or 0 =
+** masked; NULL for none) is, and where causal masks (as qkv_attention's),
+** then out (B..., nq, dv) = w v.  q, k, v and mask broadcast to w's batch
+** dims; out and w, contiguous, of q's float dtype (k's and v's).  A
+** query with no key left gets zero weights.  Each step is an op of the
+** dispatch (a product, masked fills, softmax, a product).
+*/
+int qkv_attention_weights(qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
+                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                          int causal, double scale);
+
+/*
 ** The gradients of out = attention(q, k, v, mask, causal, scale) given
 ** go = dL/dout, recomputing the scores tile by tile (no n_q x n_k block is
 ** kept): dq (B..., nq, dk), dk (B..., nk, dk), dv (B..., nk, dv), contiguous,
