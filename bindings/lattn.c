@@ -414,8 +414,9 @@ static int a_attention (lua_State *L) {
 /*
 ** qkv._attention_opts(Q, K [, opts]) -> mask|nil, causal, scale, weights:
 ** attention's options checked and resolved as attention reads them, for
-** qkv.autograd's rules, which run it as a composition (mask, true = may
-** attend, holds key_padding_mask and PyTorch's is_causal; causal is qkv's)
+** qkv.autograd's rule, which runs attention with them and keeps them for
+** its backward (mask, true = may attend, holds key_padding_mask and
+** PyTorch's is_causal; causal is qkv's)
 */
 static int a_attention_opts (lua_State *L) {
   Opts o;
