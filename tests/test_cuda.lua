@@ -789,6 +789,44 @@ function TestCudaAttention:testBackwardGivesTheCpusGradients()
       same(("%s attention backward no mask %d"):format(dt, c[2]), function(a, b, e, go)
         return grads(a, b, e, go, nil)
       end, {q, k, v, g})
+      -- weights = true: the composed forward (qkv_attention_weights, causal
+      -- through tri) and its analytic backward, with a loss on out and W
+      same(("%s attention with weights backward %d %d %d"):format(dt, c[2], c[3], c[4]),
+           function(a, b, e, go, w)
+        local x, y, z = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
+        local out, W = qkv.attention(x, y, z, {causal = c[6], mask = w})
+        ;((out * go):sum() + (W * W):sum()):backward()
+        return out:detach(), W:detach(), x.grad, y.grad, z.grad
+      end, {q, k, v, g, m})
+    end
+  end
+  -- float16 and bfloat16, weights = false: the GPU's half forward (the
+  -- tensor cores' at d = 64) and the float32 backward kernel on float32
+  -- copies; each gradient in the input's dtype, against float64 within
+  -- three times the CPU's own error (which computes the forward in float32)
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    for _, c in ipairs{{2, 40, 50, 64, 64, true}, {1, 70, 33, 16, 8, false}} do
+      local q, k, v = qkvs(c[1], c[2], c[3], c[4], c[5], dt)
+      local g = values({c[1], c[2], c[5]}, dt)
+      local m = values({c[2], c[3]}, "bool")
+      local function grads(dev, cast)
+        local x, y, z = cast(q):to(dev):detach():requires_grad_(),
+                        cast(k):to(dev):detach():requires_grad_(),
+                        cast(v):to(dev):detach():requires_grad_()
+        qkv.attention(x, y, z, {causal = c[6], mask = m:to(dev), weights = false})
+          :backward(cast(g):to(dev))
+        return {x.grad, y.grad, z.grad}
+      end
+      local same_dt = function(x) return x end
+      local want = grads("cpu", function(x) return x:double() end)
+      local cpu, gpu = grads("cpu", same_dt), grads("cuda", same_dt)
+      for i, name in ipairs{"dQ", "dK", "dV"} do
+        local label = ("%s %d x %d d %d attention backward %s"):format(dt, c[2], c[3], c[4], name)
+        lu.assertEquals({gpu[i].dtype, gpu[i].device}, {dt, "cuda"}, label)
+        local ec, eg = rel64(cpu[i], want[i]), rel64(gpu[i], want[i])
+        lu.assertTrue(eg <= 3 * ec, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+          label, eg, ec))
+      end
     end
   end
 end
