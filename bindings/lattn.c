@@ -401,35 +401,22 @@ static int a_attention (lua_State *L) {
   qkv_tensor *V = qkvL_checktensor(L, 3), *m = resolve(L, &o, Q, K);
   int64_t size[QKV_MAXDIM];
   double scale = scale_of(&o, Q);
-  int causal_ = o.causal;
-  if (!o.weights) return fused(L, Q, K, V, m, causal_, scale);
-  /* Q seen with every batch dim (a view), so the weights have the same
-     batch dims as the output, as in the fused path */
+  if (!o.weights) return fused(L, Q, K, V, m, o.causal, scale);
+  /* the weights have the output's batch dims, as in the fused path */
   int n = attention_shape(L, Q, K, V, m, size);
-  qkv_tensor Qe;
-  size[n - 1] = LAST(Q);
-  qkv_expand(&Qe, Q, n, size);
-  qkv_tensor *S = scores(L, "attention", &Qe, K, scale);
-  int w = lua_gettop(L);
-  qkvL_Scalar sc;
-  if (m) qkvL_fill_where_not(L, "attention", S, m, qkvL_neg_inf(&sc, S->dtype));
-  if (causal_) {
-    qkv_tensor *off = qkvL_causal(L, "attention", ROWS(S), LAST(S), LAST(S) - ROWS(S), 0,
-                                  S->storage->device);
-    qkvL_check(L, "attention", qkv_masked_fill(S, off, -INFINITY));
-    lua_pop(L, 1);
-  }
-  softmax_into(L, "attention", S, S, S->ndim - 1);
-  qkvL_matmul(L, "attention", S, V, 1);
-  lua_pushvalue(L, w);
+  qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
+  size[n - 1] = ROWS(K);
+  qkv_tensor *W = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
+  qkvL_check(L, "attention", qkv_attention_weights(out, W, Q, K, V, m, o.causal, scale));
   return 2;
 }
 
 /*
 ** qkv._attention_opts(Q, K [, opts]) -> mask|nil, causal, scale, weights:
 ** attention's options checked and resolved as attention reads them, for
-** qkv.autograd's rules, which run it as a composition (mask, true = may
-** attend, holds key_padding_mask and PyTorch's is_causal; causal is qkv's)
+** qkv.autograd's rule, which runs attention with them and keeps them for
+** its backward (mask, true = may attend, holds key_padding_mask and
+** PyTorch's is_causal; causal is qkv's)
 */
 static int a_attention_opts (lua_State *L) {
   Opts o;

@@ -153,39 +153,15 @@ const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
 }
 
 /*
-** Rows of n bools, row b `first` for its first cut(b) items and !first for
-** the rest, with a look at the interrupt flag every 64K bools (a mask of
-** 2^31 x 2^31 could otherwise keep a Ctrl-C waiting for minutes).
+** Made on dev by the backend (ones, then their triangle in place), not on
+** the host and copied: query i keeps keys j <= i + offset, j - i <= offset,
+** tril's triangle; the rest, j - i >= offset + 1, is triu's.
 */
-void qkvL_fill_rows (lua_State *L, const char *name, unsigned char *p,
-                     int64_t rows, int64_t n, int first,
-                     int64_t (*cut)(int64_t b, const void *ctx), const void *ctx) {
-  int64_t left = 65536;
-  if (n == 0) return;                    /* (p may be NULL) */
-  for (int64_t b = 0; b < rows; b++, p += n) {
-    int64_t c = cut(b, ctx);
-    c = c < 0 ? 0 : c > n ? n : c;
-    memset(p, first, (size_t)c);
-    memset(p + c, !first, (size_t)(n - c));
-    if ((left -= n + 1) <= 0) {
-      if (qkv_interrupted) qkvL_check(L, name, QKV_EINTR);
-      left = 65536;
-    }
-  }
-}
-
-/* query i sees keys j <= i + offset: the first i + offset + 1 */
-static int64_t causal_cut (int64_t i, const void *ctx) {
-  return i + *(const int64_t *)ctx + 1;
-}
-
 qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
                          int64_t offset, int keep, qkv_device dev) {
   int64_t size[2] = {nq, nk};
-  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
-  qkvL_fill_rows(L, name, (unsigned char *)qkv_data(m), nq, nk, keep, causal_cut, &offset);
-  if (dev == QKV_CPU) return m;
-  m = qkvL_todevice(L, m, dev, name);
-  lua_remove(L, -2);
+  qkv_tensor *m = qkvL_new(L, QKV_BOOL, dev, 2, size, 0);
+  qkvL_check(L, name, qkv_fill(m, 1));
+  qkvL_check(L, name, qkv_tri(m, m, keep ? offset : offset + 1, !keep));
   return m;
 }

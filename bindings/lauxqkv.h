@@ -154,10 +154,9 @@ qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
 ** shape (*n, size) as m broadcasts it, or an error naming name;
 ** qkvL_fill_where_not: S gets fill (a scalar of S's dtype) where m is
 ** false; qkvL_neg_inf: -inf as such a scalar; qkvL_causal: bool (nq, nk)
-** on dev, pushed, `keep` where key j <= i + offset for query i (offset
-** nk - nq: aligned to the end, as qkv.causal; 0: to the start, as
-** PyTorch's is_causal), !keep elsewhere; qkvL_fill_rows: rows of n bools
-** at p, row b `first` for its first cut(b, ctx) items, !first after.
+** made on dev, pushed, `keep` where key j <= i + offset for query i
+** (offset nk - nq: aligned to the end, as qkv.causal; 0: to the start, as
+** PyTorch's is_causal), !keep elsewhere.
 */
 void qkvL_mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
                       int *n, int64_t *size);
@@ -166,9 +165,6 @@ void qkvL_fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
 const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt);
 qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
                          int64_t offset, int keep, qkv_device dev);
-void qkvL_fill_rows (lua_State *L, const char *name, unsigned char *p,
-                     int64_t rows, int64_t n, int first,
-                     int64_t (*cut)(int64_t b, const void *ctx), const void *ctx);
 
 /* }====================================================== */
 

@@ -76,9 +76,24 @@ static qkv_tensor *read_lengths (lua_State *L, int arg) {
   return out;
 }
 
-/* item b's first len[b] tokens are real (len[b] <= n, checked) */
-static int64_t length_cut (int64_t b, const void *ctx) {
-  return (int64_t)((const double *)ctx)[b];
+/*
+** bool (#lt, 1, n) on dev, made there by the backend: token j (1-based) of
+** item b is real where j <= lt[b], the positions 1..n being the running
+** sums of ones.  Only the lengths cross from the host; pushed.
+*/
+static qkv_tensor *positions_within (lua_State *L, const qkv_tensor *lt, int64_t n,
+                                     qkv_device dev) {
+  int64_t size[3] = {lt->size[0], 1, n};
+  qkv_tensor len = *(dev == QKV_CPU ? lt : qkvL_todevice(L, lt, dev, "padding"));
+  qkv_tensor *ones = qkvL_new(L, QKV_F64, dev, 1, &n, 0);
+  qkv_tensor *pos = qkvL_new(L, QKV_F64, dev, 1, &n, 0);
+  qkvL_check(L, "padding", qkv_fill(ones, 1));
+  qkvL_check(L, "padding", qkv_cumsum(pos, ones, 0));
+  qkv_view_unsqueeze(&len, &len, 1);
+  qkv_view_unsqueeze(&len, &len, 2);
+  qkv_tensor *m = qkvL_new(L, QKV_BOOL, dev, 3, size, 0);
+  qkvL_check(L, "padding", qkv_binary(QKV_LE, m, pos, &len));
+  return m;
 }
 
 /* padding(lengths [, n]): bool (#lengths, 1, n), true for real tokens;
@@ -98,12 +113,7 @@ static int a_padding (lua_State *L) {
     if (len[b] > (double)n) n = (int64_t)len[b];
   }
   if (want >= 0) n = want;
-  int64_t size[3] = {count, 1, n};
-  qkv_tensor *m = qkvL_new(L, QKV_BOOL, QKV_CPU, 3, size, 0);
-  unsigned char *p = (unsigned char *)qkv_data(m);
-  len = (const double *)qkv_data(lt);       /* lt is on the stack below m */
-  qkvL_fill_rows(L, "padding", p, count, n, 1, length_cut, len);
-  qkvL_todefault(L, "padding");
+  positions_within(L, lt, n, qkvL_default_device());
   return 1;
 }
 

@@ -110,30 +110,29 @@ static int s_where_method (lua_State *L) {
   return s_where3(L, 2, 1, 3);
 }
 
-/* x with zeros where key j of row i is outside the band: j - i > k for
-   tril, j - i < k for triu (the last two dims are the matrix) */
+/* x:tril([k]), x:triu([k]): a copy of x, zeros outside the band of its
+   last two dims (j - i <= k for tril, j - i >= k for triu), made by the
+   backend on x's device */
 static int triangle (lua_State *L, const char *name, int upper) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_optinteger(L, 2, 0);
   if (x->ndim < 2) {
     const char *s = qkvL_shape(L, x);
-    return luaL_error(L, "%s: expects a tensor with at least 2 dims, got %s", name, s);
+    return luaL_error(L, "%s: x must have at least 2 dims (..., n, m), got %s", name, s);
   }
-  int64_t size[2] = {x->size[x->ndim - 2], x->size[x->ndim - 1]};
-  qkv_tensor *off = qkvL_new(L, QKV_BOOL, QKV_CPU, 2, size, 0);
-  unsigned char *p = qkv_data(off);
-  for (int64_t i = 0; i < size[0]; i++)
-    for (int64_t j = 0; j < size[1]; j++)
-      p[i * size[1] + j] = upper ? j - i < k : j - i > k;
-  if (x->storage->device != QKV_CPU) off = qkvL_todevice(L, off, x->storage->device, name);
   qkv_tensor *out = qkvL_newlike(L, x, x->dtype);
-  qkvL_check(L, name, qkv_copy(out, x));
-  qkvL_check(L, name, qkv_masked_fill(out, off, 0));
+  qkvL_check(L, name, qkv_tri(out, x, (int64_t)k, upper));
   return 1;
 }
 
-static int s_tril (lua_State *L) { return triangle(L, "tril", 0); }
-static int s_triu (lua_State *L) { return triangle(L, "triu", 1); }
+static int s_tril (lua_State *L) {
+  QKVL_GRAD(L, "tril", s_tril);
+  return triangle(L, "tril", 0);
+}
+static int s_triu (lua_State *L) {
+  QKVL_GRAD(L, "triu", s_triu);
+  return triangle(L, "triu", 1);
+}
 
 
 /* any, all and the logical ops, on "nonzero is true" */

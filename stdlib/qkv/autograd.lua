@@ -118,19 +118,24 @@ Node.__index = Node
 Node.__tostring = function(n) return "<" .. n.name .. "0>" end   -- PyTorch's names
 
 -- records that out = op(inputs...): `inputs` is a list of tensors (or nil
--- entries), `saved` the tensors backward reads, whose versions are kept
+-- entries), `saved` the tensors backward reads, whose versions are kept.
+-- `out` may be a list of the op's outputs (attention's out and weights):
+-- then backward gets one gradient for each (nil for an output no path
+-- from the root used), and each output's slot says which it is
 function A.record(name, out, inputs, backward, saved)
-  local node = setmetatable({name = name, backward = backward, edges = {}, saved = {}}, Node)
+  local outs = is_tensor(out) and {out} or out
+  local node = setmetatable({name = name, backward = backward, edges = {}, saved = {},
+                             nout = #outs}, Node)
   for i, x in pairs(inputs) do
     local m = is_tensor(x) and meta[x]
-    if m and m.node then node.edges[i] = {node = m.node}
+    if m and m.node then node.edges[i] = {node = m.node, slot = m.slot}
     elseif m and m.leaf then node.edges[i] = {leaf = x} end
   end
   for _, x in pairs(saved or {}) do
     if is_tensor(x) then node.saved[#node.saved + 1] = {x, x:_version()} end
   end
   node.n = #inputs
-  meta[out] = {node = node}
+  for slot, y in ipairs(outs) do meta[y] = {node = node, slot = slot} end
   return out
 end
 
@@ -177,10 +182,11 @@ local function check_saved(n)
 end
 
 -- runs the graph of y backward with dy; the leaves' gradients go to sink
--- (a function(leaf, g)); frees the graph
+-- (a function(leaf, g)); frees the graph. A node's gradients are kept by
+-- output slot, so that one with several outputs gets each's
 local function run(y, dy, sink)
-  local root = meta[y] and meta[y].node
-  local grads = {[root] = dy}
+  local root = meta[y].node
+  local grads = {[root] = {[meta[y].slot] = dy}}
   local order = topo(root)
   for i = #order, 1, -1 do
     local n = order[i]
@@ -188,11 +194,14 @@ local function run(y, dy, sink)
     grads[n] = nil
     check_saved(n)
     if g ~= nil then
-      local gs = table.pack(n.backward(g))
+      local gs = table.pack(n.backward(table.unpack(g, 1, n.nout)))
       for k, e in pairs(n.edges) do
         local gk = gs[k]
         if gk ~= nil then
-          if e.node then grads[e.node] = accumulate(grads[e.node], gk)
+          if e.node then
+            local to = grads[e.node] or {}
+            grads[e.node] = to
+            to[e.slot] = accumulate(to[e.slot], gk)
           else sink(e.leaf, gk) end
         end
       end

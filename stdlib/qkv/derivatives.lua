@@ -301,6 +301,13 @@ R.mask = function(f, S, m, fill)
     return sum_to(g:masked_fill(m:eq(0), 0), S)
   end)
 end
+-- the triangle keeps or zeroes each element, and so its gradient
+R.tril = function(f, x, k)
+  return rec("TrilBackward", f(x, k), {x}, function(g) return g:tril(k) end)
+end
+R.triu = function(f, x, k)
+  return rec("TriuBackward", f(x, k), {x}, function(g) return g:triu(k) end)
+end
 R.where = function(f, c, a, b)
   return rec("WhereBackward", f(c, a, b), {nil, a, b}, function(g)
     return nil, sum_to(g:masked_fill(c:logical_not(), 0), a), sum_to(g:masked_fill(c, 0), b)
@@ -383,41 +390,64 @@ function D.layer_norm(f, x, shape, w, b, eps)
 end
 R.layer_norm = D.layer_norm
 
----------------------------------------------------------------- compositions
+---------------------------------------------------------------- attention
 
--- ops whose gradient is that of the differentiable ops they are made of:
--- with grad needed they run as that composition
-local C = {}
+-- attention runs its C forward either way, and each way has a backward of
+-- its own; neither composes the forward again from the primitives
 
--- the fused path (weights = false, float32 or float64): the C kernel
--- forward, and a backward that recomputes the scores tile by tile
+-- float16 and bfloat16 go back through float32 copies, as the backward
+-- kernels compute; the gradients come back in each input's dtype
+local function wide(x) return (x.dtype == "float64" or x.dtype == "float32") and x or x:float() end
+
+-- weights = false: the fused kernel forward (natively in the halves where
+-- the device can), and a backward that recomputes the scores tile by tile
 -- (qkv._attention_backward), so neither way holds n_q x n_k
 local function fused_attention(orig, Q, K, V, m, causal, scale)
   if m then m = qkv.ne(m, 0) end
   local out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
   return rec("ScaledDotProductFlashAttentionBackward", out, {Q, K, V}, function(g)
-    local dq, dk, dv = qkv._attention_backward(Q, K, V, out, g, m, causal, scale)
-    return sum_to(dq, Q), sum_to(dk, K), sum_to(dv, V)
+    local dq, dk, dv = qkv._attention_backward(wide(Q), wide(K), wide(V), wide(out),
+                                               wide(g:to(out.dtype)), m, causal, scale)
+    return sum_to(dq, Q):to(Q.dtype), sum_to(dk, K):to(K.dtype), sum_to(dv, V):to(V.dtype)
   end, {Q, K, V, out})
+end
+
+-- weights = true: the composed forward in C (out and W, one node for
+-- both), and its analytic backward. With S = Q K^T * scale (masked) and
+-- W = softmax(S): the gradient reaching W is g_out V^T plus W's own
+-- (when W was used), dS = W (gW - rowsum(gW W)) (softmax's backward; a
+-- masked or keyless place has W = 0 and so no gradient), dQ = scale dS K,
+-- dK = scale dS^T Q, dV = W^T g_out, each summed back to its input's shape
+local function weights_attention(orig, Q, K, V, m, causal, scale)
+  local out, W = orig(Q, K, V, {mask = m, causal = causal, scale = scale})
+  rec("AttentionWeightsBackward", {out, W}, {Q, K, V}, function(g_out, g_W)
+    local Wf, gW = wide(W), nil
+    if g_out then g_out = wide(g_out:to(out.dtype)) end
+    if g_out then gW = g_out:matmul(wide(V).mT) end
+    if g_W then gW = gW and gW + wide(g_W:to(W.dtype)) or wide(g_W:to(W.dtype)) end
+    local dS = qkv._softmax_backward(Wf, gW, -1) * scale
+    local dQ = sum_to(dS:matmul(wide(K)), Q):to(Q.dtype)
+    local dK = sum_to(dS.mT:matmul(wide(Q)), K):to(K.dtype)
+    local dV = g_out and sum_to(Wf.mT:matmul(g_out), V):to(V.dtype)
+    return dQ, dK, dV or nil
+  end, {Q, K, V, W})
+  return out, W
 end
 
 -- the options checked and resolved by the binding, as attention itself
 -- reads them: one mask (with key_padding_mask and PyTorch's is_causal in
 -- it) and qkv's causal flag
-C.attention = function(orig, Q, K, V, opts)
+R.attention = function(orig, Q, K, V, opts)
   local m, causal, scale, weights = qkv._attention_opts(Q, K, opts)
-  if not weights and (Q.dtype == "float32" or Q.dtype == "float64")
-     and Q.dtype == K.dtype and Q.dtype == V.dtype then
-    return fused_attention(orig, Q, K, V, m, causal, scale)
-  end
-  local S = qkv.scores(Q, K, {scale = scale})
-  if m then S = qkv.mask(S, m) end
-  if causal then S = qkv.mask(S, qkv.causal(S:size(-2), S:size(-1)):to(S.device)) end
-  local W = qkv.softmax(S)
-  local out = W:matmul(V)
-  if not weights then return out end
-  return out, W
+  if weights then return weights_attention(orig, Q, K, V, m, causal, scale) end
+  return fused_attention(orig, Q, K, V, m, causal, scale)
 end
+
+---------------------------------------------------------------- compositions
+
+-- ops whose gradient is that of the differentiable ops they are made of:
+-- with grad needed they run as that composition
+local C = {}
 
 C.heads = function(_, x, h)
   local n, d = x:size(-2), x:size(-1)

@@ -79,6 +79,13 @@ function TestRules:testMasksAndSelection()
   check(function(v) return qkv.mask(v, qkv.padding({2}, 4), 0) end, {x}, "mask adds dims")
   check(function(a, b) return qkv.where(m, a, b) end, {x, r(4)}, "where")
   check(function(v) return v:clamp(-0.5, 0.5) end, {x}, "clamp")
+  check(function(v) return v:tril() * 2 + qkv.triu(v, 1) end, {x}, "tril, triu")
+  check(function(v) return qkv.tril(v:transpose(2, 3), -1) + v:triu(2):transpose(2, 3) end,
+        {r(2, 4, 3)}, "tril, triu batched, of transposed views")
+  check(function(v) return v:tril(-5) + v:triu(9) + v:tril(7) end, {x}, "tril, triu past the edges")
+  local q = qkv.randn(3, 3):requires_grad_()
+  lu.assertEquals(tostring(q:tril().grad_fn), "<TrilBackward0>")
+  lu.assertEquals(tostring(qkv.triu(q, 1).grad_fn), "<TriuBackward0>")
 end
 
 function TestRules:testPositionsAndEinsum()
@@ -147,6 +154,83 @@ function TestRules:testFusedBackwardAcrossTiles()
   local q = qkv.randn(3, 4):requires_grad_()
   lu.assertEquals(tostring(qkv.attention(q, q, q, {weights = false}).grad_fn),
                   "<ScaledDotProductFlashAttentionBackward0>")
+end
+
+-- weights = true: one node for out and W, whose backward is analytic; the
+-- loss uses both (or W alone), with masks of every kind, causal, PyTorch's
+-- is_causal with n_q ~= n_k, and batch dims that broadcast
+function TestRules:testAttentionWeightsBackward()
+  qkv.seed(23)
+  local Q, K, V = r(2, 1, 4, 3), r(3, 5, 3), r(2, 3, 5, 2)
+  local G, H = r(2, 3, 4, 2), r(2, 3, 4, 5)
+  local m = qkv.rand(2, 1, 4, 5):gt(0.3)
+  m[{1, 1, 2}] = false                   -- a row no key is left for: no gradient
+  local cases = {
+    {mask = m, causal = true}, {mask = m:double() * 2}, {causal = true, scale = 0.7},
+    {key_padding_mask = qkv.tensor{{false, false, true, false, true}}:expand(3, 5)},
+    {is_causal = true}, {mask = m, is_causal = true},
+  }
+  for i, opts in ipairs(cases) do
+    check(function(q, k, v)
+      local out, w = qkv.attention(q, k, v, opts)
+      return (out * G):sum() + (w * w * H):sum()
+    end, {Q, K, V}, "attention with weights, out and W used, case " .. i)
+    check(function(q, k, v)
+      local _, w = qkv.attention(q, k, v, opts)
+      return (w * H):sum()
+    end, {Q, K, V}, "attention with weights, W alone, case " .. i)
+  end
+  -- PyTorch's is_causal with n_q ~= n_k: a mask aligned to the first key
+  check(function(q, k, v)
+    local out, w = qkv.attention(q, k, v, {is_causal = true, mask = qkv.tensor{true, true, false}})
+    return (out * out):sum() + w:sum(-1):sum()
+  end, {r(4, 2), r(3, 2), r(3, 3)}, "is_causal, n_q > n_k")
+  local q = qkv.randn(3, 4):requires_grad_()
+  local out, w = qkv.attention(q, q, q)
+  lu.assertEquals(tostring(out.grad_fn), "<AttentionWeightsBackward0>")
+  lu.assertTrue(rawequal(out.grad_fn, w.grad_fn), "one node for out and W")
+  -- backward from W after one from out: the node was freed, as PyTorch's
+  out:sum():backward()
+  fails("freed", function() w:sum():backward() end)
+end
+
+-- float16 and bfloat16 both ways: the fused forward in the half dtype and
+-- its backward through the float32 kernel, or the weights' analytic one in
+-- float32; each gradient in its input's dtype against the float64 one at
+-- the same (rounded) inputs, within half precision
+function TestRules:testHalfAttentionBackward()
+  qkv.seed(29)
+  local TOL = {float16 = 2e-3, bfloat16 = 1e-2}
+  local function rel(a, b)
+    local d = a:double() - b
+    return math.sqrt((d * d):sum():item() / (b * b):sum():item())
+  end
+  local m = qkv.rand(2, 1, 90):gt(0.2)
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    local Q, K, V = r(2, 70, 16):to(dt), r(2, 90, 16):to(dt), r(1, 90, 8):to(dt)
+    local G = r(2, 70, 8):to(dt)
+    for _, weights in ipairs{false, true} do
+      for _, opts in ipairs{{}, {mask = m, causal = true}} do
+        local function loss(q, k, v)
+          local o = qkv.attention(q, k, v, {mask = opts.mask, causal = opts.causal, weights = weights})
+          return (o * G:to(q.dtype)):sum()
+        end
+        local got = qkv.grad(loss, {Q, K, V})
+        local want = qkv.grad(loss, {Q:double(), K:double(), V:double()})
+        for i, name in ipairs{"dQ", "dK", "dV"} do
+          local what = ("%s %s weights = %s causal = %s"):format(dt, name, tostring(weights),
+                                                                 tostring(opts.causal))
+          lu.assertEquals(got[i].dtype, dt, what)
+          lu.assertEquals(got[i].shape, ({Q, K, V})[i].shape, what)
+          local e = rel(got[i], want[i])
+          lu.assertTrue(e < TOL[dt], ("%s: relative error %.3g"):format(what, e))
+        end
+      end
+    end
+    local q = Q:detach():requires_grad_()
+    lu.assertEquals(tostring(qkv.attention(q, K, V, {weights = false}).grad_fn),
+                    "<ScaledDotProductFlashAttentionBackward0>")
+  end
 end
 
 -- no key at all (n_k = 0): the output is zeros and so is Q's gradient, in

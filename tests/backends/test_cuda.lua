@@ -127,7 +127,7 @@ local COVER = {
   where = "TestCudaSelect", gather = "TestCudaSelect", sort = "TestCudaSelect",
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
-  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce",
+  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
 }
 
 TestCudaCoverage = {}
@@ -789,6 +789,44 @@ function TestCudaAttention:testBackwardGivesTheCpusGradients()
       same(("%s attention backward no mask %d"):format(dt, c[2]), function(a, b, e, go)
         return grads(a, b, e, go, nil)
       end, {q, k, v, g})
+      -- weights = true: the composed forward (qkv_attention_weights, causal
+      -- through tri) and its analytic backward, with a loss on out and W
+      same(("%s attention with weights backward %d %d %d"):format(dt, c[2], c[3], c[4]),
+           function(a, b, e, go, w)
+        local x, y, z = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
+        local out, W = qkv.attention(x, y, z, {causal = c[6], mask = w})
+        ;((out * go):sum() + (W * W):sum()):backward()
+        return out:detach(), W:detach(), x.grad, y.grad, z.grad
+      end, {q, k, v, g, m})
+    end
+  end
+  -- float16 and bfloat16, weights = false: the GPU's half forward (the
+  -- tensor cores' at d = 64) and the float32 backward kernel on float32
+  -- copies; each gradient in the input's dtype, against float64 within
+  -- three times the CPU's own error (which computes the forward in float32)
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    for _, c in ipairs{{2, 40, 50, 64, 64, true}, {1, 70, 33, 16, 8, false}} do
+      local q, k, v = qkvs(c[1], c[2], c[3], c[4], c[5], dt)
+      local g = values({c[1], c[2], c[5]}, dt)
+      local m = values({c[2], c[3]}, "bool")
+      local function grads(dev, cast)
+        local x, y, z = cast(q):to(dev):detach():requires_grad_(),
+                        cast(k):to(dev):detach():requires_grad_(),
+                        cast(v):to(dev):detach():requires_grad_()
+        qkv.attention(x, y, z, {causal = c[6], mask = m:to(dev), weights = false})
+          :backward(cast(g):to(dev))
+        return {x.grad, y.grad, z.grad}
+      end
+      local same_dt = function(x) return x end
+      local want = grads("cpu", function(x) return x:double() end)
+      local cpu, gpu = grads("cpu", same_dt), grads("cuda", same_dt)
+      for i, name in ipairs{"dQ", "dK", "dV"} do
+        local label = ("%s %d x %d d %d attention backward %s"):format(dt, c[2], c[3], c[4], name)
+        lu.assertEquals({gpu[i].dtype, gpu[i].device}, {dt, "cuda"}, label)
+        local ec, eg = rel64(cpu[i], want[i]), rel64(gpu[i], want[i])
+        lu.assertTrue(eg <= 3 * ec, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+          label, eg, ec))
+      end
     end
   end
 end
@@ -835,6 +873,37 @@ function TestCudaSelect:testSortIsStableWithNaNOnTop()
     end
     same(dt .. " sort dim 1", function(v) return v:sort(1) end, {values({6, 4}, dt)})
     same(dt .. " topk", function(v) return v:topk(3) end, {values({5, 20}, dt)})
+  end
+end
+
+-- tril and triu (the backend's tri): every dtype, since the kernel moves
+-- elements of 1, 2, 4 or 8 bytes whatever they hold; batched; bands past
+-- either edge; and the masks made with it on the device, causal (in
+-- place) and padding, as the CPU makes them
+function TestCudaSelect:testTriangles()
+  need()
+  for _, dt in ipairs(ALL) do
+    for _, s in ipairs{{3, 1}, {2, 3, 4}, {7, 33}, {2, 0, 3}, {3, 130}, {1, 1, 1}} do
+      for _, k in ipairs{-40, -2, 0, 1, 40} do
+        same(("%s tril/triu %s k = %d"):format(dt, table.concat(s, "x"), k),
+             function(v) return v:tril(k), qkv.triu(v, k) end, {values(s, dt)})
+      end
+    end
+  end
+  local function on_gpu(f, ...)
+    qkv.set_default_device("cuda")
+    local r = table.pack(pcall(f, ...))
+    qkv.set_default_device("cpu")
+    if not r[1] then error(r[2], 0) end
+    return table.unpack(r, 2, r.n)
+  end
+  for _, c in ipairs{{4, 4}, {3, 7}, {7, 3}, {0, 5}, {5, 0}, {1, 300}} do
+    compare(qkv.causal(c[1], c[2]), on_gpu(qkv.causal, c[1], c[2]),
+            ("causal(%d, %d)"):format(c[1], c[2]))
+  end
+  for _, c in ipairs{{{3, 0, 2}}, {{3, 0, 2}, 6}, {{}}, {{0, 0}, 0}, {{130, 7}}} do
+    compare(qkv.padding(c[1], c[2]), on_gpu(qkv.padding, c[1], c[2]),
+            "padding {" .. table.concat(c[1], ", ") .. "}")
   end
 end
 

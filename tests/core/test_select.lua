@@ -76,8 +76,96 @@ function TestWhere:testTriangles()
   end
   lu.assertEquals(I{{1, 2}, {3, 4}}:tril():tolist(), {{1, 0}, {3, 4}})
   lu.assertEquals(qkv.tril(qkv.ones(2, 2):t():eq(1)):tolist(), {{true, false}, {true, true}})
-  fails("tril: expects a tensor with at least 2 dims, got (3,)", qkv.tril, qkv.ones(3))
-  fails("integer", qkv.triu, qkv.ones(2, 2), 0.5)
+end
+
+-- tril and triu against a float64 reference over the flat values: element
+-- (..., i, j) of an (..., n, m) tensor stays where j - i <= k (tril) or
+-- j - i >= k (triu), else it is 0 (false for bool)
+local function tri_ref(x, k, upper)
+  local shape, vals, zero = x.shape, flat(x), 0
+  if x.dtype == "bool" then zero = false end
+  local n, m = shape[#shape - 1], shape[#shape]
+  local out = {}
+  for e, v in ipairs(vals) do
+    local i, j = (e - 1) // m % n, (e - 1) % m
+    local keep = upper and j - i >= k or not upper and j - i <= k
+    out[e] = keep and v or zero
+  end
+  return out
+end
+
+local TRI_DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"}
+
+-- x in several layouts, each with x's values: contiguous, transposed,
+-- expanded along a batch dim (stride 0), a narrowed view at an offset
+local function layouts(shape, dt)
+  local nd = #shape
+  local function make(s)
+    if R.numel(s) == 0 then return qkv.zeros(s, dt) end
+    return dt == "bool" and rbool(s) or rand(s, dt)
+  end
+  local out = {contiguous = make(shape)}
+  local swapped = {table.unpack(shape)}
+  swapped[nd - 1], swapped[nd] = shape[nd], shape[nd - 1]
+  out.transposed = make(swapped):transpose(nd - 1, nd)
+  local one = {1, table.unpack(shape, 2)}
+  out.expanded = make(one):expand(table.unpack(shape))
+  local wide = {table.unpack(shape)}
+  wide[nd] = shape[nd] + 3
+  out.narrowed = make(wide):narrow(nd, 2, shape[nd])
+  return out
+end
+
+function TestWhere:testTrianglesAgainstReference()
+  local shapes = {{3, 5}, {5, 3}, {2, 3, 4, 5}, {1, 1}, {4, 1}, {1, 4}, {0, 3}, {3, 0}, {2, 0, 4}}
+  local ks = {-6, -3, -1, 0, 1, 2, 4, 7, math.mininteger, math.maxinteger, -2 ^ 40, 2 ^ 40}
+  for _, dt in ipairs(TRI_DTYPES) do
+    for _, shape in ipairs(shapes) do
+      for lname, x in pairs(layouts(shape, dt)) do
+        for _, k in ipairs(ks) do
+          for _, upper in ipairs{false, true} do
+            local name = upper and "triu" or "tril"
+            local what = ("%s %s %s (%s) k = %s"):format(name, dt, lname,
+                                                         table.concat(shape, ", "), k)
+            local got = upper and x:triu(k) or qkv.tril(x, k)
+            lu.assertEquals(got.dtype, dt, what)
+            lu.assertEquals(got.shape, x.shape, what)
+            lu.assertEquals(got.device, x.device, what)
+            lu.assertEquals(flat(got), tri_ref(x, k, upper), what)
+          end
+        end
+      end
+    end
+  end
+  -- the default k is 0; an integral float is that integer
+  local x = rand({4, 4})
+  qkv.test.assertTensorEqual(x:tril(), x:tril(0))
+  qkv.test.assertTensorEqual(qkv.triu(x), x:triu(0))
+  qkv.test.assertTensorEqual(x:triu(2.0), x:triu(2))
+  -- zeros are written, not products: NaN and inf outside the band go
+  local nan = qkv.full({2, 2}, 0 / 0):triu(1)
+  lu.assertEquals(nan:ne(nan):tolist(), {{false, true}, {false, false}})
+  lu.assertEquals(qkv.full({2, 2}, -math.huge):tril():tolist(), {{-math.huge, 0}, {-math.huge, -math.huge}})
+  -- a new tensor: writing into it leaves x alone, also when k keeps all
+  local before = flat(x)
+  local y = x:tril(10)
+  lu.assertEquals(flat(y), before)
+  y:fill_(7)
+  lu.assertEquals(flat(x), before)
+end
+
+function TestWhere:testTriangleErrors()
+  fails({"tril", "x", "at least 2 dims", "(3,)"}, qkv.tril, qkv.ones(3))
+  fails({"triu", "x", "at least 2 dims", "()"}, qkv.triu, qkv.tensor(2))
+  fails({"triu", "x", "(3,)"}, function() return qkv.ones(3):triu() end)
+  fails({"triu", "#2", "integer"}, qkv.triu, qkv.ones(2, 2), 0.5)
+  fails({"tril", "#2", "integer"}, qkv.tril, qkv.ones(2, 2), -1.5)
+  fails({"tril", "integer"}, function() return qkv.ones(2, 2):tril(1.25) end)
+  fails({"tril", "#2", "integer"}, qkv.tril, qkv.ones(2, 2), 0 / 0)
+  fails({"tril", "#2", "integer"}, qkv.tril, qkv.ones(2, 2), math.huge)
+  fails({"tril", "#2", "number expected, got string"}, qkv.tril, qkv.ones(2, 2), "one")
+  fails({"triu", "#2", "number expected, got table"}, qkv.triu, qkv.ones(2, 2), {})
+  fails({"tril", "#1", "qkv.Tensor expected"}, qkv.tril, {{1, 2}, {3, 4}})
 end
 
 ---------------------------------------------------------------- any, all, logical

@@ -86,6 +86,13 @@ typedef struct qkv_backend {
      and float64 summed in double, int64 exactly (wrapping on overflow, as
      PyTorch) */
   int (*cumsum)(qkv_tensor *out, const qkv_tensor *x, int dim);
+  /* the triangle of each matrix of the last two dims: element (..., i, j)
+     of out is x's where j - i <= k (upper: j - i >= k), else zero bytes
+     (0, false, +0.0).  out and x contiguous, one shape (at least 2 dims,
+     not empty) and one dtype, any (the kernel moves elements, it computes
+     nothing); x may be out itself; -rows <= k <= cols (the dispatch clamps
+     k there, which changes no element, so that i + k cannot overflow) */
+  int (*tri)(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

@@ -214,6 +214,11 @@ int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
 /* out (x's shape) = running sums of x along dim (0-based); out's dtype is
    x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
 int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* out (x's shape and dtype, any dtype, at least 2 dims) = x with zeros
+   outside the triangle of each matrix of its last two dims: element
+   (..., i, j) kept where j - i <= k (tril; upper: j - i >= k, triu), as
+   torch.tril and torch.triu; out may be x itself (in place) */
+int qkv_tri(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
 /*
 ** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
 ** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with
@@ -225,6 +230,19 @@ int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
                   double scale);
+
+/*
+** attention's composed path, which keeps the weights: w (B..., nq, nk) =
+** softmax(q k^T * scale) with -inf where mask (any dtype, false or 0 =
+** masked; NULL for none) is, and where causal masks (as qkv_attention's),
+** then out (B..., nq, dv) = w v.  q, k, v and mask broadcast to w's batch
+** dims; out and w, contiguous, of q's float dtype (k's and v's).  A
+** query with no key left gets zero weights.  Each step is an op of the
+** dispatch (a product, masked fills, softmax, a product).
+*/
+int qkv_attention_weights(qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
+                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                          int causal, double scale);
 
 /*
 ** The gradients of out = attention(q, k, v, mask, causal, scale) given

@@ -46,6 +46,7 @@ const qkv_backend qkv_cpu_backend = {
   .log_softmax = qkv_cpu_log_softmax,
   .layer_norm = qkv_cpu_layer_norm,
   .cumsum = qkv_cpu_cumsum,
+  .tri = qkv_cpu_tri,
 };
 
 /*

@@ -318,6 +318,7 @@ static const qkv_backend cuda_backend = {
   .log_softmax = qkv_cuda_log_softmax,
   .layer_norm = qkv_cuda_layer_norm,
   .cumsum = qkv_cuda_cumsum,
+  .tri = qkv_cuda_tri,
 };
 
 static const qkv_cuda_api api = {

@@ -1,10 +1,13 @@
 /*
 ** ops_nn.c -- device dispatch of the ops over rows and positions: where,
-** gather, sort, softmax, log_softmax, layer_norm and attention (ops.c
-** has the rest, and the helpers of ops.h).  An out of a dtype that is
-** stored but not computed (int32, the halves) is computed in its compute
-** dtype and converted back.
+** gather, sort, softmax, log_softmax, layer_norm, cumsum, tri and
+** attention (ops.c has the rest, and the helpers of ops.h).  An out of a
+** dtype that is stored but not computed (int32, the halves) is computed
+** in its compute dtype and converted back.
 */
+#include <math.h>
+#include <string.h>
+
 #include "../core/qkv.h"
 #include "../core/backend.h"
 #include "ops.h"
@@ -222,6 +225,39 @@ int qkv_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
   return qkv_op_done(cumsum_in(be, o, x, dim), be, out, o);
 }
 
+/*
+** Any dtype as it is stored (the kernel moves elements, so the halves and
+** int32 need no compute dtype).  x is read whole first when it overlaps
+** out without being out; an out that is not contiguous gets the result
+** through a fresh tensor.
+*/
+int qkv_tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
+  int err, n = out->ndim;
+  const qkv_backend *be = qkv_op_backend(out, x, NULL, &err);
+  if (be == NULL) return err;
+  if (n < 2 || x->ndim != n || x->dtype != out->dtype ||
+      memcmp(x->size, out->size, sizeof(int64_t) * (size_t)n) != 0)
+    return QKV_EINTERNAL;
+  if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
+  if (qkv_numel(out) == 0) return QKV_OK;
+  int64_t rows = out->size[n - 2], cols = out->size[n - 1];
+  k = k < -rows ? -rows : k > cols ? cols : k;
+  qkv_tensor in, c, o;
+  qkv_storage *ti, *tc = NULL;
+  if ((err = qkv_op_input(&in, &ti, x, out, x->dtype)) != QKV_OK) return err;
+  if ((err = qkv_op_contiguous_as(&c, &tc, &in, x->dtype)) == QKV_OK) {
+    if (qkv_is_contiguous(out)) err = be->tri(out, &c, k, upper);
+    else if ((err = qkv_op_fresh(&o, out, out->dtype)) == QKV_OK) {
+      err = be->tri(&o, &c, k, upper);
+      if (err == QKV_OK) err = be->copy(out, &o);
+      qkv_storage_release(o.storage);
+    }
+  }
+  qkv_storage_release(ti);
+  qkv_storage_release(tc);
+  return err;
+}
+
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
                          int causal, double scale) {
@@ -259,17 +295,85 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale) {
   int err;
-  qkv_tensor t, *o;
+  qkv_tensor t, *o, m;
+  qkv_storage *tm = NULL;
   const qkv_backend *be = qkv_op_backend(out, q, k, &err);
   if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL) return err;
+  /* a mask of another dtype made bool once, for both tries below */
+  if (mask && mask->dtype != QKV_BOOL) {
+    if ((err = qkv_op_convert(&m, mask, QKV_BOOL)) != QKV_OK) return err;
+    tm = m.storage;
+    mask = &m;
+  }
   /* float16 and bfloat16 natively where the backend can (the GPU's tensor
      cores: QKV_EDTYPE otherwise), else computed in float32 */
-  if (out->dtype == QKV_F16 || out->dtype == QKV_BF16) {
+  err = QKV_EDTYPE;
+  if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
     err = attention_in(be, out, q, k, v, mask, causal, scale);
-    if (err != QKV_EDTYPE) return err;
-  }
-  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
-  return qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
+  if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
+    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
+  qkv_storage_release(tm);
+  return err;
+}
+
+/*
+** The composed attention, which keeps its weights: each step an op of
+** this layer, so that it runs on any device and in any float dtype as
+** those ops do, and gives the numbers the steps would give one by one.
+*/
+
+/* w gets -inf where keep (any dtype, nonzero = keep, broadcast to w) is
+   false or 0: its negation first, a bool of keep's shape */
+static int fill_unkept (qkv_tensor *w, const qkv_tensor *keep) {
+  qkv_tensor off;
+  int err = qkv_op_fresh(&off, keep, QKV_BOOL);
+  if (err != QKV_OK) return err;
+  if ((err = qkv_fill(&off, 1)) == QKV_OK && (err = qkv_masked_fill(&off, keep, 0)) == QKV_OK)
+    err = qkv_masked_fill(w, &off, -INFINITY);
+  qkv_storage_release(off.storage);
+  return err;
+}
+
+/* w (..., nq, nk) gets -inf past the causal diagonal, key j > i + nk - nq
+   for query i: the triangle j - i >= nk - nq + 1 of ones, made on w's
+   device */
+static int fill_causal (qkv_tensor *w) {
+  int n = w->ndim;
+  int64_t size[2] = {w->size[n - 2], w->size[n - 1]};
+  qkv_tensor like = *w, off;
+  qkv_set_contiguous(&like, 2, size);
+  int err = qkv_op_fresh(&off, &like, QKV_BOOL);
+  if (err != QKV_OK) return err;
+  if ((err = qkv_fill(&off, 1)) == QKV_OK &&
+      (err = qkv_tri(&off, &off, size[1] - size[0] + 1, 1)) == QKV_OK)
+    err = qkv_masked_fill(w, &off, -INFINITY);
+  qkv_storage_release(off.storage);
+  return err;
+}
+
+int qkv_attention_weights (qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
+                           const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                           int causal, double scale) {
+  int err, n = w->ndim;
+  const qkv_backend *be = qkv_op_backend(w, q, k, &err);
+  if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL ||
+      (be = qkv_op_backend(out, w, NULL, &err)) == NULL) return err;
+  if (n < 2 || out->ndim != n || q->ndim < 2 || q->ndim > n || k->ndim < 2 || k->ndim > n ||
+      v->ndim < 2 || v->ndim > n) return QKV_EINTERNAL;
+  /* q seen with every batch dim of w (a view), so that the product
+     gives w's, which the mask may widen past q's and k's */
+  int64_t size[QKV_MAXDIM];
+  memcpy(size, w->size, sizeof size);
+  size[n - 1] = q->size[q->ndim - 1];
+  qkv_tensor qe, kt;
+  if (qkv_expand(&qe, q, n, size) != 0) return QKV_EINTERNAL;
+  qkv_view_transpose(&kt, k, k->ndim - 2, k->ndim - 1);
+  if ((err = qkv_matmul(w, &qe, &kt, scale)) != QKV_OK ||
+      (mask && (err = fill_unkept(w, mask)) != QKV_OK) ||
+      (causal && (err = fill_causal(w)) != QKV_OK) ||
+      (err = qkv_softmax(w, w, n - 1)) != QKV_OK)
+    return err;
+  return qkv_matmul(out, w, v, 1);
 }
 
 /* x broadcast to (batch of o..., rows, cols) as a contiguous copy of dtype dt */

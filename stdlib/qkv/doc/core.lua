@@ -151,8 +151,9 @@ int64 S). As S.masked_fill(~m, float('-inf')) in PyTorch.]],
 j <= i + (n_k - n_q). n_k defaults to n_q, which gives the lower triangle.
 When n_k > n_q the diagonal aligns to the end, as when decoding with a
 cache of n_k - n_q earlier tokens, so the last query sees every key.
-Lengths must be non-negative integers. As
-torch.ones(n_q, n_k).tril(n_k - n_q).bool().]],
+Lengths must be non-negative integers. It is made on the default device,
+by that device (ones, then their triangle: nothing is copied from the
+host). As torch.ones(n_q, n_k).tril(n_k - n_q).bool().]],
    example = [=[print(qkv.causal(2, 4))
 --> tensor([[ True,  True,  True, False],
 -->         [ True,  True,  True,  True]])]=]},
@@ -162,7 +163,8 @@ torch.ones(n_q, n_k).tril(n_k - n_q).bool().]],
 tokens of sequence b. lengths is a list of non-negative integers or a 1-D
 tensor; n defaults to the longest length, and a length over n is an error.
 The (B, 1, n) shape broadcasts against (B, n_q, n) scores, and
-qkv.nn.MultiHeadAttention adds the head dim itself. PyTorch spells it
+qkv.nn.MultiHeadAttention adds the head dim itself. It is made on the
+default device, by that device, from the lengths alone. PyTorch spells it
 torch.arange(n) < lengths[:, None, None].]],
    example = [=[print(qkv.padding({1, 3}))
 --> tensor([[[ True, False, False]],

@@ -44,16 +44,19 @@ elsewhere, broadcast: qkv.where(cond, x, y). The result's dtype is x's
 and y's promoted. As torch.Tensor.where.]]},
 
   both("tril", "[k]", "selection and indexing",
-    [[A copy of x with zeros above the k-th diagonal of its last two dims
-(k = 0 the main one, k > 0 above it, k < 0 below): element (i, j) stays
-when j - i <= k. x needs at least 2 dims. As torch.tril.]],
+    [[A new tensor of x's dtype on x's device: x with zeros above the k-th
+diagonal of each matrix of its last two dims (k = 0 the main one, k > 0
+above it, k < 0 below): element (..., i, j) stays when j - i <= k. k is an
+integer (default 0; 1.5 is an error); x has at least 2 dims, any dtype
+(bool gets false) and any layout. Differentiable. As torch.tril.]],
     [=[print(qkv.ones(2, 3):tril())
 --> tensor([[1., 0., 0.],
 -->         [1., 1., 0.]])]=]),
   both("triu", "[k]", "selection and indexing",
-    [[A copy of x with zeros below the k-th diagonal of its last two dims:
-element (i, j) stays when j - i >= k. k defaults to 0, the main diagonal,
-and x needs at least 2 dims. As torch.triu.]],
+    [[A new tensor of x's dtype on x's device: x with zeros below the k-th
+diagonal of each matrix of its last two dims: element (..., i, j) stays
+when j - i >= k. k is an integer, default 0 (the main diagonal); x has at
+least 2 dims, any dtype and any layout. Differentiable. As torch.triu.]],
     [=[print(qkv.ones(2, 3):triu(1))
 --> tensor([[0., 1., 1.],
 -->         [0., 0., 1.]])]=]),
