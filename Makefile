@@ -283,8 +283,9 @@ BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|
 # a block's threads as fibers switched at barriers and warp operations),
 # and the cross-backend suite run on them, threads in two orders
 SIM_SO := $(BUILD)/simcuda.so
-$(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard tests/tools/cudasim/*) \
-  vm/core/qkv.h vm/core/backend.h vm/core/half.h vm/cpu/layout.h vm/dispatch/plugin.h
+$(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard vm/common/*.h) \
+  $(wildcard tests/tools/cudasim/*) vm/core/qkv.h vm/core/backend.h vm/core/half.h \
+  vm/dispatch/plugin.h
 	BUILD=$(BUILD) tests/tools/cudasim/build.sh
 
 test-cudasim: $(SIM_SO)

@@ -8,7 +8,7 @@
 #define QKV_CPU_ATTENTION_JOB_H
 
 #include "cpu.h"
-#include "layout.h"
+#include "../common/layout.h"
 #include "vexp.h"
 
 /*

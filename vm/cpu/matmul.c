@@ -11,7 +11,8 @@
 
 #include "cpu.h"
 #include "blas.h"
-#include "layout.h"
+#include "../common/layout.h"
+#include "../common/matmul_shape.h"
 
 /* below this many multiply-adds a gemm call is too small to thread */
 #define SMALL_GEMM ((double)64 * 64 * 64)
@@ -361,30 +362,16 @@ static int run_batches (const job *J, int64_t nbatch) {
   return err ? err : stopped ? QKV_EINTR : QKV_OK;
 }
 
-static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
-                         const qkv_tensor *b) {
-  int nd = out->ndim;
-  if (nd < 2 || a->ndim != nd || b->ndim != nd) return 0;
-  for (int i = 0; i < nd - 2; i++)
-    if (a->size[i] != out->size[i] || b->size[i] != out->size[i]) return 0;
-  return a->size[nd - 2] == out->size[nd - 2] &&
-         b->size[nd - 2] == a->size[nd - 1] &&
-         b->size[nd - 1] == out->size[nd - 1];
-}
-
 int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                     double alpha) {
-  int nd = out->ndim;
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
-  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
-  if (!shapes_agree(out, a, b)) return QKV_EINTERNAL;
+  qkv_matmul_dims d;
+  int err = qkv_matmul_check(out, a, b, &d);
+  if (err != QKV_OK) return err;
   job J;
   J.dtype = out->dtype;
   J.es = qkv_elsize(out->dtype);
   J.out = out;
-  int64_t m = out->size[nd - 2], p = out->size[nd - 1], n = a->size[nd - 1];
-  int64_t nbatch = 1;
-  for (int i = 0; i < nd - 2; i++) nbatch *= out->size[i];
+  int64_t m = d.m, p = d.p, n = d.n, nbatch = d.nbatch;
   if (nbatch == 0 || m == 0 || p == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   J.c = (char *)qkv_data(out);
@@ -404,7 +391,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   /* gemm skips the product when alpha is 0 (so 0 * inf would be 0) */
   int exact = alpha != 0 && isfinite(alpha);
   J.alpha = exact ? alpha : 1;
-  int err = run_batches(&J, nbatch);
+  err = run_batches(&J, nbatch);
   if (err == QKV_OK && !exact) err = scale_out(&J, nbatch * m * p, alpha);
   return err;
 }

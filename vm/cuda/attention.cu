@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "attention.cuh"
+#include "../common/attention_shape.h"
 
 #define NT 256                       /* threads a block */
 #define RG (NT / 16)                 /* row groups: 16 threads a row */
@@ -273,32 +274,13 @@ void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
     op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
 }
 
-static int shapes_agree (const qkv_tensor *out, const qkv_tensor *q,
-                         const qkv_tensor *k, const qkv_tensor *v,
-                         const qkv_tensor *mask) {
-  int nd = out->ndim;
-  if (nd < 2 || q->ndim != nd || k->ndim != nd || v->ndim != nd) return 0;
-  if (mask && mask->ndim != nd) return 0;
-  for (int i = 0; i < nd - 2; i++)
-    if (q->size[i] != out->size[i] || k->size[i] != out->size[i] ||
-        v->size[i] != out->size[i] || (mask && mask->size[i] != out->size[i]))
-      return 0;
-  int64_t nq = out->size[nd - 2], dv = out->size[nd - 1];
-  int64_t nk = k->size[nd - 2], dk = q->size[nd - 1];
-  if (mask && (mask->size[nd - 2] != nq || mask->size[nd - 1] != nk)) return 0;
-  return q->size[nd - 2] == nq && k->size[nd - 1] == dk &&
-         v->size[nd - 2] == nk && v->size[nd - 1] == dv;
-}
-
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale) {
   int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
-  if (q->dtype != out->dtype || k->dtype != out->dtype || v->dtype != out->dtype)
-    return QKV_EDTYPE;
-  if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
-  if (!shapes_agree(out, q, k, v, mask)) return QKV_EINTERNAL;
+  int err = qkv_attention_check(out, q, k, v, mask);
+  if (err != QKV_OK) return err;
   int nd = out->ndim;
   job J;
   memset(&J, 0, sizeof J);

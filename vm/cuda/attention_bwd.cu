@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda.cuh"
+#include "../common/layout.h"
 
 #define THREADS 256
 #define SCRATCH ((size_t)256 << 20)   /* bytes of S and dP at most, roughly */
@@ -272,8 +273,6 @@ static int zero (qkv_tensor *t) {
   return QKV_OK;
 }
 
-static int fits_int (int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                  const qkv_tensor *o, const qkv_tensor *go,
@@ -303,7 +302,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
     return err == QKV_OK ? zero(dv) : err;
   }
   /* cuBLAS counts in int */
-  if (!fits_int(J.nq) || !fits_int(J.nk) || !fits_int(J.dk) || !fits_int(J.dv))
+  if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
     return QKV_EINTERNAL;
   J.scale = scale;
   J.causal = causal != 0;

@@ -6,9 +6,9 @@
 ** a and b have out's batch dims (ops.c expanded them, so a batch stride may
 ** be 0) and any element strides.  cuBLAS is column-major, so the row-major
 ** product is asked for as its transpose, out^T (p x m, ld p) = b^T a^T: b
-** goes first, and a matrix whose strides read as row-major (layout.h's
-** BYROW) is already the transpose cuBLAS wants (CUBLAS_OP_N), one stored
-** by columns (BYCOL) is read with CUBLAS_OP_T.
+** goes first, and a matrix whose strides read as row-major
+** (vm/common/layout.h's BYROW) is already the transpose cuBLAS wants
+** (CUBLAS_OP_N), one stored by columns (BYCOL) is read with CUBLAS_OP_T.
 **
 ** A batch of products is one cublas?gemmStridedBatched call when each
 ** operand's batch dims collapse to one stride (row-major over out's batch
@@ -25,10 +25,8 @@
 #include <math.h>
 
 #include "cuda.cuh"
-
-extern "C" {
-#include "../cpu/layout.h"
-}
+#include "../common/layout.h"
+#include "../common/matmul_shape.h"
 
 #define THREADS 256
 
@@ -189,17 +187,6 @@ static int run (T *out, operand *A, operand *B, const qkv_tensor *a,
   return exact ? QKV_OK : scale_out<T>(out, nbatch * m * p, alpha);
 }
 
-static int shapes_agree (const qkv_tensor *out, const qkv_tensor *a,
-                         const qkv_tensor *b) {
-  int nd = out->ndim;
-  if (nd < 2 || a->ndim != nd || b->ndim != nd) return 0;
-  for (int i = 0; i < nd - 2; i++)
-    if (a->size[i] != out->size[i] || b->size[i] != out->size[i]) return 0;
-  return a->size[nd - 2] == out->size[nd - 2] &&
-         b->size[nd - 2] == a->size[nd - 1] &&
-         b->size[nd - 1] == out->size[nd - 1];
-}
-
 /* the empty sum (n == 0): zeros, times alpha as a product would be (0 * inf) */
 template <typename T>
 static int zeros (T *out, int64_t count, double alpha) {
@@ -233,15 +220,11 @@ static int matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
 
 int qkv_cuda_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                      double alpha) {
-  int nd = out->ndim;
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
-  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
-  if (!shapes_agree(out, a, b)) return QKV_EINTERNAL;
-  int64_t m = out->size[nd - 2], p = out->size[nd - 1], n = a->size[nd - 1];
-  int64_t nbatch = 1;
-  for (int i = 0; i < nd - 2; i++) nbatch *= out->size[i];
-  if (nbatch == 0 || m == 0 || p == 0) return QKV_OK;
+  qkv_matmul_dims d;
+  int err = qkv_matmul_check(out, a, b, &d);
+  if (err != QKV_OK) return err;
+  if (d.nbatch == 0 || d.m == 0 || d.p == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
-  if (out->dtype == QKV_F32) return matmul<float>(out, a, b, nbatch, m, n, p, alpha);
-  return matmul<double>(out, a, b, nbatch, m, n, p, alpha);
+  if (out->dtype == QKV_F32) return matmul<float>(out, a, b, d.nbatch, d.m, d.n, d.p, alpha);
+  return matmul<double>(out, a, b, d.nbatch, d.m, d.n, d.p, alpha);
 }

@@ -41,8 +41,8 @@ FLAGS="-std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-strict-aliasing -pthread \
 
 # compile one source into $OUT/obj when it, a header, or this script changed
 compile () {       # src obj
-  deps="$1 $SIM/cudasim.h $SIM/build.sh $SRC/*.cuh $SRC/../core/qkv.h $SRC/../core/backend.h \
-    $SRC/../core/half.h $SRC/../cpu/layout.h $SRC/../dispatch/plugin.h"
+  deps="$1 $SIM/cudasim.h $SIM/build.sh $SRC/*.cuh $SRC/../common/*.h $SRC/../core/qkv.h \
+    $SRC/../core/backend.h $SRC/../core/half.h $SRC/../dispatch/plugin.h"
   if [ -f "$2" ] && [ -z "$SIMFLAGS" ]; then
     stale=0
     for d in $deps; do [ "$d" -nt "$2" ] && stale=1; done

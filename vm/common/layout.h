@@ -1,9 +1,12 @@
 /*
-** layout.h -- how cblas gemm can read a strided matrix, Torch7's rule, for
-** every CPU kernel that hands matrices to BLAS (matmul.c, attention.c).
+** layout.h -- how gemm can read a strided matrix, Torch7's rule, for every
+** kernel that hands matrices to BLAS: CBLAS in vm/cpu/matmul.c and
+** attention.c, cuBLAS in vm/cuda/matmul.cu.  BLAS counts in int
+** (qkv_fits_int).  qkv_densify is the CPU's copy of a matrix that fits
+** neither layout; the GPU's is a kernel (vm/cuda/matmul.cu).
 */
-#ifndef QKV_CPU_LAYOUT_H
-#define QKV_CPU_LAYOUT_H
+#ifndef QKV_COMMON_LAYOUT_H
+#define QKV_COMMON_LAYOUT_H
 
 #include <limits.h>
 #include <stdint.h>
