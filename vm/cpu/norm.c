@@ -8,6 +8,7 @@
 
 #include "cpu.h"
 #include "vexp.h"
+#include "../common/shape.h"
 
 /* rows run in parallel past this many elements, with the flag looked at
    between rows */
@@ -145,10 +146,8 @@ static QKV_AVX2 void ln_f32_avx2 (float *o, const float *x, const float *w, cons
 }
 #endif
 
-static int64_t last (const qkv_tensor *t) { return t->ndim ? t->size[t->ndim - 1] : 1; }
-
 int qkv_cpu_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
-  int64_t n = last(x), numel = qkv_numel(x);
+  int64_t n = qkv_last_size(x), numel = qkv_numel(x);
   if (numel == 0) return QKV_OK;
   int64_t rows = numel / n;
   int f32 = x->dtype == QKV_F32;
@@ -213,7 +212,7 @@ SOFTMAX_BWD_ROW(sbw_f32, float)
 SOFTMAX_BWD_ROW(sbw_f64, double)
 
 int qkv_cpu_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g) {
-  int64_t n = last(y), numel = qkv_numel(y);
+  int64_t n = qkv_last_size(y), numel = qkv_numel(y);
   if (numel == 0) return QKV_OK;
   int64_t rows = numel / n;
   size_t es = qkv_elsize(y->dtype);

@@ -8,15 +8,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
-
-static void extent (const qkv_tensor *x, int dim, int64_t *outer, int64_t *n, int64_t *inner) {
-  *outer = *inner = 1;
-  *n = x->ndim ? x->size[dim] : 1;
-  for (int i = 0; i < x->ndim; i++) {
-    if (i < dim) *outer *= x->size[i];
-    if (i > dim) *inner *= x->size[i];
-  }
-}
+#include "../common/shape.h"
 
 /* line by line along the dim, the lines of one outer slice side by side
    in acc, so that every pass reads and writes memory in order */
@@ -37,7 +29,7 @@ static void extent (const qkv_tensor *x, int dim, int64_t *outer, int64_t *n, in
 
 int qkv_cpu_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
   int64_t outer, n, inner;
-  extent(x, dim, &outer, &n, &inner);
+  qkv_extent(x, dim, &outer, &n, &inner);
   union sum { double d; uint64_t u; } *acc = malloc((size_t)inner * sizeof *acc);
   if (acc == NULL) return QKV_ENOMEM;
   switch (out->dtype) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "../common/shape.h"
 
 #define CHUNK 65536
 
@@ -45,10 +46,6 @@ static int walk (int ndim, const int64_t *size, int nops,
   return QKV_OK;
 }
 
-static int64_t last_stride (const qkv_tensor *t) {
-  return t->ndim ? t->stride[t->ndim - 1] : 0;
-}
-
 
 /* where: out = cond ? a : b */
 
@@ -72,8 +69,8 @@ static void where_row (void *ctx, const int64_t *off, int64_t n) {
 int qkv_cpu_where (qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                    const qkv_tensor *b) {
   Where w = {qkv_data(out), qkv_data(cond), qkv_data(a), qkv_data(b),
-             last_stride(out), last_stride(cond), last_stride(a), last_stride(b),
-             qkv_elsize(out->dtype)};
+             qkv_last_stride(out), qkv_last_stride(cond), qkv_last_stride(a),
+             qkv_last_stride(b), qkv_elsize(out->dtype)};
   const int64_t *st[4] = {out->stride, cond->stride, a->stride, b->stride};
   return walk(out->ndim, out->size, 4, st, where_row, &w);
 }
@@ -102,7 +99,7 @@ int qkv_cpu_gather (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx,
   memcpy(sa, a->stride, sizeof sa);
   sa[dim] = 0;                 /* the position along dim comes from idx */
   Gather g = {qkv_data(out), qkv_data(idx), qkv_data(a),
-              last_stride(out), last_stride(idx), out->ndim ? sa[out->ndim - 1] : 0,
+              qkv_last_stride(out), qkv_last_stride(idx), out->ndim ? sa[out->ndim - 1] : 0,
               a->stride[dim], qkv_elsize(out->dtype)};
   const int64_t *st[3] = {out->stride, idx->stride, sa};
   return walk(out->ndim, out->size, 3, st, gather_row, &g);
@@ -142,7 +139,7 @@ int qkv_cpu_scatter_add (qkv_tensor *out, const qkv_tensor *idx, const qkv_tenso
   memcpy(so, out->stride, sizeof so);
   so[dim] = 0;                 /* the position along dim comes from idx */
   Scatter c = {qkv_data(out), qkv_data(idx), qkv_data(src),
-               src->ndim ? so[src->ndim - 1] : 0, last_stride(idx), last_stride(src),
+               src->ndim ? so[src->ndim - 1] : 0, qkv_last_stride(idx), qkv_last_stride(src),
                out->stride[dim], out->dtype};
   const int64_t *st[3] = {so, idx->stride, src->stride};
   return walk(src->ndim, src->size, 3, st, scatter_row, &c);
@@ -203,17 +200,17 @@ static void sort_row (void *ctx, const int64_t *off, int64_t n) {
   const Sort *s = ctx;
   size_t es = qkv_elsize(s->a->dtype);
   int fl = qkv_is_float(s->a->dtype);
-  load(s, s->pa + off[0] * (int64_t)es, last_stride(s->a), n);
+  load(s, s->pa + off[0] * (int64_t)es, qkv_last_stride(s->a), n);
   qsort(s->buf, (size_t)n, sizeof(Item),
         fl ? (s->desc ? d_desc : d_asc) : (s->desc ? l_desc : l_asc));
-  store(s, s->pv + off[1] * (int64_t)es, last_stride(s->v), s->pi + off[2],
-        last_stride(s->ix), n);
+  store(s, s->pv + off[1] * (int64_t)es, qkv_last_stride(s->v), s->pi + off[2],
+        qkv_last_stride(s->ix), n);
 }
 
 /* values and indices have a's shape and dtype (int64); dim is the last
    (vm/dispatch/ops_nn.c moves the sorted dim there) */
 int qkv_cpu_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc) {
-  int64_t n = a->ndim ? a->size[a->ndim - 1] : 1;
+  int64_t n = qkv_last_size(a);
   Sort s = {a, values, indices, qkv_data(a), qkv_data(values), qkv_data(indices), desc,
             malloc(sizeof(Item) * (size_t)(n > 0 ? n : 1))};
   if (s.buf == NULL) return QKV_ENOMEM;

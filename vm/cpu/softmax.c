@@ -8,34 +8,7 @@
 
 #include "cpu.h"
 #include "vexp.h"
-
-/* where row r of the tensor starts, the other dims taken in order */
-typedef struct {
-  int n;
-  int64_t size[QKV_MAXDIM], xs[QKV_MAXDIM], os[QKV_MAXDIM];
-} rows;
-
-static void rows_init (rows *R, const qkv_tensor *out, const qkv_tensor *x,
-                       int dim) {
-  R->n = 0;
-  for (int i = 0; i < x->ndim; i++) {
-    if (i == dim) continue;
-    R->size[R->n] = x->size[i];
-    R->xs[R->n] = x->stride[i];
-    R->os[R->n] = out->stride[i];
-    R->n++;
-  }
-}
-
-static void row_start (const rows *R, int64_t r, int64_t *xo, int64_t *oo) {
-  *xo = *oo = 0;
-  for (int i = R->n - 1; i >= 0 && r > 0; i--) {
-    int64_t j = r % R->size[i];
-    r /= R->size[i];
-    *xo += j * R->xs[i];
-    *oo += j * R->os[i];
-  }
-}
+#include "../common/shape.h"
 
 #define SOFTMAX_ROW(name, T, EXP) \
 static void name (T *o, int64_t os, const T *x, int64_t xs, int64_t n) { \
@@ -101,21 +74,21 @@ static void row_any_f32 (float *o, int64_t os, const float *x, int64_t xs,
 }
 
 typedef struct {
-  rows R;
-  int64_t n, xs, os;
+  qkv_rows R;                 /* the row's length and strides, where each starts */
   char *ob;
   const char *xb;
   int f32, avx2;
 } job;
 
 static void one_row (const job *J, int64_t r) {
+  const qkv_rows *R = &J->R;
   int64_t xo, oo;
-  row_start(&J->R, r, &xo, &oo);
+  qkv_row_start(R, r, &xo, &oo);
   if (J->f32)
-    row_any_f32((float *)J->ob + oo, J->os, (const float *)J->xb + xo, J->xs,
-                J->n, J->avx2);
+    row_any_f32((float *)J->ob + oo, R->os, (const float *)J->xb + xo, R->xs,
+                R->n, J->avx2);
   else
-    row_f64((double *)J->ob + oo, J->os, (const double *)J->xb + xo, J->xs, J->n);
+    row_f64((double *)J->ob + oo, R->os, (const double *)J->xb + xo, R->xs, R->n);
 }
 
 int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
@@ -123,10 +96,7 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   int64_t numel = qkv_numel(x);
   if (numel == 0) return QKV_OK;
   job J;
-  J.n = x->ndim ? x->size[dim] : 1;
-  J.xs = x->ndim ? x->stride[dim] : 1;
-  J.os = out->ndim ? out->stride[dim] : 1;
-  rows_init(&J.R, out, x, dim);
+  qkv_rows_init(&J.R, out, x, dim);
   J.ob = (char *)qkv_data(out);
   J.xb = (const char *)qkv_data(x);
   J.f32 = x->dtype == QKV_F32;
@@ -135,7 +105,7 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
 #else
   J.avx2 = 0;
 #endif
-  int64_t nrows = numel / J.n;
+  int64_t nrows = numel / J.R.n;
   /* a small tensor never enters a parallel region: even a one-thread
      region costs more than its whole softmax */
   if (numel < QKV_CPU_PAR_MIN) {

@@ -14,6 +14,7 @@
 
 #include "cuda.cuh"
 #include "rows.cuh"
+#include "../common/shape.h"
 
 #define TINY 8                /* rows this short take a thread each */
 #define WARP_MAX 1024         /* rows up to this long take a warp */
@@ -144,8 +145,6 @@ static int launch (const norm_job &J, qkv_dtype dt) {
 
 /* the entries */
 
-static int64_t last (const qkv_tensor *t) { return t->ndim ? t->size[t->ndim - 1] : 1; }
-
 static int is_f (qkv_dtype t) { return t == QKV_F32 || t == QKV_F64; }
 
 static norm_job job_of (qkv_tensor *out, const qkv_tensor *x, int64_t n) {
@@ -161,7 +160,7 @@ static norm_job job_of (qkv_tensor *out, const qkv_tensor *x, int64_t n) {
 
 int qkv_cuda_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
   if (!is_f(x->dtype) || out->dtype != x->dtype) return QKV_EDTYPE;
-  int64_t n = last(x);
+  int64_t n = qkv_last_size(x);
   if (qkv_cu_numel(x) == 0) return QKV_OK;
   return launch<LOG_SOFTMAX>(job_of(out, x, n), x->dtype);
 }
@@ -181,7 +180,7 @@ int qkv_cuda_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor 
 
 int qkv_cuda_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g) {
   if (!is_f(y->dtype) || gx->dtype != y->dtype || g->dtype != y->dtype) return QKV_EDTYPE;
-  int64_t n = last(y);
+  int64_t n = qkv_last_size(y);
   if (qkv_cu_numel(y) == 0) return QKV_OK;
   norm_job J = job_of(gx, y, n);
   J.g = qkv_cu_data(g);

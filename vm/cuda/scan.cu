@@ -8,6 +8,7 @@
 ** walks a row (a parallel scan would serve long rows better).
 */
 #include "cuda.cuh"
+#include "../common/shape.h"
 
 #define THREADS 256
 
@@ -32,11 +33,8 @@ static int scan (qkv_tensor *out, const qkv_tensor *x, int64_t lines, int64_t n,
 }
 
 int qkv_cuda_cumsum (qkv_tensor *out, const qkv_tensor *x, int dim) {
-  int64_t outer = 1, n = x->ndim ? x->size[dim] : 1, inner = 1;
-  for (int i = 0; i < x->ndim; i++) {
-    if (i < dim) outer *= x->size[i];
-    if (i > dim) inner *= x->size[i];
-  }
+  int64_t outer, n, inner;
+  qkv_extent(x, dim, &outer, &n, &inner);
   switch (out->dtype) {
     case QKV_F32: return scan<float, double>(out, x, outer * inner, n, inner);
     case QKV_F64: return scan<double, double>(out, x, outer * inner, n, inner);

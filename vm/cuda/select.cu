@@ -13,6 +13,7 @@
 #include <cub/device/device_segmented_sort.cuh>
 
 #include "cuda.cuh"
+#include "../common/shape.h"
 
 #define THREADS 256
 
@@ -342,10 +343,6 @@ static qkv_tensor line_view (const qkv_tensor *t) {
   return v;
 }
 
-static int64_t last_stride (const qkv_tensor *t) {
-  return t->ndim ? t->stride[t->ndim - 1] : 0;
-}
-
 /* values and indices have a's shape (dtypes a's and int64); the sorted dim
    is the last (vm/dispatch/ops_nn.c moves it there) */
 static int sort_from (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc) {
@@ -354,10 +351,10 @@ static int sort_from (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor 
   const qkv_tensor *t[3] = {&la, &lv, &li};
   Lines l;
   qkv_cu_iter_init(&l.it, 3, t);
-  l.n = a->ndim ? a->size[a->ndim - 1] : 1;
-  l.s[0] = last_stride(a);
-  l.s[1] = last_stride(values);
-  l.s[2] = last_stride(indices);
+  l.n = qkv_last_size(a);
+  l.s[0] = qkv_last_stride(a);
+  l.s[1] = qkv_last_stride(values);
+  l.s[2] = qkv_last_stride(indices);
   return sort_lines(values, a, l, total, desc);
 }
 

@@ -16,36 +16,21 @@
 
 #include "cuda.cuh"
 #include "rows.cuh"
+#include "../common/shape.h"
 
 #define TINY 8                /* rows this short take a thread each */
 #define WARP_MAX 1024         /* rows up to this long take a warp */
 #define MANY 8192             /* interleaved rows enough for a thread each */
 #define THREADS 256           /* of every launch */
 
-namespace {                   /* the types are this file's own */
-
-/* where row r starts in x and in out, the other dims taken in order */
-struct rows {
-  int n;
-  int64_t size[QKV_MAXDIM], xs[QKV_MAXDIM], os[QKV_MAXDIM];
-};
-
+namespace {                   /* the type is this file's own */
+/* the rows (vm/common/shape.h) and where they lie */
 struct sm_job {
-  rows R;
-  int64_t n, xs, os, nrows;   /* the row length, its strides, the rows */
+  qkv_rows R;
+  int64_t nrows;
   char *o;
   const char *x;
 };
-
-__device__ static void row_start (const rows &R, int64_t r, int64_t *xo, int64_t *oo) {
-  *xo = *oo = 0;
-  for (int i = R.n - 1; i >= 0 && r > 0; i--) {
-    int64_t j = r % R.size[i];
-    r /= R.size[i];
-    *xo += j * R.xs[i];
-    *oo += j * R.os[i];
-  }
-}
 }
 
 
@@ -80,17 +65,17 @@ template <typename T, typename G>
 static __global__ void softmax_rows (sm_job J) {
   for (int64_t r = G::first(); r < J.nrows; r += G::step()) {
     int64_t xo, oo;
-    row_start(J.R, r, &xo, &oo);
-    softmax_row<T, G>((T *)J.o + oo, J.os, (const T *)J.x + xo, J.xs, J.n);
+    qkv_row_start(&J.R, r, &xo, &oo);
+    softmax_row<T, G>((T *)J.o + oo, J.R.os, (const T *)J.x + xo, J.R.xs, J.R.n);
   }
 }
 
 template <typename T>
 static int launch (const sm_job &J, int interleaved) {
-  if (J.n <= TINY || (interleaved && J.nrows >= MANY)) {
+  if (J.R.n <= TINY || (interleaved && J.nrows >= MANY)) {
     softmax_rows<T, by_thread><<<qkv_cu_blocks(J.nrows, THREADS), THREADS>>>(J);
     launchCheck("softmax (a thread a row)");
-  } else if (J.n <= WARP_MAX) {
+  } else if (J.R.n <= WARP_MAX) {
     softmax_rows<T, by_warp><<<qkv_cu_blocks(J.nrows, THREADS / 32), THREADS>>>(J);
     launchCheck("softmax (a warp a row)");
   } else {
@@ -100,28 +85,18 @@ static int launch (const sm_job &J, int interleaved) {
   return QKV_OK;
 }
 
-static int64_t mag (int64_t s) { return s < 0 ? -s : s; }
-
 int qkv_cuda_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   if (out->dtype != x->dtype || (x->dtype != QKV_F32 && x->dtype != QKV_F64))
     return QKV_EDTYPE;
   int64_t numel = qkv_cu_numel(x);
   if (numel == 0) return QKV_OK;
   sm_job J;
-  J.n = x->ndim ? x->size[dim] : 1;
-  J.xs = x->ndim ? x->stride[dim] : 1;
-  J.os = out->ndim ? out->stride[dim] : 1;
-  J.nrows = numel / J.n;
-  J.R.n = 0;
+  qkv_rows_init(&J.R, out, x, dim);
+  J.nrows = numel / J.R.n;
   int interleaved = 0;          /* another dim steps less than the row's */
-  for (int i = 0; i < x->ndim; i++) {
-    if (i == dim) continue;
-    J.R.size[J.R.n] = x->size[i];
-    J.R.xs[J.R.n] = x->stride[i];
-    J.R.os[J.R.n] = out->stride[i];
-    J.R.n++;
-    if (x->size[i] > 1 && mag(x->stride[i]) < mag(J.xs)) interleaved = 1;
-  }
+  for (int i = 0; i < J.R.nd; i++)
+    if (J.R.size[i] > 1 && qkv_stride_mag(J.R.xstride[i]) < qkv_stride_mag(J.R.xs))
+      interleaved = 1;
   J.o = qkv_cu_data(out);
   J.x = qkv_cu_data(x);
   return x->dtype == QKV_F32 ? launch<float>(J, interleaved) : launch<double>(J, interleaved);
