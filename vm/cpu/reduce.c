@@ -23,6 +23,7 @@
 #endif
 
 #include "cpu.h"
+#include "../common/reduce_plan.h"
 
 #define PIECE 32768           /* smallest piece of a split line */
 #define MAXPIECES 256         /* most pieces one line is cut into */
@@ -31,21 +32,7 @@
    multiple of 4, so that a chunk leaves sum_f32's four sums in step */
 #define CHUNK 65536
 
-typedef enum { SUMS, MOMENTS, EXTREMA } family;
-
-typedef struct {
-  qkv_redop op;
-  family fam;
-  qkv_dtype dt, odt;          /* a's and out's */
-  size_t ea;                  /* a's element size */
-  int64_t n, sa;              /* the reduced dim's length, a's stride there */
-  int nd;                     /* the kept dims, smallest a stride last */
-  int64_t size[QKV_MAXDIM], as[QKV_MAXDIM], os[QKV_MAXDIM], xs[QKV_MAXDIM];
-  int64_t nout;
-  const char *a;
-  char *o;                    /* values; NULL for ARGMAX/ARGMIN */
-  char *x;                    /* positions; NULL when not wanted */
-} plan;
+typedef qkv_redplan plan;     /* ../common/reduce_plan.h */
 
 /* What a line, or a piece of one, reduces to. */
 typedef struct {
@@ -151,12 +138,11 @@ static const char *at (const plan *P, const char *line, int64_t i) {
   return line + i * P->sa * (int64_t)P->ea;
 }
 
-static int is_max (qkv_redop op) { return op == QKV_MAX || op == QKV_ARGMAX; }
 
 /* Whether element j of the line beats element i < j, by the rules above. */
 static int beats (const plan *P, const char *line, int64_t j, int64_t i) {
   const char *pj = at(P, line, j), *pi = at(P, line, i);
-  int mx = is_max(P->op);
+  int mx = qkv_red_is_max(P->op);
   switch (P->dt) {
     case QKV_F32: case QKV_F64: {
       double vj = P->dt == QKV_F32 ? *(const float *)pj : *(const double *)pj;
@@ -216,7 +202,7 @@ static int piece_sqdev (const plan *P, const char *line, int64_t start,
    first NaN) as one scan */
 static int piece_ext (const plan *P, const char *line, int64_t start,
                       int64_t len, acc *r) {
-  ext_fn f = (is_max(P->op) ? ext_max : ext_min)[P->dt];
+  ext_fn f = (qkv_red_is_max(P->op) ? ext_max : ext_min)[P->dt];
   for (int64_t i = 0; i < len; i += CHUNK) {
     int64_t n = len - i < CHUNK ? len - i : CHUNK;
     if (i > 0 && qkv_interrupted) return QKV_EINTR;
@@ -260,11 +246,11 @@ static void emit (const plan *P, const char *line, char *o, char *x,
 static int reduce_line (const plan *P, const char *line, char *o, char *x) {
   acc r = {0, 0, 0, 0};
   int err;
-  if (P->fam == EXTREMA) {
+  if (P->fam == QKV_RED_EXTREMA) {
     err = piece_ext(P, line, 0, P->n, &r);
   } else {
     err = piece_sum(P, line, 0, P->n, &r);
-    if (err == QKV_OK && P->fam == MOMENTS && P->n > 1)
+    if (err == QKV_OK && P->fam == QKV_RED_MOMENTS && P->n > 1)
       err = piece_sqdev(P, line, 0, P->n, r.d / (double)P->n, &r);
   }
   if (err == QKV_OK) emit(P, line, o, x, &r);
@@ -344,7 +330,7 @@ DEF_TILE(tile_f32, float)
 DEF_TILE(tile_f64, double)
 
 static int tiles (const plan *P) {
-  return P->fam != EXTREMA && qkv_is_float(P->dt) && P->n > 0 &&
+  return P->fam != QKV_RED_EXTREMA && qkv_is_float(P->dt) && P->n > 0 &&
          P->nd > 0 && P->as[P->nd - 1] == 1 && P->sa != 1;
 }
 
@@ -368,7 +354,7 @@ static int do_tile (const plan *P, const cursor *c, int w) {
   int64_t os = P->os[P->nd - 1];
   memset(r, 0, sizeof r);
   if (tile_pass(P, line, w, NULL, r) != QKV_OK) return QKV_EINTR;
-  if (P->fam == MOMENTS && P->n > 1) {
+  if (P->fam == QKV_RED_MOMENTS && P->n > 1) {
     /* every lane, not only w: gcc then sees all of mean set */
     for (int k = 0; k < TILE; k++) {
       mean[k] = r[k].d / (double)P->n;
@@ -457,7 +443,7 @@ static int split_pass (split *S, int second) {
     if (stopped || qkv_interrupted) stopped = 1;
     else if (second)
       stopped = piece_sqdev(P, S->line[j], start, len, S->mean[j], r) != QKV_OK;
-    else if (P->fam == EXTREMA)
+    else if (P->fam == QKV_RED_EXTREMA)
       stopped = piece_ext(P, S->line[j], start, len, r) != QKV_OK;
     else stopped = piece_sum(P, S->line[j], start, len, r) != QKV_OK;
   }
@@ -470,7 +456,7 @@ static acc combine (const split *S, int64_t j, int second) {
   acc r = p[0];
   for (int64_t k = 1; k < S->np; k++) {
     if (second) { r.d += p[k].d; r.c += p[k].c; }
-    else if (S->P->fam == EXTREMA) {
+    else if (S->P->fam == QKV_RED_EXTREMA) {
       if (beats(S->P, S->line[j], p[k].pos, r.pos)) r.pos = p[k].pos;
     } else { r.d += p[k].d; r.u += p[k].u; }
   }
@@ -500,7 +486,7 @@ static int reduce_split (const plan *P) {
     res[j] = combine(&S, j, 0);
     S.mean[j] = res[j].d / (double)P->n;
   }
-  if (err == QKV_OK && P->fam == MOMENTS) {
+  if (err == QKV_OK && P->fam == QKV_RED_MOMENTS) {
     err = split_pass(&S, 1);
     for (int64_t j = 0; err == QKV_OK && j < P->nout; j++) res[j] = combine(&S, j, 1);
   }
@@ -512,85 +498,17 @@ static int reduce_split (const plan *P) {
 }
 
 
-/* checking and planning */
-
-static int check_dtypes (qkv_redop op, const qkv_tensor *out,
-                         const qkv_tensor *idx, const qkv_tensor *a) {
-  int fa = qkv_is_float(a->dtype);
-  switch (op) {
-    case QKV_SUM:
-      return out->dtype == (a->dtype == QKV_BOOL ? QKV_I64 : a->dtype);
-    case QKV_MEAN: case QKV_VAR: case QKV_STD:
-      return fa && qkv_is_float(out->dtype);
-    case QKV_MAX: case QKV_MIN:
-      return out->dtype == a->dtype && (idx == NULL || idx->dtype == QKV_I64);
-    case QKV_ARGMAX: case QKV_ARGMIN:
-      return out->dtype == QKV_I64;
-    default:
-      return 0;
-  }
-}
-
-/* t has a's shape with size 1 at dim */
-static int reduced_shape (const qkv_tensor *t, const qkv_tensor *a, int dim) {
-  if (t->ndim != a->ndim) return 0;
-  for (int k = 0; k < a->ndim; k++)
-    if (t->size[k] != (k == dim ? 1 : a->size[k])) return 0;
-  return 1;
-}
-
-static int64_t mag (int64_t s) { return s < 0 ? -s : s; }
-
-/*
-** Keeps the dims other than `dim` that have more than one element, ordered
-** so that the innermost loop walks a's smallest stride: neighbouring lines
-** then share cache lines.
-*/
-static void keep_dims (plan *P, const qkv_tensor *a, const qkv_tensor *o,
-                       const qkv_tensor *x, int dim) {
-  P->nd = 0;
-  P->nout = 1;
-  for (int k = 0; k < a->ndim; k++) {
-    if (k == dim || a->size[k] == 1) continue;
-    int j = P->nd++;
-    while (j > 0 && mag(P->as[j - 1]) < mag(a->stride[k])) {
-      P->size[j] = P->size[j - 1]; P->as[j] = P->as[j - 1];
-      P->os[j] = P->os[j - 1]; P->xs[j] = P->xs[j - 1];
-      j--;
-    }
-    P->size[j] = a->size[k];
-    P->as[j] = a->stride[k];
-    P->os[j] = o->stride[k];
-    P->xs[j] = x != NULL ? x->stride[k] : 0;
-    P->nout *= a->size[k];
-  }
-}
+/* the entry: the plan as ../common/reduce_plan.h makes it */
 
 int qkv_cpu_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
                     const qkv_tensor *a, int dim) {
   plan P;
-  if (op < 0 || op >= QKV_NREDUCE || !check_dtypes(op, out, idx, a))
-    return QKV_EDTYPE;
-  if ((a->ndim > 0 && (dim < 0 || dim >= a->ndim)) ||
-      !reduced_shape(out, a, dim) || (idx && !reduced_shape(idx, a, dim)))
-    return QKV_EINTERNAL;
-  int arg = op == QKV_ARGMAX || op == QKV_ARGMIN;
-  P.op = op;
-  P.fam = op == QKV_SUM || op == QKV_MEAN ? SUMS :
-          op == QKV_VAR || op == QKV_STD ? MOMENTS : EXTREMA;
-  P.dt = a->dtype;
-  P.odt = out->dtype;
-  P.ea = qkv_elsize(a->dtype);
-  P.n = a->ndim > 0 ? a->size[dim] : 1;
-  P.sa = a->ndim > 0 ? a->stride[dim] : 0;
-  keep_dims(&P, a, out, arg ? out : P.fam == EXTREMA ? idx : NULL, dim);
-  if (P.nout == 0) return QKV_OK;
-  if (P.n == 0 && P.fam == EXTREMA) return QKV_EINTERNAL;
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim);
+  if (err != QKV_OK || P.nout == 0) return err;
   static const double none = 0;        /* an empty a may have no storage */
-  P.a = P.n > 0 ? (const char *)qkv_data(a) : (const char *)&none;
-  P.o = arg ? NULL : (char *)qkv_data(out);
-  P.x = arg ? (char *)qkv_data(out) :
-        idx && P.fam == EXTREMA ? (char *)qkv_data(idx) : NULL;
+  qkv_redplan_data(&P, P.n > 0 ? (const char *)qkv_data(a) : (const char *)&none,
+                   (char *)qkv_data(out), idx ? (char *)qkv_data(idx) : NULL);
+  P.ea = qkv_elsize(a->dtype);
   if (P.nout < FEW_OUTPUTS && P.n >= 2 * PIECE)
     return reduce_split(&P);
   return reduce_outputs(&P);

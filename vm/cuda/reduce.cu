@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "cuda.cuh"
+#include "../common/reduce_plan.h"
 
 #define SHORT 32              /* lines this short take a thread each */
 #define BLOCK 256             /* most threads of a block (a power of 2) */
@@ -33,21 +34,7 @@
 #define BTARGET 1024          /* blocks worth cutting lines up for */
 #define MAXGRID 65536         /* blocks of a block-per-line launch */
 
-typedef enum { SUMS, MOMENTS, EXTREMA } family;
-
-/* passed to the kernels by value; offsets count elements */
-struct plan {
-  qkv_redop op;
-  family fam;
-  qkv_dtype odt;              /* out's */
-  int64_t n, sa;              /* the reduced dim's length, a's stride there */
-  int nd;                     /* the kept dims, smallest a stride last */
-  int64_t size[QKV_MAXDIM], as[QKV_MAXDIM], os[QKV_MAXDIM], xs[QKV_MAXDIM];
-  int64_t nout;
-  const char *a;
-  char *o;                    /* values; NULL for ARGMAX/ARGMIN */
-  char *x;                    /* positions; NULL when not wanted */
-};
+typedef qkv_redplan plan;     /* ../common/reduce_plan.h; passed to the kernels by value */
 
 /* What a line, or a piece of one, reduces to (as vm/cpu/reduce.c's). */
 template <typename T> struct acc {
@@ -82,10 +69,6 @@ template <typename T> __device__ static inline acc<T> empty () {
   return r;
 }
 
-__device__ static inline bool is_max (qkv_redop op) {
-  return op == QKV_MAX || op == QKV_ARGMAX;
-}
-
 /*
 ** Whether vj at position j beats the extremum so far, vi at i (i < 0:
 ** none yet).  The first NaN beats everything, then the larger (smaller)
@@ -105,8 +88,8 @@ __device__ static inline bool beats (bool mx, T vj, int64_t j, T vi, int64_t i) 
 /* folds s into r: sums add, extrema compete */
 template <typename T>
 __device__ static inline void merge (const plan &P, acc<T> &r, const acc<T> &s) {
-  if (P.fam == EXTREMA) {
-    if (beats(is_max(P.op), s.v, s.pos, r.v, r.pos)) { r.v = s.v; r.pos = s.pos; }
+  if (P.fam == QKV_RED_EXTREMA) {
+    if (beats(qkv_red_is_max(P.op), s.v, s.pos, r.v, r.pos)) { r.v = s.v; r.pos = s.pos; }
   } else {
     r.d += s.d;
     r.c += s.c;
@@ -121,14 +104,14 @@ __device__ static inline void merge (const plan &P, acc<T> &r, const acc<T> &s) 
 template <typename T>
 __device__ static void scan (const plan &P, const T *line, int64_t lo, int64_t hi,
                              int64_t step, bool dev, double mean, acc<T> &r) {
-  bool mx = is_max(P.op);
+  bool mx = qkv_red_is_max(P.op);
   for (int64_t i = lo; i < hi; i += step) {
     T v = line[i * P.sa];
     if (dev) {
       double d = (double)v - mean;
       r.c += d;
       r.d += d * d;
-    } else if (P.fam == EXTREMA) {
+    } else if (P.fam == QKV_RED_EXTREMA) {
       if (beats(mx, v, i, r.v, r.pos)) { r.v = v; r.pos = i; }
     } else {
       add(r, v);
@@ -218,7 +201,7 @@ static __global__ void by_thread (plan P, int64_t np, int64_t len, const double 
     acc<T> r = empty<T>();
     scan(P, line, lo, hi, 1, mean != NULL, mean != NULL ? mean[j] : 0.0, r);
     if (mean != NULL || np > 1) { part[j * np + k] = r; continue; }
-    if (P.fam == MOMENTS && P.n > 1) {
+    if (P.fam == QKV_RED_MOMENTS && P.n > 1) {
       acc<T> s = empty<T>();
       scan(P, line, 0, P.n, 1, true, r.d / (double)P.n, s);
       r.d = s.d;
@@ -243,7 +226,7 @@ static __global__ void by_block (plan P, int64_t np, int64_t len, const double *
          mean != NULL ? mean[j] : 0.0, r);
     r = block_merge(P, sh, r);
     bool finish = mean == NULL && np == 1;
-    if (finish && P.fam == MOMENTS && P.n > 1) {     /* uniform in the block */
+    if (finish && P.fam == QKV_RED_MOMENTS && P.n > 1) {     /* uniform in the block */
       acc<T> s = empty<T>();
       scan(P, line, threadIdx.x, P.n, blockDim.x, true, r.d / (double)P.n, s);
       s = block_merge(P, sh, s);
@@ -280,8 +263,6 @@ static __global__ void fold (plan P, int64_t np, const acc<T> *part, double *mea
 
 
 /* launching */
-
-static int64_t mag (int64_t s) { return s < 0 ? -s : s; }
 
 static unsigned grid_of (int64_t work) {
   return (unsigned)(work < MAXGRID ? work : MAXGRID);
@@ -323,7 +304,8 @@ static int fold_pass (const plan &P, int64_t np, const acc<T> *part, double *mea
 */
 template <typename T>
 static int run (const plan &P) {
-  int thread = P.n <= SHORT || (P.nd > 0 && mag(P.as[P.nd - 1]) < mag(P.sa));
+  int thread = P.n <= SHORT ||
+               (P.nd > 0 && qkv_stride_mag(P.as[P.nd - 1]) < qkv_stride_mag(P.sa));
   int64_t minp = thread ? TPIECE : BPIECE, target = thread ? TTARGET : BTARGET;
   int64_t np = 1, len = P.n;
   if (P.n >= 2 * minp && P.nout < target) {
@@ -334,11 +316,11 @@ static int run (const plan &P) {
   }
   if (np == 1) return pass<T>(P, thread, 1, len, NULL, NULL);
   size_t pbytes = (size_t)(P.nout * np) * sizeof(acc<T>);
-  size_t mbytes = P.fam == MOMENTS ? (size_t)P.nout * sizeof(double) : 0;
+  size_t mbytes = P.fam == QKV_RED_MOMENTS ? (size_t)P.nout * sizeof(double) : 0;
   char *scratch = (char *)qkv_cu_alloc(pbytes + mbytes);
   if (scratch == NULL) return QKV_ENOMEM;
   acc<T> *part = (acc<T> *)scratch;
-  double *mean = P.fam == MOMENTS ? (double *)(scratch + pbytes) : NULL;
+  double *mean = P.fam == QKV_RED_MOMENTS ? (double *)(scratch + pbytes) : NULL;
   int err = pass<T>(P, thread, np, len, NULL, part);
   if (err == QKV_OK) err = fold_pass<T>(P, np, part, mean);
   if (err == QKV_OK && mean != NULL) {
@@ -350,85 +332,17 @@ static int run (const plan &P) {
 }
 
 
-/* checking and planning, as vm/cpu/reduce.c */
-
-static int is_f (qkv_dtype t) { return t == QKV_F32 || t == QKV_F64; }
-
-static int check_dtypes (qkv_redop op, const qkv_tensor *out,
-                         const qkv_tensor *idx, const qkv_tensor *a) {
-  qkv_dtype t = a->dtype;
-  if (!is_f(t) && t != QKV_I64 && t != QKV_BOOL) return 0;
-  switch (op) {
-    case QKV_SUM:
-      return out->dtype == (t == QKV_BOOL ? QKV_I64 : t);
-    case QKV_MEAN: case QKV_VAR: case QKV_STD:
-      return is_f(t) && is_f(out->dtype);
-    case QKV_MAX: case QKV_MIN:
-      return out->dtype == t && (idx == NULL || idx->dtype == QKV_I64);
-    case QKV_ARGMAX: case QKV_ARGMIN:
-      return out->dtype == QKV_I64;
-    default:
-      return 0;
-  }
-}
-
-/* t has a's shape with size 1 at dim */
-static int reduced_shape (const qkv_tensor *t, const qkv_tensor *a, int dim) {
-  if (t->ndim != a->ndim) return 0;
-  for (int k = 0; k < a->ndim; k++)
-    if (t->size[k] != (k == dim ? 1 : a->size[k])) return 0;
-  return 1;
-}
-
-/*
-** Keeps the dims other than `dim` that have more than one element, ordered
-** so that the innermost walks a's smallest stride: neighbouring threads
-** then read neighbouring memory.
-*/
-static void keep_dims (plan *P, const qkv_tensor *a, const qkv_tensor *o,
-                       const qkv_tensor *x, int dim) {
-  P->nd = 0;
-  P->nout = 1;
-  for (int k = 0; k < a->ndim; k++) {
-    if (k == dim || a->size[k] == 1) continue;
-    int j = P->nd++;
-    while (j > 0 && mag(P->as[j - 1]) < mag(a->stride[k])) {
-      P->size[j] = P->size[j - 1]; P->as[j] = P->as[j - 1];
-      P->os[j] = P->os[j - 1]; P->xs[j] = P->xs[j - 1];
-      j--;
-    }
-    P->size[j] = a->size[k];
-    P->as[j] = a->stride[k];
-    P->os[j] = o->stride[k];
-    P->xs[j] = x != NULL ? x->stride[k] : 0;
-    P->nout *= a->size[k];
-  }
-}
+/* the entry: the plan as ../common/reduce_plan.h makes it */
 
 int qkv_cuda_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
                      const qkv_tensor *a, int dim) {
   plan P;
-  if (op < 0 || op >= QKV_NREDUCE || !check_dtypes(op, out, idx, a))
-    return QKV_EDTYPE;
-  if ((a->ndim > 0 && (dim < 0 || dim >= a->ndim)) ||
-      !reduced_shape(out, a, dim) || (idx && !reduced_shape(idx, a, dim)))
-    return QKV_EINTERNAL;
-  int arg = op == QKV_ARGMAX || op == QKV_ARGMIN;
-  P.op = op;
-  P.fam = op == QKV_SUM || op == QKV_MEAN ? SUMS :
-          op == QKV_VAR || op == QKV_STD ? MOMENTS : EXTREMA;
-  P.odt = out->dtype;
-  P.n = a->ndim > 0 ? a->size[dim] : 1;
-  P.sa = a->ndim > 0 ? a->stride[dim] : 0;
-  keep_dims(&P, a, out, arg ? out : P.fam == EXTREMA ? idx : NULL, dim);
-  if (P.nout == 0) return QKV_OK;
-  if (P.n == 0 && P.fam == EXTREMA) return QKV_EINTERNAL;
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim);
+  if (err != QKV_OK || P.nout == 0) return err;
   if (P.n == 0)                /* nothing of a is read: no pointer into it */
     for (int k = 0; k < P.nd; k++) P.as[k] = 0;
-  P.a = P.n > 0 ? qkv_cu_data(a) : NULL;
-  P.o = arg ? NULL : qkv_cu_data(out);
-  P.x = arg ? qkv_cu_data(out) :
-        idx && P.fam == EXTREMA ? qkv_cu_data(idx) : NULL;
+  qkv_redplan_data(&P, P.n > 0 ? qkv_cu_data(a) : NULL, qkv_cu_data(out),
+                   idx ? qkv_cu_data(idx) : NULL);
   switch (a->dtype) {
     case QKV_F32: return run<float>(P);
     case QKV_F64: return run<double>(P);
