@@ -1,9 +1,10 @@
 /*
 ** random.c -- the Philox 4x32-10 generator and the CPU's uniform and
-** normal fills.
+** normal fills (the rounds and the elements' formulas: vm/common/philox.h,
+** which vm/cuda/random.cu's kernel runs too).
 **
 ** The stream is a pure function of (key, offset, element index), so any
-** thread count, and later a CUDA kernel, reproduces it bit for bit:
+** thread count, and vm/cuda/random.cu's kernel, reproduces it bit for bit:
 **
 **   block j (a 64-bit counter) is philox4x32_10(ctr = {lo32(j), hi32(j),
 **   0, 0}, key = {key[0], key[1]}), giving lanes x0..x3.  A call with
@@ -25,19 +26,10 @@
 **     float64: pair k takes block offset + k; v1 = (x0 << 32 | x1) >> 11,
 **       v2 = (x2 << 32 | x3) >> 11, u1 = (v1 + 1) * 2^-53, u2 = v2 * 2^-53.
 */
-#include <math.h>
 #include <string.h>
 
 #include "cpu.h"
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u     /* Weyl increments of the key */
-#define PHILOX_W1 0xBB67AE85u
-
-#define TWO_PI 6.283185307179586476925286766559
-#define TWO_M24 (1.0 / 16777216.0)
-#define TWO_M53 (1.0 / 9007199254740992.0)
+#include "../common/philox.h"
 
 /*
 ** GROUP blocks at once, one per lane of the arrays, updated in place.  The
@@ -51,27 +43,16 @@ typedef struct { uint32_t x0[GROUP], x1[GROUP], x2[GROUP], x3[GROUP]; } lanes;
 static void philox (lanes *v, const uint32_t key[2]) {
   uint32_t k0 = key[0], k1 = key[1];
   for (int round = 0; round < 10; round++) {
-    for (int g = 0; g < GROUP; g++) {
-      uint64_t p0 = (uint64_t)PHILOX_M0 * v->x0[g];
-      uint64_t p1 = (uint64_t)PHILOX_M1 * v->x2[g];
-      uint32_t y1 = v->x1[g], y3 = v->x3[g];
-      v->x0[g] = (uint32_t)(p1 >> 32) ^ y1 ^ k0;
-      v->x1[g] = (uint32_t)p1;
-      v->x2[g] = (uint32_t)(p0 >> 32) ^ y3 ^ k1;
-      v->x3[g] = (uint32_t)p0;
-    }
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
+    for (int g = 0; g < GROUP; g++)
+      qkv_philox_round(&v->x0[g], &v->x1[g], &v->x2[g], &v->x3[g], k0, k1);
+    qkv_philox_bump(&k0, &k1);
   }
 }
 
 void qkv_philox (const uint32_t ctr[4], const uint32_t key[2],
                  uint32_t out[4]) {
-  lanes v;
-  memset(&v, 0, sizeof v);
-  v.x0[0] = ctr[0]; v.x1[0] = ctr[1]; v.x2[0] = ctr[2]; v.x3[0] = ctr[3];
-  philox(&v, key);
-  out[0] = v.x0[0]; out[1] = v.x1[0]; out[2] = v.x2[0]; out[3] = v.x3[0];
+  memcpy(out, ctr, 4 * sizeof *out);
+  qkv_philox4x32_10(out, key[0], key[1]);
 }
 
 /* Blocks j .. j + GROUP - 1 of the stream, block j + g in x[g]. */
@@ -89,52 +70,11 @@ static void blocks (const uint32_t key[2], uint64_t j, uint32_t x[GROUP][4]) {
   }
 }
 
-static double u24 (uint32_t x) { return (double)(x >> 8) * TWO_M24; }
-
-static double u53 (uint32_t a, uint32_t b) {
-  return (double)((((uint64_t)a << 32) | b) >> 11) * TWO_M53;
-}
-
-/* Both halves always, so the compiler can fuse cos and sin into sincos. */
-static void box_muller (double u1, double u2, double *c, double *s) {
-  double r = sqrt(-2.0 * log(u1)), th = TWO_PI * u2;
-  *c = r * cos(th);
-  *s = r * sin(th);
-}
-
-/* Elements [4b, 4b + cnt) of a float32 fill, from block offset + b. */
-static void fill_f32 (float *o, qkv_dist dist, const uint32_t x[4], int cnt) {
-  if (dist == QKV_UNIFORM) {
-    for (int l = 0; l < cnt; l++) o[l] = (float)u24(x[l]);
-    return;
-  }
-  for (int h = 0; 2 * h < cnt; h++) {
-    double c, s;
-    double u1 = u24(x[2 * h]) + TWO_M24;   /* ((x >> 8) + 1) * 2^-24, exact */
-    box_muller(u1, u24(x[2 * h + 1]), &c, &s);
-    o[2 * h] = (float)c;
-    if (2 * h + 1 < cnt) o[2 * h + 1] = (float)s;
-  }
-}
-
-/* Elements [2b, 2b + cnt) of a float64 fill, from block offset + b. */
-static void fill_f64 (double *o, qkv_dist dist, const uint32_t x[4], int cnt) {
-  if (dist == QKV_UNIFORM) {
-    for (int l = 0; l < cnt; l++) o[l] = u53(x[2 * l], x[2 * l + 1]);
-    return;
-  }
-  double c, s;
-  box_muller(u53(x[0], x[1]) + TWO_M53, u53(x[2], x[3]), &c, &s);
-  o[0] = c;
-  if (cnt > 1) o[1] = s;
-}
-
 typedef struct {
   const uint32_t *key;
   uint64_t offset;
   int64_t n, nblocks;
-  int per, f32;
-  qkv_dist dist;
+  int per, f32, normal;
   char *base;
 } job;
 
@@ -145,8 +85,8 @@ static void one_group (const job *J, int64_t q) {
   for (int g = 0; g < GROUP && q * GROUP + g < J->nblocks; g++) {
     int64_t first = (q * GROUP + g) * J->per;
     int cnt = J->n - first < J->per ? (int)(J->n - first) : J->per;
-    if (J->f32) fill_f32((float *)J->base + first, J->dist, x[g], cnt);
-    else fill_f64((double *)J->base + first, J->dist, x[g], cnt);
+    if (J->f32) qkv_random_f32((float *)J->base + first, J->normal, x[g], cnt);
+    else qkv_random_f64((double *)J->base + first, J->normal, x[g], cnt);
   }
 }
 
@@ -155,7 +95,7 @@ int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
   if (dist != QKV_UNIFORM && dist != QKV_NORMAL) return QKV_EINTERNAL;
   job J = {key, offset, qkv_numel(out), 0, out->dtype == QKV_F32 ? 4 : 2,
-           out->dtype == QKV_F32, dist, NULL};
+           out->dtype == QKV_F32, dist == QKV_NORMAL, NULL};
   if (J.n <= 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   J.nblocks = (J.n + J.per - 1) / J.per;
