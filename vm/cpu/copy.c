@@ -12,6 +12,7 @@
 #include <string.h>
 #include "cpu.h"
 #include "iter.h"
+#include "../common/scalar.h"
 
 /*
 ** A float into an int: v (the element's value as a T, a float for the
@@ -161,11 +162,11 @@ FILL_ROW(fill_8, uint64_t)
 
 int qkv_cpu_fill(qkv_tensor *dst, double v) {
   const qkv_tensor *t[1];
-  qkv_cpu_scalar s;
+  qkv_scalar s;
   qkv_iter it;
   qkv_iter_fn fn;
   if ((unsigned)dst->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  s = qkv_cpu_scalar_of(dst->dtype, v);
+  s = qkv_scalar_of(dst->dtype, v);
   switch (qkv_elsize(dst->dtype)) {
     case 1: fn = fill_1; break;
     case 2: fn = fill_2; break;

@@ -11,6 +11,7 @@
 #include "cpu.h"
 #include "iter.h"
 #include "vexp.h"
+#include "../common/scalar.h"
 
 #ifdef __clang__
 /* sqrt sets errno unless -fno-math-errno, so its simd loop may stay scalar,
@@ -20,26 +21,10 @@
 
 /* ---- binary ---- */
 
-#define WRAP(op, x, y) ((int64_t)((uint64_t)(x) op (uint64_t)(y)))
 /* the x != x tests fold away for int64; written with | so the select has
    no branch and vectorises */
 #define MAXOF(x, y) ((((x) > (y)) | ((x) != (x))) ? (x) : (y))
 #define MINOF(x, y) ((((x) < (y)) | ((x) != (x))) ? (x) : (y))
-
-/* integer pow by squaring; a negative exponent gives 1/b^-e truncated */
-static int64_t ipow(int64_t b, int64_t e) {
-  uint64_t r = 1, x = (uint64_t)b;
-  if (e < 0) {
-    if (b == 1) return 1;
-    if (b == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  for (; e; e >>= 1) {
-    if (e & 1) r *= x;
-    x *= x;
-  }
-  return (int64_t)r;
-}
 
 #define FLOATS(name, EXPR) \
   QKV_ROW_MAP2(name##_f32, float, float, EXPR) \
@@ -53,10 +38,10 @@ FLOATS(max, MAXOF(x, y))
 FLOATS(min, MINOF(x, y))
 QKV_ROW_CALL2(pow_f32, float, float, powf(x, y))
 QKV_ROW_CALL2(pow_f64, double, double, pow(x, y))
-QKV_ROW_MAP2(add_i64, int64_t, int64_t, WRAP(+, x, y))
-QKV_ROW_MAP2(sub_i64, int64_t, int64_t, WRAP(-, x, y))
-QKV_ROW_MAP2(mul_i64, int64_t, int64_t, WRAP(*, x, y))
-QKV_ROW_CALL2(pow_i64, int64_t, int64_t, ipow(x, y))
+QKV_ROW_MAP2(add_i64, int64_t, int64_t, QKV_WRAP(+, x, y))
+QKV_ROW_MAP2(sub_i64, int64_t, int64_t, QKV_WRAP(-, x, y))
+QKV_ROW_MAP2(mul_i64, int64_t, int64_t, QKV_WRAP(*, x, y))
+QKV_ROW_CALL2(pow_i64, int64_t, int64_t, qkv_ipow(x, y))
 QKV_ROW_MAP2(max_i64, int64_t, int64_t, MAXOF(x, y))
 QKV_ROW_MAP2(min_i64, int64_t, int64_t, MINOF(x, y))
 
@@ -160,8 +145,8 @@ UNARY(sin, QKV_ROW_CALL1, sinf(x), sin(x))
 UNARY(cos, QKV_ROW_CALL1, cosf(x), cos(x))
 QKV_ROW_MAP1(relu_i64, int64_t, int64_t, x > 0 ? x : 0)
 /* INT64_MIN negates to itself, as in two's complement */
-QKV_ROW_MAP1(neg_i64, int64_t, int64_t, WRAP(-, 0, x))
-QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? WRAP(-, 0, x) : x)
+QKV_ROW_MAP1(neg_i64, int64_t, int64_t, QKV_WRAP(-, 0, x))
+QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? QKV_WRAP(-, 0, x) : x)
 
 #define FLOAT_ONLY(name) { name##_f32, name##_f64, NULL, NULL }
 
@@ -219,12 +204,12 @@ MASKED_ROW(masked_8, uint64_t)
 
 int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v) {
   const qkv_tensor *t[2];
-  qkv_cpu_scalar s;
+  qkv_scalar s;
   qkv_iter_fn fn;
   qkv_iter it;
   if ((unsigned)out->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
   if (mask->dtype != QKV_BOOL) return QKV_EINTERNAL;
-  s = qkv_cpu_scalar_of(out->dtype, v);
+  s = qkv_scalar_of(out->dtype, v);
   switch (qkv_elsize(out->dtype)) {
     case 1: fn = masked_1; break;
     case 2: fn = masked_2; break;

@@ -82,48 +82,6 @@ int qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
                    qkv_iter_fn fn, void *ctx);
 
 /*
-** double -> int64 as C truncates, but defined everywhere: NaN gives 0 and
-** out-of-range values (infinities too) clamp.  2^63 is exact in a double.
-*/
-static inline int64_t qkv_cpu_d2i(double x) {
-  if (x != x) return 0;
-  if (x >= 9223372036854775808.0) return INT64_MAX;
-  if (x < -9223372036854775808.0) return INT64_MIN;
-  return (int64_t)x;
-}
-
-/* v stored as one element of dtype t (the storage of fill/masked_fill) */
-typedef union qkv_cpu_scalar {
-  float f32;
-  double f64;
-  int64_t i64;
-  int32_t i32;
-  uint16_t h;
-  uint8_t b;
-} qkv_cpu_scalar;
-
-/* double -> int32 as qkv_cpu_d2i, clamping to int32's range */
-static inline int32_t qkv_cpu_d2i32(double x) {
-  int64_t i = qkv_cpu_d2i(x);
-  return (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
-}
-
-static inline qkv_cpu_scalar qkv_cpu_scalar_of(qkv_dtype t, double v) {
-  qkv_cpu_scalar s;
-  s.i64 = 0;
-  switch (t) {
-    case QKV_F32: s.f32 = (float)v; break;
-    case QKV_F64: s.f64 = v; break;
-    case QKV_I64: s.i64 = qkv_cpu_d2i(v); break;
-    case QKV_I32: s.i32 = qkv_cpu_d2i32(v); break;
-    case QKV_F16: s.h = qkv_f2h((float)v); break;
-    case QKV_BF16: s.h = qkv_f2bf((float)v); break;
-    default: s.b = (uint8_t)(v != 0); break;
-  }
-  return s;
-}
-
-/*
 ** Stamp out a row function `static void name(n, ptr, bytestride, ctx)`
 ** computing out = EXPR elementwise, EXPR reading the input(s) as x (and y),
 ** TO the output's C type and TI the inputs'.  The contiguous cases, and one

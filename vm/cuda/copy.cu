@@ -11,6 +11,7 @@
 ** element, over the strided iterator (cuda.cuh).
 */
 #include "cuda.cuh"
+#include "../common/scalar.h"
 
 #define THREADS 256
 
@@ -19,21 +20,6 @@ struct f16_t { uint16_t b; };
 struct bf16_t { uint16_t b; };
 
 /* ---- conversions ---- */
-
-/* double -> int64 as C truncates, but defined everywhere (iter.h's
-   qkv_cpu_d2i): NaN gives 0, out-of-range values clamp; for fill, whose
-   value vm/dispatch/ops.c has checked */
-__host__ __device__ static inline int64_t d2i (double x) {
-  if (x != x) return 0;
-  if (x >= 9223372036854775808.0) return INT64_MAX;
-  if (x < -9223372036854775808.0) return INT64_MIN;
-  return (int64_t)x;
-}
-
-__host__ __device__ static inline int32_t d2i32 (double x) {
-  int64_t i = d2i(x);
-  return (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
-}
 
 /* the value an element stands for: itself, or a float for the halves */
 __device__ static inline float value_of (f16_t h) { return qkv_h2f(h.b); }
@@ -191,8 +177,8 @@ int qkv_cuda_copy (qkv_tensor *dst, const qkv_tensor *src) {
 
 /* ---- fill ---- */
 
-/* fill works on the bits: v is converted once on the host (as iter.h's
-   qkv_cpu_scalar_of), then stored by width */
+/* fill stores v, converted once on the host as the CPU's (qkv_scalar_of,
+   vm/common/scalar.h) */
 template <typename T>
 __global__ void fill_kernel (qkv_cu_iter it, T v) {
   T *o = (T *)it.data[0];
@@ -216,14 +202,14 @@ int qkv_cuda_fill (qkv_tensor *dst, double v) {
   if ((unsigned)dst->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
   if (qkv_cu_numel(dst) == 0) return QKV_OK;
   qkv_cu_iter_init(&it, 1, t);
+  qkv_scalar s = qkv_scalar_of(dst->dtype, v);
   switch (dst->dtype) {
-    case QKV_F32: return fill_launch<float>(it, (float)v);
-    case QKV_F64: return fill_launch<double>(it, v);
-    case QKV_I64: return fill_launch<int64_t>(it, d2i(v));
-    case QKV_BOOL: return fill_launch<uint8_t>(it, (uint8_t)(v != 0));
-    case QKV_I32: return fill_launch<int32_t>(it, d2i32(v));
-    case QKV_F16: return fill_launch<uint16_t>(it, qkv_f2h((float)v));
-    case QKV_BF16: return fill_launch<uint16_t>(it, qkv_f2bf((float)v));
+    case QKV_F32: return fill_launch<float>(it, s.f32);
+    case QKV_F64: return fill_launch<double>(it, s.f64);
+    case QKV_I64: return fill_launch<int64_t>(it, s.i64);
+    case QKV_BOOL: return fill_launch<uint8_t>(it, s.b);
+    case QKV_I32: return fill_launch<int32_t>(it, s.i32);
+    case QKV_F16: case QKV_BF16: return fill_launch<uint16_t>(it, s.h);
     default: return QKV_EDTYPE;
   }
 }

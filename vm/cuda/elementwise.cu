@@ -11,40 +11,24 @@
 ** glibc's powf does.
 */
 #include "cuda.cuh"
+#include "../common/scalar.h"
 
 #define THREADS 256
 
 /* ---- binary ---- */
 
-#define WRAP(op, x, y) ((int64_t)((uint64_t)(x) op (uint64_t)(y)))
-
-/* integer pow by squaring; a negative exponent gives 1/b^-e truncated */
-__device__ static inline int64_t ipow (int64_t b, int64_t e) {
-  uint64_t r = 1, x = (uint64_t)b;
-  if (e < 0) {
-    if (b == 1) return 1;
-    if (b == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  for (; e; e >>= 1) {
-    if (e & 1) r *= x;
-    x *= x;
-  }
-  return (int64_t)r;
-}
-
 /* the float overloads come from the template; int64 has its own */
 struct Add {
   template <typename T> __device__ T operator() (T x, T y) const { return x + y; }
-  __device__ int64_t operator() (int64_t x, int64_t y) const { return WRAP(+, x, y); }
+  __device__ int64_t operator() (int64_t x, int64_t y) const { return QKV_WRAP(+, x, y); }
 };
 struct Sub {
   template <typename T> __device__ T operator() (T x, T y) const { return x - y; }
-  __device__ int64_t operator() (int64_t x, int64_t y) const { return WRAP(-, x, y); }
+  __device__ int64_t operator() (int64_t x, int64_t y) const { return QKV_WRAP(-, x, y); }
 };
 struct Mul {
   template <typename T> __device__ T operator() (T x, T y) const { return x * y; }
-  __device__ int64_t operator() (int64_t x, int64_t y) const { return WRAP(*, x, y); }
+  __device__ int64_t operator() (int64_t x, int64_t y) const { return QKV_WRAP(*, x, y); }
 };
 struct Div {                           /* floats only: ops.c makes int / float */
   template <typename T> __device__ T operator() (T x, T y) const { return x / y; }
@@ -54,7 +38,7 @@ struct Pow {
      few ulps, its double pow rounded to float matches glibc's */
   __device__ float operator() (float x, float y) const { return (float)pow((double)x, (double)y); }
   __device__ double operator() (double x, double y) const { return pow(x, y); }
-  __device__ int64_t operator() (int64_t x, int64_t y) const { return ipow(x, y); }
+  __device__ int64_t operator() (int64_t x, int64_t y) const { return qkv_ipow(x, y); }
 };
 /* the CPU's selects exactly: x when x > y or x is NaN, else y */
 struct Max {
@@ -188,12 +172,12 @@ UNARY(Cos, cosf(x), cos(x))
 struct Neg {
   template <typename T> __device__ T operator() (T x) const { return -x; }
   /* INT64_MIN negates to itself, as in two's complement */
-  __device__ int64_t operator() (int64_t x) const { return WRAP(-, 0, x); }
+  __device__ int64_t operator() (int64_t x) const { return QKV_WRAP(-, 0, x); }
 };
 struct Abs {
   __device__ float operator() (float x) const { return fabsf(x); }
   __device__ double operator() (double x) const { return fabs(x); }
-  __device__ int64_t operator() (int64_t x) const { return x < 0 ? WRAP(-, 0, x) : x; }
+  __device__ int64_t operator() (int64_t x) const { return x < 0 ? QKV_WRAP(-, 0, x) : x; }
 };
 /* NaN stays NaN, as PyTorch's relu; -0 gives +0, as the CPU's select */
 struct Relu {
@@ -265,21 +249,8 @@ int qkv_cuda_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
 
 /* ---- masked_fill ---- */
 
-/* double -> int64 as iter.h's qkv_cpu_d2i: NaN gives 0, out of range clamps */
-static inline int64_t d2i (double x) {
-  if (x != x) return 0;
-  if (x >= 9223372036854775808.0) return INT64_MAX;
-  if (x < -9223372036854775808.0) return INT64_MIN;
-  return (int64_t)x;
-}
-
-static inline int32_t d2i32 (double x) {
-  int64_t i = d2i(x);
-  return (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
-}
-
-/* stores by element width, v's bits converted once on the host (as
-   iter.h's qkv_cpu_scalar_of); operand 0 is out, 1 the mask */
+/* stores v, converted once on the host as the CPU's (qkv_scalar_of,
+   vm/common/scalar.h); operand 0 is out, 1 the mask */
 template <typename T>
 __global__ void masked_kernel (qkv_cu_iter it, T v) {
   T *o = (T *)it.data[0];
@@ -305,14 +276,14 @@ int qkv_cuda_masked_fill (qkv_tensor *out, const qkv_tensor *mask, double v) {
   if (mask->dtype != QKV_BOOL) return QKV_EINTERNAL;
   if (qkv_cu_numel(out) == 0) return QKV_OK;
   qkv_cu_iter_init(&it, 2, t);
+  qkv_scalar s = qkv_scalar_of(out->dtype, v);
   switch (out->dtype) {
-    case QKV_F32: return masked_launch<float>(it, (float)v);
-    case QKV_F64: return masked_launch<double>(it, v);
-    case QKV_I64: return masked_launch<int64_t>(it, d2i(v));
-    case QKV_BOOL: return masked_launch<uint8_t>(it, (uint8_t)(v != 0));
-    case QKV_I32: return masked_launch<int32_t>(it, d2i32(v));
-    case QKV_F16: return masked_launch<uint16_t>(it, qkv_f2h((float)v));
-    case QKV_BF16: return masked_launch<uint16_t>(it, qkv_f2bf((float)v));
+    case QKV_F32: return masked_launch<float>(it, s.f32);
+    case QKV_F64: return masked_launch<double>(it, s.f64);
+    case QKV_I64: return masked_launch<int64_t>(it, s.i64);
+    case QKV_BOOL: return masked_launch<uint8_t>(it, s.b);
+    case QKV_I32: return masked_launch<int32_t>(it, s.i32);
+    case QKV_F16: case QKV_BF16: return masked_launch<uint16_t>(it, s.h);
     default: return QKV_EDTYPE;
   }
 }
