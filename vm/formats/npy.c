@@ -5,21 +5,13 @@
 ** Nothing here trusts the file: every length is checked before it is
 ** used, and no size from the header is allocated here at all.
 */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "npy.h"
+#include "fail.h"
 
 static const unsigned char MAGIC[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-
-static int fail (char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static int little_endian (void) {
   const uint16_t one = 1;
@@ -50,26 +42,26 @@ int qkv_npy_header_len (const unsigned char *buf, size_t n, uint64_t filesize,
                         size_t *total, char *err, size_t errlen) {
   size_t m = n < sizeof MAGIC ? n : sizeof MAGIC;
   if (memcmp(buf, MAGIC, m) != 0)
-    return fail(err, errlen, n >= 4 && memcmp(buf, "PK\3\4", 4) == 0
-                ? "bad magic: a zip archive, not a .npy file (an .npz? qkv.loadz reads those)"
-                : "bad magic (not a .npy file)");
+    return qkv_format_fail(err, errlen, n >= 4 && memcmp(buf, "PK\3\4", 4) == 0
+                           ? "bad magic: a zip archive, not a .npy file (an .npz? qkv.loadz reads those)"
+                           : "bad magic (not a .npy file)");
   if (n < 10)
-    return fail(err, errlen, "truncated: the file has %zu bytes, too few for a .npy header", n);
+    return qkv_format_fail(err, errlen, "truncated: the file has %zu bytes, too few for a .npy header", n);
   int major = buf[6], minor = buf[7];
   if ((major < 1 || major > 3) || minor != 0)
-    return fail(err, errlen, "unsupported .npy version %d.%d", major, minor);
+    return qkv_format_fail(err, errlen, "unsupported .npy version %d.%d", major, minor);
   size_t prefix = major == 1 ? 10 : 12, hlen;
   if (n < prefix)
-    return fail(err, errlen, "truncated: the file has %zu bytes, too few for a .npy header", n);
+    return qkv_format_fail(err, errlen, "truncated: the file has %zu bytes, too few for a .npy header", n);
   if (major == 1) hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
   else hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 |
               (size_t)buf[11] << 24;
   if (hlen > QKV_NPY_MAXHEADER)
-    return fail(err, errlen, "header length %zu is too long (at most %zu)", hlen,
-                QKV_NPY_MAXHEADER);
+    return qkv_format_fail(err, errlen, "header length %zu is too long (at most %zu)", hlen,
+                           QKV_NPY_MAXHEADER);
   if (prefix + hlen > filesize)
-    return fail(err, errlen, "header length %zu but the file has %llu bytes", hlen,
-                (unsigned long long)filesize);
+    return qkv_format_fail(err, errlen, "header length %zu but the file has %llu bytes", hlen,
+                           (unsigned long long)filesize);
   *total = prefix + hlen;
   return 0;
 }
@@ -96,8 +88,8 @@ static int bad (Lex *lx, const char *what) {
   for (const char *q = lx->p; q < lx->end && k < 20; q++)
     near[k++] = (*q >= 32 && *q < 127) ? *q : '?';
   near[k] = '\0';
-  if (lx->p >= lx->end) return fail(lx->err, lx->errlen, "unparsable header: %s at its end", what);
-  return fail(lx->err, lx->errlen, "unparsable header: %s at \"%s\"", what, near);
+  if (lx->p >= lx->end) return qkv_format_fail(lx->err, lx->errlen, "unparsable header: %s at its end", what);
+  return qkv_format_fail(lx->err, lx->errlen, "unparsable header: %s at \"%s\"", what, near);
 }
 
 static int accept (Lex *lx, char c) {
@@ -144,8 +136,8 @@ static int integer (Lex *lx, int64_t *v) {
     const char *q = lx->p + 1;
     while (q < lx->end && *q >= '0' && *q <= '9') q++;
     if (q > lx->p + 1)
-      return fail(lx->err, lx->errlen, "shape has a negative size %.*s",
-                  (int)(q - lx->p), lx->p);
+      return qkv_format_fail(lx->err, lx->errlen, "shape has a negative size %.*s",
+                             (int)(q - lx->p), lx->p);
   }
   if (lx->p >= lx->end || *lx->p < '0' || *lx->p > '9')
     return bad(lx, "expected an integer size in 'shape'");
@@ -153,7 +145,7 @@ static int integer (Lex *lx, int64_t *v) {
   while (lx->p < lx->end && *lx->p >= '0' && *lx->p <= '9') {
     int d = *lx->p++ - '0';
     if (x > (INT64_MAX - d) / 10)
-      return fail(lx->err, lx->errlen, "shape has a size too large for 64 bits");
+      return qkv_format_fail(lx->err, lx->errlen, "shape has a size too large for 64 bits");
     x = x * 10 + d;
   }
   if (lx->p < lx->end && *lx->p == 'L') lx->p++;
@@ -171,7 +163,7 @@ static int shape (Lex *lx, qkv_npy_header *h) {
   if (accept(lx, ')')) return 0;
   for (;;) {
     if (h->ndim == QKV_MAXDIM)
-      return fail(lx->err, lx->errlen, "shape has more than %d dims", QKV_MAXDIM);
+      return qkv_format_fail(lx->err, lx->errlen, "shape has more than %d dims", QKV_MAXDIM);
     if (integer(lx, &h->shape[h->ndim]) != 0) return -1;
     h->ndim++;
     if (accept(lx, ')')) {
@@ -187,10 +179,10 @@ static int shape (Lex *lx, qkv_npy_header *h) {
 static int descr (Lex *lx, qkv_npy_header *h) {
   skipws(lx);
   if (lx->p < lx->end && (*lx->p == '[' || *lx->p == '('))
-    return fail(lx->err, lx->errlen, "unsupported dtype: a structured dtype (fields)");
+    return qkv_format_fail(lx->err, lx->errlen, "unsupported dtype: a structured dtype (fields)");
   int r = string(lx, h->descr, sizeof h->descr);
   if (r == -1) return bad(lx, "expected a string for 'descr'");
-  if (r == -3) return fail(lx->err, lx->errlen, "the 'descr' string holds a NUL byte");
+  if (r == -3) return qkv_format_fail(lx->err, lx->errlen, "the 'descr' string holds a NUL byte");
   const char *d = h->descr;
   char order = d[0], kind = d[1];
   int size = (d[2] >= '1' && d[2] <= '8' && d[3] == '\0') ? d[2] - '0' : 0;
@@ -200,8 +192,8 @@ static int descr (Lex *lx, qkv_npy_header *h) {
        ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
        (kind == 'b' && size == 1) || (kind == 'V' && size == 2)) &&
       (order != '|' || size == 1 || kind == 'V');
-  if (!ok) return fail(lx->err, lx->errlen, "unsupported dtype '%s'%s", h->descr,
-                       r == -2 ? "..." : "");
+  if (!ok) return qkv_format_fail(lx->err, lx->errlen, "unsupported dtype '%s'%s", h->descr,
+                                  r == -2 ? "..." : "");
   h->kind = kind;
   h->itemsize = size;
   h->swap = size > 1 && kind != 'V' && ((order == '<' && !little_endian()) ||
@@ -229,11 +221,11 @@ static int dict (Lex *lx, qkv_npy_header *h) {
     char key[32];
     int k = 0;
     int r = string(lx, key, sizeof key);
-    if (r == -3) return fail(lx->err, lx->errlen, "a key of the header holds a NUL byte");
+    if (r == -3) return qkv_format_fail(lx->err, lx->errlen, "a key of the header holds a NUL byte");
     if (r != 0) return bad(lx, "expected a quoted key");
     while (k < 3 && strcmp(key, keys[k]) != 0) k++;
-    if (k == 3) return fail(lx->err, lx->errlen, "unexpected key '%s' in the header", key);
-    if (seen[k]++) return fail(lx->err, lx->errlen, "key '%s' appears twice", key);
+    if (k == 3) return qkv_format_fail(lx->err, lx->errlen, "unexpected key '%s' in the header", key);
+    if (seen[k]++) return qkv_format_fail(lx->err, lx->errlen, "key '%s' appears twice", key);
     if (!accept(lx, ':')) return bad(lx, "expected ':'");
     if (value(lx, key, h) != 0) return -1;
     if (!accept(lx, ',')) {
@@ -244,7 +236,7 @@ static int dict (Lex *lx, qkv_npy_header *h) {
   skipws(lx);
   if (lx->p != lx->end) return bad(lx, "unexpected text after the dict");
   for (int k = 0; k < 3; k++)
-    if (!seen[k]) return fail(lx->err, lx->errlen, "the header has no '%s'", keys[k]);
+    if (!seen[k]) return qkv_format_fail(lx->err, lx->errlen, "the header has no '%s'", keys[k]);
   return 0;
 }
 
@@ -257,15 +249,15 @@ static int check_size (qkv_npy_header *h, uint64_t avail, char *err, size_t errl
   for (int i = 0; i < h->ndim; i++) {
     int64_t d = h->shape[i];
     if (d > 0 && nonzero > INT64_MAX / 8 / d)
-      return fail(err, errlen, "shape %s is too large", s);
+      return qkv_format_fail(err, errlen, "shape %s is too large", s);
     if (d > 0) nonzero *= d;
     n *= d;
   }
   h->numel = n;
   uint64_t need = (uint64_t)n * (uint64_t)h->itemsize;
   if (need != avail)
-    return fail(err, errlen, "shape %s needs %llu bytes of data but the file has %llu",
-                s, (unsigned long long)need, (unsigned long long)avail);
+    return qkv_format_fail(err, errlen, "shape %s needs %llu bytes of data but the file has %llu",
+                           s, (unsigned long long)need, (unsigned long long)avail);
   h->data_bytes = (size_t)need;
   return 0;
 }
@@ -275,7 +267,7 @@ int qkv_npy_parse (const unsigned char *buf, size_t n, uint64_t filesize,
   size_t total;
   memset(h, 0, sizeof *h);
   if (qkv_npy_header_len(buf, n, filesize, &total, err, errlen) != 0) return -1;
-  if (n < total) return fail(err, errlen, "internal: header not read");
+  if (n < total) return qkv_format_fail(err, errlen, "internal: header not read");
   h->major = buf[6];
   h->minor = buf[7];
   h->data_offset = total;
@@ -353,9 +345,9 @@ int qkv_npy_decode (const qkv_npy_header *h, const void *src, void *dst,
     int64_t at = h->fortran ? pos : i;
     if ((i & 0xffff) == 0xffff && qkv_interrupted) return QKV_NPY_EINTR;
     if (convert(h, s + i * h->itemsize, d + at * (int64_t)out) != 0)
-      return fail(err, errlen, "uint64 value %llu at element %lld does not fit int64",
-                  (unsigned long long)raw(s + i * h->itemsize, 8, h->swap),
-                  (long long)i + 1);
+      return qkv_format_fail(err, errlen, "uint64 value %llu at element %lld does not fit int64",
+                             (unsigned long long)raw(s + i * h->itemsize, 8, h->swap),
+                             (long long)i + 1);
     for (int k = 0; h->fortran && k < h->ndim; k++) {
       pos += cstride[k];
       if (++idx[k] < h->shape[k]) break;

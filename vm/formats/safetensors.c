@@ -5,12 +5,12 @@
 ** trusts the file: every size is checked for overflow before it is
 ** compared or used.
 */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "safetensors.h"
+#include "fail.h"
 #include "../core/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -27,14 +27,6 @@ static const qkv_st_dtype DTYPES[] = {
   {"F8_E5M2", 1, 'f', QKV_F32, 0},
 };
 #define NDTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
-
-static int fail (char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 const qkv_st_dtype *qkv_st_dtype_named (const char *name) {
   for (int i = 0; i < NDTYPES; i++)
@@ -87,21 +79,21 @@ static int by_begin (const void *a, const void *b) {
 static int check_one (const qkv_st_entry *e, uint64_t data_bytes, char *err, size_t errlen) {
   char sh[160];
   if (e->end < e->begin)
-    return fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
-                e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+    return qkv_format_fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
   if (e->end > data_bytes)
-    return fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] run past the %llu bytes "
-                "of data", e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                (unsigned long long)data_bytes);
+    return qkv_format_fail(err, errlen, "tensor '%s': data_offsets [%llu, %llu] run past the %llu bytes "
+                           "of data", e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)data_bytes);
   int64_t need = shape_bytes(e);
   shape_str(sh, sizeof sh, e);
   if (need < 0)
-    return fail(err, errlen, "tensor '%s': shape %s is too large", e->name, sh);
+    return qkv_format_fail(err, errlen, "tensor '%s': shape %s is too large", e->name, sh);
   if ((uint64_t)need != e->end - e->begin)
-    return fail(err, errlen, "tensor '%s': shape %s of %s is %lld bytes, but its data_offsets "
-                "[%llu, %llu] hold %llu", e->name, sh, e->dtype->name, (long long)need,
-                (unsigned long long)e->begin, (unsigned long long)e->end,
-                (unsigned long long)(e->end - e->begin));
+    return qkv_format_fail(err, errlen, "tensor '%s': shape %s of %s is %lld bytes, but its data_offsets "
+                           "[%llu, %llu] hold %llu", e->name, sh, e->dtype->name, (long long)need,
+                           (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)(e->end - e->begin));
   return 0;
 }
 
@@ -113,18 +105,18 @@ int qkv_st_check (qkv_st_entry *e, int n, uint64_t data_bytes, char *err, size_t
   const char *prev = NULL;
   for (int i = 0; i < n; i++) {
     if (e[i].begin < at)
-      return fail(err, errlen, "tensors '%s' and '%s' overlap: [%llu, ...) starts before "
-                  "byte %llu, where '%s' ends", prev, e[i].name,
-                  (unsigned long long)e[i].begin, (unsigned long long)at, prev);
+      return qkv_format_fail(err, errlen, "tensors '%s' and '%s' overlap: [%llu, ...) starts before "
+                             "byte %llu, where '%s' ends", prev, e[i].name,
+                             (unsigned long long)e[i].begin, (unsigned long long)at, prev);
     if (e[i].begin > at)
-      return fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (before "
-                  "'%s')", (unsigned long long)at, (unsigned long long)e[i].begin, e[i].name);
+      return qkv_format_fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (before "
+                             "'%s')", (unsigned long long)at, (unsigned long long)e[i].begin, e[i].name);
     at = e[i].end;
     prev = e[i].name;
   }
   if (at != data_bytes)
-    return fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (at the end)",
-                (unsigned long long)at, (unsigned long long)data_bytes);
+    return qkv_format_fail(err, errlen, "bytes %llu to %llu of the data belong to no tensor (at the end)",
+                           (unsigned long long)at, (unsigned long long)data_bytes);
   return 0;
 }
 
@@ -192,7 +184,7 @@ static int string (Scan *sc, const char **b, const char **e, int *nul) {
 static int nul_in (Scan *sc, const char *where, const char *b, const char *e) {
   char q[80];
   quote(q, sizeof q, b, e);
-  return fail(sc->err, sc->errlen, "%s: the string \"%s\" holds a NUL byte", where, q);
+  return qkv_format_fail(sc->err, sc->errlen, "%s: the string \"%s\" holds a NUL byte", where, q);
 }
 
 /* a string, a number, true, false or null */
@@ -215,28 +207,28 @@ static int list (Scan *sc, const char *where, const char *key) {
   for (size_t n = 1;; n++) {
     int r;
     if (next_is(sc, "[{"))
-      return fail(sc->err, sc->errlen, "%s: '%s' holds a %s; a shape is a list of numbers",
-                  where, key, *sc->p == '[' ? "list" : "JSON object");
+      return qkv_format_fail(sc->err, sc->errlen, "%s: '%s' holds a %s; a shape is a list of numbers",
+                             where, key, *sc->p == '[' ? "list" : "JSON object");
     if ((r = scalar(sc, where)) != OK) return r;
     if (at(sc, ']')) return OK;
     if (!at(sc, ',')) return LEAVE;
     if (n == QKV_MAXDIM)
-      return fail(sc->err, sc->errlen, "%s: '%s' holds more than %d values (a shape holds at "
-                  "most %d, data_offsets 2)", where, key, QKV_MAXDIM, QKV_MAXDIM);
+      return qkv_format_fail(sc->err, sc->errlen, "%s: '%s' holds more than %d values (a shape holds at "
+                             "most %d, data_offsets 2)", where, key, QKV_MAXDIM, QKV_MAXDIM);
   }
 }
 
 static int tensor_value (Scan *sc, const char *where, const char *key) {
   if (next_is(sc, "{"))
-    return fail(sc->err, sc->errlen, "%s: '%s' is a JSON object; a tensor holds strings and "
-                "lists of numbers", where, key);
+    return qkv_format_fail(sc->err, sc->errlen, "%s: '%s' is a JSON object; a tensor holds strings and "
+                           "lists of numbers", where, key);
   return next_is(sc, "[") ? list(sc, where, key) : scalar(sc, where);
 }
 
 static int meta_value (Scan *sc, const char *where, const char *key) {
   if (next_is(sc, "[{"))
-    return fail(sc->err, sc->errlen, "%s maps names to strings, but '%s' is a %s", where, key,
-                *sc->p == '[' ? "list" : "JSON object");
+    return qkv_format_fail(sc->err, sc->errlen, "%s maps names to strings, but '%s' is a %s", where, key,
+                           *sc->p == '[' ? "list" : "JSON object");
   return scalar(sc, where);
 }
 
@@ -250,8 +242,8 @@ static int members (Scan *sc, const char *where, size_t max,
     char key[80];
     int nul, r;
     if (n > max)
-      return fail(sc->err, sc->errlen, "%s: more than %d keys (a tensor has dtype, shape and "
-                  "data_offsets)", where, QKV_ST_MAXKEYS);
+      return qkv_format_fail(sc->err, sc->errlen, "%s: more than %d keys (a tensor has dtype, shape and "
+                             "data_offsets)", where, QKV_ST_MAXKEYS);
     if (string(sc, &b, &e, &nul) != OK || !at(sc, ':')) return LEAVE;
     if (nul) return nul_in(sc, where, b, e);
     quote(key, sizeof key, b, e);
@@ -298,7 +290,7 @@ static int top_value (Scan *sc, const char *b, const char *e) {
   if (meta) snprintf(where, sizeof where, "__metadata__");
   else snprintf(where, sizeof where, "tensor '%s'", q);
   if (next_is(sc, "["))
-    return fail(sc->err, sc->errlen, "%s is a list, not a JSON object", where);
+    return qkv_format_fail(sc->err, sc->errlen, "%s is a list, not a JSON object", where);
   if (!next_is(sc, "{")) return scalar(sc, where);
   return meta ? members(sc, where, SIZE_MAX, meta_value)
               : members(sc, where, QKV_ST_MAXKEYS, tensor_value);
@@ -314,7 +306,7 @@ int qkv_st_scan_header (const char *s, size_t n, char *err, size_t errlen) {
     if (nul) {
       char q[80];
       quote(q, sizeof q, b, e);
-      return fail(err, errlen, "tensor '%s': its name holds a NUL byte", q);
+      return qkv_format_fail(err, errlen, "tensor '%s': its name holds a NUL byte", q);
     }
     if ((r = top_value(&sc, b, e)) != OK) return r == FAIL ? -1 : 0;
     if (!at(&sc, ',')) return 0;
@@ -348,8 +340,8 @@ static int widen (const qkv_st_entry *e, const unsigned char *s, int64_t *d, int
     memcpy(&u, s + i * size, (size_t)size);       /* little-endian: the low bytes */
     if (is_signed) d[i] = (int64_t)(u << shift) >> shift;
     else if (u > (uint64_t)INT64_MAX)
-      return fail(err, errlen, "tensor '%s': element %lld is %llu, past int64's range",
-                  e->name, (long long)i, (unsigned long long)u);
+      return qkv_format_fail(err, errlen, "tensor '%s': element %lld is %llu, past int64's range",
+                             e->name, (long long)i, (unsigned long long)u);
     else d[i] = (int64_t)u;
   }
   return 0;
@@ -372,8 +364,8 @@ int qkv_st_convert (const qkv_st_entry *e, const void *src, void *dst,
     for (int64_t i = 0; i < n; i++) {
       if (EVERY_64K(i)) return QKV_ST_EINTR;
       if (s[i] > 1)
-        return fail(err, errlen, "tensor '%s': element %lld is the byte %d, not a BOOL (0 or 1)",
-                    e->name, (long long)i, s[i]);
+        return qkv_format_fail(err, errlen, "tensor '%s': element %lld is the byte %d, not a BOOL (0 or 1)",
+                               e->name, (long long)i, s[i]);
       ((unsigned char *)dst)[i] = s[i];
     }
     return 0;
