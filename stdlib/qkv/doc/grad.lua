@@ -98,7 +98,22 @@ of each gradient and of its square, bias-corrected by each parameter's own
 step count, scale the steps. opts: lr (1e-3), betas ({0.9, 0.999}), eps
 (1e-8), weight_decay (0, added to the gradient as PyTorch's Adam does),
 amsgrad (false: true divides by the largest second moment so far),
-maximize (false). As torch.optim.Adam.]]},
+maximize (false), decoupled_weight_decay (false: true makes it AdamW).
+As torch.optim.Adam.]]},
+
+  {name = "qkv.optim.AdamW", sig = "qkv.optim.AdamW(params [, opts])", group = "optimizers",
+   doc = [[Adam with decoupled weight decay: before each step a parameter
+that has a gradient is multiplied by 1 - lr * weight_decay, and the
+gradient itself is left as it is, so the decay does not pass through
+Adam's moments. Everything else is qkv.optim.Adam's update, with the same
+options and each parameter's own step count. opts: lr (1e-3), betas
+({0.9, 0.999}), eps (1e-8), weight_decay (1e-2), amsgrad (false), maximize
+(false). As torch.optim.AdamW, step for step.]],
+   example = [=[local p = qkv.tensor({1, -2}, "float64"):requires_grad_()
+local opt = qkv.optim.AdamW({p}, {lr = 0.1, weight_decay = 0.5})
+p.grad = qkv.tensor({1, -1}, "float64")
+opt:step()   -- p * (1 - 0.1 * 0.5), then Adam's first step of lr
+print(p:detach())                     --> tensor([ 0.8500, -1.8000], dtype=float64)]=]},
 
   {name = "Optimizer:step", sig = "opt:step()", group = "optimizer methods",
    doc = [[Updates every parameter that has a .grad from it, in place and
