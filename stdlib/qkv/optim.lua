@@ -209,6 +209,10 @@ AdamW.decoupled_weight_decay = true
 
 function O.AdamW(params, opts) return adam(AdamW, "AdamW", params, opts) end
 
+-- torch.optim.lr_scheduler's StepLR, CosineAnnealingLR, LambdaLR, LinearLR
+-- and SequentialLR, which set opt.lr (stdlib/qkv/lr_scheduler.lua)
+O.lr_scheduler = require "qkv.lr_scheduler"
+
 -- torch.optim.Adam (and AdamW), with each parameter's own step count t
 function Adam:update(i, p, g)
   local s = self.state[i]
