@@ -149,6 +149,33 @@ end
 
 function Module:parameters() return collect(self, "", {}) end
 
+-- for name, p in m:named_parameters([{prefix =, recurse =}]) do: the pairs
+-- of parameters(), in its order (recurse false: m's own only), each name
+-- after prefix and a dot, as PyTorch's named_parameters()
+function Module:named_parameters(opts)
+  if type(self) ~= "table" or type(rawget(self, "_params")) ~= "table" then
+    fail("named_parameters", "call it as m:named_parameters(), on a module")
+  end
+  opts = checkopts("named_parameters", opts, {"prefix", "recurse"}, {"recurse"})
+  local prefix = opts.prefix == nil and "" or opts.prefix
+  if type(prefix) ~= "string" then
+    fail("named_parameters", "option 'prefix' must be a string, got %s", type(prefix))
+  end
+  if prefix ~= "" then prefix = prefix .. "." end
+  local list = {}
+  if opts.recurse == false then
+    for _, n in ipairs(self._params) do list[#list + 1] = {prefix .. n, self[n]} end
+  else
+    collect(self, prefix, list)
+  end
+  local i = 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return e[1], e[2] end
+  end
+end
+
 function Module:state_dict()
   local d = {}
   for _, p in ipairs(self:parameters()) do d[p[1]] = p[2] end
