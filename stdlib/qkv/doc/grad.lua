@@ -216,6 +216,23 @@ what PyTorch's get_last_lr()[0] is. The list is new at each call, so
 changing it changes nothing. As
 torch.optim.lr_scheduler.LRScheduler.get_last_lr.]]},
 
+  {name = "qkv.nn.clip_grad_norm_", sig = "qkv.nn.clip_grad_norm_(params, max_norm [, norm_type [, opts]])",
+   group = "functions",
+   doc = [[Scales the gradients of params (a module, a tensor, or a list of
+tensors or of {name, tensor} pairs; those without a .grad are left out) in
+place so that their total norm is at most max_norm, and returns the total
+norm before clipping as a 0-d tensor of the gradients' dtype. The total is
+the norm_type-norm (2; math.huge for the largest |g|) of the gradients'
+norms, and each gradient is multiplied by min(max_norm / (total + 1e-6),
+1). opts (also in place of norm_type): norm_type, error_if_nonfinite
+(false: a nan or inf total scales the gradients by it, as torch's; true
+makes it an error). Call it between backward and opt:step(). As
+torch.nn.utils.clip_grad_norm_.]],
+   example = [=[local p = qkv.tensor({0, 0}, "float64"):requires_grad_()
+p.grad = qkv.tensor({3, 4}, "float64")
+print(qkv.nn.clip_grad_norm_({p}, 1))   --> tensor(5., dtype=float64)
+print(p.grad)                           --> tensor([0.6000, 0.8000], dtype=float64)]=]},
+
   {name = "Optimizer:step", sig = "opt:step()", group = "optimizer methods",
    doc = [[Updates every parameter that has a .grad from it, in place and
 outside the graph; parameters without one are left alone. Call it after
