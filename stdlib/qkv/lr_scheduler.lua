@@ -96,7 +96,7 @@ end
 
 local function attach(cls, fname, opt)
   check_optimizer(fname, opt)
-  if opt.initial_lr == nil then opt.initial_lr = opt.lr end
+  if rawget(opt, "initial_lr") == nil then opt.initial_lr = opt.lr end
   return setmetatable({optimizer = opt, base_lr = opt.initial_lr, last_epoch = -1,
                        _step_count = 0}, cls)
 end
