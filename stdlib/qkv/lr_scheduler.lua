@@ -82,9 +82,6 @@ local function class(name, base)
   return c
 end
 
--- torch's LRScheduler.__init__ up to the first step: the optimizer, and
--- the base learning rate, opt.initial_lr, set by the first scheduler made
--- on it
 local function check_optimizer(fname, opt)
   if not is_a(opt, require("qkv.optim").Optimizer) then
     fail("%s: optimizer must be a qkv.optim optimizer, got %s", fname, what(opt))
@@ -92,13 +89,6 @@ local function check_optimizer(fname, opt)
   if type(opt.lr) ~= "number" then
     fail("%s: the optimizer's lr is a %s, not a number", fname, type(opt.lr))
   end
-end
-
-local function attach(cls, fname, opt)
-  check_optimizer(fname, opt)
-  if rawget(opt, "initial_lr") == nil then opt.initial_lr = opt.lr end
-  return setmetatable({optimizer = opt, base_lr = opt.initial_lr, last_epoch = -1,
-                       _step_count = 0}, cls)
 end
 
 -- torch's _update_lr: the next epoch (or epoch, with the closed form where
@@ -128,6 +118,18 @@ local function initial_step(self)
   self._initial = false
 end
 
+-- torch's LRScheduler.__init__ up to the first step, once every argument
+-- is checked (a refused argument leaves opt as it was): the optimizer,
+-- and the base learning rate, opt.initial_lr, set by the first scheduler
+-- made on it
+local function attach(cls, opt, fields)
+  if rawget(opt, "initial_lr") == nil then opt.initial_lr = opt.lr end
+  fields.optimizer, fields.base_lr, fields.last_epoch, fields._step_count = opt, opt.initial_lr, -1, 0
+  local s = setmetatable(fields, cls)
+  initial_step(s)
+  return s
+end
+
 -- the next epoch's learning rate into opt.lr; call it after opt:step()
 function LRScheduler:step(...)
   if not is_a(self, LRScheduler) then fail("step: call it as sched:step()") end
@@ -150,13 +152,12 @@ end
 local StepLR = class("StepLR")
 
 function S.StepLR(opt, step_size, opts)
-  local s = attach(StepLR, "StepLR", opt)
-  s.step_size = positive_int("StepLR", "step_size", step_size)
+  check_optimizer("StepLR", opt)
+  step_size = positive_int("StepLR", "step_size", step_size)
   opts = options("StepLR", opts, {"gamma"})
-  s.gamma = opts.gamma == nil and 0.1 or number_in("StepLR", "gamma", opts.gamma,
-                                                   function(v) return v > 0 and v < math.huge end, "> 0")
-  initial_step(s)
-  return s
+  local gamma = opts.gamma == nil and 0.1 or number_in("StepLR", "gamma", opts.gamma,
+                                                       function(v) return v > 0 and v < math.huge end, "> 0")
+  return attach(StepLR, opt, {step_size = step_size, gamma = gamma})
 end
 
 function StepLR:_get_lr()
@@ -175,13 +176,12 @@ local Cosine = class("CosineAnnealingLR")
 
 function S.CosineAnnealingLR(opt, T_max, opts)
   local fname = "CosineAnnealingLR"
-  local s = attach(Cosine, fname, opt)
-  s.T_max = positive_int(fname, "T_max", T_max)
+  check_optimizer(fname, opt)
+  T_max = positive_int(fname, "T_max", T_max)
   opts = options(fname, opts, {"eta_min"})
-  s.eta_min = opts.eta_min == nil and 0 or number_in(fname, "eta_min", opts.eta_min,
-                                                     function(v) return v >= 0 and v < math.huge end, ">= 0")
-  initial_step(s)
-  return s
+  local eta_min = opts.eta_min == nil and 0 or number_in(fname, "eta_min", opts.eta_min,
+                                                         function(v) return v >= 0 and v < math.huge end, ">= 0")
+  return attach(Cosine, opt, {T_max = T_max, eta_min = eta_min})
 end
 
 -- torch's recursive form: each step scales lr - eta_min by the ratio of
@@ -205,13 +205,11 @@ end
 local LambdaLR = class("LambdaLR")
 
 function S.LambdaLR(opt, lr_lambda)
-  local s = attach(LambdaLR, "LambdaLR", opt)
+  check_optimizer("LambdaLR", opt)
   if type(lr_lambda) ~= "function" then
     fail("LambdaLR: lr_lambda must be a function of the epoch, got %s", type(lr_lambda))
   end
-  s.lr_lambda = lr_lambda
-  initial_step(s)
-  return s
+  return attach(LambdaLR, opt, {lr_lambda = lr_lambda})
 end
 
 function LambdaLR:_get_lr()
@@ -228,15 +226,14 @@ local LinearLR = class("LinearLR")
 
 function S.LinearLR(opt, opts)
   local fname = "LinearLR"
-  local s = attach(LinearLR, fname, opt)
+  check_optimizer(fname, opt)
   opts = options(fname, opts, {"start_factor", "end_factor", "total_iters"})
-  s.start_factor = opts.start_factor == nil and 1 / 3 or number_in(fname, "start_factor",
+  local start = opts.start_factor == nil and 1 / 3 or number_in(fname, "start_factor",
     opts.start_factor, function(v) return v > 0 and v <= 1 end, "in (0, 1]")
-  s.end_factor = opts.end_factor == nil and 1 or number_in(fname, "end_factor",
+  local stop = opts.end_factor == nil and 1 or number_in(fname, "end_factor",
     opts.end_factor, function(v) return v >= 0 and v <= 1 end, "in [0, 1]")
-  s.total_iters = opts.total_iters == nil and 5 or positive_int(fname, "option 'total_iters'", opts.total_iters)
-  initial_step(s)
-  return s
+  local n = opts.total_iters == nil and 5 or positive_int(fname, "option 'total_iters'", opts.total_iters)
+  return attach(LinearLR, opt, {start_factor = start, end_factor = stop, total_iters = n})
 end
 
 -- torch's recursive form: from start_factor * lr to end_factor * lr over

@@ -175,6 +175,7 @@ function TestErrors:testArgumentsAreChecked()
   fails("LinearLR: unknown option 'warmup'", S.LinearLR, opt, {warmup = 5})
   fails("LinearLR: unknown option 'total_iter' (did you mean 'total_iters'?)", S.LinearLR, opt, {total_iter = 5})
   lu.assertEquals(opt.lr, 0.1, "a refused scheduler leaves the lr alone")
+  lu.assertNil(rawget(opt, "initial_lr"), "and sets no initial_lr")
 end
 
 function TestErrors:testStepAndLambda()
