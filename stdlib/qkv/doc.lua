@@ -40,6 +40,7 @@ local PREFIXES = {
   {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
+  {"LRScheduler:", "LRScheduler"},
 }
 
 local function namespace_of(name)
@@ -177,6 +178,11 @@ local function walk(load)
   local optim = lib("qkv.optim")
   if optim and type(optim.Optimizer) == "table" then
     own_functions(optim.Optimizer, "Optimizer:", out)
+  end
+  local sched = optim and optim.lr_scheduler
+  if type(sched) == "table" then
+    own_functions(sched, "qkv.optim.lr_scheduler.", out)
+    if type(sched.LRScheduler) == "table" then own_functions(sched.LRScheduler, "LRScheduler:", out) end
   end
   local bert = lib("qkv.bert")
   if bert then

@@ -4,6 +4,8 @@
 --                                weight_decay = 0, nesterov = false, maximize = false})
 --   opt = qkv.optim.Adam(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,
 --                                 weight_decay = 0, amsgrad = false, maximize = false})
+--   opt = qkv.optim.AdamW(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,
+--                                  weight_decay = 1e-2, amsgrad = false, maximize = false})
 --   opt:step()       updates each parameter from its .grad (those with none
 --                    are left alone), in place and outside the graph
 --   opt:zero_grad()  sets every parameter's .grad to nil
@@ -85,7 +87,7 @@ local function gradient(self, i, p)
   if g == nil then return nil end
   if not is_open(g) then fail("step: the grad of parameter %d is a closed tensor", i) end
   if self.maximize then g = -g end
-  if self.weight_decay ~= 0 then g = g + p * self.weight_decay end
+  if self.weight_decay ~= 0 and not self.decoupled_weight_decay then g = g + p * self.weight_decay end
   return g
 end
 
@@ -168,23 +170,50 @@ end
 local Adam = setmetatable({}, {__index = Optimizer})
 Adam.__index = Adam
 Adam.__name = "Adam"
+Adam.decoupled_weight_decay = false
 
-function O.Adam(params, opts)
+-- Adam, or AdamW (cls; fname names it in errors), whose weight_decay
+-- defaults to 1e-2 and is decoupled from the gradient; Adam takes torch's
+-- flag for that too
+local function adam(cls, fname, params, opts)
   local o
-  o, opts = build(Adam, "Adam", params, opts, {"lr", "betas", "eps", "weight_decay", "amsgrad",
-                                               "maximize"}, {"amsgrad", "maximize"}, 1e-3)
-  o.eps = number("Adam", opts, "eps", 1e-8, positive, "> 0")
+  local known = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"}
+  local flags = {"amsgrad", "maximize"}
+  if cls == Adam then
+    known[#known + 1], flags[#flags + 1] = "decoupled_weight_decay", "decoupled_weight_decay"
+  end
+  o, opts = build(cls, fname, params, opts, known, flags, 1e-3)
+  o.decoupled_weight_decay = cls.decoupled_weight_decay or opts.decoupled_weight_decay == true
+  if opts.weight_decay == nil and cls ~= Adam then o.weight_decay = 1e-2 end
+  o.eps = number(fname, opts, "eps", 1e-8, positive, "> 0")
   o.amsgrad = opts.amsgrad == true
   local betas = opts.betas or {0.9, 0.999}
   local b1, b2 = type(betas) == "table" and rawget(betas, 1), type(betas) == "table" and rawget(betas, 2)
   if not (type(b1) == "number" and unit(b1) and type(b2) == "number" and unit(b2)) then
-    fail("Adam: option 'betas' must be two numbers in [0, 1), got %s", tostring(betas))
+    fail("%s: option 'betas' must be two numbers in [0, 1), got %s", fname, tostring(betas))
   end
   o.b1, o.b2 = b1, b2
   return o
 end
 
--- torch.optim.Adam, with each parameter's own step count t
+function O.Adam(params, opts) return adam(Adam, "Adam", params, opts) end
+
+-- torch.optim.AdamW: Adam's update (Adam:update), with the weight decay
+-- taken out of the gradient and applied to the parameter, p * (1 - lr *
+-- weight_decay), before each step (decoupled_weight_decay, as torch's
+-- Adam names the flag)
+local AdamW = setmetatable({}, {__index = Adam})
+AdamW.__index = AdamW
+AdamW.__name = "AdamW"
+AdamW.decoupled_weight_decay = true
+
+function O.AdamW(params, opts) return adam(AdamW, "AdamW", params, opts) end
+
+-- torch.optim.lr_scheduler's StepLR, CosineAnnealingLR, LambdaLR, LinearLR
+-- and SequentialLR, which set opt.lr (stdlib/qkv/lr_scheduler.lua)
+O.lr_scheduler = require "qkv.lr_scheduler"
+
+-- torch.optim.Adam (and AdamW), with each parameter's own step count t
 function Adam:update(i, p, g)
   local s = self.state[i]
   if not s then
@@ -193,6 +222,7 @@ function Adam:update(i, p, g)
     self.state[i] = s
   end
   s.t = s.t + 1
+  if self.decoupled_weight_decay and self.weight_decay ~= 0 then p:mul_(1 - self.lr * self.weight_decay) end
   s.m:mul_(self.b1):add_(g * (1 - self.b1))
   s.v:mul_(self.b2):add_(g * g * (1 - self.b2))
   local v = s.v

@@ -2,7 +2,8 @@
 -- step against torch.optim (tests/fixtures/optim/torch_optim.lua, written
 -- by torch_optim.py there): SGD with momentum, dampening, nesterov,
 -- weight_decay and maximize, Adam with amsgrad, weight_decay and maximize,
--- a parameter without a gradient for two steps; and the training state
+-- AdamW (decoupled weight decay, also as Adam's flag) with the same, a
+-- parameter without a gradient for two steps; and the training state
 -- that must not drift: options that are not known, parameters listed
 -- twice, .grad assignments, a module's tensors replaced, closed tensors,
 -- grad mode left in an abandoned coroutine.
@@ -37,7 +38,7 @@ end
 TestAgainstTorch = {}
 
 function TestAgainstTorch:testEveryConfiguration()
-  lu.assertTrue(#F.runs >= 11)
+  lu.assertTrue(#F.runs >= 16)
   for _, run in ipairs(F.runs) do
     local p = qkv.tensor(F.p0, "float64"):requires_grad_()
     local q = qkv.tensor(F.q0, "float64"):requires_grad_()
@@ -82,6 +83,24 @@ function TestOptions:testValuesAreChecked()
   fails("Adam: option 'amsgrad' must be a boolean, got string", optim.Adam, {p}, {amsgrad = "yes"})
   fails("Adam: option 'maximize' must be a boolean", optim.Adam, {p}, {maximize = 0})
   fails("Adam: option 'betas' must be two numbers in [0, 1)", optim.Adam, {p}, {betas = {0.9, 1}})
+  fails("Adam: option 'decoupled_weight_decay' must be a boolean, got number", optim.Adam, {p},
+        {decoupled_weight_decay = 1})
+end
+
+-- AdamW's errors name it; it has no decoupled_weight_decay flag (torch's
+-- neither: it is always on)
+function TestOptions:testAdamWOptions()
+  local p = qkv.ones(3):requires_grad_()
+  fails("AdamW: unknown option 'decoupled_weight_decay'", optim.AdamW, {p}, {decoupled_weight_decay = true})
+  fails("AdamW: unknown option 'weight_decai' (did you mean 'weight_decay'?)", optim.AdamW, {p},
+        {weight_decai = 0.1})
+  fails("AdamW: option 'weight_decay' must be a number >= 0, got -0.1", optim.AdamW, {p}, {weight_decay = -0.1})
+  fails("AdamW: option 'lr' must be a number > 0, got fast", optim.AdamW, {p}, {lr = "fast"})
+  fails("AdamW: option 'betas' must be two numbers in [0, 1)", optim.AdamW, {p}, {betas = {1, 0.9}})
+  fails("AdamW: option 'eps' must be a number > 0, got 0", optim.AdamW, {p}, {eps = 0})
+  fails("AdamW: params must be a list of tensors or a module, got nil", optim.AdamW)
+  lu.assertEquals(optim.AdamW({p}).weight_decay, 1e-2)
+  lu.assertEquals(optim.Adam({p}).weight_decay, 0)
 end
 
 ---------------------------------------------------------------- parameters

@@ -17,6 +17,9 @@ R.EXCLUDE = {
   -- constructors (qkv.optim.SGD, Adam) are fuzzed
   ["Optimizer:step"] = "an optimizer's method",
   ["Optimizer:zero_grad"] = "an optimizer's method",
+  -- a scheduler's likewise (the qkv.optim.lr_scheduler constructors are fuzzed)
+  ["LRScheduler:step"] = "a scheduler's method",
+  ["LRScheduler:get_last_lr"] = "a scheduler's method",
   -- a loaded model's methods: the fuzzer has no model to call them on
   -- (qkv.bert.load is fuzzed with its paths)
   ["BertModel:encode"] = "a model's method",

@@ -4,7 +4,7 @@
 --
 --   options     an options table with a misspelt known key or a PyTorch
 --               name the function does not know: must raise
---   duplicates  qkv.optim.SGD / Adam given one parameter twice: must raise
+--   duplicates  qkv.optim.SGD / Adam / AdamW given one parameter twice: must raise
 --   grad        p.grad = v: a number, string, table, boolean or a tensor
 --               of another shape, dtype or device must raise naming grad;
 --               nil or a tensor like p must succeed and read back
@@ -58,6 +58,9 @@ local function params_list()
   return l
 end
 
+-- an optimizer, for the schedulers
+local function optimizer() return qkv.optim.SGD(params_list(), {lr = 0.1}) end
+
 ---------------------------------------------------------------- options
 
 -- the keys each function knows (the plots' come from qkv.plot.spec), and
@@ -77,8 +80,19 @@ local OPTIONS = {
   ["qkv.nn.MultiHeadCrossAttention"] = {keys = {"bias"}, at = 3, args = heads},
   ["qkv.optim.SGD"] = {keys = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
                        args = function() return {params_list()} end},
-  ["qkv.optim.Adam"] = {keys = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"},
+  ["qkv.optim.Adam"] = {keys = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",
+                                 "decoupled_weight_decay"},
                         args = function() return {params_list()} end},
+  ["qkv.optim.AdamW"] = {keys = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"},
+                         args = function() return {params_list()} end},
+  ["qkv.optim.lr_scheduler.StepLR"] = {keys = {"gamma"}, args = function() return {optimizer(), 2} end},
+  ["qkv.optim.lr_scheduler.CosineAnnealingLR"] = {keys = {"eta_min"},
+                                                  args = function() return {optimizer(), 10} end},
+  ["qkv.optim.lr_scheduler.LinearLR"] = {keys = {"start_factor", "end_factor", "total_iters"},
+                                         args = function() return {optimizer()} end},
+  ["qkv.nn.clip_grad_norm_"] = {keys = {"norm_type", "error_if_nonfinite"},
+                                args = function() return {params_list(), 1, 2} end},
+  ["Module:named_parameters"] = {keys = {"prefix", "recurse"}},
   ["qkv.test.assertClose"] = {keys = {"rtol", "atol"}},
   ["qkv.test.gradcheck"] = {keys = {"eps", "atol", "rtol"}, args = function()
     return {function(x) return (x * x):sum() end, {qkv.randn(3, "float64"):requires_grad_()}}
@@ -327,7 +341,9 @@ end
 
 local CLASS = {
   options = {applies = options_applies, draw = draw_options},
-  duplicates = {applies = function(e) return e.name == "qkv.optim.SGD" or e.name == "qkv.optim.Adam" end,
+  duplicates = {applies = function(e)
+                  return e.name == "qkv.optim.SGD" or e.name == "qkv.optim.Adam" or e.name == "qkv.optim.AdamW"
+                end,
                 draw = draw_duplicates},
   grad = {applies = function(e) return e.name == "Tensor.__newindex" end, draw = draw_grad},
   convert = {applies = D.convert_applies, draw = D.convert},

@@ -28,6 +28,7 @@ local function call_prefix(name)
   if ns == "Tensor" then return "x:" .. method .. "(" end
   if ns == "Module" then return "m:" .. method .. "(" end
   if ns == "Optimizer" then return "opt:" .. method .. "(" end
+  if ns == "LRScheduler" then return "sched:" .. method .. "(" end
   if ns == "BertModel" then return "model:" .. method .. "(" end
   if ns == "Tokenizer" then return "tok:" .. method .. "(" end
   return name .. "("
@@ -181,6 +182,7 @@ local function unknown_calls(text, entries)
   for method in text:gmatch("%f[%w_][%a_][%w_]*:([%a_][%w_]*)%s*[%({\"]") do
     if not entries["Tensor:" .. method] and not entries["Module:" .. method]
         and not entries["Optimizer:" .. method] and not entries["BertModel:" .. method]
+        and not entries["LRScheduler:" .. method]
         and not entries["Tokenizer:" .. method]
         and not is_lua_method(method) then
       unknown["x:" .. method] = true

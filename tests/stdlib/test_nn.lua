@@ -2,8 +2,8 @@
 -- references of tests/helpers/attn_ref.lua composed by hand from each module's own
 -- weights: Linear, GELU, Sequential, SelfAttention, CrossAttention,
 -- MultiHeadAttention (with masks), MultiHeadCrossAttention, TokenAligner,
--- AlignedCrossAttention; initialisation, load/state_dict, printing,
--- cosine_similarity and the errors.
+-- AlignedCrossAttention; initialisation, load/state_dict, named_parameters,
+-- printing, cosine_similarity and the errors.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
 local nn = qkv.nn
@@ -312,6 +312,55 @@ function TestState:testOptionsAreChecked()
   -- what is known still works
   lu.assertNil(nn.Linear(2, 3, {bias = false, dtype = "float64"}).b)
   lu.assertNil(nn.LayerNorm(4, {elementwise_affine = false, eps = 1e-6}).w)
+end
+
+-- m:named_parameters(): parameters()'s pairs in its order, the module's
+-- own tensors, dotted names with a Sequential's 1-based positions
+TestNamedParameters = {}
+
+local function named(m, opts)
+  local names, tensors = {}, {}
+  for name, p in m:named_parameters(opts) do
+    names[#names + 1], tensors[#tensors + 1] = name, p
+  end
+  return names, tensors
+end
+
+function TestNamedParameters:testNamesAndOrder()
+  local m = nn.Sequential(nn.Linear(2, 3), nn.GELU(), nn.Linear(3, 1, {bias = false}))
+  local names, tensors = named(m)
+  lu.assertEquals(names, {"1.W", "1.b", "3.W"})
+  lu.assertTrue(rawequal(tensors[1], m[1].W) and rawequal(tensors[2], m[1].b) and rawequal(tensors[3], m[3].W))
+  local a = nn.AlignedCrossAttention(12, 8, 2, "mlp")
+  names, tensors = named(a)
+  local list = a:parameters()
+  lu.assertEquals(#names, #list)
+  lu.assertEquals(#names, 8)
+  for i, p in ipairs(list) do
+    lu.assertEquals(names[i], p[1])
+    lu.assertTrue(rawequal(tensors[i], p[2]), p[1])
+  end
+  lu.assertEquals(names[1], "aligner.proj.1.W")
+  lu.assertEquals(names[8], "cross_attn.W_O")
+  lu.assertEquals(named(nn.GELU()), {})
+end
+
+function TestNamedParameters:testPrefixAndRecurse()
+  local m = nn.TokenAligner(4, 4, "mlp")
+  lu.assertEquals(named(m, {recurse = false}), {})
+  lu.assertEquals(named(m, {prefix = "enc"}), {"enc.proj.1.W", "enc.proj.1.b", "enc.proj.3.W", "enc.proj.3.b"})
+  lu.assertEquals(named(m.proj[1], {prefix = "x", recurse = false}), {"x.W", "x.b"})
+  lu.assertEquals(named(m.proj, {recurse = true}), {"1.W", "1.b", "3.W", "3.b"})
+end
+
+function TestNamedParameters:testErrors()
+  local m = nn.Linear(2, 2)
+  fails("named_parameters: unknown option 'recursive' (did you mean 'recurse'?)", m.named_parameters, m,
+        {recursive = false})
+  fails("named_parameters: option 'recurse' must be a boolean, got number", m.named_parameters, m, {recurse = 0})
+  fails("named_parameters: option 'prefix' must be a string, got number", m.named_parameters, m, {prefix = 1})
+  fails("named_parameters: options must be a table, got string", m.named_parameters, m, "layer")
+  fails("named_parameters: call it as m:named_parameters(), on a module", m.named_parameters)
 end
 
 TestCosine = {}

@@ -98,7 +98,140 @@ of each gradient and of its square, bias-corrected by each parameter's own
 step count, scale the steps. opts: lr (1e-3), betas ({0.9, 0.999}), eps
 (1e-8), weight_decay (0, added to the gradient as PyTorch's Adam does),
 amsgrad (false: true divides by the largest second moment so far),
-maximize (false). As torch.optim.Adam.]]},
+maximize (false), decoupled_weight_decay (false: true makes it AdamW).
+As torch.optim.Adam.]]},
+
+  {name = "qkv.optim.AdamW", sig = "qkv.optim.AdamW(params [, opts])", group = "optimizers",
+   doc = [[Adam with decoupled weight decay: before each step a parameter
+that has a gradient is multiplied by 1 - lr * weight_decay, and the
+gradient itself is left as it is, so the decay does not pass through
+Adam's moments. Everything else is qkv.optim.Adam's update, with the same
+options and each parameter's own step count. opts: lr (1e-3), betas
+({0.9, 0.999}), eps (1e-8), weight_decay (1e-2), amsgrad (false), maximize
+(false). As torch.optim.AdamW, step for step.]],
+   example = [=[local p = qkv.tensor({1, -2}, "float64"):requires_grad_()
+local opt = qkv.optim.AdamW({p}, {lr = 0.1, weight_decay = 0.5})
+p.grad = qkv.tensor({1, -1}, "float64")
+opt:step()   -- p * (1 - 0.1 * 0.5), then Adam's first step of lr
+print(p:detach())                     --> tensor([ 0.8500, -1.8000], dtype=float64)]=]},
+
+  {name = "qkv.optim.lr_scheduler.StepLR", sig = "qkv.optim.lr_scheduler.StepLR(opt, step_size [, opts])",
+   group = "learning-rate schedulers",
+   doc = [[Multiplies opt.lr by gamma every step_size calls of sched:step(),
+as torch.optim.lr_scheduler.StepLR does. opts: gamma (0.1, a number > 0).
+Each step scales the current opt.lr, so it chains with other schedulers as
+torch's does; its base is opt.initial_lr, which the first scheduler made on
+opt sets to opt.lr. A step_size that is not a positive integer, or an
+unknown option, is an error.]],
+   example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
+local sched = qkv.optim.lr_scheduler.StepLR(opt, 2, {gamma = 0.5})
+local lrs = {}
+for _ = 1, 5 do
+  opt:step()      -- the training step, then the scheduler's
+  sched:step()
+  lrs[#lrs + 1] = opt.lr
+end
+print(table.concat(lrs, " "))   --> 0.1 0.05 0.05 0.025 0.025]=]},
+
+  {name = "qkv.optim.lr_scheduler.CosineAnnealingLR",
+   sig = "qkv.optim.lr_scheduler.CosineAnnealingLR(opt, T_max [, opts])",
+   group = "learning-rate schedulers",
+   doc = [[Anneals opt.lr from its base to eta_min along half a cosine over
+T_max steps, eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2,
+computed step by step from the current opt.lr as
+torch.optim.lr_scheduler.CosineAnnealingLR computes it. Past T_max it climbs
+back, with period 2 T_max, as torch's does. opts: eta_min (0, a number >=
+0). A T_max that is not a positive integer is an error.]],
+   example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
+local sched = qkv.optim.lr_scheduler.CosineAnnealingLR(opt, 4)
+local lrs = {}
+for _ = 1, 5 do
+  sched:step()
+  lrs[#lrs + 1] = ("%.4f"):format(opt.lr)
+end
+print(table.concat(lrs, " "))   --> 0.0854 0.0500 0.0146 0.0000 0.0146]=]},
+
+  {name = "qkv.optim.lr_scheduler.LambdaLR", sig = "qkv.optim.lr_scheduler.LambdaLR(opt, lr_lambda)",
+   group = "learning-rate schedulers",
+   doc = [[Sets opt.lr to the base learning rate times lr_lambda(epoch),
+where epoch counts the calls of sched:step() (0 when it is made, which
+already sets opt.lr). The base is opt.initial_lr, which the first scheduler
+made on opt sets to opt.lr. lr_lambda must return a number >= 0, else the
+step is an error naming it. As torch.optim.lr_scheduler.LambdaLR with one
+function (a qkv optimizer is one parameter group).]],
+   example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
+local sched = qkv.optim.lr_scheduler.LambdaLR(opt, function(epoch) return 0.5 ^ epoch end)
+print(opt.lr)                          --> 0.1
+sched:step()
+print(opt.lr, sched:get_last_lr()[1])  --> 0.05	0.05]=]},
+
+  {name = "qkv.optim.lr_scheduler.LinearLR", sig = "qkv.optim.lr_scheduler.LinearLR(opt [, opts])",
+   group = "learning-rate schedulers",
+   doc = [[Linear warm-up (or decay): opt.lr goes from start_factor times its
+base to end_factor times it over total_iters steps, then stays there.
+Making it already sets opt.lr to start_factor times the base. opts:
+start_factor (1/3, in (0, 1]), end_factor (1, in [0, 1]), total_iters (5,
+a positive integer). As torch.optim.lr_scheduler.LinearLR, computed step by
+step from the current opt.lr as torch's is.]],
+   example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
+local sched = qkv.optim.lr_scheduler.LinearLR(opt, {start_factor = 0.25, total_iters = 3})
+local lrs = {}
+for _ = 1, 5 do
+  lrs[#lrs + 1] = ("%.3f"):format(opt.lr)
+  sched:step()
+end
+print(table.concat(lrs, " "))   --> 0.025 0.050 0.075 0.100 0.100]=]},
+
+  {name = "qkv.optim.lr_scheduler.SequentialLR",
+   sig = "qkv.optim.lr_scheduler.SequentialLR(opt, schedulers, milestones)",
+   group = "learning-rate schedulers",
+   doc = [[Runs schedulers one after another: schedulers[1] until the epoch
+milestones[1], then schedulers[2], which starts from its epoch 0 at the
+base learning rate, and so on. All must step opt, and milestones (epoch
+counts, increasing) has one entry fewer than schedulers. Making it sets
+opt.lr back to its base and takes the first scheduler's first step again.
+A LinearLR warm-up then CosineAnnealingLR is the usual recipe. As
+torch.optim.lr_scheduler.SequentialLR.]],
+   example = [=[local S = qkv.optim.lr_scheduler
+local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
+local warmup = S.LinearLR(opt, {start_factor = 0.1, total_iters = 2})
+local sched = S.SequentialLR(opt, {warmup, S.CosineAnnealingLR(opt, 4)}, {2})
+local lrs = {}
+for _ = 1, 7 do
+  lrs[#lrs + 1] = ("%.3f"):format(opt.lr)
+  sched:step()
+end
+print(table.concat(lrs, " "))   --> 0.010 0.055 0.100 0.085 0.050 0.015 0.000]=]},
+
+  {name = "LRScheduler:step", sig = "sched:step()", group = "scheduler methods",
+   doc = [[Moves the schedule one epoch on and sets opt.lr to its learning
+rate there. Call it after opt:step(), once per epoch or once per batch,
+as the schedule counts. It takes no argument: PyTorch's deprecated epoch
+argument is an error. As torch.optim.lr_scheduler.LRScheduler.step.]]},
+
+  {name = "LRScheduler:get_last_lr", sig = "sched:get_last_lr()", group = "scheduler methods",
+   doc = [[The learning rate the last step (or the making) set, in a list of
+one: a qkv optimizer is one parameter group, so sched:get_last_lr()[1] is
+what PyTorch's get_last_lr()[0] is. The list is new at each call, so
+changing it changes nothing. As
+torch.optim.lr_scheduler.LRScheduler.get_last_lr.]]},
+
+  {name = "qkv.nn.clip_grad_norm_", sig = "qkv.nn.clip_grad_norm_(params, max_norm [, norm_type [, opts]])",
+   group = "functions",
+   doc = [[Scales the gradients of params (a module, a tensor, or a list of
+tensors or of {name, tensor} pairs; those without a .grad are left out) in
+place so that their total norm is at most max_norm, and returns the total
+norm before clipping as a 0-d tensor of the gradients' dtype. The total is
+the norm_type-norm (2; math.huge for the largest |g|) of the gradients'
+norms, and each gradient is multiplied by min(max_norm / (total + 1e-6),
+1). opts (also in place of norm_type): norm_type, error_if_nonfinite
+(false: a nan or inf total scales the gradients by it, as torch's; true
+makes it an error). Call it between backward and opt:step(). As
+torch.nn.utils.clip_grad_norm_.]],
+   example = [=[local p = qkv.tensor({0, 0}, "float64"):requires_grad_()
+p.grad = qkv.tensor({3, 4}, "float64")
+print(qkv.nn.clip_grad_norm_({p}, 1))   --> tensor(5., dtype=float64)
+print(p.grad)                           --> tensor([0.6000, 0.8000], dtype=float64)]=]},
 
   {name = "Optimizer:step", sig = "opt:step()", group = "optimizer methods",
    doc = [[Updates every parameter that has a .grad from it, in place and

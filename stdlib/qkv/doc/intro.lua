@@ -77,8 +77,10 @@ local namespaces = {
    groups = {"modules", "functions"}},
   {id = "qkv.optim", title = "qkv.optim",
    intro = "Optimizers for tensors that require grad (stdlib/qkv/optim.lua, " ..
-     "loaded on first use), as PyTorch's torch.optim.",
-   groups = {"optimizers"}},
+     "loaded on first use), as PyTorch's torch.optim, and the schedulers " ..
+     "of qkv.optim.lr_scheduler (stdlib/qkv/lr_scheduler.lua), which set " ..
+     "an optimizer's opt.lr as torch.optim.lr_scheduler's do.",
+   groups = {"optimizers", "learning-rate schedulers"}},
   {id = "qkv.cuda", title = "qkv.cuda",
    intro = "The GPU (vm/cuda/, built into build/qkv_cuda.so when make finds " ..
      "nvcc and loaded on first use): memory, synchronisation and settings. " ..
@@ -87,6 +89,9 @@ local namespaces = {
   {id = "Optimizer", title = "Optimizer methods",
    intro = "What every optimizer of qkv.optim has, called as opt:name().",
    groups = {"optimizer methods"}},
+  {id = "LRScheduler", title = "LRScheduler methods",
+   intro = "What every scheduler of qkv.optim.lr_scheduler has, called as sched:name().",
+   groups = {"scheduler methods"}},
   {id = "qkv.bert", title = "qkv.bert",
    intro = "A pretrained BERT encoder (all-MiniLM-L6-v2 and its kin) read " ..
      "from a Hugging Face folder and run with the primitives " ..

@@ -139,10 +139,25 @@ As torch.nn.Module.forward.]]},
    doc = [[The module's weights as a list of {name, tensor} pairs. Its own
 come first, in the order they were made, then its submodules' with dotted
 names ("aligner.proj.W", "1.b" in a Sequential). The tensors are the module's
-own, not copies. As torch.nn.Module.named_parameters.]],
+own, not copies. As list(m.named_parameters()) in PyTorch; m:named_parameters()
+iterates over the same pairs.]],
    example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p[1], p[2].shape) end
 --> W	(2, 3)
 --> b	(3,)]=]},
+
+  {name = "Module:named_parameters", sig = "m:named_parameters([opts])", group = "module methods",
+   doc = [[An iterator over the module's weights as name, tensor, for a
+generic for: the pairs of m:parameters(), in its order, with its dotted
+names. A Sequential's submodules are named by their 1-based positions, as
+m[1] reaches them ("1.W"), where PyTorch counts from 0 ("0.weight"). opts:
+prefix (put before each name, with a dot), recurse (true; false gives m's
+own weights only). As torch.nn.Module.named_parameters.]],
+   example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 3), qkv.nn.GELU(), qkv.nn.Linear(3, 1))
+for name, p in m:named_parameters() do print(name, p.shape) end
+--> 1.W	(2, 3)
+--> 1.b	(3,)
+--> 3.W	(3, 1)
+--> 3.b	(1,)]=]},
 
   {name = "Module:state_dict", sig = "m:state_dict()", group = "module methods",
    doc = [[The module's weights as a table from dotted name to tensor, the
