@@ -178,7 +178,8 @@ local function random_like(fname, maker)
     return maker(sizes(x), dtype, device)
   end
 end
--- x:new_zeros(shape [, opts]) and its kin: x's dtype and device
+-- x:new_zeros(size [, opts]) and its kin: x's dtype and device; size is a
+-- list, or (but for new_full) sizes as arguments, x:new_zeros(2, 3)
 local function new_factory(fname, fill)
   return function(x, shape, ...)
     tensor_arg(x, "x")
@@ -188,6 +189,18 @@ local function new_factory(fname, fill)
       if type(v) ~= "number" and type(v) ~= "boolean" then
         fail("fill_value must be a number or a boolean, got %s", type(v))
       end
+    elseif type(shape) == "number" then
+      local rest = table.pack(...)
+      shape = {shape}
+      for i = 1, rest.n do
+        if type(rest[i]) ~= "number" then
+          if i < rest.n then fail("size %d must be an integer, got %s", i + 1, type(rest[i])) end
+          break
+        end
+        shape[#shape + 1] = rest[i]
+      end
+      opts = type(rest[rest.n]) ~= "number" and rest[rest.n] or nil
+      if #shape > 8 then fail("size has %d sizes, at most 8", #shape) end
     end
     local s = shape_arg(shape, "size")
     local dtype, device = factory_opts(fname, opts, x.dtype, x.device)

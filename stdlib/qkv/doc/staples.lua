@@ -26,7 +26,9 @@ end
 local function new(name, what, extra, example)
   return {name = "Tensor:" .. name, sig = "x:" .. name .. "(size" .. extra .. " [, opts])",
     group = "copies and devices",
-    doc = "A new tensor of the given size (a list of sizes, or one size) " .. what ..
+    doc = "A new tensor of the given size " .. (extra == "" and
+      "(a list of sizes, or the sizes as arguments: x:" .. name .. "(2, 3)) " or
+      "(a list of sizes, or one size) ") .. what ..
       ", with x's dtype and device. The options {dtype =, device =} change them. " ..
       "As torch.Tensor." .. name .. ".",
     example = example}
