@@ -362,6 +362,35 @@ function TestCompare:testAllcloseAsPyTorch()
   end
 end
 
+---------------------------------------------------------------- loading
+
+-- the staples load on first use: a qkv function of theirs, or a method the
+-- C ones lack (then x:flaten's error suggests flatten); the REPL completes them
+TestLoading = {}
+
+local EXE = arg and arg[-1] or "build/qkv"
+local sh = dofile("tests/helpers/shell.lua")
+
+function TestLoading:testOnFirstUse()
+  local out = sh.exe(EXE, "-e", "print(package.loaded['qkv.staples'] == nil) " ..
+    "print(qkv.ones(2, 3):flatten().shape, package.loaded['qkv.staples'] ~= nil)")
+  lu.assertEquals(out, "true\n(6,)\ttrue\n")
+  out = sh.exe(EXE, "-e", "print(qkv.linspace(0, 1, 2), qkv.ones(2):half().dtype)")
+  lu.assertEquals(out, "tensor([0., 1.])\tfloat16\n")
+  local code
+  out, code = sh.exe(EXE, "-e", "qkv.ones(2):flaten()")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "a tensor has no field 'flaten' (did you mean 'flatten'?)")
+end
+
+function TestLoading:testReplCompletes()
+  _G.staples_x = qkv.ones(2)
+  local repl = require "qkv.repl"
+  lu.assertEquals(repl._complete("staples_x:repeat_i"), {"staples_x:repeat_interleave"})
+  lu.assertEquals(repl._complete("qkv.zeros_l"), {"qkv.zeros_like"})
+  _G.staples_x = nil
+end
+
 ---------------------------------------------------------------- errors
 
 TestErrors = {}
