@@ -257,10 +257,10 @@ function TestScatter:testAsPyTorch()
   for k, c in ipairs(F.scatter) do
     local x, index = T(c.x), T(c.index)
     local src = c.src and T(c.src) or c.value
+    local before = x:clone()
     same(x:scatter(c.dim, index, src), c.want, "scatter " .. k)
     same(qkv.scatter(x, c.dim, index, src), c.want, "qkv.scatter " .. k)
-    local before = x:clone()
-    qkv.test.assertTensorEqual(x, before)
+    qkv.test.assertTensorEqual(x, before)                  -- scatter leaves x
     local y = x:clone()
     lu.assertTrue(rawequal(y:scatter_(c.dim, index, src), y), "scatter_ returns x")
     same(y, c.want, "scatter_ " .. k)
