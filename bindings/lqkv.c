@@ -20,6 +20,19 @@ static const char *const lazy[][3] = {
   {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
+  /* the staples in Lua (stdlib/qkv/staples.lua), which also adds methods */
+  {"flatten", "qkv.staples", "flatten"}, {"unflatten", "qkv.staples", "unflatten"},
+  {"chunk", "qkv.staples", "chunk"}, {"split", "qkv.staples", "split"},
+  {"norm", "qkv.staples", "norm"}, {"scatter", "qkv.staples", "scatter"},
+  {"argsort", "qkv.staples", "argsort"}, {"flip", "qkv.staples", "flip"},
+  {"roll", "qkv.staples", "roll"}, {"outer", "qkv.staples", "outer"},
+  {"repeat_interleave", "qkv.staples", "repeat_interleave"},
+  {"allclose", "qkv.staples", "allclose"}, {"zeros_like", "qkv.staples", "zeros_like"},
+  {"ones_like", "qkv.staples", "ones_like"}, {"full_like", "qkv.staples", "full_like"},
+  {"empty_like", "qkv.staples", "empty_like"}, {"rand_like", "qkv.staples", "rand_like"},
+  {"randn_like", "qkv.staples", "randn_like"}, {"randint", "qkv.staples", "randint"},
+  {"linspace", "qkv.staples", "linspace"}, {"logspace", "qkv.staples", "logspace"},
+  {"manual_seed", "qkv.staples", "manual_seed"},
 };
 
 static int lazy_index (lua_State *L) {

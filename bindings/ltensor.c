@@ -232,6 +232,23 @@ static int is_grad_field (const char *k) {
          strcmp(k, "grad") == 0 || strcmp(k, "grad_fn") == 0;
 }
 
+/* the methods written in Lua (stdlib/qkv/staples.lua) come with their
+   module, loaded the first time a method the C ones lack is asked for;
+   pushes the method named by arg 2, or returns 0 */
+static int lua_method (lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  int loaded = lua_getfield(L, -1, "qkv.staples") != LUA_TNIL;
+  lua_pop(L, 2);
+  if (loaded) return 0;
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.staples");
+  lua_call(L, 1, 0);
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
 static int t_index (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (lua_type(L, 2) != LUA_TSTRING) QKVL_GRAD(L, "index", t_index);
@@ -259,6 +276,7 @@ static int t_index (lua_State *L) {
     else if (strcmp(k, "grad") == 0 || strcmp(k, "grad_fn") == 0) lua_pushnil(L);
     else if (strcmp(k, "T") == 0) return transposed(L, t, 0);
     else if (strcmp(k, "mT") == 0) return transposed(L, t, 1);
+    else if (lua_method(L)) return 1;
     else return no_field(L, k);
     return 1;
   }

@@ -25,7 +25,8 @@ local qkv = package.loaded.qkv or require "qkv"
 
 local M = {}
 
-local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert"}
+local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
+               "staples"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for

@@ -97,6 +97,36 @@ function TestRules:testPositionsAndEinsum()
   check(function(a) return qkv.einsum("ii->i", a) end, {r(3, 3)}, "einsum diagonal")
 end
 
+-- the staples of stdlib/qkv/staples.lua: compositions of the ops above,
+-- and scatter, whose rule is its own
+function TestRules:testStaples()
+  local I = function(x) return qkv.tensor(x, "int64") end
+  local x = r(3, 4)
+  check(function(v) return v:norm() end, {x}, "norm")
+  check(function(v) return v:norm(1, 2) + v:norm(3, -1) end, {x}, "norm p = 1, 3")
+  check(function(v) return v:norm(math.huge, 1, true) end, {x}, "norm p = inf")
+  check(function(v) return qkv.norm(v:t(), "fro", {1, 2}) end, {x}, "norm over dims")
+  check(function(v) return v:flip({1, -1}) end, {x}, "flip")
+  check(function(v) return v:roll({1, -3}, {1, 2}) + v:roll(5) end, {x}, "roll")
+  check(function(a, b) return qkv.outer(a, b) end, {r(3), r(4)}, "outer")
+  check(function(a, b) return a:outer(b:narrow(1, 2, 2)) end, {r(3), r(4)}, "outer of a view")
+  -- scatter: index repeats a place (the last write wins: the others get no
+  -- gradient) and src is larger than index
+  local idx = I{{2, 2, 4}, {1, 3, 1}}
+  check(function(v, s) return qkv.scatter(v, 2, idx, s) end, {r(2, 4), r(2, 5)}, "scatter src")
+  check(function(v, s) return v:scatter(1, I{{2, 1}}, s) * 3 end, {r(2, 2), r(1, 2)}, "scatter dim 1")
+  check(function(v) return v:scatter(-1, idx, 0.5) end, {r(2, 4)}, "scatter a number")
+  check(function(v) return v:repeat_interleave({2, 0, 1}, 1) end, {r(3, 2)}, "repeat_interleave")
+  check(function(v) local a, b = v:chunk(2, -1) return a * b end, {x}, "chunk")
+  check(function(v) return v:flatten():unflatten(1, {2, 6}) end, {x}, "flatten, unflatten")
+  -- the norm of zeros has a zero gradient, not NaN (PyTorch's subgradient)
+  local z = qkv.grad(function(v) return v:norm() + v:norm(3) end, {qkv.zeros(3, "float64")})[1]
+  lu.assertEquals(z:tolist(), {0, 0, 0})
+  local s = qkv.grad(function(v) return qkv.zeros(1, 3, "float64"):scatter(2, I{{3, 1, 3}}, v):sum() end,
+                     {r(1, 3)})[1]
+  lu.assertEquals(s:tolist(), {{0, 1, 1}})
+end
+
 function TestRules:testRows()
   local x = r(3, 5)
   check(function(v) return v:softmax() end, {x}, "softmax")

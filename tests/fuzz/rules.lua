@@ -102,6 +102,21 @@ local OPTIONS = {
   -- the attention modules' forward: Module:forward draws one of them
   ["Module:forward"] = {keys = ATTN},
 }
+-- the staples' factories (stdlib/qkv/staples.lua): PyTorch's dtype and
+-- device keywords
+local FACTORY = {"dtype", "device"}
+local function like(F) return {V.tensor(F.dtype, {F.n, F.d})} end
+for _, name in ipairs{"zeros_like", "ones_like", "empty_like", "rand_like", "randn_like"} do
+  OPTIONS["qkv." .. name] = {keys = FACTORY, args = like}
+end
+OPTIONS["qkv.full_like"] = {keys = FACTORY, args = function(F) return {like(F)[1], 2} end}
+OPTIONS["qkv.randint"] = {keys = FACTORY, args = function(F) return {0, 5, {F.n, F.d}} end}
+OPTIONS["qkv.linspace"] = {keys = FACTORY, args = function(F) return {0, 1, F.n} end}
+OPTIONS["qkv.logspace"] = {keys = FACTORY, args = function(F) return {0, 1, F.n, 2} end}
+for _, name in ipairs{"new_zeros", "new_ones", "new_empty"} do
+  OPTIONS["Tensor:" .. name] = {keys = FACTORY, args = function(F) return {{F.n, F.d}} end}
+end
+OPTIONS["Tensor:new_full"] = {keys = FACTORY, args = function(F) return {{F.n, F.d}, 3} end}
 
 -- names PyTorch's counterparts take that the qkv function does not know,
 -- by the function's name

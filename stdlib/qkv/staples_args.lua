@@ -1,0 +1,171 @@
+-- staples_args.lua: what the staples (qkv.staples, qkv.staples_select)
+-- share: their errors, which name the public function at the script's
+-- line, and the checks of their arguments (dims 1-based and negative from
+-- the end, as the bindings' qkvL_checkdim; integers that are integers;
+-- lists read raw, at most so many items; factories' options).
+
+local qkv = require "qkv"
+local caller = require "qkv.caller"
+local SOURCE = debug.getinfo(1, "S").source
+
+local is_tensor = qkv.is_tensor
+local MAXRET = 1000000          -- Lua's stack: the most values one call returns
+
+---------------------------------------------------------------- errors
+
+-- an error of the function being run, with no position: api() names the
+-- function and points at the script's line
+local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
+
+-- f as the public function fname: its errors, and those of the ops it
+-- calls, read "fname: ..." at the line of the script that called it
+local function api(fname, f)
+  local prefix = fname .. ": "
+  return function(...)
+    local r = table.pack(pcall(f, ...))
+    if r[1] then return table.unpack(r, 2, r.n) end
+    local err = r[2]
+    if type(err) ~= "string" then error(err, 0) end
+    err = err:gsub("^[^\n]-:%d+: ", "", 1)        -- where an op raised it
+    if err:sub(1, #prefix) ~= prefix then err = prefix .. err end
+    error(err, caller(SOURCE, true))
+  end
+end
+
+local function shape_of(x) return tostring(x.shape) end
+
+---------------------------------------------------------------- arguments
+
+local function tensor_arg(v, what)
+  if not is_tensor(v) then fail("%s must be a tensor, got %s", what, type(v)) end
+  return v
+end
+
+-- an integer (a float with an integer value too), or an error naming what
+local function int_arg(v, what)
+  local i = type(v) == "number" and math.tointeger(v) or nil
+  if i == nil then
+    fail("%s must be an integer, got %s", what, type(v) == "number" and tostring(v) or type(v))
+  end
+  return i
+end
+
+local function bool_arg(v, what, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then fail("%s must be a boolean, got %s", what, type(v)) end
+  return v
+end
+
+-- dim d (1-based, negative from the end) of an n-dim x, as 1..n
+local function dim_arg(d, what, x, n)
+  n = n or x:dim()
+  d = int_arg(d, what)
+  local p = d < 0 and d + n + 1 or d
+  if p < 1 or p > n then
+    if n == 0 then fail("%s %d: a 0-d tensor has no dims", what, d) end
+    fail("%s %d out of range [%d, %d] for x of shape %s", what, d, -n, n, shape_of(x))
+  end
+  return p
+end
+
+-- the integers of a plain list (or of a qkv.Size), read raw, at most max
+local function int_list(t, what, max)
+  local n = rawlen(t)
+  if n > max then fail("%s has %d items, at most %d", what, n, max) end
+  local out = {}
+  for i = 1, n do out[i] = int_arg(rawget(t, i), what .. "[" .. i .. "]") end
+  return out
+end
+
+-- an integer or a list of them
+local function ints_arg(v, what, max)
+  if type(v) == "table" and not is_tensor(v) then return int_list(v, what, max) end
+  if type(v) ~= "number" then
+    fail("%s must be an integer or a list of integers, got %s", what, type(v))
+  end
+  return {int_arg(v, what)}
+end
+
+-- dims as a list of distinct 1..n
+local function dims_arg(v, what, x)
+  local ds, seen = ints_arg(v, what, 8), {}
+  for i, d in ipairs(ds) do
+    ds[i] = dim_arg(d, what, x)
+    if seen[ds[i]] then fail("%s names dim %d twice", what, ds[i]) end
+    seen[ds[i]] = true
+  end
+  return ds
+end
+
+local DTYPES = {}
+for _, d in ipairs{"float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"} do
+  DTYPES[d] = true
+end
+local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+
+-- the options {dtype =, device =} of a factory, checked; dtype and device
+-- default to those given
+local function factory_opts(fname, opts, dtype, device)
+  local msg, o = qkv._checkopts(fname, opts, {"dtype", "device"})
+  if msg then error(msg:sub(#fname + 3), 0) end
+  if o.dtype ~= nil then
+    if type(o.dtype) ~= "string" or not DTYPES[o.dtype] then
+      fail("unknown dtype %s (float32, float64, float16, bfloat16, int64, int32, bool)",
+           type(o.dtype) == "string" and "'" .. o.dtype .. "'" or "of type " .. type(o.dtype))
+    end
+    dtype = o.dtype
+  end
+  if o.device ~= nil then
+    if o.device ~= "cpu" and o.device ~= "cuda" then
+      fail("unknown device %s (cpu, cuda)",
+           type(o.device) == "string" and "'" .. o.device .. "'" or "of type " .. type(o.device))
+    end
+    device = o.device
+  end
+  return dtype, device
+end
+
+-- a shape: a list of sizes (or a qkv.Size), or one size
+local function shape_arg(v, what)
+  local s = type(v) == "table" and not is_tensor(v) and int_list(v, what, 8)
+            or {int_arg(v, what)}
+  for i, n in ipairs(s) do
+    if n < 0 then fail("%s: size %d is negative (%d)", what, i, n) end
+  end
+  return s
+end
+
+
+---------------------------------------------------------------- other
+
+-- x's sizes as a plain list
+local function sizes(x)
+  local s = {}
+  for i = 1, x:dim() do s[i] = x:size(i) end
+  return s
+end
+
+local function number_arg(v, what)
+  if type(v) ~= "number" then fail("%s must be a number, got %s", what, type(v)) end
+  return v
+end
+
+return {
+  MAXRET = MAXRET,
+  fail = fail,
+  api = api,
+  shape_of = shape_of,
+  tensor_arg = tensor_arg,
+  int_arg = int_arg,
+  bool_arg = bool_arg,
+  dim_arg = dim_arg,
+  int_list = int_list,
+  ints_arg = ints_arg,
+  dims_arg = dims_arg,
+  DTYPES = DTYPES,
+  FLOATS = FLOATS,
+  factory_opts = factory_opts,
+  shape_arg = shape_arg,
+  sizes = sizes,
+  number_arg = number_arg,
+}
