@@ -187,29 +187,37 @@ qkv_device qkvL_checkdevice (lua_State *L, int arg) {
 ** difference, where it matters (a mask's polarity).
 */
 
-/* the edit distance between a and b (Levenshtein), for names under 32 */
+/* the edit distance between a and b, for names under 32: Levenshtein's
+   with a swap of two neighbours as one edit (optimal string alignment),
+   so that 'maks' is one edit from 'mask' */
 static int distance (const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
-  int row[33];
+  int d[33][33];
   if (na > 32 || nb > 32) return 99;
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
+  for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= na; i++)
     for (size_t j = 1; j <= nb; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
     }
-  }
-  return row[nb];
+  return d[na][nb];
 }
 
+/*
+** Whether name is near enough to k to suggest, and nearer than *best
+** edits: one edit per four letters of k, at least one and fewer than k
+** has, so that a short name is suggested only for one slip ('half' is
+** two edits from 'all': nothing), a long one for two ('softmaxxx').
+*/
 int qkvL_nearer (const char *k, const char *name, int *best) {
-  int d = distance(k, name);
-  if (d >= *best || d >= (int)strlen(k)) return 0;
+  int d = distance(k, name), len = (int)strlen(k), reach = len / 4 > 1 ? len / 4 : 1;
+  if (d >= *best || d > reach || d >= len) return 0;
   *best = d;
   return 1;
 }
@@ -220,6 +228,43 @@ const char *qkvL_closest (const char *k, const char *const *names) {
   for (int i = 0; names[i]; i++)
     if (qkvL_nearer(k, names[i], &best)) found = names[i];
   return found;
+}
+
+/*
+** The name of the table at idx (its string keys; one that starts with '_'
+** only for a k that does too) or of extra (NULL-ended, may be NULL) that is closest
+** to k, or NULL.  The table is walked raw (no metamethod runs), and in
+** its order, so that of two names as near the first of extra wins.
+*/
+const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra) {
+  const char *best = extra ? qkvL_closest(k, extra) : NULL;
+  int bd = 3;
+  if (best) qkvL_nearer(k, best, &bd);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING && (lua_tostring(L, -1)[0] != '_' || k[0] == '_') &&
+        qkvL_nearer(k, lua_tostring(L, -1), &bd))
+      best = lua_tostring(L, -1);        /* the table keeps it */
+  }
+  return best;
+}
+
+/*
+** The error for reading the name k that the table at idx does not have,
+** as a PyTorch user gets an AttributeError rather than nil:
+**   qkv has no function 'softmaxx' (did you mean 'softmax'?)
+** `who` names the table ("qkv", "qkv.nn"), `what` what it holds; without
+** a near name, `none` (may be NULL) says where to look instead.
+*/
+int qkvL_noname (lua_State *L, const char *who, const char *what, const char *k,
+                 int idx, const char *const *extra, const char *none) {
+  const char *near = qkvL_suggest(L, k, idx, extra);
+  if (near)
+    return luaL_error(L, "%s has no %s '%s' (did you mean '%s'?)", who, what, k, near);
+  if (none) return luaL_error(L, "%s has no %s '%s' (%s)", who, what, k, none);
+  return luaL_error(L, "%s has no %s '%s'", who, what, k);
 }
 
 /* PyTorch's (and Hugging Face's) names for what qkv spells otherwise */

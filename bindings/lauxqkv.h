@@ -60,14 +60,22 @@ void qkvL_checkcuda (lua_State *L, const char *name);
 ** (did you mean 'causal'?)" for a key of the table at arg that is not in
 ** known (NULL-terminated); nil or none passes.  qkvL_testopts: that
 ** message, pushed, for the table at arg, or NULL.  qkvL_closest gives the
-** name of names within two edits of k, or NULL; qkvL_nearer(k, name,
-** &best) whether name is nearer to k than best edits (and updates best).
+** name of names near k (within two edits, one per four letters of k), or
+** NULL; qkvL_nearer(k, name, &best) whether name is near k and nearer
+** than best edits (and updates best); qkvL_suggest the nearest of the
+** string keys of the table at idx ('_' ones only for a k that starts
+** with '_') and of extra (may be NULL).
+** qkvL_noname raises "who has no what 'k' (did you mean '...'?)", or
+** "(none)" when no name is near.
 */
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
 const char *qkvL_closest (const char *k, const char *const *names);
 int qkvL_nearer (const char *k, const char *name, int *best);
+const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra);
+int qkvL_noname (lua_State *L, const char *who, const char *what, const char *k,
+                 int idx, const char *const *extra, const char *none);
 
 /* }====================================================== */
 

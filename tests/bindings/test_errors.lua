@@ -370,4 +370,84 @@ function TestMiscErrors:testStillRunning()
   lu.assertEquals(qkv.ones(3, 3):sum():item(), 9)
 end
 
+---------------------------------------------------------------- names
+
+-- reading a name that qkv, a library table or a tensor does not have is an
+-- error at the script's line naming the nearest name, not a nil that fails
+-- later as "attempt to call a nil value"
+TestMissingNames = {}
+
+local HERE = "test_errors%.lua:%d+: "
+
+-- f() fails at this file's line with exactly `want` after the place
+local function missing(want, f)
+  local ok, msg = pcall(f)
+  lu.assertFalse(ok, want)
+  lu.assertEquals(type(msg), "string")
+  local place, rest = msg:match("^(.-" .. HERE .. ")(.*)$")
+  lu.assertNotNil(place, msg)
+  lu.assertEquals(rest, want)
+  return msg
+end
+
+function TestMissingNames:testQkv()
+  local x = M(2, 3)
+  missing("qkv has no function 'softmaxx' (did you mean 'softmax'?)",
+          function() return qkv.softmaxx(x) end)
+  missing("qkv has no function 'randint' (help(qkv) lists what it has)",
+          function() return qkv.randint(1, 5, {2}) end)
+  missing("qkv has no function 'sofmax' (did you mean 'softmax'?)", function() return qkv.sofmax end)
+  -- a lazily loaded library's name is suggested too
+  missing("qkv has no function 'einsun' (did you mean 'einsum'?)", function() return qkv.einsun end)
+  -- one slip per four letters: 'sofmx' is two from softmax, too far for 5 letters
+  missing("qkv has no function 'sofmx' (help(qkv) lists what it has)", function() return qkv.sofmx end)
+  missing("qkv has no function 'log_sofmaxx' (did you mean 'log_softmax'?)",
+          function() return qkv.log_sofmaxx end)
+  -- what is there still reads, lazy names load, and internal or non-string
+  -- keys stay nil for the code that probes them
+  lu.assertEquals(type(qkv.softmax), "function")
+  lu.assertEquals(type(qkv.einsum), "function")
+  lu.assertEquals(qkv.float16, "float16")
+  lu.assertNil(qkv._no_such_hook)
+  lu.assertNil(qkv[1])
+  lu.assertNil(rawget(qkv, "softmaxx"))
+  lu.assertTrue(pcall(function() return qkv.Tensor end))
+end
+
+function TestMissingNames:testLibraries()
+  missing("qkv.plot has no function 'line' (help(qkv.plot) lists what it has)",
+          function() return qkv.plot.line({1, 2, 3}) end)
+  missing("qkv.plot has no function 'heatmpa' (did you mean 'heatmap'?)",
+          function() return qkv.plot.heatmpa end)
+  missing("qkv.nn has no class or function 'Linaer' (did you mean 'Linear'?)",
+          function() return qkv.nn.Linaer(2, 3) end)
+  missing("qkv.nn has no class or function 'Conv2d' (help(qkv.nn) lists what it has)",
+          function() return qkv.nn.Conv2d end)
+  missing("qkv.optim has no class or function 'SDG' (did you mean 'SGD'?)",
+          function() return qkv.optim.SDG end)
+  lu.assertEquals(type(qkv.plot.heatmap), "function")
+  lu.assertEquals(tostring(qkv.nn.Linear(2, 3).W.shape), "(2, 3)")
+  lu.assertEquals(type(qkv.optim.Adam), "function")
+  lu.assertNil(qkv.plot._no_such_hook)
+  lu.assertNil(qkv.nn._no_such_hook)
+  -- help names the namespace that the message sends the reader to
+  lu.assertStrContains(require("qkv.doc").text(qkv.optim), "qkv.optim")
+end
+
+function TestMissingNames:testTensor()
+  local x = M(2, 3)
+  -- 'half' is two edits from 'all': too far for four letters; PyTorch's
+  -- dtype shorthand gets the conversion instead
+  local msg = missing('index: a tensor has no field \'half\' (x:to("float16") converts to float16)',
+                      function() return x:half() end)
+  lu.assertNotStrContains(msg, "'all'")
+  missing('index: a tensor has no field \'bfloat16\' (x:to("bfloat16") converts to bfloat16)',
+          function() return x:bfloat16() end)
+  missing("index: a tensor has no field 'maen' (did you mean 'mean'?)", function() return x:maen() end)
+  missing("index: a tensor has no field 'sofmx'", function() return x:sofmx() end)
+  missing("index: a tensor has no field '_versoin' (did you mean '_version'?)",
+          function() return x._versoin end)
+  lu.assertEquals(x:to("float16").dtype, "float16")
+end
+
 os.exit(lu.LuaUnit.run(), true)
