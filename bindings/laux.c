@@ -38,6 +38,21 @@ const char *qkvL_shape (lua_State *L, const qkv_tensor *t) {
   return lua_pushstring(L, qkv_shape_str(buf, sizeof buf, t->ndim, t->size));
 }
 
+/*
+** What an out-of-range 0 adds to its message, where PyTorch's habit of
+** counting from 0 shows (the one place that says it); "" for any other
+** value.  kind: QKVL_DIM a dim, QKVL_INDEX a number, QKVL_IDS a tensor
+** of indices.
+*/
+const char *qkvL_from1 (lua_Integer i, int kind) {
+  static const char *const says[] = {
+    ": qkv counts dims from 1, so PyTorch's dim 0 is dim 1 here",
+    ": qkv counts from 1, so PyTorch's index 0 is 1 here",
+    ": qkv counts from 1, so 0-based indices need a + 1",
+  };
+  return i == 0 && kind >= 0 && kind <= QKVL_IDS ? says[kind] : "";
+}
+
 /* a 1-based dim, negative from the end, among ndim + extra dims; 0-based */
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
   lua_Integer d = luaL_checkinteger(L, arg);
@@ -45,8 +60,9 @@ int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
   if (d < 0) d += n + 1;
   if (d < 1 || d > n) {
     if (n == 0) luaL_argerror(L, arg, "a 0-d tensor has no dims");
-    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]",
-                  luaL_checkinteger(L, arg), -n, n));
+    lua_Integer given = luaL_checkinteger(L, arg);
+    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]%s", given, -n, n,
+                                          qkvL_from1(given, QKVL_DIM)));
   }
   return (int)d - 1;
 }
@@ -60,8 +76,8 @@ int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what) 
   lua_Integer i = luaL_checkinteger(L, arg);
   lua_Integer j = i < 0 ? i + size + 1 : i;
   if (j < 1 || j > size)
-    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I",
-                  what, i, (lua_Integer)size));
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I%s",
+                  what, i, (lua_Integer)size, qkvL_from1(i, QKVL_INDEX)));
   return j - 1;
 }
 

@@ -34,6 +34,11 @@ void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
+/* the words an out-of-range 0 adds to its message (qkv counts from 1;
+   PyTorch's 0 is 1 here), "" for any other i: for a dim, an index, or a
+   tensor of indices */
+enum { QKVL_DIM, QKVL_INDEX, QKVL_IDS };
+const char *qkvL_from1 (lua_Integer i, int kind);
 qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
 /* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
    A string after the sizes is a dtype, stored in *dt when dt is given,

@@ -65,8 +65,8 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
     mm[op] = *(int64_t *)qkv_data(h);
     lua_pop(L, h == r ? 1 : 2);
     if (mm[op] < 1 || mm[op] > n)
-      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
-                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n);
+      luaL_error(L, "%s: index %I is out of range for dim %d of size %I%s", name,
+                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n, qkvL_from1(mm[op], QKVL_IDS));
   }
   qkv_tensor *z = qkvL_newlike(L, idx, QKV_I64);
   qkvL_Scalar one;

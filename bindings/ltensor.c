@@ -178,7 +178,8 @@ static int64_t position (lua_State *L, lua_Integer item, int dim, int64_t size, 
                luaL_typename(L, -1));
   lua_Integer j = i < 0 ? i + size + 1 : i;
   if (j < 1 - end || j > size)
-    luaL_error(L, "index: %I is out of range for dim %d of size %I", i, dim, (lua_Integer)size);
+    luaL_error(L, "index: %I is out of range for dim %d of size %I%s", i, dim,
+               (lua_Integer)size, qkvL_from1(i, QKVL_INDEX));
   return j - 1;
 }
 

@@ -450,4 +450,55 @@ function TestMissingNames:testTensor()
   lu.assertEquals(x:to("float16").dtype, "float16")
 end
 
+---------------------------------------------------------------- counting from 1
+
+-- PyTorch's 0 says that qkv counts from 1, and what the 1-based value is
+TestFromOne = {}
+
+local DIM0 = "dim 0 out of range [-2, 2]: qkv counts dims from 1, so PyTorch's dim 0 is dim 1 here"
+local INDEX0 = "qkv counts from 1, so PyTorch's index 0 is 1 here"
+local IDS0 = "qkv counts from 1, so 0-based indices need a + 1"
+
+function TestFromOne:testDims()
+  local x = M(2, 3)
+  missing("bad argument #1 to 'transpose' (" .. DIM0 .. ")", function() return x:transpose(0, 1) end)
+  missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return x:sum(0) end)
+  missing("bad argument #1 to 'softmax' (" .. DIM0 .. ")", function() return x:softmax(0) end)
+  -- a dim out of range that is not 0 says nothing about PyTorch
+  local msg = fails("dim 3 out of range [-2, 2]", function() return x:sum(3) end)
+  lu.assertNotStrContains(msg, "PyTorch")
+  lu.assertEquals(tostring(x:transpose(1, 2).shape), "(3, 2)")
+end
+
+function TestFromOne:testIndices()
+  local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+  missing("bad argument #2 to 'index' (index 0 out of range for size 2: " .. INDEX0 .. ")",
+          function() return x[0] end)
+  missing("bad argument #2 to 'newindex' (index 0 out of range for size 2: " .. INDEX0 .. ")",
+          function() x[0] = 1 end)
+  missing("index: 0 is out of range for dim 2 of size 3: " .. INDEX0, function() return x[{1, 0}] end)
+  missing("bad argument #2 to 'select' (index 0 out of range for size 3: " .. INDEX0 .. ")",
+          function() return x:select(2, 0) end)
+  missing("narrow: start 0 with length 1 is out of range for dim 2 of size 3: " .. INDEX0,
+          function() return x:narrow(2, 0, 1) end)
+  local msg = fails("index 3 out of range for size 2", function() return x[3] end)
+  lu.assertNotStrContains(msg, "PyTorch")
+  lu.assertEquals(x[1]:tolist(), {1, 2, 3})
+  lu.assertEquals(x[{2, 1}], 4)
+end
+
+function TestFromOne:testIndexTensors()
+  local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+  local ids = qkv.tensor({0, 1}, "int64")
+  missing("embedding: index 0 is out of range for dim 1 of size 2: " .. IDS0,
+          function() return qkv.embedding(ids, x) end)
+  missing("index_select: index 0 is out of range for dim 2 of size 3: " .. IDS0,
+          function() return x:index_select(2, ids) end)
+  missing("gather: index 0 is out of range for dim 2 of size 3: " .. IDS0,
+          function() return x:gather(2, qkv.tensor({{0}, {1}}, "int64")) end)
+  -- the 1-based ids work
+  lu.assertEquals(qkv.embedding(ids + 1, x):tolist(), {{1, 2, 3}, {4, 5, 6}})
+  lu.assertEquals(x:gather(2, qkv.tensor({{1}, {3}}, "int64")):tolist(), {{1}, {6}})
+end
+
 os.exit(lu.LuaUnit.run(), true)
