@@ -40,6 +40,9 @@ int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
 enum { QKVL_DIM, QKVL_INDEX, QKVL_IDS };
 const char *qkvL_from1 (lua_Integer i, int kind);
 qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
+/* why a matmul of dtypes a and b cannot run (how to convert), pushed, or
+   NULL when it can */
+const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b);
 /* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
    A string after the sizes is a dtype, stored in *dt when dt is given,
    and a device ("cpu", "cuda") may follow or stand alone, stored in *dev

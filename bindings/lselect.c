@@ -421,10 +421,8 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
                       nd == 2 ? "two 2-D tensors" : "two 3-D tensors with the same batch",
                       sa, sb);
   }
-  const char *why = !qkv_is_float(a->dtype) || a->dtype != b->dtype
-      ? lua_pushfstring(L, "expected two float32 or two float64 tensors, got %s and %s",
-                        qkv_dtype_name(a->dtype), qkv_dtype_name(b->dtype))
-      : a->size[nd - 1] != b->size[nd - 2]
+  const char *why = qkvL_matmul_dtypes(L, a->dtype, b->dtype);
+  if (why == NULL) why = a->size[nd - 1] != b->size[nd - 2]
       ? lua_pushfstring(L, "inner dims %I and %I differ", (lua_Integer)a->size[nd - 1],
                         (lua_Integer)b->size[nd - 2])
       : NULL;

@@ -501,4 +501,21 @@ function TestFromOne:testIndexTensors()
   lu.assertEquals(x:gather(2, qkv.tensor({{1}, {3}}, "int64")):tolist(), {{1}, {6}})
 end
 
+---------------------------------------------------------------- matmul's dtypes
+
+function TestMatmulErrors:testMixedFloatDtypes()
+  local a, b = qkv.ones(3, 4, "float16"), qkv.ones(4, 2, "bfloat16")
+  missing('matmul: (3, 4) @ (4, 2): the dtypes must agree, got float16 and bfloat16: for x @ y, '
+          .. 'convert one with y:to("float16") or x:to("bfloat16")', function() return a:matmul(b) end)
+  missing('matmul: (3, 4) @ (4, 2): expected floating-point tensors, got int64 and float32: for '
+          .. 'x @ y, convert x with x:to("float32")',
+          function() return qkv.ones(3, 4, "int64"):matmul(qkv.ones(4, 2)) end)
+  missing("matmul: (3, 4) @ (4, 2): expected floating-point tensors, got bool and bool: convert "
+          .. "both, e.g. with x:float()",
+          function() return qkv.ones(3, 4, "bool"):matmul(qkv.ones(4, 2, "bool")) end)
+  -- what the message says works
+  lu.assertEquals(a:matmul(b:to("float16")):tolist(), {{4, 4}, {4, 4}, {4, 4}})
+  lu.assertEquals(a:to("bfloat16"):matmul(b).dtype, "bfloat16")
+end
+
 os.exit(lu.LuaUnit.run(), true)
