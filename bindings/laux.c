@@ -123,10 +123,35 @@ static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
   return (int64_t)v;
 }
 
+/* PyTorch's keywords after a shape, qkv.zeros(2, 3, {dtype = "float64",
+   device = "cuda"}): the table at arg, read for dt and dev (either may be
+   NULL: that key is unknown) */
+static void sizes_options (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev) {
+  const char *known[3];
+  int k = 0;
+  if (dt) known[k++] = "dtype";
+  if (dev) known[k++] = "device";
+  known[k] = NULL;
+  if (qkvL_testopts(L, arg, "", known)) luaL_argerror(L, arg, lua_tostring(L, -1));
+  if (dt && lua_getfield(L, arg, "dtype") != LUA_TNIL) {
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), dt))
+      luaL_argerror(L, arg, lua_pushfstring(L, "option 'dtype' must be a dtype name (float32, "
+                    "float64, float16, bfloat16, int64, int32, bool), got %s",
+                    isstr ? lua_tostring(L, -1) : luaL_typename(L, -1)));
+  }
+  if (dev && lua_getfield(L, arg, "device") != LUA_TNIL && !qkvL_isdevice(L, -1, dev))
+    luaL_argerror(L, arg, lua_pushfstring(L, "option 'device' must be \"cpu\" or \"cuda\", "
+                  "got %s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                           : luaL_typename(L, -1)));
+  lua_pop(L, (dt != NULL) + (dev != NULL));
+}
+
 /*
 ** Sizes as numbers or one table from `arg` on, then an optional dtype
 ** string (when dt is given); -1 (when infer) marks a size to infer.  With
-** `one`, only `arg` itself holds the shape.  Anything else left over, but
+** `one`, only `arg` itself holds the shape.  A table after the sizes holds
+** the dtype and device as options ({dtype =, device =}).  Anything else left over, but
 ** trailing nils, is an error rather than silently ignored.
 */
 static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
@@ -152,6 +177,10 @@ static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
     }
   }
   if (one) return n;
+  if ((dt || dev) && arg == top && lua_type(L, arg) == LUA_TTABLE) {
+    sizes_options(L, arg, dt, dev);
+    return n;
+  }
   if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
   else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
     *dt = qkvL_checkdtype(L, arg++);
@@ -323,19 +352,21 @@ static int known_key (const char *k, const char *const *known) {
 /* the message for the unknown key k, pushed */
 static const char *unknown (lua_State *L, const char *fname, const char *k,
                             const char *const *known) {
+  const char *sep = *fname ? ": " : "";
   for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++) {
     const char *const *a = ALIASES[i];
     if (strcmp(k, a[0]) != 0 || (a[1] && !known_key(a[1], known))) continue;
-    if (a[1] == NULL) return lua_pushfstring(L, "%s: unknown option '%s' (%s)", fname, k, a[2]);
+    if (a[1] == NULL) return lua_pushfstring(L, "%s%sunknown option '%s' (%s)", fname, sep, k,
+                                             a[2]);
     if (a[2] == NULL)
-      return lua_pushfstring(L, "%s: unknown option '%s' (qkv's is '%s')", fname, k, a[1]);
-    return lua_pushfstring(L, "%s: unknown option '%s' (qkv's is '%s': %s)", fname, k,
+      return lua_pushfstring(L, "%s%sunknown option '%s' (qkv's is '%s')", fname, sep, k, a[1]);
+    return lua_pushfstring(L, "%s%sunknown option '%s' (qkv's is '%s': %s)", fname, sep, k,
                            a[1], a[2]);
   }
   const char *near = qkvL_closest(k, known);
-  if (near) return lua_pushfstring(L, "%s: unknown option '%s' (did you mean '%s'?)",
-                                   fname, k, near);
-  return lua_pushfstring(L, "%s: unknown option '%s'", fname, k);
+  if (near) return lua_pushfstring(L, "%s%sunknown option '%s' (did you mean '%s'?)",
+                                   fname, sep, k, near);
+  return lua_pushfstring(L, "%s%sunknown option '%s'", fname, sep, k);
 }
 
 /*
@@ -364,16 +395,16 @@ const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
     }
   }
   if (!bad) { lua_settop(L, base); return NULL; }
-  const char *msg;
+  const char *msg, *sep = *fname ? ": " : "";
   if (lua_type(L, base + 1) == LUA_TSTRING)
     msg = unknown(L, fname, lua_tostring(L, base + 1), known);
   else if (lua_type(L, base + 1) == LUA_TNUMBER) {
     lua_pushvalue(L, base + 1);
-    msg = lua_pushfstring(L, "%s: unknown option %s (options are named: {key = value})",
-                          fname, lua_tostring(L, -1));
+    msg = lua_pushfstring(L, "%s%sunknown option %s (options are named: {key = value})",
+                          fname, sep, lua_tostring(L, -1));
   } else
-    msg = lua_pushfstring(L, "%s: unknown option (a %s key; options are named: "
-                          "{key = value})", fname, luaL_typename(L, base + 1));
+    msg = lua_pushfstring(L, "%s%sunknown option (a %s key; options are named: "
+                          "{key = value})", fname, sep, luaL_typename(L, base + 1));
   lua_replace(L, base + 1);
   lua_settop(L, base + 1);
   return msg;
@@ -384,4 +415,63 @@ void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const
   if (lua_type(L, arg) != LUA_TTABLE)
     luaL_error(L, "%s: options must be a table, got %s", fname, luaL_typename(L, arg));
   if (qkvL_testopts(L, arg, fname, known)) lua_error(L);
+}
+
+
+/*
+** PyTorch's keywords as qkv's positions, for the functions that take a
+** dim: when the last argument from `first` on (trailing nils aside) is a
+** table, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
+** x:sum(1, {keepdim = true}) too.  names are the positions' names from
+** `first` on (NULL-ended); with `dtype`, a key dtype converts argument 1
+** to that dtype first, as PyTorch's dtype= does.  A key the function does
+** not take, or a position given both ways, is an error naming fname.
+** The binding calls it first, so that autograd's rule sees positions.
+*/
+const char *const qkvL_KW_DIM[] = {"dim", NULL};
+const char *const qkvL_KW_REDUCE[] = {"dim", "keepdim", NULL};
+
+void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                    int dtype) {
+  int opts = lua_gettop(L), n = 0;
+  while (opts >= first && lua_isnil(L, opts)) opts--;
+  if (opts < first || lua_type(L, opts) != LUA_TTABLE) return;
+  const char *known[10];
+  for (; names[n] && n < 8; n++) known[n] = names[n];
+  known[n] = dtype ? "dtype" : NULL;
+  known[n + 1] = NULL;
+  if (qkvL_testopts(L, opts, fname, known)) luaL_error(L, "%s", lua_tostring(L, -1));
+  if (opts - first > n)
+    luaL_error(L, "%s: %d arguments before the options table, at most %d", fname,
+               opts - first, n);
+  lua_settop(L, opts);
+  luaL_checkstack(L, n + 4, fname);
+  for (int i = 0; i < n; i++) {           /* the values, in order, above the table */
+    int slot = first + i;
+    if (lua_getfield(L, opts, names[i]) == LUA_TNIL) {
+      lua_pop(L, 1);
+      if (slot < opts) lua_pushvalue(L, slot);
+      else lua_pushnil(L);
+    } else if (slot < opts && !lua_isnil(L, slot))
+      luaL_error(L, "%s: %s is given twice, as an argument and as an option", fname,
+                 names[i]);
+  }
+  if (dtype && lua_getfield(L, opts, "dtype") != LUA_TNIL) {   /* pushed, nil or not */
+    qkv_dtype t;
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), &t))
+      luaL_error(L, "%s: option 'dtype' must be a dtype name (float32, float64, float16, "
+                 "bfloat16, int64, int32, bool), got %s", fname,
+                 isstr ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    if (qkvL_totensor(L, 1)) {            /* else the function's own check says */
+      lua_getfield(L, 1, "to");
+      lua_pushvalue(L, 1);
+      lua_pushvalue(L, -3);
+      lua_call(L, 2, 1);
+      lua_replace(L, 1);
+    }
+  }
+  if (dtype) lua_pop(L, 1);               /* the dtype, or nil */
+  lua_rotate(L, first, -(opts - first + 1));
+  lua_pop(L, opts - first + 1);           /* the positions given and the table */
 }

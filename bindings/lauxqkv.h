@@ -79,6 +79,17 @@ void qkvL_checkcuda (lua_State *L, const char *name);
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
+/*
+** PyTorch's keywords: when the last argument from `first` on is a table,
+** its keys named in names (the positions from first on) become those
+** positions (x:sum{dim = 1, keepdim = true} is x:sum(1, true)); with
+** dtype, its key dtype converts argument 1 first.  Unknown keys and a
+** position given twice are errors naming fname.  Call it first thing.
+*/
+void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                    int dtype);
+extern const char *const qkvL_KW_DIM[];       /* {"dim"} */
+extern const char *const qkvL_KW_REDUCE[];    /* {"dim", "keepdim"} */
 const char *qkvL_closest (const char *k, const char *const *names);
 int qkvL_nearer (const char *k, const char *name, int *best);
 const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra);

@@ -148,6 +148,7 @@ static qkv_tensor *truth (lua_State *L, const char *name, const qkv_tensor *x, i
 
 /* any: some element nonzero (a count of them > 0); all: none zero */
 static int anyall (lua_State *L, const char *name, int any) {
+  qkvL_keywords(L, name, 2, qkvL_KW_REDUCE, 0);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int all_dims = lua_isnoneornil(L, 2), dim = all_dims ? -1 : qkvL_checkdim(L, 2, x->ndim, 0);
   int keep = lua_toboolean(L, 3);

@@ -65,7 +65,8 @@ function TestWrongTypes:testOtherArguments()
   fails({"tensor", "table, number or boolean expected, got string"}, function() return qkv.tensor("abc") end)
   fails({"tensor", "got nil"}, function() return qkv.tensor(nil) end)
   fails({"tensor", "expected numbers or booleans, got a string"}, function() return qkv.tensor{1, "a"} end)
-  fails({"zeros", "size, dtype or device expected, got table"}, function() return qkv.zeros(2, {}) end)
+  fails({"zeros", "size, dtype or device expected, got table"},
+        function() return qkv.zeros(2, {}, "float32") end)
   fails({"arange", "number expected"}, function() return qkv.arange("x") end)
   fails({"seed", "number expected, got string"}, function() return qkv.seed("x") end)
   fails({"cat", "table expected, got number"}, function() return qkv.cat(5) end)
@@ -516,6 +517,92 @@ function TestMatmulErrors:testMixedFloatDtypes()
   -- what the message says works
   lu.assertEquals(a:matmul(b:to("float16")):tolist(), {{4, 4}, {4, 4}, {4, 4}})
   lu.assertEquals(a:to("bfloat16"):matmul(b).dtype, "bfloat16")
+end
+
+---------------------------------------------------------------- PyTorch's keywords
+
+-- x:sum{dim = 1, keepdim = true}: an options table as the last argument
+-- holds what PyTorch passes as keywords
+TestKeywords = {}
+
+local X = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+
+local function same(a, b) qkv.test.assertTensorEqual(a, b) end
+
+function TestKeywords:testReductions()
+  same(X:sum{dim = 1}, X:sum(1))
+  same(X:sum{dim = 2, keepdim = true}, X:sum(2, true))
+  same(X:sum(2, {keepdim = true}), X:sum(2, true))
+  same(qkv.sum(X, {dim = -1}), X:sum(2))
+  same(X:sum{}, X:sum())
+  same(X:sum{dtype = "float64"}, X:double():sum())
+  same(X:mean{dim = 1, dtype = qkv.float64}, X:double():mean(1))
+  for _, name in ipairs{"mean", "var", "std", "argmax", "argmin"} do
+    same(X[name](X, {dim = 2, keepdim = true}), X[name](X, 2, true))
+  end
+  for _, name in ipairs{"max", "min"} do
+    local v, i = X[name](X, {dim = 1})
+    local v1, i1 = X[name](X, 1)
+    same(v, v1)
+    same(i, i1)
+  end
+  same(X:gt(2):any{dim = 2}, X:gt(2):any(2))
+  same(X:gt(2):all{dim = 1, keepdim = true}, X:gt(2):all(1, true))
+  same(X:cumsum{dim = 2}, X:cumsum(2))
+  lu.assertEquals(X:cumsum{dim = 1, dtype = "float64"}.dtype, "float64")
+end
+
+function TestKeywords:testSoftmaxCatStack()
+  same(X:softmax{dim = -1}, X:softmax(-1))
+  same(X:softmax{dim = 1}, X:softmax(1))
+  same(X:log_softmax{dim = 1}, X:log_softmax(1))
+  same(qkv.softmax(X, {dim = 2, dtype = "float64"}), X:double():softmax(2))
+  same(qkv.cat({X, X}, {dim = 2}), qkv.cat({X, X}, 2))
+  same(qkv.stack({X, X}, {dim = 3}), qkv.stack({X, X}, 3))
+  same(qkv.cat({X, X}, {}), qkv.cat({X, X}))
+end
+
+function TestKeywords:testFactories()
+  same(qkv.zeros(2, 3, {dtype = "float64"}), qkv.zeros(2, 3, "float64"))
+  same(qkv.ones({2, 3}, {dtype = "int64", device = "cpu"}), qkv.ones({2, 3}, "int64", "cpu"))
+  lu.assertEquals(qkv.randn(4, {dtype = qkv.float64}).dtype, "float64")
+  lu.assertEquals(qkv.rand(2, 2, {}).dtype, "float32")
+  lu.assertEquals(qkv.eye(2, {dtype = "int32"}):tolist(), {{1, 0}, {0, 1}})
+  missing("bad argument #2 to 'zeros' (unknown option 'dtyp' (did you mean 'dtype'?))",
+          function() return qkv.zeros(2, {dtyp = "float64"}) end)
+  missing("bad argument #3 to 'ones' (unknown option 'requires_grad')",
+          function() return qkv.ones(2, 2, {requires_grad = true}) end)
+  missing('bad argument #2 to \'zeros\' (option \'device\' must be "cpu" or "cuda", got tpu)',
+          function() return qkv.zeros(2, {device = "tpu"}) end)
+  missing("bad argument #2 to 'zeros' (option 'dtype' must be a dtype name (float32, float64, "
+          .. "float16, bfloat16, int64, int32, bool), got number)",
+          function() return qkv.zeros(2, {dtype = 3}) end)
+  missing("bad argument #2 to 'zeros' (unknown option 1 (options are named: {key = value}))",
+          function() return qkv.zeros(2, {3}) end)
+end
+
+function TestKeywords:testErrors()
+  missing("sum: unknown option 'dims' (did you mean 'dim'?)", function() return X:sum{dims = 1} end)
+  missing("softmax: unknown option 'keepdim'", function() return X:softmax{dim = 1, keepdim = true} end)
+  missing("max: unknown option 'dtype'", function() return X:max{dtype = "float64"} end)
+  missing("cat: unknown option 'axis'", function() return qkv.cat({X, X}, {axis = 1}) end)
+  missing("sum: dim is given twice, as an argument and as an option",
+          function() return X:sum(1, {dim = 2}) end)
+  missing("sum: 3 arguments before the options table, at most 2",
+          function() return X:sum(1, true, 3, {}) end)
+  missing("sum: option 'dtype' must be a dtype name (float32, float64, float16, bfloat16, int64, "
+          .. "int32, bool), got float8", function() return X:sum{dtype = "float8"} end)
+  missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return X:sum{dim = 0} end)
+end
+
+function TestKeywords:testAutogradSeesPositions()
+  local x = qkv.tensor({{1, 2}, {3, 4}}, "float64"):requires_grad_()
+  x:sum{dim = 2, keepdim = true}:sum():backward()
+  lu.assertEquals(x.grad:tolist(), {{1, 1}, {1, 1}})
+  x.grad = nil
+  local y = x:softmax{dim = 1}
+  lu.assertEquals(tostring(y.grad_fn), "<SoftmaxBackward0>")
+  qkv.test.assertClose(y, x:detach():softmax(1))
 end
 
 os.exit(lu.LuaUnit.run(), true)

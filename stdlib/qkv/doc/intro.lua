@@ -34,6 +34,8 @@ computed in float32), "int64", "int32", "bool"; also as qkv.float32, ...
 Devices: "cpu", and "cuda" when qkv.cuda_available() says a GPU is there:
 x:cuda(), or qkv.set_default_device("cuda") for new tensors.
 Dims and indices count from 1; a negative one counts from the end.
+PyTorch's keywords go in a table as the last argument:
+x:sum{dim = 2, keepdim = true}, qkv.zeros(2, 3, {dtype = "float64"}).
 ]]
 
 local tensor = [[
