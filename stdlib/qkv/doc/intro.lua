@@ -113,7 +113,9 @@ local namespaces = {
    intro = "Heatmaps and figures (stdlib/qkv/plot.lua, loaded on first " ..
      "use). Without opts.file they draw in the terminal (24-bit colour, or " ..
      "plain text when stdout is not a terminal, NO_COLOR is set or " ..
-     "TERM=dumb) and return the text; with opts.file they write a PNG " ..
+     "TERM=dumb) and return nothing, so that the REPL does not print a " ..
+     "figure twice; with opts.out = false they return the text instead of " ..
+     "writing it (for tests and notebooks). With opts.file they write a PNG " ..
      "through cairo and return its layout in pixels.",
    groups = {"figures", "helpers"}},
   {id = "qkv.test", title = "qkv.test",
