@@ -38,6 +38,21 @@ const char *qkvL_shape (lua_State *L, const qkv_tensor *t) {
   return lua_pushstring(L, qkv_shape_str(buf, sizeof buf, t->ndim, t->size));
 }
 
+/*
+** What an out-of-range 0 adds to its message, where PyTorch's habit of
+** counting from 0 shows (the one place that says it); "" for any other
+** value.  kind: QKVL_DIM a dim, QKVL_INDEX a number, QKVL_IDS a tensor
+** of indices.
+*/
+const char *qkvL_from1 (lua_Integer i, int kind) {
+  static const char *const says[] = {
+    ": qkv counts dims from 1, so PyTorch's dim 0 is dim 1 here",
+    ": qkv counts from 1, so PyTorch's index 0 is 1 here",
+    ": qkv counts from 1, so 0-based indices need a + 1",
+  };
+  return i == 0 && kind >= 0 && kind <= QKVL_IDS ? says[kind] : "";
+}
+
 /* a 1-based dim, negative from the end, among ndim + extra dims; 0-based */
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
   lua_Integer d = luaL_checkinteger(L, arg);
@@ -45,8 +60,9 @@ int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra) {
   if (d < 0) d += n + 1;
   if (d < 1 || d > n) {
     if (n == 0) luaL_argerror(L, arg, "a 0-d tensor has no dims");
-    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]",
-                  luaL_checkinteger(L, arg), -n, n));
+    lua_Integer given = luaL_checkinteger(L, arg);
+    luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range [%d, %d]%s", given, -n, n,
+                                          qkvL_from1(given, QKVL_DIM)));
   }
   return (int)d - 1;
 }
@@ -60,8 +76,8 @@ int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what) 
   lua_Integer i = luaL_checkinteger(L, arg);
   lua_Integer j = i < 0 ? i + size + 1 : i;
   if (j < 1 || j > size)
-    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I",
-                  what, i, (lua_Integer)size));
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range for size %I%s",
+                  what, i, (lua_Integer)size, qkvL_from1(i, QKVL_INDEX)));
   return j - 1;
 }
 
@@ -72,6 +88,26 @@ qkv_dtype qkvL_checkdtype (lua_State *L, int arg) {
     luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s' "
                   "(float32, float64, float16, bfloat16, int64, int32, bool)", name));
   return t;
+}
+
+/*
+** Why a matmul of a and b cannot run for their dtypes (pushed), or NULL:
+** they must be the same floating-point dtype, and the message says how to
+** convert, as x @ y (the shapes come before it in the caller's message).
+*/
+const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b) {
+  const char *na = qkv_dtype_name(a), *nb = qkv_dtype_name(b);
+  int fa = qkv_is_float(a), fb = qkv_is_float(b);
+  if (fa && fb && a == b) return NULL;
+  if (fa && fb)
+    return lua_pushfstring(L, "the dtypes must agree, got %s and %s: for x @ y, convert "
+                           "one with y:to(\"%s\") or x:to(\"%s\")", na, nb, na, nb);
+  if (fa || fb)
+    return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: for x @ y, "
+                           "convert %s with %s:to(\"%s\")", na, nb, fa ? "y" : "x",
+                           fa ? "y" : "x", fa ? na : nb);
+  return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: convert both, "
+                         "e.g. with x:float()", na, nb);
 }
 
 static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
@@ -87,10 +123,35 @@ static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
   return (int64_t)v;
 }
 
+/* PyTorch's keywords after a shape, qkv.zeros(2, 3, {dtype = "float64",
+   device = "cuda"}): the table at arg, read for dt and dev (either may be
+   NULL: that key is unknown) */
+static void sizes_options (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev) {
+  const char *known[3];
+  int k = 0;
+  if (dt) known[k++] = "dtype";
+  if (dev) known[k++] = "device";
+  known[k] = NULL;
+  if (qkvL_testopts(L, arg, "", known)) luaL_argerror(L, arg, lua_tostring(L, -1));
+  if (dt && lua_getfield(L, arg, "dtype") != LUA_TNIL) {
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), dt))
+      luaL_argerror(L, arg, lua_pushfstring(L, "option 'dtype' must be a dtype name (float32, "
+                    "float64, float16, bfloat16, int64, int32, bool), got %s",
+                    isstr ? lua_tostring(L, -1) : luaL_typename(L, -1)));
+  }
+  if (dev && lua_getfield(L, arg, "device") != LUA_TNIL && !qkvL_isdevice(L, -1, dev))
+    luaL_argerror(L, arg, lua_pushfstring(L, "option 'device' must be \"cpu\" or \"cuda\", "
+                  "got %s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                           : luaL_typename(L, -1)));
+  lua_pop(L, (dt != NULL) + (dev != NULL));
+}
+
 /*
 ** Sizes as numbers or one table from `arg` on, then an optional dtype
 ** string (when dt is given); -1 (when infer) marks a size to infer.  With
-** `one`, only `arg` itself holds the shape.  Anything else left over, but
+** `one`, only `arg` itself holds the shape.  A table after the sizes holds
+** the dtype and device as options ({dtype =, device =}).  Anything else left over, but
 ** trailing nils, is an error rather than silently ignored.
 */
 static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
@@ -116,6 +177,10 @@ static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
     }
   }
   if (one) return n;
+  if ((dt || dev) && arg == top && lua_type(L, arg) == LUA_TTABLE) {
+    sizes_options(L, arg, dt, dev);
+    return n;
+  }
   if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
   else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
     *dt = qkvL_checkdtype(L, arg++);
@@ -187,29 +252,37 @@ qkv_device qkvL_checkdevice (lua_State *L, int arg) {
 ** difference, where it matters (a mask's polarity).
 */
 
-/* the edit distance between a and b (Levenshtein), for names under 32 */
+/* the edit distance between a and b, for names under 32: Levenshtein's
+   with a swap of two neighbours as one edit (optimal string alignment),
+   so that 'maks' is one edit from 'mask' */
 static int distance (const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
-  int row[33];
+  int d[33][33];
   if (na > 32 || nb > 32) return 99;
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
+  for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= na; i++)
     for (size_t j = 1; j <= nb; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
     }
-  }
-  return row[nb];
+  return d[na][nb];
 }
 
+/*
+** Whether name is near enough to k to suggest, and nearer than *best
+** edits: one edit per four letters of k, at least one and fewer than k
+** has, so that a short name is suggested only for one slip ('half' is
+** two edits from 'all': nothing), a long one for two ('softmaxxx').
+*/
 int qkvL_nearer (const char *k, const char *name, int *best) {
-  int d = distance(k, name);
-  if (d >= *best || d >= (int)strlen(k)) return 0;
+  int d = distance(k, name), len = (int)strlen(k), reach = len / 4 > 1 ? len / 4 : 1;
+  if (d >= *best || d > reach || d >= len) return 0;
   *best = d;
   return 1;
 }
@@ -220,6 +293,43 @@ const char *qkvL_closest (const char *k, const char *const *names) {
   for (int i = 0; names[i]; i++)
     if (qkvL_nearer(k, names[i], &best)) found = names[i];
   return found;
+}
+
+/*
+** The name of the table at idx (its string keys; one that starts with '_'
+** only for a k that does too) or of extra (NULL-ended, may be NULL) that is closest
+** to k, or NULL.  The table is walked raw (no metamethod runs), and in
+** its order, so that of two names as near the first of extra wins.
+*/
+const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra) {
+  const char *best = extra ? qkvL_closest(k, extra) : NULL;
+  int bd = 3;
+  if (best) qkvL_nearer(k, best, &bd);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING && (lua_tostring(L, -1)[0] != '_' || k[0] == '_') &&
+        qkvL_nearer(k, lua_tostring(L, -1), &bd))
+      best = lua_tostring(L, -1);        /* the table keeps it */
+  }
+  return best;
+}
+
+/*
+** The error for reading the name k that the table at idx does not have,
+** as a PyTorch user gets an AttributeError rather than nil:
+**   qkv has no function 'softmaxx' (did you mean 'softmax'?)
+** `who` names the table ("qkv", "qkv.nn"), `what` what it holds; without
+** a near name, `none` (may be NULL) says where to look instead.
+*/
+int qkvL_noname (lua_State *L, const char *who, const char *what, const char *k,
+                 int idx, const char *const *extra, const char *none) {
+  const char *near = qkvL_suggest(L, k, idx, extra);
+  if (near)
+    return luaL_error(L, "%s has no %s '%s' (did you mean '%s'?)", who, what, k, near);
+  if (none) return luaL_error(L, "%s has no %s '%s' (%s)", who, what, k, none);
+  return luaL_error(L, "%s has no %s '%s'", who, what, k);
 }
 
 /* PyTorch's (and Hugging Face's) names for what qkv spells otherwise */
@@ -242,19 +352,21 @@ static int known_key (const char *k, const char *const *known) {
 /* the message for the unknown key k, pushed */
 static const char *unknown (lua_State *L, const char *fname, const char *k,
                             const char *const *known) {
+  const char *sep = *fname ? ": " : "";
   for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++) {
     const char *const *a = ALIASES[i];
     if (strcmp(k, a[0]) != 0 || (a[1] && !known_key(a[1], known))) continue;
-    if (a[1] == NULL) return lua_pushfstring(L, "%s: unknown option '%s' (%s)", fname, k, a[2]);
+    if (a[1] == NULL) return lua_pushfstring(L, "%s%sunknown option '%s' (%s)", fname, sep, k,
+                                             a[2]);
     if (a[2] == NULL)
-      return lua_pushfstring(L, "%s: unknown option '%s' (qkv's is '%s')", fname, k, a[1]);
-    return lua_pushfstring(L, "%s: unknown option '%s' (qkv's is '%s': %s)", fname, k,
+      return lua_pushfstring(L, "%s%sunknown option '%s' (qkv's is '%s')", fname, sep, k, a[1]);
+    return lua_pushfstring(L, "%s%sunknown option '%s' (qkv's is '%s': %s)", fname, sep, k,
                            a[1], a[2]);
   }
   const char *near = qkvL_closest(k, known);
-  if (near) return lua_pushfstring(L, "%s: unknown option '%s' (did you mean '%s'?)",
-                                   fname, k, near);
-  return lua_pushfstring(L, "%s: unknown option '%s'", fname, k);
+  if (near) return lua_pushfstring(L, "%s%sunknown option '%s' (did you mean '%s'?)",
+                                   fname, sep, k, near);
+  return lua_pushfstring(L, "%s%sunknown option '%s'", fname, sep, k);
 }
 
 /*
@@ -283,16 +395,16 @@ const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
     }
   }
   if (!bad) { lua_settop(L, base); return NULL; }
-  const char *msg;
+  const char *msg, *sep = *fname ? ": " : "";
   if (lua_type(L, base + 1) == LUA_TSTRING)
     msg = unknown(L, fname, lua_tostring(L, base + 1), known);
   else if (lua_type(L, base + 1) == LUA_TNUMBER) {
     lua_pushvalue(L, base + 1);
-    msg = lua_pushfstring(L, "%s: unknown option %s (options are named: {key = value})",
-                          fname, lua_tostring(L, -1));
+    msg = lua_pushfstring(L, "%s%sunknown option %s (options are named: {key = value})",
+                          fname, sep, lua_tostring(L, -1));
   } else
-    msg = lua_pushfstring(L, "%s: unknown option (a %s key; options are named: "
-                          "{key = value})", fname, luaL_typename(L, base + 1));
+    msg = lua_pushfstring(L, "%s%sunknown option (a %s key; options are named: "
+                          "{key = value})", fname, sep, luaL_typename(L, base + 1));
   lua_replace(L, base + 1);
   lua_settop(L, base + 1);
   return msg;
@@ -303,4 +415,63 @@ void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const
   if (lua_type(L, arg) != LUA_TTABLE)
     luaL_error(L, "%s: options must be a table, got %s", fname, luaL_typename(L, arg));
   if (qkvL_testopts(L, arg, fname, known)) lua_error(L);
+}
+
+
+/*
+** PyTorch's keywords as qkv's positions, for the functions that take a
+** dim: when the last argument from `first` on (trailing nils aside) is a
+** table, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
+** x:sum(1, {keepdim = true}) too.  names are the positions' names from
+** `first` on (NULL-ended); with `dtype`, a key dtype converts argument 1
+** to that dtype first, as PyTorch's dtype= does.  A key the function does
+** not take, or a position given both ways, is an error naming fname.
+** The binding calls it first, so that autograd's rule sees positions.
+*/
+const char *const qkvL_KW_DIM[] = {"dim", NULL};
+const char *const qkvL_KW_REDUCE[] = {"dim", "keepdim", NULL};
+
+void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                    int dtype) {
+  int opts = lua_gettop(L), n = 0;
+  while (opts >= first && lua_isnil(L, opts)) opts--;
+  if (opts < first || lua_type(L, opts) != LUA_TTABLE) return;
+  const char *known[10];
+  for (; names[n] && n < 8; n++) known[n] = names[n];
+  known[n] = dtype ? "dtype" : NULL;
+  known[n + 1] = NULL;
+  if (qkvL_testopts(L, opts, fname, known)) luaL_error(L, "%s", lua_tostring(L, -1));
+  if (opts - first > n)
+    luaL_error(L, "%s: %d arguments before the options table, at most %d", fname,
+               opts - first, n);
+  lua_settop(L, opts);
+  luaL_checkstack(L, n + 4, fname);
+  for (int i = 0; i < n; i++) {           /* the values, in order, above the table */
+    int slot = first + i;
+    if (lua_getfield(L, opts, names[i]) == LUA_TNIL) {
+      lua_pop(L, 1);
+      if (slot < opts) lua_pushvalue(L, slot);
+      else lua_pushnil(L);
+    } else if (slot < opts && !lua_isnil(L, slot))
+      luaL_error(L, "%s: %s is given twice, as an argument and as an option", fname,
+                 names[i]);
+  }
+  if (dtype && lua_getfield(L, opts, "dtype") != LUA_TNIL) {   /* pushed, nil or not */
+    qkv_dtype t;
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), &t))
+      luaL_error(L, "%s: option 'dtype' must be a dtype name (float32, float64, float16, "
+                 "bfloat16, int64, int32, bool), got %s", fname,
+                 isstr ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    if (qkvL_totensor(L, 1)) {            /* else the function's own check says */
+      lua_getfield(L, 1, "to");
+      lua_pushvalue(L, 1);
+      lua_pushvalue(L, -3);
+      lua_call(L, 2, 1);
+      lua_replace(L, 1);
+    }
+  }
+  if (dtype) lua_pop(L, 1);               /* the dtype, or nil */
+  lua_rotate(L, first, -(opts - first + 1));
+  lua_pop(L, opts - first + 1);           /* the positions given and the table */
 }

@@ -87,10 +87,8 @@ qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
   qkv_tensor x = *a, y = *b;
   if (a->ndim == 0 || b->ndim == 0)
     matmul_error(L, a, b, "both operands need at least 1 dim");
-  if (!qkv_is_float(a->dtype) || a->dtype != b->dtype)
-    matmul_error(L, a, b, lua_pushfstring(L, "expected two float32 or "
-        "two float64 tensors, got %s and %s", qkv_dtype_name(a->dtype),
-        qkv_dtype_name(b->dtype)));
+  const char *why = qkvL_matmul_dtypes(L, a->dtype, b->dtype);
+  if (why) matmul_error(L, a, b, why);
   if (a->ndim == 1) qkv_view_unsqueeze(&x, a, 0);
   if (b->ndim == 1) qkv_view_unsqueeze(&y, b, 1);
   int64_t k1 = x.size[x.ndim - 1], k2 = y.size[y.ndim - 2];

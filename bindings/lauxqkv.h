@@ -34,7 +34,15 @@ void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
+/* the words an out-of-range 0 adds to its message (qkv counts from 1;
+   PyTorch's 0 is 1 here), "" for any other i: for a dim, an index, or a
+   tensor of indices */
+enum { QKVL_DIM, QKVL_INDEX, QKVL_IDS };
+const char *qkvL_from1 (lua_Integer i, int kind);
 qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
+/* why a matmul of dtypes a and b cannot run (how to convert), pushed, or
+   NULL when it can */
+const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b);
 /* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
    A string after the sizes is a dtype, stored in *dt when dt is given,
    and a device ("cpu", "cuda") may follow or stand alone, stored in *dev
@@ -60,14 +68,33 @@ void qkvL_checkcuda (lua_State *L, const char *name);
 ** (did you mean 'causal'?)" for a key of the table at arg that is not in
 ** known (NULL-terminated); nil or none passes.  qkvL_testopts: that
 ** message, pushed, for the table at arg, or NULL.  qkvL_closest gives the
-** name of names within two edits of k, or NULL; qkvL_nearer(k, name,
-** &best) whether name is nearer to k than best edits (and updates best).
+** name of names near k (within two edits, one per four letters of k), or
+** NULL; qkvL_nearer(k, name, &best) whether name is near k and nearer
+** than best edits (and updates best); qkvL_suggest the nearest of the
+** string keys of the table at idx ('_' ones only for a k that starts
+** with '_') and of extra (may be NULL).
+** qkvL_noname raises "who has no what 'k' (did you mean '...'?)", or
+** "(none)" when no name is near.
 */
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
+/*
+** PyTorch's keywords: when the last argument from `first` on is a table,
+** its keys named in names (the positions from first on) become those
+** positions (x:sum{dim = 1, keepdim = true} is x:sum(1, true)); with
+** dtype, its key dtype converts argument 1 first.  Unknown keys and a
+** position given twice are errors naming fname.  Call it first thing.
+*/
+void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                    int dtype);
+extern const char *const qkvL_KW_DIM[];       /* {"dim"} */
+extern const char *const qkvL_KW_REDUCE[];    /* {"dim", "keepdim"} */
 const char *qkvL_closest (const char *k, const char *const *names);
 int qkvL_nearer (const char *k, const char *name, int *best);
+const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra);
+int qkvL_noname (lua_State *L, const char *who, const char *what, const char *k,
+                 int idx, const char *const *extra, const char *none);
 
 /* }====================================================== */
 

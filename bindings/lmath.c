@@ -236,6 +236,7 @@ static int reduce (lua_State *L, qkv_redop op) {
 /* x:cumsum(dim): running sums along dim, x's shape; integer and bool x
    give int64 (as torch.cumsum) */
 static int m_cumsum (lua_State *L) {
+  qkvL_keywords(L, "cumsum", 2, qkvL_KW_DIM, 1);
   QKVL_GRAD(L, "cumsum", m_cumsum);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, t->ndim ? t->ndim : 1, 0);
@@ -245,31 +246,43 @@ static int m_cumsum (lua_State *L) {
 }
 
 static int m_sum (lua_State *L) {
+  qkvL_keywords(L, "sum", 2, qkvL_KW_REDUCE, 1);
   QKVL_GRAD(L, "sum", m_sum);
   return reduce(L, QKV_SUM);
 }
 static int m_mean (lua_State *L) {
+  qkvL_keywords(L, "mean", 2, qkvL_KW_REDUCE, 1);
   QKVL_GRAD(L, "mean", m_mean);
   return reduce(L, QKV_MEAN);
 }
 static int m_max (lua_State *L) {
+  qkvL_keywords(L, "max", 2, qkvL_KW_REDUCE, 0);
   QKVL_GRAD(L, "max", m_max);
   return reduce(L, QKV_MAX);
 }
 static int m_min (lua_State *L) {
+  qkvL_keywords(L, "min", 2, qkvL_KW_REDUCE, 0);
   QKVL_GRAD(L, "min", m_min);
   return reduce(L, QKV_MIN);
 }
 static int m_var (lua_State *L) {
+  qkvL_keywords(L, "var", 2, qkvL_KW_REDUCE, 0);
   QKVL_GRAD(L, "var", m_var);
   return reduce(L, QKV_VAR);
 }
 static int m_std (lua_State *L) {
+  qkvL_keywords(L, "std", 2, qkvL_KW_REDUCE, 0);
   QKVL_GRAD(L, "std", m_std);
   return reduce(L, QKV_STD);
 }
-static int m_argmax (lua_State *L) { return reduce(L, QKV_ARGMAX); }
-static int m_argmin (lua_State *L) { return reduce(L, QKV_ARGMIN); }
+static int m_argmax (lua_State *L) {
+  qkvL_keywords(L, "argmax", 2, qkvL_KW_REDUCE, 0);
+  return reduce(L, QKV_ARGMAX);
+}
+static int m_argmin (lua_State *L) {
+  qkvL_keywords(L, "argmin", 2, qkvL_KW_REDUCE, 0);
+  return reduce(L, QKV_ARGMIN);
+}
 
 
 /* matmul */
@@ -332,6 +345,7 @@ static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) 
 #define MAXLIST 1024
 
 static int m_cat (lua_State *L) {
+  qkvL_keywords(L, "cat", 2, qkvL_KW_DIM, 0);
   QKVL_GRAD(L, "cat", m_cat);
   qkv_tensor *ts[MAXLIST], *out, v;
   int n = checklist(L, "cat", ts, MAXLIST);
@@ -362,6 +376,7 @@ static int m_cat (lua_State *L) {
 }
 
 static int m_stack (lua_State *L) {
+  qkvL_keywords(L, "stack", 2, qkvL_KW_DIM, 0);
   QKVL_GRAD(L, "stack", m_stack);
   qkv_tensor *ts[MAXLIST], *out, v;
   int n = checklist(L, "stack", ts, MAXLIST);

@@ -13,6 +13,7 @@ static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
 
 /* qkv.log_softmax(x [, dim]) / x:log_softmax([dim]) */
 static int n_log_softmax (lua_State *L) {
+  qkvL_keywords(L, "log_softmax", 2, qkvL_KW_DIM, 1);
   QKVL_GRAD(L, "log_softmax", n_log_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);

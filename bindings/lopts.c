@@ -1,7 +1,8 @@
 /*
 ** lopts.c -- qkv._checkopts, the Lua library's checker of options tables:
 ** the same as the C bindings' (qkvL_checkopts, laux.c), so that a
-** misspelt key reads the same everywhere.
+** misspelt key reads the same everywhere; and qkv._strict, which makes a
+** library's table refuse a name it does not have as qkv itself does.
 */
 #include "lauxqkv.h"
 
@@ -55,8 +56,40 @@ static int o_checkopts (lua_State *L) {
   return 2;
 }
 
+/* t.k for a k that t does not have: the error naming the nearest name
+   (upvalues: the table's name and what it holds); '_' names stay nil */
+static int strict_index (lua_State *L) {
+  if (lua_type(L, 2) != LUA_TSTRING || lua_tostring(L, 2)[0] == '_') return 0;
+  const char *who = lua_tostring(L, lua_upvalueindex(1));
+  lua_pushfstring(L, "help(%s) lists what it has", who);
+  return qkvL_noname(L, who, lua_tostring(L, lua_upvalueindex(2)), lua_tostring(L, 2), 1,
+                     NULL, lua_tostring(L, -1));
+}
+
+/*
+** qkv._strict(t, name [, what]) -> t: reading a public name that t does
+** not have is an error, "qkv.plot has no function 'line'", with the
+** nearest name t has (what: "function" unless given).  t must have no
+** metatable yet: one is set.
+*/
+static int o_strict (lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstring(L, 2);
+  const char *what = luaL_optstring(L, 3, "function");
+  luaL_argcheck(L, lua_getmetatable(L, 1) == 0, 1, "the table has a metatable already");
+  lua_createtable(L, 0, 1);
+  lua_pushvalue(L, 2);
+  lua_pushstring(L, what);
+  lua_pushcclosure(L, strict_index, 2);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, 1);
+  lua_settop(L, 1);
+  return 1;
+}
+
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module) {
-  static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {NULL, NULL}};
+  static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {"_strict", o_strict},
+                                   {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   (void)mt;
 }

@@ -35,9 +35,16 @@ static const char *const lazy[][3] = {
   {"manual_seed", "qkv.staples", "manual_seed"},
 };
 
+/*
+** qkv.name that qkv does not have is an error naming the nearest name
+** ("qkv has no function 'softmaxx' (did you mean 'softmax'?)"), not nil;
+** a name that starts with '_' is internal and stays nil (a library probes
+** such hooks: qkv._display), as does a key that is not a string.
+*/
 static int lazy_index (lua_State *L) {
   if (lua_type(L, 2) != LUA_TSTRING) return 0;   /* qkv[1] stays nil */
   const char *key = lua_tostring(L, 2);
+  if (key[0] == '_') return 0;
   for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
     if (strcmp(key, lazy[i][0]) != 0) continue;
     lua_getglobal(L, "require");
@@ -48,7 +55,10 @@ static int lazy_index (lua_State *L) {
     lua_setfield(L, 1, key);              /* cache it in the module */
     return 1;
   }
-  return 0;
+  const char *names[sizeof lazy / sizeof lazy[0] + 1];
+  for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) names[i] = lazy[i][0];
+  names[sizeof lazy / sizeof lazy[0]] = NULL;
+  return qkvL_noname(L, "qkv", "function", key, 1, names, "help(qkv) lists what it has");
 }
 
 LUALIB_API int luaopen_qkv (lua_State *L) {

@@ -65,8 +65,8 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
     mm[op] = *(int64_t *)qkv_data(h);
     lua_pop(L, h == r ? 1 : 2);
     if (mm[op] < 1 || mm[op] > n)
-      luaL_error(L, "%s: index %I is out of range for dim %d of size %I", name,
-                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n);
+      luaL_error(L, "%s: index %I is out of range for dim %d of size %I%s", name,
+                 (lua_Integer)mm[op], dim + 1, (lua_Integer)n, qkvL_from1(mm[op], QKVL_IDS));
   }
   qkv_tensor *z = qkvL_newlike(L, idx, QKV_I64);
   qkvL_Scalar one;
@@ -147,6 +147,7 @@ static qkv_tensor *truth (lua_State *L, const char *name, const qkv_tensor *x, i
 
 /* any: some element nonzero (a count of them > 0); all: none zero */
 static int anyall (lua_State *L, const char *name, int any) {
+  qkvL_keywords(L, name, 2, qkvL_KW_REDUCE, 0);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int all_dims = lua_isnoneornil(L, 2), dim = all_dims ? -1 : qkvL_checkdim(L, 2, x->ndim, 0);
   int keep = lua_toboolean(L, 3);
@@ -420,10 +421,8 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
                       nd == 2 ? "two 2-D tensors" : "two 3-D tensors with the same batch",
                       sa, sb);
   }
-  const char *why = !qkv_is_float(a->dtype) || a->dtype != b->dtype
-      ? lua_pushfstring(L, "expected two float32 or two float64 tensors, got %s and %s",
-                        qkv_dtype_name(a->dtype), qkv_dtype_name(b->dtype))
-      : a->size[nd - 1] != b->size[nd - 2]
+  const char *why = qkvL_matmul_dtypes(L, a->dtype, b->dtype);
+  if (why == NULL) why = a->size[nd - 1] != b->size[nd - 2]
       ? lua_pushfstring(L, "inner dims %I and %I differ", (lua_Integer)a->size[nd - 1],
                         (lua_Integer)b->size[nd - 2])
       : NULL;

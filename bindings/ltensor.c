@@ -141,20 +141,17 @@ static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "m
                                      "requires_grad", "is_leaf", "grad", "grad_fn", NULL};
 
 /* a misspelt field is an error naming the closest method or field, as a
-   PyTorch user gets an AttributeError rather than nil */
+   PyTorch user gets an AttributeError rather than nil; PyTorch's dtype
+   shorthands that qkv spells with x:to say so */
 static int no_field (lua_State *L, const char *k) {
-  const char *best = qkvL_closest(k, FIELDS);
-  int bd = 3;                          /* suggest within 2 edits */
-  if (best) qkvL_nearer(k, best, &bd);
-  lua_pushnil(L);
-  while (lua_next(L, lua_upvalueindex(1))) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) == LUA_TSTRING && qkvL_nearer(k, lua_tostring(L, -1), &bd))
-      best = lua_tostring(L, -1);      /* the table keeps it */
-  }
-  if (best)
-    return luaL_error(L, "index: a tensor has no field '%s' (did you mean '%s'?)", k, best);
-  return luaL_error(L, "index: a tensor has no field '%s'", k);
+  static const char *const SHORT[][2] = {
+    {"half", "x:to(\"float16\") converts to float16"},
+    {"bfloat16", "x:to(\"bfloat16\") converts to bfloat16"},
+  };
+  for (size_t i = 0; i < sizeof SHORT / sizeof SHORT[0]; i++)
+    if (strcmp(k, SHORT[i][0]) == 0)
+      return luaL_error(L, "index: a tensor has no field '%s' (%s)", k, SHORT[i][1]);
+  return qkvL_noname(L, "index: a tensor", "field", k, lua_upvalueindex(1), FIELDS, NULL);
 }
 
 /* x.T (a matrix's transpose; a 0-d or 1-D tensor itself) and x.mT (the
@@ -181,7 +178,8 @@ static int64_t position (lua_State *L, lua_Integer item, int dim, int64_t size, 
                luaL_typename(L, -1));
   lua_Integer j = i < 0 ? i + size + 1 : i;
   if (j < 1 - end || j > size)
-    luaL_error(L, "index: %I is out of range for dim %d of size %I", i, dim, (lua_Integer)size);
+    luaL_error(L, "index: %I is out of range for dim %d of size %I%s", i, dim,
+               (lua_Integer)size, qkvL_from1(i, QKVL_INDEX));
   return j - 1;
 }
 

@@ -129,8 +129,8 @@ static int v_narrow (lua_State *L) {
   if (start < 0) start += size + 1;       /* -1 is the last item */
   if (start < 1 || start > size + 1 || len < 0 || len > size - start + 1)
     return luaL_error(L, "narrow: start %I with length %I is out of range "
-                      "for dim %d of size %I", luaL_checkinteger(L, 3), len,
-                      d + 1, size);
+                      "for dim %d of size %I%s", luaL_checkinteger(L, 3), len,
+                      d + 1, size, qkvL_from1(luaL_checkinteger(L, 3), QKVL_INDEX));
   start--;
   qkv_view_narrow(&v, t, d, start, len);
   qkvL_pushview(L, &v, 1);

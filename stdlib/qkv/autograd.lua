@@ -57,16 +57,20 @@ local function user_level()
 end
 
 -- f(...) with grad mode `mode` in this coroutine, the mode restored after
--- (a coroutine that yields in f and is never resumed keeps it to itself)
+-- (a coroutine that yields in f and is never resumed keeps it to itself).
+-- Its error names its place once: one raised in qkv's library (or with
+-- no place, by a binding that f is) is moved to the script's line; one
+-- that names a place already (the script's own, or one that fail() put
+-- at the script's line) is passed on as it is.
 local function with_mode(mode, f, ...)
   local was = qkv._grad_mode(mode)
   local r = table.pack(pcall(f, ...))
   qkv._grad_mode(was)
   if not r[1] then
     local msg = r[2]
-    if type(msg) == "string" then            -- at the script's line
-      msg = msg:gsub("^[^\n]-qkv/[%w_]+%.lua:%d+: ", "")
-      error(msg, user_level())
+    if type(msg) == "string" then
+      local bare, lib = msg:gsub("^[^\n]-qkv/[%w_]+%.lua:%d+: ", "")
+      if lib > 0 or not msg:find("^[^\n]-:%d+: ") then error(bare, user_level()) end
     end
     error(msg, 0)
   end

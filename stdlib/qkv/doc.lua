@@ -324,7 +324,8 @@ local NS_NAMES = {
   ["qkv.nn"] = "qkv.nn", nn = "qkv.nn", Module = "Module",
   ["qkv.nn.Module"] = "Module", ["nn.Module"] = "Module",
   ["qkv.plot"] = "qkv.plot", plot = "qkv.plot", ["qkv.test"] = "qkv.test",
-  ["qkv.repl"] = "qkv.repl", repl = "qkv.repl",
+  ["qkv.repl"] = "qkv.repl", repl = "qkv.repl", ["qkv.optim"] = "qkv.optim",
+  optim = "qkv.optim",
 }
 
 -- tables that stand for a namespace
@@ -335,7 +336,7 @@ local function namespace_of_value(v)
   local nn = loaded["qkv.nn"]
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end
-  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl"} do
+  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
     if loaded[id] ~= nil and v == loaded[id] then return id end
   end
 end

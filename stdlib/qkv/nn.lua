@@ -196,7 +196,11 @@ end
 -- checked before the first is copied, so a bad one changes nothing.
 function Module:load(src)
   if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
-  local from = getmetatable(src) and type(src.state_dict) == "function" and src:state_dict() or src
+  -- a module (its class has a __name), read for state_dict; any other
+  -- table (qkv.nn itself refuses names it lacks) is a state_dict
+  local mt = getmetatable(src)
+  local from = type(mt) == "table" and rawget(mt, "__name") and type(src.state_dict) == "function"
+    and src:state_dict() or src
   local snap = {}                 -- read once and raw: no metamethod runs
   for k, v in next, from do snap[k] = v end
   from = snap
@@ -718,4 +722,4 @@ function nn.cosine_similarity(a, b, dim, eps)
   return named(fname, pcall(cosine, a, b, dim, eps))
 end
 
-return nn
+return qkv._strict(nn, "qkv.nn", "class or function")

@@ -234,4 +234,4 @@ function Adam:update(i, p, g)
   p:sub_(s.m / denom * (self.lr / (1 - self.b1 ^ s.t)))
 end
 
-return O
+return qkv._strict(O, "qkv.optim", "class or function")

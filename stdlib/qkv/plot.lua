@@ -226,4 +226,4 @@ function plot.read_png(path)
   end}
 end
 
-return plot
+return qkv._strict(plot, "qkv.plot")

@@ -355,6 +355,33 @@ function TestAPI:testErrors()
   lu.assertStrContains(msg, "sum' (dim 5 out of range")
 end
 
+-- a script's backward error names its place once, as any error does
+-- ("bw.lua:4: backward: ...", not "bw.lua:4: /tmp/.../bw.lua:4: backward: ...")
+function TestAPI:testScriptErrorsNameTheirPlaceOnce()
+  local shell = dofile("tests/helpers/shell.lua")
+  local exe = arg and arg[-1] or "build/qkv"
+  local dir = shell.tmpdir()
+  local cases = {
+    {"local x = qkv.ones(3):requires_grad_()\nlocal y = (x * 2):sum()\n\ny:backward(qkv.ones(2))\n",
+     ":4: backward: grad is (2,) but the output is ()"},
+    {"local x = qkv.ones(3):requires_grad_()\nlocal y = x:exp()\ny:add_(1)\ny:sum():backward()\n",
+     ":4: backward: a tensor ExpBackward saved was modified in place (version 0, now 1)"},
+    -- an error of the script's own inside no_grad keeps its own line
+    {"qkv.no_grad(function()\n  error('boom')\nend)\n", ":2: boom"},
+    -- an op's error inside qkv.grad's f, at f's line
+    {"local x = qkv.ones(2)\nqkv.grad(function(a)\n  return a:sum(3)\nend, {x})\n",
+     ":3: bad argument #2 to 'qkv.sum' (dim 3 out of range [-1, 1])"},
+  }
+  for i, c in ipairs(cases) do
+    local path = dir .. "/bw" .. i .. ".lua"
+    shell.write(path, c[1])
+    local out = shell.exe(exe, path)
+    local first = out:match("^[^\n]*")
+    lu.assertEquals(first, exe .. ": " .. path .. c[2], "case " .. i)
+  end
+  os.execute("rm -rf " .. shell.quote(dir))
+end
+
 ---------------------------------------------------------------- training
 TestTraining = {}
 

@@ -65,7 +65,8 @@ function TestWrongTypes:testOtherArguments()
   fails({"tensor", "table, number or boolean expected, got string"}, function() return qkv.tensor("abc") end)
   fails({"tensor", "got nil"}, function() return qkv.tensor(nil) end)
   fails({"tensor", "expected numbers or booleans, got a string"}, function() return qkv.tensor{1, "a"} end)
-  fails({"zeros", "size, dtype or device expected, got table"}, function() return qkv.zeros(2, {}) end)
+  fails({"zeros", "size, dtype or device expected, got table"},
+        function() return qkv.zeros(2, {}, "float32") end)
   fails({"arange", "number expected"}, function() return qkv.arange("x") end)
   fails({"seed", "number expected, got string"}, function() return qkv.seed("x") end)
   fails({"cat", "table expected, got number"}, function() return qkv.cat(5) end)
@@ -368,6 +369,240 @@ function TestMiscErrors:testStillRunning()
   -- after all the errors above the interpreter still computes
   collectgarbage()
   lu.assertEquals(qkv.ones(3, 3):sum():item(), 9)
+end
+
+---------------------------------------------------------------- names
+
+-- reading a name that qkv, a library table or a tensor does not have is an
+-- error at the script's line naming the nearest name, not a nil that fails
+-- later as "attempt to call a nil value"
+TestMissingNames = {}
+
+local HERE = "test_errors%.lua:%d+: "
+
+-- f() fails at this file's line with exactly `want` after the place
+local function missing(want, f)
+  local ok, msg = pcall(f)
+  lu.assertFalse(ok, want)
+  lu.assertEquals(type(msg), "string")
+  local place, rest = msg:match("^(.-" .. HERE .. ")(.*)$")
+  lu.assertNotNil(place, msg)
+  lu.assertEquals(rest, want)
+  return msg
+end
+
+function TestMissingNames:testQkv()
+  local x = M(2, 3)
+  missing("qkv has no function 'softmaxx' (did you mean 'softmax'?)",
+          function() return qkv.softmaxx(x) end)
+  missing("qkv has no function 'randint' (help(qkv) lists what it has)",
+          function() return qkv.randint(1, 5, {2}) end)
+  missing("qkv has no function 'sofmax' (did you mean 'softmax'?)", function() return qkv.sofmax end)
+  -- a lazily loaded library's name is suggested too
+  missing("qkv has no function 'einsun' (did you mean 'einsum'?)", function() return qkv.einsun end)
+  -- one slip per four letters: 'sofmx' is two from softmax, too far for 5 letters
+  missing("qkv has no function 'sofmx' (help(qkv) lists what it has)", function() return qkv.sofmx end)
+  missing("qkv has no function 'log_sofmaxx' (did you mean 'log_softmax'?)",
+          function() return qkv.log_sofmaxx end)
+  -- what is there still reads, lazy names load, and internal or non-string
+  -- keys stay nil for the code that probes them
+  lu.assertEquals(type(qkv.softmax), "function")
+  lu.assertEquals(type(qkv.einsum), "function")
+  lu.assertEquals(qkv.float16, "float16")
+  lu.assertNil(qkv._no_such_hook)
+  lu.assertNil(qkv[1])
+  lu.assertNil(rawget(qkv, "softmaxx"))
+  lu.assertTrue(pcall(function() return qkv.Tensor end))
+end
+
+function TestMissingNames:testLibraries()
+  missing("qkv.plot has no function 'line' (help(qkv.plot) lists what it has)",
+          function() return qkv.plot.line({1, 2, 3}) end)
+  missing("qkv.plot has no function 'heatmpa' (did you mean 'heatmap'?)",
+          function() return qkv.plot.heatmpa end)
+  missing("qkv.nn has no class or function 'Linaer' (did you mean 'Linear'?)",
+          function() return qkv.nn.Linaer(2, 3) end)
+  missing("qkv.nn has no class or function 'Conv2d' (help(qkv.nn) lists what it has)",
+          function() return qkv.nn.Conv2d end)
+  missing("qkv.optim has no class or function 'SDG' (did you mean 'SGD'?)",
+          function() return qkv.optim.SDG end)
+  lu.assertEquals(type(qkv.plot.heatmap), "function")
+  lu.assertEquals(tostring(qkv.nn.Linear(2, 3).W.shape), "(2, 3)")
+  lu.assertEquals(type(qkv.optim.Adam), "function")
+  lu.assertNil(qkv.plot._no_such_hook)
+  lu.assertNil(qkv.nn._no_such_hook)
+  -- help names the namespace that the message sends the reader to
+  lu.assertStrContains(require("qkv.doc").text(qkv.optim), "qkv.optim")
+end
+
+function TestMissingNames:testTensor()
+  local x = M(2, 3)
+  -- 'half' is two edits from 'all': too far for four letters; PyTorch's
+  -- dtype shorthand gets the conversion instead
+  local msg = missing('index: a tensor has no field \'half\' (x:to("float16") converts to float16)',
+                      function() return x:half() end)
+  lu.assertNotStrContains(msg, "'all'")
+  missing('index: a tensor has no field \'bfloat16\' (x:to("bfloat16") converts to bfloat16)',
+          function() return x:bfloat16() end)
+  missing("index: a tensor has no field 'maen' (did you mean 'mean'?)", function() return x:maen() end)
+  missing("index: a tensor has no field 'sofmx'", function() return x:sofmx() end)
+  missing("index: a tensor has no field '_versoin' (did you mean '_version'?)",
+          function() return x._versoin end)
+  lu.assertEquals(x:to("float16").dtype, "float16")
+end
+
+---------------------------------------------------------------- counting from 1
+
+-- PyTorch's 0 says that qkv counts from 1, and what the 1-based value is
+TestFromOne = {}
+
+local DIM0 = "dim 0 out of range [-2, 2]: qkv counts dims from 1, so PyTorch's dim 0 is dim 1 here"
+local INDEX0 = "qkv counts from 1, so PyTorch's index 0 is 1 here"
+local IDS0 = "qkv counts from 1, so 0-based indices need a + 1"
+
+function TestFromOne:testDims()
+  local x = M(2, 3)
+  missing("bad argument #1 to 'transpose' (" .. DIM0 .. ")", function() return x:transpose(0, 1) end)
+  missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return x:sum(0) end)
+  missing("bad argument #1 to 'softmax' (" .. DIM0 .. ")", function() return x:softmax(0) end)
+  -- a dim out of range that is not 0 says nothing about PyTorch
+  local msg = fails("dim 3 out of range [-2, 2]", function() return x:sum(3) end)
+  lu.assertNotStrContains(msg, "PyTorch")
+  lu.assertEquals(tostring(x:transpose(1, 2).shape), "(3, 2)")
+end
+
+function TestFromOne:testIndices()
+  local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+  missing("bad argument #2 to 'index' (index 0 out of range for size 2: " .. INDEX0 .. ")",
+          function() return x[0] end)
+  missing("bad argument #2 to 'newindex' (index 0 out of range for size 2: " .. INDEX0 .. ")",
+          function() x[0] = 1 end)
+  missing("index: 0 is out of range for dim 2 of size 3: " .. INDEX0, function() return x[{1, 0}] end)
+  missing("bad argument #2 to 'select' (index 0 out of range for size 3: " .. INDEX0 .. ")",
+          function() return x:select(2, 0) end)
+  missing("narrow: start 0 with length 1 is out of range for dim 2 of size 3: " .. INDEX0,
+          function() return x:narrow(2, 0, 1) end)
+  local msg = fails("index 3 out of range for size 2", function() return x[3] end)
+  lu.assertNotStrContains(msg, "PyTorch")
+  lu.assertEquals(x[1]:tolist(), {1, 2, 3})
+  lu.assertEquals(x[{2, 1}], 4)
+end
+
+function TestFromOne:testIndexTensors()
+  local x = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+  local ids = qkv.tensor({0, 1}, "int64")
+  missing("embedding: index 0 is out of range for dim 1 of size 2: " .. IDS0,
+          function() return qkv.embedding(ids, x) end)
+  missing("index_select: index 0 is out of range for dim 2 of size 3: " .. IDS0,
+          function() return x:index_select(2, ids) end)
+  missing("gather: index 0 is out of range for dim 2 of size 3: " .. IDS0,
+          function() return x:gather(2, qkv.tensor({{0}, {1}}, "int64")) end)
+  -- the 1-based ids work
+  lu.assertEquals(qkv.embedding(ids + 1, x):tolist(), {{1, 2, 3}, {4, 5, 6}})
+  lu.assertEquals(x:gather(2, qkv.tensor({{1}, {3}}, "int64")):tolist(), {{1}, {6}})
+end
+
+---------------------------------------------------------------- matmul's dtypes
+
+function TestMatmulErrors:testMixedFloatDtypes()
+  local a, b = qkv.ones(3, 4, "float16"), qkv.ones(4, 2, "bfloat16")
+  missing('matmul: (3, 4) @ (4, 2): the dtypes must agree, got float16 and bfloat16: for x @ y, '
+          .. 'convert one with y:to("float16") or x:to("bfloat16")', function() return a:matmul(b) end)
+  missing('matmul: (3, 4) @ (4, 2): expected floating-point tensors, got int64 and float32: for '
+          .. 'x @ y, convert x with x:to("float32")',
+          function() return qkv.ones(3, 4, "int64"):matmul(qkv.ones(4, 2)) end)
+  missing("matmul: (3, 4) @ (4, 2): expected floating-point tensors, got bool and bool: convert "
+          .. "both, e.g. with x:float()",
+          function() return qkv.ones(3, 4, "bool"):matmul(qkv.ones(4, 2, "bool")) end)
+  -- what the message says works
+  lu.assertEquals(a:matmul(b:to("float16")):tolist(), {{4, 4}, {4, 4}, {4, 4}})
+  lu.assertEquals(a:to("bfloat16"):matmul(b).dtype, "bfloat16")
+end
+
+---------------------------------------------------------------- PyTorch's keywords
+
+-- x:sum{dim = 1, keepdim = true}: an options table as the last argument
+-- holds what PyTorch passes as keywords
+TestKeywords = {}
+
+local X = qkv.tensor{{1, 2, 3}, {4, 5, 6}}
+
+local function same(a, b) qkv.test.assertTensorEqual(a, b) end
+
+function TestKeywords:testReductions()
+  same(X:sum{dim = 1}, X:sum(1))
+  same(X:sum{dim = 2, keepdim = true}, X:sum(2, true))
+  same(X:sum(2, {keepdim = true}), X:sum(2, true))
+  same(qkv.sum(X, {dim = -1}), X:sum(2))
+  same(X:sum{}, X:sum())
+  same(X:sum{dtype = "float64"}, X:double():sum())
+  same(X:mean{dim = 1, dtype = qkv.float64}, X:double():mean(1))
+  for _, name in ipairs{"mean", "var", "std", "argmax", "argmin"} do
+    same(X[name](X, {dim = 2, keepdim = true}), X[name](X, 2, true))
+  end
+  for _, name in ipairs{"max", "min"} do
+    local v, i = X[name](X, {dim = 1})
+    local v1, i1 = X[name](X, 1)
+    same(v, v1)
+    same(i, i1)
+  end
+  same(X:gt(2):any{dim = 2}, X:gt(2):any(2))
+  same(X:gt(2):all{dim = 1, keepdim = true}, X:gt(2):all(1, true))
+  same(X:cumsum{dim = 2}, X:cumsum(2))
+  lu.assertEquals(X:cumsum{dim = 1, dtype = "float64"}.dtype, "float64")
+end
+
+function TestKeywords:testSoftmaxCatStack()
+  same(X:softmax{dim = -1}, X:softmax(-1))
+  same(X:softmax{dim = 1}, X:softmax(1))
+  same(X:log_softmax{dim = 1}, X:log_softmax(1))
+  same(qkv.softmax(X, {dim = 2, dtype = "float64"}), X:double():softmax(2))
+  same(qkv.cat({X, X}, {dim = 2}), qkv.cat({X, X}, 2))
+  same(qkv.stack({X, X}, {dim = 3}), qkv.stack({X, X}, 3))
+  same(qkv.cat({X, X}, {}), qkv.cat({X, X}))
+end
+
+function TestKeywords:testFactories()
+  same(qkv.zeros(2, 3, {dtype = "float64"}), qkv.zeros(2, 3, "float64"))
+  same(qkv.ones({2, 3}, {dtype = "int64", device = "cpu"}), qkv.ones({2, 3}, "int64", "cpu"))
+  lu.assertEquals(qkv.randn(4, {dtype = qkv.float64}).dtype, "float64")
+  lu.assertEquals(qkv.rand(2, 2, {}).dtype, "float32")
+  lu.assertEquals(qkv.eye(2, {dtype = "int32"}):tolist(), {{1, 0}, {0, 1}})
+  missing("bad argument #2 to 'zeros' (unknown option 'dtyp' (did you mean 'dtype'?))",
+          function() return qkv.zeros(2, {dtyp = "float64"}) end)
+  missing("bad argument #3 to 'ones' (unknown option 'requires_grad')",
+          function() return qkv.ones(2, 2, {requires_grad = true}) end)
+  missing('bad argument #2 to \'zeros\' (option \'device\' must be "cpu" or "cuda", got tpu)',
+          function() return qkv.zeros(2, {device = "tpu"}) end)
+  missing("bad argument #2 to 'zeros' (option 'dtype' must be a dtype name (float32, float64, "
+          .. "float16, bfloat16, int64, int32, bool), got number)",
+          function() return qkv.zeros(2, {dtype = 3}) end)
+  missing("bad argument #2 to 'zeros' (unknown option 1 (options are named: {key = value}))",
+          function() return qkv.zeros(2, {3}) end)
+end
+
+function TestKeywords:testErrors()
+  missing("sum: unknown option 'dims' (did you mean 'dim'?)", function() return X:sum{dims = 1} end)
+  missing("softmax: unknown option 'keepdim'", function() return X:softmax{dim = 1, keepdim = true} end)
+  missing("max: unknown option 'dtype'", function() return X:max{dtype = "float64"} end)
+  missing("cat: unknown option 'axis'", function() return qkv.cat({X, X}, {axis = 1}) end)
+  missing("sum: dim is given twice, as an argument and as an option",
+          function() return X:sum(1, {dim = 2}) end)
+  missing("sum: 3 arguments before the options table, at most 2",
+          function() return X:sum(1, true, 3, {}) end)
+  missing("sum: option 'dtype' must be a dtype name (float32, float64, float16, bfloat16, int64, "
+          .. "int32, bool), got float8", function() return X:sum{dtype = "float8"} end)
+  missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return X:sum{dim = 0} end)
+end
+
+function TestKeywords:testAutogradSeesPositions()
+  local x = qkv.tensor({{1, 2}, {3, 4}}, "float64"):requires_grad_()
+  x:sum{dim = 2, keepdim = true}:sum():backward()
+  lu.assertEquals(x.grad:tolist(), {{1, 1}, {1, 1}})
+  x.grad = nil
+  local y = x:softmax{dim = 1}
+  lu.assertEquals(tostring(y.grad_fn), "<SoftmaxBackward0>")
+  qkv.test.assertClose(y, x:detach():softmax(1))
 end
 
 os.exit(lu.LuaUnit.run(), true)

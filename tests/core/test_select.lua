@@ -377,8 +377,11 @@ function TestMisc:testMmBmm()
   fails("bmm: expects two 3-D tensors with the same batch, got (5, 2, 3) and (1, 3, 4)",
         qkv.bmm, A, rand({1, 3, 4}))
   fails("mm: (2, 3) @ (2, 4): inner dims 3 and 2 differ", qkv.mm, a, rand({2, 4}))
-  fails("bmm: (5, 2, 3) @ (5, 3, 4): expected two float32 or two float64 tensors, got float32 and int64",
-        qkv.bmm, A, B:long())
+  fails('bmm: (5, 2, 3) @ (5, 3, 4): expected floating-point tensors, got float32 and int64: '
+        .. 'for x @ y, convert y with y:to("float32")', qkv.bmm, A, B:long())
+  fails('mm: (2, 3) @ (3, 4): the dtypes must agree, got float16 and bfloat16: for x @ y, '
+        .. 'convert one with y:to("float16") or x:to("bfloat16")', qkv.mm, a:to("float16"),
+        b:to("bfloat16"))
 end
 
 function TestMisc:testDtypeShorthands()

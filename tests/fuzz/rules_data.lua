@@ -102,7 +102,7 @@ function D.convert(e, self, args)
   local target = CONVERT[e.name]
   if target == true then
     target = pick{"int64", "int32"}
-    if not qkv[target] then target = "int64" end
+    if not rawget(qkv, target) then target = "int64" end
   end
   local v = values(target)
   local src, n, dst

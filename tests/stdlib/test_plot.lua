@@ -317,6 +317,21 @@ function TestHeatmapTerm:testWritesToStdoutUnlessOutFalse()
   lu.assertStrContains(body, "2.00")
 end
 
+-- help(qkv.plot) and each figure's entry say what the test above checks
+function TestHeatmapTerm:testHelpSaysWhatTheTerminalReturns()
+  local doc = require "qkv.doc"
+  local function flat(s) return (s:gsub("%s+", " ")) end
+  local intro = flat(doc.text(plot))
+  lu.assertStrContains(intro, "draw in the terminal")
+  lu.assertStrContains(intro, "and return nothing, so that the REPL does not print a figure twice; "
+                       .. "with opts.out = false they return the text instead of writing it")
+  lu.assertNotStrContains(intro, "return the text;")
+  for _, name in ipairs{"heatmap", "grid", "hist", "image", "scatter"} do
+    local text = flat(doc.text("qkv.plot." .. name))
+    lu.assertStrContains(text, "returns nothing, or with opts.out = false returns the text", name)
+  end
+end
+
 function TestHeatmapTerm:testTerminalNeverLoadsCairo()
   local cmd = quote(EXE) .. " -e " .. quote(
     'qkv.plot.heatmap({{1, 2}}, {out = false, color = true}) ' ..

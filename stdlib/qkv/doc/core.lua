@@ -29,7 +29,9 @@ print(qkv.tensor({1, 2}, "int64"))   --> tensor([1, 2])]=]},
 
   {name = "qkv.zeros", sig = "qkv.zeros(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of zeros with the given sizes. ]] .. SHAPE .. [[A trailing
-string is the dtype, float32 by default: qkv.zeros(2, 3, "int64"). ]] .. DEVICE .. [[A size
+string is the dtype, float32 by default: qkv.zeros(2, 3, "int64"), or the
+dtype and device come as PyTorch's keywords in a table,
+qkv.zeros(2, 3, {dtype = "int64", device = "cpu"}). ]] .. DEVICE .. [[A size
 that is not a non-negative integer is an error naming the argument. As
 torch.zeros.]],
    example = [=[print(qkv.zeros(2, 3).shape, qkv.zeros{2, 3}.shape)   --> (2, 3)	(2, 3)]=]},
@@ -37,7 +39,7 @@ torch.zeros.]],
   {name = "qkv.ones", sig = "qkv.ones(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of ones with the given sizes. ]] .. SHAPE .. [[A trailing
 string is the dtype, float32 by default: qkv.ones(2, 2, "bool") is all
-true. ]] .. DEVICE .. [[A size that is not a non-negative integer is an error naming the
+true, as is qkv.ones(2, 2, {dtype = "bool"}) with PyTorch's keyword. ]] .. DEVICE .. [[A size that is not a non-negative integer is an error naming the
 argument. As torch.ones.]]},
 
   {name = "qkv.full", sig = "qkv.full(shape, v [, dtype] [, device])", group = "making tensors",
@@ -52,7 +54,8 @@ tensor cannot hold (NaN, inf, beyond 2^63). ]] .. DEVICE .. [[As torch.full.]],
 
   {name = "qkv.eye", sig = "qkv.eye(n [, m] [, dtype] [, device])", group = "making tensors",
    doc = [[The n × m identity matrix: ones on the main diagonal, zeros
-elsewhere. m defaults to n, and the dtype to float32. Sizes must be
+elsewhere. m defaults to n, and the dtype to float32 (or {dtype = ...}, as
+for qkv.zeros). Sizes must be
 non-negative integers. ]] .. DEVICE .. [[As torch.eye.]]},
 
   {name = "qkv.arange", sig = "qkv.arange([a,] b [, step] [, dtype] [, device])", group = "making tensors",
@@ -69,13 +72,13 @@ that goes away from b is an error. ]] .. DEVICE .. [[As torch.arange.]],
 
   {name = "qkv.rand", sig = "qkv.rand(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of random numbers uniform in [0, 1), shaped as for
-qkv.zeros. ]] .. GENERATOR .. [[The dtype is float32 or float64; another
+qkv.zeros (and the dtype and device given as for it). ]] .. GENERATOR .. [[The dtype is float32 or float64; another
 one is an error. ]] .. DEVICE .. [[The GPU draws the same numbers as the CPU. As torch.rand, though
 the draws differ from PyTorch's.]]},
 
   {name = "qkv.randn", sig = "qkv.randn(d1, d2, ... [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of standard normal random numbers (mean 0, variance 1),
-shaped as for qkv.zeros. ]] .. GENERATOR .. [[They are Box-Muller on the
+shaped as for qkv.zeros (and the dtype and device given as for it). ]] .. GENERATOR .. [[They are Box-Muller on the
 generator's output; on the GPU they are the CPU's within an ulp for
 float32 and four for float64 (its log, sin and cos are the GPU's own). The dtype is float32 or float64;
 another one is an error. ]] .. DEVICE .. [[As torch.randn, though the draws differ from PyTorch's.]],
@@ -95,7 +98,8 @@ nothing; an n that is not an integer is an error. As torch.manual_seed.]]},
 the default 67280421310721. It is an integer. As torch.initial_seed.]]},
 
   {name = "qkv.cat", sig = "qkv.cat(list [, dim])", group = "making tensors",
-   doc = [[Concatenates a list of tensors along dim (default 1). They must
+   doc = [[Concatenates a list of tensors along dim (default 1, or
+PyTorch's keyword in a table: qkv.cat(list, {dim = 2})). They must
 have the same number of dims and equal sizes in every dim but dim; the
 result's dtype is their promoted one (float32 with float64 gives float64).
 An empty list, an item that is not a tensor, more than 1024 tensors or
@@ -106,7 +110,7 @@ sizes that disagree are errors naming the tensor. As torch.cat.]],
 
   {name = "qkv.stack", sig = "qkv.stack(list [, dim])", group = "making tensors",
    doc = [[Stacks a list of tensors of one shape along a new dim at position
-dim (default 1): n tensors of shape (a, b) give (n, a, b). Shapes must be
+dim (default 1, or {dim = 2} as PyTorch's keyword): n tensors of shape (a, b) give (n, a, b). Shapes must be
 equal, and dtypes promote as for qkv.cat. An empty list or a tensor of
 another shape is an error naming it. As torch.stack.]],
    example = [=[print(qkv.stack({qkv.ones(2), qkv.zeros(2)}, 2))
@@ -177,8 +181,9 @@ torch.arange(n) < lengths[:, None, None].]],
 exp(x - max) / sum(exp(x - max)). The maximum is subtracted first, so any
 finite input (even ±1e30) gives a finite result, and a row that is all -inf
 gives zeros rather than NaN (PyTorch gives NaN). The result has x's shape;
-float dtypes stay, int64 and bool give float32. A dim out of range is an
-error. As torch.softmax(x, dim).]],
+float dtypes stay, int64 and bool give float32. PyTorch's keywords come as
+a table, x:softmax{dim = -1, dtype = "float64"} (dtype converts x first),
+and a dim out of range is an error. As torch.softmax(x, dim).]],
    example = [=[print(qkv.softmax(qkv.tensor{1, 2, 3}))
 --> tensor([0.0900, 0.2447, 0.6652])]=]},
 

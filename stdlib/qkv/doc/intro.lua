@@ -34,6 +34,8 @@ computed in float32), "int64", "int32", "bool"; also as qkv.float32, ...
 Devices: "cpu", and "cuda" when qkv.cuda_available() says a GPU is there:
 x:cuda(), or qkv.set_default_device("cuda") for new tensors.
 Dims and indices count from 1; a negative one counts from the end.
+PyTorch's keywords go in a table as the last argument:
+x:sum{dim = 2, keepdim = true}, qkv.zeros(2, 3, {dtype = "float64"}).
 ]]
 
 local tensor = [[
@@ -116,7 +118,9 @@ local namespaces = {
    intro = "Heatmaps and figures (stdlib/qkv/plot.lua, loaded on first " ..
      "use). Without opts.file they draw in the terminal (24-bit colour, or " ..
      "plain text when stdout is not a terminal, NO_COLOR is set or " ..
-     "TERM=dumb) and return the text; with opts.file they write a PNG " ..
+     "TERM=dumb) and return nothing, so that the REPL does not print a " ..
+     "figure twice; with opts.out = false they return the text instead of " ..
+     "writing it (for tests and notebooks). With opts.file they write a PNG " ..
      "through cairo and return its layout in pixels.",
    groups = {"figures", "helpers"}},
   {id = "qkv.test", title = "qkv.test",

@@ -37,13 +37,14 @@ end
 
 local KEEP = "With no dim it reduces every element to a 0-d tensor " ..
   "(x:sum():item() gives the number); with a dim it removes that dim, or " ..
-  "keeps it as size 1 when keepdim is true. "
+  "keeps it as size 1 when keepdim is true, also as PyTorch's keywords in " ..
+  "a table: x:" .. "%s{dim = 2, keepdim = true}. "
 
 local function reduction(name, what, dtype, extra, torch)
   return {name = "Tensor:" .. name, sig = "x:" .. name .. "([dim [, keepdim]])",
     group = "reductions",
     also = "qkv." .. name .. "(x [, dim [, keepdim]])", also_group = "math",
-    doc = what .. ". " .. KEEP .. dtype .. extra .. "As " .. torch .. "."}
+    doc = what .. ". " .. KEEP:format(name) .. dtype .. extra .. "As " .. torch .. "."}
 end
 
 local entries = {
@@ -100,7 +101,8 @@ bool gives int64. As torch.abs.]]},
    also = "qkv.log_softmax(x [, dim])", also_group = "math",
    doc = [[The log of softmax along dim (default the last), computed stably
 as x - max - log(sum(exp(x - max))) with the sum in double: any finite
-input gives a finite result. A row that is all -inf gives -inf (the log of
+input gives a finite result. PyTorch's keywords come as a table,
+x:log_softmax{dim = 1, dtype = "float64"}. A row that is all -inf gives -inf (the log of
 qkv.softmax's zeros), and a NaN makes its row NaN. Integral tensors give
 float32. As torch.log_softmax.]],
    example = [=[print(qkv.tensor{0, 0}:log_softmax())   --> tensor([-0.6931, -0.6931])]=]},
@@ -111,12 +113,15 @@ float32. As torch.log_softmax.]],
 the end): element i along dim is the sum of elements 1 to i. The result
 has x's shape. float32 sums in float64 before it is rounded, on the CPU
 and the GPU alike; int64 sums exactly (wrapping on overflow), and the other
-integer dtypes and bool give int64. Differentiable. As torch.cumsum.]],
+integer dtypes and bool give int64. Differentiable, and PyTorch's keywords
+come as a table: x:cumsum{dim = 1, dtype = "float64"}. As torch.cumsum.]],
    example = [=[print(qkv.tensor{1, 2, 3}:cumsum(1))   --> tensor([1., 3., 6.])]=]},
   reduction("sum", "The sum of the elements", "Sums of float32 accumulate " ..
-    "in float64; bool gives int64 and other dtypes stay. ", "", "torch.sum"),
+    "in float64; bool gives int64 and other dtypes stay, unless the option " ..
+    "dtype converts x first (x:sum{dtype = \"float64\"}). ", "", "torch.sum"),
   reduction("mean", "The mean of the elements", "float32 accumulates in " ..
-    "float64; int64 and bool give float32. ", "", "torch.mean"),
+    "float64; int64 and bool give float32, and the option dtype converts x " ..
+    "first. ", "", "torch.mean"),
   reduction("max", "The largest element",
     "Along a dim it returns two tensors, the values and their 1-based int64 " ..
     "indices. ", "With a tensor y instead of a dim, x:max(y) is " ..

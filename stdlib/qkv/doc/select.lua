@@ -62,8 +62,9 @@ least 2 dims, any dtype and any layout. Differentiable. As torch.triu.]],
 -->         [0., 0., 1.]])]=]),
   both("any", "[dim [, keepdim]]", "selection and indexing",
     [[Whether any element is nonzero (true for bool), over everything (a 0-d
-bool tensor) or along dim, which goes or stays as size 1 with keepdim. An
-empty tensor gives false. As torch.any.]],
+bool tensor) or along dim, which goes or stays as size 1 with keepdim (also
+as keywords: x:any{dim = 2, keepdim = true}). An empty tensor gives false.
+As torch.any.]],
     [=[print(qkv.tensor{{0, 1}, {0, 0}}:any(2))   --> tensor([ True, False])]=]),
   both("all", "[dim [, keepdim]]", "selection and indexing",
     [[Whether every element is nonzero, over everything or along dim, as
