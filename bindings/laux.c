@@ -6,6 +6,7 @@
 ** part's functions.  It registers no Lua function of its own.
 */
 #include <string.h>
+#include <strings.h>
 
 #include "lauxqkv.h"
 #include "../vm/core/backend.h"
@@ -281,7 +282,9 @@ static int distance (const char *a, const char *b) {
 ** two edits from 'all': nothing), a long one for two ('softmaxxx').
 */
 int qkvL_nearer (const char *k, const char *name, int *best) {
-  int d = distance(k, name), len = (int)strlen(k), reach = len / 4 > 1 ? len / 4 : 1;
+  /* a slip of case alone ('Adamw' for 'AdamW') is nearer than any other */
+  int d = strcasecmp(k, name) == 0 ? 0 : distance(k, name), len = (int)strlen(k);
+  int reach = len / 4 > 1 ? len / 4 : 1;
   if (d >= *best || d > reach || d >= len) return 0;
   *best = d;
   return 1;

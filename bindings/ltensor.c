@@ -142,11 +142,12 @@ static const char *const FIELDS[] = {"shape", "dtype", "device", "ndim", "T", "m
 
 /* a misspelt field is an error naming the closest method or field, as a
    PyTorch user gets an AttributeError rather than nil; PyTorch's dtype
-   shorthands that qkv spells with x:to say so */
+   shorthands for dtypes qkv lacks say what to use */
 static int no_field (lua_State *L, const char *k) {
   static const char *const SHORT[][2] = {
-    {"half", "x:to(\"float16\") converts to float16"},
-    {"bfloat16", "x:to(\"bfloat16\") converts to bfloat16"},
+    {"short", "qkv has no int16: x:int() converts to int32"},
+    {"byte", "qkv has no uint8: x:int() converts to int32, x:bool() to bool"},
+    {"char", "qkv has no int8: x:int() converts to int32"},
   };
   for (size_t i = 0; i < sizeof SHORT / sizeof SHORT[0]; i++)
     if (strcmp(k, SHORT[i][0]) == 0)

@@ -395,8 +395,8 @@ function TestMissingNames:testQkv()
   local x = M(2, 3)
   missing("qkv has no function 'softmaxx' (did you mean 'softmax'?)",
           function() return qkv.softmaxx(x) end)
-  missing("qkv has no function 'randint' (help(qkv) lists what it has)",
-          function() return qkv.randint(1, 5, {2}) end)
+  missing("qkv has no function 'randperm' (help(qkv) lists what it has)",
+          function() return qkv.randperm(5) end)
   missing("qkv has no function 'sofmax' (did you mean 'softmax'?)", function() return qkv.sofmax end)
   -- a lazily loaded library's name is suggested too
   missing("qkv has no function 'einsun' (did you mean 'einsum'?)", function() return qkv.einsun end)
@@ -426,6 +426,8 @@ function TestMissingNames:testLibraries()
           function() return qkv.nn.Conv2d end)
   missing("qkv.optim has no class or function 'SDG' (did you mean 'SGD'?)",
           function() return qkv.optim.SDG end)
+  missing("qkv.optim has no class or function 'Adamw' (did you mean 'AdamW'?)",
+          function() return qkv.optim.Adamw end)
   lu.assertEquals(type(qkv.plot.heatmap), "function")
   lu.assertEquals(tostring(qkv.nn.Linear(2, 3).W.shape), "(2, 3)")
   lu.assertEquals(type(qkv.optim.Adam), "function")
@@ -437,13 +439,18 @@ end
 
 function TestMissingNames:testTensor()
   local x = M(2, 3)
-  -- 'half' is two edits from 'all': too far for four letters; PyTorch's
-  -- dtype shorthand gets the conversion instead
-  local msg = missing('index: a tensor has no field \'half\' (x:to("float16") converts to float16)',
-                      function() return x:half() end)
-  lu.assertNotStrContains(msg, "'all'")
-  missing('index: a tensor has no field \'bfloat16\' (x:to("bfloat16") converts to bfloat16)',
-          function() return x:bfloat16() end)
+  -- PyTorch's dtype shorthands: those qkv has convert ('half' is not
+  -- taken for a slip of 'all'), those it lacks say what to use
+  lu.assertEquals(x:half().dtype, "float16")
+  lu.assertEquals(x:bfloat16().dtype, "bfloat16")
+  lu.assertEquals(x:long().dtype, "int64")
+  local msg = missing("index: a tensor has no field 'short' (qkv has no int16: x:int() converts "
+                      .. "to int32)", function() return x:short() end)
+  lu.assertNotStrContains(msg, "'sort'")
+  missing("index: a tensor has no field 'byte' (qkv has no uint8: x:int() converts to int32, "
+          .. "x:bool() to bool)", function() return x:byte() end)
+  -- a slip of case alone is the nearest name
+  missing("index: a tensor has no field 'Sum' (did you mean 'sum'?)", function() return x:Sum() end)
   missing("index: a tensor has no field 'maen' (did you mean 'mean'?)", function() return x:maen() end)
   missing("index: a tensor has no field 'sofmx'", function() return x:sofmx() end)
   missing("index: a tensor has no field '_versoin' (did you mean '_version'?)",
