@@ -165,8 +165,9 @@ function TestErrors:testArgumentsAreChecked()
   fails("CosineAnnealingLR: T_max must be a positive integer, got -1", S.CosineAnnealingLR, opt, -1)
   fails("CosineAnnealingLR: option 'eta_min' must be a number >= 0, got -0.01",
         S.CosineAnnealingLR, opt, 10, {eta_min = -0.01})
-  fails("CosineAnnealingLR: unknown option 'eta_max' (did you mean 'eta_min'?)",
-        S.CosineAnnealingLR, opt, 10, {eta_max = 1})
+  fails("CosineAnnealingLR: unknown option 'eta_mn' (did you mean 'eta_min'?)",
+        S.CosineAnnealingLR, opt, 10, {eta_mn = 1})
+  fails("CosineAnnealingLR: unknown option 'eta_max'", S.CosineAnnealingLR, opt, 10, {eta_max = 1})
   fails("LambdaLR: lr_lambda must be a function of the epoch, got number", S.LambdaLR, opt, 0.5)
   fails("LinearLR: option 'start_factor' must be a number in (0, 1], got 0", S.LinearLR, opt, {start_factor = 0})
   fails("LinearLR: option 'start_factor' must be a number in (0, 1], got 2", S.LinearLR, opt, {start_factor = 2})
