@@ -166,7 +166,7 @@ static int pmain (lua_State *L) {
 }
 
 int cli_script (int argc, char **argv) {
-  lua_State *L = cli_newstate();
+  lua_State *L = cli_newstate(0);
   if (L == NULL) return EXIT_FAILURE;
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);
