@@ -284,6 +284,11 @@ static int pmain (lua_State *L) {
 }
 
 int cli_script (int argc, char **argv) {
+  static char *noargs[] = {"qkv", NULL};
+  if (argc < 1 || argv[0] == NULL) {   /* started with no argv at all */
+    argc = 1;
+    argv = noargs;
+  }
   struct opts o = {0, argc, NULL};
   collectargs(argv, &o);
   if (o.flags == HAS_ERROR) {
