@@ -89,6 +89,12 @@ endif
 # that is not newer (vm/cli/main.c); stock Lua and installs read the sources
 LUAC ?= luac5.4
 LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -name '*.lua'))
+# Lua 5.4.4's own test suite (tests/peers/lua-5.4.4/), where
+# tests/cli/test_lua_testes.lua runs it: a copy of its testes/ folder
+# (attrib.lua writes into libs/) with the C libraries attrib.lua loads
+TESTES_SRC := $(shell find tests/peers/lua-5.4.4/testes -type f)
+TESTES := $(BUILD)/lua-testes
+TESTES_LIBS := $(patsubst %,$(TESTES)/libs/%.so,lib1 lib11 lib2 lib21 lib2-v2)
 
 .PHONY: all so deps run test bench install install-rock uninstall clean \
   asan test-asan fuzz fuzz-npy model model-try peers peers-try
@@ -96,7 +102,7 @@ LUAC_OUT := $(patsubst stdlib/%.lua,$(BUILD)/luac/%.luac,$(shell find stdlib -na
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
 all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(LUAC_OUT) \
-  $(BUILD)/ptydrive $(BUILD)/fakecuda.so $(CUDA_TARGET)
+  $(BUILD)/ptydrive $(BUILD)/fakecuda.so $(TESTES_LIBS) $(CUDA_TARGET)
 	@if [ "$(CUDA)" = 1 ]; then echo "make: CUDA backend built ($(CUDA_SO), $(NVCC))"; \
 	else echo "make: CUDA backend not built (no nvcc found, or CUDA=0)"; fi
 
@@ -158,6 +164,19 @@ $(TEXT_SO): $(TEXT_OBJ)
 $(ZMQ_SO): $(ZMQ_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(ZMQ_LIBS)
+
+$(TESTES)/.copied: $(TESTES_SRC)
+	rm -rf $(TESTES)
+	@mkdir -p $(BUILD)
+	cp -r tests/peers/lua-5.4.4/testes $(TESTES)
+	touch $@
+
+# as the suite's libs/makefile builds them (lib2-v2.so from lib22.c)
+$(TESTES)/libs/%.so: $(TESTES)/.copied
+	$(CC) -Wall -std=gnu99 $(CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/$*.c
+
+$(TESTES)/libs/lib2-v2.so: $(TESTES)/.copied
+	$(CC) -Wall -std=gnu99 $(CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/lib22.c
 
 # drives the REPL through a pseudo-terminal in tests/cli/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c

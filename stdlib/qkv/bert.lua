@@ -19,6 +19,8 @@ local caller = require "qkv.caller"
 
 local M = {}
 local SOURCE = debug.getinfo(1, "S").source
+-- this file's path, as require's searcher hands it to the chunk
+local FILE = select(2, ...)
 
 local function fail(msg, ...)
   error(string.format(msg, ...), caller(SOURCE, true))
@@ -143,7 +145,8 @@ M.DEFAULT = "all-MiniLM-L6-v2"
 function M.default_dir()
   local env = os.getenv("QKV_MODEL_DIR")
   if env and env ~= "" then return env end
-  local here = package.searchpath("qkv.bert", package.path) or "stdlib/qkv/bert.lua"
+  local here = type(FILE) == "string" and FILE or package.searchpath("qkv.bert", package.path)
+               or "stdlib/qkv/bert.lua"
   local root = here:match("^(.-)/?stdlib/qkv/bert%.lua$")
   if root == nil or root == "" then root = "." end
   root = root:gsub("/[^/.][^/]*/%.%.$", "")       -- build/qkv's <exe>/.. as the repository

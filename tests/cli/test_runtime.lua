@@ -7,6 +7,7 @@ local builddir = exe:match("(.*)/") or "."
 
 local shell = dofile("tests/helpers/shell.lua")
 local quote, sh = shell.quote, shell.sh
+local ROOT = (sh("pwd"):gsub("\n$", ""))
 
 
 local function tmpfile(text)
@@ -155,6 +156,123 @@ function TestExecutable:testPrecompiledStdlibOnlyWhenFresh()
   os.remove(bin .. "/luac/qkv/probe.luac")
   lu.assertEquals((sh(run)), "source")
   sh("rm -rf " .. quote(root))
+end
+
+-- lua5.4's command line (tests/cli/test_lua_testes.lua runs Lua's own
+-- tests of it, testes/main.lua): here what qkv adds to it and where it
+-- differs on purpose (docs/repl-and-jupyter.md, "qkv as lua")
+TestLuaHabits = {}
+
+local function have_lua() return select(2, sh("command -v lua5.4")) == 0 end
+
+-- env words, then the executable with its arguments (each quoted)
+local function run(env, ...)
+  local words = {}
+  for i, a in ipairs{...} do words[i] = quote(a) end
+  return sh(env .. " " .. quote(exe) .. " " .. table.concat(words, " "))
+end
+
+-- qkv's own options sit among lua's and take effect before any code runs
+function TestLuaHabits:testQkvOptionsBesideLuas()
+  local out, code = run("", "-W", "--device", "cpu", "-e", "io.write(qkv.default_device())")
+  lu.assertEquals({out, code}, {"cpu", 0})
+  out, code = run("", "--device")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "'--device' needs argument\nusage:")
+  out, code = run("", "--device", "tpu", "-e", "print('ran')")
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "--device: 'tpu' is not cpu or cuda")
+  lu.assertNotStrContains(out, "ran")
+end
+
+-- -h is refused as lua refuses it (the usage follows); --help is qkv's
+function TestLuaHabits:testDashHIsLuasDashDashHelpIsQkvs()
+  local out, code = sh("(" .. quote(exe) .. " -h 2>/dev/null)")
+  lu.assertEquals({out, code}, {"", 1})
+  out, code = run("", "-h")
+  lu.assertStrContains(out, exe .. ": unrecognized option '-h'\nusage: ")
+  lu.assertStrContains(out, "--help")
+  out, code = sh("(" .. quote(exe) .. " --help 2>/dev/null)")
+  lu.assertEquals(code, 0)
+  lu.assertStrContains(out, "-l g=mod")
+end
+
+-- -v: qkv's version line, then Lua's own (which scripts look for)
+function TestLuaHabits:testDashVShowsBothVersions()
+  local out, code = run("", "-v", "-e", "print'hello'")
+  lu.assertEquals(code, 0)
+  lu.assertStrMatches(out, "qkv %d+%.%d+%.%d+ %(Lua 5%.4%.%d+%)\n"
+                      .. "Lua 5%.4%.%d+  Copyright %(C%) 1994%-%d+ Lua%.org, PUC%-Rio\nhello\n")
+end
+
+-- `qkv test` is the runner: a script named test runs as ./test or after --
+function TestLuaHabits:testAScriptNamedTest()
+  local dir = shell.tmpdir()
+  shell.write(dir .. "/test", "print('the script', ...)")
+  local function inside(...)
+    local words = {}
+    for i, a in ipairs{...} do words[i] = quote(a) end
+    return sh("cd " .. quote(dir) .. " && " .. table.concat(words, " "))
+  end
+  local abs = exe:sub(1, 1) == "/" and exe or ROOT .. "/" .. exe
+  lu.assertEquals({inside(abs, "./test", "a")}, {"the script\ta\n", 0})
+  lu.assertEquals({inside(abs, "--", "test", "b")}, {"the script\tb\n", 0})
+  local out, code = inside(abs, "test")
+  lu.assertEquals(code, 2)
+  lu.assertStrContains(out, "tests: No such file or directory")
+  sh("rm -rf " .. quote(dir))
+end
+
+-- LUA_PATH and LUA_CPATH are the paths, as in lua5.4; qkv's own modules
+-- (Lua and C) load whatever they say, and under -E too
+function TestLuaHabits:testPathsAreLuasQkvsModulesStillLoad()
+  local probe = "io.write(package.path, ' ', package.cpath, ' ', type(require 'qkv.nn'),"
+                .. " ' ', type(require 'qkv.json'))"
+  local out, code = run("LUA_PATH=x LUA_CPATH=y", "-e", probe)
+  lu.assertEquals({out, code}, {"x y table table", 0})
+  out, code = run("LUA_PATH=x LUA_INIT='error(1)'", "-E", "-e", probe)
+  lu.assertEquals(code, 0, out)
+  lu.assertNotStrContains(out, "x ")
+  lu.assertStrContains(out, " table table")
+  out = run("LUA_PATH='a;;'", "-E", "-e", "io.write(package.path)")
+  lu.assertEquals(run("LUA_PATH='a;;'", "-e", "io.write(package.path)"), "a;" .. out)
+end
+
+-- a failed require lists lua5.4's places, and qkv's only for qkv's names
+function TestLuaHabits:testFailedRequireListsWhatLuaLists()
+  local env = "LUA_PATH='./?.lua' LUA_CPATH='./?.so'"
+  local code = "print(select(2, pcall(require, 'nosuch')))"
+  local want = "module 'nosuch' not found:\n\tno field package.preload['nosuch']\n"
+               .. "\tno file './nosuch.lua'\n\tno file './nosuch.so'\n"
+  lu.assertEquals(run(env, "-e", code), want)
+  if have_lua() then
+    lu.assertEquals(sh(env .. " lua5.4 -e " .. quote(code)), want)
+  end
+  local out = run(env, "-e", "print(select(2, pcall(require, 'qkv.nosuch')))")
+  lu.assertStrContains(out, "\n\tno file '" .. ROOT .. "/stdlib/qkv/nosuch.lua'\n")
+  lu.assertStrContains(out, "\n\tno file './qkv/nosuch.lua'\n")
+end
+
+-- an install's layout: PREFIX/bin/qkv finds PREFIX/share/lua/5.4/qkv/*.lua
+function TestLuaHabits:testInstalledModulesWhateverLuaPath()
+  local root = shell.tmpdir()
+  sh(("mkdir -p %s/bin %s/share/lua/5.4/qkv && cp %s %s/bin/qkv"):format(
+    quote(root), quote(root), quote(exe), quote(root)))
+  shell.write(root .. "/share/lua/5.4/qkv/probe.lua", "return 'installed'")
+  local out = sh("LUA_PATH=x LD_LIBRARY_PATH=" .. quote(builddir)
+                 .. "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} " .. quote(root .. "/bin/qkv")
+                 .. " -e 'io.write((require \"qkv.probe\"))'")
+  lu.assertEquals(out, "installed")
+  sh("rm -rf " .. quote(root))
+end
+
+-- lua5.4 exits with 0 after an error in standard input read as the
+-- script by default; qkv exits with 1, as it does for `-` and a file
+function TestLuaHabits:testErrorInStandardInputFails()
+  local out, code = sh("echo 'error(\"boom\")' | " .. quote(exe))
+  lu.assertEquals(code, 1)
+  lu.assertStrContains(out, "stdin:1: boom")
+  lu.assertEquals(select(2, sh("echo 'error(\"boom\")' | " .. quote(exe) .. " -")), 1)
 end
 
 TestModule = {}

@@ -1,16 +1,13 @@
 /*
 ** cli.c -- what the parts of the qkv executable share (cli.h): a Lua state
-** with the module, the paths to the stdlib and its precompiled chunks;
+** with the module and the searcher for qkv's own modules (searcher.c);
 ** calls under the traceback handler and the SIGINT hook; error reports.
 ** The commands (script.c, repl.c, testrun.c, kernel.c) call these, never
 ** the other way round.
 */
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/stat.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -122,71 +119,6 @@ int cli_docall (lua_State *L, int nargs, int nres) {
   return status;
 }
 
-/* whether file a was modified after file b (1 also when either is missing) */
-static int newer (const char *a, const char *b) {
-  struct stat sa, sb;
-  if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 1;
-  if (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec) return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec;
-  return sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec;
-}
-
-/*
-** A searcher ahead of Lua's file searcher, for the stdlib: the chunk that
-** `make` precompiled with luac (build/luac/qkv/plot.luac) when it is not
-** older than its source, which skips parsing (1 ms of a script that draws
-** a figure).  A missing or stale one falls through to the source.
-*/
-static int search_compiled (lua_State *L) {
-  const char *name = luaL_checkstring(L, 1);
-  const char *dir = lua_tostring(L, lua_upvalueindex(1));
-  const char *rel = luaL_gsub(L, name, ".", "/");
-  const char *src = lua_pushfstring(L, "%s/../stdlib/%s.lua", dir, rel);
-  const char *bin = lua_pushfstring(L, "%s/luac/%s.luac", dir, rel);
-  if (newer(src, bin)) {
-    lua_pushfstring(L, "no fresh compiled chunk '%s'", bin);
-    return 1;
-  }
-  if (luaL_loadfilex(L, bin, "b") != LUA_OK) return 1;   /* its message */
-  lua_pushstring(L, src);
-  return 2;
-}
-
-static void add_searcher (lua_State *L, const char *exedir) {
-  lua_getglobal(L, "package");
-  lua_getfield(L, -1, "searchers");
-  for (lua_Integer i = luaL_len(L, -1); i >= 2; i--) {   /* make room at 2 */
-    lua_geti(L, -1, i);
-    lua_seti(L, -2, i + 1);
-  }
-  lua_pushstring(L, exedir);
-  lua_pushcclosure(L, search_compiled, 1);
-  lua_seti(L, -2, 2);
-  lua_pop(L, 2);
-}
-
-/* package.path and cpath also search the stdlib next to the executable */
-static void setpath (lua_State *L) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return;
-  exe[n] = '\0';
-  char *slash = strrchr(exe, '/');
-  if (slash) *slash = '\0';
-  lua_getglobal(L, "package");
-  lua_pushfstring(L, "%s/../stdlib/?.lua;%s/../stdlib/?/init.lua;"
-                  "%s/../share/lua/5.4/?.lua;", exe, exe, exe);
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
-  /* C submodules: build/lib/qkv/cairo.so, or PREFIX/lib/lua/5.4/qkv/cairo.so */
-  lua_pushfstring(L, "%s/lib/?.so;%s/../lib/lua/5.4/?.so;", exe, exe);
-  lua_getfield(L, -2, "cpath");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "cpath");
-  lua_pop(L, 1);
-  add_searcher(L, exe);
-}
-
 /* the global help(...) of scripts, suites and the REPL alike: qkv.help */
 static int help (lua_State *L) {
   int n = lua_gettop(L);
@@ -219,7 +151,13 @@ static int preload_luaunit (lua_State *L) {
   return 1;
 }
 
+/* with noenv (lua's -E), as lua.c: the package library then ignores
+   LUA_PATH and LUA_CPATH */
 static int initstate (lua_State *L) {
+  if (lua_toboolean(L, 1)) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
   luaL_openlibs(L);
   luaL_requiref(L, "qkv", luaopen_qkv, 1);
   lua_pop(L, 1);
@@ -228,18 +166,19 @@ static int initstate (lua_State *L) {
   lua_pushcfunction(L, preload_luaunit);
   lua_setfield(L, -2, "luaunit");
   lua_pop(L, 1);
-  setpath(L);
+  cli_searcher(L);
   return 0;
 }
 
-lua_State *cli_newstate (void) {
+lua_State *cli_newstate (int noenv) {
   lua_State *L = luaL_newstate();
   if (L == NULL) {
     fprintf(stderr, "%s: cannot create state: not enough memory\n", cli_progname);
     return NULL;
   }
   lua_pushcfunction(L, initstate);
-  if (cli_report(L, lua_pcall(L, 0, 0, 0)) != LUA_OK) {
+  lua_pushboolean(L, noenv);
+  if (cli_report(L, lua_pcall(L, 1, 0, 0)) != LUA_OK) {
     lua_close(L);
     return NULL;
   }

@@ -19,9 +19,14 @@ LUALIB_API int luaopen_qkv (lua_State *L);
 
 extern const char *cli_progname;
 
-/* a new state with the standard libraries, the global `qkv` and the paths
-   to the stdlib next to the executable; NULL (after a message) on failure */
-lua_State *cli_newstate (void);
+/* a new state with the standard libraries, the global `qkv` and the
+   searcher for qkv's own modules; noenv: lua's -E (LUA_PATH and LUA_CPATH
+   ignored); NULL (after a message) on failure */
+lua_State *cli_newstate (int noenv);
+
+/* puts the searcher for qkv's own modules (searcher.c) second in
+   package.searchers */
+void cli_searcher (lua_State *L);
 
 /* calls the function below `nargs` arguments with a traceback handler;
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */

@@ -180,7 +180,7 @@ static int kmain (lua_State *L) {
 }
 
 int cli_kernel (int argc, char **argv) {
-  lua_State *L = cli_newstate();
+  lua_State *L = cli_newstate(0);
   if (L == NULL) return EXIT_FAILURE;
   kernelL = L;
   cli_setsignal(SIGINT, on_sigint);

@@ -108,7 +108,8 @@ static int read_rl (const char *prompt, char **line) {
   return line_read ? GOT_LINE : GOT_EOF;
 }
 
-/* without a terminal: plain stdin, prompts still printed */
+/* without a terminal: plain stdin; the prompt and the line read are
+   printed, as readline (and so Debian's lua5.4) prints them */
 static int read_plain (const char *prompt, char **line) {
   size_t n = 0, cap = 256;
   char *buf = malloc(cap);
@@ -119,7 +120,7 @@ static int read_plain (const char *prompt, char **line) {
       clearerr(stdin);
       if (got_sigint || n == 0) {
         free(buf);
-        fputs("\n", stdout);
+        if (got_sigint) fputs("\n", stdout);
         return got_sigint ? GOT_INTR : GOT_EOF;
       }
       break;                           /* a last line without newline */
@@ -130,19 +131,46 @@ static int read_plain (const char *prompt, char **line) {
     if (more == NULL) free(buf);
     buf = more;
   }
+  if (buf) printf("%s\n", buf);
   *line = buf;
   return buf ? GOT_LINE : GOT_EOF;
+}
+
+/* the prompt: tostring(_PROMPT) (_PROMPT2 on a continuation line) when
+   set, as lua's REPL has it */
+static int getprompt (lua_State *L) {
+  int first = lua_toboolean(L, 1);
+  if (lua_getglobal(L, first ? "_PROMPT" : "_PROMPT2") == LUA_TNIL)
+    lua_pushstring(L, first ? PROMPT : PROMPT2);
+  else luaL_tolstring(L, -1, NULL);
+  return 1;
+}
+
+/* pushes the prompt, the default one when tostring raised an error */
+static const char *pushprompt (lua_State *L, int first) {
+  lua_pushcfunction(L, getprompt);
+  lua_pushboolean(L, first);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    fprintf(stderr, "%s: %s\n", first ? "_PROMPT" : "_PROMPT2", cli_errortext(L, -1));
+    lua_pop(L, 2);
+    lua_pushstring(L, first ? PROMPT : PROMPT2);
+  }
+  return lua_tostring(L, -1);
 }
 
 /* pushes the next line (without its newline) */
 static int pushline (lua_State *L, int first) {
   char *line = NULL;
+  const char *prompt = pushprompt(L, first);
   catch_sigint();
-  int r = use_readline ? read_rl(first ? PROMPT : PROMPT2, &line)
-                       : read_plain(first ? PROMPT : PROMPT2, &line);
+  int r = use_readline ? read_rl(prompt, &line) : read_plain(prompt, &line);
   cli_setsignal(SIGINT, SIG_DFL);
+  lua_pop(L, 1);
   if (r != GOT_LINE) return r;
-  lua_pushstring(L, line);
+  if (first && line[0] == '=')         /* `=x` is `return x`, as in Lua 5.1 */
+    lua_pushfstring(L, "return %s", line + 1);
+  else
+    lua_pushstring(L, line);
   free(line);
   return GOT_LINE;
 }
@@ -308,7 +336,8 @@ static double now_ms (void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* the results above `base` print through qkv.repl._show; `_` is the first */
+/* the results above `base` print through qkv.repl._show, then the
+   global print, as lua's REPL prints them; `_` is the first */
 static void printresults (lua_State *L, int base, int quiet) {
   int n = lua_gettop(L) - base;
   if (n == 0) return;
@@ -318,12 +347,15 @@ static void printresults (lua_State *L, int base, int quiet) {
   pushreplfn(L, "_show");
   lua_insert(L, base + 1);
   if (lua_pcall(L, n, 1, 0) != LUA_OK) {
-    fprintf(stderr, "error printing the result: %s\n", lua_tostring(L, -1));
+    fprintf(stderr, "error printing the result: %s\n", cli_errortext(L, -1));
     return;
   }
-  fputs(lua_tostring(L, -1), stdout);
-  fputs("\n", stdout);
+  lua_getglobal(L, "print");
+  lua_insert(L, -2);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK)
+    fprintf(stderr, "error calling 'print' (%s)\n", cli_errortext(L, -1));
   fflush(stdout);
+  fflush(stderr);
 }
 
 /* the message and at most MAXFRAMES lines of its traceback, without the

@@ -270,7 +270,7 @@ _Noreturn void testchild_run (lua_State *L, int fd, double timeout, uint64_t see
   child.fd = fd;
   child.timeout = timeout;
   cli_setsignal(SIGALRM, on_alarm);
-  lua_State *S = cli_newstate();
+  lua_State *S = cli_newstate(0);
   if (S == NULL) exit(EXIT_FAILURE);
   child.S = S;
   qkv_seed(seed);

@@ -364,7 +364,7 @@ static int runnermain (lua_State *L) {
 
 int cli_test (int argc, char **argv) {
   start_seed = qkv_initial_seed();
-  lua_State *L = cli_newstate();
+  lua_State *L = cli_newstate(0);
   if (L == NULL) return 2;
   lua_pushcfunction(L, runnermain);
   lua_pushinteger(L, argc);
