@@ -94,17 +94,17 @@ qkv_dtype qkvL_checkdtype (lua_State *L, int arg) {
 /*
 ** Why a matmul of a and b cannot run for their dtypes (pushed), or NULL:
 ** they must be the same floating-point dtype, and the message says how to
-** convert, as x @ y (the shapes come before it in the caller's message).
+** convert, as x:matmul(y) (the shapes come before it in the caller's message).
 */
 const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b) {
   const char *na = qkv_dtype_name(a), *nb = qkv_dtype_name(b);
   int fa = qkv_is_float(a), fb = qkv_is_float(b);
   if (fa && fb && a == b) return NULL;
   if (fa && fb)
-    return lua_pushfstring(L, "the dtypes must agree, got %s and %s: for x @ y, convert "
+    return lua_pushfstring(L, "the dtypes must agree, got %s and %s: for x:matmul(y), convert "
                            "one with y:to(\"%s\") or x:to(\"%s\")", na, nb, na, nb);
   if (fa || fb)
-    return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: for x @ y, "
+    return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: for x:matmul(y), "
                            "convert %s with %s:to(\"%s\")", na, nb, fa ? "y" : "x",
                            fa ? "y" : "x", fa ? na : nb);
   return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: convert both, "

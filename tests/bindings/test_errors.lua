@@ -513,10 +513,10 @@ end
 
 function TestMatmulErrors:testMixedFloatDtypes()
   local a, b = qkv.ones(3, 4, "float16"), qkv.ones(4, 2, "bfloat16")
-  missing('matmul: (3, 4) @ (4, 2): the dtypes must agree, got float16 and bfloat16: for x @ y, '
+  missing('matmul: (3, 4) @ (4, 2): the dtypes must agree, got float16 and bfloat16: for x:matmul(y), '
           .. 'convert one with y:to("float16") or x:to("bfloat16")', function() return a:matmul(b) end)
   missing('matmul: (3, 4) @ (4, 2): expected floating-point tensors, got int64 and float32: for '
-          .. 'x @ y, convert x with x:to("float32")',
+          .. 'x:matmul(y), convert x with x:to("float32")',
           function() return qkv.ones(3, 4, "int64"):matmul(qkv.ones(4, 2)) end)
   missing("matmul: (3, 4) @ (4, 2): expected floating-point tensors, got bool and bool: convert "
           .. "both, e.g. with x:float()",

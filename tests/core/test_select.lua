@@ -378,8 +378,8 @@ function TestMisc:testMmBmm()
         qkv.bmm, A, rand({1, 3, 4}))
   fails("mm: (2, 3) @ (2, 4): inner dims 3 and 2 differ", qkv.mm, a, rand({2, 4}))
   fails('bmm: (5, 2, 3) @ (5, 3, 4): expected floating-point tensors, got float32 and int64: '
-        .. 'for x @ y, convert y with y:to("float32")', qkv.bmm, A, B:long())
-  fails('mm: (2, 3) @ (3, 4): the dtypes must agree, got float16 and bfloat16: for x @ y, '
+        .. 'for x:matmul(y), convert y with y:to("float32")', qkv.bmm, A, B:long())
+  fails('mm: (2, 3) @ (3, 4): the dtypes must agree, got float16 and bfloat16: for x:matmul(y), '
         .. 'convert one with y:to("float16") or x:to("bfloat16")', qkv.mm, a:to("float16"),
         b:to("bfloat16"))
 end
