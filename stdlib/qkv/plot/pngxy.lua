@@ -37,13 +37,6 @@ end
 local function px(p, x0, x) return x0 + util.frac(x, p.xlo, p.xhi) * p.pw end
 local function py(p, y0, y) return y0 + p.ph - util.frac(y, p.ylo, p.yhi) * p.ph end
 
--- lo and hi widened by `frac` of the span, kept finite
-local BIG = 1.7976931348623157e308      -- the largest double
-local function widen(lo, hi, frac)
-  local m = hi - lo < math.huge and (hi - lo) * frac or (hi / 2 - lo / 2) * 2 * frac
-  return math.max(lo - m, -BIG), math.min(hi + m, BIG)
-end
-
 local function axesdraw(cv, s, p, ox, oy)
   local x0, y0 = ox + p.x0, oy + p.y0
   P.vline(cv, x0 - 1, y0, p.ph + 1)
@@ -69,7 +62,7 @@ end
 function X.hist_plan(_, s, ingrid)
   local top = 0
   for _, c in ipairs(s.counts) do top = math.max(top, c) end
-  local lo, hi = widen(s.edges[1], s.edges[#s.edges], 0.03)   -- the bars clear the spine
+  local lo, hi = util.widen(s.edges[1], s.edges[#s.edges], 0.03)   -- the bars clear the spine
   return axesplan(s, ingrid, lo, hi, 0, math.max(top, 1) * 1.05)
 end
 
@@ -95,30 +88,37 @@ function X.hist_draw(cv, s, p, ox, oy)
   return {x0 = x0, y0 = y0, pw = p.pw, ph = p.ph, bars = bars}
 end
 
--- the finite range of coordinate k over all series, with a margin
-local function span(series, k)
-  local lo, hi, any = util.xyrange(series, k)
-  if not any then return 0, 1 end
-  -- one value: ±1, or an eighth of it when ±1 would not change it (1e30)
-  if lo == hi then
-    local d = math.max(1, math.abs(lo) / 8)
-    return math.max(lo - d, -BIG), math.min(hi + d, BIG)
-  end
-  return widen(lo, hi, 0.08)
-end
-
-function X.scatter_plan(_, s, ingrid)
+-- the plan of a panel whose series have points
+-- {x, y}: axes round their finite range and, right of the plot, room for
+-- a legend of their labels
+local function seriesplan(s, ingrid)
   local lw = 0
   for _, e in ipairs(s.series) do
     if e.label then lw = math.max(lw, P.advance(e.label, FS.label)) end
   end
-  local xlo, xhi = span(s.series, 1)
-  local ylo, yhi = span(s.series, 2)
+  local xlo, xhi = util.span(s.series, 1, 0.08)
+  local ylo, yhi = util.span(s.series, 2, 0.08)
   local p = axesplan(s, ingrid, xlo, xhi, ylo, yhi,
     lw > 0 and math.ceil(lw + 44 + PAD) or nil)
   p.legend = lw > 0
   return p
 end
+
+-- the legend right of the plot: key(cv, x, y, rgb) draws a series' mark
+-- centred on (x, y), its label follows
+local function legend(cv, s, p, x0, y0, key)
+  if not p.legend then return end
+  local lx, ly = x0 + p.pw + 20, y0 + 8
+  for _, e in ipairs(s.series) do
+    if e.label then
+      key(cv, lx, ly, e.color)
+      P.text(cv, e.label, lx + 12, ly, FS.label, 0, "c")
+      ly = ly + FS.label + 10
+    end
+  end
+end
+
+function X.scatter_plan(_, s, ingrid) return seriesplan(s, ingrid) end
 
 local function dot(cv, x, y, c)
   cv:circle(x, y, 5.5)
@@ -129,37 +129,45 @@ local function dot(cv, x, y, c)
   cv:fill()
 end
 
-function X.scatter_draw(cv, s, p, ox, oy)
-  local x0, y0 = axesdraw(cv, s, p, ox, oy)
-  local points = {}
+-- each point's pixel, {x, y} unrounded; false where it is not finite
+local function pixels(s, p, x0, y0)
+  local out = {}
   for k, e in ipairs(s.series) do
-    points[k] = {}
+    out[k] = {}
     for i, q in ipairs(e.points) do
-      if util.isfinite(q[1]) and util.isfinite(q[2]) then
-        local x, y = px(p, x0, q[1]), py(p, y0, q[2])
-        dot(cv, x, y, e.color)
-        points[k][i] = {x = math.floor(x), y = math.floor(y)}
-      else
-        points[k][i] = false
-      end
+      local ok = util.isfinite(q[1]) and util.isfinite(q[2])
+      out[k][i] = ok and {px(p, x0, q[1]), py(p, y0, q[2])}
     end
   end
+  return out
+end
+
+-- the layout's points: whole pixels {x=, y=}, or false
+local function laid(pix)
+  local out = {}
+  for k, l in ipairs(pix) do
+    out[k] = {}
+    for i, q in ipairs(l) do out[k][i] = q and {x = math.floor(q[1]), y = math.floor(q[2])} end
+  end
+  return out
+end
+
+function X.scatter_draw(cv, s, p, ox, oy)
+  local x0, y0 = axesdraw(cv, s, p, ox, oy)
+  local pix = pixels(s, p, x0, y0)
+  for k, e in ipairs(s.series) do
+    for _, q in ipairs(pix[k]) do
+      if q then dot(cv, q[1], q[2], e.color) end
+    end
+  end
+  local points = laid(pix)
   -- names after every dot, so that no dot covers a name
   for k, e in ipairs(s.series) do
     for i, q in ipairs(points[k]) do
       if q and e.names then P.text(cv, e.names[i], q.x + 8, q.y - 6, FS.tick, 0, "c") end
     end
   end
-  if p.legend then
-    local lx, ly = x0 + p.pw + 20, y0 + 8
-    for _, e in ipairs(s.series) do
-      if e.label then
-        dot(cv, lx, ly, e.color)
-        P.text(cv, e.label, lx + 12, ly, FS.label, 0, "c")
-        ly = ly + FS.label + 10
-      end
-    end
-  end
+  legend(cv, s, p, x0, y0, dot)
   return {x0 = x0, y0 = y0, pw = p.pw, ph = p.ph, points = points}
 end
 

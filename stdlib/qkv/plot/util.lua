@@ -37,6 +37,7 @@ local function checkopen(fname, what, x)
     M.fail("%s: %s is a closed tensor", fname, what)
   end
 end
+M.checkopen = checkopen
 
 -- "(2, 3, 4)"
 function M.shapestr(sizes)
@@ -92,13 +93,14 @@ end
 -- nested tables of numbers and the sizes. `what` names it in errors.
 function M.array(fname, what, w, mindim, maxdim)
   local expect = mindim == maxdim and mindim .. "-D" or mindim .. "-D or " .. maxdim .. "-D"
+  local tbl = maxdim == 1 and "a list" or "a nested table"
   if M.is_tensor(w) then
     checkopen(fname, what, w)
     while w:dim() > maxdim and w:size(1) == 1 do w = w:select(1, 1) end
     local s = tsizes(w)
     if #s < mindim or #s > maxdim then
-      M.fail("%s: %s must be a %s tensor or a nested table, got a %d-D tensor %s",
-        fname, what, expect, #s, M.shapestr(s))
+      M.fail("%s: %s must be a %s tensor or %s, got a %d-D tensor %s",
+        fname, what, expect, tbl, #s, M.shapestr(s))
     end
     for _, n in ipairs(s) do
       if n == 0 then M.fail("%s: %s %s is empty", fname, what, M.shapestr(s)) end
@@ -122,13 +124,13 @@ function M.array(fname, what, w, mindim, maxdim)
       err = "a " .. #s .. "-D table " .. M.shapestr(s)
     end
     if err then
-      M.fail("%s: %s must be a %s tensor or a nested table of numbers, got %s",
-        fname, what, expect, err)
+      M.fail("%s: %s must be a %s tensor or %s of numbers, got %s",
+        fname, what, expect, tbl, err)
     end
     return M.map(w, num), s
   end
-  M.fail("%s: %s must be a %s tensor or a nested table, got a %s", fname, what,
-    expect, type(w))
+  M.fail("%s: %s must be a %s tensor or %s, got a %s", fname, what,
+    expect, tbl, type(w))
 end
 
 -- applies f to every leaf of a nested table, returning a fresh copy
@@ -184,6 +186,27 @@ function M.xyrange(series, k)
   end
   if lo > hi then return 0, 1, false end
   return lo, hi, true
+end
+
+-- lo and hi widened by `frac` of the span, kept finite (an axis may span
+-- more than the largest double, from -1e308 to 1e308)
+local BIG = 1.7976931348623157e308      -- the largest double
+function M.widen(lo, hi, frac)
+  local m = hi - lo < math.huge and (hi - lo) * frac or (hi / 2 - lo / 2) * 2 * frac
+  return math.max(lo - m, -BIG), math.min(hi + m, BIG)
+end
+
+-- the finite range of coordinate k over the points of all series, widened
+-- by `frac` of it; 0, 1 when there is none, and one value v gives v ± 1
+-- (or ± an eighth of it when 1 would not change it, as for 1e30)
+function M.span(series, k, frac)
+  local lo, hi, any = M.xyrange(series, k)
+  if not any then return 0, 1 end
+  if lo == hi then
+    local d = math.max(1, math.abs(lo) / 8)
+    return math.max(lo - d, -BIG), math.min(hi + d, BIG)
+  end
+  return M.widen(lo, hi, frac)
 end
 
 -- where v lies from lo (0) to hi (1); in halves when hi - lo overflows
