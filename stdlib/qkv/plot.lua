@@ -1,5 +1,6 @@
--- qkv.plot: heatmaps, histograms, pictures and scatter plots, drawn in the
--- terminal (24-bit colour, or plain text) or written as PNG files (cairo).
+-- qkv.plot: heatmaps, histograms, pictures, scatter and line plots, drawn
+-- in the terminal (24-bit colour, or plain text) or written as PNG files
+-- (cairo).
 --
 -- Matrices are 2-D qkv tensors (leading size-1 dims are squeezed, so a
 -- (1, n, m) weight tensor works) or nested tables of numbers; any dtype.
@@ -27,8 +28,8 @@
 --     (x0, y0) is the top-left pixel of cell (1, 1), cw x ch a cell's size.
 --   plot.grid(panels, opts) -> text | layout with panels = {layout, ...}
 --     panels: a list of {w, panel_opts}; panel_opts.kind = "heatmap"
---     (default), "hist", "image" or "scatter" with that function's opts
---     but file and the terminal ones; a heatmap panel has a colour bar
+--     (default), "hist", "image", "line" or "scatter" with that function's
+--     opts but file and the terminal ones; a heatmap panel has a colour bar
 --     unless colorbar = false, an image panel only with colorbar = true.
 --     In a PNG, long panel titles wrap to the panel's width and the plots
 --     of a row (a column) line up.
@@ -51,6 +52,15 @@
 --     (n, 2) tensor or a list of {x, y} (one bare points list works too);
 --     opts: title, title_color, xlabel, ylabel, ylabel_rotation, file, and
 --     the terminal ones.
+--   plot.line(ys, opts) -> text | layout with points[s][i] = {x=, y=} | false
+--     ys: one series (a 1-D tensor, or a list of numbers or 0-D tensors)
+--     or a list of them; opts: x (default 1..n; one list, or with a list
+--     of series a list of lists), label (a name, or a list of one a
+--     series: the legend), title, title_color, xlabel, ylabel,
+--     ylabel_rotation, file, and the terminal ones. A point that is not
+--     finite is a gap in its line (false in the layout). In the terminal
+--     the lines are braille dots, in colour or, without it, letters A, B,
+--     ... for several series.
 --   plot.out(name) -> ($QKV_OUT or "out") .. "/" .. name, the folder made
 --   plot.colormap(cmap, t) -> r, g, b in [0, 1] (t clamped, NaN: grey)
 --   plot.read_png(path) -> {width, height, pixel = function(x, y) -> r, g, b, a}
@@ -160,6 +170,11 @@ end)
 plot.scatter = util.api(function(series, opts)
   opts = checkopts("scatter", opts)
   return draw("scatter", {spec.scatter("scatter", series, opts)}, opts)
+end)
+
+plot.line = util.api(function(ys, opts)
+  opts = checkopts("line", opts)
+  return draw("line", {spec.line("line", ys, opts)}, opts)
 end)
 
 plot.grid = util.api(function(panels, opts)

@@ -303,18 +303,20 @@ function TestHeatmapTerm:testFitsTheWidth()
 end
 
 function TestHeatmapTerm:testWritesToStdoutUnlessOutFalse()
-  local cmd = quote(EXE) .. " -e " .. quote(
-    'local s = qkv.plot.heatmap({{1, 2}}, {title = "T", color = false}) ' ..
-    'local t = qkv.plot.heatmap({{1, 2}}, {title = "T", color = false, out = false}) ' ..
-    'io.write("|", tostring(s), "|", #t)')
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  p:close()
-  -- drawn: nothing returned (the REPL prints nothing twice); out = false: the text
-  local body, n = out:match("^(.*)|nil|(%d+)$")
-  lu.assertNotNil(body, out)
-  lu.assertEquals(#body, tonumber(n))
-  lu.assertStrContains(body, "2.00")
+  for _, call in ipairs{{"heatmap({{1, 2}}", "2.00"}, {"line({1, 2}", "2.00 ┤"}} do
+    local cmd = quote(EXE) .. " -e " .. quote(
+      'local s = qkv.plot.' .. call[1] .. ', {title = "T", color = false}) ' ..
+      'local t = qkv.plot.' .. call[1] .. ', {title = "T", color = false, out = false}) ' ..
+      'io.write("|", tostring(s), "|", #t)')
+    local p = io.popen(cmd)
+    local out = p:read("a")
+    p:close()
+    -- drawn: nothing returned (the REPL prints nothing twice); out = false: the text
+    local body, n = out:match("^(.*)|nil|(%d+)$")
+    lu.assertNotNil(body, out)
+    lu.assertEquals(#body, tonumber(n))
+    lu.assertStrContains(body, call[2])
+  end
 end
 
 -- help(qkv.plot) and each figure's entry say what the test above checks
@@ -326,7 +328,7 @@ function TestHeatmapTerm:testHelpSaysWhatTheTerminalReturns()
   lu.assertStrContains(intro, "and return nothing, so that the REPL does not print a figure twice; "
                        .. "with opts.out = false they return the text instead of writing it")
   lu.assertNotStrContains(intro, "return the text;")
-  for _, name in ipairs{"heatmap", "grid", "hist", "image", "scatter"} do
+  for _, name in ipairs{"heatmap", "grid", "hist", "image", "scatter", "line"} do
     local text = flat(doc.text("qkv.plot." .. name))
     lu.assertStrContains(text, "returns nothing, or with opts.out = false returns the text", name)
   end
@@ -336,6 +338,7 @@ function TestHeatmapTerm:testTerminalNeverLoadsCairo()
   local cmd = quote(EXE) .. " -e " .. quote(
     'qkv.plot.heatmap({{1, 2}}, {out = false, color = true}) ' ..
     'qkv.plot.hist({1, 2}, {out = false}) ' ..
+    'qkv.plot.line({1, 2}, {out = false}) ' ..
     'io.write(tostring(package.loaded["qkv.cairo"] == nil))')
   local p = io.popen(cmd)
   lu.assertEquals(p:read("a"), "true")

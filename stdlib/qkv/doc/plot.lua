@@ -32,8 +32,8 @@ print(qkv.plot.heatmap(w, {xlabels = {"a", "b"}, ylabels = {"a", "b"}, color = f
 
   {name = "qkv.plot.grid", sig = "qkv.plot.grid(panels [, opts])", group = "figures",
    doc = [[Draws several plots side by side as subplots. panels is a list of
-{w, panel_opts}, each a heatmap unless panel_opts.kind is "hist", "image"
-or "scatter", with that function's options. opts: rows, cols (default one
+{w, panel_opts}, each a heatmap unless panel_opts.kind is "hist", "image",
+"line" or "scatter", with that function's options. opts: rows, cols (default one
 row), title, file, and the terminal ones (color, width, out). ]] .. WHERE ..
 [[Panels that do not fit in rows × cols are an error.]]},
 
@@ -59,6 +59,37 @@ names={...}}, where points is an (n, 2) tensor or a list of {x, y}; one
 bare list of points works too. opts: title, xlabel, ylabel and file.
 ]] .. WHERE .. [[A PNG's layout has points[s][i] = {x=, y=}, the pixel of
 each point.]]},
+
+  {name = "qkv.plot.line", sig = "qkv.plot.line(ys [, opts])", group = "figures",
+   doc = [[Plots one or more series as lines, for loss curves, as
+matplotlib's plot: ys is one series (a 1-D tensor, or a list of numbers or
+of 0-D tensors such as losses) or a list of them. opts: x (default 1, 2,
+..., n; one list for every series, or a list of them, one a series),
+label (a name, or a list of them, one a series: the legend), title,
+xlabel, ylabel and file. A value that is not finite leaves a gap in its
+line, as in matplotlib (a point with no finite neighbour is a dot); an
+empty series, or an x whose length is not its series', is an error. In the
+terminal the lines are braille dots, a colour a series, or without colour
+letters A, B, ... when there are several. ]] .. WHERE .. [[A PNG's layout
+has points[s][i] = {x=, y=}, the pixel of each point (false for a
+gap).]],
+   example = [=[local losses = {0.9, 0.5, 0.3, 0.2, 0.15}
+print(qkv.plot.line(losses, {label = "train", color = false, out = false, width = 36}))
+-->     │⠱⡀
+--> 0.8 ┤ ⠑⡄
+-->     │  ⠘⢄
+-->     │   ⠈⢆
+--> 0.6 ┤     ⢣
+-->     │      ⠱⡀
+-->     │       ⠑⢄⡀
+--> 0.4 ┤         ⠈⠢⡀
+-->     │           ⠈⠑⢄
+-->     │              ⠉⠢⢄⡀
+-->     │                 ⠈⠉⠒⠤⢄⡀
+--> 0.2 ┤                      ⠈⠉⠑⠒⠒⠤⠤⢄⣀
+-->     └───────┬───────────────┬───────
+-->             2               4
+-->      ── train]=]},
 
   ---------------------------------------------------------------- helpers
   {name = "qkv.plot.out", sig = "qkv.plot.out(name)", group = "helpers",

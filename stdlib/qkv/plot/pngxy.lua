@@ -1,6 +1,7 @@
--- qkv.plot.pngxy: the PNG panels with x/y axes, hist and scatter, drawn as
+-- qkv.plot.pngxy: the PNG panels with x/y axes, hist, scatter and line, drawn as
 -- seaborn's "ticks" style: a left and a bottom spine, outward ticks, no grid.
--- Planned and drawn like the matrices of qkv.plot.png.
+-- Planned and drawn like the matrices of qkv.plot.png. The line plot's
+-- panel is here too (the rest of it is in qkv.plot.line).
 
 local util = require "qkv.plot.util"
 local P = require "qkv.plot.png"
@@ -88,7 +89,7 @@ function X.hist_draw(cv, s, p, ox, oy)
   return {x0 = x0, y0 = y0, pw = p.pw, ph = p.ph, bars = bars}
 end
 
--- the plan of a panel whose series have points
+-- the plan of a panel whose series (scatter's, line's) have points
 -- {x, y}: axes round their finite range and, right of the plot, room for
 -- a legend of their labels
 local function seriesplan(s, ingrid)
@@ -169,6 +170,44 @@ function X.scatter_draw(cv, s, p, ox, oy)
   end
   legend(cv, s, p, x0, y0, dot)
   return {x0 = x0, y0 = y0, pw = p.pw, ph = p.ph, points = points}
+end
+
+function X.line_plan(_, s, ingrid) return seriesplan(s, ingrid) end
+
+local LW = 2             -- a line's width (matplotlib's 1.5 points at 100 dpi)
+
+local function segment(cv, x, y, c)
+  cv:rgb(c[1], c[2], c[3])
+  cv:line_width(LW)
+  cv:move_to(x - 8, y)
+  cv:line_to(x + 8, y)
+  cv:stroke()
+end
+
+-- each series a path through its finite points, in order; a point that is
+-- not finite breaks it (a gap, as matplotlib's), and a finite point with
+-- no finite neighbour is a dot twice the line's width across
+function X.line_draw(cv, s, p, ox, oy)
+  local x0, y0 = axesdraw(cv, s, p, ox, oy)
+  local pix = pixels(s, p, x0, y0)
+  for k, e in ipairs(s.series) do
+    local l, c = pix[k], e.color
+    cv:rgb(c[1], c[2], c[3])
+    cv:line_width(LW)
+    for i, q in ipairs(l) do
+      if q and l[i - 1] then cv:line_to(q[1], q[2])
+      elseif q then cv:move_to(q[1], q[2]) end
+    end
+    cv:stroke()
+    for i, q in ipairs(l) do
+      if q and not l[i - 1] and not l[i + 1] then
+        cv:circle(q[1], q[2], LW)
+        cv:fill()
+      end
+    end
+  end
+  legend(cv, s, p, x0, y0, segment)
+  return {x0 = x0, y0 = y0, pw = p.pw, ph = p.ph, points = laid(pix)}
 end
 
 return X

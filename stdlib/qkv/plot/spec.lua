@@ -18,6 +18,7 @@ S.OPTIONS = {
   image = {COMMON, MATRIX},
   hist = {COMMON, {"bins", "range", "color", "alpha"}},
   scatter = {COMMON},
+  line = {COMMON, {"x", "label"}},
   grid = {{"rows", "cols", "title"}},
 }
 -- the figure's own: where and how it is drawn, not what
@@ -83,6 +84,7 @@ local function common(fname, opts, s)
     {90, 0}, 90)
   return s
 end
+S.common = common           -- for qkv.plot.line
 
 -- what heatmap and image share: ticks and the colour bar
 local function matrixopts(fname, opts, s, colorbar)
@@ -278,6 +280,9 @@ function S.scatter(fname, series, opts)
   return s
 end
 
+-- the line plot's checks are in qkv.plot.line, with its terminal drawing
+function S.line(...) return require("qkv.plot.line").spec(...) end
+
 -- a panel of plot.grid: {w, opts} with opts.kind choosing the function
 function S.panel(i, p)
   if type(p) ~= "table" or util.is_tensor(p) then
@@ -292,8 +297,9 @@ function S.panel(i, p)
     fail("grid: panel %d has a file; give the file to grid", i)
   end
   local kind = opts.kind or "heatmap"
-  if kind ~= "heatmap" and kind ~= "image" and kind ~= "hist" and kind ~= "scatter" then
-    fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, scatter)", i,
+  if kind ~= "heatmap" and kind ~= "image" and kind ~= "hist" and kind ~= "scatter"
+     and kind ~= "line" then
+    fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, line, scatter)", i,
       tostring(kind))
   end
   local fname = "grid: panel " .. i .. ": " .. kind

@@ -369,6 +369,10 @@ function T.scatter(s, W, color)
   return lines
 end
 
+-- the line plot draws with qkv.plot.line, which shares these
+function T.line(s, W, color) return require("qkv.plot.line").term(s, W, color) end
+T.lpad, T.center, T.titled, T.fg, T.RESET = lpad, center, titled, fg, RESET
+
 -- panels side by side, up to `cols` a row, when they fit in W
 local function pack(blocks, W, cols)
   local out, row, used = {}, {}, 0
