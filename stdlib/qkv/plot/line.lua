@@ -227,7 +227,7 @@ function L.term(s, W, color)
     lines[#lines + 1] = term.lpad(at[r] or "", yw) .. (at[r] and " ┤" or " │") ..
       table.concat(out)
   end
-  local xt, xstep = util.ticks(xlo, xhi, math.max(3, gw // 10))
+  local xt, xstep = util.ticks(xlo, xhi, math.max(3, gw // 8))
   local axis = {}
   for c = 1, gw do axis[c] = "─" end
   for _, v in ipairs(xt) do axis[col(v) // 2 + 1] = "┬" end
