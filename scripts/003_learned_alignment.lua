@@ -4,8 +4,9 @@
 -- they should map to (d_text = 16), made by a fixed random two-layer map,
 -- Y = tanh(X A) B / 4, plus noise of 0.01. Both aligners of seed 003, the
 -- linear one and the MLP (Linear, GELU, Linear), are trained with Adam on
--- the mean squared error, and print their loss as it falls. The linear one
--- can only fit the map's linear part; the MLP gets further.
+-- the mean squared error, and print their loss as it falls (and draw both
+-- curves). The linear one can only fit the map's linear part; the MLP gets
+-- further.
 
 qkv.seed(7)
 local N, d_vision, d_text, hidden = 256, 32, 16, 64
@@ -35,5 +36,8 @@ for _, method in ipairs{"linear", "mlp"} do
 end
 print(string.format("final loss: linear %.5f, mlp %.5f (the data's noise alone: %.5f)",
                     results.linear[steps], results.mlp[steps], 0.01 ^ 2))
+local fig = qkv.plot.line({results.linear, results.mlp}, {label = {"linear", "mlp"}, xlabel = "step",
+  ylabel = "MSE loss", title = "TokenAligner training loss",
+  file = qkv.plot.out("003_learned_alignment_loss.png")})
 
-return {losses = results, steps = steps}
+return {losses = results, steps = steps, fig = fig}

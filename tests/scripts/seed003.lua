@@ -321,6 +321,23 @@ function Learned.test_losses_fall()
     lu.assertStrContains(r.stdout, string.format("  step %3d  loss %.5f", n, L[m][n]))
   end
   lu.assertTrue(L.mlp[n] < L.linear[n], "the MLP fits the nonlinear map better")
+  -- the curves drawn: each point where the layout says, in its palette
+  -- colour; the MLP's last point below the linear one's
+  U.assertPng(r, "003_learned_alignment_loss.png", WIDE)
+  local img, fig = r.images["003_learned_alignment_loss.png"], r.results.fig
+  for k, rgb in ipairs{{0x1f, 0x77, 0xb4}, {0xff, 0x7f, 0x0e}} do
+    for _, i in ipairs{1, n // 2, n} do
+      local q, hit = fig.points[k][i], false
+      for dy = -2, 2 do
+        for dx = -2, 2 do
+          local pr, pg, pb = img.pixel(q.x + dx, q.y + dy)
+          hit = hit or (math.abs(pr - rgb[1]) + math.abs(pg - rgb[2]) + math.abs(pb - rgb[3]) < 60)
+        end
+      end
+      lu.assertTrue(hit, ("series %d point %d"):format(k, i))
+    end
+  end
+  lu.assertTrue(fig.points[2][n].y >= fig.points[1][n].y)
 end
 
 return {TestSeed003TokenAligner = Aligner, TestSeed003MultiHeadCross = Cross,
