@@ -2,7 +2,7 @@
 -- (`make peers`: jupyter_client, nbclient, nbconvert in build/pyref) the
 -- real client starts it from its kernelspec and checks every message type
 -- (tests/helpers/kernel/kernel_checks.py: results, streams as they come, errors
--- and the kernel going on, display_data PNGs of the heatmap's size,
+-- and the kernel going on, display_data PNGs of a heatmap's and a line plot's size,
 -- complete, inspect, is_complete, history, comm_info, interrupts of
 -- running loops, wrongly signed and replayed messages dropped, loopback
 -- only, shutdown and restart), jupyter_kernel_test's conformance checks
@@ -274,6 +274,42 @@ function TestKernelLocal:testDisplayOutsideTheKernelPrints()
   -- a closed tensor inside a table (the API fuzzer's finding)
   out = S.sh(QKV .. " -e 'local t do local x <close> = qkv.ones(1); t = x end; qkv.display({t})'")
   lu.assertEquals(out, "{tensor(<closed>)}\n")
+end
+
+-- the kernel's cell runner with a stand-in for the kernel that records
+-- what it publishes: a plot without file is a display_data PNG (the
+-- signature's base64) of the size the same figure has in a file, and
+-- out = false still returns the text
+function TestKernelLocal:testPlotsAreDisplayDataPngs()
+  S.write(TMP .. "/cells.lua", [=[
+local exec = require "qkv.kernel.exec"
+local out, sent = io.stdout, {}
+local K = {publish = function(_, t, c) sent[#sent + 1] = {t, c} end, docall = pcall}
+exec.setup(K)
+for n, cell in ipairs{"qkv.plot.line({3, 1, 2}, {title = 'loss', label = 'train'})",
+    "local p = os.tmpname() .. '.png'\nlocal l = qkv.plot.line({3, 1, 2}, {title = 'loss', " ..
+    "label = 'train', file = p})\nos.remove(p)\nreturn l.width .. 'x' .. l.height",
+    "qkv.plot.heatmap({{1, 2}})", "#qkv.plot.line({{3, 1}, {1, 3}}, {out = false})"} do
+  sent = {}
+  out:write(exec.run(K, {}, cell, n, false).status)
+  for _, m in ipairs(sent) do
+    local d, meta = m[2].data, m[2].metadata["image/png"]
+    out:write(" ", m[1], " ", d["text/plain"], " ", d["image/png"] and d["image/png"]:sub(1, 11)
+      .. " " .. meta.width .. "x" .. meta.height or "")
+  end
+  out:write("\n")
+end
+]=])
+  local out, code = S.exe(QKV, TMP .. "/cells.lua")
+  lu.assertEquals(code, 0, out)
+  local l = {}
+  for line in out:gmatch("[^\n]+") do l[#l + 1] = line end
+  local size = l[2] and l[2]:match("^ok execute_result (%d+x%d+)")
+  lu.assertNotNil(size, out)
+  lu.assertEquals(l[1], "ok display_data <qkv.plot.line: " .. size .. " PNG> iVBORw0KGgo " .. size)
+  lu.assertStrMatches(l[3], "ok display_data <qkv%.plot%.heatmap: %d+x%d+ PNG> iVBORw0KGgo %d+x%d+")
+  lu.assertStrMatches(l[4], "ok execute_result %d+ ")       -- the text's length, no PNG
+  lu.assertEquals(#l, 4, out)
 end
 
 function TestKernelLocal:testClearOutputOutsideTheKernel()

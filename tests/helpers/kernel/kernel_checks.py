@@ -273,6 +273,17 @@ def display_and_plots():
     expect(size == "%d\t%d" % (w, h), (size, w, h))
     _, msgs = K.run("qkv.plot.heatmap(w, {out = false}):sub(1, 0)")
     expect(not of(msgs, "display_data"), "out = false returns the text")
+    # a line plot (loss curves) goes the same way
+    r, msgs = K.run("qkv.plot.line({{3, 2, 1.5, 1.2}, {3, 2.5, 2, 1.9}}, "
+                    "{label = {'train', 'valid'}, title = 'loss'})")
+    expect(r["status"] == "ok", r)
+    img = of(msgs, "display_data")
+    expect(len(img) == 1 and "image/png" in img[0]["data"]
+           and img[0]["data"]["text/plain"].startswith("<qkv.plot.line: "), types(msgs))
+    png = base64.b64decode(img[0]["data"]["image/png"])
+    w, h = struct.unpack(">II", png[16:24])
+    meta = img[0]["metadata"]["image/png"]
+    expect(png[:8] == b"\x89PNG\r\n\x1a\n" and (w, h) == (meta["width"], meta["height"]), (w, h, meta))
 
 
 @check
