@@ -239,6 +239,19 @@ local PARAMS = {
     return p
   end,
   series = function(F) return {{ftensor(F, {F.n, 2}), label = "s"}} end,
+  -- plot.line: a series (a 1-D tensor or a list, maybe with a NaN) or a list of them
+  ys = function(F)
+    local function one()
+      if chance(0.5) then return ftensor(F, {F.n}) end
+      local l = nested_numbers({F.n})
+      if F.n > 0 and chance(0.3) then l[random(F.n)] = pick{0 / 0, math.huge} end
+      return l
+    end
+    if chance(0.6) then return one() end
+    local l = {}
+    for i = 1, random(1, 3) do l[i] = one() end
+    return l
+  end,
   on = function() return chance(0.5) end,
   src = function(_, _, self)
     if type(self) == "table" and self.state_dict and chance(0.7) then return self:state_dict() end
@@ -306,7 +319,9 @@ local function option_values()
     cols = function() return pick{1, 2, 0, 100} end,
     out = function() return false end,
     width = function() return pick{20, 80, 1, 0} end,
-    kind = function() return pick{"heatmap", "hist", "image", "scatter", "pie"} end,
+    kind = function() return pick{"heatmap", "hist", "image", "scatter", "line", "pie"} end,
+    x = function() return chance(0.5) and nested_numbers({CUR.n}) or qkv.arange(CUR.n) end,
+    label = function() return pick{"loss", {"a"}, {"a", "b"}, {}, 3} end,
     xrotation = function() return pick{0, 45, 90, 30} end,
     ylabel_rotation = function() return pick{0, 90} end,
     colorbar = function() return chance(0.5) end,
