@@ -52,7 +52,7 @@
 --     (n, 2) tensor or a list of {x, y} (one bare points list works too);
 --     opts: title, title_color, xlabel, ylabel, ylabel_rotation, file, and
 --     the terminal ones.
---   plot.line(ys, opts) -> text | layout with points[s][i] = {x=, y=} | false
+--   plot.line(ys, opts) -> text | layout with points[s][i] = {x=, y=} or false
 --     ys: one series (a 1-D tensor, or a list of numbers or 0-D tensors)
 --     or a list of them; opts: x (default 1..n; one list, or with a list
 --     of series a list of lists), label (a name, or a list of one a

@@ -17,7 +17,9 @@ local L = {}
 
 ---------------------------------------------------------------- arguments
 
--- a 1-D tensor of series (losses kept as tensors) is a series, a 0-D one a value
+-- whether v, the first element of ys (or of x), makes it a list of series:
+-- a table or a tensor of 1 or more dims is a series; a number, or a 0-D
+-- tensor such as a loss kept as a tensor, is a value
 local function nested(v)
   if not util.is_tensor(v) then return type(v) == "table" end
   local ok, d = pcall(function() return v:dim() end)
