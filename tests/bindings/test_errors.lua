@@ -416,8 +416,8 @@ function TestMissingNames:testQkv()
 end
 
 function TestMissingNames:testLibraries()
-  missing("qkv.plot has no function 'line' (help(qkv.plot) lists what it has)",
-          function() return qkv.plot.line({1, 2, 3}) end)
+  missing("qkv.plot has no function 'bar' (help(qkv.plot) lists what it has)",
+          function() return qkv.plot.bar({1, 2, 3}) end)
   missing("qkv.plot has no function 'heatmpa' (did you mean 'heatmap'?)",
           function() return qkv.plot.heatmpa end)
   missing("qkv.nn has no class or function 'Linaer' (did you mean 'Linear'?)",
