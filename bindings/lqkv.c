@@ -99,11 +99,27 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   lua_pushcfunction(L, lazy_index);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
-  /* so that argument errors of methods called as functions name them */
+  /* so that argument errors of methods called as functions name them:
+     the methods the module lacks, so that a function in both has one name,
+     "qkv.sum" (Lua's argument errors find a name by walking
+     package.loaded, in an order that changes from run to run) */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  lua_pushvalue(L, methods);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, methods)) {
+    lua_pushvalue(L, -2);
+    if (lua_rawget(L, module) == LUA_TNIL || !lua_rawequal(L, -1, -2)) {
+      lua_pop(L, 1);
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, -4);                   /* names[k] = v */
+    }
+    else lua_pop(L, 2);
+  }
   lua_setfield(L, -2, "qkv.Tensor");
   lua_pop(L, 1);
+  lua_pushvalue(L, methods);             /* all of them, for the stdlib */
+  lua_setfield(L, module, "_methods");
   int tables[] = {mt, methods, module};
   qkvL_markbindings(L, tables, 3);
   qkvL_deferred_atclose(L);

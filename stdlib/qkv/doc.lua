@@ -162,7 +162,7 @@ local function walk(load)
   end
   own_functions(qkv, "qkv.", out)
   own_functions(qkv.cuda, "qkv.cuda.", out)
-  own_functions(package.loaded["qkv.Tensor"], "Tensor:", out)
+  own_functions(qkv._methods, "Tensor:", out)
   local function lib(modname)
     if load then
       local ok, m = pcall(require, modname)
@@ -332,7 +332,9 @@ local NS_NAMES = {
 local function namespace_of_value(v)
   local loaded = package.loaded
   if v == qkv then return "qkv" end
-  if v == loaded["qkv.Tensor"] or v == rawget(qkv, "Tensor") then return "Tensor" end
+  if v == qkv._methods or v == loaded["qkv.Tensor"] or v == rawget(qkv, "Tensor") then
+    return "Tensor"
+  end
   local nn = loaded["qkv.nn"]
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end

@@ -409,7 +409,7 @@ local METHODS = {
   new_empty = new_factory("new_empty"), new_full = new_factory("new_full", true),
 }
 
-local methods = package.loaded["qkv.Tensor"]
+local methods = qkv._methods     -- the tensor methods (bindings/lqkv.c)
 for name, f in pairs(FUNCTIONS) do
   M[name] = api(name, f)
   rawset(qkv, name, M[name])

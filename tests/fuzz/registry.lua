@@ -78,7 +78,7 @@ end
 function R.build(qkv)
   local doc = require "qkv.doc"
   local entries = doc.entries()
-  local methods = package.loaded["qkv.Tensor"]
+  local methods = qkv._methods
   local nn = qkv.nn
   local list = {}
   for _, name in ipairs(doc.public()) do
