@@ -385,3 +385,63 @@ const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name
   lua_remove(L, -2);
   return r;
 }
+
+
+/*
+** PyTorch's keywords as qkv's positions, for the functions that take a
+** dim: when the last argument from `first` on (trailing nils aside) is a
+** table, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
+** x:sum(1, {keepdim = true}) too.  names are the positions' names from
+** `first` on (NULL-ended); with `dtype`, a key dtype converts argument 1
+** to that dtype first, as PyTorch's dtype= does.  A key the function does
+** not take, or a position given both ways, is an error naming fname.
+** The binding calls it first, so that autograd's rule sees positions.
+** (Here, not in laux.c, as it converts a tensor.)
+*/
+const char *const qkvL_KW_DIM[] = {"dim", NULL};
+const char *const qkvL_KW_REDUCE[] = {"dim", "keepdim", NULL};
+
+void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                    int dtype) {
+  int opts = lua_gettop(L), n = 0;
+  while (opts >= first && lua_isnil(L, opts)) opts--;
+  if (opts < first || lua_type(L, opts) != LUA_TTABLE) return;
+  const char *known[10];
+  for (; names[n] && n < 8; n++) known[n] = names[n];
+  known[n] = dtype ? "dtype" : NULL;
+  known[n + 1] = NULL;
+  if (qkvL_testopts(L, opts, fname, known)) luaL_error(L, "%s", lua_tostring(L, -1));
+  if (opts - first > n)
+    luaL_error(L, "%s: %d arguments before the options table, at most %d", fname,
+               opts - first, n);
+  lua_settop(L, opts);
+  luaL_checkstack(L, n + 4, fname);
+  for (int i = 0; i < n; i++) {           /* the values, in order, above the table */
+    int slot = first + i;
+    if (lua_getfield(L, opts, names[i]) == LUA_TNIL) {
+      lua_pop(L, 1);
+      if (slot < opts) lua_pushvalue(L, slot);
+      else lua_pushnil(L);
+    } else if (slot < opts && !lua_isnil(L, slot))
+      luaL_error(L, "%s: %s is given twice, as an argument and as an option", fname,
+                 names[i]);
+  }
+  if (dtype && lua_getfield(L, opts, "dtype") != LUA_TNIL) {   /* pushed, nil or not */
+    qkv_dtype t;
+    int isstr = lua_type(L, -1) == LUA_TSTRING;
+    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), &t))
+      luaL_error(L, "%s: option 'dtype' must be a dtype name (float32, float64, float16, "
+                 "bfloat16, int64, int32, bool), got %s", fname,
+                 isstr ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    if (qkvL_totensor(L, 1)) {            /* else the function's own check says */
+      lua_getfield(L, 1, "to");
+      lua_pushvalue(L, 1);
+      lua_pushvalue(L, -3);
+      lua_call(L, 2, 1);
+      lua_replace(L, 1);
+    }
+  }
+  if (dtype) lua_pop(L, 1);               /* the dtype, or nil */
+  lua_rotate(L, first, -(opts - first + 1));
+  lua_pop(L, opts - first + 1);           /* the positions given and the table */
+}
