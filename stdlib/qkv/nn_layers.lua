@@ -1,11 +1,12 @@
--- nn_layers.lua: qkv.nn's layers (Linear, GELU, LayerNorm, Dropout,
--- Embedding, Identity, Sequential), each a class of stdlib/qkv/nn_module.lua.
+-- nn_layers.lua: qkv.nn's layers (Linear; the activations GELU, ReLU, SiLU,
+-- Tanh, Softmax; LayerNorm, Dropout, Embedding, Identity) and containers
+-- (Sequential, ModuleList), each a class of stdlib/qkv/nn_module.lua.
 
 local qkv = require "qkv"
 local M = require "qkv.nn_module"
 M.inside(debug.getinfo(1, "S").source)
 
-local class, fail, checkopts, flag = M.class, M.fail, M.checkopts, M.flag
+local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag
 local checkdim, checktensor, uniform, opts_of = M.checkdim, M.checktensor, M.uniform, M.opts_of
 
 local Linear = class("Linear")
@@ -36,6 +37,50 @@ end
 local GELU = class("GELU")
 function GELU:init() end
 function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
+
+-- ReLU(), SiLU(), Tanh(): f(x) elementwise, no weights; PyTorch's inplace
+-- has no counterpart, so any argument is an error rather than ignored
+local function activation(name, f)
+  local c = class(name)
+  function c:init(...)
+    local n = select("#", ...)
+    if n > 0 then
+      fail(name, "expected no arguments, got %d (%s): qkv's activations have no inplace",
+           n, type((...)))
+    end
+  end
+  function c:forward(x) return f(checktensor(name, "x", x)) end
+end
+activation("ReLU", qkv.relu)
+activation("SiLU", qkv.silu)
+activation("Tanh", qkv.tanh)
+
+-- Softmax(dim) or Softmax{dim = }: dim 1-based or negative from the end,
+-- and required (PyTorch's implicit dim is deprecated)
+local Softmax = class("Softmax")
+function Softmax:init(dim, ...)
+  if select("#", ...) > 0 then fail("Softmax", "expected Softmax(dim) or Softmax{dim = d}") end
+  if type(dim) == "table" then dim = checkopts("Softmax", dim, {"dim"}).dim end
+  if dim == nil then
+    fail("Softmax", "dim is required, as in new PyTorch code: Softmax(-1) for the last dim "
+         .. "(dims count from 1)")
+  end
+  if math.type(dim) ~= "integer" or dim == 0 then
+    fail("Softmax", "dim must be a nonzero integer (1-based, or negative from the end), got %s",
+         tostring(dim))
+  end
+  self.dim = dim
+end
+function Softmax:forward(x)
+  checktensor("Softmax", "x", x)
+  local nd, dim = math.max(x:dim(), 1), self.dim
+  if dim > nd or dim < -nd then
+    fail("Softmax", "dim %d is out of range for x %s (1 to %d, or -%d to -1)", dim,
+         tostring(x.shape), nd, nd)
+  end
+  return qkv.softmax(x, dim)
+end
+function Softmax:extra() return "dim=" .. self.dim end
 
 
 -- LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true, bias = true,
@@ -113,5 +158,95 @@ end
 function Sequential:forward(x)
   for _, n in ipairs(self._children) do x = self[n](x) end
   return x
+end
+
+-- a module, else an error naming what: a table whose class has a forward
+local function checkmodule(fname, what, m)
+  local mt = type(m) == "table" and getmetatable(m)
+  if type(mt) ~= "table" or rawget(mt, "__name") == nil or mt.forward == nil then
+    fail(fname, "%s is not a module, got %s", what, qkv.is_tensor(m) and "a tensor" or type(m))
+  end
+  return m
+end
+
+-- a container's m[i]: m[-1] is the last module, as PyTorch's; m[0] is an
+-- error, since positions count from 1; past the end is nil, so that ipairs
+-- stops there
+local function list_index(cls)
+  local name = cls.__name
+  return function(self, k)
+    if math.type(k) == "integer" and k <= 0 then
+      if k == 0 then
+        error(string.format("%s: index 0: positions count from 1 (m[1] is the first module, "
+                            .. "m[-1] the last)", name), 2)
+      end
+      local n = #rawget(self, "_children")
+      return k >= -n and rawget(self, n + 1 + k) or nil
+    end
+    return cls[k]
+  end
+end
+Sequential.__index = list_index(Sequential)
+
+-- ModuleList([modules]): modules held in a list, as m[1], ..., #m, ipairs;
+-- their weights named "1.W", "2.b", ... as Sequential's
+local ModuleList = class("ModuleList")
+ModuleList.__index = list_index(ModuleList)
+
+-- the modules of a list (a plain list, a ModuleList or a Sequential), read
+-- raw, each checked before any is added
+local function modules_of(fname, list)
+  if type(list) ~= "table" then
+    fail(fname, "modules must be a list of modules, got %s", qkv.is_tensor(list) and "a tensor" or type(list))
+  end
+  local mt = getmetatable(list)
+  if mt ~= nil and mt ~= ModuleList and mt ~= nn.Sequential then
+    fail(fname, "modules must be a list of modules, got a %s: put it in a list, {m}",
+         type(mt) == "table" and rawget(mt, "__name") or "table with a metatable")
+  end
+  local out = {}
+  for i = 1, rawlen(list) do out[i] = checkmodule(fname, "modules[" .. i .. "]", rawget(list, i)) end
+  return out
+end
+
+function ModuleList:init(modules, ...)
+  if select("#", ...) > 0 then fail("ModuleList", "expected ModuleList([modules]), one list") end
+  if modules ~= nil then
+    for _, m in ipairs(modules_of("ModuleList", modules)) do self:append(m) end
+  end
+end
+
+-- m:append(module): added at the end; returns m
+function ModuleList:append(m)
+  checkmodule("append", "module", m)
+  self:child(#self._children + 1, m)
+  return self
+end
+
+-- m:extend(modules): each added at the end; returns m
+function ModuleList:extend(modules)
+  for _, m in ipairs(modules_of("extend", modules)) do self:child(#self._children + 1, m) end
+  return self
+end
+
+-- m:insert(index, module): module at index (1 to #m + 1, or negative from
+-- the end, as PyTorch's), the later ones moved up; returns m
+function ModuleList:insert(index, m)
+  local n = #self._children
+  if math.type(index) ~= "integer" or index == 0 or index > n + 1 or index < -n then
+    fail("insert", "index must be an integer in 1..%d or -%d..-1 (positions count from 1), got %s",
+         n + 1, n, tostring(index))
+  end
+  checkmodule("insert", "module", m)
+  if index < 0 then index = n + 1 + index end
+  for i = n, index, -1 do rawset(self, i + 1, rawget(self, i)) end
+  rawset(self, index, m)
+  self._children[n + 1] = n + 1
+  return self
+end
+
+function ModuleList:forward()
+  fail("ModuleList", "a ModuleList has no forward, as PyTorch's: call its modules "
+       .. "(for _, layer in ipairs(m) do x = layer(x) end)")
 end
 
