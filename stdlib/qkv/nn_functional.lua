@@ -1,5 +1,7 @@
 -- nn_functional.lua: qkv.nn's functions: the losses (mse_loss,
--- cross_entropy), clip_grad_norm_ and cosine_similarity.
+-- cross_entropy), clip_grad_norm_ and cosine_similarity; and
+-- qkv.nn.functional, PyTorch's torch.nn.functional names for qkv's
+-- functions, with linear and scaled_dot_product_attention.
 
 local qkv = require "qkv"
 local M = require "qkv.nn_module"
@@ -22,6 +24,9 @@ end
 function nn.mse_loss(input, target, reduction)
   checktensor("mse_loss", "input", input)
   checktensor("mse_loss", "target", target)
+  if type(reduction) == "table" and not qkv.is_tensor(reduction) then    -- PyTorch's keyword
+    reduction = checkopts("mse_loss", reduction, {"reduction"}).reduction
+  end
   reduction = reduction or "mean"
   if reduction ~= "mean" and reduction ~= "sum" and reduction ~= "none" then
     fail("mse_loss", "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
@@ -158,3 +163,105 @@ function nn.cosine_similarity(a, b, dim, eps)
   if type(eps) ~= "number" then fail(fname, "eps must be a number, got %s", type(eps)) end
   return named(fname, pcall(cosine, a, b, dim, eps))
 end
+
+---------------------------------------------------------------- qkv.nn.functional
+
+local F = {}
+
+-- softmax(Q Kᵀ · scale + mask) V, the attention of
+-- F.scaled_dot_product_attention and of TransformerEncoderLayer: mask nil,
+-- bool (true = takes part) or float (added to the scores); is_causal
+-- PyTorch's, aligned to the first key (never beside a mask); scale nil for
+-- 1/sqrt(d_k); p the dropout on the weights
+local function attend(Q, K, V, mask, is_causal, scale, p)
+  if mask == nil or mask.dtype == "bool" then
+    local o = {mask = mask, is_causal = is_causal or nil, scale = scale}
+    if p == 0 then
+      o.weights = false                   -- the fused kernel: out alone
+      return qkv.attention(Q, K, V, o)
+    end
+    local _, w = qkv.attention(Q, K, V, o)
+    return qkv.dropout(w, p, true):matmul(V)
+  end
+  if mask.dtype ~= Q.dtype then mask = mask:to(Q.dtype) end
+  local s = qkv.scores(Q, K, scale and {scale = scale})
+  local a, b = mask.shape, s.shape
+  for i = 1, math.min(#a, #b) do
+    local x, y = a[#a + 1 - i], b[#b + 1 - i]
+    if x ~= y and x ~= 1 and y ~= 1 then
+      error(string.format("mask of shape %s does not broadcast to the scores' shape %s",
+                          tostring(mask.shape), tostring(s.shape)), 0)
+    end
+  end
+  local w = (s + mask):softmax(-1)
+  if p > 0 then w = qkv.dropout(w, p, true) end
+  return w:matmul(V)
+end
+M.attend = attend
+
+local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+local SDPA = "scaled_dot_product_attention"
+
+-- scaled_dot_product_attention(query, key, value [, {attn_mask =,
+-- is_causal =, scale =, dropout_p = 0}]): PyTorch's, returning out only
+function F.scaled_dot_product_attention(q, k, v, opts, ...)
+  checktensor(SDPA, "query", q)
+  checktensor(SDPA, "key", k)
+  checktensor(SDPA, "value", v)
+  if qkv.is_tensor(opts) then
+    fail(SDPA, "the mask comes as an option, F.scaled_dot_product_attention(q, k, v, {attn_mask = m})")
+  end
+  if select("#", ...) > 0 or (opts ~= nil and type(opts) ~= "table") then
+    fail(SDPA, "expected (query, key, value [, opts]), PyTorch's keywords in the options table")
+  end
+  opts = checkopts(SDPA, opts, {"attn_mask", "is_causal", "scale", "dropout_p"}, {"is_causal"})
+  local mask, p, scale = opts.attn_mask, opts.dropout_p or 0, opts.scale
+  if mask ~= nil then
+    checktensor(SDPA, "attn_mask", mask)
+    if mask.dtype ~= "bool" and not FLOAT[mask.dtype] then
+      fail(SDPA, "attn_mask must be bool (true = takes part) or float (added to the scores), got %s",
+           mask.dtype)
+    end
+    if opts.is_causal then
+      fail(SDPA, "attn_mask and is_causal = true together, which PyTorch refuses too: give one "
+           .. "(is_causal's mask is qkv.ones(n_q, n_k):tril():bool())")
+    end
+  end
+  if scale ~= nil and type(scale) ~= "number" then
+    fail(SDPA, "scale must be a number, got %s", type(scale))
+  end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    fail(SDPA, "dropout_p must be a number in [0, 1], got %s", tostring(p))
+  end
+  return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p))
+end
+
+-- linear(input, weight [, bias]): input weightᵀ + bias, with PyTorch's
+-- layout, weight (out_features, in_features), the transpose of qkv's W
+function F.linear(x, weight, bias)
+  checktensor("linear", "input", x)
+  checktensor("linear", "weight", weight)
+  if bias ~= nil then checktensor("linear", "bias", bias) end
+  if weight:dim() ~= 2 then
+    fail("linear", "weight must be (out_features, in_features), got %s", tostring(weight.shape))
+  end
+  if x:dim() < 1 or x:size(-1) ~= weight:size(2) then
+    fail("linear", "input is %s but weight is %s: in_features %s ≠ %d (weight is (out_features, "
+         .. "in_features), as PyTorch's; qkv.project takes qkv's (in, out))", tostring(x.shape),
+         tostring(weight.shape), x:dim() < 1 and "-" or tostring(x:size(-1)), weight:size(2))
+  end
+  if bias ~= nil and (bias:dim() ~= 1 or bias:size(1) ~= weight:size(1)) then
+    fail("linear", "bias is %s but weight is %s: expected (out_features,) = (%d,)",
+         tostring(bias.shape), tostring(weight.shape), weight:size(1))
+  end
+  return named("linear", pcall(qkv.project, x, weight:t(), bias))
+end
+
+-- the rest are qkv's own functions under PyTorch's names
+for _, name in ipairs{"relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
+                      "layer_norm", "dropout", "embedding"} do
+  F[name] = qkv[name]
+end
+F.cosine_similarity, F.mse_loss, F.cross_entropy = nn.cosine_similarity, nn.mse_loss, nn.cross_entropy
+
+nn.functional = qkv._strict(F, "qkv.nn.functional", "function")
