@@ -368,15 +368,19 @@ function TestAPI:testScriptErrorsNameTheirPlaceOnce()
      ":4: backward: a tensor ExpBackward saved was modified in place (version 0, now 1)"},
     -- an error of the script's own inside no_grad keeps its own line
     {"qkv.no_grad(function()\n  error('boom')\nend)\n", ":2: boom"},
-    -- an op's error inside qkv.grad's f, at f's line
+    -- an op's error inside qkv.grad's f, at f's line (Lua names the
+    -- function by the first table of package.loaded it finds it in, qkv or
+    -- qkv.Tensor, and that order changes with each run's string hashes)
     {"local x = qkv.ones(2)\nqkv.grad(function(a)\n  return a:sum(3)\nend, {x})\n",
-     ":3: bad argument #2 to 'qkv.sum' (dim 3 out of range [-1, 1])"},
+     ":3: bad argument #2 to 'qkv.sum' (dim 3 out of range [-1, 1])",
+     ":3: bad argument #2 to 'qkv.Tensor.sum' (dim 3 out of range [-1, 1])"},
   }
   for i, c in ipairs(cases) do
     local path = dir .. "/bw" .. i .. ".lua"
     shell.write(path, c[1])
     local out = shell.exe(exe, path)
     local first = out:match("^[^\n]*")
+    if c[3] and first == exe .. ": " .. path .. c[3] then first = exe .. ": " .. path .. c[2] end
     lu.assertEquals(first, exe .. ": " .. path .. c[2], "case " .. i)
   end
   os.execute("rm -rf " .. shell.quote(dir))
