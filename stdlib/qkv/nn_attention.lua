@@ -235,8 +235,10 @@ function TransformerEncoderLayer:init(d_model, nhead, opts)
   local p = number_opt("dropout", opts.dropout, 0.1, 0, 1)
   local eps = number_opt("layer_norm_eps", opts.layer_norm_eps, 1e-5, 0, math.huge)
   local act = opts.activation or "relu"
-  if not (ACTIVATIONS[act] or type(act) == "function") then
-    fail(TEL, "activation must be \"relu\", \"gelu\" or a function, got %s",
+  local mt = type(act) == "table" and getmetatable(act)
+  if not (ACTIVATIONS[act] or type(act) == "function"
+          or type(mt) == "table" and rawget(mt, "__name") and mt.forward) then
+    fail(TEL, "activation must be \"relu\", \"gelu\", a function or a module, got %s",
          type(act) == "string" and string.format("%q", act) or type(act))
   end
   local bias = flag(opts, "bias", true)
@@ -263,7 +265,8 @@ function TransformerEncoderLayer:extra()
   return string.format("d_model=%d, nhead=%d, dim_feedforward=%d, activation=%s, "
                        .. "norm_first=%s, batch_first=%s", self.d_model, self.nhead,
                        self.dim_feedforward, type(self.activation) == "string" and self.activation
-                       or "function", tostring(self.norm_first), tostring(self.batch_first))
+                       or tostring(self.activation), tostring(self.norm_first),
+                       tostring(self.batch_first))
 end
 
 local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}

@@ -230,6 +230,12 @@ function TestLayer:testActivationFunctionAndPrint()
   local m = layer(c)
   m.activation = qkv.gelu
   near(m(t(c.src, c.dtype)), t(c.out, c.dtype), TOL.float64, "activation = qkv.gelu")
+  local opts = {}
+  for k, v in pairs(c.opts) do opts[k] = v end
+  opts.activation = nn.GELU()
+  local g = nn.TransformerEncoderLayer(c.d_model, c.nhead, opts):double():load(m):eval()
+  near(g(t(c.src, c.dtype)), t(c.out, c.dtype), TOL.float64, "activation = nn.GELU()")
+  lu.assertStrContains(tostring(g), "activation=GELU(), ")
   local p = tostring(nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16}))
   lu.assertStrContains(p, "TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, "
                           .. "activation=relu, norm_first=false, batch_first=true\n")
@@ -243,8 +249,10 @@ function TestLayer:testErrors()
   fails("TransformerEncoderLayer: nhead must be a positive integer, got 0", TEL, 8, 0)
   fails("TransformerEncoderLayer: unknown option 'norm_frist' (did you mean 'norm_first'?)",
         TEL, 8, 2, {norm_frist = true})
-  fails("TransformerEncoderLayer: activation must be \"relu\", \"gelu\" or a function, got \"tanh\"",
-        TEL, 8, 2, {activation = "tanh"})
+  fails("TransformerEncoderLayer: activation must be \"relu\", \"gelu\", a function or a module, "
+        .. "got \"tanh\"", TEL, 8, 2, {activation = "tanh"})
+  fails("TransformerEncoderLayer: activation must be \"relu\", \"gelu\", a function or a module, "
+        .. "got table", TEL, 8, 2, {activation = {}})
   fails("TransformerEncoderLayer: dropout must be a number in [0, 1], got 2", TEL, 8, 2, {dropout = 2})
   fails("TransformerEncoderLayer: option 'batch_first' must be a boolean", TEL, 8, 2, {batch_first = 1})
   local m = TEL(8, 2, {dim_feedforward = 16})

@@ -116,7 +116,7 @@ self-attention (m.self_attn, a MultiHeadAttention with biases), then a
 feed-forward block (m.linear1, activation, m.dropout, m.linear2), each
 with its residual and LayerNorm (m.norm1, m.norm2) after it, or before it
 with norm_first. opts: dim_feedforward (2048), dropout (0.1, also on the
-attention weights), activation ("relu", "gelu" or a function),
+attention weights), activation ("relu", "gelu", a function or a module),
 layer_norm_eps (1e-5), batch_first (true: src is (N, L, d_model); false:
 (L, N, d_model); (L, d_model) unbatched either way), norm_first (false)
 and bias (true). m(src [, {src_mask =, src_key_padding_mask =, is_causal =}])
