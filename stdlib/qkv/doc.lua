@@ -35,7 +35,7 @@ M.INTERNAL = {init = true, param = true, child = true, repr = true, extra = true
 
 -- the namespace of a name, most specific prefix first
 local PREFIXES = {
-  {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
+  {"qkv.nn.functional.", "qkv.nn.functional"}, {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
   {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
   {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
@@ -142,13 +142,17 @@ local function nn_functions(nn, out)
     for k, v in next, class do
       if type(k) == "string" and k:sub(1, 1) ~= "_" and type(v) == "function"
           and not M.INTERNAL[k] and not seen[k] then
-        seen[k] = true
+        -- a method of one class (ModuleList:append) is found as that
+        -- class's; forward, every class's own, as none
+        seen[k] = k == "forward" and true or v
         methods[#methods + 1] = k
       end
     end
   end
   table.sort(methods)
-  for _, k in ipairs(methods) do out[#out + 1] = {"Module:" .. k, nn.Module[k]} end
+  for _, k in ipairs(methods) do
+    out[#out + 1] = {"Module:" .. k, nn.Module[k] or seen[k] ~= true and seen[k] or nil}
+  end
   return out
 end
 
@@ -171,7 +175,19 @@ local function walk(load)
     return type(package.loaded[modname]) == "table" and package.loaded[modname] or nil
   end
   local nn = lib("qkv.nn")
-  if nn then nn_functions(nn, out) end
+  if nn then
+    nn_functions(nn, out)
+    -- qkv.nn.functional's own functions; its aliases are found by their
+    -- first names (F.relu is qkv.relu)
+    local F = rawget(nn, "functional")
+    if type(F) == "table" then
+      local found = {}
+      for _, p in ipairs(out) do if p[2] ~= nil then found[p[2]] = true end end
+      for _, p in ipairs(own_functions(F, "qkv.nn.functional.", {})) do
+        if not found[p[2]] then out[#out + 1] = p end
+      end
+    end
+  end
   for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
     local m = lib(ns)
     if m then own_functions(m, ns .. ".", out) end
@@ -322,6 +338,7 @@ end
 local NS_NAMES = {
   qkv = "qkv", Tensor = "Tensor", ["qkv.Tensor"] = "Tensor",
   ["qkv.nn"] = "qkv.nn", nn = "qkv.nn", Module = "Module",
+  ["qkv.nn.functional"] = "qkv.nn.functional", ["nn.functional"] = "qkv.nn.functional",
   ["qkv.nn.Module"] = "Module", ["nn.Module"] = "Module",
   ["qkv.plot"] = "qkv.plot", plot = "qkv.plot", ["qkv.test"] = "qkv.test",
   ["qkv.repl"] = "qkv.repl", repl = "qkv.repl", ["qkv.optim"] = "qkv.optim",
@@ -338,6 +355,7 @@ local function namespace_of_value(v)
   local nn = loaded["qkv.nn"]
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end
+  if type(nn) == "table" and v == rawget(nn, "functional") then return "qkv.nn.functional" end
   for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
     if loaded[id] ~= nil and v == loaded[id] then return id end
   end
@@ -348,7 +366,8 @@ end
 local function resolve_bare(s)
   if registry["Tensor:" .. s] then return "Tensor:" .. s end
   local found = {}
-  for _, p in ipairs{"qkv.nn.", "Module:", "qkv.plot.", "qkv.test.", "qkv.repl."} do
+  for _, p in ipairs{"qkv.nn.", "qkv.nn.functional.", "Module:", "qkv.plot.", "qkv.test.",
+                     "qkv.repl."} do
     if registry[p .. s] then found[#found + 1] = p .. s end
   end
   if #found == 1 then return found[1] end
@@ -367,6 +386,16 @@ local function resolve(s)
   s = s:gsub("^%s+", ""):gsub("%s+$", ""):gsub("^%?", ""):gsub("%(%)$", "")
   if NS_NAMES[s] then return "ns", NS_NAMES[s] end
   if registry[s] then return s end
+  -- qkv.nn.functional.relu, F.relu: the function's own entry (qkv.relu)
+  local fn = s:match("^qkv%.nn%.functional%.([%w_]+)$") or s:match("^nn%.functional%.([%w_]+)$")
+    or s:match("^F%.([%w_]+)$")
+  if fn then
+    if registry["qkv.nn.functional." .. fn] then return "qkv.nn.functional." .. fn end
+    local nn = package.loaded["qkv.nn"]
+    local F = type(nn) == "table" and rawget(nn, "functional")
+    local v = type(F) == "table" and rawget(F, fn)
+    return v and name_of_value(v)
+  end
   local recv, sep, method = s:match("^([%a_][%w_.]*)([:.])([%w_]+)$")
   if recv and METHOD_NS[recv] then
     local name = METHOD_NS[recv] .. ":" .. method

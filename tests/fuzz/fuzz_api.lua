@@ -325,7 +325,7 @@ local function make_call(e, F)
     if mode <= 4 then self = random() < 0.95 and V.tensor() or V.any()
     else self = P.param("x", F) end
   elseif e.kind == "module" then
-    self = P.module(F)
+    self = P.module_with(F, e.method)         -- one of the classes that have it
   end
   local args, n, names, marks
   if mode <= 4 then args, n, marks = random_args()

@@ -12,6 +12,7 @@
 --                          dim, opts, path, ...); any value for a name not
 --                          known here
 --   P.module(F)            a module made by a constructor of P.MODULES
+--   P.module_with(F, method)  one whose class has the method (append)
 --   P.OPTIONS              generators by option name (mask, causal, ...)
 
 local V = require "values"
@@ -201,6 +202,28 @@ local PARAMS = {
   n_k = function(F) return F.m end, h = function(F) return F.h end,
   d_in = function(F) return F.d end, d_out = function(F) return F.e end,
   d_model = function(F) return F.d end, d_k = function(F) return F.dh end,
+  nhead = function(F) return F.h end,
+  -- scaled_dot_product_attention's, as Q, K, V; F.linear's (out, in) weight
+  query = function(F) return ftensor(F, batched(F, {F.n, F.d})) end,
+  key = function(F) return ftensor(F, batched(F, {F.m, F.d})) end,
+  value = function(F) return ftensor(F, batched(F, {F.m, F.e})) end,
+  input = function(F, fname)
+    if not fname:match("linear") then return V.any(1) end
+    return ftensor(F, batched(F, {F.n, F.d}))
+  end,
+  weight = function(F) return ftensor(F, {F.e, F.d}) end,
+  bias = function(F) return ftensor(F, {F.e}) end,
+  -- ModuleList's
+  module = function() return P.module(P.family()) end,
+  modules = function()
+    local l = {}
+    for i = 1, random(0, 3) do l[i] = P.module(P.family()) end
+    return l
+  end,
+  index = function(_, fname)
+    if not fname:match("insert") then return V.any(1) end
+    return pick{1, 2, -1, 0, 5}
+  end,
   d_vision = function(F) return F.e end, d_text = function(F) return F.d end,
   dim = function(_, _, self) return dim_of(self) end,
   keepdim = function() return chance(0.5) end,
@@ -277,6 +300,20 @@ function P.param(name, F, fname, self, args)
 end
 
 P.MODULES = {}     -- {make = function(F) -> module}, filled by the registry
+
+-- a module that has the method (ModuleList's append), or any module
+function P.module_with(F, method)
+  local m = P.module(F)
+  if type(m[method]) == "function" then return m end
+  local makers = {}
+  for i, make in ipairs(P.MODULES) do makers[i] = make end
+  for i = #makers, 2, -1 do local j = random(i); makers[i], makers[j] = makers[j], makers[i] end
+  for _, make in ipairs(makers) do
+    local ok, m = pcall(make, F)
+    if ok and type(m) == "table" and type(m[method]) == "function" then return m end
+  end
+  return P.module(F)
+end
 
 -- a module built from the family (by a constructor from the registry)
 function P.module(F)

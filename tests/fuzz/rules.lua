@@ -78,6 +78,13 @@ local OPTIONS = {
   ["qkv.nn.CrossAttention"] = {keys = {"bias"}, at = 3, args = dims},
   ["qkv.nn.MultiHeadAttention"] = {keys = {"bias"}, at = 3, args = heads},
   ["qkv.nn.MultiHeadCrossAttention"] = {keys = {"bias"}, at = 3, args = heads},
+  ["qkv.nn.TransformerEncoderLayer"] = {keys = {"dim_feedforward", "dropout", "activation",
+                                                "layer_norm_eps", "batch_first", "norm_first", "bias"},
+                                        args = heads},
+  ["qkv.nn.functional.scaled_dot_product_attention"] = {
+    keys = {"attn_mask", "is_causal", "scale", "dropout_p"}, args = function(F)
+      return {V.tensor(F.dtype, {F.n, F.d}), V.tensor(F.dtype, {F.m, F.d}), V.tensor(F.dtype, {F.m, F.e})}
+    end},
   ["qkv.optim.SGD"] = {keys = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
                        args = function() return {params_list()} end},
   ["qkv.optim.Adam"] = {keys = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",

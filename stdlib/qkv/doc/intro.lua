@@ -77,6 +77,17 @@ local namespaces = {
      "like PyTorch's; weights initialise as PyTorch's nn.Linear from " ..
      "qkv.seed.",
    groups = {"modules", "functions"}},
+  {id = "qkv.nn.functional", title = "qkv.nn.functional",
+   intro = "PyTorch's torch.nn.functional names for qkv's functions, as " ..
+     "local F = qkv.nn.functional: F.relu, F.gelu, F.silu, F.tanh, " ..
+     "F.sigmoid, F.softmax, F.log_softmax, F.layer_norm, F.dropout and " ..
+     "F.embedding are qkv's own (qkv.relu, ...; help(F.softmax) shows " ..
+     "its entry), F.mse_loss, F.cross_entropy and F.cosine_similarity are " ..
+     "qkv.nn's, with their arguments and 1-based dims and ids. Two are " ..
+     "its own: linear, with PyTorch's (out, in) weight, and " ..
+     "scaled_dot_product_attention, with PyTorch's masks. PyTorch's pad, " ..
+     "one_hot, normalize and the other losses are not there.",
+   groups = {"functions"}},
   {id = "qkv.optim", title = "qkv.optim",
    intro = "Optimizers for tensors that require grad (stdlib/qkv/optim.lua, " ..
      "loaded on first use), as PyTorch's torch.optim, and the schedulers " ..

@@ -1,5 +1,6 @@
--- doc/nn.lua: qkv.doc entries of qkv.nn, the attention modules, and of the
--- Module methods every module has. (qkv.nn.cosine_similarity is written
+-- doc/nn.lua: qkv.doc entries of qkv.nn, the attention modules, of the
+-- Module methods every module has (and ModuleList's), and of
+-- qkv.nn.functional's own functions. (qkv.nn.cosine_similarity is written
 -- once with qkv.cosine_similarity, in doc/core.lua.)
 
 local INIT = "Weights are stored (d_in, d_out), the transpose of PyTorch's " ..
@@ -25,6 +26,36 @@ print(m, m(qkv.ones(3, 4)).shape)
    doc = [[The GELU activation as a module: m(x) is qkv.gelu(x), the exact
 form with erf. It has no weights. An x that is not a tensor is an error.
 As torch.nn.GELU.]]},
+
+  {name = "qkv.nn.ReLU", sig = "qkv.nn.ReLU()", group = "modules",
+   doc = [[The ReLU activation as a module: m(x) is qkv.relu(x), max(x, 0)
+elementwise. It has no weights. PyTorch's inplace has no counterpart, so
+any argument is an error rather than ignored. As torch.nn.ReLU.]],
+   example = [=[print(qkv.nn.ReLU()(qkv.tensor{-1, 0, 2}))   --> tensor([0., 0., 2.])]=]},
+
+  {name = "qkv.nn.SiLU", sig = "qkv.nn.SiLU()", group = "modules",
+   doc = [[The SiLU (swish) activation as a module: m(x) is qkv.silu(x),
+x sigmoid(x) elementwise. It has no weights. Any argument is an error
+(no inplace). As torch.nn.SiLU.]],
+   example = [=[print(qkv.nn.SiLU()(qkv.tensor{0, 1}))   --> tensor([0.0000, 0.7311])]=]},
+
+  {name = "qkv.nn.Tanh", sig = "qkv.nn.Tanh()", group = "modules",
+   doc = [[The tanh activation as a module: m(x) is qkv.tanh(x)
+elementwise. It has no weights. Any argument is an error. As
+torch.nn.Tanh.]],
+   example = [=[print(qkv.nn.Tanh()(qkv.tensor{0, 100}))   --> tensor([0., 1.])]=]},
+
+  {name = "qkv.nn.Softmax", sig = "qkv.nn.Softmax(dim)", group = "modules",
+   doc = [[Softmax along dim as a module: m(x) is qkv.softmax(x, m.dim).
+dim counts from 1, or from the end when negative (-1 is the last), and
+may come as PyTorch's keyword, Softmax{dim = -1}. It is required: PyTorch's
+implicit dim is deprecated, so Softmax() is an error, as are a dim of 0
+and one out of x's range. It has no weights. As torch.nn.Softmax(dim),
+whose dim counts from 0.]],
+   example = [=[local m = qkv.nn.Softmax(-1)
+print(m, m(qkv.tensor{{0, 0}, {0, math.log(3)}}))
+--> Softmax(dim=-1)	tensor([[0.5000, 0.5000],
+-->         [0.2500, 0.7500]])]=]},
 
   {name = "qkv.nn.LayerNorm", sig = "qkv.nn.LayerNorm(shape [, opts])", group = "modules",
    doc = [[Layer normalisation over the last dims given by shape (a size or a
@@ -63,6 +94,42 @@ TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
 so on. The modules are m[1], m[2], ... and #m counts them; their weights
 are named "1.W", "2.b", ... in m:parameters(). An argument that is not a
 module is an error naming it. As torch.nn.Sequential.]]},
+
+  {name = "qkv.nn.ModuleList", sig = "qkv.nn.ModuleList([modules])", group = "modules",
+   doc = [[Modules held in a list: m[1], m[2], ..., with #m and ipairs(m),
+and m[-1] for the last (m[0] is an error: positions count from 1). Their
+weights are named by position in m:parameters() and m:named_parameters()
+("1.W", "3.b"), as Sequential's, and m:to, m:train and m:load reach them.
+m:append(module), m:extend(modules) and m:insert(index, module) add to it.
+It has no forward: call its modules in a loop. As torch.nn.ModuleList.]],
+   example = [=[local layers = qkv.nn.ModuleList{qkv.nn.Linear(4, 4), qkv.nn.ReLU()}
+layers:append(qkv.nn.Linear(4, 2))
+local x = qkv.ones(3, 4)
+for _, layer in ipairs(layers) do x = layer(x) end
+print(#layers, x.shape, layers[-1])
+--> 3	(3, 2)	Linear(in_features=4, out_features=2, bias=true)]=]},
+
+  {name = "qkv.nn.TransformerEncoderLayer",
+   sig = "qkv.nn.TransformerEncoderLayer(d_model, nhead [, opts])", group = "modules",
+   doc = [[PyTorch's transformer encoder layer built from qkv's modules:
+self-attention (m.self_attn, a MultiHeadAttention with biases), then a
+feed-forward block (m.linear1, activation, m.dropout, m.linear2), each
+with its residual and LayerNorm (m.norm1, m.norm2) after it, or before it
+with norm_first. opts: dim_feedforward (2048), dropout (0.1, also on the
+attention weights), activation ("relu", "gelu", a function or a module),
+layer_norm_eps (1e-5), batch_first (true: src is (N, L, d_model); false:
+(L, N, d_model); (L, d_model) unbatched either way), norm_first (false)
+and bias (true). m(src [, {src_mask =, src_key_padding_mask =, is_causal =}])
+takes PyTorch's masks: bool true = not allowed, float added to the
+scores; src_mask is (L, L) or (N * nhead, L, L), src_key_padding_mask (N,
+L), and is_causal = true applies the causal mask (PyTorch wants src_mask
+beside it, as a hint). As torch.nn.TransformerEncoderLayer, whose weights
+load after splitting in_proj into W_Q, W_K, W_V and transposing each.]],
+   example = [=[qkv.seed(0)
+local layer = qkv.nn.TransformerEncoderLayer(16, 4, {dim_feedforward = 32, dropout = 0})
+local pad = qkv.tensor{{false, false, false}, {false, false, true}}
+print(layer(qkv.randn(2, 3, 16), {src_key_padding_mask = pad}).shape)   --> (2, 3, 16)
+print(layer:nparams())   --> 2224]=]},
 
   {name = "qkv.nn.SelfAttention", sig = "qkv.nn.SelfAttention(d_model, d_k)",
    group = "modules",
@@ -159,6 +226,30 @@ for name, p in m:named_parameters() do print(name, p.shape) end
 --> 3.W	(3, 1)
 --> 3.b	(1,)]=]},
 
+  {name = "Module:append", sig = "m:append(module)", group = "module methods",
+   doc = [[Adds module at the end of a ModuleList m, at position #m + 1, and
+returns m. Its weights are named by that position. Anything but a module
+is an error. As torch.nn.ModuleList.append.]],
+   example = [=[local l = qkv.nn.ModuleList():append(qkv.nn.Tanh())
+print(#l, l[1])   --> 1	Tanh()]=]},
+
+  {name = "Module:extend", sig = "m:extend(modules)", group = "module methods",
+   doc = [[Adds each of modules (a list, or another ModuleList) at the end of
+a ModuleList m, in order, and returns m. Every item is checked first, so
+a list with something that is not a module adds nothing. As
+torch.nn.ModuleList.extend.]],
+   example = [=[local l = qkv.nn.ModuleList{qkv.nn.ReLU()}:extend{qkv.nn.Linear(2, 2), qkv.nn.Tanh()}
+print(#l, l[3])   --> 3	Tanh()]=]},
+
+  {name = "Module:insert", sig = "m:insert(index, module)", group = "module methods",
+   doc = [[Puts module at position index of a ModuleList m (1 to #m + 1, or
+negative from the end: -1 puts it before the last), moving the later ones
+up, and returns m. The moved modules' weights are named by their new
+positions. An index out of range, or 0, is an error. As
+torch.nn.ModuleList.insert, whose index counts from 0.]],
+   example = [=[local l = qkv.nn.ModuleList{qkv.nn.ReLU(), qkv.nn.Tanh()}:insert(1, qkv.nn.SiLU())
+print(l[1], l[2], l[3])   --> SiLU()	ReLU()	Tanh()]=]},
+
   {name = "Module:state_dict", sig = "m:state_dict()", group = "module methods",
    doc = [[The module's weights as a table from dotted name to tensor, the
 names of m:parameters(). The tensors are shared with the module, not
@@ -223,6 +314,41 @@ be there; a missing tensor, a shape that differs, a dtype that is not a
 float or an unexpected name is an error naming it, raised before anything
 is copied. The copies share nothing with src. As
 torch.nn.Module.load_state_dict.]]},
+
+  ---------------------------------------------------------------- qkv.nn.functional
+  {name = "qkv.nn.functional.linear", sig = "qkv.nn.functional.linear(input, weight [, bias])",
+   group = "functions",
+   doc = [[A linear map with PyTorch's layout, input weightᵀ + bias: weight is
+(out_features, in_features) and bias (out_features,), so input (...,
+in_features) gives (..., out_features). That is the transpose of qkv's
+own W (nn.Linear's m.W, qkv.project's W), which is (in, out):
+F.linear(x, m.W:t(), m.b) equals m(x). Shapes that disagree are an error
+naming both. As torch.nn.functional.linear.]],
+   example = [=[local F = qkv.nn.functional
+local W = qkv.tensor{{1, 0, 0}, {0, 1, 1}}          -- (out 2, in 3)
+print(F.linear(qkv.tensor{{1, 2, 3}}, W, qkv.tensor{10, 20}))   --> tensor([[11., 25.]])]=]},
+
+  {name = "qkv.nn.functional.scaled_dot_product_attention",
+   sig = "qkv.nn.functional.scaled_dot_product_attention(query, key, value [, opts])",
+   group = "functions",
+   doc = [[PyTorch's attention, softmax(Q Kᵀ · scale + mask) V, returning out
+alone: query (..., L, E), key (..., S, E), value (..., S, Ev) give
+(..., L, Ev). opts: attn_mask, a bool tensor (true = takes part, as
+PyTorch's F takes it; nn.MultiheadAttention's is the opposite) or a float
+one added to the scores, broadcast to (..., L, S); is_causal (query i sees
+keys j <= i, aligned to the first key as PyTorch's, not beside attn_mask);
+scale (1/sqrt(E)); dropout_p (0: the weights are dropped whenever it is
+above 0, as PyTorch's F does, training or not). A query that may see no
+key gives zeros, as PyTorch's. It runs qkv.attention (the fused kernel
+without dropout) or, for a float mask, the scores, softmax and product.]],
+   example = [=[local F = qkv.nn.functional
+local q = qkv.tensor{{1, 0}}
+local k = qkv.tensor{{1, 0}, {0, 1}}
+local v = qkv.tensor{{1, 2}, {3, 4}}
+print(F.scaled_dot_product_attention(q, k, v, {attn_mask = qkv.tensor{{true, false}}}))
+--> tensor([[1., 2.]])
+print(F.scaled_dot_product_attention(q, k, v, {attn_mask = qkv.tensor{{0, -math.huge}}}))
+--> tensor([[1., 2.]])]=]},
 }
 
 -- examples of entries made by the helpers above

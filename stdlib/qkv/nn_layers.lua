@@ -1,0 +1,252 @@
+-- nn_layers.lua: qkv.nn's layers (Linear; the activations GELU, ReLU, SiLU,
+-- Tanh, Softmax; LayerNorm, Dropout, Embedding, Identity) and containers
+-- (Sequential, ModuleList), each a class of stdlib/qkv/nn_module.lua.
+
+local qkv = require "qkv"
+local M = require "qkv.nn_module"
+M.inside(debug.getinfo(1, "S").source)
+
+local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag
+local checkdim, checktensor, uniform, opts_of = M.checkdim, M.checktensor, M.uniform, M.opts_of
+
+local Linear = class("Linear")
+
+-- Linear(d_in, d_out [, {bias = true, dtype = "float32"}])
+function Linear:init(d_in, d_out, opts)
+  checkdim("Linear", "d_in", d_in)
+  checkdim("Linear", "d_out", d_out)
+  opts = checkopts("Linear", opts, {"bias", "dtype"}, {"bias"})
+  local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
+  if dt ~= "float32" and dt ~= "float64" then
+    fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
+  end
+  self.d_in, self.d_out = d_in, d_out
+  self:param("W", uniform(bound, d_in, d_out, dt))
+  if flag(opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
+end
+
+function Linear:forward(x)
+  return qkv.project(checktensor("Linear", "x", x), self.W, self.b)
+end
+
+function Linear:extra()
+  return string.format("in_features=%d, out_features=%d, bias=%s",
+                       self.d_in, self.d_out, tostring(self.b ~= nil))
+end
+
+local GELU = class("GELU")
+function GELU:init() end
+function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
+
+-- ReLU(), SiLU(), Tanh(): f(x) elementwise, no weights; PyTorch's inplace
+-- has no counterpart, so any argument is an error rather than ignored
+local function activation(name, f)
+  local c = class(name)
+  function c:init(...)
+    local n = select("#", ...)
+    if n > 0 then
+      fail(name, "expected no arguments, got %d (%s): qkv's activations have no inplace",
+           n, type((...)))
+    end
+  end
+  function c:forward(x) return f(checktensor(name, "x", x)) end
+end
+activation("ReLU", qkv.relu)
+activation("SiLU", qkv.silu)
+activation("Tanh", qkv.tanh)
+
+-- Softmax(dim) or Softmax{dim = }: dim 1-based or negative from the end,
+-- and required (PyTorch's implicit dim is deprecated)
+local Softmax = class("Softmax")
+function Softmax:init(dim, ...)
+  if select("#", ...) > 0 then fail("Softmax", "expected Softmax(dim) or Softmax{dim = d}") end
+  if type(dim) == "table" then dim = checkopts("Softmax", dim, {"dim"}).dim end
+  if dim == nil then
+    fail("Softmax", "dim is required, as in new PyTorch code: Softmax(-1) for the last dim "
+         .. "(dims count from 1)")
+  end
+  if math.type(dim) ~= "integer" or dim == 0 then
+    fail("Softmax", "dim must be a nonzero integer (1-based, or negative from the end), got %s",
+         tostring(dim))
+  end
+  self.dim = dim
+end
+function Softmax:forward(x)
+  checktensor("Softmax", "x", x)
+  local nd, dim = math.max(x:dim(), 1), self.dim
+  if dim > nd or dim < -nd then
+    fail("Softmax", "dim %d is out of range for x %s (1 to %d, or -%d to -1)", dim,
+         tostring(x.shape), nd, nd)
+  end
+  return qkv.softmax(x, dim)
+end
+function Softmax:extra() return "dim=" .. self.dim end
+
+
+-- LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true, bias = true,
+-- dtype}]): w = 1 and b = 0 of the normalized shape, as PyTorch's
+local LayerNorm = class("LayerNorm")
+function LayerNorm:init(shape, opts)
+  local dt
+  opts, dt = opts_of("LayerNorm", opts, {"eps", "elementwise_affine", "bias", "dtype"},
+                    {"bias", "elementwise_affine"})
+  local sizes = type(shape) == "table" and {table.unpack(shape)} or {shape}
+  for i, n in ipairs(sizes) do checkdim("LayerNorm", "normalized_shape[" .. i .. "]", n) end
+  if #sizes == 0 then fail("LayerNorm", "normalized_shape is empty") end
+  self.normalized_shape, self.eps = sizes, opts.eps or 1e-5
+  if type(self.eps) ~= "number" then fail("LayerNorm", "eps must be a number, got %s", type(self.eps)) end
+  local bias = flag(opts, "bias", true)
+  if flag(opts, "elementwise_affine", true) then
+    self:param("w", qkv.ones(sizes, dt))
+    if bias then self:param("b", qkv.zeros(sizes, dt)) end
+  end
+end
+
+function LayerNorm:forward(x)
+  return qkv.layer_norm(checktensor("LayerNorm", "x", x), self.normalized_shape, self.w,
+                        self.b, self.eps)
+end
+
+function LayerNorm:extra()
+  local shape = table.concat(self.normalized_shape, ", ")
+  return string.format("(%s%s), eps=%g, elementwise_affine=%s", shape,
+                       #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.w ~= nil))
+end
+
+-- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval()
+local Dropout = class("Dropout")
+function Dropout:init(p)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    fail("Dropout", "p must be a number in [0, 1], got %s", tostring(p))
+  end
+  self.p = p
+end
+
+function Dropout:forward(x) return qkv.dropout(checktensor("Dropout", "x", x), self.p, self.training) end
+function Dropout:extra() return string.format("p=%g", self.p) end
+
+-- Embedding(num_embeddings, dim [, {dtype}]): W (num, dim) from N(0, 1),
+-- as PyTorch's; m(ids) is qkv.embedding(ids, m.W)
+local Embedding = class("Embedding")
+function Embedding:init(num, dim, opts)
+  checkdim("Embedding", "num_embeddings", num)
+  checkdim("Embedding", "embedding_dim", dim)
+  local _, dt = opts_of("Embedding", opts, {"dtype"})
+  self.num_embeddings, self.embedding_dim = num, dim
+  self:param("W", qkv.randn(num, dim):to(dt))
+end
+
+function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end
+function Embedding:extra() return string.format("%d, %d", self.num_embeddings, self.embedding_dim) end
+
+local Identity = class("Identity")
+function Identity:init() end
+function Identity:forward(x) return x end
+
+-- Sequential(m1, m2, ...): m[1], m[2], ... and #m as a Lua list
+local Sequential = class("Sequential")
+function Sequential:init(...)
+  for i, m in ipairs{...} do
+    if getmetatable(m) == nil or getmetatable(m).forward == nil then
+      fail("Sequential", "argument #%d is not a module", i)
+    end
+    self:child(i, m)
+  end
+end
+
+function Sequential:forward(x)
+  for _, n in ipairs(self._children) do x = self[n](x) end
+  return x
+end
+
+-- a module, else an error naming what: a table whose class has a forward
+local function checkmodule(fname, what, m)
+  local mt = type(m) == "table" and getmetatable(m)
+  if type(mt) ~= "table" or rawget(mt, "__name") == nil or mt.forward == nil then
+    fail(fname, "%s is not a module, got %s", what, qkv.is_tensor(m) and "a tensor" or type(m))
+  end
+  return m
+end
+
+-- a container's m[i]: m[-1] is the last module, as PyTorch's; m[0] is an
+-- error, since positions count from 1; past the end is nil, so that ipairs
+-- stops there
+local function list_index(cls)
+  local name = cls.__name
+  return function(self, k)
+    if math.type(k) == "integer" and k <= 0 then
+      if k == 0 then
+        error(string.format("%s: index 0: positions count from 1 (m[1] is the first module, "
+                            .. "m[-1] the last)", name), 2)
+      end
+      local n = #rawget(self, "_children")
+      return k >= -n and rawget(self, n + 1 + k) or nil
+    end
+    return cls[k]
+  end
+end
+Sequential.__index = list_index(Sequential)
+
+-- ModuleList([modules]): modules held in a list, as m[1], ..., #m, ipairs;
+-- their weights named "1.W", "2.b", ... as Sequential's
+local ModuleList = class("ModuleList")
+ModuleList.__index = list_index(ModuleList)
+
+-- the modules of a list (a plain list, a ModuleList or a Sequential), read
+-- raw, each checked before any is added
+local function modules_of(fname, list)
+  if type(list) ~= "table" then
+    fail(fname, "modules must be a list of modules, got %s", qkv.is_tensor(list) and "a tensor" or type(list))
+  end
+  local mt = getmetatable(list)
+  if mt ~= nil and mt ~= ModuleList and mt ~= nn.Sequential then
+    fail(fname, "modules must be a list of modules, got a %s: put it in a list, {m}",
+         type(mt) == "table" and rawget(mt, "__name") or "table with a metatable")
+  end
+  local out = {}
+  for i = 1, rawlen(list) do out[i] = checkmodule(fname, "modules[" .. i .. "]", rawget(list, i)) end
+  return out
+end
+
+function ModuleList:init(modules, ...)
+  if select("#", ...) > 0 then fail("ModuleList", "expected ModuleList([modules]), one list") end
+  if modules ~= nil then
+    for _, m in ipairs(modules_of("ModuleList", modules)) do self:append(m) end
+  end
+end
+
+-- m:append(module): added at the end; returns m
+function ModuleList:append(m)
+  checkmodule("append", "module", m)
+  self:child(#self._children + 1, m)
+  return self
+end
+
+-- m:extend(modules): each added at the end; returns m
+function ModuleList:extend(modules)
+  for _, m in ipairs(modules_of("extend", modules)) do self:child(#self._children + 1, m) end
+  return self
+end
+
+-- m:insert(index, module): module at index (1 to #m + 1, or negative from
+-- the end, as PyTorch's), the later ones moved up; returns m
+function ModuleList:insert(index, m)
+  local n = #self._children
+  if math.type(index) ~= "integer" or index == 0 or index > n + 1 or index < -n then
+    fail("insert", "index must be an integer in 1..%d or -%d..-1 (positions count from 1), got %s",
+         n + 1, n, tostring(index))
+  end
+  checkmodule("insert", "module", m)
+  if index < 0 then index = n + 1 + index end
+  for i = n, index, -1 do rawset(self, i + 1, rawget(self, i)) end
+  rawset(self, index, m)
+  self._children[n + 1] = n + 1
+  return self
+end
+
+function ModuleList:forward()
+  fail("ModuleList", "a ModuleList has no forward, as PyTorch's: call its modules "
+       .. "(for _, layer in ipairs(m) do x = layer(x) end)")
+end
+
