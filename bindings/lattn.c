@@ -186,6 +186,7 @@ static qkv_tensor *gelu (lua_State *L, const qkv_tensor *x) {
 
 static int a_gelu (lua_State *L) {
   QKVL_GRAD(L, "gelu", a_gelu);
+  qkvL_noextra(L, "gelu", 1);
   gelu(L, qkvL_checktensor(L, 1));
   return 1;
 }

@@ -413,6 +413,16 @@ const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
   return msg;
 }
 
+/* arguments past the n a function takes are an error, not ignored (gelu's
+   PyTorch option approximate = "tanh" would else give the exact form) */
+void qkvL_noextra (lua_State *L, const char *fname, int n) {
+  int top = lua_gettop(L);
+  while (top > n && lua_isnil(L, top)) top--;
+  if (top > n)
+    luaL_error(L, "%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
+               n == 1 ? "" : "s", top, n + 1, luaL_typename(L, n + 1));
+}
+
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known) {
   if (lua_isnoneornil(L, arg)) return;
   if (lua_type(L, arg) != LUA_TTABLE)

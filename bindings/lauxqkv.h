@@ -77,6 +77,7 @@ void qkvL_checkcuda (lua_State *L, const char *name);
 ** "(none)" when no name is near.
 */
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
+void qkvL_noextra (lua_State *L, const char *fname, int n);   /* more than n: an error */
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
 /*

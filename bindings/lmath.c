@@ -124,6 +124,7 @@ static int m_gt (lua_State *L) { return binary(L, QKV_GT, "gt"); }
 static int m_ge (lua_State *L) { return binary(L, QKV_GE, "ge"); }
 
 static int unary (lua_State *L, qkv_unop op, const char *name) {
+  qkvL_noextra(L, name, 1);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   qkv_dtype dt = t->dtype;
   if (op == QKV_NEG || op == QKV_ABS || op == QKV_RELU) { if (dt == QKV_BOOL) dt = QKV_I64; }

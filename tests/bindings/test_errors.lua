@@ -395,6 +395,24 @@ end
 -- argument errors where the call site gives none (through pcall, or
 -- autograd's rules): Lua finds it by walking package.loaded, whose order
 -- changes from process to process, so each run is a fresh process
+-- an argument past those a function takes is an error, never ignored:
+-- PyTorch's F.gelu(x, approximate = "tanh") would else give the erf form
+function TestMissingNames:testExtraArgumentsAreErrors()
+  local x = qkv.tensor{-1, 0, 2}
+  local F = qkv.nn.functional
+  for _, c in ipairs{{qkv.gelu, "gelu", {approximate = "tanh"}, "table"},
+                     {F.gelu, "gelu", {approximate = "tanh"}, "table"},
+                     {qkv.relu, "relu", 1, "number"}, {qkv.exp, "exp", "x", "string"}} do
+    local ok, msg = pcall(c[1], x, c[3])
+    lu.assertFalse(ok)
+    lu.assertEquals(msg, c[2] .. ": takes 1 argument, got 2 (argument #2 is a " .. c[4] .. ")")
+  end
+  -- trailing nils are no arguments, and unary minus still works
+  lu.assertEquals(qkv.relu(x, nil):tolist(), {0, 0, 2})
+  lu.assertEquals((-x):tolist(), {1, 0, -2})
+  lu.assertEquals(x:gelu():size(1), 3)
+end
+
 function TestMissingNames:testArgumentErrorNamesAreStable()
   local S = dofile("tests/helpers/shell.lua")
   local code = "local x = qkv.ones(2) io.write(select(2, pcall(x.sum, x, 3)))"
