@@ -172,11 +172,14 @@ $(TESTES)/.copied: $(TESTES_SRC)
 	touch $@
 
 # as the suite's libs/makefile builds them (lib2-v2.so from lib22.c)
+# stock lua5.4 loads these too, so never with the sanitizers' CFLAGS (an
+# ASan library in a process without ASan's runtime refuses to load)
+TESTES_CFLAGS = -O2
 $(TESTES)/libs/%.so: $(TESTES)/.copied
-	$(CC) -Wall -std=gnu99 $(CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/$*.c
+	$(CC) -Wall -std=gnu99 $(TESTES_CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/$*.c
 
 $(TESTES)/libs/lib2-v2.so: $(TESTES)/.copied
-	$(CC) -Wall -std=gnu99 $(CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/lib22.c
+	$(CC) -Wall -std=gnu99 $(TESTES_CFLAGS) $(LUA_CFLAGS) -fPIC -shared -o $@ $(TESTES)/libs/lib22.c
 
 # drives the REPL through a pseudo-terminal in tests/cli/test_repl.lua
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
