@@ -283,7 +283,9 @@ local function valid_args(e, F, self)
   for _, p in ipairs(e.params) do
     local name = p.name
     if p.opt and random() < 0.4 then
-      -- left out
+      -- left out: from here on a name may not be its argument's position
+      -- (norm(x [, p [, dim]]) without p reads dim as p)
+      names.gap = names.gap or n + 1
     elseif name == "d2" and list then
       -- d1 gave the whole list
     elseif name == "..." then

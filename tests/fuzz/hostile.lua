@@ -238,7 +238,8 @@ end
 
 local function indices(names, n, want)
   local found = {}
-  for i = 1, n do
+  -- past an optional argument left out, names and positions part
+  for i = 1, math.min(n, (names.gap or n + 1) - 1) do
     if names[i] and want(names[i], i) then found[#found + 1] = i end
   end
   return found
