@@ -145,38 +145,30 @@ end
 
 ---------------------------------------------------------------- factories
 
-local function zeros_like(x, opts)
-  tensor_arg(x, "x")
-  local dtype, device = factory_opts("zeros_like", opts, x.dtype, x.device)
-  return qkv.zeros(sizes(x), dtype, device)
-end
-local function ones_like(x, opts)
-  tensor_arg(x, "x")
-  local dtype, device = factory_opts("ones_like", opts, x.dtype, x.device)
-  return qkv.ones(sizes(x), dtype, device)
-end
-local function empty_like(x, opts)
-  tensor_arg(x, "x")
-  local dtype, device = factory_opts("empty_like", opts, x.dtype, x.device)
-  return qkv.zeros(sizes(x), dtype, device)
-end
-local function full_like(x, v, opts)
-  tensor_arg(x, "x")
-  local dtype, device = factory_opts("full_like", opts, x.dtype, x.device)
+-- a fill value as qkv.full takes it
+local function fill_arg(v)
   if type(v) ~= "number" and type(v) ~= "boolean" then
     fail("fill_value must be a number or a boolean, got %s", type(v))
   end
-  return qkv.full(sizes(x), v, dtype, device)
 end
-local function random_like(fname, maker)
+
+-- qkv.zeros_like(x [, opts]) and its kin: maker on x's shape, with x's
+-- dtype and device unless opts say otherwise; random ones are floats
+local function like(fname, maker, floats)
   return function(x, opts)
     tensor_arg(x, "x")
     local dtype, device = factory_opts(fname, opts, x.dtype, x.device)
-    if not FLOATS[dtype] then
+    if floats and not FLOATS[dtype] then
       fail("random tensors are floats, and x is %s; give {dtype = \"float32\"}", dtype)
     end
     return maker(sizes(x), dtype, device)
   end
+end
+local function full_like(x, v, opts)
+  tensor_arg(x, "x")
+  local dtype, device = factory_opts("full_like", opts, x.dtype, x.device)
+  fill_arg(v)
+  return qkv.full(sizes(x), v, dtype, device)
 end
 -- x:new_zeros(size [, opts]) and its kin: x's dtype and device; size is a
 -- list, or (but for new_full) sizes as arguments, x:new_zeros(2, 3)
@@ -186,9 +178,7 @@ local function new_factory(fname, fill)
     local v, opts = nil, ...
     if fill then
       v, opts = ...
-      if type(v) ~= "number" and type(v) ~= "boolean" then
-        fail("fill_value must be a number or a boolean, got %s", type(v))
-      end
+      fill_arg(v)
     elseif type(shape) == "number" then
       local rest = table.pack(...)
       shape = {shape}
@@ -395,9 +385,10 @@ local FUNCTIONS = {
 }
 -- functions of qkv only
 local FACTORIES = {
-  zeros_like = zeros_like, ones_like = ones_like, empty_like = empty_like,
-  full_like = full_like, rand_like = random_like("rand_like", qkv.rand),
-  randn_like = random_like("randn_like", qkv.randn), randint = randint,
+  zeros_like = like("zeros_like", qkv.zeros), ones_like = like("ones_like", qkv.ones),
+  empty_like = like("empty_like", qkv.zeros),     -- no uninitialised memory: zeros
+  full_like = full_like, rand_like = like("rand_like", qkv.rand, true),
+  randn_like = like("randn_like", qkv.randn, true), randint = randint,
   linspace = linspace, logspace = logspace, manual_seed = manual_seed,
 }
 -- methods only
