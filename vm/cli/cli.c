@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -17,6 +18,13 @@
 #include "cli.h"
 
 const char *cli_progname = "qkv";
+
+int cli_exepath (char *exe, size_t size) {
+  ssize_t n = readlink("/proc/self/exe", exe, size - 1);
+  if (n <= 0) return 0;
+  exe[n] = '\0';
+  return 1;
+}
 
 const char *cli_errortext (lua_State *L, int idx) {
   idx = lua_absindex(L, idx);

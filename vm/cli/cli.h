@@ -7,6 +7,8 @@
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
 
+#include <stddef.h>
+
 #include <lua.h>
 
 /*
@@ -18,6 +20,10 @@
 LUALIB_API int luaopen_qkv (lua_State *L);
 
 extern const char *cli_progname;
+
+/* the executable's full path into exe (size bytes) from /proc/self/exe;
+   0 when it cannot be read */
+int cli_exepath (char *exe, size_t size);
 
 /* a new state with the standard libraries, the global `qkv` and the
    searcher for qkv's own modules; noenv: lua's -E (LUA_PATH and LUA_CPATH

@@ -172,8 +172,7 @@ static int kmain (lua_State *L) {
   cli_pushmain(L, "qkv.kernel", argc, argv);
   lua_pushcfunction(L, k_docall);
   char exe[PATH_MAX];                   /* the kernelspec wants a full path */
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  lua_pushstring(L, n > 0 ? (exe[n] = '\0', exe) : cli_progname);
+  lua_pushstring(L, cli_exepath(exe, sizeof exe) ? exe : cli_progname);
   lua_pushcfunction(L, k_flushin);
   lua_call(L, 4, 1);
   return 1;

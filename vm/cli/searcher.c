@@ -125,9 +125,7 @@ static int search (lua_State *L) {
 
 void cli_searcher (lua_State *L) {
   char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return;
-  exe[n] = '\0';
+  if (!cli_exepath(exe, sizeof exe)) return;
   char *slash = strrchr(exe, '/');
   if (slash == NULL) return;
   lua_pushlstring(L, exe, (size_t)(slash - exe));         /* build */
