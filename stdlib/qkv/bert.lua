@@ -155,15 +155,7 @@ end
 
 function M.load(dir)
   local default = dir == nil
-  if default then
-    dir = M.default_dir()
-    local f = io.open(dir .. "/config.json")
-    if f == nil then
-      fail("bert.load: %s is not in %s: run `make model` in qkv's repository to fetch it, "
-           .. "or set QKV_MODEL_DIR to a copy", M.DEFAULT, dir)
-    end
-    f:close()
-  end
+  if default then dir = M.default_dir() end
   if type(dir) ~= "string" then
     fail("bert.load: bad argument #1 (a model folder's path expected, got %s)", type(dir))
   end
@@ -172,6 +164,10 @@ function M.load(dir)
   end
   dir = dir:gsub("/+$", "")
   local cfg = readjson(dir .. "/config.json")
+  if cfg == nil and default then
+    fail("bert.load: %s is not in %s: run `make model` in qkv's repository to fetch it, "
+         .. "or set QKV_MODEL_DIR to a copy", M.DEFAULT, dir)
+  end
   if cfg == nil then
     fail("bert.load: %s has no config.json (a BERT model folder holds config.json, " ..
          "model.safetensors and vocab.txt)", dir)
