@@ -159,7 +159,6 @@ qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
                          int64_t offset, int keep, qkv_device dev) {
   int64_t size[2] = {nq, nk};
   qkv_tensor *m = qkvL_new(L, QKV_BOOL, dev, 2, size, 0);
-  qkvL_check(L, name, qkv_fill(m, 1));
-  qkvL_check(L, name, qkv_tri(m, m, keep ? offset : offset + 1, !keep));
+  qkvL_check(L, name, qkv_causal(m, offset, keep));
   return m;
 }

@@ -219,6 +219,9 @@ int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
    (..., i, j) kept where j - i <= k (tril; upper: j - i >= k, triu), as
    torch.tril and torch.triu; out may be x itself (in place) */
 int qkv_tri(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
+/* m (bool, (..., nq, nk)) = the causal mask on m's device: keep where key
+   j <= i + offset for query i (0-based), !keep elsewhere */
+int qkv_causal(qkv_tensor *m, int64_t offset, int keep);
 /*
 ** out (B..., nq, dv) = softmax(q k^T * scale + mask) v without holding the
 ** nq x nk matrix.  q (B..., nq, dk), k (B..., nk, dk), v (B..., nk, dv) with

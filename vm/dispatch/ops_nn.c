@@ -258,6 +258,12 @@ int qkv_tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
   return err;
 }
 
+int qkv_causal (qkv_tensor *m, int64_t offset, int keep) {
+  if (m->dtype != QKV_BOOL) return QKV_EINTERNAL;
+  int err = qkv_fill(m, 1);
+  return err != QKV_OK ? err : qkv_tri(m, m, keep ? offset : offset + 1, !keep);
+}
+
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
                          int causal, double scale) {
@@ -335,8 +341,7 @@ static int fill_unkept (qkv_tensor *w, const qkv_tensor *keep) {
 }
 
 /* w (..., nq, nk) gets -inf past the causal diagonal, key j > i + nk - nq
-   for query i: the triangle j - i >= nk - nq + 1 of ones, made on w's
-   device */
+   for query i, the mask made on w's device */
 static int fill_causal (qkv_tensor *w) {
   int n = w->ndim;
   int64_t size[2] = {w->size[n - 2], w->size[n - 1]};
@@ -344,8 +349,7 @@ static int fill_causal (qkv_tensor *w) {
   qkv_set_contiguous(&like, 2, size);
   int err = qkv_op_fresh(&off, &like, QKV_BOOL);
   if (err != QKV_OK) return err;
-  if ((err = qkv_fill(&off, 1)) == QKV_OK &&
-      (err = qkv_tri(&off, &off, size[1] - size[0] + 1, 1)) == QKV_OK)
+  if ((err = qkv_causal(&off, size[1] - size[0], 0)) == QKV_OK)
     err = qkv_masked_fill(w, &off, -INFINITY);
   qkv_storage_release(off.storage);
   return err;
