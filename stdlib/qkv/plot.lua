@@ -151,15 +151,14 @@ local function draw(fname, specs, opts)
   return show(fname, specs, opts)
 end
 
-plot.heatmap = util.api(function(w, opts)
-  opts = checkopts("heatmap", opts)
-  return draw("heatmap", {spec.heatmap("heatmap", w, opts)}, opts)
-end)
-
-plot.image = util.api(function(m, opts)
-  opts = checkopts("image", opts)
-  return draw("image", {spec.image("image", m, opts)}, opts)
-end)
+-- heatmap, image, scatter and line: one panel of their kind, drawn
+local function figure(kind)
+  return util.api(function(data, opts)
+    opts = checkopts(kind, opts)
+    return draw(kind, {spec[kind](kind, data, opts)}, opts)
+  end)
+end
+plot.heatmap, plot.image = figure("heatmap"), figure("image")
 
 plot.hist = util.api(function(x, opts)
   opts = checkopts("hist", opts)
@@ -167,15 +166,7 @@ plot.hist = util.api(function(x, opts)
   return s.counts, s.edges, draw("hist", {s}, opts)
 end)
 
-plot.scatter = util.api(function(series, opts)
-  opts = checkopts("scatter", opts)
-  return draw("scatter", {spec.scatter("scatter", series, opts)}, opts)
-end)
-
-plot.line = util.api(function(ys, opts)
-  opts = checkopts("line", opts)
-  return draw("line", {spec.line("line", ys, opts)}, opts)
-end)
+plot.scatter, plot.line = figure("scatter"), figure("line")
 
 plot.grid = util.api(function(panels, opts)
   opts = checkopts("grid", opts)
