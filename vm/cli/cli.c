@@ -5,6 +5,7 @@
 ** The commands (script.c, repl.c, testrun.c, kernel.c) call these, never
 ** the other way round.
 */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -174,7 +175,8 @@ static int initstate (lua_State *L) {
   lua_pushcfunction(L, preload_luaunit);
   lua_setfield(L, -2, "luaunit");
   lua_pop(L, 1);
-  cli_searcher(L);
+  char exe[PATH_MAX];
+  if (cli_exepath(exe, sizeof exe)) cli_searcher(L, exe);
   return 0;
 }
 

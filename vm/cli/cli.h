@@ -30,9 +30,9 @@ int cli_exepath (char *exe, size_t size);
    ignored); NULL (after a message) on failure */
 lua_State *cli_newstate (int noenv);
 
-/* puts the searcher for qkv's own modules (searcher.c) second in
-   package.searchers */
-void cli_searcher (lua_State *L);
+/* puts the searcher for qkv's own modules (searcher.c), which looks
+   beside exe (the executable's full path), second in package.searchers */
+void cli_searcher (lua_State *L, const char *exe);
 
 /* calls the function below `nargs` arguments with a traceback handler;
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */

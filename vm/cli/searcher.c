@@ -123,13 +123,11 @@ static int search (lua_State *L) {
   return 1;
 }
 
-void cli_searcher (lua_State *L) {
-  char exe[PATH_MAX];
-  if (!cli_exepath(exe, sizeof exe)) return;
-  char *slash = strrchr(exe, '/');
+void cli_searcher (lua_State *L, const char *exe) {
+  const char *slash = strrchr(exe, '/');
   if (slash == NULL) return;
   lua_pushlstring(L, exe, (size_t)(slash - exe));         /* build */
-  char *up = slash;
+  const char *up = slash;
   while (up > exe && *--up != '/') {}
   lua_pushlstring(L, exe, (size_t)(up - exe));            /* its parent */
   lua_getglobal(L, "package");
