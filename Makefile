@@ -33,8 +33,8 @@ ZMQ_LIBS = $(shell pkg-config --libs libzmq libcrypto 2>/dev/null || echo -lzmq 
 # -fno-trapping-math: nothing here reads the FP exception flags, and it
 # lets gcc vectorise loops with float selects (the GELU's erfc, vexp.h)
 QKV_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
-  -fPIC -fopenmp -fno-math-errno -fno-trapping-math $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
-QKV_LIBS = -fopenmp -lm -ldl
+  -fPIC -fopenmp-simd -DQKV_OMP_SIMD -pthread -fno-math-errno -fno-trapping-math $(CFLAGS) $(LUA_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+QKV_LIBS = -pthread -lm -ldl
 
 # the executable's own parts (REPL, test runner) stay out of qkv.so
 # vm/ by layer: core (tensors, storages, dtypes, the backend registry),
@@ -285,10 +285,22 @@ bench: deps
 
 # optional: bench/latency.lua's peers (PyTorch and pytest under
 # /usr/bin/python3, hyperfine); without them it shows "-" in their columns
-# and times start-up with a loop of its own
+# and times start-up with a loop of its own.  And the peer the CPU benches
+# measure against, PyTorch 2.x pinned, in its own venv (large: its wheel
+# brings CUDA's libraries); bench/lib/timing.lua's peer_python() finds it,
+# and without it the benches fall back to Debian's 1.13, labelled
+TORCH_VENV := $(BUILD)/torch
+TORCH_PIN := torch==2.15.0 numpy==2.4.6
 .PHONY: bench-deps
 bench-deps:
 	@$(MAKE) --no-print-directory DEPS="$(BENCH_DEPS)" deps
+	@if [ "$$(cat $(TORCH_VENV)/.done 2>/dev/null)" != "$(TORCH_PIN)" ]; then \
+	  set -e; rm -rf $(TORCH_VENV); \
+	  echo "$(PYTHON) -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install $(TORCH_PIN)"; \
+	  $(PYTHON) -m venv $(TORCH_VENV); \
+	  $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH_PIN); \
+	  echo "$(TORCH_PIN)" > $(TORCH_VENV)/.done; \
+	fi
 
 # a folder whose bin/qkv runs on a bare GPU machine (no Debian Lua,
 # OpenBLAS or cairo there): the executable relinked with an $$ORIGIN rpath

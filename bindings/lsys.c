@@ -121,11 +121,30 @@ static int s_default_device (lua_State *L) {
   return 1;
 }
 
+/* qkv.set_num_threads(n): the host threads the CPU kernels use from now
+   on, as torch.set_num_threads */
+static int s_set_num_threads (lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  qkvL_noextra(L, "set_num_threads", 1);
+  if (n < 1 || n > QKV_MAX_THREADS)
+    return luaL_error(L, "set_num_threads: n must be in [1, %d], got %I", QKV_MAX_THREADS, n);
+  qkv_set_num_threads((int)n);
+  return 0;
+}
+
+/* qkv.get_num_threads() -> n */
+static int s_get_num_threads (lua_State *L) {
+  qkvL_noextra(L, "get_num_threads", 0);
+  lua_pushinteger(L, qkv_num_threads());
+  return 1;
+}
+
 void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg f[] = {
     {"_isatty", s_isatty}, {"_termsize", s_termsize},
     {"cuda_available", s_cuda_available}, {"set_default_device", s_set_default_device},
     {"default_device", s_default_device}, {"_backend_entries", s_backend_entries},
+    {"set_num_threads", s_set_num_threads}, {"get_num_threads", s_get_num_threads},
     {NULL, NULL}
   };
   static const luaL_Reg c[] = {

@@ -54,6 +54,24 @@ function T.gpu_median_ms(fn, warm, runs)
   return #t % 2 == 1 and t[(#t + 1) // 2] or (t[#t // 2] + t[#t // 2 + 1]) / 2
 end
 
+-- the python that runs the PyTorch peers, and its torch's version (nil
+-- when none imports torch): $QKV_BENCH_PYTHON, else the venv of `make
+-- bench-deps` (build/torch, PyTorch 2.x), else Debian's /usr/bin/python3
+-- (python3-torch 1.13), whose rows are labelled with that version
+function T.peer_python()
+  local here = (arg and arg[0] or ""):match("^(.*)/bench/[^/]*$") or "."
+  for _, py in ipairs{os.getenv("QKV_BENCH_PYTHON") or false, here .. "/build/torch/bin/python",
+                      "build/torch/bin/python", "/usr/bin/python3"} do
+    if py then
+      local p = io.popen("'" .. py .. "' -c 'import torch; print(torch.__version__)' 2>/dev/null")
+      local v = p and p:read("l")
+      if p then p:close() end
+      if v and v:match("^%d") then return py, v end
+    end
+  end
+  return nil
+end
+
 function T.quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 -- runs a command, returns the numbers of its "RESULT time gflops mb" line

@@ -352,4 +352,27 @@ function TestOutOfMemory:testLimitArgument()
   lu.assertTrue(old > 0)
 end
 
+-- host blocks over 2 KiB are cached for reuse (vm/cpu/alloc.c): a reused
+-- block is zeroed for what promises zeros, and its bytes still count
+TestCache = {}
+
+function TestCache:testReusedBlocksAreZeroedAndCounted()
+  collectgarbage()
+  local base = qkv.memory()
+  for _, n in ipairs{1000, 70000, 1000000} do        -- 4 KB, 280 KB, 4 MB
+    local x = qkv.full({n}, 7.5)
+    x = nil
+    collectgarbage()
+    lu.assertEquals(qkv.memory(), base)
+    local z = qkv.zeros(n)
+    lu.assertEquals(qkv.memory() - base, 4 * n)
+    lu.assertEquals(z:abs():max():item(), 0, "zeros of " .. n)
+    local o = qkv.ones(n)                               -- the same class again
+    lu.assertEquals(o:sum():item(), n)
+    z, o = nil, nil
+    collectgarbage()
+  end
+  lu.assertEquals(qkv.memory(), base)
+end
+
 os.exit(lu.LuaUnit.run(), true)

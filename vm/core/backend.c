@@ -1,15 +1,50 @@
 /*
 ** backend.c -- the registry of backends, one table per device (backend.h),
-** the names of a table's entries, and the Ctrl-C flag that the kernels of
-** every backend watch.
+** the names of a table's entries, the Ctrl-C flag that the kernels of
+** every backend watch, and how many host threads the CPU's may use.
 */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stddef.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "qkv.h"
 #include "backend.h"
 
 volatile sig_atomic_t qkv_interrupted = 0;
+
+/* 0 until first asked: then read from the environment */
+static int nthreads;
+
+static int positive_env (const char *name) {
+  const char *s = getenv(name);
+  if (s == NULL || *s == '\0') return 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || (*end != '\0' && *end != ',') || v < 1) return 0;
+  return v > QKV_MAX_THREADS ? QKV_MAX_THREADS : (int)v;
+}
+
+int qkv_num_threads (void) {
+  if (nthreads > 0) return nthreads;
+  int n = positive_env("QKV_NUM_THREADS");
+  const char *q = getenv("QKV_NUM_THREADS");
+  if (n == 0 && q != NULL && *q != '\0')
+    fprintf(stderr, "qkv: QKV_NUM_THREADS=%s is not a positive integer; ignored\n", q);
+  if (n == 0) n = positive_env("OMP_NUM_THREADS");
+  if (n == 0) {
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  }
+  nthreads = n < 1 ? 1 : n > QKV_MAX_THREADS ? QKV_MAX_THREADS : n;
+  return nthreads;
+}
+
+void qkv_set_num_threads (int n) {
+  nthreads = n < 1 ? 1 : n > QKV_MAX_THREADS ? QKV_MAX_THREADS : n;
+}
 
 /* filled by the backends themselves: the core names none of them */
 static const qkv_backend *backends[QKV_NDEV];

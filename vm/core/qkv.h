@@ -33,6 +33,15 @@ const char *qkv_strerror(int code);
 #include <signal.h>
 extern volatile sig_atomic_t qkv_interrupted;
 
+/*
+** The host threads the CPU kernels may use: QKV_NUM_THREADS, else
+** OMP_NUM_THREADS, else the CPUs this process may run on (at most
+** QKV_MAX_THREADS); qkv_set_num_threads(n) sets it from now on.
+*/
+#define QKV_MAX_THREADS 256
+int qkv_num_threads(void);
+void qkv_set_num_threads(int n);
+
 /* A reference-counted block of memory on one device. */
 typedef struct qkv_storage {
   void *data;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "blas.h"
 #include "iter.h"
 #include "vexp.h"
@@ -49,7 +50,7 @@ static void setup (operand *op, const qkv_tensor *t, const job *J) {
 
 /* loops the compiler should vectorise (SSE2 at least), reducing into `sum`
    or `mx`; gcc's -O2 cost model refuses them even so, "cheap" takes them */
-#ifdef _OPENMP
+#ifdef QKV_OMP_SIMD
 #define SIMD_SUM _Pragma("omp simd reduction(+:sum)")
 #define SIMD_MAX _Pragma("omp simd reduction(max:mx)")
 #else
@@ -299,35 +300,28 @@ static int scratch_new (const job *J, scratch *W) {
   return ok;
 }
 
+/* items [lo, hi), with scratch of their own */
+static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
+  const job *J = p;
+  scratch W;
+  (void)tid;
+  if (!scratch_new(J, &W)) return QKV_ENOMEM;
+  for (int64_t t = lo; t < hi && !qkv_interrupted; t++) query_tile(J, &W, t);
+  scratch_free(&W);
+  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+}
+
 /*
-** Items in parallel.  OpenBLAS's OpenMP build runs a gemm called inside the
-** region on the calling thread, so the cores split the items, not the
-** products.
+** Items in parallel (BLAS runs single-threaded on each thread, blas.h), so
+** the cores split the items, not the products.
 */
 static int run (const job *J) {
   int64_t items = J->nbatch * J->ntiles;
   double work = (double)J->nbatch * (double)J->nq * (double)J->nk *
                 (double)(J->dk + J->dv);
-  int err = QKV_OK;
-  if (items == 1 || work < PAR_MIN_WORK) {    /* no parallel region */
-    scratch W;
-    if (!scratch_new(J, &W)) return QKV_ENOMEM;
-    for (int64_t t = 0; t < items && !qkv_interrupted; t++) query_tile(J, &W, t);
-    scratch_free(&W);
-    return qkv_interrupted ? QKV_EINTR : QKV_OK;
-  }
-  #pragma omp parallel reduction(|:err)
-  {
-    scratch W;
-    int ok = scratch_new(J, &W);
-    if (!ok) err = QKV_ENOMEM;
-    /* every thread must reach the loop, even one without scratch */
-    #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < items; t++)
-      if (ok && !qkv_interrupted) query_tile(J, &W, t);
-    if (ok) scratch_free(&W);
-  }
-  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
+  if (items == 1 || work < PAR_MIN_WORK)       /* no threads */
+    return tiles((void *)J, 0, items, 0);
+  return qkv_par_for(items, 1, tiles, (void *)J);
 }
 
 int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "blas.h"
 
 #define BQ 64
@@ -173,6 +174,22 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
   }
 }
 
+/* items [lo, hi), with scratch of their own */
+static int items (void *p, int64_t lo, int64_t hi, int tid) {
+  const Bwd *J = p;
+  size_t es = J->f64 ? 8 : 4;
+  char *s = malloc((size_t)BQ * BK * es), *dp = malloc((size_t)BQ * BK * es);
+  double *lse = malloc(sizeof(double) * (size_t)J->nq), *D = malloc(sizeof(double) * (size_t)J->nq);
+  int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
+  (void)tid;
+  for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
+    if (qkv_interrupted) err = QKV_EINTR;
+    else one_item(J, b, s, dp, lse, D);
+  }
+  free(s); free(dp); free(lse); free(D);
+  return err;
+}
+
 int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                 const qkv_tensor *o, const qkv_tensor *go,
@@ -190,17 +207,5 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
   if (J.nb == 0 || J.nq == 0 || J.nk == 0) return QKV_OK;
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
-  int err = QKV_OK;
-  #pragma omp parallel reduction(|:err)
-  {
-    char *s = malloc((size_t)BQ * BK * es), *dp = malloc((size_t)BQ * BK * es);
-    double *lse = malloc(sizeof(double) * (size_t)J.nq), *D = malloc(sizeof(double) * (size_t)J.nq);
-    int ok = s && dp && lse && D;
-    if (!ok) err = QKV_ENOMEM;
-    #pragma omp for schedule(dynamic)
-    for (int64_t b = 0; b < J.nb; b++)
-      if (ok && !qkv_interrupted) one_item(&J, b, s, dp, lse, D);
-    free(s); free(dp); free(lse); free(D);
-  }
-  return err ? err : qkv_interrupted ? QKV_EINTR : QKV_OK;
+  return qkv_par_for(J.nb, 1, items, &J);
 }

@@ -1,5 +1,5 @@
 /*
-** backend.c -- the CPU backend's table, its allocator, and its place in
+** backend.c -- the CPU backend's table and its place in
 ** the core's registry.
 */
 #include <stdlib.h>
@@ -7,26 +7,10 @@
 
 #include "cpu.h"
 
-/*
-** 64-byte alignment so vector loads never straddle a cache line; large
-** zeroed blocks come from calloc, whose fresh pages are zero without
-** being touched (mmap gives them 16-byte alignment, enough for AVX loads).
-*/
-static void *cpu_alloc (size_t nbytes, int zero) {
-  if (zero && nbytes >= ((size_t)1 << 20)) return calloc(1, nbytes);
-  size_t n = (nbytes + 63) & ~(size_t)63;
-  if (n < nbytes) return NULL;
-  void *p = aligned_alloc(64, n);
-  if (p != NULL && zero) memset(p, 0, nbytes);
-  return p;
-}
-
-static void cpu_free (void *p) { free(p); }
-
 const qkv_backend qkv_cpu_backend = {
   .name = "cpu",
-  .alloc = cpu_alloc,
-  .free = cpu_free,
+  .alloc = qkv_cpu_alloc,
+  .free = qkv_cpu_free,
   .copy = qkv_cpu_copy,
   .fill = qkv_cpu_fill,
   .binary = qkv_cpu_binary,

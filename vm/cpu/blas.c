@@ -10,13 +10,21 @@
 
 __typeof__(cblas_sgemm) *qkv_sgemm;
 __typeof__(cblas_dgemm) *qkv_dgemm;
+static void (*set_threads)(int);
+static _Thread_local int serial_here;
+
+void qkv_blas_serial (void) {
+  if (serial_here || qkv_sgemm == NULL) return;
+  serial_here = 1;
+  if (set_threads) set_threads(1);
+}
 
 int qkv_blas_load (void) {
   /* OpenBLAS first (Debian's alternatives point libblas.so.3 at it too) */
   static const char *const names[] = {"libopenblas.so.0", "libopenblas.so",
                                       "libblas.so.3", "libcblas.so.3"};
   static int tried;
-  if (qkv_sgemm != NULL) return QKV_OK;
+  if (qkv_sgemm != NULL) { qkv_blas_serial(); return QKV_OK; }
   if (tried) return QKV_ENOBLAS;
   tried = 1;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -27,6 +35,8 @@ int qkv_blas_load (void) {
       /* (an object pointer to a function pointer, as POSIX allows) */
       *(void **)&qkv_sgemm = s;
       *(void **)&qkv_dgemm = d;
+      *(void **)&set_threads = dlsym(h, "openblas_set_num_threads");
+      qkv_blas_serial();
       return QKV_OK;
     }
     dlclose(h);

@@ -13,7 +13,12 @@ extern __typeof__(cblas_sgemm) *qkv_sgemm;
 extern __typeof__(cblas_dgemm) *qkv_dgemm;
 
 /* QKV_OK once qkv_sgemm and qkv_dgemm may be called, else QKV_ENOBLAS.
-   Call it on the thread that runs Lua, before any parallel region. */
+   Call it on the thread that runs Lua, before any parallel loop.  BLAS
+   runs on one thread wherever it is called (parallel.h). */
 int qkv_blas_load (void);
+
+/* makes BLAS single-threaded on the calling thread, once it is loaded
+   (OpenBLAS's OpenMP build keeps that setting per thread) */
+void qkv_blas_serial (void);
 
 #endif

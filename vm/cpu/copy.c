@@ -24,7 +24,7 @@
 ** packed conversion (int64 needs AVX-512) and BRANCH's branch, always taken
 ** the same way, is the faster (16M float64 into int64: 73 ms, blended 110).
 */
-#ifdef _OPENMP
+#ifdef QKV_OMP_SIMD
 #define SIMD_OR _Pragma("omp simd reduction(|:bad)")
 #else
 #define SIMD_OR
@@ -49,9 +49,7 @@
 
 /* rows run concurrently: each tells of a bad value with one atomic store */
 static void tell_range (void *ctx) {
-  int *bad = ctx;
-  #pragma omp atomic write
-  *bad = 1;
+  __atomic_store_n((int *)ctx, 1, __ATOMIC_RELAXED);
 }
 
 /* LOOP (BRANCH or BLEND) runs the contiguous case */

@@ -12,6 +12,9 @@ extern const qkv_backend qkv_cpu_backend;
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768
 
+/* 64-byte-aligned host blocks, cached (alloc.c) */
+void *qkv_cpu_alloc(size_t nbytes, int zero);
+void qkv_cpu_free(void *p);
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_cpu_fill(qkv_tensor *dst, double v);
 int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);

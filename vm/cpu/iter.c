@@ -3,10 +3,7 @@
 */
 #include "iter.h"
 #include "cpu.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "parallel.h"
 
 /* threads get at least this many elements each, so a run just over
    QKV_CPU_PAR_MIN does not pay for more threads than it can use */
@@ -116,45 +113,35 @@ int qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
 
 /* threads worth starting, 1 when the run must or should stay serial */
 static int iter_threads(const qkv_iter *it) {
-#ifdef _OPENMP
   int64_t want;
   int d, max;
-  if (it->numel < QKV_CPU_PAR_MIN || (it->flags & QKV_ITER_SERIAL) ||
-      omp_in_parallel())
-    return 1;
+  if (it->numel < QKV_CPU_PAR_MIN || (it->flags & QKV_ITER_SERIAL)) return 1;
   for (d = 1; d < it->ndim; d++)
     if (it->stride[d][0] == 0) return 1;
-  max = omp_get_max_threads();
+  max = qkv_par_threads();
   want = it->numel / ITER_PER_THREAD;
   return want < max ? (int)(want < 1 ? 1 : want) : max;
-#else
-  (void)it;
-  return 1;
-#endif
+}
+
+typedef struct { const qkv_iter *it; qkv_iter_fn fn; void *ctx; int64_t unit; } units;
+
+static int run_units(void *p, int64_t lo, int64_t hi, int tid) {
+  const units *u = p;
+  (void)tid;
+  lo *= u->unit;
+  hi = hi * u->unit < u->it->numel ? hi * u->unit : u->it->numel;
+  return qkv_iter_range(u->it, lo, hi, u->fn, u->ctx);
 }
 
 int qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx) {
-  int nt, stopped = 0;
   if (it->numel <= 0) return QKV_OK;
-  nt = iter_threads(it);
+  int nt = iter_threads(it);
   if (nt <= 1) return qkv_iter_range(it, 0, it->numel, fn, ctx);
-#ifdef _OPENMP
-  {
-    /* split in units: whole rows when a row must stay on one thread */
-    const int64_t unit = (it->flags & QKV_ITER_WHOLE_ROWS) ||
-                         it->stride[0][0] == 0 ? it->size[0] : ITER_GRAIN;
-    const int64_t nunits = (it->numel + unit - 1) / unit;
-#pragma omp parallel num_threads(nt) reduction(|:stopped)
-    {
-      int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-      int64_t base = nunits / n, rem = nunits % n;
-      int64_t lo = t * base + (t < rem ? t : rem);
-      int64_t hi = lo + base + (t < rem);
-      lo *= unit;
-      hi = hi * unit < it->numel ? hi * unit : it->numel;
-      stopped |= qkv_iter_range(it, lo, hi, fn, ctx) != QKV_OK;
-    }
-  }
-#endif
-  return stopped ? QKV_EINTR : QKV_OK;
+  /* split in units: whole rows when a row must stay on one thread; each
+     thread's share at least ITER_PER_THREAD elements */
+  units u = {it, fn, ctx, (it->flags & QKV_ITER_WHOLE_ROWS) || it->stride[0][0] == 0
+                              ? it->size[0] : ITER_GRAIN};
+  int64_t nunits = (it->numel + u.unit - 1) / u.unit;
+  int64_t grain = ITER_PER_THREAD / u.unit;
+  return qkv_par_for(nunits, grain < 1 ? 1 : grain, run_units, &u) != QKV_OK ? QKV_EINTR : QKV_OK;
 }

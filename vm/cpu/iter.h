@@ -22,9 +22,9 @@
 
 #define QKV_ITER_MAXOP 4
 
-/* ask the compiler to vectorise the next loop (needs -fopenmp or
+/* ask the compiler to vectorise the next loop (QKV_OMP_SIMD: the Makefile builds with
    -fopenmp-simd; gcc -O2 alone will not vectorise an unknown trip count) */
-#ifdef _OPENMP
+#ifdef QKV_OMP_SIMD
 #define QKV_SIMD _Pragma("omp simd")
 #else
 #define QKV_SIMD

@@ -10,12 +10,11 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "blas.h"
 #include "../common/layout.h"
 #include "../common/matmul_shape.h"
 
-/* below this many multiply-adds a gemm call is too small to thread */
-#define SMALL_GEMM ((double)64 * 64 * 64)
 /*
 ** At most this many multiply-adds a product runs as plain loops, so that a
 ** script of small products never loads OpenBLAS (blas.h).  Where b's rows
@@ -321,45 +320,104 @@ static int scratch (const job *J, void **abuf, void **bbuf, int which) {
   return 1;
 }
 
+/* batches [lo, hi), one after another, with scratch of their own for the
+   operands that are densified per batch (sa, sb: those shared by all) */
+typedef struct { const job *J; void *sa, *sb; } batches_job;
+
+static int batches (void *p, int64_t lo, int64_t hi, int tid) {
+  const batches_job *B = p;
+  const job *J = B->J;
+  void *pa, *pb;
+  (void)tid;
+  if (!scratch(J, &pa, &pb, PRIVATE)) return QKV_ENOMEM;
+  void *ua = J->a.shared ? B->sa : pa, *ub = J->b.shared ? B->sb : pb;
+  int err = QKV_OK;
+  for (int64_t bi = lo; bi < hi && err == QKV_OK; bi++)
+    err = qkv_interrupted ? QKV_EINTR : one_batch(J, bi, ua, ub);
+  free(pa);
+  free(pb);
+  return err;
+}
+
 /*
-** Small products in a batch run one per thread (the OpenMP build of
-** OpenBLAS keeps a call made inside a parallel region on its thread);
-** large ones go one after another, each threaded by BLAS itself.
+** Panels of out, rows x cols each, over every batch: the products that
+** need no per-batch copy of b.  A panel is one gemm call; the threads take
+** panels (BLAS is single-threaded on each, blas.h).
 */
+typedef struct { const job *J; const void *sa, *sb; int rows, cols; int64_t nr, nc; } panels_job;
+
+static int panels (void *p, int64_t lo, int64_t hi, int tid) {
+  const panels_job *P = p;
+  const job *J = P->J;
+  void *pa = NULL;
+  (void)tid;
+  if (J->a.copy && !J->a.shared &&
+      (pa = malloc((size_t)P->rows * (size_t)J->n * J->es)) == NULL) return QKV_ENOMEM;
+  int err = QKV_OK;
+  for (int64_t t = lo; t < hi && err == QKV_OK; t++) {
+    int64_t bi = t / (P->nr * P->nc), ri = t / P->nc % P->nr, ci = t % P->nc;
+    int i0 = (int)ri * P->rows, j0 = (int)ci * P->cols;
+    int m = J->m - i0 < P->rows ? J->m - i0 : P->rows;
+    int w = J->p - j0 < P->cols ? J->p - j0 : P->cols;
+    const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)J->es;
+    const char *b = J->b.copy ? P->sb
+                              : J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)J->es;
+    char *c = J->c + (bi * (int64_t)J->m * J->p + (int64_t)i0 * J->p + j0) * (int64_t)J->es;
+    if (qkv_interrupted) { err = QKV_EINTR; break; }
+    if (pa) {
+      if ((err = densify_rows(pa, &J->a, a, J->es, i0, i0 + m)) != QKV_OK) break;
+      a = pa;
+    } else {
+      a = rows_of(J, &J->a, J->a.copy ? P->sa : a, i0);
+    }
+    gemm(J, m, w, a, J->a.ld, cols_of(J, &J->b, b, j0), J->b.ld, c);
+  }
+  free(pa);
+  return err;
+}
+
+/* below this many multiply-adds in all, products stay on one thread */
+#define PAR_GEMM ((double)(1 << 20))
+
 static int run_batches (const job *J, int64_t nbatch) {
   void *sa, *sb;
-  int err = QKV_OK, stopped = 0;
+  int err = QKV_OK;
   double work = (double)J->m * J->n * J->p;
-  /* (too little work in all: no parallel region, which costs more) */
-  int par = nbatch > 1 && work < SMALL_GEMM &&
-            work * (double)nbatch >= QKV_CPU_PAR_MIN;
-  if (!scratch(J, &sa, &sb, par ? SHARED : SHARED | PRIVATE)) return QKV_ENOMEM;
-  if (wants(&J->a, SHARED)) stopped = densify(sa, &J->a, J->a.base, J->es) != QKV_OK;
-  if (!stopped && wants(&J->b, SHARED))
-    stopped = densify(sb, &J->b, J->b.base, J->es) != QKV_OK;
-  if (par && !stopped) {
-    #pragma omp parallel reduction(|:err, stopped)
-    {
-      void *pa, *pb;
-      int ok = scratch(J, &pa, &pb, PRIVATE);
-      void *ua = J->a.shared ? sa : pa, *ub = J->b.shared ? sb : pb;
-      if (!ok) err = QKV_ENOMEM;
-      /* every thread must reach the same loop, even one without scratch;
-         one that met the flag skips the rest of its batches */
-      #pragma omp for schedule(static)
-      for (int64_t bi = 0; bi < nbatch; bi++)
-        if (ok && !stopped)
-          stopped = qkv_interrupted || one_batch(J, bi, ua, ub) != QKV_OK;
-      free(pa);
-      free(pb);
+  int nt = qkv_par_threads(), by_batch = J->b.copy && !J->b.shared;
+  if (!scratch(J, &sa, &sb, SHARED)) return QKV_ENOMEM;
+  if (wants(&J->a, SHARED)) err = densify(sa, &J->a, J->a.base, J->es);
+  if (err == QKV_OK && wants(&J->b, SHARED)) err = densify(sb, &J->b, J->b.base, J->es);
+  if (err == QKV_OK && by_batch) {
+    batches_job B = {J, sa, sb};
+    err = nt > 1 && nbatch > 1 && work * (double)nbatch >= QKV_CPU_PAR_MIN
+            ? qkv_par_for(nbatch, 1, batches, &B) : batches(&B, 0, nbatch, 0);
+  } else if (err == QKV_OK) {
+    /* panels of about PANEL_FLOPS (so that Ctrl-C is seen), then cut
+       further until the threads have two each */
+    panels_job P = {J, sa, sb, 0, 0, 0, 0};
+    P.rows = split(J->m, PANEL_FLOPS / (2.0 * J->n * J->p), PANEL_MIN_ROWS);
+    P.cols = split(J->p, PANEL_FLOPS / (2.0 * J->n * P.rows), PANEL_MIN_COLS);
+    P.nr = (J->m + P.rows - 1) / P.rows;
+    P.nc = (J->p + P.cols - 1) / P.cols;
+    int par = nt > 1 && work * (double)nbatch >= PAR_GEMM;
+    if (par && nbatch * P.nr * P.nc < 2 * nt) {
+      int64_t more = (2 * nt + nbatch * P.nc - 1) / (nbatch * P.nc);
+      int rows = (int)((J->m + more - 1) / more + 15) / 16 * 16;
+      if (rows < J->m) {
+        P.rows = rows;
+        P.nr = (J->m + rows - 1) / rows;
+      } else if (J->p >= 128) {          /* few rows: split the columns */
+        more = (2 * nt + nbatch * P.nr - 1) / (nbatch * P.nr);
+        P.cols = (int)((J->p + more - 1) / more + 15) / 16 * 16;
+        P.nc = (J->p + P.cols - 1) / P.cols;
+      }
     }
-  } else {
-    for (int64_t bi = 0; bi < nbatch && !stopped; bi++)
-      stopped = qkv_interrupted || one_batch(J, bi, sa, sb) != QKV_OK;
+    int64_t tasks = nbatch * P.nr * P.nc;
+    err = par && tasks > 1 ? qkv_par_for(tasks, 1, panels, &P) : panels(&P, 0, tasks, 0);
   }
   free(sa);
   free(sb);
-  return err ? err : stopped ? QKV_EINTR : QKV_OK;
+  return err;
 }
 
 int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,

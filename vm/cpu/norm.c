@@ -7,12 +7,22 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "vexp.h"
 #include "../common/shape.h"
 
-/* rows run in parallel past this many elements, with the flag looked at
-   between rows */
-#define PAR_MIN QKV_CPU_PAR_MIN
+/* the rows of one call, run in parallel by qkv_par_rows (parallel.h) */
+typedef struct {
+  char *o;
+  const char *x, *g;                 /* g: softmax's backward's gradient */
+  const void *w, *b;                 /* layer_norm's, or NULL */
+  int64_t n;
+  size_t es;
+  double eps;
+  int avx2;
+} rows_job;
+
+#define ROW(J, base, r) ((J)->base + (r) * (J)->n * (int64_t)(J)->es)
 
 /*
 ** x - max - log(sum(exp(x - max))): finite for any finite row.  A row all
@@ -146,6 +156,32 @@ static QKV_AVX2 void ln_f32_avx2 (float *o, const float *x, const float *w, cons
 }
 #endif
 
+static void lsm_row32 (void *p, int64_t r) {
+  const rows_job *J = p;
+  lsm_row_f32((float *)ROW(J, o, r), (const float *)ROW(J, x, r), J->n, J->avx2);
+}
+
+static void lsm_row64 (void *p, int64_t r) {
+  const rows_job *J = p;
+  lsm_f64((double *)ROW(J, o, r), (const double *)ROW(J, x, r), J->n);
+}
+
+static void ln_row32 (void *p, int64_t r) {
+  const rows_job *J = p;
+#ifdef QKV_VEXP_X86
+  if (J->avx2) {
+    ln_f32_avx2((float *)ROW(J, o, r), (const float *)ROW(J, x, r), J->w, J->b, J->n, J->eps);
+    return;
+  }
+#endif
+  ln_f32((float *)ROW(J, o, r), (const float *)ROW(J, x, r), J->w, J->b, J->n, J->eps);
+}
+
+static void ln_row64 (void *p, int64_t r) {
+  const rows_job *J = p;
+  ln_f64((double *)ROW(J, o, r), (const double *)ROW(J, x, r), J->w, J->b, J->n, J->eps);
+}
+
 int qkv_cpu_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
   int64_t n = qkv_last_size(x), numel = qkv_numel(x);
   if (numel == 0) return QKV_OK;
@@ -156,17 +192,8 @@ int qkv_cpu_log_softmax (qkv_tensor *out, const qkv_tensor *x) {
 #else
   int avx2 = 0;
 #endif
-  char *o = qkv_data(out);
-  const char *xb = qkv_data(x);
-  size_t es = qkv_elsize(x->dtype);
-  #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    if (qkv_interrupted) continue;
-    if (f32) lsm_row_f32((float *)(o + r * n * (int64_t)es), (const float *)(xb + r * n * (int64_t)es), n,
-                         avx2);
-    else lsm_f64((double *)(o + r * n * (int64_t)es), (const double *)(xb + r * n * (int64_t)es), n);
-  }
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  rows_job J = {qkv_data(out), qkv_data(x), NULL, NULL, NULL, n, qkv_elsize(x->dtype), 0, avx2};
+  return qkv_par_rows(rows, n, f32 ? lsm_row32 : lsm_row64, &J);
 }
 
 int qkv_cpu_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
@@ -174,29 +201,14 @@ int qkv_cpu_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *
   int64_t numel = qkv_numel(x);
   if (numel == 0 || n == 0) return QKV_OK;
   int64_t rows = numel / n;
-  size_t es = qkv_elsize(x->dtype);
-  char *o = qkv_data(out);
-  const char *xb = qkv_data(x);
-  const void *pw = w ? qkv_data(w) : NULL, *pb = b ? qkv_data(b) : NULL;
 #ifdef QKV_VEXP_X86
   int avx2 = qkv_cpu_has_avx2();
 #else
   int avx2 = 0;
 #endif
-  (void)avx2;
-  #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    if (qkv_interrupted) continue;
-    int64_t at = r * n * (int64_t)es;
-    if (x->dtype == QKV_F32) {
-#ifdef QKV_VEXP_X86
-      if (avx2) { ln_f32_avx2((float *)(o + at), (const float *)(xb + at), pw, pb, n, eps); continue; }
-#endif
-      ln_f32((float *)(o + at), (const float *)(xb + at), pw, pb, n, eps);
-    } else
-      ln_f64((double *)(o + at), (const double *)(xb + at), pw, pb, n, eps);
-  }
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  rows_job J = {qkv_data(out), qkv_data(x), NULL, w ? qkv_data(w) : NULL, b ? qkv_data(b) : NULL,
+                n, qkv_elsize(x->dtype), eps, avx2};
+  return qkv_par_rows(rows, n, x->dtype == QKV_F32 ? ln_row32 : ln_row64, &J);
 }
 
 /* softmax's backward along the last dim: gx = y (g - sum(g y)), the sum in
@@ -211,21 +223,20 @@ static void name (T *gx, const T *y, const T *g, int64_t n) { \
 SOFTMAX_BWD_ROW(sbw_f32, float)
 SOFTMAX_BWD_ROW(sbw_f64, double)
 
+static void sbw_row32 (void *p, int64_t r) {
+  const rows_job *J = p;
+  sbw_f32((float *)ROW(J, o, r), (const float *)ROW(J, x, r), (const float *)ROW(J, g, r), J->n);
+}
+
+static void sbw_row64 (void *p, int64_t r) {
+  const rows_job *J = p;
+  sbw_f64((double *)ROW(J, o, r), (const double *)ROW(J, x, r), (const double *)ROW(J, g, r), J->n);
+}
+
 int qkv_cpu_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g) {
   int64_t n = qkv_last_size(y), numel = qkv_numel(y);
   if (numel == 0) return QKV_OK;
   int64_t rows = numel / n;
-  size_t es = qkv_elsize(y->dtype);
-  char *o = qkv_data(gx);
-  const char *yb = qkv_data(y), *gb = qkv_data(g);
-  #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    if (qkv_interrupted) continue;
-    int64_t at = r * n * (int64_t)es;
-    if (y->dtype == QKV_F32)
-      sbw_f32((float *)(o + at), (const float *)(yb + at), (const float *)(gb + at), n);
-    else
-      sbw_f64((double *)(o + at), (const double *)(yb + at), (const double *)(gb + at), n);
-  }
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  rows_job J = {qkv_data(gx), qkv_data(y), qkv_data(g), NULL, NULL, n, qkv_elsize(y->dtype), 0, 0};
+  return qkv_par_rows(rows, n, y->dtype == QKV_F32 ? sbw_row32 : sbw_row64, &J);
 }

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "../common/philox.h"
 
 /*
@@ -90,6 +91,8 @@ static void one_group (const job *J, int64_t q) {
   }
 }
 
+static void group_row (void *J, int64_t q) { one_group(J, q); }
+
 int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
                     uint64_t offset) {
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
@@ -101,12 +104,9 @@ int qkv_cpu_random (qkv_tensor *out, qkv_dist dist, const uint32_t key[2],
   J.nblocks = (J.n + J.per - 1) / J.per;
   J.base = (char *)qkv_data(out);
   int64_t ngroups = (J.nblocks + GROUP - 1) / GROUP;
-  if (J.n < QKV_CPU_PAR_MIN) {          /* no parallel region for a few */
+  if (J.n < QKV_CPU_PAR_MIN) {          /* no threads for a few */
     for (int64_t q = 0; q < ngroups; q++) one_group(&J, q);
     return QKV_OK;
   }
-  #pragma omp parallel for schedule(static)
-  for (int64_t q = 0; q < ngroups; q++)
-    if (!qkv_interrupted) one_group(&J, q);
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  return qkv_par_rows(ngroups, GROUP * J.per, group_row, &J);
 }

@@ -18,11 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cpu.h"
+#include "parallel.h"
 #include "../common/reduce_plan.h"
 
 #define PIECE 32768           /* smallest piece of a split line */
@@ -399,24 +396,23 @@ static int outputs_range (const plan *P, int tiled, int64_t lo, int64_t hi) {
   return QKV_OK;
 }
 
-/* Each thread takes one contiguous run of outputs.  A small reduction
-   never enters a parallel region (a one-thread region costs more). */
+/* Threads take runs of outputs.  A small reduction never starts threads
+   (they would cost more than they save). */
+typedef struct { const plan *P; int tiled; } outputs_job;
+
+static int outputs_chunk (void *p, int64_t lo, int64_t hi, int tid) {
+  const outputs_job *O = p;
+  (void)tid;
+  return outputs_range(O->P, O->tiled, lo, hi);
+}
+
 static int reduce_outputs (const plan *P) {
-  int tiled = tiles(P), stopped = 0;
+  outputs_job O = {P, tiles(P)};
   if (P->nout <= 1 || P->nout * P->n < QKV_CPU_PAR_MIN)
-    return outputs_range(P, tiled, 0, P->nout);
-  #pragma omp parallel reduction(|:stopped)
-  {
-    int64_t t = 0, nth = 1;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-    nth = omp_get_num_threads();
-#endif
-    int64_t q = P->nout / nth, rem = P->nout % nth;
-    int64_t lo = t * q + (t < rem ? t : rem), hi = lo + q + (t < rem);
-    stopped |= outputs_range(P, tiled, lo, hi) != QKV_OK;
-  }
-  return stopped ? QKV_EINTR : QKV_OK;
+    return outputs_range(P, O.tiled, 0, P->nout);
+  int64_t grain = QKV_CPU_PAR_MIN / 2 / (P->n > 0 ? P->n : 1);
+  return qkv_par_for(P->nout, grain < 1 ? 1 : grain, outputs_chunk, &O) != QKV_OK
+           ? QKV_EINTR : QKV_OK;
 }
 
 
@@ -430,24 +426,32 @@ typedef struct {
   double mean[FEW_OUTPUTS];
 } split;
 
-/* a thread that met the flag skips its remaining pieces */
-static int split_pass (split *S, int second) {
+typedef struct { split *S; int second; } pieces_job;
+
+static int pieces_chunk (void *p, int64_t lo, int64_t hi, int tid) {
+  const pieces_job *PJ = p;
+  split *S = PJ->S;
   const plan *P = S->P;
-  int64_t total = P->nout * S->np;
-  int stopped = 0;
-  #pragma omp parallel for schedule(dynamic, 1) reduction(|:stopped)
-  for (int64_t k = 0; k < total; k++) {
+  (void)tid;
+  for (int64_t k = lo; k < hi; k++) {
     int64_t j = k / S->np, start = (k % S->np) * S->len;
     int64_t len = P->n - start < S->len ? P->n - start : S->len;
     acc *r = &S->part[k];
-    if (stopped || qkv_interrupted) stopped = 1;
-    else if (second)
-      stopped = piece_sqdev(P, S->line[j], start, len, S->mean[j], r) != QKV_OK;
-    else if (P->fam == QKV_RED_EXTREMA)
-      stopped = piece_ext(P, S->line[j], start, len, r) != QKV_OK;
-    else stopped = piece_sum(P, S->line[j], start, len, r) != QKV_OK;
+    int e;
+    if (qkv_interrupted) return QKV_EINTR;
+    if (PJ->second) e = piece_sqdev(P, S->line[j], start, len, S->mean[j], r);
+    else if (P->fam == QKV_RED_EXTREMA) e = piece_ext(P, S->line[j], start, len, r);
+    else e = piece_sum(P, S->line[j], start, len, r);
+    if (e != QKV_OK) return e;
   }
-  return stopped ? QKV_EINTR : QKV_OK;
+  return QKV_OK;
+}
+
+/* the pieces, one at a time to whichever thread is free; a chunk that met
+   the flag stops the others */
+static int split_pass (split *S, int second) {
+  pieces_job PJ = {S, second};
+  return qkv_par_for(S->P->nout * S->np, 1, pieces_chunk, &PJ) != QKV_OK ? QKV_EINTR : QKV_OK;
 }
 
 /* Folds the pieces of output j in order. */

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "parallel.h"
 #include "vexp.h"
 #include "../common/shape.h"
 
@@ -91,6 +92,8 @@ static void one_row (const job *J, int64_t r) {
     row_f64((double *)J->ob + oo, R->os, (const double *)J->xb + xo, R->xs, R->n);
 }
 
+static void row_fn (void *J, int64_t r) { one_row(J, r); }
+
 int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   if (out->dtype != x->dtype || !qkv_is_float(x->dtype)) return QKV_EDTYPE;
   int64_t numel = qkv_numel(x);
@@ -106,14 +109,11 @@ int qkv_cpu_softmax (qkv_tensor *out, const qkv_tensor *x, int dim) {
   J.avx2 = 0;
 #endif
   int64_t nrows = numel / J.R.n;
-  /* a small tensor never enters a parallel region: even a one-thread
-     region costs more than its whole softmax */
+  /* a small tensor never starts threads: they would cost more than its
+     whole softmax */
   if (numel < QKV_CPU_PAR_MIN) {
     for (int64_t r = 0; r < nrows; r++) one_row(&J, r);
     return QKV_OK;
   }
-  #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < nrows; r++)
-    if (!qkv_interrupted) one_row(&J, r);
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  return qkv_par_rows(nrows, J.R.n, row_fn, &J);
 }

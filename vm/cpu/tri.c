@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "parallel.h"
 
 /* the columns [lo, hi) that row i keeps: j - i <= k (tril) or j - i >= k
    (triu), with -rows <= k <= cols (backend.h), so i + k cannot overflow */
@@ -18,23 +19,24 @@ static void kept (int64_t i, int64_t n, int64_t k, int upper, int64_t *lo, int64
   *hi = upper ? n : edge;
 }
 
+typedef struct { char *o; const char *s; int64_t m, n, k; size_t es; int upper; } tri_job;
+
+static void tri_row (void *p, int64_t r) {
+  const tri_job *J = p;
+  int64_t lo, hi, n = J->n;
+  size_t es = J->es;
+  kept(r % J->m, n, J->k, J->upper, &lo, &hi);
+  char *d = J->o + (size_t)(r * n) * es;
+  const char *a = J->s + (size_t)(r * n) * es;
+  memset(d, 0, (size_t)lo * es);
+  if (d != a && hi > lo) memcpy(d + (size_t)lo * es, a + (size_t)lo * es, (size_t)(hi - lo) * es);
+  memset(d + (size_t)hi * es, 0, (size_t)(n - hi) * es);
+}
+
 int qkv_cpu_tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
   int nd = out->ndim;
-  int64_t m = out->size[nd - 2], n = out->size[nd - 1], numel = qkv_numel(out);
-  int64_t rows = numel / n;
-  size_t es = qkv_elsize(out->dtype);
-  char *o = qkv_data(out);
-  const char *s = qkv_data(x);
-  #pragma omp parallel for schedule(static) if (numel >= QKV_CPU_PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    if (qkv_interrupted) continue;
-    int64_t lo, hi;
-    kept(r % m, n, k, upper, &lo, &hi);
-    char *d = o + (size_t)(r * n) * es;
-    const char *a = s + (size_t)(r * n) * es;
-    memset(d, 0, (size_t)lo * es);
-    if (d != a && hi > lo) memcpy(d + (size_t)lo * es, a + (size_t)lo * es, (size_t)(hi - lo) * es);
-    memset(d + (size_t)hi * es, 0, (size_t)(n - hi) * es);
-  }
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  int64_t n = out->size[nd - 1];
+  if (n == 0 || qkv_numel(out) == 0) return QKV_OK;
+  tri_job J = {qkv_data(out), qkv_data(x), out->size[nd - 2], n, k, qkv_elsize(out->dtype), upper};
+  return qkv_par_rows(qkv_numel(out) / n, n, tri_row, &J);
 }

@@ -296,6 +296,29 @@ error saying why when the GPU cannot be used. A name other than "cpu" or
    example = [=[qkv.set_default_device("cpu")
 print(qkv.default_device())   --> cpu]=]},
 
+  {name = "qkv.set_num_threads", sig = "qkv.set_num_threads(n)", group = "runtime",
+   doc = [[The host threads the CPU kernels use from now on, n an integer
+from 1 to 256. At start it is $QKV_NUM_THREADS, else $OMP_NUM_THREADS, else
+the CPUs this process may run on (1 when the machine is shared and
+busy is often the faster choice: bench/RESULTS.md). A loop is cut into chunks that whichever
+thread is running takes, so a thread the system has descheduled holds up
+little; idle threads spin a few microseconds, yield for 50, then sleep,
+and never steal a busy machine's CPU for long. Small work (under 32K
+elements, or a product of under a million multiply-adds) runs on the
+calling thread alone. BLAS runs single-threaded inside qkv's own threads.
+As torch.set_num_threads.]],
+   example = [=[local n = qkv.get_num_threads()
+qkv.set_num_threads(1)
+print(qkv.get_num_threads())   --> 1
+qkv.set_num_threads(n)
+print(pcall(qkv.set_num_threads, 0))   --> false	set_num_threads: n must be in [1, 256], got 0]=]},
+
+  {name = "qkv.get_num_threads", sig = "qkv.get_num_threads()", group = "runtime",
+   doc = [[The host threads the CPU kernels may use, an integer of at
+least 1. It starts as $QKV_NUM_THREADS, else $OMP_NUM_THREADS, else the CPUs
+this process may run on, and qkv.set_num_threads changes it. As
+torch.get_num_threads.]]},
+
   {name = "qkv.default_device", sig = "qkv.default_device()", group = "runtime",
    doc = [[The device new tensors go to: "cpu" or "cuda" (see
 qkv.set_default_device). It is "cpu" at start. As torch.get_default_device.]]},

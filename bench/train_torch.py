@@ -1,0 +1,46 @@
+# train_torch.py -- bench/train.lua's peer: the same transformer block's
+# training step in PyTorch (2.x from `make bench-deps`), same shapes, same
+# work: h = LN(x + MHA(x, causal)), y = h + MLP(h), MSE, Adam.
+#   python train_torch.py LAYERS D H SEQ BATCH STEPS THREADS
+# prints "RESULT <seconds for STEPS steps> <ms per step>" (best of 3)
+import sys, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+layers, d, h, n, b, steps, threads = map(int, sys.argv[1:8])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+
+    def forward(self, x):
+        a, _ = self.attn(x, x, x, attn_mask=self.mask, need_weights=False, is_causal=True)
+        x = self.ln(x + a)
+        return x + self.mlp(x)
+
+model = nn.Sequential(*[Block() for _ in range(layers)])
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, target = torch.randn(b, n, d), torch.randn(b, n, d)
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = F.mse_loss(model(x), target)
+    loss.backward()
+    opt.step()
+    return loss
+
+for _ in range(5): step()
+best = float("inf")
+for _ in range(3):
+    t = time.perf_counter()
+    for _ in range(steps): step()
+    best = min(best, time.perf_counter() - t)
+print("VERSION", torch.__version__)
+print("RESULT %.6f %.4f" % (best, best / steps * 1e3))
