@@ -290,7 +290,7 @@ bench: deps
 # brings CUDA's libraries); bench/lib/timing.lua's peer_python() finds it,
 # and without it the benches fall back to Debian's 1.13, labelled
 TORCH_VENV := $(BUILD)/torch
-TORCH_PIN := torch==2.15.0 numpy==2.4.6
+TORCH_PIN := torch==2.15.0 numpy==2.4.6 transformers==5.24.0
 .PHONY: bench-deps
 bench-deps:
 	@$(MAKE) --no-print-directory DEPS="$(BENCH_DEPS)" deps

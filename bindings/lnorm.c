@@ -126,11 +126,28 @@ static int n_softmax_backward (lua_State *L) {
   return 1;
 }
 
+/* qkv._gelu_backward(x, g): g * GELU'(x) in one pass (qkv.autograd's
+   rule); x and g float32 or float64 of one shape, dtype and device */
+static int n_gelu_backward (lua_State *L) {
+  qkv_tensor *x = qkvL_checktensor(L, 1), *g = qkvL_checktensor(L, 2);
+  if (x->ndim != g->ndim || memcmp(x->size, g->size, sizeof(int64_t) * (size_t)x->ndim) != 0 ||
+      (x->dtype != QKV_F32 && x->dtype != QKV_F64) || g->dtype != x->dtype ||
+      x->storage->device != g->storage->device) {
+    const char *sx = qkvL_shape(L, x), *sg = qkvL_shape(L, g);
+    return luaL_error(L, "_gelu_backward: x %s and g %s must be float32 or float64 of one "
+                      "shape, dtype and device", sx, sg);
+  }
+  qkv_tensor *gx = qkvL_newlike(L, x, x->dtype);
+  qkvL_check(L, "gelu", qkv_binary(QKV_GELU_GRAD, gx, x, g));
+  return 1;
+}
+
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {{"log_softmax", n_log_softmax}, {NULL, NULL}};
   static const luaL_Reg mod[] = {
     {"layer_norm", n_layer_norm}, {"dropout", n_dropout},
-    {"_softmax_backward", n_softmax_backward}, {NULL, NULL}
+    {"_softmax_backward", n_softmax_backward}, {"_gelu_backward", n_gelu_backward},
+    {NULL, NULL}
   };
   qkvL_register(L, methods, module, both, NULL, mod);
   (void)mt;

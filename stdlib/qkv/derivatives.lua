@@ -88,11 +88,6 @@ local UNARY = {
   end},
   sin = {"SinBackward", function(x) return x:cos() end},
   cos = {"CosBackward", function(x) return -x:sin() end},
-  -- d/dx x Phi(x) = Phi(x) + x phi(x); Phi from gelu itself (Phi(0) = 1/2)
-  gelu = {"GeluBackward", function(x, y)
-    local Phi = qkv.where(x:eq(0), 0.5, y / x)
-    return Phi + x * (x * x * -0.5):exp() * 0.3989422804014327
-  end},
 }
 
 for name, u in pairs(UNARY) do
@@ -100,6 +95,15 @@ for name, u in pairs(UNARY) do
     local y = f(x)
     return rec(u[1], y, {x}, function(g) return g * u[2](x, y) end, {x, y})
   end
+end
+
+-- d/dx x Phi(x) = Phi(x) + x phi(x), times g in one pass (qkv._gelu_backward);
+-- the halves through float32
+R.gelu = function(f, x)
+  return rec("GeluBackward", f(x), {x}, function(g)
+    local wx = (x.dtype == "float64" or x.dtype == "float32") and x or x:float()
+    return qkv._gelu_backward(wx, g:to(wx.dtype)):to(x.dtype)
+  end, {x})
 end
 
 ---------------------------------------------------------------- reductions

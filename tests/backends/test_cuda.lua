@@ -462,6 +462,21 @@ function TestCudaElementwise:testUnary()
   end
 end
 
+-- the binary op QKV_GELU_GRAD, reached through qkv._gelu_backward (autograd's
+-- gelu rule)
+function TestCudaElementwise:testGeluBackward()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs(SHAPES) do
+      same(("%s gelu_backward %s"):format(dt, table.concat(s, "x")), qkv._gelu_backward,
+           {values(s, dt), values(s, dt)})
+    end
+    same(dt .. " gelu_backward special", qkv._gelu_backward,
+         {qkv.tensor{0, -0.0, 1, -1, inf, -inf, nan, 1e-30, 88, -88, 3.5, -14.5}:to(dt),
+          qkv.tensor{1, 2, -1, 0.5, 1, 1, 1, 3, 2, 2, -1, 1}:to(dt)})
+  end
+end
+
 function TestCudaElementwise:testMaskedFillAndClamp()
   need()
   for _, dt in ipairs{"float32", "float64", "int64", "bool", "float16"} do

@@ -136,8 +136,10 @@ void qkv_view_squeeze(qkv_tensor *dst, const qkv_tensor *src, int d);  /* d < 0:
 int qkv_view_reshape(qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size);
 
 /* ops: out is allocated by the caller with the result's shape and dtype */
+/* QKV_GELU_GRAD: b * GELU'(a), GELU's backward (floats only); the
+   comparisons come last (op >= QKV_EQ: out is bool) */
 typedef enum {
-  QKV_ADD, QKV_SUB, QKV_MUL, QKV_DIV, QKV_POW, QKV_MAXIMUM, QKV_MINIMUM,
+  QKV_ADD, QKV_SUB, QKV_MUL, QKV_DIV, QKV_POW, QKV_MAXIMUM, QKV_MINIMUM, QKV_GELU_GRAD,
   QKV_EQ, QKV_NE, QKV_LT, QKV_LE, QKV_GT, QKV_GE, QKV_NBINARY
 } qkv_binop;
 typedef enum {

@@ -9,6 +9,10 @@
 /* the table (backend.c), which registers itself for QKV_CPU */
 extern const qkv_backend qkv_cpu_backend;
 
+/* the widest instruction set the kernels may use here (isa.c) */
+enum { QKV_ISA_BASE, QKV_ISA_AVX2, QKV_ISA_AVX512 };
+int qkv_cpu_isa(void);
+
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768
 

@@ -81,9 +81,7 @@ static inline float qkv_vexpf (float x) {
 #define QKV_AVX2 __attribute__((target("avx2,fma")))
 
 /* whether the QKV_AVX2 versions may run here */
-static inline int qkv_cpu_has_avx2 (void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
+static inline int qkv_cpu_has_avx2 (void) { return qkv_cpu_isa() >= QKV_ISA_AVX2; }
 
 static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
   /* min/max return their second operand when one is NaN: x, so it survives */

@@ -52,6 +52,20 @@ struct Min {
   }
 };
 
+/* GELU's backward, y * (Phi(x) + x phi(x)), as the CPU's gelu_grad */
+struct GeluGrad {
+  __device__ float operator() (float x, float y) const {
+    float e = expf(x * x * -0.5f);
+    float t = e == 0.0f ? 0.0f : x * e * 0.39894228f;
+    return y * (0.5f * erfcf(x * -0.70710678f) + t);
+  }
+  __device__ double operator() (double x, double y) const {
+    double e = exp(x * x * -0.5);
+    double t = e == 0.0 ? 0.0 : x * e * 0.39894228040143267794;
+    return y * (0.5 * erfc(x * -0.70710678118654752440) + t);
+  }
+};
+
 /* comparisons write bool (uint8_t 0/1) whatever the inputs are */
 #define COMPARE(name, op) \
   struct name { \
@@ -120,7 +134,7 @@ int qkv_cuda_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   if (b->dtype != dt || out->dtype != want) return QKV_EINTERNAL;
   if (dt != QKV_F32 && dt != QKV_F64 && dt != QKV_I64 && (dt != QKV_BOOL || op < QKV_EQ))
     return QKV_EDTYPE;
-  if (op == QKV_DIV && dt == QKV_I64) return QKV_EDTYPE;
+  if ((op == QKV_DIV || op == QKV_GELU_GRAD) && dt == QKV_I64) return QKV_EDTYPE;
   if (qkv_cu_numel(out) == 0) return QKV_OK;
   qkv_cu_iter_init(&it, 3, t);
   switch (op) {
@@ -131,6 +145,7 @@ int qkv_cuda_binary (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
     case QKV_POW: return arith<true>(dt, it, Pow());
     case QKV_MAXIMUM: return arith<true>(dt, it, Max());
     case QKV_MINIMUM: return arith<true>(dt, it, Min());
+    case QKV_GELU_GRAD: return arith<false>(dt, it, GeluGrad());
     case QKV_EQ: return compare(dt, it, Eq());
     case QKV_NE: return compare(dt, it, Ne());
     case QKV_LT: return compare(dt, it, Lt());

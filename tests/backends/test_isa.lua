@@ -1,0 +1,136 @@
+-- test_isa.lua: the CPU kernels compiled per instruction set (vm/cpu/
+-- elementwise_rows.h for the baseline, AVX2 and AVX-512; the AVX2 paths of
+-- softmax, layer_norm and attention) give the same bits whichever one this
+-- CPU runs. Each case runs in a child process under $QKV_CPU=baseline, avx2
+-- and avx512 (each capped by what the CPU has), writes its results to .npy,
+-- and the parent compares them bit for bit. Inputs include 0, -0, +-inf,
+-- NaN, subnormals and values past the functions' saturation points. Also:
+-- gelu's one-pass backward in float32 against float64.
+local lu = require "luaunit"
+qkv.set_default_device("cpu")
+
+local shell = dofile("tests/helpers/shell.lua")
+local exe = arg and arg[-1] or "build/qkv"
+
+-- the cases, as code a child runs: x, y (float32, 4099 elements: not a
+-- multiple of any vector width) and xd (float64) are there
+local SETUP = [[
+  qkv.seed(11)
+  local special = {0, -0.0, 1/0, -1/0, 0/0, 1e-40, -1e-40, 3.4e38, -3.4e38, 14.5, -14.5, 88.9, -104}
+  local x = qkv.randn(4099) * 6
+  for i, v in ipairs(special) do x[i] = v end
+  local y = qkv.randn(4099) * 3
+  for i, v in ipairs(special) do y[4099 - i] = v end
+  local xd = x:double()
+  local out = {}
+]]
+
+local CASES = {
+  add = "x + y", sub = "x - y", mul = "x * y", div = "x / y",
+  maximum = "qkv.maximum(x, y)", minimum = "qkv.minimum(x, y)",
+  lt = "x:lt(y)", eq = "x:eq(y)", neg = "-x", abs = "x:abs()", sqrt = "x:abs():sqrt()",
+  relu = "x:relu()", gelu = "x:gelu()", gelu_bwd = "qkv._gelu_backward(x, y)",
+  gelu_d = "xd:gelu()", gelu_bwd_d = "qkv._gelu_backward(xd, y:double())",
+  add_i = "(x[{{20, 4000}}] * 1000):long() + (y[{{20, 4000}}] * 7):long()",
+}
+
+-- kernels whose AVX2 path sums in another order or with FMAs: the same
+-- values within float32's rounding, NaN and inf where the baseline has them
+local CLOSE = {
+  softmax = "x:reshape(1, -1):softmax(-1)",
+  softmax_rows = "(x[{{1, 4096}}]):reshape(64, 64):softmax(-1)",
+  log_softmax = "x[{{14, 4099}}]:reshape(2, -1):log_softmax()",
+  layer_norm = "qkv.layer_norm(x[{{14, 4099}}]:reshape(2, -1), 2043)",
+  attention = [[qkv.attention(x[{{1, 4096}}]:reshape(2, 32, 64) / 8, y[{{1, 4096}}]:reshape(2, 32, 64),
+                             x[{{2, 4097}}]:reshape(2, 32, 64), {weights = false, causal = true})]],
+}
+
+local function run(isa)
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p " .. shell.quote(dir)))
+  local lines = {SETUP}
+  for _, cases in ipairs{CASES, CLOSE} do
+    for name, code in pairs(cases) do
+      lines[#lines + 1] = ("qkv.save(%q, %s)"):format(dir .. "/" .. name .. ".npy", code)
+    end
+  end
+  local out, code = shell.sh("QKV_CPU=" .. isa .. " " .. shell.quote(exe) .. " -e " ..
+                             shell.quote(table.concat(lines, "\n")))
+  lu.assertEquals(code, 0, out)
+  local got = {}
+  for _, cases in ipairs{CASES, CLOSE} do
+    for name in pairs(cases) do got[name] = qkv.load(dir .. "/" .. name .. ".npy") end
+  end
+  os.execute("rm -rf " .. shell.quote(dir))
+  return got
+end
+
+-- the same bits: equal, or both NaN, element by element
+local function same(a, b)
+  if a.dtype == "bool" or a.dtype == "int64" then return qkv.eq(a, b):all():item() end
+  local both_nan = a:ne(a):logical_and(b:ne(b))
+  local zero_sign = a:ne(0):logical_or(qkv.eq(1 / a, 1 / b))     -- -0 is not +0
+  return qkv.eq(a, b):logical_and(zero_sign):logical_or(both_nan):all():item()
+end
+
+local function close(a, b)
+  local finite = a:abs():lt(1 / 0)
+  if not qkv.eq(finite, b:abs():lt(1 / 0)):all():item() then return false end
+  if not same(a:masked_fill(finite, 0), b:masked_fill(finite, 0)) then return false end
+  local d = (a:masked_fill(finite:logical_not(), 0):double() - b:masked_fill(finite:logical_not(), 0))
+  return d:abs():max():item() <= 1e-6 * math.max(1, b:masked_fill(finite:logical_not(), 0):abs():max():item())
+end
+
+TestIsa = {}
+
+function TestIsa:testEverySetGivesTheBaselinesBits()
+  local base = run("baseline")
+  for _, isa in ipairs{"avx2", "avx512"} do
+    local got = run(isa)
+    for name in pairs(CASES) do
+      lu.assertTrue(same(got[name], base[name]), name .. " under QKV_CPU=" .. isa)
+    end
+    for name in pairs(CLOSE) do
+      lu.assertTrue(close(got[name], base[name]), name .. " under QKV_CPU=" .. isa)
+    end
+  end
+end
+
+function TestIsa:testAnUnknownSetIsSaidAndIgnored()
+  local out = shell.sh("QKV_CPU=sse9 " .. shell.quote(exe) .. " -e 'print((qkv.ones(3) * 2):sum():item())'")
+  lu.assertStrContains(out, "QKV_CPU=sse9 is not baseline, avx2 or avx512; ignored")
+  lu.assertStrContains(out, "6")
+end
+
+-- gelu's backward in one pass: float32 against the float64 formula, over
+-- the whole range (erfc's tail, the x phi(x) term's, and inf)
+function TestIsa:testGeluBackwardAgainstFloat64()
+  local x = qkv.linspace(-20, 20, 40001)
+  local g = qkv.randn(40001)
+  local got = qkv._gelu_backward(x, g)
+  local xd, gd = x:double(), g:double()
+  local phi = (xd * xd * -0.5):exp() / math.sqrt(2 * math.pi)
+  local Phi = qkv.where(xd:eq(0), 0.5, xd:gelu() / xd)   -- float64's gelu: libm's erfc
+  local want = gd * (Phi + xd * phi)
+  -- per unit of g (gelu' is at most 1.13, and 0 near x = -0.75)
+  local err = ((got:double() - want):abs() / (gd:abs() + 1e-30)):max():item()
+  lu.assertTrue(err < 1e-6, "error " .. err)
+  -- the ends: gelu'(+inf) = 1, gelu'(-inf) = 0, NaN stays NaN
+  local e = qkv._gelu_backward(qkv.tensor{1 / 0, -1 / 0, 0 / 0}, qkv.ones(3))
+  local v = e:tolist()
+  lu.assertEquals(v[1], 1)
+  lu.assertEquals(v[2], 0)
+  lu.assertTrue(v[3] ~= v[3])
+end
+
+function TestIsa:testGeluBackwardRefusesMismatches()
+  local ok, err = pcall(qkv._gelu_backward, qkv.ones(3), qkv.ones(4))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "_gelu_backward: x (3,) and g (4,) must be float32 or float64")
+  ok, err = pcall(qkv._gelu_backward, qkv.ones(3), qkv.ones(3, "float64"))
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "_gelu_backward")
+end
+
+os.exit(lu.LuaUnit.run(), true)

@@ -1,0 +1,11 @@
+/*
+** elementwise_avx512.c -- elementwise_rows.h compiled for AVX-512 (see there); used
+** only where the CPU has it (qkv_cpu_isa, cpu.h).
+*/
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
+#define QKV_ROWS(name) qkv_cpu_##name##_rows_avx512
+#include "elementwise_rows.h"
+#else
+typedef int qkv_no_avx512;                 /* (an empty file is not ISO C) */
+#endif
