@@ -9,7 +9,7 @@ BUILD := build
 # README.md lists these (tests/project/test_make.lua checks that the lists agree)
 DEPS := gcc g++ make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
-  libutf8proc-dev libzmq3-dev libssl-dev
+  libutf8proc-dev libzmq3-dev libssl-dev libdnnl2
 # bench/latency.lua's optional peers (`make bench-deps`), listed in
 # docs/contributing.md
 BENCH_DEPS := python3-torch python3-pytest hyperfine

@@ -2,17 +2,17 @@
 -- model's load time, and 1,000 sentences of about 12 tokens encoded in
 -- batches of 32 on the CPU, as sentences per second, against PyTorch on the
 -- same token ids in the same run (bench/bert_torch.py: the encoder in plain
--- torch, and Hugging Face's BertModel where transformers imports) when
--- /usr/bin/python3 (or $QKV_BENCH_PYTHON) has torch.
+-- torch, and Hugging Face's BertModel where transformers imports), PyTorch
+-- 2.x from `make bench-deps` (bench/lib/timing.lua's peer_python).
 -- FLOPs: 2 (4 d^2 + 2 d d_ff) per token and layer for the products (the
 -- attention's 4 n d is under 2% at n = 12), 21.2 MFLOP a token here.
 --
 --   build/qkv bench/bert.lua          (run by `make bench`)
 
 local DIR = os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2"
-local PY = os.getenv("QKV_BENCH_PYTHON") or "/usr/bin/python3"
 local N, BATCH = 1000, 32
 local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
+local PY, VERSION = U.peer_python()
 
 if not io.open(DIR .. "/model.safetensors") then
   print("bert: no model in " .. DIR .. " (`make model` fetches it); skipped")
@@ -66,7 +66,7 @@ local t_encode = median(function() for _, b in ipairs(batches) do m:encode(b) en
 
 -- the peer, on the very same ids
 local torch = {}
-if os.execute(PY .. " -c 'import torch' >/dev/null 2>&1") == true then
+if PY then
   local tmp = os.tmpname()
   qkv.save(tmp .. "_ids.npy", all.input_ids)
   qkv.save(tmp .. "_mask.npy", all.attention_mask)
@@ -87,6 +87,7 @@ end
 local flop = 21.2e6 * tokens
 print(("bert: all-MiniLM-L6-v2, %d sentences, %d tokens (%.1f a sentence), batches of %d, float32")
   :format(N, tokens, tokens / N, BATCH))
+print(PY and ("torch " .. VERSION .. " (" .. PY .. ")") or "torch: not found (`make bench-deps`), skipped")
 print(("%-40s %10s %12s %10s"):format("", "qkv", "torch", "torch/qkv"))
 local function row(name, t, tt, unit)
   local fmt = unit == "ms" and function(x) return ("%.1f ms"):format(x * 1e3) end

@@ -133,4 +133,49 @@ function TestIsa:testGeluBackwardRefusesMismatches()
   lu.assertStrContains(err, "_gelu_backward")
 end
 
+-- float32 products from oneDNN where libdnnl is installed, else OpenBLAS
+-- (vm/cpu/blas.c); $QKV_BLAS=openblas keeps OpenBLAS's. Both against the
+-- float64 product, over the layouts and shapes gemm is handed (transposed
+-- operands, vectors, one-row and one-column products, batches, leading
+-- dimensions wider than the rows)
+local PRODUCTS = {
+  "a:matmul(b)", "a.mT:matmul(a)", "a:matmul(b[{{}, {1, 1}}])", "a[{{1, 1}}]:matmul(b)",
+  "a[{{}, {1, 1}}]:matmul(b[{{1, 1}}])", "a[{{3, 40}, {5, 70}}]:matmul(b[{{5, 70}, {2, 90}}])",
+  "a:reshape(4, 25, 80):matmul(b:reshape(80, 120))", "a:reshape(4, 25, 80):matmul(a:reshape(4, 25, 80).mT)",
+  "b.mT:matmul(a.mT)", "a[{{1, 64}}]:matmul(b) * 0.5",
+}
+
+local function products(blas)
+  local dir = os.tmpname()
+  local lines = {"qkv.seed(5)", "local a, b = qkv.randn(100, 80), qkv.randn(80, 120)",
+                 "qkv.save(" .. ("%q"):format(dir .. "_a.npy") .. ", a)",
+                 "qkv.save(" .. ("%q"):format(dir .. "_b.npy") .. ", b)"}
+  for i, code in ipairs(PRODUCTS) do
+    lines[#lines + 1] = ("qkv.save(%q, %s)"):format(dir .. "_" .. i .. ".npy", code)
+  end
+  lines[#lines + 1] = [[print(io.open("/proc/self/maps"):read("a"):find("libdnnl", 1, true) and "onednn" or "openblas")]]
+  local out, code = shell.sh((blas and "QKV_BLAS=" .. blas .. " " or "") .. shell.quote(exe) ..
+                             " -e " .. shell.quote(table.concat(lines, "\n")))
+  lu.assertEquals(code, 0, out)
+  local got = {a = qkv.load(dir .. "_a.npy"), b = qkv.load(dir .. "_b.npy"), name = out:match("(%S+)%s*$")}
+  for i = 1, #PRODUCTS do got[i] = qkv.load(dir .. "_" .. i .. ".npy") end
+  os.execute("rm -f " .. shell.quote(dir) .. "*")
+  return got
+end
+
+function TestIsa:testBothSgemmsAgainstFloat64()
+  if not io.open("/proc/self/maps") then lu.skip("no /proc/self/maps") end
+  local have_dnnl = shell.sh("ldconfig -p 2>/dev/null"):find("libdnnl.so.2", 1, true) ~= nil
+  for _, blas in ipairs{"openblas", false} do
+    local got = products(blas)
+    lu.assertEquals(got.name, (blas or not have_dnnl) and "openblas" or "onednn")
+    local a, b = got.a:double(), got.b:double()
+    for i, code in ipairs(PRODUCTS) do
+      local want = load("local a, b = ...; return " .. code)(a, b)
+      local err = (got[i]:double() - want):abs():max():item()
+      lu.assertTrue(err < 1e-4, ("%s (%s): off by %g"):format(code, got.name, err))
+    end
+  end
+end
+
 os.exit(lu.LuaUnit.run(), true)

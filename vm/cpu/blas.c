@@ -1,22 +1,65 @@
 /*
-** blas.c -- finds cblas_sgemm and cblas_dgemm with dlopen the first time a
-** product needs them (see blas.h).
+** blas.c -- finds the products with dlopen the first time one is needed
+** (see blas.h): cblas_sgemm and cblas_dgemm from OpenBLAS, and float32's
+** from oneDNN (dnnl_sgemm) where libdnnl is installed, which was 5-40%
+** faster on a core of this machine for the shapes of a transformer's
+** products (bench/NOTES.md, "Which sgemm").  $QKV_BLAS=openblas keeps
+** OpenBLAS's for float32 too (the suites compare the two).
 */
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "blas.h"
 
 __typeof__(cblas_sgemm) *qkv_sgemm;
 __typeof__(cblas_dgemm) *qkv_dgemm;
-static void (*set_threads)(int);
+/* each library's "one thread on this thread" (both run OpenMP inside) */
+static void (*set_threads)(int), (*dnnl_omp_threads)(int);
 static _Thread_local int serial_here;
+
+/* oneDNN's sgemm is row-major, as every call here is */
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *,
+                             int64_t, const float *, int64_t, float, float *, int64_t);
+static dnnl_sgemm_fn dnnl_sgemm;
+static __typeof__(cblas_sgemm) *openblas_sgemm;
+
+static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
+                        const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n,
+                        const blasint k, const float alpha, const float *a, const blasint lda,
+                        const float *b, const blasint ldb, const float beta, float *c,
+                        const blasint ldc) {
+  /* CblasRowMajor is the only order used; what oneDNN refuses (leading
+     dimensions it finds too small, say) OpenBLAS computes */
+  if (order != CblasRowMajor ||
+      dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a,
+                 lda, b, ldb, beta, c, ldc) != 0)
+    openblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 void qkv_blas_serial (void) {
   if (serial_here || qkv_sgemm == NULL) return;
   serial_here = 1;
   if (set_threads) set_threads(1);
+  if (dnnl_omp_threads) dnnl_omp_threads(1);
+}
+
+static void load_dnnl (void) {
+  const char *want = getenv("QKV_BLAS");
+  if (want != NULL && strcmp(want, "openblas") == 0) return;
+  if (want != NULL && *want != '\0' && strcmp(want, "dnnl") != 0)
+    fprintf(stderr, "qkv: QKV_BLAS=%s is not openblas or dnnl; ignored\n", want);
+  void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) return;
+  void *s = dlsym(h, "dnnl_sgemm"), *t = dlsym(h, "omp_set_num_threads");
+  if (s == NULL) { dlclose(h); return; }
+  *(void **)&dnnl_sgemm = s;
+  *(void **)&dnnl_omp_threads = t;
+  openblas_sgemm = qkv_sgemm;
+  qkv_sgemm = sgemm_dnnl;
 }
 
 int qkv_blas_load (void) {
@@ -36,6 +79,7 @@ int qkv_blas_load (void) {
       *(void **)&qkv_sgemm = s;
       *(void **)&qkv_dgemm = d;
       *(void **)&set_threads = dlsym(h, "openblas_set_num_threads");
+      load_dnnl();
       qkv_blas_serial();
       return QKV_OK;
     }
