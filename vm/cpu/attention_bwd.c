@@ -17,6 +17,7 @@
 #include "cpu.h"
 #include "parallel.h"
 #include "blas.h"
+#include "vexp.h"
 
 #define BQ 64
 #define BK 128
@@ -30,6 +31,7 @@ typedef struct {
   const qkv_tensor *mt;
   int causal;
   double scale;
+  int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
 } Bwd;
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, rows of A and B as stored */
@@ -78,41 +80,74 @@ static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq,
   const char *k = J->k + ((b * J->nk + j0) * J->d) * (int64_t)es;
   gemm(J, 0, 1, bq, bk, J->d, J->scale, q, J->d, k, J->d, 0, s, bk);
   if (!J->mask && (!J->causal || j0 + bk - 1 <= i0 + J->nk - J->nq)) return;  /* all kept */
+  if (!J->mask && !J->f64) {                    /* causal alone: each row's tail */
+    for (int64_t i = 0; i < bq; i++) {
+      int64_t from = i0 + i + J->nk - J->nq + 1 - j0;    /* first key hidden */
+      float *si = (float *)s + i * bk;
+      for (int64_t j = from < 0 ? 0 : from; j < bk; j++) si[j] = -INFINITY;
+    }
+    return;
+  }
   for (int64_t i = 0; i < bq; i++)
     for (int64_t j = 0; j < bk; j++)
       if (!keeps(J, mb, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
 }
 
 /* row i of a float32 tile: its max and the sum of exp(x - max) folded into
-   the running (m, l); one exp per score */
-static void row_stats_f32 (const float *x, int64_t n, double *m, double *l) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-  if (mx == -INFINITY) return;
-  float sum = 0;
-  #pragma omp simd reduction(+:sum)
-  for (int64_t j = 0; j < n; j++) sum += expf(x[j] - mx);
-  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
-  else *l += sum * exp(mx - *m);
+   the running (m, l); one exp per score, vexp.h's (libm's expf is a scalar
+   call: it took half the backward of a small model's attention).
+   A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
+   Both built for the baseline and for AVX-512 (qkv_cpu_isa picks), the
+   same operations in the same order, so the same bits. */
+#define ROW_LOOPS(suffix, ATTR) \
+static ATTR void row_stats_##suffix (const float *x, int64_t n, double *m, double *l) { \
+  float mx = -INFINITY; \
+  for (int64_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx; \
+  if (mx == -INFINITY) return; \
+  float sum = 0; \
+  _Pragma("omp simd reduction(+:sum)") \
+  for (int64_t j = 0; j < n; j++) sum += qkv_vexpf(x[j] - mx); \
+  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; } \
+  else *l += sum * exp(mx - *m); \
+} \
+static ATTR void grads_##suffix (float *s, float *dp, int64_t bq, int64_t bk, \
+                                 const double *lse, const double *D) { \
+  for (int64_t i = 0; i < bq; i++) { \
+    float L = (float)lse[i], Di = (float)D[i]; \
+    float *si = s + i * bk, *di = dp + i * bk; \
+    if (lse[i] == -INFINITY) { \
+      for (int64_t j = 0; j < bk; j++) si[j] = 0, di[j] = 0; \
+      continue; \
+    } \
+    _Pragma("omp simd") \
+    for (int64_t j = 0; j < bk; j++) { \
+      float p = qkv_vexpf(si[j] - L);       /* -inf gives 0: a masked key */ \
+      si[j] = p; \
+      di[j] = p * (di[j] - Di); \
+    } \
+  } \
 }
 
-/* a float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D) */
-static void grads_f32 (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+ROW_LOOPS(base, )
+#if defined(__x86_64__)
+ROW_LOOPS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))))
+#endif
+
+static void row_stats_f32 (int wide, const float *x, int64_t n, double *m, double *l) {
+#if defined(__x86_64__)
+  if (wide) { row_stats_avx512(x, n, m, l); return; }
+#endif
+  (void)wide;
+  row_stats_base(x, n, m, l);
+}
+
+static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
                        const double *D) {
-  for (int64_t i = 0; i < bq; i++) {
-    float L = (float)lse[i], Di = (float)D[i];
-    float *si = s + i * bk, *di = dp + i * bk;
-    if (lse[i] == -INFINITY) {
-      for (int64_t j = 0; j < bk; j++) si[j] = 0, di[j] = 0;
-      continue;
-    }
-    #pragma omp simd
-    for (int64_t j = 0; j < bk; j++) {
-      float p = expf(si[j] - L);            /* -inf gives 0: a masked key */
-      si[j] = p;
-      di[j] = p * (di[j] - Di);
-    }
-  }
+#if defined(__x86_64__)
+  if (wide) { grads_avx512(s, dp, bq, bk, lse, D); return; }
+#endif
+  (void)wide;
+  grads_base(s, dp, bq, bk, lse, D);
 }
 
 static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
@@ -126,7 +161,7 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
       int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
       scores(J, b, mb, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
-        if (!J->f64) { row_stats_f32((const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
+        if (!J->f64) { row_stats_f32(J->wide, (const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
         for (int64_t j = 0; j < bk; j++) {
           double x = at(J, s, i * bk + j);
           if (x == -INFINITY) continue;
@@ -158,7 +193,7 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
       char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
       scores(J, b, mb, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->dv, v, J->dv, 0, dp, bk);    /* dP = dO V^T */
-      if (!J->f64) grads_f32((float *)s, (float *)dp, bq, bk, lse + i0, D + i0);
+      if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse + i0, D + i0);
       else
         for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
           for (int64_t j = 0; j < bk; j++) {
@@ -198,7 +233,7 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
            v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),
            qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
-           mask ? qkv_data(mask) : NULL, mask, causal, scale};
+           mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512};
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0) */
   size_t es = J.f64 ? 8 : 4;
