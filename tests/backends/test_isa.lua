@@ -83,12 +83,15 @@ local function same(a, b)
   return qkv.eq(a, b):logical_and(zero_sign):logical_or(both_nan):all():item()
 end
 
-local function close(a, b)
+-- (the backward sums 64 products of values that already differ)
+local TOL = {attention_bwd = 1e-5}
+
+local function close(a, b, tol)
   local finite = a:abs():lt(1 / 0)
   if not qkv.eq(finite, b:abs():lt(1 / 0)):all():item() then return false end
   if not same(a:masked_fill(finite, 0), b:masked_fill(finite, 0)) then return false end
   local d = (a:masked_fill(finite:logical_not(), 0):double() - b:masked_fill(finite:logical_not(), 0))
-  return d:abs():max():item() <= 1e-6 * math.max(1, b:masked_fill(finite:logical_not(), 0):abs():max():item())
+  return d:abs():max():item() <= (tol or 1e-6) * math.max(1, b:masked_fill(finite:logical_not(), 0):abs():max():item())
 end
 
 TestIsa = {}
@@ -101,7 +104,7 @@ function TestIsa:testEverySetGivesTheBaselinesBits()
       lu.assertTrue(same(got[name], base[name]), name .. " under QKV_CPU=" .. isa)
     end
     for name in pairs(CLOSE) do
-      lu.assertTrue(close(got[name], base[name]), name .. " under QKV_CPU=" .. isa)
+      lu.assertTrue(close(got[name], base[name], TOL[name]), name .. " under QKV_CPU=" .. isa)
     end
   end
 end
