@@ -142,11 +142,33 @@ static int n_gelu_backward (lua_State *L) {
   return 1;
 }
 
+/* qkv._adam(p, g, m, v, vmax, lr, b1, b2, eps, decay, bc1, bc2): one fused
+   Adam step in place (qkv.optim's Adam:update; qkv_adam says the formula).
+   vmax may be nil; p, m, v (and vmax) float32 or float64 of one shape and
+   device, contiguous, and g of their shape */
+static int n_adam (lua_State *L) {
+  qkv_tensor *p = qkvL_checktensor(L, 1), *g = qkvL_checktensor(L, 2);
+  qkv_tensor *m = qkvL_checktensor(L, 3), *v = qkvL_checktensor(L, 4);
+  qkv_tensor *vmax = lua_isnil(L, 5) ? NULL : qkvL_checktensor(L, 5);
+  qkv_adam_step h;
+  double *f[] = {&h.lr, &h.b1, &h.b2, &h.eps, &h.decay, &h.bc1, &h.bc2};
+  for (int i = 0; i < 7; i++) *f[i] = luaL_checknumber(L, 6 + i);
+  int err = qkv_adam(p, g, m, v, vmax, &h);
+  if (err == QKV_EINTERNAL) {
+    const char *sp = qkvL_shape(L, p), *sg = qkvL_shape(L, g);
+    return luaL_error(L, "_adam: p %s, g %s and the state must be float32 or float64 of one "
+                      "shape, dtype and device, p and the state contiguous", sp, sg);
+  }
+  qkvL_check(L, "step", err);
+  return 0;
+}
+
 void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {{"log_softmax", n_log_softmax}, {NULL, NULL}};
   static const luaL_Reg mod[] = {
     {"layer_norm", n_layer_norm}, {"dropout", n_dropout},
     {"_softmax_backward", n_softmax_backward}, {"_gelu_backward", n_gelu_backward},
+    {"_adam", n_adam},
     {NULL, NULL}
   };
   qkvL_register(L, methods, module, both, NULL, mod);

@@ -213,7 +213,16 @@ function O.AdamW(params, opts) return adam(AdamW, "AdamW", params, opts) end
 -- and SequentialLR, which set opt.lr (stdlib/qkv/lr_scheduler.lua)
 O.lr_scheduler = require "qkv.lr_scheduler"
 
--- torch.optim.Adam (and AdamW), with each parameter's own step count t
+-- whether qkv._adam (one pass, vm/cpu/optim.c) can step p: float32 or
+-- float64, contiguous, its gradient of its shape and dtype
+local function fusable(p, g)
+  return (p.dtype == "float32" or p.dtype == "float64") and g.dtype == p.dtype and
+         p:is_contiguous() and p.device == g.device
+end
+
+-- torch.optim.Adam (and AdamW), with each parameter's own step count t;
+-- one fused pass where it can (qkv._adam: the same formula, in double),
+-- else these ops
 function Adam:update(i, p, g)
   local s = self.state[i]
   if not s then
@@ -222,7 +231,13 @@ function Adam:update(i, p, g)
     self.state[i] = s
   end
   s.t = s.t + 1
-  if self.decoupled_weight_decay and self.weight_decay ~= 0 then p:mul_(1 - self.lr * self.weight_decay) end
+  local decay = self.decoupled_weight_decay and self.lr * self.weight_decay or 0
+  if fusable(p, g) then
+    qkv._adam(p, g, s.m, s.v, s.vmax or nil, self.lr, self.b1, self.b2, self.eps, decay,
+              1 - self.b1 ^ s.t, 1 - self.b2 ^ s.t)
+    return
+  end
+  if decay ~= 0 then p:mul_(1 - decay) end
   s.m:mul_(self.b1):add_(g * (1 - self.b1))
   s.v:mul_(self.b2):add_(g * g * (1 - self.b2))
   local v = s.v

@@ -128,6 +128,7 @@ local COVER = {
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
   layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
+  adam = "TestCudaOptim",
 }
 
 TestCudaCoverage = {}
@@ -489,6 +490,36 @@ function TestCudaElementwise:testMaskedFillAndClamp()
        {values({3, 5}, "float32"), values({3, 5}, "bool")})
   same("clamp", function(v) return v:clamp(-1, 0.5) end, {values({6, 6}, "float32")})
   same("tril/triu", function(v) return v:tril() + v:triu(1) * 2 end, {values({5, 7}, "float32")})
+end
+
+---------------------------------------------------------------- optimizers
+
+TestCudaOptim = {}
+
+-- the fused Adam step (qkv._adam, under qkv.optim.Adam and AdamW): three
+-- steps on the GPU give the CPU's parameters and state
+function TestCudaOptim:testAdamStepsAsTheCpu()
+  need()
+  local variants = {{"Adam", {lr = 0.01}}, {"Adam", {lr = 0.01, amsgrad = true, weight_decay = 0.1}},
+                    {"AdamW", {lr = 0.01, weight_decay = 0.05}}, {"Adam", {lr = 0.01, maximize = true}}}
+  for _, var in ipairs(variants) do
+    for _, dt in ipairs(FLOATS) do
+      local what = ("%s %s %s"):format(dt, var[1], var[2].amsgrad and "amsgrad" or "")
+      local pc = values({7, 33}, dt)
+      local pg = pc:cuda():requires_grad_()
+      pc:requires_grad_()
+      local oc, og = qkv.optim[var[1]]({pc}, var[2]), qkv.optim[var[1]]({pg}, var[2])
+      for _ = 1, 3 do
+        local g = values({7, 33}, dt)
+        pc.grad, pg.grad = g, g:cuda()
+        oc:step()
+        og:step()
+      end
+      compare(pc, pg, what .. ": p")
+      compare(oc.state[1].m, og.state[1].m, what .. ": m")
+      compare(oc.state[1].v, og.state[1].v, what .. ": v")
+    end
+  end
 end
 
 ---------------------------------------------------------------- reductions

@@ -93,6 +93,9 @@ typedef struct qkv_backend {
      nothing); x may be out itself; -rows <= k <= cols (the dispatch clamps
      k there, which changes no element, so that i + k cannot overflow) */
   int (*tri)(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
+  /* as qkv_adam, with g made contiguous too */
+  int (*adam)(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v, qkv_tensor *vmax,
+              const qkv_adam_step *h);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

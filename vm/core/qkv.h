@@ -225,6 +225,17 @@ int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
 /* out (x's shape) = running sums of x along dim (0-based); out's dtype is
    x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
 int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
+/* one step of Adam (torch.optim.Adam's single-tensor update), in place,
+   element by element in p's dtype, in torch's order: with decay = lr * weight_decay when it is
+   decoupled (AdamW) else 0, and bc1, bc2 = 1 - beta^step,
+     p = p (1 - decay);  m = m + (1 - b1)(g - m);  v = b2 v + (1 - b2) g^2;
+     vmax = max(vmax, v) (amsgrad, used for v below);
+     p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
+   p, g, m, v and vmax (or NULL) one shape, float dtype and device, p, m, v
+   and vmax contiguous; a coupled weight decay or maximize is already in g */
+typedef struct { double lr, b1, b2, eps, decay, bc1, bc2; } qkv_adam_step;
+int qkv_adam(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v, qkv_tensor *vmax,
+             const qkv_adam_step *h);
 /* out (x's shape and dtype, any dtype, at least 2 dims) = x with zeros
    outside the triangle of each matrix of its last two dims: element
    (..., i, j) kept where j - i <= k (tril; upper: j - i >= k, triu), as

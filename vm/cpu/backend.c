@@ -31,6 +31,7 @@ const qkv_backend qkv_cpu_backend = {
   .layer_norm = qkv_cpu_layer_norm,
   .cumsum = qkv_cpu_cumsum,
   .tri = qkv_cpu_tri,
+  .adam = qkv_cpu_adam,
 };
 
 /*

@@ -45,6 +45,8 @@ int qkv_cpu_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tens
 int qkv_cpu_log_softmax(qkv_tensor *out, const qkv_tensor *x);
 int qkv_cpu_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_tri(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
+int qkv_cpu_adam(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v,
+                 qkv_tensor *vmax, const qkv_adam_step *h);
 int qkv_cpu_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                        const qkv_tensor *b, int64_t n, double eps);
 

@@ -319,6 +319,7 @@ static const qkv_backend cuda_backend = {
   .layer_norm = qkv_cuda_layer_norm,
   .cumsum = qkv_cuda_cumsum,
   .tri = qkv_cuda_tri,
+  .adam = qkv_cuda_adam,
 };
 
 static const qkv_cuda_api api = {

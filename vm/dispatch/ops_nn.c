@@ -415,3 +415,28 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   qkv_storage_release(tm);
   return err;
 }
+
+/* whether t is float of p's dtype, shape and device, and contiguous */
+static int adam_like (const qkv_tensor *t, const qkv_tensor *p) {
+  return t->dtype == p->dtype && t->ndim == p->ndim && t->storage->device == p->storage->device &&
+         memcmp(t->size, p->size, sizeof(int64_t) * (size_t)p->ndim) == 0 && qkv_is_contiguous(t);
+}
+
+int qkv_adam (qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v, qkv_tensor *vmax,
+              const qkv_adam_step *h) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(p, m, v, &err);
+  if (be == NULL) return err;
+  if ((be = qkv_op_backend(p, g, vmax, &err)) == NULL) return err;
+  if ((p->dtype != QKV_F32 && p->dtype != QKV_F64) || !adam_like(p, p) || !adam_like(m, p) ||
+      !adam_like(v, p) || (vmax && !adam_like(vmax, p)) || g->ndim != p->ndim ||
+      memcmp(g->size, p->size, sizeof(int64_t) * (size_t)p->ndim) != 0)
+    return QKV_EINTERNAL;
+  if (qkv_numel(p) == 0) return QKV_OK;
+  qkv_tensor gc;
+  qkv_storage *tg;
+  if ((err = qkv_op_contiguous_as(&gc, &tg, g, p->dtype)) != QKV_OK) return err;
+  err = be->adam(p, &gc, m, v, vmax, h);
+  qkv_storage_release(tg);
+  return err;
+}
