@@ -190,4 +190,35 @@ function TestIsa:testBothSgemmsAgainstFloat64()
   end
 end
 
+-- bfloat16 products: on oneDNN's bfloat16 gemm where libdnnl is installed
+-- (big enough products, operands laid out for gemm), else in float32 from
+-- converted operands; both the float64 product rounded to bfloat16, within
+-- one bfloat16 rounding (float32 sums in another order)
+function TestIsa:testBfloat16ProductsBothWays()
+  local code = [[
+    qkv.seed(9)
+    local a, b = qkv.randn(300, 200):bfloat16(), qkv.randn(200, 260):bfloat16()
+    qkv.save(arg_dir .. "/a.npy", a:float()) qkv.save(arg_dir .. "/b.npy", b:float())
+    qkv.save(arg_dir .. "/ab.npy", a:matmul(b):float())
+    qkv.save(arg_dir .. "/atb.npy", a.mT:matmul(a):float())
+    qkv.save(arg_dir .. "/batch.npy", a:reshape(3, 100, 200):matmul(b):float())]]
+  for _, blas in ipairs{"openblas", "dnnl"} do
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. shell.quote(dir)))
+    local out, status = shell.sh("QKV_BLAS=" .. blas .. " " .. shell.quote(exe) .. " -e " ..
+                                 shell.quote("arg_dir = " .. ("%q"):format(dir) .. "\n" .. code))
+    lu.assertEquals(status, 0, out)
+    local a, b = qkv.load(dir .. "/a.npy"):double(), qkv.load(dir .. "/b.npy"):double()
+    local want = {ab = a:matmul(b), atb = a.mT:matmul(a), batch = a:reshape(3, 100, 200):matmul(b)}
+    for name, w in pairs(want) do
+      local got = qkv.load(dir .. "/" .. name .. ".npy"):double()
+      -- bfloat16 keeps 8 bits: half an ulp is 2^-8 of the value, plus the sums' rounding
+      local err = ((got - w):abs() - w:abs() * 2 ^ -8):max():item()
+      lu.assertTrue(err <= 1e-3, ("%s with QKV_BLAS=%s: off by %g past bfloat16's rounding"):format(name, blas, err))
+    end
+    os.execute("rm -rf " .. shell.quote(dir))
+  end
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -25,6 +25,7 @@ static _Thread_local int serial_here;
 typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *,
                              int64_t, const float *, int64_t, float, float *, int64_t);
 static dnnl_sgemm_fn dnnl_sgemm;
+qkv_bf16gemm_fn qkv_bf16gemm;
 static __typeof__(cblas_sgemm) *openblas_sgemm;
 
 static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
@@ -58,6 +59,7 @@ static void load_dnnl (void) {
   if (s == NULL) { dlclose(h); return; }
   *(void **)&dnnl_sgemm = s;
   *(void **)&dnnl_omp_threads = t;
+  *(void **)&qkv_bf16gemm = dlsym(h, "dnnl_gemm_bf16bf16f32");
   openblas_sgemm = qkv_sgemm;
   qkv_sgemm = sgemm_dnnl;
 }

@@ -8,9 +8,18 @@
 #define QKV_BLAS_H
 
 #include <cblas.h>
+#include <stdint.h>
 
 extern __typeof__(cblas_sgemm) *qkv_sgemm;
 extern __typeof__(cblas_dgemm) *qkv_dgemm;
+
+/* oneDNN's bfloat16 product with float32 sums, C (float32) = alpha
+   op(A) op(B) + beta C, row-major; NULL without libdnnl (or with
+   $QKV_BLAS=openblas).  Returns 0 on success. */
+typedef int (*qkv_bf16gemm_fn)(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                               float beta, float *c, int64_t ldc);
+extern qkv_bf16gemm_fn qkv_bf16gemm;
 
 /* QKV_OK once qkv_sgemm and qkv_dgemm may be called, else QKV_ENOBLAS.
    Call it on the thread that runs Lua, before any parallel loop.  BLAS

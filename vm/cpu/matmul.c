@@ -12,6 +12,7 @@
 #include "cpu.h"
 #include "parallel.h"
 #include "blas.h"
+#include "../core/half.h"
 #include "../common/layout.h"
 #include "../common/matmul_shape.h"
 
@@ -340,6 +341,23 @@ static int batches (void *p, int64_t lo, int64_t hi, int tid) {
 }
 
 /*
+** A bfloat16 panel: oneDNN's product of the bfloat16 operands with float32
+** sums (exact products, as the float32 path's converted operands give),
+** into float32 scratch, then rounded once into out, as that path rounds.
+*/
+static int bf16_panel (const job *J, int m, int w, const void *a, const void *b, char *c) {
+  float *f = malloc(sizeof(float) * (size_t)m * (size_t)w);
+  if (f == NULL) return QKV_ENOMEM;
+  int bad = qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
+                         m, w, J->n, (float)J->alpha, a, J->a.ld, b, J->b.ld, 0.0f, f, w);
+  uint16_t *o = (uint16_t *)c;
+  for (int i = 0; i < m && !bad; i++)
+    for (int j = 0; j < w; j++) o[(int64_t)i * J->p + j] = qkv_f2bf(f[(int64_t)i * w + j]);
+  free(f);
+  return bad ? QKV_EINTERNAL : QKV_OK;
+}
+
+/*
 ** Panels of out, rows x cols each, over every batch: the products that
 ** need no per-batch copy of b.  A panel is one gemm call; the threads take
 ** panels (BLAS is single-threaded on each, blas.h).
@@ -370,6 +388,10 @@ static int panels (void *p, int64_t lo, int64_t hi, int tid) {
     } else {
       a = rows_of(J, &J->a, J->a.copy ? P->sa : a, i0);
     }
+    if (J->dtype == QKV_BF16) {
+      if ((err = bf16_panel(J, m, w, a, cols_of(J, &J->b, b, j0), c)) != QKV_OK) break;
+      continue;
+    }
     gemm(J, m, w, a, J->a.ld, cols_of(J, &J->b, b, j0), J->b.ld, c);
   }
   free(pa);
@@ -378,6 +400,9 @@ static int panels (void *p, int64_t lo, int64_t hi, int tid) {
 
 /* below this many multiply-adds in all, products stay on one thread */
 #define PAR_GEMM ((double)(1 << 20))
+/* below this many (160^3), oneDNN's bfloat16 call costs more than the
+   float32 path (bench/NOTES.md, "bfloat16 products") */
+#define PAR_GEMM_BF16 ((double)(1 << 22))
 
 static int run_batches (const job *J, int64_t nbatch) {
   void *sa, *sb;
@@ -421,10 +446,30 @@ static int run_batches (const job *J, int64_t nbatch) {
   return err;
 }
 
+/*
+** bfloat16 products run natively where oneDNN has its bfloat16 gemm and
+** both operands are laid out as gemm reads them; QKV_EDTYPE otherwise, and
+** the dispatch computes them in float32 instead (same values: exact
+** products, float32 sums, one rounding).
+*/
+static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                       qkv_matmul_dims *d) {
+  if (a->dtype != QKV_BF16 || b->dtype != QKV_BF16) return QKV_EDTYPE;
+  qkv_tensor fo = *out, fa = *a, fb = *b;
+  fo.dtype = fa.dtype = fb.dtype = QKV_F32;          /* the shapes' check alone */
+  int err = qkv_matmul_check(&fo, &fa, &fb, d);
+  if (err != QKV_OK) return err;
+  if ((double)d->m * d->n * d->p < PAR_GEMM_BF16 || qkv_blas_load() != QKV_OK ||
+      qkv_bf16gemm == NULL)
+    return QKV_EDTYPE;
+  return QKV_OK;
+}
+
 int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                     double alpha) {
   qkv_matmul_dims d;
-  int err = qkv_matmul_check(out, a, b, &d);
+  int bf16 = out->dtype == QKV_BF16;
+  int err = bf16 ? bf16_check(out, a, b, &d) : qkv_matmul_check(out, a, b, &d);
   if (err != QKV_OK) return err;
   job J;
   J.dtype = out->dtype;
@@ -443,6 +488,11 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   J.m = (int)m; J.n = (int)n; J.p = (int)p;
   setup(&J.a, a);
   setup(&J.b, b);
+  if (bf16) {
+    if (J.a.copy || J.b.copy || alpha == 0 || !isfinite(alpha)) return QKV_EDTYPE;
+    J.alpha = alpha;
+    return run_batches(&J, nbatch);
+  }
   if ((double)m * (double)n * (double)p <= (J.b.cs == 1 ? TINY_GEMM : TINY_GEMM_T)) {
     return tiny_batches(&J, nbatch, alpha);
   }

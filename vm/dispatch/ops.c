@@ -464,8 +464,10 @@ static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *
   return be->matmul(out, &x, &y, alpha);
 }
 
-/* a and b of out's dtype; a float16 or bfloat16 product is one in float32
-   of the operands converted, rounded once at the end */
+/* a and b of out's dtype; a float16 or bfloat16 product is asked of the
+   backend as it is first (the CPU's bfloat16 one runs on oneDNN), and where
+   it says QKV_EDTYPE is one in float32 of the operands converted, rounded
+   once at the end: the same exact products and float32 sums either way */
 int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                 double alpha) {
   int err;
@@ -473,6 +475,9 @@ int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if (qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype) &&
+      (err = matmul_in(be, out, a, b, alpha)) != QKV_EDTYPE)
+    return err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   if (o == out) return matmul_in(be, out, a, b, alpha);
   if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
