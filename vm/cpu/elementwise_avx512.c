@@ -3,7 +3,8 @@
 ** only where the CPU has it (qkv_cpu_isa, cpu.h).
 */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,fma")
+#pragma GCC optimize("fp-contract=fast")
 #define QKV_ROWS(name) qkv_cpu_##name##_rows_avx512
 #include "elementwise_rows.h"
 #else

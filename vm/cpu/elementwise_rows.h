@@ -4,9 +4,11 @@
 ** baseline, SSE2 on x86-64), elementwise_avx2.c and elementwise_avx512.c,
 ** each defining QKV_ROWS(name) as name's table for its set, and
 ** elementwise.c picking one at run time (qkv_cpu_isa, cpu.h).  The sets
-** compute the same IEEE operations in the same order (C11 forbids
-** contracting them into FMAs), so every table gives the same bits; wider
-** vectors only take more elements per instruction.
+** compute the same IEEE operations in the same order, so the ops of one
+** operation (add, mul, the comparisons, ...) give the same bits; the AVX2
+** and AVX-512 builds fuse a * b + c into FMAs (GELU's polynomials: 40%
+** faster), which differ from the baseline within float32's rounding
+** (tests/backends/test_isa.lua checks both).
 **
 ** Each op x dtype is a row function stamped out by QKV_ROW_MAP1/2 (iter.h)
 ** and found through a table; a NULL entry is a dtype the op does not take.

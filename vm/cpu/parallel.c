@@ -32,7 +32,7 @@
 #define SPIN_NS 4000
 #endif
 #ifndef YIELD_NS
-#define YIELD_NS 50000
+#define YIELD_NS 200000
 #endif
 
 static _Atomic uint64_t word;           /* gen | next | chunks */
