@@ -1,6 +1,7 @@
 -- attention.lua -- times the fused attention kernel (qkv.attention with
 -- weights = false) at B = 1, H = 8, d = 64, float32, N = 512 .. 16384,
--- causal and not, against the sgemm ceiling and, when /usr/bin/python3 has
+-- causal and not, against the sgemm ceiling and, when the peer python (bench/lib/timing.lua's peer_python:
+-- PyTorch 2.x from `make bench-deps`, else /usr/bin/python3) has
 -- torch, against PyTorch (bench/attention_torch.py) on the same shapes.
 --
 --   build/qkv bench/attention.lua          the table (run by `make bench`)
@@ -16,7 +17,7 @@ local shell_quote = U.quote
 local H, D = 8, 64
 local SIZES = {512, 1024, 2048, 4096, 16384}
 local GEMM_N = 2048
-local TORCH = "/usr/bin/python3"
+local TORCH = (dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").peer_python()) or "/usr/bin/python3"
 
 local function flops(n, causal)
   local f = 4 * n * n * D * H

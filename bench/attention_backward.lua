@@ -1,7 +1,8 @@
 -- attention_backward.lua -- the fused attention's backward (weights =
 -- false, vm/cpu/attention_bwd.c) at B = 1, H = 8, d = 64, float32, N = 1024
 -- and 4096, against PyTorch's autograd of softmax(Q K^T / sqrt(d)) V in the
--- same run (bench/attention_backward_torch.py) when /usr/bin/python3 has
+-- same run (bench/attention_backward_torch.py) when the peer python (bench/lib/timing.lua's peer_python:
+-- PyTorch 2.x from `make bench-deps`, else /usr/bin/python3) has
 -- torch. FLOPs counted as 10 N² d H (the five products of a backward);
 -- each case in a fresh process, whose peak resident memory it reports.
 --
@@ -14,7 +15,7 @@ local q = U.quote
 
 local H, D = 8, 64
 local SIZES = {1024, 4096}
-local TORCH = "/usr/bin/python3"
+local TORCH = (dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").peer_python()) or "/usr/bin/python3"
 
 if arg[1] == "case" then
   local n = tonumber(arg[2])
@@ -33,16 +34,20 @@ local self = q(arg[-1]) .. " " .. q(arg[0])
 local py = arg[0]:gsub("attention_backward%.lua$", "attention_backward_torch.py")
 local have_torch = os.execute(TORCH .. " -c 'import torch' >/dev/null 2>&1") == true
 print(string.format("attention backward: B=1 H=%d d=%d float32; GFLOP/s of 10 N^2 d H", H, D))
-print(have_torch and "torch: autograd of softmax(QK^T/sqrt(d))V, backward only"
+print(have_torch and "torch: autograd of softmax(QK^T/sqrt(d))V, and of scaled_dot_product_attention" ..
+                    " (sdpa), backward only; x/qkv = how many times qkv is faster"
                  or "torch: not found by " .. TORCH .. ", skipped")
-print(string.format("%6s %9s %8s %8s %9s %9s %9s", "N", "time s", "GFLOP/s", "peak MB",
-                    "torch s", "torch MB", "torch/qkv"))
+print(string.format("%6s %9s %8s %8s %9s %9s %9s %9s %9s", "N", "time s", "GFLOP/s", "peak MB",
+                    "torch s", "torch MB", "torch/qkv", "sdpa s", "sdpa/qkv"))
 for _, n in ipairs(SIZES) do
   local r, err = result(self .. " case " .. n)
   if not r then error("case " .. n .. " failed:\n" .. err) end
   local t = have_torch and result(TORCH .. " " .. q(py) .. " " .. n) or nil
-  print(string.format("%6d %9.4f %8.1f %8.0f %9s %9s %9s", n, r.time, r.gflops, r.mb,
+  local f = have_torch and result(TORCH .. " " .. q(py) .. " " .. n .. " sdpa") or nil
+  print(string.format("%6d %9.4f %8.1f %8.0f %9s %9s %9s %9s %9s", n, r.time, r.gflops, r.mb,
                       t and string.format("%.4f", t.time) or "-",
                       t and string.format("%.0f", t.mb) or "-",
-                      t and string.format("%.2f", t.time / r.time) or "-"))
+                      t and string.format("%.2f", t.time / r.time) or "-",
+                      f and string.format("%.4f", f.time) or "-",
+                      f and string.format("%.2f", f.time / r.time) or "-"))
 end

@@ -7,7 +7,7 @@
 --
 --   build/qkv bench/einsum.lua [--quick]
 
-local TORCH = "/usr/bin/python3"
+local TORCH = (dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").peer_python()) or "/usr/bin/python3"
 local SIZES = {{label = "seed", b = 1, h = 1, q = 3, k = 3, d = 2},
                {label = "model", b = 8, h = 12, q = 128, k = 128, d = 64}}
 local quick = arg[1] == "--quick"

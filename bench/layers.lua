@@ -6,7 +6,7 @@
 --
 --   build/qkv bench/layers.lua            the table (run by `make bench`)
 
-local TORCH = "/usr/bin/python3"
+local TORCH = (dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua").peer_python()) or "/usr/bin/python3"
 
 -- name, the shape, what to time (x and, for layer_norm, w and b)
 local CASES = {
