@@ -5,7 +5,7 @@ version = "0.1.0-1"
 source = { url = "git+file://." }
 description = {
   summary = "Tensors and attention primitives for Lua 5.4",
-  detailed = "qkv: a C11 tensor runtime (OpenBLAS, OpenMP) for writing, exploring and testing attention computations.",
+  detailed = "qkv: a C11 tensor runtime (oneDNN, OpenBLAS, its own threads) for writing, exploring and testing attention computations.",
   license = "MIT",
 }
 dependencies = { "lua >= 5.4, < 5.5" }

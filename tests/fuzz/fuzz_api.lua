@@ -453,10 +453,12 @@ local function child(o)
     last_file:flush()
     last_len = math.max(last_len, #line)
   end
+  local threads = q.get_num_threads()
   for K = first, last do
     math.randomseed(o.seed, K)
     q.seed(o.seed * 1000003 + K)
     q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
+    q.set_num_threads(threads)    -- and so does a fuzzed qkv.set_num_threads
     local e = list[(K - 1) % #list + 1]
     -- before the arguments are made: making them may hang too
     note(K, e.name .. " (making its arguments)")
