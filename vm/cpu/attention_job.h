@@ -91,16 +91,17 @@ static inline int qkv_attn_key_limit (int64_t i, int64_t e, int bk) {
 }
 
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
-   padding queries get zeros, so finite scores nobody reads */
+   padding queries get zeros, so finite scores nobody reads.  By query: q's
+   rows are read in order, and the dk lines of qt being written stay in L1
+   (by feature, each pass re-read the whole tile of q from L2) */
 static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
                                     int bq, int nqp, float *qt) {
   const float *q = (const float *)J->q.base + qo + i0 * J->q.rs;
   float sc = (float)J->scale;
-  for (int64_t c = 0; c < J->dk; c++) {
-    float *d = qt + c * BQ;
-    for (int i = 0; i < bq; i++) d[i] = sc * q[i * J->q.rs + c * J->q.cs];
-    for (int i = bq; i < nqp; i++) d[i] = 0.0f;
-  }
+  for (int i = 0; i < bq; i++, q += J->q.rs)
+    for (int64_t c = 0; c < J->dk; c++) qt[c * BQ + i] = sc * q[c * J->q.cs];
+  for (int64_t c = 0; c < J->dk; c++)
+    for (int i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
 }
 
 /* -inf in st where the mask (at the tile's first query and key) is false;
