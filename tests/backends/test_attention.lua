@@ -237,6 +237,31 @@ function TestFused:testTilesAndMasks()
   cmp("heads views, K/V narrowed", H, H:narrow(3, 11, 200), H:narrow(3, 101, 200), {})
 end
 
+-- the fused float32 path against the float64 reference where the wide
+-- (AVX-512) blocks have edges: d_k = 72, d_v whose last block of 64 holds
+-- 1, 2 or 4 vectors of 16, n_q off multiples of 16 and 32, n_k = 1, two key
+-- tiles, two query tiles, causal with n_q > n_k (leading rows empty) and a
+-- mask that empties rows
+function TestFused:testWideBlockEdges()
+  local pad = qkv.padding({0, 7}, 45)
+  local cases = {
+    {"n_k 1", {50, 1, 72, 61}, {}},
+    {"causal n_q > n_k", {40, 23, 72, 125}, {causal = true}},
+    {"two key tiles, causal", {23, 100, 16, 96}, {causal = true}},
+    {"mask + causal, empty rows", {37, 45, 72, 80}, {mask = pad, causal = true}},
+    {"two query tiles, causal", {400, 30, 8, 17}, {causal = true}},
+    {"two query tiles", {390, 7, 72, 1}, {scale = 0.05}},
+  }
+  for _, c in ipairs(cases) do
+    local nq, nk, dk, dv = table.unpack(c[2])
+    local Q, K, V = rqkv({2, nq, dk}, {2, nk, dk}, {2, nk, dv}, "float32")
+    local f = qkv.attention(Q, K, V, with(c[3], "weights", false))
+    local ro = {scale = c[3].scale, causal = c[3].causal}
+    if c[3].mask then ro.mask = T(c[3].mask) end
+    close(f, (R.attention(T(Q), T(K), T(V), ro)), nil, c[1] .. " " .. sstr(c[2]))
+  end
+end
+
 function TestFused:testLargeN() big(false) end
 function TestFused:testLargeNCausal() big(true) end
 

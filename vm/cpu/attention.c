@@ -7,8 +7,9 @@
 **
 ** Two ways through a tile.  float32 on a CPU with AVX2 and FMA uses our
 ** register-blocked products on the scores held transposed (key-major), so
-** the softmax runs down columns, 8 queries to a vector; they beat OpenBLAS
-** here because nothing is packed per tile (bench/NOTES.md).  Everything
+** the softmax runs down columns, 8 queries to a vector (16 with AVX-512,
+** attention_avx512.c); they beat OpenBLAS here because nothing is packed
+** per tile (bench/NOTES.md).  Everything
 ** else (float64, or no AVX2) hands both products of a tile to BLAS gemm
 ** and runs a scalar softmax per query row.
 */
@@ -247,6 +248,10 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
   if (J->causal && i0 + bq + J->off < jend) jend = i0 + bq + J->off;
   if (jend <= 0) return;
 #ifdef QKV_VEXP_X86
+  if (J->avx512) {
+    qkv_attn_keys_avx512(J, W, b, i0, bq, jend, (float *)o);
+    return;
+  }
   if (J->avx2) {
     qkv_attn_keys_avx2(J, W, b, i0, bq, jend, (float *)o);
     return;
@@ -365,6 +370,8 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
      the product overflows; BLAS's scores() takes those */
   J.avx2 = J.dtype == QKV_F32 && J.dk > 0 && isfinite(scale) && scale != 0 &&
            qkv_cpu_has_avx2();
+  /* the same path on 16 lanes (attention_avx512.c), when the CPU has it */
+  J.avx512 = J.avx2 && qkv_cpu_has_avx512();
 #endif
   setup(&J.q, q, &J);
   setup(&J.k, k, &J);

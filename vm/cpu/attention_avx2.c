@@ -29,11 +29,7 @@
 #define INLINE static inline __attribute__((always_inline)) QKV_AVX2
 #define UNROLL _Pragma("GCC unroll 6")
 
-/* how many keys of a tile query i keeps (0 to bk) */
-static int key_limit (int64_t i, int64_t e, int bk) {
-  int64_t n = i - e + 1;
-  return n < 0 ? 0 : n < bk ? (int)n : bk;
-}
+#define key_limit qkv_attn_key_limit
 
 /* the first n lanes (none for n <= 0, all for n >= 8) */
 static inline QKV_AVX2 __m256 lanes (int64_t n) {
@@ -244,30 +240,6 @@ static QKV_AVX2 void scale_rows (float *o, int bq, int64_t dv, const float *f) {
   }
 }
 
-/* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
-   padding queries get zeros, so finite scores nobody reads */
-static void pack_q (const job *J, int64_t qo, int64_t i0, int bq, int nqp,
-                    float *qt) {
-  const float *q = (const float *)J->q.base + qo + i0 * J->q.rs;
-  float sc = (float)J->scale;
-  for (int64_t c = 0; c < J->dk; c++) {
-    float *d = qt + c * BQ;
-    for (int i = 0; i < bq; i++) d[i] = sc * q[i * J->q.rs + c * J->q.cs];
-    for (int i = bq; i < nqp; i++) d[i] = 0.0f;
-  }
-}
-
-/* -inf where the mask (at the tile's first query and key) is false; by
-   query, so that a row-major mask is read in order */
-static void mask_cols (const job *J, float *st, int bq, int bk, int64_t e,
-                       const uint8_t *mk) {
-  for (int i = 0; i < bq; i++) {
-    const uint8_t *mi = mk + i * J->mask.rs;
-    for (int j = 0, n = key_limit(i, e, bk); j < n; j++)
-      if (!mi[j * J->mask.cs]) st[j * BQ + i] = -INFINITY;
-  }
-}
-
 /* the keys of query tile [i0, i0 + bq) with our products, into o */
 void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
                        int64_t jend, float *o) {
@@ -275,7 +247,7 @@ void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq
   int64_t mo = qkv_attn_batch_offset(J, &J->mask, b);
   int nqp = (bq + 15) / 16 * 16;
   float *st = (float *)W->s, *m = (float *)W->m;
-  pack_q(J, qkv_attn_batch_offset(J, &J->q, b), i0, bq, nqp, W->qt);
+  qkv_attn_pack_q(J, qkv_attn_batch_offset(J, &J->q, b), i0, bq, nqp, W->qt);
   for (int i = 0; i < nqp; i++) {
     m[i] = -INFINITY;
     W->l[i] = 0.0;
@@ -289,7 +261,7 @@ void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq
     qk_tile(nqp, bk, e, W->qt, kt, J->k.layout == COPY ? J->dk : J->k.rs,
             J->dk, st, J->has_mask ? NULL : W->mx);
     if (J->has_mask) {
-      mask_cols(J, st, bq, bk, e, (const uint8_t *)J->mask.base + mo +
+      qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)J->mask.base + mo +
                 i0 * J->mask.rs + j0 * J->mask.cs);
       col_max(st, nqp, bk, e, W->mx);
     }

@@ -2,10 +2,13 @@
 ** attention_job.h -- what the two paths of the fused CPU attention kernel
 ** share: tile sizes, the job and per-thread scratch, and the helpers that
 ** read a batch's tiles.  attention.c calls the AVX2 path
-** (attention_avx2.c); the AVX2 path needs nothing of attention.c but this.
+** (attention_avx2.c) or the AVX-512 one (attention_avx512.c); they need
+** nothing of attention.c but this.
 */
 #ifndef QKV_CPU_ATTENTION_JOB_H
 #define QKV_CPU_ATTENTION_JOB_H
+
+#include <math.h>
 
 #include "cpu.h"
 #include "../common/layout.h"
@@ -41,7 +44,8 @@ typedef struct {
   int64_t bsize[QKV_MAXDIM];
   int64_t nbatch, ntiles, nq, nk, dk, dv;
   operand q, k, v, mask;
-  int has_mask, causal, avx2;
+  int has_mask, causal;
+  int avx2, avx512;                 /* our products (avx512 implies avx2) */
   int64_t off;                      /* causal: query i keeps keys j <= i + off */
   double scale;
   char *out;
@@ -51,7 +55,7 @@ typedef struct {
 typedef struct {
   void *s;                          /* a tile of scores, then probabilities */
   double *m, *l;                    /* running max and sum per query */
-  float *qt, *alpha, *mx;           /* AVX2 path: q^T * scale, rescale
+  float *qt, *alpha, *mx;           /* AVX paths: q^T * scale, rescale
                                        factors, the tile's max per query */
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
   void *block;                      /* holds s, m, l, qt, alpha and mx */
@@ -78,10 +82,45 @@ static inline const void *qkv_attn_tile_of (const job *J, const operand *op,
   return buf;
 }
 
+/* ---- shared by the AVX2 and AVX-512 paths (float32, scores as st[key][query]) ---- */
+
+/* how many keys of a tile query i keeps (0 to bk); e as in attention_avx2.c */
+static inline int qkv_attn_key_limit (int64_t i, int64_t e, int bk) {
+  int64_t n = i - e + 1;
+  return n < 0 ? 0 : n < bk ? (int)n : bk;
+}
+
+/* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
+   padding queries get zeros, so finite scores nobody reads.  By query: q's
+   rows are read in order, and the dk lines of qt being written stay in L1
+   (by feature, each pass re-read the whole tile of q from L2) */
+static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
+                                    int bq, int nqp, float *qt) {
+  const float *q = (const float *)J->q.base + qo + i0 * J->q.rs;
+  float sc = (float)J->scale;
+  for (int i = 0; i < bq; i++, q += J->q.rs)
+    for (int64_t c = 0; c < J->dk; c++) qt[c * BQ + i] = sc * q[c * J->q.cs];
+  for (int64_t c = 0; c < J->dk; c++)
+    for (int i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
+}
+
+/* -inf in st where the mask (at the tile's first query and key) is false;
+   by query, so that a row-major mask is read in order */
+static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
+                                       int64_t e, const uint8_t *mk) {
+  for (int i = 0; i < bq; i++) {
+    const uint8_t *mi = mk + i * J->mask.rs;
+    for (int j = 0, n = qkv_attn_key_limit(i, e, bk); j < n; j++)
+      if (!mi[j * J->mask.cs]) st[j * BQ + i] = -INFINITY;
+  }
+}
+
 #ifdef QKV_VEXP_X86
 /* the keys of query tile [i0, i0 + bq) of batch b with our products, into o */
 void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
                          int bq, int64_t jend, float *o);
+void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
+                           int bq, int64_t jend, float *o);
 #endif
 
 #endif

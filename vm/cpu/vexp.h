@@ -3,8 +3,10 @@
 ** can take, and an 8-lane AVX2/FMA one for kernels that check the CPU at run
 ** time (qkv_cpu_has_avx2) and compile their hot loop with QKV_AVX2.
 **
+** qkv_vexp16 is the AVX-512 version (QKV_AVX512, qkv_cpu_has_avx512).
+**
 ** libm's expf is a scalar call, and softmax and attention take one exp per
-** score.  Both versions here compute 2^n * p(r) with n = round(x / ln 2)
+** score.  All three compute 2^n * p(r) with n = round(x / ln 2)
 ** and |r| <= ln 2 / 2, p a degree-6 fit of e^r (error ~1e-8, well under
 ** half an ulp), so results are within about one ulp of expf for normal
 ** results.  x above ~88.72 gives +inf, -inf and x below ~-103.97 give 0,
@@ -107,6 +109,34 @@ static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
   __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+#define QKV_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+
+/* whether the QKV_AVX512 versions may run here */
+static inline int qkv_cpu_has_avx512 (void) { return qkv_cpu_isa() >= QKV_ISA_AVX512; }
+
+/*
+** qkv_vexp8's steps on 16 lanes, but 2^n applied by vscalefps, which
+** rounds p 2^n once: the same bits wherever the result is normal, and
+** subnormals rounded once rather than twice.
+*/
+static inline QKV_AVX512 __m512 qkv_vexp16 (__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(QKV_VEXP_LO), x);   /* NaN survives */
+  x = _mm512_min_ps(_mm512_set1_ps(QKV_VEXP_HI), x);
+  const __m512 shifter = _mm512_set1_ps(QKV_VEXP_SHIFTER);
+  __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(QKV_VEXP_LOG2E), shifter);
+  __m512 kf = _mm512_sub_ps(t, shifter);
+  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(QKV_VEXP_LN2HI), x);
+  r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(QKV_VEXP_LN2LO), r);
+  __m512 p = _mm512_set1_ps(QKV_VEXP_C6);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(QKV_VEXP_C5));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(QKV_VEXP_C4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(QKV_VEXP_C3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(QKV_VEXP_C2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, kf);
 }
 
 /* a row's sum in double, 8 float lanes at a time: acc holds two vectors
