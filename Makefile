@@ -265,15 +265,20 @@ PYREF := build/pyref
 PEERS := numpy==2.4.6 safetensors==0.8.0 tokenizers==0.23.3 jupyter_client==8.10.0 \
   nbclient==0.11.0 nbformat==5.11.1 nbconvert==7.17.2 ipykernel==7.4.0 jupyter_kernel_test==0.7.0
 
-# the stamp holds the list, so that a changed list installs again
-peers:
-	@if [ "$$(cat $(PYREF)/.done 2>/dev/null)" != "$(PEERS)" ]; then \
-	  set -e; rm -rf $(PYREF); \
-	  echo "$(PYTHON) -m venv $(PYREF) && $(PYREF)/bin/pip install $(PEERS)"; \
-	  $(PYTHON) -m venv $(PYREF); \
-	  $(PYREF)/bin/pip install -q --disable-pip-version-check $(PEERS); \
-	  echo "$(PEERS)" > $(PYREF)/.done; \
+# $(call venv,DIR,PACKAGES): a venv in DIR with PACKAGES installed by pip;
+# its stamp holds the list, so that a changed list installs again
+define venv
+	@if [ "$$(cat $(1)/.done 2>/dev/null)" != "$(2)" ]; then \
+	  set -e; rm -rf $(1); \
+	  echo "$(PYTHON) -m venv $(1) && $(1)/bin/pip install $(2)"; \
+	  $(PYTHON) -m venv $(1); \
+	  $(1)/bin/pip install -q --disable-pip-version-check $(2); \
+	  echo "$(2)" > $(1)/.done; \
 	fi
+endef
+
+peers:
+	$(call venv,$(PYREF),$(PEERS))
 
 peers-try:
 	@$(MAKE) --no-print-directory peers >/dev/null 2>&1 || { rm -rf $(PYREF); \
@@ -294,13 +299,7 @@ TORCH_PIN := torch==2.15.0 numpy==2.4.6 transformers==5.24.0
 .PHONY: bench-deps
 bench-deps:
 	@$(MAKE) --no-print-directory DEPS="$(BENCH_DEPS)" deps
-	@if [ "$$(cat $(TORCH_VENV)/.done 2>/dev/null)" != "$(TORCH_PIN)" ]; then \
-	  set -e; rm -rf $(TORCH_VENV); \
-	  echo "$(PYTHON) -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install $(TORCH_PIN)"; \
-	  $(PYTHON) -m venv $(TORCH_VENV); \
-	  $(TORCH_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH_PIN); \
-	  echo "$(TORCH_PIN)" > $(TORCH_VENV)/.done; \
-	fi
+	$(call venv,$(TORCH_VENV),$(TORCH_PIN))
 
 # a folder whose bin/qkv runs on a bare GPU machine (no Debian Lua,
 # OpenBLAS or cairo there): the executable relinked with an $$ORIGIN rpath

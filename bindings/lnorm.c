@@ -110,33 +110,35 @@ static int n_dropout (lua_State *L) {
   return 1;
 }
 
-/* qkv._softmax_backward(y, g [, dim]): softmax's backward (qkv.autograd's
-   rule), y a softmax's output and g its gradient, of one shape */
-static int n_softmax_backward (lua_State *L) {
-  qkv_tensor *y = qkvL_checktensor(L, 1), *g = qkvL_checktensor(L, 2);
-  int dim = qkvL_optdim(L, 3, y->ndim, y->ndim ? y->ndim - 1 : 0);
-  if (y->ndim != g->ndim || memcmp(y->size, g->size, sizeof(int64_t) * (size_t)y->ndim) != 0 ||
-      (y->dtype != QKV_F32 && y->dtype != QKV_F64) || g->dtype != y->dtype) {
-    const char *sy = qkvL_shape(L, y), *sg = qkvL_shape(L, g);
-    return luaL_error(L, "_softmax_backward: y %s and g %s must be float32 or float64 of one "
-                      "shape and dtype", sy, sg);
+/* a backward's two tensors, arguments 1 and 2: float32 or float64 of one
+   shape, dtype and device, or an error naming fname and their shapes */
+static void check_pair (lua_State *L, const char *fname, const char *an, const char *bn,
+                        qkv_tensor **a, qkv_tensor **b) {
+  qkv_tensor *x = *a = qkvL_checktensor(L, 1), *g = *b = qkvL_checktensor(L, 2);
+  if (x->ndim != g->ndim || memcmp(x->size, g->size, sizeof(int64_t) * (size_t)x->ndim) != 0 ||
+      (x->dtype != QKV_F32 && x->dtype != QKV_F64) || g->dtype != x->dtype ||
+      x->storage->device != g->storage->device) {
+    const char *sx = qkvL_shape(L, x), *sg = qkvL_shape(L, g);
+    luaL_error(L, "%s: %s %s and %s %s must be float32 or float64 of one shape, dtype and device",
+               fname, an, sx, bn, sg);
   }
+}
+
+/* qkv._softmax_backward(y, g [, dim]): softmax's backward (qkv.autograd's
+   rule), y a softmax's output and g its gradient */
+static int n_softmax_backward (lua_State *L) {
+  qkv_tensor *y, *g;
+  check_pair(L, "_softmax_backward", "y", "g", &y, &g);
+  int dim = qkvL_optdim(L, 3, y->ndim, y->ndim ? y->ndim - 1 : 0);
   qkv_tensor *gx = qkvL_newlike(L, y, y->dtype);
   qkvL_check(L, "softmax", qkv_softmax_backward(gx, y, g, dim));
   return 1;
 }
 
-/* qkv._gelu_backward(x, g): g * GELU'(x) in one pass (qkv.autograd's
-   rule); x and g float32 or float64 of one shape, dtype and device */
+/* qkv._gelu_backward(x, g): g * GELU'(x) in one pass (qkv.autograd's rule) */
 static int n_gelu_backward (lua_State *L) {
-  qkv_tensor *x = qkvL_checktensor(L, 1), *g = qkvL_checktensor(L, 2);
-  if (x->ndim != g->ndim || memcmp(x->size, g->size, sizeof(int64_t) * (size_t)x->ndim) != 0 ||
-      (x->dtype != QKV_F32 && x->dtype != QKV_F64) || g->dtype != x->dtype ||
-      x->storage->device != g->storage->device) {
-    const char *sx = qkvL_shape(L, x), *sg = qkvL_shape(L, g);
-    return luaL_error(L, "_gelu_backward: x %s and g %s must be float32 or float64 of one "
-                      "shape, dtype and device", sx, sg);
-  }
+  qkv_tensor *x, *g;
+  check_pair(L, "_gelu_backward", "x", "g", &x, &g);
   qkv_tensor *gx = qkvL_newlike(L, x, x->dtype);
   qkvL_check(L, "gelu", qkv_binary(QKV_GELU_GRAD, gx, x, g));
   return 1;

@@ -17,27 +17,23 @@ extern const qkv_iter_fn qkv_cpu_unary_rows_avx2[QKV_NUNARY][QKV_NDTYPE];
 extern const qkv_iter_fn qkv_cpu_binary_rows_avx512[QKV_NBINARY][QKV_NDTYPE];
 extern const qkv_iter_fn qkv_cpu_unary_rows_avx512[QKV_NUNARY][QKV_NDTYPE];
 
-static qkv_iter_fn binary_row (qkv_binop op, qkv_dtype dt) {
 #if defined(__x86_64__)
+/* entry i of a table, from the widest instruction set's build */
+static qkv_iter_fn row_of (const qkv_iter_fn *base, const qkv_iter_fn *avx2,
+                           const qkv_iter_fn *avx512, int i) {
   switch (qkv_cpu_isa()) {
-    case QKV_ISA_AVX512: return qkv_cpu_binary_rows_avx512[op][dt];
-    case QKV_ISA_AVX2: return qkv_cpu_binary_rows_avx2[op][dt];
-    default: break;
+    case QKV_ISA_AVX512: return avx512[i];
+    case QKV_ISA_AVX2: return avx2[i];
+    default: return base[i];
   }
-#endif
-  return qkv_cpu_binary_rows_base[op][dt];
 }
 
-static qkv_iter_fn unary_row (qkv_unop op, qkv_dtype dt) {
-#if defined(__x86_64__)
-  switch (qkv_cpu_isa()) {
-    case QKV_ISA_AVX512: return qkv_cpu_unary_rows_avx512[op][dt];
-    case QKV_ISA_AVX2: return qkv_cpu_unary_rows_avx2[op][dt];
-    default: break;
-  }
+#define ROW(table, op, dt) row_of(&qkv_cpu_##table##_rows_base[0][0], \
+  &qkv_cpu_##table##_rows_avx2[0][0], &qkv_cpu_##table##_rows_avx512[0][0], \
+  (int)(op) * QKV_NDTYPE + (int)(dt))
+#else
+#define ROW(table, op, dt) qkv_cpu_##table##_rows_base[op][dt]
 #endif
-  return qkv_cpu_unary_rows_base[op][dt];
-}
 
 int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
                    const qkv_tensor *b) {
@@ -50,7 +46,7 @@ int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   want = op >= QKV_EQ ? QKV_BOOL : a->dtype;
   /* the backend contract: ops.c has already converted the operands */
   if (b->dtype != a->dtype || out->dtype != want) return QKV_EINTERNAL;
-  fn = binary_row(op, a->dtype);
+  fn = ROW(binary, op, a->dtype);
   if (!fn) return QKV_EDTYPE;
   t[0] = out;
   t[1] = a;
@@ -66,7 +62,7 @@ int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
   if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
   if (out->dtype != a->dtype) return QKV_EINTERNAL;
-  fn = unary_row(op, a->dtype);
+  fn = ROW(unary, op, a->dtype);
   if (!fn) return QKV_EDTYPE;
   t[0] = out;
   t[1] = a;
