@@ -407,7 +407,10 @@ clean:
 # statics (pixman, libgomp), and LeakSanitizer would report those blocks
 # with stacks it can no longer name.  QKV_ASAN_PRELOAD names the runtime
 # for the one test that loads qkv.so into stock lua5.4; no child gets
-# LD_PRELOAD otherwise (python3's own leaks are not ours).
+# LD_PRELOAD otherwise (python3's own leaks are not ours).  QKV_BLAS=openblas:
+# LeakSanitizer's tracer crashes at exit walking the dynamic TLS that
+# oneDNN (dlopen'd) gives qkv's worker threads, so the sanitized runs keep
+# OpenBLAS (the plain passes of `make test` run oneDNN).
 ASAN_CLANG = $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 ASAN_CFLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
   -fno-sanitize-recover=undefined $(if $(ASAN_CLANG),-shared-libsan -Wno-pass-failed)
@@ -418,7 +421,7 @@ ASAN_LDFLAGS = -Wl,-z,nodelete $(ASAN_RPATH)
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  QKV_ASAN_PRELOAD=$(ASAN_RT) QKV_MEMORY_LOOP=200000
+  QKV_ASAN_PRELOAD=$(ASAN_RT) QKV_MEMORY_LOOP=200000 QKV_BLAS=openblas
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" CUDA=0 \
