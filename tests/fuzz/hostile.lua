@@ -225,6 +225,8 @@ local INT = {dim = true, d1 = true, d2 = true, start = true, len = true, i = tru
              num_embeddings = true}
 -- parameters that are lists of integers
 local INT_LIST = {shape = true, lengths = true, d1 = true}
+-- where `start` is a number, not a position: the ranges' first value
+local REAL_START = {["qkv.linspace"] = true, ["qkv.logspace"] = true}
 
 local function plain(t) return type(t) == "table" and getmetatable(t) == nil end
 
@@ -248,6 +250,7 @@ end
 -- a number an integer target cannot hold, in place of a size, dim or index
 local function rewrite_int(e, self, args, n, names)
   local at = indices(names, n, function(name, i)
+    if REAL_START[e.name] and name == "start" then return false end
     return INT[name] or (name == "m" and e.name:match("eye")) or
            (INT_LIST[name] and plain(args[i]))
   end)
