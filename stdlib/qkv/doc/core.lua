@@ -299,14 +299,13 @@ print(qkv.default_device())   --> cpu]=]},
   {name = "qkv.set_num_threads", sig = "qkv.set_num_threads(n)", group = "runtime",
    doc = [[The host threads the CPU kernels use from now on, n an integer
 from 1 to 256. At start it is $QKV_NUM_THREADS, else $OMP_NUM_THREADS, else
-the CPUs this process may run on (1 when the machine is shared and
-busy is often the faster choice: bench/RESULTS.md). A loop is cut into chunks that whichever
-thread is running takes, so a thread the system has descheduled holds up
-little; idle threads spin a few microseconds, yield for 50, then sleep,
-and never steal a busy machine's CPU for long. Small work (under 32K
-elements, or a product of under a million multiply-adds) runs on the
-calling thread alone. BLAS runs single-threaded inside qkv's own threads.
-As torch.set_num_threads.]],
+the CPUs this process may run on; on a machine another program keeps busy, 1
+thread is about as fast as all of them (bench/RESULTS.md). A loop is cut into
+chunks that whichever thread is running takes, so a thread the system has
+descheduled holds up little; idle threads spin for 4 µs, yield the CPU for
+200 µs, then sleep. Small work (under 32K elements, or a product of under a
+million multiply-adds) runs on the calling thread alone, and BLAS runs
+single-threaded inside qkv's own threads. As torch.set_num_threads.]],
    example = [=[local n = qkv.get_num_threads()
 qkv.set_num_threads(1)
 print(qkv.get_num_threads())   --> 1
