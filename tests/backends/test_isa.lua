@@ -38,6 +38,7 @@ local CASES = {
 -- values within float32's rounding, NaN and inf where the baseline has them
 local CLOSE = {
   -- the AVX2 and AVX-512 builds fuse a * b + c into one FMA, one rounding
+  exp = "x:exp()", sigmoid = "x:sigmoid()", silu = "x:silu()",
   gelu = "x:gelu()", gelu_bwd = "qkv._gelu_backward(x, y)",
   gelu_d = "xd:gelu()", gelu_bwd_d = "qkv._gelu_backward(xd, y:double())",
   -- the backward's row loops (vm/cpu/attention_bwd.c); BLAS's products are

@@ -138,7 +138,11 @@ const qkv_iter_fn QKV_ROWS(binary)[QKV_NBINARY][QKV_NDTYPE] = {
   ROW(name##_f64, double, double, F64)
 
 UNARY(neg, QKV_ROW_MAP1, -x, -x)
-UNARY(exp, QKV_ROW_CALL1, expf(x), exp(x))
+/* float32's exp, sigmoid and silu on vexp.h's exp, which vectorises (within
+   about an ulp of libm's expf, a scalar call: exp on 1024 x 256 took 247 µs
+   against torch's 23); float64's on libm */
+QKV_ROW_MAP1(exp_f32, float, float, qkv_vexpf(x))
+QKV_ROW_CALL1(exp_f64, double, double, exp(x))
 UNARY(log, QKV_ROW_CALL1, logf(x), log(x))
 UNARY(sqrt, QKV_ROW_MAP1, sqrtf(x), sqrt(x))   /* with -fno-math-errno */
 UNARY(abs, QKV_ROW_MAP1, fabsf(x), fabs(x))
@@ -146,8 +150,10 @@ UNARY(tanh, QKV_ROW_CALL1, tanhf(x), tanh(x))
 UNARY(gelu, QKV_ROW_MAP1, 0.5f * x * erfc_f32(x * -0.70710678f),
       0.5 * x * erfc(x * -0.70710678118654752440))
 /* sigmoid and silu as 1 / (1 + e^-x): no overflow to NaN at either end */
-UNARY(sigmoid, QKV_ROW_CALL1, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
-UNARY(silu, QKV_ROW_CALL1, x / (1.0f + expf(-x)), x / (1.0 + exp(-x)))
+QKV_ROW_MAP1(sigmoid_f32, float, float, 1.0f / (1.0f + qkv_vexpf(-x)))
+QKV_ROW_CALL1(sigmoid_f64, double, double, 1.0 / (1.0 + exp(-x)))
+QKV_ROW_MAP1(silu_f32, float, float, x / (1.0f + qkv_vexpf(-x)))
+QKV_ROW_CALL1(silu_f64, double, double, x / (1.0 + exp(-x)))
 /* NaN stays NaN, as PyTorch's relu */
 UNARY(relu, QKV_ROW_MAP1, ((x > 0) | (x != x)) ? x : 0.0f, ((x > 0) | (x != x)) ? x : 0.0)
 UNARY(sin, QKV_ROW_CALL1, sinf(x), sin(x))
