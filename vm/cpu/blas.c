@@ -7,6 +7,7 @@
 ** OpenBLAS's for float32 too (the suites compare the two).
 */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,9 @@
 
 __typeof__(cblas_sgemm) *qkv_sgemm;
 __typeof__(cblas_dgemm) *qkv_dgemm;
-/* each library's "one thread on this thread" (both run OpenMP inside) */
-static void (*set_threads)(int), (*dnnl_omp_threads)(int);
+/* OpenMP's "one thread from this thread on" (omp_set_num_threads: a
+   setting of the calling thread), as each library links it */
+static void (*blas_omp_threads)(int), (*dnnl_omp_threads)(int);
 static _Thread_local int serial_here;
 
 /* oneDNN's sgemm is row-major, as every call here is */
@@ -29,6 +31,34 @@ static dnnl_sgemm_fn dnnl_sgemm;
 qkv_bf16gemm_fn qkv_bf16gemm;
 static __typeof__(cblas_sgemm) *openblas_sgemm;
 
+/*
+** oneDNN's products run with every signal blocked on the calling thread
+** (qkv's workers block them for good).  A SIGINT handled in the middle of
+** dnnl_sgemm corrupted the heap, seen as glibc's "corrupted size vs.
+** prev_size" inside oneDNN's next free (about 1 in 10 Ctrl-Cs of a loop of
+** products; never with OpenBLAS): the signal waits until the call is done,
+** 10 µs to milliseconds, and the kernels' interrupt checks see it after.
+*/
+static void quiet (sigset_t *old) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void loud (const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+static qkv_bf16gemm_fn dnnl_bf16gemm;
+
+static int bf16gemm_quiet (char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                           float beta, float *c, int64_t ldc) {
+  sigset_t old;
+  quiet(&old);
+  int r = dnnl_bf16gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  loud(&old);
+  return r;
+}
+
 static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
                         const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n,
                         const blasint k, const float alpha, const float *a, const blasint lda,
@@ -38,16 +68,21 @@ static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE
      dimensions it finds too small, say) OpenBLAS computes, and the small
      products, where oneDNN's call costs more than OpenBLAS's small-matrix
      kernels (the seed-sized attention step: 0.93 -> 1.28 µs through it) */
-  if (order != CblasRowMajor || (double)m * n * k < DNNL_MIN ||
-      dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a,
-                 lda, b, ldb, beta, c, ldc) != 0)
-    openblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (order == CblasRowMajor && (double)m * n * k >= DNNL_MIN) {
+    sigset_t old;
+    quiet(&old);
+    int r = dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k,
+                       alpha, a, lda, b, ldb, beta, c, ldc);
+    loud(&old);
+    if (r == 0) return;
+  }
+  openblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void qkv_blas_serial (void) {
   if (serial_here || qkv_sgemm == NULL) return;
   serial_here = 1;
-  if (set_threads) set_threads(1);
+  if (blas_omp_threads) blas_omp_threads(1);
   if (dnnl_omp_threads) dnnl_omp_threads(1);
 }
 
@@ -62,7 +97,8 @@ static void load_dnnl (void) {
   if (s == NULL) { dlclose(h); return; }
   *(void **)&dnnl_sgemm = s;
   *(void **)&dnnl_omp_threads = t;
-  *(void **)&qkv_bf16gemm = dlsym(h, "dnnl_gemm_bf16bf16f32");
+  *(void **)&dnnl_bf16gemm = dlsym(h, "dnnl_gemm_bf16bf16f32");
+  if (dnnl_bf16gemm) qkv_bf16gemm = bf16gemm_quiet;
   openblas_sgemm = qkv_sgemm;
   qkv_sgemm = sgemm_dnnl;
 }
@@ -83,7 +119,15 @@ int qkv_blas_load (void) {
       /* (an object pointer to a function pointer, as POSIX allows) */
       *(void **)&qkv_sgemm = s;
       *(void **)&qkv_dgemm = d;
-      *(void **)&set_threads = dlsym(h, "openblas_set_num_threads");
+      /* OpenBLAS's own setting once, here, before any thread uses it:
+         openblas_set_num_threads also resizes global buffers, unlocked,
+         and called by a worker while another thread was in a product it
+         corrupted the heap; each thread then sets only OpenMP's (what the
+         OpenMP build reads per call; the pthreads build reads the global) */
+      void (*set)(int);
+      *(void **)&set = dlsym(h, "openblas_set_num_threads");
+      if (set) set(1);
+      *(void **)&blas_omp_threads = dlsym(h, "omp_set_num_threads");
       load_dnnl();
       qkv_blas_serial();
       return QKV_OK;
