@@ -21,12 +21,10 @@ static inline int qkv_matmul_shapes_agree (const qkv_tensor *out, const qkv_tens
          b->size[nd - 1] == out->size[nd - 1];
 }
 
-/* QKV_EDTYPE, QKV_EINTERNAL (shapes that do not agree), or QKV_OK with
-   the sizes in *d (nbatch: the batch dims' product) */
-static inline int qkv_matmul_check (const qkv_tensor *out, const qkv_tensor *a,
+/* QKV_EINTERNAL (shapes that do not agree), or QKV_OK with the sizes in
+   *d (nbatch: the batch dims' product), whatever the dtypes */
+static inline int qkv_matmul_sizes (const qkv_tensor *out, const qkv_tensor *a,
                                     const qkv_tensor *b, qkv_matmul_dims *d) {
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
-  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
   if (!qkv_matmul_shapes_agree(out, a, b)) return QKV_EINTERNAL;
   int nd = out->ndim;
   d->m = out->size[nd - 2];
@@ -35,6 +33,15 @@ static inline int qkv_matmul_check (const qkv_tensor *out, const qkv_tensor *a,
   d->nbatch = 1;
   for (int i = 0; i < nd - 2; i++) d->nbatch *= out->size[i];
   return QKV_OK;
+}
+
+/* QKV_EDTYPE unless all three are float32 or all float64, else as
+   qkv_matmul_sizes */
+static inline int qkv_matmul_check (const qkv_tensor *out, const qkv_tensor *a,
+                                    const qkv_tensor *b, qkv_matmul_dims *d) {
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  return qkv_matmul_sizes(out, a, b, d);
 }
 
 #endif

@@ -111,16 +111,14 @@ int qkv_iter_range(const qkv_iter *it, int64_t lo, int64_t hi,
   }
 }
 
-/* threads worth starting, 1 when the run must or should stay serial */
-static int iter_threads(const qkv_iter *it) {
-  int64_t want;
-  int d, max;
-  if (it->numel < QKV_CPU_PAR_MIN || (it->flags & QKV_ITER_SERIAL)) return 1;
-  for (d = 1; d < it->ndim; d++)
-    if (it->stride[d][0] == 0) return 1;
-  max = qkv_par_threads();
-  want = it->numel / ITER_PER_THREAD;
-  return want < max ? (int)(want < 1 ? 1 : want) : max;
+/* whether the run is split among threads: not when it must or should stay
+   serial (how many take part is the grain's affair, qkv_par_for's) */
+static int iter_parallel(const qkv_iter *it) {
+  if (it->numel < QKV_CPU_PAR_MIN || (it->flags & QKV_ITER_SERIAL) || qkv_par_threads() <= 1)
+    return 0;
+  for (int d = 1; d < it->ndim; d++)
+    if (it->stride[d][0] == 0) return 0;
+  return 1;
 }
 
 typedef struct { const qkv_iter *it; qkv_iter_fn fn; void *ctx; int64_t unit; } units;
@@ -135,8 +133,7 @@ static int run_units(void *p, int64_t lo, int64_t hi, int tid) {
 
 int qkv_iter_run(const qkv_iter *it, qkv_iter_fn fn, void *ctx) {
   if (it->numel <= 0) return QKV_OK;
-  int nt = iter_threads(it);
-  if (nt <= 1) return qkv_iter_range(it, 0, it->numel, fn, ctx);
+  if (!iter_parallel(it)) return qkv_iter_range(it, 0, it->numel, fn, ctx);
   /* split in units: whole rows when a row must stay on one thread; each
      thread's share at least ITER_PER_THREAD elements */
   units u = {it, fn, ctx, (it->flags & QKV_ITER_WHOLE_ROWS) || it->stride[0][0] == 0

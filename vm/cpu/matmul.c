@@ -455,9 +455,7 @@ static int run_batches (const job *J, int64_t nbatch) {
 static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                        qkv_matmul_dims *d) {
   if (a->dtype != QKV_BF16 || b->dtype != QKV_BF16) return QKV_EDTYPE;
-  qkv_tensor fo = *out, fa = *a, fb = *b;
-  fo.dtype = fa.dtype = fb.dtype = QKV_F32;          /* the shapes' check alone */
-  int err = qkv_matmul_check(&fo, &fa, &fb, d);
+  int err = qkv_matmul_sizes(out, a, b, d);
   if (err != QKV_OK) return err;
   if ((double)d->m * d->n * d->p < PAR_GEMM_BF16 || qkv_blas_load() != QKV_OK ||
       qkv_bf16gemm == NULL)
