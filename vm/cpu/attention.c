@@ -332,7 +332,18 @@ static int run (const job *J) {
 int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
                        double scale) {
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  /* bfloat16 on the tile unit where there is one; otherwise, and for a
+     scale that is not finite or is 0 (scores() below takes those) or
+     d_k = 0, QKV_EDTYPE makes the dispatch compute in float32 */
+  int bf16 = out->dtype == QKV_BF16;
+  if (bf16) {
+#ifdef QKV_VEXP_X86
+    if (!isfinite(scale) || scale == 0 || q->size[q->ndim - 1] == 0 || !qkv_cpu_has_amx())
+#endif
+      return QKV_EDTYPE;
+  } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {
+    return QKV_EDTYPE;
+  }
   int err = qkv_attention_check(out, q, k, v, mask);
   if (err != QKV_OK) return err;
   int nd = out->ndim;
@@ -380,6 +391,9 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
     setup(&J.mask, mask, &J);
     J.has_mask = 1;
   }
+#ifdef QKV_VEXP_X86
+  if (bf16) return qkv_attn_amx(&J);
+#endif
   if (!J.avx2 && qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   return run(&J);
 }

@@ -2,8 +2,9 @@
 ** attention_job.h -- what the two paths of the fused CPU attention kernel
 ** share: tile sizes, the job and per-thread scratch, and the helpers that
 ** read a batch's tiles.  attention.c calls the AVX2 path
-** (attention_avx2.c) or the AVX-512 one (attention_avx512.c); they need
-** nothing of attention.c but this.
+** (attention_avx2.c) or the AVX-512 one (attention_avx512.c), and hands a
+** bfloat16 job to the AMX one (attention_amx.c); they need nothing of
+** attention.c but this.
 */
 #ifndef QKV_CPU_ATTENTION_JOB_H
 #define QKV_CPU_ATTENTION_JOB_H
@@ -121,6 +122,8 @@ void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
                          int bq, int64_t jend, float *o);
 void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
                            int bq, int64_t jend, float *o);
+/* the whole job in bfloat16 on the tile unit (attention_amx.c) */
+int qkv_attn_amx (const job *J);
 #endif
 
 #endif

@@ -9,9 +9,13 @@
 /* the table (backend.c), which registers itself for QKV_CPU */
 extern const qkv_backend qkv_cpu_backend;
 
-/* the widest instruction set the kernels may use here (isa.c) */
-enum { QKV_ISA_BASE, QKV_ISA_AVX2, QKV_ISA_AVX512 };
+/* the widest instruction set the kernels may use here (isa.c); AMX means
+   AVX-512 with BF16 and the tile unit's bfloat16 products as well */
+enum { QKV_ISA_BASE, QKV_ISA_AVX2, QKV_ISA_AVX512, QKV_ISA_AMX };
 int qkv_cpu_isa(void);
+/* whether AMX may run here: the CPU has it, QKV_CPU allows it, and Linux
+   gave this process the tile state (asked on the first call) */
+int qkv_cpu_has_amx(void);
 
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768

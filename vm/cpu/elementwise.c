@@ -22,6 +22,7 @@ extern const qkv_iter_fn qkv_cpu_unary_rows_avx512[QKV_NUNARY][QKV_NDTYPE];
 static qkv_iter_fn row_of (const qkv_iter_fn *base, const qkv_iter_fn *avx2,
                            const qkv_iter_fn *avx512, int i) {
   switch (qkv_cpu_isa()) {
+    case QKV_ISA_AMX:
     case QKV_ISA_AVX512: return avx512[i];
     case QKV_ISA_AVX2: return avx2[i];
     default: return base[i];

@@ -1,0 +1,387 @@
+/*
+** attention_amx.c -- the fused attention in bfloat16 on the tile unit
+** (AMX: Intel Sapphire Rapids and later; attention.c asks qkv_cpu_has_amx).
+**
+** A tile product adds A (16 rows of 32 bfloat16) times B (32 x 16, stored
+** as 16 rows of 16 pairs) into C (16 x 16 float32): 8192 multiply-adds in
+** one instruction, about 14 times what FMAs do on the same core.  As in the
+** AVX paths the scores are held transposed, st[key][query], so that the
+** online softmax runs down columns on vectors of 16 queries:
+**
+**   S^T (64 keys x 16 queries) = K Q^T    A: K's rows, packed and padded;
+**                                         B: the block's q as feature pairs
+**   O^T (d_v x 16 queries)    += V^T P^T  A: V^T, packed once per batch;
+**                                         B: P^T as key pairs in bfloat16
+**
+** P is rounded to bfloat16 for its product, as FlashAttention does on the
+** GPU; everything else (the scale, max, exp, sums, O) is float32, and the
+** output is rounded once.  O^T lives in float32 memory: between key blocks
+** AVX-512 rescales it by exp(m_old - m_new) and the next product loads it
+** into C.  With the products this fast the softmax's exps are most of the
+** time (bench/NOTES.md).
+*/
+#include <stdint.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_job.h"
+#include "parallel.h"
+
+#ifdef QKV_VEXP_X86
+#define QKV_AMX __attribute__((target( \
+  "avx512f,avx512vl,avx512bw,avx512dq,fma,avx512bf16,amx-tile,amx-bf16")))
+
+enum {
+  QB = 16,           /* queries a block: one vector, a C tile's columns */
+  KB = 64,           /* keys a block: four C tiles of scores */
+  FC = 32,           /* features (or keys) a tile product reduces over */
+  TILE = 16 * FC     /* bfloat16 elements in an A or B tile */
+};
+
+typedef struct {
+  const job *J;
+  uint16_t *kp;      /* per batch: K, nkp x dkp, zeros past nk and dk */
+  uint16_t *vt;      /* per batch: V^T, dvp x nkp, zeros past dv and nk */
+  int64_t nkp, dkp, dvp, nc;     /* nc = dkp / FC */
+} amx_job;
+
+typedef struct {
+  uint16_t *qp;      /* the block's Q^T pairs: nc tiles */
+  float *st;         /* KB x QB scores, then probabilities */
+  uint16_t *pp;      /* P^T pairs: KB / 2 rows of QB pairs */
+  float *ot;         /* O^T of the block: dvp x QB */
+  void *block;
+} amx_scratch;
+
+/*
+** gcc's tile loads (and ldtilecfg) are asm statements that do not say they
+** read memory, so stores before them could be moved past them: a compiler
+** barrier first.  (Its tile stores do say so.)
+*/
+#define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
+    _tile_loadd(t, p, ld); } while (0)
+
+/*
+** gcc's tile loads (and ldtilecfg) are asm statements that do not say they
+** read memory, so stores before them could be moved past them: a compiler
+** barrier first.  (Its tile stores do say so.)
+*/
+#define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
+    _tile_loadd(t, p, ld); } while (0)
+
+/* the tile unit's configuration: palette 1, all 8 tiles 16 rows of 64 bytes */
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg;
+
+static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+/* the first n lanes (none for n <= 0, all for n >= 16) */
+static inline __mmask16 lanes (int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* ---- packing ---- */
+
+/* dst[c][r] = src[r][c] for a 16 x 16 block of 16-bit elements, rows ss
+   and ds elements apart: the 8 x 8 transpose of each 128-bit lane by
+   unpacks of 16, 32 and 64 bits, then the lanes of rows 0-7 and 8-15 joined */
+static QKV_AMX void transpose16 (const uint16_t *src, int64_t ss, uint16_t *dst, int64_t ds) {
+  __m256i a[16], b[16], c[16], d[8], e[8];
+  for (int i = 0; i < 16; i++) a[i] = _mm256_loadu_si256((const __m256i *)(src + i * ss));
+  for (int i = 0; i < 16; i += 2) {
+    b[i] = _mm256_unpacklo_epi16(a[i], a[i + 1]);
+    b[i + 1] = _mm256_unpackhi_epi16(a[i], a[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    c[i] = _mm256_unpacklo_epi32(b[i], b[i + 2]);
+    c[i + 1] = _mm256_unpackhi_epi32(b[i], b[i + 2]);
+    c[i + 2] = _mm256_unpacklo_epi32(b[i + 1], b[i + 3]);
+    c[i + 3] = _mm256_unpackhi_epi32(b[i + 1], b[i + 3]);
+  }
+  for (int i = 0; i < 4; i++) {
+    d[2 * i] = _mm256_unpacklo_epi64(c[i], c[i + 4]);
+    d[2 * i + 1] = _mm256_unpackhi_epi64(c[i], c[i + 4]);
+    e[2 * i] = _mm256_unpacklo_epi64(c[i + 8], c[i + 12]);
+    e[2 * i + 1] = _mm256_unpackhi_epi64(c[i + 8], c[i + 12]);
+  }
+  for (int i = 0; i < 8; i++) {
+    _mm256_storeu_si256((__m256i *)(dst + i * ds), _mm256_permute2x128_si256(d[i], e[i], 0x20));
+    _mm256_storeu_si256((__m256i *)(dst + (i + 8) * ds),
+                        _mm256_permute2x128_si256(d[i], e[i], 0x31));
+  }
+}
+
+/* batches [lo, hi): K as rows of dkp, V as its transpose */
+static QKV_AMX int pack_kv (void *ctx, int64_t lo, int64_t hi, int tid) {
+  const amx_job *A = ctx;
+  const job *J = A->J;
+  (void)tid;
+  for (int64_t b = lo; b < hi; b++) {
+    uint16_t *kp = A->kp + b * A->nkp * A->dkp, *vt = A->vt + b * A->dvp * A->nkp;
+    const uint16_t *k = (const uint16_t *)J->k.base + qkv_attn_batch_offset(J, &J->k, b);
+    const uint16_t *v = (const uint16_t *)J->v.base + qkv_attn_batch_offset(J, &J->v, b);
+    memset(kp, 0, (size_t)(A->nkp * A->dkp) * 2);
+    memset(vt, 0, (size_t)(A->dvp * A->nkp) * 2);
+    for (int64_t j = 0; j < J->nk; j++) {
+      const uint16_t *kr = k + j * J->k.rs;
+      if (J->k.cs == 1) memcpy(kp + j * A->dkp, kr, (size_t)J->dk * 2);
+      else for (int64_t c = 0; c < J->dk; c++) kp[j * A->dkp + c] = kr[c * J->k.cs];
+    }
+    /* V^T by 16 x 16 blocks where V's rows are dense, the edges one by one */
+    int64_t jb = J->v.cs == 1 ? J->nk / 16 * 16 : 0, db = J->v.cs == 1 ? J->dv / 16 * 16 : 0;
+    for (int64_t j = 0; j < jb; j += 16)
+      for (int64_t d = 0; d < db; d += 16)
+        transpose16(v + j * J->v.rs + d, J->v.rs, vt + d * A->nkp + j, A->nkp);
+    for (int64_t j = 0; j < J->nk; j++)
+      for (int64_t d = j < jb ? db : 0; d < J->dv; d++)
+        vt[d * A->nkp + j] = v[j * J->v.rs + d * J->v.cs];
+  }
+  return QKV_OK;
+}
+
+/* queries [i0, i0 + nv) of q (at element offset qo) as B tiles: tile c,
+   row r, column l holds features 32c + 2r and 32c + 2r + 1 of query l.
+   Where each query's pairs are adjacent, a gather takes one pair of 16
+   queries at a time. */
+static QKV_AMX void pack_q (const amx_job *A, int64_t qo, int64_t i0, int nv, uint16_t *qp) {
+  const job *J = A->J;
+  const uint16_t *q = (const uint16_t *)J->q.base + qo + i0 * J->q.rs;
+  memset(qp, 0, (size_t)(A->nc * TILE) * 2);
+  if (J->q.cs == 1 && J->dk % 2 == 0 && J->q.rs < INT32_MAX / QB) {
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                           5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int)J->q.rs));
+    __mmask16 k = lanes(nv);
+    for (int64_t w = 0; w < J->dk / 2; w++) {
+      __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, at, q + 2 * w, 2);
+      _mm512_store_si512((void *)(qp + w / 16 * TILE + w % 16 * 2 * QB), x);
+    }
+    return;
+  }
+  for (int i = 0; i < nv; i++, q += J->q.rs)
+    for (int64_t c = 0; c < J->dk; c++)
+      qp[c / FC * TILE + c % FC / 2 * 2 * QB + 2 * i + (c & 1)] = q[c * J->q.cs];
+}
+
+/* ---- one block of 16 queries ---- */
+
+/* st = the scores of keys [j0, j0 + 16 nt) against the block, unscaled */
+static QKV_AMX void scores (const amx_job *A, const uint16_t *qp, const uint16_t *kp,
+                            int64_t j0, int nt, float *st) {
+  const uint16_t *k = kp + j0 * A->dkp;
+  int64_t ld = A->dkp * 2, t16 = 16 * A->dkp;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t c = 0; c < A->nc; c++, k += FC) {
+    LOAD(4, qp + c * TILE, 64);
+    LOAD(5, k, ld);
+    _tile_dpbf16ps(0, 5, 4);
+    if (nt > 1) {
+      LOAD(6, k + t16, ld);
+      _tile_dpbf16ps(1, 6, 4);
+    }
+    if (nt > 2) {
+      LOAD(5, k + 2 * t16, ld);
+      _tile_dpbf16ps(2, 5, 4);
+    }
+    if (nt > 3) {
+      LOAD(6, k + 3 * t16, ld);
+      _tile_dpbf16ps(3, 6, 4);
+    }
+  }
+  _tile_stored(0, st, 64);
+  if (nt > 1) _tile_stored(1, st + 16 * QB, 64);
+  if (nt > 2) _tile_stored(2, st + 32 * QB, 64);
+  if (nt > 3) _tile_stored(3, st + 48 * QB, 64);
+}
+
+/* C tile t (O^T rows d0 + 16t) += V^T's rows there times P^T, over nkc
+   chunks of 32 keys (P^T's pairs are in tiles 6 and 7) */
+#define PV_TILE(t, a) do { \
+    float *o_ = ot + (d0 + 16 * (t)) * QB; \
+    const uint16_t *v_ = v + (d0 + 16 * (t)) * A->nkp; \
+    LOAD(t, o_, 64); \
+    LOAD(a, v_, ld); \
+    _tile_dpbf16ps(t, a, 6); \
+    if (nkc > 1) { \
+      LOAD(a, v_ + FC, ld); \
+      _tile_dpbf16ps(t, a, 7); \
+    } \
+    _tile_stored(t, o_, 64); \
+  } while (0)
+
+/* ot += V^T's columns [j0, j0 + 32 nkc) times P^T (in pp) */
+static QKV_AMX void values (const amx_job *A, const uint16_t *vt, int64_t j0, int nkc,
+                            const uint16_t *pp, float *ot) {
+  const uint16_t *v = vt + j0;
+  int64_t ld = A->nkp * 2;
+  LOAD(6, pp, 64);
+  if (nkc > 1) LOAD(7, pp + TILE, 64);
+  for (int64_t d0 = 0; d0 < A->dvp; d0 += 64) {
+    int64_t nt = (A->dvp - d0) / 16;
+    PV_TILE(0, 4);
+    if (nt > 1) PV_TILE(1, 5);
+    if (nt > 2) PV_TILE(2, 4);
+    if (nt > 3) PV_TILE(3, 5);
+  }
+}
+
+/*
+** The online softmax of a key block: st's kn rows scaled, causally and by
+** mask excluded (-inf), exponentiated against the new running max, summed
+** into l and left in pp as bfloat16 pairs (rows past kn: zeros, up to the
+** block's 32-key chunks).  Returns the factor O^T must be rescaled by.
+*/
+static QKV_AMX __m512 softmax (const job *J, float *st, int kn, int64_t e0,
+                               const uint8_t *mk, int nv, uint16_t *pp,
+                               __m512 *m, __m512 *l) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+  const __m512 sc = _mm512_set1_ps((float)J->scale);
+  __m512 bm = ninf;
+  int kr = (kn + FC - 1) / FC * FC;
+  for (int j = 0; j < kn; j++) {
+    __m512 x = _mm512_mul_ps(_mm512_load_ps(st + j * QB), sc);
+    if (J->causal) x = _mm512_mask_mov_ps(x, lanes(e0 + j), ninf);
+    if (mk) {
+      __mmask16 keep = 0;
+      for (int i = 0; i < nv; i++)
+        keep |= (__mmask16)((mk[i * J->mask.rs + j * J->mask.cs] != 0) << i);
+      x = _mm512_mask_mov_ps(ninf, keep, x);
+    }
+    _mm512_store_ps(st + j * QB, x);
+    bm = _mm512_max_ps(bm, x);
+  }
+  for (int j = kn; j < kr; j++) _mm512_store_ps(st + j * QB, ninf);
+  __m512 mnew = _mm512_max_ps(bm, *m);
+  /* a query with no key kept so far subtracts 0: its exps are 0, not NaN */
+  __m512 ms = _mm512_mask_mov_ps(mnew, _mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), zero);
+  __m512 alpha = qkv_vexp16(_mm512_sub_ps(*m, ms)), sum = zero;
+  /* pair (p[2r][l], p[2r + 1][l]) at lanes 2l, 2l + 1 of row r */
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                       25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+                                       19, 3, 18, 2, 17, 1, 16, 0);
+  for (int r = 0; r < kr / 2; r++) {
+    __m512 p0 = qkv_vexp16(_mm512_sub_ps(_mm512_load_ps(st + 2 * r * QB), ms));
+    __m512 p1 = qkv_vexp16(_mm512_sub_ps(_mm512_load_ps(st + (2 * r + 1) * QB), ms));
+    sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+    __m512i two = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);   /* p0 in the low half */
+    _mm512_store_si512((void *)(pp + r * 2 * QB), _mm512_permutexvar_epi16(ilv, two));
+  }
+  *l = _mm512_fmadd_ps(*l, alpha, sum);
+  *m = mnew;
+  return alpha;
+}
+
+/* queries [i0, i0 + nv) of batch b (q at offset qo, mask rows at mk, out at
+   their first row) against every key they keep */
+static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, int64_t qo,
+                                 int64_t i0, int nv, const uint8_t *mk, uint16_t *out) {
+  const job *J = A->J;
+  const uint16_t *kp = A->kp + b * A->nkp * A->dkp, *vt = A->vt + b * A->dvp * A->nkp;
+  int64_t jend = J->nk;                  /* the last query's last key + 1 */
+  if (J->causal && i0 + nv + J->off < jend) jend = i0 + nv + J->off;
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  __m512 m = _mm512_set1_ps(-INFINITY), l = zero;
+  for (int64_t d = 0; d < A->dvp; d++) _mm512_store_ps(W->ot + d * QB, zero);
+  pack_q(A, qo, i0, nv, W->qp);
+  for (int64_t j0 = 0; j0 < jend; j0 += KB) {
+    int kn = jend - j0 < KB ? (int)(jend - j0) : KB;
+    scores(A, W->qp, kp, j0, (kn + 15) / 16, W->st);
+    /* lane l drops key j0 + j when l < e0 + j (causal) */
+    __m512 alpha = softmax(J, W->st, kn, j0 - J->off - i0,
+                           mk ? mk + j0 * J->mask.cs : NULL, nv, W->pp, &m, &l);
+    if (_mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ))
+      for (int64_t d = 0; d < A->dvp; d++)
+        _mm512_store_ps(W->ot + d * QB, _mm512_mul_ps(_mm512_load_ps(W->ot + d * QB), alpha));
+    values(A, vt, j0, (kn + FC - 1) / FC, W->pp, W->ot);
+  }
+  /* out = O / l, rounded once; a query with no key kept (l = 0) gets zeros */
+  __m512 rl = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l, zero, _CMP_NEQ_UQ), one, l);
+  uint16_t *h = W->qp;                   /* free now: O^T in bfloat16 */
+  for (int64_t d = 0; d < J->dv; d++) {
+    __m256bh x = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(W->ot + d * QB), rl));
+    _mm256_store_si256((__m256i *)(h + d * QB), (__m256i)x);
+  }
+  int64_t db = nv == QB ? J->dv / 16 * 16 : 0;
+  for (int64_t d = 0; d < db; d += 16) transpose16(h + d * QB, QB, out + d, J->dv);
+  for (int i = 0; i < nv; i++)
+    for (int64_t d = db; d < J->dv; d++) out[i * J->dv + d] = h[d * QB + i];
+}
+
+/* ---- the work items: one tile of queries of one batch, as attention.c ---- */
+
+static void *carve (char **p, size_t n) {
+  void *r = *p;
+  *p += (n + 63) / 64 * 64;
+  return r;
+}
+
+/* items [lo, hi), with scratch and the tile configuration of their own */
+static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
+  const amx_job *A = ctx;
+  const job *J = A->J;
+  amx_scratch W;
+  (void)tid;
+  /* qp later holds the block's output, dvp x QB bfloat16 */
+  size_t nq = (size_t)((A->nc > A->dvp / 16 ? A->nc : A->dvp / 16) * TILE) * 2, ns = KB * QB * 4, np = KB / 2 * QB * 4;
+  size_t no = (size_t)A->dvp * QB * 4;
+  char *p = W.block = aligned_alloc(64, (nq + ns + np + no) / 64 * 64 + 4 * 64);
+  if (p == NULL) return QKV_ENOMEM;
+  W.qp = carve(&p, nq);
+  W.st = carve(&p, ns);
+  W.pp = carve(&p, np);
+  W.ot = carve(&p, no);
+  tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  __asm__ volatile("" ::: "memory");
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&cfg);
+  for (int64_t t = lo; t < hi && !qkv_interrupted; t++) {
+    int64_t b = t % J->nbatch, i0 = (J->ntiles - 1 - t / J->nbatch) * BQ;
+    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+    int64_t qo = qkv_attn_batch_offset(J, &J->q, b);
+    const uint8_t *mk = NULL;
+    if (J->has_mask)
+      mk = (const uint8_t *)J->mask.base + qkv_attn_batch_offset(J, &J->mask, b) +
+           i0 * J->mask.rs;
+    uint16_t *out = (uint16_t *)J->out + (b * J->nq + i0) * J->dv;
+    for (int64_t i = 0; i < bq; i += QB)
+      query_block(A, &W, b, qo, i0 + i, bq - i < QB ? (int)(bq - i) : QB,
+                  mk ? mk + i * J->mask.rs : NULL, out + i * J->dv);
+  }
+  _tile_release();        /* the tile state back to its init: cheap switches */
+  free(W.block);
+  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+}
+
+int qkv_attn_amx (const job *J) {
+  amx_job A;
+  A.J = J;
+  A.nkp = up(J->nk, KB);
+  A.dkp = up(J->dk, FC);
+  A.dvp = up(J->dv, 16);
+  A.nc = A.dkp / FC;
+  size_t per = (size_t)(A.nkp * (A.dkp + A.dvp));
+  A.kp = qkv_cpu_alloc((size_t)J->nbatch * per * 2, 0);
+  if (A.kp == NULL) return QKV_ENOMEM;
+  A.vt = A.kp + (size_t)J->nbatch * (size_t)(A.nkp * A.dkp);
+  int64_t n = J->nbatch * J->ntiles;
+  double work = (double)J->nbatch * (double)J->nq * (double)J->nk * (double)(J->dk + J->dv);
+  int par = n > 1 && work >= PAR_MIN_WORK;
+  int err = par ? qkv_par_for(J->nbatch, 1, pack_kv, &A) : pack_kv(&A, 0, J->nbatch, 0);
+  if (err == QKV_OK) err = par ? qkv_par_for(n, 1, items, &A) : items(&A, 0, n, 0);
+  qkv_cpu_free(A.kp);
+  return err;
+}
+#endif
