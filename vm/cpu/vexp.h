@@ -11,6 +11,9 @@
 ** half an ulp), so results are within about one ulp of expf for normal
 ** results.  x above ~88.72 gives +inf, -inf and x below ~-103.97 give 0,
 ** results between are graded into subnormals, NaN stays NaN.
+**
+** qkv_vtanhf and qkv_vlogf are float32 tanh and log in the scalar
+** version's style, written for loops that gcc vectorises (elementwise).
 */
 #ifndef QKV_CPU_VEXP_H
 #define QKV_CPU_VEXP_H
@@ -74,6 +77,69 @@ static inline float qkv_vexpf (float x) {
   float s1 = qkv_vexp_bits2f(((uint32_t)n1 + 127u) << 23);
   float s2 = qkv_vexp_bits2f(((uint32_t)n2 + 127u) << 23);
   return p * s1 * s2;
+}
+
+/*
+** tanh on qkv_vexpf, branch-free so that it vectorises (libm's tanhf is a
+** scalar call, 45x slower than torch's).  For |x| >= 0.625 tanh |x| is
+** 1 - q, q = 2 / (e^2|x| + 1), which does not cancel (q <= 0.45), so e's
+** error of an ulp or so stays about an ulp; past |x| ~ 9 q is below half
+** an ulp of 1 and the result is 1 exactly, and e^2|x| = inf gives 1.
+** Below 0.625 that form cancels (tanh 1e-3 would keep 1 - 1e-3 of its
+** bits), so there tanh x = x + x z P(z), z = x^2, P a degree-4 minimax fit
+** (Remez, weighted for tanh's relative error: 0.07 ulp).  Both are
+** computed and one kept; the sign is x's, so -0 gives -0 and NaN stays NaN.
+** Within 1.4 ulp of tanh (every 3rd float32 against float64, the worst
+** near 0.63 where the forms meet; tests/core/test_math.lua asserts 2).
+*/
+#define QKV_VTANH_SMALL 0.625f
+
+static inline float qkv_vtanhf (float x) {
+  float a = fabsf(x), z = x * x;
+  float p = -5.704986863e-03f;
+  p = p * z + 2.063908800e-02f;
+  p = p * z - 5.373971537e-02f;
+  p = p * z + 1.333144158e-01f;
+  p = p * z - 3.333328068e-01f;
+  float small = a + a * z * p;
+  float big = 1.0f - 2.0f / (qkv_vexpf(2.0f * a) + 1.0f);
+  float t = a < QKV_VTANH_SMALL ? small : big;    /* NaN fails: big, NaN */
+  return qkv_vexp_bits2f(qkv_vexp_f2bits(t) | (qkv_vexp_f2bits(x) & 0x80000000u));
+}
+
+/*
+** log, branch-free so that it vectorises (libm's logf is a scalar call):
+** x = 2^k m with m in [sqrt(1/2), sqrt(2)) split off by integer arithmetic
+** on the bits, log x = k ln 2 + log1p(f), f = m - 1 exact, log1p(f) =
+** f - f^2/2 + f^3 P(f) with Cephes' logf polynomial (relative error
+** 7.6e-8), and ln 2 split so that k ln2_hi is exact.  Subnormal x is
+** scaled by 2^23 first.  log 1 = 0 exactly, log 0 = -inf, log x < 0 and
+** log NaN = NaN, log inf = inf, put in by the selects at the end.  Within
+** 0.83 ulp of log (every 3rd float32 against float64).
+*/
+static inline float qkv_vlogf (float x) {
+  int sub = x < 0x1p-126f;
+  float y = sub ? x * 0x1p23f : x;
+  /* adding 1 - sqrt(1/2) to m's bits carries into the exponent at sqrt(2) */
+  uint32_t u = qkv_vexp_f2bits(y) + (0x3f800000u - 0x3f3504f3u);
+  float k = (float)(int32_t)(u >> 23) - (sub ? 150.0f : 127.0f);
+  float f = qkv_vexp_bits2f((u & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+  float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float r = f * z * p + k * -2.12194440e-4f;      /* ln 2 - 0.693359375 */
+  r = (f + (r - 0.5f * z)) + k * 0.693359375f;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  r = x == INFINITY ? x : r;
+  return x != x ? x : r;
 }
 
 #if defined(__x86_64__) || defined(__i386__)
