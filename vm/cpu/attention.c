@@ -233,14 +233,10 @@ static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
-/*
-** Item t.  The tiles of the last queries come first: under causal they have
-** the most keys, and a dynamic schedule balances best when it hands out the
-** big items before the small ones.
-*/
+/* item t (attention_job.h says which queries) */
 static void query_tile (const job *J, scratch *W, int64_t t) {
-  int64_t b = t % J->nbatch, i0 = (J->ntiles - 1 - t / J->nbatch) * BQ;
-  int bq = (int)(J->nq - i0 < BQ ? J->nq - i0 : BQ);
+  int64_t b, i0;
+  int bq = qkv_attn_item(J, t, &b, &i0);
   char *o = J->out + (size_t)((b * J->nq + i0) * J->dv) * J->es;
   memset(o, 0, (size_t)bq * (size_t)J->dv * J->es);
   /* keys past jend are causally excluded for every query of the tile */
@@ -267,13 +263,6 @@ static void scratch_free (scratch *W) {
   free(W->vbuf);
 }
 
-/* the next n bytes of the block, 64-byte aligned for AVX loads */
-static void *carve (char **p, size_t n) {
-  void *r = *p;
-  *p += (n + 63) / 64 * 64;
-  return r;
-}
-
 /* 0 when out of memory (W is then freed).  The tile buffers share one
    block: a call on a few tokens pays for one allocation, not six. */
 static int scratch_new (const job *J, scratch *W) {
@@ -289,13 +278,13 @@ static int scratch_new (const job *J, scratch *W) {
   size_t nm = bq * sizeof *W->m;
   char *p = W->block = aligned_alloc(64, (ns + nq + 2 * nv + 2 * nm) / 64 * 64 + 6 * 64);
   if (p == NULL) return 0;
-  W->s = carve(&p, ns);
-  W->m = carve(&p, nm);
-  W->l = carve(&p, nm);
+  W->s = qkv_attn_carve(&p, ns);
+  W->m = qkv_attn_carve(&p, nm);
+  W->l = qkv_attn_carve(&p, nm);
   if (J->avx2) {
-    W->qt = carve(&p, nq);
-    W->alpha = carve(&p, nv);
-    W->mx = carve(&p, nv);
+    W->qt = qkv_attn_carve(&p, nq);
+    W->alpha = qkv_attn_carve(&p, nv);
+    W->mx = qkv_attn_carve(&p, nv);
   }
   int ok = 1;
   if (J->q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
@@ -322,10 +311,7 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
 */
 static int run (const job *J) {
   int64_t items = J->nbatch * J->ntiles;
-  double work = (double)J->nbatch * (double)J->nq * (double)J->nk *
-                (double)(J->dk + J->dv);
-  if (items == 1 || work < PAR_MIN_WORK)       /* no threads */
-    return tiles((void *)J, 0, items, 0);
+  if (!qkv_attn_threaded(J)) return tiles((void *)J, 0, items, 0);
   return qkv_par_for(items, 1, tiles, (void *)J);
 }
 

@@ -62,14 +62,6 @@ typedef struct {
 #define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
     _tile_loadd(t, p, ld); } while (0)
 
-/*
-** gcc's tile loads (and ldtilecfg) are asm statements that do not say they
-** read memory, so stores before them could be moved past them: a compiler
-** barrier first.  (Its tile stores do say so.)
-*/
-#define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
-    _tile_loadd(t, p, ld); } while (0)
-
 /* the tile unit's configuration: palette 1, all 8 tiles 16 rows of 64 bytes */
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -79,10 +71,7 @@ typedef struct {
 
 static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-/* the first n lanes (none for n <= 0, all for n >= 16) */
-static inline __mmask16 lanes (int64_t n) {
-  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-}
+#define lanes qkv_attn_lanes16
 
 /* ---- packing ---- */
 
@@ -337,12 +326,6 @@ static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, in
 
 /* ---- the work items: one tile of queries of one batch, as attention.c ---- */
 
-static void *carve (char **p, size_t n) {
-  void *r = *p;
-  *p += (n + 63) / 64 * 64;
-  return r;
-}
-
 /* items [lo, hi), with scratch and the tile configuration of their own */
 static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   const amx_job *A = ctx;
@@ -350,14 +333,14 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   amx_scratch W;
   (void)tid;
   /* qp later holds the block's output, dvp x QB bfloat16 */
-  size_t nq = (size_t)((A->nc > A->dvp / 16 ? A->nc : A->dvp / 16) * TILE) * 2, ns = KB * QB * 4, np = KB / 2 * QB * 4;
-  size_t no = (size_t)A->dvp * QB * 4;
+  size_t nq = (size_t)((A->nc > A->dvp / 16 ? A->nc : A->dvp / 16) * TILE) * 2;
+  size_t ns = KB * QB * 4, np = KB / 2 * QB * 4, no = (size_t)A->dvp * QB * 4;
   char *p = W.block = aligned_alloc(64, (nq + ns + np + no) / 64 * 64 + 4 * 64);
   if (p == NULL) return QKV_ENOMEM;
-  W.qp = carve(&p, nq);
-  W.st = carve(&p, ns);
-  W.pp = carve(&p, np);
-  W.ot = carve(&p, no);
+  W.qp = qkv_attn_carve(&p, nq);
+  W.st = qkv_attn_carve(&p, ns);
+  W.pp = qkv_attn_carve(&p, np);
+  W.ot = qkv_attn_carve(&p, no);
   tilecfg cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
@@ -366,11 +349,10 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
     cfg.rows[t] = 16;
   }
   __asm__ volatile("" ::: "memory");
-  __asm__ volatile("" ::: "memory");
   _tile_loadconfig(&cfg);
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) {
-    int64_t b = t % J->nbatch, i0 = (J->ntiles - 1 - t / J->nbatch) * BQ;
-    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+    int64_t b, i0;
+    int bq = qkv_attn_item(J, t, &b, &i0);
     int64_t qo = qkv_attn_batch_offset(J, &J->q, b);
     const uint8_t *mk = NULL;
     if (J->has_mask)
@@ -398,8 +380,7 @@ int qkv_attn_amx (const job *J) {
   if (A.kp == NULL) return QKV_ENOMEM;
   A.vt = A.kp + (size_t)J->nbatch * (size_t)(A.nkp * A.dkp);
   int64_t n = J->nbatch * J->ntiles;
-  double work = (double)J->nbatch * (double)J->nq * (double)J->nk * (double)(J->dk + J->dv);
-  int par = n > 1 && work >= PAR_MIN_WORK;
+  int par = qkv_attn_threaded(J);
   int err = par ? qkv_par_for(J->nbatch, 1, pack_kv, &A) : pack_kv(&A, 0, J->nbatch, 0);
   if (err == QKV_OK) err = par ? qkv_par_for(n, 1, items, &A) : items(&A, 0, n, 0);
   qkv_cpu_free(A.kp);

@@ -26,15 +26,11 @@
 #define INLINE static inline __attribute__((always_inline)) QKV_AVX512
 #define UNROLL _Pragma("GCC unroll 16")
 #define key_limit qkv_attn_key_limit
+#define lanes qkv_attn_lanes16
 
 #define QK_KEYS 12
 #define PV_ROWS 6
 #define PV_VECS 4
-
-/* the first n lanes (none for n <= 0, all for n >= 16) */
-static inline __mmask16 lanes (int64_t n) {
-  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-}
 
 /*
 ** st[r][0..16 nv) = sum over c of qt[c][0..16 nv) k[r][c], for rows r <

@@ -72,6 +72,31 @@ static inline int64_t qkv_attn_batch_offset (const job *J, const operand *op, in
   return off;
 }
 
+/*
+** Work item t: a tile of at most BQ queries, from query *i0, of batch *b;
+** returns how many queries.  The tiles of the last queries come first:
+** under causal they have the most keys, and a dynamic schedule balances
+** best when it hands out the big items before the small ones.
+*/
+static inline int qkv_attn_item (const job *J, int64_t t, int64_t *b, int64_t *i0) {
+  *b = t % J->nbatch;
+  *i0 = (J->ntiles - 1 - t / J->nbatch) * BQ;
+  return (int)(J->nq - *i0 < BQ ? J->nq - *i0 : BQ);
+}
+
+/* whether the job's items are worth more than one thread */
+static inline int qkv_attn_threaded (const job *J) {
+  double work = (double)J->nbatch * (double)J->nq * (double)J->nk * (double)(J->dk + J->dv);
+  return J->nbatch * J->ntiles > 1 && work >= PAR_MIN_WORK;
+}
+
+/* the next n bytes of a scratch block, 64-byte aligned for vector loads */
+static inline void *qkv_attn_carve (char **p, size_t n) {
+  void *r = *p;
+  *p += (n + 63) / 64 * 64;
+  return r;
+}
+
 /* rows [r0, r0 + n) of op (batch at element offset boff), as stored or, for
    a COPY operand, densified into buf (whose row stride is then width) */
 static inline const void *qkv_attn_tile_of (const job *J, const operand *op,
@@ -117,6 +142,11 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
 }
 
 #ifdef QKV_VEXP_X86
+/* the first n of 16 lanes (none for n <= 0, all for n >= 16) */
+static inline __mmask16 qkv_attn_lanes16 (int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+}
+
 /* the keys of query tile [i0, i0 + bq) of batch b with our products, into o */
 void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
                          int bq, int64_t jend, float *o);
