@@ -59,6 +59,11 @@ static inline uint32_t qkv_vexp_f2bits (float f) {
 ** product may still round into a subnormal or overflow to inf.
 */
 static inline float qkv_vexpf (float x) {
+  /* at or below LO the result is 0, worked from x = 0: in a vectorised loop
+     a lane whose product underflows costs a microcode assist (~150 cycles),
+     and masked scores (-inf) are whole rows of such lanes */
+  int keep = !(x <= QKV_VEXP_LO);            /* NaN: kept */
+  x = keep ? x : 0.0f;
   x = x < QKV_VEXP_LO ? QKV_VEXP_LO : x;     /* NaN fails both tests */
   x = x > QKV_VEXP_HI ? QKV_VEXP_HI : x;
   float t = x * QKV_VEXP_LOG2E + QKV_VEXP_SHIFTER;
@@ -76,7 +81,7 @@ static inline float qkv_vexpf (float x) {
   /* unsigned so that the garbage n of a NaN cannot overflow a shift */
   float s1 = qkv_vexp_bits2f(((uint32_t)n1 + 127u) << 23);
   float s2 = qkv_vexp_bits2f(((uint32_t)n2 + 127u) << 23);
-  return p * s1 * s2;
+  return keep ? p * s1 * s2 : 0.0f;
 }
 
 /*
@@ -152,6 +157,11 @@ static inline float qkv_vlogf (float x) {
 static inline int qkv_cpu_has_avx2 (void) { return qkv_cpu_isa() >= QKV_ISA_AVX2; }
 
 static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
+  /* lanes at or below LO give 0, and are worked as x = 0: a product that
+     underflows costs a microcode assist of ~150 cycles, and masked scores
+     (-inf) are whole lanes of it.  NaN compares unordered: kept. */
+  __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(QKV_VEXP_LO), _CMP_NLE_UQ);
+  x = _mm256_and_ps(x, keep);
   /* min/max return their second operand when one is NaN: x, so it survives */
   x = _mm256_max_ps(_mm256_set1_ps(QKV_VEXP_LO), x);
   x = _mm256_min_ps(_mm256_set1_ps(QKV_VEXP_HI), x);
@@ -174,7 +184,7 @@ static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), keep);
 }
 
 #define QKV_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
@@ -188,6 +198,9 @@ static inline int qkv_cpu_has_avx512 (void) { return qkv_cpu_isa() >= QKV_ISA_AV
 ** subnormals rounded once rather than twice.
 */
 static inline QKV_AVX512 __m512 qkv_vexp16 (__m512 x) {
+  /* as qkv_vexp8: lanes at or below LO are worked as 0 and give 0 */
+  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QKV_VEXP_LO), _CMP_NLE_UQ);
+  x = _mm512_maskz_mov_ps(keep, x);
   x = _mm512_max_ps(_mm512_set1_ps(QKV_VEXP_LO), x);   /* NaN survives */
   x = _mm512_min_ps(_mm512_set1_ps(QKV_VEXP_HI), x);
   const __m512 shifter = _mm512_set1_ps(QKV_VEXP_SHIFTER);
@@ -202,7 +215,7 @@ static inline QKV_AVX512 __m512 qkv_vexp16 (__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(QKV_VEXP_C2));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, kf);
+  return _mm512_maskz_scalef_ps(keep, p, kf);
 }
 
 /* a row's sum in double, 8 float lanes at a time: acc holds two vectors
