@@ -144,6 +144,42 @@ static int n_gelu_backward (lua_State *L) {
   return 1;
 }
 
+/*
+** qkv._layer_norm_backward(x, g, n [, w [, eps [, want_w [, want_b]]]]) ->
+** gx, gw|nil, gb|nil: layer_norm's backward over the last n elements of
+** each row (qkv.autograd's rule); gw and gb 1-D of n, each only when
+** asked for; w nil or n elements of x's dtype
+*/
+static int n_layer_norm_backward (lua_State *L) {
+  qkv_tensor *x, *g;
+  check_pair(L, "_layer_norm_backward", "x", "g", &x, &g);
+  lua_Integer n = luaL_checkinteger(L, 3);
+  qkv_tensor *w = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
+  double eps = luaL_optnumber(L, 5, 1e-5);
+  int want_w = lua_toboolean(L, 6), want_b = lua_toboolean(L, 7);
+  int64_t inner = 1;
+  int k = x->ndim;
+  while (k > 0 && inner < n) inner *= x->size[--k];
+  if (n < 1 || inner != n) {
+    const char *s = qkvL_shape(L, x);
+    return luaL_error(L, "_layer_norm_backward: n = %I is not the size of x %s's last dims", n, s);
+  }
+  if (w && (qkv_numel(w) != n || w->dtype != x->dtype || w->storage->device != x->storage->device)) {
+    const char *sw = qkvL_shape(L, w);
+    return luaL_error(L, "_layer_norm_backward: w %s must hold n = %I elements of x's dtype "
+                      "and device", sw, n);
+  }
+  if (!(eps >= 0)) return luaL_error(L, "_layer_norm_backward: eps must be >= 0, got %f", eps);
+  int64_t size = n;
+  qkv_tensor *gx = qkvL_newlike(L, x, x->dtype);
+  qkv_tensor *gw = want_w ? qkvL_new(L, x->dtype, x->storage->device, 1, &size, 0) : NULL;
+  if (!want_w) lua_pushnil(L);
+  qkv_tensor *gb = want_b ? qkvL_new(L, x->dtype, x->storage->device, 1, &size, 0) : NULL;
+  if (!want_b) lua_pushnil(L);
+  qkvL_check(L, "layer_norm", qkv_layer_norm_backward(gx, gw, gb, x, g, w, n, eps));
+  return 3;
+}
+
 /* qkv._adam(p, g, m, v, vmax, lr, b1, b2, eps, decay, bc1, bc2): one fused
    Adam step in place (qkv.optim's Adam:update; qkv_adam says the formula).
    vmax may be nil; p, m, v (and vmax) float32 or float64 of one shape and
@@ -170,6 +206,7 @@ void qkvL_open_norm (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {
     {"layer_norm", n_layer_norm}, {"dropout", n_dropout},
     {"_softmax_backward", n_softmax_backward}, {"_gelu_backward", n_gelu_backward},
+    {"_layer_norm_backward", n_layer_norm_backward},
     {"_adam", n_adam},
     {NULL, NULL}
   };

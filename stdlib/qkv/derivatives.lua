@@ -371,6 +371,8 @@ R.log_softmax = function(f, x, dim)
   end, {y})
 end
 
+-- layer_norm's backward in one pass over the rows (qkv._layer_norm_backward,
+-- in double; the halves through float32)
 function D.layer_norm(f, x, shape, w, b, eps)
   local y = f(x, shape, w, b, eps)
   local k = type(shape) == "table" and #shape or 1
@@ -378,18 +380,11 @@ function D.layer_norm(f, x, shape, w, b, eps)
   return rec("NativeLayerNormBackward", y, {x, nil, w, b}, function(g)
     local n = 1
     for i = x:dim() - k + 1, x:dim() do n = n * x:size(i) end
-    local x2 = x:reshape(-1, n)             -- a row per normalised slice
-    local g2 = g:reshape(x2:size(1), -1)
-    local mean = x2:mean(2, true)
-    local xc = x2 - mean
-    local inv = 1 / ((xc * xc):mean(2, true) + eps):sqrt()
-    local xhat = xc * inv
-    local wf = w and w:reshape(1, -1)
-    local gx = wf and g2 * wf or g2
-    local gin = (gx - gx:mean(2, true) - xhat * (gx * xhat):mean(2, true)) * inv
-    local gw = w and (g2 * xhat):sum(1):reshape(table.unpack(w.shape)) or nil
-    local gb = b and g2:sum(1):reshape(table.unpack(b.shape)) or nil
-    return gin:reshape(table.unpack(x.shape)), nil, gw, gb
+    local dt = (x.dtype == "float64" or x.dtype == "float32") and x.dtype or "float32"
+    local gx, gw, gb = qkv._layer_norm_backward(x:to(dt), g:to(dt), n, w and w:to(dt), eps,
+                                                w ~= nil, b ~= nil)
+    return gx:to(x.dtype), nil, gw and gw:reshape(table.unpack(w.shape)):to(w.dtype),
+      gb and gb:reshape(table.unpack(b.shape)):to(b.dtype)
   end, {x})
 end
 R.layer_norm = D.layer_norm

@@ -127,7 +127,7 @@ local COVER = {
   where = "TestCudaSelect", gather = "TestCudaSelect", sort = "TestCudaSelect",
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
-  layer_norm = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
+  layer_norm = "TestCudaSoftmax", layer_norm_backward = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
   adam = "TestCudaOptim",
 }
 
@@ -680,6 +680,26 @@ function TestCudaSoftmax:testLayerNorm()
     end
     same(dt .. " layer_norm over 2 dims", function(v) return qkv.layer_norm(v, {3, 4}) end,
          {values({2, 3, 4}, dt)})
+  end
+end
+
+-- rows of a thread, a warp and a block; the sums over rows (gw, gb) with
+-- and without w, and none asked for
+function TestCudaSoftmax:testLayerNormBackward()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}, {0, 6}} do
+      local n = s[#s]
+      same(dt .. " layer_norm backward " .. table.concat(s, "x"),
+           function(v, g, w)
+             local a, b, c = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n,
+                                                      w:contiguous(), 1e-5, true, true)
+             local d, e = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n, nil, 1e-3,
+                                                   false, true)
+             local f = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n)
+             return a, b, c, d, e, f
+           end, {values(s, dt) * 5 + 100, values(s, dt), values({n}, dt)})
+    end
   end
 end
 

@@ -153,6 +153,99 @@ function TestLayerNorm:testAgainstReference()
   end
 end
 
+-- layer_norm's backward (qkv._layer_norm_backward, autograd's rule) for
+-- one row in plain Lua, float64: gx, and the row's terms of gw and gb
+local function ref_ln_back(row, g, w, eps)
+  local n, mean, var = #row, 0, 0
+  for _, v in ipairs(row) do mean = mean + v end
+  mean = mean / n
+  for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
+  local inv = 1 / math.sqrt(var / n + eps)
+  local xh, gy, s1, s2 = {}, {}, 0, 0
+  for i = 1, n do
+    xh[i], gy[i] = (row[i] - mean) * inv, g[i] * (w and w[i] or 1)
+    s1, s2 = s1 + gy[i], s2 + gy[i] * xh[i]
+  end
+  local gx, gw = {}, {}
+  for i = 1, n do
+    gx[i] = inv * (gy[i] - s1 / n - xh[i] * s2 / n)
+    gw[i] = g[i] * xh[i]
+  end
+  return gx, gw
+end
+
+-- every row length around the 16-lane vectors (the AVX-512 rows' tails),
+-- with and without w, float64 and float32, and enough rows (3000) that the
+-- sums over rows go through many blocks and both threads
+function TestLayerNorm:testBackwardAgainstReference()
+  for _, dt in ipairs{"float64", "float32"} do
+    for _, c in ipairs{{1, 5}, {5, 7}, {16, 3}, {17, 4}, {33, 2}, {64, 3000}} do
+      local n, rows = c[1], c[2]
+      local x, g = rand({rows, n}, dt), rand({rows, n}, dt)
+      for _, w in ipairs{rand({n}, dt), false} do
+        local gx, gw, gb = qkv._layer_norm_backward(x, g, n, w or nil, 1e-5, true, true)
+        lu.assertEquals(gx.dtype, dt)
+        local xf, gf, wf = flat(x), flat(g), w and flat(w)
+        local gxf, want_w, want_b = flat(gx), {}, {}
+        for i = 1, n do want_w[i], want_b[i] = 0, 0 end
+        for r = 0, rows - 1, rows > 100 and 97 or 1 do       -- a sample of the many
+          local row, gr, got = {}, {}, {}
+          for i = 1, n do row[i], gr[i], got[i] = xf[r * n + i], gf[r * n + i], gxf[r * n + i] end
+          local wx = ref_ln_back(row, gr, wf, 1e-5)
+          near(got, wx, dt == "float64" and 1e-10 or 2e-5, ("gx n %d %s"):format(n, dt))
+        end
+        for r = 0, rows - 1 do
+          local row, gr = {}, {}
+          for i = 1, n do row[i], gr[i] = xf[r * n + i], gf[r * n + i] end
+          local _, tw = ref_ln_back(row, gr, nil, 1e-5)
+          for i = 1, n do want_w[i], want_b[i] = want_w[i] + tw[i], want_b[i] + gr[i] end
+        end
+        local tol = (dt == "float64" and 1e-12 or 2e-6) * rows
+        near(flat(gw), want_w, tol, ("gw n %d %s"):format(n, dt))
+        near(flat(gb), want_b, tol, ("gb n %d %s"):format(n, dt))
+      end
+    end
+  end
+  -- nothing asked: no sums; a 3-D x whose rows are its last two dims
+  local x, g = rand({2, 3, 4}), rand({2, 3, 4})
+  local gx, gw, gb = qkv._layer_norm_backward(x, g, 12)
+  lu.assertNil(gw)
+  lu.assertNil(gb)
+  local want = ref_ln_back(flat(x[1]), flat(g[1]), nil, 1e-5)
+  near(flat(gx[1]), want, 1e-12, "rows of 12")
+  -- no rows: gw and gb are sums of nothing
+  local _, zw, zb = qkv._layer_norm_backward(qkv.zeros(0, 3), qkv.zeros(0, 3), 3, nil, 1e-5, true, true)
+  lu.assertEquals(flat(zw), {0, 0, 0})
+  lu.assertEquals(flat(zb), {0, 0, 0})
+end
+
+-- gradients in bfloat16 go through float32 and come back in bfloat16
+function TestLayerNorm:testBackwardHalf()
+  local xb = rand({4, 8}, "float32"):to("bfloat16"):requires_grad_()
+  local wb = rand({8}, "float32"):to("bfloat16"):requires_grad_()
+  qkv.layer_norm(xb, 8, wb):sum():backward()
+  lu.assertEquals(xb.grad.dtype, "bfloat16")
+  lu.assertEquals(wb.grad.dtype, "bfloat16")
+  local gx, gw = qkv._layer_norm_backward(xb:detach():float(), qkv.ones(4, 8), 8,
+                                          wb:detach():float(), 1e-5, true)
+  lu.assertEquals(flat(xb.grad), flat(gx:to("bfloat16")))
+  lu.assertEquals(flat(wb.grad), flat(gw:to("bfloat16")))
+end
+
+function TestLayerNorm:testBackwardErrors()
+  local x = qkv.ones(2, 6)
+  fails("_layer_norm_backward: n = 4 is not the size of x (2, 6)'s last dims",
+        qkv._layer_norm_backward, x, x, 4)
+  fails("_layer_norm_backward: n = 0 is not the size", qkv._layer_norm_backward, x, x, 0)
+  fails("_layer_norm_backward: w (5,) must hold n = 6 elements of x's dtype and device",
+        qkv._layer_norm_backward, x, x, 6, qkv.ones(5))
+  fails("_layer_norm_backward: w (6,) must hold", qkv._layer_norm_backward, x, x, 6,
+        qkv.ones(6, "float64"))
+  fails("_layer_norm_backward: x (2, 6) and g (2, 3) must be float32 or float64 of one shape",
+        qkv._layer_norm_backward, x, qkv.ones(2, 3), 6)
+  fails("_layer_norm_backward: eps must be >= 0", qkv._layer_norm_backward, x, x, 6, nil, -1)
+end
+
 -- float32 with a large common offset: the mean and variance accumulate in
 -- double, so the small spread survives
 function TestLayerNorm:testLargeOffsetFloat32()

@@ -81,6 +81,12 @@ typedef struct qkv_backend {
      contiguous n elements or NULL, all the same float dtype */
   int (*layer_norm)(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                     const qkv_tensor *b, int64_t n, double eps);
+  /* its backward: gx (x's shape) and the sums over rows gw, gb (n
+     elements each, NULL when not wanted) from x, g (x's shape) and w (n
+     elements or NULL); all contiguous, one float dtype, n >= 1 */
+  int (*layer_norm_backward)(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                             const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                             int64_t n, double eps);
   /* running sums along dim (0-based): out[.., i, ..] = x[.., 0, ..] + ...
      + x[.., i, ..]; out and x contiguous, not empty, one dtype: float32
      and float64 summed in double, int64 exactly (wrapping on overflow, as

@@ -222,6 +222,12 @@ int qkv_log_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
    biased variance, in double; w and b (n elements each) may be NULL */
 int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                    const qkv_tensor *b, int64_t n, double eps);
+/* its backward, given the output's gradient g (x's shape): gx (x's shape
+   and float32/64 dtype), and gw, gb (n elements of that dtype, or NULL when
+   not wanted), the sums over rows of g xhat and of g; in double */
+int qkv_layer_norm_backward(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                            const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                            int64_t n, double eps);
 /* out (x's shape) = running sums of x along dim (0-based); out's dtype is
    x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
 int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);

@@ -71,7 +71,7 @@ typedef struct {
 
 static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-#define lanes qkv_attn_lanes16
+#define lanes qkv_lanes16
 
 /* ---- packing ---- */
 

@@ -26,7 +26,7 @@
 #define INLINE static inline __attribute__((always_inline)) QKV_AVX512
 #define UNROLL _Pragma("GCC unroll 16")
 #define key_limit qkv_attn_key_limit
-#define lanes qkv_attn_lanes16
+#define lanes qkv_lanes16
 
 #define QK_KEYS 12
 #define PV_ROWS 6

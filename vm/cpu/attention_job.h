@@ -142,11 +142,6 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
 }
 
 #ifdef QKV_VEXP_X86
-/* the first n of 16 lanes (none for n <= 0, all for n >= 16) */
-static inline __mmask16 qkv_attn_lanes16 (int64_t n) {
-  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-}
-
 /* the keys of query tile [i0, i0 + bq) of batch b with our products, into o */
 void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
                          int bq, int64_t jend, float *o);

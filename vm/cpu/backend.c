@@ -29,6 +29,7 @@ const qkv_backend qkv_cpu_backend = {
   .softmax_backward = qkv_cpu_softmax_backward,
   .log_softmax = qkv_cpu_log_softmax,
   .layer_norm = qkv_cpu_layer_norm,
+  .layer_norm_backward = qkv_cpu_layer_norm_backward,
   .cumsum = qkv_cpu_cumsum,
   .tri = qkv_cpu_tri,
   .adam = qkv_cpu_adam,

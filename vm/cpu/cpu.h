@@ -53,5 +53,8 @@ int qkv_cpu_adam(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *
                  qkv_tensor *vmax, const qkv_adam_step *h);
 int qkv_cpu_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                        const qkv_tensor *b, int64_t n, double eps);
+int qkv_cpu_layer_norm_backward(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                                const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                                int64_t n, double eps);
 
 #endif

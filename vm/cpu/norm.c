@@ -5,6 +5,7 @@
 ** contiguous rows (moving another dim last with a copy when it must).
 */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu.h"
 #include "parallel.h"
@@ -239,4 +240,216 @@ int qkv_cpu_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_ten
   int64_t rows = numel / n;
   rows_job J = {qkv_data(gx), qkv_data(y), qkv_data(g), NULL, NULL, n, qkv_elsize(y->dtype), 0, 0};
   return qkv_par_rows(rows, n, y->dtype == QKV_F32 ? sbw_row32 : sbw_row64, &J);
+}
+
+/*
+** layer_norm's backward over rows of n: with xhat = (x - mean) inv and
+** gy = g w (g where there is no w),
+**   gx = inv (gy - mean(gy) - xhat mean(gy xhat)),
+**   gw = sum over rows of g xhat,  gb = sum over rows of g.
+** mean and inv are computed again as the forward does (double, two
+** passes).  Everything per row in double; the column sums go to partials
+** per block of rows, added in block order after: the same bits on any
+** number of threads.
+*/
+typedef struct {
+  char *gx;
+  const char *x, *g;
+  const void *w;
+  double *part;                     /* per block: gw's n sums, then gb's */
+  int64_t n, rows, blk;             /* blk rows a block */
+  size_t es;
+  double eps;
+  int want_w, want_b, wide;         /* wide: the AVX-512 build of the rows */
+} lnb_job;
+
+/* one row; gy_j = g_j w_j (w NULL: ones); pw, pb the block's partial sums
+   or NULL.  Built for the baseline and AVX-512 (qkv_cpu_isa picks). */
+#define LNB_ROW(name, T, ATTR) \
+static ATTR void name (T *restrict gx, const T *restrict x, const T *restrict g, \
+                       const T *restrict w, int64_t n, double eps, \
+                       double *restrict pw, double *restrict pb) { \
+  double mean = 0, var = 0, s1 = 0, s2 = 0; \
+  _Pragma("omp simd reduction(+:mean)") \
+  for (int64_t j = 0; j < n; j++) mean += x[j]; \
+  mean /= (double)n; \
+  _Pragma("omp simd reduction(+:var)") \
+  for (int64_t j = 0; j < n; j++) { double d = x[j] - mean; var += d * d; } \
+  double inv = 1.0 / sqrt(var / (double)n + eps); \
+  if (w) { \
+    _Pragma("omp simd reduction(+:s1, s2)") \
+    for (int64_t j = 0; j < n; j++) { \
+      double gy = (double)g[j] * w[j]; \
+      s1 += gy; \
+      s2 += gy * ((x[j] - mean) * inv); \
+    } \
+  } else { \
+    _Pragma("omp simd reduction(+:s1, s2)") \
+    for (int64_t j = 0; j < n; j++) { \
+      s1 += g[j]; \
+      s2 += g[j] * ((x[j] - mean) * inv); \
+    } \
+  } \
+  s1 /= (double)n; \
+  s2 /= (double)n; \
+  if (w) { \
+    _Pragma("omp simd") \
+    for (int64_t j = 0; j < n; j++) \
+      gx[j] = (T)(inv * ((double)g[j] * w[j] - s1 - (x[j] - mean) * inv * s2)); \
+  } else { \
+    _Pragma("omp simd") \
+    for (int64_t j = 0; j < n; j++) \
+      gx[j] = (T)(inv * (g[j] - s1 - (x[j] - mean) * inv * s2)); \
+  } \
+  if (pw) { \
+    _Pragma("omp simd") \
+    for (int64_t j = 0; j < n; j++) pw[j] += g[j] * ((x[j] - mean) * inv); \
+  } \
+  if (pb) { \
+    _Pragma("omp simd") \
+    for (int64_t j = 0; j < n; j++) pb[j] += g[j]; \
+  } \
+}
+
+LNB_ROW(lnb_f32, float, )
+LNB_ROW(lnb_f64, double, )
+
+#ifdef QKV_VEXP_X86
+/* 16 floats from p (lanes past k zeros) as two vectors of 8 doubles */
+static inline QKV_AVX512 void ld16d (const float *p, __mmask16 k, __m512d *lo, __m512d *hi) {
+  __m512 v = _mm512_maskz_loadu_ps(k, p);
+  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* p[0..16) += lo, hi where k keeps a lane */
+static inline QKV_AVX512 void acc16d (double *p, __mmask16 k, __m512d lo, __m512d hi) {
+  __mmask8 kl = (__mmask8)k, kh = (__mmask8)(k >> 8);
+  _mm512_mask_storeu_pd(p, kl, _mm512_add_pd(_mm512_maskz_loadu_pd(kl, p), lo));
+  _mm512_mask_storeu_pd(p + 8, kh, _mm512_add_pd(_mm512_maskz_loadu_pd(kh, p + 8), hi));
+}
+
+/*
+** lnb_f32's steps 16 floats at a time, in double, with the sums reduced
+** in registers: the compiler's simd reductions go through memory, which
+** cost more than the arithmetic on rows of 64 (BERT's 384 too).
+*/
+static QKV_AVX512 void lnb_f32_avx512 (float *gx, const float *x, const float *g, const float *w,
+                                       int64_t n, double eps, double *pw, double *pb) {
+  __m512d a = _mm512_setzero_pd(), b = a, lo, hi;
+  for (int64_t j = 0; j < n; j += 16) {
+    ld16d(x + j, qkv_lanes16(n - j), &lo, &hi);
+    a = _mm512_add_pd(a, lo);
+    b = _mm512_add_pd(b, hi);
+  }
+  double mean = _mm512_reduce_add_pd(_mm512_add_pd(a, b)) / (double)n;
+  __m512d vm = _mm512_set1_pd(mean);
+  a = b = _mm512_setzero_pd();
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = qkv_lanes16(n - j);
+    ld16d(x + j, k, &lo, &hi);
+    lo = _mm512_maskz_sub_pd((__mmask8)k, lo, vm);
+    hi = _mm512_maskz_sub_pd((__mmask8)(k >> 8), hi, vm);
+    a = _mm512_fmadd_pd(lo, lo, a);
+    b = _mm512_fmadd_pd(hi, hi, b);
+  }
+  double inv = 1.0 / sqrt(_mm512_reduce_add_pd(_mm512_add_pd(a, b)) / (double)n + eps);
+  __m512d vi = _mm512_set1_pd(inv), s1 = _mm512_setzero_pd(), s2 = s1;
+  for (int64_t j = 0; j < n; j += 16) {        /* lanes past n: g is 0, so gy is */
+    __mmask16 k = qkv_lanes16(n - j);
+    __m512d glo, ghi, wlo, whi;
+    ld16d(x + j, k, &lo, &hi);
+    ld16d(g + j, k, &glo, &ghi);
+    if (w) {
+      ld16d(w + j, k, &wlo, &whi);
+      glo = _mm512_mul_pd(glo, wlo);
+      ghi = _mm512_mul_pd(ghi, whi);
+    }
+    s1 = _mm512_add_pd(s1, _mm512_add_pd(glo, ghi));
+    s2 = _mm512_fmadd_pd(glo, _mm512_mul_pd(_mm512_sub_pd(lo, vm), vi), s2);
+    s2 = _mm512_fmadd_pd(ghi, _mm512_mul_pd(_mm512_sub_pd(hi, vm), vi), s2);
+  }
+  __m512d m1 = _mm512_set1_pd(_mm512_reduce_add_pd(s1) / (double)n);
+  __m512d m2 = _mm512_set1_pd(_mm512_reduce_add_pd(s2) / (double)n);
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = qkv_lanes16(n - j);
+    __m512d glo, ghi, wlo, whi;
+    ld16d(x + j, k, &lo, &hi);
+    ld16d(g + j, k, &glo, &ghi);
+    __m512d xl = _mm512_mul_pd(_mm512_sub_pd(lo, vm), vi), xh = _mm512_mul_pd(_mm512_sub_pd(hi, vm), vi);
+    if (pw) acc16d(pw + j, k, _mm512_mul_pd(glo, xl), _mm512_mul_pd(ghi, xh));
+    if (pb) acc16d(pb + j, k, glo, ghi);
+    if (w) {
+      ld16d(w + j, k, &wlo, &whi);
+      glo = _mm512_mul_pd(glo, wlo);
+      ghi = _mm512_mul_pd(ghi, whi);
+    }
+    __m512d ol = _mm512_mul_pd(vi, _mm512_sub_pd(_mm512_sub_pd(glo, m1), _mm512_mul_pd(xl, m2)));
+    __m512d oh = _mm512_mul_pd(vi, _mm512_sub_pd(_mm512_sub_pd(ghi, m1), _mm512_mul_pd(xh, m2)));
+    __m512 o = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(ol)), _mm512_cvtpd_ps(oh), 1);
+    _mm512_mask_storeu_ps(gx + j, k, o);
+  }
+}
+#endif
+
+static void lnb_row (const lnb_job *J, int64_t r, double *pw, double *pb) {
+  int64_t at = r * J->n;
+  if (J->es == sizeof(double)) {
+    lnb_f64((double *)J->gx + at, (const double *)J->x + at, (const double *)J->g + at, J->w,
+            J->n, J->eps, pw, pb);
+    return;
+  }
+#ifdef QKV_VEXP_X86
+  if (J->wide) {
+    lnb_f32_avx512((float *)J->gx + at, (const float *)J->x + at, (const float *)J->g + at,
+                   J->w, J->n, J->eps, pw, pb);
+    return;
+  }
+#endif
+  lnb_f32((float *)J->gx + at, (const float *)J->x + at, (const float *)J->g + at, J->w, J->n,
+          J->eps, pw, pb);
+}
+
+static int lnb_blocks (void *p, int64_t lo, int64_t hi, int tid) {
+  const lnb_job *J = p;
+  (void)tid;
+  for (int64_t k = lo; k < hi; k++) {
+    if (qkv_interrupted) return QKV_EINTR;
+    double *pw = J->part + k * 2 * J->n, *pb = pw + J->n;
+    for (int64_t j = 0; j < 2 * J->n; j++) pw[j] = 0;
+    int64_t end = (k + 1) * J->blk < J->rows ? (k + 1) * J->blk : J->rows;
+    for (int64_t r = k * J->blk; r < end; r++)
+      lnb_row(J, r, J->want_w ? pw : NULL, J->want_b ? pb : NULL);
+  }
+  return QKV_OK;
+}
+
+int qkv_cpu_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                                 const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                                 int64_t n, double eps) {
+  int64_t numel = qkv_numel(x), rows = n ? numel / n : 0;
+  int f32 = x->dtype == QKV_F32;
+  /* at most 256 blocks of at least 32 rows: the partials stay small */
+  int64_t blk = rows / 256 + 1 > 32 ? rows / 256 + 1 : 32, nblk = (rows + blk - 1) / blk;
+  lnb_job J = {qkv_data(gx), qkv_data(x), qkv_data(g), w ? qkv_data(w) : NULL, NULL, n, rows,
+               blk, qkv_elsize(x->dtype), eps, gw != NULL, gb != NULL, 0};
+#ifdef QKV_VEXP_X86
+  J.wide = qkv_cpu_has_avx512();
+#endif
+  if (rows > 0 && (J.part = malloc(sizeof(double) * (size_t)(nblk * 2 * n))) == NULL)
+    return QKV_ENOMEM;
+  int err = rows > 0 ? qkv_par_for(nblk, blk * n >= QKV_CPU_PAR_MIN ? 1 : QKV_CPU_PAR_MIN / (blk * n),
+                                   lnb_blocks, &J) : QKV_OK;
+  for (int which = 0; err == QKV_OK && which < 2; which++) {
+    qkv_tensor *t = which ? gb : gw;
+    if (t == NULL) continue;
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < nblk; k++) s += J.part[k * 2 * n + which * n + j];
+      if (f32) ((float *)qkv_data(t))[j] = (float)s;
+      else ((double *)qkv_data(t))[j] = s;
+    }
+  }
+  free(J.part);
+  return err;
 }

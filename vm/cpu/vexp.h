@@ -192,6 +192,11 @@ static inline QKV_AVX2 __m256 qkv_vexp8 (__m256 x) {
 /* whether the QKV_AVX512 versions may run here */
 static inline int qkv_cpu_has_avx512 (void) { return qkv_cpu_isa() >= QKV_ISA_AVX512; }
 
+/* the first n of 16 lanes (none for n <= 0, all for n >= 16): a row's tail */
+static inline __mmask16 qkv_lanes16 (int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+}
+
 /*
 ** qkv_vexp8's steps on 16 lanes, but 2^n applied by vscalefps, which
 ** rounds p 2^n once: the same bits wherever the result is normal, and

@@ -317,6 +317,7 @@ static const qkv_backend cuda_backend = {
   .softmax_backward = qkv_cuda_softmax_backward,
   .log_softmax = qkv_cuda_log_softmax,
   .layer_norm = qkv_cuda_layer_norm,
+  .layer_norm_backward = qkv_cuda_layer_norm_backward,
   .cumsum = qkv_cuda_cumsum,
   .tri = qkv_cuda_tri,
   .adam = qkv_cuda_adam,

@@ -172,6 +172,9 @@ int qkv_cuda_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cuda_tri(qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper);
 int qkv_cuda_adam(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v,
                   qkv_tensor *vmax, const qkv_adam_step *h);
+int qkv_cuda_layer_norm_backward(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                                 const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                                 int64_t n, double eps);
 int qkv_cuda_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
                         const qkv_tensor *b, int64_t n, double eps);
 

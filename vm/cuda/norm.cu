@@ -1,8 +1,8 @@
 /*
 ** norm.cu -- GPU kernels over contiguous rows, as vm/cpu/norm.c:
 ** log_softmax (along the last dim), layer_norm (over the last n elements
-** of each row) and softmax's backward (along the last dim).  All three
-** accumulate in double whatever the dtype, and vm/dispatch/ops_nn.c hands them
+** of each row) and its backward, and softmax's backward (along the last
+** dim).  All accumulate in double whatever the dtype, and vm/dispatch/ops_nn.c hands them
 ** contiguous rows (moving another dim last with a copy when it must).
 **
 ** A row takes a warp (up to 1024 elements) or a block (longer), whose
@@ -20,7 +20,7 @@
 #define WARP_MAX 1024         /* rows up to this long take a warp */
 #define THREADS 256           /* of every launch */
 
-typedef enum { LOG_SOFTMAX, LAYER_NORM, SOFTMAX_BWD } rowop;
+typedef enum { LOG_SOFTMAX, LAYER_NORM, SOFTMAX_BWD, LAYER_NORM_BWD } rowop;
 
 namespace {                   /* the types are this file's own */
 
@@ -31,6 +31,7 @@ struct norm_job {
   char *o;
   const char *x, *g, *w, *b;
   double eps;
+  double *stats;              /* layer_norm's backward: each row's mean, inv */
 };
 }
 
@@ -106,6 +107,53 @@ __device__ static void sbw_row (T *gx, const T *y, const T *g, int64_t n) {
   for (int64_t j = G::lane(); j < n; j += G::size()) gx[j] = (T)(y[j] * ((double)g[j] - dot));
 }
 
+/*
+** layer_norm's backward, as vm/cpu/norm.c: with xhat = (x - mean) inv and
+** gy = g w, gx = inv (gy - mean(gy) - xhat mean(gy xhat)); the row's mean
+** and inv left in stats (when not NULL) for the sums over rows
+*/
+template <typename T, typename G>
+__device__ static void lnb_row (T *gx, const T *x, const T *g, const T *w, int64_t n,
+                                double eps, double *stats) {
+  double s = 0, v = 0, s1 = 0, s2 = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) s += x[j];
+  double mean = G::sum(s) / (double)n;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    double d = x[j] - mean;
+    v += d * d;
+  }
+  double inv = 1.0 / sqrt(G::sum(v) / (double)n + eps);
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    double xh = (x[j] - mean) * inv, gy = w ? (double)g[j] * w[j] : (double)g[j];
+    s1 += gy;
+    s2 += gy * xh;
+  }
+  s1 = G::sum(s1) / (double)n;
+  s2 = G::sum(s2) / (double)n;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    double xh = (x[j] - mean) * inv, gy = w ? (double)g[j] * w[j] : (double)g[j];
+    gx[j] = (T)(inv * (gy - s1 - xh * s2));
+  }
+  if (stats && G::lane() == 0) stats[0] = mean, stats[1] = inv;
+}
+
+/* gw[j] = sum over rows of g xhat, gb[j] = sum of g (either NULL): a
+   thread a column, the rows in order, in double */
+template <typename T>
+static __global__ void lnb_cols (norm_job J, T *gw, T *gb) {
+  int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= J.n) return;
+  const T *x = (const T *)J.x, *g = (const T *)J.g;
+  double sw = 0, sb = 0;
+  for (int64_t r = 0; r < J.nrows; r++) {
+    double gv = g[r * J.n + j];
+    sw += gv * ((x[r * J.n + j] - J.stats[2 * r]) * J.stats[2 * r + 1]);
+    sb += gv;
+  }
+  if (gw) gw[j] = (T)sw;
+  if (gb) gb[j] = (T)sb;
+}
+
 /* every row, each taken by one group; a group's rows are the same for all
    its threads, so the barriers inside are reached by the whole block */
 template <rowop OP, typename T, typename G>
@@ -117,6 +165,9 @@ static __global__ void norm_rows (norm_job J) {
     if constexpr (OP == LOG_SOFTMAX) lsm_row<T, G>(o, x, J.n);
     else if constexpr (OP == LAYER_NORM)
       ln_row<T, G>(o, x, (const T *)J.w, (const T *)J.b, J.n, J.eps);
+    else if constexpr (OP == LAYER_NORM_BWD)
+      lnb_row<T, G>(o, x, (const T *)J.g + at, (const T *)J.w, J.n, J.eps,
+                    J.stats ? J.stats + 2 * r : NULL);
     else sbw_row<T, G>(o, x, (const T *)J.g + at, J.n);
   }
 }
@@ -155,6 +206,7 @@ static norm_job job_of (qkv_tensor *out, const qkv_tensor *x, int64_t n) {
   J.x = qkv_cu_data(x);
   J.g = J.w = J.b = NULL;
   J.eps = 0;
+  J.stats = NULL;
   return J;
 }
 
@@ -185,4 +237,32 @@ int qkv_cuda_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_te
   norm_job J = job_of(gx, y, n);
   J.g = qkv_cu_data(g);
   return launch<SOFTMAX_BWD>(J, y->dtype);
+}
+
+int qkv_cuda_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                                  const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                                  int64_t n, double eps) {
+  if (!is_f(x->dtype) || gx->dtype != x->dtype || g->dtype != x->dtype ||
+      (w && w->dtype != x->dtype) || (gw && gw->dtype != x->dtype) ||
+      (gb && gb->dtype != x->dtype))
+    return QKV_EDTYPE;
+  norm_job J = job_of(gx, x, n);
+  J.g = qkv_cu_data(g);
+  J.w = w ? qkv_cu_data(w) : NULL;
+  J.eps = eps;
+  if ((gw || gb) && J.nrows > 0 &&
+      (J.stats = (double *)qkv_cu_alloc(2 * (size_t)J.nrows * sizeof(double))) == NULL)
+    return QKV_ENOMEM;
+  int err = J.nrows > 0 ? launch<LAYER_NORM_BWD>(J, x->dtype) : QKV_OK;
+  if (err == QKV_OK && (gw || gb)) {       /* no rows: sums of nothing, zeros */
+    if (x->dtype == QKV_F32)
+      lnb_cols<float><<<qkv_cu_blocks(n, THREADS), THREADS>>>(
+          J, gw ? (float *)qkv_cu_data(gw) : NULL, gb ? (float *)qkv_cu_data(gb) : NULL);
+    else
+      lnb_cols<double><<<qkv_cu_blocks(n, THREADS), THREADS>>>(
+          J, gw ? (double *)qkv_cu_data(gw) : NULL, gb ? (double *)qkv_cu_data(gb) : NULL);
+    launchCheck("layer_norm backward (the sums over rows)");
+  }
+  qkv_cu_free(J.stats);
+  return err;
 }

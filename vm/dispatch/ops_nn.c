@@ -205,6 +205,33 @@ int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
   return qkv_op_done(layer_norm_in(be, o, x, w, b, n, eps), be, out, o);
 }
 
+int qkv_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                             const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                             int64_t n, double eps) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(gx, x, g, &err);
+  if (be == NULL || (w && (be = qkv_op_backend(gx, w, NULL, &err)) == NULL)) return err;
+  qkv_dtype dt = gx->dtype;
+  qkv_tensor *sums[2] = {gw, gb};
+  if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(gx) || n < 1 ||
+      qkv_numel(x) % n != 0 || qkv_numel(g) != qkv_numel(x) || (w && qkv_numel(w) != n))
+    return QKV_EINTERNAL;
+  for (int i = 0; i < 2; i++)
+    if (sums[i] && (sums[i]->dtype != dt || !qkv_is_contiguous(sums[i]) ||
+                    qkv_numel(sums[i]) != n || sums[i]->storage->device != gx->storage->device))
+      return QKV_EINTERNAL;
+  qkv_tensor c, cg, cw;
+  qkv_storage *tx, *tg = NULL, *tw = NULL;
+  err = qkv_op_contiguous_as(&c, &tx, x, dt);
+  if (err == QKV_OK) err = qkv_op_contiguous_as(&cg, &tg, g, dt);
+  if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, dt);
+  if (err == QKV_OK) err = be->layer_norm_backward(gx, gw, gb, &c, &cg, w ? &cw : NULL, n, eps);
+  qkv_storage_release(tx);
+  qkv_storage_release(tg);
+  qkv_storage_release(tw);
+  return err;
+}
+
 static int cumsum_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x, int dim) {
   qkv_tensor c;
   qkv_storage *tx;
