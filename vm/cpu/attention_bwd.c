@@ -97,21 +97,22 @@ static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq,
 
 /* row i of a float32 tile: its max and the sum of exp(x - max) folded into
    the running (m, l); one exp per score, vexp.h's (libm's expf is a scalar
-   call: it took half the backward of a small model's attention).
-   A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
-   Both built for the baseline and for AVX-512 (qkv_cpu_isa picks), the
-   same operations in the same order, so the same bits. */
-#define ROW_LOOPS(suffix, ATTR) \
-static ATTR void row_stats_##suffix (const float *x, int64_t n, double *m, double *l) { \
-  float mx = -INFINITY; \
-  for (int64_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx; \
-  if (mx == -INFINITY) return; \
-  float sum = 0; \
-  _Pragma("omp simd reduction(+:sum)") \
-  for (int64_t j = 0; j < n; j++) sum += qkv_vexpf(x[j] - mx); \
-  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; } \
-  else *l += sum * exp(mx - *m); \
-} \
+   call: it took half the backward of a small model's attention) */
+static void row_stats_base (const float *x, int64_t n, double *m, double *l) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  if (mx == -INFINITY) return;
+  float sum = 0;
+  _Pragma("omp simd reduction(+:sum)")
+  for (int64_t j = 0; j < n; j++) sum += qkv_vexpf(x[j] - mx);
+  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
+  else *l += sum * exp(mx - *m);
+}
+
+/* A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
+   Built for the baseline and for AVX-512 (qkv_cpu_isa picks), the same
+   operations in the same order, so the same bits. */
+#define GRAD_ROWS(suffix, ATTR) \
 static ATTR void grads_##suffix (float *s, float *dp, int64_t bq, int64_t bk, \
                                  const double *lse, const double *D) { \
   for (int64_t i = 0; i < bq; i++) { \
@@ -130,14 +131,40 @@ static ATTR void grads_##suffix (float *s, float *dp, int64_t bq, int64_t bk, \
   } \
 }
 
-ROW_LOOPS(base, )
+GRAD_ROWS(base, )
 #if defined(__x86_64__)
-ROW_LOOPS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))))
+GRAD_ROWS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))))
+#endif
+
+#ifdef QKV_VEXP_X86
+/*
+** row_stats' steps 16 lanes at a time with the max and the sum reduced in
+** registers: the compiler's simd reductions go through memory, which took
+** more than the exps on rows of 32 keys.  The sum adds in another order
+** than the baseline's (16 partial sums): the same value within float32's
+** rounding (tests/backends/test_isa.lua).
+*/
+static QKV_AVX512 void row_stats_wide (const float *x, int64_t n, double *m, double *l) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 a = ninf;
+  for (int64_t j = 0; j < n; j += 16)
+    a = _mm512_max_ps(a, _mm512_mask_loadu_ps(ninf, qkv_lanes16(n - j), x + j));
+  float mx = _mm512_reduce_max_ps(a);
+  if (mx == -INFINITY) return;
+  __m512 vm = _mm512_set1_ps(mx), s = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {   /* lanes past n: -inf, whose exp is 0 */
+    __m512 v = _mm512_mask_loadu_ps(ninf, qkv_lanes16(n - j), x + j);
+    s = _mm512_add_ps(s, qkv_vexp16(_mm512_sub_ps(v, vm)));
+  }
+  float sum = _mm512_reduce_add_ps(s);
+  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
+  else *l += sum * exp(mx - *m);
+}
 #endif
 
 static void row_stats_f32 (int wide, const float *x, int64_t n, double *m, double *l) {
-#if defined(__x86_64__)
-  if (wide) { row_stats_avx512(x, n, m, l); return; }
+#ifdef QKV_VEXP_X86
+  if (wide) { row_stats_wide(x, n, m, l); return; }
 #endif
   (void)wide;
   row_stats_base(x, n, m, l);

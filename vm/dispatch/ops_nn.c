@@ -407,13 +407,16 @@ int qkv_attention_weights (qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
   return qkv_matmul(out, w, v, 1);
 }
 
-/* x broadcast to (batch of o..., rows, cols) as a contiguous copy of dtype dt */
-static int full (qkv_tensor *dst, const qkv_tensor *x, const qkv_tensor *o, qkv_dtype dt) {
+/* x broadcast to (batch of o..., rows, cols), contiguous and of dtype dt:
+   x itself when it is so already, else a copy released through *tmp */
+static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const qkv_tensor *o,
+                 qkv_dtype dt) {
   qkv_tensor like = *o, e;
   like.size[o->ndim - 2] = x->size[x->ndim - 2];
   like.size[o->ndim - 1] = x->size[x->ndim - 1];
+  *tmp = NULL;
   if (qkv_expand(&e, x, like.ndim, like.size) != 0) return QKV_EINTERNAL;
-  return qkv_op_convert(dst, &e, dt);
+  return qkv_op_contiguous_as(dst, tmp, &e, dt);
 }
 
 int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
@@ -429,16 +432,14 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
       !qkv_is_contiguous(dv)) return QKV_EINTERNAL;
   qkv_tensor x[5], m, like = *o;
   const qkv_tensor *in[5] = {q, k, v, o, go};
-  qkv_storage *tm = NULL;
-  int made = 0;
-  for (; made < 5 && err == QKV_OK; made++) err = full(&x[made], in[made], o, dt);
-  if (err != QKV_OK) made--;
+  qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
+  for (int i = 0; i < 5 && err == QKV_OK; i++) err = full(&x[i], &tx[i], in[i], o, dt);
   like.size[o->ndim - 1] = k->size[k->ndim - 2];
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
   if (err == QKV_OK)
     err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
                                  mask ? &m : NULL, causal, scale);
-  for (int i = 0; i < made; i++) qkv_storage_release(x[i].storage);
+  for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
   qkv_storage_release(tm);
   return err;
 }
