@@ -32,6 +32,10 @@ local CASES = {
   lt = "x:lt(y)", eq = "x:eq(y)", neg = "-x", abs = "x:abs()", sqrt = "x:abs():sqrt()",
   relu = "x:relu()",
   add_i = "(x[{{20, 4000}}] * 1000):long() + (y[{{20, 4000}}] * 7):long()",
+  -- sums down columns (vm/cpu/reduce.c's tiles): each lane adds in row order
+  sum_cols = "x[{{1, 4096}}]:reshape(64, 64):sum(1)",
+  sum_cols_d = "xd[{{2, 4097}}]:reshape(32, 128):sum(1)",
+  var_cols = "x[{{1, 4095}}]:reshape(63, 65):var(1)",
 }
 
 -- kernels whose AVX2 path sums in another order or with FMAs: the same
