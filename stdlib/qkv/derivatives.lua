@@ -23,6 +23,8 @@ local function sum_to(g, x)
   return g
 end
 
+D.sum_to = sum_to
+
 local function rec(name, y, inputs, backward, saved)
   return A.record(name, y, inputs, backward, saved)
 end

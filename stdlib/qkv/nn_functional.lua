@@ -13,12 +13,29 @@ local nn, fail, named, checkopts, checktensor = M.nn, M.fail, M.named, M.checkop
 
 -- mse_loss(input, target [, reduction]): mean (or sum, or none) of the
 -- squared differences, target broadcast to input
-local function mse(input, target, reduction)
+local function squares(input, target, reduction)
   local d = input - target
   local sq = d * d
-  if reduction == "mean" then return sq:mean() end
-  if reduction == "sum" then return sq:sum() end
+  if reduction == "mean" then return sq:mean(), d end
+  if reduction == "sum" then return sq:sum(), d end
   return sq
+end
+
+-- with gradients wanted and a reduction, one node (PyTorch's
+-- MseLossBackward) whose backward is g 2 d / n for each side that needs it,
+-- rather than the four of sub, mul and mean
+local function mse(input, target, reduction)
+  local A = package.loaded["qkv.autograd"]
+  if reduction == "none" or not (A and A.enabled() and A.any(input, target)) then
+    return (squares(input, target, reduction))
+  end
+  local loss, d = A.no_grad(squares, input, target, reduction)
+  local c = reduction == "mean" and 2 / d:numel() or 2
+  local sum_to = require("qkv.derivatives").sum_to
+  return A.record("MseLossBackward", loss, {input, target}, function(g)
+    local gd = d * (g * c)
+    return A.tracked(input) and sum_to(gd, input) or nil, A.tracked(target) and sum_to(-gd, target) or nil
+  end)
 end
 
 function nn.mse_loss(input, target, reduction)

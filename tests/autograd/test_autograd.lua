@@ -162,6 +162,18 @@ function TestRules:testAttentionPrimitives()
   check(function(q, k, v) return (qkv.attention(q, k, v, {causal = true})) end,
         {r(4, 2), r(2, 2), r(2, 3)}, "attention, empty rows")
   check(function(a, b) return qkv.nn.cosine_similarity(a, b) end, {r(3, 4), r(3, 4)}, "cosine")
+  -- mse_loss's one node: each reduction, target broadcast, either side alone
+  for _, red in ipairs{"mean", "sum", "none"} do
+    check(function(a, b) return qkv.nn.mse_loss(a, b, red) end, {r(3, 4), r(4)}, "mse " .. red)
+  end
+  local tgt = r(3, 4)
+  check(function(a) return qkv.nn.mse_loss(a, tgt) * 3 end, {r(3, 4)}, "mse, target no grad")
+  check(function(b) return qkv.nn.mse_loss(tgt, b, "sum") end, {r(3, 4)}, "mse, input no grad")
+  local a = r(2, 3):requires_grad_()
+  local loss = qkv.nn.mse_loss(a, qkv.zeros(2, 3, "float64"))
+  lu.assertEquals(tostring(loss.grad_fn), "<MseLossBackward0>")
+  loss:backward()
+  qkv.test.assertClose(a.grad, a:detach() * (2 / 6))
 end
 
 -- the fused path's backward kernel (several 64 x 128 tiles here) against
