@@ -1,13 +1,13 @@
 /*
 ** attention_bwd.c -- the fused attention's backward on the CPU, as
 ** FlashAttention-2 does it: nothing of size n_q x n_k is kept.  For each
-** batch item, one thread:
+** batch item, one thread, and for each tile of BQ queries:
 **   1. per query row, the log-sum-exp of its masked, scaled scores (an
 **      online max and sum over key tiles) and D = dO . O;
-**   2. per query tile and key tile, the scores again, P = exp(S - lse),
-**      dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K,
-**      dK += scale dS^T Q.
-** The tile products go to BLAS gemm.  Only BQ x BK blocks and O(n) row
+**   2. per key tile, the scores again (not when there is one key tile:
+**      they are still there), P = exp(S - lse), dV += P^T dO,
+**      dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
+** The tile products go to BLAS gemm.  Only BQ x BK blocks and BQ row
 ** statistics are held per thread.
 */
 #include <math.h>
@@ -179,14 +179,36 @@ static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, co
   grads_base(s, dp, bq, bk, lse, D);
 }
 
+/* D[i] = dO_i . O_i, in double, for the bq rows from i0 */
+static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D) {
+  int64_t at0 = (b * J->nq + i0) * J->dv;
+  for (int64_t i = 0; i < bq; i++) {
+    double dd = 0;
+    if (J->f64) {
+      const double *go = (const double *)J->go + at0 + i * J->dv, *o = (const double *)J->o + at0 + i * J->dv;
+      for (int64_t c = 0; c < J->dv; c++) dd += go[c] * o[c];
+    } else {
+      const float *go = (const float *)J->go + at0 + i * J->dv, *o = (const float *)J->o + at0 + i * J->dv;
+      _Pragma("omp simd reduction(+:dd)")
+      for (int64_t c = 0; c < J->dv; c++) dd += (double)go[c] * o[c];
+    }
+    D[i] = dd;
+  }
+}
+
+/*
+** Query tile by query tile: 1. each row's log-sum-exp over every key tile
+** and D; 2. the gradients, key tile by key tile.  With one key tile (n_k
+** <= BK) step 2 finds that tile's scores still in s from step 1.
+*/
 static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
   size_t es = J->f64 ? 8 : 4;
   int64_t mb = J->mask ? mask_base(J->mt, b) : 0;
-  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {          /* 1: lse and D */
+  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {
     int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
     double m[BQ], l[BQ];
     for (int64_t i = 0; i < bq; i++) m[i] = -INFINITY, l[i] = 0;
-    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {
+    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {         /* 1: lse and D */
       int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
       scores(J, b, mb, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
@@ -199,37 +221,27 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
         }
       }
     }
-    for (int64_t i = 0; i < bq; i++) {
-      lse[i0 + i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
-      double dd = 0;
-      for (int64_t c = 0; c < J->dv; c++) {
-        int64_t e = (b * J->nq + i0 + i) * J->dv + c;
-        dd += at(J, J->go, e) * at(J, J->o, e);
-      }
-      D[i0 + i] = dd;
-    }
-  }
-  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {          /* 2: the gradients */
-    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+    for (int64_t i = 0; i < bq; i++) lse[i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+    row_dots(J, b, i0, bq, D);
     const char *q = J->q + (b * J->nq + i0) * J->d * (int64_t)es;
     const char *go = J->go + (b * J->nq + i0) * J->dv * (int64_t)es;
     char *dq = J->dq + (b * J->nq + i0) * J->d * (int64_t)es;
-    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {
+    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {         /* 2: the gradients */
       int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
       const char *k = J->k + (b * J->nk + j0) * J->d * (int64_t)es;
       const char *v = J->v + (b * J->nk + j0) * J->dv * (int64_t)es;
       char *dk = J->dk + (b * J->nk + j0) * J->d * (int64_t)es;
       char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
-      scores(J, b, mb, i0, bq, j0, bk, s);
+      if (J->nk > BK) scores(J, b, mb, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->dv, v, J->dv, 0, dp, bk);    /* dP = dO V^T */
-      if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse + i0, D + i0);
+      if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
       else
         for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
           for (int64_t j = 0; j < bk; j++) {
-            double x = at(J, s, i * bk + j), L = lse[i0 + i];
+            double x = at(J, s, i * bk + j), L = lse[i];
             double p = x == -INFINITY || L == -INFINITY ? 0 : exp(x - L);
             put(J, s, i * bk + j, p);
-            put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i0 + i]));
+            put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i]));
           }
       gemm(J, 1, 0, bk, J->dv, bq, 1, s, bk, go, J->dv, 1, dvv, J->dv);   /* dV += P^T dO */
       gemm(J, 0, 0, bq, J->d, bk, J->scale, dp, bk, k, J->d, 1, dq, J->d); /* dQ += s dS K */
@@ -243,7 +255,7 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
   const Bwd *J = p;
   size_t es = J->f64 ? 8 : 4;
   char *s = malloc((size_t)BQ * BK * es), *dp = malloc((size_t)BQ * BK * es);
-  double *lse = malloc(sizeof(double) * (size_t)J->nq), *D = malloc(sizeof(double) * (size_t)J->nq);
+  double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
   int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
   (void)tid;
   for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
