@@ -110,31 +110,25 @@ static void row_stats_base (const float *x, int64_t n, double *m, double *l) {
 }
 
 /* A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
-   Built for the baseline and for AVX-512 (qkv_cpu_isa picks), the same
-   operations in the same order, so the same bits. */
-#define GRAD_ROWS(suffix, ATTR) \
-static ATTR void grads_##suffix (float *s, float *dp, int64_t bq, int64_t bk, \
-                                 const double *lse, const double *D) { \
-  for (int64_t i = 0; i < bq; i++) { \
-    float L = (float)lse[i], Di = (float)D[i]; \
-    float *si = s + i * bk, *di = dp + i * bk; \
-    if (lse[i] == -INFINITY) { \
-      for (int64_t j = 0; j < bk; j++) si[j] = 0, di[j] = 0; \
-      continue; \
-    } \
-    _Pragma("omp simd") \
-    for (int64_t j = 0; j < bk; j++) { \
-      float p = qkv_vexpf(si[j] - L);       /* -inf gives 0: a masked key */ \
-      si[j] = p; \
-      di[j] = p * (di[j] - Di); \
-    } \
-  } \
+   grads_wide below is the AVX-512 version (qkv_cpu_isa picks): the same
+   values, its exp giving the same bits wherever the result is normal. */
+static void grads_base (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+                        const double *D) {
+  for (int64_t i = 0; i < bq; i++) {
+    float L = (float)lse[i], Di = (float)D[i];
+    float *si = s + i * bk, *di = dp + i * bk;
+    if (lse[i] == -INFINITY) {
+      for (int64_t j = 0; j < bk; j++) si[j] = 0, di[j] = 0;
+      continue;
+    }
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < bk; j++) {
+      float p = qkv_vexpf(si[j] - L);       /* -inf gives 0: a masked key */
+      si[j] = p;
+      di[j] = p * (di[j] - Di);
+    }
+  }
 }
-
-GRAD_ROWS(base, )
-#if defined(__x86_64__)
-GRAD_ROWS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))))
-#endif
 
 #ifdef QKV_VEXP_X86
 /*
@@ -157,8 +151,30 @@ static QKV_AVX512 void row_stats_wide (const float *x, int64_t n, double *m, dou
     s = _mm512_add_ps(s, qkv_vexp16(_mm512_sub_ps(v, vm)));
   }
   float sum = _mm512_reduce_add_ps(s);
-  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
+  if (*m == -INFINITY) { *l = sum; *m = mx; }     /* the first tile: no libm call */
+  else if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
   else *l += sum * exp(mx - *m);
+}
+
+/* grads' steps 16 lanes at a time, the row's tail masked: the compiler's
+   loop spent more on its prologue and epilogue than on rows of 32 keys */
+static QKV_AVX512 void grads_wide (float *s, float *dp, int64_t bq, int64_t bk,
+                                   const double *lse, const double *D) {
+  for (int64_t i = 0; i < bq; i++) {
+    float *si = s + i * bk, *di = dp + i * bk;
+    __m512 L = _mm512_set1_ps((float)lse[i]), Di = _mm512_set1_ps((float)D[i]);
+    for (int64_t j = 0; j < bk; j += 16) {
+      __mmask16 k = qkv_lanes16(bk - j);
+      if (lse[i] == -INFINITY) {                /* no key: zeros, whatever dP is */
+        _mm512_mask_storeu_ps(si + j, k, _mm512_setzero_ps());
+        _mm512_mask_storeu_ps(di + j, k, _mm512_setzero_ps());
+        continue;
+      }
+      __m512 p = qkv_vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, si + j), L));
+      _mm512_mask_storeu_ps(si + j, k, p);
+      _mm512_mask_storeu_ps(di + j, k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, di + j), Di)));
+    }
+  }
 }
 #endif
 
@@ -172,8 +188,8 @@ static void row_stats_f32 (int wide, const float *x, int64_t n, double *m, doubl
 
 static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
                        const double *D) {
-#if defined(__x86_64__)
-  if (wide) { grads_avx512(s, dp, bq, bk, lse, D); return; }
+#ifdef QKV_VEXP_X86
+  if (wide) { grads_wide(s, dp, bq, bk, lse, D); return; }
 #endif
   (void)wide;
   grads_base(s, dp, bq, bk, lse, D);
