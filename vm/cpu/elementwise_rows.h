@@ -119,28 +119,21 @@ static inline __attribute__((always_inline)) float gelu1_f32 (float x) {
 }
 
 /*
-** erfc for GELU's backward (below), which takes its own exp: erfc(a) =
-** t exp(-a^2 + P(t)) for a >= 0, t = 1 / (1 + a/2), P the Chebyshev fit of
-** Numerical Recipes' erfcc, erfc(-a) = 2 - erfc(a); a^2 split as ah^2 +
-** al (a + ah) with ah a's top 12 bits; past a = 10 erfc is 0 in float32.
+** GELU's backward, y (Phi(x) + x phi(x)), in one pass (the composed rule
+** took ten) on gelu's one exp (the erfc form took three): phi (m + x) for
+** x < 0 and 1 + phi (x - m) for x >= 0, 2^-64 applied last (past the
+** normals, one rounding).  Outside (GELU_LO, GELU_HI) phi is masked to 0,
+** which gives 0 below and 1 above (+-inf included); NaN is worked as it is.
+** Measured as gelu: within 3.7e-7 of |Phi(x)| + |x phi(x)|, which is its
+** size but near x = -0.75, where the two cancel; within 1.6 of the smallest
+** subnormal where the result is one (the erfc form: 4.1e-6 and 34).
 */
-static inline __attribute__((always_inline)) float erfc_f32 (float z) {
-  float a = fabsf(z), t = 1.0f / (1.0f + 0.5f * a);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  float ah = qkv_vexp_bits2f(qkv_vexp_f2bits(a) & 0xfffff000u), al = a - ah;
-  float e = t * qkv_vexpf(-ah * ah) * qkv_vexpf(p - al * (a + ah));
-  e = a < 10.0f ? e : 0.0f;                  /* NaN fails: 0, then 2 - 0... */
-  e = a != a ? a : e;                        /* ...so NaN is put back */
-  return z >= 0.0f ? e : 2.0f - e;
+static inline __attribute__((always_inline)) float dgelu_f32 (float x, float y) {
+  int keep = !(x <= GELU_LO) & !(x >= GELU_HI);       /* NaN: kept */
+  float x0 = keep ? x : 0.0f, phi, m = gelu_mills(x0, &phi);
+  phi = qkv_vexp_bits2f(qkv_vexp_f2bits(phi) & (keep ? 0xffffffffu : 0u));
+  float s = (x0 + (x < 0.0f ? m : -m)) * phi * 0x1p-64f;
+  return y * (x < 0.0f ? s : 1.0f + s);
 }
 
 /* ---- binary ---- */
@@ -160,17 +153,8 @@ FLOATS(mul, x * y)
 FLOATS(div, x / y)
 FLOATS(max, MAXOF(x, y))
 FLOATS(min, MINOF(x, y))
-/*
-** GELU's backward, y * (Phi(x) + x phi(x)) with phi(x) = e^(-x^2/2)/sqrt(2 pi),
-** in one pass (the composed rule took ten).  x phi(x) is 0 once e^(-x^2/2)
-** is (|x| > 14), which also keeps x = +-inf from giving inf * 0.
-*/
-static inline __attribute__((always_inline)) float dgelu_f32 (float x, float y) {
-  float e = qkv_vexpf(x * x * -0.5f);
-  float t = e == 0.0f ? 0.0f : x * e * 0.39894228f;
-  return y * (0.5f * erfc_f32(x * -0.70710678f) + t);
-}
-
+/* GELU's backward in float64, on libm (float32's is above, by gelu's): x phi(x)
+   is 0 once e^(-x^2/2) is (|x| > 38.6), which keeps +-inf from giving inf * 0 */
 static inline double dgelu_f64 (double x, double y) {
   double e = exp(x * x * -0.5);
   double t = e == 0.0 ? 0.0 : x * e * 0.39894228040143267794;
