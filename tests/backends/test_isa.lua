@@ -160,6 +160,43 @@ function TestIsa:testGeluBackwardAgainstFloat64()
   lu.assertTrue(v[3] ~= v[3])
 end
 
+-- float32's gelu and its backward against float64 (libm's erfc) element by
+-- element, relative to their size, under each instruction set: a grid of
+-- [-15, 8] (Phi(x) down to 1e-50, so the tail from -5 on is in it) and one
+-- about 0, where the worst errors are (3.3e-7 and 3.7e-7 measured, every 7th
+-- float32 in [-20, 20], bench/NOTES.md). gelu' is measured against
+-- |Phi(x)| + |x phi(x)|, its size but where the two cancel (x near -0.75).
+-- Results past the normals within a few of the smallest subnormal.
+local GELU_ERRORS = [[
+  local x = qkv.cat({qkv.linspace(-15, 8, 400001), qkv.linspace(-0.01, 0.01, 20001)})
+  local xd = x:double()
+  local want = xd:gelu()
+  local function worst(got, ref, size)
+    local normal = size:ge(2 ^ -126)
+    local d = (got:double() - ref):abs()
+    return (d / qkv.maximum(size, 2 ^ -126)):masked_fill(normal:logical_not(), 0):max():item(),
+           d:masked_fill(normal, 0):max():item() / 2 ^ -149
+  end
+  local phi = (xd * xd * -0.5):exp() / math.sqrt(2 * math.pi)
+  local Phi = qkv.where(xd:eq(0), 0.5, want / xd)
+  local g1, g2 = worst(x:gelu(), want, want:abs())
+  local d1, d2 = worst(qkv._gelu_backward(x, qkv.ones(x.shape)), Phi + xd * phi, Phi:abs() + (xd * phi):abs())
+  print(("errors %.17g %.17g %.17g %.17g"):format(g1, g2, d1, d2))
+]]
+
+function TestIsa:testGeluFloat32AgainstFloat64()
+  local eps = 2 ^ -23
+  for _, isa in ipairs{"baseline", "avx2", "avx512"} do
+    local out, code = shell.sh("QKV_CPU=" .. isa .. " " .. shell.quote(exe) .. " -e " .. shell.quote(GELU_ERRORS))
+    lu.assertEquals(code, 0, out)
+    local g1, g2, d1, d2 = out:match("errors (%S+) (%S+) (%S+) (%S+)")
+    g1, g2, d1, d2 = tonumber(g1), tonumber(g2), tonumber(d1), tonumber(d2)
+    lu.assertTrue(g1 < 4 * eps, ("gelu under QKV_CPU=%s: relative error %g"):format(isa, g1))
+    lu.assertTrue(d1 < 4 * eps, ("gelu' under QKV_CPU=%s: relative error %g"):format(isa, d1))
+    lu.assertTrue(g2 <= 4 and d2 <= 4, ("gelu, gelu' under QKV_CPU=%s: %g, %g of 2^-149 past the normals"):format(isa, g2, d2))
+  end
+end
+
 function TestIsa:testGeluBackwardRefusesMismatches()
   local ok, err = pcall(qkv._gelu_backward, qkv.ones(3), qkv.ones(4))
   lu.assertFalse(ok)
