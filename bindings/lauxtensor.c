@@ -16,9 +16,18 @@
 ** Lua sees only the small header userdata, so we tell its collector about
 ** the storage bytes: a GC step per 64 KiB allocated paces the incremental
 ** collector, and a full collection whenever live tensor memory passes
-** twice what survived the last one bounds the garbage in any loop.
+** twice what survived the last one bounds the garbage in any loop.  The
+** collector works about as much as it is told was allocated, and a cycle
+** walks its whole heap: told the bytes as they are, it ran a cycle per
+** heap's worth of tensors (19 a batch of MiniLM, whose vocabulary makes a
+** 2.6 MB heap: 6% of its time; the small block's training step took 15%
+** longer).  So the bytes are scaled to a cycle per GC_CYCLE_KB of tensors,
+** or per heap where the heap is larger: about twice that much garbage may
+** wait (a loop of 1 MB temporaries peaks at 14 MB rather than 7; 32 MB
+** gave 52 for no more speed; bench/NOTES.md).
 */
 #define GC_STEP_BYTES ((size_t)64 << 10)
+#define GC_CYCLE_KB ((size_t)8 << 10)
 #define GC_MIN_THRESHOLD ((size_t)256 << 20)
 
 static size_t gc_pending;
@@ -35,7 +44,9 @@ static void gc_account (lua_State *L, size_t nbytes) {
   gc_pending += nbytes;
   if (qkv_memory_live() > gc_threshold) gc_full(L);
   else if (gc_pending >= GC_STEP_BYTES) {
-    size_t kb = gc_pending >> 10;
+    /* told as they are, tensor bytes ran a cycle per heap's worth */
+    size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT, 0);
+    size_t kb = (gc_pending >> 10) * heap / (heap > GC_CYCLE_KB ? heap : GC_CYCLE_KB);
     gc_pending = 0;
     lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
   }
