@@ -114,6 +114,11 @@ function TestThreadsValues:testElementwiseAndReductions()
   check("elementwise", function(a) return a * 2 + a:exp() end, inputs(x), 1e-4)
   check("sum by rows", function(a) return a:sum(2) end, inputs(x), 1e-3)
   check("sum by columns", function(a) return a:sum(1) end, inputs(x), 1e-3)
+  -- runs of 64 outputs (reduce.c's tiles) across rows of 100: a tile's
+  -- lanes split between two rows of outputs
+  check("sum down the first of three dims", function(a) return a:reshape(30, 100, 100):sum(1) end,
+        inputs(x), 1e-3)
+  check("var down columns", function(a) return a:var(1) end, inputs(x), 1e-4)
   check("one long sum", function(a) return a:reshape(-1):sum() end, inputs(x), 2e-2)
   check("max", function(a) return (a:max(2)) end, inputs(x), 0)
   check("var", function(a) return a:var(2) end, inputs(x), 1e-4)
