@@ -270,13 +270,20 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
 static int items (void *p, int64_t lo, int64_t hi, int tid) {
   const Bwd *J = p;
   size_t es = J->f64 ? 8 : 4;
-  char *s = malloc((size_t)BQ * BK * es), *dp = malloc((size_t)BQ * BK * es);
+  /* tiles as big as this job's: BQ x BK (128 KB) went to mmap, and each
+     chunk's pages were faulted in again (two threads on 32 x 32 items
+     were 1.2x one) */
+  size_t tile = (size_t)(J->nq < BQ ? J->nq : BQ) * (size_t)(J->nk < BK ? J->nk : BK) * es;
+  char *s = malloc(tile), *dp = malloc(tile);
   double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
   int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
   (void)tid;
   for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
-    if (qkv_interrupted) err = QKV_EINTR;
-    else one_item(J, b, s, dp, lse, D);
+    if (qkv_interrupted) { err = QKV_EINTR; break; }
+    memset(J->dq + b * J->nq * J->d * (int64_t)es, 0, (size_t)(J->nq * J->d) * es);
+    memset(J->dk + b * J->nk * J->d * (int64_t)es, 0, (size_t)(J->nk * J->d) * es);
+    memset(J->dvv + b * J->nk * J->dv * (int64_t)es, 0, (size_t)(J->nk * J->dv) * es);
+    one_item(J, b, s, dp, lse, D);
   }
   free(s); free(dp); free(lse); free(D);
   return err;
@@ -292,12 +299,15 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
            qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
            mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512};
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
-  /* written whole, also when there is nothing to add (n_k = 0: dq is 0) */
+  /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
+     otherwise each item zeroes its own, on its thread */
   size_t es = J.f64 ? 8 : 4;
-  memset(J.dq, 0, (size_t)(J.nb * J.nq * J.d) * es);
-  memset(J.dk, 0, (size_t)(J.nb * J.nk * J.d) * es);
-  memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
-  if (J.nb == 0 || J.nq == 0 || J.nk == 0) return QKV_OK;
+  if (J.nb == 0 || J.nq == 0 || J.nk == 0) {
+    memset(J.dq, 0, (size_t)(J.nb * J.nq * J.d) * es);
+    memset(J.dk, 0, (size_t)(J.nb * J.nk * J.d) * es);
+    memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
+    return QKV_OK;
+  }
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   return qkv_par_for(J.nb, 1, items, &J);
 }
