@@ -119,12 +119,17 @@ end
 ---------------------------------------------------------------- layer_norm
 TestLayerNorm = {}
 
-local function ref_ln(row, w, b, eps)
+-- a row's mean and 1 / sqrt(biased variance + eps)
+local function moments(row, eps)
   local n, mean, var = #row, 0, 0
   for _, v in ipairs(row) do mean = mean + v end
   mean = mean / n
   for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
-  local inv = 1 / math.sqrt(var / n + eps)
+  return mean, 1 / math.sqrt(var / n + eps)
+end
+
+local function ref_ln(row, w, b, eps)
+  local mean, inv = moments(row, eps)
   local out = {}
   for i, v in ipairs(row) do out[i] = (v - mean) * inv * (w and w[i] or 1) + (b and b[i] or 0) end
   return out
@@ -156,11 +161,7 @@ end
 -- layer_norm's backward (qkv._layer_norm_backward, autograd's rule) for
 -- one row in plain Lua, float64: gx, and the row's terms of gw and gb
 local function ref_ln_back(row, g, w, eps)
-  local n, mean, var = #row, 0, 0
-  for _, v in ipairs(row) do mean = mean + v end
-  mean = mean / n
-  for _, v in ipairs(row) do var = var + (v - mean) ^ 2 end
-  local inv = 1 / math.sqrt(var / n + eps)
+  local n, mean, inv = #row, moments(row, eps)
   local xh, gy, s1, s2 = {}, {}, 0, 0
   for i = 1, n do
     xh[i], gy[i] = (row[i] - mean) * inv, g[i] * (w and w[i] or 1)

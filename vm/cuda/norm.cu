@@ -83,9 +83,9 @@ __device__ static inline double affine (double y, const double *w, const double 
   return y;
 }
 
+/* a row's mean, and 1 / sqrt(its biased variance + eps) in *inv */
 template <typename T, typename G>
-__device__ static void ln_row (T *o, const T *x, const T *w, const T *b, int64_t n,
-                               double eps) {
+__device__ static double row_moments (const T *x, int64_t n, double eps, double *inv) {
   double s = 0, v = 0;
   for (int64_t j = G::lane(); j < n; j += G::size()) s += x[j];
   double mean = G::sum(s) / (double)n;
@@ -93,7 +93,14 @@ __device__ static void ln_row (T *o, const T *x, const T *w, const T *b, int64_t
     double d = x[j] - mean;
     v += d * d;
   }
-  double inv = 1.0 / sqrt(G::sum(v) / (double)n + eps);
+  *inv = 1.0 / sqrt(G::sum(v) / (double)n + eps);
+  return mean;
+}
+
+template <typename T, typename G>
+__device__ static void ln_row (T *o, const T *x, const T *w, const T *b, int64_t n,
+                               double eps) {
+  double inv, mean = row_moments<T, G>(x, n, eps, &inv);
   for (int64_t j = G::lane(); j < n; j += G::size())
     o[j] = affine(((double)x[j] - mean) * inv, w, b, j);
 }
@@ -115,14 +122,7 @@ __device__ static void sbw_row (T *gx, const T *y, const T *g, int64_t n) {
 template <typename T, typename G>
 __device__ static void lnb_row (T *gx, const T *x, const T *g, const T *w, int64_t n,
                                 double eps, double *stats) {
-  double s = 0, v = 0, s1 = 0, s2 = 0;
-  for (int64_t j = G::lane(); j < n; j += G::size()) s += x[j];
-  double mean = G::sum(s) / (double)n;
-  for (int64_t j = G::lane(); j < n; j += G::size()) {
-    double d = x[j] - mean;
-    v += d * d;
-  }
-  double inv = 1.0 / sqrt(G::sum(v) / (double)n + eps);
+  double s1 = 0, s2 = 0, inv, mean = row_moments<T, G>(x, n, eps, &inv);
   for (int64_t j = G::lane(); j < n; j += G::size()) {
     double xh = (x[j] - mean) * inv, gy = w ? (double)g[j] * w[j] : (double)g[j];
     s1 += gy;
