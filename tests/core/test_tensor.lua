@@ -410,6 +410,37 @@ function TestCopies:testContiguousClone()
   lu.assertEquals(qkv.tensor({1}, "int64"):clone().dtype, "int64")
 end
 
+-- runs contiguous on both sides but rows apart, as attention's heads
+-- transposed back (vm/cpu/copy.c copies such runs whole): every element
+-- where it belongs, for each width of element, broadcast and offset views
+-- included, small and big enough for threads
+function TestCopies:testShortContiguousRuns()
+  local function same(a, b) return (a:double() - b:double()):abs():max():item() == 0 end
+  for _, dt in ipairs{"float32", "float64", "int64", "int32", "bool", "bfloat16"} do
+    for _, s in ipairs{{2, 3, 5, 4}, {32, 4, 32, 16}} do
+      local n = s[1] * s[2] * s[3] * s[4]
+      local x = (qkv.rand(table.unpack(s)) * 250):long():to(dt)
+      local y = x:transpose(2, 3):contiguous()
+      lu.assertTrue(y:is_contiguous())
+      for _, at in ipairs{{1, 1, 1, 1}, {s[1], s[2], s[3], s[4]}, {2, 1, 3, 2}, {1, s[2], 2, s[4]}} do
+        lu.assertEquals(y[at[1]][at[3]][at[2]][at[4]], x[at[1]][at[2]][at[3]][at[4]],
+                        dt .. " " .. table.concat(at, ","))
+      end
+      lu.assertTrue(same(y:transpose(2, 3), x), dt)
+      local part = x:narrow(4, 2, 2):transpose(1, 2):contiguous()          -- runs of 2
+      lu.assertTrue(same(part:transpose(1, 2), x:narrow(4, 2, 2)), dt .. " narrowed")
+    end
+    local row = qkv.arange(4):to(dt):view(1, 1, 4)
+    local b = row:expand(3, 5, 4):transpose(1, 2):contiguous()           -- broadcast source
+    lu.assertTrue(same(b, row:expand(5, 3, 4)), dt .. " broadcast")
+  end
+  -- a NaN's payload and -0 come through a float32 copy as they are
+  local x = qkv.tensor({{0 / 0, -0.0}, {1, 2}}):view(2, 2, 1):expand(2, 2, 3)
+  local y = x:transpose(1, 2):contiguous()
+  lu.assertTrue(y[1][1][1] ~= y[1][1][1])
+  lu.assertEquals(1 / y[2][1][1], -1 / 0)
+end
+
 -- values exactly representable in all four dtypes' views of them
 local SRC = {
   float32 = {0, 1, -2, 3.5, 0.25},
