@@ -435,9 +435,36 @@ static int a_attention_opts (lua_State *L) {
 }
 
 /*
-** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale) ->
-** dQ, dK, dV with out's batch dims (qkv.autograd's rule for the fused path
-** sums them back to the inputs' shapes)
+** qkv._attention_lse(Q, K, V, mask|nil, causal, scale) -> out, lse: the
+** fused attention, float32 or float64 (Q's dtype; K and V the same), with
+** options as _attention_opts resolved them, and the state its backward may
+** read (qkv.autograd's rule passes it to _attention_backward)
+*/
+static int a_attention_lse (lua_State *L) {
+  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
+  qkv_tensor *V = qkvL_checktensor(L, 3);
+  qkv_tensor *m = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
+  int causal_ = lua_toboolean(L, 5);
+  double scale = luaL_checknumber(L, 6);
+  if ((Q->dtype != QKV_F32 && Q->dtype != QKV_F64) || K->dtype != Q->dtype ||
+      V->dtype != Q->dtype) {
+    const char *sq = qkvL_shape(L, Q), *sk = qkvL_shape(L, K), *sv = qkvL_shape(L, V);
+    return luaL_error(L, "_attention_lse: Q %s, K %s and V %s must be float32 or float64, "
+                      "one dtype", sq, sk, sv);
+  }
+  int64_t size[QKV_MAXDIM];
+  int n = attention_shape(L, Q, K, V, m, size);
+  qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
+  qkv_tensor *lse = qkvL_new(L, Q->dtype, Q->storage->device, n - 1, size, 0);
+  qkvL_check(L, "attention", qkv_attention_lse(out, lse, Q, K, V, m, causal_, scale));
+  return 2;
+}
+
+/*
+** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale
+** [, lse]) -> dQ, dK, dV with out's batch dims (qkv.autograd's rule for the
+** fused path sums them back to the inputs' shapes); lse as _attention_lse
+** gave it with out
 */
 static int a_attention_backward (lua_State *L) {
   qkv_tensor *ts[5];
@@ -445,6 +472,7 @@ static int a_attention_backward (lua_State *L) {
   qkv_tensor *m = lua_isnoneornil(L, 6) ? NULL : qkvL_checktensor(L, 6);
   int causal_ = lua_toboolean(L, 7);
   double scale = luaL_checknumber(L, 8);
+  qkv_tensor *lse = lua_isnoneornil(L, 9) ? NULL : qkvL_checktensor(L, 9);
   const qkv_tensor *o = ts[3];
   int64_t sz[QKV_MAXDIM];
   int n = o->ndim;
@@ -458,16 +486,23 @@ static int a_attention_backward (lua_State *L) {
   if (!ok)
     return luaL_error(L, "_attention_backward: out and grad must be attention(Q, K, V)'s "
                       "shape and dtype");
+  qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
+  if (lse && (lse->dtype != dt || lse->ndim != n - 1 ||
+              memcmp(lse->size, o->size, sizeof(int64_t) * (size_t)(n - 1)) != 0 ||
+              !qkv_is_contiguous(lse) || lse->storage->device != o->storage->device)) {
+    const char *sl = qkvL_shape(L, lse), *so = qkvL_shape(L, o);
+    return luaL_error(L, "_attention_backward: lse %s must be what _attention_lse gave with "
+                      "out %s", sl, so);
+  }
   int64_t size[3][QKV_MAXDIM];
   for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
   size[0][n - 1] = LAST(ts[0]);
   size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
   size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
-  qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
   qkv_tensor *g[3];
   for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, dt, o->storage->device, n, size[w], 0);
   qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
-                                                    o, ts[4], m, causal_, scale));
+                                                    o, ts[4], m, causal_, scale, lse));
   return 3;
 }
 
@@ -476,7 +511,7 @@ void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
     {"softmax", a_softmax}, {"gelu", a_gelu}, {NULL, NULL}
   };
   static const luaL_Reg mod[] = {
-    {"project", a_project}, {"scores", a_scores},
+    {"project", a_project}, {"scores", a_scores}, {"_attention_lse", a_attention_lse},
     {"heads", a_heads},
     {"merge", a_merge}, {"align", a_align}, {"attention", a_attention},
     {"_attention_backward", a_attention_backward},

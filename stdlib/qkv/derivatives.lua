@@ -402,13 +402,20 @@ local function wide(x) return (x.dtype == "float64" or x.dtype == "float32") and
 
 -- weights = false: the fused kernel forward (natively in the halves where
 -- the device can), and a backward that recomputes the scores tile by tile
--- (qkv._attention_backward), so neither way holds n_q x n_k
+-- (qkv._attention_backward), so neither way holds n_q x n_k. In float32 and
+-- float64 the forward also leaves each query's log-sum-exp (lse), which
+-- spares the backward a pass over the scores, as FlashAttention-2's does
 local function fused_attention(orig, Q, K, V, m, causal, scale)
   if m then m = qkv.ne(m, 0) end
-  local out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
+  local out, lse
+  if (Q.dtype == "float32" or Q.dtype == "float64") and K.dtype == Q.dtype and V.dtype == Q.dtype then
+    out, lse = qkv._attention_lse(Q, K, V, m, causal, scale)
+  else
+    out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
+  end
   return rec("ScaledDotProductFlashAttentionBackward", out, {Q, K, V}, function(g)
     local dq, dk, dv = qkv._attention_backward(wide(Q), wide(K), wide(V), wide(out),
-                                               wide(g:to(out.dtype)), m, causal, scale)
+                                               wide(g:to(out.dtype)), m, causal, scale, lse)
     return sum_to(dq, Q):to(Q.dtype), sum_to(dk, K):to(K.dtype), sum_to(dv, V):to(V.dtype)
   end, {Q, K, V, out})
 end

@@ -262,6 +262,77 @@ function TestFused:testWideBlockEdges()
   end
 end
 
+-- each query's log-sum-exp of its kept, scaled scores, which the fused
+-- forward leaves for the backward (qkv._attention_lse), against float64
+-- built from the primitives: masks, causal with n_q > n_k and n_q < n_k,
+-- rows with no key (-inf), two query and two key tiles, n_k = 0; and the
+-- backward given it equal to the backward that computes its own
+function TestFused:testLogSumExp()
+  local pad = qkv.padding({0, 7}, 45)
+  local cases = {
+    {"plain", {50, 61, 72, 16}, {}},
+    {"causal n_q > n_k", {40, 23, 72, 25}, {causal = true}},
+    {"causal n_q < n_k, two key tiles", {23, 300, 16, 9}, {causal = true}},
+    {"mask + causal, empty rows", {37, 45, 8, 8}, {mask = pad, causal = true}},
+    {"two query tiles", {400, 30, 8, 17}, {causal = true, scale = 0.05}},
+    {"no keys", {5, 0, 4, 3}, {}},
+  }
+  for _, dt in ipairs{"float32", "float64"} do
+    for _, c in ipairs(cases) do
+      local nq, nk, dk, dv = table.unpack(c[2])
+      local what = ("%s %s %s"):format(c[1], sstr(c[2]), dt)
+      local Q, K, V = qkv.randn({2, nq, dk}, dt), qkv.randn({2, nk, dk}, dt), qkv.randn({2, nk, dv}, dt)
+      local scale = c[3].scale or 1 / math.sqrt(dk)
+      local m = c[3].mask
+      local out, lse = qkv._attention_lse(Q, K, V, m, c[3].causal, scale)
+      lu.assertEquals(lse.dtype, dt)
+      lu.assertEquals(R.shape(lse), {2, nq})
+      close(out, qkv.attention(Q, K, V, {mask = m, causal = c[3].causal, scale = scale,
+                                         weights = false}), nil, what .. " out")
+      -- float64 from the primitives
+      local S = Q:double():matmul(K:double().mT) * scale
+      local keep = qkv.ones(nq, nk, "bool")
+      if c[3].causal then keep = keep:logical_and(qkv.ones(nq, nk, "bool"):tril(nk - nq)) end
+      if m then keep = keep:logical_and(m) end
+      S = S:masked_fill(keep:logical_not(), -1 / 0)
+      for b = 1, 2 do
+        for i = 1, nq do
+          local row, mx = S[b][i]:tolist(), -1 / 0
+          for _, x in ipairs(row) do mx = math.max(mx, x) end
+          local want = -1 / 0
+          if mx > -1 / 0 then
+            local sum = 0
+            for _, x in ipairs(row) do sum = sum + math.exp(x - mx) end
+            want = mx + math.log(sum)
+          end
+          local got = lse[b][i]
+          if want == -1 / 0 then lu.assertEquals(got, want, what .. " row " .. i)
+          else
+            lu.assertTrue(math.abs(got - want) <= (dt == "float32" and 2e-5 or 1e-12) * math.max(1, math.abs(want)),
+                          ("%s [%d][%d]: %.17g vs %.17g"):format(what, b, i, got, want))
+          end
+        end
+      end
+      -- the backward given lse, and computing its own
+      local g = qkv.randn(R.shape(out), dt)
+      local a = {qkv._attention_backward(Q, K, V, out, g, m, c[3].causal, scale, lse)}
+      local e = {qkv._attention_backward(Q, K, V, out, g, m, c[3].causal, scale)}
+      for i = 1, 3 do close(a[i], e[i], dt == "float32" and 1e-5 or 1e-12, what .. " grad " .. i) end
+    end
+  end
+  -- what does not fit
+  local Q = qkv.randn(3, 4)
+  local out, lse = qkv._attention_lse(Q, Q, Q, nil, false, 0.5)
+  fails("_attention_backward: lse (4,) must be what _attention_lse gave with out (3, 4)",
+        qkv._attention_backward, Q, Q, Q, out, out, nil, false, 0.5, qkv.zeros(4))
+  fails("_attention_backward: lse (3,) must be", qkv._attention_backward, Q, Q, Q, out, out,
+        nil, false, 0.5, lse:double())
+  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be float32 or float64, one dtype",
+        qkv._attention_lse, Q, Q, Q:double(), nil, false, 0.5)
+  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be", qkv._attention_lse,
+        Q:bfloat16(), Q:bfloat16(), Q:bfloat16(), nil, false, 0.5)
+end
+
 function TestFused:testLargeN() big(false) end
 function TestFused:testLargeNCausal() big(true) end
 

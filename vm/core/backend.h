@@ -48,10 +48,14 @@ typedef struct qkv_backend {
   /* as qkv_attention, with q, k, v (and mask, bool) already expanded to
      out's batch dims (strides may be 0; mask to (B..., nq, nk)), all of
      out's float dtype; out is contiguous.  float16 and bfloat16 are asked
-     for first; QKV_EDTYPE says to compute them in float32 instead */
+     for first; QKV_EDTYPE says to compute them in float32 instead.  lse,
+     NULL or (B..., nq) contiguous of out's dtype (float32 or float64 only),
+     is this backend's saved state for its own attention_backward: each
+     query's log-sum-exp of its kept, scaled scores (-inf with none); a
+     backend whose backward does not read it may leave it unwritten */
   int (*attention)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                   double scale);
+                   double scale, qkv_tensor *lse);
   /* cond (bool), a, b: out's shape; a, b: out's dtype */
   int (*where)(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                const qkv_tensor *b);
@@ -64,11 +68,14 @@ typedef struct qkv_backend {
   int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
   /* the gradients of attention: all contiguous with the same batch dims
      (B..., rows, cols) and float dtype; mask bool (B..., nq, nk), any
-     strides, or NULL; dq, dk, dv written whole */
+     strides, or NULL; dq, dk, dv written whole; lse NULL or what this
+     backend's attention left for the same q, k, v, mask, causal, scale
+     (contiguous, dq's dtype), which it may read instead of computing it */
   int (*attention_backward)(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                             const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                             const qkv_tensor *o, const qkv_tensor *go,
-                            const qkv_tensor *mask, int causal, double scale);
+                            const qkv_tensor *mask, int causal, double scale,
+                            const qkv_tensor *lse);
   /* out[i with i_dim := idx[i]] += src[i]: gather's inverse, idx int64 with
      src's shape, its positions in range; out float32/64 or int32/64 */
   int (*scatter_add)(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);

@@ -261,6 +261,13 @@ int qkv_causal(qkv_tensor *m, int64_t offset, int keep);
 int qkv_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
                   double scale);
+/* the same for a float32 or float64 out, and lse ((B..., nq), contiguous,
+   out's dtype): state for qkv_attention_backward on the same device, which
+   the backend may leave unwritten if its backward does not read it (the
+   CPU's writes each query's log-sum-exp there) */
+int qkv_attention_lse(qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
+                      const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                      int causal, double scale);
 
 /*
 ** attention's composed path, which keeps the weights: w (B..., nq, nk) =
@@ -280,12 +287,14 @@ int qkv_attention_weights(qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
 ** go = dL/dout, recomputing the scores tile by tile (no n_q x n_k block is
 ** kept): dq (B..., nq, dk), dk (B..., nk, dk), dv (B..., nk, dv), contiguous,
 ** of out's float dtype and batch dims (B...: q, k, v, o, go broadcast to
-** them; the caller sums each back to its input's shape).
+** them; the caller sums each back to its input's shape).  lse: NULL, or
+** what qkv_attention_lse gave with o, which saves a pass over the scores.
 */
 int qkv_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                            const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                            const qkv_tensor *o, const qkv_tensor *go,
-                           const qkv_tensor *mask, int causal, double scale);
+                           const qkv_tensor *mask, int causal, double scale,
+                           const qkv_tensor *lse);
 
 /* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
 void qkv_seed(uint64_t seed);

@@ -228,6 +228,7 @@ static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
       accumulate(J, bq, bk, W->s,
                  qkv_attn_tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf), o);
   }
+  qkv_attn_put_lse(J, b, i0, bq, NULL, W->m, W->l);
   finish(J, W, bq, o);
 }
 
@@ -242,7 +243,13 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
   /* keys past jend are causally excluded for every query of the tile */
   int64_t jend = J->nk;
   if (J->causal && i0 + bq + J->off < jend) jend = i0 + bq + J->off;
-  if (jend <= 0) return;
+  if (jend <= 0) {                  /* no key for any of them */
+    for (int i = 0; J->lse && i < bq; i++) {
+      if (J->dtype == QKV_F32) ((float *)J->lse)[b * J->nq + i0 + i] = -INFINITY;
+      else ((double *)J->lse)[b * J->nq + i0 + i] = -INFINITY;
+    }
+    return;
+  }
 #ifdef QKV_VEXP_X86
   if (J->avx512) {
     qkv_attn_keys_avx512(J, W, b, i0, bq, jend, (float *)o);
@@ -317,7 +324,7 @@ static int run (const job *J) {
 
 int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                       double scale) {
+                       double scale, qkv_tensor *lse) {
   /* bfloat16 on the tile unit where there is one; otherwise, and for a
      scale that is not finite or is 0 (scores() below takes those) or
      d_k = 0, QKV_EDTYPE makes the dispatch compute in float32 */
@@ -350,8 +357,13 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   if (J.nbatch == 0 || J.nq == 0 || J.dv == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   J.out = (char *)qkv_data(out);
+  J.lse = lse && !bf16 ? (char *)qkv_data(lse) : NULL;
   if (J.nk == 0) {                   /* no key for any query: zeros */
     memset(J.out, 0, (size_t)(J.nbatch * J.nq * J.dv) * J.es);
+    for (int64_t i = 0; J.lse && i < J.nbatch * J.nq; i++) {
+      if (J.dtype == QKV_F32) ((float *)J.lse)[i] = -INFINITY;
+      else ((double *)J.lse)[i] = -INFINITY;
+    }
     return QKV_OK;
   }
   /* CBLAS counts in int */

@@ -297,6 +297,7 @@ void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
     const float *vt = qkv_attn_tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf);
     pv_tile(bq, bk, e, st, vt, J->v.layout == COPY ? J->dv : J->v.rs, o, J->dv);
   }
+  qkv_attn_put_lse(J, b, i0, bq, m, NULL, W->l);
   /* a query with no key stays zeros; a NaN sum (a NaN score, which the max
      may have skipped) makes the row NaN even where p v was not run */
   for (int i = 0; i < bq; i++)

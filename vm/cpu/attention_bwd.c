@@ -3,7 +3,8 @@
 ** FlashAttention-2 does it: nothing of size n_q x n_k is kept.  For each
 ** batch item, one thread, and for each tile of BQ queries:
 **   1. per query row, the log-sum-exp of its masked, scaled scores (an
-**      online max and sum over key tiles) and D = dO . O;
+**      online max and sum over key tiles; read from the forward's when it
+**      gave them) and D = dO . O;
 **   2. per key tile, the scores again (not when there is one key tile:
 **      they are still there), P = exp(S - lse), dV += P^T dO,
 **      dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
@@ -34,6 +35,7 @@ typedef struct {
   int causal;
   double scale;
   int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
+  const char *lse;                  /* the forward's, (nb, nq), or NULL */
 } Bwd;
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, rows of A and B as stored */
@@ -224,7 +226,7 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
     int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
     double m[BQ], l[BQ];
     for (int64_t i = 0; i < bq; i++) m[i] = -INFINITY, l[i] = 0;
-    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {         /* 1: lse and D */
+    for (int64_t j0 = 0; J->lse == NULL && j0 < J->nk; j0 += BK) {   /* 1: lse, D */
       int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
       scores(J, b, mb, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
@@ -237,7 +239,11 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
         }
       }
     }
-    for (int64_t i = 0; i < bq; i++) lse[i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+    for (int64_t i = 0; i < bq; i++) {
+      int64_t r = b * J->nq + i0 + i;
+      if (J->lse) lse[i] = J->f64 ? ((const double *)J->lse)[r] : ((const float *)J->lse)[r];
+      else lse[i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
+    }
     row_dots(J, b, i0, bq, D);
     const char *q = J->q + (b * J->nq + i0) * J->d * (int64_t)es;
     const char *go = J->go + (b * J->nq + i0) * J->dv * (int64_t)es;
@@ -248,7 +254,7 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
       const char *v = J->v + (b * J->nk + j0) * J->dv * (int64_t)es;
       char *dk = J->dk + (b * J->nk + j0) * J->d * (int64_t)es;
       char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
-      if (J->nk > BK) scores(J, b, mb, i0, bq, j0, bk, s);
+      if (J->nk > BK || J->lse) scores(J, b, mb, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->dv, v, J->dv, 0, dp, bk);    /* dP = dO V^T */
       if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
       else
@@ -292,12 +298,17 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
 int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                 const qkv_tensor *o, const qkv_tensor *go,
-                                const qkv_tensor *mask, int causal, double scale) {
+                                const qkv_tensor *mask, int causal, double scale,
+                                const qkv_tensor *lse) {
   int n = q->ndim;
   Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
            v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),
            qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
-           mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512};
+           mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
+           NULL};
+  /* the forward's log-sum-exps, but where it had nothing to write them
+     with (d_v = 0: it returned at once) */
+  if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */

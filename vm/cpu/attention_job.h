@@ -50,6 +50,7 @@ typedef struct {
   int64_t off;                      /* causal: query i keeps keys j <= i + off */
   double scale;
   char *out;
+  char *lse;                        /* (B..., nq) of dtype, or NULL */
 } job;
 
 /* a thread's scratch */
@@ -88,6 +89,20 @@ static inline int qkv_attn_item (const job *J, int64_t t, int64_t *b, int64_t *i
 static inline int qkv_attn_threaded (const job *J) {
   double work = (double)J->nbatch * (double)J->nq * (double)J->nk * (double)(J->dk + J->dv);
   return J->nbatch * J->ntiles > 1 && work >= PAR_MIN_WORK;
+}
+
+/* each query's log-sum-exp, m + log(l) (-inf with no key, NaN kept), for
+   the bq queries of a tile from i0 of batch b, when lse was asked for: m
+   as float (mf) or double (md) */
+static inline void qkv_attn_put_lse (const job *J, int64_t b, int64_t i0, int bq,
+                                     const float *mf, const double *md, const double *l) {
+  if (J->lse == NULL) return;
+  for (int i = 0; i < bq; i++) {
+    double m = mf ? mf[i] : md[i];
+    double v = l[i] == 0.0 ? -INFINITY : m + log(l[i]);
+    if (J->dtype == QKV_F32) ((float *)J->lse)[b * J->nq + i0 + i] = (float)v;
+    else ((double *)J->lse)[b * J->nq + i0 + i] = v;
+  }
 }
 
 /* the next n bytes of a scratch block, 64-byte aligned for vector loads */

@@ -35,7 +35,7 @@ int qkv_cpu_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64
 int qkv_cpu_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                       const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                      double scale);
+                      double scale, qkv_tensor *lse);
 int qkv_cpu_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                   const qkv_tensor *b);
 int qkv_cpu_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
@@ -43,7 +43,8 @@ int qkv_cpu_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, i
 int qkv_cpu_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                const qkv_tensor *o, const qkv_tensor *go,
-                               const qkv_tensor *mask, int causal, double scale);
+                               const qkv_tensor *mask, int causal, double scale,
+                               const qkv_tensor *lse);
 int qkv_cpu_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 int qkv_cpu_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
 int qkv_cpu_log_softmax(qkv_tensor *out, const qkv_tensor *x);

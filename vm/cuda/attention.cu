@@ -274,9 +274,15 @@ void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
     op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
 }
 
+/* lse gets NaN, "not computed": the backward (attention_bwd.cu) computes
+   its own statistics (backend.h allows it) */
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                        double scale) {
+                        double scale, qkv_tensor *lse) {
+  if (lse && qkv_cu_numel(lse) > 0) {
+    int e = qkv_cuda_fill(lse, NAN);
+    if (e != QKV_OK) return e;
+  }
   int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   int err = qkv_attention_check(out, q, k, v, mask);

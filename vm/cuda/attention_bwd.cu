@@ -276,7 +276,9 @@ static int zero (qkv_tensor *t) {
 int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                  const qkv_tensor *o, const qkv_tensor *go,
-                                 const qkv_tensor *mask, int causal, double scale) {
+                                 const qkv_tensor *mask, int causal, double scale,
+                                 const qkv_tensor *lse) {
+  (void)lse;                     /* the statistics are computed here (stats) */
   qkv_dtype dt = q->dtype;
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;

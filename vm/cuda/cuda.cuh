@@ -156,7 +156,7 @@ int qkv_cuda_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint6
 int qkv_cuda_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cuda_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                       double scale);
+                       double scale, qkv_tensor *lse);
 int qkv_cuda_where(qkv_tensor *out, const qkv_tensor *cond, const qkv_tensor *a,
                    const qkv_tensor *b);
 int qkv_cuda_gather(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *idx, int dim);
@@ -164,7 +164,8 @@ int qkv_cuda_sort(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, 
 int qkv_cuda_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                 const qkv_tensor *o, const qkv_tensor *go,
-                                const qkv_tensor *mask, int causal, double scale);
+                                const qkv_tensor *mask, int causal, double scale,
+                                const qkv_tensor *lse);
 int qkv_cuda_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 int qkv_cuda_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
 int qkv_cuda_log_softmax(qkv_tensor *out, const qkv_tensor *x);

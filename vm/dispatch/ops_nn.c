@@ -293,7 +293,7 @@ int qkv_causal (qkv_tensor *m, int64_t offset, int keep) {
 
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
-                         int causal, double scale) {
+                         int causal, double scale, qkv_tensor *lse) {
   int err, n = out->ndim;
   int64_t nq = out->size[n - 2], nk = k->size[k->ndim - 2];
   int64_t sq[QKV_MAXDIM], sk[QKV_MAXDIM], sv[QKV_MAXDIM], sm[QKV_MAXDIM];
@@ -316,7 +316,7 @@ static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
   if (err == QKV_OK && (qkv_expand(&x, &lq, n, sq) || qkv_expand(&y, &lk, n, sk) ||
                         qkv_expand(&z, &lv, n, sv) || (pm && qkv_expand(pm, &m, n, sm))))
     err = QKV_EINTERNAL;
-  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale);
+  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale, lse);
   qkv_storage_release(tx);
   qkv_storage_release(ty);
   qkv_storage_release(tz);
@@ -342,9 +342,32 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
      cores: QKV_EDTYPE otherwise), else computed in float32 */
   err = QKV_EDTYPE;
   if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
-    err = attention_in(be, out, q, k, v, mask, causal, scale);
+    err = attention_in(be, out, q, k, v, mask, causal, scale, NULL);
   if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
-    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale), be, out, o);
+    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, NULL), be, out, o);
+  qkv_storage_release(tm);
+  return err;
+}
+
+int qkv_attention_lse (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
+                       const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                       int causal, double scale) {
+  int err;
+  qkv_tensor m;
+  qkv_storage *tm = NULL;
+  const qkv_backend *be = qkv_op_backend(out, q, k, &err);
+  if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL ||
+      (be = qkv_op_backend(out, lse, NULL, &err)) == NULL) return err;
+  if ((out->dtype != QKV_F32 && out->dtype != QKV_F64) || lse->dtype != out->dtype ||
+      !qkv_is_contiguous(lse) || lse->ndim != out->ndim - 1 ||
+      memcmp(lse->size, out->size, sizeof(int64_t) * (size_t)lse->ndim) != 0)
+    return QKV_EINTERNAL;
+  if (mask && mask->dtype != QKV_BOOL) {
+    if ((err = qkv_op_convert(&m, mask, QKV_BOOL)) != QKV_OK) return err;
+    tm = m.storage;
+    mask = &m;
+  }
+  err = attention_in(be, out, q, k, v, mask, causal, scale, lse);
   qkv_storage_release(tm);
   return err;
 }
@@ -422,7 +445,8 @@ static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const 
 int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                             const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                             const qkv_tensor *o, const qkv_tensor *go,
-                            const qkv_tensor *mask, int causal, double scale) {
+                            const qkv_tensor *mask, int causal, double scale,
+                            const qkv_tensor *lse) {
   int err;
   const qkv_backend *be = qkv_op_backend(dq, q, k, &err);
   if (be == NULL || (be = qkv_op_backend(dk, v, o, &err)) == NULL ||
@@ -430,6 +454,11 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   qkv_dtype dt = dq->dtype;
   if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) ||
       !qkv_is_contiguous(dv)) return QKV_EINTERNAL;
+  /* lse: what the forward left for this o, one per query */
+  if (lse && (lse->dtype != dt || !qkv_is_contiguous(lse) || lse->ndim != o->ndim - 1 ||
+              memcmp(lse->size, o->size, sizeof(int64_t) * (size_t)lse->ndim) != 0 ||
+              lse->storage->device != dq->storage->device))
+    return QKV_EINTERNAL;
   qkv_tensor x[5], m, like = *o;
   const qkv_tensor *in[5] = {q, k, v, o, go};
   qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -438,7 +467,7 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
   if (err == QKV_OK)
     err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
-                                 mask ? &m : NULL, causal, scale);
+                                 mask ? &m : NULL, causal, scale, lse);
   for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
   qkv_storage_release(tm);
   return err;
