@@ -61,6 +61,10 @@ local CLOSE = {
   layer_norm = "qkv.layer_norm(x[{{14, 4099}}]:reshape(2, -1), 2043)",
   attention = [[qkv.attention(x[{{1, 4096}}]:reshape(2, 32, 64) / 8, y[{{1, 4096}}]:reshape(2, 32, 64),
                              x[{{2, 4097}}]:reshape(2, 32, 64), {weights = false, causal = true})]],
+  -- each query's log-sum-exp, which the forward leaves for the backward
+  attention_lse = [[select(2, qkv._attention_lse((x[{{1, 4096}}]:reshape(2, 32, 64) / 8):clamp(-9, 9),
+                                                 y[{{1, 4096}}]:reshape(2, 32, 64):clamp(-9, 9),
+                                                 x[{{2, 4097}}]:reshape(2, 32, 64), nil, true, 0.125))]],
 }
 
 local function run(isa)
