@@ -434,6 +434,11 @@ function TestCopies:testShortContiguousRuns()
     local b = row:expand(3, 5, 4):transpose(1, 2):contiguous()           -- broadcast source
     lu.assertTrue(same(b, row:expand(5, 3, 4)), dt .. " broadcast")
   end
+  -- nothing to copy
+  for _, s in ipairs{{0, 3, 4}, {3, 0, 4}, {3, 4, 0}} do
+    local e = qkv.zeros(s):transpose(1, 2):contiguous()
+    lu.assertEquals(e:numel(), 0)
+  end
   -- a NaN's payload and -0 come through a float32 copy as they are
   local x = qkv.tensor({{0 / 0, -0.0}, {1, 2}}):view(2, 2, 1):expand(2, 2, 3)
   local y = x:transpose(1, 2):contiguous()

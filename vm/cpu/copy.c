@@ -156,8 +156,8 @@ static int copy_by_blocks(const qkv_iter *it, size_t es, int *err) {
   const int64_t *st[2] = {s0, s1};
   const size_t one[2] = {1, 1};
   size_t width = (size_t)it->size[0] * es;
-  if (it->ndim < 2 || width > BLOCK_MAX || it->stride[0][0] != (int64_t)es ||
-      it->stride[0][1] != (int64_t)es)
+  if (it->numel <= 0 || it->ndim < 2 || width > BLOCK_MAX ||
+      it->stride[0][0] != (int64_t)es || it->stride[0][1] != (int64_t)es)
     return 0;
   int nd = it->ndim - 1;
   for (int k = 0; k < nd; k++) {      /* outermost first; strides in bytes */
