@@ -244,10 +244,7 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
   int64_t jend = J->nk;
   if (J->causal && i0 + bq + J->off < jend) jend = i0 + bq + J->off;
   if (jend <= 0) {                  /* no key for any of them */
-    for (int i = 0; J->lse && i < bq; i++) {
-      if (J->dtype == QKV_F32) ((float *)J->lse)[b * J->nq + i0 + i] = -INFINITY;
-      else ((double *)J->lse)[b * J->nq + i0 + i] = -INFINITY;
-    }
+    qkv_attn_put_lse(J, b, i0, bq, NULL, NULL, NULL);
     return;
   }
 #ifdef QKV_VEXP_X86
@@ -360,10 +357,7 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   J.lse = lse && !bf16 ? (char *)qkv_data(lse) : NULL;
   if (J.nk == 0) {                   /* no key for any query: zeros */
     memset(J.out, 0, (size_t)(J.nbatch * J.nq * J.dv) * J.es);
-    for (int64_t i = 0; J.lse && i < J.nbatch * J.nq; i++) {
-      if (J.dtype == QKV_F32) ((float *)J.lse)[i] = -INFINITY;
-      else ((double *)J.lse)[i] = -INFINITY;
-    }
+    for (int64_t i = 0; J.lse && i < J.nbatch * J.nq; i++) qkv_attn_lse_at(&J, i, -INFINITY);
     return QKV_OK;
   }
   /* CBLAS counts in int */

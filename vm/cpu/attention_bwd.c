@@ -97,6 +97,14 @@ static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq,
       if (!keeps(J, mb, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
 }
 
+/* a tile row's max mx and sum of exp(x - mx) folded into the running
+   (m, l); the first tile's without a libm exp */
+static void fold_stats (float mx, float sum, double *m, double *l) {
+  if (*m == -INFINITY) { *l = sum; *m = mx; }
+  else if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
+  else *l += sum * exp(mx - *m);
+}
+
 /* row i of a float32 tile: its max and the sum of exp(x - max) folded into
    the running (m, l); one exp per score, vexp.h's (libm's expf is a scalar
    call: it took half the backward of a small model's attention) */
@@ -107,8 +115,7 @@ static void row_stats_base (const float *x, int64_t n, double *m, double *l) {
   float sum = 0;
   _Pragma("omp simd reduction(+:sum)")
   for (int64_t j = 0; j < n; j++) sum += qkv_vexpf(x[j] - mx);
-  if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
-  else *l += sum * exp(mx - *m);
+  fold_stats(mx, sum, m, l);
 }
 
 /* A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
@@ -152,10 +159,7 @@ static QKV_AVX512 void row_stats_wide (const float *x, int64_t n, double *m, dou
     __m512 v = _mm512_mask_loadu_ps(ninf, qkv_lanes16(n - j), x + j);
     s = _mm512_add_ps(s, qkv_vexp16(_mm512_sub_ps(v, vm)));
   }
-  float sum = _mm512_reduce_add_ps(s);
-  if (*m == -INFINITY) { *l = sum; *m = mx; }     /* the first tile: no libm call */
-  else if (mx > *m) { *l = *l * exp(*m - mx) + sum; *m = mx; }
-  else *l += sum * exp(mx - *m);
+  fold_stats(mx, _mm512_reduce_add_ps(s), m, l);
 }
 
 /* grads' steps 16 lanes at a time, the row's tail masked: the compiler's
@@ -164,14 +168,14 @@ static QKV_AVX512 void grads_wide (float *s, float *dp, int64_t bq, int64_t bk,
                                    const double *lse, const double *D) {
   for (int64_t i = 0; i < bq; i++) {
     float *si = s + i * bk, *di = dp + i * bk;
+    if (lse[i] == -INFINITY) {                  /* no key: zeros, whatever dP is */
+      memset(si, 0, (size_t)bk * sizeof *si);
+      memset(di, 0, (size_t)bk * sizeof *di);
+      continue;
+    }
     __m512 L = _mm512_set1_ps((float)lse[i]), Di = _mm512_set1_ps((float)D[i]);
     for (int64_t j = 0; j < bk; j += 16) {
       __mmask16 k = qkv_lanes16(bk - j);
-      if (lse[i] == -INFINITY) {                /* no key: zeros, whatever dP is */
-        _mm512_mask_storeu_ps(si + j, k, _mm512_setzero_ps());
-        _mm512_mask_storeu_ps(di + j, k, _mm512_setzero_ps());
-        continue;
-      }
       __m512 p = qkv_vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, si + j), L));
       _mm512_mask_storeu_ps(si + j, k, p);
       _mm512_mask_storeu_ps(di + j, k, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, di + j), Di)));

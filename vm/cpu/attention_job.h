@@ -91,17 +91,21 @@ static inline int qkv_attn_threaded (const job *J) {
   return J->nbatch * J->ntiles > 1 && work >= PAR_MIN_WORK;
 }
 
+/* lse's element r (batch b's query i is b nq + i) = v, in its dtype */
+static inline void qkv_attn_lse_at (const job *J, int64_t r, double v) {
+  if (J->dtype == QKV_F32) ((float *)J->lse)[r] = (float)v;
+  else ((double *)J->lse)[r] = v;
+}
+
 /* each query's log-sum-exp, m + log(l) (-inf with no key, NaN kept), for
    the bq queries of a tile from i0 of batch b, when lse was asked for: m
-   as float (mf) or double (md) */
+   as float (mf) or double (md); l NULL: no key for any of them */
 static inline void qkv_attn_put_lse (const job *J, int64_t b, int64_t i0, int bq,
                                      const float *mf, const double *md, const double *l) {
   if (J->lse == NULL) return;
   for (int i = 0; i < bq; i++) {
-    double m = mf ? mf[i] : md[i];
-    double v = l[i] == 0.0 ? -INFINITY : m + log(l[i]);
-    if (J->dtype == QKV_F32) ((float *)J->lse)[b * J->nq + i0 + i] = (float)v;
-    else ((double *)J->lse)[b * J->nq + i0 + i] = v;
+    double m = mf ? mf[i] : md ? md[i] : 0;
+    qkv_attn_lse_at(J, b * J->nq + i0 + i, l == NULL || l[i] == 0.0 ? -INFINITY : m + log(l[i]));
   }
 }
 

@@ -324,9 +324,18 @@ static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
   return err;
 }
 
-int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
-                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                   double scale) {
+/* whether lse fits as the forward's log-sum-exps of o: one per query, of
+   dtype dt, contiguous, on o's device */
+static int lse_fits (const qkv_tensor *lse, const qkv_tensor *o, qkv_dtype dt) {
+  return lse->dtype == dt && qkv_is_contiguous(lse) && lse->ndim == o->ndim - 1 &&
+         memcmp(lse->size, o->size, sizeof(int64_t) * (size_t)lse->ndim) == 0 &&
+         lse->storage->device == o->storage->device;
+}
+
+/* qkv_attention, and qkv_attention_lse's with lse (checked by it) */
+static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
+                           const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                           int causal, double scale) {
   int err;
   qkv_tensor t, *o, m;
   qkv_storage *tm = NULL;
@@ -344,32 +353,26 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
     err = attention_in(be, out, q, k, v, mask, causal, scale, NULL);
   if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
-    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, NULL), be, out, o);
+    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, lse), be, out, o);
   qkv_storage_release(tm);
   return err;
 }
 
+int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                   const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                   double scale) {
+  return attention_with(out, NULL, q, k, v, mask, causal, scale);
+}
+
+/* float32 and float64 only: computed as they are, so lse is out's */
 int qkv_attention_lse (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
                        const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
                        int causal, double scale) {
   int err;
-  qkv_tensor m;
-  qkv_storage *tm = NULL;
-  const qkv_backend *be = qkv_op_backend(out, q, k, &err);
-  if (be == NULL || (be = qkv_op_backend(out, v, mask, &err)) == NULL ||
-      (be = qkv_op_backend(out, lse, NULL, &err)) == NULL) return err;
-  if ((out->dtype != QKV_F32 && out->dtype != QKV_F64) || lse->dtype != out->dtype ||
-      !qkv_is_contiguous(lse) || lse->ndim != out->ndim - 1 ||
-      memcmp(lse->size, out->size, sizeof(int64_t) * (size_t)lse->ndim) != 0)
+  if (qkv_op_backend(out, lse, NULL, &err) == NULL) return err;
+  if ((out->dtype != QKV_F32 && out->dtype != QKV_F64) || !lse_fits(lse, out, out->dtype))
     return QKV_EINTERNAL;
-  if (mask && mask->dtype != QKV_BOOL) {
-    if ((err = qkv_op_convert(&m, mask, QKV_BOOL)) != QKV_OK) return err;
-    tm = m.storage;
-    mask = &m;
-  }
-  err = attention_in(be, out, q, k, v, mask, causal, scale, lse);
-  qkv_storage_release(tm);
-  return err;
+  return attention_with(out, lse, q, k, v, mask, causal, scale);
 }
 
 /*
@@ -455,10 +458,7 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) ||
       !qkv_is_contiguous(dv)) return QKV_EINTERNAL;
   /* lse: what the forward left for this o, one per query */
-  if (lse && (lse->dtype != dt || !qkv_is_contiguous(lse) || lse->ndim != o->ndim - 1 ||
-              memcmp(lse->size, o->size, sizeof(int64_t) * (size_t)lse->ndim) != 0 ||
-              lse->storage->device != dq->storage->device))
-    return QKV_EINTERNAL;
+  if (lse && !lse_fits(lse, o, dt)) return QKV_EINTERNAL;
   qkv_tensor x[5], m, like = *o;
   const qkv_tensor *in[5] = {q, k, v, o, go};
   qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
