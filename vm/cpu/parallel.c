@@ -34,6 +34,10 @@
 #ifndef YIELD_NS
 #define YIELD_NS 200000
 #endif
+/* a spin that loses its CPU this long has a neighbour (idle, below); a
+   busy machine's slices are ms, an idle one's interruptions tens of µs */
+#define LOST_NS 500000
+#define CONTENDED_NS 50000000
 
 static _Atomic uint64_t word;           /* gen | next | chunks */
 static _Atomic uint32_t seq;            /* futex word, bumped per loop */
@@ -41,6 +45,7 @@ static _Atomic int sleepers;            /* workers in futex_wait */
 static _Atomic int64_t done;            /* chunks finished, this loop */
 static _Atomic int failed;              /* the first error, this loop */
 static _Atomic int taking;              /* workers that take part */
+static _Atomic int64_t contended_until; /* idle workers sleep at once */
 static atomic_flag busy = ATOMIC_FLAG_INIT;   /* a loop is running */
 
 /* the loop; written by the caller before it publishes the word */
@@ -105,16 +110,32 @@ static int has_work (int tid) {
   return ((w >> 24) & M24) < (w & M24);
 }
 
-/* an idle worker: spin, then yield, then sleep until the next loop */
+/*
+** An idle worker spins, then yields, then sleeps until the next loop --
+** unless the CPU is contended.  A spin that loses its CPU for more than
+** LOST_NS (preempted, or a yield that another process took) means some
+** other process wants this core; then for CONTENDED_NS every idle worker
+** sleeps at once.  A sleeper that is woken runs ahead of the neighbour
+** (the scheduler owes it the time it slept), where a spinner or yielder
+** has spent its share and waits out the neighbour's slice, missing the
+** loops it was meant to help with (bench/NOTES.md, "Threads").
+*/
 static void idle (int tid) {
   uint32_t s = atomic_load(&seq);
-  int64_t t0 = now_ns(), t;
-  for (int i = 0;; i++) {
-    if (has_work(tid)) return;
-    if ((i & 63) != 63) { relax(); continue; }
-    t = now_ns() - t0;
-    if (t > SPIN_NS + YIELD_NS) break;
-    if (t > SPIN_NS) sched_yield();
+  int64_t t0 = now_ns(), last = t0, t;
+  if (t0 >= atomic_load_explicit(&contended_until, memory_order_relaxed)) {
+    for (int i = 0;; i++) {
+      if (has_work(tid)) return;
+      if ((i & 63) != 63) { relax(); continue; }
+      t = now_ns();
+      if (t - last > LOST_NS) {
+        atomic_store_explicit(&contended_until, t + CONTENDED_NS, memory_order_relaxed);
+        break;
+      }
+      last = t;
+      if (t - t0 > SPIN_NS + YIELD_NS) break;
+      if (t - t0 > SPIN_NS) sched_yield();
+    }
   }
   atomic_fetch_add(&sleepers, 1);
   if (!has_work(tid)) futex_wait(&seq, s);
