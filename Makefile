@@ -9,7 +9,7 @@ BUILD := build
 # README.md lists these (tests/project/test_make.lua checks that the lists agree)
 DEPS := gcc g++ make pkg-config lua5.4 liblua5.4-dev lua-unit libopenblas-openmp-dev \
   libcairo2-dev libpng-dev fonts-dejavu-core libreadline-dev libzip-dev libcjson-dev \
-  libutf8proc-dev libzmq3-dev libssl-dev libdnnl2
+  libutf8proc-dev libzmq3-dev libssl-dev libdnnl2 libopenmpi-dev openmpi-bin
 # bench/latency.lua's optional peers (`make bench-deps`), listed in
 # docs/contributing.md
 BENCH_DEPS := python3-torch python3-pytest hyperfine
@@ -29,6 +29,8 @@ JSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 JSON_LIBS = $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
 TEXT_LIBS = $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc)
 ZMQ_LIBS = $(shell pkg-config --libs libzmq libcrypto 2>/dev/null || echo -lzmq -lcrypto) -lpthread
+MPI_CFLAGS = $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS = $(shell pkg-config --libs ompi-c 2>/dev/null)
 
 # -fno-trapping-math: nothing here reads the FP exception flags, and it
 # lets gcc vectorise loops with float selects (the GELU's erfc, vexp.h)
@@ -67,6 +69,12 @@ TEXT_SO := $(BUILD)/lib/qkv/text.so
 ZMQ_SRC := $(wildcard bindings/zmq/*.c)
 ZMQ_OBJ := $(ZMQ_SRC:%.c=$(BUILD)/obj/%.o)
 ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
+# Open MPI likewise: require "qkv.mpi", loaded by qkv.dist; built where
+# Open MPI's headers are (`make deps` installs them), else qkv.dist says so
+MPI_SRC := $(wildcard bindings/dist/*.c)
+MPI_OBJ := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
+MPI_SO := $(BUILD)/lib/qkv/mpi.so
+MPI_TARGET = $(if $(MPI_LIBS),$(MPI_SO))
 # the CUDA backend (vm/cuda/*.cu) as its own shared object, which the
 # runtime loads with dlopen the first time a script asks for the GPU
 # (vm/dispatch/plugin.c), so that cudart and cuBLAS never slow a CPU script's
@@ -101,12 +109,12 @@ TESTES_LIBS := $(patsubst %,$(TESTES)/libs/%.so,lib1 lib11 lib2 lib21 lib2-v2)
 
 # everything the suites need, the REPL's terminal driver included, so that
 # `build/qkv test tests/` after `make` is `make test`
-all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(LUAC_OUT) \
+all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(MPI_TARGET) $(LUAC_OUT) \
   $(BUILD)/ptydrive $(BUILD)/fakecuda.so $(TESTES_LIBS) $(CUDA_TARGET)
 	@if [ "$(CUDA)" = 1 ]; then echo "make: CUDA backend built ($(CUDA_SO), $(NVCC))"; \
 	else echo "make: CUDA backend not built (no nvcc found, or CUDA=0)"; fi
 
-so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO)
+so: $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(MPI_TARGET)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -164,6 +172,16 @@ $(TEXT_SO): $(TEXT_OBJ)
 $(ZMQ_SO): $(ZMQ_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(ZMQ_LIBS)
+
+$(BUILD)/obj/bindings/dist/%.o: bindings/dist/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(QKV_CFLAGS) $(MPI_CFLAGS) -c $< -o $@
+
+# the tensor functions it calls come from the executable (-Wl,-E);
+# nodelete: MPI is never unloaded from a process that started it
+$(MPI_SO): $(MPI_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -Wl,-z,nodelete -o $@ $^ $(MPI_LIBS)
 
 $(TESTES)/.copied: $(TESTES_SRC)
 	rm -rf $(TESTES)

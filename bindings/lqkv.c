@@ -15,7 +15,7 @@ static const char *const lazy[][3] = {
   {"cosine_similarity", "qkv.nn", "cosine_similarity"},
   {"help", "qkv.doc", "help"},
   {"savez", "qkv.npz", "savez"}, {"loadz", "qkv.npz", "loadz"},
-  {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL},
+  {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL}, {"dist", "qkv.dist", NULL},
   {"wordpiece", "qkv.wordpiece", NULL}, {"display", "qkv.repl", "_display_values"},
   {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},

@@ -307,6 +307,11 @@ int cli_script (int argc, char **argv) {
   int status = lua_pcall(L, 3, 1, 0);
   int ok = lua_toboolean(L, -1);
   cli_report(L, status);
+  /* a script that failed ends what must not outlive it the hard way: a
+     library that joined others (qkv.dist's MPI world) left "qkv.fatal" */
+  if (!(ok && status == LUA_OK) &&
+      lua_getfield(L, LUA_REGISTRYINDEX, "qkv.fatal") == LUA_TFUNCTION)
+    lua_pcall(L, 0, 0, 0);
   lua_close(L);
   return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,0 +1,426 @@
+-- dist.lua: qkv.dist, one script run by several processes (ranks) that
+-- work together over MPI (Open MPI, through the module qkv.mpi), with
+-- torch.distributed's names. `mpirun -np 4 build/qkv script.lua` starts
+-- four ranks; `build/qkv script.lua` alone is a world of one, where every
+-- collective is the identity and MPI is never started.
+--
+--   init()  rank()  world_size()  barrier()
+--   all_reduce(t [, op])          in place; op "sum" (default), "mean", "max", "min"
+--   broadcast(t, src)             in place, from rank src
+--   all_gather(t) -> (world_size, ...), rank r's t at index r + 1
+--   reduce_scatter(t [, op]) -> this rank's block of the reduction (first
+--                                dim divided by the world size)
+--   all_to_all(t, split_dim, cat_dim) -> t cut in world_size blocks along
+--                                split_dim, block j sent to rank j, the
+--                                blocks received joined along cat_dim
+--   send(t, dst [, tag])  recv(t, src [, tag])   (recv fills t)
+-- Each takes a last table {async_op = true}: it then returns a handle
+-- whose :wait() finishes it (and returns what the call would have) and
+-- :is_completed() says whether it has. Any dtype; a tensor that is not
+-- contiguous, or not on the CPU, goes through a contiguous CPU copy. A
+-- collective checks first that every rank called it with the same shape,
+-- dtype and arguments: ranks that disagree get an error naming them, on
+-- every rank. DDP (dist_ddp.lua) and the attentions split across ranks
+-- (dist_attention.lua) are built on these.
+
+local qkv = require "qkv"
+local caller = require "qkv.caller"
+local SOURCE = debug.getinfo(1, "S").source
+
+local M = {}
+local mpi                                   -- qkv.mpi, once a launcher started us
+local world = {rank = 0, size = 1, ready = false}
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), caller(SOURCE, true))
+end
+
+---------------------------------------------------------------- the world
+
+-- init(): joins the ranks mpirun started (idempotent; the first use of
+-- any other function calls it)
+function M.init()
+  if world.ready then return end
+  local ok, m = pcall(require, "qkv.mpi")
+  if not ok then
+    fail("dist.init: Open MPI is not available (%s); `make deps` installs libopenmpi-dev " ..
+         "and openmpi-bin, then `make` builds build/lib/qkv/mpi.so", tostring(m):match("[^\n]*"))
+  end
+  mpi = m
+  if mpi.launched() then world.rank, world.size = mpi.init() end
+  world.ready = true
+end
+
+local function ready() if not world.ready then M.init() end end
+
+function M.is_initialized() return world.ready end
+function M.rank() ready(); return world.rank end
+function M.world_size() ready(); return world.size end
+
+-- a handle for an operation started with {async_op = true}
+local Work = {}
+Work.__index = Work
+Work.__name = "qkv.dist.Work"
+
+local function work(finish)
+  return setmetatable({finish = finish}, Work)
+end
+
+function Work:wait()
+  if self.finish then
+    local f = self.finish
+    self.finish = nil
+    self.result = table.pack(f())
+  end
+  return table.unpack(self.result, 1, self.result.n)
+end
+
+function Work:is_completed()
+  if self.finish == nil then return true end
+  for _, r in ipairs(self.reqs or {}) do if not r:test() then return false end end
+  return true
+end
+
+-- the last argument's {async_op = ...}; returns whether it is set
+local function async(fname, opts)
+  if opts == nil then return false end
+  if type(opts) ~= "table" then fail("dist.%s: options must be a table, got %s", fname, type(opts)) end
+  for k in pairs(opts) do
+    if k ~= "async_op" then fail("dist.%s: unknown option '%s' (it has async_op)", fname, tostring(k)) end
+  end
+  if opts.async_op ~= nil and type(opts.async_op) ~= "boolean" then
+    fail("dist.%s: option 'async_op' must be a boolean, got %s", fname, type(opts.async_op))
+  end
+  return opts.async_op == true
+end
+
+-- runs finish() now, or hands it back as a Work waiting on reqs
+local function run(is_async, reqs, finish)
+  if not is_async then return finish() end
+  local w = work(finish)
+  w.reqs = reqs
+  return w
+end
+
+---------------------------------------------------------------- checks
+
+local function checktensor(fname, t, i, what)
+  if not qkv.is_tensor(t) then
+    fail("dist.%s: bad argument #%d (%s: qkv.Tensor expected, got %s)", fname, i, what, type(t))
+  end
+  if not pcall(function() return t.ndim end) then
+    fail("dist.%s: bad argument #%d (%s is a closed tensor)", fname, i, what)
+  end
+  return t
+end
+
+local function checkrank(fname, r, i, what)
+  if math.type(r) ~= "integer" or r < 0 or r >= world.size then
+    fail("dist.%s: bad argument #%d (%s must be a rank, an integer in [0, %d], got %s)",
+         fname, i, what, world.size - 1, tostring(r))
+  end
+  return r
+end
+
+local DTYPES = {float32 = 1, float64 = 2, int64 = 3, bool = 4, int32 = 5, float16 = 6, bfloat16 = 7}
+local NAMES = {}
+for k, v in pairs(DTYPES) do NAMES[v] = k end
+local OPCODE, OPNAME = {sum = 1, mean = 2, max = 3, min = 4}, {"sum", "mean", "max", "min"}
+local MAXDIM, CALLS = 8, {}
+for i, f in ipairs({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
+                    "barrier", "send"}) do CALLS[f], CALLS[i] = i, f end
+
+-- what a call is, as numbers every rank can compare: the function, the
+-- tensor's dtype and shape, and up to 3 arguments
+local function describe(fname, t, a, b, c)
+  local d = {CALLS[fname], t and DTYPES[t.dtype] or 0, t and t.ndim or -1}
+  for i = 1, MAXDIM do d[3 + i] = t and t.shape[i] or -1 end
+  d[MAXDIM + 4], d[MAXDIM + 5], d[MAXDIM + 6] = a or 0, b or 0, c or 0
+  return d
+end
+
+local function shape_text(d)
+  if d[3] < 0 then return "" end
+  local s = {}
+  for i = 1, d[3] do s[i] = tostring(d[3 + i]) end
+  return ("%s (%s%s)"):format(NAMES[d[2]] or "?", table.concat(s, ", "), d[3] == 1 and "," or "")
+end
+
+local function call_text(d, args)
+  local s = shape_text(d)
+  if d[1] ~= d.want then return CALLS[d[1]] .. (s ~= "" and " on " .. s or "") end
+  local extra = {}
+  for i, name in ipairs(args or {}) do
+    local v = d[MAXDIM + 3 + i]
+    extra[#extra + 1] = name == "op" and ("op %q"):format(OPNAME[v] or "?") or ("%s %s"):format(name, v)
+  end
+  if #extra > 0 then s = s .. (s ~= "" and ", " or "") .. table.concat(extra, ", ") end
+  return s
+end
+
+-- every rank made this call alike, or an error on every rank that names
+-- who did what (args: the names of the numbers a, b, c, for the message)
+local function agree(fname, t, args, a, b, c)
+  if world.size == 1 then return end
+  local d = describe(fname, t, a, b, c)
+  local n, v = #d, {}
+  for i = 1, n do v[i], v[n + i] = d[i], -d[i] end
+  local m = qkv.tensor(v, "int64")
+  mpi.allreduce(m, "min"):wait()
+  local got, same = m:tolist(), true
+  for i = 1, n do same = same and got[i] == -got[n + i] end
+  if same then return end
+  local all = qkv.zeros({world.size, n}, "int64")
+  mpi.allgather(qkv.tensor(d, "int64"), all):wait()
+  local groups, order = {}, {}
+  for r = 0, world.size - 1 do
+    local row = all[r + 1]:tolist()
+    row.want = CALLS[fname]
+    local key = call_text(row, args)
+    if not groups[key] then groups[key] = {}; order[#order + 1] = key end
+    table.insert(groups[key], r)
+  end
+  local parts = {}
+  for _, key in ipairs(order) do
+    local rs = groups[key]
+    parts[#parts + 1] = ("rank%s %s %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "),
+                                                 key ~= "" and "called it with " .. key or "called it")
+  end
+  fail("dist.%s: the ranks disagree: %s", fname, table.concat(parts, "; "))
+end
+
+-- t as MPI reads it: t itself if contiguous on the CPU, else a copy that
+-- back() writes into t when the call is done
+local function stage(t)
+  if t.device == "cpu" and t:is_contiguous() then return t, false end
+  return t:to("cpu"):contiguous(), true
+end
+
+local function back(t, s, staged) if staged then t:copy_(s) end end
+
+-- an op's name as MPI takes it for this dtype, or an error
+local REDUCE = {sum = "sum", mean = "sum", max = "max", min = "min"}
+local function reduce_op(fname, op, dtype, i)
+  if op == nil then op = "sum" end
+  if type(op) ~= "string" or not REDUCE[op] then
+    fail("dist.%s: bad argument #%d (op must be \"sum\", \"mean\", \"max\" or \"min\", got %s)",
+         fname, i, type(op) == "string" and ("%q"):format(op) or type(op))
+  end
+  local float = dtype == "float32" or dtype == "float64" or dtype == "float16" or dtype == "bfloat16"
+  if op == "mean" and not float then
+    fail("dist.%s: op \"mean\" needs a float tensor, t is %s", fname, dtype)
+  end
+  if dtype == "bool" then return op, (op == "min" and "land" or "lor") end
+  return op, REDUCE[op]
+end
+
+
+---------------------------------------------------------------- collectives
+
+function M.barrier(opts)
+  ready()
+  local is_async = async("barrier", opts)
+  agree("barrier")
+  if world.size == 1 then return run(is_async, {}, function() end) end
+  local r = mpi.barrier()
+  return run(is_async, {r}, function() r:wait() end)
+end
+
+function M.all_reduce(t, op, opts)
+  ready()
+  checktensor("all_reduce", t, 1, "t")
+  local how, mop = reduce_op("all_reduce", op, t.dtype, 2)
+  local is_async = async("all_reduce", opts)
+  agree("all_reduce", t, {"op"}, OPCODE[how])
+  if world.size == 1 then return run(is_async, {}, function() return t end) end
+  local s, staged = stage(t)
+  local r = mpi.allreduce(s, mop)
+  return run(is_async, {r}, function()
+    r:wait()
+    if how == "mean" then s:div_(world.size) end
+    back(t, s, staged)
+    return t
+  end)
+end
+
+function M.broadcast(t, src, opts)
+  ready()
+  checktensor("broadcast", t, 1, "t")
+  checkrank("broadcast", src, 2, "src")
+  local is_async = async("broadcast", opts)
+  agree("broadcast", t, {"src"}, src)
+  if world.size == 1 then return run(is_async, {}, function() return t end) end
+  local s, staged = stage(t)
+  local r = mpi.bcast(s, src)
+  return run(is_async, {r}, function()
+    r:wait()
+    back(t, s, staged)
+    return t
+  end)
+end
+
+local function on_device(x, device) return device == "cpu" and x or x:to(device) end
+
+function M.all_gather(t, opts)
+  ready()
+  checktensor("all_gather", t, 1, "t")
+  local is_async = async("all_gather", opts)
+  agree("all_gather", t)
+  local shape = {world.size}
+  for i = 1, t.ndim do shape[i + 1] = t.shape[i] end
+  if world.size == 1 then
+    return run(is_async, {}, function() return t:contiguous():view(table.unpack(shape)):clone() end)
+  end
+  local s = stage(t)
+  local out = qkv.zeros(shape, t.dtype)
+  local r = mpi.allgather(s, out)
+  return run(is_async, {r}, function()
+    r:wait()
+    return on_device(out, t.device)
+  end)
+end
+
+function M.reduce_scatter(t, op, opts)
+  ready()
+  checktensor("reduce_scatter", t, 1, "t")
+  local how, mop = reduce_op("reduce_scatter", op, t.dtype, 2)
+  local is_async = async("reduce_scatter", opts)
+  if t.ndim < 1 or t.shape[1] % world.size ~= 0 then
+    fail("dist.reduce_scatter: t's first dimension (%s) must divide among the %d ranks",
+         t.ndim < 1 and "none: t is a scalar" or tostring(t.shape[1]), world.size)
+  end
+  agree("reduce_scatter", t, {"op"}, OPCODE[how])
+  local shape = {}
+  for i = 1, t.ndim do shape[i] = t.shape[i] end
+  shape[1] = shape[1] // world.size
+  if world.size == 1 then return run(is_async, {}, function() return t:clone() end) end
+  local s = stage(t)
+  local out = qkv.zeros(shape, t.dtype)
+  local r = mpi.reduce_scatter(s, out, mop)
+  return run(is_async, {r}, function()
+    r:wait()
+    if how == "mean" then out:div_(world.size) end
+    return on_device(out, t.device)
+  end)
+end
+
+local function checkdim(fname, d, i, what, t)
+  if math.type(d) ~= "integer" or d == 0 or d > t.ndim or d < -t.ndim then
+    fail("dist.%s: bad argument #%d (%s must be a dimension of t, in [1, %d] or [-%d, -1], got %s)",
+         fname, i, what, t.ndim, t.ndim, tostring(d))
+  end
+  return d < 0 and t.ndim + 1 + d or d
+end
+
+-- x with dimension `from` moved to place `to`, the others in order
+local function movedim(x, from, to)
+  local order = {}
+  for i = 1, x.ndim do if i ~= from then order[#order + 1] = i end end
+  table.insert(order, to, from)
+  return x:permute(table.unpack(order))
+end
+
+function M.all_to_all(t, split_dim, cat_dim, opts)
+  ready()
+  checktensor("all_to_all", t, 1, "t")
+  local sd = checkdim("all_to_all", split_dim, 2, "split_dim", t)
+  local cd = checkdim("all_to_all", cat_dim, 3, "cat_dim", t)
+  local is_async = async("all_to_all", opts)
+  if t.shape[sd] % world.size ~= 0 then
+    fail("dist.all_to_all: t's dimension %d (%d) must divide among the %d ranks", sd,
+         t.shape[sd], world.size)
+  end
+  agree("all_to_all", t, {"split_dim", "cat_dim"}, sd, cd)
+  local x = movedim(t, sd, 1):to("cpu"):contiguous()
+  local c = t.shape[sd] // world.size
+  local function join(blocks)
+    local parts = {}
+    for r = 0, world.size - 1 do parts[r + 1] = movedim(blocks:narrow(1, r * c + 1, c), 1, sd) end
+    return on_device(qkv.cat(parts, cd), t.device)
+  end
+  if world.size == 1 then return run(is_async, {}, function() return join(x) end) end
+  local shape = {}
+  for i = 1, x.ndim do shape[i] = x.shape[i] end
+  local out = qkv.zeros(shape, t.dtype)
+  local r = mpi.alltoall(x, out)
+  return run(is_async, {r}, function()
+    r:wait()
+    return join(out)
+  end)
+end
+
+---------------------------------------------------------------- point to point
+
+-- a message is a header (the call, dtype and shape, as numbers) with tag
+-- 2 tag, then the data with tag 2 tag + 1, so that recv can say what came
+local function checktag(fname, tag, i)
+  if tag == nil then return 0 end
+  if math.type(tag) ~= "integer" or tag < 0 or tag > 1 << 20 then
+    fail("dist.%s: bad argument #%d (tag must be an integer in [0, 2^20], got %s)", fname, i,
+         tostring(tag))
+  end
+  return tag
+end
+
+local function not_self(fname, peer, what)
+  if peer == world.rank then
+    fail("dist.%s: %s is this rank (%d); a rank does not message itself", fname, what, peer)
+  end
+end
+
+function M.send(t, dst, tag, opts)
+  ready()
+  checktensor("send", t, 1, "t")
+  if world.size == 1 then fail("dist.send: a world of one has no rank to send to") end
+  checkrank("send", dst, 2, "dst")
+  not_self("send", dst, "dst")
+  tag = checktag("send", tag, 3)
+  local is_async = async("send", opts)
+  local s = stage(t)
+  local h = mpi.isend(qkv.tensor(describe("send", t), "int64"), dst, 2 * tag)
+  local r = mpi.isend(s, dst, 2 * tag + 1)
+  return run(is_async, {h, r}, function()
+    h:wait()
+    r:wait()
+  end)
+end
+
+function M.recv(t, src, tag, opts)
+  ready()
+  checktensor("recv", t, 1, "t")
+  if world.size == 1 then fail("dist.recv: a world of one has no rank to receive from") end
+  checkrank("recv", src, 2, "src")
+  not_self("recv", src, "src")
+  tag = checktag("recv", tag, 3)
+  local is_async = async("recv", opts)
+  local mine = describe("send", t)
+  local head = qkv.zeros({#mine}, "int64")
+  local h = mpi.irecv(head, src, 2 * tag)
+  local s, staged = stage(t)
+  local r = mpi.irecv(s, src, 2 * tag + 1)
+  return run(is_async, {h, r}, function()
+    h:wait()
+    local got = head:tolist()
+    local same = true
+    for i = 1, #mine do same = same and got[i] == mine[i] end
+    if not same then
+      pcall(r.wait, r)       -- the data that did not fit is dropped
+      fail("dist.recv: rank %d sent %s, but t is %s", src, shape_text(got), shape_text(mine))
+    end
+    r:wait()
+    back(t, s, staged)
+    return t
+  end)
+end
+
+---------------------------------------------------------------- the rest
+
+M.DDP = function(...) return require("qkv.dist_ddp").DDP(...) end
+M.ring_attention = function(...) return require("qkv.dist_attention").ring_attention(...) end
+M.ulysses_attention = function(...) return require("qkv.dist_attention").ulysses_attention(...) end
+
+-- for the modules built on this one: the raw module and the checks
+M._world = world
+M._mpi = function() ready(); return mpi end
+
+return M

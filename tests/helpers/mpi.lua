@@ -1,0 +1,40 @@
+-- mpi.lua: running a script on several ranks under Open MPI's mpirun for
+-- the qkv.dist suites. Ranks may outnumber the cores (--oversubscribe);
+-- the transports are shared memory within the machine (ob1 over vader),
+-- which also keeps MPI from probing networks; root may run it (CI does).
+local shell = dofile("tests/helpers/shell.lua")
+local M = {}
+
+-- why the suites cannot run here, or nil when they can
+function M.missing(exe)
+  if not os.execute("command -v mpirun >/dev/null 2>&1") then
+    return "Open MPI's mpirun is not installed (`make deps` installs openmpi-bin)"
+  end
+  local lib = (exe:match("^(.*)/[^/]*$") or ".") .. "/lib/qkv/mpi.so"
+  if not io.open(lib) then return lib .. " is not built (Open MPI's headers: libopenmpi-dev)" end
+  return nil
+end
+
+M.ENV = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 " ..
+        "OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1"
+
+-- runs `mpirun -np n exe script args...` with a time limit (seconds);
+-- returns the output (stdout and stderr), the exit status and the time
+function M.run(exe, n, script, limit, ...)
+  local words = {}
+  for i, a in ipairs{...} do words[i] = shell.quote(a) end
+  local cmd = ("env %s timeout -k 5 %d mpirun -np %d %s %s %s"):format(M.ENV, limit or 120, n,
+    shell.quote(exe), shell.quote(script), table.concat(words, " "))
+  local t0 = qkv.clock()
+  local out, code = shell.sh(cmd)
+  return out, code, qkv.clock() - t0
+end
+
+-- the lines of out that rank scripts print as "ok <name>", counted by name
+function M.oks(out)
+  local n = {}
+  for name in out:gmatch("ok ([^\n]+)") do n[name] = (n[name] or 0) + 1 end
+  return n
+end
+
+return M

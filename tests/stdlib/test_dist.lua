@@ -1,0 +1,131 @@
+-- test_dist.lua: qkv.dist (stdlib/qkv/dist.lua, bindings/dist/lmpi.c).
+-- A world of one in this process (every collective the identity, MPI never
+-- started), the argument errors, and the scripts under dist/ run on 2 and
+-- 4 ranks by Open MPI's mpirun (more ranks than cores: --oversubscribe),
+-- whose checks print "ok <name>"; a rank that fails ends the job. Skipped,
+-- with the reason, where mpirun or build/lib/qkv/mpi.so is missing.
+local lu = require "luaunit"
+local shell = dofile("tests/helpers/shell.lua")
+local mpi = dofile("tests/helpers/mpi.lua")
+qkv.set_default_device("cpu")
+
+local exe = arg and arg[-1] or "build/qkv"
+local d = qkv.dist
+
+local function err(f, ...)
+  local ok, e = pcall(f, ...)
+  lu.assertFalse(ok)
+  return tostring(e)
+end
+
+TestDistWorldOfOne = {}
+
+function TestDistWorldOfOne:testRankAndSize()
+  d.init()
+  d.init()                      -- idempotent
+  lu.assertTrue(d.is_initialized())
+  lu.assertEquals(d.rank(), 0)
+  lu.assertEquals(d.world_size(), 1)
+  -- not started by a launcher: MPI itself was never initialized
+  local maps = assert(io.open("/proc/self/maps")):read("a")
+  lu.assertEquals(maps:find("libmpi", 1, true) ~= nil, io.open("build/lib/qkv/mpi.so") ~= nil)
+end
+
+function TestDistWorldOfOne:testCollectivesAreIdentities()
+  local t = qkv.tensor({{1, 2}, {3, 4}})
+  lu.assertIs(d.all_reduce(t), t)
+  lu.assertEquals(t:tolist(), {{1, 2}, {3, 4}})
+  lu.assertEquals(d.all_reduce(t, "mean"):tolist(), {{1, 2}, {3, 4}})
+  lu.assertIs(d.broadcast(t, 0), t)
+  local g = d.all_gather(t)
+  lu.assertEquals(tostring(g.shape), "(1, 2, 2)")
+  lu.assertEquals(g:tolist(), {{{1, 2}, {3, 4}}})
+  g:fill_(9)                             -- a new tensor, not a view of t
+  lu.assertEquals(t:tolist(), {{1, 2}, {3, 4}})
+  lu.assertEquals(d.reduce_scatter(t):tolist(), {{1, 2}, {3, 4}})
+  lu.assertEquals(d.all_to_all(t, 1, 2):tolist(), {{1, 2}, {3, 4}})
+  lu.assertEquals(d.all_to_all(t:t(), 2, 1):tolist(), {{1, 3}, {2, 4}})
+  local w = d.all_reduce(t, "sum", {async_op = true})
+  lu.assertTrue(w:is_completed())
+  lu.assertIs(w:wait(), t)
+  d.barrier()
+  lu.assertTrue(d.barrier({async_op = true}):is_completed())
+end
+
+function TestDistWorldOfOne:testBadArguments()
+  local t = qkv.zeros(2)
+  lu.assertStrContains(err(d.all_reduce, 5), "dist.all_reduce: bad argument #1 (t: qkv.Tensor expected, got number)")
+  lu.assertStrContains(err(d.all_reduce, t, "avg"),
+    'dist.all_reduce: bad argument #2 (op must be "sum", "mean", "max" or "min", got "avg")')
+  lu.assertStrContains(err(d.all_reduce, qkv.zeros(2, "int64"), "mean"),
+    'dist.all_reduce: op "mean" needs a float tensor, t is int64')
+  lu.assertStrContains(err(d.all_reduce, t, "sum", {async = true}),
+    "dist.all_reduce: unknown option 'async' (it has async_op)")
+  lu.assertStrContains(err(d.all_reduce, t, "sum", {async_op = 1}),
+    "dist.all_reduce: option 'async_op' must be a boolean, got number")
+  lu.assertStrContains(err(d.broadcast, t, 1), "dist.broadcast: bad argument #2 (src must be a rank, an integer in [0, 0], got 1)")
+  lu.assertStrContains(err(d.broadcast, t, 0.5), "src must be a rank")
+  lu.assertStrContains(err(d.all_to_all, t, 2, 1), "dist.all_to_all: bad argument #2 (split_dim must be a dimension of t, in [1, 1] or [-1, -1], got 2)")
+  lu.assertStrContains(err(d.reduce_scatter, qkv.tensor(1)), "dist.reduce_scatter: t's first dimension (none: t is a scalar)")
+  lu.assertStrContains(err(d.send, t, 0), "dist.send: a world of one has no rank to send to")
+  lu.assertStrContains(err(d.recv, t, 0), "dist.recv: a world of one has no rank to receive from")
+  local c
+  do
+    local z <close> = qkv.zeros(2)
+    c = z
+  end
+  lu.assertStrContains(err(d.all_gather, c), "dist.all_gather: bad argument #1 (t is a closed tensor)")
+  -- the error points at the caller's line
+  lu.assertStrContains(err(d.all_reduce, t, "avg"), "test_dist.lua:")
+end
+
+function TestDistWorldOfOne:testNoMPIUnlessAsked()
+  -- a script that does not use qkv.dist never loads Open MPI
+  local out = shell.exe(exe, "-e", [[for l in io.lines("/proc/self/maps") do
+    if l:find("libmpi", 1, true) then print("mpi loaded") return end end print("no mpi")]])
+  lu.assertEquals(out, "no mpi\n")
+end
+
+TestDistRanks = {}
+
+function TestDistRanks:setUp()
+  local why = mpi.missing(exe)
+  if why then lu.skip(why) end
+end
+
+local function collectives(n)
+  local out, code = mpi.run(exe, n, "tests/stdlib/dist/collectives.lua", 300)
+  lu.assertEquals(code, 0, out)
+  local oks = mpi.oks(out)
+  lu.assertTrue(next(oks) ~= nil, out)
+  for name, k in pairs(oks) do lu.assertEquals(k, n, name .. "\n" .. out) end
+  for _, name in ipairs({"all_reduce sum bfloat16", "all_reduce mean float16", "all_reduce column",
+                         "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
+                         "recv mismatch", "done"}) do
+    lu.assertEquals(oks[name], n, name)
+  end
+end
+
+function TestDistRanks:testCollectivesOn2() collectives(2) end
+function TestDistRanks:testCollectivesOn4() collectives(4) end
+
+-- a rank that raises ends the whole job with its message and a non-zero
+-- status, while the others wait in a collective, within seconds
+function TestDistRanks:testRankErrorEndsTheJob()
+  local dir = shell.tmpdir()
+  local f = assert(io.open(dir .. "/fail.lua", "w"))
+  f:write([[
+local d = qkv.dist
+if d.rank() == 2 then error("rank 2 gives up") end
+d.all_reduce(qkv.zeros(4))
+print("not reached")
+]])
+  f:close()
+  local out, code, secs = mpi.run(exe, 4, dir .. "/fail.lua", 60)
+  os.execute("rm -rf " .. shell.quote(dir))
+  lu.assertNotEquals(code, 0)
+  lu.assertNotEquals(code, 124, "timed out: " .. out)    -- timeout's status
+  lu.assertStrContains(out, "fail.lua:2: rank 2 gives up")
+  lu.assertNotStrContains(out, "not reached")
+  lu.assertTrue(secs < 30, ("took %.1f s"):format(secs))
+end
