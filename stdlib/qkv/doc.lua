@@ -26,7 +26,7 @@ local qkv = package.loaded.qkv or require "qkv"
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "staples"}
+               "staples", "dist"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
@@ -38,7 +38,7 @@ local PREFIXES = {
   {"qkv.nn.functional.", "qkv.nn.functional"}, {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
   {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
-  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
+  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
   {"LRScheduler:", "LRScheduler"},
@@ -188,7 +188,7 @@ local function walk(load)
       end
     end
   end
-  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
+  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.dist"} do
     local m = lib(ns)
     if m then own_functions(m, ns .. ".", out) end
   end
