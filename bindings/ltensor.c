@@ -389,7 +389,8 @@ static int t_detach (lua_State *L) {
   return 1;
 }
 
-/* x:requires_grad_([flag]) and y:backward([grad]): load qkv.autograd,
+/* x:requires_grad_([flag]), y:backward([grad]) and
+   x:register_post_accumulate_grad_hook(fn): load qkv.autograd,
    whose own methods replace these, and hand it the call */
 static int autograd_call (lua_State *L, const char *name) {
   int n = lua_gettop(L);
@@ -405,6 +406,9 @@ static int autograd_call (lua_State *L, const char *name) {
 
 static int t_requires_grad_ (lua_State *L) { return autograd_call(L, "requires_grad_"); }
 static int t_backward (lua_State *L) { return autograd_call(L, "backward"); }
+static int t_register_post_accumulate_grad_hook (lua_State *L) {
+  return autograd_call(L, "register_post_accumulate_grad_hook");
+}
 
 static int t_element_size (lua_State *L) {
   lua_pushinteger(L, (lua_Integer)qkv_elsize(qkvL_checktensor(L, 1)->dtype));
@@ -426,6 +430,7 @@ void qkvL_open_tensor (lua_State *L, int mt, int methods, int module) {
     {"is_contiguous", t_is_contiguous}, {"tolist", t_tolist}, {"item", t_item},
     {"element_size", t_element_size}, {"_version", t_version}, {"detach", t_detach},
     {"requires_grad_", t_requires_grad_}, {"backward", t_backward},
+    {"register_post_accumulate_grad_hook", t_register_post_accumulate_grad_hook},
     {NULL, NULL}
   };
   static const luaL_Reg sizemeta[] = {

@@ -11,6 +11,8 @@
 --   y:backward([grad])                x.grad_fn (prints as <MulBackward0>)
 --   qkv.no_grad(f, ...)  qkv.enable_grad(f, ...)
 --   qkv.grad(f, inputs) -> {gradient of f(inputs...) for each input}
+--   x:register_post_accumulate_grad_hook(fn) -> handle (handle:remove())
+--   require("qkv.autograd").queue_callback(fn)   (inside a backward)
 --
 -- The graph hangs from the tensors (a weak-keyed table, so it is freed with
 -- them). Each node keeps the versions of the tensors it saved: backward
@@ -21,7 +23,10 @@ local caller = require "qkv.caller"
 local SOURCE = debug.getinfo(1, "S").source
 
 local A = {}
-local meta = setmetatable({}, {__mode = "k"})   -- tensor -> {leaf=, grad=, node=}
+-- tensor -> {leaf=, grad=, node=, slot=, hooks=}: hooks, a leaf's
+-- post-accumulate-grad hooks in registration order
+local meta = setmetatable({}, {__mode = "k"})
+local callbacks = nil   -- the running backward's queue_callback list, nil outside one
 
 local function fail(fmt, ...)
   error(string.format(fmt, ...), caller(SOURCE, true))
@@ -185,20 +190,38 @@ local function check_saved(n)
   end
 end
 
+-- the graph edges into each leaf over the nodes of `order`
+local function leaf_edges(order)
+  local count = {}
+  for _, n in ipairs(order) do
+    for _, e in pairs(n.edges) do
+      if e.leaf then count[e.leaf] = (count[e.leaf] or 0) + 1 end
+    end
+  end
+  return count
+end
+
 -- runs the graph of y backward with dy; the leaves' gradients go to sink
 -- (a function(leaf, g)); frees the graph. A node's gradients are kept by
--- output slot, so that one with several outputs gets each's
-local function run(y, dy, sink)
+-- output slot, so that one with several outputs gets each's. on_leaf
+-- (optional) is called with each leaf that got a gradient, once, after the
+-- node that holds its last edge went back (a node goes back, gradient or
+-- none, in the order of topo, so a leaf's count of edges reaches 0 there).
+-- An error stops it where it is: the nodes gone back are freed, the rest
+-- are not, the leaves keep what sink gave them
+local function run(y, dy, sink, on_leaf)
   local root = meta[y].node
   local grads = {[root] = {[meta[y].slot] = dy}}
   local order = topo(root)
+  local pending, got = on_leaf and leaf_edges(order), {}
   for i = #order, 1, -1 do
     local n = order[i]
     local g = grads[n]
     grads[n] = nil
     check_saved(n)
+    local gs
     if g ~= nil then
-      local gs = table.pack(n.backward(table.unpack(g, 1, n.nout)))
+      gs = table.pack(n.backward(table.unpack(g, 1, n.nout)))
       for k, e in pairs(n.edges) do
         local gk = gs[k]
         if gk ~= nil then
@@ -211,6 +234,47 @@ local function run(y, dy, sink)
       end
     end
     n.freed, n.saved, n.backward = true, {}, nil
+    if pending then
+      for k, e in pairs(n.edges) do
+        local x = e.leaf
+        if x then
+          if gs and gs[k] ~= nil then got[x] = true end
+          pending[x] = pending[x] - 1
+          if pending[x] == 0 and got[x] then on_leaf(x) end
+        end
+      end
+    end
+  end
+end
+
+-- f(...) with `queue` as the running backward's callback list (nil: no
+-- backward runs), the one before restored however f ends
+local function with_callbacks(queue, f, ...)
+  local outer = callbacks
+  callbacks = queue
+  local r = table.pack(pcall(f, ...))
+  callbacks = outer
+  if not r[1] then error(r[2], 0) end
+  return table.unpack(r, 2, r.n)
+end
+
+-- x's post-accumulate-grad hooks, those there when it fires, in order
+local function post_accumulate(x)
+  local list = meta[x].hooks
+  if list == nil or #list == 0 then return end
+  for _, h in ipairs(table.move(list, 1, #list, 1, {})) do
+    if not h.removed then h.fn(x) end
+  end
+end
+
+-- backward's graph walk, then the callbacks queued while it ran, in order
+-- (one queued by a callback runs after it)
+local function run_backward(y, dy, sink, queue)
+  run(y, dy, sink, post_accumulate)
+  local i = 1
+  while queue[i] ~= nil do
+    queue[i]()
+    i = i + 1
   end
 end
 
@@ -238,10 +302,11 @@ function A.backward(y, grad)
     fail("backward: y does not require grad (no input of the ops that made it did)")
   end
   local dy = default_grad(y, grad, "backward")
-  with_mode(false, run, y, dy, function(leaf, g)
+  local queue = {}
+  with_callbacks(queue, with_mode, false, run_backward, y, dy, function(leaf, g)
     local lm = meta[leaf]
     lm.grad = accumulate(lm.grad, g:to(leaf.dtype))
-  end)
+  end, queue)
 end
 
 -- qkv.grad(f, inputs [, grad]): the gradients of f(inputs...) (one output)
@@ -260,12 +325,62 @@ function A.grad(f, inputs, grad)
   local out = {}
   if A.tracked(y) and meta[y].node then
     local dy = default_grad(y, grad, "grad")
-    with_mode(false, run, y, dy, function(leaf, g)
+    with_callbacks(nil, with_mode, false, run, y, dy, function(leaf, g)
       for i, x in ipairs(xs) do if rawequal(x, leaf) then out[i] = accumulate(out[i], g) end end
     end)
   end
   for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype, x.device) end
   return out
+end
+
+---------------------------------------------------------------- hooks
+
+-- what register_post_accumulate_grad_hook returns: handle:remove() takes
+-- the hook off (a second remove does nothing), as torch's RemovableHandle
+local Handle = {}
+Handle.__index = Handle
+Handle.__name = "qkv.autograd.RemovableHandle"
+
+function Handle:remove()
+  local h = self._hook
+  if h.removed then return end
+  h.removed = true
+  for i, e in ipairs(self._list) do
+    if e == h then table.remove(self._list, i) break end
+  end
+end
+
+-- x:register_post_accumulate_grad_hook(fn): fn(x) in each backward, once
+-- x.grad holds all that backward gives x (after its last edge)
+function A.register_post_accumulate_grad_hook(x, fn)
+  local who = "register_post_accumulate_grad_hook"
+  if not is_tensor(x) then fail("%s: bad argument #1 (qkv.Tensor expected, got %s)", who, type(x)) end
+  if not pcall(function() return x.dtype end) then
+    fail("%s: bad argument #1 (tensor was closed)", who)
+  end
+  local m = meta[x]
+  if m and m.node then
+    fail("%s: x is the result of %s, not a leaf; hooks go on leaves that require grad", who,
+         m.node.name)
+  end
+  if not (m and m.leaf) then
+    fail("%s: x does not require grad; call x:requires_grad_() first", who)
+  end
+  if type(fn) ~= "function" then fail("%s: bad argument #2 (function expected, got %s)", who, type(fn)) end
+  m.hooks = m.hooks or {}
+  local h = {fn = fn}
+  m.hooks[#m.hooks + 1] = h
+  return setmetatable({_hook = h, _list = m.hooks}, Handle)
+end
+
+-- queue_callback(fn): fn() once the running backward has gone through its
+-- last node, before it returns (torch's Variable._execution_engine.queue_callback)
+function A.queue_callback(fn)
+  if type(fn) ~= "function" then
+    fail("queue_callback: bad argument #1 (function expected, got %s)", type(fn))
+  end
+  if callbacks == nil then fail("queue_callback: no backward is running") end
+  callbacks[#callbacks + 1] = fn
 end
 
 ---------------------------------------------------------------- fields

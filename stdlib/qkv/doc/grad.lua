@@ -22,6 +22,22 @@ freed: a second backward through it is an error, and so is a backward after
 an in-place write to a tensor the graph saved (its version moved). As
 torch.Tensor.backward.]]},
 
+  {name = "Tensor:register_post_accumulate_grad_hook",
+   sig = "x:register_post_accumulate_grad_hook(fn)", group = "autograd",
+   doc = [[Calls fn(x) in each backward that gives x a gradient, once, after the
+last edge of the graph into x has added to x.grad, so x.grad then holds all
+of that backward's gradient. x must be a leaf that requires grad. Hooks run
+in the order registered, with grad mode off, while backward goes on to the
+earlier layers; qkv.grad calls none. fn may hand work to the end of the
+backward with require("qkv.autograd").queue_callback(f), and the handle
+returned takes the hook off with remove(). As
+torch.Tensor.register_post_accumulate_grad_hook.]],
+   example = [=[local w = qkv.tensor({1, 2}, "float64"):requires_grad_()
+local h = w:register_post_accumulate_grad_hook(function(p) print(p.grad) end)
+local y = (w * 3 + w):sum()
+y:backward()   --> tensor([4., 4.], dtype=float64)
+h:remove()]=]},
+
   {name = "Tensor:detach", sig = "x:detach()", group = "autograd",
    doc = [[A view of x's data that takes part in no graph: ops on it record
 nothing, and it never requires grad. It shares x's storage. As
