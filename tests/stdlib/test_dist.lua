@@ -79,6 +79,26 @@ function TestDistWorldOfOne:testBadArguments()
   lu.assertStrContains(err(d.all_reduce, t, "avg"), "test_dist.lua:")
 end
 
+function TestDistWorldOfOne:testDDP()
+  qkv.seed(3)
+  local lin = qkv.nn.Linear(3, 2):double()
+  local w0 = lin.W:clone()
+  local net = d.DDP(lin)
+  lu.assertIs(net.module, lin)
+  lu.assertEquals(#net:parameters(), 2)
+  lu.assertEquals(net.W, lin.W)                    -- reads through
+  local x = qkv.ones(4, 3):double()
+  lu.assertEquals(net(x), lin(x))
+  lu.assertEquals(lin.W, w0)                         -- rank 0's, unchanged
+  net(x):sum():backward()                            -- a world of one: the grads as they are
+  lu.assertEquals(lin.W.grad:tolist(), {{4, 4}, {4, 4}, {4, 4}})
+  lu.assertStrContains(err(d.DDP, 5), "dist.DDP: bad argument #1 (a qkv.nn module expected, got number)")
+  lu.assertStrContains(err(d.DDP, lin, {bucket_cap = 1}), "dist.DDP: unknown option 'bucket_cap' (it has bucket_cap_mb)")
+  lu.assertStrContains(err(d.DDP, lin, {bucket_cap_mb = 0}),
+                       "dist.DDP: option 'bucket_cap_mb' must be a positive number, got 0")
+  lu.assertStrContains(err(d.DDP, lin, 3), "dist.DDP: options must be a table, got number")
+end
+
 function TestDistWorldOfOne:testNoMPIUnlessAsked()
   -- a script that does not use qkv.dist never loads Open MPI
   local out = shell.exe(exe, "-e", [[for l in io.lines("/proc/self/maps") do
@@ -108,6 +128,22 @@ end
 
 function TestDistRanks:testCollectivesOn2() collectives(2) end
 function TestDistRanks:testCollectivesOn4() collectives(4) end
+
+-- DDP: three SGD steps on slices equal three on the whole batch, the
+-- buckets start while backward runs, unused parameters
+local function ddp(n)
+  local out, code = mpi.run(exe, n, "tests/stdlib/dist/ddp.lua", 300)
+  lu.assertEquals(code, 0, out)
+  local oks = mpi.oks(out)
+  for _, name in ipairs({"broadcast at wrap", "buckets", "grads step 3", "three steps",
+                         "bucket started during backward 1", "used by rank 0 alone",
+                         "unused everywhere", "done"}) do
+    lu.assertEquals(oks[name], n, name .. "\n" .. out)
+  end
+end
+
+function TestDistRanks:testDDPOn2() ddp(2) end
+function TestDistRanks:testDDPOn4() ddp(4) end
 
 -- a rank that raises ends the whole job with its message and a non-zero
 -- status, while the others wait in a collective, within seconds

@@ -15,19 +15,22 @@ started. An error when Open MPI is not installed. As
 torch.distributed.init_process_group.]]},
 
   {name = "qkv.dist.is_initialized", sig = "qkv.dist.is_initialized()", group = "processes",
-   doc = [[Whether init has run (explicitly or by a first call).]]},
+   doc = [[Whether init has run, explicitly or by a first call. It never starts
+anything itself. As torch.distributed.is_initialized.]]},
 
   {name = "qkv.dist.rank", sig = "qkv.dist.rank()", group = "processes",
-   doc = [[This process's rank, 0 to world_size() - 1, numbered as MPI and mpirun
-number them. As torch.distributed.get_rank.]],
+   doc = [[This process's rank, 0 to world_size() - 1. The numbers are MPI's, the
+ones mpirun prints. Without mpirun it is 0. As torch.distributed.get_rank.]],
    example = [[print(qkv.dist.rank(), qkv.dist.world_size())   --> 0 1]]},
 
   {name = "qkv.dist.world_size", sig = "qkv.dist.world_size()", group = "processes",
-   doc = [[How many ranks the job has (1 without mpirun). As
-torch.distributed.get_world_size.]]},
+   doc = [[How many ranks the job has. It is mpirun's -np, or 1 without mpirun.
+As torch.distributed.get_world_size.]]},
 
   {name = "qkv.dist.barrier", sig = "qkv.dist.barrier([opts])", group = "collectives",
-   doc = [[Returns when every rank has called it.]] .. ASYNC},
+   doc = [[Returns when every rank has called it. A rank that calls another
+collective instead is named in the error every rank gets. As
+torch.distributed.barrier.]] .. ASYNC},
 
   {name = "qkv.dist.all_reduce", sig = "qkv.dist.all_reduce(t [, op [, opts]])",
    group = "collectives",
@@ -42,12 +45,13 @@ As torch.distributed.all_reduce.]] .. ASYNC,
 print(qkv.dist.all_reduce(t, "max"))    --> tensor([1., 2.])]]},
 
   {name = "qkv.dist.broadcast", sig = "qkv.dist.broadcast(t, src [, opts])", group = "collectives",
-   doc = [[In place: rank src's t on every rank; returns t. As
-torch.distributed.broadcast.]] .. ASYNC},
+   doc = [[In place: rank src's t on every rank; returns t. Every rank must pass
+the same dtype, shape and src. As torch.distributed.broadcast.]] .. ASYNC},
 
   {name = "qkv.dist.all_gather", sig = "qkv.dist.all_gather(t [, opts])", group = "collectives",
    doc = [[A new tensor (world_size, ...) holding every rank's t, rank r's at
-index r + 1. As torch.distributed.all_gather_into_tensor, stacked.]] .. ASYNC,
+index r + 1. Every rank must pass the same dtype and shape. As
+torch.distributed.all_gather_into_tensor, stacked.]] .. ASYNC,
    example = [==[print(qkv.dist.all_gather(qkv.tensor({5, 6})))   --> tensor([[5., 6.]])]==]},
 
   {name = "qkv.dist.reduce_scatter", sig = "qkv.dist.reduce_scatter(t [, op [, opts]])",
@@ -65,7 +69,8 @@ torch.distributed.all_to_all_single with the split and join made explicit.]] .. 
 
   {name = "qkv.dist.send", sig = "qkv.dist.send(t, dst [, tag [, opts]])", group = "point to point",
    doc = [[Sends t to rank dst, with an integer tag in [0, 2^20] (0 by default).
-As torch.distributed.send.]] .. ASYNC},
+Its dtype and shape go with it, for recv to check. As
+torch.distributed.send.]] .. ASYNC},
 
   {name = "qkv.dist.recv", sig = "qkv.dist.recv(t, src [, tag [, opts]])", group = "point to point",
    doc = [[Fills t with what rank src sent with that tag; returns t. What came must
@@ -97,5 +102,7 @@ Differentiable.]]},
    doc = [[As ring_attention, the DeepSpeed-Ulysses way: an all-to-all turns the
 sequence blocks into groups of heads (the heads must divide among the
 ranks), each rank runs the fused attention on the whole sequence for its
-heads, and a second all-to-all turns them back. Differentiable.]]},
+heads, and a second all-to-all turns them back. It sends less than the
+ring on many ranks but holds the whole sequence for its heads.
+Differentiable.]]},
 }

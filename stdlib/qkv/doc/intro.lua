@@ -94,6 +94,12 @@ local namespaces = {
      "of qkv.optim.lr_scheduler (stdlib/qkv/lr_scheduler.lua), which set " ..
      "an optimizer's opt.lr as torch.optim.lr_scheduler's do.",
    groups = {"optimizers", "learning-rate schedulers"}},
+  {id = "qkv.dist", title = "qkv.dist",
+   intro = "One script run as several processes, the ranks, over Open MPI " ..
+     "(stdlib/qkv/dist.lua and the module qkv.mpi, loaded on first use): " ..
+     "`mpirun -np 4 build/qkv script.lua`, or alone as a world of one. " ..
+     "torch.distributed's names; docs/dist.md tells the rest.",
+   groups = {"processes", "collectives", "point to point", "training", "attention"}},
   {id = "qkv.cuda", title = "qkv.cuda",
    intro = "The GPU (vm/cuda/, built into build/qkv_cuda.so when make finds " ..
      "nvcc and loaded on first use): memory, synchronisation and settings. " ..

@@ -37,6 +37,12 @@ for i = 1, #p0 do worst = math.max(worst, maxdiff(p0[i][2], r0[i][2])) end
 ok(worst == 0, "broadcast at wrap", ("%g"):format(worst))
 ok(#ddp._buckets > 1 and #ddp:parameters() == #p0, "buckets", tostring(#ddp._buckets))
 
+-- the buckets start while backward runs: by the time backward reaches the
+-- first layer, the last layer's bucket (the first one) is on its way
+local seen
+net[1].W:register_post_accumulate_grad_hook(function()
+  seen = {first = ddp._buckets[1].launched == true}
+end)
 local opt = qkv.optim.SGD(ddp, {lr = 0.1})
 local opt_ref = qkv.optim.SGD(ref, {lr = 0.1})
 for step = 1, 3 do
@@ -50,6 +56,8 @@ for step = 1, 3 do
   local g = 0
   for i = 1, #pw do g = math.max(g, maxdiff(pw[i][2].grad, pr[i][2].grad)) end
   ok(g < 1e-13, "grads step " .. step, ("%g"):format(g))
+  ok(seen and seen.first, "bucket started during backward " .. step)
+  seen = nil
   opt:step()
   opt_ref:step()
 end
@@ -66,10 +74,10 @@ local input = qkv.ones(1, 2):double()
 local out = two[1](input)
 if R == 0 then out = out + two[2](input) end
 out:sum():backward()
-local lin2 = two[2].weight.grad
-ok(lin2 ~= nil and math.abs(lin2[1][1]:item() - 1 / W) < 1e-15, "used by rank 0 alone",
+local lin2 = two[2].W.grad
+ok(lin2 ~= nil and math.abs(lin2[1][1] - 1 / W) < 1e-15, "used by rank 0 alone",
    tostring(lin2))
-ok(two[3].weight.grad == nil and two[3].bias.grad == nil, "unused everywhere")
+ok(two[3].W.grad == nil and two[3].b.grad == nil, "unused everywhere")
 ok(dd.module == two, "module")
 d.barrier()
 print("ok done")
