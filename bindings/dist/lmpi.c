@@ -10,10 +10,12 @@
 **   mpi.barrier(), mpi.allreduce(t, op), mpi.bcast(t, root), mpi.allgather(src, dst),
 **   mpi.reduce_scatter(src, dst, op), mpi.alltoall(src, dst),
 **   mpi.isend(t, dst, tag), mpi.irecv(t, src, tag) -> a request
-**       op: "sum", "max", "min", "land", "lor"
+**       op: "sum", "max", "min", "land", "lor"; a collective given a last
+**       true runs MPI's blocking call instead and returns nothing
 **   req:wait() waits (Ctrl-C while waiting ends the whole job: a started
 **       collective cannot be taken back); req:test() -> done; for irecv,
 **       wait() is the error if the message was not the tensor's size
+**   mpi.same(list) -> whether every rank passed these integers (<= 32)
 **   mpi.abort(code)   MPI_Abort on the world, after stderr is flushed
 ** The world is finalized when the Lua state closes; a script that fails
 ** (vm/cli/script.c runs the registry's "qkv.fatal") aborts the world
@@ -131,11 +133,23 @@ static int started (lua_State *L, Req *q, const char *what, int code) {
   return 1;
 }
 
+/* a collective's blocking form: MPI's own algorithms for it (the
+   nonblocking forms go through Open MPI's libnbc, 2-3x slower on big
+   messages here: bench/dist.lua); Ctrl-C reaches it through mpirun */
+static int blocking (lua_State *L, int arg) { return lua_toboolean(L, arg); }
+
+static int done (lua_State *L, const char *what, int code) {
+  if (code != MPI_SUCCESS) return mpierror(L, what, code);
+  return 0;
+}
+
 static int m_allreduce (lua_State *L) {
   needworld(L);
   int64_t n; MPI_Datatype ty; qkv_dtype dt;
   void *p = buffer(L, 1, &n, &ty, &dt);
   MPI_Op op = checkop(L, 2, dt);
+  if (blocking(L, 3))
+    return done(L, "allreduce", MPI_Allreduce(MPI_IN_PLACE, p, (int)n, ty, op, MPI_COMM_WORLD));
   Req *q = newreq(L, 1, 0);
   return started(L, q, "allreduce",
                  MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, ty, op, MPI_COMM_WORLD, &q->r));
@@ -143,6 +157,7 @@ static int m_allreduce (lua_State *L) {
 
 static int m_barrier (lua_State *L) {
   needworld(L);
+  if (blocking(L, 1)) return done(L, "barrier", MPI_Barrier(MPI_COMM_WORLD));
   Req *q = newreq(L, 0, 0);
   return started(L, q, "barrier", MPI_Ibarrier(MPI_COMM_WORLD, &q->r));
 }
@@ -152,6 +167,7 @@ static int m_bcast (lua_State *L) {
   int64_t n; MPI_Datatype ty; qkv_dtype dt;
   void *p = buffer(L, 1, &n, &ty, &dt);
   int root = (int)luaL_checkinteger(L, 2);
+  if (blocking(L, 3)) return done(L, "bcast", MPI_Bcast(p, (int)n, ty, root, MPI_COMM_WORLD));
   Req *q = newreq(L, 1, 0);
   return started(L, q, "bcast", MPI_Ibcast(p, (int)n, ty, root, MPI_COMM_WORLD, &q->r));
 }
@@ -177,6 +193,8 @@ static int m_allgather (lua_State *L) {
   needworld(L);
   void *s, *d; int64_t n; MPI_Datatype ty; qkv_dtype dt;
   pair(L, &s, &d, &n, &ty, &dt, worldsize());
+  if (blocking(L, 3))
+    return done(L, "allgather", MPI_Allgather(s, (int)n, ty, d, (int)n, ty, MPI_COMM_WORLD));
   Req *q = newreq(L, 1, 2);
   return started(L, q, "allgather",
                  MPI_Iallgather(s, (int)n, ty, d, (int)n, ty, MPI_COMM_WORLD, &q->r));
@@ -188,6 +206,9 @@ static int m_reduce_scatter (lua_State *L) {
   int w = worldsize();
   pair(L, &s, &d, &n, &ty, &dt, -w);
   MPI_Op op = checkop(L, 3, dt);
+  if (blocking(L, 4))
+    return done(L, "reduce_scatter",
+                MPI_Reduce_scatter_block(s, d, (int)(n / w), ty, op, MPI_COMM_WORLD));
   Req *q = newreq(L, 1, 2);
   return started(L, q, "reduce_scatter",
                  MPI_Ireduce_scatter_block(s, d, (int)(n / w), ty, op, MPI_COMM_WORLD, &q->r));
@@ -199,6 +220,9 @@ static int m_alltoall (lua_State *L) {
   int w = worldsize();
   pair(L, &s, &d, &n, &ty, &dt, 1);
   if (n % w != 0) luaL_error(L, "qkv.mpi: alltoall: %d elements in %d blocks", (int)n, w);
+  if (blocking(L, 3))
+    return done(L, "alltoall",
+                MPI_Alltoall(s, (int)(n / w), ty, d, (int)(n / w), ty, MPI_COMM_WORLD));
   Req *q = newreq(L, 1, 2);
   return started(L, q, "alltoall",
                  MPI_Ialltoall(s, (int)(n / w), ty, d, (int)(n / w), ty, MPI_COMM_WORLD, &q->r));
@@ -294,6 +318,29 @@ static int r_gc (lua_State *L) {
   return 0;
 }
 
+/* mpi.same(list) -> whether every rank passed the same list of at most 32
+   integers: one allreduce of (x, -x) with MPI_MIN (qkv.dist's check that
+   the ranks agree, before each collective, made cheap) */
+static int m_same (lua_State *L) {
+  needworld(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int64_t v[64];
+  int n = (int)luaL_len(L, 1);
+  luaL_argcheck(L, n <= 32, 1, "at most 32 numbers");
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    v[i] = (int64_t)luaL_checkinteger(L, -1);
+    v[n + i] = -v[i];
+    lua_pop(L, 1);
+  }
+  int e = MPI_Allreduce(MPI_IN_PLACE, v, 2 * n, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  if (e != MPI_SUCCESS) return mpierror(L, "same", e);
+  int same = 1;
+  for (int i = 0; i < n; i++) same = same && v[i] == -v[n + i];
+  lua_pushboolean(L, same);
+  return 1;
+}
+
 static int m_launched (lua_State *L) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                                      "PMI_SIZE", NULL};
@@ -352,7 +399,7 @@ LUALIB_API int luaopen_qkv_mpi (lua_State *L) {
   static const luaL_Reg req[] = {{"wait", r_wait}, {"test", r_test}, {"__gc", r_gc},
                                  {NULL, NULL}};
   static const luaL_Reg fns[] = {
-    {"launched", m_launched}, {"init", m_init}, {"abort", abort_world},
+    {"launched", m_launched}, {"same", m_same}, {"init", m_init}, {"abort", abort_world},
     {"barrier", m_barrier}, {"allreduce", m_allreduce}, {"bcast", m_bcast}, {"allgather", m_allgather},
     {"reduce_scatter", m_reduce_scatter}, {"alltoall", m_alltoall},
     {"isend", m_isend}, {"irecv", m_irecv}, {NULL, NULL}};

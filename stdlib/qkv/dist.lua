@@ -102,6 +102,18 @@ local function run(is_async, reqs, finish)
   return w
 end
 
+-- MPI's call f(...): its nonblocking form for an async call (the list of
+-- its request), else its blocking one, done when this returns ({})
+local function start(is_async, f, ...)
+  if is_async then return {f(...)} end
+  local a = table.pack(...)
+  a[a.n + 1] = true
+  f(table.unpack(a, 1, a.n + 1))
+  return {}
+end
+
+local function wait_all(reqs) for _, r in ipairs(reqs) do r:wait() end end
+
 ---------------------------------------------------------------- checks
 
 local function checktensor(fname, t, i, what)
@@ -163,15 +175,10 @@ end
 local function agree(fname, t, args, a, b, c)
   if world.size == 1 then return end
   local d = describe(fname, t, a, b, c)
-  local n, v = #d, {}
-  for i = 1, n do v[i], v[n + i] = d[i], -d[i] end
-  local m = qkv.tensor(v, "int64")
-  mpi.allreduce(m, "min"):wait()
-  local got, same = m:tolist(), true
-  for i = 1, n do same = same and got[i] == -got[n + i] end
-  if same then return end
+  if mpi.same(d) then return end
+  local n = #d
   local all = qkv.zeros({world.size, n}, "int64")
-  mpi.allgather(qkv.tensor(d, "int64"), all):wait()
+  mpi.allgather(qkv.tensor(d, "int64"), all, true)
   local groups, order = {}, {}
   for r = 0, world.size - 1 do
     local row = all[r + 1]:tolist()
@@ -222,8 +229,8 @@ function M.barrier(opts)
   local is_async = async("barrier", opts)
   agree("barrier")
   if world.size == 1 then return run(is_async, {}, function() end) end
-  local r = mpi.barrier()
-  return run(is_async, {r}, function() r:wait() end)
+  local rs = start(is_async, mpi.barrier)
+  return run(is_async, rs, function() wait_all(rs) end)
 end
 
 function M.all_reduce(t, op, opts)
@@ -234,9 +241,9 @@ function M.all_reduce(t, op, opts)
   agree("all_reduce", t, {"op"}, OPCODE[how])
   if world.size == 1 then return run(is_async, {}, function() return t end) end
   local s, staged = stage(t)
-  local r = mpi.allreduce(s, mop)
-  return run(is_async, {r}, function()
-    r:wait()
+  local rs = start(is_async, mpi.allreduce, s, mop)
+  return run(is_async, rs, function()
+    wait_all(rs)
     if how == "mean" then s:div_(world.size) end
     back(t, s, staged)
     return t
@@ -251,9 +258,9 @@ function M.broadcast(t, src, opts)
   agree("broadcast", t, {"src"}, src)
   if world.size == 1 then return run(is_async, {}, function() return t end) end
   local s, staged = stage(t)
-  local r = mpi.bcast(s, src)
-  return run(is_async, {r}, function()
-    r:wait()
+  local rs = start(is_async, mpi.bcast, s, src)
+  return run(is_async, rs, function()
+    wait_all(rs)
     back(t, s, staged)
     return t
   end)
@@ -273,9 +280,9 @@ function M.all_gather(t, opts)
   end
   local s = stage(t)
   local out = qkv.zeros(shape, t.dtype)
-  local r = mpi.allgather(s, out)
-  return run(is_async, {r}, function()
-    r:wait()
+  local rs = start(is_async, mpi.allgather, s, out)
+  return run(is_async, rs, function()
+    wait_all(rs)
     return on_device(out, t.device)
   end)
 end
@@ -296,9 +303,9 @@ function M.reduce_scatter(t, op, opts)
   if world.size == 1 then return run(is_async, {}, function() return t:clone() end) end
   local s = stage(t)
   local out = qkv.zeros(shape, t.dtype)
-  local r = mpi.reduce_scatter(s, out, mop)
-  return run(is_async, {r}, function()
-    r:wait()
+  local rs = start(is_async, mpi.reduce_scatter, s, out, mop)
+  return run(is_async, rs, function()
+    wait_all(rs)
     if how == "mean" then out:div_(world.size) end
     return on_device(out, t.device)
   end)
@@ -342,9 +349,9 @@ function M.all_to_all(t, split_dim, cat_dim, opts)
   local shape = {}
   for i = 1, x.ndim do shape[i] = x.shape[i] end
   local out = qkv.zeros(shape, t.dtype)
-  local r = mpi.alltoall(x, out)
-  return run(is_async, {r}, function()
-    r:wait()
+  local rs = start(is_async, mpi.alltoall, x, out)
+  return run(is_async, rs, function()
+    wait_all(rs)
     return join(out)
   end)
 end
