@@ -74,7 +74,7 @@ ZMQ_SO := $(BUILD)/lib/qkv/zmq.so
 MPI_SRC := $(wildcard bindings/dist/*.c)
 MPI_OBJ := $(MPI_SRC:%.c=$(BUILD)/obj/%.o)
 MPI_SO := $(BUILD)/lib/qkv/mpi.so
-MPI_TARGET = $(if $(MPI_LIBS),$(MPI_SO))
+MPI_TARGET = $(if $(shell pkg-config --exists ompi-c && echo 1),$(MPI_SO))
 # the CUDA backend (vm/cuda/*.cu) as its own shared object, which the
 # runtime loads with dlopen the first time a script asks for the GPU
 # (vm/dispatch/plugin.c), so that cudart and cuBLAS never slow a CPU script's
@@ -445,7 +445,8 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="$(ASAN_CFLAGS)" CUDA=0 \
 	  QKV_LIBS="$(QKV_LIBS) $(ASAN_LDFLAGS)" CAIRO_LIBS="$(CAIRO_LIBS) $(ASAN_LDFLAGS)" \
 	  ZIP_LIBS="$(ZIP_LIBS) $(ASAN_LDFLAGS)" JSON_LIBS="$(JSON_LIBS) $(ASAN_LDFLAGS)" \
-	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" ZMQ_LIBS="$(ZMQ_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
+	  TEXT_LIBS="$(TEXT_LIBS) $(ASAN_LDFLAGS)" ZMQ_LIBS="$(ZMQ_LIBS) $(ASAN_LDFLAGS)" \
+	  MPI_LIBS="$(MPI_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
 
 test-asan: asan
 	$(ASAN_ENV) build-asan/qkv test tests/

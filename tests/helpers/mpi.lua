@@ -17,6 +17,13 @@ end
 
 M.ENV = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 " ..
         "OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1"
+-- under `make test-asan` the ranks keep AddressSanitizer's checks but not
+-- LeakSanitizer's: Open MPI leaves thousands of blocks at MPI_Finalize,
+-- many from components it has already unloaded, which no suppression can
+-- name (qkv's own leaks are looked for everywhere else)
+if os.getenv("ASAN_OPTIONS") then
+  M.ENV = M.ENV .. " ASAN_OPTIONS=" .. shell.quote(os.getenv("ASAN_OPTIONS") .. ":detect_leaks=0")
+end
 
 -- runs `mpirun -np n exe script args...` with a time limit (seconds);
 -- returns the output (stdout and stderr), the exit status and the time
