@@ -165,3 +165,42 @@ print("not reached")
   lu.assertNotStrContains(out, "not reached")
   lu.assertTrue(secs < 30, ("took %.1f s"):format(secs))
 end
+
+-- Ctrl-C on mpirun ends every rank: one busy in Lua, one waiting in a
+-- collective for it
+function TestDistRanks:testCtrlCEndsEveryRank()
+  local dir = shell.tmpdir()
+  local script = dir .. "/spin.lua"
+  local f = assert(io.open(script, "w"))
+  f:write([[
+local d = qkv.dist
+print("ready " .. d.rank())
+io.stdout:flush()
+if d.rank() == 0 then while true do end else d.barrier() end
+]])
+  f:close()
+  local sh = ([[
+cd %s
+env %s mpirun -np 2 %s %s > %s/out 2>&1 & m=$!
+for i in $(seq 1 300); do [ "$(grep -c ready %s/out 2>/dev/null)" = 2 ] && break; sleep 0.1; done
+t0=$(date +%%s.%%N)
+kill -INT $m
+for i in $(seq 1 300); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
+wait $m; echo "status $?"
+echo "secs $(echo "$(date +%%s.%%N) - $t0" | bc)"
+sleep 0.5
+pgrep -xf %s >/dev/null && echo "ranks left" || echo "no ranks left"
+kill -9 $m 2>/dev/null; pkill -9 -xf %s; true
+]]):format(shell.quote(os.getenv("PWD") or "."), mpi.ENV, shell.quote(exe), shell.quote(script),
+             shell.quote(dir), shell.quote(dir), shell.quote(exe .. " " .. script),
+             shell.quote(exe .. " " .. script))
+  local out = shell.sh(sh)
+  local log = assert(io.open(dir .. "/out")):read("a")
+  os.execute("rm -rf " .. shell.quote(dir))
+  lu.assertStrContains(log, "ready 0")
+  lu.assertStrContains(log, "ready 1")
+  lu.assertStrContains(out, "no ranks left", out .. log)
+  lu.assertNotStrContains(out, "status 0", out .. log)
+  local secs = tonumber(out:match("secs ([%d.]+)"))
+  lu.assertTrue(secs and secs < 20, out)
+end
