@@ -49,7 +49,7 @@ local mpi_bin = "build/dist_mpi"
 os.execute(("mpicc -O2 -o %s %s 2>/dev/null"):format(q(mpi_bin), q(dir .. "/dist_mpi.c")))
 local PY, VERSION = U.peer_python()
 
-local qkv_r = results(mpirun(P, q(exe), q(dir .. "/dist_rank.lua"), "all_reduce", table.concat(sizes, " ")))
+local qkv_r = results(mpirun(P, q(exe), q(dir .. "/lib/dist_rank.lua"), "all_reduce", table.concat(sizes, " ")))
 local mpi_r = io.open(mpi_bin) and results(mpirun(P, q(mpi_bin), table.concat(sizes, " "))) or {}
 local gloo_r = {}
 if PY then
@@ -89,8 +89,8 @@ print(("%7s %7s %10s %10s %9s %9s %9s"):format("N", "causal", "ring ms", "one ms
 for _, n in ipairs({2048, 8192}) do
   for _, causal in ipairs({false, true}) do
     local c = tostring(causal)
-    local r = results(mpirun(P, q(exe), q(dir .. "/dist_rank.lua"), "ring", n, 8, 64, c))[1]
-    local s = results(("%s %s single %d 8 64 %s %d"):format(q(exe), q(dir .. "/dist_rank.lua"),
+    local r = results(mpirun(P, q(exe), q(dir .. "/lib/dist_rank.lua"), "ring", n, 8, 64, c))[1]
+    local s = results(("%s %s single %d 8 64 %s %d"):format(q(exe), q(dir .. "/lib/dist_rank.lua"),
                                                              n, c, P))[1]
     print(("%7d %7s %10s %10s %9s %9s %9s"):format(n, c, fmt(r and r.a * 1e3, "%.2f"),
           fmt(s and s.a * 1e3, "%.2f"), fmt(r and s and s.a / r.a, "%.2f"),

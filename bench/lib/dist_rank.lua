@@ -1,4 +1,4 @@
--- dist_rank.lua -- bench/dist.lua's work on each rank (run by mpirun):
+-- lib/dist_rank.lua -- bench/dist.lua's work on each rank (run by mpirun):
 --   all_reduce bytes...   qkv.dist.all_reduce in place on float32, timed as
 --                         dist_mpi.c times MPI_Allreduce: "RESULT qkv <bytes> <s>"
 --   ring n h d causal     ring_attention on this rank's n / P block, float32:
@@ -7,7 +7,7 @@
 --   single n h d causal threads   the same attention in one process (no
 --                         mpirun): "RESULT single <s> <peak MB>"
 local d = qkv.dist
-local T = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
+local T = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/timing.lua")
 local R = d.rank()
 qkv.set_num_threads(1)
 
