@@ -39,23 +39,27 @@ end
 
 -- init(): joins the ranks mpirun started (idempotent; the first use of
 -- any other function calls it)
-function M.init()
+local function start_world(fname)
   if world.ready then return end
   local ok, m = pcall(require, "qkv.mpi")
   if not ok then
-    fail("dist.init: Open MPI is not available (%s); `make deps` installs libopenmpi-dev " ..
-         "and openmpi-bin, then `make` builds build/lib/qkv/mpi.so", tostring(m):match("[^\n]*"))
+    local why = tostring(m):gsub("^[^\n]-:%d+: ", ""):gsub("\n%s*", " ")
+    fail("dist.%s: Open MPI is not available (%s); `make deps` installs libopenmpi-dev " ..
+         "and openmpi-bin, then `make` builds build/lib/qkv/mpi.so", fname, why)
   end
   mpi = m
   if mpi.launched() then world.rank, world.size = mpi.init() end
   world.ready = true
 end
 
-local function ready() if not world.ready then M.init() end end
+function M.init() start_world("init") end
+
+-- every call starts the world first; an error then names that call
+local function ready(fname) if not world.ready then start_world(fname or "init") end end
 
 function M.is_initialized() return world.ready end
-function M.rank() ready(); return world.rank end
-function M.world_size() ready(); return world.size end
+function M.rank() ready("rank"); return world.rank end
+function M.world_size() ready("world_size"); return world.size end
 
 -- a handle for an operation started with {async_op = true}
 local Work = {}
@@ -225,7 +229,7 @@ end
 ---------------------------------------------------------------- collectives
 
 function M.barrier(opts)
-  ready()
+  ready("barrier")
   local is_async = async("barrier", opts)
   agree("barrier")
   if world.size == 1 then return run(is_async, {}, function() end) end
@@ -234,7 +238,7 @@ function M.barrier(opts)
 end
 
 function M.all_reduce(t, op, opts)
-  ready()
+  ready("all_reduce")
   checktensor("all_reduce", t, 1, "t")
   local how, mop = reduce_op("all_reduce", op, t.dtype, 2)
   local is_async = async("all_reduce", opts)
@@ -251,7 +255,7 @@ function M.all_reduce(t, op, opts)
 end
 
 function M.broadcast(t, src, opts)
-  ready()
+  ready("broadcast")
   checktensor("broadcast", t, 1, "t")
   checkrank("broadcast", src, 2, "src")
   local is_async = async("broadcast", opts)
@@ -269,7 +273,7 @@ end
 local function on_device(x, device) return device == "cpu" and x or x:to(device) end
 
 function M.all_gather(t, opts)
-  ready()
+  ready("all_gather")
   checktensor("all_gather", t, 1, "t")
   local is_async = async("all_gather", opts)
   agree("all_gather", t)
@@ -288,7 +292,7 @@ function M.all_gather(t, opts)
 end
 
 function M.reduce_scatter(t, op, opts)
-  ready()
+  ready("reduce_scatter")
   checktensor("reduce_scatter", t, 1, "t")
   local how, mop = reduce_op("reduce_scatter", op, t.dtype, 2)
   local is_async = async("reduce_scatter", opts)
@@ -328,7 +332,7 @@ local function movedim(x, from, to)
 end
 
 function M.all_to_all(t, split_dim, cat_dim, opts)
-  ready()
+  ready("all_to_all")
   checktensor("all_to_all", t, 1, "t")
   local sd = checkdim("all_to_all", split_dim, 2, "split_dim", t)
   local cd = checkdim("all_to_all", cat_dim, 3, "cat_dim", t)
@@ -376,7 +380,7 @@ local function not_self(fname, peer, what)
 end
 
 function M.send(t, dst, tag, opts)
-  ready()
+  ready("send")
   checktensor("send", t, 1, "t")
   if world.size == 1 then fail("dist.send: a world of one has no rank to send to") end
   checkrank("send", dst, 2, "dst")
@@ -393,7 +397,7 @@ function M.send(t, dst, tag, opts)
 end
 
 function M.recv(t, src, tag, opts)
-  ready()
+  ready("recv")
   checktensor("recv", t, 1, "t")
   if world.size == 1 then fail("dist.recv: a world of one has no rank to receive from") end
   checkrank("recv", src, 2, "src")
@@ -428,6 +432,6 @@ M.ulysses_attention = function(...) return require("qkv.dist_attention").ulysses
 
 -- for the modules built on this one: the raw module and the checks
 M._world = world
-M._mpi = function() ready(); return mpi end
+M._mpi = function(fname) ready(fname); return mpi end
 
 return M

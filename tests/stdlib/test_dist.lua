@@ -99,6 +99,21 @@ function TestDistWorldOfOne:testDDP()
   lu.assertStrContains(err(d.DDP, lin, 3), "dist.DDP: options must be a table, got number")
 end
 
+-- without Open MPI (no build/lib/qkv/mpi.so, or no libmpi for it), the
+-- first call says what is missing and how to get it
+function TestDistWorldOfOne:testWithoutOpenMPI()
+  local out = shell.exe(exe, "-e", [[
+package.preload["qkv.mpi"] = function()
+  error("error loading module 'qkv.mpi': libmpi.so.40: cannot open shared object file")
+end
+local ok, e = pcall(qkv.dist.rank)
+print(ok, e)]])
+  lu.assertStrContains(out, "false")
+  lu.assertStrContains(out, ":4: dist.rank: Open MPI is not available (error loading module 'qkv.mpi': " ..
+                       "libmpi.so.40: cannot open shared object file); `make deps` installs " ..
+                       "libopenmpi-dev and openmpi-bin")
+end
+
 function TestDistWorldOfOne:testNoMPIUnlessAsked()
   -- a script that does not use qkv.dist never loads Open MPI
   local out = shell.exe(exe, "-e", [[for l in io.lines("/proc/self/maps") do
