@@ -112,7 +112,9 @@ local function hook(self, b)
 end
 
 function M.DDP(module, opts)
-  if type(module) ~= "table" or type(module.parameters) ~= "function" then
+  local has = type(module) == "table" and
+              select(2, pcall(function() return module.parameters end))
+  if type(has) ~= "function" then
     fail("dist.DDP: bad argument #1 (a qkv.nn module expected, got %s)", type(module))
   end
   if opts ~= nil and type(opts) ~= "table" then

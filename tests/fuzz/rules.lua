@@ -109,6 +109,24 @@ local OPTIONS = {
   -- the attention modules' forward: Module:forward draws one of them
   ["Module:forward"] = {keys = ATTN},
 }
+-- qkv.dist in the fuzzer's world of one: the collectives take
+-- {async_op}, the attentions split across ranks qkv.attention's three
+local function nd(F) return V.tensor(F.dtype, {F.n, F.d}) end
+local DIST = {
+  barrier = function() return {} end, all_gather = function(F) return {nd(F)} end,
+  all_reduce = function(F) return {nd(F), "sum"} end,
+  reduce_scatter = function(F) return {nd(F), "max"} end,
+  broadcast = function(F) return {nd(F), 0} end,
+  all_to_all = function(F) return {nd(F), 1, 2} end,
+  send = function(F) return {nd(F), 0, 0} end, recv = function(F) return {nd(F), 0, 0} end,
+}
+for name, args in pairs(DIST) do OPTIONS["qkv.dist." .. name] = {keys = {"async_op"}, args = args} end
+local function qkv3(F)
+  return {V.tensor("float64", {F.h, F.n, F.d}), V.tensor("float64", {F.h, F.m, F.d}),
+          V.tensor("float64", {F.h, F.m, F.e})}
+end
+OPTIONS["qkv.dist.ring_attention"] = {keys = {"causal", "mask", "scale"}, args = qkv3}
+OPTIONS["qkv.dist.ulysses_attention"] = {keys = {"causal", "mask", "scale"}, args = qkv3}
 -- the staples' factories (stdlib/qkv/staples.lua): PyTorch's dtype and
 -- device keywords
 local FACTORY = {"dtype", "device"}

@@ -93,6 +93,8 @@ function TestDistWorldOfOne:testDDP()
   net(x):sum():backward()                            -- a world of one: the grads as they are
   lu.assertEquals(lin.W.grad:tolist(), {{4, 4}, {4, 4}, {4, 4}})
   lu.assertStrContains(err(d.DDP, 5), "dist.DDP: bad argument #1 (a qkv.nn module expected, got number)")
+  -- a table whose every field is an error (qkv itself) is not a module
+  lu.assertStrContains(err(d.DDP, qkv), "dist.DDP: bad argument #1 (a qkv.nn module expected, got table)")
   lu.assertStrContains(err(d.DDP, lin, {bucket_cap = 1}), "dist.DDP: unknown option 'bucket_cap' (it has bucket_cap_mb)")
   lu.assertStrContains(err(d.DDP, lin, {bucket_cap_mb = 0}),
                        "dist.DDP: option 'bucket_cap_mb' must be a positive number, got 0")
