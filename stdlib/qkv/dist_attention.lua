@@ -31,13 +31,17 @@
 -- collectives, forward and backward: every rank calls them, and every
 -- rank's backward must reach the node (as for DDP).
 --
--- Not balanced: with causal, the key blocks wholly in the future are
--- skipped, so rank P-1 computes P blocks and rank 0 one (the ring's steps
--- still pass every block; a zigzag layout would even this out but change
--- what each rank holds). The ring computes on the CPU (MPI moves CPU
--- memory, and the CPU kernel leaves the log-sum-exps the combination and
--- the backward need): tensors on another device go through CPU copies and
--- the output and gradients come back there.
+-- Balanced under causal: the ring skips the key blocks wholly in a rank's
+-- future, which would leave rank P-1 P blocks and rank 0 one, so with
+-- causal on more than one rank and both block lengths even the ring runs
+-- on the zigzag layout (rank r computes on the halves r and 2P-1-r of the
+-- 2P; dist_ring.lua), the halves moving there and the output back, and
+-- each rank still gets its contiguous block (where n_q > n_k the first
+-- n_q - n_k queries see no key, and no layout of halves is even). The
+-- ring computes on the CPU (MPI moves CPU memory, and the CPU kernel
+-- leaves the log-sum-exps the combination and the backward need): tensors
+-- on another device go through CPU copies and the output and gradients
+-- come back there.
 
 local qkv = require "qkv"
 local caller = require "qkv.caller"

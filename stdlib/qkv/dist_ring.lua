@@ -8,16 +8,34 @@
 --     rows, keys global, or nil), causal, scale, bq, bk (block lengths),
 --     nq, nk (global), out_shape (the block's output shape)
 --
--- Each rank computes on the blocks it was given, k/v going round the
--- ring; under causal the key blocks wholly in a rank's future are
--- skipped, so rank P-1 computes P blocks and rank 0 one.
+-- Two layouts. Blocks: each rank computes on the blocks it was given, k/v
+-- going round the ring; under causal the key blocks wholly in a rank's
+-- future are skipped, so rank P-1 computes P blocks and rank 0 one.
+-- Zigzag (causal, P > 1, both block lengths even): the sequences are cut
+-- into 2P chunks and rank r computes on chunks r and 2P-1-r, of q and of
+-- the k/v it starts the ring with (as in Striped/zigzag ring attention,
+-- zhuzilin's ring-flash-attention): each step's 2 x 2 chunk pairs are
+-- full, skipped or diagonal by their global positions, and every rank
+-- computes about the same. The halves move there point to point before
+-- the ring, the mask's rows with q's, and the output (the gradients, in
+-- the backward) move back, so the caller sees contiguous blocks.
+--
+-- M.stats: the last forward's count, per rank: layout ("blocks" or
+-- "zigzag"), calls (kernel calls), pairs (blocks, or chunk pairs, that
+-- were computed), work (the (query, key) scores those needed: a full
+-- pair counts its size, a diagonal one what causal leaves of it); the
+-- backward adds back_calls, back_pairs, back_work. M.zigzag = false turns
+-- the zigzag off (tests compare the two).
 
 local qkv = require "qkv"
 
-local M = {}
+local M = {zigzag = true}
 
 -- tags above those of qkv.dist's send/recv (2 tag + 1 <= 2^21 + 1)
 local TAG_K, TAG_V, TAG_DK, TAG_DV = 3 << 20, (3 << 20) + 1, (3 << 20) + 2, (3 << 20) + 3
+-- the moves between layouts: two tags each (the slot a half goes to)
+local TAG_MOVE = (3 << 20) + 8
+local MQ, MK, MV, MMASK, MOUT, MG, MDQ, MDK, MDV = 0, 2, 4, 6, 8, 10, 12, 14, 16
 
 local function dims(t)
   local s = {}
@@ -29,6 +47,14 @@ local function batch(s, keep)
   local b = {}
   for i = 1, #s - keep do b[i] = s[i] end
   return b
+end
+
+-- s with its element at -2 (or -1) set to n
+local function with(s, n, at)
+  local t = {}
+  for i = 1, #s do t[i] = s[i] end
+  t[#t + 1 + (at or -2)] = n
+  return t
 end
 
 local function sum_to(g, shape)
@@ -69,23 +95,45 @@ local function pass_kv(c, kc, vc, tk, tv)
   return {a[1], a[2], b[1], b[2]}, k2, v2
 end
 
+-- the (query, key) scores a rows x cols block needs when local key jj is
+-- seen by local query ii for jj <= ii + off
+local function visible(rows, cols, off)
+  local n = 0
+  for i = 0, rows - 1 do n = n + math.max(0, math.min(cols, i + off + 1)) end
+  return n
+end
+
+local function new_stats(layout)
+  return {layout = layout, calls = 0, pairs = 0, work = 0, back_calls = 0, back_pairs = 0,
+          back_work = 0}
+end
+
+local function count(st, back, calls, pairs, work)
+  local p = back and "back_" or ""
+  st[p .. "calls"] = st[p .. "calls"] + calls
+  st[p .. "pairs"] = st[p .. "pairs"] + pairs
+  st[p .. "work"] = st[p .. "work"] + work
+end
+
 ---------------------------------------------------------------- blocks
 
 -- what key block s (0-based) is to query block r: nil when it is wholly in
--- the future (causal), else the mask (nil for none) and the kernel's causal
--- flag. Query i (global) sees key j when j <= i + nk - nq: in the blocks,
--- local key jj for local query ii when jj <= ii + off
+-- the future (causal), else the mask (nil for none), the kernel's causal
+-- flag and the scores needed. Query i (global) sees key j when j <= i +
+-- nk - nq: in the blocks, local key jj for local query ii when jj <= ii +
+-- off
 local function block_mask(m, causal, r, s, bq, bk, nq, nk)
   if m ~= nil and m.ndim >= 1 and m.shape[m.ndim] ~= 1 then
     m = m:narrow(-1, s * bk + 1, bk):contiguous()
   end
-  if not causal then return true, m, false end
+  if not causal then return true, m, false, bq * bk end
   local off = r * bq - s * bk + nk - nq
   if bq - 1 + off < 0 then return nil end                     -- no query sees a key
-  if off >= bk - 1 then return true, m, false end             -- every query sees every key
-  if off == bk - bq then return true, m, true end             -- the kernel's own causal
+  local work = visible(bq, bk, off)
+  if off >= bk - 1 then return true, m, false, work end       -- every query sees every key
+  if off == bk - bq then return true, m, true, work end       -- the kernel's own causal
   local c = qkv.ones({bq, bk}, "bool"):tril(off)
-  return true, m and qkv.logical_and(m, c) or c, false
+  return true, m and qkv.logical_and(m, c) or c, false, work
 end
 
 local function blocks_forward(c)
@@ -96,10 +144,11 @@ local function blocks_forward(c)
     local s = (r - t) % P
     local reqs, nk_, nv_ = {}, nil, nil
     if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
-    local live, m, causal = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
+    local live, m, causal, work = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
     if live then
       local o, l = qkv._attention_lse(c.q, kc, vc, m, causal, c.scale)
       acc, lse = combine(acc, lse, o, l)
+      count(c.stats, false, 1, 1, work)
     end
     wait(reqs)
     if t < P - 1 then kc, vc = nk_, nv_ end
@@ -122,12 +171,13 @@ local function blocks_backward(c, out, lse, g)
     local s = (r - t) % P
     local reqs, nk_, nv_ = {}, nil, nil
     if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
-    local live, m, causal = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
+    local live, m, causal, work = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
     if live then
       local gq, gk, gv = qkv._attention_backward(c.q, kc, vc, out, g, m, causal, c.scale, lse)
       dq = dq and dq + gq or gq
       dk = dk + sum_to(gk, dims(c.k))
       dv = dv + sum_to(gv, dims(c.v))
+      count(c.stats, true, 1, 1, work)
     end
     if P > 1 then                                -- the gradients follow their block
       local grads, ndk, ndv = pass_kv(c, dk, dv, TAG_DK, TAG_DV)
@@ -141,15 +191,257 @@ local function blocks_backward(c, out, lse, g)
   return dq, dk, dv
 end
 
+---------------------------------------------------------------- zigzag
+
+-- x's halves along dim -2 moved between the layouts: to the zigzag (rank
+-- r's halves are chunks 2r and 2r+1 of 2P; it ends with chunks r and
+-- 2P-1-r) or, with back, the other way. Starts the messages and returns
+-- a function that waits for them and gives the moved x.
+local function move(c, x, tag, back)
+  local P, r = c.P, c.r
+  local n = x.shape[x.ndim - 1] // 2
+  local h = {[0] = x:narrow(-2, 1, n):contiguous(), x:narrow(-2, n + 1, n):contiguous()}
+  local function zig(i) return i == 0 and r or 2 * P - 1 - r end    -- chunk in zigzag slot i
+  local function zig_owner(j)                                          -- rank and slot of chunk j
+    if j < P then return j, 0 end
+    return 2 * P - 1 - j, 1
+  end
+  tag = TAG_MOVE + tag
+  local got, reqs = {}, {}
+  for i = 0, 1 do                                -- where my halves go
+    local j = back and zig(i) or 2 * r + i
+    local dst, slot
+    if back then dst, slot = j // 2, j % 2 else dst, slot = zig_owner(j) end
+    if dst == r then got[slot] = h[i] else reqs[#reqs + 1] = c.mpi.isend(h[i], dst, tag + slot) end
+  end
+  for i = 0, 1 do                                -- where the halves I get come from
+    if not got[i] then
+      local j = back and 2 * r + i or zig(i)
+      local src = back and (zig_owner(j)) or j // 2
+      got[i] = qkv.empty_like(h[0])
+      reqs[#reqs + 1] = c.mpi.irecv(got[i], src, tag + i)
+    end
+  end
+  return function()
+    wait(reqs)
+    return qkv.cat({got[0], got[1]}, -2)
+  end
+end
+
+-- a chunk of rows x cols against one of keys: "skip" (no query sees a
+-- key), "full" (every query every key) or the diagonal's offset (local
+-- key jj for local query ii when jj <= ii + off)
+local function pattern(rows, cols, off)
+  if rows - 1 + off < 0 then return "skip" end
+  if off >= cols - 1 then return "full" end
+  return off
+end
+
+-- the ways to cover a step's 2 x 2 chunk pairs (query half, key half) by
+-- kernel calls, fewest calls first: each call is {query halves, key halves}
+local GROUPINGS = {
+  {{{1, 2}, {1, 2}}},
+  {{{1, 2}, {1}}, {{1, 2}, {2}}},
+  {{{1}, {1, 2}}, {{2}, {1, 2}}},
+  {{{1}, {1}}, {{1}, {2}}, {{2}, {1}}, {{2}, {2}}},
+}
+
+-- the kernel calls of step s (the k/v chunks s and 2P-1-s for the queries
+-- of chunks r and 2P-1-r): the first grouping whose every call is full or
+-- the kernel's own causal (on the call's rows and keys) for each of its
+-- pairs, else one call a pair, a diagonal one with its tril as a mask.
+-- Each call: {A = query halves, B = key halves, causal = the kernel's flag,
+-- tril = the offset of a mask to build, pairs = its pairs, work = scores}
+local function plan(c, s)
+  local P, cq, ck = c.P, c.bq // 2, c.bk // 2
+  local qc, kc = {c.r, 2 * P - 1 - c.r}, {s, 2 * P - 1 - s}
+  local off, pat = {}, {}
+  for a = 1, 2 do
+    off[a], pat[a] = {}, {}
+    for b = 1, 2 do
+      off[a][b] = qc[a] * cq - kc[b] * ck + c.nk - c.nq       -- global positions
+      pat[a][b] = pattern(cq, ck, off[a][b])
+    end
+  end
+  for gi, grouping in ipairs(GROUPINGS) do
+    local calls, good = {}, true
+    for _, g in ipairs(grouping) do
+      local A, B = g[1], g[2]
+      local rows, cols = #A * cq, #B * ck
+      local pairs, work, full, diag = 0, 0, true, true
+      for ia, a in ipairs(A) do
+        for ib, b in ipairs(B) do
+          local p = pat[a][b]
+          if p ~= "skip" then pairs, work = pairs + 1, work + visible(cq, ck, off[a][b]) end
+          full = full and p == "full"
+          diag = diag and p == pattern(cq, ck, (ia - 1) * cq - (ib - 1) * ck + cols - rows)
+        end
+      end
+      if pairs > 0 then
+        local call = {A = A, B = B, causal = not full, pairs = pairs, work = work}
+        if not (full or diag) then
+          if gi < #GROUPINGS then good = false; break end
+          call.causal, call.tril = false, pat[A[1]][B[1]]
+        end
+        calls[#calls + 1] = call
+      end
+    end
+    if good then return calls, kc end
+  end
+end
+
+-- the user's mask for a call's query halves and key chunks, with the
+-- call's tril
+local function call_mask(c, call, kc)
+  local cq, ck, m = c.bq // 2, c.bk // 2, c.zmask
+  if m ~= nil then
+    local n = m.ndim
+    if #call.A == 1 and n >= 2 and m.shape[n - 1] ~= 1 then
+      m = m:narrow(-2, (call.A[1] - 1) * cq + 1, cq)
+    end
+    if n >= 1 and m.shape[n] ~= 1 then
+      local parts = {}
+      for i, b in ipairs(call.B) do parts[i] = m:narrow(-1, kc[b] * ck + 1, ck) end
+      m = #parts == 1 and parts[1] or qkv.cat(parts, -1)
+    end
+    m = m:contiguous()
+  end
+  if call.tril then
+    local t = qkv.ones({cq, ck}, "bool"):tril(call.tril)
+    m = m and qkv.logical_and(m, t) or t
+  end
+  return m
+end
+
+-- x's rows (dim -2, or -1 for lse) for a call's query halves, from x
+-- whole and its halves
+local function rows_of(call, whole, halves)
+  return #call.A == 2 and whole or halves[call.A[1]]
+end
+
+local function halves(x, n, at)
+  at = at or -2
+  return {x:narrow(at, 1, n):contiguous(), x:narrow(at, n + 1, n):contiguous()}
+end
+
+-- the k and v of a call's key halves, the halves cut once a step
+local function keys_of(call, kc, vc, cut, ck)
+  if #call.B == 2 then return kc, vc end
+  local b = call.B[1]
+  if not cut.k then cut.k, cut.v = halves(kc, ck), halves(vc, ck) end
+  return cut.k[b], cut.v[b]
+end
+
+local function zig_forward(c)
+  local P, r, cq, ck = c.P, c.r, c.bq // 2, c.bk // 2
+  local qh = halves(c.zq, cq)
+  local acc, lse = {}, {}
+  local kc, vc = c.zk, c.zv
+  for t = 0, P - 1 do
+    local s = (r - t) % P
+    local reqs, nk_, nv_ = {}, nil, nil
+    if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
+    local calls, kcs = plan(c, s)
+    local cut = {}
+    for _, call in ipairs(calls) do
+      local kk, vv = keys_of(call, kc, vc, cut, ck)
+      local o, l = qkv._attention_lse(rows_of(call, c.zq, qh), kk, vv, call_mask(c, call, kcs),
+                                      call.causal, c.scale)
+      for i, a in ipairs(call.A) do
+        local oa, la = o, l
+        if #call.A == 2 then
+          oa, la = o:narrow(-2, (i - 1) * cq + 1, cq), l:narrow(-1, (i - 1) * cq + 1, cq)
+        end
+        acc[a], lse[a] = combine(acc[a], lse[a], oa, la)
+      end
+      count(c.stats, false, 1, call.pairs, call.work)
+    end
+    wait(reqs)
+    if t < P - 1 then kc, vc = nk_, nv_ end
+  end
+  for a = 1, 2 do                                -- a half that no key reached
+    if acc[a] == nil then
+      acc[a] = qkv.zeros(with(c.out_shape, cq), c.q.dtype)
+      lse[a] = qkv.full(with(batch(c.out_shape, 1), cq, -1), -math.huge, c.q.dtype)
+    end
+  end
+  return qkv.cat({acc[1], acc[2]}, -2), qkv.cat({lse[1], lse[2]}, -1)
+end
+
+-- the backward on the zigzag layout: out, lse and g there; dq of its
+-- query chunks, dk and dv of its k/v chunks, which go round the ring
+local function zig_backward(c, out, lse, g)
+  local P, r, cq, ck = c.P, c.r, c.bq // 2, c.bk // 2
+  local qh, oh, gh, lh = halves(c.zq, cq), halves(out, cq), halves(g, cq), halves(lse, cq, -1)
+  local kd, vd = dims(c.zk), dims(c.zv)
+  local khd, vhd = with(kd, ck), with(vd, ck)
+  local kc, vc = c.zk, c.zv
+  local dk, dv = qkv.zeros(kd, c.k.dtype), qkv.zeros(vd, c.v.dtype)
+  local dq = {}
+  for t = 0, P - 1 do
+    local s = (r - t) % P
+    local reqs, nk_, nv_ = {}, nil, nil
+    if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
+    local calls, kcs = plan(c, s)
+    local cut = {}
+    for _, call in ipairs(calls) do
+      local kk, vv = keys_of(call, kc, vc, cut, ck)
+      local gq, gk, gv = qkv._attention_backward(rows_of(call, c.zq, qh), kk, vv,
+        rows_of(call, out, oh), rows_of(call, g, gh), call_mask(c, call, kcs), call.causal,
+        c.scale, rows_of(call, lse, lh))
+      for i, a in ipairs(call.A) do
+        local x = #call.A == 2 and gq:narrow(-2, (i - 1) * cq + 1, cq) or gq
+        dq[a] = dq[a] and dq[a] + x or x
+      end
+      if #call.B == 2 then
+        dk:add_(sum_to(gk, kd))
+        dv:add_(sum_to(gv, vd))
+      else
+        local b = call.B[1]
+        dk:narrow(-2, (b - 1) * ck + 1, ck):add_(sum_to(gk, khd))
+        dv:narrow(-2, (b - 1) * ck + 1, ck):add_(sum_to(gv, vhd))
+      end
+      count(c.stats, true, 1, call.pairs, call.work)
+    end
+    local grads, ndk, ndv = pass_kv(c, dk, dv, TAG_DK, TAG_DV)   -- they follow their chunks
+    wait(reqs)
+    wait(grads)
+    dk, dv = ndk, ndv
+    if t < P - 1 then kc, vc = nk_, nv_ end
+  end
+  local qhd = with(dims(c.zq), cq)
+  for a = 1, 2 do
+    dq[a] = dq[a] and sum_to(dq[a], qhd) or qkv.zeros(qhd, c.q.dtype)
+  end
+  return qkv.cat({dq[1], dq[2]}, -2), dk, dv
+end
+
 ---------------------------------------------------------------- entry
 
 function M.forward(c)
-  c.out, c.lse = blocks_forward(c)
-  return c.out
+  local zig = M.zigzag and c.causal and c.P > 1 and c.bq % 2 == 0 and c.bk % 2 == 0
+  c.zigzag = zig
+  c.stats = new_stats(zig and "zigzag" or "blocks")
+  M.stats = c.stats
+  if not zig then
+    c.out, c.lse = blocks_forward(c)
+    return c.out
+  end
+  local m = c.mask
+  local rows = m ~= nil and m.ndim >= 2 and m.shape[m.ndim - 1] ~= 1
+  local fq, fk, fv = move(c, c.q, MQ), move(c, c.k, MK), move(c, c.v, MV)
+  local fm = rows and move(c, m:contiguous(), MMASK)
+  c.zq, c.zk, c.zv = fq(), fk(), fv()
+  c.zmask = fm and fm() or m
+  c.zout, c.zlse = zig_forward(c)
+  return move(c, c.zout, MOUT, true)()
 end
 
 function M.backward(c, g)
-  return blocks_backward(c, c.out, c.lse, g)
+  if not c.zigzag then return blocks_backward(c, c.out, c.lse, g) end
+  local dq, dk, dv = zig_backward(c, c.zout, c.zlse, move(c, g, MG)())
+  local fq, fk, fv = move(c, dq, MDQ, true), move(c, dk, MDK, true), move(c, dv, MDV, true)
+  return fq(), fk(), fv()
 end
 
 return M
