@@ -273,7 +273,8 @@ function M.ring_attention(q, k, v, opts)
   local function forward()
     c = {P = P, r = r, mpi = P > 1 and D._mpi() or nil, q = cpu(q), k = cpu(k), v = cpu(v),
          mask = mask and mask:to("cpu"), causal = causal, scale = scale, bq = bq, bk = bk,
-         nq = P * bq, nk = P * bk, out_shape = out_shape(q, k, v, mask, bq, P * bk)}
+         nq = P * bq, nk = P * bk, out_shape = out_shape(q, k, v, mask, bq, P * bk),
+         keep = A ~= nil}
     return Ring.forward(c)
   end
   local out

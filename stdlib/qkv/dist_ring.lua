@@ -6,7 +6,8 @@
 --   backward(c, g) -> dq, dk, dv, this rank's blocks
 --   c: P, r, mpi, q, k, v (this rank's contiguous CPU blocks), mask (its
 --     rows, keys global, or nil), causal, scale, bq, bk (block lengths),
---     nq, nk (global), out_shape (the block's output shape)
+--     nq, nk (global), out_shape (the block's output shape), keep (a
+--     backward is to come)
 --
 -- Two layouts. Blocks: each rank computes on the blocks it was given, k/v
 -- going round the ring; under causal the key blocks wholly in a rank's
@@ -193,39 +194,65 @@ end
 
 ---------------------------------------------------------------- zigzag
 
--- x's halves along dim -2 moved between the layouts: to the zigzag (rank
--- r's halves are chunks 2r and 2r+1 of 2P; it ends with chunks r and
--- 2P-1-r) or, with back, the other way. Starts the messages and returns
--- a function that waits for them and gives the moved x.
-local function move(c, x, tag, back)
+-- a tensor made here and no longer needed: its memory goes back now
+local function close(t)
+  if t ~= nil then getmetatable(t).__close(t) end
+end
+
+-- x's halves along dim -2, contiguous (new tensors or views, never x)
+local function cut(x, n, at)
+  at = at or -2
+  n = n or x.shape[x.ndim + 1 + at] // 2
+  return {x:narrow(at, 1, n):contiguous(), x:narrow(at, n + 1, n):contiguous()}
+end
+
+-- halves h = {first, second} along dim -2 (contiguous) moved between the
+-- layouts: to the zigzag (rank r's halves are chunks 2r and 2r+1 of 2P;
+-- it ends with chunks r and 2P-1-r) or, with back, the other way. Starts
+-- the messages and returns a function that waits for them and gives the
+-- moved halves. h is the move's: the halves sent are closed once sent,
+-- the one that stays is handed on
+local function move(c, h, tag, back)
   local P, r = c.P, c.r
-  local n = x.shape[x.ndim - 1] // 2
-  local h = {[0] = x:narrow(-2, 1, n):contiguous(), x:narrow(-2, n + 1, n):contiguous()}
-  local function zig(i) return i == 0 and r or 2 * P - 1 - r end    -- chunk in zigzag slot i
+  local function zig(i) return i == 1 and r or 2 * P - 1 - r end    -- chunk in zigzag slot i
   local function zig_owner(j)                                          -- rank and slot of chunk j
-    if j < P then return j, 0 end
-    return 2 * P - 1 - j, 1
+    if j < P then return j, 1 end
+    return 2 * P - 1 - j, 2
   end
   tag = TAG_MOVE + tag
-  local got, reqs = {}, {}
-  for i = 0, 1 do                                -- where my halves go
-    local j = back and zig(i) or 2 * r + i
+  local got, reqs, sent = {}, {}, {}
+  for i = 1, 2 do                                -- where my halves go
+    local j = back and zig(i) or 2 * r + i - 1
     local dst, slot
-    if back then dst, slot = j // 2, j % 2 else dst, slot = zig_owner(j) end
-    if dst == r then got[slot] = h[i] else reqs[#reqs + 1] = c.mpi.isend(h[i], dst, tag + slot) end
+    if back then dst, slot = j // 2, j % 2 + 1 else dst, slot = zig_owner(j) end
+    if dst == r then
+      got[slot] = h[i]
+    else
+      reqs[#reqs + 1] = c.mpi.isend(h[i], dst, tag + slot)
+      sent[#sent + 1] = h[i]
+    end
   end
-  for i = 0, 1 do                                -- where the halves I get come from
+  for i = 1, 2 do                                -- where the halves I get come from
     if not got[i] then
-      local j = back and 2 * r + i or zig(i)
+      local j = back and 2 * r + i - 1 or zig(i)
       local src = back and (zig_owner(j)) or j // 2
-      got[i] = qkv.empty_like(h[0])
+      got[i] = qkv.empty_like(h[1])
       reqs[#reqs + 1] = c.mpi.irecv(got[i], src, tag + i)
     end
   end
   return function()
     wait(reqs)
-    return qkv.cat({got[0], got[1]}, -2)
+    for _, x in ipairs(sent) do close(x) end
+    return got
   end
+end
+
+-- moved halves put together, the halves' own memory let go
+local function joined(h)
+  local x = qkv.cat({h[1], h[2]}, -2)
+  close(h[1])
+  close(h[2])
+  return x
 end
 
 -- a chunk of rows x cols against one of keys: "skip" (no query sees a
@@ -319,22 +346,28 @@ local function rows_of(call, whole, halves)
   return #call.A == 2 and whole or halves[call.A[1]]
 end
 
-local function halves(x, n, at)
+-- x's halves along dim -2 (or `at`) as views (the kernels take strides)
+local function views(x, n, at)
   at = at or -2
-  return {x:narrow(at, 1, n):contiguous(), x:narrow(at, n + 1, n):contiguous()}
+  return {x:narrow(at, 1, n), x:narrow(at, n + 1, n)}
 end
 
--- the k and v of a call's key halves, the halves cut once a step
-local function keys_of(call, kc, vc, cut, ck)
+-- the k and v of a call's key halves
+local function keys_of(call, kc, vc, ck)
   if #call.B == 2 then return kc, vc end
   local b = call.B[1]
-  if not cut.k then cut.k, cut.v = halves(kc, ck), halves(vc, ck) end
-  return cut.k[b], cut.v[b]
+  return kc:narrow(-2, (b - 1) * ck + 1, ck), vc:narrow(-2, (b - 1) * ck + 1, ck)
 end
 
+-- the received k/v a step has done with
+local function done_with(c, kc, vc)
+  if kc ~= c.zk then close(kc); close(vc) end
+end
+
+-- the forward on the zigzag layout: c.zq (and its halves c.qh), c.zk,
+-- c.zv, c.zmask; the output and the lse there
 local function zig_forward(c)
   local P, r, cq, ck = c.P, c.r, c.bq // 2, c.bk // 2
-  local qh = halves(c.zq, cq)
   local acc, lse = {}, {}
   local kc, vc = c.zk, c.zv
   for t = 0, P - 1 do
@@ -342,10 +375,9 @@ local function zig_forward(c)
     local reqs, nk_, nv_ = {}, nil, nil
     if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
     local calls, kcs = plan(c, s)
-    local cut = {}
     for _, call in ipairs(calls) do
-      local kk, vv = keys_of(call, kc, vc, cut, ck)
-      local o, l = qkv._attention_lse(rows_of(call, c.zq, qh), kk, vv, call_mask(c, call, kcs),
+      local kk, vv = keys_of(call, kc, vc, ck)
+      local o, l = qkv._attention_lse(rows_of(call, c.zq, c.qh), kk, vv, call_mask(c, call, kcs),
                                       call.causal, c.scale)
       for i, a in ipairs(call.A) do
         local oa, la = o, l
@@ -357,6 +389,7 @@ local function zig_forward(c)
       count(c.stats, false, 1, call.pairs, call.work)
     end
     wait(reqs)
+    done_with(c, kc, vc)
     if t < P - 1 then kc, vc = nk_, nv_ end
   end
   for a = 1, 2 do                                -- a half that no key reached
@@ -365,14 +398,17 @@ local function zig_forward(c)
       lse[a] = qkv.full(with(batch(c.out_shape, 1), cq, -1), -math.huge, c.q.dtype)
     end
   end
-  return qkv.cat({acc[1], acc[2]}, -2), qkv.cat({lse[1], lse[2]}, -1)
+  local out, l = qkv.cat(acc, -2), qkv.cat(lse, -1)
+  for a = 1, 2 do close(acc[a]); close(lse[a]) end
+  return out, l
 end
 
--- the backward on the zigzag layout: out, lse and g there; dq of its
--- query chunks, dk and dv of its k/v chunks, which go round the ring
+-- the backward on the zigzag layout: out, lse and g there; the halves of
+-- dq of its query chunks, and dk and dv of its k/v chunks, which go round
+-- the ring with them
 local function zig_backward(c, out, lse, g)
   local P, r, cq, ck = c.P, c.r, c.bq // 2, c.bk // 2
-  local qh, oh, gh, lh = halves(c.zq, cq), halves(out, cq), halves(g, cq), halves(lse, cq, -1)
+  local oh, gh, lh = views(out, cq), views(g, cq), cut(lse, cq, -1)
   local kd, vd = dims(c.zk), dims(c.zv)
   local khd, vhd = with(kd, ck), with(vd, ck)
   local kc, vc = c.zk, c.zv
@@ -383,10 +419,9 @@ local function zig_backward(c, out, lse, g)
     local reqs, nk_, nv_ = {}, nil, nil
     if t < P - 1 then reqs, nk_, nv_ = pass_kv(c, kc, vc, TAG_K, TAG_V) end
     local calls, kcs = plan(c, s)
-    local cut = {}
     for _, call in ipairs(calls) do
-      local kk, vv = keys_of(call, kc, vc, cut, ck)
-      local gq, gk, gv = qkv._attention_backward(rows_of(call, c.zq, qh), kk, vv,
+      local kk, vv = keys_of(call, kc, vc, ck)
+      local gq, gk, gv = qkv._attention_backward(rows_of(call, c.zq, c.qh), kk, vv,
         rows_of(call, out, oh), rows_of(call, g, gh), call_mask(c, call, kcs), call.causal,
         c.scale, rows_of(call, lse, lh))
       for i, a in ipairs(call.A) do
@@ -406,14 +441,19 @@ local function zig_backward(c, out, lse, g)
     local grads, ndk, ndv = pass_kv(c, dk, dv, TAG_DK, TAG_DV)   -- they follow their chunks
     wait(reqs)
     wait(grads)
+    done_with(c, kc, vc)
+    close(dk)
+    close(dv)
     dk, dv = ndk, ndv
     if t < P - 1 then kc, vc = nk_, nv_ end
   end
   local qhd = with(dims(c.zq), cq)
   for a = 1, 2 do
-    dq[a] = dq[a] and sum_to(dq[a], qhd) or qkv.zeros(qhd, c.q.dtype)
+    dq[a] = dq[a] and sum_to(dq[a], qhd):contiguous() or qkv.zeros(qhd, c.q.dtype)
   end
-  return qkv.cat({dq[1], dq[2]}, -2), dk, dv
+  close(lh[1])
+  close(lh[2])
+  return dq, dk, dv
 end
 
 ---------------------------------------------------------------- entry
@@ -429,19 +469,33 @@ function M.forward(c)
   end
   local m = c.mask
   local rows = m ~= nil and m.ndim >= 2 and m.shape[m.ndim - 1] ~= 1
-  local fq, fk, fv = move(c, c.q, MQ), move(c, c.k, MK), move(c, c.v, MV)
-  local fm = rows and move(c, m:contiguous(), MMASK)
-  c.zq, c.zk, c.zv = fq(), fk(), fv()
-  c.zmask = fm and fm() or m
+  -- one at a time, so that a single tensor's halves are in flight
+  c.zq = joined(move(c, cut(c.q), MQ, false)())
+  c.zk = joined(move(c, cut(c.k), MK, false)())
+  c.zv = joined(move(c, cut(c.v), MV, false)())
+  c.zmask = rows and joined(move(c, cut(m), MMASK, false)()) or m
+  c.qh = views(c.zq, c.bq // 2)                  -- q whole and in halves, for the calls
   c.zout, c.zlse = zig_forward(c)
-  return move(c, c.zout, MOUT, true)()
+  local out = joined(move(c, cut(c.zout), MOUT, true)())
+  if not c.keep then                             -- no backward to come
+    for _, x in ipairs({c.zq, c.zk, c.zv, c.zout, c.zlse, rows and c.zmask}) do
+      if x then close(x) end
+    end
+  end
+  return out
 end
 
 function M.backward(c, g)
   if not c.zigzag then return blocks_backward(c, c.out, c.lse, g) end
-  local dq, dk, dv = zig_backward(c, c.zout, c.zlse, move(c, g, MG)())
-  local fq, fk, fv = move(c, dq, MDQ, true), move(c, dk, MDK, true), move(c, dv, MDV, true)
-  return fq(), fk(), fv()
+  local zg = joined(move(c, cut(g), MG, false)())
+  local dq, dk, dv = zig_backward(c, c.zout, c.zlse, zg)
+  close(zg)
+  local function back(x, tag)
+    local h = cut(x)
+    close(x)
+    return joined(move(c, h, tag, true)())
+  end
+  return joined(move(c, dq, MDQ, true)()), back(dk, MDK), back(dv, MDV)
 end
 
 return M
