@@ -13,7 +13,9 @@
 --     exp(lse_j - lse), lse = logsumexp_j lse_j. Differentiable: one node,
 --     whose backward sends k/v round the ring again with their gradients
 --     accumulating beside them (qkv._attention_backward with the global out
---     and lse, FlashAttention-2's backward one key block at a time).
+--     and lse, FlashAttention-2's backward one key block at a time). The
+--     ring itself is in dist_ring.lua; this file checks the call and
+--     records the node.
 --   ulysses_attention(q, k, v [, {causal=, mask=, scale=}])
 --     q, k, v (..., H, n/P, d), H divisible by P (DeepSpeed-Ulysses): an
 --     all_to_all from sequence blocks to head groups (each rank H/P heads
@@ -29,17 +31,22 @@
 -- collectives, forward and backward: every rank calls them, and every
 -- rank's backward must reach the node (as for DDP).
 --
--- Not balanced: with causal, the key blocks wholly in the future are
--- skipped, so rank P-1 computes P blocks and rank 0 one (the ring's steps
--- still pass every block; a zigzag layout would even this out but change
--- what each rank holds). The ring computes on the CPU (MPI moves CPU
--- memory, and the CPU kernel leaves the log-sum-exps the combination and
--- the backward need): tensors on another device go through CPU copies and
--- the output and gradients come back there.
+-- Balanced under causal: the ring skips the key blocks wholly in a rank's
+-- future, which would leave rank P-1 P blocks and rank 0 one, so with
+-- causal on more than one rank and both block lengths even the ring runs
+-- on the zigzag layout (rank r computes on the halves r and 2P-1-r of the
+-- 2P; dist_ring.lua), the halves moving there and the output back, and
+-- each rank still gets its contiguous block (where n_q > n_k the first
+-- n_q - n_k queries see no key, and no layout of halves is even). The
+-- ring computes on the CPU (MPI moves CPU memory, and the CPU kernel
+-- leaves the log-sum-exps the combination and the backward need): tensors
+-- on another device go through CPU copies and the output and gradients
+-- come back there.
 
 local qkv = require "qkv"
 local caller = require "qkv.caller"
 local D = require "qkv.dist"
+local Ring = require "qkv.dist_ring"
 local SOURCE = debug.getinfo(1, "S").source
 local SOURCES = {[SOURCE] = true, [debug.getinfo(D.ring_attention, "S").source] = true}
 
@@ -48,9 +55,6 @@ local M = {}
 local function fail(fmt, ...)
   error(string.format(fmt, ...), caller(SOURCES, true))
 end
-
--- tags above those of qkv.dist's send/recv (2 tag + 1 <= 2^21 + 1)
-local TAG_K, TAG_V, TAG_DK, TAG_DV = 3 << 20, (3 << 20) + 1, (3 << 20) + 2, (3 << 20) + 3
 
 ---------------------------------------------------------------- shapes
 
@@ -226,120 +230,7 @@ local function recording(...)
   return nil
 end
 
-local function sum_to(g, shape)
-  for _ = 1, g.ndim - #shape do g = g:sum(1) end
-  for i = 1, #shape do
-    if shape[i] == 1 and g.shape[i] ~= 1 then g = g:sum(i, true) end
-  end
-  return g
-end
-
 ---------------------------------------------------------------- ring
-
--- what key block s (0-based) is to query block r: nil when it is wholly in
--- the future (causal), else the mask (nil for none) and the kernel's causal
--- flag. Query i (global) sees key j when j <= i + nk - nq: in the blocks,
--- local key jj for local query ii when jj <= ii + off
-local function block_mask(m, causal, r, s, bq, bk, nq, nk)
-  if m ~= nil and m.ndim >= 1 and m.shape[m.ndim] ~= 1 then
-    m = m:narrow(-1, s * bk + 1, bk):contiguous()
-  end
-  if not causal then return true, m, false end
-  local off = r * bq - s * bk + nk - nq
-  if bq - 1 + off < 0 then return nil end                     -- no query sees a key
-  if off >= bk - 1 then return true, m, false end             -- every query sees every key
-  if off == bk - bq then return true, m, true end             -- the kernel's own causal
-  local c = qkv.ones({bq, bk}, "bool"):tril(off)
-  return true, m and qkv.logical_and(m, c) or c, false
-end
-
--- (acc, lse) and a block's (o, l) combined: the softmax over both key sets
-local function combine(acc, lse, o, l)
-  if acc == nil then return o, l end
-  local mx = qkv.maximum(lse, l)
-  mx = qkv.where(mx:eq(-math.huge), 0, mx)       -- rows with no key yet: no NaN
-  local ea, eb = (lse - mx):exp(), (l - mx):exp()
-  local sum = ea + eb
-  local new = mx + sum:log()                     -- -inf where neither has a key
-  local safe = qkv.where(sum:eq(0), 1, sum)
-  return acc * (ea / safe):unsqueeze(-1) + o * (eb / safe):unsqueeze(-1), new
-end
-
--- the block passed on round the ring: sends x to rank + 1, receives the
--- previous rank's into a new tensor; returns its requests and the tensor
-local function pass(mpi, x, tag, P, r)
-  local y = qkv.empty_like(x)
-  return {mpi.isend(x, (r + 1) % P, tag), mpi.irecv(y, (r - 1) % P, tag)}, y
-end
-
-local function wait(reqs)
-  for _, q in ipairs(reqs or {}) do q:wait() end
-end
-
-local function ring_forward(c)
-  local P, r, mpi = c.P, c.r, c.mpi
-  local kc, vc = c.k, c.v
-  local acc, lse
-  for t = 0, P - 1 do
-    local s = (r - t) % P
-    local reqs, nk_, nv_ = {}, nil, nil
-    if t < P - 1 then
-      local a, b
-      a, nk_ = pass(mpi, kc, TAG_K, P, r)
-      b, nv_ = pass(mpi, vc, TAG_V, P, r)
-      reqs = {a[1], a[2], b[1], b[2]}
-    end
-    local live, m, causal = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
-    if live then
-      local o, l = qkv._attention_lse(c.q, kc, vc, m, causal, c.scale)
-      acc, lse = combine(acc, lse, o, l)
-    end
-    wait(reqs)
-    if t < P - 1 then kc, vc = nk_, nv_ end
-  end
-  if acc == nil then                             -- no key for any query here
-    acc = qkv.zeros(c.out_shape, c.q.dtype)
-    lse = qkv.full(batch(c.out_shape, 1), -math.huge, c.q.dtype)
-  end
-  return acc, lse
-end
-
--- dq of this rank's queries, dk and dv of its own key block: k, v and
--- their gradients so far go round the ring; after P steps each is home
-local function ring_backward(c, out, lse, g)
-  local P, r, mpi = c.P, c.r, c.mpi
-  local kc, vc = c.k, c.v
-  local dk, dv = qkv.zeros(dims(c.k), c.k.dtype), qkv.zeros(dims(c.v), c.v.dtype)
-  local dq
-  for t = 0, P - 1 do
-    local s = (r - t) % P
-    local reqs, nk_, nv_ = {}, nil, nil
-    if t < P - 1 then
-      local a, b
-      a, nk_ = pass(mpi, kc, TAG_K, P, r)
-      b, nv_ = pass(mpi, vc, TAG_V, P, r)
-      reqs = {a[1], a[2], b[1], b[2]}
-    end
-    local live, m, causal = block_mask(c.mask, c.causal, r, s, c.bq, c.bk, c.nq, c.nk)
-    if live then
-      local gq, gk, gv = qkv._attention_backward(c.q, kc, vc, out, g, m, causal, c.scale, lse)
-      dq = dq and dq + gq or gq
-      dk = dk + sum_to(gk, dims(c.k))
-      dv = dv + sum_to(gv, dims(c.v))
-    end
-    if P > 1 then                                -- the gradients follow their block
-      local a, ndk = pass(mpi, dk, TAG_DK, P, r)
-      local b, ndv = pass(mpi, dv, TAG_DV, P, r)
-      wait(reqs)
-      wait(a)
-      wait(b)
-      dk, dv = ndk, ndv
-      if t < P - 1 then kc, vc = nk_, nv_ end
-    end
-  end
-  dq = dq and sum_to(dq, dims(c.q)) or qkv.zeros(dims(c.q), c.q.dtype)
-  return dq, dk, dv
-end
 
 -- the default scale, 1/sqrt(d), before q's rank is checked
 local function default_scale(q)
@@ -382,16 +273,17 @@ function M.ring_attention(q, k, v, opts)
   local function forward()
     c = {P = P, r = r, mpi = P > 1 and D._mpi() or nil, q = cpu(q), k = cpu(k), v = cpu(v),
          mask = mask and mask:to("cpu"), causal = causal, scale = scale, bq = bq, bk = bk,
-         nq = P * bq, nk = P * bk, out_shape = out_shape(q, k, v, mask, bq, P * bk)}
-    return ring_forward(c)
+         nq = P * bq, nk = P * bk, out_shape = out_shape(q, k, v, mask, bq, P * bk),
+         keep = A ~= nil}
+    return Ring.forward(c)
   end
-  local out, lse
-  if A then out, lse = A.no_grad(forward) else out, lse = forward() end
+  local out
+  if A then out = A.no_grad(forward) else out = forward() end
   local y = device == "cpu" and out or out:to(device)
   if A then
     A.record("RingAttentionBackward", y, {q, k, v}, function(g)
       g = g:to("cpu"):to(out.dtype):contiguous()
-      local dq, dk, dv = ring_backward(c, out, lse, g)
+      local dq, dk, dv = Ring.backward(c, g)
       if device ~= "cpu" then dq, dk, dv = dq:to(device), dk:to(device), dv:to(device) end
       return dq, dk, dv
     end, {q, k, v})

@@ -4,8 +4,11 @@
 -- script dist/attention.lua alone, and on 2 and 4 ranks under Open MPI's
 -- mpirun, where it checks every rank's block of the output and of the
 -- gradients against qkv.attention on the whole sequence and prints "ok
--- <name>"; a rank that fails ends the job. The ranks' runs are skipped,
--- with the reason, where mpirun or build/lib/qkv/mpi.so is missing.
+-- <name>"; a rank that fails ends the job. There it also checks the
+-- ring's layout (the zigzag under causal with even blocks, else the
+-- blocks) and that the zigzag's work is even over the ranks. The ranks'
+-- runs are skipped, with the reason, where mpirun or build/lib/qkv/mpi.so
+-- is missing.
 local lu = require "luaunit"
 local shell = dofile("tests/helpers/shell.lua")
 local mpi = dofile("tests/helpers/mpi.lua")
@@ -153,9 +156,29 @@ local function ranks(n)
       end
     end
   end
-  for _, case in ipairs({"nk=3nq causal mask", "2-D", "k broadcast"}) do
+  local ring = {"nk=3nq causal mask", "2-D", "k broadcast", "zigzag", "zigzag off", "zigzag mask",
+                "zigzag nk=2nq", "zigzag nk=2nq off", "zigzag nq=2nk", "zigzag nq=2nk off",
+                "odd blocks", "odd keys", "plain even"}
+  for _, case in ipairs(ring) do
     for _, part in ipairs({"out", "dq", "dk", "dv"}) do want[#want + 1] = "ring " .. case .. " " .. part end
   end
+  -- the ring's layout, its backward's work the forward's, and how even
+  for _, case in ipairs({"causal", "mask causal", "nq=2nk causal", "nk=2nq causal",
+                         "nk=3nq causal mask", "scale", "2-D", "float32", "zigzag", "zigzag off",
+                         "zigzag mask", "zigzag nk=2nq", "zigzag nk=2nq off", "zigzag nq=2nk",
+                         "zigzag nq=2nk off", "odd blocks", "odd keys", "plain even"}) do
+    want[#want + 1] = "ring " .. case .. " layout"
+    want[#want + 1] = "ring " .. case .. " backward work"
+    want[#want + 1] = "ring " .. case .. " work total"
+  end
+  for _, case in ipairs({"mask causal", "nk=2nq causal", "nk=3nq causal mask", "zigzag",
+                         "zigzag mask", "zigzag nk=2nq", "plain even"}) do
+    want[#want + 1] = "ring " .. case .. " balanced"
+  end
+  want[#want + 1] = "ring zigzag off unbalanced"
+  want[#want + 1] = "ring zigzag nk=2nq off unbalanced"
+  want[#want + 1] = "ring zigzag calls"
+  want[#want + 1] = "zigzag nq=2nk spread"
   for _, name in ipairs(want) do lu.assertEquals(oks[name], n, name .. "\n" .. out) end
 end
 
