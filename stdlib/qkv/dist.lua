@@ -30,9 +30,12 @@ local SOURCE = debug.getinfo(1, "S").source
 local M = {}
 local mpi                                   -- qkv.mpi, once a launcher started us
 local world = {rank = 0, size = 1, ready = false}
+-- the library's files (dist_ddp.lua and the others add theirs): an error
+-- raised in any of them points at the script's line that called in
+local SOURCES = {[SOURCE] = true}
 
 local function fail(fmt, ...)
-  error(string.format(fmt, ...), caller(SOURCE, true))
+  error(string.format(fmt, ...), caller(SOURCES, true))
 end
 
 ---------------------------------------------------------------- the world
@@ -379,14 +382,19 @@ local function not_self(fname, peer, what)
   end
 end
 
+-- what send and recv check first; their tag, and whether the call is async
+local function p2p(fname, t, peer, tag, opts, what, verb)
+  ready(fname)
+  checktensor(fname, t, 1, "t")
+  if world.size == 1 then fail("dist.%s: a world of one has no rank to %s", fname, verb) end
+  checkrank(fname, peer, 2, what)
+  not_self(fname, peer, what)
+  return checktag(fname, tag, 3), async(fname, opts)
+end
+
 function M.send(t, dst, tag, opts)
-  ready("send")
-  checktensor("send", t, 1, "t")
-  if world.size == 1 then fail("dist.send: a world of one has no rank to send to") end
-  checkrank("send", dst, 2, "dst")
-  not_self("send", dst, "dst")
-  tag = checktag("send", tag, 3)
-  local is_async = async("send", opts)
+  local is_async
+  tag, is_async = p2p("send", t, dst, tag, opts, "dst", "send to")
   local s = stage(t)
   local h = mpi.isend(qkv.tensor(describe("send", t), "int64"), dst, 2 * tag)
   local r = mpi.isend(s, dst, 2 * tag + 1)
@@ -397,13 +405,8 @@ function M.send(t, dst, tag, opts)
 end
 
 function M.recv(t, src, tag, opts)
-  ready("recv")
-  checktensor("recv", t, 1, "t")
-  if world.size == 1 then fail("dist.recv: a world of one has no rank to receive from") end
-  checkrank("recv", src, 2, "src")
-  not_self("recv", src, "src")
-  tag = checktag("recv", tag, 3)
-  local is_async = async("recv", opts)
+  local is_async
+  tag, is_async = p2p("recv", t, src, tag, opts, "src", "receive from")
   local mine = describe("send", t)
   local head = qkv.zeros({#mine}, "int64")
   local h = mpi.irecv(head, src, 2 * tag)
@@ -430,8 +433,12 @@ M.DDP = function(...) return require("qkv.dist_ddp").DDP(...) end
 M.ring_attention = function(...) return require("qkv.dist_attention").ring_attention(...) end
 M.ulysses_attention = function(...) return require("qkv.dist_attention").ulysses_attention(...) end
 
--- for the modules built on this one: the raw module and the checks
+-- for the modules built on this one: the raw module, the checks, and
+-- their error function, which names the script's line
 M._world = world
 M._mpi = function(fname) ready(fname); return mpi end
+M._checktensor = checktensor
+M._fail = fail
+function M._library(source) SOURCES[source] = true end
 
 return M

@@ -44,17 +44,12 @@
 -- come back there.
 
 local qkv = require "qkv"
-local caller = require "qkv.caller"
 local D = require "qkv.dist"
 local Ring = require "qkv.dist_ring"
-local SOURCE = debug.getinfo(1, "S").source
-local SOURCES = {[SOURCE] = true, [debug.getinfo(D.ring_attention, "S").source] = true}
+D._library(debug.getinfo(1, "S").source)
 
 local M = {}
-
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), caller(SOURCES, true))
-end
+local fail, checktensor = D._fail, D._checktensor
 
 ---------------------------------------------------------------- shapes
 
@@ -81,23 +76,10 @@ local function broadcast(a, b)
   return out
 end
 
-local function batch(s, keep)
-  local b = {}
-  for i = 1, #s - keep do b[i] = s[i] end
-  return b
-end
+local batch = Ring.batch
 
 ---------------------------------------------------------------- checks
 
-local function checktensor(fname, t, i, what)
-  if not qkv.is_tensor(t) then
-    fail("dist.%s: bad argument #%d (%s: qkv.Tensor expected, got %s)", fname, i, what, type(t))
-  end
-  if not pcall(function() return t.ndim end) then
-    fail("dist.%s: bad argument #%d (%s is a closed tensor)", fname, i, what)
-  end
-  return t
-end
 
 local OPTS = "causal, mask, scale"
 
@@ -247,14 +229,18 @@ local function out_shape(q, k, v, mask, bq, nk)
   return s
 end
 
-function M.ring_attention(q, k, v, opts)
-  local F = "ring_attention"
+-- what both take first: the tensors and options checked, the world
+local function prologue(F, q, k, v, opts)
   checktensor(F, q, 1, "q")
   checktensor(F, k, 2, "k")
   checktensor(F, v, 3, "v")
   local causal, mask, scale = options(F, opts)
-  local P, r = D.world_size(), D.rank()
-  scale = scale or default_scale(q)
+  return causal, mask, scale or default_scale(q), D.world_size(), D.rank()
+end
+
+function M.ring_attention(q, k, v, opts)
+  local F = "ring_attention"
+  local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
   -- first the ranks compare their calls, so that the checks after fail
   -- on every rank alike
   agree(F, q, k, v, mask, causal, scale)
@@ -323,12 +309,7 @@ end
 
 function M.ulysses_attention(q, k, v, opts)
   local F = "ulysses_attention"
-  checktensor(F, q, 1, "q")
-  checktensor(F, k, 2, "k")
-  checktensor(F, v, 3, "v")
-  local causal, mask, scale = options(F, opts)
-  local P, r = D.world_size(), D.rank()
-  scale = scale or default_scale(q)
+  local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
   agree(F, q, k, v, mask, causal, scale)
   check_qkv(F, q, k, v, 3, "H, ")
   local H = q.shape[q.ndim - 2]

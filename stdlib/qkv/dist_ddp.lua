@@ -15,15 +15,13 @@
 -- module (m:to(...)) before wrapping it: that makes new parameter tensors.
 
 local qkv = require "qkv"
-local caller = require "qkv.caller"
 local D = require "qkv.dist"
 local SOURCE = debug.getinfo(1, "S").source
 
 local M = {}
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), caller(SOURCE, true))
-end
+D._library(SOURCE)
+local fail = D._fail
 
 local DDP = {}
 DDP.__name = "qkv.dist.DDP"

@@ -44,7 +44,7 @@ local function dims(t)
   return s
 end
 
-local function batch(s, keep)
+function M.batch(s, keep)
   local b = {}
   for i = 1, #s - keep do b[i] = s[i] end
   return b
@@ -156,7 +156,7 @@ local function blocks_forward(c)
   end
   if acc == nil then                             -- no key for any query here
     acc = qkv.zeros(c.out_shape, c.q.dtype)
-    lse = qkv.full(batch(c.out_shape, 1), -math.huge, c.q.dtype)
+    lse = qkv.full(M.batch(c.out_shape, 1), -math.huge, c.q.dtype)
   end
   return acc, lse
 end
@@ -395,7 +395,7 @@ local function zig_forward(c)
   for a = 1, 2 do                                -- a half that no key reached
     if acc[a] == nil then
       acc[a] = qkv.zeros(with(c.out_shape, cq), c.q.dtype)
-      lse[a] = qkv.full(with(batch(c.out_shape, 1), cq, -1), -math.huge, c.q.dtype)
+      lse[a] = qkv.full(with(M.batch(c.out_shape, 1), cq, -1), -math.huge, c.q.dtype)
     end
   end
   local out, l = qkv.cat(acc, -2), qkv.cat(lse, -1)

@@ -37,6 +37,24 @@ function M.run(exe, n, script, limit, ...)
   return out, code, qkv.clock() - t0
 end
 
+-- a suite's setUp for the tests that need ranks: skipped, with the reason,
+-- where they cannot run
+function M.need(lu, exe)
+  local why = M.missing(exe)
+  if why then lu.skip(why) end
+end
+
+-- the rank script's run on n ranks succeeded, and every "ok" line came
+-- from every rank, the names in `want` among them; returns the counts
+function M.check(lu, out, code, n, want)
+  lu.assertEquals(code, 0, out)
+  local oks = M.oks(out)
+  lu.assertTrue(next(oks) ~= nil, out)
+  for name, k in pairs(oks) do lu.assertEquals(k, n, name .. "\n" .. out) end
+  for _, name in ipairs(want or {}) do lu.assertEquals(oks[name], n, name .. "\n" .. out) end
+  return oks
+end
+
 -- the lines of out that rank scripts print as "ok <name>", counted by name
 function M.oks(out)
   local n = {}

@@ -125,22 +125,13 @@ end
 
 TestDistRanks = {}
 
-function TestDistRanks:setUp()
-  local why = mpi.missing(exe)
-  if why then lu.skip(why) end
-end
+function TestDistRanks:setUp() mpi.need(lu, exe) end
 
 local function collectives(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/collectives.lua", 300)
-  lu.assertEquals(code, 0, out)
-  local oks = mpi.oks(out)
-  lu.assertTrue(next(oks) ~= nil, out)
-  for name, k in pairs(oks) do lu.assertEquals(k, n, name .. "\n" .. out) end
-  for _, name in ipairs({"all_reduce sum bfloat16", "all_reduce mean float16", "all_reduce column",
-                         "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
-                         "recv mismatch", "done"}) do
-    lu.assertEquals(oks[name], n, name)
-  end
+  mpi.check(lu, out, code, n, {"all_reduce sum bfloat16", "all_reduce mean float16",
+    "all_reduce column", "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
+    "recv mismatch", "done"})
 end
 
 function TestDistRanks:testCollectivesOn2() collectives(2) end
@@ -150,13 +141,8 @@ function TestDistRanks:testCollectivesOn4() collectives(4) end
 -- buckets start while backward runs, unused parameters
 local function ddp(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/ddp.lua", 300)
-  lu.assertEquals(code, 0, out)
-  local oks = mpi.oks(out)
-  for _, name in ipairs({"broadcast at wrap", "buckets", "grads step 3", "three steps",
-                         "bucket started during backward 1", "used by rank 0 alone",
-                         "unused everywhere", "done"}) do
-    lu.assertEquals(oks[name], n, name .. "\n" .. out)
-  end
+  mpi.check(lu, out, code, n, {"broadcast at wrap", "buckets", "grads step 3", "three steps",
+    "bucket started during backward 1", "used by rank 0 alone", "unused everywhere", "done"})
 end
 
 function TestDistRanks:testDDPOn2() ddp(2) end
