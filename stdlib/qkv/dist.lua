@@ -278,6 +278,10 @@ local function on_device(x, device) return device == "cpu" and x or x:to(device)
 function M.all_gather(t, opts)
   ready("all_gather")
   checktensor("all_gather", t, 1, "t")
+  if t.ndim >= MAXDIM then
+    fail("dist.all_gather: t has %d dims, and the result (world_size, ...) would have %d, " ..
+         "more than a tensor's %d", t.ndim, t.ndim + 1, MAXDIM)
+  end
   local is_async = async("all_gather", opts)
   agree("all_gather", t)
   local shape = {world.size}

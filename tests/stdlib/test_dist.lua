@@ -67,6 +67,8 @@ function TestDistWorldOfOne:testBadArguments()
   lu.assertStrContains(err(d.broadcast, t, 0.5), "src must be a rank")
   lu.assertStrContains(err(d.all_to_all, t, 2, 1), "dist.all_to_all: bad argument #2 (split_dim must be a dimension of t, in [1, 1] or [-1, -1], got 2)")
   lu.assertStrContains(err(d.reduce_scatter, qkv.tensor(1)), "dist.reduce_scatter: t's first dimension (none: t is a scalar)")
+  lu.assertStrContains(err(d.all_gather, qkv.zeros(1, 1, 1, 1, 1, 1, 1, 2)),
+    "dist.all_gather: t has 8 dims, and the result (world_size, ...) would have 9, more than a tensor's 8")
   lu.assertStrContains(err(d.send, t, 0), "dist.send: a world of one has no rank to send to")
   lu.assertStrContains(err(d.recv, t, 0), "dist.recv: a world of one has no rank to receive from")
   local c
