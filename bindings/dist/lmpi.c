@@ -15,7 +15,7 @@
 **   req:wait() waits (Ctrl-C while waiting ends the whole job: a started
 **       collective cannot be taken back); req:test() -> done; for irecv,
 **       wait() is the error if the message was not the tensor's size
-**   mpi.same(list) -> whether every rank passed these integers (<= 32)
+**   mpi.same(list) -> whether every rank passed these integers (<= 64)
 **   mpi.abort(code)   MPI_Abort on the world, after stderr is flushed
 ** The world is finalized when the Lua state closes; a script that fails
 ** (vm/cli/script.c runs the registry's "qkv.fatal") aborts the world
@@ -318,15 +318,15 @@ static int r_gc (lua_State *L) {
   return 0;
 }
 
-/* mpi.same(list) -> whether every rank passed the same list of at most 32
+/* mpi.same(list) -> whether every rank passed the same list of at most 64
    integers: one allreduce of (x, -x) with MPI_MIN (qkv.dist's check that
    the ranks agree, before each collective, made cheap) */
 static int m_same (lua_State *L) {
   needworld(L);
   luaL_checktype(L, 1, LUA_TTABLE);
-  int64_t v[64];
+  int64_t v[128];
   int n = (int)luaL_len(L, 1);
-  luaL_argcheck(L, n <= 32, 1, "at most 32 numbers");
+  luaL_argcheck(L, n <= 64, 1, "at most 64 numbers");
   for (int i = 0; i < n; i++) {
     lua_geti(L, 1, i + 1);
     v[i] = (int64_t)luaL_checkinteger(L, -1);

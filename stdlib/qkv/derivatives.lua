@@ -12,10 +12,11 @@ local D = {}
 local A                                   -- qkv.autograd, at install
 local R = {}                              -- name -> rule
 
--- g summed down to x's shape (the inverse of broadcasting); nil for a number
+-- g summed down to x's shape (the inverse of broadcasting), x a tensor or
+-- a list of sizes; nil for a number
 local function sum_to(g, x)
-  if not is_tensor(x) then return nil end
-  local shape = x.shape
+  local shape = is_tensor(x) and x.shape or type(x) == "table" and x or nil
+  if not shape then return nil end
   for _ = 1, g:dim() - #shape do g = g:sum(1) end
   for i = 1, #shape do
     if shape[i] == 1 and g:size(i) ~= 1 then g = g:sum(i, true) end

@@ -69,10 +69,6 @@ local Work = {}
 Work.__index = Work
 Work.__name = "qkv.dist.Work"
 
-local function work(finish)
-  return setmetatable({finish = finish}, Work)
-end
-
 function Work:wait()
   if self.finish then
     local f = self.finish
@@ -84,7 +80,7 @@ end
 
 function Work:is_completed()
   if self.finish == nil then return true end
-  for _, r in ipairs(self.reqs or {}) do if not r:test() then return false end end
+  for _, r in ipairs(self.reqs) do if not r:test() then return false end end
   return true
 end
 
@@ -104,9 +100,7 @@ end
 -- runs finish() now, or hands it back as a Work waiting on reqs
 local function run(is_async, reqs, finish)
   if not is_async then return finish() end
-  local w = work(finish)
-  w.reqs = reqs
-  return w
+  return setmetatable({finish = finish, reqs = reqs}, Work)
 end
 
 -- MPI's call f(...): its nonblocking form for an async call (the list of
@@ -177,28 +171,37 @@ local function call_text(d, args)
   return s
 end
 
--- every rank made this call alike, or an error on every rank that names
--- who did what (args: the names of the numbers a, b, c, for the message)
-local function agree(fname, t, args, a, b, c)
-  if world.size == 1 then return end
-  local d = describe(fname, t, a, b, c)
-  if mpi.same(d) then return end
-  local n = #d
-  local all = qkv.zeros({world.size, n}, "int64")
+-- nil when every rank passed the same numbers d (at most 64 integers),
+-- else the ranks grouped by text(row) of their numbers, in rank order:
+-- {{key = text, ranks = "rank 1" or "ranks 0, 2"}, ...}
+local function differ(d, text)
+  if world.size == 1 or mpi.same(d) then return nil end
+  local all = qkv.zeros({world.size, #d}, "int64")
   mpi.allgather(qkv.tensor(d, "int64"), all, true)
   local groups, order = {}, {}
   for r = 0, world.size - 1 do
-    local row = all[r + 1]:tolist()
-    row.want = CALLS[fname]
-    local key = call_text(row, args)
+    local key = text(all[r + 1]:tolist())
     if not groups[key] then groups[key] = {}; order[#order + 1] = key end
     table.insert(groups[key], r)
   end
-  local parts = {}
-  for _, key in ipairs(order) do
+  for i, key in ipairs(order) do
     local rs = groups[key]
-    parts[#parts + 1] = ("rank%s %s %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "),
-                                                 key ~= "" and "called it with " .. key or "called it")
+    order[i] = {key = key, ranks = ("rank%s %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "))}
+  end
+  return order
+end
+
+-- every rank made this call alike, or an error on every rank that names
+-- who did what (args: the names of the numbers a, b, c, for the message)
+local function agree(fname, t, args, a, b, c)
+  local groups = differ(describe(fname, t, a, b, c), function(row)
+    row.want = CALLS[fname]
+    return call_text(row, args)
+  end)
+  if not groups then return end
+  local parts = {}
+  for i, g in ipairs(groups) do
+    parts[i] = ("%s %s"):format(g.ranks, g.key ~= "" and "called it with " .. g.key or "called it")
   end
   fail("dist.%s: the ranks disagree: %s", fname, table.concat(parts, "; "))
 end
@@ -443,6 +446,8 @@ M._world = world
 M._mpi = function(fname) ready(fname); return mpi end
 M._checktensor = checktensor
 M._fail = fail
+M._differ = differ
+M._dtypes, M._dtype_names = DTYPES, NAMES
 function M._library(source) SOURCES[source] = true end
 
 return M

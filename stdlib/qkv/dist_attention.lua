@@ -53,11 +53,7 @@ local fail, checktensor = D._fail, D._checktensor
 
 ---------------------------------------------------------------- shapes
 
-local function dims(t)
-  local s = {}
-  for i = 1, t.ndim do s[i] = t.shape[i] end
-  return s
-end
+local dims = Ring.dims
 
 local function shape_text(s)
   local parts = {}
@@ -150,16 +146,12 @@ local function check_mask(fname, m, bq, nk, P)
   return m
 end
 
-local DT = {float32 = 1, float64 = 2, float16 = 3, bfloat16 = 4, int64 = 5, int32 = 6, bool = 7}
-local DTNAME = {}
-for k, v in pairs(DT) do DTNAME[v] = k end
+local DT, DTNAME = D._dtypes, D._dtype_names
 local NAMES = {"q", "k", "v", "mask"}
 
 -- every rank was called with the same shapes, dtypes and options, or an
 -- error on every rank naming what each had
 local function agree(fname, q, k, v, m, causal, scale)
-  local P = D._world.size
-  if P == 1 then return end
   local d = {}
   for _, t in ipairs({q, k, v, m or false}) do
     d[#d + 1] = t and DT[t.dtype] or 0
@@ -168,15 +160,8 @@ local function agree(fname, q, k, v, m, causal, scale)
   end
   d[#d + 1] = causal and 1 or 0
   d[#d + 1] = string.unpack("<i8", string.pack("<d", scale))
-  local all = D.all_gather(qkv.tensor(d, "int64")):tolist()
-  local same = true
-  for r = 2, P do
-    for i = 1, #d do same = same and all[r][i] == all[1][i] end
-  end
-  if same then return end
-  local groups, order = {}, {}
-  for r = 1, P do
-    local row, parts = all[r], {}
+  local groups = D._differ(d, function(row)
+    local parts = {}
     for t = 1, 4 do
       local base = (t - 1) * 10
       if row[base + 2] >= 0 then
@@ -190,15 +175,11 @@ local function agree(fname, q, k, v, m, causal, scale)
     end
     parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
     parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
-    local key = table.concat(parts, ", ")
-    if not groups[key] then groups[key] = {}; order[#order + 1] = key end
-    table.insert(groups[key], r - 1)
-  end
+    return table.concat(parts, ", ")
+  end)
+  if not groups then return end
   local text = {}
-  for _, key in ipairs(order) do
-    local rs = groups[key]
-    text[#text + 1] = ("rank%s %s: %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "), key)
-  end
+  for i, g in ipairs(groups) do text[i] = g.ranks .. ": " .. g.key end
   fail("dist.%s: the ranks' blocks or options differ (each rank holds a block of the same "
        .. "shape): %s", fname, table.concat(text, "; "))
 end

@@ -38,11 +38,13 @@ local TAG_K, TAG_V, TAG_DK, TAG_DV = 3 << 20, (3 << 20) + 1, (3 << 20) + 2, (3 <
 local TAG_MOVE = (3 << 20) + 8
 local MQ, MK, MV, MMASK, MOUT, MG, MDQ, MDK, MDV = 0, 2, 4, 6, 8, 10, 12, 14, 16
 
-local function dims(t)
+-- t's sizes as a list
+function M.dims(t)
   local s = {}
   for i = 1, t.ndim do s[i] = t.shape[i] end
   return s
 end
+local dims = M.dims
 
 function M.batch(s, keep)
   local b = {}
@@ -58,13 +60,8 @@ local function with(s, n, at)
   return t
 end
 
-local function sum_to(g, shape)
-  for _ = 1, g.ndim - #shape do g = g:sum(1) end
-  for i = 1, #shape do
-    if shape[i] == 1 and g.shape[i] ~= 1 then g = g:sum(i, true) end
-  end
-  return g
-end
+-- g summed down to a shape (a list of sizes), as autograd's rules do
+local sum_to = require("qkv.derivatives").sum_to
 
 -- (acc, lse) and a block's (o, l) combined: the softmax over both key sets
 local function combine(acc, lse, o, l)
