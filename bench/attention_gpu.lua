@@ -16,6 +16,7 @@
 -- and 128 run on the tensor cores (vm/cuda/attention_mma.cu); the column
 -- "path" says which kernel ran (qkv.cuda.attention_backend()).
 
+io.stdout:setvbuf("line")            -- a step killed at its limit keeps its rows
 local ok, why = qkv.cuda_available()
 if not ok then print("attention_gpu: no GPU (" .. why .. "); skipped") return end
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -33,6 +34,9 @@ local out = p:read("a")
 p:close()
 for dt, h, d, n, c, ms in out:gmatch("RESULT (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
   torch[table.concat({dt, h, d, n, c}, " ")] = tonumber(ms)
+end
+for dt, h, d, n, c, ms in out:gmatch("BACKWARD (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
+  torch[table.concat({dt, h, d, n, c, "bwd"}, " ")] = tonumber(ms)
 end
 for k, v in out:gmatch("CEILING (%S+) (%S+)") do ceiling[k] = v end
 if not next(torch) then print("attention_gpu: torch: " .. out:gsub("\n$", "")) end
@@ -105,6 +109,43 @@ for _, dt in ipairs(DTYPES) do
           tms and ("%.2f"):format(tms / ms) or "-"))
       end
       q, k, v = nil, nil, nil
+      collectgarbage()
+    end
+  end
+end
+print()
+
+-- forward and backward: the halves, g = dL/dout drawn once; FLOPs 4 B H N^2 d
+-- forward and 10 B H N^2 d backward (FlashAttention-2's count), halved when
+-- causal; medians of 10 after 3 warm-ups
+require "qkv.autograd"
+print(("attention_gpu: %s; forward + backward, TFLOP/s of 14 B H N^2 d (ms)"):format(
+  qkv.cuda.device_name()))
+print("| dtype | heads x d | N | causal | qkv | torch SDPA | qkv/torch |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for _, dt in ipairs{"bfloat16", "float16"} do
+  for _, hd in ipairs{{16, 128}, {32, 64}} do
+    local h, d = hd[1], hd[2]
+    for _, n in ipairs(NS) do
+      local b = 16384 // n
+      local q = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
+      local k = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
+      local v = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
+      local g = qkv.randn(b, h, n, d, "cuda"):to(dt)
+      for _, causal in ipairs{false, true} do
+        local ms = median_ms(function()
+          q.grad, k.grad, v.grad = nil, nil, nil
+          qkv.attention(q, k, v, {causal = causal, weights = false}):backward(g)
+          return q.grad
+        end, 3, 10)
+        local tms = torch[table.concat({dt, h, d, n, causal and 1 or 0, "bwd"}, " ")]
+        local flops = 14 * b * h * n * n * d / (causal and 2 or 1)
+        print(("| %s | %d x %d | %d | %s | %.1f (%.3f) | %s | %s |"):format(dt, h, d, n,
+          causal and "yes" or "no", flops / ms / 1e9, ms,
+          tms and ("%.1f (%.3f)"):format(flops / tms / 1e9, tms) or "-",
+          tms and ("%.2f"):format(tms / ms) or "-"))
+      end
+      q, k, v, g = nil, nil, nil, nil
       collectgarbage()
     end
   end

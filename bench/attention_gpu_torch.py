@@ -8,7 +8,8 @@ sequences, hidden 2048 as 16 x 128 and 32 x 64; N from 512 to 16k; bf16,
 fp16 and fp32 with TF32 off), timed with CUDA events (5 warm-ups, the
 median of 20), then "CEILING copy_gbs X" (a 1 GiB device-to-device copy,
 bytes read and written) and "CEILING bf16_gemm_tflops X" (8192^3), or
-"SKIP why".
+"SKIP why". Then, for bf16 and fp16, "BACKWARD dtype heads d N causal ms":
+the forward and the backward (medians of 10 after 3 warm-ups).
 
     python3 bench/attention_gpu_torch.py --numerics FILE DTYPE HEADS D
 
@@ -47,6 +48,22 @@ for name in ("bfloat16", "float16") if QUICK else ("bfloat16", "float16", "float
                 ms = median_ms(lambda: sdpa(q, k, v, is_causal=causal))
                 print("RESULT %s %d %d %d %d %.4f" % (name, heads, d, n, int(causal), ms))
             del q, k, v
+
+# forward and backward, the halves: "BACKWARD dtype heads d N causal ms"
+for name in ("bfloat16", "float16"):
+    for heads, d in ((16, 128), (32, 64)):
+        for n in (4096, 16384) if QUICK else (512, 1024, 2048, 4096, 8192, 16384):
+            b = 16384 // n
+            q, k, v = (torch.randn(b, heads, n, d, device="cuda", dtype=DT[name]).requires_grad_()
+                       for _ in range(3))
+            g = torch.randn(b, heads, n, d, device="cuda", dtype=DT[name])
+            for causal in (False, True):
+                def step():
+                    q.grad = k.grad = v.grad = None
+                    sdpa(q, k, v, is_causal=causal).backward(g)
+                ms = median_ms(step, warm=3, runs=10)
+                print("BACKWARD %s %d %d %d %d %.4f" % (name, heads, d, n, int(causal), ms))
+            del q, k, v, g
 
 x = torch.empty(1 << 28, device="cuda")                 # 1 GiB of float32
 y = torch.empty_like(x)

@@ -5,14 +5,17 @@
 # its log under $OUT (8 files at most); one line per step goes to
 # $OUT/0-summary.txt and to stdout, so the end of the output is the summary.
 #
-#   1-env.log        nvidia-smi, driver, toolkit, the plugin's libraries
-#   2-cuda.log       the cross-backend suite, CUDA_LAUNCH_BLOCKING=1
+#   1-env.log        nvidia-smi, driver, toolkit, the plugin's libraries,
+#                    the PyTorch there (tests/tools/gpu_probe.py: its cuDNN,
+#                    and the kernels its SDPA runs)
+#   2-cuda.log       the cross-backend suite, CUDA_LAUNCH_BLOCKING=1 (and
+#                    its half-precision attention under QKV_CUDA_MMA_SYNC=1)
 #   3-memcheck.log   compute-sanitizer memcheck over it, QKV_CUDA_NO_CACHE=1
 #                    (less the out-of-memory test, whose failed cudaMalloc
 #                    memcheck counts as an error)
 #   4-racecheck.log  racecheck and synccheck over its shared-memory tests
 #   5-device.log     every suite with the GPU as the default device
-#   6-bench.log      bench/cuda.lua against the PyTorch there
+#   6-bench.log      bench/attention_gpu.lua against the PyTorch there
 #   7-oom.log        tests/tools/gpu_oom.lua: the card filled, alone, last
 #
 # `bash tests/tools/gpu_check.sh attention` runs the tensor-core attention's
@@ -63,6 +66,7 @@ env_step() {
   echo "compute-sanitizer: ${CS:-absent}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   ldd build/gpu/bin/qkv_cuda.so
+  timeout 60 python3 tests/tools/gpu_probe.py
   $QKV -e 'print("cuda_available", qkv.cuda_available()); print(qkv.cuda.device_name())
     local t = qkv.clock(); local x = qkv.ones(1):cuda(); print("first cuda()", qkv.clock() - t)'
 }
@@ -76,8 +80,8 @@ san() {
 # racecheck, one process per test class that uses shared memory or warp
 # shuffles, side by side, then synccheck on those; joined in one log
 racesync() {
-  local c SAN_LIMIT=200
-  for c in Reduce Softmax Select Attention.testFused Attention.testMasks Attention.testBackward; do
+  local c SAN_LIMIT=140
+  for c in Reduce Softmax Select Attention.testFused Attention.testMasks Attention.testBackward Halves; do
     ( san racecheck -p "$c" > /tmp/race-$c.log 2>&1; echo "racecheck $c rc=$?" >> /tmp/race-$c.log ) &
   done
   san synccheck -p Reduce -p Softmax -p Attention -p Select > /tmp/race-sync.log 2>&1
@@ -112,14 +116,17 @@ if [ "${1:-}" = attention ]; then
   echo "== bench"; cat "$OUT/6-bench.log"
   exit 0
 fi
-cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release" | head -n 8
-run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/test_cuda.lua
-run 3-memcheck 200 san memcheck -x OutOfMemory &
-run 4-racecheck 220 racesync &
-run 5-device 220 $QKV test --device cuda tests/ &
+cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release|^torch" | head -n 8
+halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
+export -f halves
+run 2-cuda 90 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
+export SAN_LIMIT=150
+run 3-memcheck 160 san memcheck -x OutOfMemory &
+run 4-racecheck 160 racesync &
+run 5-device 160 $QKV test --device cuda tests/ &
 wait
-run 6-bench 90 $QKV bench/cuda.lua
-run 7-oom 45 $QKV tests/tools/gpu_oom.lua
+run 6-bench 170 $QKV bench/attention_gpu.lua
+run 7-oom 40 $QKV tests/tools/gpu_oom.lua
 say "gpu_check: $(( $(date +%s) - T0 )) s in all"
 echo "== summary"; cat "$SUM"
 echo "== bench"; tail -n 12 "$OUT/6-bench.log"
