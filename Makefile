@@ -339,11 +339,24 @@ $(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard vm/common/*.h) \
   vm/dispatch/plugin.h
 	BUILD=$(BUILD) tests/tools/cudasim/build.sh
 
+# the tensor-core attention's kernels as ptxas builds them: registers,
+# spills and stack of each (template arguments DT, D, MT, BK, PIPE), which
+# must show 0 bytes of stack and spills (vm/cuda/attention_mma.cu's header)
+cuda-regs:
+	@mkdir -p $(BUILD)/obj
+	$(NVCC) $(NVCC_FLAGS) -Xptxas -v -c vm/cuda/attention_mma.cu -o $(BUILD)/obj/cuda-regs.o 2>&1 | \
+	  awk '/Compiling entry/ { match($$0, /kernelILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01]/); \
+	    split(substr($$0, RSTART + 9, RLENGTH - 9), a, /E(Li|Lb)/) } \
+	    /spill/ { s = $$0; sub(/.*: +/, "", s) } \
+	    /Used/ { u = $$0; sub(/.*Used /, "", u); sub(/, used.*/, "", u); \
+	      printf "%s d %3d MT %d BK %3d %-6s %s, %s\n", a[1] ? "f16 " : "bf16", a[2], a[3], a[4], \
+	        a[5] ? "pipe:" : "sync:", u, s }'
+
 test-cudasim: $(SIM_SO)
 	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
 	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
 
-.PHONY: gpu-bundle gpu-check test-device test-cudasim
+.PHONY: gpu-bundle gpu-check test-device test-cudasim cuda-regs
 gpu-bundle: all $(SIM_SO)
 	@test -f $(CUDA_SO) || { echo "gpu-bundle: no $(CUDA_SO) (make found no nvcc)"; exit 1; }
 	rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz

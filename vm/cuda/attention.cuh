@@ -27,6 +27,9 @@ typedef struct {
   double scale;
   operand q, k, v, mask;
   void *out;
+  void *lse;                         /* NULL, or (nbatch, nq) contiguous float32 (the half
+                                        kernels): each query's log-sum-exp of its scaled
+                                        scores, natural log, -inf where no key is kept */
 } job;
 
 void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);

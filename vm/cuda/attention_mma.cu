@@ -5,32 +5,62 @@
 ** aligned to the last key, a query with no key left gives zeros, scores
 ** the product then a multiply by scale, in log2 units for exp2), with
 ** float32 accumulators and the probabilities rounded to the input's dtype
-** before P V.
+** before P V; and, when the job asks (J.lse), each query's log-sum-exp.
 **
-** A block of 4 warps takes BQ = 64 queries of one batch item (16 a warp;
-** the grid loops over items, the last query tiles first) and walks the key
-** tiles of BK = 64 up to the tile's causal end:
-**   1. Q's tile goes to shared memory once per item, and from there into
-**      each warp's A fragments (ldmatrix), which stay in registers;
-**   2. per key tile: K's and V's tiles to shared memory (16 bytes a thread
+** A block of 4 warps takes BQ = 4 R queries of one batch item (R = 16 MT
+** a warp: MT m-tiles of 16 rows; a block an item, the last query tiles
+** first) and walks the key tiles of BK up to the tile's causal end:
+**   1. Q's tile goes to shared memory once; its A fragments (ldmatrix)
+**      stay in registers where they fit beside S's and O's accumulators
+**      (q_in_registers), else they are read again per key tile;
+**   2. per key tile: K's and V's tiles in shared memory (16 bytes a thread
 **      a load when the rows allow it); S = Q K^T by mma.sync m16n8k16, K's
-**      rows read as B fragments by ldmatrix; an excluded key (mask false,
-**      causal, past nk) gets -inf;
+**      rows read as B fragments by ldmatrix, each feeding MT mma; where
+**      the mask, the causal diagonal or the keys' end cuts the tile for
+**      a warp, an excluded key gets -inf (cut_bits);
 **   3. the online softmax in registers: a thread holds two rows' scores
-**      (rows g and g + 8 of its warp's 16, g = lane / 4); the four threads
-**      of a row share its max by shuffles; O and l are rescaled by
-**      exp(m_old - m_new);
+**      per m-tile (rows g and g + 8, g = lane / 4); the four threads of a
+**      row share its max by shuffles; l is rescaled by exp(m_old - m_new),
+**      and O too where a row's max moved;
 **   4. O += P V: the scores' accumulator fragments are the A fragments of
 **      P once packed to 16 bits (no shared memory), V's rows read as B
-**      fragments by ldmatrix.trans.
-** At the end out = O / l, zeros where l == 0.
+**      fragments by ldmatrix.trans, again each feeding MT mma.
+** At the end out = O / l, zeros where l == 0, and lse = m + log l.
 **
-** Shared memory: Q BQ x LD, K and V BK x LD in 16-bit elements, LD = D + 8
-** (rows 16 bytes apart in banks, so ldmatrix's eight rows hit eight
-** different bank groups): 27 KiB at D = 64, 51 KiB at D = 128.
-** Mirrors attention.cu, the float32 reference of the same tiling on CUDA
-** cores; the host simulation runs this file with mma.cuh's instructions as
-** warp collectives.
+** Why MT: a warp's mma needs a B fragment (K or V, 256 bytes by ldmatrix)
+** per 16 x 8 x 16 product; with one m-tile each fragment feeds one mma,
+** and shared memory's 128 bytes a clock, not the tensor cores, bound the
+** loop (bench/NOTES.md, "Tensor-core forward on the H100").  Two m-tiles
+** halve the bytes per mma, at twice the accumulators: 255 registers, and
+** no spills only because nothing else stays live across the key loop
+** (the item's pointers are in shared memory, positions in int, the cut
+** tiles' keys as bits in shared memory).  Check `make cuda-regs` after any
+** change.  The variants, QKV_CUDA_MMA_VARIANT=name (rows a warp, keys a
+** tile; the one GPU run times them side by side, bench/attention_gpu.lua):
+**   r16k64    MT 1, BK 64: the first design's tiling, Q in registers;
+**   r32k32    MT 2, BK 32: half the accumulators of r32k64, twice the
+**             per-tile work (barrier, max, rescale) a key;
+**   r32k64    MT 2, BK 64: the default at d 128 (Q re-read from shared
+**             memory there, in registers at d 64);
+**   r32k128   MT 2, BK 128, d 64 only, its default (FlashAttention-2's
+**             128 x 128 there); at d 128 S's 128 accumulators beside O's
+**             128 spill, so it is not built: an error there.
+** QKV_CUDA_MMA_SYNC=1, and rows that cannot be read 16 bytes at a time,
+** take the one-stage kernel, r32k64 at d 64 and r32k32 at d 128.
+**
+** The loop, K and V in two stages by cp.async, one barrier a key tile: at
+** the top of tile t every thread waits for its own copies of t, and the
+** barrier both publishes them and certifies that every warp is done with
+** tile t - 1, whose stage then takes tile t + 1's copies, in flight while
+** t is computed on.  (The one-stage kernel: load, barrier, compute,
+** barrier.)
+**
+** Shared memory: Q BQ x LD, K and V BK x LD per stage in 16-bit elements,
+** LD = D + 8 (rows 16 bytes apart in banks, so ldmatrix's eight rows hit
+** eight different bank groups), and BQ BK / 8 bytes of cut bits; see
+** launch().  Mirrors attention.cu, the float32 reference of the same
+** tiling on CUDA cores; the host simulation runs this file with mma.cuh's
+** instructions as warp collectives.
 */
 #include <limits.h>
 #include <math.h>
@@ -42,208 +72,348 @@
 
 #define WARPS 4
 #define NTH (32 * WARPS)              /* threads a block */
-#define BQ (16 * WARPS)               /* queries a block: 16 a warp */
-#define BK 64                         /* keys a tile */
 #define FULL 0xffffffffu
 
-/* rows [r0, r0 + n) of op to a rows x D tile at dst, LD apart, zeros past
-   n; 16 bytes a load when vec (the rows' elements dense and aligned) */
+/* every loop over a register array unrolled, so that its indices are
+   constants and the array stays in registers (nvcc's own heuristic stops
+   short at two m-tiles and leaves the accumulators in local memory); and
+   cut_bits' loop over rows only twice (unrolled, its loads in flight take
+   the registers that the accumulators need: ptxas spills) */
+#ifdef QKV_CUDASIM
+#define UNROLL
+#define ROLLED2
+#else
+#define UNROLL _Pragma("unroll")
+#define ROLLED2 _Pragma("unroll 2")
+#endif
+
+/* whether Q's fragments (MT D / 4 registers a thread) stay in registers:
+   when they, S's (MT BK / 2) and O's (MT D / 2) accumulators come to at
+   most 160 of the 255 a thread has (the rest: addresses, m, l, the
+   fragments in flight) */
+__host__ __device__ constexpr bool q_in_registers (int D, int MT, int BK) {
+  return MT * (D / 4 + BK / 2 + D / 2) <= 160;
+}
+
+/* rows [r0, r0 + n) of src (rows rs, columns cs apart) to a rows x D tile
+   at dst, LD apart, zeros past n; 16 bytes a load when vec (the rows'
+   elements dense and aligned) */
 template <int D>
-__device__ static void load_rows (uint16_t *dst, const operand &op, int64_t boff, int64_t r0,
-                                  int n, int rows, int vec) {
+__device__ static void load_rows (uint16_t *dst, const uint16_t *src, int64_t rs, int64_t cs,
+                                  int r0, int n, int rows, int vec) {
   enum { LD = D + 8, V = D / 8 };
-  const uint16_t *src = (const uint16_t *)op.base + boff;
   if (vec) {
     for (int x = threadIdx.x; x < rows * V; x += NTH) {
       int i = x / V, j = x % V * 8;
       uint4 u = make_uint4(0, 0, 0, 0);
-      if (i < n) u = *(const uint4 *)(src + (r0 + i) * op.rs + j);
+      if (i < n) u = *(const uint4 *)(src + (r0 + i) * rs + j);
       *(uint4 *)(dst + i * LD + j) = u;
     }
   } else {
     for (int x = threadIdx.x; x < rows * D; x += NTH) {
       int i = x / D, j = x % D;
-      dst[i * LD + j] = i < n ? src[(r0 + i) * op.rs + j * op.cs] : (uint16_t)0;
+      dst[i * LD + j] = i < n ? src[(r0 + i) * rs + j * cs] : (uint16_t)0;
     }
   }
 }
 
 /* K's and V's rows [j0, j0 + n) into one stage by cp.async, one group;
-   zeros past n (rows dense and aligned: vec) */
-template <int D>
-__device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const job &J, const int64_t boff[4],
-                                 int64_t j0, int n) {
-  enum { LD = D + 8, V = D / 8 };
-  const uint16_t *k = (const uint16_t *)J.k.base + boff[1];
-  const uint16_t *v = (const uint16_t *)J.v.base + boff[2];
-  for (int x = threadIdx.x; x < BK * V; x += NTH) {
-    int i = x / V, j = x % V * 8;
-    if (i < n) {
-      qkv_cp_async16(ks + i * LD + j, k + (j0 + i) * J.k.rs + j);
-      qkv_cp_async16(vs + i * LD + j, v + (j0 + i) * J.v.rs + j);
+   zeros past n (rows dense and aligned: vec).  A thread copies 16 bytes of
+   column j of rows i, i + NTH / V, ...: one running address each for K and
+   V rather than one per copy, which the compiler would keep in registers
+   across the key loop */
+template <int D, int BK>
+__device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg, const uint16_t *vg,
+                                 const job &J, int j0, int n) {
+  enum { LD = D + 8, V = D / 8, STEP = NTH / V };
+  const int i = threadIdx.x / V, j = threadIdx.x % V * 8;
+  const uint16_t *k = kg + (j0 + i) * J.k.rs + j, *v = vg + (j0 + i) * J.v.rs + j;
+  for (int r = i; r < BK; r += STEP, k += STEP * J.k.rs, v += STEP * J.v.rs) {
+    if (r < n) {
+      qkv_cp_async16(ks + r * LD + j, k);
+      qkv_cp_async16(vs + r * LD + j, v);
     } else {
-      *(uint4 *)(ks + i * LD + j) = make_uint4(0, 0, 0, 0);
-      *(uint4 *)(vs + i * LD + j) = make_uint4(0, 0, 0, 0);
+      *(uint4 *)(ks + r * LD + j) = make_uint4(0, 0, 0, 0);
+      *(uint4 *)(vs + r * LD + j) = make_uint4(0, 0, 0, 0);
     }
   }
   qkv_cp_commit();
 }
 
-/* PIPE: K and V in two stages, the next tile's copies (cp.async) in
-   flight while this one is computed on; else one stage, loaded and then
-   computed on */
-template <int DT, int D, bool PIPE>
-__global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
-  enum { LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8, STAGE = 2 * BK * LD };
+/*
+** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
+** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
+** kept when below nk, on or before the causal diagonal, and kept by the
+** mask.  The mask's bytes are read a row of 32 keys at a time (lane l
+** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
+** memory rather than registers, because S's and O's accumulators leave
+** none: each thread reads back only its own rows' words.
+*/
+template <int R, int BK>
+__device__ static void cut_bits (uint32_t *bits, const job &J, const unsigned char *mk, int r0,
+                                 int j0) {
+  const int lane = threadIdx.x % 32, nk = (int)J.nk, off = (int)J.off;
+  ROLLED2 for (int rr = 0; rr < R; rr++)
+    UNROLL for (int wd = 0; wd < BK / 32; wd++) {
+      const int i = r0 + rr, j = j0 + 32 * wd + lane;
+      bool keep = j < nk && (!J.causal || j <= i + off);
+      if (J.has_mask && keep && i < J.nq) keep = mk[i * J.mask.rs + j * J.mask.cs] != 0;
+      const uint32_t word = __ballot_sync(FULL, keep);
+      if (lane == 0) bits[rr * (BK / 32) + wd] = word;
+    }
+}
+
+/* MT m-tiles of 16 queries a warp, BK keys a tile; PIPE: K and V in two
+   stages by cp.async (the header's loop), else one stage */
+template <int DT, int D, int MT, int BK, bool PIPE>
+__global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) {
+  enum { R = 16 * MT, BQ = WARPS * R, LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8,
+         STAGE = 2 * BK * LD };
+  constexpr bool QREG = q_in_registers(D, MT, BK);
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BQ * LD;    /* stage s: K at KV + s STAGE, V after */
+  /* this warp's cut_bits words, after the stages */
+  uint32_t *Bw = (uint32_t *)(KV + (PIPE ? 2 : 1) * STAGE) + threadIdx.x / 32 * R * (BK / 32);
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
   /* scores in log2 units: exp(x scale - m) = exp2(x scale log2 e - m') */
   const float scale2 = (float)(J.scale * 1.4426950408889634), ninf = -INFINITY;
+  /* this lane's ldmatrix row of Q's m-tile 0 (A fragments: tiles 0, 1 are
+     rows 0-7, 8-15 of dims 16 kk .. + 7, tiles 2, 3 the next eight dims) */
+  const uint16_t *qrow = (const uint16_t *)smem + (R * w + lane % 16) * LD + lane / 16 * 8;
 
-  for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
-    int64_t b, i0, jend, boff[4];
-    int bq;
-    attention_tile(J, item, BQ, &b, &i0, &bq, &jend);
-    batch_offsets(J, b, boff);
-    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
-    const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};   /* this thread's queries */
+  /* one item a block (the launch takes J.items <= INT_MAX: a loop over
+     items would keep its registers live across the key loop) */
+  int64_t b, i0_, jend_, boff[4];
+  int bq;
+  attention_tile(J, blockIdx.x, BQ, &b, &i0_, &bq, &jend_);
+  batch_offsets(J, b, boff);
+  /* positions in int (the launch takes nq, nk < 2^30) */
+  const int i0 = (int)i0_, jend = (int)jend_, nk = (int)J.nk, off = (int)J.off;
+  const int r0 = i0 + R * w;                   /* this warp's first query */
+  /* the item's K, V and mask, and its first row of out, read from shared
+     memory where the key loop and the end use them: in registers they
+     would be live across the loop, where S's and O's accumulators leave
+     none to spare */
+  __shared__ struct { const uint16_t *k, *v; const unsigned char *mask; int64_t row0; } item;
+  if (threadIdx.x == 0) {
+    item.k = (const uint16_t *)J.k.base + boff[1];
+    item.v = (const uint16_t *)J.v.base + boff[2];
+    item.mask = (const unsigned char *)J.mask.base + boff[3];
+    item.row0 = b * J.nq + i0;
+  }
+  if (PIPE && jend > 0)
+    issue_kv<D, BK>(KV, KV + BK * LD, (const uint16_t *)J.k.base + boff[1],
+                    (const uint16_t *)J.v.base + boff[2], J, 0, nk < BK ? nk : BK);
+  load_rows<D>(Qs, (const uint16_t *)J.q.base + boff[0], J.q.rs, J.q.cs, i0, bq, BQ, vec);
+  __syncthreads();
+  uint32_t qf[QREG ? KS : 1][MT][4];
+  if constexpr (QREG) {
+    UNROLL for (int kk = 0; kk < KS; kk++)
+      UNROLL for (int mt = 0; mt < MT; mt++)
+        qkv_ldmatrix_x4(qf[kk][mt], qrow + 16 * mt * LD + kk * 16);
+  }
 
-    __syncthreads();                           /* the last item's reads are done */
-    if (PIPE && jend > 0) issue_kv<D>(KV, KV + BK * LD, J, boff, 0, (int)(J.nk < BK ? J.nk : BK));
-    load_rows<D>(Qs, J.q, boff[0], i0, bq, BQ, vec);
-    __syncthreads();
-    uint32_t qf[KS][4];
-    for (int kk = 0; kk < KS; kk++)
-      qkv_ldmatrix_x4(qf[kk], Qs + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
+  float o[MT][DN][4], m[MT][2], l[MT][2];
+  UNROLL for (int mt = 0; mt < MT; mt++) {
+    m[mt][0] = m[mt][1] = ninf;
+    l[mt][0] = l[mt][1] = 0;
+    UNROLL for (int dn = 0; dn < DN; dn++)
+      UNROLL for (int e = 0; e < 4; e++) o[mt][dn][e] = 0;
+  }
 
-    float o[DN][4], m[2] = {ninf, ninf}, l[2] = {0, 0};
-    for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0;
-
-    for (int64_t j0 = 0, it = 0; j0 < jend; j0 += BK, it++) {
-      uint16_t *Ks = KV + (PIPE ? (it & 1) * STAGE : 0), *Vs = Ks + BK * LD;
-      if (PIPE) {
-        /* the next tile's copies into the other stage (which every warp
-           finished reading before the barrier that ended the last pass),
-           then wait for this tile's */
-        if (j0 + BK < jend) {
-          uint16_t *nk = KV + ((it + 1) & 1) * STAGE;
-          issue_kv<D>(nk, nk + BK * LD, J, boff, j0 + BK,
-                      (int)(J.nk - j0 - BK < BK ? J.nk - j0 - BK : BK));
-          qkv_cp_wait<1>();
-        } else
-          qkv_cp_wait<0>();
-      } else {
-        int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
-        __syncthreads();                       /* every warp is done with K and V */
-        load_rows<D>(Ks, J.k, boff[1], j0, bk, BK, vec);
-        load_rows<D>(Vs, J.v, boff[2], j0, bk, BK, vec);
+  for (int j0 = 0; j0 < jend; j0 += BK) {
+    uint16_t *Ks = KV + (PIPE ? (j0 / BK & 1) * STAGE : 0), *Vs = Ks + BK * LD;
+    if (PIPE) {
+      qkv_cp_wait<0>();                      /* this thread's copies of this tile */
+      __syncthreads();                       /* everyone's; and the last tile is done with */
+      if (j0 + BK < jend) {
+        uint16_t *next = KV + ((j0 / BK + 1) & 1) * STAGE;
+        issue_kv<D, BK>(next, next + BK * LD, item.k, item.v, J, j0 + BK,
+                        nk - j0 - BK < BK ? nk - j0 - BK : BK);
       }
+    } else {
+      int bk = nk - j0 < BK ? nk - j0 : BK;
+      __syncthreads();                       /* every warp is done with K and V */
+      load_rows<D>(Ks, item.k, J.k.rs, J.k.cs, j0, bk, BK, vec);
+      load_rows<D>(Vs, item.v, J.v.rs, J.v.cs, j0, bk, BK, vec);
       __syncthreads();
+    }
+    /* causal: a warp whose queries all come before the tile's first key
+       has nothing here (its m, l and O would not change) */
+    if (J.causal && j0 > r0 + R - 1 + off) continue;
 
-      /* 2. S = Q K^T: ldmatrix's tiles 0, 1 are keys 16 np .. + 7 (dims
-         kk 16 and + 8), tiles 2, 3 the next eight keys */
-      float s[NS][4];
-      for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
-      for (int kk = 0; kk < KS; kk++)
-        for (int np = 0; np < NS / 2; np++) {
-          uint32_t kb[4];
-          qkv_ldmatrix_x4(kb, Ks + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
-          const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-          qkv_mma<DT>(s[2 * np], qf[kk], b0);
-          qkv_mma<DT>(s[2 * np + 1], qf[kk], b1);
+    /* a tile that the mask, the causal diagonal or the keys' end cuts
+       for this warp: which of its keys each of this thread's rows keeps,
+       worked out before S's accumulators are live */
+    const bool cut = J.has_mask || j0 + BK > nk || (J.causal && j0 + BK - 1 > r0 + off);
+    if (cut) {
+      cut_bits<R, BK>(Bw, J, item.mask, r0, j0);
+      __syncwarp();
+    }
+
+    /* 2. S = Q K^T: ldmatrix's tiles 0, 1 are keys 16 np .. + 7 (dims
+       kk 16 and + 8), tiles 2, 3 the next eight keys */
+    float s[MT][NS][4];
+    UNROLL for (int mt = 0; mt < MT; mt++)
+      UNROLL for (int n = 0; n < NS; n++)
+        UNROLL for (int e = 0; e < 4; e++) s[mt][n][e] = 0;
+    UNROLL for (int kk = 0; kk < KS; kk++) {
+      uint32_t a[MT][4];
+      UNROLL for (int mt = 0; mt < MT; mt++) {
+        if constexpr (QREG) {
+          UNROLL for (int r = 0; r < 4; r++) a[mt][r] = qf[kk][mt][r];
+        } else {
+          qkv_ldmatrix_x4(a[mt], qrow + 16 * mt * LD + kk * 16);
         }
+      }
+      UNROLL for (int np = 0; np < NS / 2; np++) {
+        uint32_t kb[4];
+        qkv_ldmatrix_x4(kb, Ks + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 +
+                                (tile & 1) * 8);
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        UNROLL for (int mt = 0; mt < MT; mt++) {
+          qkv_mma<DT>(s[mt][2 * np], a[mt], b0);
+          qkv_mma<DT>(s[mt][2 * np + 1], a[mt], b1);
+        }
+      }
+    }
 
-      /* scaled (by scale log2 e: the exponentials are exp2), excluded
-         keys to -inf, and each row's max; only a tile that the mask,
-         the causal diagonal or the keys' end cuts looks at each key
-         (rows past nq are Q's zero rows, never stored) */
-      float mx[2] = {ninf, ninf};
-      bool cut = J.has_mask || j0 + BK > J.nk || (J.causal && j0 + BK - 1 > i0 + J.off);
-      for (int n = 0; n < NS; n++)
-        for (int e = 0; e < 4; e++) {
-          s[n][e] *= scale2;
-          if (cut) {
-            int64_t i = row[e / 2], j = j0 + n * 8 + c + (e & 1);
-            bool keep = j < J.nk && (!J.causal || j <= i + J.off) &&
-                        (!J.has_mask || i >= J.nq || mk[i * J.mask.rs + j * J.mask.cs]);
-            if (!keep) s[n][e] = ninf;
+    /* scaled (by scale log2 e: the exponentials are exp2), the keys
+       not kept to -inf, and each row's max */
+    UNROLL for (int mt = 0; mt < MT; mt++)
+      UNROLL for (int n = 0; n < NS; n++)
+        UNROLL for (int e = 0; e < 4; e++) s[mt][n][e] *= scale2;
+    if (cut) {
+      UNROLL for (int mt = 0; mt < MT; mt++)
+        UNROLL for (int h = 0; h < 2; h++)
+          UNROLL for (int wd = 0; wd < BK / 32; wd++) {
+            /* keys 32 wd + 8 q + c + e: S's n = 4 wd + q, element 2 h + e */
+            const uint32_t word = Bw[(16 * mt + 8 * h + g) * (BK / 32) + wd] >> c;
+            UNROLL for (int q = 0; q < 4; q++)
+              UNROLL for (int e = 0; e < 2; e++)
+                if (!(word >> (8 * q + e) & 1)) s[mt][4 * wd + q][2 * h + e] = ninf;
           }
-          mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
-        }
+      __syncwarp();                          /* read before the next tile's cut_bits */
+    }
+    float mx[MT][2];
+    UNROLL for (int mt = 0; mt < MT; mt++) {
+      mx[mt][0] = mx[mt][1] = ninf;
+      UNROLL for (int n = 0; n < NS; n++)
+        UNROLL for (int e = 0; e < 4; e++) mx[mt][e / 2] = fmaxf(mx[mt][e / 2], s[mt][n][e]);
+    }
 
-      /* 3. the online softmax; a row with nothing kept yet keeps m = -inf
-         and takes its exponentials against 0 (all zeros) */
+    /* 3. the online softmax; a row with nothing kept yet keeps m = -inf
+       and takes its exponentials against 0 (all zeros) */
+    UNROLL for (int mt = 0; mt < MT; mt++) {
       float mref[2], alpha[2];
-      for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL, mx[h], 2));
-        float mn = fmaxf(m[h], mx[h]);
+      UNROLL for (int h = 0; h < 2; h++) {
+        float x = mx[mt][h];
+        x = fmaxf(x, __shfl_xor_sync(FULL, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(FULL, x, 2));
+        float mn = fmaxf(m[mt][h], x);
         mref[h] = mn == ninf ? 0.f : mn;
-        alpha[h] = exp2f(m[h] - mref[h]);
-        m[h] = mn;
-        l[h] *= alpha[h];
+        alpha[h] = qkv_exp2(m[mt][h] - mref[h]);
+        m[mt][h] = mn;
+        l[mt][h] *= alpha[h];
       }
-      for (int n = 0; n < NS; n++)
-        for (int e = 0; e < 4; e++) {
-          s[n][e] = exp2f(s[n][e] - mref[e / 2]);
-          l[e / 2] += s[n][e];
+      UNROLL for (int n = 0; n < NS; n++)
+        UNROLL for (int e = 0; e < 4; e++) {
+          s[mt][n][e] = qkv_exp2(s[mt][n][e] - mref[e / 2]);
+          l[mt][e / 2] += s[mt][n][e];
         }
-      for (int dn = 0; dn < DN; dn++)
-        for (int e = 0; e < 4; e++) o[dn][e] *= alpha[e / 2];
-
-      /* 4. O += P V: P's A fragment for keys 16 kp .. + 15 is S's
-         accumulators of key groups 2 kp and 2 kp + 1; ldmatrix.trans's
-         tiles 0, 1 are keys 16 kp .. + 7 and + 8 .. + 15 of dims 16 dp .. + 7,
-         tiles 2, 3 the same keys of the next eight dims */
-      for (int kp = 0; kp < NS / 2; kp++) {
-        const uint32_t pa[4] = {qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]),
-                                qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]),
-                                qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]),
-                                qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3])};
-        for (int dp = 0; dp < D / 16; dp++) {
-          uint32_t vb[4];
-          qkv_ldmatrix_x4_trans(vb, Vs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
-                                    (tile >> 1) * 8);
-          const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-          qkv_mma<DT>(o[2 * dp], pa, b0);
-          qkv_mma<DT>(o[2 * dp + 1], pa, b1);
-        }
+      /* O's rescale, D / 2 multiplies a thread and m-tile, only where
+         one of the warp's rows' max moved: after the first tiles of a
+         long row it seldom does (alpha is then exactly 1) */
+      if (__any_sync(FULL, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        UNROLL for (int dn = 0; dn < DN; dn++)
+          UNROLL for (int e = 0; e < 4; e++) o[mt][dn][e] *= alpha[e / 2];
       }
-      if (PIPE) __syncthreads();               /* this stage is free for the pass after next */
     }
 
-    /* out = O / l (l summed over the row's four threads); zeros where no
-       key was kept */
-    for (int h = 0; h < 2; h++) {
-      l[h] += __shfl_xor_sync(FULL, l[h], 1);
-      l[h] += __shfl_xor_sync(FULL, l[h], 2);
-    }
-    uint16_t *out = (uint16_t *)J.out + (b * J.nq + i0) * D;
-    for (int h = 0; h < 2; h++) {
-      int r = 16 * w + g + 8 * h;
-      if (r >= bq) continue;
-      float rinv = l[h] == 0 ? 0.f : 1.f / l[h];
-      for (int dn = 0; dn < DN; dn++)
-        *(uint32_t *)(out + r * D + dn * 8 + c) =
-            qkv_pack2<DT>(o[dn][2 * h] * rinv, o[dn][2 * h + 1] * rinv);
+    /* 4. O += P V: P's A fragment for keys 16 kp .. + 15 is S's
+       accumulators of key groups 2 kp and 2 kp + 1; ldmatrix.trans's
+       tiles 0, 1 are keys 16 kp .. + 7 and + 8 .. + 15 of dims 16 dp .. + 7,
+       tiles 2, 3 the same keys of the next eight dims */
+    UNROLL for (int kp = 0; kp < NS / 2; kp++) {
+      uint32_t pa[MT][4];
+      UNROLL for (int mt = 0; mt < MT; mt++) {
+        pa[mt][0] = qkv_pack2<DT>(s[mt][2 * kp][0], s[mt][2 * kp][1]);
+        pa[mt][1] = qkv_pack2<DT>(s[mt][2 * kp][2], s[mt][2 * kp][3]);
+        pa[mt][2] = qkv_pack2<DT>(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
+        pa[mt][3] = qkv_pack2<DT>(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
+      }
+      UNROLL for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t vb[4];
+        qkv_ldmatrix_x4_trans(vb, Vs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
+                                  (tile >> 1) * 8);
+        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+        UNROLL for (int mt = 0; mt < MT; mt++) {
+          qkv_mma<DT>(o[mt][2 * dp], pa[mt], b0);
+          qkv_mma<DT>(o[mt][2 * dp + 1], pa[mt], b1);
+        }
+      }
     }
   }
+
+  /* out = O / l (l summed over the row's four threads); zeros where no
+     key was kept; lse = (m + log2 l) ln 2, -inf there */
+  const int64_t row0 = item.row0;
+  uint16_t *out = (uint16_t *)J.out + row0 * D;
+  UNROLL for (int mt = 0; mt < MT; mt++)
+    UNROLL for (int h = 0; h < 2; h++) {
+      float sum = l[mt][h];
+      sum += __shfl_xor_sync(FULL, sum, 1);
+      sum += __shfl_xor_sync(FULL, sum, 2);
+      int r = R * w + 16 * mt + g + 8 * h;
+      if (r >= bq) continue;
+      float rinv = sum == 0 ? 0.f : 1.f / sum;
+      UNROLL for (int dn = 0; dn < DN; dn++)
+        *(uint32_t *)(out + r * D + dn * 8 + c) =
+            qkv_pack2<DT>(o[mt][dn][2 * h] * rinv, o[mt][dn][2 * h + 1] * rinv);
+      if (J.lse && c == 0)
+        ((float *)J.lse)[row0 + r] =
+            sum == 0 ? ninf : (m[mt][h] + log2f(sum)) * 0.6931471805599453f;
+    }
 }
 
-/* ---- the launch ---- */
+/* ---- the variants and the launch ---- */
 
-template <int DT, int D, bool PIPE>
+/* the variants, QKV_CUDA_MMA_VARIANT's names: 16 mt rows a warp, bk keys
+   a tile */
+static const struct { const char *name; int mt, bk; } variants[] = {
+  {"r16k64", 1, 64}, {"r32k32", 2, 32}, {"r32k64", 2, 64}, {"r32k128", 2, 128}};
+enum { NVARIANTS = sizeof variants / sizeof variants[0] };
+
+template <int DT, int D, int MT, int BK, bool PIPE>
 static int launch (job J, int vec) {
-  size_t smem = (size_t)(BQ + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t);
-  void (*kernel)(job, int) = attention_mma_kernel<DT, D, PIPE>;
+  size_t smem = (size_t)(WARPS * 16 * MT + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t) +
+                WARPS * 16 * MT * (BK / 32) * sizeof(uint32_t);
+  void (*kernel)(job, int) = attention_mma_kernel<DT, D, MT, BK, PIPE>;
   unsigned grid = 0;
-  int err = attention_grid(kernel, smem, BQ, &J, &grid);
+  int err = attention_grid(kernel, smem, WARPS * 16 * MT, &J, &grid);
   if (err != QKV_OK) return err;
   kernel<<<grid, NTH, smem>>>(J, vec);
   launchCheck("attention_mma_kernel");
   return QKV_OK;
+}
+
+/* variant v (-1: the head size's default) at head size D, pipelined or
+   not.  Built: r16k64, r32k32, r32k64 at both head sizes, r32k128 at d 64
+   only (at d 128 S's 128 accumulators beside O's 128 leave ptxas too few
+   registers: it spills); the defaults r32k128 at d 64, r32k64 at d 128;
+   the one-stage kernel (not pipe) r32k64 at d 64, r32k32 at d 128 */
+template <int DT, int D>
+static int run (const job &J, int vec, int v, int pipe) {
+  int mt = v < 0 ? 2 : variants[v].mt, bk = v < 0 ? (D == 64 ? 128 : 64) : variants[v].bk;
+  if (!pipe) return launch<DT, D, 2, D == 64 ? 64 : 32, false>(J, vec);
+  if (mt == 1 && bk == 64) return launch<DT, D, 1, 64, true>(J, vec);
+  if (mt == 2 && bk == 32) return launch<DT, D, 2, 32, true>(J, vec);
+  if (mt == 2 && bk == 64) return launch<DT, D, 2, 64, true>(J, vec);
+  if constexpr (D == 64)
+    if (mt == 2 && bk == 128) return launch<DT, D, 2, 128, true>(J, vec);
+  return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
+                     "r32k128 is built for head size 64 only");
 }
 
 /* whether an operand's rows can be read 16 bytes at a time */
@@ -256,21 +426,32 @@ static int dense_rows (const operand &op, int nbd) {
 
 int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
   static int force = -1;                 /* QKV_CUDA_ATTENTION=fp32: never this path */
-  if (force < 0) force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
-  if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0)
+  if (force < 0)
+    force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
+  if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
+      J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / ((J.nq + 63) / 64))
     return QKV_EDTYPE;
+  /* QKV_CUDA_MMA_VARIANT: a name of variant_name (unset or empty: each
+     head size's default, -1); another name is an error, so that a bench
+     never times the default under a misspelt name */
+  static int variant = -2;
+  if (variant == -2) {
+    const char *e = getenv("QKV_CUDA_MMA_VARIANT");
+    variant = e && *e ? -3 : -1;
+    for (int i = 0; i < NVARIANTS; i++)
+      if (e && !strcmp(e, variants[i].name)) variant = i;
+  }
+  if (variant == -3)
+    return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
+                       "not one of r16k64, r32k32, r32k64, r32k128");
   qkv_cu_attention_path = "mma";
   int vec = dense_rows(J.q, J.nbd) && dense_rows(J.k, J.nbd) && dense_rows(J.v, J.nbd);
   static int sync = -1;                  /* QKV_CUDA_MMA_SYNC=1: no cp.async pipeline */
   if (sync < 0) sync = getenv("QKV_CUDA_MMA_SYNC") != NULL;
-  if (vec && !sync) {
-    if (dt == QKV_BF16)
-      return J.dk == 64 ? launch<QKV_MMA_BF16, 64, true>(J, vec)
-                        : launch<QKV_MMA_BF16, 128, true>(J, vec);
-    return J.dk == 64 ? launch<QKV_MMA_F16, 64, true>(J, vec) : launch<QKV_MMA_F16, 128, true>(J, vec);
-  }
+  int pipe = vec && !sync;
   if (dt == QKV_BF16)
-    return J.dk == 64 ? launch<QKV_MMA_BF16, 64, false>(J, vec)
-                      : launch<QKV_MMA_BF16, 128, false>(J, vec);
-  return J.dk == 64 ? launch<QKV_MMA_F16, 64, false>(J, vec) : launch<QKV_MMA_F16, 128, false>(J, vec);
+    return J.dk == 64 ? run<QKV_MMA_BF16, 64>(J, vec, variant, pipe)
+                      : run<QKV_MMA_BF16, 128>(J, vec, variant, pipe);
+  return J.dk == 64 ? run<QKV_MMA_F16, 64>(J, vec, variant, pipe)
+                    : run<QKV_MMA_F16, 128>(J, vec, variant, pipe);
 }

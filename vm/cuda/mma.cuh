@@ -7,7 +7,7 @@
 ** the background, in groups).  On nvcc each is its PTX instruction; in
 ** the host simulation (tests/tools/cudasim, QKV_CUDASIM) each is a warp
 ** collective that computes the same fragments, so the kernels' numerics
-** are tested on every `make test`.
+** are tested on every `make test`.  Also exp2 as the SFU computes it.
 **
 ** Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), for lane t,
 ** g = t / 4 and c = 2 (t % 4); a register holds two 16-bit elements, the
@@ -23,6 +23,7 @@
 #ifndef QKV_CUDA_MMA_CUH
 #define QKV_CUDA_MMA_CUH
 
+#include <math.h>
 #include <stdint.h>
 
 #ifndef QKV_CUDASIM
@@ -126,6 +127,21 @@ __device__ static inline uint32_t qkv_pack2 (float lo, float hi) {
     memcpy(&u, &h, 4);
   }
   return u;
+#endif
+}
+
+/* 2^x by the SFU's approximation alone (MUFU.EX2, results below 2^-126
+   flushed to 0): exp2f compiles to it plus three instructions that keep
+   those, for which the attention kernels have no use (a probability
+   against its row's max, whose sum is at least 1); exp2(-inf) = 0 */
+__device__ static inline float qkv_exp2 (float x) {
+#ifdef QKV_CUDASIM
+  float y = exp2f(x);
+  return y < 0x1p-126f ? 0.f : y;
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 #endif
 }
 
