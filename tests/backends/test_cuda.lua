@@ -835,6 +835,27 @@ function TestCudaAttention:testHalvesOnTheTensorCores()
   end
 end
 
+-- each variant of the tensor-core kernel (QKV_CUDA_MMA_VARIANT: rows a
+-- warp and keys a tile, vm/cuda/attention_mma.cu), and the default, in a
+-- process of its own: tests/helpers/mma_variants.lua; a name that is none
+-- is an error
+function TestCudaAttention:testHalvesInEveryVariant()
+  need()
+  local x = qkv.randn(1, 8, 64, "cuda"):to("bfloat16")
+  qkv.attention(x, x, x, {weights = false})
+  if qkv.cuda.attention_backend() ~= "mma" then lu.skip("no tensor-core path here") end
+  for _, v in ipairs{"", "r16k64", "r32k32", "r32k64", "r32k128"} do
+    local out, code = S.sh("QKV_CUDA_MMA_VARIANT=" .. v .. " " .. S.quote(EXE) ..
+                           " tests/helpers/mma_variants.lua")
+    lu.assertEquals(code, 0, out)
+    lu.assertStrContains(out, "ok ", v)
+  end
+  local out, code = S.sh("QKV_CUDA_MMA_VARIANT=r99 " .. S.quote(EXE) .. " -e " .. S.quote(
+    "local x = qkv.randn(1, 8, 64, 'cuda'):to('float16'); qkv.attention(x, x, x, {weights = false})"))
+  lu.assertNotEquals(code, 0)
+  lu.assertStrContains(out, "not one of r16k64")
+end
+
 function TestCudaAttention:testBackwardGivesTheCpusGradients()
   need()
   require "qkv.autograd"
