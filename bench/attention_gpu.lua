@@ -15,6 +15,15 @@
 -- and RMS error against a float64 reference. The halves with head sizes 64
 -- and 128 run on the tensor cores (vm/cuda/attention_mma.cu); the column
 -- "path" says which kernel ran (qkv.cuda.attention_backend()).
+--
+-- Then the tensor-core forward in each variant (QKV_CUDA_MMA_VARIANT: rows
+-- a warp and keys a tile, vm/cuda/attention_mma.cu), each in a process of
+-- its own (this script again, with --variant-child): bfloat16, both head
+-- shapes, N 1k, 4k and 16k, causal and not, TFLOP/s beside the default's
+-- (the variable unset, also a process of its own) and SDPA's; and each
+-- variant's relative RMS difference from the float32 kernel at N 1024.
+--
+--   build/qkv bench/attention_gpu.lua --variants   (that table alone, ~20 s)
 
 io.stdout:setvbuf("line")            -- a step killed at its limit keeps its rows
 local ok, why = qkv.cuda_available()
@@ -23,15 +32,65 @@ local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local U = dofile(here .. "/lib/timing.lua")
 local quote = U.quote
 
+-- the variant table's cases: bfloat16, {heads, d}, N, causal and not
+local VHD, VNS = {{16, 128}, {32, 64}}, {1024, 4096, 16384}
+
+-- --variant-child: this process's variant (QKV_CUDA_MMA_VARIANT, set by the
+-- parent) on the variant table's cases: "VCHECK d causal rel" (relative RMS
+-- difference from the float32 kernel on the same inputs, N 1024, B 1),
+-- then "VARIANT d N causal ms" (medians of 20 after 5 warm-ups), or "-"
+-- where the variant is not built for d
+if arg[1] == "--variant-child" then
+  qkv.seed(5)
+  for _, hd in ipairs(VHD) do
+    local q, k, v = qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16"),
+                    qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16"),
+                    qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16")
+    for _, causal in ipairs{false, true} do
+      local okv, got = pcall(qkv.attention, q, k, v, {causal = causal, weights = false})
+      if okv then
+        local want = qkv.attention(q:float(), k:float(), v:float(), {causal = causal, weights = false})
+        local dd = got:float() - want
+        print(("VCHECK %d %d %.3e"):format(hd[2], causal and 1 or 0,
+          math.sqrt((dd * dd):sum():item() / (want * want):sum():item())))
+      else
+        print(("VCHECK %d %d -"):format(hd[2], causal and 1 or 0))
+      end
+    end
+  end
+  for _, hd in ipairs(VHD) do
+    for _, n in ipairs(VNS) do
+      local b = 16384 // n
+      local q = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
+      local k = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
+      local v = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
+      for _, causal in ipairs{false, true} do
+        local f = function() return qkv.attention(q, k, v, {causal = causal, weights = false}) end
+        local okv = pcall(f)
+        print(("VARIANT %d %d %d %s"):format(hd[2], n, causal and 1 or 0,
+          okv and ("%.4f"):format(U.gpu_median_ms(f)) or "-"))
+      end
+      q, k, v = nil, nil, nil
+      collectgarbage()
+    end
+  end
+  return
+end
+
 local torch, ceiling = {}, {}
--- --quick: the halves at N 4k and 16k only, no numerics (a short GPU run)
+-- --quick: the halves at N 4k and 16k only, no numerics (a short GPU run);
+-- --variants: the variant table alone, without torch
 local QUICK = arg[1] == "--quick"
+local VARIANTS_ONLY = arg[1] == "--variants"
 local DTYPES = QUICK and {"bfloat16", "float16"} or {"bfloat16", "float16", "float32"}
 local NS = QUICK and {4096, 16384} or {512, 1024, 2048, 4096, 8192, 16384}
-local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") ..
-                   (QUICK and " --quick" or "") .. " 2>&1")
-local out = p:read("a")
-p:close()
+local out = ""
+if not VARIANTS_ONLY then
+  local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") ..
+                     (QUICK and " --quick" or "") .. " 2>&1")
+  out = p:read("a")
+  p:close()
+end
 for dt, h, d, n, c, ms in out:gmatch("RESULT (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
   torch[table.concat({dt, h, d, n, c}, " ")] = tonumber(ms)
 end
@@ -39,9 +98,63 @@ for dt, h, d, n, c, ms in out:gmatch("BACKWARD (%S+) (%d+) (%d+) (%d+) (%d) (%S+
   torch[table.concat({dt, h, d, n, c, "bwd"}, " ")] = tonumber(ms)
 end
 for k, v in out:gmatch("CEILING (%S+) (%S+)") do ceiling[k] = v end
-if not next(torch) then print("attention_gpu: torch: " .. out:gsub("\n$", "")) end
+if not next(torch) and not VARIANTS_ONLY then
+  print("attention_gpu: torch: " .. out:gsub("\n$", ""))
+end
 
 local median_ms = U.gpu_median_ms
+
+-- the tensor-core forward in each variant, a process each (--variant-child)
+local VARIANTS = {"r16k64", "r32k32", "r32k64", "r32k128"}
+local function variant_table()
+  if os.getenv("QKV_CUDA_MMA_SYNC") then     -- every variant would be the one-stage kernel
+    print("attention_gpu: the variant table: skipped under QKV_CUDA_MMA_SYNC\n")
+    return
+  end
+  local exe = arg[-1] or "qkv"
+  local t, check, cols = {}, {}, {"default"}
+  for _, v in ipairs(VARIANTS) do cols[#cols + 1] = v end
+  for _, v in ipairs(cols) do
+    local pv = io.popen(("QKV_CUDA_MMA_VARIANT=%s %s %s --variant-child 2>&1"):format(
+      v == "default" and "" or v, quote(exe), quote(arg[0])))
+    local text = pv:read("a")
+    pv:close()
+    for d, c, e in text:gmatch("VCHECK (%d+) (%d) (%S+)") do check[table.concat({v, d, c}, " ")] = e end
+    for d, n, c, ms in text:gmatch("VARIANT (%d+) (%d+) (%d) (%S+)") do
+      t[table.concat({v, d, n, c}, " ")] = tonumber(ms)
+    end
+    if not text:find("VARIANT") then print(("attention_gpu: variant %s: %s"):format(v, text)) end
+  end
+  print(("attention_gpu: %s; the tensor-core forward by QKV_CUDA_MMA_VARIANT (default: unset), "
+         .. "bfloat16, TFLOP/s (ms), each a process of its own; rows \"check\": relative RMS "
+         .. "difference from the float32 kernel"):format(qkv.cuda.device_name()))
+  print("| heads x d | N | causal | " .. table.concat(cols, " | ") .. " | torch SDPA |")
+  print("|" .. (" --- |"):rep(#cols + 4))
+  for _, hd in ipairs(VHD) do
+    local h, d = hd[1], hd[2]
+    for _, c in ipairs{0, 1} do
+      local row = {}
+      for i, v in ipairs(cols) do row[i] = check[table.concat({v, d, c}, " ")] or "-" end
+      print(("| %d x %d | 1024: check | %s | %s | - |"):format(h, d, c == 1 and "yes" or "no",
+        table.concat(row, " | ")))
+    end
+    for _, n in ipairs(VNS) do
+      for _, c in ipairs{0, 1} do
+        local flops = 4 * (16384 // n) * h * n * n * d / (c == 1 and 2 or 1)
+        local row = {}
+        for i, v in ipairs(cols) do
+          local ms = t[table.concat({v, d, n, c}, " ")]
+          row[i] = ms and ("%.1f (%.3f)"):format(flops / ms / 1e9, ms) or "-"
+        end
+        local tms = torch[table.concat({"bfloat16", h, d, n, c}, " ")]
+        print(("| %d x %d | %d | %s | %s | %s |"):format(h, d, n, c == 1 and "yes" or "no",
+          table.concat(row, " | "), tms and ("%.1f"):format(flops / tms / 1e9) or "-"))
+      end
+    end
+  end
+  print()
+end
+if VARIANTS_ONLY then variant_table() return end
 
 -- numerics: B 1, N 1024, both head shapes, causal and not, each dtype's
 -- inputs rounded from one float64 draw; errors against float64 attention
@@ -114,6 +227,7 @@ for _, dt in ipairs(DTYPES) do
   end
 end
 print()
+variant_table()
 
 -- forward and backward: the halves, g = dL/dout drawn once; FLOPs 4 B H N^2 d
 -- forward and 10 B H N^2 d backward (FlashAttention-2's count), halved when

@@ -38,10 +38,11 @@ if len(sys.argv) > 1 and sys.argv[1] == "--numerics":
         print("NUMERICS %s %d %d %d %.6e %.6e" % (name, heads, d, int(causal), err.max().item(),
                                                   err.pow(2).mean().sqrt().item()))
     sys.exit(0)
-QUICK = len(sys.argv) > 1 and sys.argv[1] == "--quick"    # the halves at 4k and 16k
+# --quick: the halves at 1k, 4k and 16k (attention_gpu.lua's variant table)
+QUICK = len(sys.argv) > 1 and sys.argv[1] == "--quick"
 for name in ("bfloat16", "float16") if QUICK else ("bfloat16", "float16", "float32"):
     for heads, d in ((16, 128), (32, 64)):
-        for n in (4096, 16384) if QUICK else (512, 1024, 2048, 4096, 8192, 16384):
+        for n in (1024, 4096, 16384) if QUICK else (512, 1024, 2048, 4096, 8192, 16384):
             b = 16384 // n
             q, k, v = (torch.randn(b, heads, n, d, device="cuda", dtype=DT[name]) for _ in range(3))
             for causal in (False, True):
