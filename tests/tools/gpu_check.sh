@@ -16,6 +16,7 @@
 #   4-racecheck.log  racecheck and synccheck over its shared-memory tests
 #   5-device.log     every suite with the GPU as the default device
 #   6-bench.log      bench/attention_gpu.lua against the PyTorch there
+#                    (with its table of the tensor-core variants)
 #   7-oom.log        tests/tools/gpu_oom.lua: the card filled, alone, last
 #
 # `bash tests/tools/gpu_check.sh attention` runs the tensor-core attention's
@@ -93,14 +94,14 @@ export -f env_step san racesync
 run 1-env 45 env_step
 # `gpu_check.sh attention`: the tensor-core attention alone (issue 27): the
 # cross-backend suite, memcheck and racecheck over its half-precision test,
-# and bench/attention_gpu.lua (numerics and the table), about 4 minutes
+# and bench/attention_gpu.lua (numerics and the tables), about 4-5 minutes
 # (the pipelined kernel, and QKV_CUDA_MMA_SYNC=1's one-stage kernel beside
 # it), and bench/attention_gpu.lua (`attention quick`: the halves at 4k and
 # 16k, both kernels)
 if [ "${1:-}" = attention ]; then
   halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
   export -f halves
-  run 2-cuda 40 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
+  run 2-cuda 60 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
   run 3-memcheck 100 san memcheck -p Halves &
   run 4-racecheck 100 san racecheck -p Halves &
   wait
@@ -108,9 +109,9 @@ if [ "${1:-}" = attention ]; then
     bq() { $QKV bench/attention_gpu.lua --quick; echo "== QKV_CUDA_MMA_SYNC=1"
            QKV_CUDA_MMA_SYNC=1 $QKV bench/attention_gpu.lua --quick; }
     export -f bq
-    run 6-bench 100 bq
+    run 6-bench 130 bq
   else
-    run 6-bench 120 $QKV bench/attention_gpu.lua
+    run 6-bench 150 $QKV bench/attention_gpu.lua
   fi
   say "gpu_check attention: $(( $(date +%s) - T0 )) s in all"
   echo "== bench"; cat "$OUT/6-bench.log"
@@ -119,13 +120,13 @@ fi
 cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release|^torch" | head -n 8
 halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
 export -f halves
-run 2-cuda 90 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
+run 2-cuda 110 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
 export SAN_LIMIT=150
 run 3-memcheck 160 san memcheck -x OutOfMemory &
 run 4-racecheck 160 racesync &
 run 5-device 160 $QKV test --device cuda tests/ &
 wait
-run 6-bench 170 $QKV bench/attention_gpu.lua
+run 6-bench 200 $QKV bench/attention_gpu.lua
 run 7-oom 40 $QKV tests/tools/gpu_oom.lua
 say "gpu_check: $(( $(date +%s) - T0 )) s in all"
 echo "== summary"; cat "$SUM"
