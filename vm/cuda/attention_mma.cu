@@ -429,8 +429,8 @@ int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
   if (force < 0)
     force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
   if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
-      J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / ((J.nq + 63) / 64))
-    return QKV_EDTYPE;
+      J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / (J.nq / 64 + 1))
+    return QKV_EDTYPE;                   /* (the last two: positions in int, a block an item) */
   /* QKV_CUDA_MMA_VARIANT: a name of variant_name (unset or empty: each
      head size's default, -1); another name is an error, so that a bench
      never times the default under a misspelt name */
