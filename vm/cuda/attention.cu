@@ -39,9 +39,11 @@
 */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention.cuh"
+#include "cudnn.h"
 #include "../common/attention_shape.h"
 
 #define NT 256                       /* threads a block */
@@ -287,6 +289,11 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   int err = qkv_attention_check(out, q, k, v, mask);
   if (err != QKV_OK) return err;
+  /* the halves: cuDNN's fused attention first, where the plugin has it */
+  if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(out, q, k, v, mask, causal,
+                                                                      scale, lse)
+                                            : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
+    return err;
   int nd = out->ndim;
   job J;
   memset(&J, 0, sizeof J);
