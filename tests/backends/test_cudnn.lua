@@ -130,3 +130,37 @@ function TestCudnn:testWhatItLeaves()
   lu.assertStrContains(msg, "QKV_CUDA_ATTENTION=cudnn")
   lu.assertStrContains(msg, "a mask")
 end
+
+-- qkv.cuda.attention_backend(path) forces the next calls' path in process
+-- (any GPU plugin, the host simulation's too): fp32 for the halves, mma
+-- where it runs and an error where it does not, auto back to the first
+-- that runs; a name that is no path is an error naming the function
+function TestCudnn:testForcingInProcess()
+  if not GPU then lu.skip("needs CUDA: " .. tostring(WHY)) end
+  local x = draw({1, 2, 40, 64}, "float16"):cuda()
+  qkv.attention(x, x, x, {weights = false})
+  if qkv.cuda.attention_backend() == "cpu" then lu.skip("build/fakecuda.so: the CPU's one path") end
+  local want = qkv.attention(x:double(), x:double(), x:double(), {weights = false})
+  local ok, err = pcall(function()
+    qkv.cuda.attention_backend("fp32")
+    local a = qkv.attention(x, x, x, {weights = false})
+    lu.assertEquals(qkv.cuda.attention_backend(), "fp32")
+    lu.assertTrue(rel64(a, want:cpu()) < 1e-3)
+    lu.assertEquals(qkv.cuda.attention_backend("mma"), "fp32")
+    local b = qkv.attention(x, x, x, {weights = false})
+    lu.assertEquals(qkv.cuda.attention_backend(), "mma")
+    lu.assertTrue(rel64(b, want:cpu()) < 1e-3)
+    local y = x:narrow(4, 1, 32)
+    local okm, msg = pcall(qkv.attention, y, y, y, {weights = false})
+    lu.assertFalse(okm)
+    lu.assertStrContains(msg, "the forced path mma")
+    qkv.cuda.attention_backend("auto")
+    qkv.attention(y, y, y, {weights = false})
+    lu.assertEquals(qkv.cuda.attention_backend(), "fp32")
+  end)
+  qkv.cuda.attention_backend("auto")
+  if not ok then error(err, 0) end
+  local okb, msg = pcall(qkv.cuda.attention_backend, "tensorcores")
+  lu.assertFalse(okb)
+  lu.assertStrContains(msg, 'qkv.cuda.attention_backend: path tensorcores is none of "auto"')
+end

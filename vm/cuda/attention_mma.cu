@@ -255,8 +255,7 @@ static int dense_rows (const operand &op, int nbd) {
 }
 
 int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
-  static int force = -1;                 /* QKV_CUDA_ATTENTION=fp32: never this path */
-  if (force < 0) force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
+  int force = qkv_cu_attention_force && strcmp(qkv_cu_attention_force, "mma") != 0;
   if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0)
     return QKV_EDTYPE;
   qkv_cu_attention_path = "mma";

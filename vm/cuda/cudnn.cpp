@@ -38,8 +38,6 @@
 #include <string>
 #include <vector>
 
-extern const char *qkv_cu_attention_path;     /* backend.cu */
-
 namespace fe = cudnn_frontend;
 namespace cudnn_frontend { void *cudnn_dlhandle = nullptr; }
 
@@ -253,17 +251,16 @@ static int run (entry *e, std::unordered_map<int64_t, void *> &ptrs) {
   return QKV_OK;
 }
 
-/* QKV_CUDA_ATTENTION: "cudnn" forces this path (1), another name keeps it
-   out (-1), unset lets it run where it can (0) */
+/* the forced path (cuda.cuh): this one (1), another (-1), none (0) */
 static int forced (void) {
-  const char *f = getenv("QKV_CUDA_ATTENTION");
-  return f == NULL || !*f ? 0 : !strcmp(f, "cudnn") ? 1 : -1;
+  const char *f = qkv_cu_attention_force;
+  return f == NULL ? 0 : !strcmp(f, "cudnn") ? 1 : -1;
 }
 
 /* QKV_EDTYPE, or under QKV_CUDA_ATTENTION=cudnn the error saying why not */
 static int decline (const char *why) {
   if (forced() <= 0) return QKV_EDTYPE;
-  return qkv_cu_fail("QKV_CUDA_ATTENTION=cudnn", __FILE__, __LINE__, why);
+  return qkv_cu_fail("the forced path cudnn", __FILE__, __LINE__, why);
 }
 
 /* the key for q, k, v, o (and the flags), or the reason there is none */

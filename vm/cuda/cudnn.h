@@ -5,8 +5,8 @@
 ** simulation).  Each takes float16 or bfloat16 as the backend's attention
 ** and attention_backward do (backend.h), and returns QKV_EDTYPE where it
 ** does not take the job (no libcudnn found, a mask, a shape cuDNN does not
-** run, QKV_CUDA_ATTENTION naming another path), so that the caller runs
-** its own kernel; QKV_CUDA_ATTENTION=cudnn makes that an error instead.
+** run, another path forced: cuda.cuh's qkv_cu_attention_force), so that
+** the caller runs its own kernel; cudnn forced makes that an error instead.
 */
 #ifndef QKV_CUDA_CUDNN_H
 #define QKV_CUDA_CUDNN_H
@@ -23,11 +23,11 @@ int qkv_cu_cudnn_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *
                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
                                     double scale, const qkv_tensor *lse) __attribute__((weak));
 
-/* QKV_CUDA_ATTENTION=cudnn where the plugin has no cuDNN path: the error
-   (for the callers, which include cuda.cuh first); else QKV_EDTYPE */
+/* cudnn forced where the plugin has no cuDNN path: the error (for the
+   callers, which include cuda.cuh first); else QKV_EDTYPE */
 #define QKV_CU_NO_CUDNN() \
-  (getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "cudnn") \
-     ? qkv_cu_fail("QKV_CUDA_ATTENTION=cudnn", __FILE__, __LINE__, \
+  (qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "cudnn") \
+     ? qkv_cu_fail("the forced path cudnn", __FILE__, __LINE__, \
                    "this plugin was built without cuDNN's headers") : QKV_EDTYPE)
 
 #endif
