@@ -291,6 +291,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   (void)lse;                     /* the statistics are computed here (stats) */
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;
+  qkv_cu_attention_path = "fp32";
   for (int i = 0; i < 8; i++) {
     if (all[i]->dtype != dt) return QKV_EDTYPE;
     if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;
