@@ -58,7 +58,7 @@ static void *open_in (const char *dir) {
   return h;
 }
 
-static std::string why_not = "not looked for yet";
+static std::string &why_not = *new std::string("not looked for yet");
 static cudnnHandle_t handle;
 
 /* whether cuDNN is open, looking for it the first time */
@@ -163,8 +163,10 @@ struct entry {
   int64_t workspace;
 };
 
+/* never destroyed: at exit cuDNN and the CUDA context may be gone before
+   static destructors would run the graphs' */
 #define CACHE 32
-static std::vector<entry> cache;
+static std::vector<entry> &cache = *new std::vector<entry>;
 
 static std::shared_ptr<fe::graph::Tensor_attributes> input (fe::graph::Graph &g, int uid,
                                                             const char *name, const dims4 &d) {
