@@ -128,9 +128,42 @@ $(BUILD)/obj/vm/cuda/%.o: vm/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
+# cuDNN's fused attention for the halves (vm/cuda/cudnn.cpp): built with
+# cuDNN's headers, its graph API's (nvidia-cudnn-cu13) and NVIDIA's
+# header-only frontend (nvidia-cudnn-frontend), fetched once from PyPI into
+# $(CUDNN_INC) (the headers alone are kept); libcudnn itself is opened at
+# run time, never linked.  Without the headers cudnn.o is empty and the
+# plugin runs its own kernels (attention_mma.cu)
+CUDNN_INC := $(BUILD)/cudnn/include
+CUDNN_PKGS := nvidia-cudnn-cu13==9.19.1.2 nvidia-cudnn-frontend==1.32.0
+CUDNN_OBJ := $(BUILD)/obj/vm/cuda/cudnn.o
+
+.PHONY: cudnn-headers cudnn-try
+cudnn-headers: $(CUDNN_INC)/.done
+$(CUDNN_INC)/.done:
+	@rm -rf $(BUILD)/cudnn && mkdir -p $(BUILD)/cudnn/whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --disable-pip-version-check \
+	  --python-version 3.11 --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 -d $(BUILD)/cudnn/whl $(CUDNN_PKGS)
+	$(PYTHON) -c 'import sys, zipfile, os; [(lambda z: [z.extract(m, sys.argv[1]) for m in z.namelist() \
+	  if "include/" in m and m.endswith((".h", ".hpp", ".inl"))])(zipfile.ZipFile(w)) for w in sys.argv[2:]]' \
+	  $(BUILD)/cudnn/x $(BUILD)/cudnn/whl/*.whl
+	mkdir -p $(CUDNN_INC) && cp -r $(BUILD)/cudnn/x/include/. $(CUDNN_INC)/ && \
+	  cp $(BUILD)/cudnn/x/nvidia/cudnn/include/*.h $(CUDNN_INC)/
+	rm -rf $(BUILD)/cudnn/whl $(BUILD)/cudnn/x
+	touch $@
+cudnn-try:
+	@$(MAKE) --no-print-directory cudnn-headers >/dev/null 2>&1 || \
+	  echo "cudnn-try: could not fetch cuDNN's headers (pip download); the GPU plugin builds without cuDNN's attention"
+
+$(CUDNN_OBJ): vm/cuda/cudnn.cpp vm/cuda/cudnn.h vm/cuda/cuda.cuh $(wildcard $(CUDNN_INC)/.done) | cudnn-try
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror -MMD -MP \
+	  $$(test -f $(CUDNN_INC)/.done && echo "-DQKV_CUDNN -isystem $(CUDNN_INC)") \
+	  -isystem $(CUDA_HOME)/include -c $< -o $@
+
 # rpath: the bundle's folder first (make gpu-bundle), then the toolkit's
-$(CUDA_SO): $(CUDA_OBJ)
-	$(NVCC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas -lcudart \
+$(CUDA_SO): $(CUDA_OBJ) $(CUDNN_OBJ)
+	$(NVCC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas -lcudart -ldl \
 	  -Xlinker -rpath,'$$ORIGIN:$(CUDA_HOME)/lib64',-z,defs
 
 $(BUILD)/qkv: $(MAIN_OBJ) $(LIB_OBJ)
@@ -490,4 +523,4 @@ fuzz-npy:
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy
 
--include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(CUDNN_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)

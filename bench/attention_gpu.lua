@@ -2,73 +2,90 @@
 -- scaled_dot_product_attention on the same GPU (bench/attention_gpu_torch.py,
 -- the python3 on PATH), in one command:
 --
---   build/qkv bench/attention_gpu.lua [--quick]   (on a GPU machine; docs/cuda.md)
+--   build/qkv bench/attention_gpu.lua [--quick] [--fp32]   (on a GPU machine; docs/cuda.md)
 --
--- 16k tokens per case (B = 16384 / N sequences of N), hidden 2048 as 16
--- heads of 128 and 32 of 64, N from 512 to 16k, causal and not, bfloat16,
--- float16 and float32 (TF32 off). qkv's times are medians of 20 after 5
--- warm-ups, each run ended by qkv.cuda.synchronize() on the host's clock;
--- torch's are CUDA events. FLOPs: 4 B H N^2 d, halved when causal. Prints
--- a markdown table for bench/RESULTS.md, with the ceilings torch measures
--- (a device-to-device copy, a bf16 GEMM), and first the numerics: on the
--- same inputs (saved as safetensors for torch to read), each side's max
--- and RMS error against a float64 reference. The halves with head sizes 64
--- and 128 run on the tensor cores (vm/cuda/attention_mma.cu); the column
--- "path" says which kernel ran (qkv.cuda.attention_backend()).
+-- Each case on each of qkv's half-precision paths (qkv.cuda.attention_backend):
+-- "auto", what a script gets (cuDNN's fused attention where the plugin has
+-- it, vm/cuda/cudnn.cpp), and "mma", qkv's own tensor-core kernels forced
+-- (vm/cuda/attention_mma.cu); the column says which ran.
 --
--- Then the tensor-core forward in each variant (QKV_CUDA_MMA_VARIANT: rows
--- a warp and keys a tile, vm/cuda/attention_mma.cu), each in a process of
--- its own (this script again, with --variant-child): bfloat16, both head
--- shapes, N 1k, 4k and 16k, causal and not, TFLOP/s beside the default's
--- (the variable unset, also a process of its own) and SDPA's; and each
--- variant's relative RMS difference from the float32 kernel at N 1024.
---
---   build/qkv bench/attention_gpu.lua --variants   (that table alone, ~20 s)
+-- 1. Numerics: B 1, N 1024, both head shapes, causal and not; each dtype's
+--    inputs rounded from one float64 draw (saved as safetensors for torch
+--    to read); max and RMS error of out, and RMS error of dQ, dK, dV,
+--    against float64 on the CPU, beside torch's on the same inputs.
+-- 2. Forward, and 3. forward + backward: 16k tokens per case (B = 16384 / N
+--    sequences of N), hidden 2048 as 16 heads of 128 and 32 of 64, N from
+--    512 to 16k, causal and not, bfloat16 and float16 (--fp32 adds float32's
+--    forward, TF32 off). qkv's times are medians (20 after 5 warm-ups
+--    forward, 10 after 3 with the backward), each run ended by
+--    qkv.cuda.synchronize() on the host's clock; torch's are CUDA events.
+--    FLOPs: 4 B H N^2 d forward, 10 B H N^2 d backward (FlashAttention-2's
+--    count), halved when causal.
+-- 4. The tensor-core forward in each variant (QKV_CUDA_MMA_VARIANT: rows a
+--    warp and keys a tile, vm/cuda/attention_mma.cu), the mma path forced,
+--    each in a process of its own (this script again, --variant-child):
+--    bfloat16, both head shapes, N 1k, 4k and 16k, causal and not, TFLOP/s
+--    beside the default's (the variable unset, a process too) and SDPA's;
+--    and each one's relative RMS difference from the float32 kernel at
+--    N 1024 ("check" rows). About 15 s; --variants prints it alone.
+-- Prints markdown tables for bench/RESULTS.md, with the ceilings torch
+-- measures (a device-to-device copy, a bf16 GEMM). --quick: N 4k and 16k,
+-- no numerics; --tiny: a dry run (below).
 
 io.stdout:setvbuf("line")            -- a step killed at its limit keeps its rows
 local ok, why = qkv.cuda_available()
 if not ok then print("attention_gpu: no GPU (" .. why .. "); skipped") return end
+require "qkv.autograd"
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local U = dofile(here .. "/lib/timing.lua")
-local quote = U.quote
+local quote, median_ms = U.quote, U.gpu_median_ms
+local flag = {}
+for _, a in ipairs(arg) do flag[a] = true end
+-- --tiny: 256 tokens, N 64 and 128, a dry run of this script on the host
+-- simulation (QKV_CUDA_PLUGIN=build/simcuda.so), whose times mean nothing
+local QUICK, TINY = flag["--quick"], flag["--tiny"]
+local NS = TINY and {64, 128} or QUICK and {4096, 16384} or {512, 1024, 2048, 4096, 8192, 16384}
+local TOKENS, NNUM = TINY and 256 or 16384, TINY and 96 or 1024
+local HALVES, SHAPES = {"bfloat16", "float16"}, {{16, 128}, {32, 64}}
+local VNS = TINY and {64, 128} or {1024, 4096, 16384}          -- the variants' N
 
--- the variant table's cases: bfloat16, {heads, d}, N, causal and not
-local VHD, VNS = {{16, 128}, {32, 64}}, {1024, 4096, 16384}
-
--- --variant-child: this process's variant (QKV_CUDA_MMA_VARIANT, set by the
--- parent) on the variant table's cases: "VCHECK d causal rel" (relative RMS
--- difference from the float32 kernel on the same inputs, N 1024, B 1),
--- then "VARIANT d N causal ms" (medians of 20 after 5 warm-ups), or "-"
--- where the variant is not built for d
-if arg[1] == "--variant-child" then
+-- --variant-child: the mma path forced, in this process's variant
+-- (QKV_CUDA_MMA_VARIANT, set by the parent): "VCHECK d causal rel" (the
+-- relative RMS difference from the float32 kernel on the same inputs, N
+-- NNUM, B 1), then "VARIANT d N causal ms" (medians of 20 after 5
+-- warm-ups, one run with --tiny); "-" where the variant is not built for d
+if flag["--variant-child"] then
+  qkv.cuda.attention_backend("mma")
   qkv.seed(5)
-  for _, hd in ipairs(VHD) do
-    local q, k, v = qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16"),
-                    qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16"),
-                    qkv.randn(1, hd[1], 1024, hd[2], "cuda"):to("bfloat16")
+  local function try(f)
+    local okf, r = pcall(f)
+    if not okf and not tostring(r):find("QKV_CUDA_MMA_VARIANT") then error(r, 0) end
+    return okf and r
+  end
+  for _, hd in ipairs(SHAPES) do
+    local function draw() return qkv.randn(1, hd[1], NNUM, hd[2], "cuda"):to("bfloat16") end
+    local q, k, v = draw(), draw(), draw()
     for _, causal in ipairs{false, true} do
-      local okv, got = pcall(qkv.attention, q, k, v, {causal = causal, weights = false})
-      if okv then
-        local want = qkv.attention(q:float(), k:float(), v:float(), {causal = causal, weights = false})
+      local o = {causal = causal, weights = false}
+      local got = try(function() return qkv.attention(q, k, v, o) end)
+      local e = "-"
+      if got then
+        local want = qkv.attention(q:float(), k:float(), v:float(), o)
         local dd = got:float() - want
-        print(("VCHECK %d %d %.3e"):format(hd[2], causal and 1 or 0,
-          math.sqrt((dd * dd):sum():item() / (want * want):sum():item())))
-      else
-        print(("VCHECK %d %d -"):format(hd[2], causal and 1 or 0))
+        e = ("%.3e"):format(math.sqrt((dd * dd):sum():item() / (want * want):sum():item()))
       end
+      print(("VCHECK %d %d %s"):format(hd[2], causal and 1 or 0, e))
     end
   end
-  for _, hd in ipairs(VHD) do
+  for _, hd in ipairs(SHAPES) do
     for _, n in ipairs(VNS) do
-      local b = 16384 // n
-      local q = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
-      local k = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
-      local v = qkv.randn(b, hd[1], n, hd[2], "cuda"):to("bfloat16")
+      local function draw() return qkv.randn(TOKENS // n, hd[1], n, hd[2], "cuda"):to("bfloat16") end
+      local q, k, v = draw(), draw(), draw()
       for _, causal in ipairs{false, true} do
         local f = function() return qkv.attention(q, k, v, {causal = causal, weights = false}) end
-        local okv = pcall(f)
+        local ms = try(function() return median_ms(f, TINY and 1 or 5, TINY and 1 or 20) end)
         print(("VARIANT %d %d %d %s"):format(hd[2], n, causal and 1 or 0,
-          okv and ("%.4f"):format(U.gpu_median_ms(f)) or "-"))
+                                             ms and ("%.4f"):format(ms) or "-"))
       end
       q, k, v = nil, nil, nil
       collectgarbage()
@@ -77,46 +94,56 @@ if arg[1] == "--variant-child" then
   return
 end
 
+-- torch's side first, all of it (its rows keyed "dtype heads d N causal [bwd]")
 local torch, ceiling = {}, {}
--- --quick: the halves at N 4k and 16k only, no numerics (a short GPU run);
--- --variants: the variant table alone, without torch
-local QUICK = arg[1] == "--quick"
-local VARIANTS_ONLY = arg[1] == "--variants"
-local DTYPES = QUICK and {"bfloat16", "float16"} or {"bfloat16", "float16", "float32"}
-local NS = QUICK and {4096, 16384} or {512, 1024, 2048, 4096, 8192, 16384}
 local out = ""
-if not VARIANTS_ONLY then
+if not flag["--variants"] then
   local p = io.popen("python3 " .. quote(here .. "/attention_gpu_torch.py") ..
-                     (QUICK and " --quick" or "") .. " 2>&1")
+                     (QUICK and " --quick" or "") .. (flag["--fp32"] and " --fp32" or "") ..
+                     (TINY and " --tiny" or "") .. " 2>&1")
   out = p:read("a")
   p:close()
 end
-for dt, h, d, n, c, ms in out:gmatch("RESULT (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
-  torch[table.concat({dt, h, d, n, c}, " ")] = tonumber(ms)
-end
-for dt, h, d, n, c, ms in out:gmatch("BACKWARD (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
-  torch[table.concat({dt, h, d, n, c, "bwd"}, " ")] = tonumber(ms)
+for kind, dt, h, d, n, c, ms in out:gmatch("(%u+) (%S+) (%d+) (%d+) (%d+) (%d) (%S+)") do
+  if kind == "RESULT" or kind == "BACKWARD" then
+    torch[table.concat({dt, h, d, n, c}, " ") .. (kind == "BACKWARD" and " bwd" or "")] = tonumber(ms)
+  end
 end
 for k, v in out:gmatch("CEILING (%S+) (%S+)") do ceiling[k] = v end
-if not next(torch) and not VARIANTS_ONLY then
+if not next(torch) and not flag["--variants"] then
   print("attention_gpu: torch: " .. out:gsub("\n$", ""))
 end
 
-local median_ms = U.gpu_median_ms
+-- runs f with path forced ("auto": none), then back to auto; the path that ran
+local function on(path, f)
+  qkv.cuda.attention_backend(path)
+  local okf, r = pcall(f)
+  local ran = qkv.cuda.attention_backend("auto")
+  if not okf then error(r, 0) end
+  return ran, r
+end
+-- qkv's paths here: auto, and mma where auto is another
+local PATHS = {"auto"}
+do
+  local x = qkv.randn(1, 1, 64, 64, "cuda"):to("bfloat16")
+  if on("auto", function() return qkv.attention(x, x, x, {weights = false}) end) ~= "mma" then
+    PATHS[2] = "mma"
+  end
+end
 
--- the tensor-core forward in each variant, a process each (--variant-child)
+---------------------------------------------------------------- variants
+-- 4.: each variant a process (--variant-child), beside the default's
 local VARIANTS = {"r16k64", "r32k32", "r32k64", "r32k128"}
 local function variant_table()
   if os.getenv("QKV_CUDA_MMA_SYNC") then     -- every variant would be the one-stage kernel
     print("attention_gpu: the variant table: skipped under QKV_CUDA_MMA_SYNC\n")
     return
   end
-  local exe = arg[-1] or "qkv"
-  local t, check, cols = {}, {}, {"default"}
-  for _, v in ipairs(VARIANTS) do cols[#cols + 1] = v end
-  for _, v in ipairs(cols) do
-    local pv = io.popen(("QKV_CUDA_MMA_VARIANT=%s %s %s --variant-child 2>&1"):format(
-      v == "default" and "" or v, quote(exe), quote(arg[0])))
+  local t, check, vcols = {}, {}, {"default"}
+  for _, v in ipairs(VARIANTS) do vcols[#vcols + 1] = v end
+  for _, v in ipairs(vcols) do
+    local pv = io.popen(("QKV_CUDA_MMA_VARIANT=%s %s %s --variant-child%s 2>&1"):format(
+      v == "default" and "" or v, quote(arg[-1] or "qkv"), quote(arg[0]), TINY and " --tiny" or ""))
     local text = pv:read("a")
     pv:close()
     for d, c, e in text:gmatch("VCHECK (%d+) (%d) (%S+)") do check[table.concat({v, d, c}, " ")] = e end
@@ -125,24 +152,25 @@ local function variant_table()
     end
     if not text:find("VARIANT") then print(("attention_gpu: variant %s: %s"):format(v, text)) end
   end
-  print(("attention_gpu: %s; the tensor-core forward by QKV_CUDA_MMA_VARIANT (default: unset), "
-         .. "bfloat16, TFLOP/s (ms), each a process of its own; rows \"check\": relative RMS "
-         .. "difference from the float32 kernel"):format(qkv.cuda.device_name()))
-  print("| heads x d | N | causal | " .. table.concat(cols, " | ") .. " | torch SDPA |")
-  print("|" .. (" --- |"):rep(#cols + 4))
-  for _, hd in ipairs(VHD) do
+  print(("attention_gpu: %s; the tensor-core forward (mma forced) by QKV_CUDA_MMA_VARIANT "
+         .. "(default: unset), bfloat16, TFLOP/s (ms), each a process of its own; rows "
+         .. "\"check\": relative RMS difference from the float32 kernel"):format(
+         qkv.cuda.device_name()))
+  print("| heads x d | N | causal | " .. table.concat(vcols, " | ") .. " | torch SDPA |")
+  print("|" .. (" --- |"):rep(#vcols + 4))
+  for _, hd in ipairs(SHAPES) do
     local h, d = hd[1], hd[2]
     for _, c in ipairs{0, 1} do
       local row = {}
-      for i, v in ipairs(cols) do row[i] = check[table.concat({v, d, c}, " ")] or "-" end
-      print(("| %d x %d | 1024: check | %s | %s | - |"):format(h, d, c == 1 and "yes" or "no",
+      for i, v in ipairs(vcols) do row[i] = check[table.concat({v, d, c}, " ")] or "-" end
+      print(("| %d x %d | %d: check | %s | %s | - |"):format(h, d, NNUM, c == 1 and "yes" or "no",
         table.concat(row, " | ")))
     end
     for _, n in ipairs(VNS) do
       for _, c in ipairs{0, 1} do
-        local flops = 4 * (16384 // n) * h * n * n * d / (c == 1 and 2 or 1)
+        local flops = 4 * (TOKENS // n) * h * n * n * d / (c == 1 and 2 or 1)
         local row = {}
-        for i, v in ipairs(cols) do
+        for i, v in ipairs(vcols) do
           local ms = t[table.concat({v, d, n, c}, " ")]
           row[i] = ms and ("%.1f (%.3f)"):format(flops / ms / 1e9, ms) or "-"
         end
@@ -154,115 +182,136 @@ local function variant_table()
   end
   print()
 end
-if VARIANTS_ONLY then variant_table() return end
+if flag["--variants"] then variant_table() return end
 
--- numerics: B 1, N 1024, both head shapes, causal and not, each dtype's
--- inputs rounded from one float64 draw; errors against float64 attention
--- of the rounded inputs (torch computes its own reference the same way)
-local tmp = os.tmpname()
-local function errors(got, want)
+---------------------------------------------------------------- numerics
+local function errs(got, want)
   local d = (got:cpu():double() - want):abs()
   return d:max():item(), math.sqrt((d * d):mean():item())
 end
-local numerics = {}
-qkv.seed(2)
-for _, dt in ipairs(QUICK and {} or {"bfloat16", "float16"}) do
-  for _, hd in ipairs{{16, 128}, {32, 64}} do
-    local q, k, v = qkv.randn(1, hd[1], 1024, hd[2]):to(dt), qkv.randn(1, hd[1], 1024, hd[2]):to(dt),
-                    qkv.randn(1, hd[1], 1024, hd[2]):to(dt)
-    for _, causal in ipairs{false, true} do
-      local want = qkv.attention(q:double(), k:double(), v:double(), {causal = causal, weights = false})
-      local got = qkv.attention(q:cuda(), k:cuda(), v:cuda(), {causal = causal, weights = false})
-      local key = table.concat({dt, hd[1], hd[2], causal and 1 or 0}, " ")
-      numerics[#numerics + 1] = {key, qkv.cuda.attention_backend(), errors(got, want)}
+local function grads(q, k, v, g, causal)
+  local x, y, z = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_()
+  local o = qkv.attention(x, y, z, {causal = causal, weights = false})
+  o:backward(g)
+  return o, x.grad, y.grad, z.grad
+end
+if not QUICK then
+  print("numerics: B 1, N 1024; errors against float64 (out max, RMS; gradients RMS)")
+  print("| dtype | heads x d | causal | path | out max | out RMS | dQ RMS | dK RMS | dV RMS | worst RMS / torch's |")
+  print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+  local tmp = os.tmpname()
+  qkv.seed(2)
+  for _, dt in ipairs(HALVES) do
+    for _, hd in ipairs(SHAPES) do
+      local function draw() return qkv.randn(1, hd[1], NNUM, hd[2]):to(dt) end
+      local q, k, v, g = draw(), draw(), draw(), draw()
+      qkv.save_safetensors(tmp, {q = q, k = k, v = v, g = g})
+      local ref = {}
+      local pn = io.popen(("python3 %s --numerics %s %s %d %d 2>&1"):format(
+        quote(here .. "/attention_gpu_torch.py"), quote(tmp), dt, hd[1], hd[2]))
+      for line in pn:lines() do
+        local c, rest = line:match("^NUMERICS %S+ %d+ %d+ (%d) (.*)$")
+        if c then
+          ref[c] = {}
+          for x in rest:gmatch("%S+") do ref[c][#ref[c] + 1] = tonumber(x) end
+        end
+      end
+      pn:close()
+      for _, causal in ipairs{false, true} do
+        local want = {grads(q:double(), k:double(), v:double(), g:double(), causal)}
+        local rows = {}
+        for _, path in ipairs(PATHS) do
+          local ran, got = on(path, function()
+            return {grads(q:cuda(), k:cuda(), v:cuda(), g:cuda(), causal)}
+          end)
+          local e = {errs(got[1], want[1])}
+          for i = 2, 4 do e[#e + 1] = select(2, errs(got[i], want[i])) end
+          rows[#rows + 1] = {ran, e}
+        end
+        local t = ref[causal and "1" or "0"]
+        if t then rows[#rows + 1] = {"torch", t} end
+        for _, r in ipairs(rows) do
+          local e, worst = r[2], 0
+          for i = 2, 5 do if t and t[i] then worst = math.max(worst, e[i] / t[i]) end end
+          print(("| %s | %d x %d | %s | %s | %.2e | %.2e | %.2e | %.2e | %.2e | %s |"):format(dt,
+            hd[1], hd[2], causal and "yes" or "no", r[1], e[1], e[2], e[3], e[4], e[5],
+            t and ("%.2f"):format(worst) or "-"))
+        end
+      end
     end
-    qkv.save_safetensors(tmp, {q = q, k = k, v = v})
-    local pn = io.popen(("python3 %s --numerics %s %s %d %d 2>&1"):format(
-      quote(here .. "/attention_gpu_torch.py"), quote(tmp), dt, hd[1], hd[2]))
-    for line in pn:lines() do
-      local key, mx, rms = line:match("^NUMERICS (.-) (%S+) (%S+)$")
-      if key then numerics[key] = {tonumber(mx), tonumber(rms)} end
-    end
-    pn:close()
   end
+  os.remove(tmp)
+  print()
 end
-os.remove(tmp)
-print("| dtype | heads x d | causal | qkv path | qkv max | qkv RMS | torch max | torch RMS | qkv/torch RMS |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for _, r in ipairs(numerics) do
-  local dt, h, d, c = r[1]:match("(%S+) (%S+) (%S+) (%S+)")
-  local t = numerics[r[1]]
-  print(("| %s | %s x %s | %s | %s | %.2e | %.2e | %s | %s | %s |"):format(dt, h, d,
-    c == "1" and "yes" or "no", r[2], r[3], r[4], t and ("%.2e"):format(t[1]) or "-",
-    t and ("%.2e"):format(t[2]) or "-", t and ("%.2f"):format(r[4] / t[2]) or "-"))
-end
-print()
 
-print(("attention_gpu: %s; TFLOP/s (ms)"):format(qkv.cuda.device_name()))
-print("| dtype | heads x d | N | causal | path | qkv | torch SDPA | qkv/torch |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+---------------------------------------------------------------- speed
+local function head(title, cols)
+  print(("attention_gpu: %s; %s"):format(qkv.cuda.device_name(), title))
+  local h, sep = {"dtype", "heads x d", "N", "causal"}, {}
+  for _, c in ipairs(cols) do h[#h + 1] = c end
+  for i = 1, #h do sep[i] = "---" end
+  print("| " .. table.concat(h, " | ") .. " |")
+  print("| " .. table.concat(sep, " | ") .. " |")
+end
+local function cols()
+  local c = {}
+  for _, path in ipairs(PATHS) do c[#c + 1] = "qkv " .. path end
+  c[#c + 1] = "torch SDPA"
+  for _, path in ipairs(PATHS) do c[#c + 1] = path .. "/torch" end
+  return c
+end
+
+-- one table: per case, each path's TFLOP/s (ms) and what ran, torch's, the ratios
+local function table_of(dtypes, backward)
+  local runs = backward and {3, 10} or {5, 20}
+  for _, dt in ipairs(dtypes) do
+    for _, hd in ipairs(SHAPES) do
+      local h, d = hd[1], hd[2]
+      for _, n in ipairs(NS) do
+        local b = TOKENS // n
+        local function draw() return qkv.randn(b, h, n, d, "cuda"):to(dt) end
+        local q, k, v, g = draw(), draw(), draw(), backward and draw() or nil
+        if backward then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
+        for _, causal in ipairs{false, true} do
+          local flops = (backward and 14 or 4) * b * h * n * n * d / (causal and 2 or 1)
+          local cells, ratios = {}, {}
+          local tms = torch[table.concat({dt, h, d, n, causal and 1 or 0}, " ") ..
+                            (backward and " bwd" or "")]
+          for _, path in ipairs(dt == "float32" and {"auto"} or PATHS) do
+            local ran, ms = on(path, function()
+              return median_ms(function()
+                if not backward then return qkv.attention(q, k, v, {causal = causal, weights = false}) end
+                q.grad, k.grad, v.grad = nil, nil, nil
+                qkv.attention(q, k, v, {causal = causal, weights = false}):backward(g)
+                return q.grad
+              end, runs[1], runs[2])
+            end)
+            cells[#cells + 1] = ("%.1f (%.3f) %s"):format(flops / ms / 1e9, ms, ran)
+            ratios[#ratios + 1] = tms and ("%.2f"):format(tms / ms) or "-"
+          end
+          if dt == "float32" then
+            for _ = 2, #PATHS do cells[#cells + 1] = "-"; ratios[#ratios + 1] = "-" end
+          end
+          cells[#cells + 1] = tms and ("%.1f (%.3f)"):format(flops / tms / 1e9, tms) or "-"
+          for _, r in ipairs(ratios) do cells[#cells + 1] = r end
+          print(("| %s | %d x %d | %d | %s | %s |"):format(dt, h, d, n, causal and "yes" or "no",
+                                                         table.concat(cells, " | ")))
+        end
+        q, k, v, g = nil, nil, nil, nil
+        collectgarbage()
+      end
+    end
+  end
+  print()
+end
+
 qkv.seed(1)
-for _, dt in ipairs(DTYPES) do
-  for _, hd in ipairs{{16, 128}, {32, 64}} do
-    local h, d = hd[1], hd[2]
-    for _, n in ipairs(NS) do
-      local b = 16384 // n
-      local q = qkv.randn(b, h, n, d, "cuda"):to(dt)
-      local k = qkv.randn(b, h, n, d, "cuda"):to(dt)
-      local v = qkv.randn(b, h, n, d, "cuda"):to(dt)
-      for _, causal in ipairs{false, true} do
-        local ms = median_ms(function()
-          return qkv.attention(q, k, v, {causal = causal, weights = false})
-        end)
-        local tms = torch[table.concat({dt, h, d, n, causal and 1 or 0}, " ")]
-        local flops = 4 * b * h * n * n * d / (causal and 2 or 1)
-        print(("| %s | %d x %d | %d | %s | %s | %.1f (%.3f) | %s | %s |"):format(dt, h, d, n,
-          causal and "yes" or "no", qkv.cuda.attention_backend(), flops / ms / 1e9, ms,
-          tms and ("%.1f (%.3f)"):format(flops / tms / 1e9, tms) or "-",
-          tms and ("%.2f"):format(tms / ms) or "-"))
-      end
-      q, k, v = nil, nil, nil
-      collectgarbage()
-    end
-  end
-end
-print()
+head("forward, TFLOP/s of 4 B H N^2 d (ms) and the path that ran", cols())
+local fwd = {table.unpack(HALVES)}
+if flag["--fp32"] then fwd[#fwd + 1] = "float32" end
+table_of(fwd, false)
 variant_table()
-
--- forward and backward: the halves, g = dL/dout drawn once; FLOPs 4 B H N^2 d
--- forward and 10 B H N^2 d backward (FlashAttention-2's count), halved when
--- causal; medians of 10 after 3 warm-ups
-require "qkv.autograd"
-print(("attention_gpu: %s; forward + backward, TFLOP/s of 14 B H N^2 d (ms)"):format(
-  qkv.cuda.device_name()))
-print("| dtype | heads x d | N | causal | qkv | torch SDPA | qkv/torch |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-for _, dt in ipairs{"bfloat16", "float16"} do
-  for _, hd in ipairs{{16, 128}, {32, 64}} do
-    local h, d = hd[1], hd[2]
-    for _, n in ipairs(NS) do
-      local b = 16384 // n
-      local q = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
-      local k = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
-      local v = qkv.randn(b, h, n, d, "cuda"):to(dt):requires_grad_()
-      local g = qkv.randn(b, h, n, d, "cuda"):to(dt)
-      for _, causal in ipairs{false, true} do
-        local ms = median_ms(function()
-          q.grad, k.grad, v.grad = nil, nil, nil
-          qkv.attention(q, k, v, {causal = causal, weights = false}):backward(g)
-          return q.grad
-        end, 3, 10)
-        local tms = torch[table.concat({dt, h, d, n, causal and 1 or 0, "bwd"}, " ")]
-        local flops = 14 * b * h * n * n * d / (causal and 2 or 1)
-        print(("| %s | %d x %d | %d | %s | %.1f (%.3f) | %s | %s |"):format(dt, h, d, n,
-          causal and "yes" or "no", flops / ms / 1e9, ms,
-          tms and ("%.1f (%.3f)"):format(flops / tms / 1e9, tms) or "-",
-          tms and ("%.2f"):format(tms / ms) or "-"))
-      end
-      q, k, v, g = nil, nil, nil, nil
-      collectgarbage()
-    end
-  end
-end
+head("forward + backward, TFLOP/s of 14 B H N^2 d (ms) and the path that ran", cols())
+table_of(HALVES, true)
 print(("ceilings (torch): copy %s GB/s, bf16 GEMM 8192^3 %s TFLOP/s"):format(
   ceiling.copy_gbs or "-", ceiling.bf16_gemm_tflops or "-"))

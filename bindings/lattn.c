@@ -436,9 +436,10 @@ static int a_attention_opts (lua_State *L) {
 
 /*
 ** qkv._attention_lse(Q, K, V, mask|nil, causal, scale) -> out, lse: the
-** fused attention, float32 or float64 (Q's dtype; K and V the same), with
-** options as _attention_opts resolved them, and the state its backward may
-** read (qkv.autograd's rule passes it to _attention_backward)
+** fused attention in Q's float dtype (K and V the same), with options as
+** _attention_opts resolved them, and the state its backward may read
+** (qkv.autograd's rule passes it to _attention_backward): float32 for the
+** halves, else Q's dtype
 */
 static int a_attention_lse (lua_State *L) {
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
@@ -446,25 +447,24 @@ static int a_attention_lse (lua_State *L) {
   qkv_tensor *m = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
   int causal_ = lua_toboolean(L, 5);
   double scale = luaL_checknumber(L, 6);
-  if ((Q->dtype != QKV_F32 && Q->dtype != QKV_F64) || K->dtype != Q->dtype ||
-      V->dtype != Q->dtype) {
+  if (!qkv_is_float(Q->dtype) || K->dtype != Q->dtype || V->dtype != Q->dtype) {
     const char *sq = qkvL_shape(L, Q), *sk = qkvL_shape(L, K), *sv = qkvL_shape(L, V);
-    return luaL_error(L, "_attention_lse: Q %s, K %s and V %s must be float32 or float64, "
-                      "one dtype", sq, sk, sv);
+    return luaL_error(L, "_attention_lse: Q %s, K %s and V %s must be one float dtype",
+                      sq, sk, sv);
   }
   int64_t size[QKV_MAXDIM];
   int n = attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
-  qkv_tensor *lse = qkvL_new(L, Q->dtype, Q->storage->device, n - 1, size, 0);
+  qkv_tensor *lse = qkvL_new(L, qkv_compute_dtype(Q->dtype), Q->storage->device, n - 1, size, 0);
   qkvL_check(L, "attention", qkv_attention_lse(out, lse, Q, K, V, m, causal_, scale));
   return 2;
 }
 
 /*
 ** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale
-** [, lse]) -> dQ, dK, dV with out's batch dims (qkv.autograd's rule for the
-** fused path sums them back to the inputs' shapes); lse as _attention_lse
-** gave it with out
+** [, lse]) -> dQ, dK, dV in out's dtype with out's batch dims (qkv.autograd's
+** rule for the fused path sums them back to the inputs' shapes); lse as
+** _attention_lse gave it with out
 */
 static int a_attention_backward (lua_State *L) {
   qkv_tensor *ts[5];
@@ -500,7 +500,7 @@ static int a_attention_backward (lua_State *L) {
   size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
   size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
   qkv_tensor *g[3];
-  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, dt, o->storage->device, n, size[w], 0);
+  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, o->dtype, o->storage->device, n, size[w], 0);
   qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
                                                     o, ts[4], m, causal_, scale, lse));
   return 3;

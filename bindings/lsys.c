@@ -4,6 +4,7 @@
 ** heatmaps of qkv.plot and the REPL; internal, the names start with '_'),
 ** and whether a GPU can be used.
 */
+#include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -94,8 +95,22 @@ static int c_device_name (lua_State *L) {
   return 1;
 }
 
+/* qkv.cuda.attention_backend([path]) -> the path the last fused attention
+   took; path ("auto", "cudnn", "mma" or "fp32") forces the next ones' */
 static int c_attention_backend (lua_State *L) {
-  lua_pushstring(L, cuda(L, "attention_backend")->attention_backend());
+  static const char *const paths[] = {"auto", "cudnn", "mma", "fp32", NULL};
+  const qkv_cuda_api *a = cuda(L, "attention_backend");
+  const char *last = a->attention_backend();
+  if (!lua_isnoneornil(L, 1)) {
+    const char *p = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : "";
+    int i = 0;
+    while (paths[i] && strcmp(paths[i], p)) i++;
+    if (paths[i] == NULL)
+      return luaL_error(L, "qkv.cuda.attention_backend: path %s is none of \"auto\", \"cudnn\", "
+                        "\"mma\", \"fp32\"", luaL_tolstring(L, 1, NULL));
+    a->force_attention(i == 0 ? NULL : paths[i]);
+  }
+  lua_pushstring(L, last);
   return 1;
 }
 

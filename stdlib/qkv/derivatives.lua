@@ -397,26 +397,34 @@ R.layer_norm = D.layer_norm
 -- attention runs its C forward either way, and each way has a backward of
 -- its own; neither composes the forward again from the primitives
 
--- float16 and bfloat16 go back through float32 copies, as the backward
--- kernels compute; the gradients come back in each input's dtype
+-- mixed dtypes go back through float32 copies (float64 where one is); the
+-- gradients come back in each input's dtype
 local function wide(x) return (x.dtype == "float64" or x.dtype == "float32") and x or x:float() end
+local FLOAT = {float16 = true, bfloat16 = true, float32 = true, float64 = true}
 
--- weights = false: the fused kernel forward (natively in the halves where
--- the device can), and a backward that recomputes the scores tile by tile
--- (qkv._attention_backward), so neither way holds n_q x n_k. In float32 and
--- float64 the forward also leaves each query's log-sum-exp (lse), which
--- spares the backward a pass over the scores, as FlashAttention-2's does
+-- weights = false: the fused kernel forward, which also leaves each
+-- query's log-sum-exp (lse, float32 for the halves), and a backward that
+-- recomputes the scores tile by tile from it (qkv._attention_backward), as
+-- FlashAttention-2's does, so neither way holds n_q x n_k. Q, K, V of one
+-- dtype stay in it both ways (the halves natively where the device can: the
+-- GPU's tensor cores; else the dispatch computes in float32 copies)
 local function fused_attention(orig, Q, K, V, m, causal, scale)
   if m then m = qkv.ne(m, 0) end
   local out, lse
-  if (Q.dtype == "float32" or Q.dtype == "float64") and K.dtype == Q.dtype and V.dtype == Q.dtype then
+  local one = FLOAT[Q.dtype] and K.dtype == Q.dtype and V.dtype == Q.dtype
+  if one then
     out, lse = qkv._attention_lse(Q, K, V, m, causal, scale)
   else
     out = orig(Q, K, V, {mask = m, causal = causal, scale = scale, weights = false})
   end
   return rec("ScaledDotProductFlashAttentionBackward", out, {Q, K, V}, function(g)
-    local dq, dk, dv = qkv._attention_backward(wide(Q), wide(K), wide(V), wide(out),
-                                               wide(g:to(out.dtype)), m, causal, scale, lse)
+    local dq, dk, dv
+    if one then
+      dq, dk, dv = qkv._attention_backward(Q, K, V, out, g:to(out.dtype), m, causal, scale, lse)
+    else
+      dq, dk, dv = qkv._attention_backward(wide(Q), wide(K), wide(V), wide(out),
+                                           wide(g:to(out.dtype)), m, causal, scale)
+    end
     return sum_to(dq, Q):to(Q.dtype), sum_to(dk, K):to(K.dtype), sum_to(dv, V):to(V.dtype)
   end, {Q, K, V, out})
 end

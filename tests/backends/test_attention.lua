@@ -327,10 +327,25 @@ function TestFused:testLogSumExp()
         qkv._attention_backward, Q, Q, Q, out, out, nil, false, 0.5, qkv.zeros(4))
   fails("_attention_backward: lse (3,) must be", qkv._attention_backward, Q, Q, Q, out, out,
         nil, false, 0.5, lse:double())
-  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be float32 or float64, one dtype",
+  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be one float dtype",
         qkv._attention_lse, Q, Q, Q:double(), nil, false, 0.5)
-  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be", qkv._attention_lse,
-        Q:bfloat16(), Q:bfloat16(), Q:bfloat16(), nil, false, 0.5)
+  fails("_attention_lse: Q (3, 4), K (3, 4) and V (3, 4) must be one float dtype",
+        qkv._attention_lse, Q:int(), Q:int(), Q:int(), nil, false, 0.5)
+  -- the halves: out in their dtype, lse in float32, as float32 gives them
+  -- on the same (rounded) inputs within the halves' rounding of P
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    local q, k, v = qkv.randn(2, 3, 37, 64):to(dt), qkv.randn(2, 3, 50, 64):to(dt),
+                    qkv.randn(2, 3, 50, 64):to(dt)
+    local m = qkv.ones(37, 50, "bool")
+    m:narrow(1, 1, 3):fill_(false)                          -- three rows with no key
+    local o, l = qkv._attention_lse(q, k, v, m, true, 0.125)
+    lu.assertEquals({o.dtype, l.dtype, R.shape(l)}, {dt, "float32", {2, 3, 37}})
+    local o32, l32 = qkv._attention_lse(q:float(), k:float(), v:float(), m, true, 0.125)
+    close(l, l32, 1e-5, dt .. " lse")
+    close(o:float(), o32, dt == "bfloat16" and 2e-2 or 3e-3, dt .. " out")
+    lu.assertEquals(l[2][3][3], -1 / 0, dt .. ": a row with no key")
+    lu.assertEquals(o[2][3][3]:float():abs():sum():item(), 0, dt .. ": its out")
+  end
 end
 
 function TestFused:testLargeN() big(false) end

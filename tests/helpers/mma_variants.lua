@@ -7,12 +7,13 @@
 -- Shapes that are no multiple of any variant's tiles, one and several
 -- query and key tiles, causal with nq < nk and nq > nk (rows with no key),
 -- masks with rows masked out, another scale, float16 and bfloat16, and one
--- layout that the one-stage kernel takes.  Each result against the CPU's
--- (float32 inside) to the dtype's tolerance, against float64 within twice
--- the CPU's own error, and masked rows exactly 0.  Prints "ok N cases" and
--- exits 0, or the first failure and exits 1.  A variant that is not built
--- for a head size must say so.
+-- layout that the one-stage kernel takes, the mma path forced.  Each
+-- result against the CPU's (float32 inside) to the dtype's tolerance,
+-- against float64 within twice the CPU's own error, and masked rows
+-- exactly 0.  Prints "ok N cases" and exits 0, or the first failure and
+-- exits 1.  A variant that is not built for a head size must say so.
 local variant = os.getenv("QKV_CUDA_MMA_VARIANT") or "default"
+qkv.cuda.attention_backend("mma")          -- ours, where cuDNN's would run
 local TOL = {float16 = 2e-3, bfloat16 = 1e-2}
 local D128 = variant ~= "r32k128"          -- r32k128 is built at d 64 only
 

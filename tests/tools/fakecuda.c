@@ -59,6 +59,7 @@ static const char *fake_name (void) { return "fakecuda (the CPU's kernels)"; }
 static int tf32;
 static void fake_allow (int on) { tf32 = on; }
 static int fake_tf32 (void) { return tf32; }
+static void fake_force (const char *path) { (void)path; }   /* the CPU's one path */
 static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
 static const qkv_cuda_api api = {
@@ -75,6 +76,7 @@ static const qkv_cuda_api api = {
   .allow_tf32 = fake_allow,
   .tf32 = fake_tf32,
   .attention_backend = fake_attention,
+  .force_attention = fake_force,
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

@@ -6,24 +6,25 @@
 # $OUT/0-summary.txt and to stdout, so the end of the output is the summary.
 #
 #   1-env.log        nvidia-smi, driver, toolkit, the plugin's libraries,
-#                    the PyTorch there (tests/tools/gpu_probe.py: its cuDNN,
-#                    and the kernels its SDPA runs)
-#   2-cuda.log       the cross-backend suite, CUDA_LAUNCH_BLOCKING=1 (and
-#                    its half-precision attention under QKV_CUDA_MMA_SYNC=1)
-#   3-memcheck.log   compute-sanitizer memcheck over it, QKV_CUDA_NO_CACHE=1
-#                    (less the out-of-memory test, whose failed cudaMalloc
-#                    memcheck counts as an error)
-#   4-racecheck.log  racecheck and synccheck over its shared-memory tests
-#   5-device.log     every suite with the GPU as the default device
+#                    the PyTorch there and its cuDNN (tests/tools/gpu_probe.py),
+#                    and whether qkv's cuDNN path loads it
+#   2-cuda.log       the cross-backend suite and cuDNN's
+#                    (tests/backends/test_cuda.lua, test_cudnn.lua),
+#                    CUDA_LAUNCH_BLOCKING=1, and the half-precision attention
+#                    under QKV_CUDA_MMA_SYNC=1
+#   3-memcheck.log   compute-sanitizer memcheck over the fused attention's
+#                    tests (QKV_CUDA_NO_CACHE=1, QKV_CUDNN=0: our kernels)
+#   4-racecheck.log  racecheck over the tensor-core kernels' tests
+#   5-device.log     the suites with the GPU as the default device
 #   6-bench.log      bench/attention_gpu.lua against the PyTorch there
-#                    (with its table of the tensor-core variants)
-#   7-oom.log        tests/tools/gpu_oom.lua: the card filled, alone, last
+#                    (and its table of the tensor-core kernel's variants)
 #
-# `bash tests/tools/gpu_check.sh attention` runs the tensor-core attention's
-# steps alone (below).
-#
-# Steps 3, 4 and 5 run side by side (16 cores, one GPU; none of them is
-# timed); the bench and the out-of-memory check run alone.
+# Steps 2 to 5 run side by side (16 cores, one GPU; none of them is
+# timed), then the bench alone: about 6 minutes.  `gpu_check.sh backend`
+# runs the backend's whole check instead (every test class under memcheck,
+# racecheck and synccheck over the shared-memory kernels, every suite on
+# the device, bench/cuda.lua, and tests/tools/gpu_oom.lua filling the card
+# as 7-oom.log), about 7 minutes.
 set -u
 OUT=${OUT:-build/gpu-check}
 mkdir -p "$OUT"
@@ -69,7 +70,12 @@ env_step() {
   ldd build/gpu/bin/qkv_cuda.so
   timeout 60 python3 tests/tools/gpu_probe.py
   $QKV -e 'print("cuda_available", qkv.cuda_available()); print(qkv.cuda.device_name())
-    local t = qkv.clock(); local x = qkv.ones(1):cuda(); print("first cuda()", qkv.clock() - t)'
+    local t = qkv.clock(); local x = qkv.ones(1):cuda(); print("first cuda()", qkv.clock() - t)
+    x = qkv.randn(2, 4, 256, 64, "cuda"):to("bfloat16")
+    qkv.cuda.attention_backend("cudnn")
+    t = qkv.clock()
+    print("cudnn forced:", pcall(qkv.attention, x, x, x, {weights = false}))
+    print("cudnn path:", qkv.cuda.attention_backend("auto"), "first call", qkv.clock() - t)'
 }
 # san TOOL [LuaUnit options]: a sanitizer over the cross-backend suite
 san() {
@@ -92,44 +98,42 @@ racesync() {
 }
 export -f env_step san racesync
 run 1-env 45 env_step
-# `gpu_check.sh attention`: the tensor-core attention alone (issue 27): the
-# cross-backend suite, memcheck and racecheck over its half-precision test,
-# and bench/attention_gpu.lua (numerics and the tables), about 4-5 minutes
-# (the pipelined kernel, and QKV_CUDA_MMA_SYNC=1's one-stage kernel beside
-# it), and bench/attention_gpu.lua (`attention quick`: the halves at 4k and
-# 16k, both kernels)
-if [ "${1:-}" = attention ]; then
-  halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
-  export -f halves
-  run 2-cuda 60 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
-  run 3-memcheck 100 san memcheck -p Halves &
-  run 4-racecheck 100 san racecheck -p Halves &
+# `gpu_check.sh backend`: the backend's whole check (issue 16's)
+if [ "${1:-}" = backend ]; then
+  run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/test_cuda.lua
+  SAN_LIMIT=200 run 3-memcheck 200 san memcheck -x OutOfMemory &
+  run 4-racecheck 220 racesync &
+  run 5-device 300 $QKV test --device cuda tests/ &
   wait
-  if [ "${2:-}" = quick ]; then
-    bq() { $QKV bench/attention_gpu.lua --quick; echo "== QKV_CUDA_MMA_SYNC=1"
-           QKV_CUDA_MMA_SYNC=1 $QKV bench/attention_gpu.lua --quick; }
-    export -f bq
-    run 6-bench 130 bq
-  else
-    run 6-bench 150 $QKV bench/attention_gpu.lua
-  fi
-  say "gpu_check attention: $(( $(date +%s) - T0 )) s in all"
-  echo "== bench"; cat "$OUT/6-bench.log"
+  run 6-bench 90 $QKV bench/cuda.lua
+  run 7-oom 45 $QKV tests/tools/gpu_oom.lua
+  say "gpu_check backend: $(( $(date +%s) - T0 )) s in all"
+  cat "$SUM"
   exit 0
 fi
-cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release|^torch" | head -n 8
-halves() { $QKV test tests/backends/test_cuda.lua && QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua; }
-export -f halves
-run 2-cuda 110 env CUDA_LAUNCH_BLOCKING=1 bash -c halves
-export SAN_LIMIT=150
-run 3-memcheck 160 san memcheck -x OutOfMemory &
-run 4-racecheck 160 racesync &
-run 5-device 160 $QKV test --device cuda tests/ &
+cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|release|^torch|^cudnn" | head -n 10
+# the checks side by side (16 cores, one GPU; none of them timed): the
+# cross-backend suite and cuDNN's; the sanitizers over the tensor-core
+# kernels (QKV_CUDNN=0: ours, not cuDNN's); every suite with the GPU as the
+# default device, the attention's first
+checks() {
+  $QKV test tests/backends/test_cuda.lua tests/backends/test_cudnn.lua &&
+    QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua
+}
+export -f checks
+run 2-cuda 140 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &
+# (-p HalvesOnThe: the default variants; each of testHalvesInEveryVariant's
+# processes would start under the sanitizer, too slow for the limit)
+QKV_CUDNN=0 SAN_LIMIT=150 run 3-memcheck 160 san memcheck -p HalvesOnThe -p Backward -p Fused &
+QKV_CUDNN=0 SAN_LIMIT=150 run 4-racecheck 160 san racecheck -p HalvesOnThe -p Backward &
+run 5-device 180 $QKV test --device cuda tests/backends/test_attention.lua tests/backends/test_cudnn.lua \
+  tests/core tests/stdlib tests/autograd tests/bindings tests/cli &
 wait
-run 6-bench 200 $QKV bench/attention_gpu.lua
-run 7-oom 40 $QKV tests/tools/gpu_oom.lua
+run 6-bench 190 $QKV bench/attention_gpu.lua
 say "gpu_check: $(( $(date +%s) - T0 )) s in all"
-echo "== summary"; cat "$SUM"
-echo "== bench"; tail -n 12 "$OUT/6-bench.log"
+echo "== bench"; grep -E "^\| (bfloat16|float16) \| 16 x 128 \| (4096|16384) |^ceilings" "$OUT/6-bench.log"
+echo "== variants (bf16 forward, TFLOP/s: default r16k64 r32k32 r32k64 r32k128 SDPA)"
+grep -E "^\| (16 x 128|32 x 64) \| " "$OUT/6-bench.log"
 echo "== failures"; grep -hE "^(FAIL|not ok)|[0-9]+\) |Failed tests|crashed|timed out|device lost|Error|========= (Invalid|Race|Barrier|Program hit)" \
-  "$OUT"/[2357]-*.log | sort | uniq -c | sort -rn | head -n 40
+  "$OUT"/[2345]-*.log | sort | uniq -c | sort -rn | head -n 30
+echo "== summary"; cat "$SUM"

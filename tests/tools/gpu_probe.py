@@ -1,10 +1,11 @@
-"""gpu_probe.py -- what tests/tools/gpu_check.sh's first step asks of the
-GPU machine's PyTorch: its versions, where its cuDNN lies (the library that
-qkv's cuDNN attention path loads, and whether headers ship beside it), and
+"""gpu_probe.py [--kernels] -- what tests/tools/gpu_check.sh's first step
+asks of the GPU machine's PyTorch: its versions and where its cuDNN lies
+(the library that qkv's cuDNN attention path loads); with --kernels, also
 which kernels scaled_dot_product_attention launches, forward and backward,
-for the bench's half-precision shapes."""
+for the bench's half-precision shapes (20 s or so)."""
 import glob
 import os
+import sys
 
 import torch
 
@@ -21,6 +22,8 @@ except ImportError as e:
 print("sdpa flash", torch.backends.cuda.flash_sdp_enabled(), "mem_efficient",
       torch.backends.cuda.mem_efficient_sdp_enabled(), "cudnn", torch.backends.cuda.cudnn_sdp_enabled(),
       "math", torch.backends.cuda.math_sdp_enabled())
+if "--kernels" not in sys.argv:
+    sys.exit(0)
 sdpa = torch.nn.functional.scaled_dot_product_attention
 from torch.profiler import profile, ProfilerActivity  # noqa: E402
 for dt in (torch.bfloat16, torch.float16):

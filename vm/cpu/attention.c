@@ -328,7 +328,9 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   int bf16 = out->dtype == QKV_BF16;
   if (bf16) {
 #ifdef QKV_VEXP_X86
-    if (!isfinite(scale) || scale == 0 || q->size[q->ndim - 1] == 0 || !qkv_cpu_has_amx())
+    /* the tile path keeps no log-sum-exps: a forward that must leave them
+       (autograd's) runs in float32 */
+    if (!isfinite(scale) || scale == 0 || q->size[q->ndim - 1] == 0 || !qkv_cpu_has_amx() || lse)
 #endif
       return QKV_EDTYPE;
   } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {
@@ -354,7 +356,7 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   if (J.nbatch == 0 || J.nq == 0 || J.dv == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   J.out = (char *)qkv_data(out);
-  J.lse = lse && !bf16 ? (char *)qkv_data(lse) : NULL;
+  J.lse = lse ? (char *)qkv_data(lse) : NULL;
   if (J.nk == 0) {                   /* no key for any query: zeros */
     memset(J.out, 0, (size_t)(J.nbatch * J.nq * J.dv) * J.es);
     for (int64_t i = 0; J.lse && i < J.nbatch * J.nq; i++) qkv_attn_lse_at(&J, i, -INFINITY);

@@ -304,6 +304,7 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *o, const qkv_tensor *go,
                                 const qkv_tensor *mask, int causal, double scale,
                                 const qkv_tensor *lse) {
+  if (q->dtype != QKV_F32 && q->dtype != QKV_F64) return QKV_EDTYPE;   /* halves: in float32 */
   int n = q->ndim;
   Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
            v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),

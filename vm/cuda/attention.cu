@@ -39,9 +39,11 @@
 */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention.cuh"
+#include "cudnn.h"
 #include "../common/attention_shape.h"
 
 #define NT 256                       /* threads a block */
@@ -287,6 +289,16 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   int err = qkv_attention_check(out, q, k, v, mask);
   if (err != QKV_OK) return err;
+  /* the halves: cuDNN's fused attention first, where the plugin has it,
+     then the tensor cores' (QKV_EDTYPE from both: in float32) */
+  const char *f = qkv_cu_attention_force;
+  if (half && f && strcmp(f, "cudnn") && strcmp(f, "mma") && strcmp(f, "fp32"))
+    return qkv_cu_fail("QKV_CUDA_ATTENTION", __FILE__, __LINE__,
+                       "names none of the paths auto, cudnn, mma, fp32");
+  if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(out, q, k, v, mask, causal,
+                                                                      scale, lse)
+                                            : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
+    return err;
   int nd = out->ndim;
   job J;
   memset(&J, 0, sizeof J);
@@ -321,7 +333,13 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
     qkv_cu_attention_setup(&J.mask, mask, J.nbd);
     J.has_mask = 1;
   }
-  if (half) return qkv_cu_attention_mma(J, out->dtype);
+  if (half) {
+    err = qkv_cu_attention_mma(J, out->dtype);
+    if (err == QKV_EDTYPE && qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "mma"))
+      return qkv_cu_fail("the forced path mma", __FILE__, __LINE__,
+                         "the tensor-core kernel takes head sizes 64 and 128, dk == dv");
+    return err;
+  }
   qkv_cu_attention_path = "fp32";
   if (out->dtype == QKV_F32) return run<float>(J);
   return run<double>(J);

@@ -34,9 +34,6 @@ typedef struct {
 
 void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);
 
-/* the path the last launch took (qkv.cuda.attention_backend) */
-extern const char *qkv_cu_attention_path;
-
 /* the tensor-core path for bfloat16 and float16 (attention_mma.cu);
    QKV_EDTYPE when it does not take the job (a head size other than 64 or
    128, dk != dv, or QKV_CUDA_ATTENTION=fp32): the caller computes in

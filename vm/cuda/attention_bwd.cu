@@ -22,9 +22,11 @@
 */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda.cuh"
+#include "cudnn.h"
 #include "../common/layout.h"
 
 #define THREADS 256
@@ -278,10 +280,18 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *o, const qkv_tensor *go,
                                  const qkv_tensor *mask, int causal, double scale,
                                  const qkv_tensor *lse) {
-  (void)lse;                     /* the statistics are computed here (stats) */
   qkv_dtype dt = q->dtype;
+  int err;
+  /* the halves: cuDNN's fused backward first, where the plugin has it */
+  if ((dt == QKV_F16 || dt == QKV_BF16) &&
+      (err = qkv_cu_cudnn_attention_backward
+               ? qkv_cu_cudnn_attention_backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse)
+               : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
+    return err;
+  (void)lse;                     /* the statistics are computed here (stats) */
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;
+  qkv_cu_attention_path = "fp32";
   for (int i = 0; i < 8; i++) {
     if (all[i]->dtype != dt) return QKV_EDTYPE;
     if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;

@@ -425,15 +425,14 @@ static int dense_rows (const operand &op, int nbd) {
 }
 
 int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
-  static int force = -1;                 /* QKV_CUDA_ATTENTION=fp32: never this path */
-  if (force < 0)
-    force = getenv("QKV_CUDA_ATTENTION") && !strcmp(getenv("QKV_CUDA_ATTENTION"), "fp32");
+  /* another path forced (qkv.cuda.attention_backend, QKV_CUDA_ATTENTION) */
+  int force = qkv_cu_attention_force && strcmp(qkv_cu_attention_force, "mma") != 0;
   if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
       J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / (J.nq / 64 + 1))
     return QKV_EDTYPE;                   /* (the last two: positions in int, a block an item) */
-  /* QKV_CUDA_MMA_VARIANT: a name of variant_name (unset or empty: each
-     head size's default, -1); another name is an error, so that a bench
-     never times the default under a misspelt name */
+  /* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: each head
+     size's default, -1); another name is an error, so that a bench never
+     times the default under a misspelt name */
   static int variant = -2;
   if (variant == -2) {
     const char *e = getenv("QKV_CUDA_MMA_VARIANT");

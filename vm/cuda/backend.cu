@@ -294,6 +294,13 @@ static const char *cu_device_name (void) { return name; }
 const char *qkv_cu_attention_path = "none";
 static const char *cu_attention_backend (void) { return qkv_cu_attention_path; }
 
+/* QKV_CUDA_ATTENTION's path until qkv.cuda.attention_backend(path) names
+   another; a name that is none of them fails every half attention */
+const char *qkv_cu_attention_force = getenv("QKV_CUDA_ATTENTION") &&
+  *getenv("QKV_CUDA_ATTENTION") && strcmp(getenv("QKV_CUDA_ATTENTION"), "auto")
+  ? getenv("QKV_CUDA_ATTENTION") : NULL;
+static void cu_force_attention (const char *path) { qkv_cu_attention_force = path; }
+
 /* designated initialisers (C++20: in the order of backend.h's fields) */
 static const qkv_backend cuda_backend = {
   .name = "cuda",
@@ -337,6 +344,7 @@ static const qkv_cuda_api api = {
   .allow_tf32 = cu_allow_tf32,
   .tf32 = cu_tf32,
   .attention_backend = cu_attention_backend,
+  .force_attention = cu_force_attention,
 };
 
 extern "C" __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

@@ -70,6 +70,12 @@ static inline cublasStatus_t qkv_cu_gemm_batched (
                                    beta, c, ldc, sc, count);
 }
 
+/* the fused attention's paths: the last one taken (qkv.cuda.attention_backend),
+   and the one forced, "cudnn", "mma" or "fp32" (NULL: each call takes the
+   first that runs it; QKV_CUDA_ATTENTION, then qkv.cuda.attention_backend(path)) */
+extern const char *qkv_cu_attention_path;
+extern const char *qkv_cu_attention_force;
+
 /* scratch device memory from the caching allocator (NULL when out of
    memory, with the error recorded); free it before returning */
 void *qkv_cu_alloc(size_t nbytes);

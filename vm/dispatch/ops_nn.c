@@ -351,7 +351,7 @@ static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q
      cores: QKV_EDTYPE otherwise), else computed in float32 */
   err = QKV_EDTYPE;
   if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
-    err = attention_in(be, out, q, k, v, mask, causal, scale, NULL);
+    err = attention_in(be, out, q, k, v, mask, causal, scale, lse);
   if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
     err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, lse), be, out, o);
   qkv_storage_release(tm);
@@ -364,13 +364,14 @@ int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   return attention_with(out, NULL, q, k, v, mask, causal, scale);
 }
 
-/* float32 and float64 only: computed as they are, so lse is out's */
+/* lse of out's compute dtype: float32 for the halves, which a backend
+   computing them natively writes as it does for float32 */
 int qkv_attention_lse (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
                        const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
                        int causal, double scale) {
   int err;
   if (qkv_op_backend(out, lse, NULL, &err) == NULL) return err;
-  if ((out->dtype != QKV_F32 && out->dtype != QKV_F64) || !lse_fits(lse, out, out->dtype))
+  if (!qkv_is_float(out->dtype) || !lse_fits(lse, out, qkv_compute_dtype(out->dtype)))
     return QKV_EINTERNAL;
   return attention_with(out, lse, q, k, v, mask, causal, scale);
 }
@@ -445,6 +446,30 @@ static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const 
   return qkv_op_contiguous_as(dst, tmp, &e, dt);
 }
 
+/* the backward in dt (q..go converted to it where they are not), with
+   dq, dk, dv of dt; lse checked by the caller */
+static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                        const qkv_tensor *const in[5], const qkv_tensor *mask, int causal,
+                        double scale, const qkv_tensor *lse) {
+  int err = QKV_OK;
+  qkv_dtype dt = dq->dtype;
+  const qkv_tensor *o = in[3];
+  qkv_tensor x[5], m, like = *o;
+  qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
+  for (int i = 0; i < 5 && err == QKV_OK; i++) err = full(&x[i], &tx[i], in[i], o, dt);
+  like.size[o->ndim - 1] = in[1]->size[in[1]->ndim - 2];
+  if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
+  if (err == QKV_OK)
+    err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
+                                 mask ? &m : NULL, causal, scale, lse);
+  for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
+  qkv_storage_release(tm);
+  return err;
+}
+
+/* float16 and bfloat16 natively where the backend can (QKV_EDTYPE
+   otherwise), else in float32 copies converted back; lse (float32 for the
+   halves) is what the forward left */
 int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                             const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                             const qkv_tensor *o, const qkv_tensor *go,
@@ -455,21 +480,20 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if (be == NULL || (be = qkv_op_backend(dk, v, o, &err)) == NULL ||
       (be = qkv_op_backend(dv, go, mask, &err)) == NULL) return err;
   qkv_dtype dt = dq->dtype;
-  if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) ||
-      !qkv_is_contiguous(dv)) return QKV_EINTERNAL;
-  /* lse: what the forward left for this o, one per query */
-  if (lse && !lse_fits(lse, o, dt)) return QKV_EINTERNAL;
-  qkv_tensor x[5], m, like = *o;
+  int half = dt == QKV_F16 || dt == QKV_BF16;
+  if ((dt != QKV_F32 && dt != QKV_F64 && !half) || dk->dtype != dt || dv->dtype != dt ||
+      !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) || !qkv_is_contiguous(dv))
+    return QKV_EINTERNAL;
+  if (lse && !lse_fits(lse, o, qkv_compute_dtype(dt))) return QKV_EINTERNAL;
   const qkv_tensor *in[5] = {q, k, v, o, go};
-  qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
-  for (int i = 0; i < 5 && err == QKV_OK; i++) err = full(&x[i], &tx[i], in[i], o, dt);
-  like.size[o->ndim - 1] = k->size[k->ndim - 2];
-  if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
-  if (err == QKV_OK)
-    err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
-                                 mask ? &m : NULL, causal, scale, lse);
-  for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
-  qkv_storage_release(tm);
+  err = QKV_EDTYPE;
+  if (half) err = backward_in(be, dq, dk, dv, in, mask, causal, scale, lse);
+  if (err != QKV_EDTYPE) return err;
+  qkv_tensor t[3], *g[3], *out[3] = {dq, dk, dv};
+  int made = 0;
+  for (err = QKV_OK; made < 3 && err == QKV_OK; made++) err = qkv_op_computed(out[made], &t[made], &g[made]);
+  if (err == QKV_OK) err = backward_in(be, g[0], g[1], g[2], in, mask, causal, scale, lse);
+  for (int i = 0; i < made; i++) err = qkv_op_done(err, be, out[i], g[i]);
   return err;
 }
 

@@ -355,11 +355,15 @@ so the GPU's float32 results match the CPU's to rounding. Returns the
 setting before; a boolean argument sets it. As
 torch.backends.cuda.matmul.allow_tf32.]]},
 
-  {name = "qkv.cuda.attention_backend", sig = "qkv.cuda.attention_backend()", group = "device",
-   doc = [[Which kernel the last fused attention on the GPU ran: "mma" (the
-tensor cores, for float16 and bfloat16 with head size 64 or 128), "fp32"
-(the CUDA-core kernel: float32, float64, and other half shapes computed in
-float32), or "none" before the first. QKV_CUDA_ATTENTION=fp32 in the
-environment sends every half to the CUDA-core kernel, for comparisons. As
-the backend PyTorch's sdpa_kernel context chooses.]]},
+  {name = "qkv.cuda.attention_backend", sig = "qkv.cuda.attention_backend([path])", group = "device",
+   doc = [[Which path the last fused attention on the GPU (forward or
+backward) ran: "cudnn" (cuDNN's fused attention, for float16 and bfloat16
+without a mask, where the plugin was built with cuDNN's headers and finds
+libcudnn), "mma" (qkv's tensor-core kernels, float16 and bfloat16 at head
+size 64 or 128), "fp32" (the CUDA-core kernels: float32, float64, and the
+halves they compute in float32), or "none" before the first. A path
+("cudnn", "mma", "fp32", or "auto" for the first that runs each call, the
+default) forces the following calls', and one that cannot take a call
+fails it; QKV_CUDA_ATTENTION=path in the environment sets it at start. As
+PyTorch's sdpa_kernel context chooses the backend.]]},
 }

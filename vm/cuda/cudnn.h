@@ -1,0 +1,33 @@
+/*
+** cudnn.h -- the halves' fused attention through cuDNN (cudnn.cpp), which
+** the plugin holds only where it was built with cuDNN's headers: the two
+** functions are weak, NULL in a plugin without them (and in the host
+** simulation).  Each takes float16 or bfloat16 as the backend's attention
+** and attention_backward do (backend.h), and returns QKV_EDTYPE where it
+** does not take the job (no libcudnn found, a mask, a shape cuDNN does not
+** run, another path forced: cuda.cuh's qkv_cu_attention_force), so that
+** the caller runs its own kernel; cudnn forced makes that an error instead.
+*/
+#ifndef QKV_CUDA_CUDNN_H
+#define QKV_CUDA_CUDNN_H
+
+#include "../core/qkv.h"
+
+int qkv_cu_cudnn_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                           const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                           double scale, qkv_tensor *lse) __attribute__((weak));
+
+int qkv_cu_cudnn_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                    const qkv_tensor *q, const qkv_tensor *k,
+                                    const qkv_tensor *v, const qkv_tensor *o,
+                                    const qkv_tensor *go, const qkv_tensor *mask, int causal,
+                                    double scale, const qkv_tensor *lse) __attribute__((weak));
+
+/* cudnn forced where the plugin has no cuDNN path: the error (for the
+   callers, which include cuda.cuh first); else QKV_EDTYPE */
+#define QKV_CU_NO_CUDNN() \
+  (qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "cudnn") \
+     ? qkv_cu_fail("the forced path cudnn", __FILE__, __LINE__, \
+                   "this plugin was built without cuDNN's headers") : QKV_EDTYPE)
+
+#endif
