@@ -9,9 +9,10 @@
 -- masks with rows masked out, another scale, float16 and bfloat16, and one
 -- layout that the one-stage kernel takes, the mma path forced.  Each
 -- result against the CPU's (float32 inside) to the dtype's tolerance,
--- against float64 within twice the CPU's own error, and masked rows
--- exactly 0.  Prints "ok N cases" and exits 0, or the first failure and
--- exits 1.  A variant that is not built for a head size must say so.
+-- against float64 within twice the CPU's own error, masked rows exactly
+-- 0, and the log-sum-exps the kernel keeps (qkv._attention_lse).  Prints
+-- "ok N cases" and exits 0, or the first failure and exits 1.  A variant
+-- that is not built for a head size must say so.
 local variant = os.getenv("QKV_CUDA_MMA_VARIANT") or "default"
 qkv.cuda.attention_backend("mma")          -- ours, where cuDNN's would run
 local TOL = {float16 = 2e-3, bfloat16 = 1e-2}
@@ -66,6 +67,19 @@ for _, c in ipairs(cases) do
       if opts.mask and got:narrow(3, 1, 3):cpu():abs():max():item() ~= 0 then
         fail("%s: masked rows not 0", label)
       end
+      -- the log-sum-exps the kernel keeps (float32), against float64's:
+      -- -inf in the same places (rows with no key), else within 1e-4
+      local scale = opts.scale or 1 / math.sqrt(d)
+      local _, lse = qkv._attention_lse(q:cuda(), k:cuda(), v:cuda(), gopts.mask, causal, scale)
+      local _, lse64 = qkv._attention_lse(q:double(), k:double(), v:double(), opts.mask, causal,
+                                          scale)
+      local gl, wl = lse:cpu():double(), lse64
+      if not gl:eq(-math.huge):eq(wl:eq(-math.huge)):all():item() then
+        fail("%s: lse's -inf rows differ", label)
+      end
+      local fin = wl:eq(-math.huge)
+      local el = (gl:masked_fill(fin, 0) - wl:masked_fill(fin, 0)):abs():max():item()
+      if not (el <= 1e-4) then fail("%s: lse off by %.3g", label, el) end
       n = n + 1
     end
   end

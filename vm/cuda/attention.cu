@@ -314,6 +314,9 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
   J.out = qkv_cu_data(out);
+  /* the tensor-core kernel writes each query's log-sum-exp where asked
+     (its rows (B..., nq), float32), over the NaN above */
+  if (half && lse && qkv_cu_numel(lse) > 0) J.lse = qkv_cu_data(lse);
   size_t es = qkv_cu_elsize(out->dtype);
   if (J.nk == 0) {                   /* no key for any query: zeros */
     cudaCheck(cudaMemsetAsync(J.out, 0, (size_t)(J.nbatch * J.nq * dv) * es, 0));
