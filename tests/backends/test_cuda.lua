@@ -776,6 +776,15 @@ function TestCudaAttention:testMasksBroadcastHeadsAndEmptyRows()
   none:narrow(1, 1, 4):fill_(true)
   same("fully masked rows", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w, weights = false}) end,
        {q, k, v, none})
+  -- each query's log-sum-exp, which the forward leaves for the backward:
+  -- -inf for a row with no key, and for every row when there is no key
+  for _, dt in ipairs(FLOATS) do
+    same(dt .. " lse, mask + causal", function(a, b, e, w)
+      return qkv._attention_lse(a, b, e, w, true, 0.3)
+    end, {q:to(dt), k:to(dt), v:to(dt), none})
+    same(dt .. " lse, no keys", function(a, b, e) return qkv._attention_lse(a, b, e, nil, false, 1) end,
+         {q:to(dt), k:narrow(3, 1, 0):to(dt), v:narrow(3, 1, 0):to(dt)})
+  end
   -- weights, as the unfused path gives them
   same("with weights", function(a, b, e) return qkv.attention(a, b, e, {weights = true}) end,
        {q, k, v})

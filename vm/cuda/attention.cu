@@ -26,7 +26,8 @@
 **   4. O = O * exp(m_old - m_new) + P V, where the thread owns O's elements
 **      of its rows at columns c + 16 j, so O needs no barrier of its own.
 ** At the end out = O / l (l summed over the row's threads), zeros where
-** l == 0.
+** l == 0, and, when the job asks for it, the query's log-sum-exp m + log l
+** (-inf where l == 0) for the backward.
 **
 ** Shared memory, in elements of T: P BQ x LDP (LDP = 16 mod 32: the two
 ** half warps hit other banks), Q BQ x ldq and K BK x ldq (ldq = dk | 1: odd,
@@ -55,6 +56,8 @@
 
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
+__device__ static inline float lg (float x) { return logf(x); }
+__device__ static inline double lg (double x) { return log(x); }
 
 /* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
    at dst, ld apart, by all the block's threads */
@@ -195,7 +198,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       }
     }
 
-    /* out = O / l; a row with no key kept is zeros */
+    /* out = O / l; a row with no key kept is zeros.  lse = m + log l (m
+       is the same in the row's 16 threads), -inf where l == 0 */
     for (int a = 0; a < RA; a++) {
       T sum = l[a];
       for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
@@ -204,6 +208,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       if (row < bq)
         for (int d = c; d < dv; d += 16)
           out[row * dv + d] = sum == 0 ? (T)0 : O[row * dv + d] * rinv;
+      if (J.lse && row < bq && c == 0)
+        ((T *)J.lse)[b * J.nq + i0 + row] = sum == 0 ? ninf : m[a] + lg(sum);
     }
   }
 }
@@ -274,15 +280,12 @@ void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
     op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
 }
 
-/* lse gets NaN, "not computed": the backward (attention_bwd.cu) computes
-   its own statistics (backend.h allows it) */
+/* lse, when given, gets each query's log-sum-exp (the kernels' epilogue;
+   -inf for every query when nk == 0), which attention_bwd.cu reads in
+   place of a pass of its own over the scores */
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale, qkv_tensor *lse) {
-  if (lse && qkv_cu_numel(lse) > 0) {
-    int e = qkv_cuda_fill(lse, NAN);
-    if (e != QKV_OK) return e;
-  }
   int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   int err = qkv_attention_check(out, q, k, v, mask);
@@ -303,9 +306,11 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
   J.out = qkv_cu_data(out);
   size_t es = qkv_cu_elsize(out->dtype);
-  if (J.nk == 0) {                   /* no key for any query: zeros */
+  if (lse && !qkv_cu_contiguous(lse)) return QKV_EINTERNAL;
+  J.lse = lse ? qkv_cu_data(lse) : NULL;
+  if (J.nk == 0) {                   /* no key for any query: zeros, lse -inf */
     cudaCheck(cudaMemsetAsync(J.out, 0, (size_t)(J.nbatch * J.nq * dv) * es, 0));
-    return QKV_OK;
+    return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
   /* the kernel counts features (and tile elements) in int */
   if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;

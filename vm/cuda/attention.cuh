@@ -27,6 +27,10 @@ typedef struct {
   double scale;
   operand q, k, v, mask;
   void *out;
+  void *lse;                         /* NULL, or (nbatch, nq) contiguous: each query's
+                                        log-sum-exp of its kept, scaled scores (-inf
+                                        with none), in the job's dtype for float32 and
+                                        float64, float32 for bfloat16 and float16 */
 } job;
 
 void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);
