@@ -271,13 +271,40 @@ static int run (const job &J) {
   return launch<T, 64, 64, false>(J);
 }
 
-void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
+/* one of q, k, v, mask as the kernels read it, with nbd batch dims */
+static void setup (operand *op, const qkv_tensor *t, int nbd) {
   int nd = t->ndim;
   op->base = qkv_cu_data(t);
   op->rs = t->stride[nd - 2];
   op->cs = t->stride[nd - 1];
   for (int i = 0; i < QKV_MAXDIM; i++)
     op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
+}
+
+void qkv_cu_attention_job (job *J, const qkv_tensor *out, const qkv_tensor *q,
+                           const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                           int causal, double scale) {
+  int nd = out->ndim;
+  memset(J, 0, sizeof *J);
+  J->nbd = nd - 2;
+  J->nbatch = 1;
+  for (int i = 0; i < QKV_MAXDIM; i++) {
+    J->bsize[i] = i < nd - 2 ? out->size[i] : 1;
+    if (i < nd - 2) J->nbatch *= out->size[i];
+  }
+  J->nq = out->size[nd - 2];
+  J->nk = k->size[nd - 2];
+  J->causal = causal != 0;
+  J->off = J->nk - J->nq;
+  J->scale = scale;
+  setup(&J->q, q, J->nbd);
+  setup(&J->k, k, J->nbd);
+  setup(&J->v, v, J->nbd);
+  if (mask) {
+    setup(&J->mask, mask, J->nbd);
+    J->has_mask = 1;
+  }
+  J->out = qkv_cu_data(out);
 }
 
 /* lse, when given, gets each query's log-sum-exp (the kernels' epilogue;
@@ -292,19 +319,10 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (err != QKV_OK) return err;
   int nd = out->ndim;
   job J;
-  memset(&J, 0, sizeof J);
-  J.nbd = nd - 2;
-  J.nbatch = 1;
-  for (int i = 0; i < QKV_MAXDIM; i++) {
-    J.bsize[i] = i < nd - 2 ? out->size[i] : 1;
-    if (i < nd - 2) J.nbatch *= out->size[i];
-  }
-  J.nq = out->size[nd - 2];
-  J.nk = k->size[nd - 2];
+  qkv_cu_attention_job(&J, out, q, k, v, mask, causal, scale);
   int64_t dk = q->size[nd - 1], dv = out->size[nd - 1];
   if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
-  J.out = qkv_cu_data(out);
   size_t es = qkv_cu_elsize(out->dtype);
   if (lse && !qkv_cu_contiguous(lse)) return QKV_EINTERNAL;
   J.lse = lse ? qkv_cu_data(lse) : NULL;
@@ -316,16 +334,6 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;
   J.dk = (int)dk;
   J.dv = (int)dv;
-  J.causal = causal != 0;
-  J.off = J.nk - J.nq;
-  J.scale = scale;
-  qkv_cu_attention_setup(&J.q, q, J.nbd);
-  qkv_cu_attention_setup(&J.k, k, J.nbd);
-  qkv_cu_attention_setup(&J.v, v, J.nbd);
-  if (mask) {
-    qkv_cu_attention_setup(&J.mask, mask, J.nbd);
-    J.has_mask = 1;
-  }
   if (half) return qkv_cu_attention_mma(J, out->dtype);
   qkv_cu_attention_path = "fp32";
   if (out->dtype == QKV_F32) return run<float>(J);

@@ -33,7 +33,13 @@ typedef struct {
                                         float64, float32 for bfloat16 and float16 */
 } job;
 
-void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);
+/* J for out = attention(q, k, v, mask, causal, scale), as the backend's
+   attention entry is given them (backend.h): all but dk and dv, which
+   the caller sets once it has checked that its kernels take them, and
+   lse (NULL) */
+void qkv_cu_attention_job(job *J, const qkv_tensor *out, const qkv_tensor *q,
+                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                          int causal, double scale);
 
 /* the path the last launch took (qkv.cuda.attention_backend) */
 extern const char *qkv_cu_attention_path;
