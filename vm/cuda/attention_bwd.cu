@@ -1,7 +1,9 @@
 /*
 ** attention_bwd.cu -- the fused attention's backward on the GPU, the
 ** gradients vm/cpu/attention_bwd.c computes, through whole score matrices
-** in scratch and cuBLAS products rather than the CPU's tiles.
+** in scratch and cuBLAS products rather than the CPU's tiles, in float32
+** and float64; bfloat16 and float16 go to the tensor cores' backward
+** (attention_mma_bwd.cu), or back to the caller for float32 copies.
 **
 ** Sizes: q (B, nq, dk), k (B, nk, dk), v (B, nk, dv), o and go (B, nq, dv),
 ** and dq, dk, dv of the inputs' shapes, all contiguous (B the batch dims
@@ -25,7 +27,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda.cuh"
+#include "attention.cuh"
 #include "../common/layout.h"
 
 #define THREADS 256
@@ -288,13 +290,14 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *lse) {
   qkv_dtype dt = q->dtype;
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
-  if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;
+  int half = dt == QKV_F16 || dt == QKV_BF16;
+  if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
   for (int i = 0; i < 8; i++) {
     if (all[i]->dtype != dt) return QKV_EDTYPE;
     if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;
   }
   if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
-  if (lse && (lse->dtype != dt || !contiguous(lse))) return QKV_EINTERNAL;
+  if (lse && (lse->dtype != (half ? QKV_F32 : dt) || !contiguous(lse))) return QKV_EINTERNAL;
   int n = q->ndim;
   if (n < 2 || (mask && mask->ndim < 2)) return QKV_EINTERNAL;
   bwd_job J;
@@ -311,6 +314,9 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
     if (err == QKV_OK) err = zero(dk);
     return err == QKV_OK ? zero(dv) : err;
   }
+  /* float16 and bfloat16 on the tensor cores (attention_mma_bwd.cu),
+     which say QKV_EDTYPE for what they do not take: float32 copies then */
+  if (half) return qkv_cu_attention_mma_bwd(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse);
   /* cuBLAS counts in int */
   if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
     return QKV_EINTERNAL;
