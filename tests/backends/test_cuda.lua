@@ -922,7 +922,12 @@ function TestCudaAttention:testHalfBackwardOnTheTensorCores()
   local cases = {  -- Q's batch, K and V's, n_q, n_k, d, causal, mask
     {{1, 2}, {1, 2}, 70, 50, 64, false, "rows"}, {{2, 1}, {2, 1}, 40, 130, 128, true},
     {{1, 1}, {1, 1}, 100, 33, 64, true, "rows"}, {{2, 3}, {2, 1}, 65, 64, 128, false, "heads"},
-    {{3}, {3}, 129, 200, 64, true, "rows"}, {{1}, {1}, 1, 5, 128, false},
+    {{3}, {3}, 129, 200, 64, true, "rows"},
+    -- one query of five keys: 16 of them, since with so few elements the
+    -- error is one draw of dS's rounding to the dtype (before dS K and
+    -- dS^T Q), which took dQ to 3.3 times the CPU's error in one bfloat16
+    -- draw (1.3 times, 2.1 at worst, over 20 draws of one)
+    {{16}, {16}, 1, 5, 128, false},
   }
   for _, dt in ipairs{"bfloat16", "float16"} do
     for _, c in ipairs(cases) do
