@@ -23,7 +23,8 @@
 **   4. O += P V: the scores' accumulator fragments are the A fragments of
 **      P once packed to 16 bits (no shared memory), V's rows read as B
 **      fragments by ldmatrix.trans.
-** At the end out = O / l, zeros where l == 0.
+** At the end out = O / l, zeros where l == 0, and lse (float32, when the
+** job asks for it) = (m + log2 l) ln 2, -inf where l == 0.
 **
 ** Shared memory: Q BQ x LD, K and V BK x LD in 16-bit elements, LD = D + 8
 ** (rows 16 bytes apart in banks, so ldmatrix's eight rows hit eight
@@ -228,6 +229,10 @@ __global__ void __launch_bounds__(NTH) attention_mma_kernel (job J, int vec) {
       for (int dn = 0; dn < DN; dn++)
         *(uint32_t *)(out + r * D + dn * 8 + c) =
             qkv_pack2<DT>(o[dn][2 * h] * rinv, o[dn][2 * h + 1] * rinv);
+      /* lse in natural units: m and log2 l are in log2 ones */
+      if (J.lse && c == 0)
+        ((float *)J.lse)[b * J.nq + i0 + r] =
+            l[h] == 0 ? ninf : (m[h] + log2f(l[h])) * 0.6931471805599453f;
     }
   }
 }
