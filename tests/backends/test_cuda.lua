@@ -776,6 +776,15 @@ function TestCudaAttention:testMasksBroadcastHeadsAndEmptyRows()
   none:narrow(1, 1, 4):fill_(true)
   same("fully masked rows", function(a, b, e, w) return qkv.attention(a, b, e, {mask = w, weights = false}) end,
        {q, k, v, none})
+  -- each query's log-sum-exp, which the forward leaves for the backward:
+  -- -inf for a row with no key, and for every row when there is no key
+  for _, dt in ipairs(FLOATS) do
+    same(dt .. " lse, mask + causal", function(a, b, e, w)
+      return qkv._attention_lse(a, b, e, w, true, 0.3)
+    end, {q:to(dt), k:to(dt), v:to(dt), none})
+    same(dt .. " lse, no keys", function(a, b, e) return qkv._attention_lse(a, b, e, nil, false, 1) end,
+         {q:to(dt), k:narrow(3, 1, 0):to(dt), v:narrow(3, 1, 0):to(dt)})
+  end
   -- weights, as the unfused path gives them
   same("with weights", function(a, b, e) return qkv.attention(a, b, e, {weights = true}) end,
        {q, k, v})
@@ -915,6 +924,87 @@ function TestCudaAttention:testBackwardGivesTheCpusGradients()
         local ec, eg = rel64(cpu[i], want[i]), rel64(gpu[i], want[i])
         lu.assertTrue(eg <= 3 * ec, ("%s: error %.3g against float64, the CPU's %.3g"):format(
           label, eg, ec))
+      end
+    end
+  end
+end
+
+-- float16 and bfloat16 gradients on the tensor cores (vm/cuda/
+-- attention_mma_bwd.cu, head sizes 64 and 128): qkv._attention_lse's out
+-- and lse in the dtype, then _attention_backward in it, given lse and not;
+-- each gradient in the dtype, against float64 (the CPU's float64 backward
+-- on the same inputs) within three times the CPU's own error. Masks with
+-- rows of no key (whose dQ is 0), causal with n_q < n_k and n_q > n_k,
+-- sizes off the 64-key and query tiles, K, V and the mask broadcast
+function TestCudaAttention:testHalfBackwardOnTheTensorCores()
+  need()
+  local x = qkv.zeros(1, 4, 64, "float16")
+  if not pcall(qkv._attention_lse, x, x, x, nil, false, 1) then
+    lu.skip("_attention_lse takes no float16 yet (the dispatch's half gradients)")
+  end
+  local cases = {  -- Q's batch, K and V's, n_q, n_k, d, causal, mask
+    {{1, 2}, {1, 2}, 70, 50, 64, false, "rows"}, {{2, 1}, {2, 1}, 40, 130, 128, true},
+    {{1, 1}, {1, 1}, 100, 33, 64, true, "rows"}, {{2, 3}, {2, 1}, 65, 64, 128, false, "heads"},
+    {{3}, {3}, 129, 200, 64, true, "rows"},
+    -- one query of five keys: 16 of them, since with so few elements the
+    -- error is one draw of dS's rounding to the dtype (before dS K and
+    -- dS^T Q), which took dQ to 3.3 times the CPU's error in one bfloat16
+    -- draw (1.3 times, 2.1 at worst, over 20 draws of one)
+    {{16}, {16}, 1, 5, 128, false},
+  }
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(cases) do
+      local nq, nk, d = c[3], c[4], c[5]
+      local function u(shape, n)
+        local sh = {table.unpack(shape)}
+        sh[#sh + 1], sh[#sh + 2] = n, d
+        return (values(sh, "float64") / 3):to(dt)
+      end
+      local q, k, v = u(c[1], nq), u(c[2], nk), u(c[2], nk)
+      local m
+      if c[7] == "rows" then
+        m = values({nq, nk}, "bool")
+        m:narrow(1, 1, 3):fill_(false)                    -- no key: zeros, and dQ 0
+      elseif c[7] == "heads" then
+        m = values({c[1][1], 1, nq, nk}, "bool")          -- over the heads
+      end
+      local scale = 1 / math.sqrt(d)
+      local label = ("%s %d x %d d %d%s%s"):format(dt, nq, nk, d, c[6] and " causal" or "",
+                                                   c[7] and " mask " .. c[7] or "")
+      local function grads(dev, cast, with_lse)
+        local a, b, e = cast(q):to(dev), cast(k):to(dev), cast(v):to(dev)
+        local w = m and m:to(dev)
+        local out, lse = qkv._attention_lse(a, b, e, w, c[6], scale)
+        local g = (values(out.shape, "float64") / 3)
+        g = cast(g:to(dt)):to(dev)
+        return {qkv._attention_backward(a, b, e, out, g, w, c[6], scale, with_lse and lse or nil)}, lse
+      end
+      qkv.seed(11)
+      local want, lse64 = grads("cpu", function(t) return t:double() end, true)
+      qkv.seed(11)
+      local cpu = grads("cpu", function(t) return t end, false)
+      for _, with_lse in ipairs{true, false} do
+        qkv.seed(11)
+        local gpu, lse = grads("cuda", function(t) return t end, with_lse)
+        -- the forward's lse (float32; -inf where no key is kept)
+        lu.assertEquals(lse.dtype, "float32", label)
+        local none = lse64:eq(-1 / 0)
+        t.assertTensorEqual(lse:cpu():eq(-1 / 0), none)
+        lu.assertTrue(rel64(lse:cpu():masked_fill(none, 0), lse64:masked_fill(none, 0)) < 1e-6, label)
+        if qkv.cuda.attention_backend() ~= "cpu" then      -- build/fakecuda.so runs the CPU's
+          lu.assertEquals(qkv.cuda.attention_backend(), "mma", label)
+        end
+        for i, name in ipairs{"dQ", "dK", "dV"} do
+          local what = ("%s %s%s"):format(label, name, with_lse and "" or " (no lse)")
+          lu.assertEquals({gpu[i].dtype, gpu[i].device}, {dt, "cuda"}, what)
+          lu.assertEquals(gpu[i].shape, want[i].shape, what)
+          local ec, eg = rel64(cpu[i], want[i]), rel64(gpu[i], want[i])
+          lu.assertTrue(eg <= 3 * ec, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+            what, eg, ec))
+        end
+        if c[7] == "rows" then
+          lu.assertEquals(gpu[1]:narrow(-2, 1, 3):cpu():abs():max():item(), 0, label .. ": empty rows")
+        end
       end
     end
   end

@@ -164,3 +164,23 @@ function TestCudnn:testForcingInProcess()
   lu.assertFalse(okb)
   lu.assertStrContains(msg, 'qkv.cuda.attention_backend: path tensorcores is none of "auto"')
 end
+
+-- docs/cuda.md's example runs as it says (cudnn, or mma without cuDNN; then mma)
+function TestCudnn:testTheDocsExample()
+  if not GPU then lu.skip("needs CUDA: " .. tostring(WHY)) end
+  local f = assert(io.open("docs/cuda.md"))
+  local text = f:read("a")
+  f:close()
+  local code = text:match("## Half precision: cuDNN and the tensor cores.-```lua\n(.-)```")
+  lu.assertNotNil(code, "docs/cuda.md: no example under its half-precision section")
+  local printed = {}
+  local env = setmetatable({print = function(x) printed[#printed + 1] = tostring(x) end},
+                           {__index = _G})
+  local ok, err = pcall(assert(load(code, "docs/cuda.md", "t", env)))
+  qkv.cuda.attention_backend("auto")
+  if not ok then error(err, 0) end
+  if printed[1] == "cpu" then lu.skip("build/fakecuda.so: the CPU's one path") end
+  lu.assertEquals(printed[2], "mma")
+  lu.assertTrue(printed[1] == (CUDNN and "cudnn" or "mma") or (CUDNN == nil and printed[1] == "cudnn"),
+                "first path " .. tostring(printed[1]))
+end

@@ -49,10 +49,11 @@ typedef struct qkv_backend {
      out's batch dims (strides may be 0; mask to (B..., nq, nk)), all of
      out's float dtype; out is contiguous.  float16 and bfloat16 are asked
      for first; QKV_EDTYPE says to compute them in float32 instead.  lse,
-     NULL or (B..., nq) contiguous of out's compute dtype (float32 for the
-     halves), is this backend's saved state for its own attention_backward:
-     each query's log-sum-exp of its kept, scaled scores (-inf with none); a
-     backend whose backward does not read it may leave it unwritten */
+     NULL or (B..., nq) contiguous (out's dtype for float32 and float64,
+     float32 for float16 and bfloat16), is this backend's saved state for
+     its own attention_backward: each query's log-sum-exp of its kept,
+     scaled scores, natural log (-inf with none); a backend whose backward
+     does not read it may leave it unwritten */
   int (*attention)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale, qkv_tensor *lse);
@@ -70,9 +71,9 @@ typedef struct qkv_backend {
      (B..., rows, cols) and float dtype; mask bool (B..., nq, nk), any
      strides, or NULL; dq, dk, dv written whole; lse NULL or what this
      backend's attention left for the same q, k, v, mask, causal, scale
-     (contiguous, dq's compute dtype), which it may read instead of
-     computing it.  float16 and bfloat16 are asked for first; QKV_EDTYPE
-     says to compute them in float32 copies instead */
+     (contiguous; dq's dtype, float32 for float16 and bfloat16), which it
+     may read instead of computing it.  float16 and bfloat16 are asked for
+     first; QKV_EDTYPE says to compute them in float32 copies instead */
   int (*attention_backward)(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                             const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                             const qkv_tensor *o, const qkv_tensor *go,

@@ -26,7 +26,8 @@
 **   4. O = O * exp(m_old - m_new) + P V, where the thread owns O's elements
 **      of its rows at columns c + 16 j, so O needs no barrier of its own.
 ** At the end out = O / l (l summed over the row's threads), zeros where
-** l == 0.
+** l == 0, and, when the job asks for it, the query's log-sum-exp m + log l
+** (-inf where l == 0) for the backward.
 **
 ** Shared memory, in elements of T: P BQ x LDP (LDP = 16 mod 32: the two
 ** half warps hit other banks), Q BQ x ldq and K BK x ldq (ldq = dk | 1: odd,
@@ -57,6 +58,8 @@
 
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
+__device__ static inline float lg (float x) { return logf(x); }
+__device__ static inline double lg (double x) { return log(x); }
 
 /* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
    at dst, ld apart, by all the block's threads */
@@ -197,7 +200,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       }
     }
 
-    /* out = O / l; a row with no key kept is zeros */
+    /* out = O / l; a row with no key kept is zeros.  lse = m + log l (m
+       is the same in the row's 16 threads), -inf where l == 0 */
     for (int a = 0; a < RA; a++) {
       T sum = l[a];
       for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
@@ -206,6 +210,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       if (row < bq)
         for (int d = c; d < dv; d += 16)
           out[row * dv + d] = sum == 0 ? (T)0 : O[row * dv + d] * rinv;
+      if (J.lse && row < bq && c == 0)
+        ((T *)J.lse)[b * J.nq + i0 + row] = sum == 0 ? ninf : m[a] + lg(sum);
     }
   }
 }
@@ -267,7 +273,8 @@ static int run (const job &J) {
   return launch<T, 64, 64, false>(J);
 }
 
-void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
+/* one of q, k, v, mask as the kernels read it, with nbd batch dims */
+static void setup (operand *op, const qkv_tensor *t, int nbd) {
   int nd = t->ndim;
   op->base = qkv_cu_data(t);
   op->rs = t->stride[nd - 2];
@@ -276,15 +283,38 @@ void qkv_cu_attention_setup (operand *op, const qkv_tensor *t, int nbd) {
     op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
 }
 
-/* lse gets NaN, "not computed": the backward (attention_bwd.cu) computes
-   its own statistics (backend.h allows it) */
+void qkv_cu_attention_job (job *J, const qkv_tensor *out, const qkv_tensor *q,
+                           const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                           int causal, double scale) {
+  int nd = out->ndim;
+  memset(J, 0, sizeof *J);
+  J->nbd = nd - 2;
+  J->nbatch = 1;
+  for (int i = 0; i < QKV_MAXDIM; i++) {
+    J->bsize[i] = i < nd - 2 ? out->size[i] : 1;
+    if (i < nd - 2) J->nbatch *= out->size[i];
+  }
+  J->nq = out->size[nd - 2];
+  J->nk = k->size[nd - 2];
+  J->causal = causal != 0;
+  J->off = J->nk - J->nq;
+  J->scale = scale;
+  setup(&J->q, q, J->nbd);
+  setup(&J->k, k, J->nbd);
+  setup(&J->v, v, J->nbd);
+  if (mask) {
+    setup(&J->mask, mask, J->nbd);
+    J->has_mask = 1;
+  }
+  J->out = qkv_cu_data(out);
+}
+
+/* lse, when given, gets each query's log-sum-exp (the kernels' epilogue;
+   -inf for every query when nk == 0), which attention_bwd.cu reads in
+   place of a pass of its own over the scores */
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale, qkv_tensor *lse) {
-  if (lse && qkv_cu_numel(lse) > 0) {
-    int e = qkv_cuda_fill(lse, NAN);
-    if (e != QKV_OK) return e;
-  }
   int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   int err = qkv_attention_check(out, q, k, v, mask);
@@ -301,41 +331,21 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
     return err;
   int nd = out->ndim;
   job J;
-  memset(&J, 0, sizeof J);
-  J.nbd = nd - 2;
-  J.nbatch = 1;
-  for (int i = 0; i < QKV_MAXDIM; i++) {
-    J.bsize[i] = i < nd - 2 ? out->size[i] : 1;
-    if (i < nd - 2) J.nbatch *= out->size[i];
-  }
-  J.nq = out->size[nd - 2];
-  J.nk = k->size[nd - 2];
+  qkv_cu_attention_job(&J, out, q, k, v, mask, causal, scale);
   int64_t dk = q->size[nd - 1], dv = out->size[nd - 1];
   if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
-  J.out = qkv_cu_data(out);
-  /* the tensor-core kernel writes each query's log-sum-exp where asked
-     (its rows (B..., nq), float32), over the NaN above */
-  if (half && lse && qkv_cu_numel(lse) > 0) J.lse = qkv_cu_data(lse);
   size_t es = qkv_cu_elsize(out->dtype);
-  if (J.nk == 0) {                   /* no key for any query: zeros */
+  if (lse && !qkv_cu_contiguous(lse)) return QKV_EINTERNAL;
+  J.lse = lse ? qkv_cu_data(lse) : NULL;
+  if (J.nk == 0) {                   /* no key for any query: zeros, lse -inf */
     cudaCheck(cudaMemsetAsync(J.out, 0, (size_t)(J.nbatch * J.nq * dv) * es, 0));
-    return QKV_OK;
+    return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
   /* the kernel counts features (and tile elements) in int */
   if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;
   J.dk = (int)dk;
   J.dv = (int)dv;
-  J.causal = causal != 0;
-  J.off = J.nk - J.nq;
-  J.scale = scale;
-  qkv_cu_attention_setup(&J.q, q, J.nbd);
-  qkv_cu_attention_setup(&J.k, k, J.nbd);
-  qkv_cu_attention_setup(&J.v, v, J.nbd);
-  if (mask) {
-    qkv_cu_attention_setup(&J.mask, mask, J.nbd);
-    J.has_mask = 1;
-  }
   if (half) {
     err = qkv_cu_attention_mma(J, out->dtype);
     if (err == QKV_EDTYPE && qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "mma"))

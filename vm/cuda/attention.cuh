@@ -27,18 +27,49 @@ typedef struct {
   double scale;
   operand q, k, v, mask;
   void *out;
-  void *lse;                         /* NULL, or (nbatch, nq) contiguous float32 (the half
-                                        kernels): each query's log-sum-exp of its scaled
-                                        scores, natural log, -inf where no key is kept */
+  void *lse;                         /* NULL, or (nbatch, nq) contiguous: each query's
+                                        log-sum-exp of its kept, scaled scores (-inf
+                                        with none), in the job's dtype for float32 and
+                                        float64, float32 for bfloat16 and float16 */
 } job;
 
-void qkv_cu_attention_setup(operand *op, const qkv_tensor *t, int nbd);
+/* J for out = attention(q, k, v, mask, causal, scale), as the backend's
+   attention entry is given them (backend.h): all but dk and dv, which
+   the caller sets once it has checked that its kernels take them, and
+   lse (NULL) */
+void qkv_cu_attention_job(job *J, const qkv_tensor *out, const qkv_tensor *q,
+                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                          int causal, double scale);
 
 /* the tensor-core path for bfloat16 and float16 (attention_mma.cu);
    QKV_EDTYPE when it does not take the job (a head size other than 64 or
    128, dk != dv, or QKV_CUDA_ATTENTION=fp32): the caller computes in
    float32 then */
 int qkv_cu_attention_mma(const job &J, qkv_dtype dt);
+
+/* the tensor-core backward for bfloat16 and float16 (attention_mma_bwd.cu),
+   as the backend's attention_backward entry is given it (backend.h; lse
+   NULL or float32); QKV_EDTYPE when it does not take the job (a head
+   size other than 64 or 128, dk != dv, an operand not 16-byte aligned,
+   or QKV_CUDA_ATTENTION=fp32): the caller computes in float32 then */
+int qkv_cu_attention_mma_bwd(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                             const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                             const qkv_tensor *o, const qkv_tensor *go, const qkv_tensor *mask,
+                             int causal, double scale, const qkv_tensor *lse);
+
+/* rows [0, n) of a row-major matrix of 16-bit elements (src, rows ld
+   elements apart, every row 16-byte aligned) to a rows x D tile at dst,
+   rows LD apart, zeros past n: 16 bytes a load, by a block of NT threads */
+template <int D, int LD, int NT>
+__device__ static inline void load_rows16 (uint16_t *dst, const uint16_t *src, int64_t ld, int n,
+                                           int rows) {
+  for (int x = threadIdx.x; x < rows * (D / 8); x += NT) {
+    int i = x / (D / 8), j = x % (D / 8) * 8;
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (i < n) u = *(const uint4 *)(src + i * ld + j);
+    *(uint4 *)(dst + i * LD + j) = u;
+  }
+}
 
 /*
 ** Item `item` of a launch of BQ-query tiles (the last tiles first, as the

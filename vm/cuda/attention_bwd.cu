@@ -1,7 +1,9 @@
 /*
 ** attention_bwd.cu -- the fused attention's backward on the GPU, the
 ** gradients vm/cpu/attention_bwd.c computes, through whole score matrices
-** in scratch and cuBLAS products rather than the CPU's tiles.
+** in scratch and cuBLAS products rather than the CPU's tiles, in float32
+** and float64; bfloat16 and float16 go to the tensor cores' backward
+** (attention_mma_bwd.cu), or back to the caller for float32 copies.
 **
 ** Sizes: q (B, nq, dk), k (B, nk, dk), v (B, nk, dv), o and go (B, nq, dv),
 ** and dq, dk, dv of the inputs' shapes, all contiguous (B the batch dims
@@ -13,7 +15,8 @@
 ** rows at a time):
 **   S  = scale Q K^T                     (cuBLAS)
 **   P  = exp(S - lse) per row, masked    (rows_kernel: a warp a row, which
-**        also takes D = dO . O; a row with no key kept, lse = -inf, is 0)
+**        also takes D = dO . O; a row with no key kept, lse = -inf, is 0;
+**        lse is the forward's where it is given, else computed here)
 **   dV (+)= P^T dO,  dP = dO V^T         (cuBLAS)
 **   dS = P (dP - D)                      (ds_kernel, in dP's place)
 **   dQ = scale dS K, dK (+)= scale dS^T Q  (cuBLAS)
@@ -25,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.cuh"
+#include "attention.cuh"
 #include "cudnn.h"
 #include "../common/layout.h"
 
@@ -69,15 +72,16 @@ __device__ static double warp_sum (double x) {
 }
 
 /*
-** One warp a row of the chunk (nb rq rows of nk scores at s): the masked
-** scores' max (NaN skipped, as the CPU's) and sum of exp(x - max) give
-** lse (-inf when the sum is not above 0: every key excluded, or a NaN);
-** then P = exp(S - lse) in S's place.  Lane j takes columns j, j + 32, ...
-** in every pass, so it reads back only what it wrote.  Also D = dO . O.
+** One warp a row of the chunk (nb rq rows of nk scores at s): lse is the
+** forward's (fwd, (B, nq), when given), else the masked scores' max (NaN
+** skipped, as the CPU's) and sum of exp(x - max) give it (-inf when the
+** sum is not above 0: every key excluded, or a NaN); then P = exp(S - lse)
+** in S's place, 0 for an excluded key.  Lane j takes columns j, j + 32,
+** ... in every pass, so it reads back only what it wrote.  Also D = dO . O.
 */
 template <typename T>
 __global__ void rows_kernel (T *s, double *lse, double *D, const T *o, const T *go,
-                             chunk C) {
+                             const T *fwd, chunk C) {
   const int lane = threadIdx.x % 32;
   const T ninf = -(T)INFINITY;
   int64_t nrows = C.nb * C.rq;
@@ -94,16 +98,21 @@ __global__ void rows_kernel (T *s, double *lse, double *D, const T *o, const T *
       if ((C.causal && j > i + C.nk - C.nq) || (mr && !mr[j * C.mask.cs])) sr[j] = x = ninf;
       mx = x > mx ? x : mx;
     }
-    for (int k = 16; k > 0; k >>= 1) {
-      T y = __shfl_xor_sync(0xffffffffu, mx, k);
-      mx = y > mx ? y : mx;
+    double L;
+    if (fwd) {
+      L = (double)fwd[b * C.nq + i];
+    } else {
+      for (int k = 16; k > 0; k >>= 1) {
+        T y = __shfl_xor_sync(0xffffffffu, mx, k);
+        mx = y > mx ? y : mx;
+      }
+      double l = 0;
+      if (mx != ninf)
+        for (int64_t j = lane; j < C.nk; j += 32)
+          if (sr[j] != ninf) l += (double)ex(sr[j] - mx);
+      l = warp_sum(l);
+      L = l > 0 ? (double)mx + log(l) : -INFINITY;
     }
-    double l = 0;
-    if (mx != ninf)
-      for (int64_t j = lane; j < C.nk; j += 32)
-        if (sr[j] != ninf) l += (double)ex(sr[j] - mx);
-    l = warp_sum(l);
-    double L = l > 0 ? (double)mx + log(l) : -INFINITY;
     T Lt = (T)L;
     for (int64_t j = lane; j < C.nk; j += 32)
       sr[j] = L == -INFINITY || sr[j] == ninf ? (T)0 : ex(sr[j] - Lt);
@@ -164,14 +173,15 @@ typedef struct {
   double scale;
   const void *q, *k, *v, *o, *go;
   void *dq, *dk_, *dv_;
+  const void *lse;                   /* the forward's, (nb, nq), or NULL */
   int causal;
   maskview mask;
-} job;
+} bwd_job;
 
 /* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
    lse, D (C.nb C.rq each) */
 template <typename T>
-static int one_chunk (const job &J, const chunk &C, T *s, T *dp, double *lse, double *D) {
+static int one_chunk (const bwd_job &J, const chunk &C, T *s, T *dp, double *lse, double *D) {
   int err;
   int64_t nq = J.nq, nk = J.nk, dk = J.dk, dv = J.dv, rq = C.rq, nb = C.nb;
   int64_t rows = nb * rq, ns = rq * nk;
@@ -191,7 +201,7 @@ static int one_chunk (const job &J, const chunk &C, T *s, T *dp, double *lse, do
   }
   K.t = 0;
   rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
-      s, lse, D, (const T *)J.o, (const T *)J.go, C);
+      s, lse, D, (const T *)J.o, (const T *)J.go, (const T *)J.lse, C);
   launchCheck("rows_kernel");
   if (dv > 0) {
     S.t = 1;                                           /* dV (+)= P^T dO */
@@ -213,7 +223,7 @@ static int one_chunk (const job &J, const chunk &C, T *s, T *dp, double *lse, do
 
 /* the chunks: cb whole items, or (cb == 1) rq rows of one */
 template <typename T>
-static int chunks (const job &J, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
+static int chunks (const bwd_job &J, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
                    double *D) {
   chunk C;
   C.nq = J.nq;
@@ -233,7 +243,7 @@ static int chunks (const job &J, int64_t cb, int64_t rq, T *s, T *dp, double *ls
 
 /* the scratch for the largest chunk, freed on every path */
 template <typename T>
-static int run (const job &J) {
+static int run (const bwd_job &J) {
   size_t row = 2 * (size_t)J.nk * sizeof(T) + 2 * sizeof(double);
   int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = J.nq;
   if (fit < 1) fit = 1;
@@ -288,18 +298,19 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                ? qkv_cu_cudnn_attention_backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse)
                : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
     return err;
-  (void)lse;                     /* the statistics are computed here (stats) */
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
-  if (dt != QKV_F32 && dt != QKV_F64) return QKV_EDTYPE;
-  qkv_cu_attention_path = "fp32";
+  int half = dt == QKV_F16 || dt == QKV_BF16;
+  if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
+  if (!half) qkv_cu_attention_path = "fp32";
   for (int i = 0; i < 8; i++) {
     if (all[i]->dtype != dt) return QKV_EDTYPE;
     if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;
   }
   if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
+  if (lse && (lse->dtype != (half ? QKV_F32 : dt) || !contiguous(lse))) return QKV_EINTERNAL;
   int n = q->ndim;
   if (n < 2 || (mask && mask->ndim < 2)) return QKV_EINTERNAL;
-  job J;
+  bwd_job J;
   memset(&J, 0, sizeof J);
   J.nb = 1;
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
@@ -312,6 +323,15 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
     int err = zero(dq);
     if (err == QKV_OK) err = zero(dk);
     return err == QKV_OK ? zero(dv) : err;
+  }
+  /* float16 and bfloat16 on the tensor cores (attention_mma_bwd.cu),
+     which say QKV_EDTYPE for what they do not take: float32 copies then */
+  if (half) {
+    err = qkv_cu_attention_mma_bwd(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse);
+    if (err == QKV_EDTYPE && qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "mma"))
+      return qkv_cu_fail("the forced path mma", __FILE__, __LINE__,
+                         "the tensor-core backward takes head sizes 64 and 128, dk == dv");
+    return err;
   }
   /* cuBLAS counts in int */
   if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
@@ -326,6 +346,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   J.dq = qkv_cu_data(dq);
   J.dk_ = qkv_cu_data(dk);
   J.dv_ = qkv_cu_data(dv);
+  J.lse = lse ? qkv_cu_data(lse) : NULL;
   if (mask) {
     int mn = mask->ndim;
     J.mask.base = (const unsigned char *)qkv_cu_data(mask);

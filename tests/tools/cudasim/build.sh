@@ -35,8 +35,10 @@ for h in cuda_runtime.h cublas_v2.h cub/device/device_segmented_sort.cuh; do
   rm -f "$OUT/include/$h.new"
 done
 
+# (-Wno-unknown-pragmas: CUDA's #pragma unroll, which g++ does not know)
 FLAGS="-std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-strict-aliasing -pthread \
   -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers \
+  -Wno-unknown-pragmas \
   -I$OUT/include -I$SRC $SIMFLAGS"
 
 # compile one source into $OUT/obj when it, a header, or this script changed

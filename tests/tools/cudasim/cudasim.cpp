@@ -719,8 +719,14 @@ void sim_mma_m16n8k16 (int fp16, float d[4], const uint32_t a[4], const uint32_t
   }
 }
 
+void sim_check_align (const void *p, size_t align, const char *what) {
+  if ((uintptr_t)p % align != 0)
+    fault(cur_worker, "%s: address %p is not %zu-byte aligned", what, p, align);
+}
+
 void sim_ldmatrix_x4 (int trans, uint32_t r[4], const void *row) {
   uint64_t addr[32];
+  sim_check_align(row, 16, "ldmatrix: a row");     /* each row is one 16-byte access */
   warp_all((uint64_t)(uintptr_t)row, addr);
   unsigned t = sim_lane();
   int g = (int)t / 4, c = 2 * (int)(t % 4);

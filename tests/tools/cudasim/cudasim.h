@@ -213,6 +213,15 @@ static inline unsigned atomicAdd (unsigned *p, unsigned v) { return sim_atomic_a
 static inline unsigned long long atomicAdd (unsigned long long *p, unsigned long long v) {
   return sim_atomic_add(p, v);
 }
+/* sm_90's vector adds: atomic per element (not as a whole, as on the
+   GPU), at an address aligned to the vector's size (a fault otherwise) */
+struct alignas(8) float2 { float x, y; };
+static inline float2 make_float2 (float x, float y) { return {x, y}; }
+void sim_check_align(const void *p, size_t align, const char *what);
+static inline float2 atomicAdd (float2 *p, float2 v) {
+  sim_check_align(p, 8, "atomicAdd(float2 *)");
+  return {sim_atomic_add(&p->x, v.x), sim_atomic_add(&p->y, v.y)};
+}
 template <typename T> static inline T atomicExch (T *p, T v) {
   return std::atomic_ref<T>(*p).exchange(v);
 }

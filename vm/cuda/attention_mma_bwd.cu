@@ -1,0 +1,352 @@
+/*
+** attention_mma_bwd.cu -- the fused attention's backward in bfloat16 and
+** float16 on the tensor cores, as FlashAttention-2 computes it (Dao, 2023,
+** Algorithm 2): the scores are recomputed a tile at a time from Q, K and
+** each query's log-sum-exp (lse, which attention_mma.cu's forward leaves),
+** so no n_q x n_k matrix is ever held.  Head sizes 64 and 128 (dk = dv);
+** the same gradients as attention_bwd.cu's (masks, causal aligned to the
+** last key, a query with no key kept contributes nothing), with float32
+** accumulators and P and dS rounded to the inputs' dtype before their
+** products, as the forward rounds P.
+**
+** Sizes: q, o, go, dq (B, nq, D); k, v, dk, dv (B, nk, D), all contiguous
+** (B the batch dims flattened); mask bool (B..., nq, nk) with any strides;
+** lse float32 (B, nq).  Three launches and a pre-pass:
+**   0. lse, when not given: the forward (attention_mma.cu) into scratch;
+**   1. delta_kernel: Dl_i = dO_i . O_i in float32, and dQ's float32
+**      scratch zeroed;
+**   2. the main kernel: a block of 4 warps takes BK = 64 keys of one batch
+**      item (16 a warp; the grid loops over items, the first key tiles
+**      first: under causal they see the most queries).  K's and V's tiles
+**      go to shared memory once; then for each tile of BQ queries (64 at
+**      D = 64, 32 at D = 128, so that dK and dV fit in registers beside the
+**      tile's scores), from the first that keeps any of its keys:
+**        S^T = K Q^T (a warp's 16 keys against the tile's queries),
+**        P^T = exp2(S^T scale log2 e - lse log2 e), 0 where excluded,
+**        dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T (dP^T - Dl),
+**        dK += dS^T Q   (the accumulators' fragments are the A fragments
+**                        of P^T and dS^T once packed, as in the forward),
+**        dQ += dS K     (which sums over every warp's keys: dS^T goes to
+**                        shared memory, each warp takes 16 queries by a
+**                        64-feature slice, and adds its part to dQ's
+**                        float32 scratch with float2 atomics);
+**      dK and dV (times scale for dK) are the block's own rows: stored
+**      once, in the dtype;
+**   3. dq_kernel: dQ = scale * scratch, in the dtype.
+** An operand is read by ldmatrix from shared memory, transposed where
+** the product wants its columns: Q and dO as B fragments of S^T and dP^T
+** (plain) and of dK and dV (.trans), K as A of S^T (plain) and B of dQ
+** (.trans), V as A of dP^T, dS^T as A of dQ (.trans).
+**
+** Shared memory in 16-bit elements: K and V BK x LD, Q and dO BQ x LD
+** (LD = D + 8: ldmatrix's eight rows in eight bank groups), dS^T BK x
+** (BQ + 8), and lse and Dl BQ floats each: 45.5 KiB at D = 64, 56.3 KiB
+** at D = 128.  Scratch: dQ in float32 (B nq D) and Dl (B nq), and, without
+** lse, the forward's out and lse: O(n d), as the forward.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.cuh"
+#include "mma.cuh"
+
+#define WARPS 4
+#define NTH (32 * WARPS)              /* threads a block */
+#define BK (16 * WARPS)               /* keys a block: 16 a warp */
+#define LOG2E 1.4426950408889634
+
+/* what the main kernel reads and writes beside the job's q, k, v, mask */
+typedef struct {
+  const uint16_t *go;                 /* dO (B, nq, D) */
+  const float *lse;                   /* (B, nq) */
+  float *delta;                       /* dO . O, (B, nq) */
+  uint16_t *dk, *dv;                  /* (B, nk, D) */
+  float *dqacc;                       /* dQ / scale, (B, nq, D) */
+} grads;
+
+/* ---- the small kernels ---- */
+
+/* delta[r] = dO[r] . O[r] over D features, a warp a row */
+template <int DT, int D>
+__global__ void delta_kernel (float *delta, const uint16_t *o, const uint16_t *go, int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  for (int64_t r = w; r < rows; r += (int64_t)gridDim.x * blockDim.x / 32) {
+    float sum = 0;
+    for (int d = 2 * lane; d < D; d += 64) {
+      const uint16_t *a = o + r * D + d, *g = go + r * D + d;
+      sum += qkv_half_get<DT>(a[0]) * qkv_half_get<DT>(g[0]) +
+             qkv_half_get<DT>(a[1]) * qkv_half_get<DT>(g[1]);
+    }
+    for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+    if (lane == 0) delta[r] = sum;
+  }
+}
+
+/* dq = scale acc, two elements a thread a step (n even) */
+template <int DT>
+__global__ void dq_kernel (uint16_t *dq, const float *acc, float scale, int64_t n) {
+  QKV_CU_LOOP(x, n / 2)
+    *(uint32_t *)(dq + 2 * x) = qkv_pack2<DT>(acc[2 * x] * scale, acc[2 * x + 1] * scale);
+}
+
+/* ---- the main kernel ---- */
+
+template <int DT, int D, int BQ>
+__global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G) {
+  enum {
+    LD = D + 8, LDS = BQ + 8, KS = D / 16, NQ = BQ / 8, DN = D / 8,
+    QG = BQ / 16,                     /* dQ: warps a feature slice (16 queries each) */
+    FW = D / (WARPS / QG), FN = FW / 8 /* dQ: features a warp */
+  };
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t *Ks = (uint16_t *)smem, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *Gs = Qs + BQ * LD;
+  uint16_t *Ss = Gs + BQ * LD;                                  /* dS^T, keys x queries */
+  float *Ls = (float *)(Ss + BK * LDS), *Dl = Ls + BQ;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
+  const float scale2 = (float)(J.scale * LOG2E), scale = (float)J.scale;
+  const int64_t nkt = (J.nk + BK - 1) / BK, items = J.nbatch * nkt;
+  /* dQ's share of this warp: queries qr .. qr + 15 of a tile, features f0 .. f0 + FW - 1 */
+  const int qr = 16 * (w % QG), f0 = FW * (w / QG);
+
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    int64_t b = item % J.nbatch, j0 = item / J.nbatch * BK, boff[4];
+    int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
+    batch_offsets(J, b, boff);
+    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
+
+    __syncthreads();                           /* the last item's reads of K and V are done */
+    load_rows16<D, LD, NTH>(Ks, (const uint16_t *)J.k.base + boff[1] + j0 * J.k.rs, J.k.rs, bk, BK);
+    load_rows16<D, LD, NTH>(Vs, (const uint16_t *)J.v.base + boff[2] + j0 * J.v.rs, J.v.rs, bk, BK);
+
+    float dk[DN][4], dv[DN][4];
+    for (int dn = 0; dn < DN; dn++)
+      for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0;
+
+    /* under causal, query i keeps no key of the tile while i + off < j0 */
+    int64_t first = J.causal && j0 - J.off > 0 ? (j0 - J.off) / BQ * BQ : 0;
+    for (int64_t i0 = first; i0 < J.nq; i0 += BQ) {
+      int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
+      __syncthreads();                         /* every warp is done with Q, dO, dS^T, Ls, Dl */
+      load_rows16<D, LD, NTH>(Qs, (const uint16_t *)J.q.base + boff[0] + i0 * J.q.rs, J.q.rs, bq, BQ);
+      load_rows16<D, LD, NTH>(Gs, G.go + (b * J.nq + i0) * D, D, bq, BQ);
+      /* lse in log2 units; a query with no key kept (-inf), or past nq,
+         gets +inf, so that every exp2 of its scores is 0 */
+      for (int x = threadIdx.x; x < BQ; x += NTH) {
+        float l = x < bq ? G.lse[b * J.nq + i0 + x] : -INFINITY;
+        Ls[x] = l == -INFINITY ? INFINITY : l * (float)LOG2E;
+        Dl[x] = x < bq ? G.delta[b * J.nq + i0 + x] : 0.f;
+      }
+      __syncthreads();
+
+      /* S^T = K Q^T: A is the warp's 16 rows of K; ldmatrix's tiles 0, 1
+         are queries 16 np .. + 7 (features kk 16 and + 8), 2, 3 the next 8 */
+      float s[NQ][4];
+      for (int n = 0; n < NQ; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+      for (int kk = 0; kk < KS; kk++) {
+        uint32_t ka[4];
+        qkv_ldmatrix_x4(ka, Ks + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
+        for (int np = 0; np < NQ / 2; np++) {
+          uint32_t qb[4];
+          qkv_ldmatrix_x4(qb, Qs + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
+          const uint32_t b0[2] = {qb[0], qb[1]}, b1[2] = {qb[2], qb[3]};
+          qkv_mma<DT>(s[2 * np], ka, b0);
+          qkv_mma<DT>(s[2 * np + 1], ka, b1);
+        }
+      }
+
+      /* P^T; only a tile that the mask, the causal diagonal or the keys'
+         end cuts looks at each element */
+      bool cut = J.has_mask || j0 + BK > J.nk || (J.causal && j0 + BK - 1 > i0 + J.off);
+#pragma unroll                                 /* else s goes to local memory */
+      for (int n = 0; n < NQ; n++)
+        for (int e = 0; e < 4; e++) {
+          int qi = n * 8 + c + (e & 1);
+          float p = exp2f(s[n][e] * scale2 - Ls[qi]);
+          if (cut) {
+            int64_t i = i0 + qi, j = j0 + 16 * w + g + 8 * (e / 2);
+            bool keep = j < J.nk && i < J.nq && (!J.causal || j <= i + J.off) &&
+                        (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs]);
+            if (!keep) p = 0;
+          }
+          s[n][e] = p;
+        }
+
+      /* dV += P^T dO: ldmatrix.trans's tiles 0, 1 are queries 16 kp .. + 7
+         and + 8 .. + 15 of features 16 dp .. + 7, tiles 2, 3 the next 8 */
+      for (int kp = 0; kp < NQ / 2; kp++) {
+        const uint32_t pa[4] = {qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]),
+                                qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]),
+                                qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]),
+                                qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3])};
+        for (int dp = 0; dp < D / 16; dp++) {
+          uint32_t gb[4];
+          qkv_ldmatrix_x4_trans(gb, Gs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
+                                    (tile >> 1) * 8);
+          const uint32_t b0[2] = {gb[0], gb[1]}, b1[2] = {gb[2], gb[3]};
+          qkv_mma<DT>(dv[2 * dp], pa, b0);
+          qkv_mma<DT>(dv[2 * dp + 1], pa, b1);
+        }
+      }
+
+      /* dP^T = V dO^T, as S^T with V for K and dO for Q; then dS^T in its
+         place (0 wherever P^T is) */
+      float ds[NQ][4];
+      for (int n = 0; n < NQ; n++) ds[n][0] = ds[n][1] = ds[n][2] = ds[n][3] = 0;
+      for (int kk = 0; kk < KS; kk++) {
+        uint32_t va[4];
+        qkv_ldmatrix_x4(va, Vs + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
+        for (int np = 0; np < NQ / 2; np++) {
+          uint32_t gb[4];
+          qkv_ldmatrix_x4(gb, Gs + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
+          const uint32_t b0[2] = {gb[0], gb[1]}, b1[2] = {gb[2], gb[3]};
+          qkv_mma<DT>(ds[2 * np], va, b0);
+          qkv_mma<DT>(ds[2 * np + 1], va, b1);
+        }
+      }
+      for (int n = 0; n < NQ; n++)
+        for (int e = 0; e < 4; e++) ds[n][e] = s[n][e] * (ds[n][e] - Dl[n * 8 + c + (e & 1)]);
+
+      /* dK += dS^T Q, as dV with Q for dO; dS^T to shared memory for dQ */
+      for (int kp = 0; kp < NQ / 2; kp++) {
+        const uint32_t da[4] = {qkv_pack2<DT>(ds[2 * kp][0], ds[2 * kp][1]),
+                                qkv_pack2<DT>(ds[2 * kp][2], ds[2 * kp][3]),
+                                qkv_pack2<DT>(ds[2 * kp + 1][0], ds[2 * kp + 1][1]),
+                                qkv_pack2<DT>(ds[2 * kp + 1][2], ds[2 * kp + 1][3])};
+        for (int h = 0; h < 2; h++) {
+          *(uint32_t *)(Ss + (16 * w + g + 8 * h) * LDS + kp * 16 + c) = da[h];
+          *(uint32_t *)(Ss + (16 * w + g + 8 * h) * LDS + kp * 16 + 8 + c) = da[2 + h];
+        }
+        for (int dp = 0; dp < D / 16; dp++) {
+          uint32_t qb[4];
+          qkv_ldmatrix_x4_trans(qb, Qs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
+                                    (tile >> 1) * 8);
+          const uint32_t b0[2] = {qb[0], qb[1]}, b1[2] = {qb[2], qb[3]};
+          qkv_mma<DT>(dk[2 * dp], da, b0);
+          qkv_mma<DT>(dk[2 * dp + 1], da, b1);
+        }
+      }
+      __syncthreads();                         /* every warp's dS^T is in */
+
+      /* dQ += dS K over the block's keys: A is dS (queries x keys), read
+         from dS^T by ldmatrix.trans (tiles 0, 1: keys 16 kb .. + 7 of
+         queries qr .. + 7 and + 8 .. + 15; tiles 2, 3 the next 8 keys);
+         B is K, read as dO was for dV */
+      float dq[FN][4];
+      for (int n = 0; n < FN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
+      for (int kb = 0; kb < BK / 16; kb++) {
+        uint32_t sa[4];
+        qkv_ldmatrix_x4_trans(sa, Ss + (kb * 16 + (tile >> 1) * 8 + trow) * LDS + qr + (tile & 1) * 8);
+        for (int fp = 0; fp < FW / 16; fp++) {
+          uint32_t kb4[4];
+          qkv_ldmatrix_x4_trans(kb4, Ks + (kb * 16 + (tile & 1) * 8 + trow) * LD + f0 + fp * 16 +
+                                     (tile >> 1) * 8);
+          const uint32_t b0[2] = {kb4[0], kb4[1]}, b1[2] = {kb4[2], kb4[3]};
+          qkv_mma<DT>(dq[2 * fp], sa, b0);
+          qkv_mma<DT>(dq[2 * fp + 1], sa, b1);
+        }
+      }
+      for (int h = 0; h < 2; h++) {
+        int64_t i = i0 + qr + g + 8 * h;
+        if (i >= J.nq) continue;
+        float *row = G.dqacc + (b * J.nq + i) * D + f0 + c;
+        for (int n = 0; n < FN; n++)
+          atomicAdd((float2 *)(row + n * 8), make_float2(dq[n][2 * h], dq[n][2 * h + 1]));
+      }
+    }
+
+    /* the block's rows of dK (times scale) and dV */
+    uint16_t *dkp = G.dk + (b * J.nk + j0) * D, *dvp = G.dv + (b * J.nk + j0) * D;
+    for (int h = 0; h < 2; h++) {
+      int r = 16 * w + g + 8 * h;
+      if (r >= bk) continue;
+      for (int dn = 0; dn < DN; dn++) {
+        *(uint32_t *)(dkp + r * D + dn * 8 + c) =
+            qkv_pack2<DT>(dk[dn][2 * h] * scale, dk[dn][2 * h + 1] * scale);
+        *(uint32_t *)(dvp + r * D + dn * 8 + c) = qkv_pack2<DT>(dv[dn][2 * h], dv[dn][2 * h + 1]);
+      }
+    }
+  }
+}
+
+/* ---- the launch ---- */
+
+template <int DT, int D>
+static int launch (const job &J, const grads &G, const uint16_t *o, uint16_t *dq) {
+  enum { BQ = D == 64 ? 64 : 32 };
+  int64_t rows = J.nbatch * J.nq, items = J.nbatch * ((J.nk + BK - 1) / BK);
+  delta_kernel<DT, D><<<qkv_cu_blocks(rows * 32, 256), 256>>>(G.delta, o, G.go, rows);
+  launchCheck("delta_kernel");
+  cudaCheck(cudaMemsetAsync(G.dqacc, 0, (size_t)(rows * D) * sizeof(float), 0));
+  size_t smem = (size_t)(2 * BK + 2 * BQ) * (D + 8) * 2 + (size_t)BK * (BQ + 8) * 2 + 2 * BQ * 4;
+  void (*kernel)(job, grads) = attention_mma_bwd_kernel<DT, D, BQ>;
+  if (smem > 48 * 1024)
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  unsigned grid = (unsigned)(items < INT_MAX ? items : INT_MAX);
+  kernel<<<grid, NTH, smem>>>(J, G);
+  launchCheck("attention_mma_bwd_kernel");
+  dq_kernel<DT><<<qkv_cu_blocks(rows * D / 2, 256), 256>>>(dq, G.dqacc, (float)J.scale, rows * D);
+  launchCheck("dq_kernel");
+  return QKV_OK;
+}
+
+/* the forward's lse into scratch, where the caller has none */
+static int forward_lse (const job &J, qkv_dtype dt, uint16_t *out, float *lse) {
+  job F = J;
+  F.out = out;
+  F.lse = lse;
+  return qkv_cu_attention_mma(F, dt);
+}
+
+int qkv_cu_attention_mma_bwd (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                              const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                              const qkv_tensor *o, const qkv_tensor *go, const qkv_tensor *mask,
+                              int causal, double scale, const qkv_tensor *lse) {
+  /* another path forced (cuda.cuh): never this one */
+  int force = qkv_cu_attention_force && strcmp(qkv_cu_attention_force, "mma") != 0;
+  int n = q->ndim;
+  int64_t d = q->size[n - 1];
+  if (force || v->size[n - 1] != d || (d != 64 && d != 128) || (mask && mask->ndim != n))
+    return QKV_EDTYPE;
+  /* every row 16-byte aligned: the loads are 16 bytes wide */
+  const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
+  for (int i = 0; i < 8; i++)
+    if ((uintptr_t)qkv_cu_data(all[i]) % 16 != 0) return QKV_EDTYPE;
+  job J;
+  qkv_cu_attention_job(&J, o, q, k, v, mask, causal, scale);
+  J.dk = J.dv = (int)d;
+  int64_t rows = J.nbatch * J.nq;
+  /* scratch: dQ's accumulators, delta, and without lse the forward's
+     lse and out */
+  size_t bytes = (size_t)(rows * d + rows) * sizeof(float);
+  if (!lse) bytes += (size_t)rows * sizeof(float) + (size_t)(rows * d) * 2;
+  float *scratch = (float *)qkv_cu_alloc(bytes);
+  if (scratch == NULL) return QKV_ENOMEM;
+  grads G;
+  G.go = (const uint16_t *)qkv_cu_data(go);
+  G.dqacc = scratch;
+  G.delta = scratch + rows * d;
+  G.dk = (uint16_t *)qkv_cu_data(dk);
+  G.dv = (uint16_t *)qkv_cu_data(dv);
+  int err = QKV_OK;
+  if (lse) {
+    G.lse = (const float *)qkv_cu_data(lse);
+  } else {
+    float *l = scratch + rows * d + rows;
+    G.lse = l;
+    err = forward_lse(J, q->dtype, (uint16_t *)(l + rows), l);
+  }
+  const uint16_t *op = (const uint16_t *)qkv_cu_data(o);
+  uint16_t *dqp = (uint16_t *)qkv_cu_data(dq);
+  if (err == QKV_OK) {
+    if (q->dtype == QKV_BF16)
+      err = d == 64 ? launch<QKV_MMA_BF16, 64>(J, G, op, dqp) : launch<QKV_MMA_BF16, 128>(J, G, op, dqp);
+    else
+      err = d == 64 ? launch<QKV_MMA_F16, 64>(J, G, op, dqp) : launch<QKV_MMA_F16, 128>(J, G, op, dqp);
+  }
+  if (err == QKV_OK) qkv_cu_attention_path = "mma";
+  qkv_cu_free(scratch);
+  return err;
+}
