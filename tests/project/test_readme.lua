@@ -60,10 +60,14 @@ TestReadme = {}
 local NEEDS_MODEL = "^%-%- needs the model"
 local MODEL = (os.getenv("QKV_MODEL_DIR") or "build/models/all-MiniLM-L6-v2") .. "/model.safetensors"
 
+-- a block that starts with this comment needs a real GPU: the suite that
+-- checks it there runs it (docs/cuda.md's: tests/backends/test_cudnn.lua)
+local ON_A_GPU = "^%-%- on a GPU"
+
 local function check_blocks(model)
   local n = 0
   for _, b in ipairs(blocks()) do
-    if (b.code:find(NEEDS_MODEL) ~= nil) == model then
+    if (b.code:find(NEEDS_MODEL) ~= nil) == model and not b.code:find(ON_A_GPU) then
       n = n + 1
       local want, got = expected(b.code), run(b.code, b.name)
       if #want > 0 then
