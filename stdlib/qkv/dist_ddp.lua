@@ -128,6 +128,9 @@ function M.DDP(module, opts)
   if type(cap) ~= "number" or cap <= 0 or cap ~= cap then
     fail("dist.DDP: option 'bucket_cap_mb' must be a positive number, got %s", tostring(cap))
   end
+  -- the world first, so that a missing Open MPI is an error naming DDP
+  local started, why = pcall(D.init)
+  if not started then fail("dist.DDP: %s", tostring(why):gsub("^.-dist%.init: ", "")) end
   local params = {}
   for i, np in ipairs(module:parameters()) do params[i] = np[2] end
   local self = setmetatable({module = module, _buckets = {}}, DDP)

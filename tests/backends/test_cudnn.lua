@@ -11,6 +11,8 @@ local S = dofile("tests/helpers/shell.lua")
 local EXE = arg[-1]
 
 local GPU, WHY = qkv.cuda_available()
+-- the references are made on the CPU, also under --device cuda
+qkv.set_default_device("cpu")
 
 -- a subprocess's attention on one (1, 2, 64, 64) bfloat16 case under
 -- QKV_CUDA_ATTENTION=path: its output (the path it reports, or the error)
@@ -89,8 +91,9 @@ function TestCudnn:testBackwardAgainstFloat64()
                       draw({c[1], c[2], c[4], c[5]}, dt)
       local g = draw({c[1], c[2], c[3], c[5]}, dt)
       local function grads(dev, cast)
-        local x, y, z = cast(q):to(dev):requires_grad_(), cast(k):to(dev):requires_grad_(),
-                        cast(v):to(dev):requires_grad_()
+        local x, y, z = cast(q):to(dev):detach():requires_grad_(),
+                        cast(k):to(dev):detach():requires_grad_(),
+                        cast(v):to(dev):detach():requires_grad_()
         qkv.attention(x, y, z, {causal = c[6], weights = false}):backward(cast(g):to(dev))
         return {x.grad, y.grad, z.grad}
       end
@@ -127,7 +130,7 @@ function TestCudnn:testWhatItLeaves()
   lu.assertEquals({forced("fp32")}, {"fp32", 0})
   local msg, code = forced("cudnn", ", mask = qkv.ones(64, 64, 'bool'):cuda()")
   lu.assertNotEquals(code, 0)
-  lu.assertStrContains(msg, "QKV_CUDA_ATTENTION=cudnn")
+  lu.assertStrContains(msg, "the forced path cudnn")
   lu.assertStrContains(msg, "a mask")
 end
 
@@ -154,8 +157,8 @@ function TestCudnn:testForcingInProcess()
     local okm, msg = pcall(qkv.attention, y, y, y, {weights = false})
     lu.assertFalse(okm)
     lu.assertStrContains(msg, "the forced path mma")
-    qkv.cuda.attention_backend("auto")
-    qkv.attention(y, y, y, {weights = false})
+    qkv.cuda.attention_backend("auto")              -- a mask: not cuDNN's; d 32: not mma's
+    qkv.attention(y, y, y, {weights = false, mask = qkv.ones(40, 40, "bool"):cuda()})
     lu.assertEquals(qkv.cuda.attention_backend(), "fp32")
   end)
   qkv.cuda.attention_backend("auto")

@@ -20,7 +20,8 @@
 #                    (and its table of the tensor-core kernel's variants)
 #
 # Steps 2 to 5 run side by side (16 cores, one GPU; none of them is
-# timed), then the bench alone: about 6 minutes.  `gpu_check.sh backend`
+# timed), then the bench alone: about 4 minutes on an H100.  `gpu_check.sh
+# quick` runs the attention's suites and the bench's --quick tables alone.  `gpu_check.sh backend`
 # runs the backend's whole check instead (every test class under memcheck,
 # racecheck and synccheck over the shared-memory kernels, every suite on
 # the device, bench/cuda.lua, and tests/tools/gpu_oom.lua filling the card
@@ -98,6 +99,24 @@ racesync() {
 }
 export -f env_step san racesync
 run 1-env 45 env_step
+# `gpu_check.sh quick`: the attention's suites and the --quick bench, about 2 minutes
+if [ "${1:-}" = quick ]; then
+  checks() {
+    $QKV test tests/backends/test_cuda.lua tests/backends/test_cudnn.lua &&
+      QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua
+  }
+  export -f checks
+  run 2-cuda 90 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &
+  run 5-device 90 $QKV test --device cuda tests/backends/test_attention.lua \
+    tests/backends/test_cudnn.lua tests/autograd &
+  wait
+  run 6-bench 100 $QKV bench/attention_gpu.lua --quick
+  say "gpu_check quick: $(( $(date +%s) - T0 )) s in all"
+  grep -E "^\| (bfloat16|float16) \| " "$OUT/6-bench.log"
+  grep -hE "^[0-9]+\) |^tests/.*:[0-9]+: " "$OUT"/[25]-*.log | head -n 30
+  cat "$SUM"
+  exit 0
+fi
 # `gpu_check.sh backend`: the backend's whole check (issue 16's)
 if [ "${1:-}" = backend ]; then
   run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/test_cuda.lua
