@@ -68,6 +68,29 @@ typedef struct {
 /* ---- the small kernels ---- */
 
 /* delta[r] = dO[r] . O[r] over D features, a warp a row */
+/* acc = A B^T for the warp: A's rows 16 w .. + 15 (A fragments by
+   ldmatrix), B's rows 0 .. 8 NQ - 1 (B fragments: ldmatrix's tiles 0, 1
+   are B's rows 16 np .. + 7 over features 16 kk and + 8, tiles 2, 3 the
+   next 8 rows), both LD apart, over KS steps of 16 features; S^T = K Q^T
+   and dP^T = V dO^T */
+template <int DT, int NQ, int KS, int LD>
+__device__ static inline void rows_times_rows (float acc[NQ][4], const uint16_t *A,
+                                               const uint16_t *B, int w, int lane) {
+  const int tile = lane / 8, trow = lane % 8;
+  for (int n = 0; n < NQ; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
+  for (int kk = 0; kk < KS; kk++) {
+    uint32_t a[4];
+    qkv_ldmatrix_x4(a, A + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
+    for (int np = 0; np < NQ / 2; np++) {
+      uint32_t bb[4];
+      qkv_ldmatrix_x4(bb, B + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
+      const uint32_t b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
+      qkv_mma<DT>(acc[2 * np], a, b0);
+      qkv_mma<DT>(acc[2 * np + 1], a, b1);
+    }
+  }
+}
+
 template <int DT, int D>
 __global__ void delta_kernel (float *delta, const uint16_t *o, const uint16_t *go, int64_t rows) {
   const int lane = threadIdx.x % 32;
@@ -141,21 +164,9 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
       }
       __syncthreads();
 
-      /* S^T = K Q^T: A is the warp's 16 rows of K; ldmatrix's tiles 0, 1
-         are queries 16 np .. + 7 (features kk 16 and + 8), 2, 3 the next 8 */
+      /* S^T = K Q^T: the warp's 16 keys against the tile's queries */
       float s[NQ][4];
-      for (int n = 0; n < NQ; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
-      for (int kk = 0; kk < KS; kk++) {
-        uint32_t ka[4];
-        qkv_ldmatrix_x4(ka, Ks + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
-        for (int np = 0; np < NQ / 2; np++) {
-          uint32_t qb[4];
-          qkv_ldmatrix_x4(qb, Qs + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
-          const uint32_t b0[2] = {qb[0], qb[1]}, b1[2] = {qb[2], qb[3]};
-          qkv_mma<DT>(s[2 * np], ka, b0);
-          qkv_mma<DT>(s[2 * np + 1], ka, b1);
-        }
-      }
+      rows_times_rows<DT, NQ, KS, LD>(s, Ks, Qs, w, lane);
 
       /* P^T; only a tile that the mask, the causal diagonal or the keys'
          end cuts looks at each element */
@@ -194,18 +205,7 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
       /* dP^T = V dO^T, as S^T with V for K and dO for Q; then dS^T in its
          place (0 wherever P^T is) */
       float ds[NQ][4];
-      for (int n = 0; n < NQ; n++) ds[n][0] = ds[n][1] = ds[n][2] = ds[n][3] = 0;
-      for (int kk = 0; kk < KS; kk++) {
-        uint32_t va[4];
-        qkv_ldmatrix_x4(va, Vs + (16 * w + lane % 16) * LD + kk * 16 + lane / 16 * 8);
-        for (int np = 0; np < NQ / 2; np++) {
-          uint32_t gb[4];
-          qkv_ldmatrix_x4(gb, Gs + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 + (tile & 1) * 8);
-          const uint32_t b0[2] = {gb[0], gb[1]}, b1[2] = {gb[2], gb[3]};
-          qkv_mma<DT>(ds[2 * np], va, b0);
-          qkv_mma<DT>(ds[2 * np + 1], va, b1);
-        }
-      }
+      rows_times_rows<DT, NQ, KS, LD>(ds, Vs, Gs, w, lane);
       for (int n = 0; n < NQ; n++)
         for (int e = 0; e < 4; e++) ds[n][e] = s[n][e] * (ds[n][e] - Dl[n * 8 + c + (e & 1)]);
 
