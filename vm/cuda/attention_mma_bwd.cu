@@ -73,6 +73,39 @@ typedef struct {
    are B's rows 16 np .. + 7 over features 16 kk and + 8, tiles 2, 3 the
    next 8 rows), both LD apart, over KS steps of 16 features; S^T = K Q^T
    and dP^T = V dO^T */
+/* an A fragment (16 x 16) packed to DT from two m16n8 accumulator tiles
+   side by side: what a product left becomes the next one's left operand */
+template <int DT>
+__device__ static inline void pack_a (uint32_t a[4], const float x0[4], const float x1[4]) {
+  a[0] = qkv_pack2<DT>(x0[0], x0[1]);
+  a[1] = qkv_pack2<DT>(x0[2], x0[3]);
+  a[2] = qkv_pack2<DT>(x1[0], x1[1]);
+  a[3] = qkv_pack2<DT>(x1[2], x1[3]);
+}
+
+/* acc += x B for the warp: x its 16 rows by 8 NQ columns as a product's
+   accumulators (packed to DT as A fragments), B's rows 0 .. 8 NQ - 1 of D
+   features LD apart, read transposed by ldmatrix.trans (tiles 0, 1: rows
+   16 kp .. + 7 and + 8 .. + 15 of features 16 dp .. + 7, tiles 2, 3 the
+   next 8 features); dV += P^T dO and dK += dS^T Q */
+template <int DT, int NQ, int D, int LD>
+__device__ static inline void packed_times_rows (float acc[D / 8][4], const float x[NQ][4],
+                                                 const uint16_t *B, int lane) {
+  const int tile = lane / 8, trow = lane % 8;
+  for (int kp = 0; kp < NQ / 2; kp++) {
+    uint32_t a[4];
+    pack_a<DT>(a, x[2 * kp], x[2 * kp + 1]);
+    for (int dp = 0; dp < D / 16; dp++) {
+      uint32_t bb[4];
+      qkv_ldmatrix_x4_trans(bb, B + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
+                                (tile >> 1) * 8);
+      const uint32_t b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
+      qkv_mma<DT>(acc[2 * dp], a, b0);
+      qkv_mma<DT>(acc[2 * dp + 1], a, b1);
+    }
+  }
+}
+
 template <int DT, int NQ, int KS, int LD>
 __device__ static inline void rows_times_rows (float acc[NQ][4], const uint16_t *A,
                                                const uint16_t *B, int w, int lane) {
@@ -185,22 +218,8 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
           s[n][e] = p;
         }
 
-      /* dV += P^T dO: ldmatrix.trans's tiles 0, 1 are queries 16 kp .. + 7
-         and + 8 .. + 15 of features 16 dp .. + 7, tiles 2, 3 the next 8 */
-      for (int kp = 0; kp < NQ / 2; kp++) {
-        const uint32_t pa[4] = {qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]),
-                                qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]),
-                                qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]),
-                                qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3])};
-        for (int dp = 0; dp < D / 16; dp++) {
-          uint32_t gb[4];
-          qkv_ldmatrix_x4_trans(gb, Gs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
-                                    (tile >> 1) * 8);
-          const uint32_t b0[2] = {gb[0], gb[1]}, b1[2] = {gb[2], gb[3]};
-          qkv_mma<DT>(dv[2 * dp], pa, b0);
-          qkv_mma<DT>(dv[2 * dp + 1], pa, b1);
-        }
-      }
+      /* dV += P^T dO */
+      packed_times_rows<DT, NQ, D, LD>(dv, s, Gs, lane);
 
       /* dP^T = V dO^T, as S^T with V for K and dO for Q; then dS^T in its
          place (0 wherever P^T is) */
@@ -211,23 +230,14 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
 
       /* dK += dS^T Q, as dV with Q for dO; dS^T to shared memory for dQ */
       for (int kp = 0; kp < NQ / 2; kp++) {
-        const uint32_t da[4] = {qkv_pack2<DT>(ds[2 * kp][0], ds[2 * kp][1]),
-                                qkv_pack2<DT>(ds[2 * kp][2], ds[2 * kp][3]),
-                                qkv_pack2<DT>(ds[2 * kp + 1][0], ds[2 * kp + 1][1]),
-                                qkv_pack2<DT>(ds[2 * kp + 1][2], ds[2 * kp + 1][3])};
+        uint32_t da[4];
+        pack_a<DT>(da, ds[2 * kp], ds[2 * kp + 1]);
         for (int h = 0; h < 2; h++) {
           *(uint32_t *)(Ss + (16 * w + g + 8 * h) * LDS + kp * 16 + c) = da[h];
           *(uint32_t *)(Ss + (16 * w + g + 8 * h) * LDS + kp * 16 + 8 + c) = da[2 + h];
         }
-        for (int dp = 0; dp < D / 16; dp++) {
-          uint32_t qb[4];
-          qkv_ldmatrix_x4_trans(qb, Qs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
-                                    (tile >> 1) * 8);
-          const uint32_t b0[2] = {qb[0], qb[1]}, b1[2] = {qb[2], qb[3]};
-          qkv_mma<DT>(dk[2 * dp], da, b0);
-          qkv_mma<DT>(dk[2 * dp + 1], da, b1);
-        }
       }
+      packed_times_rows<DT, NQ, D, LD>(dk, ds, Qs, lane);
       __syncthreads();                         /* every warp's dS^T is in */
 
       /* dQ += dS K over the block's keys: A is dS (queries x keys), read
