@@ -40,7 +40,6 @@
 */
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attention.cuh"
@@ -327,7 +326,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
                        "names none of the paths auto, cudnn, mma, fp32");
   if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(out, q, k, v, mask, causal,
                                                                       scale, lse)
-                                            : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
+                                            : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
   int nd = out->ndim;
   job J;
@@ -346,13 +345,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;
   J.dk = (int)dk;
   J.dv = (int)dv;
-  if (half) {
-    err = qkv_cu_attention_mma(J, out->dtype);
-    if (err == QKV_EDTYPE && qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "mma"))
-      return qkv_cu_fail("the forced path mma", __FILE__, __LINE__,
-                         "the tensor-core kernel takes head sizes 64 and 128, dk == dv");
-    return err;
-  }
+  if (half) return qkv_cu_attention_mma(J, out->dtype);
   qkv_cu_attention_path = "fp32";
   if (out->dtype == QKV_F32) return run<float>(J);
   return run<double>(J);

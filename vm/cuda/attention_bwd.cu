@@ -25,7 +25,6 @@
 */
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attention.cuh"
@@ -296,7 +295,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if ((dt == QKV_F16 || dt == QKV_BF16) &&
       (err = qkv_cu_cudnn_attention_backward
                ? qkv_cu_cudnn_attention_backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse)
-               : QKV_CU_NO_CUDNN()) != QKV_EDTYPE)
+               : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   int half = dt == QKV_F16 || dt == QKV_BF16;
@@ -326,13 +325,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   }
   /* float16 and bfloat16 on the tensor cores (attention_mma_bwd.cu),
      which say QKV_EDTYPE for what they do not take: float32 copies then */
-  if (half) {
-    err = qkv_cu_attention_mma_bwd(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse);
-    if (err == QKV_EDTYPE && qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "mma"))
-      return qkv_cu_fail("the forced path mma", __FILE__, __LINE__,
-                         "the tensor-core backward takes head sizes 64 and 128, dk == dv");
-    return err;
-  }
+  if (half) return qkv_cu_attention_mma_bwd(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse);
   /* cuBLAS counts in int */
   if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
     return QKV_EINTERNAL;

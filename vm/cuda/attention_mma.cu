@@ -426,10 +426,11 @@ static int dense_rows (const operand &op, int nbd) {
 
 int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
   /* another path forced (qkv.cuda.attention_backend, QKV_CUDA_ATTENTION) */
-  int force = qkv_cu_attention_force && strcmp(qkv_cu_attention_force, "mma") != 0;
-  if (force || J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
+  if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
+  if (J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
       J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / (J.nq / 64 + 1))
-    return QKV_EDTYPE;                   /* (the last two: positions in int, a block an item) */
+    return qkv_cu_decline("mma", "the tensor-core kernel takes head sizes 64 and 128, dk == "
+                                 "dv");       /* (the last two: positions in int, a block an item) */
   /* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: each head
      size's default, -1); another name is an error, so that a bench never
      times the default under a misspelt name */

@@ -315,15 +315,16 @@ int qkv_cu_attention_mma_bwd (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                               const qkv_tensor *o, const qkv_tensor *go, const qkv_tensor *mask,
                               int causal, double scale, const qkv_tensor *lse) {
   /* another path forced (cuda.cuh): never this one */
-  int force = qkv_cu_attention_force && strcmp(qkv_cu_attention_force, "mma") != 0;
+  if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
   int n = q->ndim;
   int64_t d = q->size[n - 1];
-  if (force || v->size[n - 1] != d || (d != 64 && d != 128) || (mask && mask->ndim != n))
-    return QKV_EDTYPE;
+  if (v->size[n - 1] != d || (d != 64 && d != 128) || (mask && mask->ndim != n))
+    return qkv_cu_decline("mma", "the tensor-core backward takes head sizes 64 and 128, dk == dv");
   /* every row 16-byte aligned: the loads are 16 bytes wide */
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   for (int i = 0; i < 8; i++)
-    if ((uintptr_t)qkv_cu_data(all[i]) % 16 != 0) return QKV_EDTYPE;
+    if ((uintptr_t)qkv_cu_data(all[i]) % 16 != 0)
+      return qkv_cu_decline("mma", "the tensor-core backward reads rows 16-byte aligned");
   job J;
   qkv_cu_attention_job(&J, o, q, k, v, mask, causal, scale);
   J.dk = J.dv = (int)d;

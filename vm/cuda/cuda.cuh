@@ -13,6 +13,7 @@
 #define QKV_CUDA_CUH
 
 #include <stdint.h>
+#include <string.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 
@@ -75,6 +76,21 @@ static inline cublasStatus_t qkv_cu_gemm_batched (
    first that runs it; QKV_CUDA_ATTENTION, then qkv.cuda.attention_backend(path)) */
 extern const char *qkv_cu_attention_path;
 extern const char *qkv_cu_attention_force;
+
+/* whether path is the forced one; whether another is */
+static inline int qkv_cu_forced (const char *path) {
+  return qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, path);
+}
+static inline int qkv_cu_forced_other (const char *path) {
+  return qkv_cu_attention_force && strcmp(qkv_cu_attention_force, path) != 0;
+}
+
+/* what a path answers for a call it does not take: QKV_EDTYPE, so that
+   the next path runs it, or where it is the forced path the error saying
+   why (path a string literal) */
+#define qkv_cu_decline(path, why) \
+  (qkv_cu_forced(path) ? qkv_cu_fail("the forced path " path, __FILE__, __LINE__, why) \
+                       : QKV_EDTYPE)
 
 /* scratch device memory from the caching allocator (NULL when out of
    memory, with the error recorded); free it before returning */

@@ -260,23 +260,14 @@ static int run (entry *e, std::unordered_map<int64_t, void *> &ptrs) {
   return QKV_OK;
 }
 
-/* the forced path (cuda.cuh): this one (1), another (-1), none (0) */
-static int forced (void) {
-  const char *f = qkv_cu_attention_force;
-  return f == NULL ? 0 : !strcmp(f, "cudnn") ? 1 : -1;
-}
-
-/* QKV_EDTYPE, or under QKV_CUDA_ATTENTION=cudnn the error saying why not */
-static int decline (const char *why) {
-  if (forced() <= 0) return QKV_EDTYPE;
-  return qkv_cu_fail("the forced path cudnn", __FILE__, __LINE__, why);
-}
+/* QKV_EDTYPE, or with cudnn forced the error saying why not */
+static int decline (const char *why) { return qkv_cu_decline("cudnn", why); }
 
 /* the key for q, k, v, o (and the flags), or the reason there is none */
 static const char *keyed (key *k, const qkv_tensor *q, const qkv_tensor *kt,
                           const qkv_tensor *v, const qkv_tensor *o, const qkv_tensor *mask,
                           int causal, double scale) {
-  if (forced() < 0) return "another path named";
+  if (qkv_cu_forced_other("cudnn")) return "another path named";
   if (o->dtype != QKV_F16 && o->dtype != QKV_BF16) return "not a half dtype";
   if (mask) return "a mask";
   memset(k, 0, sizeof *k);

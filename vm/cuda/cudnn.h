@@ -23,11 +23,7 @@ int qkv_cu_cudnn_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *
                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
                                     double scale, const qkv_tensor *lse) __attribute__((weak));
 
-/* cudnn forced where the plugin has no cuDNN path: the error (for the
-   callers, which include cuda.cuh first); else QKV_EDTYPE */
-#define QKV_CU_NO_CUDNN() \
-  (qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, "cudnn") \
-     ? qkv_cu_fail("the forced path cudnn", __FILE__, __LINE__, \
-                   "this plugin was built without cuDNN's headers") : QKV_EDTYPE)
+/* why a plugin without them declines (cuda.cuh's qkv_cu_decline) */
+#define NO_CUDNN "this plugin was built without cuDNN's headers"
 
 #endif
