@@ -348,6 +348,39 @@ function TestFused:testLogSumExp()
   end
 end
 
+-- the float32 backward given the forward's log-sum-exps (with AVX-512: its
+-- five products in registers, vm/cpu/attention_bwd_avx512.c) against the
+-- float64 one, element by element: head sizes that take each strip of that
+-- kernel (1 to 4 vectors, a short last vector, two strips), query and key
+-- counts that end tiles of 128 and 64 short, causal with n_q > n_k (queries
+-- with no key) and n_q < n_k, d_k ~= d_v
+function TestFused:testBackwardAgainstFloat64()
+  qkv.seed(5)
+  local cases = {
+    {1, 1, 1, 1, false}, {7, 5, 3, 16, true}, {63, 65, 16, 16, true}, {129, 64, 32, 24, false},
+    {130, 200, 48, 64, true}, {64, 129, 64, 80, true}, {200, 130, 128, 33, true},
+    {33, 33, 130, 17, false}, {40, 23, 16, 16, true},
+  }
+  for _, c in ipairs(cases) do
+    local nq, nk, dk, dv, causal = table.unpack(c)
+    local what = ("nq %d nk %d dk %d dv %d%s"):format(nq, nk, dk, dv, causal and " causal" or "")
+    local Q, K, V = qkv.randn({2, nq, dk}, "float64"), qkv.randn({2, nk, dk}, "float64"),
+                    qkv.randn({2, nk, dv}, "float64")
+    local g, scale = qkv.randn({2, nq, dv}, "float64"), 1 / math.sqrt(dk)
+    local o, lse = qkv._attention_lse(Q, K, V, nil, causal, scale)
+    local want = {qkv._attention_backward(Q, K, V, o, g, nil, causal, scale, lse)}
+    local o32, lse32 = qkv._attention_lse(Q:float(), K:float(), V:float(), nil, causal, scale)
+    local got = {qkv._attention_backward(Q:float(), K:float(), V:float(), o32, g:float(), nil,
+                                         causal, scale, lse32)}
+    for i = 1, 3 do
+      lu.assertEquals(got[i].dtype, "float32")
+      local err = (got[i]:double() - want[i]):abs():max():item()
+      local size = math.max(1, want[i]:abs():max():item())
+      lu.assertTrue(err <= 2e-5 * size, ("%s grad %d: max error %.3g (largest %.3g)"):format(what, i, err, size))
+    end
+  end
+end
+
 function TestFused:testLargeN() big(false) end
 function TestFused:testLargeNCausal() big(true) end
 

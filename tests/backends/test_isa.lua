@@ -55,6 +55,15 @@ local CLOSE = {
     local dq, dk, dv = qkv._attention_backward(Q, K, V, O, O * 0.5, nil, true, 0.125)
     return qkv.cat({dq, dk, dv}, 1)
   end)()]],
+  -- given the forward's log-sum-exps: with AVX-512 its products in
+  -- registers (vm/cpu/attention_bwd_avx512.c), else BLAS's
+  attention_bwd_lse = [[(function()
+    local Q, K = (x[{{1, 4096}}] / 8):reshape(4, 32, 32), y[{{1, 4096}}]:reshape(4, 32, 32)
+    local V = x[{{3, 4098}}]:clamp(-5, 5):reshape(4, 32, 32)
+    local O, L = qkv._attention_lse(Q, K, V, nil, true, 0.125)
+    local dq, dk, dv = qkv._attention_backward(Q, K, V, O, O * 0.5, nil, true, 0.125, L)
+    return qkv.cat({dq, dk, dv}, 1)
+  end)()]],
   softmax = "x:reshape(1, -1):softmax(-1)",
   softmax_rows = "(x[{{1, 4096}}]):reshape(64, 64):softmax(-1)",
   log_softmax = "x[{{14, 4099}}]:reshape(2, -1):log_softmax()",
@@ -97,7 +106,7 @@ local function same(a, b)
 end
 
 -- (the backward sums 64 products of values that already differ)
-local TOL = {attention_bwd = 1e-5}
+local TOL = {attention_bwd = 1e-5, attention_bwd_lse = 1e-5}
 
 local function close(a, b, tol)
   local finite = a:abs():lt(1 / 0)

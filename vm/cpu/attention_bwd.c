@@ -9,7 +9,9 @@
 **      they are still there), P = exp(S - lse), dV += P^T dO,
 **      dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
 ** The tile products go to BLAS gemm.  Only BQ x BK blocks and BQ row
-** statistics are held per thread.
+** statistics are held per thread.  A float32 job with no mask tensor and
+** the forward's log-sum-exps goes to attention_bwd_avx512.c on CPUs with
+** AVX-512, the same steps with its products in registers.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "parallel.h"
 #include "blas.h"
 #include "vexp.h"
+#include "attention_bwd.h"
 
 /* tiles of BQ queries x BK keys: 64 x 128 148 GFLOP/s at N = 4096, 128 x 128
    162, 128 x 256 172, 256 x 256 168 (bigger gemm calls, bench/NOTES.md) */
@@ -36,6 +39,7 @@ typedef struct {
   double scale;
   int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
   const char *lse;                  /* the forward's, (nb, nq), or NULL */
+  int regs;                         /* items by attention_bwd_avx512.c */
 } Bwd;
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, rows of A and B as stored */
@@ -276,9 +280,28 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
   }
 }
 
+/* items [lo, hi) by attention_bwd_avx512.c */
+static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
+  void *work = malloc(qkv_attn_bwd_avx512_work(J->d, J->dv));
+  if (work == NULL) return QKV_ENOMEM;
+  int err = QKV_OK;
+  for (int64_t b = lo; b < hi; b++) {
+    if (qkv_interrupted) { err = QKV_EINTR; break; }
+    int64_t qo = b * J->nq, ko = b * J->nk;
+    qkv_attn_bwd_item it = {J->nq, J->nk, J->d, J->dv,
+                            (const float *)J->q + qo * J->d, (const float *)J->k + ko * J->d,
+                            (const float *)J->v + ko * J->dv, (const float *)J->o + qo * J->dv,
+                            (const float *)J->go + qo * J->dv, (const float *)J->lse + qo,
+                            (float *)J->dq + qo * J->d, (float *)J->dk + ko * J->d,
+                            (float *)J->dvv + ko * J->dv, J->causal, (float)J->scale};
+    qkv_attn_bwd_avx512(&it, work);
+  }
+  free(work);
+  return err;
+}
+
 /* items [lo, hi), with scratch of their own */
-static int items (void *p, int64_t lo, int64_t hi, int tid) {
-  const Bwd *J = p;
+static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
   size_t es = J->f64 ? 8 : 4;
   /* tiles as big as this job's: BQ x BK (128 KB) went to mmap, and each
      chunk's pages were faulted in again (two threads on 32 x 32 items
@@ -287,7 +310,6 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
   char *s = malloc(tile), *dp = malloc(tile);
   double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
   int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
-  (void)tid;
   for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
     memset(J->dq + b * J->nq * J->d * (int64_t)es, 0, (size_t)(J->nq * J->d) * es);
@@ -297,6 +319,12 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
   }
   free(s); free(dp); free(lse); free(D);
   return err;
+}
+
+static int items (void *p, int64_t lo, int64_t hi, int tid) {
+  const Bwd *J = p;
+  (void)tid;
+  return J->regs ? items_regs(J, lo, hi) : items_blas(J, lo, hi);
 }
 
 int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
@@ -310,10 +338,13 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
            v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),
            qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
            mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
-           NULL};
+           NULL, 0};
   /* the forward's log-sum-exps, but where it had nothing to write them
      with (d_v = 0: it returned at once) */
   if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);
+#ifdef QKV_VEXP_X86
+  J.regs = J.wide && !J.f64 && !J.mask && J.lse && getenv("QKV_BWD_BLAS") == NULL;
+#endif
   for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */

@@ -1,0 +1,25 @@
+/*
+** attention_bwd.h -- what attention_bwd.c hands its AVX-512 path
+** (attention_bwd_avx512.c): one batch item of a float32 backward with no
+** mask tensor and the forward's log-sum-exps.
+*/
+#ifndef QKV_CPU_ATTENTION_BWD_H
+#define QKV_CPU_ATTENTION_BWD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  int64_t nq, nk, d, dv;
+  const float *q, *k, *v, *o, *go;  /* the item's rows, contiguous */
+  const float *lse;                 /* nq log-sum-exps, -inf for no key */
+  float *dq, *dk, *dvv;             /* written whole */
+  int causal;                       /* query i keeps keys j <= i + nk - nq */
+  float scale;
+} qkv_attn_bwd_item;
+
+/* bytes of scratch qkv_attn_bwd_avx512 needs for heads of d and dv */
+size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv);
+void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work);
+
+#endif
