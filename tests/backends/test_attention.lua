@@ -381,6 +381,33 @@ function TestFused:testBackwardAgainstFloat64()
   end
 end
 
+-- float32's kernels flush subnormals to zero on x86 (vm/cpu/vexp.h's
+-- qkv_ftz_on: a subnormal weight cost a microcode assist per instruction):
+-- a weight of e^-100 on the only nonzero value gives 0, and its gradient 0,
+-- where float64 keeps 3.7e-44; a normal result is untouched
+function TestFused:testFloat32FlushesSubnormals()
+  local p = io.popen("uname -m")
+  local m = p:read("a")
+  local x86 = m:match("x86") ~= nil or m:match("i%d86") ~= nil
+  p:close()
+  local Q, K, V = qkv.tensor({{1}}), qkv.tensor({{0}, {-100}}), qkv.tensor({{0}, {1}})
+  local want = math.exp(-100) / (1 + math.exp(-100))
+  local o64 = qkv.attention(Q:double(), K:double(), V:double(), {scale = 1, weights = false})
+  lu.assertTrue(math.abs(o64[1][1] - want) <= 1e-15 * want)
+  local o, lse = qkv._attention_lse(Q, K, V, nil, false, 1)
+  local dq, dk, dv = qkv._attention_backward(Q, K, V, o, qkv.ones(1, 1), nil, false, 1, lse)
+  lu.assertEquals(dv[1][1], 1.0)
+  if x86 then
+    lu.assertEquals(o[1][1], 0.0)
+    lu.assertEquals(dv[2][1], 0.0)
+  else
+    lu.assertTrue(o[1][1] > 0 and dv[2][1] > 0)
+  end
+  -- 2^-120 in V is normal, and so is its output
+  local o2 = qkv.attention(Q, K:narrow(1, 1, 1), qkv.tensor({{2 ^ -120}}), {weights = false})
+  lu.assertEquals(o2[1][1], 2 ^ -120)
+end
+
 function TestFused:testLargeN() big(false) end
 function TestFused:testLargeNCausal() big(true) end
 

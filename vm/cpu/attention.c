@@ -304,7 +304,9 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
   scratch W;
   (void)tid;
   if (!scratch_new(J, &W)) return QKV_ENOMEM;
+  unsigned csr = qkv_ftz_on(J->dtype == QKV_F32);     /* subnormals flushed */
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) query_tile(J, &W, t);
+  qkv_ftz_off(csr);
   scratch_free(&W);
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
 }

@@ -321,10 +321,14 @@ static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
   return err;
 }
 
+/* float32 with subnormals flushed (vexp.h's qkv_ftz_on) */
 static int items (void *p, int64_t lo, int64_t hi, int tid) {
   const Bwd *J = p;
   (void)tid;
-  return J->regs ? items_regs(J, lo, hi) : items_blas(J, lo, hi);
+  unsigned csr = qkv_ftz_on(!J->f64);
+  int err = J->regs ? items_regs(J, lo, hi) : items_blas(J, lo, hi);
+  qkv_ftz_off(csr);
+  return err;
 }
 
 int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,

@@ -264,6 +264,25 @@ static inline QKV_AVX2 float qkv_rowmax8 (const float *x, int64_t n, int *nan) {
   *nan = isnan;
   return max;
 }
+
+/*
+** Subnormal floats flushed to zero (MXCSR's FTZ and DAZ) on this thread
+** while a float32 attention kernel runs: qkv_ftz_on(1) returns the state
+** to hand qkv_ftz_off.  Softmax weights below 2^-126 (a score ~87 under
+** its row's max) and the gradients they make are subnormal, and every
+** instruction that reads or makes one took a microcode assist here: a
+** 2-layer model's training step went from 52 to 120 ms once its attention
+** had sharpened (bench/NOTES.md).  What changes is below 1.2e-38 only.
+*/
+static inline unsigned qkv_ftz_on (int on) {
+  unsigned csr = _mm_getcsr();
+  if (on) _mm_setcsr(csr | 0x8040u);
+  return csr;
+}
+static inline void qkv_ftz_off (unsigned csr) { _mm_setcsr(csr); }
+#else
+static inline unsigned qkv_ftz_on (int on) { (void)on; return 0; }
+static inline void qkv_ftz_off (unsigned csr) { (void)csr; }
 #endif
 
 #endif
