@@ -8,6 +8,10 @@
 -- target; Adam (lr 1e-3). Biases everywhere, as PyTorch's modules have.
 --   block:   1 layer,  d 64,  h 4, seq 32, batch 32
 --   2-layer: 2 layers, d 128, h 4, seq 64, batch 32
+--   2-layer-60: the 2-layer model's first 60 steps from a fresh model, the
+--     mean step: by step ~25 its second layer's attention has sharpened
+--     until weights below 2^-126 (subnormal floats) appear, which slowed
+--     both sides' later steps (bench/NOTES.md)
 -- FLOPs per step (2 per multiply-add, backward twice the forward):
 -- 3 x (24 d^2 tokens + 2 n d tokens) per layer, attention halved by the
 -- mask not counted: block 0.31 GFLOP, 2-layer 4.9 GFLOP.
@@ -21,6 +25,7 @@ local nn = qkv.nn
 local WORK = {
   {name = "block", layers = 1, d = 64, h = 4, n = 32, b = 32, steps = 60},
   {name = "2-layer", layers = 2, d = 128, h = 4, n = 64, b = 32, steps = 10},
+  {name = "2-layer-60", layers = 2, d = 128, h = 4, n = 64, b = 32, steps = 60, fresh = true},
 }
 
 local function flops(w)
@@ -53,10 +58,16 @@ local function model(w)
   end
 end
 
--- ms per step: best of 3 runs of w.steps steps, after 3 to warm up
+-- ms per step: best of 3 runs of w.steps steps, after 3 to warm up; fresh:
+-- the mean of one run of w.steps from the start
 local function qkv_ms(w, threads)
   qkv.set_num_threads(threads)
   local step = model(w)
+  if w.fresh then
+    local t = qkv.clock()
+    for _ = 1, w.steps do step() end
+    return (qkv.clock() - t) / w.steps * 1e3
+  end
   for _ = 1, 3 do step() end
   local best = math.huge
   for _ = 1, 3 do
@@ -73,7 +84,7 @@ local function torch_ms(w, threads)
   if not PY then return nil end
   local py = arg[0]:gsub("train%.lua$", "train_torch.py")
   local p = io.popen(table.concat({U.quote(PY), U.quote(py), w.layers, w.d, w.h, w.n, w.b,
-                                   w.steps, threads, "2>&1"}, " "))
+                                   w.steps, threads, w.fresh and "fresh" or "", "2>&1"}, " "))
   local out = p:read("a")
   p:close()
   return tonumber(out:match("RESULT %S+ (%S+)"))

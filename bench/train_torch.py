@@ -1,14 +1,16 @@
 # train_torch.py -- bench/train.lua's peer: the same transformer block's
 # training step in PyTorch (2.x from `make bench-deps`), same shapes, same
 # work: h = LN(x + MHA(x, causal)), y = h + MLP(h), MSE, Adam.
-#   python train_torch.py LAYERS D H SEQ BATCH STEPS THREADS
-# prints "RESULT <seconds for STEPS steps> <ms per step>" (best of 3)
+#   python train_torch.py LAYERS D H SEQ BATCH STEPS THREADS [fresh]
+# prints "RESULT <seconds for STEPS steps> <ms per step>" (best of 3 after
+# 5 steps to warm up; fresh: one run of STEPS from the start)
 import sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 layers, d, h, n, b, steps, threads = map(int, sys.argv[1:8])
+fresh = sys.argv[8:9] == ["fresh"]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
@@ -36,9 +38,9 @@ def step():
     opt.step()
     return loss
 
-for _ in range(5): step()
+for _ in range(0 if fresh else 5): step()
 best = float("inf")
-for _ in range(3):
+for _ in range(1 if fresh else 3):
     t = time.perf_counter()
     for _ in range(steps): step()
     best = min(best, time.perf_counter() - t)
