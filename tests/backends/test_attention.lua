@@ -381,6 +381,38 @@ function TestFused:testBackwardAgainstFloat64()
   end
 end
 
+-- the backward reads q, k, v, o and dO by rows where they lie: heads'
+-- transposed views, a K shared by every head (batch stride 0), an O and dO
+-- with rows further apart than their width, and a V whose rows are all one
+-- row (stride 0, copied first) give what contiguous copies give, on the
+-- register path (float32, no mask: the same bits) and the BLAS one
+function TestFused:testBackwardReadsRowsWhereTheyLie()
+  qkv.seed(9)
+  local B, n, h, d = 2, 37, 3, 16
+  for _, c in ipairs{{"float32"}, {"float32", true}, {"float64"}} do
+    local dt, masked = c[1], c[2]
+    local x = qkv.randn({B, n, h * 3, d}, dt)
+    local Q = x:narrow(3, 1, h):transpose(2, 3)              -- (B, h, n, d), rows h*3*d apart
+    local K = qkv.randn({B, 1, n, d}, dt):expand(B, h, n, d)
+    local V = qkv.randn({B, h, 1, d}, dt):expand(B, h, n, d)
+    local m = masked and qkv.rand(n, n):gt(0.3) or nil
+    local o, lse = qkv._attention_lse(Q, K, V, m, true, 0.25)
+    local g = qkv.randn({B, n, h, d}, dt):transpose(2, 3)
+    local o2 = o:transpose(2, 3):contiguous():transpose(2, 3)
+    local got = {qkv._attention_backward(Q, K, V, o2, g, m, true, 0.25, lse)}
+    local want = {qkv._attention_backward(Q:contiguous(), K:contiguous(), V:contiguous(), o, g:contiguous(),
+                                          m, true, 0.25, lse)}
+    for i = 1, 3 do
+      local what = ("%s%s grad %d"):format(dt, masked and " masked" or "", i)
+      if dt == "float32" and not masked then
+        lu.assertTrue(qkv.eq(got[i], want[i]):all():item(), what .. ": not the same bits")
+      else
+        close(got[i], want[i], dt == "float64" and 1e-12 or 1e-5, what)
+      end
+    end
+  end
+end
+
 -- float32's kernels flush subnormals to zero on x86 (vm/cpu/vexp.h's
 -- qkv_ftz_on: a subnormal weight cost a microcode assist per instruction):
 -- a weight of e^-100 on the only nonzero value gives 0, and its gradient 0,

@@ -67,8 +67,8 @@ static const struct { const char *name; size_t off; } entries[] = {
   ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm),
   ENTRY(layer_norm_backward), ENTRY(cumsum), ENTRY(tri), ENTRY(adam)
 };
-_Static_assert(sizeof entries / sizeof entries[0] ==
-               (sizeof(qkv_backend) - sizeof(const char *)) / sizeof(void (*)(void)),
+_Static_assert(sizeof entries / sizeof entries[0] ==                /* after name and flags */
+               (sizeof(qkv_backend) - offsetof(qkv_backend, alloc)) / sizeof(void (*)(void)),
                "every entry of qkv_backend is listed in core/backend.c's entries");
 
 const char *qkv_backend_entry (const qkv_backend *be, int i, int *filled) {

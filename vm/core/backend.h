@@ -18,6 +18,9 @@
 
 typedef struct qkv_backend {
   const char *name;
+  /* attention_backward reads q, k, v, o, go by rows (the CPU's): the
+     dispatch does not copy heads' transposed views for it */
+  int attention_backward_rows;
   void *(*alloc)(size_t nbytes, int zero);    /* NULL on failure */
   void (*free)(void *p);
   /* dst and src have the same shape; dtypes may differ (converted) */
@@ -67,8 +70,11 @@ typedef struct qkv_backend {
   /* each line along the last dim of a, stably sorted (NaN above every
      number) into values (a's dtype) and indices (int64, 0-based) */
   int (*sort)(qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a, int desc);
-  /* the gradients of attention: all contiguous with the same batch dims
-     (B..., rows, cols) and float dtype; mask bool (B..., nq, nk), any
+  /* the gradients of attention: all with the same batch dims (B...,
+     rows, cols) and float dtype; dq, dk, dv contiguous, and so are q, k,
+     v, o, go unless the table says attention_backward_rows, then only
+     their rows (last stride 1, row stride >= cols or one row), batch
+     strides anything, 0 included; mask bool (B..., nq, nk), any
      strides, or NULL; dq, dk, dv written whole; lse NULL or what this
      backend's attention left for the same q, k, v, mask, causal, scale
      (contiguous; dq's dtype, float32 for float16 and bfloat16), which it

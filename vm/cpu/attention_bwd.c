@@ -8,6 +8,8 @@
 **   2. per key tile, the scores again (not when there is one key tile:
 **      they are still there), P = exp(S - lse), dV += P^T dO,
 **      dP = dO V^T, dS = P (dP - D), dQ += scale dS K, dK += scale dS^T Q.
+** q, k, v, o and dO are read by rows where they lie (heads' transposed
+** views need no copy); the gradients are contiguous.
 ** The tile products go to BLAS gemm.  Only BQ x BK blocks and BQ row
 ** statistics are held per thread.  A float32 job with no mask tensor and
 ** the forward's log-sum-exps goes to attention_bwd_avx512.c on CPUs with
@@ -28,11 +30,20 @@
 #define BQ 128
 #define BK 256
 
+/* q, k, v, o or go: rows of contiguous elements, batch dims any strides */
+typedef struct {
+  const char *base;
+  int64_t rs;                       /* elements between rows */
+  int64_t bs[QKV_MAXDIM];           /* and between batch items, per dim */
+} rows;
+
 typedef struct {
   int f64;
   int64_t nq, nk, d, dv, nb;
-  const char *q, *k, *v, *o, *go;   /* contiguous, (nb, rows, cols) */
-  char *dq, *dk, *dvv;
+  int nbd;                          /* batch dims, of sizes bsize */
+  int64_t bsize[QKV_MAXDIM];
+  rows q, k, v, o, go;
+  char *dq, *dk, *dvv;              /* contiguous, (nb, rows, cols) */
   const unsigned char *mask;        /* (nb..., nq, nk) view, or NULL */
   const qkv_tensor *mt;
   int causal;
@@ -53,6 +64,22 @@ static void gemm (const Bwd *J, int ta, int tb, int64_t m, int64_t n, int64_t k,
   else
     qkv_sgemm(CblasRowMajor, A, B, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
               (int)ldb, (float)beta, c, (int)ldc);
+}
+
+static rows rows_of (const qkv_tensor *t) {
+  rows r = {(const char *)qkv_data(t), t->size[t->ndim - 2] > 1 ? t->stride[t->ndim - 2] : t->size[t->ndim - 1], {0}};
+  for (int i = 0; i < t->ndim - 2; i++) r.bs[i] = t->size[i] > 1 ? t->stride[i] : 0;
+  return r;
+}
+
+/* row i of batch item b (row-major over the batch dims) */
+static const char *row (const Bwd *J, const rows *r, int64_t b, int64_t i) {
+  int64_t off = i * r->rs;
+  for (int d = J->nbd - 1; d >= 0 && b > 0; d--) {
+    off += (b % J->bsize[d]) * r->bs[d];
+    b /= J->bsize[d];
+  }
+  return r->base + off * (J->f64 ? 8 : 4);
 }
 
 /* element offset of batch item b in the mask view (row-major batch dims) */
@@ -83,10 +110,8 @@ static void put (const Bwd *J, char *p, int64_t i, double x) {
 /* s (bq x bk) = scale q_tile k_tile^T, masked entries -inf */
 static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq, int64_t j0,
                     int64_t bk, char *s) {
-  size_t es = J->f64 ? 8 : 4;
-  const char *q = J->q + ((b * J->nq + i0) * J->d) * (int64_t)es;
-  const char *k = J->k + ((b * J->nk + j0) * J->d) * (int64_t)es;
-  gemm(J, 0, 1, bq, bk, J->d, J->scale, q, J->d, k, J->d, 0, s, bk);
+  const char *q = row(J, &J->q, b, i0), *k = row(J, &J->k, b, j0);
+  gemm(J, 0, 1, bq, bk, J->d, J->scale, q, J->q.rs, k, J->k.rs, 0, s, bk);
   if (!J->mask && (!J->causal || j0 + bk - 1 <= i0 + J->nk - J->nq)) return;  /* all kept */
   if (!J->mask && !J->f64) {                    /* causal alone: each row's tail */
     for (int64_t i = 0; i < bq; i++) {
@@ -207,14 +232,14 @@ static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, co
 
 /* D[i] = dO_i . O_i, in double, for the bq rows from i0 */
 static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D) {
-  int64_t at0 = (b * J->nq + i0) * J->dv;
   for (int64_t i = 0; i < bq; i++) {
     double dd = 0;
+    const void *gi = row(J, &J->go, b, i0 + i), *oi = row(J, &J->o, b, i0 + i);
     if (J->f64) {
-      const double *go = (const double *)J->go + at0 + i * J->dv, *o = (const double *)J->o + at0 + i * J->dv;
+      const double *go = gi, *o = oi;
       for (int64_t c = 0; c < J->dv; c++) dd += go[c] * o[c];
     } else {
-      const float *go = (const float *)J->go + at0 + i * J->dv, *o = (const float *)J->o + at0 + i * J->dv;
+      const float *go = gi, *o = oi;
       _Pragma("omp simd reduction(+:dd)")
       for (int64_t c = 0; c < J->dv; c++) dd += (double)go[c] * o[c];
     }
@@ -253,17 +278,15 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
       else lse[i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
     }
     row_dots(J, b, i0, bq, D);
-    const char *q = J->q + (b * J->nq + i0) * J->d * (int64_t)es;
-    const char *go = J->go + (b * J->nq + i0) * J->dv * (int64_t)es;
+    const char *q = row(J, &J->q, b, i0), *go = row(J, &J->go, b, i0);
     char *dq = J->dq + (b * J->nq + i0) * J->d * (int64_t)es;
     for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {         /* 2: the gradients */
       int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
-      const char *k = J->k + (b * J->nk + j0) * J->d * (int64_t)es;
-      const char *v = J->v + (b * J->nk + j0) * J->dv * (int64_t)es;
+      const char *k = row(J, &J->k, b, j0), *v = row(J, &J->v, b, j0);
       char *dk = J->dk + (b * J->nk + j0) * J->d * (int64_t)es;
       char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
       if (J->nk > BK || J->lse) scores(J, b, mb, i0, bq, j0, bk, s);
-      gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->dv, v, J->dv, 0, dp, bk);    /* dP = dO V^T */
+      gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->go.rs, v, J->v.rs, 0, dp, bk);  /* dP = dO V^T */
       if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
       else
         for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
@@ -273,9 +296,9 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
             put(J, s, i * bk + j, p);
             put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i]));
           }
-      gemm(J, 1, 0, bk, J->dv, bq, 1, s, bk, go, J->dv, 1, dvv, J->dv);   /* dV += P^T dO */
-      gemm(J, 0, 0, bq, J->d, bk, J->scale, dp, bk, k, J->d, 1, dq, J->d); /* dQ += s dS K */
-      gemm(J, 1, 0, bk, J->d, bq, J->scale, dp, bk, q, J->d, 1, dk, J->d); /* dK += s dS^T Q */
+      gemm(J, 1, 0, bk, J->dv, bq, 1, s, bk, go, J->go.rs, 1, dvv, J->dv);  /* dV += P^T dO */
+      gemm(J, 0, 0, bq, J->d, bk, J->scale, dp, bk, k, J->k.rs, 1, dq, J->d); /* dQ += s dS K */
+      gemm(J, 1, 0, bk, J->d, bq, J->scale, dp, bk, q, J->q.rs, 1, dk, J->d); /* dK += s dS^T Q */
     }
   }
 }
@@ -289,11 +312,13 @@ static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
     int64_t qo = b * J->nq, ko = b * J->nk;
     qkv_attn_bwd_item it = {J->nq, J->nk, J->d, J->dv,
-                            (const float *)J->q + qo * J->d, (const float *)J->k + ko * J->d,
-                            (const float *)J->v + ko * J->dv, (const float *)J->o + qo * J->dv,
-                            (const float *)J->go + qo * J->dv, (const float *)J->lse + qo,
-                            (float *)J->dq + qo * J->d, (float *)J->dk + ko * J->d,
-                            (float *)J->dvv + ko * J->dv, J->causal, (float)J->scale};
+                            (const float *)row(J, &J->q, b, 0), (const float *)row(J, &J->k, b, 0),
+                            (const float *)row(J, &J->v, b, 0), (const float *)row(J, &J->o, b, 0),
+                            (const float *)row(J, &J->go, b, 0),
+                            J->q.rs, J->k.rs, J->v.rs, J->o.rs, J->go.rs,
+                            (const float *)J->lse + qo, (float *)J->dq + qo * J->d,
+                            (float *)J->dk + ko * J->d, (float *)J->dvv + ko * J->dv, J->causal,
+                            (float)J->scale};
     qkv_attn_bwd_avx512(&it, work);
   }
   free(work);
@@ -339,10 +364,11 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if (q->dtype != QKV_F32 && q->dtype != QKV_F64) return QKV_EDTYPE;   /* halves: in float32 */
   int n = q->ndim;
   Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
-           v->size[n - 1], 1, qkv_data(q), qkv_data(k), qkv_data(v), qkv_data(o),
-           qkv_data(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
+           v->size[n - 1], 1, n - 2, {0}, rows_of(q), rows_of(k), rows_of(v), rows_of(o),
+           rows_of(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
            mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
            NULL, 0};
+  for (int i = 0; i < n - 2; i++) J.bsize[i] = q->size[i];
   /* the forward's log-sum-exps, but where it had nothing to write them
      with (d_v = 0: it returned at once) */
   if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);

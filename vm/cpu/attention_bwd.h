@@ -11,9 +11,10 @@
 
 typedef struct {
   int64_t nq, nk, d, dv;
-  const float *q, *k, *v, *o, *go;  /* the item's rows, contiguous */
+  const float *q, *k, *v, *o, *go;  /* the item's first rows */
+  int64_t qrs, krs, vrs, ors, gors;  /* elements between their rows */
   const float *lse;                 /* nq log-sum-exps, -inf for no key */
-  float *dq, *dk, *dvv;             /* written whole */
+  float *dq, *dk, *dvv;             /* contiguous, written whole */
   int causal;                       /* query i keeps keys j <= i + nk - nq */
   float scale;
 } qkv_attn_bwd_item;

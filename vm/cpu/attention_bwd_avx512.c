@@ -101,34 +101,35 @@ static QKV_AVX512 void gemm (int64_t m, int64_t n, int64_t kd, const float *a, i
   }
 }
 
-/* xt (cols x BQ) = s times the bq rows of x (row stride cols) transposed,
+/* xt (cols x BQ) = s times the bq rows of x (row stride rs) transposed,
    16 rows to a gather; lanes past bq zeros.  (Element by element this was
    as much time as the products for heads of 16.) */
-static QKV_AVX512 void pack_t (const float *x, int64_t bq, int64_t cols, float s, float *xt) {
-  if (cols > (1 << 26)) {                       /* 16 rows' offsets overflow int32 */
+static QKV_AVX512 void pack_t (const float *x, int64_t rs, int64_t bq, int64_t cols, float s,
+                               float *xt) {
+  if (rs > (1 << 26)) {                         /* 16 rows' offsets overflow int32 */
     for (int64_t i = 0; i < BQ; i++)
-      for (int64_t c = 0; c < cols; c++) xt[c * BQ + i] = i < bq ? s * x[i * cols + c] : 0.0f;
+      for (int64_t c = 0; c < cols; c++) xt[c * BQ + i] = i < bq ? s * x[i * rs + c] : 0.0f;
     return;
   }
   const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                                              11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32((int)cols));
+                                          _mm512_set1_epi32((int)rs));
   const __m512 sc = _mm512_set1_ps(s);
   for (int64_t i = 0; i < bq; i += 16) {
     __mmask16 m = lanes(bq - i);
     for (int64_t c = 0; c < cols; c++) {
-      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, x + i * cols + c, 4);
+      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, x + i * rs + c, 4);
       _mm512_store_ps(xt + c * BQ + i, _mm512_mul_ps(v, sc));
     }
   }
 }
 
-/* D[i] = dO_i . O_i for i < bq, in double (a float's product is exact
-   there), 0 past bq */
-static QKV_AVX512 void row_dots (const float *go, const float *o, int64_t bq, int64_t dv,
-                                 float *D) {
+/* D[i] = dO_i . O_i for i < bq (rows gs and os apart), in double (a
+   float's product is exact there), 0 past bq */
+static QKV_AVX512 void row_dots (const float *go, int64_t gs, const float *o, int64_t os,
+                                 int64_t bq, int64_t dv, float *D) {
   for (int64_t i = bq; i < BQ; i++) D[i] = 0.0f;
-  for (int64_t i = 0; i < bq; i++, go += dv, o += dv) {
+  for (int64_t i = 0; i < bq; i++, go += gs, o += os) {
     __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     for (int64_t c = 0; c < dv; c += 16) {
       __mmask16 m = lanes(dv - c);
@@ -175,11 +176,11 @@ void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work) {
   memset(it->dvv, 0, sizeof(float) * (size_t)(nk * dv));
   for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
     int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
-    const float *q = it->q + i0 * d, *go = it->go + i0 * dv, *o = it->o + i0 * dv;
+    const float *q = it->q + i0 * it->qrs, *go = it->go + i0 * it->gors, *o = it->o + i0 * it->ors;
     float *dq = it->dq + i0 * d;
-    pack_t(q, bq, d, it->scale, qt);
-    pack_t(go, bq, dv, 1.0f, dot);
-    row_dots(go, o, bq, dv, D);
+    pack_t(q, it->qrs, bq, d, it->scale, qt);
+    pack_t(go, it->gors, bq, dv, 1.0f, dot);
+    row_dots(go, it->gors, o, it->ors, bq, dv, D);
     for (int64_t i = 0; i < BQ; i++) {
       float L = i < bq ? it->lse[i0 + i] : 0.0f;
       lse[i] = L == -INFINITY ? INFINITY : L;
@@ -190,13 +191,13 @@ void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work) {
       int64_t t = it->causal ? j0 - i0 - (nk - nq) : -((int64_t)1 << 40);
       if (t + bk > bq) bk = bq - t;             /* keys hidden from every query */
       if (bk <= 0) break;
-      const float *k = it->k + j0 * d, *v = it->v + j0 * dv;
-      gemm(bk, bq, d, k, d, 1, qt, BQ, st, BQ, 0);
-      gemm(bk, bq, dv, v, dv, 1, dot, BQ, dpt, BQ, 0);
+      const float *k = it->k + j0 * it->krs, *v = it->v + j0 * it->vrs;
+      gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0);
+      gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0);
       grads(st, dpt, bk, bq, t, lse, D, it->scale);
-      gemm(bk, dv, bq, st, BQ, 1, go, dv, it->dvv + j0 * dv, dv, 1);
-      gemm(bk, d, bq, dpt, BQ, 1, q, d, it->dk + j0 * d, d, 1);
-      gemm(bq, d, bk, dpt, 1, BQ, k, d, dq, d, 1);
+      gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1);
+      gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1);
+      gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1);
     }
   }
 }

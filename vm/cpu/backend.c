@@ -25,6 +25,7 @@ const qkv_backend qkv_cpu_backend = {
   .gather = qkv_cpu_gather,
   .sort = qkv_cpu_sort,
   .attention_backward = qkv_cpu_attention_backward,
+  .attention_backward_rows = 1,
   .scatter_add = qkv_cpu_scatter_add,
   .softmax_backward = qkv_cpu_softmax_backward,
   .log_softmax = qkv_cpu_log_softmax,

@@ -304,6 +304,7 @@ static void cu_force_attention (const char *path) { qkv_cu_attention_force = pat
 /* designated initialisers (C++20: in the order of backend.h's fields) */
 static const qkv_backend cuda_backend = {
   .name = "cuda",
+  .attention_backward_rows = 0,       /* its kernels read q..go contiguous */
   .alloc = cu_alloc,
   .free = cu_free,
   .copy = qkv_cuda_copy,

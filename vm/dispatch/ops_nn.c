@@ -437,12 +437,18 @@ int qkv_attention_weights (qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
 /* x broadcast to (batch of o..., rows, cols), contiguous and of dtype dt:
    x itself when it is so already, else a copy released through *tmp */
 static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const qkv_tensor *o,
-                 qkv_dtype dt) {
+                 qkv_dtype dt, int rows) {
   qkv_tensor like = *o, e;
   like.size[o->ndim - 2] = x->size[x->ndim - 2];
   like.size[o->ndim - 1] = x->size[x->ndim - 1];
   *tmp = NULL;
   if (qkv_expand(&e, x, like.ndim, like.size) != 0) return QKV_EINTERNAL;
+  int n = e.ndim;
+  if (rows && e.dtype == dt && (e.size[n - 1] <= 1 || e.stride[n - 1] == 1) &&
+      (e.size[n - 2] <= 1 || e.stride[n - 2] >= e.size[n - 1])) {
+    *dst = e;                                   /* its rows as they lie */
+    return QKV_OK;
+  }
   return qkv_op_contiguous_as(dst, tmp, &e, dt);
 }
 
@@ -456,7 +462,8 @@ static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, q
   const qkv_tensor *o = in[3];
   qkv_tensor x[5], m, like = *o;
   qkv_storage *tm = NULL, *tx[5] = {NULL, NULL, NULL, NULL, NULL};
-  for (int i = 0; i < 5 && err == QKV_OK; i++) err = full(&x[i], &tx[i], in[i], o, dt);
+  for (int i = 0; i < 5 && err == QKV_OK; i++)
+    err = full(&x[i], &tx[i], in[i], o, dt, be->attention_backward_rows);
   like.size[o->ndim - 1] = in[1]->size[in[1]->ndim - 2];
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
   if (err == QKV_OK)
