@@ -46,6 +46,7 @@ typedef struct {
   char *dq, *dk, *dvv;              /* contiguous, (nb, rows, cols) */
   const unsigned char *mask;        /* (nb..., nq, nk) view, or NULL */
   const qkv_tensor *mt;
+  int64_t mask_bs[QKV_MAXDIM];      /* its batch strides */
   int causal;
   double scale;
   int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
@@ -67,29 +68,26 @@ static void gemm (const Bwd *J, int ta, int tb, int64_t m, int64_t n, int64_t k,
 }
 
 static rows rows_of (const qkv_tensor *t) {
-  rows r = {(const char *)qkv_data(t), t->size[t->ndim - 2] > 1 ? t->stride[t->ndim - 2] : t->size[t->ndim - 1], {0}};
-  for (int i = 0; i < t->ndim - 2; i++) r.bs[i] = t->size[i] > 1 ? t->stride[i] : 0;
+  int n = t->ndim;
+  rows r = {(const char *)qkv_data(t), t->size[n - 2] > 1 ? t->stride[n - 2] : t->size[n - 1], {0}};
+  for (int i = 0; i < n - 2; i++) r.bs[i] = t->size[i] > 1 ? t->stride[i] : 0;
   return r;
 }
 
-/* row i of batch item b (row-major over the batch dims) */
-static const char *row (const Bwd *J, const rows *r, int64_t b, int64_t i) {
-  int64_t off = i * r->rs;
+/* the element offset of batch item b (row-major over the batch dims) in a
+   view whose batch strides are bs */
+static int64_t item (const Bwd *J, const int64_t *bs, int64_t b) {
+  int64_t off = 0;
   for (int d = J->nbd - 1; d >= 0 && b > 0; d--) {
-    off += (b % J->bsize[d]) * r->bs[d];
+    off += (b % J->bsize[d]) * bs[d];
     b /= J->bsize[d];
   }
-  return r->base + off * (J->f64 ? 8 : 4);
+  return off;
 }
 
-/* element offset of batch item b in the mask view (row-major batch dims) */
-static int64_t mask_base (const qkv_tensor *m, int64_t b) {
-  int64_t off = 0;
-  for (int i = m->ndim - 3; i >= 0 && b > 0; i--) {
-    off += (b % m->size[i]) * m->stride[i];
-    b /= m->size[i];
-  }
-  return off;
+/* row i of batch item b */
+static const char *row (const Bwd *J, const rows *r, int64_t b, int64_t i) {
+  return r->base + (item(J, r->bs, b) + i * r->rs) * (J->f64 ? 8 : 4);
 }
 
 /* whether query i may see key j */
@@ -254,7 +252,7 @@ static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D
 */
 static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
   size_t es = J->f64 ? 8 : 4;
-  int64_t mb = J->mask ? mask_base(J->mt, b) : 0;
+  int64_t mb = J->mask ? item(J, J->mask_bs, b) : 0;
   for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {
     int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
     double m[BQ], l[BQ];
@@ -366,9 +364,12 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
            v->size[n - 1], 1, n - 2, {0}, rows_of(q), rows_of(k), rows_of(v), rows_of(o),
            rows_of(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
-           mask ? qkv_data(mask) : NULL, mask, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
+           mask ? qkv_data(mask) : NULL, mask, {0}, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
            NULL, 0};
-  for (int i = 0; i < n - 2; i++) J.bsize[i] = q->size[i];
+  for (int i = 0; i < n - 2; i++) {
+    J.bsize[i] = q->size[i];
+    J.mask_bs[i] = mask ? mask->stride[i] : 0;
+  }
   /* the forward's log-sum-exps, but where it had nothing to write them
      with (d_v = 0: it returned at once) */
   if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);
