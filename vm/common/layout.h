@@ -1,7 +1,8 @@
 /*
 ** layout.h -- how gemm can read a strided matrix, Torch7's rule, for every
-** kernel that hands matrices to BLAS: CBLAS in vm/cpu/matmul.c and
-** attention.c, cuBLAS in vm/cuda/matmul.cu.  BLAS counts in int
+** kernel that hands matrices to BLAS: CBLAS in vm/cpu/matmul.c,
+** attention.c and attention_bwd.c (whose operands vm/dispatch/ops_nn.c
+** passes uncopied when they fit by rows), cuBLAS in vm/cuda/matmul.cu.  BLAS counts in int
 ** (qkv_fits_int).  qkv_densify is the CPU's copy of a matrix that fits
 ** neither layout; the GPU's is a kernel (vm/cuda/matmul.cu).
 */

@@ -73,7 +73,7 @@ typedef struct qkv_backend {
   /* the gradients of attention: all with the same batch dims (B...,
      rows, cols) and float dtype; dq, dk, dv contiguous, and so are q, k,
      v, o, go unless the table says attention_backward_rows, then only
-     their rows (last stride 1, row stride >= cols or one row), batch
+     their rows as gemm reads them (common/layout.h's QKV_BYROW), batch
      strides anything, 0 included; mask bool (B..., nq, nk), any
      strides, or NULL; dq, dk, dv written whole; lse NULL or what this
      backend's attention left for the same q, k, v, mask, causal, scale

@@ -24,6 +24,7 @@
 #include "blas.h"
 #include "vexp.h"
 #include "attention_bwd.h"
+#include "../common/layout.h"
 
 /* tiles of BQ queries x BK keys: 64 x 128 148 GFLOP/s at N = 4096, 128 x 128
    162, 128 x 256 172, 256 x 256 168 (bigger gemm calls, bench/NOTES.md) */
@@ -67,9 +68,12 @@ static void gemm (const Bwd *J, int ta, int tb, int64_t m, int64_t n, int64_t k,
               (int)ldb, (float)beta, c, (int)ldc);
 }
 
+/* t's rows, which the dispatch passes only when gemm can read them
+   (layout.h's QKV_BYROW: its leading dimension is the row step) */
 static rows rows_of (const qkv_tensor *t) {
-  int n = t->ndim;
-  rows r = {(const char *)qkv_data(t), t->size[n - 2] > 1 ? t->stride[n - 2] : t->size[n - 1], {0}};
+  int n = t->ndim, ld;
+  qkv_gemm_layout(t->size[n - 2], t->size[n - 1], t->stride[n - 2], t->stride[n - 1], &ld);
+  rows r = {(const char *)qkv_data(t), ld, {0}};
   for (int i = 0; i < n - 2; i++) r.bs[i] = t->size[i] > 1 ? t->stride[i] : 0;
   return r;
 }
@@ -367,16 +371,17 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
            mask ? qkv_data(mask) : NULL, mask, {0}, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
            NULL, 0};
   for (int i = 0; i < n - 2; i++) {
-    J.bsize[i] = q->size[i];
+    J.nb *= J.bsize[i] = q->size[i];
     J.mask_bs[i] = mask ? mask->stride[i] : 0;
   }
   /* the forward's log-sum-exps, but where it had nothing to write them
      with (d_v = 0: it returned at once) */
   if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);
 #ifdef QKV_VEXP_X86
-  J.regs = J.wide && !J.f64 && !J.mask && J.lse && getenv("QKV_BWD_BLAS") == NULL;
+  static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
+  if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
+  J.regs = J.wide && !J.f64 && !J.mask && J.lse && !blas_asked;
 #endif
-  for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */
   size_t es = J.f64 ? 8 : 4;

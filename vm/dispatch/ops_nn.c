@@ -10,6 +10,7 @@
 
 #include "../core/qkv.h"
 #include "../core/backend.h"
+#include "../common/layout.h"
 #include "ops.h"
 
 /* selection */
@@ -434,8 +435,10 @@ int qkv_attention_weights (qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
   return qkv_matmul(out, w, v, 1);
 }
 
-/* x broadcast to (batch of o..., rows, cols), contiguous and of dtype dt:
-   x itself when it is so already, else a copy released through *tmp */
+/* x broadcast to (batch of o..., rows, cols), of dtype dt and contiguous,
+   or with rows as gemm reads them (layout.h) where the backend takes that
+   (rows): x itself when it is so already, else a copy released through
+   *tmp */
 static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const qkv_tensor *o,
                  qkv_dtype dt, int rows) {
   qkv_tensor like = *o, e;
@@ -443,9 +446,10 @@ static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const 
   like.size[o->ndim - 1] = x->size[x->ndim - 1];
   *tmp = NULL;
   if (qkv_expand(&e, x, like.ndim, like.size) != 0) return QKV_EINTERNAL;
-  int n = e.ndim;
-  if (rows && e.dtype == dt && (e.size[n - 1] <= 1 || e.stride[n - 1] == 1) &&
-      (e.size[n - 2] <= 1 || e.stride[n - 2] >= e.size[n - 1])) {
+  int n = e.ndim, ld;
+  if (rows && e.dtype == dt &&
+      qkv_gemm_layout(e.size[n - 2], e.size[n - 1], e.stride[n - 2], e.stride[n - 1], &ld) ==
+        QKV_BYROW) {
     *dst = e;                                   /* its rows as they lie */
     return QKV_OK;
   }
