@@ -29,8 +29,7 @@
 #include "parallel.h"
 
 #ifdef QKV_VEXP_X86
-#define QKV_AMX __attribute__((target( \
-  "avx512f,avx512vl,avx512bw,avx512dq,fma,avx512bf16,amx-tile,amx-bf16")))
+#include "amx.h"
 
 enum {
   QB = 16,           /* queries a block: one vector, a C tile's columns */
@@ -54,55 +53,11 @@ typedef struct {
   void *block;
 } amx_scratch;
 
-/*
-** gcc's tile loads (and ldtilecfg) are asm statements that do not say they
-** read memory, so stores before them could be moved past them: a compiler
-** barrier first.  (Its tile stores do say so.)
-*/
-#define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
-    _tile_loadd(t, p, ld); } while (0)
-
-/* the tile unit's configuration: palette 1, all 8 tiles 16 rows of 64 bytes */
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tilecfg;
-
 static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 #define lanes qkv_lanes16
 
 /* ---- packing ---- */
-
-/* dst[c][r] = src[r][c] for a 16 x 16 block of 16-bit elements, rows ss
-   and ds elements apart: the 8 x 8 transpose of each 128-bit lane by
-   unpacks of 16, 32 and 64 bits, then the lanes of rows 0-7 and 8-15 joined */
-static QKV_AMX void transpose16 (const uint16_t *src, int64_t ss, uint16_t *dst, int64_t ds) {
-  __m256i a[16], b[16], c[16], d[8], e[8];
-  for (int i = 0; i < 16; i++) a[i] = _mm256_loadu_si256((const __m256i *)(src + i * ss));
-  for (int i = 0; i < 16; i += 2) {
-    b[i] = _mm256_unpacklo_epi16(a[i], a[i + 1]);
-    b[i + 1] = _mm256_unpackhi_epi16(a[i], a[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    c[i] = _mm256_unpacklo_epi32(b[i], b[i + 2]);
-    c[i + 1] = _mm256_unpackhi_epi32(b[i], b[i + 2]);
-    c[i + 2] = _mm256_unpacklo_epi32(b[i + 1], b[i + 3]);
-    c[i + 3] = _mm256_unpackhi_epi32(b[i + 1], b[i + 3]);
-  }
-  for (int i = 0; i < 4; i++) {
-    d[2 * i] = _mm256_unpacklo_epi64(c[i], c[i + 4]);
-    d[2 * i + 1] = _mm256_unpackhi_epi64(c[i], c[i + 4]);
-    e[2 * i] = _mm256_unpacklo_epi64(c[i + 8], c[i + 12]);
-    e[2 * i + 1] = _mm256_unpackhi_epi64(c[i + 8], c[i + 12]);
-  }
-  for (int i = 0; i < 8; i++) {
-    _mm256_storeu_si256((__m256i *)(dst + i * ds), _mm256_permute2x128_si256(d[i], e[i], 0x20));
-    _mm256_storeu_si256((__m256i *)(dst + (i + 8) * ds),
-                        _mm256_permute2x128_si256(d[i], e[i], 0x31));
-  }
-}
 
 /* batches [lo, hi): K as rows of dkp, V as its transpose */
 static QKV_AMX int pack_kv (void *ctx, int64_t lo, int64_t hi, int tid) {
@@ -124,7 +79,7 @@ static QKV_AMX int pack_kv (void *ctx, int64_t lo, int64_t hi, int tid) {
     int64_t jb = J->v.cs == 1 ? J->nk / 16 * 16 : 0, db = J->v.cs == 1 ? J->dv / 16 * 16 : 0;
     for (int64_t j = 0; j < jb; j += 16)
       for (int64_t d = 0; d < db; d += 16)
-        transpose16(v + j * J->v.rs + d, J->v.rs, vt + d * A->nkp + j, A->nkp);
+        qkv_amx_transpose16(v + j * J->v.rs + d, J->v.rs, vt + d * A->nkp + j, A->nkp);
     for (int64_t j = 0; j < J->nk; j++)
       for (int64_t d = j < jb ? db : 0; d < J->dv; d++)
         vt[d * A->nkp + j] = v[j * J->v.rs + d * J->v.cs];
@@ -319,7 +274,7 @@ static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, in
     _mm256_store_si256((__m256i *)(h + d * QB), (__m256i)x);
   }
   int64_t db = nv == QB ? J->dv / 16 * 16 : 0;
-  for (int64_t d = 0; d < db; d += 16) transpose16(h + d * QB, QB, out + d, J->dv);
+  for (int64_t d = 0; d < db; d += 16) qkv_amx_transpose16(h + d * QB, QB, out + d, J->dv);
   for (int i = 0; i < nv; i++)
     for (int64_t d = db; d < J->dv; d++) out[i * J->dv + d] = h[d * QB + i];
 }
@@ -341,15 +296,7 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   W.st = qkv_attn_carve(&p, ns);
   W.pp = qkv_attn_carve(&p, np);
   W.ot = qkv_attn_carve(&p, no);
-  tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  __asm__ volatile("" ::: "memory");
-  _tile_loadconfig(&cfg);
+  qkv_amx_config();
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) {
     int64_t b, i0;
     int bq = qkv_attn_item(J, t, &b, &i0);
