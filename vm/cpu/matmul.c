@@ -12,6 +12,7 @@
 #include "cpu.h"
 #include "parallel.h"
 #include "blas.h"
+#include "matmul_amx.h"
 #include "../core/half.h"
 #include "../common/layout.h"
 #include "../common/matmul_shape.h"
@@ -36,6 +37,9 @@
 #ifndef PANEL_FLOPS
 #define PANEL_FLOPS 8e9
 #endif
+/* bfloat16 on the tile unit runs 5-7 times faster, and each panel packs
+   its B again */
+#define PANEL_FLOPS_BF16 (8 * PANEL_FLOPS)
 #ifndef PANEL_MIN_ROWS
 #define PANEL_MIN_ROWS 512
 #endif
@@ -341,11 +345,16 @@ static int batches (void *p, int64_t lo, int64_t hi, int tid) {
 }
 
 /*
-** A bfloat16 panel: oneDNN's product of the bfloat16 operands with float32
-** sums (exact products, as the float32 path's converted operands give),
-** into float32 scratch, then rounded once into out, as that path rounds.
+** A bfloat16 panel: the tile unit's product (matmul_amx.c, rounded into
+** out as it goes), else oneDNN's: float32 sums of exact products (as the
+** float32 path's converted operands give) into float32 scratch, then
+** rounded once into out, as that path rounds.
 */
 static int bf16_panel (const job *J, int m, int w, const void *a, const void *b, char *c) {
+  if (qkv_amx_bf16gemm(J->a.trans == CblasTrans, J->b.trans == CblasTrans, m, w, J->n,
+                       (float)J->alpha, a, J->a.ld, b, J->b.ld, (uint16_t *)c, J->p) == 0)
+    return QKV_OK;
+  if (qkv_bf16gemm == NULL) return QKV_ENOMEM;        /* the tile unit's buffers */
   float *f = malloc(sizeof(float) * (size_t)m * (size_t)w);
   if (f == NULL) return QKV_ENOMEM;
   int bad = qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
@@ -400,9 +409,12 @@ static int panels (void *p, int64_t lo, int64_t hi, int tid) {
 
 /* below this many multiply-adds in all, products stay on one thread */
 #define PAR_GEMM ((double)(1 << 20))
-/* below this many (160^3), oneDNN's bfloat16 call costs more than the
-   float32 path (bench/NOTES.md, "bfloat16 products") */
-#define PAR_GEMM_BF16 ((double)(1 << 22))
+/* bfloat16 products run natively from this many multiply-adds: on the
+   tile unit from 16^3 (as fast as the float32 path's conversions below,
+   2-7x faster from 24^3), through oneDNN from 160^3, below which its call
+   costs more (bench/NOTES.md, "bfloat16 products") */
+#define BF16_AMX_MIN ((double)(1 << 12))
+#define BF16_DNNL_MIN ((double)(1 << 22))
 
 static int run_batches (const job *J, int64_t nbatch) {
   void *sa, *sb;
@@ -421,11 +433,25 @@ static int run_batches (const job *J, int64_t nbatch) {
        further until each thread has one (more would pack the same b once
        more per panel: BERT 11% slower with two each, idle and busy) */
     panels_job P = {J, sa, sb, 0, 0, 0, 0};
-    P.rows = split(J->m, PANEL_FLOPS / (2.0 * J->n * J->p), PANEL_MIN_ROWS);
-    P.cols = split(J->p, PANEL_FLOPS / (2.0 * J->n * P.rows), PANEL_MIN_COLS);
+    double flops = J->dtype == QKV_BF16 ? PANEL_FLOPS_BF16 : PANEL_FLOPS;
+    P.rows = split(J->m, flops / (2.0 * J->n * J->p), PANEL_MIN_ROWS);
+    P.cols = split(J->p, flops / (2.0 * J->n * P.rows), PANEL_MIN_COLS);
     P.nr = (J->m + P.rows - 1) / P.rows;
     P.nc = (J->p + P.cols - 1) / P.cols;
     int par = nt > 1 && work * (double)nbatch >= PAR_GEMM;
+    if (par && nbatch * P.nc == 1 && P.nr > nt && P.nr % nt != 0) {
+      /* as many panels for every thread: 3 on 2 threads took as long as 4 */
+      int64_t nr = (P.nr + nt - 1) / nt * nt;
+      P.rows = (int)((J->m + nr - 1) / nr + 15) / 16 * 16;
+      P.nr = (J->m + P.rows - 1) / P.rows;
+    }
+    if (par && nbatch * P.nr * P.nc < nt && J->dtype == QKV_BF16 && J->p >= 64 * nt) {
+      /* the tile unit's B is packed per panel, and B is what a bfloat16
+         product packs at a cost: a part of its columns each */
+      int64_t more = (nt + nbatch * P.nr - 1) / (nbatch * P.nr);
+      P.cols = (int)((J->p + more - 1) / more + 31) / 32 * 32;
+      P.nc = (J->p + P.cols - 1) / P.cols;
+    }
     if (par && nbatch * P.nr * P.nc < nt) {
       int64_t more = (nt + nbatch * P.nc - 1) / (nbatch * P.nc);
       int rows = (int)((J->m + more - 1) / more + 15) / 16 * 16;
@@ -447,18 +473,21 @@ static int run_batches (const job *J, int64_t nbatch) {
 }
 
 /*
-** bfloat16 products run natively where oneDNN has its bfloat16 gemm and
-** both operands are laid out as gemm reads them; QKV_EDTYPE otherwise, and
-** the dispatch computes them in float32 instead (same values: exact
-** products, float32 sums, one rounding).
+** bfloat16 products run natively on the tile unit (matmul_amx.c) where the
+** CPU has AMX, else where oneDNN has its bfloat16 gemm, when both operands
+** are laid out as gemm reads them; QKV_EDTYPE otherwise, and the dispatch
+** computes them in float32 instead (the same values but for sums below
+** 2^-126, which the tile unit flushes: exact products, float32 sums, one
+** rounding).
 */
 static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                        qkv_matmul_dims *d) {
   if (a->dtype != QKV_BF16 || b->dtype != QKV_BF16) return QKV_EDTYPE;
   int err = qkv_matmul_sizes(out, a, b, d);
   if (err != QKV_OK) return err;
-  if ((double)d->m * d->n * d->p < PAR_GEMM_BF16 || qkv_blas_load() != QKV_OK ||
-      qkv_bf16gemm == NULL)
+  double work = (double)d->m * d->n * d->p;
+  if (work >= BF16_AMX_MIN && qkv_cpu_has_amx()) return QKV_OK;
+  if (work < BF16_DNNL_MIN || qkv_blas_load() != QKV_OK || qkv_bf16gemm == NULL)
     return QKV_EDTYPE;
   return QKV_OK;
 }

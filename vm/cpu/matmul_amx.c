@@ -1,0 +1,238 @@
+/*
+** matmul_amx.c -- bfloat16 products with float32 sums on the tile unit
+** (AMX), for matmul.c's bfloat16 panels: C (float32) = alpha op(A) op(B).
+** oneDNN 2.6's bfloat16 gemm reached 0.3-0.9x PyTorch's on this machine's
+** shapes (bench/NOTES.md, "bfloat16 products on the tiles").
+**
+** Per KC-deep slice of the sum, op(B) is packed once as the tile unit reads
+** it (pairs of rows interleaved, 16 columns to a block: a B tile is 16
+** pairs x 16 columns), and op(A) MC rows at a time as rows of KC.  A block
+** of 32 x 32 outputs is four C tiles, fed by two A and two B tiles per 32
+** deep: C tiles 0-3, A 4-5, B 6-7.  Slices after the first add to C, which
+** holds the running sums; tiles over C's edges go through a 16 x 16 buffer.
+** The products are exact and the sums float32, as the float32 path's; only
+** their order differs.
+*/
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "matmul_amx.h"
+#include "vexp.h"
+
+#ifdef QKV_VEXP_X86
+#include "amx.h"
+
+/*
+** Sizes, measured on one core here (bench/NOTES.md): a 32-row A block and
+** a 32-column B block, each 24 KB at KC, share L1; deeper slices or more
+** rows at a time ran 5-25% slower, shallower ones paid for the sums' trips.
+*/
+enum {
+  KC = 384,          /* the deepest slice of the sum */
+  MC = 32,           /* rows of op(A) packed at a time */
+  NB = 32            /* columns of a block of outputs: two B tiles */
+};
+
+static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+/* this thread's packing buffers, kept between calls */
+static _Thread_local struct { uint16_t *p; size_t n; } buf[3];
+
+static uint16_t *buffer (int which, size_t elems) {
+  if (elems > buf[which].n) {
+    free(buf[which].p);
+    buf[which].p = aligned_alloc(64, up((int64_t)elems * 2, 64));
+    buf[which].n = buf[which].p ? elems : 0;
+  }
+  return buf[which].p;
+}
+
+static inline QKV_AMX __mmask32 lanes32 (int64_t n) {
+  return n <= 0 ? 0 : n >= 32 ? 0xffffffffu : (__mmask32)((1u << n) - 1);
+}
+
+/* ap (MC x ks) = rows i0.. and columns p0.. of op(A), zeros past m and
+   the slice's end p1 */
+static QKV_AMX void pack_a (int ta, const uint16_t *a, int64_t lda, int64_t m, int64_t p1,
+                            int64_t i0, int64_t p0, int64_t ks, uint16_t *ap) {
+  int64_t mc = m - i0 < MC ? m - i0 : MC, kc = p1 - p0;
+  if (!ta) {
+    for (int64_t r = 0; r < MC; r++)
+      for (int64_t c = 0; c < ks; c += 32) {
+        __mmask32 keep = r < mc ? lanes32(kc - c) : 0;
+        _mm512_store_si512((void *)(ap + r * ks + c),
+                           _mm512_maskz_loadu_epi16(keep, a + (i0 + r) * lda + p0 + c));
+      }
+    return;
+  }
+  /* A(i, p) = a[p lda + i]: 16 x 16 transposes inside, element by element
+     at the edges */
+  memset(ap, 0, sizeof(uint16_t) * (size_t)(MC * ks));
+  int64_t rb = mc / 16 * 16, cb = kc / 16 * 16;
+  for (int64_t c = 0; c < cb; c += 16)
+    for (int64_t r = 0; r < rb; r += 16)
+      qkv_amx_transpose16(a + (p0 + c) * lda + i0 + r, lda, ap + r * ks + c, ks);
+  for (int64_t r = 0; r < mc; r++)
+    for (int64_t c = r < rb ? cb : 0; c < kc; c++) ap[r * ks + c] = a[(p0 + c) * lda + i0 + r];
+}
+
+/*
+** bp = rows p0 .. p1 of op(B) (ks of them, zeros past p1), every column
+** (zeros past n, to a multiple of NB): column block j (16 wide) is ks / 2
+** rows of 16 pairs, (B[p0 + 2r][16j + l], B[p0 + 2r + 1][16j + l]) at row
+** r, pair l
+*/
+static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t p1,
+                            int64_t p0, int64_t ks, uint16_t *bp) {
+  int64_t kc = p1 - p0, pairs = ks / 2;
+  for (int64_t j = 0; j < up(n, NB); j += 16, bp += pairs * 32) {
+    if (!tb) {
+      __mmask16 cols = qkv_lanes16(n - j);
+      for (int64_t r = 0; r < pairs; r++) {
+        __mmask16 m0 = 2 * r < kc ? cols : 0, m1 = 2 * r + 1 < kc ? cols : 0;
+        __m256i lo = _mm256_maskz_loadu_epi16(m0, b + (p0 + 2 * r) * ldb + j);
+        __m256i hi = _mm256_maskz_loadu_epi16(m1, b + (p0 + 2 * r + 1) * ldb + j);
+        __m512i x = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+        _mm512_store_si512((void *)(bp + r * 32), x);
+      }
+      continue;
+    }
+    /* B(p, j) = b[j ldb + p]: a pair is one 32-bit word of b's row j, so
+       16 columns x 16 pairs are a 16 x 16 transpose of words */
+    for (int64_t r = 0; r < pairs; r += 16) {
+      __m512i w[16];
+      for (int l = 0; l < 16; l++) {
+        __mmask32 keep = j + l < n ? lanes32(kc - 2 * r) : 0;
+        w[l] = _mm512_maskz_loadu_epi16(keep, b + (j + l) * ldb + p0 + 2 * r);
+      }
+      qkv_amx_transpose16x32(w);
+      for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(bp + (r + q) * 32), w[q]);
+    }
+  }
+}
+
+/* tile t of the block from (or to) the running sums: rows 16 x 4 bytes
+   of acc, ld floats apart */
+#define SUMS_IN(t, p) LOAD(t, p, ld * 4)
+#define SUMS_OUT(t, p) _tile_stored(t, p, ld * 4)
+
+/* tile t (through e, 16 x 16 floats) times alpha, rounded to bfloat16 as
+   qkv_f2bf rounds (to nearest even, NaN kept quiet), into rows r0.. and
+   columns c0.. of c, inside m x n */
+static QKV_AMX void round_out (float *e, float alpha, uint16_t *c, int64_t ldc, int64_t m,
+                               int64_t n, int64_t r0, int64_t c0) {
+  if (r0 >= m || c0 >= n) return;
+  __mmask16 cols = qkv_lanes16(n - c0);
+  const __m512 al = _mm512_set1_ps(alpha);
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  for (int64_t r = 0; r < 16 && r0 + r < m; r++) {
+    __m512 v = _mm512_mul_ps(_mm512_load_ps(e + r * 16), al);
+    __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
+    __m512i y = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(half,
+                                                  _mm512_and_si512(hi, one))), 16);
+    y = _mm512_mask_mov_epi32(y, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                              _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    _mm256_mask_storeu_epi16(c + (r0 + r) * ldc + c0, cols, _mm512_cvtepi32_epi16(y));
+  }
+}
+
+#define ROUND_OUT(t, r, c_) do { _tile_stored(t, e, 64); \
+    round_out(e, alpha, c, ldc, m, n, r, c_); } while (0)
+
+/*
+** The 32 x 32 outputs at rows r0.. (row ar of ap) and columns c0.. (column
+** block cb of bp), over ks of the slice's depth.  Sums of earlier slices
+** are in acc (at the block, rows ld floats apart) unless first; the sums
+** go back there unless last, when they are rounded into c.
+*/
+static QKV_AMX void block (const uint16_t *ap, int64_t ar, const uint16_t *bp, int64_t cb,
+                           int64_t ks, float *acc, int64_t ld, int first, int last,
+                           float alpha, uint16_t *c, int64_t ldc, int64_t m, int64_t n,
+                           int64_t r0, int64_t c0, float *e) {
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    SUMS_IN(0, acc);
+    SUMS_IN(1, acc + 16);
+    SUMS_IN(2, acc + 16 * ld);
+    SUMS_IN(3, acc + 16 * ld + 16);
+  }
+  const uint16_t *a0 = ap + ar * ks, *a1 = a0 + 16 * ks;
+  const uint16_t *b0 = bp + cb * ks * 16, *b1 = b0 + ks * 16;
+  for (int64_t kk = 0; kk < ks; kk += 32) {
+    LOAD(4, a0 + kk, ks * 2);
+    LOAD(6, b0 + kk / 2 * 32, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    LOAD(7, b1 + kk / 2 * 32, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    LOAD(5, a1 + kk, ks * 2);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  if (!last) {
+    SUMS_OUT(0, acc);
+    SUMS_OUT(1, acc + 16);
+    SUMS_OUT(2, acc + 16 * ld);
+    SUMS_OUT(3, acc + 16 * ld + 16);
+    return;
+  }
+  ROUND_OUT(0, r0, c0);
+  ROUND_OUT(1, r0, c0 + 16);
+  ROUND_OUT(2, r0 + 16, c0);
+  ROUND_OUT(3, r0 + 16, c0 + 16);
+}
+
+static QKV_AMX void run (int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                         uint16_t *c, int64_t ldc, int64_t depth, uint16_t *ap, uint16_t *bp,
+                         float *acc) {
+  float e[256] __attribute__((aligned(64)));
+  int64_t np = up(n, NB);
+  qkv_amx_config();
+  for (int64_t p0 = 0; p0 < k; p0 += depth) {
+    int64_t p1 = k - p0 < depth ? k : p0 + depth, ks = up(p1 - p0, 32);
+    pack_b(tb, b, ldb, n, p1, p0, ks, bp);
+    for (int64_t i0 = 0; i0 < m; i0 += MC) {
+      int64_t rows = up(m - i0 < MC ? m - i0 : MC, 32);
+      pack_a(ta, a, lda, m, p1, i0, p0, ks, ap);
+      for (int64_t c0 = 0; c0 < np; c0 += NB)
+        for (int64_t r = 0; r < rows; r += 32)
+          block(ap, r, bp, c0 / 16, ks, acc ? acc + (i0 + r) * np + c0 : NULL, np, p0 == 0,
+                p1 == k, alpha, c, ldc, m, n, i0 + r, c0, e);
+    }
+  }
+  _tile_release();
+}
+
+int qkv_amx_bf16gemm (int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                      uint16_t *c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0 || !qkv_cpu_has_amx()) return -1;
+  /* slices of equal depth, at most KC */
+  int64_t slices = (k + KC - 1) / KC, depth = up((k + slices - 1) / slices, 32);
+  uint16_t *bp = buffer(0, (size_t)(up(n, NB) * depth)), *ap = buffer(1, (size_t)(MC * depth));
+  float *acc = NULL;
+  if (slices > 1) {
+    size_t need = (size_t)(up(m, 32) * up(n, NB)) * 2;       /* floats, in 16-bit units */
+    acc = (float *)buffer(2, need);
+    if (acc == NULL) return -1;
+  }
+  if (bp == NULL || ap == NULL) return -1;
+  run(ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, depth, ap, bp, acc);
+  return 0;
+}
+#else
+int qkv_amx_bf16gemm (int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                      uint16_t *c, int64_t ldc) {
+  (void)ta; (void)tb; (void)m; (void)n; (void)k; (void)alpha; (void)a; (void)lda; (void)b;
+  (void)ldb; (void)c; (void)ldc;
+  return -1;
+}
+#endif
