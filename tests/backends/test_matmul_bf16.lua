@@ -7,7 +7,8 @@
 -- QKV_BLAS=openblas as well the float32 path (converted operands, one
 -- rounding). The cases take the tile kernel's edges: rows, columns and
 -- depth off its tiles of 16 and 32 and its blocks of 32, a depth of three
--- slices (its sums kept between them), each operand transposed, rows wider
+-- slices (its sums kept between them), more columns than it packs at once
+-- (about 1 MB of B), each operand transposed, rows wider
 -- than the matrix (a narrowed view), batches, a broadcast operand, a scale
 -- (qkv.scores), a product just past its threshold, NaN and infinity. Sums
 -- below 2^-126 tell the paths apart: the tile unit flushes them to 0, the
@@ -25,7 +26,8 @@ local INPUTS = [[
   local I = {a = qkv.randn(300, 200), b = qkv.randn(200, 260), c = qkv.randn(260, 200),
              x = qkv.randn(200, 300), d1 = qkv.randn(70, 1000), d2 = qkv.randn(1000, 90),
              wide = qkv.randn(300, 256), b3 = qkv.randn(3, 200, 40), s1 = qkv.randn(17, 16),
-             s2 = qkv.randn(16, 18), odd = qkv.randn(33, 47), odd2 = qkv.randn(47, 65)}
+             s2 = qkv.randn(16, 18), odd = qkv.randn(33, 47), odd2 = qkv.randn(47, 65),
+             w1 = qkv.randn(40, 300), w2 = qkv.randn(300, 3000)}
   I.a[5][3], I.a[7][1] = 0 / 0, 1 / 0
   for k, v in pairs(I) do I[k] = v:bfloat16() end
   I.tiny = qkv.full({32, 32}, 2 ^ -68):bfloat16()
@@ -39,6 +41,7 @@ local CASES = {
   batch2 = "I.a:reshape(3, 100, 200):matmul(I.b3)",
   scores = "qkv.scores(I.a:reshape(1, 300, 200), I.c:reshape(1, 260, 200))",
   small = "I.s1:matmul(I.s2)", odd = "I.odd:matmul(I.odd2)",
+  wide = "I.w1:matmul(I.w2)",     -- B packed in chunks of columns, on each thread
   tiny = "I.tiny:matmul(I.tiny)",
 }
 
@@ -49,14 +52,16 @@ local function child (env)
   local lines = {INPUTS, ("local DIR = %q"):format(dir)}
   lines[#lines + 1] = "for k, v in pairs(I) do qkv.save(DIR .. '/in_' .. k .. '.npy', v:float()) end"
   for name, code in pairs(CASES) do
-    lines[#lines + 1] = ("do local r = %s; assert(r.dtype == 'bfloat16'); qkv.save(DIR .. '/%s.npy', r:float()) end")
-                        :format(code, name)
+    local save = "do local r = %s; assert(r.dtype == 'bfloat16'); " ..
+                 "qkv.save(DIR .. '/%s.npy', r:float()) end"
+    lines[#lines + 1] = save:format(code, name)
   end
   local out, rc = shell.sh(env .. shell.quote(exe) .. " -e " .. shell.quote(table.concat(lines, "\n")))
   lu.assertEquals(rc, 0, out)
   local got, I = {}, {}
   for name in pairs(CASES) do got[name] = qkv.load(dir .. "/" .. name .. ".npy"):double() end
-  for _, k in ipairs{"a", "b", "c", "x", "d1", "d2", "wide", "b3", "s1", "s2", "odd", "odd2", "tiny"} do
+  for _, k in ipairs{"a", "b", "c", "x", "d1", "d2", "wide", "b3", "s1", "s2", "odd", "odd2", "w1",
+                     "w2", "tiny"} do
     I[k] = qkv.load(dir .. "/in_" .. k .. ".npy"):double()
   end
   os.execute("rm -rf " .. shell.quote(dir))

@@ -1,17 +1,21 @@
 /*
 ** matmul_amx.c -- bfloat16 products with float32 sums on the tile unit
-** (AMX), for matmul.c's bfloat16 panels: C (float32) = alpha op(A) op(B).
-** oneDNN 2.6's bfloat16 gemm reached 0.3-0.9x PyTorch's on this machine's
-** shapes (bench/NOTES.md, "bfloat16 products on the tiles").
+** (AMX), for matmul.c's bfloat16 panels: C = alpha op(A) op(B), rounded
+** once to bfloat16.  oneDNN 2.6's bfloat16 gemm reached 0.3-0.9x PyTorch's
+** on this machine's shapes (bench/NOTES.md, "bfloat16 products on the
+** tiles").
 **
-** Per KC-deep slice of the sum, op(B) is packed once as the tile unit reads
-** it (pairs of rows interleaved, 16 columns to a block: a B tile is 16
-** pairs x 16 columns), and op(A) MC rows at a time as rows of KC.  A block
-** of 32 x 32 outputs is four C tiles, fed by two A and two B tiles per 32
-** deep: C tiles 0-3, A 4-5, B 6-7.  Slices after the first add to C, which
-** holds the running sums; tiles over C's edges go through a 16 x 16 buffer.
-** The products are exact and the sums float32, as the float32 path's; only
-** their order differs.
+** The sum is cut into slices of at most KC, op(B)'s columns into chunks of
+** about 1 MB.  A chunk of a slice of op(B) is packed once as the tile unit
+** reads it (pairs of rows interleaved, 16 columns to a block: a B tile is
+** 16 pairs x 16 columns), op(A) MC rows at a time as rows of the slice.  A
+** block of 32 x 32 outputs is four C tiles, fed by two A and two B tiles
+** per 32 deep: C tiles 0-3, A 4-5, B 6-7.  With more than one slice the
+** running sums wait in float32 between them; after the last, each C tile
+** goes through a 16 x 16 buffer, times alpha, rounded as qkv_f2bf rounds.
+** The products are exact and the sums float32, as the float32 path's (in
+** another order), but for one thing: the tile unit flushes sums and
+** products below 2^-126 to 0.
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +38,9 @@ enum {
   MC = 32,           /* rows of op(A) packed at a time */
   NB = 32            /* columns of a block of outputs: two B tiles */
 };
+/* columns of op(B) packed at a time: about 1 MB of them, half of L2 (384 x
+   3072 at once ran at 0.72x 384 x 1536, from L3) */
+#define NC(depth) ((((int64_t)1 << 19) / (depth) + NB - 1) / NB * NB)
 
 static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -79,15 +86,15 @@ static QKV_AMX void pack_a (int ta, const uint16_t *a, int64_t lda, int64_t m, i
 }
 
 /*
-** bp = rows p0 .. p1 of op(B) (ks of them, zeros past p1), every column
-** (zeros past n, to a multiple of NB): column block j (16 wide) is ks / 2
-** rows of 16 pairs, (B[p0 + 2r][16j + l], B[p0 + 2r + 1][16j + l]) at row
-** r, pair l
+** bp = rows p0 .. p1 of op(B) (ks of them, zeros past p1), columns j0 ..
+** j1 (zeros past n, to a multiple of NB): column block j (16 wide) is
+** ks / 2 rows of 16 pairs, (B[p0 + 2r][j0 + 16j + l], B[p0 + 2r + 1][...])
+** at row r, pair l
 */
-static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t p1,
-                            int64_t p0, int64_t ks, uint16_t *bp) {
+static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t j0,
+                            int64_t j1, int64_t p0, int64_t p1, int64_t ks, uint16_t *bp) {
   int64_t kc = p1 - p0, pairs = ks / 2;
-  for (int64_t j = 0; j < up(n, NB); j += 16, bp += pairs * 32) {
+  for (int64_t j = j0; j < j1; j += 16, bp += pairs * 32) {
     if (!tb) {
       __mmask16 cols = qkv_lanes16(n - j);
       for (int64_t r = 0; r < pairs; r++) {
@@ -193,18 +200,21 @@ static QKV_AMX void run (int ta, int tb, int64_t m, int64_t n, int64_t k, float 
                          uint16_t *c, int64_t ldc, int64_t depth, uint16_t *ap, uint16_t *bp,
                          float *acc) {
   float e[256] __attribute__((aligned(64)));
-  int64_t np = up(n, NB);
+  int64_t np = up(n, NB), nc = NC(depth);
   qkv_amx_config();
   for (int64_t p0 = 0; p0 < k; p0 += depth) {
     int64_t p1 = k - p0 < depth ? k : p0 + depth, ks = up(p1 - p0, 32);
-    pack_b(tb, b, ldb, n, p1, p0, ks, bp);
-    for (int64_t i0 = 0; i0 < m; i0 += MC) {
-      int64_t rows = up(m - i0 < MC ? m - i0 : MC, 32);
-      pack_a(ta, a, lda, m, p1, i0, p0, ks, ap);
-      for (int64_t c0 = 0; c0 < np; c0 += NB)
-        for (int64_t r = 0; r < rows; r += 32)
-          block(ap, r, bp, c0 / 16, ks, acc ? acc + (i0 + r) * np + c0 : NULL, np, p0 == 0,
-                p1 == k, alpha, c, ldc, m, n, i0 + r, c0, e);
+    for (int64_t j0 = 0; j0 < np; j0 += nc) {
+      int64_t j1 = np - j0 < nc ? np : j0 + nc;
+      pack_b(tb, b, ldb, n, j0, j1, p0, p1, ks, bp);
+      for (int64_t i0 = 0; i0 < m; i0 += MC) {
+        int64_t rows = up(m - i0 < MC ? m - i0 : MC, 32);
+        pack_a(ta, a, lda, m, p1, i0, p0, ks, ap);
+        for (int64_t c0 = j0; c0 < j1; c0 += NB)
+          for (int64_t r = 0; r < rows; r += 32)
+            block(ap, r, bp, (c0 - j0) / 16, ks, acc ? acc + (i0 + r) * np + c0 : NULL, np,
+                  p0 == 0, p1 == k, alpha, c, ldc, m, n, i0 + r, c0, e);
+      }
     }
   }
   _tile_release();
@@ -216,7 +226,9 @@ int qkv_amx_bf16gemm (int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
   if (m <= 0 || n <= 0 || k <= 0 || !qkv_cpu_has_amx()) return -1;
   /* slices of equal depth, at most KC */
   int64_t slices = (k + KC - 1) / KC, depth = up((k + slices - 1) / slices, 32);
-  uint16_t *bp = buffer(0, (size_t)(up(n, NB) * depth)), *ap = buffer(1, (size_t)(MC * depth));
+  int64_t np = up(n, NB), nc = NC(depth);
+  uint16_t *bp = buffer(0, (size_t)((np < nc ? np : nc) * depth));
+  uint16_t *ap = buffer(1, (size_t)(MC * depth));
   float *acc = NULL;
   if (slices > 1) {
     size_t need = (size_t)(up(m, 32) * up(n, NB)) * 2;       /* floats, in 16-bit units */
