@@ -94,21 +94,28 @@ static QKV_AMX void pack_a (int ta, const uint16_t *a, int64_t lda, int64_t m, i
 static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t j0,
                             int64_t j1, int64_t p0, int64_t p1, int64_t ks, uint16_t *bp) {
   int64_t kc = p1 - p0, pairs = ks / 2;
-  for (int64_t j = j0; j < j1; j += 16, bp += pairs * 32) {
-    if (!tb) {
-      __mmask16 cols = qkv_lanes16(n - j);
+  if (!tb) {
+    /* two rows' 32 columns: unpacked into pairs by 128-bit lane, then the
+       lanes put in column order, 16 columns to each block */
+    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int64_t j = j0; j < j1; j += 32, bp += 2 * pairs * 32) {
+      __mmask32 cols = lanes32(n - j);
       for (int64_t r = 0; r < pairs; r++) {
-        __mmask16 m0 = 2 * r < kc ? cols : 0, m1 = 2 * r + 1 < kc ? cols : 0;
-        __m256i lo = _mm256_maskz_loadu_epi16(m0, b + (p0 + 2 * r) * ldb + j);
-        __m256i hi = _mm256_maskz_loadu_epi16(m1, b + (p0 + 2 * r + 1) * ldb + j);
-        __m512i x = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
-                                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-        _mm512_store_si512((void *)(bp + r * 32), x);
+        __mmask32 m0 = 2 * r < kc ? cols : 0, m1 = 2 * r + 1 < kc ? cols : 0;
+        __m512i x0 = _mm512_maskz_loadu_epi16(m0, b + (p0 + 2 * r) * ldb + j);
+        __m512i x1 = _mm512_maskz_loadu_epi16(m1, b + (p0 + 2 * r + 1) * ldb + j);
+        __m512i lo = _mm512_unpacklo_epi16(x0, x1), hi = _mm512_unpackhi_epi16(x0, x1);
+        _mm512_store_si512((void *)(bp + r * 32), _mm512_permutex2var_epi64(lo, first, hi));
+        _mm512_store_si512((void *)(bp + (pairs + r) * 32),
+                           _mm512_permutex2var_epi64(lo, second, hi));
       }
-      continue;
     }
-    /* B(p, j) = b[j ldb + p]: a pair is one 32-bit word of b's row j, so
-       16 columns x 16 pairs are a 16 x 16 transpose of words */
+    return;
+  }
+  /* B(p, j) = b[j ldb + p]: a pair is one 32-bit word of b's row j, so
+     16 columns x 16 pairs are a 16 x 16 transpose of words */
+  for (int64_t j = j0; j < j1; j += 16, bp += pairs * 32)
     for (int64_t r = 0; r < pairs; r += 16) {
       __m512i w[16];
       for (int l = 0; l < 16; l++) {
@@ -118,7 +125,6 @@ static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, i
       qkv_amx_transpose16x32(w);
       for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(bp + (r + q) * 32), w[q]);
     }
-  }
 }
 
 /* tile t of the block from (or to) the running sums: rows 16 x 4 bytes
@@ -126,24 +132,24 @@ static QKV_AMX void pack_b (int tb, const uint16_t *b, int64_t ldb, int64_t n, i
 #define SUMS_IN(t, p) LOAD(t, p, ld * 4)
 #define SUMS_OUT(t, p) _tile_stored(t, p, ld * 4)
 
-/* tile t (through e, 16 x 16 floats) times alpha, rounded to bfloat16 as
-   qkv_f2bf rounds (to nearest even, NaN kept quiet), into rows r0.. and
-   columns c0.. of c, inside m x n */
-static QKV_AMX void round_out (float *e, float alpha, uint16_t *c, int64_t ldc, int64_t m,
+/* tile t (through e, 16 x 16 floats) times alpha, rounded to bfloat16
+   (to nearest even, NaN kept quiet: qkv_f2bf's bits, but for results
+   below 2^-126, which become 0 as the tile unit's sums do), into rows r0..
+   and columns c0.. of c, inside m x n */
+static QKV_AMX void round_out (const float *e, float alpha, uint16_t *c, int64_t ldc, int64_t m,
                                int64_t n, int64_t r0, int64_t c0) {
   if (r0 >= m || c0 >= n) return;
   __mmask16 cols = qkv_lanes16(n - c0);
-  const __m512 al = _mm512_set1_ps(alpha);
-  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  for (int64_t r = 0; r < 16 && r0 + r < m; r++) {
-    __m512 v = _mm512_mul_ps(_mm512_load_ps(e + r * 16), al);
-    __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
-    __m512i y = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(half,
-                                                  _mm512_and_si512(hi, one))), 16);
-    y = _mm512_mask_mov_epi32(y, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                              _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    _mm256_mask_storeu_epi16(c + (r0 + r) * ldc + c0, cols, _mm512_cvtepi32_epi16(y));
-  }
+  int64_t rows = m - r0 < 16 ? m - r0 : 16;
+  c += r0 * ldc + c0;
+  if (alpha == 1.0f)
+    for (int64_t r = 0; r < rows; r++)
+      _mm256_mask_storeu_epi16(c + r * ldc, cols,
+                               (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(e + r * 16)));
+  else
+    for (int64_t r = 0; r < rows; r++)
+      _mm256_mask_storeu_epi16(c + r * ldc, cols, (__m256i)_mm512_cvtneps_pbh(
+                               _mm512_mul_ps(_mm512_load_ps(e + r * 16), _mm512_set1_ps(alpha))));
 }
 
 #define ROUND_OUT(t, r, c_) do { _tile_stored(t, e, 64); \
