@@ -297,6 +297,10 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   W.pp = qkv_attn_carve(&p, np);
   W.ot = qkv_attn_carve(&p, no);
   qkv_amx_config();
+  /* the probabilities of masked and far-below-max scores underflow: with
+     FTZ off each such lane took a microcode assist (a causal call at N =
+     512 took as long as a full one) */
+  unsigned csr = qkv_ftz_on(1);
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) {
     int64_t b, i0;
     int bq = qkv_attn_item(J, t, &b, &i0);
@@ -310,6 +314,7 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
       query_block(A, &W, b, qo, i0 + i, bq - i < QB ? (int)(bq - i) : QB,
                   mk ? mk + i * J->mask.rs : NULL, out + i * J->dv);
   }
+  qkv_ftz_off(csr);
   _tile_release();        /* the tile state back to its init: cheap switches */
   free(W.block);
   return qkv_interrupted ? QKV_EINTR : QKV_OK;
