@@ -1,8 +1,9 @@
 /*
 ** amx.h -- what the tile unit's kernels share (attention_amx.c,
 ** matmul_amx.c): the target attribute, a tile load the compiler cannot
-** move, the one configuration they use and a 16 x 16 transpose of 16-bit
-** elements.  Include inside QKV_VEXP_X86 (vexp.h), after <string.h>.
+** move, rounding up to whole tiles, the one configuration they use and
+** 16 x 16 transposes of 16- and 32-bit elements.  Include inside
+** QKV_VEXP_X86 (vexp.h), after <string.h>.
 */
 #ifndef QKV_CPU_AMX_H
 #define QKV_CPU_AMX_H
@@ -20,6 +21,9 @@
 */
 #define LOAD(t, p, ld) do { __asm__ volatile("" ::: "memory"); \
     _tile_loadd(t, p, ld); } while (0)
+
+/* n rounded up to a multiple of m: tiles are 16 rows, 32 pairs deep */
+static inline int64_t qkv_amx_up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 /* the tile unit's configuration: palette 1, all 8 tiles 16 rows of 64 bytes */
 typedef struct {

@@ -53,8 +53,6 @@ typedef struct {
   void *block;
 } amx_scratch;
 
-static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
 #define lanes qkv_lanes16
 
 /* ---- packing ---- */
@@ -323,9 +321,9 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
 int qkv_attn_amx (const job *J) {
   amx_job A;
   A.J = J;
-  A.nkp = up(J->nk, KB);
-  A.dkp = up(J->dk, FC);
-  A.dvp = up(J->dv, 16);
+  A.nkp = qkv_amx_up(J->nk, KB);
+  A.dkp = qkv_amx_up(J->dk, FC);
+  A.dvp = qkv_amx_up(J->dv, 16);
   A.nc = A.dkp / FC;
   size_t per = (size_t)(A.nkp * (A.dkp + A.dvp));
   A.kp = qkv_cpu_alloc((size_t)J->nbatch * per * 2, 0);

@@ -42,15 +42,13 @@ enum {
    3072 at once ran at 0.72x 384 x 1536, from L3) */
 #define NC(depth) ((((int64_t)1 << 19) / (depth) + NB - 1) / NB * NB)
 
-static int64_t up (int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
 /* this thread's packing buffers, kept between calls */
 static _Thread_local struct { uint16_t *p; size_t n; } buf[3];
 
 static uint16_t *buffer (int which, size_t elems) {
   if (elems > buf[which].n) {
     free(buf[which].p);
-    buf[which].p = aligned_alloc(64, up((int64_t)elems * 2, 64));
+    buf[which].p = aligned_alloc(64, qkv_amx_up((int64_t)elems * 2, 64));
     buf[which].n = buf[which].p ? elems : 0;
   }
   return buf[which].p;
@@ -206,15 +204,15 @@ static QKV_AMX void run (int ta, int tb, int64_t m, int64_t n, int64_t k, float 
                          uint16_t *c, int64_t ldc, int64_t depth, uint16_t *ap, uint16_t *bp,
                          float *acc) {
   float e[256] __attribute__((aligned(64)));
-  int64_t np = up(n, NB), nc = NC(depth);
+  int64_t np = qkv_amx_up(n, NB), nc = NC(depth);
   qkv_amx_config();
   for (int64_t p0 = 0; p0 < k; p0 += depth) {
-    int64_t p1 = k - p0 < depth ? k : p0 + depth, ks = up(p1 - p0, 32);
+    int64_t p1 = k - p0 < depth ? k : p0 + depth, ks = qkv_amx_up(p1 - p0, 32);
     for (int64_t j0 = 0; j0 < np; j0 += nc) {
       int64_t j1 = np - j0 < nc ? np : j0 + nc;
       pack_b(tb, b, ldb, n, j0, j1, p0, p1, ks, bp);
       for (int64_t i0 = 0; i0 < m; i0 += MC) {
-        int64_t rows = up(m - i0 < MC ? m - i0 : MC, 32);
+        int64_t rows = qkv_amx_up(m - i0 < MC ? m - i0 : MC, 32);
         pack_a(ta, a, lda, m, p1, i0, p0, ks, ap);
         for (int64_t c0 = j0; c0 < j1; c0 += NB)
           for (int64_t r = 0; r < rows; r += 32)
@@ -231,13 +229,14 @@ int qkv_amx_bf16gemm (int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
                       uint16_t *c, int64_t ldc) {
   if (m <= 0 || n <= 0 || k <= 0 || !qkv_cpu_has_amx()) return -1;
   /* slices of equal depth, at most KC */
-  int64_t slices = (k + KC - 1) / KC, depth = up((k + slices - 1) / slices, 32);
-  int64_t np = up(n, NB), nc = NC(depth);
+  int64_t slices = (k + KC - 1) / KC, depth = qkv_amx_up((k + slices - 1) / slices, 32);
+  int64_t np = qkv_amx_up(n, NB), nc = NC(depth);
   uint16_t *bp = buffer(0, (size_t)((np < nc ? np : nc) * depth));
   uint16_t *ap = buffer(1, (size_t)(MC * depth));
   float *acc = NULL;
   if (slices > 1) {
-    size_t need = (size_t)(up(m, 32) * up(n, NB)) * 2;       /* floats, in 16-bit units */
+    /* floats, in 16-bit units */
+    size_t need = (size_t)(qkv_amx_up(m, 32) * qkv_amx_up(n, NB)) * 2;
     acc = (float *)buffer(2, need);
     if (acc == NULL) return -1;
   }
