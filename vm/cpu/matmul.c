@@ -137,6 +137,12 @@ static void gemm (const job *J, int m, int p, const void *a, int lda,
                 0.0, (double *)c, J->p > 1 ? J->p : 1);
 }
 
+/* the step that cuts len into `parts` even parts, rounded up to a
+   multiple of unit */
+static int part (int len, int64_t parts, int unit) {
+  return (int)((len + parts - 1) / parts + unit - 1) / unit * unit;
+}
+
 /*
 ** The step that cuts len into even parts of about `want`, at least `least`
 ** (len itself when one part will do), rounded up to a multiple of 16: BLAS
@@ -145,8 +151,7 @@ static void gemm (const job *J, int m, int p, const void *a, int lda,
 static int split (int len, double want, int least) {
   if (want < least) want = least;
   if (want >= len) return len;
-  int64_t parts = (int64_t)ceil(len / want), step = (len + parts - 1) / parts;
-  return (int)((step + 15) / 16 * 16);
+  return part(len, (int64_t)ceil(len / want), 16);
 }
 
 /* rows i0.. of a as gemm reads them: a row down as stored, or a column
@@ -442,25 +447,25 @@ static int run_batches (const job *J, int64_t nbatch) {
     if (par && nbatch * P.nc == 1 && P.nr > nt && P.nr % nt != 0) {
       /* as many panels for every thread: 3 on 2 threads took as long as 4 */
       int64_t nr = (P.nr + nt - 1) / nt * nt;
-      P.rows = (int)((J->m + nr - 1) / nr + 15) / 16 * 16;
+      P.rows = part(J->m, nr, 16);
       P.nr = (J->m + P.rows - 1) / P.rows;
     }
     if (par && nbatch * P.nr * P.nc < nt && J->dtype == QKV_BF16 && J->p >= 64 * nt) {
       /* the tile unit's B is packed per panel, and B is what a bfloat16
          product packs at a cost: a part of its columns each */
       int64_t more = (nt + nbatch * P.nr - 1) / (nbatch * P.nr);
-      P.cols = (int)((J->p + more - 1) / more + 31) / 32 * 32;
+      P.cols = part(J->p, more, 32);
       P.nc = (J->p + P.cols - 1) / P.cols;
     }
     if (par && nbatch * P.nr * P.nc < nt) {
       int64_t more = (nt + nbatch * P.nc - 1) / (nbatch * P.nc);
-      int rows = (int)((J->m + more - 1) / more + 15) / 16 * 16;
+      int rows = part(J->m, more, 16);
       if (rows < J->m) {
         P.rows = rows;
         P.nr = (J->m + rows - 1) / rows;
       } else if (J->p >= 128) {          /* few rows: split the columns */
         more = (nt + nbatch * P.nr - 1) / (nbatch * P.nr);
-        P.cols = (int)((J->p + more - 1) / more + 15) / 16 * 16;
+        P.cols = part(J->p, more, 16);
         P.nc = (J->p + P.cols - 1) / P.cols;
       }
     }
