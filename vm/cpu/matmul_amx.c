@@ -139,15 +139,13 @@ static QKV_AMX void round_out (const float *e, float alpha, uint16_t *c, int64_t
   if (r0 >= m || c0 >= n) return;
   __mmask16 cols = qkv_lanes16(n - c0);
   int64_t rows = m - r0 < 16 ? m - r0 : 16;
+  const __m512 al = _mm512_set1_ps(alpha);   /* x * 1 is x (a NaN quieted, as the
+                                                 conversion quiets it anyway) */
   c += r0 * ldc + c0;
-  if (alpha == 1.0f)
-    for (int64_t r = 0; r < rows; r++)
-      _mm256_mask_storeu_epi16(c + r * ldc, cols,
-                               (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(e + r * 16)));
-  else
-    for (int64_t r = 0; r < rows; r++)
-      _mm256_mask_storeu_epi16(c + r * ldc, cols, (__m256i)_mm512_cvtneps_pbh(
-                               _mm512_mul_ps(_mm512_load_ps(e + r * 16), _mm512_set1_ps(alpha))));
+  for (int64_t r = 0; r < rows; r++) {
+    __m512 v = _mm512_mul_ps(_mm512_load_ps(e + r * 16), al);
+    _mm256_mask_storeu_epi16(c + r * ldc, cols, (__m256i)_mm512_cvtneps_pbh(v));
+  }
 }
 
 #define ROUND_OUT(t, r, c_) do { _tile_stored(t, e, 64); \
