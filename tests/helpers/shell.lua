@@ -53,4 +53,12 @@ function S.read(path)
   return s
 end
 
+-- whether the CPU lists the tile unit's bfloat16 products (AMX) and
+-- AVX-512's bfloat16 conversions: where qkv's tile kernels run, so that a
+-- child under QKV_CPU=avx512 takes another path
+function S.has_amx()
+  local flags = S.read("/proc/cpuinfo") or ""
+  return flags:find("amx_bf16", 1, true) ~= nil and flags:find("avx512_bf16", 1, true) ~= nil
+end
+
 return S
