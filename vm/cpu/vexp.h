@@ -267,7 +267,8 @@ static inline QKV_AVX2 float qkv_rowmax8 (const float *x, int64_t n, int *nan) {
 
 /*
 ** Subnormal floats flushed to zero (MXCSR's FTZ and DAZ) on this thread
-** while a float32 attention kernel runs: qkv_ftz_on(1) returns the state
+** while a float32 attention kernel (or the bfloat16 tile kernel, whose
+** masked probabilities underflow) runs: qkv_ftz_on(1) returns the state
 ** to hand qkv_ftz_off.  Softmax weights below 2^-126 (a score ~87 under
 ** its row's max) and the gradients they make are subnormal, and every
 ** instruction that reads or makes one took a microcode assist here: a
