@@ -17,8 +17,10 @@
 --    sequences of N), hidden 2048 as 16 heads of 128 and 32 of 64, N from
 --    512 to 16k, causal and not, bfloat16 and float16 (--fp32 adds float32's
 --    forward, TF32 off). qkv's times are medians (20 after 5 warm-ups
---    forward, 10 after 3 with the backward), each run ended by
---    qkv.cuda.synchronize() on the host's clock; torch's are CUDA events.
+--    forward, 10 after 3 with the backward), each run between two CUDA
+--    events (qkv.cuda.Event), as torch's are; the last column is the auto
+--    path's median on the host's clock around the same runs (from before
+--    the first event to the end of the wait: its host work and wake-up).
 --    FLOPs: 4 B H N^2 d forward, 10 B H N^2 d backward (FlashAttention-2's
 --    count), halved when causal.
 -- 4. The tensor-core forward in each variant (QKV_CUDA_MMA_VARIANT: rows a
@@ -117,10 +119,10 @@ end
 -- runs f with path forced ("auto": none), then back to auto; the path that ran
 local function on(path, f)
   qkv.cuda.attention_backend(path)
-  local okf, r = pcall(f)
+  local r = table.pack(pcall(f))
   local ran = qkv.cuda.attention_backend("auto")
-  if not okf then error(r, 0) end
-  return ran, r
+  if not r[1] then error(r[2], 0) end
+  return ran, table.unpack(r, 2, r.n)
 end
 -- qkv's paths here: auto, and mma where auto is another
 local PATHS = {"auto"}
@@ -258,6 +260,7 @@ local function cols()
   for _, path in ipairs(PATHS) do c[#c + 1] = "qkv " .. path end
   c[#c + 1] = "torch SDPA"
   for _, path in ipairs(PATHS) do c[#c + 1] = path .. "/torch" end
+  c[#c + 1] = "auto, host clock (ms)"
   return c
 end
 
@@ -274,11 +277,11 @@ local function table_of(dtypes, backward)
         if backward then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
         for _, causal in ipairs{false, true} do
           local flops = (backward and 14 or 4) * b * h * n * n * d / (causal and 2 or 1)
-          local cells, ratios = {}, {}
+          local cells, ratios, host = {}, {}, "-"
           local tms = torch[table.concat({dt, h, d, n, causal and 1 or 0}, " ") ..
                             (backward and " bwd" or "")]
           for _, path in ipairs(dt == "float32" and {"auto"} or PATHS) do
-            local ran, ms = on(path, function()
+            local ran, ms, hms = on(path, function()
               return median_ms(function()
                 if not backward then return qkv.attention(q, k, v, {causal = causal, weights = false}) end
                 q.grad, k.grad, v.grad = nil, nil, nil
@@ -287,6 +290,7 @@ local function table_of(dtypes, backward)
               end, runs[1], runs[2])
             end)
             cells[#cells + 1] = ("%.1f (%.3f) %s"):format(flops / ms / 1e9, ms, ran)
+            if path == "auto" then host = ("%.3f"):format(hms) end
             ratios[#ratios + 1] = tms and ("%.2f"):format(tms / ms) or "-"
           end
           if dt == "float32" then
@@ -294,6 +298,7 @@ local function table_of(dtypes, backward)
           end
           cells[#cells + 1] = tms and ("%.1f (%.3f)"):format(flops / tms / 1e9, tms) or "-"
           for _, r in ipairs(ratios) do cells[#cells + 1] = r end
+          cells[#cells + 1] = host
           print(("| %s | %d x %d | %d | %s | %s |"):format(dt, h, d, n, causal and "yes" or "no",
                                                          table.concat(cells, " | ")))
         end

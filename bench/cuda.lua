@@ -4,8 +4,8 @@
 -- fused attention at B = 1, H = 8, d = 64 and N = 1k, 4k, 16k (causal and
 -- not), and the cost of the first x:cuda() in a fresh process (loading the
 -- plugin, cudart and cuBLAS, and making the context). Times are medians of
--- 20 runs after 5 warm-ups, each run ended by qkv.cuda.synchronize();
--- torch's are CUDA events. FLOPs: 4 B H N^2 d, halved when causal.
+-- 20 runs after 5 warm-ups, each between two CUDA events (qkv.cuda.Event),
+-- as torch's are. FLOPs: 4 B H N^2 d, halved when causal.
 --
 --   build/qkv bench/cuda.lua            (run by `make bench`; says why it skips)
 

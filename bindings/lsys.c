@@ -2,7 +2,8 @@
 ** lsys.c -- what the Lua-side library needs from the system and Lua cannot
 ** ask: whether a stream is a terminal and how wide it is (for the terminal
 ** heatmaps of qkv.plot and the REPL; internal, the names start with '_'),
-** and whether a GPU can be used.
+** and whether a GPU can be used; qkv.cuda's functions, and its events
+** (qkv.cuda.Event, as torch.cuda.Event).
 */
 #include <string.h>
 #include <sys/ioctl.h>
@@ -125,6 +126,123 @@ static int c_allow_tf32 (lua_State *L) {
   return 1;
 }
 
+/* ---- events: marks in the GPU's stream, timed on its clock ---- */
+
+#define EVENT "qkv.cuda.Event"
+
+typedef struct { void *h; int timing, recorded; } Event;
+
+static Event *checkevent (lua_State *L, int arg, const char *fname) {
+  Event *e = (Event *)luaL_testudata(L, arg, EVENT);
+  if (e == NULL)
+    luaL_error(L, "%s: %s must be a qkv.cuda.Event, got %s", fname, arg == 1 ? "self" : "stop",
+               luaL_typename(L, arg));
+  return e;
+}
+
+/* qkv.cuda.Event([{enable_timing = true}]) -> a new event, not recorded */
+static int c_event (lua_State *L) {
+  static const char *const known[] = {"enable_timing", NULL};
+  const char *fname = "qkv.cuda.Event";
+  qkvL_noextra(L, fname, 1);
+  int timing = 1;
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    qkvL_checkopts(L, 1, fname, known);
+    int t = lua_getfield(L, 1, "enable_timing");
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+      return luaL_error(L, "%s: enable_timing must be a boolean, got %s", fname,
+                        luaL_typename(L, -1));
+    if (t == LUA_TBOOLEAN) timing = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  const qkv_cuda_api *a = cuda(L, fname);
+  Event *e = (Event *)lua_newuserdatauv(L, sizeof *e, 0);
+  e->h = NULL;
+  e->timing = timing;
+  e->recorded = 0;
+  luaL_setmetatable(L, EVENT);
+  if ((e->h = a->event_new(timing)) == NULL) return luaL_error(L, "%s: %s", fname, a->error());
+  return 1;
+}
+
+static int ev_gc (lua_State *L) {
+  Event *e = (Event *)luaL_checkudata(L, 1, EVENT);
+  const qkv_cuda_api *a = qkv_cuda_loaded();
+  if (e->h && a) a->event_free(e->h);
+  e->h = NULL;
+  return 0;
+}
+
+/* e:record() -> e: the mark after every kernel launched so far */
+static int ev_record (lua_State *L) {
+  Event *e = checkevent(L, 1, "Event:record");
+  qkvL_noextra(L, "Event:record", 1);
+  qkvL_check(L, "Event:record", qkv_cuda_loaded()->event_record(e->h));
+  e->recorded = 1;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* e:synchronize(): waits until the GPU has passed the mark */
+static int ev_synchronize (lua_State *L) {
+  Event *e = checkevent(L, 1, "Event:synchronize");
+  qkvL_noextra(L, "Event:synchronize", 1);
+  qkvL_check(L, "Event:synchronize", qkv_cuda_loaded()->event_wait(e->h));
+  return 0;
+}
+
+/* e:query() -> whether the GPU has passed the mark (true if never recorded) */
+static int ev_query (lua_State *L) {
+  Event *e = checkevent(L, 1, "Event:query");
+  qkvL_noextra(L, "Event:query", 1);
+  int done = 0;
+  qkvL_check(L, "Event:query", qkv_cuda_loaded()->event_done(e->h, &done));
+  lua_pushboolean(L, done);
+  return 1;
+}
+
+/* e:elapsed_time(stop) -> ms from e's mark to stop's, waiting for stop */
+static int ev_elapsed_time (lua_State *L) {
+  const char *fname = "Event:elapsed_time";
+  Event *a = checkevent(L, 1, fname), *b = checkevent(L, 2, fname);
+  qkvL_noextra(L, fname, 2);
+  for (int i = 0; i < 2; i++) {
+    Event *e = i ? b : a;
+    const char *which = i ? "stop" : "self";
+    if (!e->timing)
+      return luaL_error(L, "%s: %s was made with enable_timing = false", fname, which);
+    if (!e->recorded) return luaL_error(L, "%s: %s was never recorded", fname, which);
+  }
+  float ms = 0;
+  qkvL_check(L, fname, qkv_cuda_loaded()->event_elapsed(a->h, b->h, &ms));
+  lua_pushnumber(L, ms);
+  return 1;
+}
+
+static int ev_tostring (lua_State *L) {
+  Event *e = (Event *)luaL_checkudata(L, 1, EVENT);
+  lua_pushfstring(L, "qkv.cuda.Event(%s%s)", e->recorded ? "recorded" : "not recorded",
+                  e->timing ? "" : ", enable_timing = false");
+  return 1;
+}
+
+/* the metatable, and its methods as qkv.cuda._Event (for qkv.doc) into the
+   table on top */
+static void open_event (lua_State *L) {
+  static const luaL_Reg meta[] = {{"__gc", ev_gc}, {"__tostring", ev_tostring}, {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+    {"record", ev_record}, {"synchronize", ev_synchronize}, {"query", ev_query},
+    {"elapsed_time", ev_elapsed_time}, {NULL, NULL}};
+  luaL_newmetatable(L, EVENT);
+  luaL_setfuncs(L, meta, 0);
+  luaL_newlib(L, methods);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lua_setfield(L, -3, "_Event");
+  lua_pop(L, 1);
+}
+
 /* qkv.set_default_device(dev): where new tensors go ("cpu" or "cuda") */
 static int s_set_default_device (lua_State *L) {
   qkvL_set_default_device(qkvL_checkdevice(L, 1));
@@ -165,13 +283,14 @@ void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg c[] = {
     {"memory", c_memory}, {"synchronize", c_synchronize}, {"empty_cache", c_empty_cache},
     {"device_name", c_device_name}, {"allow_tf32", c_allow_tf32},
-    {"attention_backend", c_attention_backend}, {NULL, NULL}
+    {"attention_backend", c_attention_backend}, {"Event", c_event}, {NULL, NULL}
   };
   lua_pushvalue(L, module);
   luaL_setfuncs(L, f, 0);
   luaL_newlib(L, c);
   lua_pushcfunction(L, s_cuda_available);
   lua_setfield(L, -2, "is_available");
+  open_event(L);
   lua_setfield(L, -2, "cuda");
   lua_pop(L, 1);
   (void)mt; (void)methods;

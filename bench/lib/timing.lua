@@ -38,20 +38,31 @@ function T.median_time(fn, budget)
   return times[(#times + 1) // 2]
 end
 
+local function median(t)
+  table.sort(t)
+  return #t % 2 == 1 and t[(#t + 1) // 2] or (t[#t // 2] + t[#t // 2 + 1]) / 2
+end
+
 -- the median in ms of `runs` (20) runs of fn on the GPU after `warm` (5),
--- each ended by qkv.cuda.synchronize(), on the host's clock
+-- each between two CUDA events and waited for, as bench/lib/cuda_events.py
+-- times torch; and the median of the same runs on the host's clock, from
+-- before the first event to the end of the wait (the launches' host work
+-- and the wake-up)
 function T.gpu_median_ms(fn, warm, runs)
   for _ = 1, warm or 5 do fn() end
   qkv.cuda.synchronize()
-  local t = {}
+  local gpu, host = {}, {}
   for i = 1, runs or 20 do
+    local a, b = qkv.cuda.Event(), qkv.cuda.Event()
     local t0 = qkv.clock()
+    a:record()
     fn()
-    qkv.cuda.synchronize()
-    t[i] = (qkv.clock() - t0) * 1e3
+    b:record()
+    b:synchronize()
+    host[i] = (qkv.clock() - t0) * 1e3
+    gpu[i] = a:elapsed_time(b)
   end
-  table.sort(t)
-  return #t % 2 == 1 and t[(#t + 1) // 2] or (t[#t // 2] + t[#t // 2 + 1]) / 2
+  return median(gpu), median(host)
 end
 
 -- the python that runs the PyTorch peers, and its torch's version (nil

@@ -41,7 +41,7 @@ local PREFIXES = {
   {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
-  {"LRScheduler:", "LRScheduler"},
+  {"LRScheduler:", "LRScheduler"}, {"Event:", "Event"},
 }
 
 local function namespace_of(name)
@@ -167,6 +167,7 @@ local function walk(load)
   own_functions(qkv, "qkv.", out)
   own_functions(qkv.cuda, "qkv.cuda.", out)
   own_functions(qkv._methods, "Tensor:", out)
+  own_functions(qkv.cuda._Event, "Event:", out)
   local function lib(modname)
     if load then
       local ok, m = pcall(require, modname)

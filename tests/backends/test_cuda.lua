@@ -165,6 +165,7 @@ function TestCudaCoverage:testWithoutAGpuEveryUseSaysWhy()
         randn = function() return qkv.randn(2, "float64", "cuda") end,
         memory = function() return qkv.cuda.memory() end,
         synchronize = function() return qkv.cuda.synchronize() end,
+        ["qkv.cuda.Event"] = function() return qkv.cuda.Event() end,
       } do
         local ok, err = pcall(f)
         assert(not ok, what)
@@ -196,6 +197,7 @@ function TestCudaCoverage:testAFaultMarksTheDeviceLost()
         function() return qkv.zeros(1 << 20, "cuda") end,
         function() return x:cpu() end,
         function() return qkv.cuda.synchronize() end,
+        function() return qkv.cuda.Event():record() end,
       } do
         local ok, err = pcall(f)
         assert(not ok, "no error")
@@ -215,7 +217,7 @@ function TestCudaCoverage:testAFaultMarksTheDeviceLost()
       lu.assertNotStrContains(line, "out of memory")
     end
   end
-  lu.assertEquals(n, 5, out)
+  lu.assertEquals(n, 6, out)
   lu.assertStrContains(out, "\n2.0\n")                  -- the CPU goes on
 end
 
@@ -268,6 +270,82 @@ function TestCudaMemory:testDeviceNameAndTf32Switch()
   lu.assertFalse(qkv.cuda.allow_tf32(true))
   lu.assertTrue(qkv.cuda.allow_tf32(false))
   qkv.cuda.synchronize()
+end
+
+---------------------------------------------------------------- events
+
+TestCudaEvents = {}
+
+-- the GPU's time between two marks lies inside the host's time around
+-- them, and is the same read either way round
+function TestCudaEvents:testElapsedTimeIsInsideTheHostsTime()
+  need()
+  local x = qkv.randn(256, 256, "cuda")
+  local a, b = qkv.cuda.Event(), qkv.cuda.Event()
+  qkv.cuda.synchronize()
+  local t0 = qkv.clock()
+  lu.assertIs(a:record(), a)
+  for _ = 1, 20 do x = (x:matmul(x) / 256):tanh() end
+  b:record()
+  local ms = a:elapsed_time(b)               -- waits for b
+  local host = (qkv.clock() - t0) * 1e3
+  lu.assertTrue(b:query())
+  lu.assertTrue(ms > 0 and ms <= host + 0.01, ("GPU %.4f ms, host %.4f ms"):format(ms, host))
+  lu.assertAlmostEquals(b:elapsed_time(a), -ms, 1e-6)
+  -- recording again moves the mark: a now comes after b
+  a:record()
+  a:synchronize()
+  lu.assertTrue(a:query())
+  lu.assertTrue(b:elapsed_time(a) >= 0)
+  lu.assertTrue(qkv.cuda.Event():query())    -- never recorded: nothing to wait for
+  qkv.cuda.Event():synchronize()
+  lu.assertStrContains(tostring(a), "qkv.cuda.Event(recorded)")
+end
+
+function TestCudaEvents:testMisuseIsAnErrorNamingTheMethod()
+  need()
+  local a, b = qkv.cuda.Event(), qkv.cuda.Event()
+  local function fails(want, f, ...)
+    local ok, err = pcall(f, ...)
+    lu.assertFalse(ok, want)
+    lu.assertStrContains(err, want)
+  end
+  fails("Event:elapsed_time: self was never recorded", a.elapsed_time, a, b)
+  a:record()
+  fails("Event:elapsed_time: stop was never recorded", a.elapsed_time, a, b)
+  fails("Event:elapsed_time: stop must be a qkv.cuda.Event, got number", a.elapsed_time, a, 3)
+  fails("Event:record: self must be a qkv.cuda.Event, got table", a.record, {})
+  fails("Event:record: takes 1 argument, got 2", a.record, a, 1)
+  local plain = qkv.cuda.Event{enable_timing = false}
+  plain:record()
+  plain:synchronize()
+  lu.assertTrue(plain:query())
+  lu.assertStrContains(tostring(plain), "enable_timing = false")
+  fails("Event:elapsed_time: stop was made with enable_timing = false", a.elapsed_time, a, plain)
+  fails("Event:elapsed_time: self was made with enable_timing = false", plain.elapsed_time, plain, a)
+  fails("qkv.cuda.Event: unknown option 'enable_timeing' (did you mean 'enable_timing'?)",
+        qkv.cuda.Event, {enable_timeing = true})
+  fails("qkv.cuda.Event: enable_timing must be a boolean, got number", qkv.cuda.Event,
+        {enable_timing = 1})
+  fails("qkv.cuda.Event: takes 1 argument, got 2", qkv.cuda.Event, {}, {})
+end
+
+-- docs/cuda.md's timing example runs and prints what it says
+function TestCudaEvents:testTheDocsExample()
+  need()
+  local f = assert(io.open("docs/cuda.md"))
+  local text = f:read("a")
+  f:close()
+  local code = text:match("## Timing.-```lua\n(.-)```")
+  lu.assertNotNil(code, "docs/cuda.md: no example under Timing")
+  local printed = {}
+  local env = setmetatable({print = function(...)
+    local o = table.pack(...)
+    for i = 1, o.n do o[i] = tostring(o[i]) end
+    printed[#printed + 1] = table.concat(o, " ")
+  end}, {__index = _G})
+  assert(load(code, "docs/cuda.md", "t", env))()
+  lu.assertEquals(printed, {"true true"})
 end
 
 ---------------------------------------------------------------- copies

@@ -31,6 +31,7 @@ local function call_prefix(name)
   if ns == "LRScheduler" then return "sched:" .. method .. "(" end
   if ns == "BertModel" then return "model:" .. method .. "(" end
   if ns == "Tokenizer" then return "tok:" .. method .. "(" end
+  if ns == "Event" then return "event:" .. method .. "(" end
   return name .. "("
 end
 
@@ -189,6 +190,7 @@ local function unknown_calls(text, entries)
         and not entries["Optimizer:" .. method] and not entries["BertModel:" .. method]
         and not entries["LRScheduler:" .. method]
         and not entries["Tokenizer:" .. method]
+        and not entries["Event:" .. method]
         and not is_lua_method(method) then
       unknown["x:" .. method] = true
     end

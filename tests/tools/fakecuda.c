@@ -8,9 +8,11 @@
 ** It proves nothing about the CUDA kernels themselves: tests/backends/test_cuda.lua
 ** skips its comparisons when it sees this device's name.
 */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../vm/core/backend.h"
 #include "../../vm/dispatch/plugin.h"
@@ -62,6 +64,30 @@ static int fake_tf32 (void) { return tf32; }
 static void fake_force (const char *path) { (void)path; }   /* the CPU's one path */
 static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
+/* events on the host's clock: the CPU's kernels are done when they return */
+typedef struct { int timing, recorded; double ms; } fake_event;
+static void *fake_event_new (int timing) {
+  fake_event *e = calloc(1, sizeof *e);
+  if (e) e->timing = timing;
+  else snprintf(err, sizeof err, "fakecuda: out of memory for an event");
+  return e;
+}
+static void fake_event_free (void *e) { free(e); }
+static int fake_event_record (void *p) {
+  fake_event *e = p;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  e->recorded = 1;
+  e->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+  return QKV_OK;
+}
+static int fake_event_wait (void *e) { (void)e; return QKV_OK; }
+static int fake_event_done (void *e, int *done) { (void)e; *done = 1; return QKV_OK; }
+static int fake_event_elapsed (void *a, void *b, float *ms) {
+  *ms = (float)(((fake_event *)b)->ms - ((fake_event *)a)->ms);
+  return QKV_OK;
+}
+
 static const qkv_cuda_api api = {
   .abi = QKV_CUDA_ABI,
   .backend = &table,
@@ -77,6 +103,12 @@ static const qkv_cuda_api api = {
   .tf32 = fake_tf32,
   .attention_backend = fake_attention,
   .force_attention = fake_force,
+  .event_new = fake_event_new,
+  .event_free = fake_event_free,
+  .event_record = fake_event_record,
+  .event_wait = fake_event_wait,
+  .event_done = fake_event_done,
+  .event_elapsed = fake_event_elapsed,
 };
 
 __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

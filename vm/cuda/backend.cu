@@ -281,6 +281,45 @@ static int cu_synchronize (void) {
   return QKV_OK;
 }
 
+/* events: the handle is the cudaEvent_t, recorded on the default stream */
+static void *cu_event_new (int timing) {
+  cudaEvent_t e;
+  cudaError_t r = cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming);
+  if (r == cudaSuccess) return (void *)e;
+  qkv_cu_fail_cuda("cudaEventCreateWithFlags", __FILE__, __LINE__, r);
+  return NULL;
+}
+
+static void cu_event_free (void *e) { cudaEventDestroy((cudaEvent_t)e); }
+
+static int cu_event_record (void *e) {
+  cudaCheck(cudaEventRecord((cudaEvent_t)e, 0));
+  return QKV_OK;
+}
+
+static int cu_event_wait (void *e) {
+  cudaCheck(cudaEventSynchronize((cudaEvent_t)e));
+  return QKV_OK;
+}
+
+/* not ready is no failure: cleared, as it may stay as the last error */
+static int cu_event_done (void *e, int *done) {
+  cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+  *done = r == cudaSuccess;
+  if (r == cudaErrorNotReady) {
+    cudaGetLastError();
+    return QKV_OK;
+  }
+  cudaCheck(r);
+  return QKV_OK;
+}
+
+static int cu_event_elapsed (void *a, void *b, float *ms) {
+  cudaCheck(cudaEventSynchronize((cudaEvent_t)b));
+  cudaCheck(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b));
+  return QKV_OK;
+}
+
 static void cu_memory (qkv_cuda_memory *m) {
   m->allocated = allocated;
   m->cached = cached;
@@ -346,6 +385,12 @@ static const qkv_cuda_api api = {
   .tf32 = cu_tf32,
   .attention_backend = cu_attention_backend,
   .force_attention = cu_force_attention,
+  .event_new = cu_event_new,
+  .event_free = cu_event_free,
+  .event_record = cu_event_record,
+  .event_wait = cu_event_wait,
+  .event_done = cu_event_done,
+  .event_elapsed = cu_event_elapsed,
 };
 
 extern "C" __attribute__((visibility("default"))) const qkv_cuda_api *qkv_cuda_plugin (void) {

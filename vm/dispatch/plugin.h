@@ -15,7 +15,7 @@
 #include "../core/qkv.h"
 #include "../core/backend.h"
 
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 2)
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 3)
 
 typedef struct qkv_cuda_memory {
   size_t allocated;      /* bytes in blocks that tensors hold */
@@ -51,6 +51,18 @@ typedef struct qkv_cuda_api {
      or "fp32"; one that cannot take a call fails it), NULL: each call
      takes the first that runs it, in that order */
   void (*force_attention)(const char *path);
+  /* events, as cudaEvent_t: marks in the one stream that every kernel runs
+     on, for timing on the GPU's clock.  event_new: a handle (timing: it
+     can be timed) or NULL with the error set; event_record: the mark after
+     the work launched so far; event_wait: until the GPU has passed it;
+     event_done: whether it has (*done), without waiting; event_elapsed:
+     the ms between two recorded timing events, once b is passed */
+  void *(*event_new)(int timing);
+  void (*event_free)(void *e);
+  int (*event_record)(void *e);
+  int (*event_wait)(void *e);
+  int (*event_done)(void *e, int *done);
+  int (*event_elapsed)(void *a, void *b, float *ms);
 } qkv_cuda_api;
 
 typedef const qkv_cuda_api *(*qkv_cuda_plugin_fn)(void);

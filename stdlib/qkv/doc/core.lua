@@ -366,4 +366,35 @@ halves they compute in float32), or "none" before the first. A path
 default) forces the following calls', and one that cannot take a call
 fails it; QKV_CUDA_ATTENTION=path in the environment sets it at start. As
 PyTorch's sdpa_kernel context chooses the backend.]]},
+
+  {name = "qkv.cuda.Event", sig = "qkv.cuda.Event([{enable_timing = true}])", group = "timing",
+   doc = [[A new CUDA event: a mark that event:record() puts in the GPU's work
+queue, behind every kernel launched so far. Two recorded events time the
+work between them on the GPU's own clock, without the host's launch and
+wake-up times that qkv.clock() around qkv.cuda.synchronize() adds. Events
+are timed by default (enable_timing = false makes one that only orders
+and waits); the collector frees them. As torch.cuda.Event, whose
+enable_timing defaults to false.]],
+   see = {"Event:elapsed_time"}},
+
+  {name = "Event:record", sig = "event:record()", group = "event methods",
+   doc = [[Puts the event's mark in the GPU's queue, after every kernel
+launched so far, and returns the event. Recording it again moves the mark.
+The call does not wait for the GPU. As torch.cuda.Event.record.]]},
+
+  {name = "Event:synchronize", sig = "event:synchronize()", group = "event methods",
+   doc = [[Waits until the GPU has passed the event's mark, and raises the
+error of a kernel before it that failed. An event never recorded returns
+at once. As torch.cuda.Event.synchronize.]]},
+
+  {name = "Event:query", sig = "event:query()", group = "event methods",
+   doc = [[Whether the GPU has passed the event's mark, without waiting.
+It is true for an event never recorded. As torch.cuda.Event.query.]]},
+
+  {name = "Event:elapsed_time", sig = "event:elapsed_time(stop)", group = "event methods",
+   doc = [[The milliseconds on the GPU's clock from this event's mark to
+stop's, waiting until the GPU has passed stop. Both must be recorded and
+made with timing (the default), else it is an error. The resolution is
+about half a microsecond. As torch.cuda.Event.elapsed_time, which needs
+its caller to wait for stop first.]]},
 }

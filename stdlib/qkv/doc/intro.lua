@@ -102,9 +102,12 @@ local namespaces = {
    groups = {"processes", "collectives", "point to point", "training", "attention"}},
   {id = "qkv.cuda", title = "qkv.cuda",
    intro = "The GPU (vm/cuda/, built into build/qkv_cuda.so when make finds " ..
-     "nvcc and loaded on first use): memory, synchronisation and settings. " ..
-     "Each is an error saying why when qkv.cuda_available() is false.",
-   groups = {"device"}},
+     "nvcc and loaded on first use): memory, synchronisation, settings and " ..
+     "events for timing. Each is an error saying why when qkv.cuda_available() is false.",
+   groups = {"device", "timing"}},
+  {id = "Event", title = "Event methods",
+   intro = "What an event from qkv.cuda.Event has, called as event:name().",
+   groups = {"event methods"}},
   {id = "Optimizer", title = "Optimizer methods",
    intro = "What every optimizer of qkv.optim has, called as opt:name().",
    groups = {"optimizer methods"}},

@@ -21,11 +21,13 @@
 
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #if !defined(__x86_64__)
@@ -68,6 +70,8 @@ const char *cudaGetErrorName (cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     default: return "cudaError";
   }
 }
@@ -82,6 +86,8 @@ const char *cudaGetErrorString (cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorLaunchFailure: return "unspecified launch failure (cudasim: see stderr)";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "cudasim error";
   }
 }
@@ -164,6 +170,56 @@ cudaError_t cudaDeviceGetAttribute (int *v, cudaDeviceAttr a, int d) {
 
 cudaError_t cudaDeviceSynchronize (void) { return sticky; }
 cudaError_t cudaStreamSynchronize (cudaStream_t) { return sticky; }
+
+
+/* events: the live ones, so that a destroyed or made-up handle fails as
+   CUDA's invalid resource handle */
+
+struct sim_event { unsigned flags; bool recorded; double ms; };
+static std::set<cudaEvent_t> events;
+
+static cudaError_t event_ok (cudaEvent_t e, const char *call) {
+  if (sticky) return sticky;
+  if (!events.count(e)) return fail(cudaErrorInvalidResourceHandle, "%s: no such event", call);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags (cudaEvent_t *e, unsigned flags) {
+  if (sticky) return sticky;
+  *e = new sim_event{flags, false, 0};
+  events.insert(*e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy (cudaEvent_t e) {
+  if (cudaError_t r = event_ok(e, "cudaEventDestroy")) return r;
+  events.erase(e);
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord (cudaEvent_t e, cudaStream_t) {
+  if (cudaError_t r = event_ok(e, "cudaEventRecord")) return r;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  e->recorded = true;
+  e->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize (cudaEvent_t e) { return event_ok(e, "cudaEventSynchronize"); }
+cudaError_t cudaEventQuery (cudaEvent_t e) { return event_ok(e, "cudaEventQuery"); }
+
+/* CUDA's rule: both recorded, neither made with cudaEventDisableTiming */
+cudaError_t cudaEventElapsedTime (float *ms, cudaEvent_t a, cudaEvent_t b) {
+  if (cudaError_t r = event_ok(a, "cudaEventElapsedTime")) return r;
+  if (cudaError_t r = event_ok(b, "cudaEventElapsedTime")) return r;
+  if (!a->recorded || !b->recorded || (a->flags | b->flags) & cudaEventDisableTiming)
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaEventElapsedTime: an event not recorded or made without timing");
+  *ms = (float)(b->ms - a->ms);
+  return cudaSuccess;
+}
 
 
 /* device memory: host memory, each allocation registered so that copies,

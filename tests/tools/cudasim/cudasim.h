@@ -79,7 +79,8 @@ enum {
   cudaErrorECCUncorrectable = 214, cudaErrorLaunchTimeout = 702,
   cudaErrorContextIsDestroyed = 709, cudaErrorAssert = 710, cudaErrorHardwareStackError = 714,
   cudaErrorIllegalInstruction = 715, cudaErrorMisalignedAddress = 716,
-  cudaErrorInvalidAddressSpace = 717, cudaErrorInvalidPc = 718, cudaErrorUnknown = 999
+  cudaErrorInvalidAddressSpace = 717, cudaErrorInvalidPc = 718, cudaErrorUnknown = 999,
+  cudaErrorNotReady = 600, cudaErrorInvalidResourceHandle = 400
 };
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
@@ -126,6 +127,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemset(void *p, int v, size_t n);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = 0);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+
+/* events: every launch has finished when it returns, so a record is the
+   host's clock then, and an event is always passed */
+typedef struct sim_event *cudaEvent_t;
+enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 
 /* the attribute a kernel's dynamic shared memory over 48 KiB needs */
 cudaError_t sim_set_func_attr(const void *f, cudaFuncAttribute a, int v);
