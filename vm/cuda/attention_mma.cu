@@ -144,15 +144,26 @@ __device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg,
 ** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
 ** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
 ** kept when below nk, on or before the causal diagonal, and kept by the
-** mask.  The mask's bytes are read a row of 32 keys at a time (lane l
+** mask.  Without a mask a row keeps a run of keys from its first, so a
+** lane makes a whole word from the count (R BK / 1024 words a lane).
+** With one, the mask's bytes are read a row of 32 keys at a time (lane l
 ** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
 ** memory rather than registers, because S's and O's accumulators leave
-** none: each thread reads back only its own rows' words.
+** none (computing the cut in place of reading it spills them: ptxas, 40
+** bytes at the defaults): each thread reads back only its own rows' words.
 */
 template <int R, int BK>
 __device__ static void cut_bits (uint32_t *bits, const job &J, const unsigned char *mk, int r0,
                                  int j0) {
   const int lane = threadIdx.x % 32, nk = (int)J.nk, off = (int)J.off;
+  if (!J.has_mask) {
+    for (int x = lane; x < R * (BK / 32); x += 32) {
+      const int i = r0 + x / (BK / 32), j = j0 + 32 * (x % (BK / 32));
+      const int kept = (J.causal && i + off < nk - 1 ? i + off : nk - 1) - j + 1;
+      bits[x] = kept >= 32 ? FULL : kept <= 0 ? 0u : (1u << kept) - 1;
+    }
+    return;
+  }
   ROLLED2 for (int rr = 0; rr < R; rr++)
     UNROLL for (int wd = 0; wd < BK / 32; wd++) {
       const int i = r0 + rr, j = j0 + 32 * wd + lane;
