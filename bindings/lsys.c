@@ -147,7 +147,8 @@ static int c_event (lua_State *L) {
   qkvL_noextra(L, fname, 1);
   int timing = 1;
   if (!lua_isnoneornil(L, 1)) {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    if (!lua_istable(L, 1))
+      return luaL_error(L, "%s: opts must be a table, got %s", fname, luaL_typename(L, 1));
     qkvL_checkopts(L, 1, fname, known);
     int t = lua_getfield(L, 1, "enable_timing");
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)

@@ -328,6 +328,7 @@ function TestCudaEvents:testMisuseIsAnErrorNamingTheMethod()
   fails("qkv.cuda.Event: enable_timing must be a boolean, got number", qkv.cuda.Event,
         {enable_timing = 1})
   fails("qkv.cuda.Event: takes 1 argument, got 2", qkv.cuda.Event, {}, {})
+  fails("qkv.cuda.Event: opts must be a table, got number", qkv.cuda.Event, 6)
 end
 
 -- docs/cuda.md's timing example runs and prints what it says
