@@ -13,6 +13,7 @@ local lu = require "luaunit"
 local t = qkv.test
 local S = dofile("tests/helpers/shell.lua")
 local check_grads = dofile("tests/helpers/half_grads.lua")
+local D = dofile("tests/helpers/documents.lua")
 local EXE = arg[-1]
 
 qkv.set_default_device("cpu")     -- `qkv test --device cuda` sets the GPU
@@ -334,19 +335,7 @@ end
 -- docs/cuda.md's timing example runs and prints what it says
 function TestCudaEvents:testTheDocsExample()
   need()
-  local f = assert(io.open("docs/cuda.md"))
-  local text = f:read("a")
-  f:close()
-  local code = text:match("## Timing.-```lua\n(.-)```")
-  lu.assertNotNil(code, "docs/cuda.md: no example under Timing")
-  local printed = {}
-  local env = setmetatable({print = function(...)
-    local o = table.pack(...)
-    for i = 1, o.n do o[i] = tostring(o[i]) end
-    printed[#printed + 1] = table.concat(o, " ")
-  end}, {__index = _G})
-  assert(load(code, "docs/cuda.md", "t", env))()
-  lu.assertEquals(printed, {"true true"})
+  lu.assertEquals(D.run_block("docs/cuda.md", "Timing"), {"true true"})
 end
 
 ---------------------------------------------------------------- copies

@@ -9,6 +9,7 @@
 local lu = require "luaunit"
 local S = dofile("tests/helpers/shell.lua")
 local check_grads = dofile("tests/helpers/half_grads.lua")
+local D = dofile("tests/helpers/documents.lua")
 local EXE = arg[-1]
 
 local GPU, WHY = qkv.cuda_available()
@@ -167,17 +168,9 @@ end
 -- docs/cuda.md's example runs as it says (cudnn, or mma without cuDNN; then mma)
 function TestCudnn:testTheDocsExample()
   if not GPU then lu.skip("needs CUDA: " .. tostring(WHY)) end
-  local f = assert(io.open("docs/cuda.md"))
-  local text = f:read("a")
-  f:close()
-  local code = text:match("## Half precision: cuDNN and the tensor cores.-```lua\n(.-)```")
-  lu.assertNotNil(code, "docs/cuda.md: no example under its half-precision section")
-  local printed = {}
-  local env = setmetatable({print = function(x) printed[#printed + 1] = tostring(x) end},
-                           {__index = _G})
-  local ok, err = pcall(assert(load(code, "docs/cuda.md", "t", env)))
+  local ok, printed = pcall(D.run_block, "docs/cuda.md", "Half precision: cuDNN and the tensor cores")
   qkv.cuda.attention_backend("auto")
-  if not ok then error(err, 0) end
+  if not ok then error(printed, 0) end
   if printed[1] == "cpu" then lu.skip("build/fakecuda.so: the CPU's one path") end
   lu.assertEquals(printed[2], "mma")
   lu.assertTrue(printed[1] == (CUDNN and "cudnn" or "mma") or (CUDNN == nil and printed[1] == "cudnn"),

@@ -1,6 +1,7 @@
 -- documents.lua: the documents whose examples and calls the suites check,
 -- README.md and every chapter in docs/ (test_readme.lua, test_doc.lua,
--- test_make.lua). The chapters are found by listing docs/, so a new one
+-- test_make.lua; run_block for the GPU's blocks, test_cuda.lua and
+-- test_cudnn.lua). The chapters are found by listing docs/, so a new one
 -- is checked without being named anywhere.
 local M = {}
 
@@ -33,6 +34,24 @@ function M.all(root)
     out[#out + 1] = {path = path, text = M.read(root, path)}
   end
   return out
+end
+
+-- the first ```lua block under the heading `section` (a "## " line's
+-- text) of the document at path, run with print collecting each call's
+-- arguments as one line (tostring, joined by spaces): the lines printed,
+-- or an error naming the document when it has no such block
+function M.run_block(path, section)
+  local text = M.read(nil, path)
+  local code = text:match("## " .. section:gsub("%p", "%%%0") .. "\n.-```lua\n(.-)```")
+  assert(code, path .. ": no lua block under '## " .. section .. "'")
+  local printed = {}
+  local env = setmetatable({print = function(...)
+    local o = table.pack(...)
+    for i = 1, o.n do o[i] = tostring(o[i]) end
+    printed[#printed + 1] = table.concat(o, " ")
+  end}, {__index = _G})
+  assert(load(code, "=" .. path, "t", env))()
+  return printed
 end
 
 return M
