@@ -52,8 +52,8 @@ function T.gpu_median_ms(fn, warm, runs)
   for _ = 1, warm or 5 do fn() end
   qkv.cuda.synchronize()
   local gpu, host = {}, {}
+  local a, b = qkv.cuda.Event(), qkv.cuda.Event()     -- each record moves the mark
   for i = 1, runs or 20 do
-    local a, b = qkv.cuda.Event(), qkv.cuda.Event()
     local t0 = qkv.clock()
     a:record()
     fn()
