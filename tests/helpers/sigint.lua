@@ -8,7 +8,7 @@
 --       -e 'print(CHECK)'
 --
 -- and a shell wrapper sends it SIGINT once it has printed "ready" and then
--- used 0.2 s of CPU time: CPU time only grows while the child runs, so on
+-- used 0.2 s of CPU time (or as much as the caller asks): CPU time only grows while the child runs, so on
 -- a loaded machine the signal still comes inside the loop, where a wall
 -- clock sleep could come before the op starts. The loop keeps the op
 -- running until the signal comes. The error names the op ("gelu:
@@ -73,7 +73,7 @@ S.CHECK = "if p then os.remove(p) end print('after', qkv.ones(3):sum():item())"
 -- "latency_us N" (from the kill to the op's error line, read from the
 -- child's output as it appears), then its output
 local WRAP = [[
-exe=$1 setup=$2 body=$3 check=$4
+exe=$1 setup=$2 body=$3 check=$4 ms=${5:-200}
 out=$(mktemp) || exit 2
 "$exe" -e "$setup" -e "$body" -e "$check" >"$out" 2>&1 &
 pid=$!
@@ -81,7 +81,7 @@ pid=$!
 cpu() { awk '{ print ($3 == "Z") ? -1 : $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo -1; }
 while [ "$(cpu)" -ge 0 ] && ! grep -q '^ready$' "$out"; do sleep 0.01; done
 start=$(cpu)
-ticks=$(( $(getconf CLK_TCK) / 5 ))
+ticks=$(( $(getconf CLK_TCK) * ms / 1000 ))
 while c=$(cpu) && [ "$c" -ge 0 ] && [ "$c" -lt $((start + ticks)) ]; do sleep 0.01; done
 t0=$(date +%s%N)
 kill -INT "$pid" 2>/dev/null
@@ -95,13 +95,15 @@ cat "$out"
 rm -f "$out"
 ]]
 
--- runs one case ({label, name, setup, op [, tail]}); returns {status=, latency= (seconds), err= (the line the
--- loop ended with), after= (the check's line), out=}; `timeout 120` is the
--- backstop should nothing stop it
-function S.run(exe, case)
+-- runs one case ({label, name, setup, op [, tail]}), the signal after `ms`
+-- milliseconds of the child's CPU time past "ready" (200 by default);
+-- returns {status=, latency= (seconds), err= (the line the loop ended
+-- with), after= (the check's line), out=}; `timeout 120` is the backstop
+-- should nothing stop it
+function S.run(exe, case, ms)
   local cmd = "timeout 120 sh -c " .. shell.quote(WRAP) .. " sh " .. shell.quote(exe) ..
               " " .. shell.quote(case[3]) .. " " .. shell.quote(S.body(case[4], case[5])) ..
-              " " .. shell.quote(S.CHECK)
+              " " .. shell.quote(S.CHECK) .. " " .. math.tointeger(ms or 200)
   local out, code = shell.sh(cmd)
   local r = {out = out, status = tonumber(out:match("^status (%d+)")) or code}
   r.latency = tonumber(out:match("\nlatency_us (%d+)"))

@@ -90,25 +90,67 @@ function TestMake:testDocumentsListThePackages()
 end
 
 -- make test's last line: tests/tools/total.lua sums the passes' closing
--- lines from the log, and fails when a pass failed or a test did
-function TestMake:testTotalSumsThePasses()
+-- lines from the log that tests/tools/passes.sh writes, names every pass
+-- that failed, and fails when one did
+local function total(log)
   local dir = (sh("mktemp -d"):gsub("%s+$", ""))
-  local function total(log, status)
-    local f = assert(io.open(dir .. "/log", "w")); f:write(log); f:close()
-    f = assert(io.open(dir .. "/status", "w")); f:write(status, "\n"); f:close()
-    return sh(quote(arg[-1]) .. " tests/tools/total.lua " .. quote(dir .. "/log") .. " "
-              .. quote(dir .. "/status"))
-  end
-  local log = "== tests/core/test_math.lua\nRan 3 tests\n1064 passed, 0 failed, 38 skipped\n"
-              .. "  7 passed, 0 failed\n1096 passed, 0 failed, 6 skipped\n36 passed, 0 failed\n"
-  local out, code = total(log, "0")
+  local f = assert(io.open(dir .. "/log", "w")); f:write(log); f:close()
+  local out, code = sh(quote(arg[-1]) .. " tests/tools/total.lua " .. quote(dir .. "/log"))
+  os.execute("rm -rf " .. quote(dir))
+  return out, code
+end
+
+local function pass(name, body, rc)
+  return "== pass " .. name .. ": build/qkv test tests/\n" .. body
+         .. (rc and "== pass " .. name .. ": exit " .. rc .. "\n" or "")
+end
+
+function TestMake:testTotalSumsThePasses()
+  local ok = pass("suites", "== tests/core/test_math.lua\nRan 3 tests\n  7 passed, 0 failed\n"
+                  .. "1064 passed, 0 failed, 38 skipped\n", 0)
+             .. pass("device", "1096 passed, 0 failed, 6 skipped\n", 0)
+             .. pass("cudasim", "36 passed, 0 failed\n", 0)
+  local out, code = total(ok)
   lu.assertEquals(out, "all 3 passes: 2196 passed, 0 failed, 44 skipped\n")
   lu.assertEquals(code, 0)
-  out, code = total(log .. "35 passed, 1 failed\n", "2")
-  lu.assertEquals(out, "all 4 passes: 2231 passed, 1 failed, 44 skipped (a pass failed: it "
-                  .. "stopped there)\n")
+end
+
+-- a failing pass does not hide the ones after it: each is summed, and the
+-- line names each that failed and how
+function TestMake:testTotalNamesEveryFailedPass()
+  local log = pass("suites", "1060 passed, 4 failed, 38 skipped\n", 1)
+              .. pass("device", "1096 passed, 0 failed, 6 skipped\n", 0)
+              .. pass("cudasim", "make: *** [build/simcuda.so] Error 1\n", 2)
+              .. pass("cudasim-warps", "36 passed, 0 failed\n", 3)
+              .. pass("late", "5 passed, 0 failed\n")
+  local out, code = total(log)
+  lu.assertEquals(out, "all 5 passes: 2197 passed, 4 failed, 44 skipped; failed: suites (4 failed), "
+                  .. "cudasim (exit 2, no closing line), cudasim-warps (exit 3), late (did not finish)\n")
   lu.assertEquals(code, 1)
-  lu.assertEquals(select(2, total(log .. "1 passed, 1 failed\n", "0")), 1)
+  -- a failed test fails the total even when its pass said 0
+  lu.assertEquals(select(2, total(pass("suites", "1 passed, 1 failed\n", 0))), 1)
+  lu.assertEquals({total("")}, {"all 0 passes: 0 passed, 0 failed, 0 skipped; failed: no pass ran\n", 1})
+end
+
+-- passes.sh runs every pass it is given even when one before it fails, and
+-- exits 1 then; an unknown name is refused
+function TestMake:testPassesRunAfterAFailure()
+  local dir = (sh("mktemp -d"):gsub("%s+$", ""))
+  -- a stand-in qkv: "test" fails for the plain suites, passes for the rest
+  local f = assert(io.open(dir .. "/qkv", "w"))
+  f:write('#!/bin/sh\ncase "$1" in -e) exit 1;; esac\n'
+          .. 'if [ "$2" = tests/ ]; then echo "1 passed, 1 failed"; exit 1; fi\n'
+          .. 'echo "2 passed, 0 failed"\n')
+  f:close()
+  os.execute("chmod +x " .. quote(dir .. "/qkv"))
+  local out, code = sh("BUILD=" .. quote(dir) .. " sh tests/tools/passes.sh suites device 2>&1")
+  lu.assertEquals(code, 1, out)
+  lu.assertStrContains(out, "== pass suites: exit 1\n")
+  lu.assertStrContains(out, "== pass device: env QKV_CUDA_PLUGIN=" .. dir .. "/fakecuda.so")
+  lu.assertStrContains(out, "2 passed, 0 failed\n== pass device: exit 0\n")
+  out, code = sh("BUILD=" .. quote(dir) .. " sh tests/tools/passes.sh gpu 2>&1")
+  lu.assertEquals(code, 2)
+  lu.assertStrContains(out, "no pass 'gpu'")
   os.execute("rm -rf " .. quote(dir))
 end
 

@@ -1,39 +1,58 @@
--- total.lua -- the closing line of `make test`: the runner's closing lines
--- ("N passed, N failed[, N skipped]", one a pass: every suite, every suite
--- on the device, the cross-backend suite on the simulation twice) summed
--- from the log the passes wrote, and the passes' exit status given back.
+-- total.lua -- the closing line of `make test`: the passes' results summed
+-- from the log that tests/tools/passes.sh wrote, saying which passes
+-- failed, and the exit status (0 when every pass ran to its end with
+-- status 0 and no test failed).
 --
---   build/qkv tests/tools/total.lua LOG STATUS
+--   build/qkv tests/tools/total.lua LOG
 --
--- STATUS is a file holding the passes' exit status (the log is read
--- through a pipe, so the status comes aside).
-local log, status = arg[1], arg[2]
-if not log or not status then
-  io.stderr:write("usage: build/qkv tests/tools/total.lua LOG STATUS\n")
+-- A pass is the text between "== pass NAME: COMMAND" and "== pass NAME:
+-- exit STATUS"; its counts are the last runner's closing line inside it
+-- ("N passed, N failed[, N skipped]"). A pass with no exit line did not
+-- finish (the run was stopped); one with no closing line, or a status
+-- other than 0, failed however its counts read.
+local log = arg[1]
+if not log then
+  io.stderr:write("usage: build/qkv tests/tools/total.lua LOG\n")
   os.exit(2)
 end
 
-local function slurp(path)
-  local f, err = io.open(path)
-  if not f then io.stderr:write("total.lua: ", err, "\n"); os.exit(2) end
-  local s = f:read("a")
-  f:close()
-  return s
+local f, err = io.open(log)
+if not f then io.stderr:write("total.lua: ", err, "\n"); os.exit(2) end
+local text = f:read("a")
+f:close()
+
+local passes, cur = {}, nil
+for line in text:gmatch("[^\n]+") do
+  local name, rest = line:match("^== pass (%S+): (.*)$")
+  if name and not rest:match("^exit %-?%d+$") then
+    cur = {name = name}
+    passes[#passes + 1] = cur
+  elseif name and cur and name == cur.name then
+    cur.rc = tonumber(rest:match("%-?%d+"))
+    cur = nil
+  elseif cur then
+    local p, fl, s = line:match("^(%d+) passed, (%d+) failed, (%d+) skipped$")
+    if not p then
+      p, fl = line:match("^(%d+) passed, (%d+) failed$")
+      s = "0"
+    end
+    if p then cur.counts = {tonumber(p), tonumber(fl), tonumber(s)} end
+  end
 end
 
-local passes, sum = 0, {0, 0, 0}
-for line in slurp(log):gmatch("[^\n]+") do
-  local p, f, s = line:match("^(%d+) passed, (%d+) failed, (%d+) skipped$")
-  if not p then
-    p, f = line:match("^(%d+) passed, (%d+) failed$")
-    s = "0"
-  end
-  if p then
-    passes = passes + 1
-    sum[1], sum[2], sum[3] = sum[1] + p, sum[2] + f, sum[3] + s
-  end
+local sum, bad = {0, 0, 0}, {}
+for _, p in ipairs(passes) do
+  local c = p.counts
+  if c then for i = 1, 3 do sum[i] = sum[i] + c[i] end end
+  local why
+  if not p.rc then why = "did not finish"
+  elseif not c then why = "exit " .. p.rc .. ", no closing line"
+  elseif c[2] > 0 then why = c[2] .. " failed"
+  elseif p.rc ~= 0 then why = "exit " .. p.rc end
+  if why then bad[#bad + 1] = p.name .. " (" .. why .. ")" end
 end
-local rc = math.tointeger(tonumber(slurp(status):match("%d+"))) or 1
-print(("all %d passes: %d passed, %d failed, %d skipped%s"):format(passes, sum[1], sum[2],
-      sum[3], rc == 0 and "" or " (a pass failed: it stopped there)"))
-os.exit(rc == 0 and sum[2] == 0 and 0 or 1)
+if #passes == 0 then bad[1] = "no pass ran" end
+
+print(("all %d passes: %d passed, %d failed, %d skipped%s"):format(#passes, sum[1], sum[2],
+      sum[3], #bad == 0 and "" or "; failed: " .. table.concat(bad, ", ")))
+os.exit(#bad == 0 and 0 or 1)

@@ -1,0 +1,59 @@
+#!/bin/sh
+# passes.sh -- make test's passes, each run whatever the ones before it
+# gave, each between two marker lines that tests/tools/total.lua reads:
+#
+#   == pass NAME: COMMAND
+#   ... the pass's output, its runner's closing line "N passed, N failed" ...
+#   == pass NAME: exit STATUS
+#
+#   tests/tools/passes.sh [NAME ...]     # from the repository root
+#
+# The passes (all four, in this order, when no NAME is given):
+#   suites      every suite: build/qkv test tests/
+#   device      every suite again with "cuda" as the default device, on the
+#               GPU when there is one, else through build/fakecuda.so
+#   cudasim     tests/backends/test_cuda.lua on the CUDA kernels built for
+#               the host simulation (build/simcuda.so, made here by make)
+#   cudasim-warps   the same with each warp running ahead to the next barrier
+# Environment: BUILD (build), MAKE (make).  Exits 1 when any pass did.
+BUILD=${BUILD:-build}
+MAKE=${MAKE:-make}
+QKV=$BUILD/qkv
+SIM=$BUILD/simcuda.so
+failed=0
+
+pass() {
+  name=$1
+  shift
+  echo "== pass $name: $*"
+  "$@"
+  rc=$?
+  echo "== pass $name: exit $rc"
+  [ "$rc" = 0 ] || failed=1
+}
+
+# the simulation is built before its first pass; a build that fails is
+# that pass's failure (and the next one's)
+sim() {
+  "$MAKE" --no-print-directory BUILD="$BUILD" "$SIM" || return
+  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test tests/backends/test_cuda.lua
+}
+
+run() {
+  case $1 in
+    suites) pass suites "$QKV" test tests/ ;;
+    device)
+      if "$QKV" -e 'os.exit(qkv.cuda_available() and 0 or 1)'; then
+        pass device "$QKV" test --device cuda tests/
+      else
+        pass device env QKV_CUDA_PLUGIN="$BUILD/fakecuda.so" "$QKV" test --device cuda tests/
+      fi ;;
+    cudasim) pass cudasim sim SIM_ORDER=forward ;;
+    cudasim-warps) pass cudasim-warps sim SIM_ORDER=warps ;;
+    *) echo "passes.sh: no pass '$1' (suites, device, cudasim, cudasim-warps)" >&2; exit 2 ;;
+  esac
+}
+
+[ $# -gt 0 ] || set -- suites device cudasim cudasim-warps
+for p in "$@"; do run "$p"; done
+exit $failed
