@@ -98,7 +98,15 @@ static void load_dnnl (void) {
   *(void **)&dnnl_sgemm = s;
   *(void **)&dnnl_omp_threads = t;
   *(void **)&dnnl_bf16gemm = dlsym(h, "dnnl_gemm_bf16bf16f32");
-  if (dnnl_bf16gemm) qkv_bf16gemm = bf16gemm_quiet;
+  /* every oneDNN has the function, but runs it only where the CPU has
+     AVX-512 (it returns dnnl_unimplemented on an AVX2-only EPYC, where
+     every bfloat16 product then failed): one 1x1x1 product tells, and
+     elsewhere the dispatch computes bfloat16 products in float32 */
+  uint16_t one = 0x3f80;                          /* 1.0 in bfloat16 */
+  float c = 0;
+  if (dnnl_bf16gemm && dnnl_bf16gemm('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0
+      && c == 1.0f)
+    qkv_bf16gemm = bf16gemm_quiet;
   openblas_sgemm = qkv_sgemm;
   qkv_sgemm = sgemm_dnnl;
 }
