@@ -265,6 +265,21 @@ local FLAGS = {["-v"] = "verbose", ["--verbose"] = "verbose",
                ["-h"] = "help", ["--help"] = "help"}
 local OUTPUTS = {text = true, tap = true, junit = true}
 
+-- "unknown option '--timout' (did you mean '--timeout'?)": the nearest
+-- option by the rule of an options table's (qkv._nearest); -timeout and
+-- --timeout=5 name --timeout
+local function unknown(a)
+  local names = {}
+  for k in pairs(VALUED) do names[#names + 1] = k end
+  for k in pairs(FLAGS) do names[#names + 1] = k end
+  table.sort(names)
+  local long = "--" .. a:match("^%-+([^=]*)")
+  local near = #long > 3 and ((VALUED[long] or FLAGS[long]) and long or
+                              require("qkv")._nearest(long, names))
+  if near then return ("unknown option '%s' (did you mean '%s'?)"):format(a, near) end
+  return "unknown option '" .. a .. "'"
+end
+
 -- the options, or nil and what is wrong with them
 local function parseargs(args)
   local o = {paths = {}, pattern = {}, exclude = {}}
@@ -284,7 +299,7 @@ local function parseargs(args)
       if type(o[key]) == "table" then table.insert(o[key], v) else o[key] = v end
       i = i + 1
     else
-      return nil, "unknown option '" .. a .. "'"
+      return nil, unknown(a)
     end
     i = i + 1
   end

@@ -317,6 +317,13 @@ TestRunnerUsage = {}
 function TestRunnerUsage:testBadUsageExits2()
   local cases = {
     {{"-z"}, "unknown option '-z'"},
+    {{FIX, "--timout", "5"}, "unknown option '--timout' (did you mean '--timeout'?)"},
+    {{FIX, "--devic", "cpu"}, "unknown option '--devic' (did you mean '--device'?)"},
+    {{FIX, "-timeout", "5"}, "unknown option '-timeout' (did you mean '--timeout'?)"},
+    {{FIX, "--timeout=5"}, "unknown option '--timeout=5' (did you mean '--timeout'?)"},
+    {{FIX, "--verbos"}, "unknown option '--verbos' (did you mean '--verbose'?)"},
+    {{FIX, "--patern", "x"}, "unknown option '--patern' (did you mean '--pattern'?)"},
+    {{FIX, "--frobnicate"}, "unknown option '--frobnicate'\n"},
     {{FIX, "-o", "junit"}, "a file name must be given with -n"},
     {{FIX, "-o", "xml"}, "'xml' is not text, tap or junit"},
     {{FIX, "-p"}, "option '-p' needs a value"},
