@@ -345,6 +345,8 @@ static qkv_tensor *padding_keep (lua_State *L, qkv_tensor *kpm, const qkv_tensor
 */
 static qkv_tensor *resolve (lua_State *L, Opts *o, const qkv_tensor *Q, const qkv_tensor *K) {
   qkv_tensor *m = opt_tensor(L, o->mask, "mask");
+  if (m) qkvL_check_mask(L, "attention", m, "pass mask = m:eq(0), or add it to the "
+                         "scores: F.scaled_dot_product_attention(q, k, v, {attn_mask = m})");
   qkv_tensor *kpm = opt_tensor(L, o->kpm, "key_padding_mask");
   if (kpm || o->is_causal) check_qk(L, "attention", Q, K);
   if (kpm) m = padding_keep(L, kpm, m, ROWS(K));

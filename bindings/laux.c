@@ -6,11 +6,11 @@
 ** part's functions.  It registers no Lua function of its own.
 */
 #include <string.h>
-#include <strings.h>
 
 #include "lauxqkv.h"
 #include "../vm/core/backend.h"
 #include "../vm/dispatch/plugin.h"
+#include "../vm/common/nearest.h"
 
 /* An op stopped by Ctrl-C has delivered the interrupt: the hook that the
    executable's SIGINT handler set must not fire again in the handler. */
@@ -253,49 +253,13 @@ qkv_device qkvL_checkdevice (lua_State *L, int arg) {
 ** difference, where it matters (a mask's polarity).
 */
 
-/* the edit distance between a and b, for names under 32: Levenshtein's
-   with a swap of two neighbours as one edit (optimal string alignment),
-   so that 'maks' is one edit from 'mask' */
-static int distance (const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  int d[33][33];
-  if (na > 32 || nb > 32) return 99;
-  for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= na; i++)
-    for (size_t j = 1; j <= nb; j++) {
-      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  return d[na][nb];
-}
-
-/*
-** Whether name is near enough to k to suggest, and nearer than *best
-** edits: one edit per four letters of k, at least one and fewer than k
-** has, so that a short name is suggested only for one slip ('half' is
-** two edits from 'all': nothing), a long one for two ('softmaxxx').
-*/
+/* the rule is vm/common/nearest.h's, which the command line shares */
 int qkvL_nearer (const char *k, const char *name, int *best) {
-  /* a slip of case alone ('Adamw' for 'AdamW') is nearer than any other */
-  int d = strcasecmp(k, name) == 0 ? 0 : distance(k, name), len = (int)strlen(k);
-  int reach = len / 4 > 1 ? len / 4 : 1;
-  if (d >= *best || d > reach || d >= len) return 0;
-  *best = d;
-  return 1;
+  return qkv_nearer(k, name, best);
 }
 
 const char *qkvL_closest (const char *k, const char *const *names) {
-  const char *found = NULL;
-  int best = 3;                          /* within 2 edits */
-  for (int i = 0; names[i]; i++)
-    if (qkvL_nearer(k, names[i], &best)) found = names[i];
-  return found;
+  return qkv_nearest(k, names);
 }
 
 /*

@@ -144,6 +144,69 @@ void qkvL_fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
   lua_pop(L, 1);
 }
 
+/* how many elements of m equal v (a scalar of m's dtype), read back */
+static int64_t count_equal (lua_State *L, const char *name, const qkv_tensor *m,
+                            double v) {
+  qkvL_Scalar sc;
+  int64_t one_size = 1;
+  qkv_elem_set(m->dtype, &sc.v, v);
+  qkv_tensor *eq = qkvL_newlike(L, m, QKV_BOOL);
+  qkvL_check(L, name, qkv_binary(QKV_EQ, eq, m, qkvL_scalar(&sc, m->dtype)));
+  qkv_tensor *n = qkvL_new(L, QKV_I64, m->storage->device, 0, &one_size, 0);
+  qkvL_check(L, name, qkv_reduce(QKV_SUM, n, NULL, eq, -1));
+  const qkv_tensor *h = qkvL_host(L, n, name);
+  int64_t count = *(const int64_t *)qkv_data(h);
+  lua_pop(L, h == n ? 2 : 3);
+  return count;
+}
+
+/* the least or the largest element of m, read back as a double */
+static double extreme (lua_State *L, const char *name, const qkv_tensor *m, int max) {
+  int64_t one_size = 1;
+  qkv_tensor *r = qkvL_new(L, m->dtype, m->storage->device, 0, &one_size, 0);
+  qkvL_check(L, name, qkv_reduce(max ? QKV_MAX : QKV_MIN, r, NULL, m, -1));
+  const qkv_tensor *h = qkvL_host(L, r, name);
+  double v = qkv_elem_get(h->dtype, qkv_data(h));
+  lua_pop(L, h == r ? 1 : 2);
+  return v;
+}
+
+/*
+** A mask of a float dtype must hold 0 and 1 alone, and some 1: PyTorch's
+** float attn_mask is added to the scores (0 and -inf), and taking one for
+** qkv's (non-zero = may attend) would attend exactly where it masks.  An
+** all-0 float mask means "every key masked" to qkv and "none" to PyTorch.
+*/
+int qkvL_mask_problem (lua_State *L, const char *name, const qkv_tensor *m,
+                       const char *instead) {
+  int64_t numel = qkv_numel(m);
+  if (!qkv_is_float(m->dtype) || numel == 0) return 0;
+  int64_t ones = count_equal(L, name, m, 1), zeros = count_equal(L, name, m, 0);
+  if (ones + zeros != numel) {
+    double lo = extreme(L, name, m, 0), hi = extreme(L, name, m, 1);
+    const char *sm = qkvL_shape(L, m);
+    lua_pushfstring(L, "%s: mask is %s %s with values other than 0 and 1 (from %f to %f): "
+                    "qkv's mask is true (or 1) where a query may attend, not added to the "
+                    "scores; for PyTorch's additive mask (0 and -inf) %s", name, qkv_dtype_name(m->dtype), sm, lo, hi, instead);
+    lua_remove(L, -2);
+    return 1;
+  }
+  if (ones == 0) {
+    const char *sm = qkvL_shape(L, m);
+    lua_pushfstring(L, "%s: mask is %s %s and all 0: as qkv's mask (1 = may attend) it "
+                    "masks every key, as PyTorch's additive mask none; pass a bool mask "
+                    "(or none)", name, qkv_dtype_name(m->dtype), sm);
+    lua_remove(L, -2);
+    return 1;
+  }
+  return 0;
+}
+
+void qkvL_check_mask (lua_State *L, const char *name, const qkv_tensor *m,
+                      const char *instead) {
+  if (qkvL_mask_problem(L, name, m, instead)) lua_error(L);
+}
+
 /* -inf as a scalar of S's dtype, for the masks of attention's scores */
 const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt) {
   qkv_elem_set(dt, &sc->v, -INFINITY);

@@ -191,6 +191,14 @@ void qkvL_mask_shape (lua_State *L, const char *name, const qkv_tensor *m,
 void qkvL_fill_where_not (lua_State *L, const char *name, qkv_tensor *S,
                           const qkv_tensor *m, const qkv_tensor *fill);
 const qkv_tensor *qkvL_neg_inf (qkvL_Scalar *sc, qkv_dtype dt);
+/* a float m must hold only 0 and 1, and some 1 (else it may be PyTorch's
+   additive mask): qkvL_mask_problem pushes the message that says so (naming
+   name, and `instead`: what to pass for an additive mask) and returns 1,
+   else returns 0; qkvL_check_mask raises it */
+int qkvL_mask_problem (lua_State *L, const char *name, const qkv_tensor *m,
+                       const char *instead);
+void qkvL_check_mask (lua_State *L, const char *name, const qkv_tensor *m,
+                      const char *instead);
 qkv_tensor *qkvL_causal (lua_State *L, const char *name, int64_t nq, int64_t nk,
                          int64_t offset, int keep, qkv_device dev);
 

@@ -1,8 +1,8 @@
 /*
 ** lmask.c -- the masks of attention: mask(S, m [, fill]) and the masks it
 ** takes, causal(n_q [, n_k]) and padding(lengths [, n]).  A mask is true
-** (or non-zero) where a query may attend; its last two dims are (n_q, n_k)
-** and it broadcasts against the scores.
+** (or non-zero; 0 and 1 alone in a float dtype) where a query may attend;
+** its last two dims are (n_q, n_k) and it broadcasts against the scores.
 */
 #include <math.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 static int a_mask (lua_State *L) {
   QKVL_GRAD(L, "mask", a_mask);
   qkv_tensor *S = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
+  qkvL_check_mask(L, "mask", m, "pass m:eq(0), or add it to the scores: S + m");
   qkvL_Scalar sc;
   const qkv_tensor *fill;
   if (lua_isnoneornil(L, 3) && qkv_is_float(S->dtype)) fill = qkvL_neg_inf(&sc, S->dtype);
@@ -29,6 +30,29 @@ static int a_mask (lua_State *L) {
   qkv_tensor *out = qkvL_new(L, S->dtype, S->storage->device, n, size, 0);
   qkvL_check(L, "mask", qkv_copy(out, &Se));
   qkvL_fill_where_not(L, "mask", out, m, fill);
+  return 1;
+}
+
+/*
+** qkv._keep_mask(m, name) -> m as a bool mask (true = may attend), or nil
+** and the error qkv.attention would raise, naming `name`: for functions
+** written in Lua that take qkv's masks and decide together when to raise
+** (the ranks of qkv.dist's attention).  A float m must hold 0 and 1 alone
+** (not PyTorch's additive mask), and not 0 alone.
+*/
+static int a_keep_mask (lua_State *L) {
+  qkv_tensor *m = qkvL_checktensor(L, 1);
+  const char *name = luaL_checkstring(L, 2);
+  if (m->dtype == QKV_BOOL) { lua_settop(L, 1); return 1; }
+  if (qkvL_mask_problem(L, name, m, "pass mask = m:eq(0)")) {
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+  }
+  qkvL_Scalar zero;
+  zero.v.b = 0;
+  qkv_tensor *keep = qkvL_newlike(L, m, QKV_BOOL);
+  qkvL_check(L, name, qkv_binary(QKV_NE, keep, m, qkvL_scalar(&zero, QKV_BOOL)));
   return 1;
 }
 
@@ -119,7 +143,8 @@ static int a_padding (lua_State *L) {
 
 void qkvL_open_mask (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {
-    {"mask", a_mask}, {"causal", a_causal}, {"padding", a_padding}, {NULL, NULL}
+    {"mask", a_mask}, {"causal", a_causal}, {"padding", a_padding},
+    {"_keep_mask", a_keep_mask}, {NULL, NULL}
   };
   qkvL_register(L, methods, module, NULL, NULL, mod);
   (void)mt;

@@ -1,8 +1,9 @@
 /*
 ** lopts.c -- qkv._checkopts, the Lua library's checker of options tables:
 ** the same as the C bindings' (qkvL_checkopts, laux.c), so that a
-** misspelt key reads the same everywhere; and qkv._strict, which makes a
-** library's table refuse a name it does not have as qkv itself does.
+** misspelt key reads the same everywhere; qkv._strict, which makes a
+** library's table refuse a name it does not have as qkv itself does; and
+** qkv._nearest, the nearest of a list of names.
 */
 #include "lauxqkv.h"
 
@@ -87,9 +88,24 @@ static int o_strict (lua_State *L) {
   return 1;
 }
 
+/*
+** qkv._nearest(k, names) -> the name of the list names nearest to k, as
+** an options table's did-you-mean finds it (within two edits, one per
+** four letters of k), or nil: for the command lines written in Lua
+** (qkv test, qkv kernel), as vm/cli's own options use the same rule.
+*/
+static int o_nearest (lua_State *L) {
+  const char *k = luaL_checkstring(L, 1), *names[65];
+  names_of(L, 2, names);
+  const char *near = qkvL_closest(k, names);
+  if (near) lua_pushstring(L, near);
+  else lua_pushnil(L);
+  return 1;
+}
+
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {"_strict", o_strict},
-                                   {NULL, NULL}};
+                                   {"_nearest", o_nearest}, {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   (void)mt;
 }

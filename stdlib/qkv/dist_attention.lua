@@ -132,8 +132,18 @@ local function check_qkv(fname, q, k, v, least, layout)
   end
 end
 
--- the mask, bool (true = may attend), checked against this rank's rows:
--- broadcastable to (..., bq, nk) (nk the global key count)
+-- the mask as bool (true = may attend), or nil and why not: a float mask
+-- holds 0 and 1 alone, not only 0 (PyTorch's additive mask is an error,
+-- as qkv.attention's). Found before the ranks agree: values may differ
+-- from rank to rank, and a rank that raised alone would leave the others
+-- waiting in the ring.
+local function mask_values(fname, m)
+  if m == nil then return nil end
+  return qkv._keep_mask(m, "dist." .. fname)
+end
+
+-- the mask checked against this rank's rows: broadcastable to (..., bq,
+-- nk) (nk the global key count)
 local function check_mask(fname, m, bq, nk, P)
   if m == nil then return nil end
   local s, n = dims(m), m.ndim
@@ -142,16 +152,16 @@ local function check_mask(fname, m, bq, nk, P)
     fail("dist.%s: mask %s must be this rank's rows of the global mask, broadcastable to "
          .. "(..., n_q/P, n_k) = (..., %d, %d) (%d ranks)", fname, shape_text(s), bq, nk, P)
   end
-  if m.dtype ~= "bool" then m = qkv.ne(m, 0) end
   return m
 end
 
 local DT, DTNAME = D._dtypes, D._dtype_names
 local NAMES = {"q", "k", "v", "mask"}
 
--- every rank was called with the same shapes, dtypes and options, or an
--- error on every rank naming what each had
-local function agree(fname, q, k, v, m, causal, scale)
+-- every rank was called with the same shapes, dtypes and options (and a
+-- mask whose values qkv takes, or refuses, on all: why, from mask_values),
+-- or an error on every rank naming what each had; then why on every rank
+local function agree(fname, q, k, v, m, causal, scale, why)
   local d = {}
   for _, t in ipairs({q, k, v, m or false}) do
     d[#d + 1] = t and DT[t.dtype] or 0
@@ -160,6 +170,7 @@ local function agree(fname, q, k, v, m, causal, scale)
   end
   d[#d + 1] = causal and 1 or 0
   d[#d + 1] = string.unpack("<i8", string.pack("<d", scale))
+  d[#d + 1] = why and 1 or 0
   local groups = D._differ(d, function(row)
     local parts = {}
     for t = 1, 4 do
@@ -175,9 +186,13 @@ local function agree(fname, q, k, v, m, causal, scale)
     end
     parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
     parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
+    if row[43] == 1 then parts[#parts + 1] = "a mask not of 0 and 1, or all 0" end
     return table.concat(parts, ", ")
   end)
-  if not groups then return end
+  if not groups then
+    if why then fail("%s", why) end
+    return
+  end
   local text = {}
   for i, g in ipairs(groups) do text[i] = g.ranks .. ": " .. g.key end
   fail("dist.%s: the ranks' blocks or options differ (each rank holds a block of the same "
@@ -222,9 +237,10 @@ end
 function M.ring_attention(q, k, v, opts)
   local F = "ring_attention"
   local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
+  local keep, why = mask_values(F, mask)
   -- first the ranks compare their calls, so that the checks after fail
   -- on every rank alike
-  agree(F, q, k, v, mask, causal, scale)
+  agree(F, q, k, v, mask, causal, scale, why)
   check_qkv(F, q, k, v, 2)
   local dt = q.dtype
   if (dt ~= "float32" and dt ~= "float64") or k.dtype ~= dt or v.dtype ~= dt then
@@ -232,7 +248,7 @@ function M.ring_attention(q, k, v, opts)
          .. "kernel's, with its log-sum-exps), got %s, %s and %s", dt, k.dtype, v.dtype)
   end
   local bq, bk = q.shape[q.ndim - 1], k.shape[k.ndim - 1]
-  mask = check_mask(F, mask, bq, P * bk, P)
+  mask = check_mask(F, keep, bq, P * bk, P)
   local device = q.device
   local function cpu(x) return x:to("cpu"):contiguous() end
   local A = recording(q, k, v)
@@ -291,7 +307,8 @@ end
 function M.ulysses_attention(q, k, v, opts)
   local F = "ulysses_attention"
   local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
-  agree(F, q, k, v, mask, causal, scale)
+  local keep, why = mask_values(F, mask)
+  agree(F, q, k, v, mask, causal, scale, why)
   check_qkv(F, q, k, v, 3, "H, ")
   local H = q.shape[q.ndim - 2]
   for i, p in ipairs({{"q", q}, {"k", k}, {"v", v}}) do
@@ -301,7 +318,7 @@ function M.ulysses_attention(q, k, v, opts)
            .. "(%d) and divide among the %d ranks)", i, p[1], shape_text(dims(p[2])), h, H, P)
     end
   end
-  mask = check_mask(F, mask, q.shape[q.ndim - 1], P * k.shape[k.ndim - 1], P)
+  mask = check_mask(F, keep, q.shape[q.ndim - 1], P * k.shape[k.ndim - 1], P)
   local mh = mask and mask.ndim >= 3 and mask.shape[mask.ndim - 2]
   if mh and mh ~= 1 and mh ~= H then
     fail("dist.ulysses_attention: mask %s: its heads (dim -3, %d) must be q's (%d) or 1",

@@ -277,12 +277,24 @@ function M.main(args, docall, progname, flush_in)
   if args[1] == "install" then
     return require("qkv.kernel.install").main(table.move(args, 2, #args, 1, {}), progname)
   end
-  local path
-  for i = 1, #args do
-    if args[i] == "-f" then path = args[i + 1] end
-    if args[i]:match("^%-%-f=") then path = args[i]:sub(5) end
+  -- -f FILE (or --f=FILE); anything else is an error, with the nearest
+  -- of install and -f (qkv._nearest, as qkv's other command lines)
+  local path, why
+  local i = 1
+  while i <= #args and not why do
+    local a = args[i]
+    if a == "-f" and args[i + 1] then path, i = args[i + 1], i + 1
+    elseif a:match("^%-%-f=.") then path = a:sub(5)
+    elseif a == "-f" then why = "option '-f' needs the connection file"
+    else
+      local near = require("qkv")._nearest(a, {"install", "-f"})
+      why = ("unknown %s '%s'%s"):format(a:sub(1, 1) == "-" and "option" or "argument", a,
+                                       near and (" (did you mean '%s'?)"):format(near) or "")
+    end
+    i = i + 1
   end
-  if not path then
+  if why or not path then
+    if why then stderr:write(("%s kernel: %s\n"):format(progname, why)) end
     stderr:write(("usage: %s kernel -f CONNECTION_FILE | %s kernel install [--user | --prefix DIR]\n")
                     :format(progname, progname))
     return 2

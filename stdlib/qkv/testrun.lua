@@ -119,6 +119,29 @@ local function outermost(run)
   end
 end
 
+--[[
+LuaUnit times its run and its tests with os.clock, the process's CPU time:
+a suite that waits (on a child process, a socket, a sleep) would read "Ran
+30 tests in 0.020 seconds" after 7 s. While LuaUnit's methods that read
+the clock run (no test code runs in them), os.clock is qkv.clock, the
+monotonic wall clock, so that "Ran N tests in X seconds" and each test's
+time (JUnit's time) are the elapsed time; os.clock is itself again before
+any test code runs.
+]]
+local function wallclock(C)
+  local wall = require("qkv").clock
+  for _, name in ipairs{"startSuite", "startTest", "endTest", "endSuite"} do
+    local f = C[name]
+    C[name] = function(...)
+      local cpu = os.clock
+      os.clock = wall
+      local ok, err = pcall(f, ...)
+      os.clock = cpu
+      if not ok then error(err, 0) end
+    end
+  end
+end
+
 -- LuaUnit's outermost runners record themselves and tell the runner as
 -- each of their tests starts and ends; any run stops after a test during
 -- which Ctrl-C was pressed (LuaUnit would catch the error and go on)
@@ -127,6 +150,7 @@ local function hooks(lu)
   for _, name in ipairs{"runSuite", "runSuiteByInstances", "internalRunSuiteByInstances"} do
     C[name] = outermost(C[name])
   end
+  wallclock(C)
   timeouts(C)
   local startTest, endTest = C.startTest, C.endTest
   C.startTest = function(self, name, ...)
@@ -265,6 +289,21 @@ local FLAGS = {["-v"] = "verbose", ["--verbose"] = "verbose",
                ["-h"] = "help", ["--help"] = "help"}
 local OUTPUTS = {text = true, tap = true, junit = true}
 
+-- "unknown option '--timout' (did you mean '--timeout'?)": the nearest
+-- option by the rule of an options table's (qkv._nearest); -timeout and
+-- --timeout=5 name --timeout
+local function unknown(a)
+  local names = {}
+  for k in pairs(VALUED) do names[#names + 1] = k end
+  for k in pairs(FLAGS) do names[#names + 1] = k end
+  table.sort(names)
+  local long = "--" .. a:match("^%-+([^=]*)")
+  local near = #long > 3 and ((VALUED[long] or FLAGS[long]) and long or
+                              require("qkv")._nearest(long, names))
+  if near then return ("unknown option '%s' (did you mean '%s'?)"):format(a, near) end
+  return "unknown option '" .. a .. "'"
+end
+
 -- the options, or nil and what is wrong with them
 local function parseargs(args)
   local o = {paths = {}, pattern = {}, exclude = {}}
@@ -284,7 +323,7 @@ local function parseargs(args)
       if type(o[key]) == "table" then table.insert(o[key], v) else o[key] = v end
       i = i + 1
     else
-      return nil, "unknown option '" .. a .. "'"
+      return nil, unknown(a)
     end
     i = i + 1
   end

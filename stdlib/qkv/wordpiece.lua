@@ -82,11 +82,15 @@ end
 
 -- one word's pieces appended to out
 local function pieces(self, word, out)
+  -- over MAX_WORD characters (code points, as the reference counts them)
+  -- it is [UNK], known from where its character MAX_WORD + 1 starts: the
+  -- rest is never walked (a 10 MB word took seconds to index)
+  local over = #word > MAX_WORD and utf8.offset(word, MAX_WORD + 1)
+  if over and over <= #word then out[#out + 1] = self.unk; return end
   local at = {}                       -- byte offset of each character
   for p in utf8.codes(word) do at[#at + 1] = p end
   local n = #at
   at[n + 1] = #word + 1
-  if n > MAX_WORD then out[#out + 1] = self.unk; return end
   local got, start, last, longest = {}, 1, 0, self.longest
   while start <= n do
     -- the last character a piece from start may reach: none is longer

@@ -256,10 +256,14 @@ end
 function TestAllMasked:testMaskAllFalse()
   for _, dt in ipairs(DT) do
     local Q, K, V = rt({3, 4}, dt), rt({5, 4}, dt), rt({5, 2}, dt)
-    for _, m in ipairs{qkv.zeros(5, "bool"), qkv.zeros(3, 5), qkv.zeros(1, 1, "int64")} do
+    for _, m in ipairs{qkv.zeros(5, "bool"), qkv.zeros(3, 5, "int32"), qkv.zeros(1, 1, "int64")} do
       local out, w = attend(Q, K, V, {mask = m}, dt .. " mask all false")
       check_zero_rows(out, w, {1, 2, 3}, dt .. " mask " .. m.dtype)
     end
+    -- a float mask of 0 alone is PyTorch's additive mask that masks nothing
+    -- as much as qkv's that masks everything: an error
+    R.fails("attention: mask is float32 (3, 5) and all 0", qkv.attention, Q, K, V,
+            {mask = qkv.zeros(3, 5)})
     -- with causal on top, and huge scores that would overflow exp
     local out, w = attend(Q * 1e30, K, V, {mask = qkv.zeros(5, "bool"), causal = true}, dt .. " huge")
     check_zero_rows(out, w, {1, 2, 3}, dt .. " huge, causal")

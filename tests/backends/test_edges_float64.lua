@@ -195,10 +195,15 @@ function TestPromotion:testIntegersAndMasks()
   lu.assertEquals(qkv.softmax(qkv.tensor({true, false})).dtype, "float32")
   lu.assertEquals(qkv.gelu(qkv.tensor({1, 2}, "int64")).dtype, "float32")
   local Q, K, V = rt({2, 3}), rt({4, 3}), rt({4, 2})
-  local m = qkv.tensor({1, 0, 0.5, -2}, F64)
-  local out = attend64(Q, K, V, {mask = m}, "float64 0/nonzero mask")
-  close(out, R.attention(T(Q), T(K), T(V), {mask = {shape = {4}, data = {true, false, true, true}}}),
-        1e-12, "nonzero is kept")
+  -- an integer mask keeps its non-zero keys; a float one holds 0 and 1
+  -- alone (0.5 or -2 might be PyTorch's additive mask: an error)
+  local keep = {shape = {4}, data = {true, false, true, true}}
+  local out = attend64(Q, K, V, {mask = qkv.tensor({1, 0, 3, -2}, "int64")}, "int64 0/nonzero mask")
+  close(out, R.attention(T(Q), T(K), T(V), {mask = keep}), 1e-12, "nonzero is kept")
+  out = attend64(Q, K, V, {mask = qkv.tensor({1, 0, 1, 1}, F64)}, "float64 0/1 mask")
+  close(out, R.attention(T(Q), T(K), T(V), {mask = keep}), 1e-12, "1 is kept")
+  R.fails("attention: mask is float64 (4,) with values other than 0 and 1 (from -2.0 to 1.0)",
+          qkv.attention, Q, K, V, {mask = qkv.tensor({1, 0, 0.5, -2}, F64)})
 end
 
 ---------------------------------------------------------------- (f) magnitudes

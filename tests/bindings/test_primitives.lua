@@ -176,14 +176,19 @@ function TestMask:testPerHead()
   end
 end
 
+-- a mask of 0 and 1 in any dtype is the bool one; an integer mask keeps
+-- its non-zero places; a float one holds 0 and 1 alone (below)
 function TestMask:testNumericMasksAndFill()
   local S, SR = R.mk({3, 4}, "float32")
-  local d = {1, 0, 1, 1, 0, 0, 1, 0, 2, 1, 0, -1}
+  local d = {1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1}
   local ref = {shape = {3, 4}, data = d}
-  for _, mdt in ipairs{"float32", "float64", "int64"} do
+  for _, mdt in ipairs{"float32", "float64", "float16", "bfloat16", "int64", "int32"} do
     local m = qkv.tensor(R.nest(d, {3, 4}), mdt)
     close(qkv.mask(S, m), R.mask(SR, ref), nil, mdt .. " 0/1 mask")
   end
+  local di = {1, 0, 1, 1, 0, 0, 1, 0, 2, 1, 0, -1}
+  close(qkv.mask(S, qkv.tensor(R.nest(di, {3, 4}), "int64")),
+        R.mask(SR, {shape = {3, 4}, data = di}), nil, "int64 non-zero mask")
   local m = qkv.tensor(R.nest(d, {3, 4}))
   for _, fill in ipairs{-1e9, 0, 5, inf} do
     local got = qkv.mask(S, m, fill)
@@ -193,6 +198,35 @@ function TestMask:testNumericMasksAndFill()
   exact(S, SR, "S after mask")
   local b = qkv.mask(S, m:ne(0))
   close(b, R.mask(SR, ref), nil, "bool mask from ne")
+end
+
+-- PyTorch's float attn_mask is added to the scores (0 where a query may
+-- attend, -inf where not): read as qkv's mask (non-zero = may attend) it
+-- would keep exactly the masked keys. So a float mask holds 0 and 1 alone,
+-- and not only 0 (which masks every key to qkv, none to PyTorch).
+function TestMask:testFloatMaskIsZeroOrOne()
+  local S = R.mk({2, 3, 4}, "float32")
+  local keep = qkv.tensor{{true, true, false, false}, {true, false, true, false},
+                          {false, false, false, true}}
+  for _, mdt in ipairs{"float32", "float64", "float16", "bfloat16"} do
+    local additive = qkv.where(keep, 0.0, -inf):to(mdt)
+    local msg = fails({"mask: mask is " .. mdt .. " (3, 4) with values other than 0 and 1",
+                       "(from -inf to 0.0)", "m:eq(0)", "S + m"}, qkv.mask, S, additive)
+    lu.assertStrContains(msg, "true (or 1) where a query may attend")
+    -- its bool form is what it meant
+    exact(qkv.mask(S, additive:eq(0)), T(qkv.mask(S, keep)), mdt .. " additive:eq(0)")
+    fails({"mask: mask is " .. mdt .. " (3, 4) and all 0", "masks every key",
+           "PyTorch's additive mask none"}, qkv.mask, S, qkv.zeros({3, 4}, mdt))
+    for _, v in ipairs{0.5, 2, -1, nan, inf} do
+      local m = keep:to(mdt):clone()
+      m[{1, 1}] = v
+      fails({"mask: mask is " .. mdt .. " (3, 4) with values other than 0 and 1"},
+            qkv.mask, S, m)
+    end
+  end
+  -- a bool or 0/1 mask, and an empty one, pass
+  exact(qkv.mask(S, keep:double()), T(qkv.mask(S, keep)), "0/1 float64")
+  lu.assertEquals(qkv.mask(qkv.zeros(0, 4), qkv.zeros(0, 4)).shape[1], 0)
 end
 
 ---------------------------------------------------------------- causal, padding

@@ -191,7 +191,21 @@ function TestKernelLocal:testBadArguments()
   lu.assertStrContains(out, "usage:")
   out, code = S.exe(QKV, "kernel", "install", "--bogus")
   lu.assertNotEquals(code, 0)
-  lu.assertStrContains(out, "usage:")
+  lu.assertStrContains(out, "kernel install: unknown option '--bogus'\nusage:")
+  -- a misspelt option or command names the nearest, as qkv's other
+  -- command lines do; an argument the kernel does not take is an error
+  for _, c in ipairs({{{"install", "--usr"}, "kernel install: unknown option '--usr' (did you mean '--user'?)"},
+                      {{"install", "-prefix", "/x"}, "unknown option '-prefix' (did you mean '--prefix'?)"},
+                      {{"install", "--prefix"}, "kernel install: option '--prefix' needs a folder"},
+                      {{"install", "here"}, "kernel install: unknown argument 'here'"},
+                      {{"instal", "--user"}, "kernel: unknown argument 'instal' (did you mean 'install'?)"},
+                      {{"-F", "c.json"}, "kernel: unknown option '-F' (did you mean '-f'?)"},
+                      {{"-f"}, "kernel: option '-f' needs the connection file"},
+                      {{"-f", TMP .. "/c.json", "--debug"}, "kernel: unknown option '--debug'\nusage:"}}) do
+    out, code = S.exe(QKV, "kernel", table.unpack(c[1]))
+    lu.assertEquals(code, 2, table.concat(c[1], " "))
+    lu.assertStrContains(out, c[2])
+  end
   out, code = S.exe(QKV, "kernel", "-f", TMP .. "/no-such-file.json")
   lu.assertNotEquals(code, 0)
   lu.assertStrContains(out, "cannot read the connection file")

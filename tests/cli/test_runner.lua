@@ -310,6 +310,45 @@ function TestRunnerJUnit:testCrashedTestIsAnError()
                        CRASH .. ": TestCrash.testB: the process ")
 end
 
+---------------------------------------------------------------- time
+
+-- "Ran N tests in X seconds" and each test's JUnit time are the time that
+-- passed, not the process's CPU time (LuaUnit's os.clock): a test that
+-- waits 0.5 s on a child process reads at least that, in qkv test, alone
+-- and in the XML. Only a lower bound: the machine may be busy. Inside the
+-- tests os.clock stays the CPU clock.
+TestRunnerTime = {}
+
+function TestRunnerTime:testElapsedNotCpuTime()
+  local d = tmpdir()
+  local suite, xml = d .. "/test_waits.lua", d .. "/waits.xml"
+  writefile(suite, table.concat({
+    'local lu = require "luaunit"',
+    'TestWaits = {}',
+    'function TestWaits:testWaits() lu.assertTrue(os.execute("sleep 0.5")) end',
+    'function TestWaits:testClock() lu.assertNotIs(os.clock, require("qkv").clock) end',
+  }, "\n") .. "\n")
+  for _, args in ipairs({{"test", suite}, {suite}, {"test", "-o", "junit", "-n", xml, suite}}) do
+    local out, code = direct(table.unpack(args))
+    lu.assertEquals(code, 0, out)
+    local secs = tonumber(out:match("Ran 2 tests in ([%d.]+) seconds"))
+    lu.assertNotNil(secs, out)
+    lu.assertTrue(secs >= 0.5, table.concat(args, " ") .. ": " .. out)
+  end
+  local h = assert(io.open(xml))
+  local root = assert(parsexml(h:read("a")))
+  h:close()
+  local times = {}
+  for _, case in ipairs(children(children(root, "testsuite")[1], "testcase")) do
+    times[case.attrs.name] = tonumber(case.attrs.time)
+  end
+  lu.assertTrue(times["TestWaits.testWaits"] >= 0.5, tostring(times["TestWaits.testWaits"]))
+  lu.assertNotNil(times["TestWaits.testClock"])
+  os.remove(suite)
+  os.remove(xml)
+  os.remove(d)
+end
+
 ---------------------------------------------------------------- usage
 
 TestRunnerUsage = {}
@@ -317,6 +356,13 @@ TestRunnerUsage = {}
 function TestRunnerUsage:testBadUsageExits2()
   local cases = {
     {{"-z"}, "unknown option '-z'"},
+    {{FIX, "--timout", "5"}, "unknown option '--timout' (did you mean '--timeout'?)"},
+    {{FIX, "--devic", "cpu"}, "unknown option '--devic' (did you mean '--device'?)"},
+    {{FIX, "-timeout", "5"}, "unknown option '-timeout' (did you mean '--timeout'?)"},
+    {{FIX, "--timeout=5"}, "unknown option '--timeout=5' (did you mean '--timeout'?)"},
+    {{FIX, "--verbos"}, "unknown option '--verbos' (did you mean '--verbose'?)"},
+    {{FIX, "--patern", "x"}, "unknown option '--patern' (did you mean '--pattern'?)"},
+    {{FIX, "--frobnicate"}, "unknown option '--frobnicate'\n"},
     {{FIX, "-o", "junit"}, "a file name must be given with -n"},
     {{FIX, "-o", "xml"}, "'xml' is not text, tap or junit"},
     {{FIX, "-p"}, "option '-p' needs a value"},

@@ -94,7 +94,26 @@ end
 function TestExecutable:testUnknownOptionFails()
   local out, code = sh(quote(exe) .. " --frobnicate")
   lu.assertEquals(code, 1)
-  lu.assertStrContains(out, "unrecognized option '--frobnicate'")
+  lu.assertStrContains(out, "unrecognized option '--frobnicate'\nusage:")
+end
+
+-- a misspelt long option names the nearest of qkv's, as a misspelt key of
+-- an options table does; nothing runs
+function TestExecutable:testMisspeltOptionNamesTheNearest()
+  for bad, near in pairs({["--devic"] = "--device", ["-device"] = "--device",
+                          ["--device=cpu"] = "--device", ["--hlep"] = "--help",
+                          ["--verison"] = "--version", ["--Help"] = "--help"}) do
+    local out, code = sh(quote(exe) .. " " .. bad .. " cpu -e 'print(\"ran\")'")
+    lu.assertEquals(code, 1, bad)
+    lu.assertStrContains(out, exe .. ": unrecognized option '" .. bad .. "' (did you mean '" ..
+                         near .. "'?)\nusage:")
+    lu.assertNotStrContains(out, "ran")
+  end
+  -- too far from any, or one of lua's letters: lua's message alone
+  for _, bad in ipairs({"--dev", "--frobnicate", "-x", "-vx"}) do
+    local out = sh(quote(exe) .. " " .. bad)
+    lu.assertStrContains(out, "unrecognized option '" .. bad .. "'\nusage:")
+  end
 end
 
 function TestExecutable:testStdin()

@@ -109,6 +109,14 @@ function TestDistAttentionWorldOfOne:testBadArguments()
   lu.assertStrContains(err(R, t, t, t, {mask = qkv.ones(3, 2, "bool")}),
     "dist.ring_attention: mask (3, 2) must be this rank's rows of the global mask, broadcastable " ..
     "to (..., n_q/P, n_k) = (..., 3, 3) (1 ranks)")
+  -- PyTorch's additive float mask is not taken as qkv's (true or 1 = may attend)
+  local additive = qkv.where(qkv.causal(3, 3), 0.0, -math.huge):double()
+  for name, f in pairs({ring_attention = R, ulysses_attention = U}) do
+    lu.assertStrContains(err(f, t, t, t, {mask = additive}), "dist." .. name .. ": mask is "
+      .. "float64 (3, 3) with values other than 0 and 1 (from -inf to 0.0)")
+    lu.assertStrContains(err(f, t, t, t, {mask = qkv.zeros(3, 3, "float64")}),
+      "dist." .. name .. ": mask is float64 (3, 3) and all 0")
+  end
   lu.assertStrContains(err(U, t, t, t, {mask = qkv.ones(3, 3, 3, "bool")}),
     "dist.ulysses_attention: mask (3, 3, 3): its heads (dim -3, 3) must be q's (2) or 1")
   lu.assertStrContains(err(U, t, qkv.zeros(1, 3, 4, "float64"), t),
@@ -140,7 +148,8 @@ function TestDistAttentionRanks:setUp() mpi.need(lu, exe) end
 local function ranks(n)
   local out, code = mpi.run(exe, n, SCRIPT, 300)
   local want = {"ring blocks differ", "ring blocks differ named", "ulysses blocks differ",
-                "ring options differ", "ulysses heads", "ring dtype", "ring no graph",
+                "ring options differ", "ring mask values differ", "ulysses mask values differ",
+                "ulysses heads", "ring dtype", "ring no graph",
                 "ulysses no graph", "done"}
   for _, case in ipairs({"plain", "causal", "mask", "mask causal", "nq=2nk causal",
                          "nk=2nq causal", "nq=2nk", "key mask", "scale", "float32"}) do

@@ -252,6 +252,49 @@ function TestFunctional:testSdpaMaskPolarity()
   lu.assertEquals(want[{{}, 2}]:abs():max():item(), 0)
 end
 
+-- PyTorch's float mask (0 and -inf, added) given to qkv.attention, whose
+-- mask is true (or 1) = may attend: an error that says what to use, in
+-- both paths and under autograd, where read as non-zero = may attend it
+-- put the weights exactly on the masked keys. Its bool form, m:eq(0), and
+-- a 0/1 float mask give torch's values; so does F's attn_mask, which adds it.
+function TestFunctional:testAttentionRefusesAnAdditiveMask()
+  local c = P.sdpa[1]
+  lu.assertEquals(c.name, "bool mask")
+  local q, k, v, keep, want = t(c.q), t(c.k), t(c.v), t(c.attn_mask), t(c.out)
+  local additive = qkv.where(keep, 0.0, -math.huge):double()
+  near(SDPA(q, k, v, {attn_mask = additive}), want, TOL.float64, "F adds it")
+  local A = "attention: mask is float64 (3, 5) with values other than 0 and 1 (from -inf to 0.0)"
+  for _, weights in ipairs{true, false} do
+    local msg = fails({A, "pass mask = m:eq(0)",
+                       "F.scaled_dot_product_attention(q, k, v, {attn_mask = m})"},
+                      qkv.attention, q, k, v, {mask = additive, weights = weights})
+    lu.assertStrContains(msg, "qkv's mask is true (or 1) where a query may attend")
+    fails(A, qkv.attention, q:clone():requires_grad_(), k, v, {mask = additive, weights = weights})
+    near(qkv.attention(q, k, v, {mask = additive:eq(0), weights = weights}), want, TOL.float64,
+         "its bool form")
+    near(qkv.attention(q, k, v, {mask = keep:double(), weights = weights}), want, TOL.float64,
+         "a 0/1 float mask")
+    near(qkv.attention(q, k, v, {mask = keep:float(), weights = weights}), want, TOL.float64,
+         "a 0/1 float32 mask")
+  end
+  -- the fixture's other float mask (0.25, -inf and randn values)
+  local f = P.sdpa[2]
+  lu.assertEquals(f.name, "float mask")
+  local fq = t(f.q)
+  fails("attention: mask is float64 (2, 3, 5) with values other than 0 and 1", qkv.attention,
+        fq, t(f.k), t(f.v), {mask = t(f.attn_mask)})
+  near(SDPA(fq, t(f.k), t(f.v), {attn_mask = t(f.attn_mask)}), t(f.out), TOL.float64, f.name)
+  -- all 0: every key masked as qkv's mask, none as PyTorch's
+  fails({"attention: mask is float64 (3, 5) and all 0", "pass a bool mask"},
+        qkv.attention, q, k, v, {mask = qkv.zeros(3, 5, "float64")})
+  -- the modules that take qkv's mask pass it to qkv.attention
+  local mha = nn.MultiHeadAttention(4, 2):double()
+  fails("attention: mask is float64 (3, 5) with values other than 0 and 1", mha, q[1], k[1], k[1],
+        {mask = additive})
+  near(mha(q[1], k[1], k[1], {mask = additive:eq(0)}), mha(q[1], k[1], k[1], {mask = keep}),
+       TOL.float64, "MultiHeadAttention with the bool form")
+end
+
 -- dropout_p drops the weights (always, as torch's F does), from qkv's
 -- generator: 1 drops them all
 function TestFunctional:testSdpaDropout()

@@ -246,6 +246,100 @@ function TestLinePNG:testGridPanel()
     {{{1, 2}, {kind = "line", bins = 3}}})
 end
 
+---------------------------------------------------------------- extreme spans
+
+-- spans wider than the largest double (-1e308 to 1e308: hi - lo is inf),
+-- the largest double itself, one value, spans of a few denormals
+TestLineSpans = {}
+
+local MAX = 1.7976931348623157e308
+
+function TestLineSpans:testOverflowingSpanInTheTerminal()
+  local text = plot.line({-1e308, 1e308, 0}, {color = false, out = false, width = 30})
+  lu.assertEquals(text, table.concat({
+    " 1e+308 ┤          ⡜⠢⡀",
+    "        │         ⡜  ⠑⢄",
+    "        │        ⡸     ⠑⢄",
+    " 5e+307 ┤       ⡰⠁      ⠈⠢⡀",
+    "        │      ⢰⠁         ⠈⠢⡀",
+    "      0 ┤     ⢠⠃            ⠑⢄",
+    "        │    ⢠⠃",
+    "        │   ⢀⠇",
+    "-5e+307 ┤  ⢀⠎",
+    "        │  ⡎",
+    "        │ ⡜",
+    "-1e+308 ┤⡜",
+    "        └┬─────────┬─────────┬",
+    "         1         2         3",
+  }, "\n") .. "\n")
+  -- x from the least double to the largest: the ends are the ticks
+  local t = lines(plot.line({1, 2, 3}, {x = {-MAX, 0, MAX}, color = false, out = false,
+    width = 30}))
+  lu.assertStrMatches(t[#t], "%s*%-1%.8e%+308%s+1%.8e%+308")
+end
+
+-- the PNG of such a span has the points where they belong and tick labels
+-- left of the plot (before, no tick fitted a span that overflows)
+function TestLineSpans:testOverflowingSpanInAPNG()
+  local f = tmp("span.png")
+  local L = plot.line({-1e308, 1e308, 0}, {file = f})
+  local p = L.points[1]
+  lu.assertTrue(p[1].y > p[3].y and p[3].y > p[2].y)
+  lu.assertTrue(math.abs(p[3].y - (L.y0 + L.ph / 2)) <= 1, "0 halfway up")
+  local img = plot.read_png(f)
+  local ink = count(img, 0, L.y0, L.x0 - 12, L.y0 + L.ph, function(r, g, b)
+    return r < 128 and g < 128 and b < 128
+  end)
+  lu.assertTrue(ink > 20, "tick labels left of the plot")
+  -- one value, the least double: drawn, at a finite pixel
+  local one = plot.line({-MAX}, {file = tmp("min.png")})
+  lu.assertTrue(one.points[1][1].y >= one.y0 and one.points[1][1].y <= one.y0 + one.ph)
+end
+
+-- every plot function, in the terminal (with and without colour) and as a
+-- PNG, on spans that overflow, non-finite values and denormals: a figure,
+-- or an error naming the function (hist's "cannot make n finite-sized
+-- bins", as numpy's)
+function TestLineSpans:testEveryFunctionDrawsOrNamesItself()
+  local inf = math.huge
+  local sets = {{-1e308, 1e308, 0}, {MAX, MAX}, {-MAX}, {-MAX, MAX}, {inf, -inf, nan, 1},
+    {nan, nan}, {-inf, inf}, {5e-324, 0, 1e-323}, {1e300, 1e300}, {-MAX, 0, MAX, nan}}
+  local modes = {{out = false, color = false}, {out = false, color = true},
+    {file = tmp("sweep.png")}}
+  local function with(mode, extra)
+    local o = {}
+    for k, v in pairs(mode) do o[k] = v end
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return o
+  end
+  local bad = {}
+  local function try(fname, what, f)
+    local ok, e = pcall(f)
+    if not ok and not tostring(e):find(fname .. ": ", 1, true) then
+      bad[#bad + 1] = what .. ": " .. tostring(e)
+    end
+  end
+  for si, d in ipairs(sets) do
+    local pts, xs, mat = {}, {}, {d, d}
+    for i, v in ipairs(d) do pts[i], xs[i] = {v, d[#d + 1 - i]}, i end
+    for mi, mode in ipairs(modes) do
+      local what = ("set %d, mode %d"):format(si, mi)
+      try("line", what, function() return plot.line(d, with(mode)) end)
+      try("line", what .. " x", function() return plot.line(xs, with(mode, {x = d})) end)
+      try("line", what .. " two", function() return plot.line({d, {1, 2}}, with(mode)) end)
+      try("scatter", what, function() return plot.scatter({{pts}}, with(mode)) end)
+      try("hist", what, function() return plot.hist(d, with(mode)) end)
+      try("heatmap", what, function() return plot.heatmap(mat, with(mode)) end)
+      try("image", what, function() return plot.image(qkv.tensor(mat, "float64"), with(mode)) end)
+      try("grid", what, function()
+        return plot.grid({{d, {kind = "line"}}, {mat, {}}, {mat, {kind = "image"}},
+          {{pts}, {kind = "scatter"}}}, with(mode))
+      end)
+    end
+  end
+  lu.assertEquals(bad, {})
+end
+
 ---------------------------------------------------------------- errors
 
 TestLineErrors = {}

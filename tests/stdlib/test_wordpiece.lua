@@ -1,8 +1,9 @@
 -- test_wordpiece.lua: qkv.wordpiece (and qkv.text under it) against
 -- Hugging Face's tokenizers package on all-MiniLM-L6-v2's vocabulary:
--- 30 hand-picked texts from a fixture (tests/fixtures/tokenizer/
--- make_tokens.py: accents, CJK, Greek, special tokens, long words, odd
--- whitespace and control characters), and random texts tokenised by both
+-- 37 hand-picked texts from a fixture (tests/fixtures/tokenizer/
+-- make_tokens.py: accents, CJK, Greek, special tokens, long words (in
+-- characters, not bytes; a million of them), odd whitespace and control
+-- characters), and random texts tokenised by both
 -- in the same run when build/pyref has the package (`make peers`). A tiny
 -- vocabulary checks the rest without the model: pieces, [UNK], padding,
 -- cutting to max_length, decode and the errors.
@@ -29,12 +30,43 @@ TestWordpieceReference = {}
 function TestWordpieceReference:testTheFixturesTexts()
   local tok = real()
   local ref = dofile("tests/fixtures/tokenizer/tokens_ref.lua")
-  lu.assertEquals(#ref, 30)
+  lu.assertEquals(#ref, 37)
   for i, r in ipairs(ref) do
     local e = tok:encode(r.text)
     lu.assertEquals(e.tokens[1], r.tokens, "text " .. i)
     lu.assertEquals(row(e.input_ids, 1), r.ids, "text " .. i)
   end
+end
+
+-- a word over 100 characters (code points, as the reference counts them:
+-- 99 a's and a ж are 100 characters in 101 bytes) is [UNK] from its first
+-- 101 characters: the fixture's million-character words are [UNK], as the
+-- reference's, and no character past those is walked (utf8.codes, which
+-- the pieces read, counts what it yields)
+function TestWordpieceReference:testALongWordIsUnkFromItsFirstCharacters()
+  local tok = real()
+  local ref = dofile("tests/fixtures/tokenizer/tokens_ref.lua")
+  local codes, walked = utf8.codes, 0
+  utf8.codes = function(s)
+    local f, st, i = codes(s)
+    return function(a, b)
+      local p, c = f(a, b)
+      if p then walked = walked + 1 end
+      return p, c
+    end, st, i
+  end
+  local ok, err = pcall(function()
+    for i = 36, 37 do
+      lu.assertTrue(#ref[i].text >= 1000000, "text " .. i)
+      walked = 0
+      lu.assertEquals(tok:encode(ref[i].text).tokens[1], ref[i].tokens, "text " .. i)
+      lu.assertTrue(walked <= 101, ("text %d: %d characters walked"):format(i, walked))
+    end
+    lu.assertEquals(tok:tokenize(("a"):rep(99) .. "ж")[1], "aaa")
+    lu.assertEquals(tok:tokenize(("ж"):rep(50) .. ("a"):rep(51)), {"[UNK]"})
+  end)
+  utf8.codes = codes
+  if not ok then error(err, 0) end
 end
 
 -- random texts from pieces that exercise every rule, tokenised by both

@@ -17,6 +17,7 @@
 
 #include "../core/qkv.h"
 #include "../dispatch/plugin.h"
+#include "../common/nearest.h"
 #include "cli.h"
 
 #define INIT_VAR "LUA_INIT"
@@ -46,13 +47,31 @@ static void usage (FILE *f) {
     cli_progname, cli_progname, cli_progname);
 }
 
-/* what lua's print_usage prints for a bad option, then the usage */
+/* qkv's long options, for the nearest one to a misspelt option */
+static const char *const LONGOPTS[] = {"--device", "--help", "--version", NULL};
+
+/*
+** what lua's print_usage prints for a bad option, then the usage; an
+** unknown option near one of qkv's long ones (--devic, -device,
+** --device=cuda) names it, as a misspelt key of an options table does
+*/
 static void badoption (const char *opt) {
   fprintf(stderr, "%s: ", cli_progname);
-  if (strcmp(opt, "-e") == 0 || strcmp(opt, "-l") == 0 || strcmp(opt, "--device") == 0)
+  if (strcmp(opt, "-e") == 0 || strcmp(opt, "-l") == 0 || strcmp(opt, "--device") == 0) {
     fprintf(stderr, "'%s' needs argument\n", opt);
-  else
-    fprintf(stderr, "unrecognized option '%s'\n", opt);
+    usage(stderr);
+    return;
+  }
+  char name[40] = "--";
+  const char *bare = opt + strspn(opt, "-"), *near = NULL;
+  size_t n = strcspn(bare, "=");
+  if (bare[0] != '\0' && bare[1] != '\0' && n < sizeof name - 3) {
+    memcpy(name + 2, bare, n);
+    name[n + 2] = '\0';
+    near = qkv_nearest(name, LONGOPTS);
+  }
+  if (near) fprintf(stderr, "unrecognized option '%s' (did you mean '%s'?)\n", opt, near);
+  else fprintf(stderr, "unrecognized option '%s'\n", opt);
   usage(stderr);
 }
 

@@ -78,7 +78,8 @@ characters dropped, the text lower-cased and its accents stripped (when the
 tokenizer lowers; NFC-normalised when it keeps accents), split at whitespace, punctuation and
 CJK ideographs, then each word cut greedily into the longest pieces the
 vocabulary holds ("##" marks a piece inside a word); a word with no such
-cut, or longer than 100 characters, is [UNK]. Special tokens written in
+cut, or longer than 100 characters (code points; known from its first
+101, the rest not walked), is [UNK]. Special tokens written in
 the text ([MASK], [SEP], ...) stay whole. Invalid UTF-8 is an error. As
 tokenizers' BertNormalizer, BertPreTokenizer and WordPiece, character for
 character (Unicode from libutf8proc).]]},

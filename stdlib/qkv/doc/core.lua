@@ -140,7 +140,9 @@ math.sqrt(d_k) in PyTorch.]],
 
   {name = "qkv.mask", sig = "qkv.mask(S, m [, fill])", group = "attention",
    doc = [[A copy of the scores S with fill (default -inf) where the mask m
-is false or 0. m may have any dtype (nonzero keeps) and broadcasts to S:
+is false or 0. m is bool, an integer dtype (nonzero keeps) or a float one
+holding 0 and 1 alone (other values, as in PyTorch's additive mask that
+S + m applies, or 0 alone, are an error), and broadcasts to S:
 a padding mask (B, 1, n), a causal one (n_q, n_k) or a per-head one
 (B, H, n_q, n_k). It may add leading dims to the result (a (1, 1, n)
 mask on (n_q, n) scores gives (1, n_q, n)), never change the last two.
@@ -224,8 +226,10 @@ the weights and calls it.]]},
 masked) V and the weights. Q is (..., n_q, d_k), K (..., n_k, d_k) and V
 (..., n_k, d_v), with batch dims that broadcast, so K and V may lack Q's
 leading dims; out is (..., n_q, d_v) and the weights (..., n_q, n_k).
-opts: mask (a tensor, true = may attend, as for qkv.mask; its leading
-dims join the result's), key_padding_mask (PyTorch's: a bool (..., n_k)
+opts: mask (a tensor, true = may attend, as for qkv.mask: a float mask
+holds 0 and 1 alone, PyTorch's additive one being an error that points to
+m:eq(0) or F.scaled_dot_product_attention; its leading dims join the
+result's), key_padding_mask (PyTorch's: a bool (..., n_k)
 tensor, true = padding), causal (a boolean, as qkv.causal(n_q, n_k): the
 diagonal aligned to the last key), is_causal (PyTorch's: aligned to the
 first key, query i sees keys j <= i, as torch.ones(n_q, n_k).tril(); the

@@ -11,11 +11,23 @@ local json = require "qkv.json"
 
 local M = {}
 
-local function usage(progname)
+local function usage(progname, why)
+  if why then io.stderr:write(("%s kernel install: %s\n"):format(progname, why)) end
   io.stderr:write(("usage: %s kernel install [--user | --prefix DIR]\n"):format(progname))
   return 2
 end
 
+-- the message for an argument install does not take, naming the nearest
+-- option as qkv's other command lines do (qkv._nearest)
+local function unknown(a)
+  if a == "--prefix" or a == "--prefix=" then return "option '--prefix' needs a folder" end
+  local near = a:sub(1, 1) == "-" and
+    require("qkv")._nearest("--" .. a:match("^%-+([^=]*)"), {"--user", "--prefix"})
+  if near then return ("unknown option '%s' (did you mean '%s'?)"):format(a, near) end
+  return ("unknown %s '%s'"):format(a:sub(1, 1) == "-" and "option" or "argument", a)
+end
+
+-- the kernel's folder, or nil and what is wrong with the arguments
 local function folder(args)
   local where, prefix = "system", nil
   local i = 1
@@ -24,7 +36,7 @@ local function folder(args)
     if a == "--user" then where = "user"
     elseif a == "--prefix" and args[i + 1] then where, prefix = "prefix", args[i + 1]; i = i + 1
     elseif a:match("^%-%-prefix=.") then where, prefix = "prefix", a:sub(10)
-    else return nil end
+    else return nil, unknown(a) end
     i = i + 1
   end
   if where == "prefix" then return prefix .. "/share/jupyter/kernels/qkv" end
@@ -62,8 +74,8 @@ local function logo(path, size)
 end
 
 function M.main(args, progname)
-  local dir = folder(args)
-  if not dir then return usage(progname) end
+  local dir, why = folder(args)
+  if not dir then return usage(progname, why) end
   local cairo = require "qkv.cairo"
   local made, err = cairo.mkdir(dir)
   if not made then

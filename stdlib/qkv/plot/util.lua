@@ -192,7 +192,8 @@ end
 -- more than the largest double, from -1e308 to 1e308)
 local BIG = 1.7976931348623157e308      -- the largest double
 function M.widen(lo, hi, frac)
-  local m = hi - lo < math.huge and (hi - lo) * frac or (hi / 2 - lo / 2) * 2 * frac
+  -- (2 * frac) first: the halves' span times 2 overflows, and inf * 0 is NaN
+  local m = hi - lo < math.huge and (hi - lo) * frac or (hi / 2 - lo / 2) * (2 * frac)
   return math.max(lo - m, -BIG), math.min(hi + m, BIG)
 end
 
@@ -242,19 +243,27 @@ function M.cellfmt(fmt, v)
   return s
 end
 
--- nice tick values (1, 2, 2.5, 5 x 10^k apart) inside [lo, hi], about n of them
+-- nice tick values (1, 2, 2.5, 5 x 10^k apart) inside [lo, hi], about n
+-- of them; the two ends alone when no step between them is a double (a
+-- span of a few denormals)
 function M.ticks(lo, hi, n)
   if not (M.isfinite(lo) and M.isfinite(hi)) or hi <= lo then return {lo}, 1 end
-  local raw = (hi - lo) / math.max(n - 1, 1)
+  local k = math.max(n - 1, 1)
+  local raw = (hi - lo) / k
+  if raw == math.huge then raw = (hi / 2 - lo / 2) / k * 2 end  -- from -1e308 to 1e308
   local p = 10 ^ math.floor(math.log(raw, 10))
+  if not (p > 0 and p < math.huge) then return {lo, hi}, hi - lo end
   local step = p * 10
   for _, m in ipairs{1, 2, 2.5, 5, 10} do
     if m * p >= raw * 0.999 then step = m * p; break end
   end
+  if step == math.huge then return {lo, hi}, hi - lo end
+  -- the first at or above lo, less a millionth of a step (lo - eps would
+  -- overflow at -1.8e308); hi + eps may be inf
   local t, eps = {}, step * 1e-6
-  local v = math.ceil((lo - eps) / step) * step
-  while v <= hi + eps and v < math.huge and #t < 50 do     -- hi + eps may be inf
-    t[#t + 1] = math.abs(v) < eps and 0 or v
+  local v = math.ceil(lo / step - 1e-6) * step
+  while v <= hi + eps and v < math.huge and #t < 50 do
+    if v > -math.huge then t[#t + 1] = math.abs(v) < eps and 0 or v end
     v = v + step
   end
   return t, step

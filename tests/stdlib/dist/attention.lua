@@ -232,6 +232,14 @@ if W > 1 then
       d.ulysses_attention, h, h, h)
   local z = qkv.zeros(4, 3, 2, "float64")
   err("ring options differ", "not causal", d.ring_attention, z, z, z, {causal = R == 0})
+  -- a float mask qkv takes on one rank and refuses on the others (0 and
+  -- -inf, PyTorch's additive form): an error on every rank, not a hang
+  local m = R == 0 and qkv.ones(3, 3 * W, "float64") or qkv.zeros(3, 3 * W, "float64")
+  m[{1, 1}] = R == 0 and 1 or -math.huge
+  for _, which in ipairs({"ring", "ulysses"}) do
+    err(which .. " mask values differ", "a mask not of 0 and 1, or all 0",
+        d[which .. "_attention"], z, z, z, {mask = m})
+  end
   local odd = qkv.zeros(W + 1, 3, 2, "float64")
   err("ulysses heads", ("its heads (dim -3, %d) must be q's (%d) and divide among the %d ranks")
       :format(W + 1, W + 1, W), d.ulysses_attention, odd, odd, odd)
