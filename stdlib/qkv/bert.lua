@@ -291,4 +291,6 @@ function Model:embed(texts)
   return self:pool(last, enc.attention_mask)
 end
 
+require("qkv.methods").guard(Model, "model", "BertModel")   -- model.encode() says so
+
 return M

@@ -84,6 +84,8 @@ function Work:is_completed()
   return true
 end
 
+require("qkv.methods").guard(Work, "work", "qkv.dist.Work")   -- work.wait() says so
+
 -- the last argument's {async_op = ...}; returns whether it is set
 local function async(fname, opts)
   if opts == nil then return false end

@@ -232,4 +232,6 @@ function Tokenizer:decode(ids)
   return table.concat(words, " ")
 end
 
+require("qkv.methods").guard(Tokenizer, "tok", "Tokenizer")   -- tok.encode() says so
+
 return M

@@ -50,6 +50,11 @@ function TestDistWorldOfOne:testCollectivesAreIdentities()
   lu.assertIs(w:wait(), t)
   d.barrier()
   lu.assertTrue(d.barrier({async_op = true}):is_completed())
+  -- its methods called with '.' say so
+  local line = debug.getinfo(1, "l").currentline + 1
+  local msg = err(function() w.wait() end)
+  lu.assertStrContains(msg, "test_dist.lua:" .. line .. ": wait: called with '.', use work:wait()")
+  lu.assertStrContains(err(w.is_completed), "is_completed: called with '.', use work:is_completed()")
 end
 
 function TestDistWorldOfOne:testBadArguments()
