@@ -415,4 +415,4 @@ end
 
 qkv._autograd(meta, require("qkv.derivatives").install(A), A.field, A.set_grad)
 
-return A
+return qkv._strict(A, "qkv.autograd")      -- a misspelt name is an error, not nil

@@ -293,4 +293,4 @@ end
 
 require("qkv.methods").guard(Model, "model", "BertModel")   -- model.encode() says so
 
-return M
+return qkv._strict(M, "qkv.bert")           -- a misspelt name is an error, not nil

@@ -313,4 +313,5 @@ end
 methods.guard(LRScheduler, "sched", "scheduler")
 for _, cls in ipairs{StepLR, Cosine, LambdaLR, LinearLR, SequentialLR} do methods.guard(cls, "sched") end
 
-return S
+-- a misspelt scheduler (StepLr) is an error naming the nearest
+return require("qkv")._strict(S, "qkv.optim.lr_scheduler", "class or function")

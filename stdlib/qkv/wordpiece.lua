@@ -234,4 +234,4 @@ end
 
 require("qkv.methods").guard(Tokenizer, "tok", "Tokenizer")   -- tok.encode() says so
 
-return M
+return qkv._strict(M, "qkv.wordpiece")      -- a misspelt name is an error, not nil
