@@ -95,6 +95,10 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   lua_setfield(L, module, "_lazy");      /* the metatable, for extensions */
+  lua_getfield(L, module, "_strict");    /* qkv.cuda.synchronise is an error, as qkv's names */
+  lua_getfield(L, module, "cuda");
+  lua_pushliteral(L, "qkv.cuda");
+  lua_call(L, 2, 0);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, lazy_index);
   lua_setfield(L, -2, "__index");

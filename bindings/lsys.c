@@ -134,6 +134,8 @@ typedef struct { void *h; int timing, recorded; } Event;
 
 static Event *checkevent (lua_State *L, int arg, const char *fname) {
   Event *e = (Event *)luaL_testudata(L, arg, EVENT);
+  if (e == NULL && arg == 1 && lua_isnoneornil(L, 1))   /* e.record(), as the Lua objects say */
+    luaL_error(L, "%s: called with '.', use event:%s()", fname, strchr(fname, ':') + 1);
   if (e == NULL)
     luaL_error(L, "%s: %s must be a qkv.cuda.Event, got %s", fname, arg == 1 ? "self" : "stop",
                luaL_typename(L, arg));

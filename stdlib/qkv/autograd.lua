@@ -350,6 +350,8 @@ function Handle:remove()
   end
 end
 
+require("qkv.methods").guard(Handle, "handle", "hook handle")   -- handle.remove() says so
+
 -- x:register_post_accumulate_grad_hook(fn): fn(x) in each backward, once
 -- x.grad holds all that backward gives x (after its last edge)
 function A.register_post_accumulate_grad_hook(x, fn)
@@ -413,4 +415,4 @@ end
 
 qkv._autograd(meta, require("qkv.derivatives").install(A), A.field, A.set_grad)
 
-return A
+return qkv._strict(A, "qkv.autograd")      -- a misspelt name is an error, not nil

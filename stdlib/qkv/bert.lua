@@ -291,4 +291,6 @@ function Model:embed(texts)
   return self:pool(last, enc.attention_mask)
 end
 
-return M
+require("qkv.methods").guard(Model, "model", "BertModel")   -- model.encode() says so
+
+return qkv._strict(M, "qkv.bert")           -- a misspelt name is an error, not nil

@@ -84,6 +84,8 @@ function Work:is_completed()
   return true
 end
 
+require("qkv.methods").guard(Work, "work", "qkv.dist.Work")   -- work.wait() says so
+
 -- the last argument's {async_op = ...}; returns whether it is set
 local function async(fname, opts)
   if opts == nil then return false end
@@ -450,4 +452,5 @@ M._differ = differ
 M._dtypes, M._dtype_names = DTYPES, NAMES
 function M._library(source) SOURCES[source] = true end
 
-return M
+-- qkv.dist.allreduce is an error naming all_reduce, not nil
+return qkv._strict(M, "qkv.dist")

@@ -1,8 +1,13 @@
 -- dist_ddp.lua: qkv.dist.DDP(module [, opts]), data-parallel training as
 -- PyTorch's DistributedDataParallel does it. Wrapping broadcasts rank 0's
--- parameters to every rank; the wrapper is called as the module is (and
--- reads through to it: parameters(), train(), fields). Each rank runs its
--- own slice of the batch; during loss:backward() the gradients are summed
+-- parameters to every rank. The wrapper is a qkv.nn Module whose one child,
+-- "module", is the wrapped module, as PyTorch's: called, it runs the
+-- module's forward, and every Module method (train, eval, to, double,
+-- parameters, state_dict, load, zero_grad) reaches the wrapped module, so
+-- an optimizer over the wrapper steps the tensors the forward uses; other
+-- fields read through to the module (ddp.W is ddp.module.W), while its own
+-- methods and assignments to its fields go through ddp.module. Each rank
+-- runs its own slice of the batch; during loss:backward() the gradients are summed
 -- across ranks in buckets (parameters in reverse order, as backward reaches
 -- them, up to bucket_cap_mb each), a bucket's all_reduce started as soon as
 -- its last gradient is in, while backward goes on; backward waits for them
@@ -11,11 +16,14 @@
 --   opts.bucket_cap_mb   a bucket's size in MB (default 25, as PyTorch's)
 --
 -- A parameter no rank gave a gradient in a backward keeps its .grad; one
--- that some ranks gave none counts zeros for them. Move or convert the
--- module (m:to(...)) before wrapping it: that makes new parameter tensors.
+-- that some ranks gave none counts zeros for them. The module may be moved
+-- or converted after wrapping (ddp:to(...), ddp:double()): each forward
+-- finds the parameters it holds now and hooks the new tensors.
 
 local qkv = require "qkv"
 local D = require "qkv.dist"
+local nnm = require "qkv.nn_module"
+local methods = require "qkv.methods"
 local SOURCE = debug.getinfo(1, "S").source
 
 local M = {}
@@ -23,15 +31,41 @@ local M = {}
 D._library(SOURCE)
 local fail = D._fail
 
-local DDP = {}
-DDP.__name = "qkv.dist.DDP"
+-- the class: a Module (its methods, through the metatable), whose child
+-- "module" is kept as _module, so that an assignment to it is seen
+local DDP = setmetatable({}, {__index = nnm.Module})
+DDP.__name = "DDP"
+DDP.__call = function(self, ...) return self:forward(...) end
+DDP.__tostring = function(self) return self:repr("") end
+
+-- ddp.k: the wrapped module for "module", a method of DDP or Module, else
+-- the wrapped module's field; a method of the wrapped module's own class
+-- (a ModuleList's append) would run on the wrapper, so it is an error
 DDP.__index = function(self, k)
+  if k == "module" then return rawget(self, "_module") end
   local v = DDP[k]
   if v ~= nil then return v end
-  return rawget(self, "module")[k]
+  local m = rawget(self, "_module")
+  v = m[k]
+  if type(v) == "function" and rawget(m, k) == nil then
+    fail("DDP: %s is a method of the wrapped %s: call ddp.module:%s()", tostring(k),
+         getmetatable(m).__name, tostring(k))
+  end
+  return v
 end
-DDP.__call = function(self, ...) return self.module(...) end
-DDP.__tostring = function(self) return "DDP(" .. tostring(self.module) .. ")" end
+
+-- ddp.k = v: the wrapped module is fixed; a field it has is set on it
+-- (ddp.W = t would leave ddp.module.W as it was); anything else is the
+-- wrapper's own, as a Module's
+DDP.__newindex = function(self, k, v)
+  if k == "module" then fail("DDP: 'module' is the wrapped module: wrap another with qkv.dist.DDP") end
+  local m = rawget(self, "_module")
+  if type(k) == "string" and k:sub(1, 1) ~= "_" and m[k] ~= nil then
+    fail("DDP: ddp.%s = ... would not reach the wrapped module, whose %s it reads: set ddp.module.%s",
+         k, k, k)
+  end
+  nnm.set_slot(self, k, v)
+end
 
 -- the buckets: same dtype and device, reverse parameter order, each up to
 -- cap bytes (a bigger parameter has one of its own)
@@ -109,10 +143,43 @@ local function hook(self, b)
   end
 end
 
+-- the reducing hooks on the parameters the module holds now: made at the
+-- wrapping, and again at a forward after they were replaced (ddp:to(...)),
+-- the old ones taken off. A world of one reduces nothing: no hooks
+local function hook_params(self)
+  if D.world_size() == 1 then return end
+  local params = {}
+  for i, np in ipairs(self._module:parameters()) do params[i] = np[2] end
+  local now = rawget(self, "_hooked")
+  if now and #now == #params then
+    local same = true
+    for i, p in ipairs(params) do same = same and rawequal(p, now[i]) end
+    if same then return end
+  end
+  for _, h in ipairs(rawget(self, "_handles")) do h:remove() end
+  local handles = {}
+  rawset(self, "_buckets", buckets(params, rawget(self, "_cap")))
+  for _, b in ipairs(self._buckets) do
+    for _, p in ipairs(b.params) do
+      handles[#handles + 1] = p:register_post_accumulate_grad_hook(hook(self, b))
+    end
+  end
+  rawset(self, "_handles", handles)
+  rawset(self, "_hooked", params)
+end
+
+-- ddp(...): the wrapped module's forward, on the tensors it holds now
+function DDP:forward(...)
+  hook_params(self)
+  return self._module(...)
+end
+
+function DDP:extra() return "" end
+
+methods.guard(DDP, "ddp", "DDP")          -- ddp.forward(x) says so
+
 function M.DDP(module, opts)
-  local has = type(module) == "table" and
-              select(2, pcall(function() return module.parameters end))
-  if type(has) ~= "function" then
+  if not nnm.is_module(module) then
     fail("dist.DDP: bad argument #1 (a qkv.nn module expected, got %s)", type(module))
   end
   if opts ~= nil and type(opts) ~= "table" then
@@ -131,18 +198,14 @@ function M.DDP(module, opts)
   -- the world first, so that a missing Open MPI is an error naming DDP
   local started, why = pcall(D.init)
   if not started then fail("dist.DDP: %s", tostring(why):gsub("^.-dist%.init: ", "")) end
-  local params = {}
-  for i, np in ipairs(module:parameters()) do params[i] = np[2] end
-  local self = setmetatable({module = module, _buckets = {}}, DDP)
+  local params = module:parameters()
+  local self = setmetatable({_module = module, _params = {}, _children = {"module"},
+                             training = module.training, _buckets = {}, _handles = {},
+                             _cap = cap * 1024 * 1024}, DDP)
   qkv.no_grad(function()
-    for _, p in ipairs(params) do D.broadcast(p, 0) end
+    for _, p in ipairs(params) do D.broadcast(p[2], 0) end
   end)
-  if D.world_size() > 1 then
-    rawset(self, "_buckets", buckets(params, cap * 1024 * 1024))
-    for _, b in ipairs(self._buckets) do
-      for _, p in ipairs(b.params) do p:register_post_accumulate_grad_hook(hook(self, b)) end
-    end
-  end
+  hook_params(self)
   return self
 end
 

@@ -27,18 +27,8 @@ local S = {}
 
 local function fail(fmt, ...) error(string.format(fmt, ...), caller(SOURCE, true)) end
 
--- whether v's class is cls or inherits from it (classes chain by __index)
-local function is_a(v, cls)
-  if type(v) ~= "table" then return false end
-  local c = getmetatable(v)
-  for _ = 1, 16 do
-    if c == cls then return true end
-    local mt = type(c) == "table" and getmetatable(c)
-    c = mt and rawget(mt, "__index")
-    if c == nil then return false end
-  end
-  return false
-end
+local methods = require "qkv.methods"
+local is_a = methods.is_a
 
 local function what(v)
   if type(v) ~= "table" then return type(v) end
@@ -132,7 +122,6 @@ end
 
 -- the next epoch's learning rate into opt.lr; call it after opt:step()
 function LRScheduler:step(...)
-  if not is_a(self, LRScheduler) then fail("step: call it as sched:step()") end
   if select("#", ...) > 0 then
     fail("step: takes no argument (PyTorch's epoch argument is deprecated), got %s", type((...)))
   end
@@ -143,7 +132,6 @@ end
 -- {lr}: the learning rate the last step (or the making) set, in a list of
 -- one per parameter group as torch's
 function LRScheduler:get_last_lr()
-  if not is_a(self, LRScheduler) then fail("get_last_lr: call it as sched:get_last_lr()") end
   return {self._last_lr}
 end
 
@@ -312,7 +300,6 @@ end
 -- the scheduler of this epoch steps; at a milestone the next one starts
 -- from its epoch 0 (its closed form, from the base learning rate)
 function SequentialLR:step(...)
-  if getmetatable(self) ~= SequentialLR then fail("step: call it as sched:step()") end
   if select("#", ...) > 0 then fail("step: takes no argument, got %s", type((...))) end
   self.last_epoch = self.last_epoch + 1
   local e = self.last_epoch
@@ -322,4 +309,9 @@ function SequentialLR:step(...)
   self._last_lr = x._last_lr
 end
 
-return S
+-- a method called with '.' (sched.step()) says so
+methods.guard(LRScheduler, "sched", "scheduler")
+for _, cls in ipairs{StepLR, Cosine, LambdaLR, LinearLR, SequentialLR} do methods.guard(cls, "sched") end
+
+-- a misspelt scheduler (StepLr) is an error naming the nearest
+return require("qkv")._strict(S, "qkv.optim.lr_scheduler", "class or function")

@@ -78,7 +78,10 @@ end
 -- computed in its dtype (float32 for the 2-byte ones), combined in double;
 -- every gradient scaled in place by min(max_norm / (total + 1e-6), 1); the
 -- total returned as a 0-d tensor of the gradients' dtype, on the first
--- one's device, as torch's.
+-- one's device, as torch's. Each parameter counts once, however often it
+-- is listed (a module's parameters() lists a shared one once, as torch's;
+-- torch's clip_grad_norm_([p, p]) would count p twice), and each gradient
+-- tensor is scaled once, even where two parameters hold it.
 local GRAD_RANK = {float16 = 1, bfloat16 = 1, float32 = 2, float64 = 3}
 
 local function grads_of(fname, params)
@@ -91,14 +94,15 @@ local function grads_of(fname, params)
       params = params:parameters()
     end
   end
-  local grads = {}
+  local grads, seen = {}, {}
   for i = 1, rawlen(params) do
     local p = rawget(params, i)
     local t = qkv.is_tensor(p) and p or type(p) == "table" and rawget(p, 2)
     if not qkv.is_tensor(t) then fail(fname, "parameters[%d] is a %s, not a tensor", i, type(p)) end
     checktensor(fname, "parameters[" .. i .. "]", t)
-    local g = t.grad
-    if g ~= nil then
+    local g = not seen[t] and t.grad
+    seen[t] = true
+    if g then
       checktensor(fname, "the grad of parameters[" .. i .. "]", g)
       if not GRAD_RANK[g.dtype] then
         fail(fname, "the grad of parameters[%d] is %s, not a float tensor", i, g.dtype)
@@ -153,7 +157,11 @@ function nn.clip_grad_norm_(params, max_norm, norm_type, opts)
   local coef = math.min(max_norm / (total + 1e-6), 1.0)
   if coef ~= 1 then
     qkv.no_grad(function()
-      for _, g in ipairs(grads) do g:mul_(coef) end
+      local scaled = {}
+      for _, g in ipairs(grads) do
+        if not scaled[g] then g:mul_(coef) end
+        scaled[g] = true
+      end
     end)
   end
   return qkv.tensor(total, dtype):to(grads[1].device)

@@ -144,29 +144,26 @@ local Identity = class("Identity")
 function Identity:init() end
 function Identity:forward(x) return x end
 
--- Sequential(m1, m2, ...): m[1], m[2], ... and #m as a Lua list
-local Sequential = class("Sequential")
-function Sequential:init(...)
-  for i, m in ipairs{...} do
-    if getmetatable(m) == nil or getmetatable(m).forward == nil then
-      fail("Sequential", "argument #%d is not a module", i)
-    end
-    self:child(i, m)
-  end
-end
-
-function Sequential:forward(x)
-  for _, n in ipairs(self._children) do x = self[n](x) end
-  return x
-end
+-- The containers, Sequential and ModuleList, hold their modules at
+-- positions 1..n in a list of their own (_items; _children names the
+-- positions, for the Module methods), so that every m[i] = v is seen:
+-- m[i] = module replaces position i (-1 the last), as PyTorch's
+-- __setitem__; past the end is an error, as PyTorch's IndexError, and so
+-- are a hole (m[i] = nil) and anything not a module.
 
 -- a module, else an error naming what: a table whose class has a forward
 local function checkmodule(fname, what, m)
-  local mt = type(m) == "table" and getmetatable(m)
-  if type(mt) ~= "table" or rawget(mt, "__name") == nil or mt.forward == nil then
+  if not M.is_module(m) then
     fail(fname, "%s is not a module, got %s", what, qkv.is_tensor(m) and "a tensor" or type(m))
   end
   return m
+end
+
+-- m at the end of the container
+local function add(self, m)
+  local items = rawget(self, "_items")
+  items[#items + 1] = m
+  self._children[#items] = #items
 end
 
 -- a container's m[i]: m[-1] is the last module, as PyTorch's; m[0] is an
@@ -175,23 +172,74 @@ end
 local function list_index(cls)
   local name = cls.__name
   return function(self, k)
-    if math.type(k) == "integer" and k <= 0 then
-      if k == 0 then
-        error(string.format("%s: index 0: positions count from 1 (m[1] is the first module, "
-                            .. "m[-1] the last)", name), 2)
-      end
-      local n = #rawget(self, "_children")
-      return k >= -n and rawget(self, n + 1 + k) or nil
+    local i = math.type(k) == "float" and math.tointeger(k) or k
+    if math.type(i) ~= "integer" then return cls[k] end
+    local items = rawget(self, "_items")
+    if i == 0 then
+      error(string.format("%s: index 0: positions count from 1 (m[1] is the first module, "
+                          .. "m[-1] the last)", name), 2)
     end
-    return cls[k]
+    if i < 0 then i = #items + 1 + i end
+    return items[i]
   end
 end
-Sequential.__index = list_index(Sequential)
+
+-- a container's m[k] = v: a module at a position it has
+local function list_newindex(cls, hint)
+  local name = cls.__name
+  return function(self, k, v)
+    if type(k) ~= "number" then
+      if M.is_module(v) then
+        fail(name, "m.%s = module: a %s holds its modules at positions 1, 2, ...%s", tostring(k), name, hint)
+      end
+      return M.set_slot(self, k, v)
+    end
+    local items = rawget(self, "_items")
+    local n, i = #items, math.tointeger(k)
+    if i == nil then fail(name, "index must be an integer, got %s", tostring(k)) end
+    if i == 0 then fail(name, "index 0: positions count from 1 (m[1] is the first module, m[-1] the last)") end
+    if i > n or i < -n then
+      fail(name, "index %d is out of range: it has %d module%s (1 to %d, or -%d to -1)%s", i, n,
+           n == 1 and "" or "s", n, n, hint)
+    end
+    if i < 0 then i = n + 1 + i end
+    if v == nil then
+      fail(name, "m[%d] = nil would leave a hole: a %s holds modules (PyTorch's del m[i] has no counterpart)",
+           i, name)
+    end
+    if not M.is_module(v) then fail(name, "m[%d] must be a module, got %s", i, (M.what(v):gsub("^an? ", ""))) end
+    items[i] = v
+  end
+end
+
+-- a container class: its items, # and the assignment
+local function container(name, hint)
+  local cls = class(name)
+  cls.__index = list_index(cls)
+  cls.__newindex = list_newindex(cls, hint)
+  cls.__len = function(self) return #rawget(self, "_items") end
+  return cls
+end
+
+-- Sequential(m1, m2, ...): m[1], m[2], ... and #m as a Lua list
+local Sequential = container("Sequential", "")
+function Sequential:init(...)
+  rawset(self, "_items", {})
+  for i = 1, select("#", ...) do
+    local m = select(i, ...)
+    if not M.is_module(m) then fail("Sequential", "argument #%d is not a module", i) end
+    add(self, m)
+  end
+end
+
+function Sequential:forward(x)
+  for _, m in ipairs(rawget(self, "_items")) do x = m(x) end
+  return x
+end
 
 -- ModuleList([modules]): modules held in a list, as m[1], ..., #m, ipairs;
 -- their weights named "1.W", "2.b", ... as Sequential's
-local ModuleList = class("ModuleList")
-ModuleList.__index = list_index(ModuleList)
+local ModuleList = container("ModuleList", "; m:append(module) adds one")
 
 -- the modules of a list (a plain list, a ModuleList or a Sequential), read
 -- raw, each checked before any is added
@@ -204,43 +252,45 @@ local function modules_of(fname, list)
     fail(fname, "modules must be a list of modules, got a %s: put it in a list, {m}",
          type(mt) == "table" and rawget(mt, "__name") or "table with a metatable")
   end
+  if mt ~= nil then list = rawget(list, "_items") end
   local out = {}
   for i = 1, rawlen(list) do out[i] = checkmodule(fname, "modules[" .. i .. "]", rawget(list, i)) end
   return out
 end
 
 function ModuleList:init(modules, ...)
+  rawset(self, "_items", {})
   if select("#", ...) > 0 then fail("ModuleList", "expected ModuleList([modules]), one list") end
   if modules ~= nil then
-    for _, m in ipairs(modules_of("ModuleList", modules)) do self:append(m) end
+    for _, m in ipairs(modules_of("ModuleList", modules)) do add(self, m) end
   end
 end
 
 -- m:append(module): added at the end; returns m
 function ModuleList:append(m)
   checkmodule("append", "module", m)
-  self:child(#self._children + 1, m)
+  add(self, m)
   return self
 end
 
 -- m:extend(modules): each added at the end; returns m
 function ModuleList:extend(modules)
-  for _, m in ipairs(modules_of("extend", modules)) do self:child(#self._children + 1, m) end
+  for _, m in ipairs(modules_of("extend", modules)) do add(self, m) end
   return self
 end
 
 -- m:insert(index, module): module at index (1 to #m + 1, or negative from
 -- the end, as PyTorch's), the later ones moved up; returns m
 function ModuleList:insert(index, m)
-  local n = #self._children
+  local items = rawget(self, "_items")
+  local n = #items
   if math.type(index) ~= "integer" or index == 0 or index > n + 1 or index < -n then
     fail("insert", "index must be an integer in 1..%d or -%d..-1 (positions count from 1), got %s",
          n + 1, n, tostring(index))
   end
   checkmodule("insert", "module", m)
   if index < 0 then index = n + 1 + index end
-  for i = n, index, -1 do rawset(self, i + 1, rawget(self, i)) end
-  rawset(self, index, m)
+  table.insert(items, index, m)
   self._children[n + 1] = n + 1
   return self
 end
@@ -249,4 +299,3 @@ function ModuleList:forward()
   fail("ModuleList", "a ModuleList has no forward, as PyTorch's: call its modules "
        .. "(for _, layer in ipairs(m) do x = layer(x) end)")
 end
-

@@ -19,6 +19,7 @@ local qkv = require "qkv"
 local nn = {}           -- the public table, qkv.nn, filled by class() and the files
 
 local caller = require "qkv.caller"
+local methods = require "qkv.methods"
 
 -- the files of qkv.nn: an error points at the first frame outside them
 local SOURCES = {[debug.getinfo(1, "S").source] = true}
@@ -78,11 +79,126 @@ local Module = {}
 Module.__index = Module
 nn.Module = Module
 
+-- whether v is a module: a table whose class has a __name and a forward
+local function is_module(v)
+  local mt = type(v) == "table" and getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") ~= nil and mt.forward ~= nil
+end
+
+-- what v is, for messages: "a tensor", "a Linear", "a number"
+local function what(v)
+  if qkv.is_tensor(v) then return "a tensor" end
+  if is_module(v) then return "a " .. getmetatable(v).__name end
+  return "a " .. type(v)
+end
+
+-- A module's registered names: _params (tensor fields, as PyTorch's
+-- _parameters) and _children (module fields, its _modules), in the order
+-- registered. A name whose field is nil is not there (PyTorch's
+-- m.bias = None): every method below skips it. Every method reads the
+-- names through the two functions here, which refuse a field that holds
+-- something else, and walks the tree with tree(), which refuses a module
+-- inside itself.
+
+-- m's own parameters as {name, tensor, field}, names after prefix
+local function own_params(m, fname, prefix, out)
+  for _, n in ipairs(rawget(m, "_params")) do
+    local t = m[n]
+    if t ~= nil then
+      if not qkv.is_tensor(t) then
+        fail(fname, "'%s' is %s, not a tensor: a parameter is a tensor, or nil to remove it",
+             prefix .. n, what(t))
+      end
+      out[#out + 1] = {prefix .. n, t, n}
+    end
+  end
+  return out
+end
+
+-- m's children as {name, module}, names after prefix
+local function own_children(m, fname, prefix, out)
+  for _, n in ipairs(rawget(m, "_children")) do
+    local c = m[n]
+    if c ~= nil then
+      if not is_module(c) then
+        fail(fname, "'%s' is %s, not a module: a submodule is a module, or nil to remove it",
+             prefix .. n, what(c))
+      end
+      out[#out + 1] = {prefix .. n, c}
+    end
+  end
+  return out
+end
+
+-- {prefix, module} for m and every module under it, each before its
+-- children; a module held in two places comes twice (state_dict names
+-- both, as PyTorch's); one inside itself is an error
+local function tree(m, fname, prefix, out, path)
+  out, path = out or {}, path or {}
+  out[#out + 1] = {prefix or "", m}
+  path[m] = true
+  for _, e in ipairs(own_children(m, fname, prefix or "", {})) do
+    if path[e[2]] then
+      fail(fname, "'%s' is a module that holds it: a module cannot hold itself", e[1])
+    end
+    tree(e[2], fname, e[1] .. ".", out, path)
+  end
+  path[m] = nil
+  return out
+end
+
+-- {name, tensor} for every parameter under m, in registration order (own
+-- first, then each child's); with once, a tensor reached again (a module
+-- or a weight held in two places) is left out, as PyTorch's parameters()
+-- leaves it, so it is counted, clipped and stepped once
+local function params_of(m, fname, once, prefix)
+  local out, seen = {}, {}
+  for _, e in ipairs(tree(m, fname, prefix)) do
+    for _, p in ipairs(own_params(e[2], fname, e[1], {})) do
+      if not (once and seen[p[2]]) then
+        seen[p[2]] = true
+        out[#out + 1] = p
+      end
+    end
+  end
+  return out
+end
+
+-- m.k = v for a k that m does not hold (a new field, or a parameter or
+-- submodule set to nil before): a registered name takes a tensor (a
+-- parameter) or a module (a submodule), or nil; a module put in a new
+-- field is registered as a submodule, as PyTorch's setattr does
+local function set_slot(self, k, v)
+  local mt = getmetatable(self)
+  local name = rawget(mt, "__name")
+  if v ~= nil then
+    for _, n in ipairs(rawget(self, "_params")) do
+      if n == k and not qkv.is_tensor(v) then
+        fail(name, "'%s' is a parameter: assign a tensor, or nil to remove it, got %s", k, type(v))
+      end
+    end
+    local child = false
+    for _, n in ipairs(rawget(self, "_children")) do
+      if n == k then child = true end
+    end
+    if child and not is_module(v) then
+      fail(name, "'%s' is a submodule: assign a module, or nil to remove it, got %s", k, type(v))
+    end
+    if not child and is_module(v) and type(k) == "string" then
+      local list = rawget(self, "_children")
+      list[#list + 1] = k
+    end
+  end
+  rawset(self, k, v)
+end
+
 -- a class: its instances are callable and print like PyTorch's modules;
--- errors in making one or in its forward name the class
+-- errors in making one or in its forward name the class; a method called
+-- with '.' (m.forward(x)) says so (qkv.methods)
 local function class(name)
   local c = setmetatable({}, {__index = Module})
   c.__index = c
+  c.__newindex = set_slot
   c.__name = name
   c.__call = function(self, ...) return self:forward(...) end
   c.__tostring = function(self) return self:repr("") end
@@ -94,6 +210,9 @@ local function class(name)
     if k == "forward" then
       local f = v
       v = function(self, ...) return named(name, pcall(f, self, ...)) end
+    end
+    if type(k) == "string" and k:sub(1, 1) ~= "_" and type(v) == "function" then
+      v = methods.wrap(cls, k, v, "m", name)
     end
     rawset(cls, k, v)
   end})
@@ -109,7 +228,7 @@ end
 
 -- every parameter's .grad back to nil
 function Module:zero_grad()
-  for _, p in ipairs(self:parameters()) do p[2].grad = nil end
+  for _, p in ipairs(params_of(self, "zero_grad", true)) do p[2].grad = nil end
   return self
 end
 
@@ -117,17 +236,22 @@ local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 
 -- every parameter moved to a device ("cpu" or "cuda") or converted to a
 -- float dtype, children too, as nn.Module.to does; returns the module. The
--- parameters are new tensors (an optimizer made before says so at its step).
+-- parameters are new tensors (an optimizer made before says so at its step);
+-- a tensor held in two places gets one new tensor, in both.
 function Module:to(to)
   local field = (to == "cpu" or to == "cuda") and "device" or FLOATS[to] and "dtype"
   if not field then
     fail("to", "expected a device (\"cpu\", \"cuda\") or a float dtype, got %s", tostring(to))
   end
-  for _, n in ipairs(self._params) do
-    local p = self[n]
-    if p[field] ~= to then self[n] = p:detach():to(to):requires_grad_() end
+  local made = {}                        -- old tensor -> its new one
+  for _, e in ipairs(tree(self, "to")) do
+    local m = e[2]
+    for _, p in ipairs(own_params(m, "to", e[1], {})) do
+      local t = p[2]
+      if not made[t] and t[field] ~= to then made[t] = t:detach():to(to):requires_grad_() end
+      if made[t] then rawset(m, p[3], made[t]) end
+    end
   end
-  for _, n in ipairs(self._children) do self[n]:to(to) end
   return self
 end
 function Module:cuda() return self:to("cuda") end
@@ -145,26 +269,14 @@ local function uniform(bound, ...)
   return (qkv.rand(...) * 2 - 1) * bound
 end
 
--- flat list of {name, tensor}, in registration order, children after own
-local function collect(m, prefix, out)
-  for _, n in ipairs(m._params) do
-    out[#out + 1] = {prefix .. n, m[n]}
-  end
-  for _, n in ipairs(m._children) do
-    collect(m[n], prefix .. n .. ".", out)
-  end
-  return out
-end
-
-function Module:parameters() return collect(self, "", {}) end
+-- {name, tensor} for each parameter, each once, in registration order
+-- (own first, then each child's), as PyTorch's parameters()
+function Module:parameters() return params_of(self, "parameters", true) end
 
 -- for name, p in m:named_parameters([{prefix =, recurse =}]) do: the pairs
 -- of parameters(), in its order (recurse false: m's own only), each name
 -- after prefix and a dot, as PyTorch's named_parameters()
 function Module:named_parameters(opts)
-  if type(self) ~= "table" or type(rawget(self, "_params")) ~= "table" then
-    fail("named_parameters", "call it as m:named_parameters(), on a module")
-  end
   opts = checkopts("named_parameters", opts, {"prefix", "recurse"}, {"recurse"})
   local prefix = opts.prefix == nil and "" or opts.prefix
   if type(prefix) ~= "string" then
@@ -173,9 +285,12 @@ function Module:named_parameters(opts)
   if prefix ~= "" then prefix = prefix .. "." end
   local list = {}
   if opts.recurse == false then
-    for _, n in ipairs(self._params) do list[#list + 1] = {prefix .. n, self[n]} end
+    local seen = {}
+    for _, p in ipairs(own_params(self, "named_parameters", prefix, {})) do
+      if not seen[p[2]] then seen[p[2]] = true; list[#list + 1] = p end
+    end
   else
-    collect(self, prefix, list)
+    list = params_of(self, "named_parameters", true, prefix)
   end
   local i = 0
   return function()
@@ -185,16 +300,18 @@ function Module:named_parameters(opts)
   end
 end
 
+-- name -> tensor for every place a parameter is held (a tied weight under
+-- both names), as PyTorch's state_dict
 function Module:state_dict()
   local d = {}
-  for _, p in ipairs(self:parameters()) do d[p[1]] = p[2] end
+  for _, p in ipairs(params_of(self, "state_dict", false)) do d[p[1]] = p[2] end
   return d
 end
 
--- the number of weights
+-- the number of weights, each tensor counted once
 function Module:nparams()
   local n = 0
-  for _, p in ipairs(self:parameters()) do n = n + p[2]:numel() end
+  for _, p in ipairs(params_of(self, "nparams", true)) do n = n + p[2]:numel() end
   return n
 end
 
@@ -205,15 +322,13 @@ end
 -- checked before the first is copied, so a bad one changes nothing.
 function Module:load(src)
   if type(src) ~= "table" then fail("load", "source must be a module or a state_dict, got %s", type(src)) end
-  -- a module (its class has a __name), read for state_dict; any other
-  -- table (qkv.nn itself refuses names it lacks) is a state_dict
-  local mt = getmetatable(src)
-  local from = type(mt) == "table" and rawget(mt, "__name") and type(src.state_dict) == "function"
-    and src:state_dict() or src
+  -- a module, read for state_dict; any other table (qkv.nn itself refuses
+  -- names it lacks) is a state_dict
+  local from = is_module(src) and src:state_dict() or src
   local snap = {}                 -- read once and raw: no metamethod runs
   for k, v in next, from do snap[k] = v end
   from = snap
-  local mine = self:parameters()
+  local mine = params_of(self, "load", false)
   local known = {}
   for _, p in ipairs(mine) do
     local name, t = p[1], p[2]
@@ -251,8 +366,7 @@ end
 function Module:train(mode)
   if mode == nil then mode = true end
   if type(mode) ~= "boolean" then fail("train", "mode must be a boolean, got %s", type(mode)) end
-  self.training = mode
-  for _, n in ipairs(self._children) do self[n]:train(mode) end
+  for _, e in ipairs(tree(self, "train")) do rawset(e[2], "training", mode) end
   return self
 end
 
@@ -260,12 +374,15 @@ function Module:eval() return self:train(false) end
 
 function Module:extra() return "" end
 
+-- the module as PyTorch prints it; a module inside itself is an error
 function Module:repr(indent)
+  if indent == "" then tree(self, "tostring") end
   local s = self.__name .. "(" .. self:extra()
-  if #self._children == 0 then return s .. ")" end
+  local children = own_children(self, "tostring", "", {})
+  if #children == 0 then return s .. ")" end
   local inner = indent .. "  "
-  for _, n in ipairs(self._children) do
-    s = s .. "\n" .. inner .. "(" .. n .. "): " .. self[n]:repr(inner)
+  for _, e in ipairs(children) do
+    s = s .. "\n" .. inner .. "(" .. e[1] .. "): " .. e[2]:repr(inner)
   end
   return s .. "\n" .. indent .. ")"
 end
@@ -281,9 +398,12 @@ local function opts_of(fname, opts, known, flags)
   return opts, dt
 end
 
+methods.guard(Module, "m", "module")     -- m.parameters() says so
+
 return {
   nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of,
   fail = fail, named = named, checkopts = checkopts, flag = flag,
-  checkdim = checkdim, checktensor = checktensor,
+  checkdim = checkdim, checktensor = checktensor, is_module = is_module, what = what,
+  set_slot = set_slot, tree = tree, params_of = params_of,
   inside = function(source) SOURCES[source] = true end,
 }

@@ -57,19 +57,62 @@ local function param_list(fname, params)
   return out, module
 end
 
-local function number(fname, opts, key, default, ok, range)
-  local v = opts[key]
-  if v == nil then return default end
-  if type(v) ~= "number" or not ok(v) then
-    fail("%s: option '%s' must be a number %s, got %s", fname, key, range, tostring(v))
-  end
-  return v
+local function positive(v) return type(v) == "number" and v > 0 end
+local function nonneg(v) return type(v) == "number" and v >= 0 end
+local function unit(v) return type(v) == "number" and v >= 0 and v < 1 end
+local function closed_unit(v) return type(v) == "number" and v >= 0 and v <= 1 end
+local function boolean(v) return type(v) == "boolean" end
+local function betas_ok(v)
+  return type(v) == "table" and unit(rawget(v, 1)) and unit(rawget(v, 2))
 end
 
-local function positive(v) return v > 0 end
-local function nonneg(v) return v >= 0 end
-local function unit(v) return v >= 0 and v < 1 end
-local function closed_unit(v) return v >= 0 and v <= 1 end
+-- every option: the test its value passes, what the message says it must be
+local CHECKS = {
+  lr = {nonneg, "a number >= 0"}, weight_decay = {nonneg, "a number >= 0"},
+  momentum = {unit, "a number in [0, 1)"}, dampening = {closed_unit, "a number in [0, 1]"},
+  eps = {positive, "a number > 0"}, betas = {betas_ok, "two numbers in [0, 1)"},
+  nesterov = {boolean, "a boolean"}, maximize = {boolean, "a boolean"},
+  amsgrad = {boolean, "a boolean"}, decoupled_weight_decay = {boolean, "a boolean"},
+}
+
+-- what a refused value was: a number's or a string's value (a flag's
+-- type, as qkv._checkopts says it)
+local function shown(v, flag)
+  if not flag and (type(v) == "number" or type(v) == "string") then return tostring(v) end
+  return type(v)
+end
+
+-- the options of optimizer o, each checked (else an error naming fname,
+-- the class at the making, step at a step, and the option), read once
+-- into a plain table: what step uses is what was checked, so an option set
+-- after the making (opt.lr = x, as PyTorch's param_groups[0]["lr"]) is
+-- checked at the next step, before anything moves
+local function options(o, fname)
+  local cls = getmetatable(o)
+  local cfg = {}
+  for _, k in ipairs(cls._options) do
+    local v = o[k]
+    if not CHECKS[k][1](v) then
+      fail("%s: option '%s' must be %s, got %s", fname, k, CHECKS[k][2], shown(v, CHECKS[k][1] == boolean))
+    end
+    cfg[k] = v
+  end
+  if cfg.betas then cfg.b1, cfg.b2 = rawget(cfg.betas, 1), rawget(cfg.betas, 2) end
+  if cfg.decoupled_weight_decay == nil then cfg.decoupled_weight_decay = cls.decoupled_weight_decay end
+  if cls._check then cls._check(cfg, fname) end
+  return cfg
+end
+
+-- o.k = v for a k that o does not have: an option of its class (one set to
+-- nil before), initial_lr (the schedulers'), or an error naming the closest
+local function newindex(o, k, v)
+  local cls = getmetatable(o)
+  if k ~= "initial_lr" and not (type(k) == "string" and k:sub(1, 1) == "_") then
+    local msg = qkv._checkopts(cls.__name, {[k] = true}, cls._options)
+    if msg then error(msg, 2) end
+  end
+  rawset(o, k, v)
+end
 
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -81,13 +124,13 @@ end
 
 -- the gradient step() uses for parameter i (nil for none): .grad, negated
 -- to maximize, with weight decay added as PyTorch adds it
-local function gradient(self, i, p)
+local function gradient(cfg, i, p)
   if not is_open(p) then fail("step: parameter %d is a closed tensor", i) end
   local g = p.grad
   if g == nil then return nil end
   if not is_open(g) then fail("step: the grad of parameter %d is a closed tensor", i) end
-  if self.maximize then g = -g end
-  if self.weight_decay ~= 0 and not self.decoupled_weight_decay then g = g + p * self.weight_decay end
+  if cfg.maximize then g = -g end
+  if cfg.weight_decay ~= 0 and not cfg.decoupled_weight_decay then g = g + p * cfg.weight_decay end
   return g
 end
 
@@ -96,6 +139,9 @@ end
 -- would leave the model where it is, silently
 local function check_module(self)
   local now = self.module:parameters()
+  if #now ~= #self.params then
+    fail("step: the module has %d parameters, but had %d when this optimizer was made", #now, #self.params)
+  end
   for i, p in ipairs(self.params) do
     local q = now[i]
     if q == nil or not rawequal(q[2], p) then
@@ -104,110 +150,103 @@ local function check_module(self)
            q and q[1] or "#" .. i)
     end
   end
-  if #now ~= #self.params then
-    fail("step: the module has %d parameters, but had %d when this optimizer was made", #now, #self.params)
-  end
 end
 
 function Optimizer:step()
+  local cfg = options(self, "step")
   if self.module then check_module(self) end
   qkv.no_grad(function()
     for i, p in ipairs(self.params) do
-      local g = gradient(self, i, p)
-      if g ~= nil then self:update(i, p, g) end
+      local g = gradient(cfg, i, p)
+      if g ~= nil then self:update(i, p, g, cfg) end
     end
   end)
 end
 
--- an optimizer of class cls named fname over params, with the options
--- known (each else an error naming it; those of flags booleans); lr
--- (default lr), weight_decay and maximize read. Returns it and opts.
-local function build(cls, fname, params, opts, known, flags, lr)
+-- a class of optimizers named name, with its options (defaults: the
+-- values when not given; flags: those that are booleans) and its check of
+-- them together (check(cfg, fname), or nil)
+local function class(name, base, known, defaults, check)
+  local c = setmetatable({}, {__index = base or Optimizer})
+  c.__index, c.__newindex, c.__name = c, newindex, name
+  c._options, c._defaults, c._check = known, defaults, check
+  local flags = {}
+  for _, k in ipairs(known) do
+    if CHECKS[k][2] == "a boolean" then flags[#flags + 1] = k end
+  end
+  c._flags = flags
+  return c
+end
+
+-- an optimizer of class cls over params, its options from opts (each
+-- known, else an error naming the closest) or the class's defaults, all
+-- checked
+local function build(cls, params, opts)
+  local fname = cls.__name
   -- each known option read once, before the parameters are checked: a
   -- table's metamethods may run here (and close a tensor), not after
   local msg
-  msg, opts = qkv._checkopts(fname, opts, known, flags)
+  msg, opts = qkv._checkopts(fname, opts, cls._options, cls._flags)
   if msg then error(msg, caller(SOURCE, true)) end
   local list, module = param_list(fname, params)
-  local o = setmetatable({params = list, module = module, state = {}}, cls)
-  o.lr = number(fname, opts, "lr", lr, positive, "> 0")
-  o.weight_decay = number(fname, opts, "weight_decay", 0, nonneg, ">= 0")
-  o.maximize = opts.maximize == true
-  return o, opts
-end
-
-local SGD = setmetatable({}, {__index = Optimizer})
-SGD.__index = SGD
-SGD.__name = "SGD"
-
-function O.SGD(params, opts)
-  local o
-  o, opts = build(SGD, "SGD", params, opts, {"lr", "momentum", "dampening", "weight_decay",
-                                             "nesterov", "maximize"}, {"nesterov", "maximize"}, 0.01)
-  o.momentum = number("SGD", opts, "momentum", 0, unit, "in [0, 1)")
-  o.dampening = number("SGD", opts, "dampening", 0, closed_unit, "in [0, 1]")
-  o.nesterov = opts.nesterov == true
-  if o.nesterov and (o.momentum == 0 or o.dampening ~= 0) then
-    fail("SGD: nesterov needs a momentum and zero dampening, got momentum %g, dampening %g",
-         o.momentum, o.dampening)
+  local o = {params = list, module = module, state = {}}
+  for _, k in ipairs(cls._options) do
+    local v = opts[k]
+    if v == nil then v = cls._defaults[k] end
+    if k == "betas" and type(v) == "table" then v = {rawget(v, 1), rawget(v, 2)} end
+    o[k] = v
   end
+  setmetatable(o, cls)
+  options(o, fname)
   return o
 end
+
+local SGD = class("SGD", nil, {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
+                  {lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false,
+                   maximize = false},
+                  function(cfg, fname)
+  if cfg.nesterov and (cfg.momentum == 0 or cfg.dampening ~= 0) then
+    fail("%s: nesterov needs a momentum and zero dampening, got momentum %g, dampening %g",
+         fname, cfg.momentum, cfg.dampening)
+  end
+end)
+
+function O.SGD(params, opts) return build(SGD, params, opts) end
 
 -- torch.optim.SGD: buf = g at the first step, then momentum * buf +
 -- (1 - dampening) * g; nesterov steps by g + momentum * buf
-function SGD:update(i, p, g)
-  if self.momentum ~= 0 then
+function SGD:update(i, p, g, cfg)
+  if cfg.momentum ~= 0 then
     local buf = self.state[i]
-    if buf then buf:mul_(self.momentum):add_(g * (1 - self.dampening))
+    if buf then buf:mul_(cfg.momentum):add_(g * (1 - cfg.dampening))
     else buf = g:clone() end
     self.state[i] = buf
-    g = self.nesterov and g + buf * self.momentum or buf
+    g = cfg.nesterov and g + buf * cfg.momentum or buf
   end
-  p:sub_(g * self.lr)
+  p:sub_(g * cfg.lr)
 end
 
-local Adam = setmetatable({}, {__index = Optimizer})
-Adam.__index = Adam
-Adam.__name = "Adam"
-Adam.decoupled_weight_decay = false
-
--- Adam, or AdamW (cls; fname names it in errors), whose weight_decay
--- defaults to 1e-2 and is decoupled from the gradient; Adam takes torch's
--- flag for that too
-local function adam(cls, fname, params, opts)
-  local o
-  local known = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"}
-  local flags = {"amsgrad", "maximize"}
-  if cls == Adam then
-    known[#known + 1], flags[#flags + 1] = "decoupled_weight_decay", "decoupled_weight_decay"
-  end
-  o, opts = build(cls, fname, params, opts, known, flags, 1e-3)
-  o.decoupled_weight_decay = cls.decoupled_weight_decay or opts.decoupled_weight_decay == true
-  if opts.weight_decay == nil and cls ~= Adam then o.weight_decay = 1e-2 end
-  o.eps = number(fname, opts, "eps", 1e-8, positive, "> 0")
-  o.amsgrad = opts.amsgrad == true
-  local betas = opts.betas or {0.9, 0.999}
-  local b1, b2 = type(betas) == "table" and rawget(betas, 1), type(betas) == "table" and rawget(betas, 2)
-  if not (type(b1) == "number" and unit(b1) and type(b2) == "number" and unit(b2)) then
-    fail("%s: option 'betas' must be two numbers in [0, 1), got %s", fname, tostring(betas))
-  end
-  o.b1, o.b2 = b1, b2
-  return o
+-- Adam, and AdamW, whose weight_decay defaults to 1e-2 and is decoupled
+-- from the gradient; Adam takes torch's flag for that too
+local ADAM = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"}
+local function adam_defaults(weight_decay, decoupled)
+  return {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = weight_decay, amsgrad = false,
+          maximize = false, decoupled_weight_decay = decoupled}
 end
 
-function O.Adam(params, opts) return adam(Adam, "Adam", params, opts) end
+local Adam = class("Adam", nil, {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",
+                                 "decoupled_weight_decay"}, adam_defaults(0, false))
+
+function O.Adam(params, opts) return build(Adam, params, opts) end
 
 -- torch.optim.AdamW: Adam's update (Adam:update), with the weight decay
 -- taken out of the gradient and applied to the parameter, p * (1 - lr *
 -- weight_decay), before each step (decoupled_weight_decay, as torch's
--- Adam names the flag)
-local AdamW = setmetatable({}, {__index = Adam})
-AdamW.__index = AdamW
-AdamW.__name = "AdamW"
+-- Adam names the flag, always on)
+local AdamW = class("AdamW", Adam, ADAM, adam_defaults(1e-2))
 AdamW.decoupled_weight_decay = true
 
-function O.AdamW(params, opts) return adam(AdamW, "AdamW", params, opts) end
+function O.AdamW(params, opts) return build(AdamW, params, opts) end
 
 -- torch.optim.lr_scheduler's StepLR, CosineAnnealingLR, LambdaLR, LinearLR
 -- and SequentialLR, which set opt.lr (stdlib/qkv/lr_scheduler.lua)
@@ -222,31 +261,37 @@ end
 
 -- torch.optim.Adam (and AdamW), with each parameter's own step count t;
 -- one fused pass where it can (qkv._adam: the same formula, in double),
--- else these ops
-function Adam:update(i, p, g)
+-- else these ops. amsgrad turned on later starts its running maximum then.
+function Adam:update(i, p, g, cfg)
   local s = self.state[i]
   if not s then
     s = {t = 0, m = qkv.zeros(p.shape, p.dtype, p.device), v = qkv.zeros(p.shape, p.dtype, p.device)}
-    if self.amsgrad then s.vmax = qkv.zeros(p.shape, p.dtype, p.device) end
     self.state[i] = s
   end
+  if cfg.amsgrad and not s.vmax then s.vmax = qkv.zeros(p.shape, p.dtype, p.device) end
+  local vmax = cfg.amsgrad and s.vmax or nil
   s.t = s.t + 1
-  local decay = self.decoupled_weight_decay and self.lr * self.weight_decay or 0
+  local b1, b2, lr = cfg.b1, cfg.b2, cfg.lr
+  local decay = cfg.decoupled_weight_decay and lr * cfg.weight_decay or 0
   if fusable(p, g) then
-    qkv._adam(p, g, s.m, s.v, s.vmax or nil, self.lr, self.b1, self.b2, self.eps, decay,
-              1 - self.b1 ^ s.t, 1 - self.b2 ^ s.t)
+    qkv._adam(p, g, s.m, s.v, vmax, lr, b1, b2, cfg.eps, decay, 1 - b1 ^ s.t, 1 - b2 ^ s.t)
     return
   end
   if decay ~= 0 then p:mul_(1 - decay) end
-  s.m:mul_(self.b1):add_(g * (1 - self.b1))
-  s.v:mul_(self.b2):add_(g * g * (1 - self.b2))
+  s.m:mul_(b1):add_(g * (1 - b1))
+  s.v:mul_(b2):add_(g * g * (1 - b2))
   local v = s.v
-  if s.vmax then
-    s.vmax:copy_(qkv.maximum(s.vmax, s.v))
-    v = s.vmax
+  if vmax then
+    vmax:copy_(qkv.maximum(vmax, s.v))
+    v = vmax
   end
-  local denom = (v / (1 - self.b2 ^ s.t)):sqrt() + self.eps
-  p:sub_(s.m / denom * (self.lr / (1 - self.b1 ^ s.t)))
+  local denom = (v / (1 - b2 ^ s.t)):sqrt() + cfg.eps
+  p:sub_(s.m / denom * (lr / (1 - b1 ^ s.t)))
 end
+
+-- a method called with '.' (opt.step()) says so
+local methods = require "qkv.methods"
+methods.guard(Optimizer, "opt", "optimizer")
+for _, cls in ipairs{SGD, Adam, AdamW} do methods.guard(cls, "opt") end
 
 return qkv._strict(O, "qkv.optim", "class or function")

@@ -219,4 +219,4 @@ function M._help(expr)
   return qkv.help(expr)
 end
 
-return M
+return qkv._strict(M, "qkv.repl")

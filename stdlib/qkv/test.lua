@@ -217,4 +217,17 @@ function M.skipUnlessCuda()
   if not ok then lu.skip("needs CUDA (qkv.cuda_available() is false: " .. why .. ")") end
 end
 
+-- a name neither this table nor LuaUnit has is an error naming the nearest
+-- of both (qkv._strict's: "qkv.test has no function 'assertEqual' (did you
+-- mean 'assertEquals'?)"), not nil; LuaUnit's names still read through
+local names = {}
+for k in pairs(lu) do names[k] = true end
+for k in pairs(M) do names[k] = true end
+local refuse = getmetatable(qkv._strict(names, "qkv.test")).__index
+getmetatable(M).__index = function(_, k)
+  local v = lu[k]
+  if v ~= nil then return v end
+  return refuse(names, k)
+end
+
 return M

@@ -236,4 +236,6 @@ function Tokenizer:decode(ids)
   return table.concat(words, " ")
 end
 
-return M
+require("qkv.methods").guard(Tokenizer, "tok", "Tokenizer")   -- tok.encode() says so
+
+return qkv._strict(M, "qkv.wordpiece")      -- a misspelt name is an error, not nil

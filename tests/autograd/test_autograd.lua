@@ -438,7 +438,7 @@ function TestTraining:testLossesAndOptimizers()
   check(function(l) return qkv.nn.cross_entropy(l, targets) end, {logits:detach()}, "cross_entropy")
   fails("cross_entropy: targets must be classes 1 to 4", qkv.nn.cross_entropy, logits, qkv.tensor({5, 1, 1}, "int64"))
   fails("SGD: parameter 1 does not require grad", qkv.optim.SGD, {qkv.ones(2)})
-  fails("Adam: option 'lr' must be a number > 0, got -1", qkv.optim.Adam, {qkv.ones(1):requires_grad_()}, {lr = -1})
+  fails("Adam: option 'lr' must be a number >= 0, got -1", qkv.optim.Adam, {qkv.ones(1):requires_grad_()}, {lr = -1})
 end
 
 function TestTraining:testModulesRequireGradAndZeroGrad()

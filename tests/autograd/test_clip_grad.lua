@@ -4,7 +4,9 @@
 -- there): the total norm it returns and the gradients it scales in place,
 -- for norm types 2, 1, 3, 0.5 and math.huge, clipping and not, float64 to
 -- 1e-12 and float32; a parameter without a grad left out; modules, pairs
--- and single tensors as params; and its errors.
+-- and single tensors as params; a parameter held in two places (a tied
+-- layer, a tied weight) counted and scaled once, as torch's parameters()
+-- lists it; and its errors.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
 local F = dofile("tests/fixtures/optim/torch_clip_grad.lua")
@@ -114,6 +116,57 @@ function TestAgainstTorch:testNonFinite()
   q.grad = qkv.tensor({1, math.huge}, "float64")
   lu.assertEquals(clip({q}, 1):item(), math.huge)
   lu.assertEquals(q.grad:tolist()[1], 0, "scaled by 0")
+end
+
+---------------------------------------------------------------- shared
+TestShared = {}
+
+-- a Linear held twice in a Sequential (tied layers), and a weight that two
+-- Linears hold: each tensor counted and scaled once, as torch's, whose
+-- parameters() lists it once. The gradients are the fixture's, assigned
+-- (a 3 x 3 W takes gw as it is: clipping looks at the numbers alone)
+function TestShared:testTiedLayerAndTiedWeight()
+  lu.assertEquals(#F.shared, 4)
+  local nn = qkv.nn
+  for _, run in ipairs(F.shared) do
+    local what = string.format("max_norm %g norm_type %s", run.max_norm, tostring(run.norm_type))
+    local lin = nn.Linear(3, 3, {dtype = "float64"})
+    local m = nn.Sequential(lin, nn.Tanh(), lin)
+    lin.W.grad, lin.b.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
+    local total = clip(m, run.max_norm, run.norm_type)
+    near(total:item(), run.module.total, 1e-12, what .. ": tied layer's total")
+    near_all(lin.W.grad, run.module.gw, 1e-12, what .. ": tied layer's W.grad")
+    near_all(lin.b.grad, run.module.gb, 1e-12, what .. ": tied layer's b.grad")
+    local a, b = nn.Linear(3, 3, {dtype = "float64"}), nn.Linear(3, 3, {dtype = "float64"})
+    b.W = a.W
+    a.W.grad, a.b.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
+    b.b.grad = qkv.tensor(F.gb2, "float64")
+    total = clip(nn.Sequential(a, b), run.max_norm, run.norm_type)
+    near(total:item(), run.weight.total, 1e-12, what .. ": tied weight's total")
+    near_all(a.W.grad, run.weight.gw, 1e-12, what .. ": tied W.grad")
+    near_all(a.b.grad, run.weight.gb, 1e-12, what .. ": a.b.grad")
+    near_all(b.b.grad, run.weight.gb2, 1e-12, what .. ": b.b.grad")
+  end
+end
+
+-- a list that names a tensor twice counts it once too (torch's
+-- clip_grad_norm_([p, q, p]) counts p twice and scales it twice, a total
+-- sqrt(2) too big on a square norm); two parameters that hold one gradient
+-- tensor count it for each and scale it once
+function TestShared:testATensorListedTwice()
+  local run = F.runs[1]
+  lu.assertEquals(run.dtype, "float64")
+  local p = qkv.tensor(F.p, "float64"):requires_grad_()
+  local q = qkv.tensor(F.q, "float64"):requires_grad_()
+  p.grad, q.grad = qkv.tensor(F.gp, "float64"), qkv.tensor(F.gq, "float64")
+  near(clip({p, q, p}, run.max_norm):item(), run.total, 1e-12, "total")
+  near_all(p.grad, run.gp, 1e-12, "p.grad")
+  near_all(q.grad, run.gq, 1e-12, "q.grad")
+  local a, b = qkv.ones(2, "float64"):requires_grad_(), qkv.ones(2, "float64"):requires_grad_()
+  local g = qkv.tensor({3, 4}, "float64")
+  a.grad, b.grad = g, g
+  near(clip({a, b}, 1):item(), math.sqrt(50), 1e-15, "two parameters, one gradient")
+  near_all(g, {3 / (math.sqrt(50) + 1e-6), 4 / (math.sqrt(50) + 1e-6)}, 1e-15, "scaled once")
 end
 
 ---------------------------------------------------------------- errors

@@ -178,6 +178,13 @@ function TestPostAccumulateGradHook:testErrors()
         function() (w * 2):register_post_accumulate_grad_hook(print) end)
   fails(name .. ": x does not require grad",
         function() f64{1}:requires_grad_():requires_grad_(false):register_post_accumulate_grad_hook(print) end)
+  -- the handle's method called with '.' says so, at the script's line
+  local h = w:register_post_accumulate_grad_hook(print)
+  line = debug.getinfo(1, "l").currentline + 1
+  msg = fails("remove: called with '.', use handle:remove()", function() h.remove() end)
+  lu.assertStrContains(msg, "test_hooks.lua:" .. line .. ": ")
+  fails("remove: called on a tensor, not a hook handle (called with '.'?): use handle:remove()", h.remove, w)
+  h:remove()
 end
 
 -- an error in a hook comes out of backward, at the hook's line; the graph

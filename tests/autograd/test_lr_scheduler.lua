@@ -183,8 +183,9 @@ function TestErrors:testStepAndLambda()
   local opt = optimizer()
   local sched = S.CosineAnnealingLR(opt, 10)
   fails("step: takes no argument (PyTorch's epoch argument is deprecated), got number", sched.step, sched, 3)
-  fails("step: call it as sched:step()", sched.step)
-  fails("get_last_lr: call it as sched:get_last_lr()", sched.get_last_lr)
+  fails("step: called with '.', use sched:step()", sched.step)
+  fails("get_last_lr: called with '.', use sched:get_last_lr()", sched.get_last_lr)
+  fails("step: called on a number, not a scheduler (called with '.'?): use sched:step()", sched.step, 3)
   fails("LambdaLR: lr_lambda(0) must return a number >= 0, got nil", S.LambdaLR, opt, function() end)
   local bad = S.LambdaLR(optimizer(), function(e) return 1 - e end)
   bad:step()
@@ -215,6 +216,8 @@ function TestErrors:testSequentialLR()
   fails("SequentialLR: schedulers[1] is a SequentialLR: list its schedulers instead",
         S.SequentialLR, opt, {seq, b}, {2})
   fails("step: takes no argument, got number", seq.step, seq, 1)
+  fails("step: called on a CosineAnnealingLR, not a SequentialLR (called with '.'?): use sched:step()",
+        seq.step, b)
 end
 
 os.exit(lu.LuaUnit.run(), true)

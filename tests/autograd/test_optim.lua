@@ -101,12 +101,75 @@ function TestOptions:testValuesAreChecked()
         optim.SGD, {p}, {nesterov = true, momentum = 0.9, dampening = 0.1})
   fails("SGD: option 'nesterov' must be a boolean, got number", optim.SGD, {p}, {nesterov = 1})
   fails("SGD: option 'dampening' must be a number in [0, 1], got 2", optim.SGD, {p}, {dampening = 2})
-  fails("Adam: option 'lr' must be a number > 0, got -1", optim.Adam, {p}, {lr = -1})
+  fails("Adam: option 'lr' must be a number >= 0, got -1", optim.Adam, {p}, {lr = -1})
   fails("Adam: option 'amsgrad' must be a boolean, got string", optim.Adam, {p}, {amsgrad = "yes"})
   fails("Adam: option 'maximize' must be a boolean", optim.Adam, {p}, {maximize = 0})
   fails("Adam: option 'betas' must be two numbers in [0, 1)", optim.Adam, {p}, {betas = {0.9, 1}})
   fails("Adam: option 'decoupled_weight_decay' must be a boolean, got number", optim.Adam, {p},
         {decoupled_weight_decay = 1})
+end
+
+-- an option set on the optimizer after it was made (opt.lr = x, as
+-- PyTorch's param_groups[0]["lr"] = x) is checked at each step, naming
+-- step and the option, before anything moves; a name the optimizer does
+-- not have is refused where it is set, naming the closest
+function TestOptions:testOptionsSetLaterAreChecked()
+  local p = qkv.ones(3, "float64"):requires_grad_()
+  local opt = optim.SGD({p}, {lr = 0.1, momentum = 0.9})
+  p.grad = qkv.ones(3, "float64")
+  opt.lr = "x"
+  local line = debug.getinfo(1, "l").currentline + 1
+  local msg = fails("step: option 'lr' must be a number >= 0, got x", function() opt:step() end)
+  lu.assertStrContains(msg, "test_optim.lua:" .. line .. ": ")
+  lu.assertEquals(p:tolist(), {1, 1, 1}, "nothing moved")
+  opt.lr = 0.1
+  for _, bad in ipairs{{"momentum", 1, "a number in [0, 1), got 1"},
+                       {"dampening", -1, "a number in [0, 1], got -1"},
+                       {"weight_decay", "0", "a number >= 0, got 0"},
+                       {"lr", 0 / 0, "a number >= 0, got"}, {"lr", -0.1, "a number >= 0, got -0.1"},
+                       {"nesterov", "yes", "a boolean, got string"},
+                       {"maximize", 1, "a boolean, got number"}} do
+    local k, was = bad[1], opt[bad[1]]
+    opt[k] = bad[2]
+    fails("step: option '" .. k .. "' must be " .. bad[3], opt.step, opt)
+    opt[k] = was
+  end
+  opt.nesterov, opt.dampening = true, 0.5
+  fails("step: nesterov needs a momentum and zero dampening, got momentum 0.9, dampening 0.5", opt.step, opt)
+  opt.nesterov, opt.dampening = false, 0
+  lu.assertEquals(p:tolist(), {1, 1, 1}, "nothing moved")
+  opt.lr = 0.5                                   -- a good value is used
+  opt:step()
+  lu.assertEquals(p:tolist(), {0.5, 0.5, 0.5})
+  -- Adam's: betas, eps, amsgrad; betas set later are the ones it steps with
+  local function adam_step(set, opts)
+    local q = qkv.tensor({1, -2}, "float64"):requires_grad_()
+    local a = optim.Adam({q}, opts)
+    for k, v in pairs(set) do a[k] = v end
+    q.grad = qkv.tensor({0.5, 0.25}, "float64")
+    a:step()
+    q.grad = qkv.tensor({-0.5, 1}, "float64")
+    a:step()
+    return q:tolist(), a
+  end
+  lu.assertEquals(adam_step({betas = {0.5, 0.9}, lr = 0.1}), adam_step({}, {betas = {0.5, 0.9}, lr = 0.1}))
+  local _, a = adam_step({})
+  for _, bad in ipairs{{"betas", {0.9, 1}, "two numbers in [0, 1)"}, {"betas", 0.9, "two numbers"},
+                       {"eps", 0, "a number > 0, got 0"}, {"amsgrad", "no", "a boolean, got string"},
+                       {"decoupled_weight_decay", 1, "a boolean, got number"}} do
+    local k, was = bad[1], a[bad[1]]
+    a[k] = bad[2]
+    fails("step: option '" .. k .. "' must be " .. bad[3], a.step, a)
+    a[k] = was
+  end
+  -- a name it does not have
+  line = debug.getinfo(1, "l").currentline + 1
+  msg = fails("SGD: unknown option 'momentun' (did you mean 'momentum'?)", function() opt.momentun = 0.5 end)
+  lu.assertStrContains(msg, "test_optim.lua:" .. line .. ": ")
+  lu.assertNil(rawget(opt, "momentun"))
+  fails("AdamW: unknown option 'decoupled_weight_decay'",
+        function() optim.AdamW({p}).decoupled_weight_decay = false end)
+  fails("Adam: unknown option 'beta' (did you mean 'betas'?)", function() a.beta = {0.9, 0.9} end)
 end
 
 -- AdamW's errors name it; it has no decoupled_weight_decay flag (torch's
@@ -117,7 +180,7 @@ function TestOptions:testAdamWOptions()
   fails("AdamW: unknown option 'weight_decai' (did you mean 'weight_decay'?)", optim.AdamW, {p},
         {weight_decai = 0.1})
   fails("AdamW: option 'weight_decay' must be a number >= 0, got -0.1", optim.AdamW, {p}, {weight_decay = -0.1})
-  fails("AdamW: option 'lr' must be a number > 0, got fast", optim.AdamW, {p}, {lr = "fast"})
+  fails("AdamW: option 'lr' must be a number >= 0, got fast", optim.AdamW, {p}, {lr = "fast"})
   fails("AdamW: option 'betas' must be two numbers in [0, 1)", optim.AdamW, {p}, {betas = {1, 0.9}})
   fails("AdamW: option 'eps' must be a number > 0, got 0", optim.AdamW, {p}, {eps = 0})
   fails("AdamW: params must be a list of tensors or a module, got nil", optim.AdamW)
@@ -194,6 +257,20 @@ function TestParameters:testClosedTensorsNameStep()
     q.grad = g
   end
   fails("step: the grad of parameter 1 is a closed tensor", opt2.step, opt2)
+end
+
+-- a method called with '.' says so, at the script's line, not "attempt
+-- to index a nil value (local 'self')" inside optim.lua
+function TestParameters:testDotCallsSaySo()
+  local p = qkv.ones(2):requires_grad_()
+  for _, make in ipairs{optim.SGD, optim.Adam, optim.AdamW} do
+    local opt = make({p})
+    local line = debug.getinfo(1, "l").currentline + 1
+    local msg = fails("step: called with '.', use opt:step()", function() opt.step() end)
+    lu.assertStrContains(msg, "test_optim.lua:" .. line .. ": ")
+    fails("zero_grad: called with '.', use opt:zero_grad()", opt.zero_grad)
+    fails("step: called on a tensor, not an optimizer (called with '.'?): use opt:step()", opt.step, p)
+  end
 end
 
 ---------------------------------------------------------------- grad mode

@@ -50,6 +50,11 @@ function TestDistWorldOfOne:testCollectivesAreIdentities()
   lu.assertIs(w:wait(), t)
   d.barrier()
   lu.assertTrue(d.barrier({async_op = true}):is_completed())
+  -- its methods called with '.' say so
+  local line = debug.getinfo(1, "l").currentline + 1
+  local msg = err(function() w.wait() end)
+  lu.assertStrContains(msg, "test_dist.lua:" .. line .. ": wait: called with '.', use work:wait()")
+  lu.assertStrContains(err(w.is_completed), "is_completed: called with '.', use work:is_completed()")
 end
 
 function TestDistWorldOfOne:testBadArguments()
@@ -103,6 +108,60 @@ function TestDistWorldOfOne:testDDP()
   lu.assertStrContains(err(d.DDP, lin, 3), "dist.DDP: options must be a table, got number")
 end
 
+-- the wrapper is a Module whose child, "module", is the wrapped one, as
+-- PyTorch's: train/eval, to/double, parameters, state_dict and optimizers
+-- reach the wrapped module's tensors, the ones its forward uses
+function TestDistWorldOfOne:testDDPIsAModule()
+  local nn = qkv.nn
+  qkv.seed(4)
+  local inner = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.5), nn.Linear(4, 2))
+  local net = d.DDP(inner)
+  local names = {}
+  for name, p in net:named_parameters() do
+    names[#names + 1] = name
+    lu.assertIs(p, inner:state_dict()[name:sub(8)])
+  end
+  lu.assertEquals(names, {"module.1.W", "module.1.b", "module.3.W", "module.3.b"})
+  lu.assertEquals(net:nparams(), inner:nparams())
+  lu.assertStrContains(tostring(net), "DDP(\n  (module): Sequential(\n    (1): Linear(")
+  lu.assertIs(net[1], inner[1])                        -- fields read through
+  -- eval reaches the wrapped module: its dropout is off
+  lu.assertIs(net:eval(), net)
+  lu.assertFalse(net.training)
+  lu.assertFalse(inner[2].training)
+  local x = qkv.randn(5, 3)
+  lu.assertEquals(net(x), inner(x))
+  lu.assertEquals(net(x), net(x))
+  net:train()
+  lu.assertTrue(inner[2].training)
+  inner[2].p = 0
+  -- double() converts the wrapped module's tensors; an optimizer made
+  -- after it steps them
+  lu.assertIs(net:double(), net)
+  lu.assertEquals(inner[1].W.dtype, "float64")
+  lu.assertNil(rawget(net, "W"))
+  local opt = qkv.optim.SGD(net, {lr = 0.5})
+  net(x:double()):sum():backward()
+  local w, g = inner[1].W:clone(), inner[1].W.grad:clone()
+  opt:step()
+  lu.assertEquals(inner[1].W, w - g * 0.5)
+  net:zero_grad()
+  lu.assertNil(inner[1].W.grad)
+  -- load and state_dict name the wrapped module's tensors as PyTorch's DDP does
+  lu.assertIs(net:state_dict()["module.3.b"], inner[3].b)
+  -- the wrapped module's own methods are called on it; its fields are set on it
+  local list = d.DDP(nn.ModuleList{nn.Linear(2, 2)})
+  lu.assertStrContains(err(function() list:append(nn.ReLU()) end),
+                       "DDP: append is a method of the wrapped ModuleList: call ddp.module:append()")
+  local lin = d.DDP(nn.Linear(2, 2))
+  lu.assertStrContains(err(function() lin.W = qkv.zeros(2, 2) end),
+                       "DDP: ddp.W = ... would not reach the wrapped module, whose W it reads: set ddp.module.W")
+  lu.assertStrContains(err(function() lin.module = nn.Linear(2, 2) end),
+                       "DDP: 'module' is the wrapped module: wrap another with qkv.dist.DDP")
+  local line = debug.getinfo(1, "l").currentline + 1
+  lu.assertStrContains(err(function() lin.b = nil end), "test_dist.lua:" .. line .. ": DDP: ddp.b = ...")
+end
+
 -- without Open MPI (no build/lib/qkv/mpi.so, or no libmpi for it), the
 -- first call says what is missing and how to get it
 function TestDistWorldOfOne:testWithoutOpenMPI()
@@ -144,7 +203,8 @@ function TestDistRanks:testCollectivesOn4() collectives(4) end
 local function ddp(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/ddp.lua", 300)
   mpi.check(lu, out, code, n, {"broadcast at wrap", "buckets", "grads step 3", "three steps",
-    "bucket started during backward 1", "used by rank 0 alone", "unused everywhere", "done"})
+    "bucket started during backward 1", "used by rank 0 alone", "unused everywhere",
+    "double after wrapping", "eval reaches the module", "grads after double", "done"})
 end
 
 function TestDistRanks:testDDPOn2() ddp(2) end

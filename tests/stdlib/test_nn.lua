@@ -360,7 +360,148 @@ function TestNamedParameters:testErrors()
   fails("named_parameters: option 'recurse' must be a boolean, got number", m.named_parameters, m, {recurse = 0})
   fails("named_parameters: option 'prefix' must be a string, got number", m.named_parameters, m, {prefix = 1})
   fails("named_parameters: options must be a table, got string", m.named_parameters, m, "layer")
-  fails("named_parameters: call it as m:named_parameters(), on a module", m.named_parameters)
+  fails("named_parameters: called with '.', use m:named_parameters()", m.named_parameters)
+  fails("named_parameters: called on a table, not a module", m.named_parameters, {_params = {}})
+end
+
+---------------------------------------------------------------- sharing
+TestSharing = {}
+
+local function names_of(m)
+  local out = {}
+  for name in m:named_parameters() do out[#out + 1] = name end
+  return out
+end
+
+local function keys_of(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+-- a module held twice (tied layers): its weights are listed once, under
+-- the first name, as PyTorch's parameters() lists them; state_dict names
+-- both places, as PyTorch's does
+function TestSharing:testASharedModuleIsListedOnce()
+  qkv.seed(5)
+  local lin = nn.Linear(3, 3, {dtype = "float64"})
+  local m = nn.Sequential(lin, nn.Tanh(), lin)
+  lu.assertEquals(names_of(m), {"1.W", "1.b"})
+  lu.assertEquals(#m:parameters(), 2)
+  lu.assertEquals(m:nparams(), 12)
+  local sd = m:state_dict()
+  lu.assertEquals(keys_of(sd), {"1.W", "1.b", "3.W", "3.b"})
+  lu.assertIs(sd["3.W"], lin.W)
+  -- an optimizer over it steps each tensor once, with both uses' gradient
+  local opt = qkv.optim.SGD(m, {lr = 0.5})
+  local x = qkv.tensor({{1, -2, 0.5}, {0.25, 1, -1}}, "float64")
+  local w0 = lin.W:clone()
+  m(x):sum():backward()
+  local g = lin.W.grad:clone()
+  opt:step()
+  close(lin.W, T(w0 - g * 0.5), 1e-15, "one step")
+  -- its own state_dict loads back; to() keeps the two places one module
+  m:load(m:state_dict())
+  lu.assertIs(m:to("float32"), m)
+  lu.assertIs(m[1], m[3])
+  lu.assertEquals(lin.W.dtype, "float32")
+  lu.assertEquals(#m:parameters(), 2)
+  lu.assertFalse(m:eval()[3].training)
+end
+
+-- a tensor two modules hold (tied weights) is one parameter; to() gives
+-- both the same new tensor
+function TestSharing:testASharedTensorIsListedOnce()
+  local a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+  b.W = a.W
+  local m = nn.Sequential(a, b)
+  lu.assertEquals(names_of(m), {"1.W", "1.b", "2.b"})
+  lu.assertEquals(m:nparams(), 8)
+  lu.assertEquals(keys_of(m:state_dict()), {"1.W", "1.b", "2.W", "2.b"})
+  local opt = qkv.optim.Adam(m)                  -- was: parameter 4 is parameter 1 again
+  lu.assertEquals(#opt.params, 3)
+  m:double()
+  lu.assertTrue(rawequal(a.W, b.W), "to() kept the tie")
+  lu.assertEquals(b.W.dtype, "float64")
+  lu.assertTrue(a.W.requires_grad and a.W.is_leaf)
+end
+
+-- a module inside itself is an error naming the place, not a stack overflow
+function TestSharing:testAModuleInsideItselfIsAnError()
+  local lin = nn.Linear(2, 2)
+  local m = nn.Sequential(nn.ReLU(), lin)
+  lin.back = m
+  local msg = "'2.back' is a module that holds it: a module cannot hold itself"
+  fails("parameters: " .. msg, m.parameters, m)
+  fails("to: " .. msg, m.to, m, "float64")
+  fails("train: " .. msg, m.train, m, false)
+  fails("state_dict: " .. msg, m.state_dict, m)
+  fails(msg, tostring, m)
+  lin.back = nil
+  lu.assertEquals(#m:parameters(), 2)
+end
+
+---------------------------------------------------------------- slots
+TestSlots = {}
+
+-- m.b = nil is PyTorch's m.bias = None: no such parameter from then on,
+-- for every method, and Linear runs without it
+function TestSlots:testABiasSetToNil()
+  qkv.seed(6)
+  local m = nn.Linear(3, 2, {dtype = "float64"})
+  local opt = qkv.optim.SGD(m)
+  m.b = nil
+  lu.assertEquals(m:nparams(), 6)
+  lu.assertEquals(names_of(m), {"W"})
+  lu.assertEquals(keys_of(m:state_dict()), {"W"})
+  lu.assertEquals(tostring(m), "Linear(in_features=3, out_features=2, bias=false)")
+  local x = qkv.tensor({{1, 2, 3}}, "float64")
+  close(m(x), lin(x, m.W), 1e-15, "x W")
+  fails("step: the module has 1 parameters, but had 2 when this optimizer was made", opt.step, opt)
+  lu.assertIs(m:to("float32"), m)
+  lu.assertEquals(m.W.dtype, "float32")
+  lu.assertNil(m.b)
+  lu.assertIs(m:zero_grad(), m)
+  m:load({W = qkv.zeros(3, 2)})
+  fails("load: the source has an unexpected 'b'", m.load, m, {W = qkv.zeros(3, 2), b = qkv.zeros(2)})
+  lu.assertEquals(#qkv.optim.SGD(m).params, 1)
+  -- a tensor put back is the parameter again; anything else is refused
+  fails("Linear: 'b' is a parameter: assign a tensor, or nil to remove it, got number",
+        function() m.b = 5 end)
+  lu.assertNil(m.b)
+  m.b = qkv.ones(2):requires_grad_()
+  lu.assertEquals(names_of(m), {"W", "b"})
+  close(m(x:float()), lin(x, m.W, m.b), 1e-6, "x W + b")
+  -- a parameter replaced by something not a tensor is an error where it is used
+  m.W = "weights"
+  fails("parameters: 'W' is a string, not a tensor: a parameter is a tensor, or nil to remove it",
+        m.parameters, m)
+  fails("nparams: 'W' is a string", m.nparams, m)
+end
+
+-- a submodule set to nil is gone (PyTorch's m.proj = None); a module
+-- assigned to a new field is registered, as PyTorch's setattr does
+function TestSlots:testSubmodulesSetAndRemoved()
+  local a = nn.TokenAligner(4, 3)
+  a.proj = nil
+  lu.assertEquals(a:nparams(), 0)
+  lu.assertEquals(tostring(a), "TokenAligner(d_vision=4, d_text=3, method=linear)")
+  lu.assertIs(a:double(), a)
+  fails("TokenAligner:", a, qkv.ones(2, 4))      -- an error, naming the module
+  fails("TokenAligner: 'proj' is a submodule: assign a module, or nil to remove it, got table",
+        function() a.proj = {} end)
+  a.proj = nn.Linear(4, 3)
+  lu.assertEquals(names_of(a), {"proj.W", "proj.b"})
+  local m = nn.Linear(2, 2)
+  m.extra = nn.Linear(2, 3)
+  lu.assertEquals(names_of(m), {"W", "b", "extra.W", "extra.b"})
+  m:double()
+  lu.assertEquals(m.extra.W.dtype, "float64")
+  lu.assertFalse(m:eval().extra.training)
+  m.extra = 5
+  fails("parameters: 'extra' is a number, not a module: a submodule is a module, or nil to remove it",
+        m.parameters, m)
 end
 
 TestCosine = {}

@@ -120,8 +120,8 @@ function TestModuleList:testParameters()
   lu.assertEquals(names, {"1.W (2, 3)", "1.b (3,)", "3.W (3, 4)", "3.b (4,)"})
   lu.assertEquals(#l:parameters(), 4)
   lu.assertEquals(l:nparams(), 6 + 3 + 12 + 4)
-  local holder = nn.Sequential(nn.Linear(1, 2))
-  holder:child("layers", l)
+  local holder = nn.Linear(1, 2)
+  holder.layers = l                       -- registered, as PyTorch's setattr
   lu.assertEquals(holder:parameters()[3][1], "layers.1.W")
   lu.assertIs(holder:state_dict()["layers.3.b"], l[3].b)
   -- to, train and load reach its modules
@@ -149,6 +149,46 @@ function TestModuleList:testSequentialNegativePositions()
   lu.assertIs(s[-2], s[1])
   lu.assertNil(s[-3])
   fails("Sequential: index 0: positions count from 1", function() return s[0] end)
+end
+
+-- m[i] = module replaces position i (-1 the last), as PyTorch's
+-- __setitem__; past the end is an error (PyTorch's IndexError), as is a
+-- hole or something not a module; the same for Sequential
+function TestModuleList:testAssignment()
+  local a, b, c = nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2)
+  local l = nn.ModuleList{a, b}
+  l[2] = c
+  lu.assertIs(l[2], c)
+  lu.assertIs(l:parameters()[3][2], c.W)
+  l[-1] = b
+  lu.assertIs(l[2], b)
+  l[-2] = c
+  lu.assertIs(l[1], c)
+  l[1.0] = a
+  lu.assertIs(l[1], a)
+  local msg = "ModuleList: index %d is out of range: it has 2 modules (1 to 2, or -2 to -1)"
+  fails(msg:format(3) .. "; m:append(module) adds one", function() l[3] = c end)
+  fails(msg:format(-3), function() l[-3] = c end)
+  fails(msg:format(10), function() l[10] = c end)
+  fails("ModuleList: index 0: positions count from 1", function() l[0] = c end)
+  fails("ModuleList: m[2] = nil would leave a hole: a ModuleList holds modules", function() l[2] = nil end)
+  fails("ModuleList: m[1] must be a module, got number", function() l[1] = 5 end)
+  fails("ModuleList: index must be an integer, got 1.5", function() l[1.5] = c end)
+  fails("ModuleList: m.extra = module: a ModuleList holds its modules at positions 1, 2, ...",
+        function() l.extra = c end)
+  lu.assertEquals(#l, 2)
+  local n = 0
+  for _ in ipairs(l) do n = n + 1 end
+  lu.assertEquals(n, 2)
+  lu.assertEquals(#l:parameters(), 4)
+  -- Sequential: its forward runs what was put in
+  local s = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+  s[-1] = nn.Tanh()
+  local x = qkv.randn(4, 2)
+  lu.assertEquals((s(x) - qkv.tanh(s[1](x))):abs():max():item(), 0)
+  fails("Sequential: index 3 is out of range: it has 2 modules (1 to 2, or -2 to -1)",
+        function() s[3] = nn.ReLU() end)
+  lu.assertEquals(#s, 2)
 end
 
 function TestModuleList:testErrors()

@@ -80,13 +80,17 @@ torch.distributed.recv.]] .. ASYNC},
   {name = "qkv.dist.DDP", sig = "qkv.dist.DDP(module [, {bucket_cap_mb = 25}])",
    group = "training",
    doc = [[Wraps a qkv.nn module for data-parallel training, as PyTorch's
-DistributedDataParallel: rank 0's parameters are broadcast at once; the
-wrapper is called as the module and reads through to it. During backward
-the gradients are summed over the ranks in buckets of bucket_cap_mb,
-started while backward goes on; when backward returns each .grad is the
-mean over the ranks. Move the module to its device and dtype first.]],
+DistributedDataParallel: rank 0's parameters are broadcast at once. The
+wrapper is a module whose child is the wrapped one, ddp.module: called, it
+runs the module's forward, and every Module method (train, eval, to,
+double, parameters, state_dict, zero_grad) reaches the wrapped module, so
+an optimizer over the wrapper steps the tensors the forward uses; other
+fields read through (ddp.W is ddp.module.W). During backward the gradients
+are summed over the ranks in buckets of bucket_cap_mb, started while
+backward goes on; when backward returns each .grad is the mean over the
+ranks.]],
    example = [[local net = qkv.dist.DDP(qkv.nn.Linear(2, 1))
-print(#net:parameters())    --> 2]]},
+print(#net:parameters(), net:parameters()[1][1])    --> 2	module.W]]},
 
   {name = "qkv.dist.ring_attention", sig = "qkv.dist.ring_attention(q, k, v [, opts])",
    group = "attention",

@@ -99,7 +99,9 @@ weight_decay and maximize as PyTorch's, step for step. opts: lr (0.01),
 momentum (0), dampening (0), weight_decay (0), nesterov (false; needs a
 momentum and no dampening), maximize (false). An unknown option, a
 parameter that does not require grad, is not a leaf or is listed twice is
-an error. As torch.optim.SGD.]],
+an error. The options are fields of opt (opt.lr = 0.1, as PyTorch's
+param_groups[0]["lr"]): each step checks them again, and setting one opt
+does not have is an error naming the closest. As torch.optim.SGD.]],
    example = [=[local p = qkv.tensor{1, 2}:requires_grad_()
 local opt = qkv.optim.SGD({p}, {lr = 0.5})
 p.grad = qkv.tensor{1, 1}
@@ -242,8 +244,10 @@ the norm_type-norm (2; math.huge for the largest |g|) of the gradients'
 norms, and each gradient is multiplied by min(max_norm / (total + 1e-6),
 1). opts (also in place of norm_type): norm_type, error_if_nonfinite
 (false: a nan or inf total scales the gradients by it, as torch's; true
-makes it an error). Call it between backward and opt:step(). As
-torch.nn.utils.clip_grad_norm_.]],
+makes it an error). A parameter counts once however often it is listed (a
+module's shared weight, as torch's parameters(); a list with it twice,
+which torch would count twice), and a gradient tensor is scaled once. Call
+it between backward and opt:step(). As torch.nn.utils.clip_grad_norm_.]],
    example = [=[local p = qkv.tensor({0, 0}, "float64"):requires_grad_()
 p.grad = qkv.tensor({3, 4}, "float64")
 print(qkv.nn.clip_grad_norm_({p}, 1))   --> tensor(5., dtype=float64)

@@ -92,16 +92,19 @@ TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
   {name = "qkv.nn.Sequential", sig = "qkv.nn.Sequential(m1, m2, ...)", group = "modules",
    doc = [[Modules chained in order: m(x) passes x through m1, then m2, and
 so on. The modules are m[1], m[2], ... and #m counts them; their weights
-are named "1.W", "2.b", ... in m:parameters(). An argument that is not a
-module is an error naming it. As torch.nn.Sequential.]]},
+are named "1.W", "2.b", ... in m:parameters(). m[i] = module replaces one
+(m[-1] the last); past the end, nil or anything not a module is an error,
+as is an argument that is not a module. As torch.nn.Sequential.]]},
 
   {name = "qkv.nn.ModuleList", sig = "qkv.nn.ModuleList([modules])", group = "modules",
    doc = [[Modules held in a list: m[1], m[2], ..., with #m and ipairs(m),
 and m[-1] for the last (m[0] is an error: positions count from 1). Their
 weights are named by position in m:parameters() and m:named_parameters()
 ("1.W", "3.b"), as Sequential's, and m:to, m:train and m:load reach them.
-m:append(module), m:extend(modules) and m:insert(index, module) add to it.
-It has no forward: call its modules in a loop. As torch.nn.ModuleList.]],
+m:append(module), m:extend(modules) and m:insert(index, module) add to it;
+m[i] = module replaces one (m[-1] the last), and past the end (PyTorch's
+IndexError), nil or anything not a module is an error. It has no forward:
+call its modules in a loop. As torch.nn.ModuleList.]],
    example = [=[local layers = qkv.nn.ModuleList{qkv.nn.Linear(4, 4), qkv.nn.ReLU()}
 layers:append(qkv.nn.Linear(4, 2))
 local x = qkv.ones(3, 4)
@@ -206,8 +209,10 @@ As torch.nn.Module.forward.]]},
    doc = [[The module's weights as a list of {name, tensor} pairs. Its own
 come first, in the order they were made, then its submodules' with dotted
 names ("aligner.proj.W", "1.b" in a Sequential). The tensors are the module's
-own, not copies. As list(m.named_parameters()) in PyTorch; m:named_parameters()
-iterates over the same pairs.]],
+own, not copies. A tensor held in two places (a layer used twice, a tied
+weight) is listed once, under its first name; a weight set to nil (m.b =
+nil, PyTorch's m.bias = None) is not listed. As list(m.named_parameters())
+in PyTorch; m:named_parameters() iterates over the same pairs.]],
    example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p[1], p[2].shape) end
 --> W	(2, 3)
 --> b	(3,)]=]},
@@ -252,9 +257,9 @@ print(l[1], l[2], l[3])   --> SiLU()	ReLU()	Tanh()]=]},
 
   {name = "Module:state_dict", sig = "m:state_dict()", group = "module methods",
    doc = [[The module's weights as a table from dotted name to tensor, the
-names of m:parameters(). The tensors are shared with the module, not
-copied. m:load(state_dict) reads it back. As
-torch.nn.Module.state_dict.]]},
+names of m:parameters() and, for a tensor held in two places, each place's
+name. The tensors are shared with the module, not copied.
+m:load(state_dict) reads it back. As torch.nn.Module.state_dict.]]},
 
   {name = "Module:nparams", sig = "m:nparams()", group = "module methods",
    doc = [[The number of weights of the module and its submodules, the sum

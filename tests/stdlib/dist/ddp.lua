@@ -79,5 +79,28 @@ ok(lin2 ~= nil and math.abs(lin2[1][1] - 1 / W) < 1e-15, "used by rank 0 alone",
    tostring(lin2))
 ok(two[3].W.grad == nil and two[3].b.grad == nil, "unused everywhere")
 ok(dd.module == two, "module")
+
+-- the wrapper is a Module whose child is the wrapped one: double() after
+-- wrapping converts the wrapped module's tensors, the next forward hooks
+-- the new ones, and their gradients are the mean over the ranks; eval
+-- reaches the wrapped module
+local function small(seed)
+  qkv.seed(seed)
+  return nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 3))
+end
+local net2, ref2 = small(200 + R), small(200):double()
+local dd2 = d.DDP(net2)
+ok(dd2:double() == dd2 and net2[1].W.dtype == "float64", "double after wrapping")
+dd2:eval()
+ref2:eval()
+ok(not net2.training and not net2[2].training, "eval reaches the module")
+local opt2 = qkv.optim.SGD(dd2, {lr = 0.1})
+nn.mse_loss(dd2(x:narrow(1, mine[1], mine[2])), y:narrow(1, mine[1], mine[2])):backward()
+nn.mse_loss(ref2(x), y):backward()
+local pw2, pr2 = net2:parameters(), ref2:parameters()
+local g2 = 0
+for i = 1, #pw2 do g2 = math.max(g2, maxdiff(pw2[i][2].grad, pr2[i][2].grad)) end
+ok(g2 < 1e-13, "grads after double", ("%g"):format(g2))
+opt2:step()
 d.barrier()
 print("ok done")
