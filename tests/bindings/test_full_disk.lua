@@ -1,15 +1,16 @@
 -- test_full_disk.lua: every writer of files on a full disk, and on the
--- paths that cannot be written: qkv.save, qkv.savez, qkv.save_safetensors
--- and qkv.plot's PNGs (and the canvas's write_png under them). A failed
--- write is an error naming the function and the path, and a file of that
--- name is left as it was, with no temp file beside it. The disk is a 64
--- KiB tmpfs this suite mounts (as root; the tests that need it are
--- skipped otherwise), filled with a file of zeros: wholly (no byte free:
--- the first write fails, and a PNG of a few hundred bytes, which a stdio
--- buffer would hold until the close, fails too) or to 8 KiB from full
--- (the first write is short, the next one fails). /dev/full shows the
--- message where no tmpfs can be had. The atomic writer's other cases
--- (modes, links, a killed writer) are test_npz.lua's.
+-- paths that cannot be written: qkv.save, qkv.savez, qkv.save_safetensors,
+-- qkv.plot's PNGs (and the canvas's write_png under them), `qkv test`'s
+-- JUnit file and `qkv kernel install`. A failed write is an error naming
+-- the function and the path, and a file of that name is left as it was,
+-- with no temp file beside it. The disk is a 64 KiB tmpfs this suite
+-- mounts (as root; the tests that need it are skipped otherwise), filled
+-- with a file of zeros: wholly (no byte free: the first write fails, and a
+-- PNG of a few hundred bytes, which a stdio buffer would hold until the
+-- close, fails too) or to 8 KiB from full (the first write is short, the
+-- next one fails). /dev/full shows the message where no tmpfs can be had.
+-- The atomic writer's other cases (modes, links, a killed writer) are
+-- test_npz.lua's.
 local lu = require "luaunit"
 local fails = dofile("tests/helpers/attn_ref.lua").fails
 local H = dofile("tests/helpers/npy_helpers.lua")
@@ -206,6 +207,56 @@ function TestPaths:testNulInAPngPath()
   local cv <close> = png_bytes(10)
   fails("the path holds a NUL byte", cv.write_png, cv, d .. "/a\0b.png")
   lu.assertEquals(listing(d), {})
+end
+
+---------------------------------------------------------------- the CLI's files
+TestCliFiles = {}
+
+-- `qkv test -o junit -n FILE` on a full disk: the run fails and says why,
+-- and no temp file is left. (Each suite's own LuaUnit writes its XML to
+-- FILE first, in place, before the runner writes the whole run's: an old
+-- FILE is not kept here.)
+function TestCliFiles:testJunitFile()
+  needmount()
+  local suite = TMP .. "/test_one.lua"
+  writefile(suite, 'local lu = require "luaunit"\n' ..
+                   'function testOne() lu.assertEquals(1, 1) end\n' ..
+                   'os.exit(lu.LuaUnit.run(), true)\n')
+  local xml = MNT .. "/r.xml"
+  fresh(function() writefile(xml, string.rep("x", 3000)) end)
+  fill(0)
+  local out, code = S.exe(EXE, "test", suite, "-o", "junit", "-n", xml)
+  lu.assertEquals(code, 1, out)
+  lu.assertStrContains(out, "qkv test: " .. xml .. ": " .. FULL)
+  lu.assertStrContains(out, "1 passed, 1 failed")
+  lu.assertEquals(listing(MNT), {"r.xml", "~fill"})
+  os.remove(FILL)
+  out, code = S.exe(EXE, "test", suite, "-o", "junit", "-n", xml)
+  lu.assertEquals(code, 0, out)
+  lu.assertStrContains(readfile(xml), '<testsuites>')
+end
+
+-- `qkv kernel install --prefix DIR` on a full disk: exit status 1 with
+-- the reason, and the kernelspec that was there is as it was
+function TestCliFiles:testKernelInstall()
+  needmount()
+  local dir = MNT .. "/k/share/jupyter/kernels/qkv"
+  fresh(function()
+    local out, code = S.exe(EXE, "kernel", "install", "--prefix", MNT .. "/k")
+    lu.assertEquals(code, 0, out)
+  end)
+  local names = listing(dir)
+  lu.assertEquals(names, {"kernel.json", "logo-32x32.png", "logo-64x64.png"})
+  local old = {}
+  for _, n in ipairs(names) do old[n] = readfile(dir .. "/" .. n) end
+  writefile(dir .. "/kernel.json", "{}")       -- so that a rewrite would show
+  old["kernel.json"] = "{}"
+  fill(0)
+  local out, code = S.exe(EXE, "kernel", "install", "--prefix", MNT .. "/k")
+  lu.assertEquals(code, 1, out)
+  lu.assertStrContains(out, "qkv kernel install: " .. dir .. "/kernel.json: " .. FULL)
+  lu.assertEquals(listing(dir), names)
+  for _, n in ipairs(names) do lu.assertTrue(readfile(dir .. "/" .. n) == old[n], n) end
 end
 
 os.exit(lu.LuaUnit.run(), true)
