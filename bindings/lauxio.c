@@ -67,11 +67,13 @@ static int write_atomic (const char *target, int exists, const struct stat *st,
   char tmp[PATH_MAX + 16], dir[PATH_MAX];
   const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
   size_t len = strlen(target), pre = (size_t)(base - target);  /* folder and '/' */
-  if (len + 9 > PATH_MAX) return ENAMETOOLONG;
+  size_t keep = len - pre;                    /* the name, cut where a name */
+  if (keep > NAME_MAX - 8) keep = NAME_MAX - 8;   /* of NAME_MAX would not fit */
+  if (pre + keep + 9 > PATH_MAX) return ENAMETOOLONG;
   memcpy(tmp, target, pre);                   /* <folder>/.<name>.XXXXXX */
   tmp[pre] = '.';
-  memcpy(tmp + pre + 1, base, len - pre);
-  memcpy(tmp + len + 1, ".XXXXXX", 8);
+  memcpy(tmp + pre + 1, base, keep);
+  memcpy(tmp + pre + 1 + keep, ".XXXXXX", 8);
   if (!slash) strcpy(dir, ".");
   else {
     size_t n = pre > 1 ? pre - 1 : 1;         /* "/" for a file in the root */
@@ -118,14 +120,40 @@ static int write_inplace (const char *target, const qkvL_Part *parts, int nparts
 }
 
 /*
+** Where a write to path lands, into out (PATH_MAX bytes): path with its
+** symbolic links followed, or, for a link to a file that does not exist
+** yet, that file (found link by link, as open(O_CREAT) finds it), so that
+** the link stays and names the new file.  0 or an errno value.
+*/
+static int resolve (const char *path, char *out) {
+  if (realpath(path, out)) return 0;
+  if (strlen(path) >= PATH_MAX) return ENAMETOOLONG;
+  strcpy(out, path);
+  for (int hops = 0; hops < 40; hops++) {       /* the kernel's own limit */
+    struct stat st;
+    char link[PATH_MAX];
+    if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return 0;
+    ssize_t k = readlink(out, link, sizeof link - 1);
+    if (k < 0) return errno;
+    link[k] = '\0';
+    const char *slash = strrchr(out, '/');
+    size_t pre = link[0] == '/' || !slash ? 0 : (size_t)(slash - out) + 1;
+    if (pre + (size_t)k >= PATH_MAX) return ENAMETOOLONG;
+    memcpy(out + pre, link, (size_t)k + 1);   /* relative to the link's folder */
+  }
+  return ELOOP;
+}
+
+/*
 ** Writes the parts to path: a regular file (or a new one) atomically, a
 ** character device or a FIFO in place; a folder, a block device or a
 ** socket is refused.  A symbolic link is followed, so the file it names
 ** is written and the link stays.  0, an errno value, E_INTR or E_KIND.
 */
 int qkvL_write_file (const char *path, const qkvL_Part *parts, int nparts) {
-  char real[PATH_MAX];
-  const char *target = realpath(path, real) ? real : path;
+  char target[PATH_MAX];
+  int e = resolve(path, target);
+  if (e) return e;
   struct stat st;
   int exists = stat(target, &st) == 0;
   if (!exists || S_ISREG(st.st_mode)) return write_atomic(target, exists, &st, parts, nparts);

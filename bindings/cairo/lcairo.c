@@ -1,13 +1,15 @@
 /*
 ** lcairo.c -- qkv.cairo: a thin canvas over cairo's image surface, for the
 ** PNG figures of qkv.plot. It knows nothing of tensors or layout: it takes
-** and returns plain Lua values, and stock Lua can load it as well as qkv.
+** and returns plain Lua values, and stock Lua can load it as well as qkv
+** (write_png requires the qkv module, whose writer writes the file).
 ** It lives in its own .so so that only a script that writes a PNG loads
 ** cairo (the terminal plots and start-up never pay for it).
 */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -302,15 +304,62 @@ static int m_image (lua_State *L) {
   return 0;
 }
 
-/* canvas:write_png(path); raises "path: cairo's status string" */
+/* the PNG's bytes live in a userdata until they are a Lua string, so that
+   a Lua error in between (memory) cannot leak them */
+#define PNGBYTES "qkv.cairo.pngbytes"
+
+static int pngbytes_gc (lua_State *L) {
+  qkv_png_bytes *b = (qkv_png_bytes *)luaL_checkudata(L, 1, PNGBYTES);
+  free(b->p);
+  b->p = NULL;
+  return 0;
+}
+
+/* the canvas at 1 as PNG bytes, pushed as a string; raises "cannot write
+   'path': why" when it cannot be encoded */
+static void pushpng (lua_State *L, Canvas *c, const char *path) {
+  cairo_status_t st = cairo_status(c->cr);
+  if (st != CAIRO_STATUS_SUCCESS)
+    luaL_error(L, "cannot write '%s': %s", path, cairo_status_to_string(st));
+  qkv_png_bytes *b = (qkv_png_bytes *)lua_newuserdatauv(L, sizeof *b, 0);
+  memset(b, 0, sizeof *b);
+  if (luaL_newmetatable(L, PNGBYTES)) {
+    lua_pushcfunction(L, pngbytes_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  const char *why = qkv_encode_png(c->surface, b);
+  if (why != NULL) luaL_error(L, "cannot write '%s': %s", path, why);
+  lua_pushlstring(L, (const char *)b->p, b->n);
+  lua_remove(L, -2);                   /* the box: its __gc frees the bytes */
+}
+
+/*
+** canvas:write_png(path); raises "cannot write 'path': why".  The file is
+** written by qkv's own writer (qkv._write_file, as qkv.save writes): a
+** temp file in the same folder renamed over the target, so that a failed
+** write (a full disk, Ctrl-C) leaves a file of that name as it was; a
+** character device or a FIFO is written in place.
+*/
 static int m_write_png (lua_State *L) {
   Canvas *c = checkcanvas(L, 1);
-  const char *path = luaL_checkstring(L, 2);
-  cairo_status_t st = cairo_status(c->cr);
-  const char *why = st == CAIRO_STATUS_SUCCESS ? qkv_write_png(c->surface, path)
-                                               : cairo_status_to_string(st);
-  if (why != NULL) return luaL_error(L, "cannot write '%s': %s", path, why);
-  return 0;
+  size_t n;
+  const char *path = luaL_checklstring(L, 2, &n);
+  luaL_argcheck(L, strlen(path) == n, 2, "the path holds a NUL byte");
+  lua_settop(L, 2);
+  lua_getglobal(L, "require");                                /* 3 */
+  lua_pushliteral(L, "qkv");
+  lua_call(L, 1, 1);
+  lua_getfield(L, 3, "_write_file");                          /* 4 */
+  lua_pushvalue(L, 2);
+  pushpng(L, c, path);
+  lua_pushliteral(L, "write_png");
+  if (lua_pcall(L, 3, 0, 0) == LUA_OK) return 0;
+  /* "write_png: path: why" or "write_png: why" -> "cannot write 'path': why" */
+  const char *msg = luaL_tolstring(L, -1, NULL);
+  if (strncmp(msg, "write_png: ", 11) == 0) msg += 11;
+  if (strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
+  return luaL_error(L, "cannot write '%s': %s", path, msg);
 }
 
 /* un-premultiplies one ARGB32 pixel (native-endian) into RGBA bytes */

@@ -449,10 +449,10 @@ local function writejunit(fname, suites)
   local out = {'<?xml version="1.0" encoding="UTF-8"?>', "<testsuites>"}
   for _, s in ipairs(suites) do testsuite(out, s) end
   out[#out + 1] = "</testsuites>\n"
-  local f, err = io.open(fname, "w")
-  if not f then return nil, err end
-  f:write(table.concat(out, "\n"))
-  f:close()
+  -- written as qkv.save writes: a failed write (a full disk) is an error
+  -- and leaves an old file of that name as it was
+  local ok, err = pcall(require("qkv")._write_file, fname, table.concat(out, "\n"), "junit")
+  if not ok then return nil, (tostring(err):gsub("^junit: ", "")) end
   return true
 end
 

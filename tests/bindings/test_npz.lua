@@ -368,6 +368,42 @@ function TestAtomic:testModesAndLinks()
   lu.assertEquals(listing(d), {"link.npy", "x.npy", "y.npy"})
 end
 
+-- a link to a file that does not exist yet: the file is made where the
+-- link points (as open(O_CREAT) makes it), link by link, relative to each
+-- link's folder, and the links stay; a loop of links is an error
+function TestAtomic:testLinksToNewFiles()
+  local d = newdir()
+  os.execute("mkdir " .. S.quote(d .. "/sub"))
+  os.execute("ln -s new.npy " .. S.quote(d .. "/a.npy"))
+  os.execute("ln -s ../sub/b.npy " .. S.quote(d .. "/sub/l2"))
+  os.execute("ln -s sub/l2 " .. S.quote(d .. "/l1"))
+  os.execute("ln -s loop " .. S.quote(d .. "/loop"))
+  qkv.save(d .. "/a.npy", qkv.full({2}, 3))
+  qkv.savez(d .. "/l1", {x = qkv.full({2}, 4)})
+  lu.assertEquals(qkv.load(d .. "/new.npy"):tolist(), {3, 3})
+  lu.assertEquals(qkv.loadz(d .. "/sub/b.npy").x:tolist(), {4, 4})
+  lu.assertEquals(S.sh("readlink " .. S.quote(d .. "/a.npy")), "new.npy\n")
+  lu.assertEquals(S.sh("readlink " .. S.quote(d .. "/l1")), "sub/l2\n")
+  fails("save: " .. d .. "/loop: Too many levels of symbolic links",
+        qkv.save, d .. "/loop", qkv.ones(1))
+  lu.assertEquals(listing(d), {"a.npy", "l1", "loop", "new.npy", "sub"})
+  lu.assertEquals(listing(d .. "/sub"), {"b.npy", "l2"})
+end
+
+-- a name as long as a name may be (255 bytes) is written: the temp
+-- file's name is cut to fit
+function TestAtomic:testLongestNames()
+  local d = newdir()
+  for _, n in ipairs{247, 248, 255} do
+    local p = d .. "/" .. string.rep("n", n - 4) .. ".npy"
+    qkv.save(p, qkv.full({2}, n))
+    qkv.save(p, qkv.full({3}, n))            -- and replaced
+    lu.assertEquals(qkv.load(p):tolist(), {n, n, n})
+  end
+  lu.assertEquals(#listing(d), 3)
+  fails("File name too long", qkv.save, d .. "/" .. string.rep("n", 256), qkv.ones(1))
+end
+
 -- a child saving 4 MiB tensors in a loop, killed with SIGKILL at 8
 -- moments: the file always loads to one complete tensor
 function TestAtomic:testKilledWriterLeavesACompleteFile()

@@ -85,15 +85,18 @@ function M.main(args, progname)
   local spec = {argv = json.array{progname, "kernel", "-f", "{connection_file}"},
                 display_name = "qkv", language = "lua", interrupt_mode = "signal",
                 metadata = {}, env = {}}
-  local f, why = io.open(dir .. "/kernel.json", "w")
-  if not f then
+  -- each file written as qkv.save writes: a failed write (a full disk) is
+  -- an error and leaves an old file of that name as it was
+  local ok, why = pcall(function()
+    require("qkv")._write_file(dir .. "/kernel.json", json.encode(spec) .. "\n", "install")
+    logo(dir .. "/logo-32x32.png", 32)
+    logo(dir .. "/logo-64x64.png", 64)
+  end)
+  if not ok then
+    why = tostring(why):gsub("^[^\n]-install%.lua:%d+: ", ""):gsub("^install: ", "")
     io.stderr:write(("qkv kernel install: %s\n"):format(why))
     return 1
   end
-  f:write(json.encode(spec), "\n")
-  f:close()
-  logo(dir .. "/logo-32x32.png", 32)
-  logo(dir .. "/logo-64x64.png", 64)
   print(("Installed kernelspec qkv in %s"):format(dir))
   return 0
 end
