@@ -323,7 +323,7 @@ static int m_masked_fill (lua_State *L) {
 static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2);                     /* the dim stays at 2, nil or not */
-  lua_Integer len = luaL_len(L, 1);
+  lua_Integer len = qkvL_checklist(L, 1, name, "the list of tensors", NULL);
   if (len < 1) luaL_error(L, "%s: expected a non-empty list of tensors", name);
   if (len > max) luaL_error(L, "%s: more than %d tensors", name, max);
   int n = (int)len;

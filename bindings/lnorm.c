@@ -33,6 +33,8 @@ static int read_normalized (lua_State *L, int arg, int64_t *size) {
     luaL_error(L, "layer_norm: normalized_shape must be a size or a table of sizes, got %s",
                luaL_typename(L, arg));
   lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+  if (qkvL_testlist(L, arg, "layer_norm", "normalized_shape", n, NULL))
+    luaL_error(L, "%s", lua_tostring(L, -1));
   if (n < 1 || n > QKV_MAXDIM)
     luaL_error(L, "layer_norm: normalized_shape must hold 1 to 8 sizes, got %I", n);
   for (lua_Integer i = 1; i <= n; i++) {

@@ -29,9 +29,12 @@ static int size_tostring (lua_State *L) {
   return 1;
 }
 
+/* equal when both hold the same n sizes and nothing else (a table with
+   other keys is not a shape) */
 static int size_eq (lua_State *L) {
   lua_Integer n = luaL_len(L, 1);
-  if (n > QKV_MAXDIM || !lua_istable(L, 2) || luaL_len(L, 2) != n)
+  if (n > QKV_MAXDIM || !lua_istable(L, 2) || luaL_len(L, 2) != n ||
+      qkvL_testlist(L, 1, "", "", n, NULL) || qkvL_testlist(L, 2, "", "", n, NULL))
     return lua_pushboolean(L, 0), 1;
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
@@ -192,6 +195,8 @@ static int64_t position (lua_State *L, lua_Integer item, int dim, int64_t size, 
 */
 static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *v) {
   lua_Integer n = (lua_Integer)lua_rawlen(L, key);
+  if (qkvL_testlist(L, key, "index", "the index table", n, NULL))
+    luaL_error(L, "%s", lua_tostring(L, -1));
   if (n > t->ndim)
     luaL_error(L, "index: %I indices for a tensor of %d dims", n, t->ndim);
   qkv_tensor cur = *t;
@@ -209,6 +214,8 @@ static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *
     lua_Integer m = (lua_Integer)lua_rawlen(L, -1);
     int64_t a = 0, b = cur.size[d] - 1;
     if (m > 2) luaL_error(L, "index: item %I must be {}, {i} or {i, j}", k);
+    if (qkvL_testlist(L, -1, "index", "a range {i, j} of the index table", m, NULL))
+      luaL_error(L, "%s", lua_tostring(L, -1));
     if (m >= 1) {
       lua_rawgeti(L, -1, 1);
       a = b = position(L, k, dim, cur.size[d], 0);

@@ -38,8 +38,25 @@ static int v_transpose (lua_State *L) {
 static int v_permute (lua_State *L) {
   QKVL_GRAD(L, "permute", v_permute);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  static const char *const known[] = {"dims", NULL};
   int perm[QKV_MAXDIM], seen[QKV_MAXDIM] = {0}, n = 0;
-  int table = lua_istable(L, 2), top = table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
+  int table = lua_istable(L, 2), top = lua_gettop(L) - 1;
+  if (table) {                    /* {2, 1}, or PyTorch's keyword {dims = {2, 1}} */
+    qkvL_noextra(L, "permute", 2);
+    lua_Integer len = qkvL_checklist(L, 2, "permute", "the dims", known);
+    lua_settop(L, 2);
+    lua_pushliteral(L, "dims");
+    if (lua_rawget(L, 2) != LUA_TNIL) {           /* read raw, as its keys were */
+      if (len > 0) return luaL_error(L, "permute: the dims are given twice, as items and "
+                                     "as 'dims'");
+      if (!lua_istable(L, 3))
+        return luaL_error(L, "permute: 'dims' must be a table of dims, got %s",
+                          luaL_typename(L, 3));
+      lua_replace(L, 2);
+      len = qkvL_checklist(L, 2, "permute", "'dims'", NULL);
+    } else lua_pop(L, 1);
+    top = len > QKV_MAXDIM ? QKV_MAXDIM + 1 : (int)len;
+  }
   if (top != t->ndim) {
     qkvL_shape(L, t);
     return luaL_error(L, "permute: %d dims given for a tensor of shape %s",
@@ -60,7 +77,7 @@ static int v_permute (lua_State *L) {
 /* sizes for view/reshape, with one -1 inferred; checks the count */
 static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
                      int64_t *size) {
-  int n = qkvL_checksizes(L, 2, size), infer = -1;
+  int n = qkvL_checksizes(L, 2, size, strcmp(name, "view") == 0 ? "size" : "shape"), infer = -1;
   int64_t known = 1, nonzero = 1, numel = qkv_numel(t);
   for (int i = 0; i < n; i++) {
     if (size[i] > 0 && nonzero > INT64_MAX / size[i]) {
@@ -168,7 +185,7 @@ static int v_expand (lua_State *L) {
   QKVL_GRAD(L, "expand", v_expand);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int64_t size[QKV_MAXDIM];
-  int n = qkvL_checksizes(L, 2, size);
+  int n = qkvL_checksizes(L, 2, size, "size");
   for (int i = 0; i < n; i++) {
     int j = i - (n - t->ndim);
     if (size[i] == -1) size[i] = j >= 0 ? t->size[j] : -1;

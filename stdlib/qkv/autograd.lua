@@ -314,8 +314,11 @@ end
 function A.grad(f, inputs, grad)
   if type(f) ~= "function" then fail("grad: bad argument #1 (function expected, got %s)", type(f)) end
   if type(inputs) ~= "table" then fail("grad: bad argument #2 (list of tensors expected, got %s)", type(inputs)) end
+  local bad = qkv._checklist("grad", inputs, "inputs")   -- tensors and nothing else
+  if bad then fail("%s", bad) end
   local xs = {}
-  for i, x in ipairs(inputs) do
+  for i = 1, #inputs do          -- a nil among them is an error, not the list's end
+    local x = inputs[i]
     if not is_tensor(x) then fail("grad: input %d is a %s, not a tensor", i, type(x)) end
     xs[i] = x:detach()
     A.requires_grad_(xs[i])

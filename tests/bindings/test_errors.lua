@@ -636,6 +636,88 @@ function TestKeywords:testErrors()
   missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return X:sum{dim = 0} end)
 end
 
+-- every key of a shape, list or options table is understood or an error
+-- naming the function and the closest key (issue 46: they were ignored)
+function TestKeywords:testShapeTables()
+  missing("bad argument #1 to 'zeros' (unknown key 'dtyp' in the shape (did you mean 'dtype'?))",
+          function() return qkv.zeros{2, 3, dtyp = "float64"} end)
+  missing("bad argument #1 to 'ones' (unknown key 'x' in the shape (it takes its items, "
+          .. "'size', 'dtype' and 'device'))", function() return qkv.ones{2, x = 3} end)
+  missing("bad argument #1 to 'rand' (the shape has key 4 past its 1 item (a nil in the list?))",
+          function() return qkv.rand{2, [4] = 3} end)
+  missing("bad argument #1 to 'randn' (unknown key 'sizes' in the shape (did you mean 'size'?))",
+          function() return qkv.randn{sizes = {2}} end)
+  missing("bad argument #1 to 'eye' (unknown key 'size' in the shape (it takes its items, "
+          .. "'dtype' and 'device'))", function() return qkv.eye{3, size = 3} end)
+  missing("bad argument #1 to 'zeros' (the sizes are given twice, as items and as 'size')",
+          function() return qkv.zeros{2, size = {2}} end)
+  missing("bad argument #1 to 'zeros' ('size' must be a table of sizes, got number)",
+          function() return qkv.zeros{size = 2} end)
+  missing("bad argument #1 to 'zeros' (unknown key 'n' in 'size' (it holds its 1 item only))",
+          function() return qkv.zeros{size = {2, n = 1}} end)
+  missing("bad argument #2 to 'zeros' (the dtype is given twice)",
+          function() return qkv.zeros({2, dtype = "int64"}, {dtype = "int32"}) end)
+  missing("bad argument #2 to 'ones' (the dtype is given twice)",
+          function() return qkv.ones({2, dtype = "int64"}, "int64") end)
+  missing("bad argument #1 to 'zeros' (option 'dtype' must be a dtype name (float32, float64, "
+          .. "float16, bfloat16, int64, int32, bool), got float8)",
+          function() return qkv.zeros{2, dtype = "float8"} end)
+  missing("bad argument #1 to 'full' (unknown key 'fill_value' in the shape (it takes its "
+          .. "items, 'size', 'dtype' and 'device'))",
+          function() return qkv.full({2, fill_value = 1}, 1) end)
+  missing("bad argument #1 to 'view' (unknown key 'shape' in the shape (it takes its items "
+          .. "and 'size'))", function() return qkv.arange(6):view{shape = {2, 3}} end)
+  missing("bad argument #1 to 'reshape' (unknown key 'size' in the shape (it takes its items "
+          .. "and 'shape'))", function() return qkv.arange(6):reshape{size = {2, 3}} end)
+  missing("bad argument #1 to 'expand' (unknown key 'dtype' in the shape (it takes its items "
+          .. "and 'size'))", function() return qkv.ones(1):expand{2, dtype = "int64"} end)
+  missing("permute: unknown key 'dim' in the dims (did you mean 'dims'?)",
+          function() return X:permute{2, 1, dim = 1} end)
+  missing("permute: the dims are given twice, as items and as 'dims'",
+          function() return X:permute{2, 1, dims = {2, 1}} end)
+  missing("permute: takes 2 arguments, got 3 (argument #3 is a string)",
+          function() return X:permute({2, 1}, "x") end)
+end
+
+function TestKeywords:testExtraArgumentsAfterTheDtype()
+  missing("bad argument #5 to 'zeros' (size, dtype or device expected, got string)",
+          function() return qkv.zeros(2, 3, "float64", "cpu", "x") end)
+  missing("bad argument #5 to 'full' (dtype or device expected, got number)",
+          function() return qkv.full(2, 7, "int64", "cpu", 5) end)
+  missing("bad argument #5 to 'arange' (dtype or device expected, got number)",
+          function() return qkv.arange(0, 5, "int64", "cpu", 1) end)
+  missing("bad argument #3 to 'tensor' (dtype or device expected, got number)",
+          function() return qkv.tensor({1}, "int64", 1) end)
+  missing("bad argument #2 to 'arange' (unknown option 'dtyp' (did you mean 'dtype'?))",
+          function() return qkv.arange(5, {dtyp = "int64"}) end)
+end
+
+function TestKeywords:testListsHoldTheirItemsOnly()
+  local x = qkv.arange(6):view(2, 3)
+  missing("cat: unknown key 'dim' in the list of tensors (it holds its 2 items only)",
+          function() return qkv.cat{x, x, dim = 2} end)
+  missing("stack: the list of tensors has key 4 past its 2 items (a nil in the list?)",
+          function() return qkv.stack{x, x, [4] = x} end)
+  missing("tensor: unknown key 'x' in a list at depth 2 (it holds its 2 items only)",
+          function() return qkv.tensor{{1, 2}, {3, 4, x = 1}} end)
+  missing("bad argument #1 to 'tensor' (unknown key 'dtyp' in the table (did you mean "
+          .. "'dtype'?))", function() return qkv.tensor{1, 2, dtyp = "int64"} end)
+  missing("index: unknown key 'foo' in the index table (it holds its 1 item only)",
+          function() return x[{1, foo = 2}] end)
+  missing("index: unknown key 'x' in a range {i, j} of the index table (it holds its 2 items "
+          .. "only)", function() x[{1, {2, 3, x = 1}}] = 0 end)
+  missing("layer_norm: unknown key 'eps' in normalized_shape (it holds its 1 item only)",
+          function() return qkv.layer_norm(x, {3, eps = 1}) end)
+  missing("align: unknown key 'bias' in the weights (it holds its 4 items only)",
+          function() return qkv.align(x, {x, x, x, x, bias = x}) end)
+  missing("padding: unknown key 'n' in the lengths (it holds its 2 items only)",
+          function() return qkv.padding({1, 2, n = 2}, 3) end)
+  missing("grad: unknown key 'x' in inputs (it holds its 1 item only)",
+          function() return qkv.grad(function(a) return a:sum() end, {x:double(), x = 1}) end)
+  missing("grad: input 2 is a nil, not a tensor",
+          function() return qkv.grad(function(a) return a:sum() end, {x:double(), nil, x}) end)
+end
+
 function TestKeywords:testAutogradSeesPositions()
   local x = qkv.tensor({{1, 2}, {3, 4}}, "float64"):requires_grad_()
   x:sum{dim = 2, keepdim = true}:sum():backward()
