@@ -59,7 +59,7 @@ int qkvL_checksizes (lua_State *L, int arg, int64_t *size, const char *key);
 int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
                         qkv_device *dev, int skip);
 /* the dtype and device after a function's other arguments, from arg on, as
-   a shape's: [dtype] [device] [{dtype =, device =}]; got (QKVL_GOT_*) says
+   a shape's: [dtype] [device] (either first) [{dtype =, device =}]; got says
    which were given already (another is an error); returns it with those
    given here */
 enum { QKVL_GOT_DTYPE = 1, QKVL_GOT_DEVICE = 2 };
@@ -119,6 +119,13 @@ void qkvL_keywords (lua_State *L, const char *fname, int first, const char *cons
                     int dtype);
 extern const char *const qkvL_KW_DIM[];       /* {"dim"} */
 extern const char *const qkvL_KW_REDUCE[];    /* {"dim", "keepdim"} */
+extern const char *const qkvL_KW_OTHER[];     /* {"other"} */
+extern const char *const qkvL_KW_NONE[];      /* {} */
+/* the whole argument list of a method x:f(...) that takes the arguments
+   names (from #2 on, PyTorch's names) and nothing else: qkvL_keywords,
+   then any argument past them is an error (an options table with a key
+   it does not take, x:add(y, {alpha = 2}), included), never ignored */
+void qkvL_args (lua_State *L, const char *fname, const char *const *names);
 const char *qkvL_closest (const char *k, const char *const *names);
 int qkvL_nearer (const char *k, const char *name, int *best);
 const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra);

@@ -75,9 +75,9 @@ int qkvL_tableopts (lua_State *L, int idx, int arg, qkv_dtype *dt, qkv_device *d
 }
 
 /*
-** What follows the other arguments, from arg on: [dtype] [device] (strings,
-** as the function takes them: dt or dev NULL, not taken), then an options
-** table {dtype =, device =}.  What `got` says was given already may not
+** What follows the other arguments, from arg on: a dtype and a device
+** (strings, either first, as the function takes them: dt or dev NULL, not
+** taken), then an options table {dtype =, device =}.  What `got` says was given already may not
 ** be given again; anything else left over, but trailing nils, is an
 ** error (`sizes`: a size could have come there too).
 */
@@ -85,14 +85,12 @@ static int tail (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev, int got,
   int top = lua_gettop(L);
   qkv_device d;
   while (top >= arg && lua_isnil(L, top)) top--;
-  if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING &&
-      !(dev && qkvL_isdevice(L, arg, &d))) {
-    set_dtype(L, arg, arg, dt, &got);
-    arg++;
-  }
-  if (dev && arg <= top && qkvL_isdevice(L, arg, &d)) {
-    set_device(L, arg, d, dev, &got);
-    arg++;
+  for (int i = 0; i < 2 && arg <= top && lua_type(L, arg) == LUA_TSTRING; i++, arg++) {
+    qkv_dtype t;
+    if (dev && qkvL_isdevice(L, arg, &d)) set_device(L, arg, d, dev, &got);
+    else if (dt && (!(got & QKVL_GOT_DTYPE) || qkv_dtype_from_name(lua_tostring(L, arg), &t)))
+      set_dtype(L, arg, arg, dt, &got);
+    else break;                           /* "tpu" after a dtype: not a dtype again */
   }
   if ((dt || dev) && arg == top && lua_type(L, arg) == LUA_TTABLE) {
     const char *known[3];

@@ -63,6 +63,8 @@ static qkv_tensor *affine (lua_State *L, int arg, const char *what, int n,
 
 /* qkv.layer_norm(x, normalized_shape [, w [, b [, eps]]]) */
 static int n_layer_norm (lua_State *L) {
+  static const char *const kw[] = {"normalized_shape", "weight", "bias", "eps", NULL};
+  qkvL_args(L, "layer_norm", kw);
   QKVL_GRAD(L, "layer_norm", n_layer_norm);
   int64_t size[QKV_MAXDIM];
   int n = read_normalized(L, 2, size);
@@ -92,6 +94,8 @@ static int n_layer_norm (lua_State *L) {
 ** is qkv.rand(x.shape) >= p, drawn from the generator's stream.
 */
 static int n_dropout (lua_State *L) {
+  static const char *const kw[] = {"p", "training", NULL};
+  qkvL_args(L, "dropout", kw);
   QKVL_GRAD(L, "dropout", n_dropout);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   double p = luaL_optnumber(L, 2, 0.5);

@@ -119,6 +119,7 @@ static void check_listable (lua_State *L, const qkv_tensor *t) {
 }
 
 static int t_tolist (lua_State *L) {
+  qkvL_args(L, "tolist", qkvL_KW_NONE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   check_listable(L, x);
   const qkv_tensor *t = qkvL_host(L, x, "tolist");
@@ -127,6 +128,7 @@ static int t_tolist (lua_State *L) {
 }
 
 static int t_item (lua_State *L) {
+  qkvL_args(L, "item", qkvL_KW_NONE);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_numel(t) != 1) {
     qkvL_shape(L, t);
@@ -361,16 +363,19 @@ static int t_tostring (lua_State *L) {
 }
 
 static int t_dim (lua_State *L) {
+  qkvL_args(L, "dim", qkvL_KW_NONE);
   lua_pushinteger(L, qkvL_checktensor(L, 1)->ndim);
   return 1;
 }
 
 static int t_numel (lua_State *L) {
+  qkvL_args(L, "numel", qkvL_KW_NONE);
   lua_pushinteger(L, qkv_numel(qkvL_checktensor(L, 1)));
   return 1;
 }
 
 static int t_size (lua_State *L) {
+  qkvL_args(L, "size", qkvL_KW_DIM);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->size);
   else lua_pushinteger(L, t->size[qkvL_checkdim(L, 2, t->ndim, 0)]);
@@ -378,6 +383,7 @@ static int t_size (lua_State *L) {
 }
 
 static int t_stride (lua_State *L) {
+  qkvL_args(L, "stride", qkvL_KW_DIM);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->stride);
   else lua_pushinteger(L, t->stride[qkvL_checkdim(L, 2, t->ndim, 0)]);
@@ -392,6 +398,7 @@ static int t_version (lua_State *L) {
 
 /* x:detach(): a view of x's data with no autograd history */
 static int t_detach (lua_State *L) {
+  qkvL_args(L, "detach", qkvL_KW_NONE);
   qkvL_pushview(L, qkvL_checktensor(L, 1), 1);
   return 1;
 }
@@ -418,11 +425,13 @@ static int t_register_post_accumulate_grad_hook (lua_State *L) {
 }
 
 static int t_element_size (lua_State *L) {
+  qkvL_args(L, "element_size", qkvL_KW_NONE);
   lua_pushinteger(L, (lua_Integer)qkv_elsize(qkvL_checktensor(L, 1)->dtype));
   return 1;
 }
 
 static int t_is_contiguous (lua_State *L) {
+  qkvL_args(L, "is_contiguous", qkvL_KW_NONE);
   lua_pushboolean(L, qkv_is_contiguous(qkvL_checktensor(L, 1)));
   return 1;
 }

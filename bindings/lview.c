@@ -14,6 +14,7 @@ static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt,
 }
 
 static int v_t (lua_State *L) {
+  qkvL_args(L, "t", qkvL_KW_NONE);
   QKVL_GRAD(L, "t", v_t);
   qkv_tensor *t = qkvL_checktensor(L, 1), v = *t;
   if (t->ndim > 2) {
@@ -27,6 +28,8 @@ static int v_t (lua_State *L) {
 }
 
 static int v_transpose (lua_State *L) {
+  static const char *const kw[] = {"dim0", "dim1", NULL};
+  qkvL_args(L, "transpose", kw);
   QKVL_GRAD(L, "transpose", v_transpose);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
@@ -138,6 +141,8 @@ static int v_reshape (lua_State *L) {
 }
 
 static int v_narrow (lua_State *L) {
+  static const char *const kw[] = {"dim", "start", "length", NULL};
+  qkvL_args(L, "narrow", kw);
   QKVL_GRAD(L, "narrow", v_narrow);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
@@ -155,6 +160,8 @@ static int v_narrow (lua_State *L) {
 }
 
 static int v_select (lua_State *L) {
+  static const char *const kw[] = {"dim", "index", NULL};
+  qkvL_args(L, "select", kw);
   QKVL_GRAD(L, "select", v_select);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
@@ -164,6 +171,7 @@ static int v_select (lua_State *L) {
 }
 
 static int v_unsqueeze (lua_State *L) {
+  qkvL_args(L, "unsqueeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "unsqueeze", v_unsqueeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 1);
@@ -174,6 +182,7 @@ static int v_unsqueeze (lua_State *L) {
 }
 
 static int v_squeeze (lua_State *L) {
+  qkvL_args(L, "squeeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "squeeze", v_squeeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
@@ -202,6 +211,7 @@ static int v_expand (lua_State *L) {
 }
 
 static int v_contiguous (lua_State *L) {
+  qkvL_args(L, "contiguous", qkvL_KW_NONE);
   QKVL_GRAD(L, "contiguous", v_contiguous);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_is_contiguous(t)) lua_settop(L, 1);
@@ -210,6 +220,7 @@ static int v_contiguous (lua_State *L) {
 }
 
 static int v_clone (lua_State *L) {
+  qkvL_args(L, "clone", qkvL_KW_NONE);
   QKVL_GRAD(L, "clone", v_clone);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   pushcopy(L, t, t->dtype, "clone");
@@ -223,24 +234,31 @@ static int todevice (lua_State *L, qkv_tensor *t, qkv_device d, const char *name
   return 1;
 }
 
-/* to(dtype) or to(device); returns self when nothing changes */
+/* to(dtype), to(device), both (either first), or PyTorch's keywords
+   {dtype =, device =}, as a factory's (qkvL_checktail); returns self when
+   nothing changes */
 static int v_to (lua_State *L) {
   QKVL_GRAD(L, "to", v_to);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  qkv_device d;
-  if (qkvL_isdevice(L, 2, &d)) return todevice(L, t, d, "to");
-  qkv_dtype dt = qkvL_checkdtype(L, 2);
-  if (dt == t->dtype) lua_settop(L, 1);
-  else pushcopy(L, t, dt, "to");
+  qkv_dtype dt = t->dtype;
+  qkv_device dev = t->storage->device;
+  if (lua_isnoneornil(L, 2)) qkvL_checkdtype(L, 2);        /* "string expected" */
+  qkvL_checktail(L, 2, &dt, &dev, 0);
+  int top = lua_gettop(L);
+  if (dt != t->dtype) t = pushcopy(L, t, dt, "to");
+  if (dev != t->storage->device) qkvL_todevice(L, t, dev, "to");
+  if (lua_gettop(L) == top) lua_settop(L, 1);
   return 1;
 }
 
 static int v_cpu (lua_State *L) {
+  qkvL_args(L, "cpu", qkvL_KW_NONE);
   QKVL_GRAD(L, "cpu", v_cpu);
   return todevice(L, qkvL_checktensor(L, 1), QKV_CPU, "cpu");
 }
 
 static int v_cuda (lua_State *L) {
+  qkvL_args(L, "cuda", qkvL_KW_NONE);
   QKVL_GRAD(L, "cuda", v_cuda);
   return todevice(L, qkvL_checktensor(L, 1), QKV_CUDA, "cuda");
 }

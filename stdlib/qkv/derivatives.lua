@@ -260,8 +260,8 @@ local function to_rule(f, x, ...)
 end
 R.float, R.double = to_rule, to_rule
 
-R.to = function(f, x, what)
-  local y = f(x, what)
+R.to = function(f, x, ...)
+  local y = f(x, ...)
   if rawequal(y, x) then return y end
   return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
 end

@@ -404,17 +404,37 @@ local KEYWORDS = {
   norm = {"p", "dim", "keepdim", "dtype", lists = {dim = true}},
   scatter = {"dim", "index", {"src", "value"}, "reduce"},
   scatter_ = {"dim", "index", {"src", "value"}, "reduce"},
-  argsort = {"dim", "descending", "stable"}, flip = {"dims", lists = {dims = true}},
+  argsort = {"dim", "descending", "stable"},
+  flip = {"dims", lists = {dims = true}, varargs = true},     -- x:flip(1, 2) too
   roll = {"shifts", "dims", lists = {shifts = true, dims = true}},
   repeat_interleave = {"repeats", "dim", lists = {repeats = true}}, outer = {"vec2"},
   allclose = {"other", "rtol", "atol", "equal_nan"},
 }
 
 -- f as the public function name, taking its keywords
+-- the most arguments of those that take no keywords (x:new_* count theirs)
+local MAXARGS = {
+  zeros_like = 2, ones_like = 2, empty_like = 2, rand_like = 2, randn_like = 2,
+  full_like = 3, randint = 4, linspace = 4, logspace = 5, manual_seed = 1,
+  half = 1, bfloat16 = 1,
+}
+
+-- f as the public function name, taking its keywords; an argument past
+-- those it takes is an error, as the bindings' qkvL_args makes it
 local function public(name, f)
   local names = KEYWORDS[name]
-  if names == nil then return api(name, f) end
-  return api(name, function(...) return f(keywords(name, names, 2, ...)) end)
+  local max = names and not names.varargs and 1 + #names or MAXARGS[name]
+  return api(name, function(...)
+    local args = table.pack(...)
+    if names then args = table.pack(keywords(name, names, 2, ...)) end
+    local n = args.n
+    while n > 0 and args[n] == nil do n = n - 1 end
+    if max and n > max then
+      fail("takes %d argument%s, got %d (argument #%d is a %s)", max, max == 1 and "" or "s",
+           n, max + 1, type(args[max + 1]))
+    end
+    return f(table.unpack(args, 1, n))
+  end)
 end
 
 -- functions of qkv (and methods of the same name)
@@ -448,7 +468,7 @@ for name, f in pairs(FUNCTIONS) do
   rawset(methods, name, M[name])
 end
 for name, f in pairs(FACTORIES) do
-  M[name] = api(name, f)
+  M[name] = public(name, f)
   rawset(qkv, name, M[name])
 end
 for name, f in pairs(METHODS) do

@@ -224,7 +224,15 @@ end
 local function flip(x, dims, ...)
   tensor_arg(x, "x")
   if dims == nil then fail("dims is missing (a dim or a list of dims)") end
-  if select("#", ...) > 0 and type(dims) == "number" then dims = {dims, ...} end
+  local more = table.pack(...)
+  while more.n > 0 and more[more.n] == nil do more.n = more.n - 1 end
+  if more.n > 0 then
+    if type(dims) ~= "number" then
+      fail("dims come as one list or as numbers, got a %s and %d more argument%s", type(dims),
+           more.n, more.n == 1 and "" or "s")
+    end
+    dims = {dims, table.unpack(more, 1, more.n)}
+  end
   local ds = dims_arg(dims, "dims", x)
   local out = x
   for _, d in ipairs(ds) do

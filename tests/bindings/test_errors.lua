@@ -55,7 +55,8 @@ end
 function TestWrongTypes:testOtherArguments()
   local x = M(2, 3)
   fails({"add", "expected a tensor or a number, got string"}, function() return x + "a" end)
-  fails({"mul", "got table"}, function() return qkv.mul(x, {}) end)
+  fails({"mul", "got table"}, function() return qkv.mul(x, {1}) end)
+  fails({"mul", "got nil"}, function() return qkv.mul(x, {}) end)      -- {}: no options
   fails({"lt", "got string"}, function() return x:lt("a") end)
   fails({"sum", "number expected, got string"}, function() return x:sum("a") end)
   fails({"view", "got string"}, function() return x:view("a") end)
@@ -716,6 +717,76 @@ function TestKeywords:testListsHoldTheirItemsOnly()
           function() return qkv.grad(function(a) return a:sum() end, {x:double(), x = 1}) end)
   missing("grad: input 2 is a nil, not a tensor",
           function() return qkv.grad(function(a) return a:sum() end, {x:double(), nil, x}) end)
+end
+
+-- a method's options table holds PyTorch's names of its arguments, and
+-- nothing else: x:sort(1, {descending = false}) sorted descending, and
+-- x:add(y, {alpha = 2}) or qkv.dropout(x, 0.5, {training = false}) ignored
+-- their keys (issue 46)
+function TestKeywords:testMethodsTakeTheirKeywords()
+  local x = qkv.tensor{{3, 1, 2}, {0, 5, 4}}
+  same(x:sort(2, {descending = false}), x:sort(2))
+  same(select(2, x:sort{dim = 1, descending = true}), select(2, x:sort(1, true)))
+  same(x:topk(1, 2, {largest = false}), x:topk(1, 2, false))
+  same(x:topk{k = 2}, x:topk(2))
+  same(x:tril{diagonal = -1}, x:tril(-1))
+  same(x:clamp{min = 1}, x:clamp(1))
+  same(x:clamp(1, {max = 3}), x:clamp(1, 3))
+  same(x:squeeze{dim = 1}, x:squeeze(1))
+  same(x:unsqueeze{dim = -1}, x:unsqueeze(-1))
+  same(x:transpose{dim0 = 1, dim1 = 2}, x:t())
+  same(x:narrow{dim = 2, start = 2, length = 2}, x:narrow(2, 2, 2))
+  same(x:select(1, {index = 2}), x[2])
+  local i31 = qkv.tensor({3, 1}, "int64")
+  same(x:index_select(2, {index = i31}), x:index_select(2, i31))
+  lu.assertEquals(x:size{dim = 2}, 3)
+  same(x:add{other = 1}, x + 1)
+  same(x:pow{exponent = 2}, x * x)
+  same(x:clone{}, x)
+  for _, to in ipairs{{"cpu", {dtype = "float64"}}, {{dtype = "float64", device = "cpu"}},
+                      {"cpu", "float64"}, {"float64", "cpu"}} do
+    local y = x:to(table.unpack(to))
+    lu.assertEquals({y.dtype, y.device}, {"float64", "cpu"})
+  end
+  lu.assertTrue(rawequal(x:to{device = x.device}, x))
+  local d = qkv.ones(100)
+  same(qkv.dropout(d, 0.5, {training = false}), d)
+  same(qkv.dropout(d, {p = 0}), d)
+  same(qkv.layer_norm(x, 3, {eps = 1e-3}), qkv.layer_norm(x, 3, nil, nil, 1e-3))
+end
+
+function TestKeywords:testMethodsRefuseWhatTheyDoNotTake()
+  local x = qkv.tensor{{3, 1, 2}, {0, 5, 4}}
+  local I = qkv.tensor({1}, "int64")
+  missing("add: unknown option 'alpha'", function() return x:add(1, {alpha = 2}) end)
+  missing("sub_: unknown option 'alpha'", function() return x:clone():sub_(1, {alpha = 2}) end)
+  missing("div: unknown option 'rounding_mode'",
+          function() return x:div(2, {rounding_mode = "floor"}) end)
+  missing("index_add_: unknown option 'alpha'",
+          function() return x:clone():index_add_(1, I, x:narrow(1, 1, 1), {alpha = 2}) end)
+  missing("sort: unknown option 'stable'", function() return x:sort(1, {stable = true}) end)
+  missing("topk: unknown option 'sorted'", function() return x:topk(1, {sorted = false}) end)
+  missing("clone: unknown option 'memory_format'",
+          function() return x:clone{memory_format = "contiguous"} end)
+  missing("float: takes 1 argument, got 2 (argument #2 is a number)",
+          function() return x:float(1) end)
+  missing("eq: takes 2 arguments, got 3 (argument #3 is a number)", function() return x:eq(1, 2) end)
+  missing("clamp: unknown option 'mn' (did you mean 'min'?)", function() return x:clamp{mn = 0} end)
+  missing("bad argument #2 to 'to' (the dtype is given twice)",
+          function() return x:to("float64", {dtype = "int64"}) end)
+  missing("bad argument #2 to 'to' (the dtype is given twice)",
+          function() return x:to("float64", "int64") end)
+  missing("dropout: unknown option 'trainig' (did you mean 'training'?)",
+          function() return qkv.dropout(x, 0.5, {trainig = false}) end)
+  missing("layer_norm: unknown option 'epsilon'",
+          function() return qkv.layer_norm(x, 3, {epsilon = 1e-3}) end)
+  missing("half: takes 1 argument, got 2 (argument #2 is a number)", function() return x:half(1) end)
+  missing("norm: takes 5 arguments, got 6 (argument #6 is a number)",
+          function() return x:norm(2, 1, false, "float64", 5) end)
+  missing("zeros_like: takes 2 arguments, got 3 (argument #3 is a number)",
+          function() return qkv.zeros_like(x, {}, 3) end)
+  missing("flip: dims come as one list or as numbers, got a table and 1 more argument",
+          function() return x:flip({1}, {2}) end)
 end
 
 function TestKeywords:testAutogradSeesPositions()

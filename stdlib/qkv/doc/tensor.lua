@@ -138,8 +138,9 @@ dtype and values. Writing into the copy never changes x. As
 torch.Tensor.clone.]]},
 
   {name = "Tensor:to", sig = "x:to(dtype | device)", group = "copies and devices",
-   doc = [[x converted to a dtype or moved to a device; x itself when
-nothing changes. The dtypes are "float32", "float64", "float16",
+   doc = [[x converted to a dtype or moved to a device, or both (x:to("cpu",
+"float64"), or PyTorch's keywords x:to{dtype = "float64", device = "cpu"});
+x itself when nothing changes. The dtypes are "float32", "float64", "float16",
 "bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
 The halves round to nearest even, a float converted to int64 or int32
 truncates toward zero (NaN, ±inf or a value out of the int's range is an
