@@ -289,6 +289,7 @@ static int b_rand (lua_State *L) { return random_tensor(L, QKV_UNIFORM); }
 static int b_randn (lua_State *L) { return random_tensor(L, QKV_NORMAL); }
 
 static int b_seed (lua_State *L) {
+  qkvL_noextra(L, "seed", 1);
   qkv_seed((uint64_t)luaL_checkinteger(L, 1));
   return 0;
 }

@@ -327,6 +327,8 @@ static int s_index_add_ (lua_State *L) {
 }
 
 static int s_embedding (lua_State *L) {
+  static const char *const kw[] = {"weight", NULL};
+  qkvL_args(L, "embedding", kw);          /* padding_idx, max_norm: errors */
   QKVL_GRAD(L, "embedding", s_embedding);
   qkv_tensor *ids = qkvL_checktensor(L, 1), *W = qkvL_checktensor(L, 2), flat;
   if (W->ndim != 2) {

@@ -787,6 +787,29 @@ function TestKeywords:testMethodsRefuseWhatTheyDoNotTake()
           function() return qkv.zeros_like(x, {}, 3) end)
   missing("flip: dims come as one list or as numbers, got a table and 1 more argument",
           function() return x:flip({1}, {2}) end)
+  missing("embedding: unknown option 'padding_idx'",
+          function() return qkv.embedding(I, qkv.ones(3, 2), {padding_idx = 1}) end)
+  missing("seed: takes 1 argument, got 2 (argument #2 is a table)",
+          function() return qkv.seed(1, {}) end)
+  -- nothing is written or read: the check comes first
+  local path = os.tmpname()
+  missing("save: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.save(path, x, {}) end)
+  missing("load: takes 1 argument, got 2 (argument #2 is a table)",
+          function() return qkv.load(path, {mmap = true}) end)
+  missing("savez: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.savez(path, {x = x}, {compress = true}) end)
+  missing("save_safetensors: takes 3 arguments, got 4 (argument #4 is a table)",
+          function() return qkv.save_safetensors(path, {x = x}, nil, {}) end)
+  os.remove(path)
+  -- autograd: create_graph and retain_graph would be ignored
+  local w = qkv.ones(2, "float64"):requires_grad_()
+  missing("backward: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() (w * 2):sum():backward(nil, {create_graph = true}) end)
+  missing("grad: takes 3 arguments, got 4 (argument #4 is a table)",
+          function() return qkv.grad(function(a) return a:sum() end, {w}, nil, {}) end)
+  missing("requires_grad_: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.ones(2):requires_grad_(true, {}) end)
 end
 
 function TestKeywords:testAutogradSeesPositions()
