@@ -77,9 +77,9 @@ int qkvL_tableopts (lua_State *L, int idx, int arg, qkv_dtype *dt, qkv_device *d
 /*
 ** What follows the other arguments, from arg on: a dtype and a device
 ** (strings, either first, as the function takes them: dt or dev NULL, not
-** taken), then an options table {dtype =, device =}.  What `got` says was given already may not
-** be given again; anything else left over, but trailing nils, is an
-** error (`sizes`: a size could have come there too).
+** taken), then an options table {dtype =, device =}.  What `got` says was
+** given already may not be given again; anything else left over, but
+** trailing nils, is an error (`sizes`: a size could have come there too).
 */
 static int tail (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev, int got, int sizes) {
   int top = lua_gettop(L);

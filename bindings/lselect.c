@@ -76,6 +76,17 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
 }
 
 
+/* PyTorch's names of the methods' arguments from #2 on (qkvL_args) */
+static const char *const KW_WHERE[] = {"condition", "other", NULL},
+  *const KW_DIAGONAL[] = {"diagonal", NULL}, *const KW_DIM_INDEX[] = {"dim", "index", NULL},
+  *const KW_SCATTER[] = {"dim", "index", "src", NULL},
+  *const KW_INDEX_ADD[] = {"dim", "index", "source", NULL},
+  *const KW_WEIGHT[] = {"weight", NULL}, *const KW_SORT[] = {"dim", "descending", NULL},
+  *const KW_TOPK[] = {"k", "dim", "largest", NULL}, *const KW_CLAMP[] = {"min", "max", NULL},
+  *const KW_MAT2[] = {"mat2", NULL}, *const KW_VALUE[] = {"value", NULL},
+  *const KW_SRC[] = {"src", NULL}, *const KW_MASK_VALUE[] = {"mask", "value", NULL};
+
+
 /* where, tril, triu */
 
 /* qkv.where(cond, a, b): a where cond is true, else b */
@@ -106,8 +117,7 @@ static int s_where (lua_State *L) {
 }
 /* x:where(cond, y): x where cond, else y, as torch.Tensor.where */
 static int s_where_method (lua_State *L) {
-  static const char *const kw[] = {"condition", "other", NULL};
-  qkvL_args(L, "where", kw);
+  qkvL_args(L, "where", KW_WHERE);
   qkvL_checktensor(L, 1);
   return s_where3(L, 2, 1, 3);
 }
@@ -126,8 +136,6 @@ static int triangle (lua_State *L, const char *name, int upper) {
   qkvL_check(L, name, qkv_tri(out, x, (int64_t)k, upper));
   return 1;
 }
-
-static const char *const KW_DIAGONAL[] = {"diagonal", NULL};
 
 static int s_tril (lua_State *L) {
   qkvL_args(L, "tril", KW_DIAGONAL);
@@ -239,8 +247,6 @@ static qkv_tensor *index_select (lua_State *L, const char *name, const qkv_tenso
   return out;
 }
 
-static const char *const KW_DIM_INDEX[] = {"dim", "index", NULL};
-
 static int s_index_select (lua_State *L) {
   qkvL_args(L, "index_select", KW_DIM_INDEX);
   QKVL_GRAD(L, "index_select", s_index_select);
@@ -290,8 +296,7 @@ static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *
 }
 
 static int s_scatter_add_ (lua_State *L) {
-  static const char *const kw[] = {"dim", "index", "src", NULL};
-  qkvL_args(L, "scatter_add_", kw);
+  qkvL_args(L, "scatter_add_", KW_SCATTER);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
@@ -303,8 +308,7 @@ static int s_scatter_add_ (lua_State *L) {
 }
 
 static int s_index_add_ (lua_State *L) {
-  static const char *const kw[] = {"dim", "index", "source", NULL};
-  qkvL_args(L, "index_add_", kw);
+  qkvL_args(L, "index_add_", KW_INDEX_ADD);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4), e;
@@ -327,8 +331,7 @@ static int s_index_add_ (lua_State *L) {
 }
 
 static int s_embedding (lua_State *L) {
-  static const char *const kw[] = {"weight", NULL};
-  qkvL_args(L, "embedding", kw);          /* padding_idx, max_norm: errors */
+  qkvL_args(L, "embedding", KW_WEIGHT);          /* padding_idx, max_norm: errors */
   QKVL_GRAD(L, "embedding", s_embedding);
   qkv_tensor *ids = qkvL_checktensor(L, 1), *W = qkvL_checktensor(L, 2), flat;
   if (W->ndim != 2) {
@@ -364,8 +367,7 @@ static void sorted (lua_State *L, const char *name, const qkv_tensor *x, int dim
 }
 
 static int s_sort (lua_State *L) {
-  static const char *const kw[] = {"dim", "descending", NULL};
-  qkvL_args(L, "sort", kw);
+  qkvL_args(L, "sort", KW_SORT);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = x->ndim ? qkvL_optdim(L, 2, x->ndim, x->ndim - 1) : 0;
   sorted(L, "sort", x, dim, lua_toboolean(L, 3));
@@ -374,8 +376,7 @@ static int s_sort (lua_State *L) {
 
 /* x:topk(k [, dim [, largest]]): the k largest (or smallest), sorted */
 static int s_topk (lua_State *L) {
-  static const char *const kw[] = {"k", "dim", "largest", NULL};
-  qkvL_args(L, "topk", kw);
+  qkvL_args(L, "topk", KW_TOPK);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_checkinteger(L, 2);
   int dim = x->ndim ? qkvL_optdim(L, 3, x->ndim, x->ndim - 1) : 0;
@@ -424,8 +425,6 @@ static qkv_dtype clamp_dtype (lua_State *L, const char *name, const qkv_tensor *
   return dt;
 }
 
-static const char *const KW_CLAMP[] = {"min", "max", NULL};
-
 static int s_clamp (lua_State *L) {
   qkvL_args(L, "clamp", KW_CLAMP);
   QKVL_GRAD(L, "clamp", s_clamp);
@@ -459,8 +458,6 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
   return 1;
 }
 
-static const char *const KW_MAT2[] = {"mat2", NULL};
-
 static int s_mm (lua_State *L) {
   qkvL_args(L, "mm", KW_MAT2);
   QKVL_GRAD(L, "mm", s_mm);
@@ -485,12 +482,10 @@ static int convert (lua_State *L, qkv_dtype dt, const char *name) {
 }
 
 static int s_float (lua_State *L) {
-  qkvL_args(L, "float", qkvL_KW_NONE);
   QKVL_GRAD(L, "float", s_float);
   return convert(L, QKV_F32, "float");
 }
 static int s_double (lua_State *L) {
-  qkvL_args(L, "double", qkvL_KW_NONE);
   QKVL_GRAD(L, "double", s_double);
   return convert(L, QKV_F64, "double");
 }
@@ -544,8 +539,7 @@ static int s_mul_ (lua_State *L) { return inplace(L, QKV_MUL, "mul_"); }
 static int s_div_ (lua_State *L) { return inplace(L, QKV_DIV, "div_"); }
 
 static int s_fill_ (lua_State *L) {
-  static const char *const kw[] = {"value", NULL};
-  qkvL_args(L, "fill_", kw);
+  qkvL_args(L, "fill_", KW_VALUE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_Scalar sc;
   qkvL_check(L, "fill_", qkv_copy(x, qkvL_checkfill(L, 2, x->dtype, "fill_", &sc)));
@@ -564,8 +558,7 @@ static int s_zero_ (lua_State *L) {
 }
 
 static int s_copy_ (lua_State *L) {
-  static const char *const kw[] = {"src", NULL};
-  qkvL_args(L, "copy_", kw);
+  qkvL_args(L, "copy_", KW_SRC);
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
   qkvL_check(L, "copy_", qkv_copy_into(x, src));
@@ -590,8 +583,7 @@ static int s_clamp_ (lua_State *L) {
 }
 
 static int s_masked_fill_ (lua_State *L) {
-  static const char *const kw[] = {"mask", "value", NULL};
-  qkvL_args(L, "masked_fill_", kw);
+  qkvL_args(L, "masked_fill_", KW_MASK_VALUE);
   qkv_tensor *x = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
   if (!is_number(L, 3)) luaL_typeerror(L, 3, "number");
   check_into(L, "masked_fill_", x, m, "mask");
