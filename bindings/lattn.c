@@ -250,7 +250,7 @@ static int a_align (lua_State *L) {
     project(L, "align", x, qkvL_checktensor(L, 2), optbias(L, 3));
     return 1;
   }
-  lua_Integer len = luaL_len(L, 2);
+  lua_Integer len = qkvL_checklist(L, 2, "align", "the weights", NULL);
   if (len != 4)
     return luaL_error(L, "align: the MLP form takes {W1, b1, W2, b2}, got %I "
                       "items", len);

@@ -1,9 +1,10 @@
 /*
 ** laux.c -- what every part of the bindings uses to read its arguments,
-** as lauxlib.c is to Lua's own libraries: dims, indices, dtypes, shapes,
-** devices and options tables (with the closest known name for a
-** misspelt one); the error of a qkv status; and the registration of a
-** part's functions.  It registers no Lua function of its own.
+** as lauxlib.c is to Lua's own libraries: dims, indices, dtypes, devices,
+** options tables and lists (with the closest known name for a misspelt
+** key; shapes are lauxshape.c's); the error of a qkv status; and the
+** registration of a part's functions.  It registers no Lua function of
+** its own.
 */
 #include <string.h>
 
@@ -110,104 +111,6 @@ const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b) {
   return lua_pushfstring(L, "expected floating-point tensors, got %s and %s: convert both, "
                          "e.g. with x:float()", na, nb);
 }
-
-static int64_t checksize (lua_State *L, int idx, int arg, int infer) {
-  int ok;
-  lua_Integer v = lua_tointegerx(L, idx, &ok);
-  if (!ok || v < (infer ? -1 : 0)) {
-    const char *got = lua_type(L, idx) == LUA_TNUMBER
-        ? lua_pushfstring(L, "%s", luaL_tolstring(L, idx, NULL))
-        : luaL_typename(L, idx);
-    luaL_argerror(L, arg, lua_pushfstring(L, "size must be a non-negative "
-                  "integer, got %s", got));
-  }
-  return (int64_t)v;
-}
-
-/* PyTorch's keywords after a shape, qkv.zeros(2, 3, {dtype = "float64",
-   device = "cuda"}): the table at arg, read for dt and dev (either may be
-   NULL: that key is unknown) */
-static void sizes_options (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev) {
-  const char *known[3];
-  int k = 0;
-  if (dt) known[k++] = "dtype";
-  if (dev) known[k++] = "device";
-  known[k] = NULL;
-  if (qkvL_testopts(L, arg, "", known)) luaL_argerror(L, arg, lua_tostring(L, -1));
-  if (dt && lua_getfield(L, arg, "dtype") != LUA_TNIL) {
-    int isstr = lua_type(L, -1) == LUA_TSTRING;
-    if (!isstr || !qkv_dtype_from_name(lua_tostring(L, -1), dt))
-      luaL_argerror(L, arg, lua_pushfstring(L, "option 'dtype' must be a dtype name (float32, "
-                    "float64, float16, bfloat16, int64, int32, bool), got %s",
-                    isstr ? lua_tostring(L, -1) : luaL_typename(L, -1)));
-  }
-  if (dev && lua_getfield(L, arg, "device") != LUA_TNIL && !qkvL_isdevice(L, -1, dev))
-    luaL_argerror(L, arg, lua_pushfstring(L, "option 'device' must be \"cpu\" or \"cuda\", "
-                  "got %s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                           : luaL_typename(L, -1)));
-  lua_pop(L, (dt != NULL) + (dev != NULL));
-}
-
-/*
-** Sizes as numbers or one table from `arg` on, then an optional dtype
-** string (when dt is given); -1 (when infer) marks a size to infer.  With
-** `one`, only `arg` itself holds the shape.  A table after the sizes holds
-** the dtype and device as options ({dtype =, device =}).  Anything else left over, but
-** trailing nils, is an error rather than silently ignored.
-*/
-static int parse_sizes (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                        qkv_device *dev, int infer, int one) {
-  int n = 0, top = lua_gettop(L);
-  while (top > arg && lua_isnil(L, top)) top--;
-  if (lua_type(L, arg) == LUA_TTABLE) {
-    lua_Integer len = luaL_len(L, arg);
-    luaL_argcheck(L, len <= QKV_MAXDIM, arg, "more than 8 dims");
-    for (n = 0; n < len; n++) {
-      lua_geti(L, arg, n + 1);
-      size[n] = checksize(L, -1, arg, infer);
-      lua_pop(L, 1);
-    }
-    arg++;
-  } else if (one) {
-    size[n++] = checksize(L, arg, arg, infer);
-    arg++;
-  } else {
-    for (; arg <= top && lua_type(L, arg) == LUA_TNUMBER; arg++, n++) {
-      luaL_argcheck(L, n < QKV_MAXDIM, arg, "more than 8 dims");
-      size[n] = checksize(L, arg, arg, infer);
-    }
-  }
-  if (one) return n;
-  if ((dt || dev) && arg == top && lua_type(L, arg) == LUA_TTABLE) {
-    sizes_options(L, arg, dt, dev);
-    return n;
-  }
-  if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
-  else if (dt && arg <= top && lua_type(L, arg) == LUA_TSTRING) {
-    *dt = qkvL_checkdtype(L, arg++);
-    if (dev && arg <= top && qkvL_isdevice(L, arg, dev)) arg++;
-  }
-  if (arg <= top)
-    luaL_argerror(L, arg, lua_pushfstring(L, "size%s expected, got %s",
-                  dev ? ", dtype or device" : dt ? " or dtype" : "",
-                  luaL_typename(L, arg)));
-  return n;
-}
-
-int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                     qkv_device *dev) {
-  if (dev) *dev = qkvL_default_device();
-  return parse_sizes(L, arg, size, dt, dev, 0, 0);
-}
-
-int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, NULL, 0, 1);
-}
-
-int qkvL_checksizes (lua_State *L, int arg, int64_t *size) {
-  return parse_sizes(L, arg, size, NULL, NULL, 1, 0);
-}
-
 
 /*
 ** Devices.  New tensors go to the default device (qkv.set_default_device,
@@ -336,24 +239,30 @@ static const char *unknown (lua_State *L, const char *fname, const char *k,
   return lua_pushfstring(L, "%s%sunknown option '%s'", fname, sep, k);
 }
 
+/* whether the key at the top is a string of known or an integer 1..n */
+static int good_key (lua_State *L, const char *const *known, lua_Integer n) {
+  if (lua_type(L, -1) == LUA_TSTRING) return known && known_key(lua_tostring(L, -1), known);
+  if (!lua_isinteger(L, -1)) return 0;
+  lua_Integer i = lua_tointeger(L, -1);
+  return i >= 1 && i <= n;
+}
+
 /*
-** The message for the first unknown key of the table at arg (in byte
-** order, so that it does not depend on the table's layout), pushed, or
-** NULL.  The keys are read raw and never converted in place (lua_next
-** needs them as they are); a key that is not a string is described by
-** its type, with no metamethod run.
+** The first key of the table at arg that is neither a name of known nor
+** an integer 1..n, pushed (1), or nothing pushed (0): strings before
+** other keys, then the least in byte order, so that the message does not
+** depend on the table's layout.  The keys are read raw and never
+** converted in place (lua_next needs them as they are).
 */
-const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
-                           const char *const *known) {
+static int bad_key (lua_State *L, int arg, const char *const *known, lua_Integer n) {
   int base = lua_gettop(L), bad = 0;
   arg = lua_absindex(L, arg);
   lua_pushnil(L);                        /* base + 1: the first bad key */
   lua_pushnil(L);
   while (lua_next(L, arg)) {
     lua_pop(L, 1);
+    if (good_key(L, known, n)) continue;
     int isstr = lua_type(L, -1) == LUA_TSTRING;
-    if (isstr && known_key(lua_tostring(L, -1), known)) continue;
-    /* strings before other keys, then the least in byte order */
     if (!bad || (isstr && (lua_type(L, base + 1) != LUA_TSTRING ||
                            strcmp(lua_tostring(L, -1), lua_tostring(L, base + 1)) < 0))) {
       lua_pushvalue(L, -1);
@@ -361,20 +270,83 @@ const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
       bad = 1;
     }
   }
-  if (!bad) { lua_settop(L, base); return NULL; }
+  lua_settop(L, base + bad);
+  return bad;
+}
+
+/*
+** The message for the first unknown key of the table at arg, pushed, or
+** NULL; a key that is not a string is described by its type, with no
+** metamethod run.
+*/
+const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
+                           const char *const *known) {
+  if (!bad_key(L, arg, known, 0)) return NULL;
   const char *msg, *sep = *fname ? ": " : "";
-  if (lua_type(L, base + 1) == LUA_TSTRING)
-    msg = unknown(L, fname, lua_tostring(L, base + 1), known);
-  else if (lua_type(L, base + 1) == LUA_TNUMBER) {
-    lua_pushvalue(L, base + 1);
+  if (lua_type(L, -1) == LUA_TSTRING)
+    msg = unknown(L, fname, lua_tostring(L, -1), known);
+  else if (lua_type(L, -1) == LUA_TNUMBER) {
+    lua_pushvalue(L, -1);
     msg = lua_pushfstring(L, "%s%sunknown option %s (options are named: {key = value})",
                           fname, sep, lua_tostring(L, -1));
+    lua_remove(L, -2);
   } else
     msg = lua_pushfstring(L, "%s%sunknown option (a %s key; options are named: "
-                          "{key = value})", fname, sep, luaL_typename(L, base + 1));
-  lua_replace(L, base + 1);
-  lua_settop(L, base + 1);
+                          "{key = value})", fname, sep, luaL_typename(L, -1));
+  lua_remove(L, -2);
   return msg;
+}
+
+/*
+** Lists: the table at arg holds n items, keys 1..n, and the names of
+** known (may be NULL) beside them; any other key is the message, pushed,
+** for the list that `what` names ("the shape"):
+**   zeros: unknown key 'dtyp' in the shape (did you mean 'dtype'?)
+**   cat: the list of tensors has key 3 past its 2 items (a nil in it?)
+** or NULL.  Like options, the table is walked raw.
+*/
+const char *qkvL_testlist (lua_State *L, int arg, const char *fname, const char *what,
+                           lua_Integer n, const char *const *known) {
+  if (!bad_key(L, arg, known, n)) return NULL;
+  const char *msg, *sep = *fname ? ": " : "";
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    const char *k = lua_tostring(L, -1), *near = known ? qkvL_closest(k, known) : NULL;
+    if (near)
+      msg = lua_pushfstring(L, "%s%sunknown key '%s' in %s (did you mean '%s'?)", fname, sep,
+                            k, what, near);
+    else if (known && known[0]) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      lua_pushfstring(L, "%s%sunknown key '%s' in %s (it takes its items", fname, sep, k, what);
+      luaL_addvalue(&b);
+      for (int i = 0; known[i]; i++) {
+        lua_pushfstring(L, "%s '%s'", known[i + 1] ? "," : " and", known[i]);
+        luaL_addvalue(&b);
+      }
+      luaL_addchar(&b, ')');
+      luaL_pushresult(&b);
+      msg = lua_tostring(L, -1);
+    } else
+      msg = lua_pushfstring(L, "%s%sunknown key '%s' in %s (it holds its %I item%s only)",
+                            fname, sep, k, what, n, n == 1 ? "" : "s");
+  } else if (lua_isinteger(L, -1))
+    msg = lua_pushfstring(L, "%s%s%s has key %I past its %I item%s (a nil in the list?)",
+                          fname, sep, what, lua_tointeger(L, -1), n, n == 1 ? "" : "s");
+  else if (lua_type(L, -1) == LUA_TNUMBER)
+    msg = lua_pushfstring(L, "%s%s%s has key %f, not an item's position", fname, sep, what,
+                          lua_tonumber(L, -1));
+  else
+    msg = lua_pushfstring(L, "%s%s%s has a %s key, not an item's position", fname, sep, what,
+                          luaL_typename(L, -1));
+  lua_remove(L, -2);
+  return msg;
+}
+
+lua_Integer qkvL_checklist (lua_State *L, int arg, const char *fname, const char *what,
+                            const char *const *known) {
+  lua_Integer n = luaL_len(L, arg);
+  if (qkvL_testlist(L, arg, fname, what, n, known)) luaL_error(L, "%s", lua_tostring(L, -1));
+  return n;
 }
 
 /* arguments past the n a function takes are an error, not ignored (gelu's

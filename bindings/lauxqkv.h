@@ -43,14 +43,31 @@ qkv_dtype qkvL_checkdtype (lua_State *L, int arg);
 /* why a matmul of dtypes a and b cannot run (how to convert), pushed, or
    NULL when it can */
 const char *qkvL_matmul_dtypes (lua_State *L, qkv_dtype a, qkv_dtype b);
-/* a shape as numbers from `arg` on, or one table at `arg`; returns ndim.
-   A string after the sizes is a dtype, stored in *dt when dt is given,
-   and a device ("cpu", "cuda") may follow or stand alone, stored in *dev
-   (the default device when none is given) when dev is given. */
+/* (lauxshape.c) a shape as numbers from `arg` on, or one table at `arg`:
+   its items, or (key not NULL) the list under its key, as PyTorch's
+   size=, and its keys dtype and device where dt and dev are given; returns
+   ndim.  After the sizes come a dtype (stored in *dt when dt is given),
+   a device ("cpu", "cuda"; stored in *dev, the default device when none is
+   given, when dev is given) and an options table {dtype =, device =}.  Any
+   other key or argument is an error. */
 int qkvL_checkshape (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
-                     qkv_device *dev);
-int qkvL_checksizes (lua_State *L, int arg, int64_t *size);   /* -1 allowed */
-int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size); /* arg alone */
+                     qkv_device *dev, const char *key);
+/* -1 allowed; no dtype or device */
+int qkvL_checksizes (lua_State *L, int arg, int64_t *size, const char *key);
+/* the shape at arg alone (a size, or a table whose key is size), then
+   `skip` arguments the caller reads, then the dtype and device */
+int qkvL_checkshapearg (lua_State *L, int arg, int64_t *size, qkv_dtype *dt,
+                        qkv_device *dev, int skip);
+/* the dtype and device after a function's other arguments, from arg on, as
+   a shape's: [dtype] [device] (either first) [{dtype =, device =}]; got says
+   which were given already (another is an error); returns it with those
+   given here */
+enum { QKVL_GOT_DTYPE = 1, QKVL_GOT_DEVICE = 2 };
+int qkvL_checktail (lua_State *L, int arg, qkv_dtype *dt, qkv_device *dev, int got);
+/* the keys dtype and device of the table at idx, read raw (its other keys checked
+   by the caller), for argument arg: returns got and those it held */
+int qkvL_tableopts (lua_State *L, int idx, int arg, qkv_dtype *dt, qkv_device *dev,
+                    int got);
 const char *qkvL_shape (lua_State *L, const qkv_tensor *t);   /* pushed */
 
 /* devices: where new tensors go; a GPU that cannot be used is an error
@@ -81,6 +98,17 @@ void qkvL_noextra (lua_State *L, const char *fname, int n);   /* more than n: an
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
 /*
+** lists: qkvL_testlist gives the message, pushed, for a key of the table
+** at arg that is neither an integer 1..n nor a name of known (NULL-ended,
+** may be NULL), or NULL: "fname: unknown key 'dtyp' in <what> (did you
+** mean 'dtype'?)", "fname: <what> has key 3 past its 2 items".
+** qkvL_checklist raises it, for n the table's length, which it returns.
+*/
+const char *qkvL_testlist (lua_State *L, int arg, const char *fname, const char *what,
+                           lua_Integer n, const char *const *known);
+lua_Integer qkvL_checklist (lua_State *L, int arg, const char *fname, const char *what,
+                            const char *const *known);
+/*
 ** PyTorch's keywords: when the last argument from `first` on is a table,
 ** its keys named in names (the positions from first on) become those
 ** positions (x:sum{dim = 1, keepdim = true} is x:sum(1, true)); with
@@ -91,6 +119,13 @@ void qkvL_keywords (lua_State *L, const char *fname, int first, const char *cons
                     int dtype);
 extern const char *const qkvL_KW_DIM[];       /* {"dim"} */
 extern const char *const qkvL_KW_REDUCE[];    /* {"dim", "keepdim"} */
+extern const char *const qkvL_KW_OTHER[];     /* {"other"} */
+extern const char *const qkvL_KW_NONE[];      /* {} */
+/* the whole argument list of a method x:f(...) that takes the arguments
+   names (from #2 on, PyTorch's names) and nothing else: qkvL_keywords,
+   then any argument past them is an error (an options table with a key
+   it does not take, x:add(y, {alpha = 2}), included), never ignored */
+void qkvL_args (lua_State *L, const char *fname, const char *const *names);
 const char *qkvL_closest (const char *k, const char *const *names);
 int qkvL_nearer (const char *k, const char *name, int *best);
 const char *qkvL_suggest (lua_State *L, const char *k, int idx, const char *const *extra);

@@ -401,7 +401,7 @@ const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name
 /*
 ** PyTorch's keywords as qkv's positions, for the functions that take a
 ** dim: when the last argument from `first` on (trailing nils aside) is a
-** table, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
+** table with no items, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
 ** x:sum(1, {keepdim = true}) too.  names are the positions' names from
 ** `first` on (NULL-ended); with `dtype`, a key dtype converts argument 1
 ** to that dtype first, as PyTorch's dtype= does.  A key the function does
@@ -411,12 +411,15 @@ const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name
 */
 const char *const qkvL_KW_DIM[] = {"dim", NULL};
 const char *const qkvL_KW_REDUCE[] = {"dim", "keepdim", NULL};
+const char *const qkvL_KW_OTHER[] = {"other", NULL};
+const char *const qkvL_KW_NONE[] = {NULL};
 
 void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
                     int dtype) {
   int opts = lua_gettop(L), n = 0;
   while (opts >= first && lua_isnil(L, opts)) opts--;
-  if (opts < first || lua_type(L, opts) != LUA_TTABLE) return;
+  /* a table with items is a list (layer_norm's shape), left where it is */
+  if (opts < first || lua_type(L, opts) != LUA_TTABLE || lua_rawlen(L, opts) > 0) return;
   const char *known[10];
   for (; names[n] && n < 8; n++) known[n] = names[n];
   known[n] = dtype ? "dtype" : NULL;
@@ -455,4 +458,11 @@ void qkvL_keywords (lua_State *L, const char *fname, int first, const char *cons
   if (dtype) lua_pop(L, 1);               /* the dtype, or nil */
   lua_rotate(L, first, -(opts - first + 1));
   lua_pop(L, opts - first + 1);           /* the positions given and the table */
+}
+
+void qkvL_args (lua_State *L, const char *fname, const char *const *names) {
+  int n = 0;
+  while (names[n]) n++;
+  qkvL_keywords(L, fname, 2, names, 0);   /* {} is no options, x:clone{} x:clone() */
+  qkvL_noextra(L, fname, 1 + n);
 }

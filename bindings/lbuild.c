@@ -48,12 +48,18 @@ static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
   qkv_elem_seti(dt, p, (int64_t)i);
 }
 
-/* writes the items of the table at the top, checking it is not ragged */
+/* writes the items of the table at the top, checking it is not ragged
+   and holds nothing but its items (the top one's keys are checked before) */
 static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
+  static const char *const depth[QKV_MAXDIM] = {
+    "the table", "a list at depth 2", "a list at depth 3", "a list at depth 4",
+    "a list at depth 5", "a list at depth 6", "a list at depth 7", "a list at depth 8"};
   lua_Integer n = luaL_len(L, -1);
   if (n != t->size[d])
     luaL_error(L, "tensor: ragged nested table: a list at depth %d has %I "
                "items, expected %I", d + 1, n, (lua_Integer)t->size[d]);
+  if (d > 0 && qkvL_testlist(L, -1, "tensor", depth[d], n, NULL))
+    luaL_error(L, "%s", lua_tostring(L, -1));
   luaL_checkstack(L, 2, "tensor");
   for (lua_Integer i = 1; i <= n; i++) {
     if ((i & 0xfff) == 0 && qkv_interrupted) qkvL_check(L, "tensor", QKV_EINTR);
@@ -77,46 +83,55 @@ static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
   return p;
 }
 
+/* the tensor at the top, moved to dev (a GPU that cannot be used is an
+   error naming the function) */
+static void moveto (lua_State *L, qkv_device dev, const char *name) {
+  qkv_tensor *t = qkvL_checktensor(L, -1);
+  if (t->storage->device == dev) return;
+  qkvL_todevice(L, t, dev, name);
+  lua_replace(L, -2);
+}
+
+/* tensor(data [, dtype] [, device] [, {dtype =, device =}]); the data's
+   outer table may hold the dtype and device too */
 static int b_tensor (lua_State *L) {
+  static const char *const known[] = {"dtype", "device", NULL};
   int64_t size[QKV_MAXDIM];
   qkv_tensor *src = qkvL_istensor(L, 1) ? qkvL_checktensor(L, 1) : NULL;
   qkv_dtype dt = src ? src->dtype : QKV_F32, leaf;
+  qkv_device dev = src ? src->storage->device : qkvL_default_device();
   if (src) {
-    if (!lua_isnoneornil(L, 2)) dt = qkvL_checkdtype(L, 2);
+    qkvL_checktail(L, 2, &dt, &dev, 0);
     qkv_tensor *t = qkvL_newlike(L, src, dt);
     qkvL_check(L, "tensor", qkv_copy(t, src));
+    moveto(L, dev, "tensor");
     return 1;
   }
-  int type = lua_type(L, 1);
+  int type = lua_type(L, 1), got = 0;
   if (type != LUA_TTABLE && type != LUA_TNUMBER && type != LUA_TBOOLEAN)
     luaL_typeerror(L, 1, "table, number or boolean");
+  if (type == LUA_TTABLE) {
+    if (qkvL_testlist(L, 1, "", "the table", luaL_len(L, 1), known))
+      luaL_argerror(L, 1, lua_tostring(L, -1));
+    got = qkvL_tableopts(L, 1, 1, &dt, &dev, 0);
+  }
+  got = qkvL_checktail(L, 2, &dt, &dev, got);
   int n = table_shape(L, 1, size, &leaf);
-  dt = lua_isnoneornil(L, 2) ? leaf : qkvL_checkdtype(L, 2);
+  if (!(got & QKVL_GOT_DTYPE)) dt = leaf;
   qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
   lua_pushvalue(L, 1);
   if (n == 0) store(L, dt, (char *)qkv_data(t), -1);
   else fill(L, t, 0, (char *)qkv_data(t));
   lua_pop(L, 1);
-  qkvL_todefault(L, "tensor");
+  moveto(L, dev, "tensor");
   return 1;
-}
-
-/* an optional device name at arg: the default device when none (a GPU
-   that cannot be used is qkvL_new's error, naming the function) */
-static qkv_device optdevice (lua_State *L, int arg) {
-  return lua_isnoneornil(L, arg) ? qkvL_default_device() : qkvL_checkdevice(L, arg);
-}
-
-static int is_device (lua_State *L, int arg) {
-  qkv_device d;
-  return qkvL_isdevice(L, arg, &d);
 }
 
 static int filled (lua_State *L, double v, int zero) {
   int64_t size[QKV_MAXDIM];
   qkv_dtype dt = QKV_F32;
   qkv_device dev;
-  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev, "size");
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, zero);
   if (!zero) qkvL_check(L, "fill", qkv_fill(t, v));
   return 1;
@@ -125,15 +140,15 @@ static int filled (lua_State *L, double v, int zero) {
 static int b_zeros (lua_State *L) { return filled(L, 0, 1); }
 static int b_ones (lua_State *L) { return filled(L, 1, 0); }
 
-/* full(shape, value [, dtype] [, device]); shape is a table or one size */
+/* full(shape, value [, dtype] [, device] [, {dtype =, device =}]); shape
+   is a table or one size */
 static int b_full (lua_State *L) {
   int64_t size[QKV_MAXDIM];
-  int n = qkvL_checkshapearg(L, 1, size);
+  qkv_dtype dt = QKV_F32;
+  qkv_device dev;
+  int n = qkvL_checkshapearg(L, 1, size, &dt, &dev, 1);
   luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER || lua_isboolean(L, 2), 2,
                 "number expected");
-  int darg = is_device(L, 3) ? 3 : 4;
-  qkv_dtype dt = lua_isnoneornil(L, 3) || darg == 3 ? QKV_F32 : qkvL_checkdtype(L, 3);
-  qkv_device dev = optdevice(L, darg);
   qkvL_Scalar sc;
   const qkv_tensor *v = qkvL_checkfill(L, 2, dt, "full", &sc);
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
@@ -146,7 +161,7 @@ static int b_eye (lua_State *L) {
   int64_t size[QKV_MAXDIM];              /* qkvL_checkshape reads up to 8 sizes */
   qkv_dtype dt = QKV_F32;
   qkv_device dev;
-  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev, NULL);
   luaL_argcheck(L, n == 1 || n == 2, 1, "eye takes n or n, m");
   if (n == 1) size[1] = size[0];
   qkv_tensor *t = qkvL_new(L, dt, dev, 2, size, 1), diag = *t;
@@ -212,8 +227,8 @@ static void int_arange (lua_State *L, int nnum, qkv_dtype dt) {
   }
 }
 
-/* arange([a,] b [, step] [, dtype] [, device]): a, a+step, ... up to but
-   not b */
+/* arange([a,] b [, step] [, dtype] [, device] [, {dtype =, device =}]):
+   a, a+step, ... up to but not b */
 static int b_arange (lua_State *L) {
   int nnum = 0;
   while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
@@ -221,10 +236,9 @@ static int b_arange (lua_State *L) {
   double a = nnum >= 2 ? lua_tonumber(L, 1) : 0;
   double b = lua_tonumber(L, nnum >= 2 ? 2 : 1);
   double step = nnum == 3 ? lua_tonumber(L, 3) : 1;
-  int darg = is_device(L, nnum + 1) ? nnum + 1 : nnum + 2;
-  qkv_dtype dt = lua_isnoneornil(L, nnum + 1) || darg == nnum + 1 ? QKV_F32
-                 : qkvL_checkdtype(L, nnum + 1);
-  qkv_device dev = optdevice(L, darg);
+  qkv_dtype dt = QKV_F32;
+  qkv_device dev = qkvL_default_device();
+  qkvL_checktail(L, nnum + 1, &dt, &dev, 0);
   if (!(step != 0) || !isfinite(a) || !isfinite(b) || !isfinite(step))
     return luaL_error(L, "arange: bounds and step must be finite and step non-zero");
   if (dt == QKV_I64 || dt == QKV_I32) {
@@ -263,7 +277,7 @@ static int random_tensor (lua_State *L, qkv_dist dist) {
   qkv_dtype dt = QKV_F32;
   qkv_device dev;
   const char *name = dist == QKV_UNIFORM ? "rand" : "randn";
-  int n = qkvL_checkshape(L, 1, size, &dt, &dev);
+  int n = qkvL_checkshape(L, 1, size, &dt, &dev, "size");
   if (!qkv_is_float(dt))
     luaL_argerror(L, n + 1, "random tensors are float32 or float64");
   qkv_tensor *t = qkvL_new(L, dt, dev, n, size, 0);
@@ -275,6 +289,7 @@ static int b_rand (lua_State *L) { return random_tensor(L, QKV_UNIFORM); }
 static int b_randn (lua_State *L) { return random_tensor(L, QKV_NORMAL); }
 
 static int b_seed (lua_State *L) {
+  qkvL_noextra(L, "seed", 1);
   qkv_seed((uint64_t)luaL_checkinteger(L, 1));
   return 0;
 }

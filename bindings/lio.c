@@ -21,6 +21,7 @@ static size_t nbytes_of (const qkv_tensor *t) {
 
 /* qkv.save(path, x) */
 static int io_save (lua_State *L) {
+  qkvL_noextra(L, "save", 2);
   const char *path = qkvL_checkpath(L, 1, "save");
   const qkv_tensor *t = qkvL_cpudata(L, 2, "save");
   char head[HEADER_CAP];
@@ -101,6 +102,7 @@ static void read_header (lua_State *L, Reader *r, const char *path, uint64_t siz
 
 /* qkv.load(path) -> tensor */
 static int io_load (lua_State *L) {
+  qkvL_noextra(L, "load", 1);
   const char *path = qkvL_checkpath(L, 1, "load");
   Reader *r = qkvL_newreader(L);
   int ri = lua_gettop(L);                /* after any extra arguments */

@@ -86,7 +86,7 @@ static qkv_tensor *read_lengths (lua_State *L, int arg) {
     return out;
   }
   luaL_checktype(L, arg, LUA_TTABLE);
-  int64_t count = (int64_t)luaL_len(L, arg);
+  int64_t count = (int64_t)qkvL_checklist(L, arg, "padding", "the lengths", NULL);
   if (count < 0) luaL_error(L, "padding: the table's length is negative");
   out = qkvL_new(L, QKV_F64, QKV_CPU, 1, &count, 0);
   for (int64_t b = 0; b < count; b++) {

@@ -89,39 +89,65 @@ static int binary (lua_State *L, qkv_binop op, const char *name) {
 }
 
 static int m_add (lua_State *L) {
+  qkvL_args(L, "add", qkvL_KW_OTHER);
   QKVL_GRAD(L, "add", m_add);
   return binary(L, QKV_ADD, "add");
 }
 static int m_sub (lua_State *L) {
+  qkvL_args(L, "sub", qkvL_KW_OTHER);
   QKVL_GRAD(L, "sub", m_sub);
   return binary(L, QKV_SUB, "sub");
 }
 static int m_mul (lua_State *L) {
+  qkvL_args(L, "mul", qkvL_KW_OTHER);
   QKVL_GRAD(L, "mul", m_mul);
   return binary(L, QKV_MUL, "mul");
 }
 static int m_div (lua_State *L) {
+  qkvL_args(L, "div", qkvL_KW_OTHER);
   QKVL_GRAD(L, "div", m_div);
   return binary(L, QKV_DIV, "div");
 }
 static int m_pow (lua_State *L) {
+  static const char *const kw[] = {"exponent", NULL};
+  qkvL_args(L, "pow", kw);
   QKVL_GRAD(L, "pow", m_pow);
   return binary(L, QKV_POW, "pow");
 }
 static int m_maximum (lua_State *L) {
+  qkvL_args(L, "maximum", qkvL_KW_OTHER);
   QKVL_GRAD(L, "maximum", m_maximum);
   return binary(L, QKV_MAXIMUM, "maximum");
 }
 static int m_minimum (lua_State *L) {
+  qkvL_args(L, "minimum", qkvL_KW_OTHER);
   QKVL_GRAD(L, "minimum", m_minimum);
   return binary(L, QKV_MINIMUM, "minimum");
 }
-static int m_eq (lua_State *L) { return binary(L, QKV_EQ, "eq"); }
-static int m_ne (lua_State *L) { return binary(L, QKV_NE, "ne"); }
-static int m_lt (lua_State *L) { return binary(L, QKV_LT, "lt"); }
-static int m_le (lua_State *L) { return binary(L, QKV_LE, "le"); }
-static int m_gt (lua_State *L) { return binary(L, QKV_GT, "gt"); }
-static int m_ge (lua_State *L) { return binary(L, QKV_GE, "ge"); }
+static int m_eq (lua_State *L) {
+  qkvL_args(L, "eq", qkvL_KW_OTHER);
+  return binary(L, QKV_EQ, "eq");
+}
+static int m_ne (lua_State *L) {
+  qkvL_args(L, "ne", qkvL_KW_OTHER);
+  return binary(L, QKV_NE, "ne");
+}
+static int m_lt (lua_State *L) {
+  qkvL_args(L, "lt", qkvL_KW_OTHER);
+  return binary(L, QKV_LT, "lt");
+}
+static int m_le (lua_State *L) {
+  qkvL_args(L, "le", qkvL_KW_OTHER);
+  return binary(L, QKV_LE, "le");
+}
+static int m_gt (lua_State *L) {
+  qkvL_args(L, "gt", qkvL_KW_OTHER);
+  return binary(L, QKV_GT, "gt");
+}
+static int m_ge (lua_State *L) {
+  qkvL_args(L, "ge", qkvL_KW_OTHER);
+  return binary(L, QKV_GE, "ge");
+}
 
 static int unary (lua_State *L, qkv_unop op, const char *name) {
   qkvL_noextra(L, name, 1);
@@ -289,6 +315,7 @@ static int m_argmin (lua_State *L) {
 /* matmul */
 
 static int m_matmul (lua_State *L) {
+  qkvL_args(L, "matmul", qkvL_KW_OTHER);
   QKVL_GRAD(L, "matmul", m_matmul);
   qkvL_matmul(L, "matmul", qkvL_checktensor(L, 1), qkvL_checktensor(L, 2), 1);
   return 1;
@@ -298,6 +325,8 @@ static int m_matmul (lua_State *L) {
 /* masked_fill, cat, stack */
 
 static int m_masked_fill (lua_State *L) {
+  static const char *const kw[] = {"mask", "value", NULL};
+  qkvL_args(L, "masked_fill", kw);
   QKVL_GRAD(L, "masked_fill", m_masked_fill);
   qkv_tensor *t = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2), e;
   if (!is_scalar_arg(L, 3)) luaL_typeerror(L, 3, "number");
@@ -323,7 +352,7 @@ static int m_masked_fill (lua_State *L) {
 static int checklist (lua_State *L, const char *name, qkv_tensor **ts, int max) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 2);                     /* the dim stays at 2, nil or not */
-  lua_Integer len = luaL_len(L, 1);
+  lua_Integer len = qkvL_checklist(L, 1, name, "the list of tensors", NULL);
   if (len < 1) luaL_error(L, "%s: expected a non-empty list of tensors", name);
   if (len > max) luaL_error(L, "%s: more than %d tensors", name, max);
   int n = (int)len;

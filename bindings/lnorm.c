@@ -33,6 +33,8 @@ static int read_normalized (lua_State *L, int arg, int64_t *size) {
     luaL_error(L, "layer_norm: normalized_shape must be a size or a table of sizes, got %s",
                luaL_typename(L, arg));
   lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+  if (qkvL_testlist(L, arg, "layer_norm", "normalized_shape", n, NULL))
+    luaL_error(L, "%s", lua_tostring(L, -1));
   if (n < 1 || n > QKV_MAXDIM)
     luaL_error(L, "layer_norm: normalized_shape must hold 1 to 8 sizes, got %I", n);
   for (lua_Integer i = 1; i <= n; i++) {
@@ -61,6 +63,8 @@ static qkv_tensor *affine (lua_State *L, int arg, const char *what, int n,
 
 /* qkv.layer_norm(x, normalized_shape [, w [, b [, eps]]]) */
 static int n_layer_norm (lua_State *L) {
+  static const char *const kw[] = {"normalized_shape", "weight", "bias", "eps", NULL};
+  qkvL_args(L, "layer_norm", kw);
   QKVL_GRAD(L, "layer_norm", n_layer_norm);
   int64_t size[QKV_MAXDIM];
   int n = read_normalized(L, 2, size);
@@ -90,6 +94,8 @@ static int n_layer_norm (lua_State *L) {
 ** is qkv.rand(x.shape) >= p, drawn from the generator's stream.
 */
 static int n_dropout (lua_State *L) {
+  static const char *const kw[] = {"p", "training", NULL};
+  qkvL_args(L, "dropout", kw);
   QKVL_GRAD(L, "dropout", n_dropout);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   double p = luaL_optnumber(L, 2, 0.5);

@@ -1,9 +1,10 @@
 /*
 ** lopts.c -- qkv._checkopts, the Lua library's checker of options tables:
 ** the same as the C bindings' (qkvL_checkopts, laux.c), so that a
-** misspelt key reads the same everywhere; qkv._strict, which makes a
-** library's table refuse a name it does not have as qkv itself does; and
-** qkv._nearest, the nearest of a list of names.
+** misspelt key reads the same everywhere; qkv._checklist, its checker of
+** lists (qkvL_testlist); qkv._strict, which makes a library's table
+** refuse a name it does not have as qkv itself does; and qkv._nearest,
+** the nearest of a list of names.
 */
 #include "lauxqkv.h"
 
@@ -57,6 +58,22 @@ static int o_checkopts (lua_State *L) {
   return 2;
 }
 
+/*
+** qkv._checklist(fname, t, what [, known]) -> the message for a key of
+** the list t that is neither one of its items 1..#t (its raw length) nor
+** a name of known, or nil: the C bindings' check of lists
+** (qkvL_testlist), for the Lua library's.
+*/
+static int o_checklist (lua_State *L) {
+  const char *fname = luaL_checkstring(L, 1), *what = luaL_checkstring(L, 3);
+  const char *known[65] = {NULL};
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 4)) names_of(L, 4, known);
+  if (qkvL_testlist(L, 2, fname, what, (lua_Integer)lua_rawlen(L, 2), known) == NULL)
+    lua_pushnil(L);
+  return 1;
+}
+
 /* t.k for a k that t does not have: the error naming the nearest name
    (upvalues: the table's name and what it holds); '_' names stay nil */
 static int strict_index (lua_State *L) {
@@ -104,8 +121,9 @@ static int o_nearest (lua_State *L) {
 }
 
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module) {
-  static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {"_strict", o_strict},
-                                   {"_nearest", o_nearest}, {NULL, NULL}};
+  static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {"_checklist", o_checklist},
+                                   {"_strict", o_strict}, {"_nearest", o_nearest},
+                                   {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   (void)mt;
 }

@@ -172,6 +172,7 @@ static const unsigned char *map_data (lua_State *L, qkvL_Reader *r, const char *
 
 /* qkv.load_safetensors(path) -> {name = tensor, ...}, metadata */
 static int st_load (lua_State *L) {
+  qkvL_noextra(L, LOAD, 1);
   const char *path = qkvL_checkpath(L, 1, LOAD);
   lua_settop(L, 1);
   qkvL_Reader *r = qkvL_newreader(L);                       /* 2 */
@@ -302,6 +303,7 @@ static int meta_pairs (lua_State *L, const char ***out) {
 
 /* qkv.save_safetensors(path, {name = tensor, ...} [, metadata]) */
 static int st_save (lua_State *L) {
+  qkvL_noextra(L, SAVE, 3);
   const char *path = qkvL_checkpath(L, 1, SAVE);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 3);

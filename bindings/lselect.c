@@ -76,6 +76,17 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
 }
 
 
+/* PyTorch's names of the methods' arguments from #2 on (qkvL_args) */
+static const char *const KW_WHERE[] = {"condition", "other", NULL},
+  *const KW_DIAGONAL[] = {"diagonal", NULL}, *const KW_DIM_INDEX[] = {"dim", "index", NULL},
+  *const KW_SCATTER[] = {"dim", "index", "src", NULL},
+  *const KW_INDEX_ADD[] = {"dim", "index", "source", NULL},
+  *const KW_WEIGHT[] = {"weight", NULL}, *const KW_SORT[] = {"dim", "descending", NULL},
+  *const KW_TOPK[] = {"k", "dim", "largest", NULL}, *const KW_CLAMP[] = {"min", "max", NULL},
+  *const KW_MAT2[] = {"mat2", NULL}, *const KW_VALUE[] = {"value", NULL},
+  *const KW_SRC[] = {"src", NULL}, *const KW_MASK_VALUE[] = {"mask", "value", NULL};
+
+
 /* where, tril, triu */
 
 /* qkv.where(cond, a, b): a where cond is true, else b */
@@ -106,6 +117,7 @@ static int s_where (lua_State *L) {
 }
 /* x:where(cond, y): x where cond, else y, as torch.Tensor.where */
 static int s_where_method (lua_State *L) {
+  qkvL_args(L, "where", KW_WHERE);
   qkvL_checktensor(L, 1);
   return s_where3(L, 2, 1, 3);
 }
@@ -126,10 +138,12 @@ static int triangle (lua_State *L, const char *name, int upper) {
 }
 
 static int s_tril (lua_State *L) {
+  qkvL_args(L, "tril", KW_DIAGONAL);
   QKVL_GRAD(L, "tril", s_tril);
   return triangle(L, "tril", 0);
 }
 static int s_triu (lua_State *L) {
+  qkvL_args(L, "triu", KW_DIAGONAL);
   QKVL_GRAD(L, "triu", s_triu);
   return triangle(L, "triu", 1);
 }
@@ -176,6 +190,7 @@ static int s_all (lua_State *L) { return anyall(L, "all", 0); }
 ** comparison after the operands are made bool.
 */
 static int logical (lua_State *L, const char *name, qkv_binop op) {
+  qkvL_args(L, name, qkvL_KW_OTHER);
   qkv_tensor *x = qkvL_checktensor(L, 1), *y = qkvL_checktensor(L, 2);
   int n;
   int64_t size[QKV_MAXDIM];
@@ -190,6 +205,7 @@ static int s_and (lua_State *L) { return logical(L, "logical_and", QKV_GT); }
 static int s_or (lua_State *L) { return logical(L, "logical_or", QKV_GE); }
 static int s_xor (lua_State *L) { return logical(L, "logical_xor", QKV_NE); }
 static int s_not (lua_State *L) {
+  qkvL_args(L, "logical_not", qkvL_KW_NONE);
   truth(L, "logical_not", qkvL_checktensor(L, 1), 0);
   return 1;
 }
@@ -198,7 +214,7 @@ static int s_not (lua_State *L) {
    integer one, as PyTorch's ~; a float tensor has none */
 static int s_bnot (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  if (x->dtype == QKV_BOOL) return s_not(L);
+  if (x->dtype == QKV_BOOL) { lua_settop(L, 1); return s_not(L); }  /* ~x passes x twice */
   if (qkv_is_float(x->dtype))
     return luaL_error(L, "bnot: ~x needs a bool or integer tensor, got %s",
                       qkv_dtype_name(x->dtype));
@@ -232,6 +248,7 @@ static qkv_tensor *index_select (lua_State *L, const char *name, const qkv_tenso
 }
 
 static int s_index_select (lua_State *L) {
+  qkvL_args(L, "index_select", KW_DIM_INDEX);
   QKVL_GRAD(L, "index_select", s_index_select);
   qkv_tensor *a = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, a->ndim, 0);
@@ -240,6 +257,7 @@ static int s_index_select (lua_State *L) {
 }
 
 static int s_gather (lua_State *L) {
+  qkvL_args(L, "gather", KW_DIM_INDEX);
   QKVL_GRAD(L, "gather", s_gather);
   qkv_tensor *a = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, a->ndim, 0);
@@ -278,6 +296,7 @@ static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *
 }
 
 static int s_scatter_add_ (lua_State *L) {
+  qkvL_args(L, "scatter_add_", KW_SCATTER);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
@@ -289,6 +308,7 @@ static int s_scatter_add_ (lua_State *L) {
 }
 
 static int s_index_add_ (lua_State *L) {
+  qkvL_args(L, "index_add_", KW_INDEX_ADD);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4), e;
@@ -311,6 +331,7 @@ static int s_index_add_ (lua_State *L) {
 }
 
 static int s_embedding (lua_State *L) {
+  qkvL_args(L, "embedding", KW_WEIGHT);          /* padding_idx, max_norm: errors */
   QKVL_GRAD(L, "embedding", s_embedding);
   qkv_tensor *ids = qkvL_checktensor(L, 1), *W = qkvL_checktensor(L, 2), flat;
   if (W->ndim != 2) {
@@ -346,6 +367,7 @@ static void sorted (lua_State *L, const char *name, const qkv_tensor *x, int dim
 }
 
 static int s_sort (lua_State *L) {
+  qkvL_args(L, "sort", KW_SORT);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = x->ndim ? qkvL_optdim(L, 2, x->ndim, x->ndim - 1) : 0;
   sorted(L, "sort", x, dim, lua_toboolean(L, 3));
@@ -354,6 +376,7 @@ static int s_sort (lua_State *L) {
 
 /* x:topk(k [, dim [, largest]]): the k largest (or smallest), sorted */
 static int s_topk (lua_State *L) {
+  qkvL_args(L, "topk", KW_TOPK);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_checkinteger(L, 2);
   int dim = x->ndim ? qkvL_optdim(L, 3, x->ndim, x->ndim - 1) : 0;
@@ -403,6 +426,7 @@ static qkv_dtype clamp_dtype (lua_State *L, const char *name, const qkv_tensor *
 }
 
 static int s_clamp (lua_State *L) {
+  qkvL_args(L, "clamp", KW_CLAMP);
   QKVL_GRAD(L, "clamp", s_clamp);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_settop(L, 3);                      /* the bounds stay at 2 and 3 */
@@ -435,10 +459,12 @@ static int strict_matmul (lua_State *L, const char *name, int nd) {
 }
 
 static int s_mm (lua_State *L) {
+  qkvL_args(L, "mm", KW_MAT2);
   QKVL_GRAD(L, "mm", s_mm);
   return strict_matmul(L, "mm", 2);
 }
 static int s_bmm (lua_State *L) {
+  qkvL_args(L, "bmm", KW_MAT2);
   QKVL_GRAD(L, "bmm", s_bmm);
   return strict_matmul(L, "bmm", 3);
 }
@@ -447,6 +473,7 @@ static int s_bmm (lua_State *L) {
 /* dtype shorthands */
 
 static int convert (lua_State *L, qkv_dtype dt, const char *name) {
+  qkvL_args(L, name, qkvL_KW_NONE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   if (x->dtype == dt) { lua_settop(L, 1); return 1; }
   qkv_tensor *out = qkvL_newlike(L, x, dt);
@@ -490,6 +517,7 @@ static void check_into (lua_State *L, const char *name, const qkv_tensor *x,
 }
 
 static int inplace (lua_State *L, qkv_binop op, const char *name) {
+  qkvL_args(L, name, qkvL_KW_OTHER);
   qkv_tensor *x = qkvL_checktensor(L, 1), *y = opttensor(L, 2);
   qkvL_Scalar sc;
   qkv_dtype dt = y ? qkv_promote(x->dtype, y->dtype) : is_number(L, 2)
@@ -511,6 +539,7 @@ static int s_mul_ (lua_State *L) { return inplace(L, QKV_MUL, "mul_"); }
 static int s_div_ (lua_State *L) { return inplace(L, QKV_DIV, "div_"); }
 
 static int s_fill_ (lua_State *L) {
+  qkvL_args(L, "fill_", KW_VALUE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_Scalar sc;
   qkvL_check(L, "fill_", qkv_copy(x, qkvL_checkfill(L, 2, x->dtype, "fill_", &sc)));
@@ -520,6 +549,7 @@ static int s_fill_ (lua_State *L) {
 }
 
 static int s_zero_ (lua_State *L) {
+  qkvL_args(L, "zero_", qkvL_KW_NONE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_check(L, "zero_", qkv_fill(x, 0));
   x->storage->version++;
@@ -528,6 +558,7 @@ static int s_zero_ (lua_State *L) {
 }
 
 static int s_copy_ (lua_State *L) {
+  qkvL_args(L, "copy_", KW_SRC);
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
   qkvL_check(L, "copy_", qkv_copy_into(x, src));
@@ -537,6 +568,7 @@ static int s_copy_ (lua_State *L) {
 }
 
 static int s_clamp_ (lua_State *L) {
+  qkvL_args(L, "clamp_", KW_CLAMP);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_settop(L, 3);
   check_cast(L, "clamp_", clamp_dtype(L, "clamp_", x), x->dtype);
@@ -551,6 +583,7 @@ static int s_clamp_ (lua_State *L) {
 }
 
 static int s_masked_fill_ (lua_State *L) {
+  qkvL_args(L, "masked_fill_", KW_MASK_VALUE);
   qkv_tensor *x = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
   if (!is_number(L, 3)) luaL_typeerror(L, 3, "number");
   check_into(L, "masked_fill_", x, m, "mask");

@@ -29,9 +29,12 @@ static int size_tostring (lua_State *L) {
   return 1;
 }
 
+/* equal when both hold the same n sizes and nothing else (a table with
+   other keys is not a shape) */
 static int size_eq (lua_State *L) {
   lua_Integer n = luaL_len(L, 1);
-  if (n > QKV_MAXDIM || !lua_istable(L, 2) || luaL_len(L, 2) != n)
+  if (n > QKV_MAXDIM || !lua_istable(L, 2) || luaL_len(L, 2) != n ||
+      qkvL_testlist(L, 1, "", "", n, NULL) || qkvL_testlist(L, 2, "", "", n, NULL))
     return lua_pushboolean(L, 0), 1;
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
@@ -116,6 +119,7 @@ static void check_listable (lua_State *L, const qkv_tensor *t) {
 }
 
 static int t_tolist (lua_State *L) {
+  qkvL_args(L, "tolist", qkvL_KW_NONE);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   check_listable(L, x);
   const qkv_tensor *t = qkvL_host(L, x, "tolist");
@@ -124,6 +128,7 @@ static int t_tolist (lua_State *L) {
 }
 
 static int t_item (lua_State *L) {
+  qkvL_args(L, "item", qkvL_KW_NONE);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_numel(t) != 1) {
     qkvL_shape(L, t);
@@ -192,6 +197,8 @@ static int64_t position (lua_State *L, lua_Integer item, int dim, int64_t size, 
 */
 static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *v) {
   lua_Integer n = (lua_Integer)lua_rawlen(L, key);
+  if (qkvL_testlist(L, key, "index", "the index table", n, NULL))
+    luaL_error(L, "%s", lua_tostring(L, -1));
   if (n > t->ndim)
     luaL_error(L, "index: %I indices for a tensor of %d dims", n, t->ndim);
   qkv_tensor cur = *t;
@@ -209,6 +216,8 @@ static void table_view (lua_State *L, const qkv_tensor *t, int key, qkv_tensor *
     lua_Integer m = (lua_Integer)lua_rawlen(L, -1);
     int64_t a = 0, b = cur.size[d] - 1;
     if (m > 2) luaL_error(L, "index: item %I must be {}, {i} or {i, j}", k);
+    if (qkvL_testlist(L, -1, "index", "a range {i, j} of the index table", m, NULL))
+      luaL_error(L, "%s", lua_tostring(L, -1));
     if (m >= 1) {
       lua_rawgeti(L, -1, 1);
       a = b = position(L, k, dim, cur.size[d], 0);
@@ -354,16 +363,19 @@ static int t_tostring (lua_State *L) {
 }
 
 static int t_dim (lua_State *L) {
+  qkvL_args(L, "dim", qkvL_KW_NONE);
   lua_pushinteger(L, qkvL_checktensor(L, 1)->ndim);
   return 1;
 }
 
 static int t_numel (lua_State *L) {
+  qkvL_args(L, "numel", qkvL_KW_NONE);
   lua_pushinteger(L, qkv_numel(qkvL_checktensor(L, 1)));
   return 1;
 }
 
 static int t_size (lua_State *L) {
+  qkvL_args(L, "size", qkvL_KW_DIM);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->size);
   else lua_pushinteger(L, t->size[qkvL_checkdim(L, 2, t->ndim, 0)]);
@@ -371,6 +383,7 @@ static int t_size (lua_State *L) {
 }
 
 static int t_stride (lua_State *L) {
+  qkvL_args(L, "stride", qkvL_KW_DIM);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) pushshape(L, t->ndim, t->stride);
   else lua_pushinteger(L, t->stride[qkvL_checkdim(L, 2, t->ndim, 0)]);
@@ -385,6 +398,7 @@ static int t_version (lua_State *L) {
 
 /* x:detach(): a view of x's data with no autograd history */
 static int t_detach (lua_State *L) {
+  qkvL_args(L, "detach", qkvL_KW_NONE);
   qkvL_pushview(L, qkvL_checktensor(L, 1), 1);
   return 1;
 }
@@ -411,11 +425,13 @@ static int t_register_post_accumulate_grad_hook (lua_State *L) {
 }
 
 static int t_element_size (lua_State *L) {
+  qkvL_args(L, "element_size", qkvL_KW_NONE);
   lua_pushinteger(L, (lua_Integer)qkv_elsize(qkvL_checktensor(L, 1)->dtype));
   return 1;
 }
 
 static int t_is_contiguous (lua_State *L) {
+  qkvL_args(L, "is_contiguous", qkvL_KW_NONE);
   lua_pushboolean(L, qkv_is_contiguous(qkvL_checktensor(L, 1)));
   return 1;
 }

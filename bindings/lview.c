@@ -14,6 +14,7 @@ static qkv_tensor *pushcopy (lua_State *L, const qkv_tensor *t, qkv_dtype dt,
 }
 
 static int v_t (lua_State *L) {
+  qkvL_args(L, "t", qkvL_KW_NONE);
   QKVL_GRAD(L, "t", v_t);
   qkv_tensor *t = qkvL_checktensor(L, 1), v = *t;
   if (t->ndim > 2) {
@@ -27,6 +28,8 @@ static int v_t (lua_State *L) {
 }
 
 static int v_transpose (lua_State *L) {
+  static const char *const kw[] = {"dim0", "dim1", NULL};
+  qkvL_args(L, "transpose", kw);
   QKVL_GRAD(L, "transpose", v_transpose);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
@@ -38,8 +41,25 @@ static int v_transpose (lua_State *L) {
 static int v_permute (lua_State *L) {
   QKVL_GRAD(L, "permute", v_permute);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
+  static const char *const known[] = {"dims", NULL};
   int perm[QKV_MAXDIM], seen[QKV_MAXDIM] = {0}, n = 0;
-  int table = lua_istable(L, 2), top = table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
+  int table = lua_istable(L, 2), top = lua_gettop(L) - 1;
+  if (table) {                    /* {2, 1}, or PyTorch's keyword {dims = {2, 1}} */
+    qkvL_noextra(L, "permute", 2);
+    lua_Integer len = qkvL_checklist(L, 2, "permute", "the dims", known);
+    lua_settop(L, 2);
+    lua_pushliteral(L, "dims");
+    if (lua_rawget(L, 2) != LUA_TNIL) {           /* read raw, as its keys were */
+      if (len > 0) return luaL_error(L, "permute: the dims are given twice, as items and "
+                                     "as 'dims'");
+      if (!lua_istable(L, 3))
+        return luaL_error(L, "permute: 'dims' must be a table of dims, got %s",
+                          luaL_typename(L, 3));
+      lua_replace(L, 2);
+      len = qkvL_checklist(L, 2, "permute", "'dims'", NULL);
+    } else lua_pop(L, 1);
+    top = len > QKV_MAXDIM ? QKV_MAXDIM + 1 : (int)len;
+  }
   if (top != t->ndim) {
     qkvL_shape(L, t);
     return luaL_error(L, "permute: %d dims given for a tensor of shape %s",
@@ -60,7 +80,7 @@ static int v_permute (lua_State *L) {
 /* sizes for view/reshape, with one -1 inferred; checks the count */
 static int newshape (lua_State *L, const char *name, const qkv_tensor *t,
                      int64_t *size) {
-  int n = qkvL_checksizes(L, 2, size), infer = -1;
+  int n = qkvL_checksizes(L, 2, size, strcmp(name, "view") == 0 ? "size" : "shape"), infer = -1;
   int64_t known = 1, nonzero = 1, numel = qkv_numel(t);
   for (int i = 0; i < n; i++) {
     if (size[i] > 0 && nonzero > INT64_MAX / size[i]) {
@@ -121,6 +141,8 @@ static int v_reshape (lua_State *L) {
 }
 
 static int v_narrow (lua_State *L) {
+  static const char *const kw[] = {"dim", "start", "length", NULL};
+  qkvL_args(L, "narrow", kw);
   QKVL_GRAD(L, "narrow", v_narrow);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
@@ -138,6 +160,8 @@ static int v_narrow (lua_State *L) {
 }
 
 static int v_select (lua_State *L) {
+  static const char *const kw[] = {"dim", "index", NULL};
+  qkvL_args(L, "select", kw);
   QKVL_GRAD(L, "select", v_select);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 0);
@@ -147,6 +171,7 @@ static int v_select (lua_State *L) {
 }
 
 static int v_unsqueeze (lua_State *L) {
+  qkvL_args(L, "unsqueeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "unsqueeze", v_unsqueeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int d = qkvL_checkdim(L, 2, t->ndim, 1);
@@ -157,6 +182,7 @@ static int v_unsqueeze (lua_State *L) {
 }
 
 static int v_squeeze (lua_State *L) {
+  qkvL_args(L, "squeeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "squeeze", v_squeeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
@@ -168,7 +194,7 @@ static int v_expand (lua_State *L) {
   QKVL_GRAD(L, "expand", v_expand);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
   int64_t size[QKV_MAXDIM];
-  int n = qkvL_checksizes(L, 2, size);
+  int n = qkvL_checksizes(L, 2, size, "size");
   for (int i = 0; i < n; i++) {
     int j = i - (n - t->ndim);
     if (size[i] == -1) size[i] = j >= 0 ? t->size[j] : -1;
@@ -185,6 +211,7 @@ static int v_expand (lua_State *L) {
 }
 
 static int v_contiguous (lua_State *L) {
+  qkvL_args(L, "contiguous", qkvL_KW_NONE);
   QKVL_GRAD(L, "contiguous", v_contiguous);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   if (qkv_is_contiguous(t)) lua_settop(L, 1);
@@ -193,6 +220,7 @@ static int v_contiguous (lua_State *L) {
 }
 
 static int v_clone (lua_State *L) {
+  qkvL_args(L, "clone", qkvL_KW_NONE);
   QKVL_GRAD(L, "clone", v_clone);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   pushcopy(L, t, t->dtype, "clone");
@@ -206,24 +234,31 @@ static int todevice (lua_State *L, qkv_tensor *t, qkv_device d, const char *name
   return 1;
 }
 
-/* to(dtype) or to(device); returns self when nothing changes */
+/* to(dtype), to(device), both (either first), or PyTorch's keywords
+   {dtype =, device =}, as a factory's (qkvL_checktail); returns self when
+   nothing changes */
 static int v_to (lua_State *L) {
   QKVL_GRAD(L, "to", v_to);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  qkv_device d;
-  if (qkvL_isdevice(L, 2, &d)) return todevice(L, t, d, "to");
-  qkv_dtype dt = qkvL_checkdtype(L, 2);
-  if (dt == t->dtype) lua_settop(L, 1);
-  else pushcopy(L, t, dt, "to");
+  qkv_dtype dt = t->dtype;
+  qkv_device dev = t->storage->device;
+  if (lua_isnoneornil(L, 2)) qkvL_checkdtype(L, 2);        /* "string expected" */
+  qkvL_checktail(L, 2, &dt, &dev, 0);
+  int top = lua_gettop(L);
+  if (dt != t->dtype) t = pushcopy(L, t, dt, "to");
+  if (dev != t->storage->device) qkvL_todevice(L, t, dev, "to");
+  if (lua_gettop(L) == top) lua_settop(L, 1);
   return 1;
 }
 
 static int v_cpu (lua_State *L) {
+  qkvL_args(L, "cpu", qkvL_KW_NONE);
   QKVL_GRAD(L, "cpu", v_cpu);
   return todevice(L, qkvL_checktensor(L, 1), QKV_CPU, "cpu");
 }
 
 static int v_cuda (lua_State *L) {
+  qkvL_args(L, "cuda", qkvL_KW_NONE);
   QKVL_GRAD(L, "cuda", v_cuda);
   return todevice(L, qkvL_checktensor(L, 1), QKV_CUDA, "cuda");
 }

@@ -34,6 +34,18 @@ end
 
 local is_tensor = qkv.is_tensor
 
+-- an argument past the n that fname takes is an error, not ignored
+-- (y:backward(nil, {create_graph = true}) would else give a first-order
+-- gradient as if it had been understood), as the bindings' qkvL_noextra
+local function noextra(fname, n, ...)
+  local k = select("#", ...)
+  while k > 0 and select(k, ...) == nil do k = k - 1 end
+  if k > n then
+    fail("%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
+         n == 1 and "" or "s", k, n + 1, type((select(n + 1, ...))))
+  end
+end
+
 ---------------------------------------------------------------- state
 
 -- whether x takes part in the graph: a leaf that requires grad, or the
@@ -98,7 +110,8 @@ function A.enable_grad(f, ...)
   return with_mode(true, f, ...)
 end
 
-function A.requires_grad_(x, flag)
+function A.requires_grad_(x, flag, ...)
+  noextra("requires_grad_", 2, x, flag, ...)
   if not is_tensor(x) then fail("requires_grad_: bad argument #1 (qkv.Tensor expected, got %s)", type(x)) end
   if flag == nil then flag = true end
   if type(flag) ~= "boolean" then fail("requires_grad_: flag must be a boolean, got %s", type(flag)) end
@@ -294,7 +307,8 @@ local function default_grad(y, grad, who)
   return qkv.ones(y.shape, y.dtype, y.device)
 end
 
-function A.backward(y, grad)
+function A.backward(y, grad, ...)
+  noextra("backward", 2, y, grad, ...)
   if not is_tensor(y) then fail("backward: bad argument #1 (qkv.Tensor expected, got %s)", type(y)) end
   local m = meta[y]
   if not (m and m.node) then
@@ -311,11 +325,15 @@ end
 
 -- qkv.grad(f, inputs [, grad]): the gradients of f(inputs...) (one output)
 -- with respect to each input, without touching their .grad
-function A.grad(f, inputs, grad)
+function A.grad(f, inputs, grad, ...)
+  noextra("grad", 3, f, inputs, grad, ...)
   if type(f) ~= "function" then fail("grad: bad argument #1 (function expected, got %s)", type(f)) end
   if type(inputs) ~= "table" then fail("grad: bad argument #2 (list of tensors expected, got %s)", type(inputs)) end
+  local bad = qkv._checklist("grad", inputs, "inputs")   -- tensors and nothing else
+  if bad then fail("%s", bad) end
   local xs = {}
-  for i, x in ipairs(inputs) do
+  for i = 1, #inputs do          -- a nil among them is an error, not the list's end
+    local x = inputs[i]
     if not is_tensor(x) then fail("grad: input %d is a %s, not a tensor", i, type(x)) end
     xs[i] = x:detach()
     A.requires_grad_(xs[i])
@@ -354,7 +372,8 @@ require("qkv.methods").guard(Handle, "handle", "hook handle")   -- handle.remove
 
 -- x:register_post_accumulate_grad_hook(fn): fn(x) in each backward, once
 -- x.grad holds all that backward gives x (after its last edge)
-function A.register_post_accumulate_grad_hook(x, fn)
+function A.register_post_accumulate_grad_hook(x, fn, ...)
+  noextra("register_post_accumulate_grad_hook", 2, x, fn, ...)
   local who = "register_post_accumulate_grad_hook"
   if not is_tensor(x) then fail("%s: bad argument #1 (qkv.Tensor expected, got %s)", who, type(x)) end
   if not pcall(function() return x.dtype end) then

@@ -230,6 +230,7 @@ R.t = simple_view("TBackward", function(g) return g:t() end)
 R.transpose = simple_view("TransposeBackward", function(g, _, a, b) return g:transpose(a, b) end)
 R.permute = simple_view("PermuteBackward", function(g, _, ...)
   local p = type((...)) == "table" and (...) or {...}
+  p = rawget(p, "dims") or p          -- PyTorch's keyword, x:permute{dims = {...}}
   local inv = {}
   for i, d in ipairs(p) do inv[d < 0 and #p + 1 + d or d] = i end
   return g:permute(table.unpack(inv))
@@ -259,8 +260,8 @@ local function to_rule(f, x, ...)
 end
 R.float, R.double = to_rule, to_rule
 
-R.to = function(f, x, what)
-  local y = f(x, what)
+R.to = function(f, x, ...)
+  local y = f(x, ...)
   if rawequal(y, x) then return y end
   return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
 end

@@ -45,7 +45,18 @@ local function bad_name(name)
   end
 end
 
-function M.savez(path, tensors)
+-- an argument past the n that fname takes is an error, not ignored
+local function noextra(fname, n, ...)
+  local k = select("#", ...)
+  while k > 0 and select(k, ...) == nil do k = k - 1 end
+  if k > n then
+    fail("%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
+         n == 1 and "" or "s", k, n + 1, type((select(n + 1, ...))))
+  end
+end
+
+function M.savez(path, tensors, ...)
+  noextra("savez", 2, path, tensors, ...)
   if type(path) ~= "string" then
     fail("savez: bad argument #1 (path expected, got %s)", type(path))
   end
@@ -74,7 +85,8 @@ function M.savez(path, tensors)
   call(qkv._write_file, path, call(zip.encode, entries), "savez")
 end
 
-function M.loadz(path)
+function M.loadz(path, ...)
+  noextra("loadz", 1, path, ...)
   if type(path) ~= "string" then
     fail("loadz: bad argument #1 (path expected, got %s)", type(path))
   end

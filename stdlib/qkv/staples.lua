@@ -18,7 +18,7 @@ local SEL = require "qkv.staples_select"
 
 local is_tensor = qkv.is_tensor
 local M = {}
-local MAXRET, fail, api, shape_of = S.MAXRET, S.fail, S.api, S.shape_of
+local MAXRET, fail, api, shape_of, keywords = S.MAXRET, S.fail, S.api, S.shape_of, S.keywords
 local tensor_arg, int_arg, bool_arg, dim_arg = S.tensor_arg, S.int_arg, S.bool_arg, S.dim_arg
 local int_list, dims_arg, FLOATS, factory_opts = S.int_list, S.dims_arg, S.FLOATS, S.factory_opts
 local shape_arg, sizes, number_arg = S.shape_arg, S.sizes, S.number_arg
@@ -171,15 +171,23 @@ local function full_like(x, v, opts)
   return qkv.full(sizes(x), v, dtype, device)
 end
 -- x:new_zeros(size [, opts]) and its kin: x's dtype and device; size is a
--- list, or (but for new_full) sizes as arguments, x:new_zeros(2, 3)
+-- list (which may hold the options, as qkv.zeros's shape), or (but for
+-- new_full) sizes as arguments, x:new_zeros(2, 3)
 local function new_factory(fname, fill)
   return function(x, shape, ...)
     tensor_arg(x, "x")
     local v, opts = nil, ...
+    local extra = select("#", ...)
+    while extra > 0 and select(extra, ...) == nil do extra = extra - 1 end
     if fill then
       v, opts = ...
       fill_arg(v)
-    elseif type(shape) == "number" then
+    end
+    if (fill or type(shape) ~= "number") and extra > (fill and 2 or 1) then
+      fail("takes %s and options, got %d more argument%s", fill and "size, fill_value" or "size",
+           extra - (fill and 2 or 1), extra - (fill and 2 or 1) == 1 and "" or "s")
+    end
+    if not fill and type(shape) == "number" then
       local rest = table.pack(...)
       shape = {shape}
       for i = 1, rest.n do
@@ -192,23 +200,24 @@ local function new_factory(fname, fill)
       opts = type(rest[rest.n]) ~= "number" and rest[rest.n] or nil
       if #shape > 8 then fail("size has %d sizes, at most 8", #shape) end
     end
-    local s = shape_arg(shape, "size")
-    local dtype, device = factory_opts(fname, opts, x.dtype, x.device)
+    local s, held = shape_arg(shape, "size", true)
+    local dtype, device = factory_opts(fname, opts, x.dtype, x.device, held)
     if fill then return qkv.full(s, v, dtype, device) end
     if fname == "new_ones" then return qkv.ones(s, dtype, device) end
     return qkv.zeros(s, dtype, device)
   end
 end
 
--- qkv.randint([low,] high, shape [, opts]): integers in [low, high)
+-- qkv.randint([low,] high, shape [, opts]): integers in [low, high); the
+-- shape may hold the options, and its sizes as size = (PyTorch's keyword)
 local function randint(a, b, c, d)
   local low, high, shape, opts
   if type(b) == "number" then low, high, shape, opts = a, b, c, d
   else low, high, shape, opts = 0, a, b, c end
   low, high = int_arg(low, "low"), int_arg(high, "high")
   if shape == nil then fail("size is missing (a list of sizes, e.g. {2, 3})") end
-  local s = shape_arg(shape, "size")
-  local dtype, device = factory_opts("randint", opts, "int64", qkv.default_device())
+  local s, held = shape_arg(shape, "size", true)
+  local dtype, device = factory_opts("randint", opts, "int64", qkv.default_device(), held)
   if low >= high then fail("low %d must be less than high %d", low, high) end
   local span = high - low
   if span <= 0 or span > (1 << 53) then            -- (<= 0: it wrapped around)
@@ -298,9 +307,17 @@ local function root(t, p)
   return qkv.where(z, 0, p == 2 and safe:sqrt() or safe ^ (1 / p))
 end
 
--- x:norm([p [, dim [, keepdim]]]): the vector p-norm over dim (or all)
-local function norm(x, p, dim, keepdim)
+-- x:norm([p [, dim [, keepdim [, dtype]]]]): the vector p-norm over dim
+-- (a dim or a list of them; none, or an empty list, is all, as PyTorch's
+-- dim=None and dim=[]), of x converted to dtype first when given
+local function norm(x, p, dim, keepdim, dtype)
   tensor_arg(x, "x")
+  if dtype ~= nil then
+    if not FLOATS[dtype] then
+      fail("dtype must be a floating-point dtype, got %s", tostring(dtype))
+    end
+    x = x:to(dtype)
+  end
   if not FLOATS[x.dtype] then
     fail("x must be a float tensor, got %s (convert it with x:float())", x.dtype)
   end
@@ -311,6 +328,7 @@ local function norm(x, p, dim, keepdim)
          type(p) == "number" and "nan" or type(p) == "string" and "'" .. p .. "'" or type(p))
   end
   local dims = dim ~= nil and dims_arg(dim, "dim", x) or nil
+  if dims and #dims == 0 then dims = nil end
   local keep = bool_arg(keepdim, "keepdim", false)
   local t = (x.dtype == "float16" or x.dtype == "bfloat16") and x:float() or x
   local r
@@ -376,6 +394,49 @@ end
 
 ---------------------------------------------------------------- install
 
+-- PyTorch's keywords of the functions and methods that take them, the
+-- positions' names from the second argument on, and of those, the ones
+-- that take a list (staples_args.keywords)
+local SPLIT = {"split_size_or_sections", "split_size"}
+local KEYWORDS = {
+  flatten = {"start_dim", "end_dim"}, unflatten = {"dim", "sizes", lists = {sizes = true}},
+  chunk = {"chunks", "dim"}, split = {SPLIT, "dim", lists = {[SPLIT] = true}},
+  norm = {"p", "dim", "keepdim", "dtype", lists = {dim = true}},
+  scatter = {"dim", "index", {"src", "value"}, "reduce"},
+  scatter_ = {"dim", "index", {"src", "value"}, "reduce"},
+  argsort = {"dim", "descending", "stable"},
+  flip = {"dims", lists = {dims = true}, varargs = true},     -- x:flip(1, 2) too
+  roll = {"shifts", "dims", lists = {shifts = true, dims = true}},
+  repeat_interleave = {"repeats", "dim", lists = {repeats = true}}, outer = {"vec2"},
+  allclose = {"other", "rtol", "atol", "equal_nan"},
+}
+
+-- f as the public function name, taking its keywords
+-- the most arguments of those that take no keywords (x:new_* count theirs)
+local MAXARGS = {
+  zeros_like = 2, ones_like = 2, empty_like = 2, rand_like = 2, randn_like = 2,
+  full_like = 3, randint = 4, linspace = 4, logspace = 5, manual_seed = 1,
+  half = 1, bfloat16 = 1,
+}
+
+-- f as the public function name, taking its keywords; an argument past
+-- those it takes is an error, as the bindings' qkvL_args makes it
+local function public(name, f)
+  local names = KEYWORDS[name]
+  local max = names and not names.varargs and 1 + #names or MAXARGS[name]
+  return api(name, function(...)
+    local args = table.pack(...)
+    if names then args = table.pack(keywords(name, names, 2, ...)) end
+    local n = args.n
+    while n > 0 and args[n] == nil do n = n - 1 end
+    if max and n > max then
+      fail("takes %d argument%s, got %d (argument #%d is a %s)", max, max == 1 and "" or "s",
+           n, max + 1, type(args[max + 1]))
+    end
+    return f(table.unpack(args, 1, n))
+  end)
+end
+
 -- functions of qkv (and methods of the same name)
 local FUNCTIONS = {
   flatten = flatten, unflatten = unflatten, chunk = chunk, split = split,
@@ -402,16 +463,16 @@ local METHODS = {
 
 local methods = qkv._methods     -- the tensor methods (bindings/lqkv.c)
 for name, f in pairs(FUNCTIONS) do
-  M[name] = api(name, f)
+  M[name] = public(name, f)
   rawset(qkv, name, M[name])
   rawset(methods, name, M[name])
 end
 for name, f in pairs(FACTORIES) do
-  M[name] = api(name, f)
+  M[name] = public(name, f)
   rawset(qkv, name, M[name])
 end
 for name, f in pairs(METHODS) do
-  M[name] = api(name, f)
+  M[name] = public(name, f)
   rawset(methods, name, M[name])
 end
 

@@ -1,8 +1,10 @@
 -- staples_args.lua: what the staples (qkv.staples, qkv.staples_select)
 -- share: their errors, which name the public function at the script's
--- line, and the checks of their arguments (dims 1-based and negative from
--- the end, as the bindings' qkvL_checkdim; integers that are integers;
--- lists read raw, at most so many items; factories' options).
+-- line, PyTorch's keywords as positions, and the checks of their
+-- arguments (dims 1-based and negative from the end, as the bindings'
+-- qkvL_checkdim; integers that are integers; lists read raw, at most so
+-- many items and nothing but their items; shapes and factories' options,
+-- as the bindings read them).
 
 local qkv = require "qkv"
 local caller = require "qkv.caller"
@@ -33,6 +35,66 @@ local function api(fname, f)
 end
 
 local function shape_of(x) return tostring(x.shape) end
+
+-- a message of qkv._checkopts or qkv._checklist, raised as is
+local function raise(msg) error(msg, 0) end
+
+-- whether v is a table of options: named keys and no items (a list, with
+-- or without other keys, is read as a list, which says what is wrong); an
+-- empty table is an empty list where a list may stand (`list`), else no
+-- options
+local function is_opts(v, list)
+  if type(v) ~= "table" or is_tensor(v) or rawlen(v) > 0 then return false end
+  if next(v) == nil then return not list end
+  for k in next, v do
+    if type(k) == "string" then return true end
+  end
+  return false
+end
+
+-- PyTorch's keywords as positions, as the bindings' qkvL_keywords: when
+-- the last argument (trailing nils aside), at position first or after, is
+-- a table of options, its keys name positions from first on (names[i]
+-- is position first + i - 1; a list of names there are one position's
+-- aliases, as scatter's src and value; names.lists, the names of those
+-- that take a list), so that x:flip{dims = {1}} is x:flip({1}) and
+-- x:norm(2, {dim = -1}) is x:norm(2, -1).  A key not named, or a position
+-- given both ways, is an error naming fname.  Returns the arguments as
+-- positions.
+local function keywords(fname, names, first, ...)
+  local args = table.pack(...)
+  local n = args.n
+  while n > 0 and args[n] == nil do n = n - 1 end
+  local here = names[n - first + 1]
+  if n < first or not is_opts(args[n], names.lists and names.lists[here]) then
+    return table.unpack(args, 1, args.n)
+  end
+  local all, at = {}, {}
+  for i, nm in ipairs(names) do
+    for _, a in ipairs(type(nm) == "table" and nm or {nm}) do
+      all[#all + 1], at[a] = a, first + i - 1
+    end
+  end
+  local msg, o = qkv._checkopts(fname, args[n], all)
+  if msg then raise(msg) end
+  if n - first > #names then
+    fail("%s: %d arguments before the options table, at most %d", fname, n - first, #names)
+  end
+  args[n] = nil
+  local from = {}
+  for _, a in ipairs(all) do
+    local p = at[a]
+    if o[a] ~= nil then
+      if args[p] ~= nil then
+        fail("%s: %s is given twice, %s", fname, a,
+             from[p] and "as '" .. from[p] .. "' and as '" .. a .. "'"
+                     or "as an argument and as an option")
+      end
+      args[p], from[p] = o[a], a
+    end
+  end
+  return table.unpack(args, 1, first + #names - 1)
+end
 
 ---------------------------------------------------------------- arguments
 
@@ -68,10 +130,13 @@ local function dim_arg(d, what, x, n)
   return p
 end
 
--- the integers of a plain list (or of a qkv.Size), read raw, at most max
-local function int_list(t, what, max)
+-- the integers of a plain list (or of a qkv.Size), read raw, at most max;
+-- a key that is not an item (nor a name of known) is an error
+local function int_list(t, what, max, known)
   local n = rawlen(t)
   if n > max then fail("%s has %d items, at most %d", what, n, max) end
+  local bad = qkv._checklist("", t, what, known)
+  if bad then raise(bad) end
   local out = {}
   for i = 1, n do out[i] = int_arg(rawget(t, i), what .. "[" .. i .. "]") end
   return out
@@ -103,36 +168,62 @@ for _, d in ipairs{"float32", "float64", "float16", "bfloat16", "int64", "int32"
 end
 local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 
--- the options {dtype =, device =} of a factory, checked; dtype and device
--- default to those given
-local function factory_opts(fname, opts, dtype, device)
-  local msg, o = qkv._checkopts(fname, opts, {"dtype", "device"})
-  if msg then error(msg:sub(#fname + 3), 0) end
-  if o.dtype ~= nil then
-    if type(o.dtype) ~= "string" or not DTYPES[o.dtype] then
-      fail("unknown dtype %s (float32, float64, float16, bfloat16, int64, int32, bool)",
-           type(o.dtype) == "string" and "'" .. o.dtype .. "'" or "of type " .. type(o.dtype))
-    end
-    dtype = o.dtype
+-- the dtype and device of o (a table read already), checked
+local function dtype_device(o)
+  if o.dtype ~= nil and (type(o.dtype) ~= "string" or not DTYPES[o.dtype]) then
+    fail("unknown dtype %s (float32, float64, float16, bfloat16, int64, int32, bool)",
+         type(o.dtype) == "string" and "'" .. o.dtype .. "'" or "of type " .. type(o.dtype))
   end
-  if o.device ~= nil then
-    if o.device ~= "cpu" and o.device ~= "cuda" then
-      fail("unknown device %s (cpu, cuda)",
-           type(o.device) == "string" and "'" .. o.device .. "'" or "of type " .. type(o.device))
-    end
-    device = o.device
+  if o.device ~= nil and o.device ~= "cpu" and o.device ~= "cuda" then
+    fail("unknown device %s (cpu, cuda)",
+         type(o.device) == "string" and "'" .. o.device .. "'" or "of type " .. type(o.device))
   end
-  return dtype, device
+  return o.dtype, o.device
 end
 
--- a shape: a list of sizes (or a qkv.Size), or one size
-local function shape_arg(v, what)
-  local s = type(v) == "table" and not is_tensor(v) and int_list(v, what, 8)
+-- the options {dtype =, device =} of a factory, checked; dtype and device
+-- default to those given, and to those its shape held (held, from
+-- shape_arg), which the options may not give again
+local function factory_opts(fname, opts, dtype, device, held)
+  local msg, o = qkv._checkopts(fname, opts, {"dtype", "device"})
+  if msg then error(msg:sub(#fname + 3), 0) end
+  local dt, dev = dtype_device(o)
+  held = held or {}
+  for k, v in pairs{dtype = dt, device = dev} do
+    if held[k] ~= nil and v ~= nil then fail("the %s is given twice", k) end
+  end
+  return dt or held.dtype or dtype, dev or held.device or device
+end
+
+-- a shape: a list of sizes (or a qkv.Size), or one size.  With `keys` (a
+-- factory's), the list may hold PyTorch's keywords, as the bindings'
+-- shapes do: its sizes under `size` instead of as items
+-- (qkv.randint(0, 5, {size = {3}})), a dtype and a device
+-- (x:new_zeros{2, 3, dtype = "int64"}).  Returns the sizes and a table of
+-- the dtype and device it held.
+local function shape_arg(v, what, keys)
+  local held, known = {}, nil
+  if type(v) == "table" and not is_tensor(v) and keys then
+    known = {"size", "dtype", "device"}
+    local bad = qkv._checklist("", v, what, known)
+    if bad then raise(bad) end
+    held.dtype, held.device = dtype_device{dtype = rawget(v, "dtype"),
+                                           device = rawget(v, "device")}
+    local size = rawget(v, "size")
+    if size ~= nil then
+      if rawlen(v) > 0 then fail("the sizes are given twice, as items and as 'size'") end
+      if type(size) ~= "table" or is_tensor(size) then
+        fail("'size' must be a table of sizes, got %s", type(size))
+      end
+      v, what, known = size, "'size'", nil
+    end
+  end
+  local s = type(v) == "table" and not is_tensor(v) and int_list(v, what, 8, known)
             or {int_arg(v, what)}
   for i, n in ipairs(s) do
     if n < 0 then fail("%s: size %d is negative (%d)", what, i, n) end
   end
-  return s
+  return s, held
 end
 
 
@@ -154,6 +245,7 @@ return {
   MAXRET = MAXRET,
   fail = fail,
   api = api,
+  keywords = keywords,
   shape_of = shape_of,
   tensor_arg = tensor_arg,
   int_arg = int_arg,

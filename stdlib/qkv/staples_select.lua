@@ -74,21 +74,72 @@ local function last_writes(index, d)
   return win:transpose(d, n):gt(0)
 end
 
--- x with src written at index along dim: the result, where it wrote, and
--- (when a target is written twice) which writes are the last to theirs
-local function scattered(x, d, index, src)
-  -- how often each target is written; an index out of range fails here
+-- where index writes into x along dim d (bool, x's shape), and whether a
+-- target is written more than once; an index out of range fails here
+local function targets(x, d, index)
   local count = qkv.zeros(x.shape, "int64", x.device)
   local ok, err = pcall(count.scatter_add_, count, d, index,
                         qkv.ones(index.shape, "int64", x.device))
   if not ok then
     fail("%s", (tostring(err):gsub("^[^\n]-:%d+: ", "", 1):gsub("^scatter_add_: ", "", 1)))
   end
-  local written = count:gt(0)
+  return count:gt(0), index:numel() > 0 and count:max():item() > 1
+end
+
+-- of the writes of src at index along dim d, the product of those to each
+-- target, at the target (work's dtype; 0 where nothing is written): along
+-- d, the writes sorted by target (a stable sort) are multiplied within
+-- the runs of one target in log2 passes (a segmented scan), after which
+-- the last of each run holds the run's product
+local function products(x, d, index, src, work)
+  local n = index:dim()
+  local v, pos = index:transpose(d, n):sort(n)
+  local p = src:transpose(d, n):gather(n, pos)
+  local k = v:size(n)
+  local step = 1
+  while step < k do
+    local m = k - step
+    local at, before = p:narrow(n, step + 1, m), p:narrow(n, 1, m)
+    local same = v:narrow(n, step + 1, m):eq(v:narrow(n, 1, m))
+    p = qkv.cat({p:narrow(n, 1, step), qkv.where(same, at * before, at)}, n)
+    step = step * 2
+  end
+  local last = qkv.ones(v.shape, "bool", v.device)
+  if k > 1 then
+    last:narrow(n, 1, k - 1):copy_(v:narrow(n, 1, k - 1):ne(v:narrow(n, 2, k - 1)))
+  end
+  local xt = x:transpose(d, n)
+  return qkv.zeros(xt.shape, work, x.device):scatter_add_(n, v, qkv.where(last, p, 0))
+            :transpose(d, n)
+end
+
+-- x with src (a tensor of index's shape, or a number) combined at index
+-- along dim d by reduce, every write counting, as PyTorch's scatter with
+-- reduce: "add" adds them (for bool, or), "multiply" multiplies (and)
+local function reduced(x, d, index, src, reduce)
+  local written = targets(x, d, index)
+  if index:numel() == 0 then return x:clone() end
+  local work = WORK[x.dtype] or x.dtype
+  if not is_tensor(src) then src = qkv.full(index.shape, src, x.dtype, x.device) end
+  src = src:to(work)
+  local X, out = x:to(work), nil
+  if reduce == "add" then
+    out = X + qkv.zeros(x.shape, work, x.device):scatter_add_(d, index, src)
+  else
+    out = X * products(x, d, index, src, work)
+  end
+  if x.dtype == "bool" then out = out:ne(0) end
+  return qkv.where(written, out:to(x.dtype), x)
+end
+
+-- x with src written at index along dim: the result, where it wrote, and
+-- (when a target is written twice) which writes are the last to theirs
+local function scattered(x, d, index, src)
+  local written, repeats = targets(x, d, index)
   if not is_tensor(src) then return x:masked_fill(written, src), written end
   if index:numel() == 0 then return x:clone(), written end
   local last
-  if count:max():item() > 1 then                   -- repeated targets: the last wins
+  if repeats then                                  -- repeated targets: the last wins
     last = last_writes(index, d)
     src = qkv.where(last, src, 0)
   end
@@ -97,17 +148,39 @@ local function scattered(x, d, index, src)
   return qkv.where(written, vals:to(x.dtype), x), written, last
 end
 
--- qkv.scatter(x, dim, index, src): a copy of x with src written at index;
--- its gradient goes to x where nothing was written and to the src that
--- was (gather's), recorded here since scatter_add_ records none
-local function scatter(x, dim, index, src)
+local REDUCE = {add = true, multiply = true}
+
+local function reduce_arg(r)
+  if r ~= nil and not REDUCE[r] then
+    fail("reduce must be \"add\" or \"multiply\", got %s",
+         type(r) == "string" and "'" .. r .. "'" or type(r))
+  end
+  return r
+end
+
+-- qkv.scatter(x, dim, index, src [, reduce]): a copy of x with src written
+-- at index, or combined there by reduce; its gradient goes to x where
+-- nothing was written (everywhere, with reduce = "add") and to the src
+-- that was (gather's), recorded here since scatter_add_ records none.
+-- reduce = "multiply" has none, as in PyTorch.
+local function scatter(x, dim, index, src, reduce)
   local d, s = scatter_args(x, dim, index, src)
+  reduce = reduce_arg(reduce)
   local A = autograd_on(x, is_tensor(s) and s or nil)
-  if not A then return (scattered(x, d, index, s)) end
-  local out, written, last = A.no_grad(scattered, x, d, index, s)
+  if not A then
+    if reduce then return reduced(x, d, index, s, reduce) end
+    return (scattered(x, d, index, s))
+  end
+  if reduce == "multiply" then
+    fail("reduce = \"multiply\" has no gradient (nor has PyTorch's); compute it under " ..
+         "qkv.no_grad, or without reduce")
+  end
+  local out, written, last
+  if reduce then out = A.no_grad(reduced, x, d, index, s, reduce)
+  else out, written, last = A.no_grad(scattered, x, d, index, s) end
   local full = is_tensor(src) and src or nil
   return A.record("ScatterBackward", out, {x, full}, function(g)
-    local gx = g:masked_fill(written, 0)
+    local gx = written and g:masked_fill(written, 0) or g
     if not full then return gx end
     local gs = g:gather(d, index)
     if last then gs = qkv.where(last, gs, 0) end
@@ -122,18 +195,21 @@ local function scatter(x, dim, index, src)
   end, {index})
 end
 
--- x:scatter_(dim, index, src): scatter into x itself
-local function scatter_(x, dim, index, src)
+-- x:scatter_(dim, index, src [, reduce]): scatter into x itself
+local function scatter_(x, dim, index, src, reduce)
   local d, s = scatter_args(x, dim, index, src)
-  local out = scattered(x, d, index, s)
+  reduce = reduce_arg(reduce)
+  local out = reduce and reduced(x, d, index, s, reduce) or scattered(x, d, index, s)
   return x:copy_(out)
 end
 
 ---------------------------------------------------------------- selection
 
--- x:argsort([dim [, descending]]): the 1-based positions that sort x
-local function argsort(x, dim, descending)
+-- x:argsort([dim [, descending [, stable]]]): the 1-based positions that
+-- sort x; the sort is always stable, so stable = false gives that order too
+local function argsort(x, dim, descending, stable)
   tensor_arg(x, "x")
+  bool_arg(stable, "stable")
   local d = dim == nil and -1 or dim
   if x:dim() == 0 then
     if dim ~= nil then dim_arg(dim, "dim", x, 1) end
@@ -148,7 +224,15 @@ end
 local function flip(x, dims, ...)
   tensor_arg(x, "x")
   if dims == nil then fail("dims is missing (a dim or a list of dims)") end
-  if select("#", ...) > 0 and type(dims) == "number" then dims = {dims, ...} end
+  local more = table.pack(...)
+  while more.n > 0 and more[more.n] == nil do more.n = more.n - 1 end
+  if more.n > 0 then
+    if type(dims) ~= "number" then
+      fail("dims come as one list or as numbers, got a %s and %d more argument%s", type(dims),
+           more.n, more.n == 1 and "" or "s")
+    end
+    dims = {dims, table.unpack(more, 1, more.n)}
+  end
   local ds = dims_arg(dims, "dims", x)
   local out = x
   for _, d in ipairs(ds) do

@@ -134,6 +134,8 @@ function M.assertShape(x, shape)
     argerror("assertShape", 2, "table of sizes expected, got " .. type(shape))
   end
   local count = rawlen(shape)  -- read raw: a proxy's metamethods do not run
+  local bad = qkv._checklist("", shape, "the shape")  -- sizes and nothing else
+  if bad then argerror("assertShape", 2, bad) end
   local want, same = {}, count == x:dim()
   for i = 1, count do         -- as many as the length says, as `same` counted
     local n = math.tointeger(rawget(shape, i))
@@ -172,6 +174,8 @@ end
 function M.gradcheck(f, inputs, opts)
   if type(f) ~= "function" then argerror("gradcheck", 1, "function expected, got " .. type(f)) end
   if type(inputs) ~= "table" then argerror("gradcheck", 2, "list of tensors expected, got " .. type(inputs)) end
+  local bad = qkv._checklist("", inputs, "inputs")   -- tensors and nothing else
+  if bad then argerror("gradcheck", 2, bad) end
   opts = checkopts("gradcheck", 3, opts, {"eps", "atol", "rtol"})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   for name, v in pairs{eps = eps, atol = atol, rtol = rtol} do
@@ -180,7 +184,8 @@ function M.gradcheck(f, inputs, opts)
                .. " number, got " .. tostring(v))
     end
   end
-  for i, x in ipairs(inputs) do
+  for i = 1, #inputs do          -- a nil among them is an error, not the list's end
+    local x = inputs[i]
     if qkv.is_tensor(x) then checkopen("gradcheck", 2, x) end
     if not qkv.is_tensor(x) or x.dtype ~= "float64" then
       argerror("gradcheck", 2, "input " .. i .. " must be a float64 tensor")

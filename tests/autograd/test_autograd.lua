@@ -70,6 +70,11 @@ function TestRules:testProductsAndViews()
   check(function(v) return v:transpose(1, 3):permute(2, 1, 3):reshape(6, 4) end, {x}, "views")
   check(function(v) return v:narrow(3, 2, 2):select(1, 2):unsqueeze(1):expand(3, 3, 2) end, {x}, "narrow")
   check(function(v) return v:view(6, 4):contiguous():clone() end, {x}, "view")
+  -- PyTorch's keywords in the shape tables (issue 46); permute's rule reads them
+  check(function(v) return v:permute{dims = {3, 1, 2}}:reshape{shape = {4, 6}} end, {x},
+        "permute{dims}")
+  check(function(v) return v:view{size = {6, 4}}:narrow(1, 1, 1):expand{size = {2, 6, 4}} end,
+        {x}, "view{size}")
   check(function(v) return v[2] + v[{1, {1, 3}}] end, {x}, "indexing")
   check(function(a, b) return qkv.cat({a, b}, 2) end, {r(2, 1), r(2, 3)}, "cat")
   check(function(a, b) return qkv.stack({a, b}, 2) end, {r(2, 3), r(2, 3)}, "stack")
@@ -361,6 +366,15 @@ function TestAPI:testErrors()
         qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {atl = 1})
   fails("bad argument #3 to 'gradcheck' (eps must be a positive number, got 0)",
         qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64")}, {eps = 0})
+  -- the inputs are a list and nothing else: options inside it, or a nil
+  -- that ended it early, were ignored (issue 46)
+  fails("bad argument #2 to 'gradcheck' (unknown key 'eps' in inputs (it holds its 1 item only))",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64"), eps = 1})
+  fails("bad argument #2 to 'gradcheck' (input 2 must be a float64 tensor)",
+        qkv.test.gradcheck, function(x) return x end, {qkv.ones(2, "float64"), nil,
+                                                      qkv.ones(2, "float64")})
+  fails("grad: unknown key 'n' in inputs", qkv.grad, function(x) return x:sum() end,
+        table.pack(qkv.ones(1)))
   -- a closed tensor is an error naming the function the script called
   local closed
   do

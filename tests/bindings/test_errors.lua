@@ -55,7 +55,8 @@ end
 function TestWrongTypes:testOtherArguments()
   local x = M(2, 3)
   fails({"add", "expected a tensor or a number, got string"}, function() return x + "a" end)
-  fails({"mul", "got table"}, function() return qkv.mul(x, {}) end)
+  fails({"mul", "got table"}, function() return qkv.mul(x, {1}) end)
+  fails({"mul", "got nil"}, function() return qkv.mul(x, {}) end)      -- {}: no options
   fails({"lt", "got string"}, function() return x:lt("a") end)
   fails({"sum", "number expected, got string"}, function() return x:sum("a") end)
   fails({"view", "got string"}, function() return x:view("a") end)
@@ -634,6 +635,181 @@ function TestKeywords:testErrors()
   missing("sum: option 'dtype' must be a dtype name (float32, float64, float16, bfloat16, int64, "
           .. "int32, bool), got float8", function() return X:sum{dtype = "float8"} end)
   missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return X:sum{dim = 0} end)
+end
+
+-- every key of a shape, list or options table is understood or an error
+-- naming the function and the closest key (issue 46: they were ignored)
+function TestKeywords:testShapeTables()
+  missing("bad argument #1 to 'zeros' (unknown key 'dtyp' in the shape (did you mean 'dtype'?))",
+          function() return qkv.zeros{2, 3, dtyp = "float64"} end)
+  missing("bad argument #1 to 'ones' (unknown key 'x' in the shape (it takes its items, "
+          .. "'size', 'dtype' and 'device'))", function() return qkv.ones{2, x = 3} end)
+  missing("bad argument #1 to 'rand' (the shape has key 4 past its 1 item (a nil in the list?))",
+          function() return qkv.rand{2, [4] = 3} end)
+  missing("bad argument #1 to 'randn' (unknown key 'sizes' in the shape (did you mean 'size'?))",
+          function() return qkv.randn{sizes = {2}} end)
+  missing("bad argument #1 to 'eye' (unknown key 'size' in the shape (it takes its items, "
+          .. "'dtype' and 'device'))", function() return qkv.eye{3, size = 3} end)
+  missing("bad argument #1 to 'zeros' (the sizes are given twice, as items and as 'size')",
+          function() return qkv.zeros{2, size = {2}} end)
+  missing("bad argument #1 to 'zeros' ('size' must be a table of sizes, got number)",
+          function() return qkv.zeros{size = 2} end)
+  missing("bad argument #1 to 'zeros' (unknown key 'n' in 'size' (it holds its 1 item only))",
+          function() return qkv.zeros{size = {2, n = 1}} end)
+  missing("bad argument #2 to 'zeros' (the dtype is given twice)",
+          function() return qkv.zeros({2, dtype = "int64"}, {dtype = "int32"}) end)
+  missing("bad argument #2 to 'ones' (the dtype is given twice)",
+          function() return qkv.ones({2, dtype = "int64"}, "int64") end)
+  missing("bad argument #1 to 'zeros' (option 'dtype' must be a dtype name (float32, float64, "
+          .. "float16, bfloat16, int64, int32, bool), got float8)",
+          function() return qkv.zeros{2, dtype = "float8"} end)
+  missing("bad argument #1 to 'full' (unknown key 'fill_value' in the shape (it takes its "
+          .. "items, 'size', 'dtype' and 'device'))",
+          function() return qkv.full({2, fill_value = 1}, 1) end)
+  missing("bad argument #1 to 'view' (unknown key 'shape' in the shape (it takes its items "
+          .. "and 'size'))", function() return qkv.arange(6):view{shape = {2, 3}} end)
+  missing("bad argument #1 to 'reshape' (unknown key 'size' in the shape (it takes its items "
+          .. "and 'shape'))", function() return qkv.arange(6):reshape{size = {2, 3}} end)
+  missing("bad argument #1 to 'expand' (unknown key 'dtype' in the shape (it takes its items "
+          .. "and 'size'))", function() return qkv.ones(1):expand{2, dtype = "int64"} end)
+  missing("permute: unknown key 'dim' in the dims (did you mean 'dims'?)",
+          function() return X:permute{2, 1, dim = 1} end)
+  missing("permute: the dims are given twice, as items and as 'dims'",
+          function() return X:permute{2, 1, dims = {2, 1}} end)
+  missing("permute: takes 2 arguments, got 3 (argument #3 is a string)",
+          function() return X:permute({2, 1}, "x") end)
+end
+
+function TestKeywords:testExtraArgumentsAfterTheDtype()
+  missing("bad argument #5 to 'zeros' (size, dtype or device expected, got string)",
+          function() return qkv.zeros(2, 3, "float64", "cpu", "x") end)
+  missing("bad argument #5 to 'full' (dtype or device expected, got number)",
+          function() return qkv.full(2, 7, "int64", "cpu", 5) end)
+  missing("bad argument #5 to 'arange' (dtype or device expected, got number)",
+          function() return qkv.arange(0, 5, "int64", "cpu", 1) end)
+  missing("bad argument #3 to 'tensor' (dtype or device expected, got number)",
+          function() return qkv.tensor({1}, "int64", 1) end)
+  missing("bad argument #2 to 'arange' (unknown option 'dtyp' (did you mean 'dtype'?))",
+          function() return qkv.arange(5, {dtyp = "int64"}) end)
+end
+
+function TestKeywords:testListsHoldTheirItemsOnly()
+  local x = qkv.arange(6):view(2, 3)
+  missing("cat: unknown key 'dim' in the list of tensors (it holds its 2 items only)",
+          function() return qkv.cat{x, x, dim = 2} end)
+  missing("stack: the list of tensors has key 4 past its 2 items (a nil in the list?)",
+          function() return qkv.stack{x, x, [4] = x} end)
+  missing("tensor: unknown key 'x' in a list at depth 2 (it holds its 2 items only)",
+          function() return qkv.tensor{{1, 2}, {3, 4, x = 1}} end)
+  missing("bad argument #1 to 'tensor' (unknown key 'dtyp' in the table (did you mean "
+          .. "'dtype'?))", function() return qkv.tensor{1, 2, dtyp = "int64"} end)
+  missing("index: unknown key 'foo' in the index table (it holds its 1 item only)",
+          function() return x[{1, foo = 2}] end)
+  missing("index: unknown key 'x' in a range {i, j} of the index table (it holds its 2 items "
+          .. "only)", function() x[{1, {2, 3, x = 1}}] = 0 end)
+  missing("layer_norm: unknown key 'eps' in normalized_shape (it holds its 1 item only)",
+          function() return qkv.layer_norm(x, {3, eps = 1}) end)
+  missing("align: unknown key 'bias' in the weights (it holds its 4 items only)",
+          function() return qkv.align(x, {x, x, x, x, bias = x}) end)
+  missing("padding: unknown key 'n' in the lengths (it holds its 2 items only)",
+          function() return qkv.padding({1, 2, n = 2}, 3) end)
+  missing("grad: unknown key 'x' in inputs (it holds its 1 item only)",
+          function() return qkv.grad(function(a) return a:sum() end, {x:double(), x = 1}) end)
+  missing("grad: input 2 is a nil, not a tensor",
+          function() return qkv.grad(function(a) return a:sum() end, {x:double(), nil, x}) end)
+end
+
+-- a method's options table holds PyTorch's names of its arguments, and
+-- nothing else: x:sort(1, {descending = false}) sorted descending, and
+-- x:add(y, {alpha = 2}) or qkv.dropout(x, 0.5, {training = false}) ignored
+-- their keys (issue 46)
+function TestKeywords:testMethodsTakeTheirKeywords()
+  local x = qkv.tensor{{3, 1, 2}, {0, 5, 4}}
+  same(x:sort(2, {descending = false}), x:sort(2))
+  same(select(2, x:sort{dim = 1, descending = true}), select(2, x:sort(1, true)))
+  same(x:topk(1, 2, {largest = false}), x:topk(1, 2, false))
+  same(x:topk{k = 2}, x:topk(2))
+  same(x:tril{diagonal = -1}, x:tril(-1))
+  same(x:clamp{min = 1}, x:clamp(1))
+  same(x:clamp(1, {max = 3}), x:clamp(1, 3))
+  same(x:squeeze{dim = 1}, x:squeeze(1))
+  same(x:unsqueeze{dim = -1}, x:unsqueeze(-1))
+  same(x:transpose{dim0 = 1, dim1 = 2}, x:t())
+  same(x:narrow{dim = 2, start = 2, length = 2}, x:narrow(2, 2, 2))
+  same(x:select(1, {index = 2}), x[2])
+  local i31 = qkv.tensor({3, 1}, "int64")
+  same(x:index_select(2, {index = i31}), x:index_select(2, i31))
+  lu.assertEquals(x:size{dim = 2}, 3)
+  same(x:add{other = 1}, x + 1)
+  same(x:pow{exponent = 2}, x * x)
+  same(x:clone{}, x)
+  for _, to in ipairs{{"cpu", {dtype = "float64"}}, {{dtype = "float64", device = "cpu"}},
+                      {"cpu", "float64"}, {"float64", "cpu"}} do
+    local y = x:to(table.unpack(to))
+    lu.assertEquals({y.dtype, y.device}, {"float64", "cpu"})
+  end
+  lu.assertTrue(rawequal(x:to{device = x.device}, x))
+  local d = qkv.ones(100)
+  same(qkv.dropout(d, 0.5, {training = false}), d)
+  same(qkv.dropout(d, {p = 0}), d)
+  same(qkv.layer_norm(x, 3, {eps = 1e-3}), qkv.layer_norm(x, 3, nil, nil, 1e-3))
+end
+
+function TestKeywords:testMethodsRefuseWhatTheyDoNotTake()
+  local x = qkv.tensor{{3, 1, 2}, {0, 5, 4}}
+  local I = qkv.tensor({1}, "int64")
+  missing("add: unknown option 'alpha'", function() return x:add(1, {alpha = 2}) end)
+  missing("sub_: unknown option 'alpha'", function() return x:clone():sub_(1, {alpha = 2}) end)
+  missing("div: unknown option 'rounding_mode'",
+          function() return x:div(2, {rounding_mode = "floor"}) end)
+  missing("index_add_: unknown option 'alpha'",
+          function() return x:clone():index_add_(1, I, x:narrow(1, 1, 1), {alpha = 2}) end)
+  missing("sort: unknown option 'stable'", function() return x:sort(1, {stable = true}) end)
+  missing("topk: unknown option 'sorted'", function() return x:topk(1, {sorted = false}) end)
+  missing("clone: unknown option 'memory_format'",
+          function() return x:clone{memory_format = "contiguous"} end)
+  missing("float: takes 1 argument, got 2 (argument #2 is a number)",
+          function() return x:float(1) end)
+  missing("eq: takes 2 arguments, got 3 (argument #3 is a number)", function() return x:eq(1, 2) end)
+  missing("clamp: unknown option 'mn' (did you mean 'min'?)", function() return x:clamp{mn = 0} end)
+  missing("bad argument #2 to 'to' (the dtype is given twice)",
+          function() return x:to("float64", {dtype = "int64"}) end)
+  missing("bad argument #2 to 'to' (the dtype is given twice)",
+          function() return x:to("float64", "int64") end)
+  missing("dropout: unknown option 'trainig' (did you mean 'training'?)",
+          function() return qkv.dropout(x, 0.5, {trainig = false}) end)
+  missing("layer_norm: unknown option 'epsilon'",
+          function() return qkv.layer_norm(x, 3, {epsilon = 1e-3}) end)
+  missing("half: takes 1 argument, got 2 (argument #2 is a number)", function() return x:half(1) end)
+  missing("norm: takes 5 arguments, got 6 (argument #6 is a number)",
+          function() return x:norm(2, 1, false, "float64", 5) end)
+  missing("zeros_like: takes 2 arguments, got 3 (argument #3 is a number)",
+          function() return qkv.zeros_like(x, {}, 3) end)
+  missing("flip: dims come as one list or as numbers, got a table and 1 more argument",
+          function() return x:flip({1}, {2}) end)
+  missing("embedding: unknown option 'padding_idx'",
+          function() return qkv.embedding(I, qkv.ones(3, 2), {padding_idx = 1}) end)
+  missing("seed: takes 1 argument, got 2 (argument #2 is a table)",
+          function() return qkv.seed(1, {}) end)
+  -- nothing is written or read: the check comes first
+  local path = os.tmpname()
+  missing("save: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.save(path, x, {}) end)
+  missing("load: takes 1 argument, got 2 (argument #2 is a table)",
+          function() return qkv.load(path, {mmap = true}) end)
+  missing("savez: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.savez(path, {x = x}, {compress = true}) end)
+  missing("save_safetensors: takes 3 arguments, got 4 (argument #4 is a table)",
+          function() return qkv.save_safetensors(path, {x = x}, nil, {}) end)
+  os.remove(path)
+  -- autograd: create_graph and retain_graph would be ignored
+  local w = qkv.ones(2, "float64"):requires_grad_()
+  missing("backward: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() (w * 2):sum():backward(nil, {create_graph = true}) end)
+  missing("grad: takes 3 arguments, got 4 (argument #4 is a table)",
+          function() return qkv.grad(function(a) return a:sum() end, {w}, nil, {}) end)
+  missing("requires_grad_: takes 2 arguments, got 3 (argument #3 is a table)",
+          function() return qkv.ones(2):requires_grad_(true, {}) end)
 end
 
 function TestKeywords:testAutogradSeesPositions()

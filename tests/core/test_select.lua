@@ -164,7 +164,11 @@ function TestWhere:testTriangleErrors()
   fails({"tril", "#2", "integer"}, qkv.tril, qkv.ones(2, 2), 0 / 0)
   fails({"tril", "#2", "integer"}, qkv.tril, qkv.ones(2, 2), math.huge)
   fails({"tril", "#2", "number expected, got string"}, qkv.tril, qkv.ones(2, 2), "one")
-  fails({"triu", "#2", "number expected, got table"}, qkv.triu, qkv.ones(2, 2), {})
+  fails({"triu", "#2", "number expected, got table"}, qkv.triu, qkv.ones(2, 2), {1})
+  fails({"triu", "unknown option 'diagnoal' (did you mean 'diagonal'?)"}, qkv.triu, qkv.ones(2, 2),
+        {diagnoal = 1})
+  lu.assertEquals(qkv.ones(2, 2):triu{}:tolist(), {{1, 1}, {0, 1}})   -- no options
+  lu.assertEquals(qkv.ones(2, 2):triu{diagonal = 1}:tolist(), {{0, 1}, {0, 0}})
   fails({"tril", "#1", "qkv.Tensor expected"}, qkv.tril, {{1, 2}, {3, 4}})
 end
 

@@ -162,6 +162,29 @@ function TestFactories:testNewKeepDtypeAndDevice()
   lu.assertEquals(x:new_zeros(x.shape, {dtype = "bool"}):tolist(), {false, false})
 end
 
+-- the shape may hold PyTorch's keywords, as qkv.zeros's does: its sizes
+-- under size, a dtype and a device (issue 46: they were ignored)
+function TestFactories:testKeywordsInTheShape()
+  local x = qkv.ones(2, "int32")
+  local z = x:new_zeros{2, 3, dtype = "int64"}
+  lu.assertEquals({z.shape, z.dtype, flat(z)}, {{2, 3}, "int64", {0, 0, 0, 0, 0, 0}})
+  lu.assertEquals(x:new_ones{size = {2, 2}}:tolist(), {{1, 1}, {1, 1}})
+  lu.assertEquals(x:new_ones{size = {2}, dtype = "float64"}.dtype, "float64")
+  lu.assertEquals(x:new_empty{3, device = "cpu"}.shape, {3})
+  lu.assertEquals(x:new_full({2, dtype = "float64"}, 0.5):tolist(), {0.5, 0.5})
+  lu.assertEquals(x:new_zeros{size = x.shape}.shape, {2})
+  lu.assertEquals(qkv.randint(0, 5, {size = {3}}).shape, {3})
+  lu.assertEquals(qkv.randint(5, {size = {2, 2}}).shape, {2, 2})
+  local r = qkv.randint(0, 5, {3, dtype = "int32"})
+  lu.assertEquals({r.shape, r.dtype}, {{3}, "int32"})
+  lu.assertEquals(qkv.randint(2, {size = {4}, dtype = "float64"}).dtype, "float64")
+  -- the same draws as the sizes as items
+  qkv.manual_seed(5)
+  local a = qkv.randint(0, 100, {size = {8}})
+  qkv.manual_seed(5)
+  qkv.test.assertTensorEqual(a, qkv.randint(0, 100, {8}))
+end
+
 function TestFactories:testLinspaceAsPyTorch()
   for k, c in ipairs(F.linspace) do
     same(qkv.linspace(c.a, c.b, c.n, {dtype = c.dtype}), c.want, "linspace " .. k)
@@ -235,7 +258,24 @@ function TestNorm:testAsPyTorch()
     local x = T(c.x)
     same(x:norm(c.p, c.dim, c.keepdim), c.want, "norm " .. k)
     same(qkv.norm(x, c.p, c.dim, c.keepdim), c.want, "qkv.norm " .. k)
+    -- PyTorch's keywords (issue 46: x:norm(2, {dim = -1}) was |x|)
+    same(x:norm(c.p, {dim = c.dim, keepdim = c.keepdim}), c.want, "norm keywords " .. k)
+    same(x:norm{p = c.p, dim = c.dim, keepdim = c.keepdim}, c.want, "norm{} " .. k)
   end
+end
+
+-- dim = {} is every dim, as PyTorch's dim=[] (issue 46: it was |x|
+-- elementwise); keepdim keeps them all as 1
+function TestNorm:testEmptyDimsAreAll()
+  local x = qkv.tensor({{3, -4}, {0, 12}}, "float64")
+  lu.assertEquals(x:norm(2, {}):item(), 13)
+  lu.assertEquals(x:norm(1, {}, true):tolist(), {{19}})
+  lu.assertEquals(x:norm(2, {dim = {}}):item(), 13)
+  lu.assertEquals(x:norm{}:item(), 13)
+  lu.assertEquals(x:norm(2, {dim = -1}):tolist(), {5, 12})
+  lu.assertEquals(x:norm(2, {dim = 1, keepdim = true}):tolist(), {{3, math.sqrt(160)}})
+  lu.assertEquals(x:norm(2, -1, false, "float32").dtype, "float32")
+  lu.assertEquals(qkv.norm(x:float(), 2, {dtype = "float64"}):item(), 13)
 end
 
 function TestNorm:testPIsAnyNumber()
@@ -265,6 +305,44 @@ function TestScatter:testAsPyTorch()
     lu.assertTrue(rawequal(y:scatter_(c.dim, index, src), y), "scatter_ returns x")
     same(y, c.want, "scatter_ " .. k)
   end
+end
+
+-- reduce = "add" or "multiply": every write combines with the target,
+-- repeated ones too, a value as well as a tensor; bool adds with or and
+-- multiplies with and (issue 46: reduce was ignored)
+function TestScatter:testReduceAsPyTorch()
+  for k, c in ipairs(F.scatter_reduce) do
+    local x, index = T(c.x), T(c.index)
+    local src = c.src and T(c.src) or c.value
+    local what = "scatter " .. c.reduce .. " " .. k
+    same(x:scatter(c.dim, index, src, c.reduce), c.want, what)
+    same(qkv.scatter(x, c.dim, index, src, {reduce = c.reduce}), c.want, what .. " keyword")
+    same(x:scatter{dim = c.dim, index = index, [c.src and "src" or "value"] = src,
+                   reduce = c.reduce}, c.want, what .. " keywords")
+    local y = x:clone()
+    lu.assertTrue(rawequal(y:scatter_(c.dim, index, src, c.reduce), y), "scatter_ returns x")
+    same(y, c.want, "scatter_ " .. what)
+  end
+end
+
+-- with reduce = "add" the gradient is g to x everywhere and g's gathered
+-- values to src; "multiply" has none (nor has PyTorch's)
+function TestScatter:testReduceGradients()
+  require "qkv.autograd"
+  local x = qkv.tensor({{1, 2, 3}, {4, 5, 6}}, "float64"):requires_grad_()
+  local src = qkv.tensor({{1, 1, 1}, {1, 1, 1}}, "float64"):requires_grad_()
+  local index = qkv.tensor({{1, 1, 2}, {1, 2, 2}}, "int64")
+  local g = qkv.tensor({{1, 2, 3}, {4, 5, 6}}, "float64")
+  local out = x:scatter(1, index, src, "add")
+  lu.assertEquals(out:detach():tolist(), {{3, 3, 3}, {4, 6, 8}})
+  local loss = (out * g):sum()
+  loss:backward()
+  lu.assertEquals(x.grad:tolist(), g:tolist())
+  lu.assertEquals(src.grad:tolist(), {{1, 2, 6}, {1, 5, 6}})
+  fails("scatter: reduce = \"multiply\" has no gradient", x.scatter, x, 1, index, src,
+        "multiply")
+  lu.assertEquals(qkv.no_grad(x.scatter, x, 1, index, 2, "multiply"):tolist(),
+                  {{4, 4, 3}, {4, 10, 24}})
 end
 
 -- repeated targets: the last write along dim wins, as PyTorch's CPU
@@ -331,7 +409,32 @@ function TestSelection:testFlipAsPyTorch()
     same(x:flip(c.dims), c.want, "flip " .. k)
     same(qkv.flip(x, c.dims), c.want, "qkv.flip " .. k)
     same(x:flip(table.unpack(c.dims)), c.want, "flip " .. k .. " as arguments")
+    -- PyTorch's keyword (issue 46: x:flip{dims = {1}} was x)
+    same(x:flip{dims = c.dims}, c.want, "flip{dims} " .. k)
+    same(qkv.flip(x, {dims = c.dims}), c.want, "qkv.flip{dims} " .. k)
   end
+end
+
+-- every staple takes PyTorch's keywords in an options table, last
+function TestSelection:testKeywords()
+  local x = qkv.arange(12.0):view(3, 4)
+  local eq = qkv.test.assertTensorEqual
+  eq(x:flatten{start_dim = 1, end_dim = 2}, x:flatten(1, 2))
+  eq(x:unflatten{dim = 2, sizes = {2, 2}}, x:unflatten(2, {2, 2}))
+  eq(x:unflatten(2, {sizes = {2, -1}}), x:unflatten(2, {2, 2}))
+  eq(select(2, x:chunk{chunks = 2, dim = 2}), select(2, x:chunk(2, 2)))
+  eq(select(2, x:split(3, {dim = 2})), select(2, x:split(3, 2)))
+  eq(select(2, x:split{split_size_or_sections = {1, 3}, dim = -1}), x:narrow(2, 2, 3))
+  eq(select(2, x:split{split_size = 1}), x:narrow(1, 2, 1))
+  eq(x:argsort{dim = 1, descending = true, stable = true}, x:argsort(1, true))
+  eq(x:argsort{}, x:argsort())
+  eq(x:roll{shifts = {1, -1}, dims = {1, 2}}, x:roll({1, -1}, {1, 2}))
+  eq(x:roll(1, {dims = 2}), x:roll(1, 2))
+  eq(x:repeat_interleave{repeats = 2, dim = 1}, x:repeat_interleave(2, 1))
+  eq(qkv.outer(x[1], {vec2 = x[2]}), qkv.outer(x[1], x[2]))
+  lu.assertTrue(qkv.allclose(qkv.ones(2), qkv.ones(2) + 1e-3, {rtol = 1e-2}))
+  lu.assertFalse(qkv.allclose(qkv.ones(2), qkv.ones(2) + 1e-3, {atol = 0}))
+  lu.assertTrue(x:allclose{other = x:clone(), equal_nan = true})
 end
 
 function TestSelection:testResultsAreCopies()
@@ -455,6 +558,50 @@ function TestErrors:testNorm()
   fails("norm: dim 3 out of range [-2, 2] for x of shape (2, 3)", x.norm, x, 2, 3)
   fails("norm: dim names dim 1 twice", x.norm, x, 2, {1, -2})
   fails("norm: keepdim must be a boolean, got number", x.norm, x, 2, 1, 1)
+  fails("norm: unknown option 'dims' (did you mean 'dim'?)", x.norm, x, 2, {dims = -1})
+  fails("norm: unknown option 'keep_dim' (did you mean 'keepdim'?)", x.norm, x, {keep_dim = true})
+  fails("norm: dim is given twice, as an argument and as an option", x.norm, x, 2, 1, {dim = 2})
+  fails("norm: unknown key 'keepdim' in dim", x.norm, x, 2, {1, keepdim = true})
+  fails("norm: dtype must be a floating-point dtype, got int64", x.norm, x, {dtype = "int64"})
+  fails("norm: 5 arguments before the options table, at most 4", x.norm, x, 2, 1, true,
+        "float64", 1, {})
+end
+
+-- a table a staple takes holds what it knows and nothing else: a list its
+-- items, options their names (issue 46)
+function TestErrors:testTablesHoldNothingElse()
+  local x = qkv.ones(2, 3)
+  fails("flip: unknown option 'dim' (did you mean 'dims'?)", x.flip, x, {dim = {1}})
+  fails("flip: unknown key 'dims' in dims (it holds its 1 item only)", x.flip, x, {1, dims = 1})
+  fails("flip: dims has key 3 past its 1 item", x.flip, x, {1, [3] = 2})
+  fails("unflatten: unknown key 'x' in sizes (it holds its 2 items only)",
+        x.unflatten, x, 2, {3, 1, x = 1})
+  fails("split: unknown key 'dim' in split_sizes", x.split, x, {1, 1, dim = 1})
+  fails("roll: unknown key 'n' in shifts", x.roll, x, {1, n = 1}, {1})
+  fails("roll: unknown option 'dim' (did you mean 'dims'?)", x.roll, x, {shifts = 1, dim = 1})
+  fails("repeat_interleave: unknown key 'dim' in repeats", x.repeat_interleave, x, {1, 2, dim = 1})
+  fails("argsort: unknown option 'decending' (did you mean 'descending'?)", x.argsort, x,
+        {decending = true})
+  fails("argsort: stable must be a boolean, got number", x.argsort, x, {stable = 1})
+  fails("allclose: unknown option 'tol'", qkv.allclose, x, x, {tol = 1})
+  fails("chunk: chunks is given twice, as an argument and as an option", x.chunk, x, 2,
+        {chunks = 2})
+  fails("new_zeros: unknown key 'dtyp' in size (did you mean 'dtype'?)", x.new_zeros, x,
+        {2, dtyp = "int64"})
+  fails("new_zeros: the sizes are given twice, as items and as 'size'", x.new_zeros, x,
+        {2, size = {2}})
+  fails("new_zeros: 'size' must be a table of sizes, got number", x.new_zeros, x, {size = 2})
+  fails("new_zeros: the dtype is given twice", x.new_zeros, x, {2, dtype = "int64"},
+        {dtype = "int32"})
+  fails("new_zeros: takes size and options, got 1 more argument", x.new_zeros, x, {2}, {}, 3)
+  fails("new_full: takes size, fill_value and options, got 1 more argument", x.new_full, x,
+        {2}, 1, {}, 3)
+  fails("new_ones: unknown key 'x' in 'size'", x.new_ones, x, {size = {2, x = 1}})
+  fails("new_ones: unknown dtype 'float8'", x.new_ones, x, {2, dtype = "float8"})
+  fails("randint: unknown key 'sizes' in size (did you mean 'size'?)", qkv.randint, 0, 5,
+        {sizes = {3}})
+  fails("randint: the device is given twice", qkv.randint, 0, 5, {3, device = "cpu"},
+        {device = "cpu"})
 end
 
 function TestErrors:testScatter()
@@ -471,6 +618,16 @@ function TestErrors:testScatter()
         qkv.scatter, x, 2, I{{1}, {1}, {1}, {1}}, 1)
   fails("scatter: src must be a tensor, got string", x.scatter, x, 2, I{{1}}, "1")
   fails("scatter_: dim 3 out of range [-2, 2]", x.scatter_, x, 3, I{{1}}, 1)
+  fails('scatter: reduce must be "add" or "multiply", got \'mean\'', x.scatter, x, 2, I{{1}}, 1,
+        "mean")
+  fails('scatter_: reduce must be "add" or "multiply", got number', x.scatter_, x, 2, I{{1}}, 1,
+        3)
+  fails("scatter: unknown option 'reduc' (did you mean 'reduce'?)", x.scatter, x, 2, I{{1}},
+        1, {reduc = "add"})
+  fails("scatter: value is given twice, as 'src' and as 'value'", x.scatter, x,
+        {dim = 2, index = I{{1}}, src = qkv.ones(1, 1), value = 1})
+  fails("scatter: index 5 is out of range for dim 2 of size 4", x.scatter, x, 2, I{{5}}, 1,
+        "multiply")
   -- a failed scatter_ leaves x as it was
   lu.assertEquals(x:sum():item(), 0)
 end

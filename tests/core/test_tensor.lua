@@ -168,6 +168,97 @@ function TestConstructors:testArange()
   assertShape(qkv.arange(3, 3), {0})
 end
 
+---------------------------------------------------------------- keywords in tables
+
+-- a shape table holds PyTorch's keywords where the function takes them
+-- (issue 46: they were ignored): qkv.zeros{2, 3, dtype = "float64"} is
+-- torch.zeros(2, 3, dtype=torch.float64), qkv.zeros{size = {2, 3}} is
+-- torch.zeros(size=(2, 3)); qkv.tensor's data table takes dtype and device
+TestTableKeywords = {}
+
+function TestTableKeywords:testDtypeInTheShape()
+  local z = qkv.zeros{2, 3, dtype = "float64"}
+  lu.assertEquals(z.dtype, "float64")
+  assertShape(z, {2, 3})
+  assertList(z, {{0, 0, 0}, {0, 0, 0}})
+  local o = qkv.ones{2, dtype = "int64", device = "cpu"}
+  lu.assertEquals({o.dtype, o.device}, {"int64", "cpu"})
+  assertList(o, {1, 1}, true)
+  lu.assertEquals(qkv.rand{2, 2, dtype = "float64"}.dtype, "float64")
+  lu.assertEquals(qkv.randn{3, dtype = "float64"}.dtype, "float64")
+  local e = qkv.eye{2, 3, dtype = "int32"}
+  lu.assertEquals(e.dtype, "int32")
+  assertList(e, {{1, 0, 0}, {0, 1, 0}}, true)
+  local f = qkv.full({2, dtype = "int64"}, 7)
+  lu.assertEquals(f.dtype, "int64")
+  assertList(f, {7, 7}, true)
+  -- the options table after the arguments, where a dtype string may stand
+  assertList(qkv.full(3, 2, {dtype = "int32"}), {2, 2, 2}, true)
+  lu.assertEquals(qkv.full(3, 2, {dtype = "int32"}).dtype, "int32")
+  assertList(qkv.arange(4, {dtype = "int64"}), {0, 1, 2, 3}, true)
+  lu.assertEquals(qkv.arange(0, 1, 0.5, "float64", {device = "cpu"}).dtype, "float64")
+  lu.assertEquals(qkv.zeros(2, "float64", {device = "cpu"}).dtype, "float64")
+end
+
+function TestTableKeywords:testSizeKeyword()
+  assertShape(qkv.zeros{size = {2, 3}}, {2, 3})
+  local o = qkv.ones{size = {2}, dtype = "int64"}
+  assertList(o, {1, 1}, true)
+  assertShape(qkv.rand{size = {4, 1}}, {4, 1})
+  assertShape(qkv.randn({size = {3}}, "float64"), {3})
+  assertShape(qkv.zeros{size = qkv.ones(2, 5).shape}, {2, 5})
+  assertShape(qkv.zeros{size = {}}, {})
+  assertList(qkv.full({size = {2}}, 1.5), {1.5, 1.5})
+  -- the same draws as the sizes as items
+  qkv.seed(3)
+  local a = qkv.rand{size = {5}}
+  qkv.seed(3)
+  qkv.test.assertTensorEqual(a, qkv.rand(5))
+end
+
+-- with no GPU, device = "cuda" in the shape is the error of asking for
+-- cuda as an argument; with one, the tensor is there
+function TestTableKeywords:testDeviceInTheShape()
+  for _, name in ipairs{"zeros", "ones", "rand", "randn"} do
+    local want_ok, want = pcall(qkv[name], 2, 2, "cuda")
+    local ok, got = pcall(qkv[name], {2, 2, device = "cuda"})
+    lu.assertEquals(ok, want_ok, name)
+    if ok then lu.assertEquals(got.device, "cuda", name)
+    else lu.assertEquals(got, want, name) end
+    lu.assertEquals(qkv[name]{2, device = "cpu"}.device, "cpu", name)
+  end
+  local want_ok, want = pcall(qkv.tensor, {1, 2}, "cuda")
+  local ok, got = pcall(qkv.tensor, {1, 2, device = "cuda"})
+  lu.assertEquals(ok, want_ok)
+  if not ok then lu.assertStrContains(got, "cuda") lu.assertEquals(got, want) end
+end
+
+function TestTableKeywords:testTensorData()
+  local t = qkv.tensor{1, 2, dtype = "int64"}
+  lu.assertEquals(t.dtype, "int64")
+  assertList(t, {1, 2}, true)
+  local u = qkv.tensor({{1, 2}, {3, 4}}, {dtype = "float64"})
+  lu.assertEquals(u.dtype, "float64")
+  assertList(u, {{1, 2}, {3, 4}})
+  lu.assertEquals(qkv.tensor({true, false}, {dtype = "int32"}):tolist(), {1, 0})
+  lu.assertEquals(qkv.tensor(t, {dtype = "float32"}).dtype, "float32")
+  lu.assertEquals(qkv.tensor(2.5, {dtype = "float64"}).dtype, "float64")
+  lu.assertEquals(qkv.tensor({1}, "float64", "cpu").device, "cpu")
+end
+
+function TestTableKeywords:testViewKeywords()
+  local x = qkv.arange(6)
+  assertList(x:view{size = {2, 3}}, {{0, 1, 2}, {3, 4, 5}})
+  assertList(x:reshape{shape = {3, -1}}, {{0, 1}, {2, 3}, {4, 5}})
+  assertShape(x:view(2, 3):t():reshape{shape = {6}}, {6})
+  assertShape(qkv.ones(1, 3):expand{size = {2, -1}}, {2, 3})
+  local m = x:view(2, 3)
+  assertList(m:permute{dims = {2, 1}}, {{0, 3}, {1, 4}, {2, 5}})
+  lu.assertTrue(m.shape == {2, 3})
+  lu.assertFalse(m.shape == {2, 3, n = 2})      -- a table with more is no shape
+  lu.assertFalse(qkv.ones(2).shape == {2, [3] = 1})
+end
+
 ---------------------------------------------------------------- properties
 
 TestProperties = {}

@@ -182,6 +182,11 @@ function TestAssertShape:testBadArguments()
            t.assertShape, qkv.zeros(3), 3)
   argerror("bad argument #2 to 'assertShape' (size 2 is not an integer)",
            t.assertShape, qkv.zeros(3, 4), {3, 4.5})
+  -- a shape is its sizes alone: a key beside them was ignored (issue 46)
+  argerror("bad argument #2 to 'assertShape' (unknown key 'n' in the shape (it holds its 2 "
+           .. "items only))", t.assertShape, qkv.zeros(3, 4), {3, 4, n = 2})
+  argerror("bad argument #2 to 'assertShape' (the shape has key 3 past its 1 item (a nil in "
+           .. "the list?))", t.assertShape, qkv.zeros(3), {3, [3] = 4})
 end
 
 TestAssertTensorEqual = {}

@@ -3,7 +3,9 @@
 -- which are also tensor methods, are in doc/math.lua).
 
 local SHAPE = "Sizes are given as numbers (qkv.zeros(2, 3)) or as one table " ..
-  "(qkv.zeros{2, 3}), at most 8 of them; no sizes give a 0-d tensor. "
+  "(qkv.zeros{2, 3}), at most 8 of them, which may also hold PyTorch's keywords " ..
+  "(its sizes under size, qkv.zeros{size = {2, 3}}, a dtype and a device, " ..
+  "qkv.zeros{2, 3, dtype = \"float64\"}) and no other key; no sizes give a 0-d tensor. "
 
 local DEVICE = "A trailing \"cpu\" or \"cuda\" (after the dtype, or alone) " ..
   "puts it on that device; else it goes to the default device (qkv.set_default_device). "
@@ -13,14 +15,18 @@ local GENERATOR = "The numbers come from qkv's counter-based generator " ..
 
 return {
   ---------------------------------------------------------------- making tensors
-  {name = "qkv.tensor", sig = "qkv.tensor(t [, dtype])", group = "making tensors",
+  {name = "qkv.tensor", sig = "qkv.tensor(t [, dtype] [, device])", group = "making tensors",
    doc = [[A new tensor from a nested table of numbers or booleans, from one
 number (a 0-d tensor), or from another tensor (a copy). Numbers give
 float32, integers too (PyTorch would give int64), so that
 qkv.tensor{{1, 0}, {0, 1}} is ready for matmul; booleans give bool, and a
 tensor keeps its dtype, unless dtype says otherwise. The shape is read down
 the first items, and a ragged table is an error naming the depth; a
-fractional number stored as int64 is truncated. As torch.tensor.]],
+fractional number stored as int64 is truncated. The dtype and device come
+as strings, as PyTorch's keywords in a table after t
+(qkv.tensor({1, 2}, {dtype = "int64"})), or in t's outer table
+(qkv.tensor{1, 2, dtype = "int64"}); any other key of t, or of a list in
+it, is an error. ]] .. DEVICE .. [[As torch.tensor.]],
    example = [=[
 print(qkv.tensor{{1, 2}, {3, 4}})
 --> tensor([[1., 2.],
@@ -45,7 +51,9 @@ argument. As torch.ones.]]},
   {name = "qkv.full", sig = "qkv.full(shape, v [, dtype] [, device])", group = "making tensors",
    doc = [[A tensor of the given shape with every element v. shape is a
 table of sizes or one size, and v a number or a boolean. The dtype is
-float32 unless given (torch.full takes it from v instead). A v that is not
+float32 unless given (torch.full takes it from v instead), as a string, in
+an options table after v (qkv.full(3, 1, {dtype = "int64"})) or in the
+shape table, which may hold its sizes under size too, as for qkv.zeros. A v that is not
 a number or boolean is an error on argument #2, and so is a v an int64
 tensor cannot hold (NaN, inf, beyond 2^63). ]] .. DEVICE .. [[As torch.full.]],
    example = [=[print(qkv.full({2, 2}, 7))
@@ -66,7 +74,8 @@ otherwise (torch.arange gives int64 for integer arguments); for int64 and
 int32 a, b and step are truncated toward zero and everything is computed in
 integers, exact past 2^53, as PyTorch's int64 arange; an int32 value out of
 range is an error. A zero or non-finite step, a non-finite bound, or a step
-that goes away from b is an error. ]] .. DEVICE .. [[As torch.arange.]],
+that goes away from b is an error; the dtype and device may also come as
+PyTorch's keywords, qkv.arange(5, {dtype = "int64"}). ]] .. DEVICE .. [[As torch.arange.]],
    example = [=[print(qkv.arange(3), qkv.arange(0, 1, 0.25))
 --> tensor([0., 1., 2.])	tensor([0.0000, 0.2500, 0.5000, 0.7500])]=]},
 

@@ -6,6 +6,10 @@
 
 local DIMS = "Dims are 1-based, and a negative one counts from the end. "
 
+-- the staples that take PyTorch's keywords (staples.lua's KEYWORDS)
+local KW = "PyTorch's keywords may come as a table in the last argument, " ..
+  "named as PyTorch names the arguments; an unknown one is an error. "
+
 -- a record that is both a method and a function of qkv (x [, p ...] when
 -- every argument is optional)
 local function both(name, args, group, qgroup, doc, example)
@@ -29,7 +33,11 @@ local function new(name, what, extra, example)
     doc = "A new tensor of the given size " .. (extra == "" and
       "(a list of sizes, or the sizes as arguments: x:" .. name .. "(2, 3)) " or
       "(a list of sizes, or one size) ") .. what ..
-      ", with x's dtype and device. The options {dtype =, device =} change them. " ..
+      ", with x's dtype and device. The options {dtype =, device =} change them; " ..
+      "the list may hold them too, and its sizes under size instead of as items, " ..
+      (extra == "" and "x:" .. name .. "{size = {2, 3}, dtype = \"int64\"}"
+                    or "x:" .. name .. "({size = {2, 3}, dtype = \"int64\"}" .. extra .. ")") ..
+      "; another key is an error. " ..
       "As torch.Tensor." .. name .. ".",
     example = example}
 end
@@ -37,18 +45,18 @@ end
 return {
   both("flatten", "[start_dim [, end_dim]]", "views", "making tensors",
     [[x with dims start_dim to end_dim (default: all of them) joined into
-one, a view when x's layout allows (as reshape). ]] .. DIMS .. [[A 0-d x
+one, a view when x's layout allows (as reshape). ]] .. DIMS .. KW .. [[A 0-d x
 gives a 1-D tensor of one element. As torch.flatten.]],
     [=[print(qkv.ones(2, 3, 4):flatten(2).shape)   --> (2, 12)]=]),
   both("unflatten", "dim, sizes", "views", "making tensors",
     [[x with dim split into several of the given sizes, whose product must
-be its size; one of them may be -1, inferred. ]] .. DIMS .. [[A view when
+be its size; one of them may be -1, inferred. ]] .. DIMS .. KW .. [[A view when
 x's layout allows. As torch.unflatten.]],
     [=[print(qkv.ones(2, 12):unflatten(-1, {3, -1}).shape)   --> (2, 3, 4)]=]),
   both("chunk", "chunks [, dim]", "views", "making tensors",
     [[x cut along dim (default 1) into at most chunks pieces of ceil(n /
 chunks) elements, the last one smaller, returned as that many values
-(local q, k, v = y:chunk(3, -1)). ]] .. DIMS .. [[The pieces are views of
+(local q, k, v = y:chunk(3, -1)). ]] .. DIMS .. KW .. [[The pieces are views of
 x. As torch.chunk; an empty dim gives chunks empty pieces, as there.]],
     [=[local a, b, c = qkv.arange(5):chunk(3)
 print(a, b, c)   --> tensor([0., 1.])	tensor([2., 3.])	tensor([4.])]=]),
@@ -56,7 +64,7 @@ print(a, b, c)   --> tensor([0., 1.])	tensor([2., 3.])	tensor([4.])]=]),
     [[x cut along dim (default 1) into pieces of split_size elements (the
 last one smaller), or of the sizes in a list, which must add up to the
 dim's size. The pieces are views of x, returned as that many values. ]] ..
-    DIMS .. [[As torch.split.]],
+    DIMS .. KW .. [[(split_size is also split_size_or_sections.) As torch.split.]],
     [=[print(qkv.arange(5):split({1, 4}))   --> tensor([0.])	tensor([1., 2., 3., 4.])]=]),
 
   like("zeros_like", "filled with zeros", "",
@@ -88,7 +96,9 @@ given size (a list of sizes, or one size). They are floor(u * (high - low))
 + low for u qkv.rand's float64 uniforms, so qkv.manual_seed (qkv.seed)
 makes them repeatable, on the CPU and the GPU alike; high - low may be at
 most 2^53. The options {dtype =, device =} give another dtype (whose range
-must hold the values) or device. As torch.randint.]],
+must hold the values) or device; the size list may hold them too, and its
+sizes under size, as PyTorch's keyword: qkv.randint(0, 5, {size = {3}}).
+As torch.randint.]],
    example = [=[qkv.manual_seed(0)
 local r = qkv.randint(1, 7, {1000})
 print(r.dtype, r:min():item(), r:max():item())   --> int64	1	6]=]},
@@ -115,9 +125,11 @@ local a = qkv.randint(0, 100, {3})
 qkv.manual_seed(1)
 print(qkv.randint(0, 100, {3}):eq(a):all():item())   --> true]=]},
 
-  both("norm", "[p [, dim [, keepdim]]]", "reductions", "math",
+  both("norm", "[p [, dim [, keepdim [, dtype]]]]", "reductions", "math",
     [[The vector p-norm of x, (sum |x|^p)^(1/p), over dim (a dim or a list
-of dims) or over all of it; keepdim keeps the reduced dims as size 1. p
+of dims) or over all of it (no dim, or an empty list, as PyTorch's
+dim=[]); keepdim keeps the reduced dims as size 1; with dtype, x is
+converted to it first. ]] .. KW .. [[(x:norm(2, {dim = -1})). p
 defaults to 2 ('fro' is 2 too); math.huge and -math.huge give the largest
 and smallest |x|, 0 the count of nonzero elements, and any other number its
 norm ('nuc' is not supported). x must be a float tensor; float16 and
@@ -125,49 +137,57 @@ bfloat16 are computed in float32. Differentiable, with a zero gradient
 where the norm is 0, as torch.norm.]],
     [=[print(qkv.tensor{3, -4}:norm(), qkv.tensor{3, -4}:norm(1))   --> tensor(5.)	tensor(7.)]=]),
 
-  both("scatter", "dim, index, src", "selection and indexing", "selection and indexing",
+  both("scatter", "dim, index, src [, reduce]", "selection and indexing",
+    "selection and indexing",
     [[A copy of x with src written at index along dim: for each position
 of the int64 tensor index, the element there names (1-based) the place
 along dim that the element of src at the same position goes to. src is a
 tensor of x's dtype, at least index's size (its first elements are used),
 or a number written everywhere index points. When index names one place
 more than once, the last write along dim wins, as PyTorch's CPU kernel
-does (PyTorch leaves it unspecified). Differentiable in x and src; as
-torch.scatter.]],
+does (PyTorch leaves it unspecified). With reduce = "add" every write is
+added to its place instead (repeated places and a number src too), and
+with "multiply" multiplied (for bool: or, and). ]] .. KW .. [[(src is also
+value.) Differentiable in x and src, reduce = "add" too ("multiply" has no
+gradient, as in PyTorch); as torch.scatter.]],
     [=[local idx = qkv.tensor({{3, 1, 3}}, "int64")
 print(qkv.zeros(1, 3):scatter(2, idx, qkv.tensor{{1, 2, 3}}))   --> tensor([[2., 0., 3.]])]=]),
-  {name = "Tensor:scatter_", sig = "x:scatter_(dim, index, src)", group = "in place",
-   doc = [[x:scatter(dim, index, src) written into x, which it returns: src
-(a tensor of x's dtype or a number) goes to the 1-based places along dim
-that the int64 index names. When index names one place more than once, the
-last write along dim wins. As torch.Tensor.scatter_.]],
+  {name = "Tensor:scatter_", sig = "x:scatter_(dim, index, src [, reduce])", group = "in place",
+   doc = [[x:scatter(dim, index, src [, reduce]) written into x, which it
+returns: src (a tensor of x's dtype or a number) goes to the 1-based places
+along dim that the int64 index names. When index names one place more than
+once, the last write along dim wins; with reduce = "add" or "multiply"
+every write combines with the place instead. ]] .. KW .. [[As
+torch.Tensor.scatter_.]],
    example = [=[local x = qkv.zeros(4)
 x:scatter_(1, qkv.tensor({4, 2}, "int64"), 1)
 print(x)   --> tensor([0., 1., 0., 1.])]=]},
 
-  both("argsort", "[dim [, descending]]", "selection and indexing", "selection and indexing",
+  both("argsort", "[dim [, descending [, stable]]]", "selection and indexing",
+    "selection and indexing",
     [[The 1-based int64 positions that sort x along dim (default the last),
 in ascending order or descending when descending is true: the indices of
 x:sort(dim, descending). The sort is stable, so equal elements keep their
-order, as torch.argsort with stable = true. ]] .. DIMS,
+order, as torch.argsort with stable = true (stable, a boolean, changes
+nothing). ]] .. DIMS .. KW,
     [=[print(qkv.tensor{30, 10, 20}:argsort())   --> tensor([2, 3, 1])]=]),
   both("repeat_interleave", "repeats [, dim]", "selection and indexing",
     "selection and indexing",
     [[Each element of x repeated along dim, repeats times: repeats is a
 number, or a list or int64 tensor of one count per element along dim. With
-no dim x is flattened first and the result is 1-D. ]] .. DIMS .. [[As
+no dim x is flattened first and the result is 1-D. ]] .. DIMS .. KW .. [[As
 torch.repeat_interleave; differentiable.]],
     [=[print(qkv.tensor{1, 2}:repeat_interleave({2, 3}))   --> tensor([1., 1., 2., 2., 2.])]=]),
   both("roll", "shifts [, dims]", "selection and indexing", "selection and indexing",
     [[x shifted along dims by shifts, the elements that leave one end
 coming back at the other: shifts and dims are numbers or lists of as many
 (a dim may appear twice, its shifts adding up). With no dims x is rolled
-as if flattened. ]] .. DIMS .. [[As torch.roll; differentiable.]],
+as if flattened. ]] .. DIMS .. KW .. [[As torch.roll; differentiable.]],
     [=[print(qkv.arange(4):roll(1))   --> tensor([3., 0., 1., 2.])]=]),
   both("flip", "dims", "selection and indexing", "selection and indexing",
     [[A copy of x reversed along each of dims, a dim or a list of distinct
-dims (x:flip(1, 2) also works). ]] .. DIMS .. [[As torch.flip;
-differentiable.]],
+dims (x:flip(1, 2) also works; PyTorch's keyword too, x:flip{dims = {1}}).
+]] .. DIMS .. [[As torch.flip; differentiable.]],
     [=[print(qkv.tensor{{1, 2}, {3, 4}}:flip({1, 2}))
 --> tensor([[4., 3.],
 -->         [2., 1.]])]=]),
@@ -187,7 +207,8 @@ precision. Differentiable; as torch.Tensor.bfloat16.]],
    also = "qkv.outer(x, y)", also_group = "math",
    doc = [[The outer product of the 1-D tensors x and y: the (n, m) tensor
 of x[i] * y[j]. Their dtypes promote as for *, and a tensor that is not
-1-D is an error. Differentiable; as torch.outer.]],
+1-D is an error. y may come as PyTorch's keyword, {vec2 = y}.
+Differentiable; as torch.outer.]],
    example = [=[print(qkv.outer(qkv.tensor{1, 2}, qkv.tensor{3, 4}))
 --> tensor([[3., 4.],
 -->         [6., 8.]])]=]},
@@ -198,6 +219,6 @@ of x[i] * y[j]. Their dtypes promote as for *, and a tensor that is not
 broadcast, as a Lua boolean; rtol defaults to 1e-5 and atol to 1e-8, as
 PyTorch's. An infinity is close only to itself, and NaN to nothing unless
 equal_nan is true. x and y must have one dtype and one device, as in
-torch.allclose.]],
+torch.allclose. ]] .. KW .. [[(qkv.allclose(x, y, {rtol = 1e-3}); y is other.)]],
    example = [=[print(qkv.ones(2):allclose(qkv.ones(2) + 1e-6))   --> true]=]},
 }

@@ -70,12 +70,14 @@ torch.Tensor.transpose.]],
 
   {name = "Tensor:permute", sig = "x:permute(d1, d2, ...)", group = "views",
    doc = [[x with its dims reordered: dim i of the result is dim di of x.
-The dims are numbers or one table, each dim of x exactly once. ]] .. VIEW ..
+The dims are numbers or one table (or PyTorch's keyword, x:permute{dims =
+{2, 1}}), each dim of x exactly once. ]] .. VIEW ..
 [[A wrong count or a repeated dim is an error. As
 torch.Tensor.permute.]]},
 
   {name = "Tensor:view", sig = "x:view(d1, d2, ...)", group = "views",
-   doc = [[x with new sizes and the same elements, as numbers or one table;
+   doc = [[x with new sizes and the same elements, as numbers or one table
+(or PyTorch's keyword, x:view{size = {2, 3}}; another key is an error);
 one size may be -1, inferred from the others. ]] .. VIEW .. [[When x's
 layout cannot be seen that way (x:t():view(6)) it is an error that
 suggests x:reshape, as is a count of elements that differs. As
@@ -87,8 +89,9 @@ torch.Tensor.view.]],
   {name = "Tensor:reshape", sig = "x:reshape(d1, d2, ...)", group = "views",
    doc = [[x with new sizes and the same elements, as x:view, but a copy
 when x's layout cannot be viewed that way. The sizes are numbers or one
-table, one of them may be -1. A count of elements that differs is an
-error. As torch.Tensor.reshape.]]},
+table (or PyTorch's keyword, x:reshape{shape = {2, 3}}), one of them may be
+-1. A count of elements that differs is an error. As
+torch.Tensor.reshape.]]},
 
   {name = "Tensor:narrow", sig = "x:narrow(dim, start, len)", group = "views",
    doc = [[The len items of dim from the 1-based start on (a negative start
@@ -118,6 +121,7 @@ range is an error. As torch.Tensor.squeeze.]]},
   {name = "Tensor:expand", sig = "x:expand(d1, d2, ...)", group = "views",
    doc = [[x broadcast to larger sizes without copying: dims of size 1
 repeat (stride 0), new leading dims may be added, and -1 keeps a size.
+The sizes are numbers or one table (or x:expand{size = {2, 3}}).
 ]] .. VIEW .. [[Sizes that x cannot expand to are an error with both
 shapes. As torch.Tensor.expand.]]},
 
@@ -134,8 +138,9 @@ dtype and values. Writing into the copy never changes x. As
 torch.Tensor.clone.]]},
 
   {name = "Tensor:to", sig = "x:to(dtype | device)", group = "copies and devices",
-   doc = [[x converted to a dtype or moved to a device; x itself when
-nothing changes. The dtypes are "float32", "float64", "float16",
+   doc = [[x converted to a dtype or moved to a device, or both (x:to("cpu",
+"float64"), or PyTorch's keywords x:to{dtype = "float64", device = "cpu"});
+x itself when nothing changes. The dtypes are "float32", "float64", "float16",
 "bfloat16", "int64", "int32" and "bool", the devices "cpu" and "cuda".
 The halves round to nearest even, a float converted to int64 or int32
 truncates toward zero (NaN, ±inf or a value out of the int's range is an
