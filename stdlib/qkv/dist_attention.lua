@@ -151,6 +151,26 @@ local NAMES = {"q", "k", "v", "mask"}
 
 -- every rank was called with the same shapes, dtypes and options, or an
 -- error on every rank naming what each had
+-- a rank's numbers in words: its blocks' dtypes and shapes, its options
+local function blocks_text(row)
+  local parts = {}
+  for t = 1, 4 do
+    local base = (t - 1) * 10
+    if row[base + 2] >= 0 then
+      local s = {}
+      for j = 1, row[base + 2] do s[j] = row[base + 2 + j] end
+      parts[#parts + 1] = ("%s %s %s"):format(NAMES[t], DTNAME[row[base + 1]] or "?",
+                                              shape_text(s))
+    else
+      parts[#parts + 1] = "no mask"
+    end
+  end
+  parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
+  parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
+  return table.concat(parts, ", ")
+end
+M._blocks_text = blocks_text
+
 local function agree(fname, q, k, v, m, causal, scale)
   local d = {}
   for _, t in ipairs({q, k, v, m or false}) do
@@ -160,23 +180,7 @@ local function agree(fname, q, k, v, m, causal, scale)
   end
   d[#d + 1] = causal and 1 or 0
   d[#d + 1] = string.unpack("<i8", string.pack("<d", scale))
-  local groups = D._differ(d, function(row)
-    local parts = {}
-    for t = 1, 4 do
-      local base = (t - 1) * 10
-      if row[base + 2] >= 0 then
-        local s = {}
-        for j = 1, row[base + 2] do s[j] = row[base + 2 + j] end
-        parts[#parts + 1] = ("%s %s %s"):format(NAMES[t], DTNAME[row[base + 1]] or "?",
-                                                shape_text(s))
-      else
-        parts[#parts + 1] = "no mask"
-      end
-    end
-    parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
-    parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
-    return table.concat(parts, ", ")
-  end)
+  local groups = D._differ(d, blocks_text, fname)
   if not groups then return end
   local text = {}
   for i, g in ipairs(groups) do text[i] = g.ranks .. ": " .. g.key end

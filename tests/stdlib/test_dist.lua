@@ -133,7 +133,7 @@ local function collectives(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/collectives.lua", 300)
   mpi.check(lu, out, code, n, {"all_reduce sum bfloat16", "all_reduce mean float16",
     "all_reduce column", "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
-    "recv mismatch", "done"})
+    "mismatch kind", "recv mismatch", "done"})
 end
 
 function TestDistRanks:testCollectivesOn2() collectives(2) end
@@ -149,6 +149,50 @@ end
 
 function TestDistRanks:testDDPOn2() ddp(2) end
 function TestDistRanks:testDDPOn4() ddp(4) end
+
+-- the ways a script ends under mpirun (dist/exit.lua): os.exit with
+-- success, LuaUnit's os.exit(lu.LuaUnit.run()) among them, finalizes MPI
+-- (status 0, and mpirun reports no abnormal end); another status passes
+-- through mpirun as it is
+local function ends(how)
+  local out, code = mpi.run(exe, 2, "tests/stdlib/dist/exit.lua", 120, how)
+  lu.assertNotEquals(code, 124, "timed out: " .. how .. "\n" .. out)
+  return out, code
+end
+
+function TestDistRanks:testOsExitSucceeds()
+  for _, how in ipairs{"luaunit", "zero", "true"} do
+    local out, code = ends(how)
+    lu.assertEquals(code, 0, how .. "\n" .. out)
+    lu.assertNotStrContains(out, "exiting improperly")
+    lu.assertEquals(mpi.oks(out)["end"], 2, how .. "\n" .. out)
+  end
+end
+
+function TestDistRanks:testOsExitStatusPassesThrough()
+  for how, want in pairs{three = 3, ["false"] = 1, three_close = 3} do
+    local out, code = ends(how)
+    lu.assertEquals(code, want, how .. "\n" .. out)
+    lu.assertNotStrContains(out, "exiting improperly")
+    lu.assertEquals(mpi.oks(out)["end"], 2, how .. "\n" .. out)
+  end
+end
+
+-- a rank whose script ends while another waits in a collective: the other
+-- gets an error naming it (it would wait forever in MPI's finalisation),
+-- catchable, or ending the job if not caught
+function TestDistRanks:testEndWhileOthersWait()
+  local out, code = ends("early")
+  lu.assertEquals(code, 0, out)
+  lu.assertEquals(mpi.oks(out)["end"], 2, out)
+  lu.assertEquals(mpi.oks(out).caught, 1, out)
+  for _, how in ipairs{"early_raise", "early_exit"} do
+    out, code = ends(how)
+    lu.assertNotEquals(code, 0, how .. "\n" .. out)
+    lu.assertStrContains(out, 'exit.lua:42: dist.all_reduce: the ranks disagree: rank 0 ended ' ..
+                         'its script; rank 1 called it with float32 (3,), op "sum"')
+  end
+end
 
 -- a rank that raises ends the whole job with its message and a non-zero
 -- status, while the others wait in a collective, within seconds
