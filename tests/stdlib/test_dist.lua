@@ -189,7 +189,7 @@ function TestDistRanks:testEndWhileOthersWait()
   for _, how in ipairs{"early_raise", "early_exit"} do
     out, code = ends(how)
     lu.assertNotEquals(code, 0, how .. "\n" .. out)
-    lu.assertStrContains(out, 'exit.lua:42: dist.all_reduce: the ranks disagree: rank 0 ended ' ..
+    lu.assertStrContains(out, 'exit.lua:45: dist.all_reduce: the ranks disagree: rank 0 ended ' ..
                          'its script; rank 1 called it with float32 (3,), op "sum"')
   end
 end

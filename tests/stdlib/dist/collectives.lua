@@ -2,6 +2,9 @@
 -- collective and point-to-point call on every dtype, against values worked
 -- out here from the ranks' numbers; each check prints "ok <name>" once it
 -- holds, and a failed one raises (which ends the whole job).
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local R, W = d.rank(), d.world_size()
 

@@ -10,6 +10,9 @@
 --   early_raise   the same, rank 1 does not catch it
 --   early_exit    rank 0 leaves by os.exit(0), rank 1 does not catch it
 local how = table.remove(arg, 1)
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 
 if how == "luaunit" then

@@ -8,6 +8,9 @@
 -- then "ok soak flat" ("ok soak unmeasured" under AddressSanitizer). The
 -- sums are checked on the way.
 --   mpirun -np 2 build/qkv tests/stdlib/dist/soak.lua [rounds]
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local R, W = d.rank(), d.world_size()
 local ROUNDS = math.tointeger(tonumber(arg[1])) or 10000

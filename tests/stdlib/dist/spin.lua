@@ -4,6 +4,9 @@
 -- rank writes its process id to <dir>/pid.<rank> once the first
 -- all_reduce is done; the loop ends when <dir>/stop exists.
 --   mpirun -np P build/qkv tests/stdlib/dist/spin.lua <dir>
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local dir = assert(arg[1], "usage: spin.lua <dir>")
 local x = qkv.ones(1 << 20)
