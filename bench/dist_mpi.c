@@ -2,7 +2,9 @@
 ** dist_mpi.c -- bench/dist.lua's peer for all_reduce: Open MPI's own
 ** MPI_Allreduce from C, in place on float32, over the sizes given, timed
 ** as dist_rank.lua times qkv.dist.all_reduce (a barrier, iterations, the
-** slowest rank's time). Built by bench/dist.lua with mpicc into build/.
+** slowest rank's time; QKV_BENCH_MAX_ITERS lowers the most iterations a
+** size gets from 2000). Built by bench/dist.lua and bench/dist_tcp.lua
+** with mpicc into build/.
 **   mpirun -np P build/dist_mpi bytes...   prints "RESULT mpi <bytes> <s>"
 */
 #include <mpi.h>
@@ -13,11 +15,13 @@ int main (int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const char *cap = getenv("QKV_BENCH_MAX_ITERS");     /* bench/dist_tcp.lua's */
+  int most = cap && atoi(cap) >= 20 ? atoi(cap) : 2000;
   for (int a = 1; a < argc; a++) {
     long bytes = atol(argv[a]), n = bytes / 4;
     int iters = (int)(256L * 1024 * 1024 / (bytes > 4096 ? bytes : 4096));
     if (iters < 20) iters = 20;
-    if (iters > 2000) iters = 2000;
+    if (iters > most) iters = most;
     float *x = calloc((size_t)n, 4);
     for (int w = 0; w < 3; w++) MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);

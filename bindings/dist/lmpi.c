@@ -15,13 +15,19 @@
 **   req:wait() waits (Ctrl-C while waiting ends the whole job: a started
 **       collective cannot be taken back); req:test() -> done; for irecv,
 **       wait() is the error if the message was not the tensor's size
-**   mpi.same(list) -> whether every rank passed these integers (<= 64)
+**   mpi.same(list) -> whether every rank passed these integers (<= 64);
+**       when not, also every rank's list
 **   mpi.abort(code)   MPI_Abort on the world, after stderr is flushed
-** The world is finalized when the Lua state closes; a script that fails
-** (vm/cli/script.c runs the registry's "qkv.fatal") aborts the world
-** instead, so that no rank waits forever on one that is gone.
+** The world ends when the Lua state closes, or at exit(0) (os.exit, whose
+** state stays open): the ranks first check that every one has ended (a
+** rank still in a collective gets an error naming the one that ended),
+** then MPI_Finalize; exit with another status leaves it unfinalized, for
+** mpirun to pass on. A script that fails (vm/cli/script.c runs the
+** registry's "qkv.fatal") aborts the world instead, so that no rank waits
+** forever on one that is gone.
 */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,6 +280,7 @@ static int finish (lua_State *L, Req *q) {
     if (qkv_interrupted) {
       fputs("qkv: interrupted while waiting for the other ranks\n", stderr);
       fflush(stderr);
+      finalized = 1;
       MPI_Abort(MPI_COMM_WORLD, 130);
     }
     if (i > 2000) sched_yield();
@@ -318,27 +325,67 @@ static int r_gc (lua_State *L) {
   return 0;
 }
 
-/* mpi.same(list) -> whether every rank passed the same list of at most 64
-   integers: one allreduce of (x, -x) with MPI_MIN (qkv.dist's check that
-   the ranks agree, before each collective, made cheap) */
+/* the check behind mpi.same: this rank's n numbers (n <= SAME) against
+   every other's. Each rank sends its count and its numbers padded to
+   SAME, so that lists of different lengths compare (as different) rather
+   than overrun MPI's buffers: one allreduce of (x, -x) with MPI_MIN, and
+   only when they differ an allgather into all (size x (SAME + 1): each
+   rank's count, then its numbers). 1: the same; 0: not; else MPI's error
+   code, negated */
+#define SAME 64
+#define ENDED 4          /* the numbers of a rank whose script has ended:
+                            qkv.dist's KIND.ended, alone */
+static int compare (const int64_t *list, int n, int64_t *all) {
+  enum { W = SAME + 1 };
+  int64_t v[2 * W] = {0};
+  v[0] = n;
+  memcpy(v + 1, list, sizeof *list * (size_t)n);
+  for (int i = 0; i < W; i++) v[W + i] = -v[i];
+  int e = MPI_Allreduce(MPI_IN_PLACE, v, 2 * W, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  if (e != MPI_SUCCESS) return -e;
+  int same = 1;
+  for (int i = 0; i < W; i++) same = same && v[i] == -v[W + i];
+  if (same) return 1;
+  int64_t mine[W] = {0};
+  mine[0] = n;
+  memcpy(mine + 1, list, sizeof *list * (size_t)n);
+  e = MPI_Allgather(mine, W, MPI_INT64_T, all, W, MPI_INT64_T, MPI_COMM_WORLD);
+  return e != MPI_SUCCESS ? -e : 0;
+}
+
+/* mpi.same(list) -> true when every rank passed the same list of at most
+   SAME integers, else false and every rank's list ({{...}, ...}, rank r's
+   at r + 1): qkv.dist's check that the ranks agree, before each
+   collective, made cheap */
 static int m_same (lua_State *L) {
   needworld(L);
   luaL_checktype(L, 1, LUA_TTABLE);
-  int64_t v[128];
+  int64_t list[SAME];
   int n = (int)luaL_len(L, 1);
-  luaL_argcheck(L, n <= 64, 1, "at most 64 numbers");
+  luaL_argcheck(L, n <= SAME, 1, "at most 64 numbers");
   for (int i = 0; i < n; i++) {
     lua_geti(L, 1, i + 1);
-    v[i] = (int64_t)luaL_checkinteger(L, -1);
-    v[n + i] = -v[i];
+    list[i] = (int64_t)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
   }
-  int e = MPI_Allreduce(MPI_IN_PLACE, v, 2 * n, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-  if (e != MPI_SUCCESS) return mpierror(L, "same", e);
-  int same = 1;
-  for (int i = 0; i < n; i++) same = same && v[i] == -v[n + i];
+  int size = worldsize();
+  int64_t *all = lua_newuserdatauv(L, sizeof(int64_t) * (SAME + 1) * (size_t)size, 0);
+  int same = compare(list, n, all);
+  if (same < 0) return mpierror(L, "same", -same);
   lua_pushboolean(L, same);
-  return 1;
+  if (same) return 1;
+  lua_createtable(L, size, 0);
+  for (int r = 0; r < size; r++) {
+    const int64_t *row = all + (size_t)r * (SAME + 1);
+    int k = row[0] >= 0 && row[0] <= SAME ? (int)row[0] : 0;
+    lua_createtable(L, k, 0);
+    for (int i = 0; i < k; i++) {
+      lua_pushinteger(L, (lua_Integer)row[i + 1]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_rawseti(L, -2, r + 1);
+  }
+  return 2;
 }
 
 static int m_launched (lua_State *L) {
@@ -354,20 +401,57 @@ static int abort_world (lua_State *L) {
   int code = (int)luaL_optinteger(L, 1, 1);
   fflush(stdout);
   fflush(stderr);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) {
+    finalized = 1;
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   exit(code);
 }
 
-/* the world's end with the Lua state's: collected last of what init made */
+/* the end of this rank's script: first a check like a collective's, with
+   the numbers {ENDED}, repeated until every rank has ended; a rank still
+   in a collective's check then gets an error naming this one ("rank 0
+   ended its script") instead of waiting forever for it. Then MPI's
+   finalisation, which waits for every rank */
+static void end_world (void) {
+  if (!initialized || finalized) return;
+  finalized = 1;
+  const int64_t ended = ENDED;
+  int64_t *all = malloc(sizeof(int64_t) * (SAME + 1) * (size_t)worldsize());
+  if (all)
+    while (compare(&ended, 1, all) == 0) continue;
+  free(all);
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 3; k++) MPI_Op_free(&half_ops[i][k]);
+  MPI_Finalize();
+}
+
+/* the world ends with the Lua state (collected last of what init made)... */
 static int world_gc (lua_State *L) {
   (void)L;
-  if (initialized && !finalized) {
-    finalized = 1;
-    for (int i = 0; i < 2; i++)
-      for (int k = 0; k < 3; k++) MPI_Op_free(&half_ops[i][k]);
-    MPI_Finalize();
-  }
+  end_world();
   return 0;
+}
+
+/* ...or with the process, when the script calls os.exit (whose state stays
+   open unless it asks): exit(0) ends the world as above, for mpirun takes
+   an MPI process that exits without MPI_Finalize for a failure; any other
+   status leaves it, and mpirun passes that status on and stops the other
+   ranks */
+static void exit_hook (int status, void *arg) {
+  (void)arg;
+  if (status == 0) end_world();
+  else finalized = 1;
+}
+
+/* the hook lives in this module, which lua_close would unload: it stays
+   loaded (RTLD_NODELETE; the Makefile links it -z nodelete too) once the
+   hook is set, or the hook is not set */
+static void hook_exit (void) {
+  Dl_info info;
+  if (dladdr((void *)exit_hook, &info) && info.dli_fname &&
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE))
+    on_exit(exit_hook, NULL);
 }
 
 static int m_init (lua_State *L) {
@@ -387,6 +471,7 @@ static int m_init (lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, WORLD);
     lua_pushcfunction(L, abort_world);
     lua_setfield(L, LUA_REGISTRYINDEX, "qkv.fatal");
+    hook_exit();
   }
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);

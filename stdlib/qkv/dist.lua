@@ -173,25 +173,52 @@ local function call_text(d, args)
   return s
 end
 
--- nil when every rank passed the same numbers d (at most 64 integers),
--- else the ranks grouped by text(row) of their numbers, in rank order:
--- {{key = text, ranks = "rank 1" or "ranks 0, 2"}, ...}
-local function differ(d, text)
-  if world.size == 1 or mpi.same(d) then return nil end
-  local all = qkv.zeros({world.size, #d}, "int64")
-  mpi.allgather(qkv.tensor(d, "int64"), all, true)
+-- what a rank checks with the others, as the first of its numbers: a
+-- collective here, a ring or Ulysses attention (dist_attention.lua), or
+-- the end of its script (qkv.mpi's check as the world ends, with its own
+-- number: ENDED in lmpi.c). A rank's numbers in another's check are told
+-- by KINDS[kind](row): what that rank did, in words
+local KIND = {collective = 1, ring_attention = 2, ulysses_attention = 3, ended = 4}
+local KINDS = {}
+
+-- nil when every rank passed the same numbers d (at most 63 integers)
+-- for the same kind of check (default "collective"), else the ranks
+-- grouped by what they passed, in rank order: {{key = text, ranks = "rank
+-- 1" or "ranks 0, 2", own = true}, ...}; key is text(row) for the rows of
+-- this kind (own), else what KINDS says that rank did ("called
+-- all_reduce on ...", "ended its script")
+local function differ(d, text, kind)
+  if world.size == 1 then return nil end
+  local k = KIND[kind or "collective"]
+  local same, rows = mpi.same({k, table.unpack(d)})
+  if same then return nil end
   local groups, order = {}, {}
   for r = 0, world.size - 1 do
-    local key = text(all[r + 1]:tolist())
+    local row = rows[r + 1]
+    local rk = table.remove(row, 1)
+    local own = rk == k
+    local key = own and text(row) or KINDS[rk] and KINDS[rk](row) or "did something else"
+    key = (own and "+" or "-") .. key
     if not groups[key] then groups[key] = {}; order[#order + 1] = key end
     table.insert(groups[key], r)
   end
   for i, key in ipairs(order) do
     local rs = groups[key]
-    order[i] = {key = key, ranks = ("rank%s %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "))}
+    order[i] = {key = key:sub(2), own = key:sub(1, 1) == "+",
+                ranks = ("rank%s %s"):format(#rs > 1 and "s" or "", table.concat(rs, ", "))}
   end
   return order
 end
+
+KINDS[KIND.collective] = function(row) return "called " .. call_text(row) end
+local function attention(name)
+  return function(row)
+    return ("called %s with %s"):format(name, require("qkv.dist_attention")._blocks_text(row))
+  end
+end
+KINDS[KIND.ring_attention] = attention("ring_attention")
+KINDS[KIND.ulysses_attention] = attention("ulysses_attention")
+KINDS[KIND.ended] = function() return "ended its script" end
 
 -- every rank made this call alike, or an error on every rank that names
 -- who did what (args: the names of the numbers a, b, c, for the message)
@@ -203,7 +230,8 @@ local function agree(fname, t, args, a, b, c)
   if not groups then return end
   local parts = {}
   for i, g in ipairs(groups) do
-    parts[i] = ("%s %s"):format(g.ranks, g.key ~= "" and "called it with " .. g.key or "called it")
+    local did = not g.own and g.key or g.key ~= "" and "called it with " .. g.key or "called it"
+    parts[i] = ("%s %s"):format(g.ranks, did)
   end
   fail("dist.%s: the ranks disagree: %s", fname, table.concat(parts, "; "))
 end

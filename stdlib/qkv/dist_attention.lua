@@ -158,6 +158,28 @@ end
 local DT, DTNAME = D._dtypes, D._dtype_names
 local NAMES = {"q", "k", "v", "mask"}
 
+-- a rank's numbers in words: its blocks' dtypes and shapes, its options,
+-- and whether its mask is one qkv refuses (mask_values' why)
+local function blocks_text(row)
+  local parts = {}
+  for t = 1, 4 do
+    local base = (t - 1) * 10
+    if row[base + 2] >= 0 then
+      local s = {}
+      for j = 1, row[base + 2] do s[j] = row[base + 2 + j] end
+      parts[#parts + 1] = ("%s %s %s"):format(NAMES[t], DTNAME[row[base + 1]] or "?",
+                                              shape_text(s))
+    else
+      parts[#parts + 1] = "no mask"
+    end
+  end
+  parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
+  parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
+  if row[43] == 1 then parts[#parts + 1] = "a mask not of 0 and 1, or all 0" end
+  return table.concat(parts, ", ")
+end
+M._blocks_text = blocks_text
+
 -- every rank was called with the same shapes, dtypes and options (and a
 -- mask whose values qkv takes, or refuses, on all: why, from mask_values),
 -- or an error on every rank naming what each had; then why on every rank
@@ -171,24 +193,7 @@ local function agree(fname, q, k, v, m, causal, scale, why)
   d[#d + 1] = causal and 1 or 0
   d[#d + 1] = string.unpack("<i8", string.pack("<d", scale))
   d[#d + 1] = why and 1 or 0
-  local groups = D._differ(d, function(row)
-    local parts = {}
-    for t = 1, 4 do
-      local base = (t - 1) * 10
-      if row[base + 2] >= 0 then
-        local s = {}
-        for j = 1, row[base + 2] do s[j] = row[base + 2 + j] end
-        parts[#parts + 1] = ("%s %s %s"):format(NAMES[t], DTNAME[row[base + 1]] or "?",
-                                                shape_text(s))
-      else
-        parts[#parts + 1] = "no mask"
-      end
-    end
-    parts[#parts + 1] = row[41] == 1 and "causal" or "not causal"
-    parts[#parts + 1] = ("scale %.17g"):format(string.unpack("<d", string.pack("<i8", row[42])))
-    if row[43] == 1 then parts[#parts + 1] = "a mask not of 0 and 1, or all 0" end
-    return table.concat(parts, ", ")
-  end)
+  local groups = D._differ(d, blocks_text, fname)
   if not groups then
     if why then fail("%s", why) end
     return

@@ -192,7 +192,7 @@ local function collectives(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/collectives.lua", 300)
   mpi.check(lu, out, code, n, {"all_reduce sum bfloat16", "all_reduce mean float16",
     "all_reduce column", "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
-    "recv mismatch", "done"})
+    "mismatch kind", "recv mismatch", "done"})
 end
 
 function TestDistRanks:testCollectivesOn2() collectives(2) end
@@ -210,8 +210,53 @@ end
 function TestDistRanks:testDDPOn2() ddp(2) end
 function TestDistRanks:testDDPOn4() ddp(4) end
 
+-- the ways a script ends under mpirun (dist/exit.lua): os.exit with
+-- success, LuaUnit's os.exit(lu.LuaUnit.run()) among them, finalizes MPI
+-- (status 0, and mpirun reports no abnormal end); another status passes
+-- through mpirun as it is
+local function ends(how)
+  local out, code = mpi.run(exe, 2, "tests/stdlib/dist/exit.lua", 120, how)
+  lu.assertNotEquals(code, 124, "timed out: " .. how .. "\n" .. out)
+  return out, code
+end
+
+function TestDistRanks:testOsExitSucceeds()
+  for _, how in ipairs{"luaunit", "zero", "true"} do
+    local out, code = ends(how)
+    lu.assertEquals(code, 0, how .. "\n" .. out)
+    lu.assertNotStrContains(out, "exiting improperly")
+    lu.assertEquals(mpi.oks(out)["end"], 2, how .. "\n" .. out)
+  end
+end
+
+function TestDistRanks:testOsExitStatusPassesThrough()
+  for how, want in pairs{three = 3, ["false"] = 1, three_close = 3} do
+    local out, code = ends(how)
+    lu.assertEquals(code, want, how .. "\n" .. out)
+    lu.assertNotStrContains(out, "exiting improperly")
+    lu.assertEquals(mpi.oks(out)["end"], 2, how .. "\n" .. out)
+  end
+end
+
+-- a rank whose script ends while another waits in a collective: the other
+-- gets an error naming it (it would wait forever in MPI's finalisation),
+-- catchable, or ending the job if not caught
+function TestDistRanks:testEndWhileOthersWait()
+  local out, code = ends("early")
+  lu.assertEquals(code, 0, out)
+  lu.assertEquals(mpi.oks(out)["end"], 2, out)
+  lu.assertEquals(mpi.oks(out).caught, 1, out)
+  for _, how in ipairs{"early_raise", "early_exit"} do
+    out, code = ends(how)
+    lu.assertNotEquals(code, 0, how .. "\n" .. out)
+    lu.assertStrContains(out, 'exit.lua:45: dist.all_reduce: the ranks disagree: rank 0 ended ' ..
+                         'its script; rank 1 called it with float32 (3,), op "sum"')
+  end
+end
+
 -- a rank that raises ends the whole job with its message and a non-zero
--- status, while the others wait in a collective, within seconds
+-- status, while the others wait in a collective (the time limit a
+-- watchdog for a hang, not a bound)
 function TestDistRanks:testRankErrorEndsTheJob()
   local dir = shell.tmpdir()
   local f = assert(io.open(dir .. "/fail.lua", "w"))
@@ -222,17 +267,16 @@ d.all_reduce(qkv.zeros(4))
 print("not reached")
 ]])
   f:close()
-  local out, code, secs = mpi.run(exe, 4, dir .. "/fail.lua", 60)
+  local out, code = mpi.run(exe, 4, dir .. "/fail.lua", 60)
   os.execute("rm -rf " .. shell.quote(dir))
   lu.assertNotEquals(code, 0)
   lu.assertNotEquals(code, 124, "timed out: " .. out)    -- timeout's status
   lu.assertStrContains(out, "fail.lua:2: rank 2 gives up")
   lu.assertNotStrContains(out, "not reached")
-  lu.assertTrue(secs < 30, ("took %.1f s"):format(secs))
 end
 
 -- Ctrl-C on mpirun ends every rank: one busy in Lua, one waiting in a
--- collective for it
+-- collective for it (within the 120 s watchdog, which catches a hang)
 function TestDistRanks:testCtrlCEndsEveryRank()
   local dir = shell.tmpdir()
   local script = dir .. "/spin.lua"
@@ -248,11 +292,10 @@ if d.rank() == 0 then while true do end else d.barrier() end
 cd %s
 env %s mpirun -np 2 %s %s > %s/out 2>&1 & m=$!
 for i in $(seq 1 300); do [ "$(grep -c ready %s/out 2>/dev/null)" = 2 ] && break; sleep 0.1; done
-t0=$(date +%%s.%%N)
 kill -INT $m
-for i in $(seq 1 300); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
+for i in $(seq 1 1200); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
+if kill -0 $m 2>/dev/null; then echo "hung"; kill -KILL $m; fi
 wait $m; echo "status $?"
-echo "secs $(echo "$(date +%%s.%%N) - $t0" | bc)"
 sleep 0.5
 pgrep -xf %s >/dev/null && echo "ranks left" || echo "no ranks left"
 kill -9 $m 2>/dev/null; pkill -9 -xf %s; true
@@ -266,6 +309,56 @@ kill -9 $m 2>/dev/null; pkill -9 -xf %s; true
   lu.assertStrContains(log, "ready 1")
   lu.assertStrContains(out, "no ranks left", out .. log)
   lu.assertNotStrContains(out, "status 0", out .. log)
-  local secs = tonumber(out:match("secs ([%d.]+)"))
-  lu.assertTrue(secs and secs < 20, out)
+  lu.assertNotStrContains(out, "hung", out .. log)
+end
+
+-- a rank killed with SIGKILL while the others are in a collective (each
+-- in a loop of 4 MB all_reduces, dist/spin.lua): mpirun ends the job,
+-- naming the rank, and no rank is left running. The wait is a watchdog for a hang
+-- (120 s), not a bound: the time it took is printed for the record
+function TestDistRanks:testKilledRankEndsTheJob()
+  local dir = shell.tmpdir()
+  local sh = ([[
+cd %s
+d=%s
+env %s mpirun -np 3 %s tests/stdlib/dist/spin.lua "$d" > "$d/out" 2>&1 & m=$!
+for i in $(seq 1 600); do [ -s "$d/pid.0" ] && [ -s "$d/pid.1" ] && [ -s "$d/pid.2" ] && break; sleep 0.1; done
+for r in 0 1 2; do [ -s "$d/pid.$r" ] || echo "rank $r did not start"; done
+t0=$(date +%%s.%%N)
+kill -KILL "$(cat "$d/pid.1")"
+for i in $(seq 1 1200); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
+if kill -0 $m 2>/dev/null; then echo "hung"; kill -KILL $m; fi
+wait $m; echo "status $?"
+echo "secs $(echo "$(date +%%s.%%N) - $t0" | bc)"
+sleep 0.5
+left=no
+for r in 0 1 2; do
+  p=$(cat "$d/pid.$r" 2>/dev/null) || continue
+  s=$(cut -d" " -f3 "/proc/$p/stat" 2>/dev/null)      # Z: gone, not yet reaped
+  [ -n "$s" ] && [ "$s" != Z ] && left="yes: rank $r" && kill -KILL "$p"
+done
+echo "ranks left: $left"
+]]):format(shell.quote(os.getenv("PWD") or "."), shell.quote(dir), mpi.ENV, shell.quote(exe))
+  local out = shell.sh(sh)
+  local log = shell.read(dir .. "/out") or ""
+  os.execute("rm -rf " .. shell.quote(dir))
+  lu.assertNotStrContains(out, "did not start", out .. log)
+  lu.assertNotStrContains(out, "hung", out .. log)
+  lu.assertStrContains(out, "ranks left: no", out .. log)
+  lu.assertNotStrContains(out, "status 0", out .. log)
+  lu.assertStrContains(log, "process rank 1 with PID")
+  lu.assertStrContains(log, "exited on signal 9")
+  lu.assertNotStrContains(log, "ok spun")
+end
+
+-- 10,000 rounds of all_reduce (a new tensor, a view through a copy, an
+-- async call; dist/soak.lua): each rank's resident memory stays within
+-- 8 MB of its value after the warm-up, read every 1000 rounds (not judged
+-- under AddressSanitizer, whose quarantine grows it)
+function TestDistRanks:testSoakMemoryFlat()
+  local out, code = mpi.run(exe, 2, "tests/stdlib/dist/soak.lua", 600)
+  local maps = shell.read("/proc/self/maps") or ""      -- the ranks are this executable
+  local asan = maps:find("libasan", 1, true) or maps:find("clang_rt.asan", 1, true)
+  mpi.check(lu, out, code, 2, {asan and "soak unmeasured" or "soak flat"})
+  for r = 0, 1 do lu.assertStrContains(out, ("rss %d 10000 "):format(r)) end
 end

@@ -6,6 +6,9 @@
 -- (out * G):sum() for a fixed G), and the ring's layout (blocks or zigzag)
 -- and how even its work is over the ranks. Each check prints "ok <name>"
 -- once it holds; a failed one raises, which ends the whole job.
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local Ring = require "qkv.dist_ring"
 local R, W = d.rank(), d.world_size()

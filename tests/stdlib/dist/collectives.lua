@@ -2,6 +2,9 @@
 -- collective and point-to-point call on every dtype, against values worked
 -- out here from the ranks' numbers; each check prints "ok <name>" once it
 -- holds, and a failed one raises (which ends the whole job).
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local R, W = d.rank(), d.world_size()
 
@@ -154,6 +157,17 @@ local want1 = R == 0 and "the ranks disagree: rank 0 called it; " .. others
               or "the ranks disagree: rank 0 called it with barrier; " .. others
 ok(not okc and msg:find(want1, 1, true) and msg:find(R == 0 and "all_reduce on float32 (1,)" or
    "called it with float32 (1,), op \"sum\"", 1, true), "mismatch call", msg)
+-- a collective on one rank, an attention on the others: each side names
+-- what the other called
+local z = qkv.zeros(1, 2, 4)
+if R == 0 then okc, msg = pcall(d.all_reduce, qkv.zeros(2))
+else okc, msg = pcall(d.ring_attention, z, z, z) end
+local rest = {}
+for r = 1, W - 1 do rest[r] = r end
+rest = (W == 2 and "rank " or "ranks ") .. table.concat(rest, ", ")
+local want2 = R == 0 and "; " .. rest .. " called ring_attention with q float32 (1, 2, 4), k "
+              or "rank 0: called all_reduce on float32 (2,); " .. rest .. ": q float32 (1, 2, 4)"
+ok(not okc and msg:find(want2, 1, true), "mismatch kind", msg)
 if R == 0 then
   okc, msg = pcall(d.recv, qkv.zeros(3), 1, 9)
   ok(not okc and msg:find("dist.recv: rank 1 sent float32 (2, 2), but t is float32 (3,)", 1, true),

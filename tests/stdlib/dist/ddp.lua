@@ -2,6 +2,9 @@
 -- steps of a small float64 model, each rank on its slice of the batch,
 -- against three steps on the whole batch in this process without DDP
 -- (the same start); every check prints "ok <name>" once it holds.
+-- a line at a time: mpirun passes on each rank's output as it reads it,
+-- and a block cut mid-line would splice another rank's lines into it
+io.stdout:setvbuf("line")
 local d = qkv.dist
 local nn = qkv.nn
 local R, W = d.rank(), d.world_size()
