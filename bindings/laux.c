@@ -351,12 +351,21 @@ lua_Integer qkvL_checklist (lua_State *L, int arg, const char *fname, const char
 
 /* arguments past the n a function takes are an error, not ignored (gelu's
    PyTorch option approximate = "tanh" would else give the exact form) */
+const char *qkvL_testextra (lua_State *L, const char *fname, int first, int n) {
+  int k = lua_gettop(L) - first + 1;
+  while (k > n && lua_isnil(L, first + k - 1)) k--;
+  if (k <= n) return NULL;
+  return lua_pushfstring(L, "%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
+                         n == 1 ? "" : "s", k, n + 1, luaL_typename(L, first + n));
+}
+
 void qkvL_noextra (lua_State *L, const char *fname, int n) {
-  int top = lua_gettop(L);
-  while (top > n && lua_isnil(L, top)) top--;
-  if (top > n)
-    luaL_error(L, "%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
-               n == 1 ? "" : "s", top, n + 1, luaL_typename(L, n + 1));
+  if (qkvL_testextra(L, fname, 1, n)) {
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+    lua_error(L);
+  }
 }
 
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known) {

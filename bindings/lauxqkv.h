@@ -95,6 +95,9 @@ void qkvL_checkcuda (lua_State *L, const char *name);
 */
 void qkvL_checkopts (lua_State *L, int arg, const char *fname, const char *const *known);
 void qkvL_noextra (lua_State *L, const char *fname, int n);   /* more than n: an error */
+/* the same for the arguments from index first on: the message pushed and
+   returned, or NULL (trailing nils do not count) */
+const char *qkvL_testextra (lua_State *L, const char *fname, int first, int n);
 const char *qkvL_testopts (lua_State *L, int arg, const char *fname,
                            const char *const *known);
 /*

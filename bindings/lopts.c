@@ -3,8 +3,9 @@
 ** the same as the C bindings' (qkvL_checkopts, laux.c), so that a
 ** misspelt key reads the same everywhere; qkv._checklist, its checker of
 ** lists (qkvL_testlist); qkv._strict, which makes a library's table
-** refuse a name it does not have as qkv itself does; and qkv._nearest,
-** the nearest of a list of names.
+** refuse a name it does not have as qkv itself does; qkv._nearest,
+** the nearest of a list of names; and qkv._extra, the bindings' check
+** of arguments past those a function takes.
 */
 #include "lauxqkv.h"
 
@@ -120,9 +121,22 @@ static int o_nearest (lua_State *L) {
   return 1;
 }
 
+/*
+** qkv._extra(fname, n, ...) -> the message for an argument past the n
+** that fname takes (trailing nils do not count), as the bindings'
+** qkvL_noextra words it, or nothing: the Lua library raises it at its
+** caller's line.
+*/
+static int o_extra (lua_State *L) {
+  const char *fname = luaL_checkstring(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0 && n <= 64, 2, "0 to 64 expected");
+  return qkvL_testextra(L, fname, 3, (int)n) != NULL;
+}
+
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {{"_checkopts", o_checkopts}, {"_checklist", o_checklist},
-                                   {"_strict", o_strict}, {"_nearest", o_nearest},
+                                   {"_strict", o_strict}, {"_nearest", o_nearest}, {"_extra", o_extra},
                                    {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   (void)mt;

@@ -38,12 +38,8 @@ local is_tensor = qkv.is_tensor
 -- (y:backward(nil, {create_graph = true}) would else give a first-order
 -- gradient as if it had been understood), as the bindings' qkvL_noextra
 local function noextra(fname, n, ...)
-  local k = select("#", ...)
-  while k > 0 and select(k, ...) == nil do k = k - 1 end
-  if k > n then
-    fail("%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
-         n == 1 and "" or "s", k, n + 1, type((select(n + 1, ...))))
-  end
+  local msg = qkv._extra(fname, n, ...)
+  if msg then fail("%s", msg) end
 end
 
 ---------------------------------------------------------------- state

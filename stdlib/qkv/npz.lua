@@ -47,12 +47,8 @@ end
 
 -- an argument past the n that fname takes is an error, not ignored
 local function noextra(fname, n, ...)
-  local k = select("#", ...)
-  while k > 0 and select(k, ...) == nil do k = k - 1 end
-  if k > n then
-    fail("%s: takes %d argument%s, got %d (argument #%d is a %s)", fname, n,
-         n == 1 and "" or "s", k, n + 1, type((select(n + 1, ...))))
-  end
+  local msg = qkv._extra(fname, n, ...)
+  if msg then fail("%s", msg) end
 end
 
 function M.savez(path, tensors, ...)
