@@ -43,7 +43,7 @@ end
 local function run(n, limit, ...)
   local words = {}
   for i, a in ipairs{...} do words[i] = shell.quote(a) end
-  return shell.sh(("timeout -k 5 %d %s mpirun %s %d %s %s"):format(limit, NETNS, PREFIX, n,
+  return shell.sh(("timeout -k 5 %d env %s %s mpirun %s %d %s %s"):format(limit, mpi.ASAN, NETNS, PREFIX, n,
     shell.quote(exe), table.concat(words, " ")))
 end
 
@@ -117,7 +117,7 @@ function TestDistNet:testCutLinkEndsTheJob()
   local dir = shell.tmpdir()
   local sh = ([[
 d=%s
-timeout -k 5 200 %s mpirun %s %d %s tests/stdlib/dist/spin.lua "$d" > "$d/out" 2>&1 & m=$!
+timeout -k 5 200 env %s %s mpirun %s %d %s tests/stdlib/dist/spin.lua "$d" > "$d/out" 2>&1 & m=$!
 for i in $(seq 1 600); do [ -s "$d/pid.0" ] && [ -s "$d/pid.1" ] && [ -s "$d/pid.2" ] && break; sleep 0.1; done
 for r in 0 1 2; do [ -s "$d/pid.$r" ] || echo "rank $r did not start"; done
 t0=$(date +%%s.%%N)
@@ -133,7 +133,7 @@ for ns in %sh0 %sh1 %sh2; do
   done
 done
 wait $m; echo "status $?"
-]]):format(shell.quote(dir), NETNS, PREFIX, HOSTS, shell.quote(exe), NETNS, PREFIX,
+]]):format(shell.quote(dir), mpi.ASAN, NETNS, PREFIX, HOSTS, shell.quote(exe), NETNS, PREFIX,
              PREFIX, PREFIX, PREFIX)
   local out = shell.sh(sh)
   local log = shell.read(dir .. "/out") or ""
