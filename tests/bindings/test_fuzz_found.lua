@@ -271,4 +271,19 @@ function TestFuzzFound:testPlotOptionsAreReadOnce()
   lu.assertEquals(reads, 1)
 end
 
+-- issue 46's dotcall rule: x.new_zeros(y, {}) with y closed (as
+-- y:new_zeros{} is) raised "new_zeros: bad argument #1 to 'index' (tensor
+-- was closed)", an error of an op the script did not call; the staples
+-- written in Lua now say which argument is closed
+function TestFuzzFound:testClosedTensorsToTheStaples()
+  local x, y = qkv.ones(2), qkv.ones(2)
+  getmetatable(x).__close(x)
+  fails({"new_empty: x is a closed tensor"}, y.new_empty, x, {})
+  fails({"new_zeros: x is a closed tensor"}, y.new_zeros, x, 2)
+  fails({"new_full: x is a closed tensor"}, y.new_full, x, {2}, 1)
+  fails({"zeros_like: x is a closed tensor"}, qkv.zeros_like, x)
+  fails({"flip: x is a closed tensor"}, qkv.flip, x, 1)
+  fails({"allclose: a is a closed tensor"}, qkv.allclose, x, y)
+end
+
 os.exit(lu.LuaUnit.run(), true)
