@@ -4,9 +4,10 @@
 --   modules  a module changed by an assignment (m.b = nil, m.W = a tensor
 --            of another shape or dtype or a number, m[i] = a module, a
 --            non-module or nil in a Sequential or ModuleList, in range,
---            past its end or negative, m.extra = a module, a module
---            inside itself), then one of its methods (parameters,
---            nparams, to, double, state_dict, train, eval, forward): each
+--            past its end or negative, m.extra = a module, a module or
+--            a tensor held twice, a module inside itself), then one of
+--            its methods (parameters, nparams, to, double, state_dict,
+--            train, eval, forward): each
 --            works with a value the change accounts for (every tensor
 --            listed once, nparams the count of what parameters lists, the
 --            forward of a Linear x W + b with the W and b it holds now) or
@@ -108,7 +109,7 @@ local REL = {float16 = 4e-3, bfloat16 = 3e-2}
 
 ---------------------------------------------------------------- modules
 
--- the modules drawn: a make(F) and the modules it holds at positions
+-- the modules drawn, by class
 local BUILD = {
   Linear = function(F) return qkv.nn.Linear(F.d, F.e, chance(0.2) and {bias = false} or nil) end,
   LayerNorm = function(F) return qkv.nn.LayerNorm(F.d) end,
@@ -123,10 +124,14 @@ local CONTAINER = {Sequential = true, ModuleList = true}
 -- the classes whose every parameter the draw knows (the expected set)
 local KNOWN = {Linear = true, LayerNorm = true, Sequential = true, ModuleList = true}
 
--- the methods the rule calls after the change, and arguments for them
+-- the methods the rule calls after the change
 local METHODS = {"parameters", "nparams", "state_dict", "to", "double", "train", "eval", "forward"}
 
-local function new_module(F) return pick{qkv.nn.Linear(F.d, F.d), qkv.nn.ReLU(), qkv.nn.LayerNorm(F.d)} end
+local function new_module(F)
+  local r = random(3)
+  if r == 1 then return qkv.nn.Linear(F.d, F.d) end
+  return r == 2 and qkv.nn.ReLU() or qkv.nn.LayerNorm(F.d)
+end
 
 -- a value no parameter or position can take
 local function not_module(F)
@@ -175,7 +180,7 @@ local CHANGES = {
               or r == 5 and pick{0, -n - 1} or random(n)
     local v, what = new_module(F), "a module"
     if r == 6 then
-      v = chance(0.3) and nil or not_module(F)
+      if chance(0.3) then v = nil else v = not_module(F) end
       what = v == nil and "nil" or V.describe(v)
     end
     local text = "m[" .. i .. "] = " .. what
@@ -188,6 +193,16 @@ local CHANGES = {
     local c = new_module(F)
     return "m.extra = a " .. getmetatable(c).__name, function() m.extra = c end, {child = {"extra", c}}
   end,
+  -- a module or a tensor held in two places: listed and counted once
+  tie = function(m, kind, own, F)
+    if CONTAINER[kind] then
+      return "m[2] = m[1]", function() m[2] = m[1] end, {child = {2, m[1]}}
+    end
+    if #own == 0 then return end
+    local k, c = pick(own), qkv.nn.Linear(F.d, F.d)
+    return "m.extra = a Linear whose W is m." .. k, function() c.W = m[k]; m.extra = c end,
+           {child = {"extra", c}}
+  end,
   cycle = function(m, kind, own)
     if CONTAINER[kind] and chance(0.5) then
       local i = random(#m)
@@ -199,7 +214,7 @@ local CHANGES = {
     return "m.extra = m", function() m.extra = m end, {cycle = true}
   end,
 }
-local CHANGE_NAMES = {"remove", "reshape", "retype", "number", "index", "extra", "cycle"}
+local CHANGE_NAMES = {"remove", "reshape", "retype", "number", "index", "extra", "tie", "cycle"}
 
 -- the checks of each method's success: what is wrong, or nil
 local function check_params(m, l, st)
@@ -299,7 +314,6 @@ function R.modules_applies(e) return MODULE_METHODS[e.name] ~= nil end
 
 function R.modules(e, self, args)
   local F = P.current()
-  F.d = math.max(F.d, 1)
   local method = MODULE_METHODS[e.name]
   local kind = pick(KINDS)
   local m = BUILD[kind](F)
@@ -313,8 +327,7 @@ function R.modules(e, self, args)
     if text then break end
   end
   if not text then text, change, effect = "m.extra = m", function() m.extra = m end, {cycle = true} end
-  local st = {kind = kind, own = own, effect = effect, method = method,
-              mode = method ~= "eval" and (method ~= "train" or args[1] ~= false)}
+  local st = {kind = kind, own = own, effect = effect, method = method, mode = method ~= "eval"}
   local n = 0
   if method == "to" then args[1], n = "float64", 1
   elseif method == "train" then
