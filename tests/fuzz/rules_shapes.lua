@@ -5,7 +5,9 @@
 --   a factory's shape table with dtype, device or size (qkv.zeros{2, 3,
 --   dtype = "float64"}, qkv.zeros{size = {2, 3}}, x:new_zeros{2, dtype =
 --   "int64"}, qkv.randint(0, 5, {size = {3}})) or its options after the
---   sizes (qkv.zeros(2, 3, {dtype = "float64"})); a view's (x:view{size =},
+--   sizes (qkv.zeros(2, 3, {dtype = "float64"})); qkv.tensor's outer list
+--   with dtype or device (qkv.tensor{{1, 2}, dtype = "int64"}), whose inner
+--   lists take no key; a view's (x:view{size =},
 --   x:reshape{shape =}, x:expand{size =}, x:permute{dims =}); a method's
 --   options (x:flip{dims =}, x:norm(p, {dim =, keepdim =}), x:scatter(dim,
 --   index, src, {reduce =}), x:roll{shifts =, dims =}, x:sort(dim,
@@ -86,6 +88,12 @@ local function differs(got, want)
   if not same_list(got:tolist(), want:tolist()) then return "gave other values than the positional call" end
 end
 
+local function ints(k, lo, hi)
+  local l = {}
+  for i = 1, k do l[i] = random(lo, hi) end
+  return l
+end
+
 ---------------------------------------------------------------- factories
 
 -- fn name -> {dtypes it takes, its default dtype (nil: self's), what
@@ -132,6 +140,28 @@ local function draw_factory(e, self, args, spec)
   end
 end
 
+-- qkv.tensor{..., dtype =, device =}: the outer list takes them, as
+-- torch.tensor(data, dtype=) does; an inner list takes its items alone
+local function draw_tensor(e, self, args)
+  local rows, cols = random(0, 3), random(1, 3)
+  local data = {}
+  for i = 1, rows do data[i] = ints(cols, -4, 4) end
+  if rows == 0 then data = ints(cols, -4, 4) end
+  local want = {}
+  for i, v in ipairs(data) do want[i] = type(v) == "table" and {table.unpack(v)} or v end
+  local dtype = chance(0.6) and pick{"float64", "int64", "int32", "float16", "float32"} or nil
+  local device = chance(0.3) and "cpu" or nil
+  local t, keys = data, {}
+  if dtype then t.dtype = dtype; keys[#keys + 1] = "dtype" end
+  if device then t.device = device; keys[#keys + 1] = "device" end
+  args[1] = t
+  return self, 1, t, keys, {"dtype", "device"}, function(x)
+    if not qkv.is_tensor(x) then return "gave a " .. type(x) end
+    if x.dtype ~= (dtype or "float32") then return "gave " .. x.dtype .. ", not " .. (dtype or "float32") end
+    if not same_list(x:tolist(), want) then return "gave other values than its items" end
+  end
+end
+
 ---------------------------------------------------------------- views
 
 -- fn name -> the key of its shape table
@@ -174,12 +204,6 @@ local function draw_view(e, self, args, key)
 end
 
 ---------------------------------------------------------------- options
-
-local function ints(k, lo, hi)
-  local l = {}
-  for i = 1, k do l[i] = random(lo, hi) end
-  return l
-end
 
 -- fn name -> draw(self) -> x, arguments before the table, the table of
 -- known keys, its keys, and the positional call that must give the same
@@ -281,19 +305,19 @@ end
 ---------------------------------------------------------------- the rule
 
 function R.shapes_applies(e)
-  return FACTORY[e.name] ~= nil or VIEW[e.name] ~= nil or keyword_of(e) ~= nil
+  return FACTORY[e.name] ~= nil or VIEW[e.name] ~= nil or e.name == "qkv.tensor" or keyword_of(e) ~= nil
 end
 
 -- the text of a table, as written
 local function written(t)
+  if type(t) == "string" then return '"' .. t .. '"' end
+  if type(t) ~= "table" then return tostring(t) end
   local parts = {}
-  for i, v in ipairs(t) do parts[i] = tostring(v) end
-  for k, v in pairs(t) do
-    if type(k) == "string" then
-      parts[#parts + 1] = k .. " = " .. (type(v) == "table" and "{" .. table.concat(v, ", ") .. "}"
-                                          or type(v) == "string" and '"' .. v .. '"' or tostring(v))
-    end
-  end
+  for i, v in ipairs(t) do parts[i] = written(v) end
+  local keys = {}
+  for k in pairs(t) do if type(k) == "string" then keys[#keys + 1] = k end end
+  table.sort(keys)
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. " = " .. written(t[k]) end
   return "{" .. table.concat(parts, ", ") .. "}"
 end
 
@@ -301,12 +325,17 @@ function R.shapes(e, self, args)
   local t, keys, all, check, n
   if FACTORY[e.name] then self, n, t, keys, all, check = draw_factory(e, self, args, FACTORY[e.name])
   elseif VIEW[e.name] then self, n, t, keys, all, check = draw_view(e, self, args, VIEW[e.name])
+  elseif e.name == "qkv.tensor" then self, n, t, keys, all, check = draw_tensor(e, self, args)
   else self, n, t, keys, all, check = draw_keyword(e, self, args, keyword_of(e)) end
   local bad
   if chance(0.5) then
     bad = chance(0.75) and misspelt(all) or pick(UNKNOWN)
-    t[bad] = chance(0.5) and t[all[1]] or pick{1, "float64", true}
-    if t[bad] == nil then t[bad] = 1 end
+    -- qkv.tensor's inner lists take no key at all, not even dtype
+    local inner = e.name == "qkv.tensor" and type(t[1]) == "table" and chance(0.5) and t[1]
+    if inner and chance(0.5) then bad = "dtype" end
+    local v = chance(0.5) and t[all[1]] or pick{1, "float64", true}
+    if v == nil then v = 1 end
+    ;(inner or t)[bad] = v
   end
   local what = written(t)
   if bad then
