@@ -52,6 +52,15 @@ end
 
 ---------------------------------------------------------------- schedulers
 
+-- obj.method(...), written so: Lua names the method in its messages as
+-- it does at a script's line
+local DOT = {}
+local function dot(method)
+  DOT[method] = DOT[method] or assert(load("local obj = ...; return obj." .. method .. "(select(2, ...))",
+                                           "=(dot-call)"))
+  return DOT[method]
+end
+
 local LR = "qkv.optim.lr_scheduler."
 -- each class: its arguments after the optimizer, its options, and the
 -- values each option or argument cannot take
@@ -129,22 +138,22 @@ function R.schedulers(e, self, args)
     -- made well, then opt.lr set to a non-number and a step, or a
     -- method called with '.'
     local f, v = e.fn, pick{"0.1", true, {}, qkv.tensor(0.1)}
-    local dot = r == 5 and pick{"step", "get_last_lr"}
-    local accept = {short, "step", dot}
-    text = dot and "sched." .. dot .. "()" or "opt.lr = " .. V.describe(v) .. "; sched:step()"
+    local dot_name = r == 5 and pick{"step", "get_last_lr"}
+    local accept = {short, "step", dot_name}
+    text = dot_name and "sched." .. dot_name .. "()" or "opt.lr = " .. V.describe(v) .. "; sched:step()"
     return self, n, {[0] = text}, {
-      desc = short .. "(...):" .. (dot and dot .. " with '.'" or "step after opt.lr = " .. V.describe(v)),
+      desc = short .. "(...):" .. (dot_name and dot_name .. " with '.'" or "step after opt.lr = " .. V.describe(v)),
       accept = accept,
       call = function(...)
         local s = f(...)
-        if dot then return s[dot]() end
+        if dot_name then return dot(dot_name)(s) end
         opt.lr = v
         return s:step()
       end,
       post_error = function(err)
         local why = C.internal(err, accept)
         if why then return text .. ": " .. why end
-        if not dot and not err:find("lr", 1, true) then return text .. ": the error does not name lr: " .. err end
+        if not dot_name and not err:find("lr", 1, true) then return text .. ": the error does not name lr: " .. err end
       end}
   end
   return self, n, {[0] = text}, {
@@ -199,15 +208,6 @@ function R.dotcall_applies(e)
   -- a tensor's or a module's method, in a quarter of the draws: the
   -- other rules and the valid calls keep the rest
   return (e.kind == "tensor" or e.kind == "module") and chance(0.25)
-end
-
--- obj.method(...), written so: Lua names the method in its messages as
--- it does at a script's line
-local DOT = {}
-local function dot(method)
-  DOT[method] = DOT[method] or assert(load("local obj = ...; return obj." .. method .. "(select(2, ...))",
-                                           "=(dot-call)"))
-  return DOT[method]
 end
 
 local function sorted_keys(t)
