@@ -13,7 +13,7 @@ local checkdim, checktensor, uniform = M.checkdim, M.checktensor, M.uniform
 
 -- an attention projection weight: (d_in, d_out) with Linear's init
 local function weight(m, name, d_in, d_out)
-  m:param(name, uniform(1 / math.sqrt(d_in), d_in, d_out))
+  m:param(name, uniform(1 / math.sqrt(d_in), d_in, d_out), true)
 end
 
 -- opts.bias: b_Q, b_K, b_V (and b_O) as well, with Linear's init, as

@@ -21,7 +21,7 @@ function Linear:init(d_in, d_out, opts)
     fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
   end
   self.d_in, self.d_out = d_in, d_out
-  self:param("W", uniform(bound, d_in, d_out, dt))
+  self:param("W", uniform(bound, d_in, d_out, dt), true)
   if flag(opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
 end
 
@@ -134,7 +134,7 @@ function Embedding:init(num, dim, opts)
   checkdim("Embedding", "embedding_dim", dim)
   local _, dt = opts_of("Embedding", opts, {"dtype"})
   self.num_embeddings, self.embedding_dim = num, dim
-  self:param("W", qkv.randn(num, dim):to(dt))
+  self:param("W", qkv.randn(num, dim):to(dt), true)
 end
 
 function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end

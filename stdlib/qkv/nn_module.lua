@@ -192,9 +192,33 @@ local function set_slot(self, k, v)
   rawset(self, k, v)
 end
 
+-- before a forward: every parameter and submodule it holds is a tensor or
+-- a module (m.b = 3 is an error naming b, not one of the op it reaches),
+-- and none the forward needs was removed (m.W = nil: Linear cannot do
+-- without its W, while m.b = nil is PyTorch's bias=False)
+local function check_slots(self, name)
+  own_params(self, name, "", {})
+  own_children(self, name, "", {})
+  for _, n in ipairs(rawget(self, "_needs")) do
+    if self[n] == nil then
+      local child = false
+      for _, c in ipairs(rawget(self, "_children")) do child = child or c == n end
+      fail(name, "'%s' is nil and its forward needs it: assign %s back", n, child and "a module" or "a tensor")
+    end
+  end
+end
+
+-- the results of a forward, once the module is out of it
+local function forward_done(self, name, ...)
+  rawset(self, "_running", nil)
+  return named(name, ...)
+end
+
 -- a class: its instances are callable and print like PyTorch's modules;
 -- errors in making one or in its forward name the class; a method called
--- with '.' (m.forward(x)) says so (qkv.methods)
+-- with '.' (m.forward(x)) says so (qkv.methods). A forward that reaches
+-- its own module again (a module inside itself: s[1] = s) is an error, not
+-- a stack overflow.
 local function class(name)
   local c = setmetatable({}, {__index = Module})
   c.__index = c
@@ -203,13 +227,20 @@ local function class(name)
   c.__call = function(self, ...) return self:forward(...) end
   c.__tostring = function(self) return self:repr("") end
   nn[name] = setmetatable(c, {__index = Module, __call = function(cls, ...)
-    local m = setmetatable({_params = {}, _children = {}, training = true}, cls)
+    local m = setmetatable({_params = {}, _children = {}, _needs = {}, training = true}, cls)
     named(name, pcall(m.init, m, ...))
     return m
   end, __newindex = function(cls, k, v)
     if k == "forward" then
       local f = v
-      v = function(self, ...) return named(name, pcall(f, self, ...)) end
+      v = function(self, ...)
+        check_slots(self, name)
+        if rawget(self, "_running") then
+          fail(name, "its forward reached the module again: a module cannot hold itself")
+        end
+        rawset(self, "_running", true)
+        return forward_done(self, name, pcall(f, self, ...))
+      end
     end
     if type(k) == "string" and k:sub(1, 1) ~= "_" and type(v) == "function" then
       v = methods.wrap(cls, k, v, "m", name)
@@ -219,9 +250,11 @@ local function class(name)
   return c
 end
 
--- register a tensor field, which requires grad (as nn.Parameter does)
-function Module:param(name, t)
+-- register a tensor field, which requires grad (as nn.Parameter does);
+-- needed: the forward cannot do without it (a weight, not a bias)
+function Module:param(name, t, needed)
   self._params[#self._params + 1] = name
+  if needed then self._needs[#self._needs + 1] = name end
   self[name] = t:requires_grad_()
   return t
 end
@@ -238,15 +271,16 @@ local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 -- float dtype, children too, as nn.Module.to does; returns the module. The
 -- parameters are new tensors (an optimizer made before says so at its step);
 -- a tensor held in two places gets one new tensor, in both.
-function Module:to(to)
+-- errors name fname, the method the script called (double, cuda, ...)
+local function convert(self, to, fname)
   local field = (to == "cpu" or to == "cuda") and "device" or FLOATS[to] and "dtype"
   if not field then
-    fail("to", "expected a device (\"cpu\", \"cuda\") or a float dtype, got %s", tostring(to))
+    fail(fname, "expected a device (\"cpu\", \"cuda\") or a float dtype, got %s", tostring(to))
   end
   local made = {}                        -- old tensor -> its new one
-  for _, e in ipairs(tree(self, "to")) do
+  for _, e in ipairs(tree(self, fname)) do
     local m = e[2]
-    for _, p in ipairs(own_params(m, "to", e[1], {})) do
+    for _, p in ipairs(own_params(m, fname, e[1], {})) do
       local t = p[2]
       if not made[t] and t[field] ~= to then made[t] = t:detach():to(to):requires_grad_() end
       if made[t] then rawset(m, p[3], made[t]) end
@@ -254,13 +288,16 @@ function Module:to(to)
   end
   return self
 end
-function Module:cuda() return self:to("cuda") end
-function Module:cpu() return self:to("cpu") end
-function Module:double() return self:to("float64") end
-function Module:float() return self:to("float32") end
+function Module:to(to) return convert(self, to, "to") end
+function Module:cuda() return convert(self, "cuda", "cuda") end
+function Module:cpu() return convert(self, "cpu", "cpu") end
+function Module:double() return convert(self, "float64", "double") end
+function Module:float() return convert(self, "float32", "float") end
 
+-- register a submodule, which the forward needs
 function Module:child(name, m)
   self._children[#self._children + 1] = name
+  self._needs[#self._needs + 1] = name
   self[name] = m
   return m
 end
@@ -363,14 +400,18 @@ end
 
 -- training mode (the default) or evaluation mode, for this module and its
 -- children, as PyTorch's train() / eval(); Dropout reads it
-function Module:train(mode)
-  if mode == nil then mode = true end
-  if type(mode) ~= "boolean" then fail("train", "mode must be a boolean, got %s", type(mode)) end
-  for _, e in ipairs(tree(self, "train")) do rawset(e[2], "training", mode) end
+local function set_mode(self, mode, fname)
+  for _, e in ipairs(tree(self, fname)) do rawset(e[2], "training", mode) end
   return self
 end
 
-function Module:eval() return self:train(false) end
+function Module:train(mode)
+  if mode == nil then mode = true end
+  if type(mode) ~= "boolean" then fail("train", "mode must be a boolean, got %s", type(mode)) end
+  return set_mode(self, mode, "train")
+end
+
+function Module:eval() return set_mode(self, false, "eval") end
 
 function Module:extra() return "" end
 

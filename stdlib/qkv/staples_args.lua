@@ -100,6 +100,9 @@ end
 
 local function tensor_arg(v, what)
   if not is_tensor(v) then fail("%s must be a tensor, got %s", what, type(v)) end
+  -- (one that local x <close> ended: "new_zeros: x is a closed tensor",
+  -- not index's "tensor was closed" from inside the function)
+  if not pcall(function() return v.ndim end) then fail("%s is a closed tensor", what) end
   return v
 end
 

@@ -336,11 +336,11 @@ TestFuzzRules = {}
 -- (required here, not at the top: a suite that cannot load is one failure)
 local function rules() return require "rules" end
 
--- issue 28's classes, each on a fake that breaks its rule
+-- the classes of issues 28 and 46, each on a fake that breaks its rule
 -- (tests/fuzz/fakes_rules.lua): a finding named with its class; with
 -- --rules none the same calls have none
 function TestFuzzRules:testFakesBreakingEachRule()
-  local cmd = "400 1 --only ^fake_rule --extra tests/fuzz/fakes_rules.lua"
+  local cmd = "3000 1 --only ^fake_rule --extra tests/fuzz/fakes_rules.lua"
   local out, code = fuzz(cmd)
   lu.assertEquals(code, 1)
   for _, want in ipairs{
@@ -351,12 +351,17 @@ function TestFuzzRules:testFakesBreakingEachRule()
       {"round", "convert: a float %-> int64 conversion changed a value"},
       {"crc", "crc: returned, but an npz whose bytes do not match its CRC"},
       {"nul", "nul: returned, but a tensor name in the header holds a NUL"},
-      {"sizes", "sizes: returned, but sizes %(.-%) whose nonzero product overflow"}} do
+      {"sizes", "sizes: returned, but sizes %(.-%) whose nonzero product overflow"},
+      {"shapes", "shapes: returned, but the unknown key '"},
+      {"modules", "modules: parameters%(%) lists a tensor twice"},
+      {"ddp", "ddp: ddp:[%w_]+%(%) "},
+      {"schedulers", "schedulers: returned, but "},
+      {"dotcall", "dotcall: message does not name '"}} do
     lu.assertStrMatches(out, ".*fake_rule%." .. want[1] .. "%)?: rule " .. want[2] .. ".*")
   end
   out = fuzz(cmd .. " --rules none")
   lu.assertNotStrContains(out, "rule ")
-  lu.assertStrContains(out, "fuzz: 400 calls, seed 1: ")
+  lu.assertStrContains(out, "fuzz: 3000 calls, seed 1: ")
   out, code = fuzz(cmd .. " --rules options,nope")
   lu.assertEquals(code, 2)
   lu.assertStrContains(out, "--rules: no class 'nope'")
@@ -385,7 +390,15 @@ function TestFuzzRules:testDrawsForTheRealFunctions()
                 duplicates = {"qkv.optim.SGD", "qkv.optim.Adam"}, grad = {"Tensor.__newindex"},
                 convert = {"Tensor:to", "Tensor:long", "Tensor:copy_", "qkv.tensor"},
                 crc = {"qkv.loadz"}, nul = {"qkv.load_safetensors", "qkv.save_safetensors"},
-                sizes = {"Tensor:view", "qkv.zeros", "qkv.heads", "qkv.gather", "Tensor:index_add_"}}
+                sizes = {"Tensor:view", "qkv.zeros", "qkv.heads", "qkv.gather", "Tensor:index_add_"},
+                shapes = {"qkv.zeros", "qkv.randint", "Tensor:new_zeros", "Tensor:view", "Tensor:flip",
+                          "qkv.norm", "Tensor:scatter", "Tensor:to"},
+                modules = {"Module:parameters", "Module:nparams", "Module:to", "Module:train",
+                           "Module:forward"},
+                ddp = {"qkv.dist.DDP"},
+                schedulers = {"qkv.optim.lr_scheduler.StepLR", "qkv.optim.lr_scheduler.SequentialLR"},
+                dotcall = {"qkv.optim.Adam", "qkv.optim.lr_scheduler.LinearLR", "qkv.dist.all_reduce",
+                           "Tensor:register_post_accumulate_grad_hook", "qkv.wordpiece.load"}}
   local byname = {}
   for _, e in ipairs(list) do byname[e.name] = e end
   for class, names in pairs(want) do

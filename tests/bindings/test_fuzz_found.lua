@@ -275,4 +275,21 @@ function TestFuzzFound:testPlotOptionsAreReadOnce()
   lu.assertEquals(reads, 1)
 end
 
+-- issue 46's dotcall rule: x.new_empty(y, {}) with y closed (as
+-- y:new_empty{} is) raised "new_empty: bad argument #1 to 'index' (tensor
+-- was closed)", an error of an op the script did not call, and so did
+-- x.roll(y, 1) (seed 11, call 311093); the staples written in Lua now say
+-- which argument is closed
+function TestFuzzFound:testClosedTensorsToTheStaples()
+  local x, y = qkv.ones(2), qkv.ones(2)
+  getmetatable(x).__close(x)
+  fails({"new_empty: x is a closed tensor"}, y.new_empty, x, {})
+  fails({"new_zeros: x is a closed tensor"}, y.new_zeros, x, 2)
+  fails({"new_full: x is a closed tensor"}, y.new_full, x, {2}, 1)
+  fails({"zeros_like: x is a closed tensor"}, qkv.zeros_like, x)
+  fails({"flip: x is a closed tensor"}, qkv.flip, x, 1)
+  fails({"roll: x is a closed tensor"}, y.roll, x, 1)
+  fails({"allclose: a is a closed tensor"}, qkv.allclose, x, y)
+end
+
 os.exit(lu.LuaUnit.run(), true)

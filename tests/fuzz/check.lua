@@ -3,6 +3,8 @@
 --   C.setup(qkv)
 --   C.outcome(entry, accept, given, ok, ...) -> "ok" | "error" | "fail"
 --                                    or "finding", what is wrong
+--   C.internal(err, accept)          why an error is one from inside the
+--                                    library, or nil (the rules' check)
 -- where ok, ... is what pcall returned, accept the names the error may
 -- give and given the arguments. An error must be a non-empty string naming the function (one of
 -- accept, as a whole word); qkv.test's LuaUnit failures and skips are
@@ -56,6 +58,24 @@ function C.check_error(accept, err, luaunit)
     return "message does not name '" .. accept[1] .. "': " .. err
   end
   return nil, "error"
+end
+
+-- what shows that error err came from inside the library rather than
+-- from its checks, or nil: a position in the library's own files (not the
+-- caller's line), an error of Lua's own ("attempt to index a nil value",
+-- "stack overflow"), or a bad argument to an op the caller did not call
+-- (none of accept)
+function C.internal(err, accept)
+  if type(err) ~= "string" then return nil end
+  local pos = err:match("(stdlib/qkv/[%w_/]+%.lua:%d+):") or err:match("(qkv/[%w_]+%.lua:%d+):")
+  if pos then return "raised inside the library (" .. pos .. "): " .. err end
+  local lua = err:match("attempt to %a+ [^\n]*") or err:match("[%w ]*stack overflow")
+  if lua then return "an error of Lua's from inside the library (" .. lua .. "): " .. err end
+  local op = err:match("bad argument #%d+ to '([^']*)'")
+  if op and not names(op:match("([%w_]+)$") or op, accept) then
+    return "an error of an op it calls ('" .. op .. "'): " .. err
+  end
+  return nil
 end
 
 -- what is wrong with tensor x, or nil

@@ -59,4 +59,44 @@ return {
   -- sizes whose product overflows taken for an empty tensor
   {name = "fake_rule.sizes", as = "qkv.zeros", params = {{name = "d1"}, {name = "d2"}, {name = "..."}},
    fn = function() return qkv.zeros(0) end},
+  -- a shape table's items read, its keys (dtype, size, dtpye) left unread
+  {name = "fake_rule.shapes", as = "qkv.ones", params = {{name = "d1"}, {name = "d2"}, {name = "..."}},
+   fn = function(t)
+     local s = {}
+     if type(t) == "table" then for i = 1, rawlen(t) do s[i] = rawget(t, i) end end
+     local ok, x = pcall(qkv.ones, s)
+     return ok and x or qkv.ones(0)
+   end},
+  -- parameters() listing a tensor twice
+  {name = "fake_rule.modules", as = "Module:parameters", kind = "module", method = "parameters", params = {},
+   accept = {"parameters"},
+   fn = function(m)
+     local l = m:parameters()
+     if #l > 0 then l[#l + 1] = {"again", l[1][2]} end
+     return l
+   end},
+  -- a wrapper that holds the module but not as its child: eval, to and
+  -- parameters do not reach it
+  {name = "fake_rule.ddp", as = "qkv.dist.DDP", params = {{name = "module"}}, accept = {"DDP"},
+   fn = function(m)
+     local w = qkv.nn.Identity()
+     rawset(w, "module", m)
+     return w
+   end},
+  -- a scheduler that takes any option and value, and methods called with '.'
+  {name = "fake_rule.schedulers", as = "qkv.optim.lr_scheduler.StepLR",
+   params = {{name = "opt"}, {name = "step_size"}, {name = "opts", opt = true}}, accept = {"StepLR"},
+   fn = function(opt)
+     return {step = function() end, get_last_lr = function() return {opt.lr} end}
+   end},
+  -- a hook handle whose remove() indexes its self: remove with '.' is
+  -- "attempt to index a nil value"
+  {name = "fake_rule.dotcall", as = "Tensor:register_post_accumulate_grad_hook", kind = "tensor",
+   method = "register_post_accumulate_grad_hook", params = {{name = "fn"}},
+   accept = {"register_post_accumulate_grad_hook"},
+   fn = function(x, fn)
+     local h = {hooks = {fn}}
+     function h.remove(self) self.hooks[1] = nil end
+     return h
+   end},
 }

@@ -43,7 +43,8 @@
 --                 default; --hostile-libs is accepted for older commands)
 --   --rules LIST  which classes of tests/fuzz/rules.lua to draw: names
 --                 separated by commas (options,duplicates,grad,convert,
---                 crc,nul,sizes), "all" (the default) or "none"
+--                 crc,nul,sizes,shapes,modules,ddp,schedulers,
+--                 dotcall), "all" (the default) or "none"
 
 local qkv = qkv or require "qkv"
 local HERE = arg[0]:match("^(.*)/[^/]*$") or "."
@@ -350,13 +351,13 @@ local function make_call(e, F)
     local i = random(n + 1)
     args[i] = V.any()
     if i > n then n = i end
-    marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
+    marks = {}; H.drop_rule()
   end
   -- an operator has a tensor on one side: first, or second (2 * x)
   if e.kind == "meta" then
     if not qkv.is_tensor(args[1]) then
       args[1] = V.tensor()
-      marks, H.post, H.post_error, H.rule = {}, nil, nil, nil
+      marks = {}; H.drop_rule()
     end
     if e.binary and random() < 0.3 then args[1], args[2] = args[2], args[1]; marks = {} end
     n = math.max(n, e.binary and 2 or 1)
@@ -368,6 +369,7 @@ end
 -- pcall calls the function itself, as pcall(qkv.softmax, x) does: then
 -- no call site names it, and its messages must find its name themselves
 local function invoke(e, self, args, n)
+  if H.call then return pcall(H.call, table.unpack(args, 1, n)) end   -- a rule's own
   if e.kind == "tensor" then return pcall(e.fn, self, table.unpack(args, 1, n)) end
   if e.kind == "module" then return pcall(self[e.method], self, table.unpack(args, 1, n)) end
   return pcall(e.fn, table.unpack(args, 1, n))
@@ -377,7 +379,9 @@ local function describe(e, self, args, n)
   local parts = {}
   for i = 1, n do parts[i] = V.describe(args[i]) end
   local call = e.name .. "(" .. table.concat(parts, ", ") .. ")"
-  if e.kind == "tensor" or e.kind == "module" then
+  if H.desc then
+    call = e.name .. " drawn as " .. H.desc .. "(" .. table.concat(parts, ", ") .. ")"
+  elseif e.kind == "tensor" or e.kind == "module" then
     call = V.describe(self) .. " :" .. e.method .. "(" .. table.concat(parts, ", ") .. ")"
     call = e.name .. " on " .. call
   end
@@ -387,6 +391,7 @@ end
 -- the names an error of this call may give: the function's, and for a
 -- module's method its class too
 local function accept_for(e, self)
+  if H.accept then return H.accept end
   if e.kind ~= "module" then return e.accept end
   local a = {table.unpack(e.accept)}
   local mt = getmetatable(self)
@@ -487,9 +492,11 @@ local function child(o)
       local given = {self, table.unpack(args, 1, n)}
       kind, why = C.outcome(e, accept_for(e, self), given, table.unpack(res, 1, res.n))
       kind, why = C.judge(kind, why, res[1], res[2], H.allowed(), select(2, next(marks)))
-      local w
-      if kind == "ok" and H.post then w = H.post(table.unpack(res, 2, res.n))
-      elseif kind == "error" and H.post_error then w = H.post_error(res[2]) end
+      -- (a check that raises is a finding, not the child's end)
+      local okw, w = true, nil
+      if kind == "ok" and H.post then okw, w = pcall(H.post, table.unpack(res, 2, res.n))
+      elseif kind == "error" and H.post_error then okw, w = pcall(H.post_error, res[2]) end
+      if not okw then w = "checking the outcome raised: " .. tostring(w) end
       if w then kind, why = "finding", w end
       if kind == "finding" and H.rule then why = "rule " .. H.rule .. ": " .. why end
       if o.replay then
@@ -507,7 +514,8 @@ local function child(o)
         say(kind, ": ", why or (res[1] and "" or tostring(res[2])), "\n")
         if not res[1] then        -- where it was raised
           local f, a, m = e.fn, args, n
-          if e.kind == "module" or e.kind == "tensor" then
+          if H.call then f = H.call
+          elseif e.kind == "module" or e.kind == "tensor" then
             f, a, m = e.fn or self[e.method], {self, table.unpack(args, 1, n)}, n + 1
           end
           -- made again: a proxy's answers may differ, and the call succeed

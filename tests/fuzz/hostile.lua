@@ -20,6 +20,10 @@
 --   H.post(...), H.post_error(err)  after the call returned (its results)
 --                          or raised: what is wrong, or nil; either may be nil
 --   H.rule                 the rules.lua class the call was drawn for, or nil
+--   H.call, H.accept, H.desc  a rule's own call in place of the entry's
+--                          (pcall(H.call, args...)), the names its error
+--                          may give, the text that shows it (or nil)
+--   H.drop_rule()          forgets the rule's hooks (an argument replaced)
 --   H.describe(v)          a short text for a proxy, or nil
 --
 -- Every choice is drawn when a value is made, none while the call runs, so
@@ -428,6 +432,7 @@ function H.rewrite(e, self, args, n, names)
     if class then
       self, n, marks, H.rule = s, m, mk, class
       H.post, H.post_error = hooks.post, hooks.post_error
+      H.call, H.accept, H.desc = hooks.call, hooks.accept, hooks.desc
       for _, a in ipairs(hooks.allow or {}) do allowed[#allowed + 1] = a end
     end
   end
@@ -454,6 +459,10 @@ end
 
 function H.allowed() return allowed end
 
+function H.drop_rule()
+  H.post, H.post_error, H.rule, H.call, H.accept, H.desc = nil, nil, nil, nil, nil, nil
+end
+
 -- the functions written in Lua: they read user tables once and raw, as
 -- the bindings do, and get proxies and cyclic tables unless the run says
 -- --tame-libs
@@ -461,7 +470,8 @@ local LIBRARIES = {"^qkv%.plot%.", "^qkv%.nn%.", "^Module:", "^qkv%.test%.", "^q
 
 -- before each call of entry e: its proxies (V.any's too) count from here
 function H.begin(e)
-  allowed, H.post, H.post_error, H.rule, tame = {}, nil, nil, nil, false
+  allowed, tame = {}, false
+  H.drop_rule()
   if hostile_libs then return end
   for _, pat in ipairs(LIBRARIES) do
     if e.name:match(pat) then tame = true end

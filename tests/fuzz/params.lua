@@ -293,6 +293,40 @@ PARAMS.d2 = PARAMS.dim
 PARAMS.m1 = function() return P.module(P.family()) end
 PARAMS.m2 = PARAMS.m1
 
+-- the optimizers' and schedulers' (their calls got past no check without
+-- them): parameters as a list of tensors, a module or its pairs; an
+-- optimizer; the schedulers' counts, lambda and list of the optimizer's
+local function leaf(F) return ftensor(F, {F.n, F.d}):detach():requires_grad_() end
+PARAMS.params = function(F)
+  local r = random(3)
+  if r == 1 then
+    local l = {}
+    for i = 1, random(1, 3) do l[i] = leaf(F) end
+    return l
+  end
+  local m = P.module(F)
+  return r == 2 and m or m:parameters()
+end
+PARAMS.opt = function(F)
+  local ok, o = pcall(function() return qkv.optim.SGD({leaf(F)}, {lr = pick{0.1, 1e-3}}) end)
+  return ok and o or V.any(1)
+end
+PARAMS.step_size = function() return pick{1, 2, 3} end
+PARAMS.T_max = function() return pick{1, 5, 10} end
+PARAMS.lr_lambda = function() return pick{function(e) return 0.9 ^ e end, function() return 1 end} end
+PARAMS.schedulers = function(_, _, _, args)
+  local ok, l = pcall(function()
+    local S = qkv.optim.lr_scheduler
+    return {S.StepLR(args[1], 2), S.LinearLR(args[1])}
+  end)
+  return ok and l or V.any(1)
+end
+PARAMS.milestones = function() return {pick{1, 2, 4}} end
+PARAMS.max_norm = function() return pick{1, 0.5, 10} end
+PARAMS.norm_type = function() return pick{2, 1, math.huge} end
+PARAMS.mode = function() return chance(0.5) end
+PARAMS.device_or_dtype = function() return pick{"float64", "float32", "cpu"} end
+
 function P.param(name, F, fname, self, args)
   local g = PARAMS[name]
   if g == nil then return V.any(1) end

@@ -16,6 +16,13 @@
 --   sizes       shapes whose nonzero sizes overflow int64 (view, reshape,
 --               expand, zeros, full, heads) and indices at the int64 limits
 --               (gather, index_select, embedding, scatter_add_, index_add_)
+--   shapes      a key of a shape or options table that is a keyword
+--               (dtype, size, dims, reduce, ...) or not one: understood
+--               (rules_shapes.lua)
+--   modules     a module changed by assignment, then a method of it
+--   ddp         qkv.dist.DDP's wrapper in a world of one (rules_modules.lua)
+--   schedulers  the lr schedulers' bad options, values and optimizers
+--   dotcall     a method called with '.' (rules_calls.lua)
 -- (rules_data.lua draws convert, crc, nul and sizes, and writes their files)
 --
 --   S.setup(qkv, plot_spec, enabled)  enabled: class name -> true
@@ -24,7 +31,9 @@
 --       hostile.lua's ({[i] = why a success is wrong}); hooks.post(),
 --       hooks.post_error(err) say what is wrong after a success or an
 --       error (or nil); hooks.allow: texts an error may hold in place of
---       the function's name
+--       the function's name; hooks.call: a function called with the
+--       arguments in place of the entry (the rule's own call), with
+--       hooks.accept the names its error may give and hooks.desc its text
 --   S.CLASSES              the class names, in order
 --   S.OPTIONS              function name -> {keys = the options it knows}
 --   S.misspell(key, known) a key one letter off, not in the set known
@@ -36,6 +45,9 @@
 local V = require "values"
 local P = require "params"
 local D = require "rules_data"
+local RS = require "rules_shapes"
+local RM = require "rules_modules"
+local RC = require "rules_calls"
 
 local S = {}
 
@@ -44,7 +56,8 @@ local random = math.random
 local pick, chance = V.pick, V.chance
 local enabled = {}
 
-S.CLASSES = {"options", "duplicates", "grad", "convert", "crc", "nul", "sizes"}
+S.CLASSES = {"options", "duplicates", "grad", "convert", "crc", "nul", "sizes",
+             "shapes", "modules", "ddp", "schedulers", "dotcall"}
 
 -- a float tensor that requires grad
 local function param(shape)
@@ -390,6 +403,11 @@ local CLASS = {
   crc = {applies = function(e) return e.name == "qkv.loadz" end, draw = D.crc},
   nul = {applies = D.nul_applies, draw = D.nul},
   sizes = {applies = D.sizes_applies, draw = D.sizes},
+  shapes = {applies = RS.shapes_applies, draw = RS.shapes},
+  modules = {applies = RM.modules_applies, draw = RM.modules},
+  ddp = {applies = RM.ddp_applies, draw = RM.ddp},
+  schedulers = {applies = RC.schedulers_applies, draw = RC.schedulers},
+  dotcall = {applies = RC.dotcall_applies, draw = RC.dotcall},
 }
 
 function S.rewrite(e, self, args, n, names)
@@ -409,6 +427,9 @@ end
 function S.setup(q, plot_spec, on)
   qkv, enabled = q, on or {}
   D.setup(q)
+  RS.setup(q)
+  RM.setup(q)
+  RC.setup(q)
   for kind, lists in pairs(plot_spec and plot_spec.OPTIONS or {}) do
     local keys = {}
     for _, list in ipairs(lists) do for _, k in ipairs(list) do keys[#keys + 1] = k end end

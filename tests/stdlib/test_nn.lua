@@ -438,8 +438,28 @@ function TestSharing:testAModuleInsideItselfIsAnError()
   fails("train: " .. msg, m.train, m, false)
   fails("state_dict: " .. msg, m.state_dict, m)
   fails(msg, tostring, m)
+  -- each method names itself, not the one it goes through (was "to:",
+  -- "train:" for double, eval; the API fuzzer's modules rule)
+  for _, name in ipairs{"double", "float", "cpu", "eval"} do fails(name .. ": " .. msg, m[name], m) end
   lin.back = nil
   lu.assertEquals(#m:parameters(), 2)
+end
+
+-- a forward that reaches its own module again (s[1] = s, a layer put in
+-- its own place) is an error naming the module, not "C stack overflow";
+-- put right, the module runs again
+function TestSharing:testAForwardInsideItselfIsAnError()
+  local s = nn.Sequential(nn.Linear(2, 2))
+  s[1] = s
+  fails("Sequential: its forward reached the module again: a module cannot hold itself", s, rt{2})
+  s[1] = nn.Identity()
+  lu.assertEquals(s(qkv.tensor{1, 2}):tolist(), {1, 2})
+  local t = nn.TransformerEncoderLayer(4, 2, {dropout = 0})
+  local ff = t.linear1
+  t.linear1 = t
+  fails("TransformerEncoderLayer: its forward reached the module again", t, rt{3, 4})
+  t.linear1 = ff
+  lu.assertEquals(t(rt{3, 4}).shape, qkv.zeros(3, 4).shape)
 end
 
 ---------------------------------------------------------------- slots
@@ -478,6 +498,34 @@ function TestSlots:testABiasSetToNil()
   fails("parameters: 'W' is a string, not a tensor: a parameter is a tensor, or nil to remove it",
         m.parameters, m)
   fails("nparams: 'W' is a string", m.nparams, m)
+  fails("Linear: 'W' is a string, not a tensor: a parameter is a tensor, or nil to remove it", m, x:float())
+end
+
+-- the forward checks what the module holds before it runs: a parameter
+-- that is not a tensor and a weight or a submodule removed are errors
+-- naming them (they were "bad argument #2 to 'qkv.project'" or "attempt to
+-- index a nil value" from inside the layer); a removed bias is bias=False
+function TestSlots:testTheForwardChecksWhatItHolds()
+  local m = nn.Linear(3, 2)
+  m.W = nil
+  fails("Linear: 'W' is nil and its forward needs it: assign a tensor back", m, rt{1, 3})
+  m.W = qkv.ones(3, 2):requires_grad_()
+  m.b = "x"
+  fails("Linear: 'b' is a string, not a tensor", m, rt{1, 3})
+  m.b = nil
+  lu.assertEquals(m(qkv.ones(1, 3)):tolist(), {{3, 3}})
+  local ln = nn.LayerNorm(4)
+  ln.b = 3
+  fails("LayerNorm: 'b' is a number, not a tensor", ln, rt{2, 4})
+  local mha = nn.MultiHeadAttention(4, 2)
+  mha.W_V = nil
+  fails("MultiHeadAttention: 'W_V' is nil and its forward needs it", mha, rt{3, 4})
+  local e = nn.Embedding(5, 2)
+  e.W = nil
+  fails("Embedding: 'W' is nil", e, qkv.tensor({1, 2}, "int64"))
+  local a = nn.TokenAligner(4, 3)
+  a.proj = nil
+  fails("TokenAligner: 'proj' is nil and its forward needs it: assign a module back", a, rt{2, 4})
 end
 
 -- a submodule set to nil is gone (PyTorch's m.proj = None); a module
@@ -488,7 +536,7 @@ function TestSlots:testSubmodulesSetAndRemoved()
   lu.assertEquals(a:nparams(), 0)
   lu.assertEquals(tostring(a), "TokenAligner(d_vision=4, d_text=3, method=linear)")
   lu.assertIs(a:double(), a)
-  fails("TokenAligner:", a, qkv.ones(2, 4))      -- an error, naming the module
+  fails("TokenAligner: 'proj' is nil", a, qkv.ones(2, 4))      -- an error, naming the module
   fails("TokenAligner: 'proj' is a submodule: assign a module, or nil to remove it, got table",
         function() a.proj = {} end)
   a.proj = nn.Linear(4, 3)

@@ -229,6 +229,19 @@ function TestOptions:testUnknownOptionsAreRefused()
   fails({"grid: panel 1: heatmap: unknown option 'width'"}, plot.grid, {{W3, {width = 80}}})
   fails({"heatmap: unknown option 'anotate' (did you mean 'annotate'?)"}, plot.heatmap, W3, {anotate = true})
   fails({"hist: unknown option 'bns' (did you mean 'bins'?)"}, plot.hist, {1, 2}, {bns = 3})
+  -- a scatter series takes {points, label=, color=, names=}: another key
+  -- was ignored (a legend without its label)
+  fails({"scatter: series 1: unknown key 'lable' (did you mean 'label'?)"}, plot.scatter,
+    {{{{0, 0}, {1, 1}}, lable = "a"}})
+  fails({"scatter: series 2: unknown key 'colour'"}, plot.scatter,
+    {{{{0, 0}}}, {points = {{1, 1}}, colour = "#ff0000"}})
+  fails({"scatter: series 1 gives its points twice"}, plot.scatter, {{{{0, 0}}, points = {{1, 1}}}})
+  -- seed 11 call 379234 (issue 46's runs): a table of the library, which
+  -- refuses a name it lacks, as a series or a panel's options raised
+  -- "qkv.nn has no class or function 'points'", naming neither scatter nor
+  -- grid; user tables are read raw
+  fails({"scatter: series 1: unknown key '"}, plot.scatter, {qkv.nn})
+  fails({"grid: panel 1: heatmap: unknown option '"}, plot.grid, {{W3, qkv.nn}})
   -- a path with a NUL byte would write the part before it
   fails({"heatmap: file", "has a NUL byte"}, plot.heatmap, W3, {file = tmp("a\0b.png")})
   lu.assertNil(io.open(tmp("a"), "r"))

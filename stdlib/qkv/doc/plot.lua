@@ -55,8 +55,8 @@ file. In the terminal each character holds two pixel rows. ]] .. WHERE},
 
   {name = "qkv.plot.scatter", sig = "qkv.plot.scatter(series [, opts])", group = "figures",
    doc = [[Plots 2-D points. series is a list of {points, label=, color=,
-names={...}}, where points is an (n, 2) tensor or a list of {x, y}; one
-bare list of points works too. opts: title, xlabel, ylabel and file.
+names={...}} (another key is an error), where points is an (n, 2) tensor
+or a list of {x, y}; one bare list of points works too. opts: title, xlabel, ylabel and file.
 ]] .. WHERE .. [[A PNG's layout has points[s][i] = {x=, y=}, the pixel of
 each point.]]},
 

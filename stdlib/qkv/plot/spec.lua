@@ -248,27 +248,55 @@ local function points(fname, i, p)
   return v
 end
 
--- a list of series, or one bare list of points / (n, 2) tensor
+-- a list of series, or one bare list of points / (n, 2) tensor, read raw
+-- (no metamethod of the user's tables runs; a library table such as
+-- qkv.nn, which refuses a name it lacks, is a table without series)
 local function serieslist(fname, series)
   if util.is_tensor(series) then return {{series}} end
-  if type(series) ~= "table" or #series == 0 then
+  local n = type(series) == "table" and rawlen(series) or 0
+  if n == 0 then
     fail("%s: series must be a non-empty list of {points, label=, color=, names=}, got %s",
       fname, type(series) == "table" and "an empty table" or "a " .. type(series))
   end
-  local first = series[1]
-  if type(first) == "table" and not util.is_tensor(first) and type(first[1]) == "number" then
+  local first = rawget(series, 1)
+  if type(first) == "table" and not util.is_tensor(first) and type(rawget(first, 1)) == "number" then
     return {{series}}
   end
-  return series
+  local list = {}
+  for i = 1, n do list[i] = rawget(series, i) end
+  return list
+end
+
+-- series i, {points, label=, color=, names=} (or {points = ...}), copied
+-- raw; any other key is an error naming the nearest, as an option's is
+local SERIES_KEYS = {"points", "label", "color", "names"}
+local function series_entry(fname, i, e)
+  if type(e) ~= "table" or util.is_tensor(e) then
+    fail("%s: series %d must be a table {points, label=, color=, names=}, got a %s",
+      fname, i, util.is_tensor(e) and "tensor" or type(e))
+  end
+  local t = {}
+  for k, v in next, e do
+    local known = k == 1
+    for _, n in ipairs(SERIES_KEYS) do known = known or k == n end
+    if not known then
+      local near = type(k) == "string" and require("qkv")._nearest(k, SERIES_KEYS)
+      fail("%s: series %d: unknown key '%s'%s (it takes {points, label=, color=, names=})", fname, i,
+        tostring(k), near and " (did you mean '" .. near .. "'?)" or "")
+    end
+    t[k] = v
+  end
+  if t[1] ~= nil and t.points ~= nil then
+    fail("%s: series %d gives its points twice, as its item and as points", fname, i)
+  end
+  return t
 end
 
 function S.scatter(fname, series, opts)
   local s = common(fname, opts, {kind = "scatter", series = {}})
-  for i, e in ipairs(serieslist(fname, series)) do
-    if type(e) ~= "table" or util.is_tensor(e) then
-      fail("%s: series %d must be a table {points, label=, color=, names=}, got a %s",
-        fname, i, util.is_tensor(e) and "tensor" or type(e))
-    end
+  local list = serieslist(fname, series)
+  for i = 1, #list do
+    local e = series_entry(fname, i, list[i])
     local pts = points(fname, i, e[1] or e.points)
     local names = util.labels(fname, "series " .. i .. " names", e.names, #pts,
       string.format("it has %d points", #pts))
@@ -289,14 +317,14 @@ function S.panel(i, p)
     fail("grid: panel %d must be a table {w, opts}, got a %s", i,
       util.is_tensor(p) and "tensor" or type(p))
   end
-  local opts = p[2] or {}
+  local opts = rawget(p, 2) or {}         -- read raw, as every user table
   if type(opts) ~= "table" then
     fail("grid: panel %d opts must be a table, got a %s", i, type(opts))
   end
-  if opts.file ~= nil then
+  if rawget(opts, "file") ~= nil then
     fail("grid: panel %d has a file; give the file to grid", i)
   end
-  local kind = opts.kind or "heatmap"
+  local kind = rawget(opts, "kind") or "heatmap"
   if kind ~= "heatmap" and kind ~= "image" and kind ~= "hist" and kind ~= "scatter"
      and kind ~= "line" then
     fail("grid: panel %d has unknown kind '%s' (heatmap, hist, image, line, scatter)", i,
@@ -305,7 +333,7 @@ function S.panel(i, p)
   local fname = "grid: panel " .. i .. ": " .. kind
   opts = S.checkkeys(fname, opts, kind, true)
   opts.kind = kind
-  return S[kind](fname, p[1], opts, true)
+  return S[kind](fname, rawget(p, 1), opts, true)
 end
 
 return S
