@@ -1,6 +1,12 @@
 # qkv -- build, install, test.  `make run` and `make test` set up a fresh
 # Debian machine themselves: `deps` installs what is missing with apt-get.
 
+# parallel by default, a job per core; `make -j1` builds one unit at a time
+# (recipes that need an order run their steps as sub-makes, one after another)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 PREFIX ?= /usr/local
 CC ?= gcc
 CFLAGS ?= -O2

@@ -13,10 +13,11 @@
 
 #include <lua.h>
 #include <lauxlib.h>
-#include <lualib.h>
 
 #include "../core/qkv.h"
 #include "cli.h"
+#include "linit.h"
+#include "searcher.h"
 
 const char *cli_progname = "qkv";
 
@@ -167,9 +168,7 @@ static int initstate (lua_State *L) {
     lua_pushboolean(L, 1);
     lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   }
-  luaL_openlibs(L);
-  luaL_requiref(L, "qkv", luaopen_qkv, 1);
-  lua_pop(L, 1);
+  cli_openlibs(L);
   lua_register(L, "help", help);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(L, preload_luaunit);

@@ -11,14 +11,6 @@
 
 #include <lua.h>
 
-/*
-** The module the executable embeds (bindings/lqkv.c), declared here as
-** lualib.h declares luaopen_base: the executable stands above the
-** bindings, and declaring their one entry point here rather than
-** including bindings/lqkv.h keeps every include of vm/ inside vm/.
-*/
-LUALIB_API int luaopen_qkv (lua_State *L);
-
 extern const char *cli_progname;
 
 /* the executable's full path into exe (size bytes) from /proc/self/exe;
@@ -29,10 +21,6 @@ int cli_exepath (char *exe, size_t size);
    searcher for qkv's own modules; noenv: lua's -E (LUA_PATH and LUA_CPATH
    ignored); NULL (after a message) on failure */
 lua_State *cli_newstate (int noenv);
-
-/* puts the searcher for qkv's own modules (searcher.c), which looks
-   beside exe (the executable's full path), second in package.searchers */
-void cli_searcher (lua_State *L, const char *exe);
 
 /* calls the function below `nargs` arguments with a traceback handler;
    Ctrl-C while it runs raises "interrupted!" (a second one kills) */

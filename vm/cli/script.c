@@ -183,7 +183,7 @@ static int suite_end (lua_State *L, const char *fname) {
 /*
 ** --device cuda: new tensors go to the GPU, which must be usable.  The
 ** module's own qkv.set_default_device sets it, so that the executable
-** needs nothing of the bindings' C side but luaopen_qkv (cli.h).
+** needs nothing of the bindings' C side but the opener (linit.c).
 */
 static int rundevice (lua_State *L, const char *dev) {
   char why[600];

@@ -21,7 +21,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "cli.h"
+#include "searcher.h"
 
 /* the upvalues: the executable's folder, the folder above it, loadlib */
 #define BINDIR lua_upvalueindex(1)
