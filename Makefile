@@ -371,6 +371,10 @@ BUNDLE_SYSTEM := linux-vdso|ld-linux|/libc\.so|/libm\.so|/libdl\.so|/libpthread|
 # a block's threads as fibers switched at barriers and warp operations),
 # and the cross-backend suite run on them, threads in two orders
 SIM_SO := $(BUILD)/simcuda.so
+# the cross-backend suite's parts, a topic each (tests/backends/cuda/):
+# test-cudasim runs every one (tests/tools/passes.sh), and so does
+# tests/tools/gpu_check.sh on a GPU, from the working tree it travels with
+CUDA_SUITE := $(sort $(wildcard tests/backends/cuda/test_*.lua))
 $(SIM_SO): $(CUDA_SRC) $(wildcard vm/cuda/*.cuh) $(wildcard vm/common/*.h) \
   $(wildcard tests/tools/cudasim/*) vm/core/qkv.h vm/core/backend.h vm/core/half.h \
   vm/dispatch/plugin.h
@@ -415,6 +419,8 @@ gpu-bundle: all $(SIM_SO)
 	cp -L $$blas $(GPU_BUNDLE)/bin/libopenblas.so.0
 	tar -C $(BUILD) -cJf $(GPU_BUNDLE).tar.xz gpu
 	@echo "gpu-bundle: $(GPU_BUNDLE)/bin/qkv, packed as $(GPU_BUNDLE).tar.xz ($$(du -h $(GPU_BUNDLE).tar.xz | cut -f1))"
+	@echo "gpu-bundle: the cross-backend suite's $(words $(CUDA_SUITE)) parts, which gpu_check.sh runs from the working tree:"
+	@echo "    $(notdir $(CUDA_SUITE))"
 
 # the whole GPU check (tests/tools/gpu_check.sh) made ready to travel: the
 # bundle, and the one command to run on the GPU machine with it (the device

@@ -2,7 +2,7 @@
 -- PyTorch's printing rules (docs/tensors.md: "Printing follows PyTorch").
 local lu = require "luaunit"
 -- print formats of CPU tensors (a GPU tensor's, with device='cuda', is
--- checked in test_cuda.lua), also under `qkv test --device cuda`
+-- checked in backends/cuda/test_copy.lua), also under `qkv test --device cuda`
 qkv.set_default_device("cpu")
 
 local inf, nan = math.huge, 0 / 0

@@ -8,7 +8,7 @@
 -- QKV_MEMORY_LOOP (make test-asan sets it) shrinks the loop of temporaries.
 local lu = require "luaunit"
 -- host memory (tensors inside Lua objects, the RAM limit and its
--- collect-and-retry): the GPU's caching allocator is test_cuda.lua's, so
+-- collect-and-retry): the GPU's caching allocator is cuda/test_device.lua's, so
 -- this suite stays on the CPU under `qkv test --device cuda`
 qkv.set_default_device("cpu")
 

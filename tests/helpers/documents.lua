@@ -1,6 +1,6 @@
 -- documents.lua: the documents whose examples and calls the suites check,
 -- README.md and every chapter in docs/ (test_readme.lua, test_doc.lua,
--- test_make.lua; run_block for the GPU's blocks, test_cuda.lua and
+-- test_make.lua; run_block for the GPU's blocks, cuda/test_device.lua and
 -- test_cudnn.lua). The chapters are found by listing docs/, so a new one
 -- is checked without being named anywhere.
 local M = {}

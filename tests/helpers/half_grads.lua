@@ -1,4 +1,4 @@
--- half_grads.lua: the check test_cuda.lua and test_cudnn.lua make of
+-- half_grads.lua: the check cuda/test_attention.lua and test_cudnn.lua make of
 -- half-precision attention gradients on the GPU: each of dQ, dK, dV in the
 -- inputs' dtype on the GPU, its relative error against float64 within k
 -- times the CPU's own on the same inputs.

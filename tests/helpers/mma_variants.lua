@@ -1,6 +1,6 @@
 -- mma_variants.lua: the tensor-core attention (vm/cuda/attention_mma.cu)
 -- under the one QKV_CUDA_MMA_VARIANT this process was started with;
--- tests/backends/test_cuda.lua runs it once for each variant:
+-- tests/backends/cuda/test_attention.lua runs it once for each variant:
 --
 --   QKV_CUDA_MMA_VARIANT=r32k64 build/qkv tests/helpers/mma_variants.lua
 --

@@ -5,7 +5,7 @@
 ** `qkv test --device cuda tests/` exercise everything between the scripts
 ** and the backend table (moves, the default device, numbers lifted to the
 ** device, host copies for printing, mixed-device errors) where CI runs.
-** It proves nothing about the CUDA kernels themselves: tests/backends/test_cuda.lua
+** It proves nothing about the CUDA kernels themselves: tests/backends/cuda/
 ** skips its comparisons when it sees this device's name.
 */
 #define _POSIX_C_SOURCE 200809L

@@ -8,8 +8,8 @@
 #   1-env.log        nvidia-smi, driver, toolkit, the plugin's libraries,
 #                    the PyTorch there and its cuDNN (tests/tools/gpu_probe.py),
 #                    and whether qkv's cuDNN path loads it
-#   2-cuda.log       the cross-backend suite and cuDNN's
-#                    (tests/backends/test_cuda.lua, test_cudnn.lua),
+#   2-cuda.log       the cross-backend suite, every part, and cuDNN's
+#                    (tests/backends/cuda/, test_cudnn.lua),
 #                    CUDA_LAUNCH_BLOCKING=1, and the half-precision attention
 #                    under QKV_CUDA_MMA_SYNC=1
 #   3-memcheck.log   compute-sanitizer memcheck over the fused attention's
@@ -78,12 +78,13 @@ env_step() {
     print("cudnn forced:", pcall(qkv.attention, x, x, x, {weights = false}))
     print("cudnn path:", qkv.cuda.attention_backend("auto"), "first call", qkv.clock() - t)'
 }
-# san TOOL [LuaUnit options]: a sanitizer over the cross-backend suite
+# san TOOL [LuaUnit options]: a sanitizer over the cross-backend suite,
+# every part in one process under the tool (tests/helpers/cuda_parts.lua)
 san() {
   local tool=$1; shift
   QKV_CUDA_NO_CACHE=1 timeout -k 5 "${SAN_LIMIT:-600}" "$CS" --tool "$tool" --error-exitcode 3 \
     --print-limit 30 \
-    $QKV tests/backends/test_cuda.lua "$@"
+    $QKV tests/helpers/cuda_parts.lua "$@"
 }
 # racecheck, one process per test class that uses shared memory or warp
 # shuffles, side by side, then synccheck on those; joined in one log
@@ -102,8 +103,8 @@ run 1-env 45 env_step
 # `gpu_check.sh quick`: the attention's suites and the --quick bench, about 2 minutes
 if [ "${1:-}" = quick ]; then
   checks() {
-    $QKV test tests/backends/test_cuda.lua tests/backends/test_cudnn.lua &&
-      QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua
+    $QKV test tests/backends/cuda/ tests/backends/test_cudnn.lua &&
+      QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/cuda/
   }
   export -f checks
   run 2-cuda 90 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &
@@ -119,7 +120,7 @@ if [ "${1:-}" = quick ]; then
 fi
 # `gpu_check.sh backend`: the backend's whole check (issue 16's)
 if [ "${1:-}" = backend ]; then
-  run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/test_cuda.lua
+  run 2-cuda 100 env CUDA_LAUNCH_BLOCKING=1 $QKV test tests/backends/cuda/
   SAN_LIMIT=200 run 3-memcheck 200 san memcheck -x OutOfMemory &
   run 4-racecheck 220 racesync &
   run 5-device 300 $QKV test --device cuda tests/ &
@@ -136,8 +137,8 @@ cat "$OUT/1-env.log" | grep -E "NVIDIA|cuda_available|first cuda|not found|relea
 # kernels (QKV_CUDNN=0: ours, not cuDNN's); every suite with the GPU as the
 # default device, the attention's first
 checks() {
-  $QKV test tests/backends/test_cuda.lua tests/backends/test_cudnn.lua &&
-    QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/test_cuda.lua
+  $QKV test tests/backends/cuda/ tests/backends/test_cudnn.lua &&
+    QKV_CUDA_MMA_SYNC=1 $QKV test -p Halves tests/backends/cuda/
 }
 export -f checks
 run 2-cuda 140 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &

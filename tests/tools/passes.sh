@@ -12,8 +12,9 @@
 #   suites      every suite: build/qkv test tests/
 #   device      every suite again with "cuda" as the default device, on the
 #               GPU when there is one, else through build/fakecuda.so
-#   cudasim     tests/backends/test_cuda.lua on the CUDA kernels built for
-#               the host simulation (build/simcuda.so, made here by make)
+#   cudasim     the cross-backend suite, every part of tests/backends/cuda/,
+#               on the CUDA kernels built for the host simulation
+#               (build/simcuda.so, made here by make)
 #   cudasim-warps   the same with each warp running ahead to the next barrier
 # Environment: BUILD (build), MAKE (make).  Exits 1 when any pass did.
 BUILD=${BUILD:-build}
@@ -36,7 +37,7 @@ pass() {
 # that pass's failure (and the next one's)
 sim() {
   "$MAKE" --no-print-directory BUILD="$BUILD" "$SIM" || return
-  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test tests/backends/test_cuda.lua
+  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test tests/backends/cuda/
 }
 
 run() {

@@ -5,7 +5,7 @@
 # wherever build/qkv_cuda.so is:
 #
 #   tests/tools/cudasim/build.sh            # from the repository root
-#   QKV_CUDA_PLUGIN=build/simcuda.so build/qkv test tests/backends/test_cuda.lua
+#   QKV_CUDA_PLUGIN=build/simcuda.so build/qkv test tests/backends/cuda/
 #
 # Each .cu goes through rewrite.py into build/cudasim/gen/X.cpp (launches
 # and extern __shared__ rewritten; #line keeps the .cu's names and line

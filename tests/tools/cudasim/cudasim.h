@@ -4,7 +4,7 @@
 ** build/simcuda.so (tests/tools/cudasim/build.sh) and runs the real
 ** kernels without a GPU:
 **
-**   QKV_CUDA_PLUGIN=build/simcuda.so build/qkv test tests/backends/test_cuda.lua
+**   QKV_CUDA_PLUGIN=build/simcuda.so build/qkv test tests/backends/cuda/
 **
 ** build.sh makes cuda_runtime.h, cublas_v2.h and
 ** cub/device/device_segmented_sort.cuh include this file, and rewrite.py

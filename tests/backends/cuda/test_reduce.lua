@@ -1,0 +1,63 @@
+-- test_reduce.lua: the cross-backend suite's reductions and scans (the
+-- backend's reduce and cumsum): along each dim and over all, NaN and ties,
+-- long float32 sums, cumsum along each dim
+-- (tests/helpers/cuda_suite.lua says what the suite checks)
+local C = dofile("tests/helpers/cuda_suite.lua")
+local need, same, values = C.need, C.same, C.values
+local nan, inf = C.nan, C.inf
+
+---------------------------------------------------------------- reductions
+
+TestCudaReduce = {}
+
+function TestCudaReduce:testAlongEachDimAndOverAll()
+  need()
+  local shapes = {{5}, {3, 4}, {2, 3, 4}, {1, 300}, {300, 1}, {4, 2000}, {0, 3}, {3, 0}, {64, 65}}
+  for _, dt in ipairs{"float32", "float64", "int64", "bool"} do
+    for _, s in ipairs(shapes) do
+      local x = values(s, dt)
+      local label = dt .. " " .. table.concat(s, "x")
+      for _, op in ipairs{"sum", "mean", "max", "min", "var", "std", "argmax", "argmin"} do
+        local float_only = op == "mean" or op == "var" or op == "std"
+        if not float_only or dt == "float32" or dt == "float64" then
+          if x:numel() > 0 or op == "sum" or op == "mean" then
+            same(label .. " " .. op .. "()", function(v) return v[op](v) end, {x})
+          end
+          for d = 1, #s do
+            if s[d] > 0 or op == "sum" or op == "mean" then
+              same(("%s %s(%d)"):format(label, op, d), function(v) return v[op](v, d) end, {x})
+              same(("%s %s(%d, keep)"):format(label, op, d), function(v) return v[op](v, d, true) end, {x})
+            end
+          end
+        end
+      end
+    end
+  end
+end
+
+function TestCudaReduce:testCumsumAlongEachDim()
+  need()
+  for _, dt in ipairs{"float32", "float64", "int64", "bool", "float16"} do
+    for _, s in ipairs{{}, {7}, {3, 1000}, {1000, 3}, {2, 3, 4}, {0, 5}} do
+      local x = values(s, dt)
+      for d = 1, math.max(#s, 1) do
+        same(("%s %s cumsum(%d)"):format(dt, table.concat(s, "x"), d),
+             function(v) return v:cumsum(#s == 0 and 1 or d) end, {x})
+      end
+    end
+  end
+end
+
+function TestCudaReduce:testNaNTiesAndLongSums()
+  need()
+  local x = qkv.tensor{{1, nan, 3}, {2, 2, 1}, {-inf, -inf, 0}}
+  for _, op in ipairs{"max", "min", "argmax", "argmin", "sum", "mean"} do
+    same("nan/ties " .. op, function(v) return v[op](v, 2) end, {x})
+  end
+  -- 2^24 + many ones: a float32 accumulator would lose them all
+  local big = qkv.ones(1 << 22)
+  big[1] = 16777216
+  same("long float32 sum", function(v) return v:sum() end, {big})
+  same("long float32 mean of a column", function(v) return v:mean(1) end, {qkv.randn(100000, 3)})
+  same("any/all", function(v) return v:any(), v:all(2) end, {values({4, 9}, "bool")})
+end

@@ -1,0 +1,81 @@
+-- test_softmax.lua: the cross-backend suite's softmax family and norms
+-- (the backend's softmax, log_softmax, softmax_backward, layer_norm and
+-- layer_norm_backward): along every dim, rows all -inf, layer_norm and its
+-- gradients, the backward through autograd
+-- (tests/helpers/cuda_suite.lua says what the suite checks)
+local C = dofile("tests/helpers/cuda_suite.lua")
+local need, same, values, FLOATS = C.need, C.same, C.values, C.FLOATS
+local inf = C.inf
+
+---------------------------------------------------------------- softmax family
+
+TestCudaSoftmax = {}
+
+function TestCudaSoftmax:testSoftmaxAlongEveryDim()
+  need()
+  local shapes = {{5}, {3, 4}, {2, 3, 17}, {2, 5000}, {1, 70000}, {4, 1}, {0, 3}}
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs(shapes) do
+      local x = values(s, dt)
+      for d = 1, #s do
+        same(("%s softmax %s dim %d"):format(dt, table.concat(s, "x"), d),
+             function(v) return qkv.softmax(v, d) end, {x})
+        same(("%s log_softmax %s dim %d"):format(dt, table.concat(s, "x"), d),
+             function(v) return v:log_softmax(d) end, {x})
+      end
+    end
+    -- a row all -inf: softmax gives zeros, log_softmax -inf
+    local m = qkv.tensor{{1, 2, 3}, {-inf, -inf, -inf}, {0, -inf, 5}}:to(dt)
+    same(dt .. " masked rows", function(v) return qkv.softmax(v), v:log_softmax() end, {m})
+  end
+end
+
+function TestCudaSoftmax:testLayerNorm()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}} do
+      local x = values(s, dt) * 5 + 100
+      local n = s[#s]
+      same(dt .. " layer_norm " .. table.concat(s, "x"),
+           function(v, w, b) return qkv.layer_norm(v, {n}, w, b), qkv.layer_norm(v, {n}) end,
+           {x, values({n}, dt), values({n}, dt)})
+    end
+    same(dt .. " layer_norm over 2 dims", function(v) return qkv.layer_norm(v, {3, 4}) end,
+         {values({2, 3, 4}, dt)})
+  end
+end
+
+-- rows of a thread, a warp and a block; the sums over rows (gw, gb) with
+-- and without w, and none asked for
+function TestCudaSoftmax:testLayerNormBackward()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}, {0, 6}} do
+      local n = s[#s]
+      same(dt .. " layer_norm backward " .. table.concat(s, "x"),
+           function(v, g, w)
+             local a, b, c = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n,
+                                                      w:contiguous(), 1e-5, true, true)
+             local d, e = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n, nil, 1e-3,
+                                                   false, true)
+             local f = qkv._layer_norm_backward(v:contiguous(), g:contiguous(), n)
+             return a, b, c, d, e, f
+           end, {values(s, dt) * 5 + 100, values(s, dt), values({n}, dt)})
+    end
+  end
+end
+
+function TestCudaSoftmax:testBackwardThroughAutograd()
+  need()
+  require "qkv.autograd"
+  for _, dt in ipairs(FLOATS) do
+    local grads = function(x, g)
+      local v = x:detach():requires_grad_()
+      local y = qkv.softmax(v * 2, 2) + v:log_softmax(2) * 0.5 + qkv.layer_norm(v, {x:size(2)})
+      y:backward(g)
+      return v.grad
+    end
+    same(dt .. " softmax/log_softmax/layer_norm backward", grads,
+         {values({6, 37}, dt), values({6, 37}, dt)})
+  end
+end
