@@ -431,10 +431,15 @@ gpu-check: gpu-bundle
 
 LUADIR = $(DESTDIR)$(PREFIX)/share/lua/5.4
 CLIBDIR = $(DESTDIR)$(PREFIX)/lib/lua/5.4
+# the stdlib's folders (qkv/, qkv/nn/, qkv/plot/, ...), found rather than
+# listed, so that a new one is installed too; $(call install_stdlib,DIR)
+# installs each with its Lua files under DIR
+STDLIB_DIRS := $(sort $(dir $(patsubst stdlib/%,%,$(shell find stdlib/qkv -name '*.lua'))))
+install_stdlib = for d in $(STDLIB_DIRS); do install -d $(1)/$$d && \
+  install -m 644 stdlib/$$d*.lua $(1)/$$d || exit 1; done
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv $(LUADIR)/qkv/plot $(LUADIR)/qkv/doc \
-	  $(LUADIR)/qkv/kernel
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLIBDIR)/qkv
 	install -m 755 $(BUILD)/qkv $(DESTDIR)$(PREFIX)/bin/qkv
 	install -m 755 $(BUILD)/qkv.so $(CLIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(CLIBDIR)/qkv/cairo.so
@@ -443,25 +448,18 @@ install: all
 	install -m 755 $(TEXT_SO) $(CLIBDIR)/qkv/text.so
 	install -m 755 $(ZMQ_SO) $(CLIBDIR)/qkv/zmq.so
 	if [ -f $(CUDA_SO) ]; then install -m 755 $(CUDA_SO) $(CLIBDIR)/qkv/qkv_cuda.so; fi
-	install -m 644 stdlib/qkv/*.lua $(LUADIR)/qkv/
-	install -m 644 stdlib/qkv/plot/*.lua $(LUADIR)/qkv/plot/
-	install -m 644 stdlib/qkv/doc/*.lua $(LUADIR)/qkv/doc/
-	install -m 644 stdlib/qkv/kernel/*.lua $(LUADIR)/qkv/kernel/
+	$(call install_stdlib,$(LUADIR))
 
 # used by the rockspec: luarocks passes the folders of its tree
 install-rock: so
-	install -d $(INST_LIBDIR)/qkv $(INST_LUADIR)/qkv/plot $(INST_LUADIR)/qkv/doc \
-	  $(INST_LUADIR)/qkv/kernel
+	install -d $(INST_LIBDIR)/qkv
 	install -m 755 $(BUILD)/qkv.so $(INST_LIBDIR)/qkv.so
 	install -m 755 $(CAIRO_SO) $(INST_LIBDIR)/qkv/cairo.so
 	install -m 755 $(ZIP_SO) $(INST_LIBDIR)/qkv/zip.so
 	install -m 755 $(JSON_SO) $(INST_LIBDIR)/qkv/json.so
 	install -m 755 $(TEXT_SO) $(INST_LIBDIR)/qkv/text.so
 	install -m 755 $(ZMQ_SO) $(INST_LIBDIR)/qkv/zmq.so
-	install -m 644 stdlib/qkv/*.lua $(INST_LUADIR)/qkv/
-	install -m 644 stdlib/qkv/plot/*.lua $(INST_LUADIR)/qkv/plot/
-	install -m 644 stdlib/qkv/doc/*.lua $(INST_LUADIR)/qkv/doc/
-	install -m 644 stdlib/qkv/kernel/*.lua $(INST_LUADIR)/qkv/kernel/
+	$(call install_stdlib,$(INST_LUADIR))
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so \

@@ -1,5 +1,7 @@
 -- luarocks make: builds build/qkv.so with the Makefile and installs it as
--- the `qkv` module of the tree's Lua 5.4.
+-- the `qkv` module of the tree's Lua 5.4, and the stdlib's Lua files,
+-- every folder of stdlib/qkv/ (qkv.nn is qkv/nn/init.lua), into the
+-- tree's Lua folder (the Makefile's install-rock).
 package = "qkv"
 version = "0.1.0-1"
 source = { url = "git+file://." }

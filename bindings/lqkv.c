@@ -20,19 +20,19 @@ static const char *const lazy[][3] = {
   {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
-  /* the staples in Lua (stdlib/qkv/staples.lua), which also adds methods */
-  {"flatten", "qkv.staples", "flatten"}, {"unflatten", "qkv.staples", "unflatten"},
-  {"chunk", "qkv.staples", "chunk"}, {"split", "qkv.staples", "split"},
-  {"norm", "qkv.staples", "norm"}, {"scatter", "qkv.staples", "scatter"},
-  {"argsort", "qkv.staples", "argsort"}, {"flip", "qkv.staples", "flip"},
-  {"roll", "qkv.staples", "roll"}, {"outer", "qkv.staples", "outer"},
-  {"repeat_interleave", "qkv.staples", "repeat_interleave"},
-  {"allclose", "qkv.staples", "allclose"}, {"zeros_like", "qkv.staples", "zeros_like"},
-  {"ones_like", "qkv.staples", "ones_like"}, {"full_like", "qkv.staples", "full_like"},
-  {"empty_like", "qkv.staples", "empty_like"}, {"rand_like", "qkv.staples", "rand_like"},
-  {"randn_like", "qkv.staples", "randn_like"}, {"randint", "qkv.staples", "randint"},
-  {"linspace", "qkv.staples", "linspace"}, {"logspace", "qkv.staples", "logspace"},
-  {"manual_seed", "qkv.staples", "manual_seed"},
+  /* the composite functions in Lua (stdlib/qkv/composite/), which also adds methods */
+  {"flatten", "qkv.composite", "flatten"}, {"unflatten", "qkv.composite", "unflatten"},
+  {"chunk", "qkv.composite", "chunk"}, {"split", "qkv.composite", "split"},
+  {"norm", "qkv.composite", "norm"}, {"scatter", "qkv.composite", "scatter"},
+  {"argsort", "qkv.composite", "argsort"}, {"flip", "qkv.composite", "flip"},
+  {"roll", "qkv.composite", "roll"}, {"outer", "qkv.composite", "outer"},
+  {"repeat_interleave", "qkv.composite", "repeat_interleave"},
+  {"allclose", "qkv.composite", "allclose"}, {"zeros_like", "qkv.composite", "zeros_like"},
+  {"ones_like", "qkv.composite", "ones_like"}, {"full_like", "qkv.composite", "full_like"},
+  {"empty_like", "qkv.composite", "empty_like"}, {"rand_like", "qkv.composite", "rand_like"},
+  {"randn_like", "qkv.composite", "randn_like"}, {"randint", "qkv.composite", "randint"},
+  {"linspace", "qkv.composite", "linspace"}, {"logspace", "qkv.composite", "logspace"},
+  {"manual_seed", "qkv.composite", "manual_seed"},
 };
 
 /*

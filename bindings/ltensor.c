@@ -240,16 +240,16 @@ static int is_grad_field (const char *k) {
          strcmp(k, "grad") == 0 || strcmp(k, "grad_fn") == 0;
 }
 
-/* the methods written in Lua (stdlib/qkv/staples.lua) come with their
+/* the methods written in Lua (stdlib/qkv/composite/) come with their
    module, loaded the first time a method the C ones lack is asked for;
    pushes the method named by arg 2, or returns 0 */
 static int lua_method (lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  int loaded = lua_getfield(L, -1, "qkv.staples") != LUA_TNIL;
+  int loaded = lua_getfield(L, -1, "qkv.composite") != LUA_TNIL;
   lua_pop(L, 2);
   if (loaded) return 0;
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "qkv.staples");
+  lua_pushliteral(L, "qkv.composite");
   lua_call(L, 1, 0);
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;

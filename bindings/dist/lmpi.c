@@ -1,5 +1,5 @@
 /*
-** lmpi.c -- the module qkv.mpi: what qkv.dist (stdlib/qkv/dist.lua) needs
+** lmpi.c -- the module qkv.mpi: what qkv.dist (stdlib/qkv/dist/) needs
 ** of Open MPI, loaded only by qkv.dist, so that no other script pays for
 ** MPI.  Tensors here are contiguous and on the CPU (qkv.dist stages any
 ** other); every operation starts as MPI's nonblocking call and returns a

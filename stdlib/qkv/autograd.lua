@@ -82,7 +82,7 @@ local function with_mode(mode, f, ...)
   if not r[1] then
     local msg = r[2]
     if type(msg) == "string" then
-      local bare, lib = msg:gsub("^[^\n]-qkv/[%w_]+%.lua:%d+: ", "")
+      local bare, lib = msg:gsub("^[^\n]-qkv/[%w_/]+%.lua:%d+: ", "")
       if lib > 0 or not msg:find("^[^\n]-:%d+: ") then error(bare, user_level()) end
     end
     error(msg, 0)

@@ -149,7 +149,7 @@ local function names(obj, methods_only)
   if obj == qkv then
     for _, k in ipairs(qkv._lazy) do out[k] = true end
   elseif qkv.is_tensor(obj) then
-    pcall(require, "qkv.staples")            -- the methods written in Lua
+    pcall(require, "qkv.composite")            -- the methods written in Lua
     addtable(qkv._methods)
     if not methods_only then for _, k in ipairs(tensor_fields) do out[k] = true end end
   elseif type(obj) == "string" then

@@ -109,7 +109,7 @@ function TestRules:testPositionsAndEinsum()
   check(function(a) return qkv.einsum("ii->i", a) end, {r(3, 3)}, "einsum diagonal")
 end
 
--- the staples of stdlib/qkv/staples.lua: compositions of the ops above,
+-- the staples of stdlib/qkv/composite/: compositions of the ops above,
 -- and scatter, whose rule is its own
 function TestRules:testStaples()
   local I = function(x) return qkv.tensor(x, "int64") end

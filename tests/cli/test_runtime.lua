@@ -174,6 +174,15 @@ function TestExecutable:testPrecompiledStdlibOnlyWhenFresh()
   -- no chunk: the source
   os.remove(bin .. "/luac/qkv/probe.luac")
   lu.assertEquals((sh(run)), "source")
+  -- a folder's module (qkv.nn is stdlib/qkv/nn/init.lua): its init chunk
+  sh(("mkdir -p %s/luac/qkv/folder %s/folder"):format(quote(bin), quote(lib)))
+  write(lib .. "/folder/init.lua", "return 'source'")
+  write(bin .. "/luac/qkv/folder/init.luac", string.dump(load("return 'compiled'")), "wb")
+  local folder = run:gsub("qkv%.probe", "qkv.folder")
+  sh("touch -d '2001-01-01' " .. quote(lib .. "/folder/init.lua"))
+  lu.assertEquals((sh(folder)), "compiled")
+  sh("touch " .. quote(lib .. "/folder/init.lua"))
+  lu.assertEquals((sh(folder)), "source")
   sh("rm -rf " .. quote(root))
 end
 
@@ -302,17 +311,22 @@ local function need_lua()
   if select(2, sh("command -v lua5.4")) ~= 0 then lu.skip("needs lua5.4 on PATH") end
 end
 
+-- the library's modules are files (qkv.einsum) and folders (qkv.nn is
+-- stdlib/qkv/nn/init.lua), found through LUA_PATH as README.md says
 function TestModule:testStockLuaRequires()
   need_lua()
   local code_ = "local q = require 'qkv'; print(q.ones(2, 2)); " ..
-                "print(getmetatable(q.ones(1)).__name)"
+                "print(getmetatable(q.ones(1)).__name); " ..
+                "print(q.nn.Linear(2, 3).W.shape, type(q.optim.lr_scheduler.StepLR), " ..
+                "q.ones(2, 3):flatten().shape, type(q.einsum))"
   -- under make test-asan, qkv.so needs the sanitizer's runtime loaded first
   local rt = os.getenv("QKV_ASAN_PRELOAD")
   local preload = rt and rt ~= "" and "LD_PRELOAD=" .. quote(rt) .. " " or ""
   local out, code = sh(preload .. "LUA_CPATH=" .. quote(builddir .. "/?.so;;") ..
-                       " lua5.4 -e " .. quote(code_))
-  lu.assertEquals(code, 0)
-  lu.assertEquals(out, "tensor([[1., 1.],\n        [1., 1.]])\nqkv.Tensor\n")
+                       " LUA_PATH='stdlib/?.lua;stdlib/?/init.lua;;' lua5.4 -e " .. quote(code_))
+  lu.assertEquals(code, 0, out)
+  lu.assertEquals(out, "tensor([[1., 1.],\n        [1., 1.]])\nqkv.Tensor\n" ..
+                       "(2, 3)\tfunction\t(6,)\tfunction\n")
 end
 
 -- qkv.test loaded from stock Lua teaches LuaUnit tensors there too
@@ -324,7 +338,7 @@ function TestModule:testStockLuaAssertEquals()
   local rt = os.getenv("QKV_ASAN_PRELOAD")
   local preload = rt and rt ~= "" and "LD_PRELOAD=" .. quote(rt) .. " " or ""
   local out, code = sh(preload .. "LUA_CPATH=" .. quote(builddir .. "/?.so;;") ..
-                       " LUA_PATH='stdlib/?.lua;;' lua5.4 -e " .. quote(code_))
+                       " LUA_PATH='stdlib/?.lua;stdlib/?/init.lua;;' lua5.4 -e " .. quote(code_))
   lu.assertEquals(code, 0, out)
   lu.assertStrContains(out, "2 of 2 elements differ; the first at [1] (actual = 1.0, expected = 0.0)")
 end

@@ -1,5 +1,5 @@
--- test_staples.lua: the PyTorch staples of issue 30 (stdlib/qkv/staples.lua
--- and staples_select.lua): flatten, unflatten, chunk, split, the *_like
+-- test_staples.lua: the PyTorch staples of issue 30 (stdlib/qkv/composite/,
+-- qkv.composite): flatten, unflatten, chunk, split, the *_like
 -- factories and x:new_*, randint, linspace, logspace, norm, scatter,
 -- argsort, repeat_interleave, roll, flip, half, bfloat16, outer, allclose.
 -- Values against PyTorch's (tests/fixtures/staples/torch_staples.lua,
@@ -475,8 +475,8 @@ local EXE = arg and arg[-1] or "build/qkv"
 local sh = dofile("tests/helpers/shell.lua")
 
 function TestLoading:testOnFirstUse()
-  local out = sh.exe(EXE, "-e", "print(package.loaded['qkv.staples'] == nil) " ..
-    "print(qkv.ones(2, 3):flatten().shape, package.loaded['qkv.staples'] ~= nil)")
+  local out = sh.exe(EXE, "-e", "print(package.loaded['qkv.composite'] == nil) " ..
+    "print(qkv.ones(2, 3):flatten().shape, package.loaded['qkv.composite'] ~= nil)")
   lu.assertEquals(out, "true\n(6,)\ttrue\n")
   out = sh.exe(EXE, "-e", "print(qkv.linspace(0, 1, 2), qkv.ones(2):half().dtype)")
   lu.assertEquals(out, "tensor([0., 1.])\tfloat16\n")

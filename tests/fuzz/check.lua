@@ -67,7 +67,7 @@ end
 -- (none of accept)
 function C.internal(err, accept)
   if type(err) ~= "string" then return nil end
-  local pos = err:match("(stdlib/qkv/[%w_/]+%.lua:%d+):") or err:match("(qkv/[%w_]+%.lua:%d+):")
+  local pos = err:match("(stdlib/qkv/[%w_/]+%.lua:%d+):") or err:match("(qkv/[%w_/]+%.lua:%d+):")
   if pos then return "raised inside the library (" .. pos .. "): " .. err end
   local lua = err:match("attempt to %a+ [^\n]*") or err:match("[%w ]*stack overflow")
   if lua then return "an error of Lua's from inside the library (" .. lua .. "): " .. err end

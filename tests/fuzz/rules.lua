@@ -140,7 +140,7 @@ local function qkv3(F)
 end
 OPTIONS["qkv.dist.ring_attention"] = {keys = {"causal", "mask", "scale"}, args = qkv3}
 OPTIONS["qkv.dist.ulysses_attention"] = {keys = {"causal", "mask", "scale"}, args = qkv3}
--- the staples' factories (stdlib/qkv/staples.lua): PyTorch's dtype and
+-- the staples' factories (stdlib/qkv/composite/factories.lua): PyTorch's dtype and
 -- device keywords
 local FACTORY = {"dtype", "device"}
 local function like(F) return {V.tensor(F.dtype, {F.n, F.d})} end

@@ -1,4 +1,4 @@
--- test_doc.lua: the docstring registry (stdlib/qkv/doc.lua and doc/*.lua)
+-- test_doc.lua: the docstring registry (stdlib/qkv/doc/)
 -- against the live objects, help()'s output, the examples in the entries,
 -- docs/api.md's reference against the registry (tests/tools/gen_api.lua), and
 -- the calls README.md and docs/*.md write (tests/helpers/documents.lua lists them).

@@ -1,4 +1,4 @@
--- test_dist.lua: qkv.dist (stdlib/qkv/dist.lua, bindings/dist/lmpi.c).
+-- test_dist.lua: qkv.dist (stdlib/qkv/dist/init.lua, bindings/dist/lmpi.c).
 -- A world of one in this process (every collective the identity, MPI never
 -- started), the argument errors, and the scripts under dist/ run on 2 and
 -- 4 ranks by Open MPI's mpirun (more ranks than cores: --oversubscribe),

@@ -1,5 +1,5 @@
 -- test_dist_attention.lua: qkv.dist.ring_attention and ulysses_attention
--- (stdlib/qkv/dist_attention.lua). A world of one in this process (each
+-- (stdlib/qkv/dist/attention.lua). A world of one in this process (each
 -- is qkv.attention there, gradients too; the argument errors), the rank
 -- script dist/attention.lua alone, and on 2 and 4 ranks under Open MPI's
 -- mpirun, where it checks every rank's block of the output and of the

@@ -83,10 +83,11 @@ static int loadc (lua_State *L, const char *name, const char *path) {
 }
 
 /*
-** The chunk that make precompiled with luac (build/luac/qkv/plot.luac)
-** when it is not older than its source, which skips parsing (1 ms of a
-** script that draws a figure); a missing or stale one is passed over.
-** Returns 2 (the chunk and its source's path) or 0.
+** The chunk that make precompiled with luac (build/luac/qkv/einsum.luac,
+** or for a folder's module build/luac/qkv/plot/init.luac) when it is not
+** older than its source, which skips parsing (1 ms of a script that draws
+** a figure); a missing or stale one is passed over.  Returns 2 (the chunk
+** and its source's path) or 0.
 */
 static int compiled (lua_State *L, const char *name, const char *rel) {
   const char *src = lua_pushfstring(L, "%s/stdlib/%s.lua", lua_tostring(L, ROOT), rel);
@@ -104,6 +105,8 @@ static int search (lua_State *L) {
   const char *rel = luaL_gsub(L, name, ".", "/");
   int mine = isqkv(name), tried = 0;
   if (compiled(L, name, rel)) return 2;
+  if (compiled(L, name, lua_pushfstring(L, "%s/init", rel))) return 2;
+  lua_pop(L, 1);
   for (size_t i = 0; i < sizeof places / sizeof *places; i++) {
     const struct place *p = &places[i];
     if (p->qkvonly && !mine) continue;

@@ -1,5 +1,5 @@
--- doc/dist.lua: qkv.doc entries of qkv.dist (stdlib/qkv/dist.lua,
--- dist_ddp.lua, dist_attention.lua). The examples run in a world of one;
+-- doc/dist.lua: qkv.doc entries of qkv.dist (stdlib/qkv/dist/: init.lua,
+-- ddp.lua, attention.lua). The examples run in a world of one;
 -- docs/dist.md says how to start several ranks.
 
 local ASYNC = [[ A last table {async_op = true} returns a handle at once instead:

@@ -72,7 +72,7 @@ local namespaces = {
              "autograd"}},
   {id = "qkv.nn", title = "qkv.nn",
    intro = "Attention modules in plain Lua on the primitives " ..
-     "(stdlib/qkv/nn.lua, loaded on first use). A module is callable, " ..
+     "(stdlib/qkv/nn/, loaded on first use). A module is callable, " ..
      "keeps its weights as tensor fields stored (d_in, d_out), and prints " ..
      "like PyTorch's; weights initialise as PyTorch's nn.Linear from " ..
      "qkv.seed.",
@@ -89,14 +89,14 @@ local namespaces = {
      "one_hot, normalize and the other losses are not there.",
    groups = {"functions"}},
   {id = "qkv.optim", title = "qkv.optim",
-   intro = "Optimizers for tensors that require grad (stdlib/qkv/optim.lua, " ..
+   intro = "Optimizers for tensors that require grad (stdlib/qkv/optim/, " ..
      "loaded on first use), as PyTorch's torch.optim, and the schedulers " ..
-     "of qkv.optim.lr_scheduler (stdlib/qkv/lr_scheduler.lua), which set " ..
+     "of qkv.optim.lr_scheduler (stdlib/qkv/optim/lr_scheduler.lua), which set " ..
      "an optimizer's opt.lr as torch.optim.lr_scheduler's do.",
    groups = {"optimizers", "learning-rate schedulers"}},
   {id = "qkv.dist", title = "qkv.dist",
    intro = "One script run as several processes, the ranks, over Open MPI " ..
-     "(stdlib/qkv/dist.lua and the module qkv.mpi, loaded on first use): " ..
+     "(stdlib/qkv/dist/ and the module qkv.mpi, loaded on first use): " ..
      "`mpirun -np 4 build/qkv script.lua`, or alone as a world of one. " ..
      "torch.distributed's names; docs/dist.md tells the rest.",
    groups = {"processes", "collectives", "point to point", "training", "attention"}},
@@ -135,7 +135,7 @@ local namespaces = {
      "module m.",
    groups = {"module methods"}},
   {id = "qkv.plot", title = "qkv.plot",
-   intro = "Heatmaps and figures (stdlib/qkv/plot.lua, loaded on first " ..
+   intro = "Heatmaps and figures (stdlib/qkv/plot/, loaded on first " ..
      "use). Without opts.file they draw in the terminal (24-bit colour, or " ..
      "plain text when stdout is not a terminal, NO_COLOR is set or " ..
      "TERM=dumb) and return nothing, so that the REPL does not print a " ..

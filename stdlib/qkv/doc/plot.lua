@@ -1,5 +1,5 @@
 -- doc/plot.lua: qkv.doc entries of qkv.plot. The full list of each
--- function's options is in the header of stdlib/qkv/plot.lua; these say
+-- function's options is in the header of stdlib/qkv/plot/init.lua; these say
 -- what a user needs at the prompt.
 
 local WHERE = "Without opts.file it draws in the terminal (24-bit colour, or " ..

@@ -10,7 +10,7 @@ M.MAXVALUES = 1 << 24
 
 -- Errors raised with M.fail are tagged, so that the public functions can
 -- re-raise them at the caller's level (the message then points at the
--- script, not at plot.lua) while real bugs keep their own location.
+-- script, not at plot/init.lua) while real bugs keep their own location.
 local Fail = {__tostring = function(e) return e.msg end}
 
 function M.fail(fmt, ...)

@@ -10,7 +10,7 @@
 -- and a block cut mid-line would splice another rank's lines into it
 io.stdout:setvbuf("line")
 local d = qkv.dist
-local Ring = require "qkv.dist_ring"
+local Ring = require "qkv.dist.ring"
 local R, W = d.rank(), d.world_size()
 
 local function fail(name, msg) error(("%s on rank %d: %s"):format(name, R, msg), 2) end
@@ -52,9 +52,10 @@ end
 
 -- the ring's layout (on more than one rank) and the spread of its work
 -- over the ranks: each rank's (query, key) scores computed, forward and
--- backward (dist_ring.lua's stats). The forward's and the backward's are
--- the same, all ranks' add up to the scores causal leaves; balanced:
--- within one chunk pair (bq/2 x bk/2 scores) of each other, or not
+-- backward (stdlib/qkv/dist/ring.lua's stats). The forward's and the
+-- backward's are the same, all ranks' add up to the scores causal
+-- leaves; balanced: within one chunk pair (bq/2 x bk/2 scores) of each
+-- other, or not
 local function ring_stats(c, name)
   local st = Ring.stats
   if W == 1 then return end

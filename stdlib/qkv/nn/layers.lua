@@ -1,9 +1,9 @@
--- nn_layers.lua: qkv.nn's layers (Linear; the activations GELU, ReLU, SiLU,
+-- nn/layers.lua: qkv.nn's layers (Linear; the activations GELU, ReLU, SiLU,
 -- Tanh, Softmax; LayerNorm, Dropout, Embedding, Identity) and containers
--- (Sequential, ModuleList), each a class of stdlib/qkv/nn_module.lua.
+-- (Sequential, ModuleList), each a class of nn/module.lua.
 
 local qkv = require "qkv"
-local M = require "qkv.nn_module"
+local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
 local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag

@@ -1,4 +1,4 @@
--- doc.lua: qkv.doc, the docstring registry behind help() and `?name` in
+-- doc/init.lua: qkv.doc, the docstring registry behind help() and `?name` in
 -- the REPL, and behind the API reference, docs/api.md (tests/tools/gen_api.lua).
 --
 -- The entries live in data files, stdlib/qkv/doc/*.lua, read the first
@@ -26,7 +26,7 @@ local qkv = package.loaded.qkv or require "qkv"
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "staples", "dist"}
+               "composite", "dist"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for

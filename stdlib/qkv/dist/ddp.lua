@@ -1,4 +1,4 @@
--- dist_ddp.lua: qkv.dist.DDP(module [, opts]), data-parallel training as
+-- dist/ddp.lua: qkv.dist.DDP(module [, opts]), data-parallel training as
 -- PyTorch's DistributedDataParallel does it. Wrapping broadcasts rank 0's
 -- parameters to every rank. The wrapper is a qkv.nn Module whose one child,
 -- "module", is the wrapped module, as PyTorch's: called, it runs the
@@ -22,7 +22,7 @@
 
 local qkv = require "qkv"
 local D = require "qkv.dist"
-local nnm = require "qkv.nn_module"
+local nnm = require "qkv.nn.module"
 local methods = require "qkv.methods"
 local SOURCE = debug.getinfo(1, "S").source
 

@@ -1,4 +1,4 @@
--- dist_attention.lua: attention over a sequence split across the ranks of
+-- dist/attention.lua: attention over a sequence split across the ranks of
 -- qkv.dist, for sequences too long for one process. Each rank holds a
 -- contiguous block of the sequence (dim -2) of q, k and v, rank 0 the
 -- first, every rank blocks of the same sizes; each gets back its block of
@@ -14,7 +14,7 @@
 --     whose backward sends k/v round the ring again with their gradients
 --     accumulating beside them (qkv._attention_backward with the global out
 --     and lse, FlashAttention-2's backward one key block at a time). The
---     ring itself is in dist_ring.lua; this file checks the call and
+--     ring itself is in dist/ring.lua; this file checks the call and
 --     records the node.
 --   ulysses_attention(q, k, v [, {causal=, mask=, scale=}])
 --     q, k, v (..., H, n/P, d), H divisible by P (DeepSpeed-Ulysses): an
@@ -35,7 +35,7 @@
 -- future, which would leave rank P-1 P blocks and rank 0 one, so with
 -- causal on more than one rank and both block lengths even the ring runs
 -- on the zigzag layout (rank r computes on the halves r and 2P-1-r of the
--- 2P; dist_ring.lua), the halves moving there and the output back, and
+-- 2P; dist/ring.lua), the halves moving there and the output back, and
 -- each rank still gets its contiguous block (where n_q > n_k the first
 -- n_q - n_k queries see no key, and no layout of halves is even). The
 -- ring computes on the CPU (MPI moves CPU memory, and the CPU kernel
@@ -45,7 +45,7 @@
 
 local qkv = require "qkv"
 local D = require "qkv.dist"
-local Ring = require "qkv.dist_ring"
+local Ring = require "qkv.dist.ring"
 D._library(debug.getinfo(1, "S").source)
 
 local M = {}

@@ -1,4 +1,4 @@
--- optim.lua: qkv.optim, PyTorch's optimizers for tensors that require grad.
+-- optim/init.lua: qkv.optim, PyTorch's optimizers for tensors that require grad.
 --
 --   opt = qkv.optim.SGD(params, {lr = 0.01, momentum = 0, dampening = 0,
 --                                weight_decay = 0, nesterov = false, maximize = false})
@@ -249,8 +249,8 @@ AdamW.decoupled_weight_decay = true
 function O.AdamW(params, opts) return build(AdamW, params, opts) end
 
 -- torch.optim.lr_scheduler's StepLR, CosineAnnealingLR, LambdaLR, LinearLR
--- and SequentialLR, which set opt.lr (stdlib/qkv/lr_scheduler.lua)
-O.lr_scheduler = require "qkv.lr_scheduler"
+-- and SequentialLR, which set opt.lr (optim/lr_scheduler.lua)
+O.lr_scheduler = require "qkv.optim.lr_scheduler"
 
 -- whether qkv._adam (one pass, vm/cpu/optim.c) can step p: float32 or
 -- float64, contiguous, its gradient of its shape and dtype

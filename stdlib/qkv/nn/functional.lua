@@ -1,10 +1,10 @@
--- nn_functional.lua: qkv.nn's functions: the losses (mse_loss,
+-- nn/functional.lua: qkv.nn's functions: the losses (mse_loss,
 -- cross_entropy), clip_grad_norm_ and cosine_similarity; and
 -- qkv.nn.functional, PyTorch's torch.nn.functional names for qkv's
 -- functions, with linear and scaled_dot_product_attention.
 
 local qkv = require "qkv"
-local M = require "qkv.nn_module"
+local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
 local nn, fail, named, checkopts, checktensor = M.nn, M.fail, M.named, M.checkopts, M.checktensor

@@ -1,7 +1,7 @@
--- nn_module.lua: the machinery of qkv.nn (stdlib/qkv/nn.lua assembles the
+-- nn/module.lua: the machinery of qkv.nn (nn/init.lua assembles the
 -- public table): the Module class and its methods, class(), which makes a
 -- module class and registers it in qkv.nn, and the checks every layer file
--- shares (stdlib/qkv/nn_layers.lua, nn_attention.lua, nn_functional.lua).
+-- shares (nn/layers.lua, nn/attention.lua, nn/functional.lua).
 --
 -- A module is a table whose metatable is its class: calling it runs
 -- forward (`attn(x)`), its weights are tensor fields (W_Q, W_K, ...) and its
@@ -10,7 +10,7 @@
 -- `qkv.project(x, m.W)` is x W as the documents write it. They initialise as
 -- PyTorch's nn.Linear does, uniform in ±1/sqrt(d_in), from qkv's generator.
 --
--- Each layer file gets this table, M, from require "qkv.nn_module" and
+-- Each layer file gets this table, M, from require "qkv.nn.module" and
 -- calls M.inside(its source) so that errors raised in it point past it, at
 -- the script's line.
 

@@ -1,4 +1,4 @@
--- dist_ring.lua: the ring of qkv.dist.ring_attention (dist_attention.lua
+-- dist/ring.lua: the ring of qkv.dist.ring_attention (dist/attention.lua
 -- checks the call and records the node; this file moves and computes).
 --
 --   forward(c) -> this rank's block of the output; keeps in c what the

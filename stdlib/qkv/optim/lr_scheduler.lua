@@ -1,4 +1,4 @@
--- lr_scheduler.lua: qkv.optim.lr_scheduler, PyTorch's learning-rate
+-- optim/lr_scheduler.lua: qkv.optim.lr_scheduler, PyTorch's learning-rate
 -- schedulers for qkv.optim's optimizers.
 --
 --   sched = qkv.optim.lr_scheduler.StepLR(opt, step_size [, {gamma = 0.1}])

@@ -1,10 +1,10 @@
--- staples_select.lua: the staples of issue 30 that move elements:
+-- composite/select.lua: the composite functions that move elements:
 -- scatter (and scatter_), argsort, flip, roll, repeat_interleave, each a
--- composition of qkv's ops (qkv.staples installs them; see there).
+-- composition of qkv's ops (qkv.composite installs them; see there).
 -- Positions are 1-based.
 
 local qkv = require "qkv"
-local S = require "qkv.staples_args"
+local S = require "qkv.composite.args"
 
 local is_tensor = qkv.is_tensor
 local MAXRET, fail, shape_of, tensor_arg = S.MAXRET, S.fail, S.shape_of, S.tensor_arg

@@ -1,4 +1,4 @@
--- staples_args.lua: what the staples (qkv.staples, qkv.staples_select)
+-- composite/args.lua: what the composite functions (composite/*.lua)
 -- share: their errors, which name the public function at the script's
 -- line, PyTorch's keywords as positions, and the checks of their
 -- arguments (dims 1-based and negative from the end, as the bindings'

@@ -1,9 +1,9 @@
--- nn_attention.lua: qkv.nn's attention modules (SelfAttention, CrossAttention,
+-- nn/attention.lua: qkv.nn's attention modules (SelfAttention, CrossAttention,
 -- MultiHeadAttention, MultiHeadCrossAttention) and the alignment ones
 -- (TokenAligner, AlignedCrossAttention), in plain Lua on the primitives.
 
 local qkv = require "qkv"
-local M = require "qkv.nn_module"
+local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
 local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag

@@ -1,4 +1,4 @@
--- dist.lua: qkv.dist, one script run by several processes (ranks) that
+-- dist/init.lua: qkv.dist, one script run by several processes (ranks) that
 -- work together over MPI (Open MPI, through the module qkv.mpi), with
 -- torch.distributed's names. `mpirun -np 4 build/qkv script.lua` starts
 -- four ranks; `build/qkv script.lua` alone is a world of one, where every
@@ -20,8 +20,8 @@
 -- contiguous, or not on the CPU, goes through a contiguous CPU copy. A
 -- collective checks first that every rank called it with the same shape,
 -- dtype and arguments: ranks that disagree get an error naming them, on
--- every rank. DDP (dist_ddp.lua) and the attentions split across ranks
--- (dist_attention.lua) are built on these.
+-- every rank. DDP (dist/ddp.lua) and the attentions split across ranks
+-- (dist/attention.lua) are built on these.
 
 local qkv = require "qkv"
 local caller = require "qkv.caller"
@@ -30,7 +30,7 @@ local SOURCE = debug.getinfo(1, "S").source
 local M = {}
 local mpi                                   -- qkv.mpi, once a launcher started us
 local world = {rank = 0, size = 1, ready = false}
--- the library's files (dist_ddp.lua and the others add theirs): an error
+-- the library's files (dist/ddp.lua and the others add theirs): an error
 -- raised in any of them points at the script's line that called in
 local SOURCES = {[SOURCE] = true}
 
@@ -174,7 +174,7 @@ local function call_text(d, args)
 end
 
 -- what a rank checks with the others, as the first of its numbers: a
--- collective here, a ring or Ulysses attention (dist_attention.lua), or
+-- collective here, a ring or Ulysses attention (dist/attention.lua), or
 -- the end of its script (qkv.mpi's check as the world ends, with its own
 -- number: ENDED in lmpi.c). A rank's numbers in another's check are told
 -- by KINDS[kind](row): what that rank did, in words
@@ -213,7 +213,7 @@ end
 KINDS[KIND.collective] = function(row) return "called " .. call_text(row) end
 local function attention(name)
   return function(row)
-    return ("called %s with %s"):format(name, require("qkv.dist_attention")._blocks_text(row))
+    return ("called %s with %s"):format(name, require("qkv.dist.attention")._blocks_text(row))
   end
 end
 KINDS[KIND.ring_attention] = attention("ring_attention")
@@ -466,9 +466,9 @@ end
 
 ---------------------------------------------------------------- the rest
 
-M.DDP = function(...) return require("qkv.dist_ddp").DDP(...) end
-M.ring_attention = function(...) return require("qkv.dist_attention").ring_attention(...) end
-M.ulysses_attention = function(...) return require("qkv.dist_attention").ulysses_attention(...) end
+M.DDP = function(...) return require("qkv.dist.ddp").DDP(...) end
+M.ring_attention = function(...) return require("qkv.dist.attention").ring_attention(...) end
+M.ulysses_attention = function(...) return require("qkv.dist.attention").ulysses_attention(...) end
 
 -- for the modules built on this one: the raw module, the checks, and
 -- their error function, which names the script's line

@@ -1,12 +1,12 @@
--- doc/staples.lua: qkv.doc entries of the PyTorch staples (issue 30;
--- stdlib/qkv/staples.lua and staples_select.lua): shapes, the *_like and
--- x:new_* factories, randint, linspace, logspace, manual_seed, norm,
--- scatter, argsort, repeat_interleave, roll, flip, half, bfloat16, outer,
--- allclose.
+-- doc/composite.lua: qkv.doc entries of PyTorch's staple functions that
+-- qkv composes of its ops (issue 30; stdlib/qkv/composite/): shapes, the
+-- *_like and x:new_* factories, randint, linspace, logspace, manual_seed,
+-- norm, scatter, argsort, repeat_interleave, roll, flip, half, bfloat16,
+-- outer, allclose.
 
 local DIMS = "Dims are 1-based, and a negative one counts from the end. "
 
--- the staples that take PyTorch's keywords (staples.lua's KEYWORDS)
+-- the functions that take PyTorch's keywords (composite/init.lua's KEYWORDS)
 local KW = "PyTorch's keywords may come as a table in the last argument, " ..
   "named as PyTorch names the arguments; an unknown one is an error. "
 

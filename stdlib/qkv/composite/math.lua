@@ -1,0 +1,126 @@
+-- composite/math.lua: norm, outer and allclose, made of qkv's
+-- reductions and elementwise ops, so differentiable through them
+-- (qkv.composite installs them; see there).
+
+local qkv = require "qkv"
+local S = require "qkv.composite.args"
+
+local fail, shape_of, tensor_arg, bool_arg = S.fail, S.shape_of, S.tensor_arg, S.bool_arg
+local dims_arg, FLOATS, sizes, number_arg = S.dims_arg, S.FLOATS, S.sizes, S.number_arg
+
+-- t reduced by op ("sum", "max", "min") over dims (nil: all), the dims
+-- kept as size 1 when keep
+local function reduce(t, op, dims, keep)
+  if dims == nil then
+    local r = t[op](t)
+    if keep and t:dim() > 0 then
+      local ones = {}
+      for i = 1, t:dim() do ones[i] = 1 end
+      r = r:reshape(table.unpack(ones))
+    end
+    return r
+  end
+  local ds = {}
+  for i, d in ipairs(dims) do ds[i] = d end
+  table.sort(ds, function(p, q) return p > q end)
+  for _, d in ipairs(ds) do t = (t[op](t, d, true)) end
+  if not keep then
+    for _, d in ipairs(ds) do t = t:squeeze(d) end
+  end
+  return t
+end
+
+-- t ^ (1 / p), with a zero gradient where t is 0 (PyTorch's subgradient)
+-- rather than 0 * inf
+local function root(t, p)
+  local z = t:eq(0)
+  local safe = qkv.where(z, 1, t)
+  return qkv.where(z, 0, p == 2 and safe:sqrt() or safe ^ (1 / p))
+end
+
+-- x:norm([p [, dim [, keepdim [, dtype]]]]): the vector p-norm over dim
+-- (a dim or a list of them; none, or an empty list, is all, as PyTorch's
+-- dim=None and dim=[]), of x converted to dtype first when given
+local function norm(x, p, dim, keepdim, dtype)
+  tensor_arg(x, "x")
+  if dtype ~= nil then
+    if not FLOATS[dtype] then
+      fail("dtype must be a floating-point dtype, got %s", tostring(dtype))
+    end
+    x = x:to(dtype)
+  end
+  if not FLOATS[x.dtype] then
+    fail("x must be a float tensor, got %s (convert it with x:float())", x.dtype)
+  end
+  if p == nil or p == "fro" then p = 2
+  elseif p == "nuc" then fail("p = 'nuc' (the nuclear norm) is not supported")
+  elseif type(p) ~= "number" or p ~= p then
+    fail("p must be a number, math.huge, -math.huge or 'fro', got %s",
+         type(p) == "number" and "nan" or type(p) == "string" and "'" .. p .. "'" or type(p))
+  end
+  local dims = dim ~= nil and dims_arg(dim, "dim", x) or nil
+  if dims and #dims == 0 then dims = nil end
+  local keep = bool_arg(keepdim, "keepdim", false)
+  local t = (x.dtype == "float16" or x.dtype == "bfloat16") and x:float() or x
+  local r
+  if p == math.huge then r = reduce(t:abs(), "max", dims, keep)
+  elseif p == -math.huge then r = reduce(t:abs(), "min", dims, keep)
+  elseif p == 0 then r = reduce(t:ne(0):to(t.dtype), "sum", dims, keep)
+  elseif p == 1 then r = reduce(t:abs(), "sum", dims, keep)
+  elseif p == 2 then r = root(reduce(t * t, "sum", dims, keep), 2)
+  else r = root(reduce(t:abs() ^ p, "sum", dims, keep), p) end
+  return r:to(x.dtype)
+end
+
+---------------------------------------------------------------- products, comparisons
+
+-- qkv.outer(a, b): the (n, m) table of a[i] * b[j]
+local function outer(a, b)
+  tensor_arg(a, "a")
+  tensor_arg(b, "b")
+  if a:dim() ~= 1 or b:dim() ~= 1 then
+    fail("a and b must be 1-D, got %s and %s", shape_of(a), shape_of(b))
+  end
+  return a:reshape(-1, 1) * b:reshape(1, -1)
+end
+
+-- the broadcast shape of a and b, or an error
+local function broadcast(a, b)
+  local sa, sb, out = sizes(a), sizes(b), {}
+  local n = math.max(#sa, #sb)
+  for i = 1, n do
+    local p = sa[#sa - n + i] or 1
+    local q = sb[#sb - n + i] or 1
+    if p ~= q and p ~= 1 and q ~= 1 then
+      fail("a %s and b %s do not broadcast", shape_of(a), shape_of(b))
+    end
+    out[i] = p == 1 and q or p
+  end
+  return out
+end
+
+-- qkv.allclose(a, b [, rtol [, atol [, equal_nan]]]): |a - b| <= atol +
+-- rtol |b| everywhere, |a - b| finite (an infinity is close to itself only)
+local function allclose(a, b, rtol, atol, equal_nan)
+  tensor_arg(a, "a")
+  tensor_arg(b, "b")
+  if a.dtype ~= b.dtype then
+    fail("a is %s but b is %s; convert one, e.g. b:to(\"%s\")", a.dtype, b.dtype, a.dtype)
+  end
+  if a.device ~= b.device then
+    fail("a is on %s but b is on %s", a.device, b.device)
+  end
+  rtol = rtol == nil and 1e-5 or number_arg(rtol, "rtol")
+  atol = atol == nil and 1e-8 or number_arg(atol, "atol")
+  if not (rtol >= 0) then fail("rtol must be a non-negative number, got %s", tostring(rtol)) end
+  if not (atol >= 0) then fail("atol must be a non-negative number, got %s", tostring(atol)) end
+  local nan = bool_arg(equal_nan, "equal_nan", false)
+  broadcast(a, b)
+  local A, B = a:double(), b:double()
+  local err = (A - B):abs()           -- an infinite error is close only when A == B
+  local close = err:le(B:abs() * rtol + atol):logical_and(err:lt(math.huge)):logical_or(A:eq(B))
+  if nan then close = close:logical_or(A:ne(A):logical_and(B:ne(B))) end
+  return close:all():item()
+end
+
+return {norm = norm, outer = outer, allclose = allclose}
