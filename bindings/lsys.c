@@ -43,7 +43,7 @@ static int s_cuda_available (lua_State *L) {
 
 /* qkv._backend_entries() -> {{name =, cpu =, cuda =}, ...}: the dispatch
    table's entries and which backends fill them (cuda false when the GPU
-   backend is not loaded); for tests/backends/test_cuda.lua */
+   backend is not loaded); for tests/backends/cuda/ */
 static int s_backend_entries (lua_State *L) {
   const qkv_backend *cpu = qkv_backend_of(QKV_CPU), *gpu = qkv_backend_of(QKV_CUDA);
   const char *name;

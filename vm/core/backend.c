@@ -55,7 +55,7 @@ void qkv_backend_register (qkv_device dev, const qkv_backend *be) { backends[dev
 
 /*
 ** The backend table's entries by name, so that the cross-backend suite
-** (tests/backends/test_cuda.lua) can ask that each has a test and that the GPU
+** (tests/backends/cuda/test_coverage.lua) can ask that each has a test and that the GPU
 ** fills each: an entry added to backend.h without a line here fails the
 ** assertion below.
 */
