@@ -117,21 +117,29 @@ function TestDistNet:testCutLinkEndsTheJob()
   local dir = shell.tmpdir()
   local sh = ([[
 d=%s
-timeout -k 5 200 env %s %s mpirun %s %d %s tests/stdlib/dist/spin.lua "$d" > "$d/out" 2>&1 & m=$!
-for i in $(seq 1 600); do [ -s "$d/pid.0" ] && [ -s "$d/pid.1" ] && [ -s "$d/pid.2" ] && break; sleep 0.1; done
+timeout -k 5 400 env %s %s mpirun %s %d %s tests/stdlib/dist/spin.lua "$d" > "$d/out" 2>&1 & m=$!
+for i in $(seq 1 1200); do [ -s "$d/pid.0" ] && [ -s "$d/pid.1" ] && [ -s "$d/pid.2" ] && break; sleep 0.1; done
 for r in 0 1 2; do [ -s "$d/pid.$r" ] || echo "rank $r did not start"; done
 t0=$(date +%%s.%%N)
 %s cut %s 2
 for i in $(seq 1 1200); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
 if kill -0 $m 2>/dev/null; then echo "hung"; fi
 echo "secs $(echo "$(date +%%s.%%N) - $t0" | bc)"
-sleep 0.5
-for ns in %sh0 %sh1 %sh2; do
-  for p in $(ip netns pids $ns); do
-    s=$(cut -d" " -f3 "/proc/$p/stat" 2>/dev/null)      # Z: gone, not yet reaped
-    [ -n "$s" ] && [ "$s" != Z ] && echo "left in $ns: $(tr '\0' ' ' < /proc/$p/cmdline)"
+# the other hosts' daemons and ranks end after mpirun does: up to 120 s
+# (a hang catcher) for every host to be empty
+for i in $(seq 1 1200); do
+  left=""
+  for ns in %sh0 %sh1 %sh2; do
+    for p in $(ip netns pids $ns); do
+      s=$(cut -d" " -f3 "/proc/$p/stat" 2>/dev/null)      # Z: gone, not yet reaped
+      [ -n "$s" ] && [ "$s" != Z ] && left="$left
+left in $ns: $(tr '\0' ' ' < /proc/$p/cmdline)"
+    done
   done
+  [ -z "$left" ] && break
+  sleep 0.1
 done
+[ -n "$left" ] && echo "$left"
 wait $m; echo "status $?"
 ]]):format(shell.quote(dir), mpi.ASAN, NETNS, PREFIX, HOSTS, shell.quote(exe), NETNS, PREFIX,
              PREFIX, PREFIX, PREFIX)

@@ -50,7 +50,7 @@ EXPECT = [
 
 def main():
     nb = nbformat.read(sys.argv[2], as_version=4)
-    NotebookClient(nb, kernel_name="qkv", timeout=60).execute()
+    NotebookClient(nb, kernel_name="qkv", timeout=300).execute()   # a hang catcher
     cells = [c for c in nb.cells if c.cell_type == "code"]
     if len(cells) != len(EXPECT):
         print("FAIL cells: %d code cells, %d expected" % (len(cells), len(EXPECT)))
