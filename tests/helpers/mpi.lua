@@ -27,16 +27,38 @@ M.ASAN = os.getenv("ASAN_OPTIONS") and
          "ASAN_OPTIONS=" .. shell.quote(os.getenv("ASAN_OPTIONS") .. ":detect_leaks=0") or ""
 M.ENV = M.ENV .. " " .. M.ASAN
 
+-- The ranks' output, each rank's whole: mpirun passes on each rank's output
+-- as it reads it, and a read that ends mid-line splices another rank's
+-- line into it (seen under the sanitizers on a busy machine: "ok ring
+-- zigzag nk=2ok ring nk=2nq causal dq"), however the ranks buffer.  So
+-- mpirun writes each rank's stdout and stderr into files under a folder of
+-- its own (M.files(dir): the option), and M.gather(out, dir) returns
+-- mpirun's own output followed by each rank's, rank by rank, each ending
+-- its last line, and removes the folder.
+function M.files(dir)
+  return "--output-filename " .. shell.quote(dir .. ":nocopy")
+end
+
+function M.gather(out, dir)
+  local ranks = shell.sh(("cd %s && for r in $(ls -d */rank.* 2>/dev/null | sort -t. -k2 -n); do " ..
+    "for f in $r/stdout $r/stderr; do [ -s $f ] && { cat $f; [ -z \"$(tail -c1 $f)\" ] || echo; }; " ..
+    "done; done"):format(shell.quote(dir)))
+  os.execute("rm -rf " .. shell.quote(dir))
+  return out .. ranks
+end
+
 -- runs `mpirun -np n exe script args...` with a time limit (seconds);
--- returns the output (stdout and stderr), the exit status and the time
+-- returns the output (mpirun's, then each rank's stdout and stderr), the
+-- exit status and the time
 function M.run(exe, n, script, limit, ...)
   local words = {}
   for i, a in ipairs{...} do words[i] = shell.quote(a) end
-  local cmd = ("env %s timeout -k 5 %d mpirun -np %d %s %s %s"):format(M.ENV, limit or 120, n,
-    shell.quote(exe), shell.quote(script), table.concat(words, " "))
+  local dir = shell.tmpdir()
+  local cmd = ("env %s timeout -k 5 %d mpirun -np %d %s %s %s %s"):format(M.ENV, limit or 120, n,
+    M.files(dir), shell.quote(exe), shell.quote(script), table.concat(words, " "))
   local t0 = qkv.clock()
   local out, code = shell.sh(cmd)
-  return out, code, qkv.clock() - t0
+  return M.gather(out, dir), code, qkv.clock() - t0
 end
 
 -- a suite's setUp for the tests that need ranks: skipped, with the reason,

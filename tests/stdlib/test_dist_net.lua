@@ -39,12 +39,14 @@ local function down()
 end
 
 -- `mpirun -np n exe args...` on the first n hosts, within `limit` seconds;
--- returns the output and the status
+-- returns the output (mpi.gather's) and the status
 local function run(n, limit, ...)
   local words = {}
   for i, a in ipairs{...} do words[i] = shell.quote(a) end
-  return shell.sh(("timeout -k 5 %d env %s %s mpirun %s %d %s %s"):format(limit, mpi.ASAN, NETNS, PREFIX, n,
-    shell.quote(exe), table.concat(words, " ")))
+  local dir = shell.tmpdir()
+  local out, code = shell.sh(("timeout -k 5 %d env %s %s mpirun %s %d %s %s %s"):format(limit, mpi.ASAN,
+    NETNS, PREFIX, n, mpi.files(dir), shell.quote(exe), table.concat(words, " ")))
+  return mpi.gather(out, dir), code
 end
 
 TestDistNet = {}
