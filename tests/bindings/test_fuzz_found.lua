@@ -278,9 +278,9 @@ end
 -- issue 46's dotcall rule: x.new_empty(y, {}) with y closed (as
 -- y:new_empty{} is) raised "new_empty: bad argument #1 to 'index' (tensor
 -- was closed)", an error of an op the script did not call, and so did
--- x.roll(y, 1) (seed 11, call 311093); the staples written in Lua now say
+-- x.roll(y, 1) (seed 11, call 311093); the composite functions written in Lua now say
 -- which argument is closed
-function TestFuzzFound:testClosedTensorsToTheStaples()
+function TestFuzzFound:testClosedTensorsToTheComposites()
   local x, y = qkv.ones(2), qkv.ones(2)
   getmetatable(x).__close(x)
   fails({"new_empty: x is a closed tensor"}, y.new_empty, x, {})

@@ -1,4 +1,4 @@
--- test_nn_staples.lua: the qkv.nn staples of PyTorch users against
+-- test_nn_torch.lua: the qkv.nn pieces PyTorch users reach for first, against
 -- PyTorch's values (tests/fixtures/nn/torch_nn.lua, written by torch_nn.py):
 -- the modules ReLU, SiLU, Tanh and Softmax(dim) (1-based dims), the
 -- container ModuleList (and Sequential's negative positions), and

@@ -1,14 +1,14 @@
--- test_staples.lua: the PyTorch staples of issue 30 (stdlib/qkv/composite/,
--- qkv.composite): flatten, unflatten, chunk, split, the *_like
+-- test_composite.lua: PyTorch's functions that qkv composes of its ops
+-- (issue 30; stdlib/qkv/composite/, qkv.composite): flatten, unflatten, chunk, split, the *_like
 -- factories and x:new_*, randint, linspace, logspace, norm, scatter,
 -- argsort, repeat_interleave, roll, flip, half, bfloat16, outer, allclose.
--- Values against PyTorch's (tests/fixtures/staples/torch_staples.lua,
--- written by torch_staples.py), each as a function and as a method, with
+-- Values against PyTorch's (tests/fixtures/composite/torch_composite.lua,
+-- written by torch_composite.py), each as a function and as a method, with
 -- negative dims; randint against qkv's own generator and by its counts;
 -- then every bad argument as an error naming the function.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
-local F = dofile("tests/fixtures/staples/torch_staples.lua")
+local F = dofile("tests/fixtures/composite/torch_composite.lua")
 local fails = R.fails
 
 local TOL = {float64 = 1e-12, float32 = 2e-6, float16 = 0, bfloat16 = 0}
@@ -467,7 +467,7 @@ end
 
 ---------------------------------------------------------------- loading
 
--- the staples load on first use: a qkv function of theirs, or a method the
+-- the composite functions load on first use: a qkv function of theirs, or a method the
 -- C ones lack (then x:flaten's error suggests flatten); the REPL completes them
 TestLoading = {}
 
@@ -487,11 +487,11 @@ function TestLoading:testOnFirstUse()
 end
 
 function TestLoading:testReplCompletes()
-  _G.staples_x = qkv.ones(2)
+  _G.composite_x = qkv.ones(2)
   local repl = require "qkv.repl"
-  lu.assertEquals(repl._complete("staples_x:repeat_i"), {"staples_x:repeat_interleave"})
+  lu.assertEquals(repl._complete("composite_x:repeat_i"), {"composite_x:repeat_interleave"})
   lu.assertEquals(repl._complete("qkv.zeros_l"), {"qkv.zeros_like"})
-  _G.staples_x = nil
+  _G.composite_x = nil
 end
 
 ---------------------------------------------------------------- errors
@@ -667,5 +667,5 @@ end
 function TestErrors:testErrorsAtTheCallersLine()
   local ok, err = pcall(function() return qkv.ones(2):chunk(0) end)
   lu.assertFalse(ok)
-  lu.assertStrMatches(err, ".*test_staples%.lua:%d+: chunk: chunks must be positive, got 0")
+  lu.assertStrMatches(err, ".*test_composite%.lua:%d+: chunk: chunks must be positive, got 0")
 end
