@@ -5,7 +5,9 @@
 ** shapes and strides, the mask, causal alignment, the scale, and the
 ** bounds of the tile loops.  Every kernel reads the plan; none builds its
 ** own.  Each backend then adds what only its kernels need (the CPU: how
-** gemm reads q, k, v; the GPU: nothing, it takes the plan by value).
+** gemm reads q, k, v; the GPU's kernels take the plan by value as it is,
+** and cuDNN's adapter, vm/cuda/cudnn.cpp, the tensors for its
+** descriptors).
 **
 ** What the kernels compute, for each batch item b (row-major over the
 ** batch dims), query i and key j, all counted from 0:
@@ -30,7 +32,11 @@
 ** tensors and a block mask's per-tile kinds are carried in the plan
 ** (see the comment at the end of qkv_attn_plan), the mask_mod joins the
 ** element test qkv_attn_keeps, and the block mask the tile bounds below
-** (qkv_attn_key_end, qkv_attn_query_begin, qkv_attn_tile_cut).
+** (qkv_attn_key_end, qkv_attn_query_begin, qkv_attn_tile_cut).  Two
+** places compute these tests their own way, for speed: the CPU's AVX
+** paths (a tile's diagonal, qkv_attn_diagonal, and the mask by columns,
+** attention_job.h) and the tensor-core forward (attention_mma.cu: the
+** same tests in int, and the kept keys as bits, for its registers).
 */
 #ifndef QKV_COMMON_ATTENTION_PLAN_H
 #define QKV_COMMON_ATTENTION_PLAN_H
@@ -153,7 +159,6 @@ static inline void qkv_attn_plan_common (qkv_attn_plan *P, const qkv_tensor *ref
     qkv_attn_view_of(&P->mask, mask, P->nbd, data(mask));
     P->has_mask = 1;
   }
-  P->tq = P->ntiles = P->items = 0;
 }
 
 /*

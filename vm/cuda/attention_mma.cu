@@ -144,7 +144,7 @@ __device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg,
 ** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
 ** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
 ** kept when below nk, on or before the causal diagonal, and kept by the
-** mask.  Without a mask a row keeps a run of keys from its first, so a
+** mask (the plan's qkv_attn_keeps, in int).  Without a mask a row keeps a run of keys from its first, so a
 ** lane makes a whole word from the count (R BK / 1024 words a lane).
 ** With one, the mask's bytes are read a row of 32 keys at a time (lane l
 ** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
@@ -251,7 +251,11 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (qkv_attn_plan P,
       __syncthreads();
     }
     /* causal: a warp whose queries all come before the tile's first key
-       has nothing here (its m, l and O would not change) */
+       has nothing here (its m, l and O would not change).  This test and
+       cut's below are the plan's qkv_attn_key_end and qkv_attn_tile_cut
+       for the warp's rows, in int: the plan's int64 versions took more
+       registers (make cuda-regs: 255 of 255 at the defaults, 206 for
+       196 at r16k64 d 128) */
     if (P.causal && j0 > r0 + R - 1 + off) continue;
 
     /* a tile that the mask, the causal diagonal or the keys' end cuts
