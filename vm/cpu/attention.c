@@ -23,28 +23,16 @@
 #include "blas.h"
 #include "iter.h"
 #include "vexp.h"
-#include "../common/attention_shape.h"
-#include "../common/layout.h"
-
 #include "attention_job.h"
 
-/* a tile of the matrix has at most its rows, so the ld chosen for the
-   whole (layout.h) fits every tile */
-static void choose_layout (operand *op, int64_t r, int64_t c) {
-  op->layout = qkv_gemm_layout(r, c, op->rs, op->cs, &op->ld);
-}
-
-static void setup (operand *op, const qkv_tensor *t, const job *J) {
-  int nd = t->ndim;
-  op->base = (const char *)qkv_data(t);
-  op->rs = t->stride[nd - 2];
-  op->cs = t->stride[nd - 1];
-  for (int i = 0; i < J->nbd; i++)
-    op->bstride[i] = t->size[i] == 1 ? 0 : t->stride[i];
-  choose_layout(op, t->size[nd - 2], t->size[nd - 1]);
+/* how gemm reads x, r x c: a tile of the matrix has at most its rows, so
+   the ld chosen for the whole (layout.h) fits every tile */
+static gemm_read read_of (const job *J, const qkv_attn_view *x, int64_t r, int64_t c) {
+  gemm_read g;
+  g.layout = qkv_gemm_layout(r, c, x->rs, x->cs, &g.ld);
   /* the AVX2 products only need each token's features to be adjacent */
-  if (J->avx2 && op->layout != BYROW)
-    op->layout = op->cs == 1 || t->size[nd - 1] == 1 ? BYROW : COPY;
+  if (J->avx2 && g.layout != BYROW) g.layout = x->cs == 1 || c == 1 ? BYROW : COPY;
+  return g;
 }
 
 /* ---- the BLAS path ---- */
@@ -66,8 +54,8 @@ static void setup (operand *op, const qkv_tensor *t, const job *J) {
 
 /* gemm's transpose flag for an operand read as stored (BYROW = NoTrans) or,
    for k, as its transpose */
-static enum CBLAS_TRANSPOSE flag (const operand *op, int transposed) {
-  int byrow = op->layout != BYCOL;
+static enum CBLAS_TRANSPOSE flag (gemm_read g, int transposed) {
+  int byrow = g.layout != BYCOL;
   return byrow != transposed ? CblasNoTrans : CblasTrans;
 }
 
@@ -80,35 +68,36 @@ static enum CBLAS_TRANSPOSE flag (const operand *op, int transposed) {
 */
 static void scores (const job *J, int m, int n, const void *q, const void *k,
                     void *s) {
-  int dk = (int)J->dk, after = dk == 0 || J->scale == 0 || !isfinite(J->scale);
-  double alpha = after ? 1.0 : J->scale;
+  const qkv_attn_plan *P = &J->p;
+  int dk = (int)P->dk, after = dk == 0 || P->scale == 0 || !isfinite(P->scale);
+  double alpha = after ? 1.0 : P->scale;
   if (dk == 0) {
     memset(s, 0, (size_t)m * (size_t)n * J->es);
-  } else if (J->dtype == QKV_F32) {
-    qkv_sgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
-                (float)alpha, (const float *)q, J->q.ld,
-                (const float *)k, J->k.ld, 0.0f, (float *)s, n);
+  } else if (P->dtype == QKV_F32) {
+    qkv_sgemm(CblasRowMajor, flag(J->gemm.q, 0), flag(J->gemm.k, 1), m, n, dk,
+                (float)alpha, (const float *)q, J->gemm.q.ld,
+                (const float *)k, J->gemm.k.ld, 0.0f, (float *)s, n);
   } else {
-    qkv_dgemm(CblasRowMajor, flag(&J->q, 0), flag(&J->k, 1), m, n, dk,
-                alpha, (const double *)q, J->q.ld,
-                (const double *)k, J->k.ld, 0.0, (double *)s, n);
+    qkv_dgemm(CblasRowMajor, flag(J->gemm.q, 0), flag(J->gemm.k, 1), m, n, dk,
+                alpha, (const double *)q, J->gemm.q.ld,
+                (const double *)k, J->gemm.k.ld, 0.0, (double *)s, n);
   }
   for (int64_t i = 0; after && i < (int64_t)m * n; i++)
-    if (J->dtype == QKV_F32) ((float *)s)[i] *= (float)J->scale;
-    else ((double *)s)[i] *= J->scale;
+    if (P->dtype == QKV_F32) ((float *)s)[i] *= (float)P->scale;
+    else ((double *)s)[i] *= P->scale;
 }
 
 /* o (m x dv, ld dv) += p (m x n, ld n) v */
 static void accumulate (const job *J, int m, int n, const void *p,
                         const void *v, void *o) {
-  int dv = (int)J->dv;
-  if (J->dtype == QKV_F32)
-    qkv_sgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
-                1.0f, (const float *)p, n, (const float *)v, J->v.ld,
+  int dv = (int)J->p.dv;
+  if (J->p.dtype == QKV_F32)
+    qkv_sgemm(CblasRowMajor, CblasNoTrans, flag(J->gemm.v, 0), m, dv, n,
+                1.0f, (const float *)p, n, (const float *)v, J->gemm.v.ld,
                 1.0f, (float *)o, dv);
   else
-    qkv_dgemm(CblasRowMajor, CblasNoTrans, flag(&J->v, 0), m, dv, n,
-                1.0, (const double *)p, n, (const double *)v, J->v.ld,
+    qkv_dgemm(CblasRowMajor, CblasNoTrans, flag(J->gemm.v, 0), m, dv, n,
+                1.0, (const double *)p, n, (const double *)v, J->gemm.v.ld,
                 1.0, (double *)o, dv);
 }
 
@@ -138,7 +127,7 @@ static VECTORISE int row_f32 (const job *J, float *s, int n, int lim,
   }
   memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
   if (alpha != 1.0f)
-    for (int64_t d = 0; d < J->dv; d++) o[d] *= alpha;
+    for (int64_t d = 0; d < J->p.dv; d++) o[d] *= alpha;
   *l = *l * alpha + sum;
   *m = mnew;
   return 1;
@@ -164,7 +153,7 @@ static int row_f64 (const job *J, double *s, int n, int lim, const uint8_t *mk,
   }
   memset(s + lim, 0, (size_t)(n - lim) * sizeof *s);
   if (alpha != 1.0)
-    for (int64_t d = 0; d < J->dv; d++) o[d] *= alpha;
+    for (int64_t d = 0; d < J->p.dv; d++) o[d] *= alpha;
   *l = *l * alpha + sum;
   *m = mnew;
   return 1;
@@ -173,22 +162,20 @@ static int row_f64 (const job *J, double *s, int n, int lim, const uint8_t *mk,
 /* the rows of a bq x bk tile at query i0, key j0; 0 when no key is kept */
 static int softmax_rows (const job *J, scratch *W, int64_t i0, int bq,
                          int64_t j0, int bk, const uint8_t *mk, char *o) {
+  const qkv_attn_plan *P = &J->p;
+  int64_t e = qkv_attn_diagonal(P, i0, j0);
   int any = 0;
   for (int i = 0; i < bq; i++) {
-    int lim = bk;
-    if (J->causal) {
-      int64_t e = i0 + i + J->off - j0 + 1;
-      lim = e < 0 ? 0 : e < bk ? (int)e : bk;
-    }
-    const uint8_t *mr = mk ? mk + i * J->mask.rs : NULL;
-    if (J->dtype == QKV_F32)
+    int lim = qkv_attn_key_limit(i, e, bk);
+    const uint8_t *mr = mk ? mk + i * P->mask.rs : NULL;
+    if (P->dtype == QKV_F32)
       any |= row_f32(J, (float *)W->s + (int64_t)i * bk, bk, lim, mr,
-                     J->mask.cs, W->m + i, W->l + i,
-                     (float *)o + (int64_t)i * J->dv);
+                     P->mask.cs, W->m + i, W->l + i,
+                     (float *)o + (int64_t)i * P->dv);
     else
       any |= row_f64(J, (double *)W->s + (int64_t)i * bk, bk, lim, mr,
-                     J->mask.cs, W->m + i, W->l + i,
-                     (double *)o + (int64_t)i * J->dv);
+                     P->mask.cs, W->m + i, W->l + i,
+                     (double *)o + (int64_t)i * P->dv);
   }
   return any;
 }
@@ -198,12 +185,13 @@ static void finish (const job *J, const scratch *W, int bq, char *o) {
   for (int i = 0; i < bq; i++) {
     if (W->l[i] == 0.0) continue;
     double r = 1.0 / W->l[i];
-    if (J->dtype == QKV_F32) {
-      float *p = (float *)o + (int64_t)i * J->dv, rf = (float)r;
-      for (int64_t d = 0; d < J->dv; d++) p[d] *= rf;
+    int64_t dv = J->p.dv;
+    if (J->p.dtype == QKV_F32) {
+      float *p = (float *)o + (int64_t)i * dv, rf = (float)r;
+      for (int64_t d = 0; d < dv; d++) p[d] *= rf;
     } else {
-      double *p = (double *)o + (int64_t)i * J->dv;
-      for (int64_t d = 0; d < J->dv; d++) p[d] *= r;
+      double *p = (double *)o + (int64_t)i * dv;
+      for (int64_t d = 0; d < dv; d++) p[d] *= r;
     }
   }
 }
@@ -211,22 +199,24 @@ static void finish (const job *J, const scratch *W, int bq, char *o) {
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */
 static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
                        int64_t jend, char *o) {
-  int64_t qo = qkv_attn_batch_offset(J, &J->q, b), ko = qkv_attn_batch_offset(J, &J->k, b);
-  int64_t vo = qkv_attn_batch_offset(J, &J->v, b), mo = qkv_attn_batch_offset(J, &J->mask, b);
-  const void *qt = qkv_attn_tile_of(J, &J->q, qo, i0, bq, J->dk, W->qbuf);
+  const qkv_attn_plan *P = &J->p;
+  int64_t off[4];                   /* q's, k's, v's and the mask's */
+  qkv_attn_batch_offsets(P, b, off);
+  const void *qt = qkv_attn_tile_of(J, &P->q, J->gemm.q.layout, off[0], i0, bq, P->dk, W->qbuf);
   for (int i = 0; i < bq; i++) {
     W->m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
   for (int64_t j0 = 0; j0 < jend; j0 += BK) {
     int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
-    scores(J, bq, bk, qt, qkv_attn_tile_of(J, &J->k, ko, j0, bk, J->dk, W->kbuf), W->s);
+    scores(J, bq, bk, qt, qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
+                                           W->kbuf), W->s);
     const uint8_t *mk = NULL;
-    if (J->has_mask)
-      mk = (const uint8_t *)J->mask.base + mo + i0 * J->mask.rs + j0 * J->mask.cs;
+    if (P->has_mask)
+      mk = (const uint8_t *)P->mask.base + off[3] + i0 * P->mask.rs + j0 * P->mask.cs;
     if (softmax_rows(J, W, i0, bq, j0, bk, mk, o))
       accumulate(J, bq, bk, W->s,
-                 qkv_attn_tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf), o);
+                 qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv, W->vbuf), o);
   }
   qkv_attn_put_lse(J, b, i0, bq, NULL, W->m, W->l);
   finish(J, W, bq, o);
@@ -234,15 +224,15 @@ static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
-/* item t (attention_job.h says which queries) */
+/* item t (attention_plan.h's qkv_attn_item says which queries) */
 static void query_tile (const job *J, scratch *W, int64_t t) {
+  const qkv_attn_plan *P = &J->p;
   int64_t b, i0;
-  int bq = qkv_attn_item(J, t, &b, &i0);
-  char *o = J->out + (size_t)((b * J->nq + i0) * J->dv) * J->es;
-  memset(o, 0, (size_t)bq * (size_t)J->dv * J->es);
+  int bq = qkv_attn_item(P, t, &b, &i0);
+  char *o = P->out + (size_t)((b * P->nq + i0) * P->dv) * J->es;
+  memset(o, 0, (size_t)bq * (size_t)P->dv * J->es);
   /* keys past jend are causally excluded for every query of the tile */
-  int64_t jend = J->nk;
-  if (J->causal && i0 + bq + J->off < jend) jend = i0 + bq + J->off;
+  int64_t jend = qkv_attn_key_end(P, i0, bq);
   if (jend <= 0) {                  /* no key for any of them */
     qkv_attn_put_lse(J, b, i0, bq, NULL, NULL, NULL);
     return;
@@ -270,9 +260,10 @@ static void scratch_free (scratch *W) {
 /* 0 when out of memory (W is then freed).  The tile buffers share one
    block: a call on a few tokens pays for one allocation, not six. */
 static int scratch_new (const job *J, scratch *W) {
-  size_t bq = (size_t)(J->nq < BQ ? J->nq : BQ);
-  size_t bk = (size_t)(J->nk < BK ? J->nk : BK);
-  size_t es = J->es, dk = (size_t)J->dk, dv = (size_t)J->dv;
+  const qkv_attn_plan *P = &J->p;
+  size_t bq = (size_t)(P->nq < BQ ? P->nq : BQ);
+  size_t bk = (size_t)(P->nk < BK ? P->nk : BK);
+  size_t es = J->es, dk = (size_t)P->dk, dv = (size_t)P->dv;
   memset(W, 0, sizeof *W);
   /* AVX2: queries padded to BQ; + 1 keeps dk == 0 from an empty qt */
   size_t ns = J->avx2 ? bk * BQ * sizeof(float) : bq * bk * es;
@@ -291,9 +282,9 @@ static int scratch_new (const job *J, scratch *W) {
     W->mx = qkv_attn_carve(&p, nv);
   }
   int ok = 1;
-  if (J->q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
-  if (J->k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
-  if (J->v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
+  if (J->gemm.q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
+  if (J->gemm.k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
+  if (J->gemm.v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
   if (!ok) scratch_free(W);
   return ok;
 }
@@ -304,7 +295,7 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
   scratch W;
   (void)tid;
   if (!scratch_new(J, &W)) return QKV_ENOMEM;
-  unsigned csr = qkv_ftz_on(J->dtype == QKV_F32);     /* subnormals flushed */
+  unsigned csr = qkv_ftz_on(J->p.dtype == QKV_F32);   /* subnormals flushed */
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) query_tile(J, &W, t);
   qkv_ftz_off(csr);
   scratch_free(&W);
@@ -316,9 +307,8 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
 ** the cores split the items, not the products.
 */
 static int run (const job *J) {
-  int64_t items = J->nbatch * J->ntiles;
-  if (!qkv_attn_threaded(J)) return tiles((void *)J, 0, items, 0);
-  return qkv_par_for(items, 1, tiles, (void *)J);
+  if (!qkv_attn_threaded(J)) return tiles((void *)J, 0, J->p.items, 0);
+  return qkv_par_for(J->p.items, 1, tiles, (void *)J);
 }
 
 int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
@@ -338,55 +328,36 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {
     return QKV_EDTYPE;
   }
-  int err = qkv_attention_check(out, q, k, v, mask);
-  if (err != QKV_OK) return err;
-  int nd = out->ndim;
   job J;
   memset(&J, 0, sizeof J);
-  J.dtype = out->dtype;
+  qkv_attn_plan *P = &J.p;
+  int err = qkv_attn_plan_forward(P, out, q, k, v, mask, causal, scale, lse, qkv_data);
+  if (err != QKV_OK) return err;
   J.es = qkv_elsize(out->dtype);
-  J.nbd = nd - 2;
-  J.nbatch = 1;
-  for (int i = 0; i < nd - 2; i++) {
-    J.bsize[i] = out->size[i];
-    J.nbatch *= out->size[i];
-  }
-  J.nq = out->size[nd - 2];
-  J.dv = out->size[nd - 1];
-  J.nk = k->size[nd - 2];
-  J.dk = q->size[nd - 1];
-  if (J.nbatch == 0 || J.nq == 0 || J.dv == 0) return QKV_OK;
+  if (P->nbatch == 0 || P->nq == 0 || P->dv == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
-  J.out = (char *)qkv_data(out);
-  J.lse = lse ? (char *)qkv_data(lse) : NULL;
-  if (J.nk == 0) {                   /* no key for any query: zeros */
-    memset(J.out, 0, (size_t)(J.nbatch * J.nq * J.dv) * J.es);
-    for (int64_t i = 0; J.lse && i < J.nbatch * J.nq; i++) qkv_attn_lse_at(&J, i, -INFINITY);
+  if (P->nk == 0) {                  /* no key for any query: zeros */
+    memset(P->out, 0, (size_t)(P->nbatch * P->nq * P->dv) * J.es);
+    for (int64_t i = 0; P->lse && i < P->nbatch * P->nq; i++) qkv_attn_lse_at(&J, i, -INFINITY);
     return QKV_OK;
   }
   /* CBLAS counts in int */
-  if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
+  if (!qkv_fits_int(P->nq) || !qkv_fits_int(P->nk) || !qkv_fits_int(P->dk) ||
+      !qkv_fits_int(P->dv))
     return QKV_EINTERNAL;
-  J.ntiles = (J.nq + BQ - 1) / BQ;
-  J.causal = causal;
-  J.off = J.nk - J.nq;
-  J.scale = scale;
+  qkv_attn_tiles(P, BQ);
 #ifdef QKV_VEXP_X86
   /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
      a q * scale that is infinite or 0 hides what Q K^T * scale gives where
      the product overflows; BLAS's scores() takes those */
-  J.avx2 = J.dtype == QKV_F32 && J.dk > 0 && isfinite(scale) && scale != 0 &&
+  J.avx2 = P->dtype == QKV_F32 && P->dk > 0 && isfinite(scale) && scale != 0 &&
            qkv_cpu_has_avx2();
   /* the same path on 16 lanes (attention_avx512.c), when the CPU has it */
   J.avx512 = J.avx2 && qkv_cpu_has_avx512();
 #endif
-  setup(&J.q, q, &J);
-  setup(&J.k, k, &J);
-  setup(&J.v, v, &J);
-  if (mask) {
-    setup(&J.mask, mask, &J);
-    J.has_mask = 1;
-  }
+  J.gemm.q = read_of(&J, &P->q, P->nq, P->dk);
+  J.gemm.k = read_of(&J, &P->k, P->nk, P->dk);
+  J.gemm.v = read_of(&J, &P->v, P->nk, P->dv);
 #ifdef QKV_VEXP_X86
   if (bf16) return qkv_attn_amx(&J);
 #endif

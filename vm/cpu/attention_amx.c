@@ -39,7 +39,7 @@ enum {
 };
 
 typedef struct {
-  const job *J;
+  const qkv_attn_plan *P;
   uint16_t *kp;      /* per batch: K, nkp x dkp, zeros past nk and dk */
   uint16_t *vt;      /* per batch: V^T, dvp x nkp, zeros past dv and nk */
   int64_t nkp, dkp, dvp, nc;     /* nc = dkp / FC */
@@ -60,27 +60,27 @@ typedef struct {
 /* batches [lo, hi): K as rows of dkp, V as its transpose */
 static QKV_AMX int pack_kv (void *ctx, int64_t lo, int64_t hi, int tid) {
   const amx_job *A = ctx;
-  const job *J = A->J;
+  const qkv_attn_plan *P = A->P;
   (void)tid;
   for (int64_t b = lo; b < hi; b++) {
     uint16_t *kp = A->kp + b * A->nkp * A->dkp, *vt = A->vt + b * A->dvp * A->nkp;
-    const uint16_t *k = (const uint16_t *)J->k.base + qkv_attn_batch_offset(J, &J->k, b);
-    const uint16_t *v = (const uint16_t *)J->v.base + qkv_attn_batch_offset(J, &J->v, b);
+    const uint16_t *k = (const uint16_t *)P->k.base + qkv_attn_batch_offset(P, &P->k, b);
+    const uint16_t *v = (const uint16_t *)P->v.base + qkv_attn_batch_offset(P, &P->v, b);
     memset(kp, 0, (size_t)(A->nkp * A->dkp) * 2);
     memset(vt, 0, (size_t)(A->dvp * A->nkp) * 2);
-    for (int64_t j = 0; j < J->nk; j++) {
-      const uint16_t *kr = k + j * J->k.rs;
-      if (J->k.cs == 1) memcpy(kp + j * A->dkp, kr, (size_t)J->dk * 2);
-      else for (int64_t c = 0; c < J->dk; c++) kp[j * A->dkp + c] = kr[c * J->k.cs];
+    for (int64_t j = 0; j < P->nk; j++) {
+      const uint16_t *kr = k + j * P->k.rs;
+      if (P->k.cs == 1) memcpy(kp + j * A->dkp, kr, (size_t)P->dk * 2);
+      else for (int64_t c = 0; c < P->dk; c++) kp[j * A->dkp + c] = kr[c * P->k.cs];
     }
     /* V^T by 16 x 16 blocks where V's rows are dense, the edges one by one */
-    int64_t jb = J->v.cs == 1 ? J->nk / 16 * 16 : 0, db = J->v.cs == 1 ? J->dv / 16 * 16 : 0;
+    int64_t jb = P->v.cs == 1 ? P->nk / 16 * 16 : 0, db = P->v.cs == 1 ? P->dv / 16 * 16 : 0;
     for (int64_t j = 0; j < jb; j += 16)
       for (int64_t d = 0; d < db; d += 16)
-        qkv_amx_transpose16(v + j * J->v.rs + d, J->v.rs, vt + d * A->nkp + j, A->nkp);
-    for (int64_t j = 0; j < J->nk; j++)
-      for (int64_t d = j < jb ? db : 0; d < J->dv; d++)
-        vt[d * A->nkp + j] = v[j * J->v.rs + d * J->v.cs];
+        qkv_amx_transpose16(v + j * P->v.rs + d, P->v.rs, vt + d * A->nkp + j, A->nkp);
+    for (int64_t j = 0; j < P->nk; j++)
+      for (int64_t d = j < jb ? db : 0; d < P->dv; d++)
+        vt[d * A->nkp + j] = v[j * P->v.rs + d * P->v.cs];
   }
   return QKV_OK;
 }
@@ -90,23 +90,23 @@ static QKV_AMX int pack_kv (void *ctx, int64_t lo, int64_t hi, int tid) {
    Where each query's pairs are adjacent, a gather takes one pair of 16
    queries at a time. */
 static QKV_AMX void pack_q (const amx_job *A, int64_t qo, int64_t i0, int nv, uint16_t *qp) {
-  const job *J = A->J;
-  const uint16_t *q = (const uint16_t *)J->q.base + qo + i0 * J->q.rs;
+  const qkv_attn_plan *P = A->P;
+  const uint16_t *q = (const uint16_t *)P->q.base + qo + i0 * P->q.rs;
   memset(qp, 0, (size_t)(A->nc * TILE) * 2);
-  if (J->q.cs == 1 && J->dk % 2 == 0 && J->q.rs < INT32_MAX / QB) {
+  if (P->q.cs == 1 && P->dk % 2 == 0 && P->q.rs < INT32_MAX / QB) {
     const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
                                                            5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32((int)J->q.rs));
+                                          _mm512_set1_epi32((int)P->q.rs));
     __mmask16 k = lanes(nv);
-    for (int64_t w = 0; w < J->dk / 2; w++) {
+    for (int64_t w = 0; w < P->dk / 2; w++) {
       __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, at, q + 2 * w, 2);
       _mm512_store_si512((void *)(qp + w / 16 * TILE + w % 16 * 2 * QB), x);
     }
     return;
   }
-  for (int i = 0; i < nv; i++, q += J->q.rs)
-    for (int64_t c = 0; c < J->dk; c++)
-      qp[c / FC * TILE + c % FC / 2 * 2 * QB + 2 * i + (c & 1)] = q[c * J->q.cs];
+  for (int i = 0; i < nv; i++, q += P->q.rs)
+    for (int64_t c = 0; c < P->dk; c++)
+      qp[c / FC * TILE + c % FC / 2 * 2 * QB + 2 * i + (c & 1)] = q[c * P->q.cs];
 }
 
 /* ---- one block of 16 queries ---- */
@@ -201,20 +201,20 @@ static inline QKV_AMX __m512 exp2_p (__m512 x) {
 ** into l and left in pp as bfloat16 pairs (rows past kn: zeros, up to the
 ** block's 32-key chunks).  Returns the factor O^T must be rescaled by.
 */
-static QKV_AMX __m512 softmax (const job *J, float *st, int kn, int64_t e0,
+static QKV_AMX __m512 softmax (const qkv_attn_plan *P, float *st, int kn, int64_t e0,
                                const uint8_t *mk, int nv, uint16_t *pp,
                                __m512 *m, __m512 *l) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
-  const __m512 sc = _mm512_set1_ps((float)(J->scale * 1.4426950408889634));
+  const __m512 sc = _mm512_set1_ps((float)(P->scale * 1.4426950408889634));
   __m512 bm = ninf;
   int kr = (kn + FC - 1) / FC * FC;
   for (int j = 0; j < kn; j++) {
     __m512 x = _mm512_mul_ps(_mm512_load_ps(st + j * QB), sc);
-    if (J->causal) x = _mm512_mask_mov_ps(x, lanes(e0 + j), ninf);
+    if (P->causal) x = _mm512_mask_mov_ps(x, lanes(e0 + j), ninf);
     if (mk) {
       __mmask16 keep = 0;
       for (int i = 0; i < nv; i++)
-        keep |= (__mmask16)((mk[i * J->mask.rs + j * J->mask.cs] != 0) << i);
+        keep |= (__mmask16)((mk[i * P->mask.rs + j * P->mask.cs] != 0) << i);
       x = _mm512_mask_mov_ps(ninf, keep, x);
     }
     _mm512_store_ps(st + j * QB, x);
@@ -245,10 +245,9 @@ static QKV_AMX __m512 softmax (const job *J, float *st, int kn, int64_t e0,
    their first row) against every key they keep */
 static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, int64_t qo,
                                  int64_t i0, int nv, const uint8_t *mk, uint16_t *out) {
-  const job *J = A->J;
+  const qkv_attn_plan *P = A->P;
   const uint16_t *kp = A->kp + b * A->nkp * A->dkp, *vt = A->vt + b * A->dvp * A->nkp;
-  int64_t jend = J->nk;                  /* the last query's last key + 1 */
-  if (J->causal && i0 + nv + J->off < jend) jend = i0 + nv + J->off;
+  int64_t jend = qkv_attn_key_end(P, i0, nv);      /* the last query's last key + 1 */
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   __m512 m = _mm512_set1_ps(-INFINITY), l = zero;
   for (int64_t d = 0; d < A->dvp; d++) _mm512_store_ps(W->ot + d * QB, zero);
@@ -257,8 +256,8 @@ static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, in
     int kn = jend - j0 < KB ? (int)(jend - j0) : KB;
     scores(A, W->qp, kp, j0, (kn + 15) / 16, W->st);
     /* lane l drops key j0 + j when l < e0 + j (causal) */
-    __m512 alpha = softmax(J, W->st, kn, j0 - J->off - i0,
-                           mk ? mk + j0 * J->mask.cs : NULL, nv, W->pp, &m, &l);
+    __m512 alpha = softmax(P, W->st, kn, qkv_attn_diagonal(P, i0, j0),
+                           mk ? mk + j0 * P->mask.cs : NULL, nv, W->pp, &m, &l);
     if (_mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ))
       for (int64_t d = 0; d < A->dvp; d++)
         _mm512_store_ps(W->ot + d * QB, _mm512_mul_ps(_mm512_load_ps(W->ot + d * QB), alpha));
@@ -267,14 +266,14 @@ static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, in
   /* out = O / l, rounded once; a query with no key kept (l = 0) gets zeros */
   __m512 rl = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l, zero, _CMP_NEQ_UQ), one, l);
   uint16_t *h = W->qp;                   /* free now: O^T in bfloat16 */
-  for (int64_t d = 0; d < J->dv; d++) {
+  for (int64_t d = 0; d < P->dv; d++) {
     __m256bh x = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(W->ot + d * QB), rl));
     _mm256_store_si256((__m256i *)(h + d * QB), (__m256i)x);
   }
-  int64_t db = nv == QB ? J->dv / 16 * 16 : 0;
-  for (int64_t d = 0; d < db; d += 16) qkv_amx_transpose16(h + d * QB, QB, out + d, J->dv);
+  int64_t db = nv == QB ? P->dv / 16 * 16 : 0;
+  for (int64_t d = 0; d < db; d += 16) qkv_amx_transpose16(h + d * QB, QB, out + d, P->dv);
   for (int i = 0; i < nv; i++)
-    for (int64_t d = db; d < J->dv; d++) out[i * J->dv + d] = h[d * QB + i];
+    for (int64_t d = db; d < P->dv; d++) out[i * P->dv + d] = h[d * QB + i];
 }
 
 /* ---- the work items: one tile of queries of one batch, as attention.c ---- */
@@ -282,7 +281,7 @@ static QKV_AMX void query_block (const amx_job *A, amx_scratch *W, int64_t b, in
 /* items [lo, hi), with scratch and the tile configuration of their own */
 static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   const amx_job *A = ctx;
-  const job *J = A->J;
+  const qkv_attn_plan *P = A->P;
   amx_scratch W;
   (void)tid;
   /* qp later holds the block's output, dvp x QB bfloat16 */
@@ -301,16 +300,16 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
   unsigned csr = qkv_ftz_on(1);
   for (int64_t t = lo; t < hi && !qkv_interrupted; t++) {
     int64_t b, i0;
-    int bq = qkv_attn_item(J, t, &b, &i0);
-    int64_t qo = qkv_attn_batch_offset(J, &J->q, b);
+    int bq = qkv_attn_item(P, t, &b, &i0);
+    int64_t qo = qkv_attn_batch_offset(P, &P->q, b);
     const uint8_t *mk = NULL;
-    if (J->has_mask)
-      mk = (const uint8_t *)J->mask.base + qkv_attn_batch_offset(J, &J->mask, b) +
-           i0 * J->mask.rs;
-    uint16_t *out = (uint16_t *)J->out + (b * J->nq + i0) * J->dv;
+    if (P->has_mask)
+      mk = (const uint8_t *)P->mask.base + qkv_attn_batch_offset(P, &P->mask, b) +
+           i0 * P->mask.rs;
+    uint16_t *out = (uint16_t *)P->out + (b * P->nq + i0) * P->dv;
     for (int64_t i = 0; i < bq; i += QB)
       query_block(A, &W, b, qo, i0 + i, bq - i < QB ? (int)(bq - i) : QB,
-                  mk ? mk + i * J->mask.rs : NULL, out + i * J->dv);
+                  mk ? mk + i * P->mask.rs : NULL, out + i * P->dv);
   }
   qkv_ftz_off(csr);
   _tile_release();        /* the tile state back to its init: cheap switches */
@@ -319,19 +318,20 @@ static QKV_AMX int items (void *ctx, int64_t lo, int64_t hi, int tid) {
 }
 
 int qkv_attn_amx (const job *J) {
+  const qkv_attn_plan *P = &J->p;
   amx_job A;
-  A.J = J;
-  A.nkp = qkv_amx_up(J->nk, KB);
-  A.dkp = qkv_amx_up(J->dk, FC);
-  A.dvp = qkv_amx_up(J->dv, 16);
+  A.P = P;
+  A.nkp = qkv_amx_up(P->nk, KB);
+  A.dkp = qkv_amx_up(P->dk, FC);
+  A.dvp = qkv_amx_up(P->dv, 16);
   A.nc = A.dkp / FC;
   size_t per = (size_t)(A.nkp * (A.dkp + A.dvp));
-  A.kp = qkv_cpu_alloc((size_t)J->nbatch * per * 2, 0);
+  A.kp = qkv_cpu_alloc((size_t)P->nbatch * per * 2, 0);
   if (A.kp == NULL) return QKV_ENOMEM;
-  A.vt = A.kp + (size_t)J->nbatch * (size_t)(A.nkp * A.dkp);
-  int64_t n = J->nbatch * J->ntiles;
+  A.vt = A.kp + (size_t)P->nbatch * (size_t)(A.nkp * A.dkp);
+  int64_t n = P->items;
   int par = qkv_attn_threaded(J);
-  int err = par ? qkv_par_for(J->nbatch, 1, pack_kv, &A) : pack_kv(&A, 0, J->nbatch, 0);
+  int err = par ? qkv_par_for(P->nbatch, 1, pack_kv, &A) : pack_kv(&A, 0, P->nbatch, 0);
   if (err == QKV_OK) err = par ? qkv_par_for(n, 1, items, &A) : items(&A, 0, n, 0);
   qkv_cpu_free(A.kp);
   return err;

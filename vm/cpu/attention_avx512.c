@@ -270,39 +270,42 @@ static QKV_AVX512 void scale_rows (float *o, int bq, int64_t dv, const float *f)
    AVX2 path's qkv_attn_keys_avx2, step for step) */
 void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
                            int bq, int64_t jend, float *o) {
-  int64_t ko = qkv_attn_batch_offset(J, &J->k, b), vo = qkv_attn_batch_offset(J, &J->v, b);
-  int64_t mo = qkv_attn_batch_offset(J, &J->mask, b);
+  const qkv_attn_plan *P = &J->p;
+  int64_t off[4];                   /* q's, k's, v's and the mask's */
+  qkv_attn_batch_offsets(P, b, off);
   int nqp = (bq + 15) / 16 * 16;
   float *st = (float *)W->s, *m = (float *)W->m;
-  qkv_attn_pack_q(J, qkv_attn_batch_offset(J, &J->q, b), i0, bq, nqp, W->qt);
+  qkv_attn_pack_q(J, off[0], i0, bq, nqp, W->qt);
   for (int i = 0; i < nqp; i++) {
     m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
   for (int64_t j0 = 0; j0 < jend; j0 += BK) {
     int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
-    int64_t e = J->causal ? j0 - i0 - J->off : -((int64_t)1 << 40);
-    const float *kt = qkv_attn_tile_of(J, &J->k, ko, j0, bk, J->dk, W->kbuf);
+    int64_t e = qkv_attn_diagonal(P, i0, j0);
+    const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
+                                       W->kbuf);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
     /* the max comes out of the product, unless a mask changes st after */
-    qk_tile(nqp, bk, e, W->qt, kt, J->k.layout == COPY ? J->dk : J->k.rs,
-            J->dk, st, J->has_mask ? NULL : W->mx);
-    if (J->has_mask) {
-      qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)J->mask.base + mo +
-                         i0 * J->mask.rs + j0 * J->mask.cs);
+    qk_tile(nqp, bk, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
+            P->dk, st, P->has_mask ? NULL : W->mx);
+    if (P->has_mask) {
+      qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
+                         i0 * P->mask.rs + j0 * P->mask.cs);
       col_max(st, nqp, bk, e, W->mx);
     }
     if (!softmax_cols(st, nqp, bk, e, W->mx, m, W->l, W->alpha)) continue;
-    scale_rows(o, bq, J->dv, W->alpha);
-    const float *vt = qkv_attn_tile_of(J, &J->v, vo, j0, bk, J->dv, W->vbuf);
-    pv_tile(bq, bk, e, st, vt, J->v.layout == COPY ? J->dv : J->v.rs, o, J->dv);
+    scale_rows(o, bq, P->dv, W->alpha);
+    const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
+                                       W->vbuf);
+    pv_tile(bq, bk, e, st, vt, J->gemm.v.layout == COPY ? P->dv : P->v.rs, o, P->dv);
   }
   qkv_attn_put_lse(J, b, i0, bq, m, NULL, W->l);
   /* a query with no key stays zeros; a NaN sum (a NaN score, which the max
      may have skipped) makes the row NaN even where p v was not run */
   for (int i = 0; i < bq; i++)
     W->alpha[i] = W->l[i] == 0.0 ? 1.0f : (float)(1.0 / W->l[i]);
-  scale_rows(o, bq, J->dv, W->alpha);
+  scale_rows(o, bq, P->dv, W->alpha);
 }
 #else
 typedef int qkv_no_avx512_attention;       /* (an empty file is not ISO C) */

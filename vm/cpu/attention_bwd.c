@@ -31,27 +31,14 @@
 #define BQ 128
 #define BK 256
 
-/* q, k, v, o or go: rows of contiguous elements, batch dims any strides */
 typedef struct {
-  const char *base;
-  int64_t rs;                       /* elements between rows */
-  int64_t bs[QKV_MAXDIM];           /* and between batch items, per dim */
-} rows;
-
-typedef struct {
+  qkv_attn_plan p;                  /* operands, shapes, bounds: common/attention_plan.h */
   int f64;
-  int64_t nq, nk, d, dv, nb;
-  int nbd;                          /* batch dims, of sizes bsize */
-  int64_t bsize[QKV_MAXDIM];
-  rows q, k, v, o, go;
-  char *dq, *dk, *dvv;              /* contiguous, (nb, rows, cols) */
-  const unsigned char *mask;        /* (nb..., nq, nk) view, or NULL */
-  const qkv_tensor *mt;
-  int64_t mask_bs[QKV_MAXDIM];      /* its batch strides */
-  int causal;
-  double scale;
+  /* q's, k's, v's, o's, go's rows: the dispatch passes only those that
+     gemm can read by rows (layout.h's QKV_BYROW), and these are their
+     leading dimensions (the row step, or the width for a single row) */
+  int64_t ldq, ldk, ldv, ldo, ldgo;
   int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
-  const char *lse;                  /* the forward's, (nb, nq), or NULL */
   int regs;                         /* items by attention_bwd_avx512.c */
 } Bwd;
 
@@ -68,38 +55,16 @@ static void gemm (const Bwd *J, int ta, int tb, int64_t m, int64_t n, int64_t k,
               (int)ldb, (float)beta, c, (int)ldc);
 }
 
-/* t's rows, which the dispatch passes only when gemm can read them
-   (layout.h's QKV_BYROW: its leading dimension is the row step) */
-static rows rows_of (const qkv_tensor *t) {
+/* t's leading dimension as gemm reads its rows */
+static int64_t ld_of (const qkv_tensor *t) {
   int n = t->ndim, ld;
   qkv_gemm_layout(t->size[n - 2], t->size[n - 1], t->stride[n - 2], t->stride[n - 1], &ld);
-  rows r = {(const char *)qkv_data(t), ld, {0}};
-  for (int i = 0; i < n - 2; i++) r.bs[i] = t->size[i] > 1 ? t->stride[i] : 0;
-  return r;
+  return ld;
 }
 
-/* the element offset of batch item b (row-major over the batch dims) in a
-   view whose batch strides are bs */
-static int64_t item (const Bwd *J, const int64_t *bs, int64_t b) {
-  int64_t off = 0;
-  for (int d = J->nbd - 1; d >= 0 && b > 0; d--) {
-    off += (b % J->bsize[d]) * bs[d];
-    b /= J->bsize[d];
-  }
-  return off;
-}
-
-/* row i of batch item b */
-static const char *row (const Bwd *J, const rows *r, int64_t b, int64_t i) {
-  return r->base + (item(J, r->bs, b) + i * r->rs) * (J->f64 ? 8 : 4);
-}
-
-/* whether query i may see key j */
-static int keeps (const Bwd *J, int64_t mb, int64_t i, int64_t j) {
-  if (J->causal && j > i + J->nk - J->nq) return 0;
-  if (!J->mask) return 1;
-  const qkv_tensor *m = J->mt;
-  return J->mask[mb + i * m->stride[m->ndim - 2] + j * m->stride[m->ndim - 1]] != 0;
+/* row i of x (rows ld apart) in batch item b */
+static const char *row (const Bwd *J, const qkv_attn_view *x, int64_t ld, int64_t b, int64_t i) {
+  return x->base + (qkv_attn_batch_offset(&J->p, x, b) + i * ld) * (J->f64 ? 8 : 4);
 }
 
 static double at (const Bwd *J, const char *p, int64_t i) {
@@ -109,23 +74,25 @@ static void put (const Bwd *J, char *p, int64_t i, double x) {
   if (J->f64) ((double *)p)[i] = x; else ((float *)p)[i] = (float)x;
 }
 
-/* s (bq x bk) = scale q_tile k_tile^T, masked entries -inf */
-static void scores (const Bwd *J, int64_t b, int64_t mb, int64_t i0, int64_t bq, int64_t j0,
-                    int64_t bk, char *s) {
-  const char *q = row(J, &J->q, b, i0), *k = row(J, &J->k, b, j0);
-  gemm(J, 0, 1, bq, bk, J->d, J->scale, q, J->q.rs, k, J->k.rs, 0, s, bk);
-  if (!J->mask && (!J->causal || j0 + bk - 1 <= i0 + J->nk - J->nq)) return;  /* all kept */
-  if (!J->mask && !J->f64) {                    /* causal alone: each row's tail */
+/* s (bq x bk) = scale q_tile k_tile^T, masked entries -inf; mk: batch
+   item b's mask, or NULL */
+static void scores (const Bwd *J, int64_t b, const unsigned char *mk, int64_t i0, int64_t bq,
+                    int64_t j0, int64_t bk, char *s) {
+  const qkv_attn_plan *P = &J->p;
+  const char *q = row(J, &P->q, J->ldq, b, i0), *k = row(J, &P->k, J->ldk, b, j0);
+  gemm(J, 0, 1, bq, bk, P->dk, P->scale, q, J->ldq, k, J->ldk, 0, s, bk);
+  if (!qkv_attn_tile_cut(P, i0, j0, bk)) return;        /* all kept */
+  if (!mk && !J->f64) {                         /* causal alone: each row's tail */
+    int64_t e = qkv_attn_diagonal(P, i0, j0);
     for (int64_t i = 0; i < bq; i++) {
-      int64_t from = i0 + i + J->nk - J->nq + 1 - j0;    /* first key hidden */
       float *si = (float *)s + i * bk;
-      for (int64_t j = from < 0 ? 0 : from; j < bk; j++) si[j] = -INFINITY;
+      for (int64_t j = qkv_attn_key_limit(i, e, (int)bk); j < bk; j++) si[j] = -INFINITY;
     }
     return;
   }
   for (int64_t i = 0; i < bq; i++)
     for (int64_t j = 0; j < bk; j++)
-      if (!keeps(J, mb, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
+      if (!qkv_attn_keeps(P, mk, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
 }
 
 /* a tile row's max mx and sum of exp(x - mx) folded into the running
@@ -234,16 +201,17 @@ static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, co
 
 /* D[i] = dO_i . O_i, in double, for the bq rows from i0 */
 static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D) {
+  const qkv_attn_plan *P = &J->p;
   for (int64_t i = 0; i < bq; i++) {
     double dd = 0;
-    const void *gi = row(J, &J->go, b, i0 + i), *oi = row(J, &J->o, b, i0 + i);
+    const void *gi = row(J, &P->go, J->ldgo, b, i0 + i), *oi = row(J, &P->o, J->ldo, b, i0 + i);
     if (J->f64) {
       const double *go = gi, *o = oi;
-      for (int64_t c = 0; c < J->dv; c++) dd += go[c] * o[c];
+      for (int64_t c = 0; c < P->dv; c++) dd += go[c] * o[c];
     } else {
       const float *go = gi, *o = oi;
       _Pragma("omp simd reduction(+:dd)")
-      for (int64_t c = 0; c < J->dv; c++) dd += (double)go[c] * o[c];
+      for (int64_t c = 0; c < P->dv; c++) dd += (double)go[c] * o[c];
     }
     D[i] = dd;
   }
@@ -255,15 +223,18 @@ static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D
 ** <= BK) step 2 finds that tile's scores still in s from step 1.
 */
 static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
+  const qkv_attn_plan *P = &J->p;
   size_t es = J->f64 ? 8 : 4;
-  int64_t mb = J->mask ? item(J, J->mask_bs, b) : 0;
-  for (int64_t i0 = 0; i0 < J->nq; i0 += BQ) {
-    int64_t bq = J->nq - i0 < BQ ? J->nq - i0 : BQ;
+  int64_t nq = P->nq, nk = P->nk, dk = P->dk, dv = P->dv;
+  const unsigned char *mk = NULL;               /* the item's mask */
+  if (P->has_mask) mk = (const unsigned char *)P->mask.base + qkv_attn_batch_offset(P, &P->mask, b);
+  for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
+    int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
     double m[BQ], l[BQ];
     for (int64_t i = 0; i < bq; i++) m[i] = -INFINITY, l[i] = 0;
-    for (int64_t j0 = 0; J->lse == NULL && j0 < J->nk; j0 += BK) {   /* 1: lse, D */
-      int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
-      scores(J, b, mb, i0, bq, j0, bk, s);
+    for (int64_t j0 = 0; P->lse == NULL && j0 < nk; j0 += BK) {   /* 1: lse, D */
+      int64_t bk = nk - j0 < BK ? nk - j0 : BK;
+      scores(J, b, mk, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
         if (!J->f64) { row_stats_f32(J->wide, (const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
         for (int64_t j = 0; j < bk; j++) {
@@ -275,20 +246,20 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
       }
     }
     for (int64_t i = 0; i < bq; i++) {
-      int64_t r = b * J->nq + i0 + i;
-      if (J->lse) lse[i] = J->f64 ? ((const double *)J->lse)[r] : ((const float *)J->lse)[r];
+      int64_t r = b * nq + i0 + i;
+      if (P->lse) lse[i] = J->f64 ? ((const double *)P->lse)[r] : ((const float *)P->lse)[r];
       else lse[i] = l[i] > 0 ? m[i] + log(l[i]) : -INFINITY;
     }
     row_dots(J, b, i0, bq, D);
-    const char *q = row(J, &J->q, b, i0), *go = row(J, &J->go, b, i0);
-    char *dq = J->dq + (b * J->nq + i0) * J->d * (int64_t)es;
-    for (int64_t j0 = 0; j0 < J->nk; j0 += BK) {         /* 2: the gradients */
-      int64_t bk = J->nk - j0 < BK ? J->nk - j0 : BK;
-      const char *k = row(J, &J->k, b, j0), *v = row(J, &J->v, b, j0);
-      char *dk = J->dk + (b * J->nk + j0) * J->d * (int64_t)es;
-      char *dvv = J->dvv + (b * J->nk + j0) * J->dv * (int64_t)es;
-      if (J->nk > BK || J->lse) scores(J, b, mb, i0, bq, j0, bk, s);
-      gemm(J, 0, 1, bq, bk, J->dv, 1, go, J->go.rs, v, J->v.rs, 0, dp, bk);  /* dP = dO V^T */
+    const char *q = row(J, &P->q, J->ldq, b, i0), *go = row(J, &P->go, J->ldgo, b, i0);
+    char *dq = P->gq + (b * nq + i0) * dk * (int64_t)es;
+    for (int64_t j0 = 0; j0 < nk; j0 += BK) {           /* 2: the gradients */
+      int64_t bk = nk - j0 < BK ? nk - j0 : BK;
+      const char *k = row(J, &P->k, J->ldk, b, j0), *v = row(J, &P->v, J->ldv, b, j0);
+      char *dkk = P->gk + (b * nk + j0) * dk * (int64_t)es;
+      char *dvv = P->gv + (b * nk + j0) * dv * (int64_t)es;
+      if (nk > BK || P->lse) scores(J, b, mk, i0, bq, j0, bk, s);
+      gemm(J, 0, 1, bq, bk, dv, 1, go, J->ldgo, v, J->ldv, 0, dp, bk);  /* dP = dO V^T */
       if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
       else
         for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
@@ -298,30 +269,31 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
             put(J, s, i * bk + j, p);
             put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i]));
           }
-      gemm(J, 1, 0, bk, J->dv, bq, 1, s, bk, go, J->go.rs, 1, dvv, J->dv);  /* dV += P^T dO */
-      gemm(J, 0, 0, bq, J->d, bk, J->scale, dp, bk, k, J->k.rs, 1, dq, J->d); /* dQ += s dS K */
-      gemm(J, 1, 0, bk, J->d, bq, J->scale, dp, bk, q, J->q.rs, 1, dk, J->d); /* dK += s dS^T Q */
+      gemm(J, 1, 0, bk, dv, bq, 1, s, bk, go, J->ldgo, 1, dvv, dv);      /* dV += P^T dO */
+      gemm(J, 0, 0, bq, dk, bk, P->scale, dp, bk, k, J->ldk, 1, dq, dk);  /* dQ += s dS K */
+      gemm(J, 1, 0, bk, dk, bq, P->scale, dp, bk, q, J->ldq, 1, dkk, dk); /* dK += s dS^T Q */
     }
   }
 }
 
 /* items [lo, hi) by attention_bwd_avx512.c */
 static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
-  void *work = malloc(qkv_attn_bwd_avx512_work(J->d, J->dv));
+  const qkv_attn_plan *P = &J->p;
+  void *work = malloc(qkv_attn_bwd_avx512_work(P->dk, P->dv));
   if (work == NULL) return QKV_ENOMEM;
   int err = QKV_OK;
   for (int64_t b = lo; b < hi; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
-    int64_t qo = b * J->nq, ko = b * J->nk;
-    qkv_attn_bwd_item it = {J->nq, J->nk, J->d, J->dv,
-                            (const float *)row(J, &J->q, b, 0), (const float *)row(J, &J->k, b, 0),
-                            (const float *)row(J, &J->v, b, 0), (const float *)row(J, &J->o, b, 0),
-                            (const float *)row(J, &J->go, b, 0),
-                            J->q.rs, J->k.rs, J->v.rs, J->o.rs, J->go.rs,
-                            (const float *)J->lse + qo, (float *)J->dq + qo * J->d,
-                            (float *)J->dk + ko * J->d, (float *)J->dvv + ko * J->dv, J->causal,
-                            (float)J->scale};
-    qkv_attn_bwd_avx512(&it, work);
+    int64_t qo = b * P->nq, ko = b * P->nk;
+    qkv_attn_bwd_item it = {(const float *)row(J, &P->q, J->ldq, b, 0),
+                            (const float *)row(J, &P->k, J->ldk, b, 0),
+                            (const float *)row(J, &P->v, J->ldv, b, 0),
+                            (const float *)row(J, &P->o, J->ldo, b, 0),
+                            (const float *)row(J, &P->go, J->ldgo, b, 0),
+                            J->ldq, J->ldk, J->ldv, J->ldo, J->ldgo,
+                            (const float *)P->lse + qo, (float *)P->gq + qo * P->dk,
+                            (float *)P->gk + ko * P->dk, (float *)P->gv + ko * P->dv};
+    qkv_attn_bwd_avx512(P, &it, work);
   }
   free(work);
   return err;
@@ -329,19 +301,21 @@ static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
 
 /* items [lo, hi), with scratch of their own */
 static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
+  const qkv_attn_plan *P = &J->p;
   size_t es = J->f64 ? 8 : 4;
+  int64_t nq = P->nq, nk = P->nk, dk = P->dk, dv = P->dv;
   /* tiles as big as this job's: BQ x BK (128 KB) went to mmap, and each
      chunk's pages were faulted in again (two threads on 32 x 32 items
      were 1.2x one) */
-  size_t tile = (size_t)(J->nq < BQ ? J->nq : BQ) * (size_t)(J->nk < BK ? J->nk : BK) * es;
+  size_t tile = (size_t)(nq < BQ ? nq : BQ) * (size_t)(nk < BK ? nk : BK) * es;
   char *s = malloc(tile), *dp = malloc(tile);
   double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
   int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
   for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
-    memset(J->dq + b * J->nq * J->d * (int64_t)es, 0, (size_t)(J->nq * J->d) * es);
-    memset(J->dk + b * J->nk * J->d * (int64_t)es, 0, (size_t)(J->nk * J->d) * es);
-    memset(J->dvv + b * J->nk * J->dv * (int64_t)es, 0, (size_t)(J->nk * J->dv) * es);
+    memset(P->gq + b * nq * dk * (int64_t)es, 0, (size_t)(nq * dk) * es);
+    memset(P->gk + b * nk * dk * (int64_t)es, 0, (size_t)(nk * dk) * es);
+    memset(P->gv + b * nk * dv * (int64_t)es, 0, (size_t)(nk * dv) * es);
     one_item(J, b, s, dp, lse, D);
   }
   free(s); free(dp); free(lse); free(D);
@@ -364,33 +338,33 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *mask, int causal, double scale,
                                 const qkv_tensor *lse) {
   if (q->dtype != QKV_F32 && q->dtype != QKV_F64) return QKV_EDTYPE;   /* halves: in float32 */
-  int n = q->ndim;
-  Bwd J = {q->dtype == QKV_F64, q->size[n - 2], k->size[n - 2], q->size[n - 1],
-           v->size[n - 1], 1, n - 2, {0}, rows_of(q), rows_of(k), rows_of(v), rows_of(o),
-           rows_of(go), qkv_data(dq), qkv_data(dk), qkv_data(dv),
-           mask ? qkv_data(mask) : NULL, mask, {0}, causal, scale, qkv_cpu_isa() >= QKV_ISA_AVX512,
-           NULL, 0};
-  for (int i = 0; i < n - 2; i++) {
-    J.nb *= J.bsize[i] = q->size[i];
-    J.mask_bs[i] = mask ? mask->stride[i] : 0;
-  }
-  /* the forward's log-sum-exps, but where it had nothing to write them
-     with (d_v = 0: it returned at once) */
-  if (lse && v->size[n - 1] > 0) J.lse = qkv_data(lse);
+  Bwd J;
+  memset(&J, 0, sizeof J);
+  qkv_attn_plan *P = &J.p;
+  int err = qkv_attn_plan_backward(P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,
+                                   qkv_data);
+  if (err != QKV_OK) return err;
+  J.f64 = P->dtype == QKV_F64;
+  J.ldq = ld_of(q);
+  J.ldk = ld_of(k);
+  J.ldv = ld_of(v);
+  J.ldo = ld_of(o);
+  J.ldgo = ld_of(go);
+  J.wide = qkv_cpu_isa() >= QKV_ISA_AVX512;
 #ifdef QKV_VEXP_X86
   static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
   if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
-  J.regs = J.wide && !J.f64 && !J.mask && J.lse && !blas_asked;
+  J.regs = J.wide && !J.f64 && !P->has_mask && P->lse && !blas_asked;
 #endif
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */
   size_t es = J.f64 ? 8 : 4;
-  if (J.nb == 0 || J.nq == 0 || J.nk == 0) {
-    memset(J.dq, 0, (size_t)(J.nb * J.nq * J.d) * es);
-    memset(J.dk, 0, (size_t)(J.nb * J.nk * J.d) * es);
-    memset(J.dvv, 0, (size_t)(J.nb * J.nk * J.dv) * es);
+  if (P->nbatch == 0 || P->nq == 0 || P->nk == 0) {
+    memset(P->gq, 0, (size_t)(P->nbatch * P->nq * P->dk) * es);
+    memset(P->gk, 0, (size_t)(P->nbatch * P->nk * P->dk) * es);
+    memset(P->gv, 0, (size_t)(P->nbatch * P->nk * P->dv) * es);
     return QKV_OK;
   }
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
-  return qkv_par_for(J.nb, 1, items, &J);
+  return qkv_par_for(P->nbatch, 1, items, &J);
 }

@@ -1,7 +1,8 @@
 /*
 ** attention_bwd.h -- what attention_bwd.c hands its AVX-512 path
-** (attention_bwd_avx512.c): one batch item of a float32 backward with no
-** mask tensor and the forward's log-sum-exps.
+** (attention_bwd_avx512.c): the plan (common/attention_plan.h) and one
+** batch item of a float32 backward with no mask tensor and the forward's
+** log-sum-exps.
 */
 #ifndef QKV_CPU_ATTENTION_BWD_H
 #define QKV_CPU_ATTENTION_BWD_H
@@ -9,18 +10,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/attention_plan.h"
+
+/* batch item b of the plan: where its rows start */
 typedef struct {
-  int64_t nq, nk, d, dv;
   const float *q, *k, *v, *o, *go;  /* the item's first rows */
   int64_t qrs, krs, vrs, ors, gors;  /* elements between their rows */
   const float *lse;                 /* nq log-sum-exps, -inf for no key */
   float *dq, *dk, *dvv;             /* contiguous, written whole */
-  int causal;                       /* query i keeps keys j <= i + nk - nq */
-  float scale;
 } qkv_attn_bwd_item;
 
 /* bytes of scratch qkv_attn_bwd_avx512 needs for heads of d and dv */
 size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv);
-void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work);
+/* the item's gradients; sizes, causal and scale from the plan */
+void qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work);
 
 #endif

@@ -166,8 +166,9 @@ size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv) {
   return sizeof(float) * (size_t)(BQ * (d + dv) + 2 * BK * BQ + 2 * BQ) + 64;
 }
 
-void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work) {
-  int64_t nq = it->nq, nk = it->nk, d = it->d, dv = it->dv;
+void qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work) {
+  int64_t nq = P->nq, nk = P->nk, d = P->dk, dv = P->dv;
+  float scale = (float)P->scale;
   float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   float *qt = w, *dot = qt + BQ * d, *st = dot + BQ * dv, *dpt = st + BK * BQ;
   float *lse = dpt + BK * BQ, *D = lse + BQ;
@@ -178,7 +179,7 @@ void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work) {
     int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
     const float *q = it->q + i0 * it->qrs, *go = it->go + i0 * it->gors, *o = it->o + i0 * it->ors;
     float *dq = it->dq + i0 * d;
-    pack_t(q, it->qrs, bq, d, it->scale, qt);
+    pack_t(q, it->qrs, bq, d, scale, qt);
     pack_t(go, it->gors, bq, dv, 1.0f, dot);
     row_dots(go, it->gors, o, it->ors, bq, dv, D);
     for (int64_t i = 0; i < BQ; i++) {
@@ -188,13 +189,13 @@ void qkv_attn_bwd_avx512 (const qkv_attn_bwd_item *it, void *work) {
     for (int64_t j0 = 0; j0 < nk; j0 += BK) {
       int64_t bk = nk - j0 < BK ? nk - j0 : BK;
       /* t: key j of the tile is hidden from the tile's queries before t + j */
-      int64_t t = it->causal ? j0 - i0 - (nk - nq) : -((int64_t)1 << 40);
+      int64_t t = qkv_attn_diagonal(P, i0, j0);
       if (t + bk > bq) bk = bq - t;             /* keys hidden from every query */
       if (bk <= 0) break;
       const float *k = it->k + j0 * it->krs, *v = it->v + j0 * it->vrs;
       gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0);
       gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0);
-      grads(st, dpt, bk, bq, t, lse, D, it->scale);
+      grads(st, dpt, bk, bq, t, lse, D, scale);
       gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1);
       gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1);
       gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1);

@@ -1,7 +1,8 @@
 /*
 ** attention_job.h -- what the two paths of the fused CPU attention kernel
-** share: tile sizes, the job and per-thread scratch, and the helpers that
-** read a batch's tiles.  attention.c calls the AVX2 path
+** share: tile sizes, the job (the plan every backend's kernels read,
+** common/attention_plan.h, and how gemm reads q, k, v here), per-thread
+** scratch, and the helpers that read a batch's tiles.  attention.c calls the AVX2 path
 ** (attention_avx2.c) or the AVX-512 one (attention_avx512.c), and hands a
 ** bfloat16 job to the AMX one (attention_amx.c); they need nothing of
 ** attention.c but this.
@@ -12,6 +13,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "../common/attention_plan.h"
 #include "../common/layout.h"
 #include "vexp.h"
 
@@ -28,29 +30,15 @@
 #define PAR_MIN_WORK 200000.0
 
 /* How gemm reads one of q, k, v: by rows (a row-major matrix, NoTrans), by
-   columns, or from a dense copy of each tile. */
+   columns, or from a dense copy of each tile; ld its leading dimension. */
 enum { BYROW = QKV_BYROW, BYCOL = QKV_BYCOL, COPY = QKV_COPY };
+typedef struct { int layout, ld; } gemm_read;
 
 typedef struct {
-  const char *base;                 /* element 0 of the view */
-  int64_t rs, cs;                   /* element strides of tokens, features */
-  int64_t bstride[QKV_MAXDIM];      /* batch dims, 0 where broadcast */
-  int layout, ld;
-} operand;
-
-typedef struct {
-  qkv_dtype dtype;
-  size_t es;
-  int nbd;                          /* batch dims */
-  int64_t bsize[QKV_MAXDIM];
-  int64_t nbatch, ntiles, nq, nk, dk, dv;
-  operand q, k, v, mask;
-  int has_mask, causal;
+  qkv_attn_plan p;                  /* operands, shapes, bounds: common/attention_plan.h */
+  size_t es;                        /* the dtype's element size */
   int avx2, avx512;                 /* our products (avx512 implies avx2) */
-  int64_t off;                      /* causal: query i keeps keys j <= i + off */
-  double scale;
-  char *out;
-  char *lse;                        /* (B..., nq) of dtype, or NULL */
+  struct { gemm_read q, k, v; } gemm;
 } job;
 
 /* a thread's scratch */
@@ -63,38 +51,17 @@ typedef struct {
   void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 
-/* element offset of batch number bi (row-major over out's batch dims) */
-static inline int64_t qkv_attn_batch_offset (const job *J, const operand *op, int64_t bi) {
-  int64_t off = 0;
-  for (int i = J->nbd - 1; i >= 0 && bi > 0; i--) {
-    off += (bi % J->bsize[i]) * op->bstride[i];
-    bi /= J->bsize[i];
-  }
-  return off;
-}
-
-/*
-** Work item t: a tile of at most BQ queries, from query *i0, of batch *b;
-** returns how many queries.  The tiles of the last queries come first:
-** under causal they have the most keys, and a dynamic schedule balances
-** best when it hands out the big items before the small ones.
-*/
-static inline int qkv_attn_item (const job *J, int64_t t, int64_t *b, int64_t *i0) {
-  *b = t % J->nbatch;
-  *i0 = (J->ntiles - 1 - t / J->nbatch) * BQ;
-  return (int)(J->nq - *i0 < BQ ? J->nq - *i0 : BQ);
-}
-
 /* whether the job's items are worth more than one thread */
 static inline int qkv_attn_threaded (const job *J) {
-  double work = (double)J->nbatch * (double)J->nq * (double)J->nk * (double)(J->dk + J->dv);
-  return J->nbatch * J->ntiles > 1 && work >= PAR_MIN_WORK;
+  const qkv_attn_plan *P = &J->p;
+  double work = (double)P->nbatch * (double)P->nq * (double)P->nk * (double)(P->dk + P->dv);
+  return P->items > 1 && work >= PAR_MIN_WORK;
 }
 
 /* lse's element r (batch b's query i is b nq + i) = v, in its dtype */
 static inline void qkv_attn_lse_at (const job *J, int64_t r, double v) {
-  if (J->dtype == QKV_F32) ((float *)J->lse)[r] = (float)v;
-  else ((double *)J->lse)[r] = v;
+  if (J->p.dtype == QKV_F32) ((float *)J->p.lse)[r] = (float)v;
+  else ((double *)J->p.lse)[r] = v;
 }
 
 /* each query's log-sum-exp, m + log(l) (-inf with no key, NaN kept), for
@@ -102,10 +69,10 @@ static inline void qkv_attn_lse_at (const job *J, int64_t r, double v) {
    as float (mf) or double (md); l NULL: no key for any of them */
 static inline void qkv_attn_put_lse (const job *J, int64_t b, int64_t i0, int bq,
                                      const float *mf, const double *md, const double *l) {
-  if (J->lse == NULL) return;
+  if (J->p.lse == NULL) return;
   for (int i = 0; i < bq; i++) {
     double m = mf ? mf[i] : md ? md[i] : 0;
-    qkv_attn_lse_at(J, b * J->nq + i0 + i, l == NULL || l[i] == 0.0 ? -INFINITY : m + log(l[i]));
+    qkv_attn_lse_at(J, b * J->p.nq + i0 + i, l == NULL || l[i] == 0.0 ? -INFINITY : m + log(l[i]));
   }
 }
 
@@ -116,24 +83,19 @@ static inline void *qkv_attn_carve (char **p, size_t n) {
   return r;
 }
 
-/* rows [r0, r0 + n) of op (batch at element offset boff), as stored or, for
-   a COPY operand, densified into buf (whose row stride is then width) */
-static inline const void *qkv_attn_tile_of (const job *J, const operand *op,
+/* rows [r0, r0 + n) of x (batch at element offset boff), as stored or,
+   read by gemm as a COPY, densified into buf (whose row stride is then
+   width) */
+static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x, int layout,
                                              int64_t boff, int64_t r0, int64_t n,
                                              int64_t width, void *buf) {
-  const char *p = op->base + (boff + r0 * op->rs) * (int64_t)J->es;
-  if (op->layout != COPY) return p;
-  qkv_densify(buf, p, J->dtype == QKV_F64, n, width, op->rs, op->cs);
+  const char *p = x->base + (boff + r0 * x->rs) * (int64_t)J->es;
+  if (layout != COPY) return p;
+  qkv_densify(buf, p, J->p.dtype == QKV_F64, n, width, x->rs, x->cs);
   return buf;
 }
 
 /* ---- shared by the AVX2 and AVX-512 paths (float32, scores as st[key][query]) ---- */
-
-/* how many keys of a tile query i keeps (0 to bk); e as in attention_avx2.c */
-static inline int qkv_attn_key_limit (int64_t i, int64_t e, int bk) {
-  int64_t n = i - e + 1;
-  return n < 0 ? 0 : n < bk ? (int)n : bk;
-}
 
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
    padding queries get zeros, so finite scores nobody reads.  By query: q's
@@ -141,11 +103,12 @@ static inline int qkv_attn_key_limit (int64_t i, int64_t e, int bk) {
    (by feature, each pass re-read the whole tile of q from L2) */
 static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
                                     int bq, int nqp, float *qt) {
-  const float *q = (const float *)J->q.base + qo + i0 * J->q.rs;
-  float sc = (float)J->scale;
-  for (int i = 0; i < bq; i++, q += J->q.rs)
-    for (int64_t c = 0; c < J->dk; c++) qt[c * BQ + i] = sc * q[c * J->q.cs];
-  for (int64_t c = 0; c < J->dk; c++)
+  const qkv_attn_plan *P = &J->p;
+  const float *q = (const float *)P->q.base + qo + i0 * P->q.rs;
+  float sc = (float)P->scale;
+  for (int i = 0; i < bq; i++, q += P->q.rs)
+    for (int64_t c = 0; c < P->dk; c++) qt[c * BQ + i] = sc * q[c * P->q.cs];
+  for (int64_t c = 0; c < P->dk; c++)
     for (int i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
 }
 
@@ -153,10 +116,11 @@ static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
    by query, so that a row-major mask is read in order */
 static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
                                        int64_t e, const uint8_t *mk) {
+  const qkv_attn_view *M = &J->p.mask;
   for (int i = 0; i < bq; i++) {
-    const uint8_t *mi = mk + i * J->mask.rs;
+    const uint8_t *mi = mk + i * M->rs;
     for (int j = 0, n = qkv_attn_key_limit(i, e, bk); j < n; j++)
-      if (!mi[j * J->mask.cs]) st[j * BQ + i] = -INFINITY;
+      if (!mi[j * M->cs]) st[j * BQ + i] = -INFINITY;
   }
 }
 

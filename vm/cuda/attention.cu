@@ -26,7 +26,7 @@
 **   4. O = O * exp(m_old - m_new) + P V, where the thread owns O's elements
 **      of its rows at columns c + 16 j, so O needs no barrier of its own.
 ** At the end out = O / l (l summed over the row's threads), zeros where
-** l == 0, and, when the job asks for it, the query's log-sum-exp m + log l
+** l == 0, and, when the plan asks for it, the query's log-sum-exp m + log l
 ** (-inf where l == 0) for the backward.
 **
 ** Shared memory, in elements of T: P BQ x LDP (LDP = 16 mod 32: the two
@@ -44,7 +44,6 @@
 
 #include "attention.cuh"
 #include "cudnn.h"
-#include "../common/attention_shape.h"
 
 #define NT 256                       /* threads a block */
 #define RG (NT / 16)                 /* row groups: 16 threads a row */
@@ -63,7 +62,7 @@ __device__ static inline double lg (double x) { return log(x); }
 /* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
    at dst, ld apart, by all the block's threads */
 template <typename T>
-__device__ static void load_tile (T *dst, int ld, int rows, int w, const operand &op,
+__device__ static void load_tile (T *dst, int ld, int rows, int w, const qkv_attn_view &op,
                                   int64_t boff, int64_t r0, int n) {
   const T *src = (const T *)op.base + boff;
   for (int x = threadIdx.x; x < rows * w; x += NT) {
@@ -78,35 +77,35 @@ __device__ static void load_tile (T *dst, int ld, int rows, int w, const operand
 ** the last, whose scores are excluded anyway) and O is kept in out.
 */
 template <typename T, int BQ, int BK, bool STAGED>
-__global__ void __launch_bounds__(NT) attention_kernel (job J) {
+__global__ void __launch_bounds__(NT) attention_kernel (qkv_attn_plan P) {
   enum { RA = BQ / RG, CB = BK / 16, LDP = BK / 32 * 32 + 16 };
   extern __shared__ __align__(16) unsigned char smem[];
-  const int t = threadIdx.x, r = t / 16, c = t % 16, dk = J.dk, dv = J.dv;
+  const int t = threadIdx.x, r = t / 16, c = t % 16, dk = P.dk, dv = P.dv;
   const int ldq = dk | 1;
-  const T ninf = -(T)INFINITY, scale = (T)J.scale;
+  const T ninf = -(T)INFINITY, scale = (T)P.scale;
   T *Ps = (T *)smem, *Qs = Ps + BQ * LDP, *Ks = Qs + BQ * ldq, *Vs = Ks + BK * ldq;
   T *Os = Vs + BK * dv;
   /* element strides of a feature step in q, k, v as the products read them */
-  const int64_t qcs = STAGED ? 1 : J.q.cs, kcs = STAGED ? 1 : J.k.cs;
-  const int64_t vrs = STAGED ? dv : J.v.rs, vcs = STAGED ? 1 : J.v.cs;
+  const int64_t qcs = STAGED ? 1 : P.q.cs, kcs = STAGED ? 1 : P.k.cs;
+  const int64_t vrs = STAGED ? dv : P.v.rs, vcs = STAGED ? 1 : P.v.cs;
 
-  for (int64_t item = blockIdx.x; item < J.items; item += gridDim.x) {
-    int64_t b, i0, jend, boff[4];
-    int bq;
-    attention_tile(J, item, BQ, &b, &i0, &bq, &jend);
-    batch_offsets(J, b, boff);
-    T *out = (T *)J.out + (b * J.nq + i0) * dv;
+  for (int64_t item = blockIdx.x; item < P.items; item += gridDim.x) {
+    int64_t b, i0, boff[4];
+    const int bq = qkv_attn_item(&P, item, &b, &i0);
+    const int64_t jend = qkv_attn_key_end(&P, i0, bq);
+    qkv_attn_batch_offsets(&P, b, boff);
+    T *out = (T *)P.out + (b * P.nq + i0) * dv;
     T *O = STAGED ? Os : out;                  /* rows dv apart either way */
-    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
+    const unsigned char *mk = P.has_mask ? (const unsigned char *)P.mask.base + boff[3] : NULL;
 
     __syncthreads();                           /* the last item's reads are done */
-    if (STAGED && jend > 0) load_tile<T>(Qs, ldq, BQ, dk, J.q, boff[0], i0, bq);
+    if (STAGED && jend > 0) load_tile<T>(Qs, ldq, BQ, dk, P.q, boff[0], i0, bq);
     /* the thread's rows of q, as the products read them */
     const T *qrow[RA];
     for (int a = 0; a < RA; a++) {
       int64_t i = i0 + r + RG * a;
       qrow[a] = STAGED ? Qs + (r + RG * a) * ldq
-                       : (const T *)J.q.base + boff[0] + (i < J.nq ? i : J.nq - 1) * J.q.rs;
+                       : (const T *)P.q.base + boff[0] + (i < P.nq ? i : P.nq - 1) * P.q.rs;
     }
     T m[RA], l[RA], alpha[RA];
     for (int a = 0; a < RA; a++) {
@@ -120,8 +119,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
       __syncthreads();                         /* the last tile's K, V, P reads are done */
       if (STAGED) {
-        load_tile<T>(Ks, ldq, BK, dk, J.k, boff[1], j0, bk);
-        load_tile<T>(Vs, dv, bk, dv, J.v, boff[2], j0, bk);
+        load_tile<T>(Ks, ldq, BK, dk, P.k, boff[1], j0, bk);
+        load_tile<T>(Vs, dv, bk, dv, P.v, boff[2], j0, bk);
       }
       __syncthreads();
 
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       for (int bb = 0; bb < CB; bb++) {
         int64_t j = j0 + c + 16 * bb;
         krow[bb] = STAGED ? Ks + (c + 16 * bb) * ldq
-                          : (const T *)J.k.base + boff[1] + (j < J.nk ? j : J.nk - 1) * J.k.rs;
+                          : (const T *)P.k.base + boff[1] + (j < P.nk ? j : P.nk - 1) * P.k.rs;
       }
       T s[RA][CB];
       for (int a = 0; a < RA; a++)
@@ -146,8 +145,7 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
         int64_t i = i0 + r + RG * a;
         for (int bb = 0; bb < CB; bb++) {
           int64_t j = j0 + c + 16 * bb;
-          bool keep = i < J.nq && c + 16 * bb < bk && (!J.causal || j <= i + J.off) &&
-                      (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs] != 0);
+          bool keep = i < P.nq && c + 16 * bb < bk && qkv_attn_keeps(&P, mk, i, j);
           s[a][bb] = keep ? s[a][bb] * scale : ninf;
         }
       }
@@ -179,7 +177,7 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
         for (int bb = 0; bb < 4; bb++) {
           int d = d0 + c + 16 * bb;
           d = d < dv ? d : dv - 1;               /* read in bounds, stored never */
-          vcol[bb] = STAGED ? Vs + d : (const T *)J.v.base + boff[2] + j0 * J.v.rs + d * vcs;
+          vcol[bb] = STAGED ? Vs + d : (const T *)P.v.base + boff[2] + j0 * P.v.rs + d * vcs;
           for (int a = 0; a < RA; a++) acc[a][bb] = 0;
         }
         for (int jj = 0; jj < bk; jj++) {
@@ -209,8 +207,8 @@ __global__ void __launch_bounds__(NT) attention_kernel (job J) {
       if (row < bq)
         for (int d = c; d < dv; d += 16)
           out[row * dv + d] = sum == 0 ? (T)0 : O[row * dv + d] * rinv;
-      if (J.lse && row < bq && c == 0)
-        ((T *)J.lse)[b * J.nq + i0 + row] = sum == 0 ? ninf : m[a] + lg(sum);
+      if (P.lse && row < bq && c == 0)
+        ((T *)P.lse)[b * P.nq + i0 + row] = sum == 0 ? ninf : m[a] + lg(sum);
     }
   }
 }
@@ -226,13 +224,13 @@ static size_t smem_bytes (int bq, int bk, int dk, int dv, size_t es, bool staged
 }
 
 template <typename T, int BQ, int BK, bool STAGED>
-static int launch (job J) {
-  size_t smem = smem_bytes(BQ, BK, J.dk, J.dv, sizeof(T), STAGED);
-  void (*kernel)(job) = attention_kernel<T, BQ, BK, STAGED>;
+static int launch (qkv_attn_plan P) {
+  size_t smem = smem_bytes(BQ, BK, (int)P.dk, (int)P.dv, sizeof(T), STAGED);
+  void (*kernel)(qkv_attn_plan) = attention_kernel<T, BQ, BK, STAGED>;
   unsigned grid = 0;
-  int err = attention_grid(kernel, smem, BQ, &J, &grid);
+  int err = attention_grid(kernel, smem, BQ, &P, &grid);
   if (err != QKV_OK) return err;
-  kernel<<<grid, NT, smem>>>(J);
+  kernel<<<grid, NT, smem>>>(P);
   launchCheck("attention_kernel");
   return QKV_OK;
 }
@@ -258,54 +256,18 @@ static int smem_limits (size_t *block, size_t *half) {
 /* the biggest tiles that fit, two blocks to an SM where 64 x 64 or
    64 x 32 can, else one; the unstaged kernel when none fits */
 template <typename T>
-static int run (const job &J) {
+static int run (const qkv_attn_plan &P) {
   size_t block = 0, half = 0, es = sizeof(T);
   int err = smem_limits(&block, &half);
   if (err != QKV_OK) return err;
-  int dk = J.dk, dv = J.dv;
-  if (smem_bytes(64, 64, dk, dv, es, true) <= half) return launch<T, 64, 64, true>(J);
-  if (smem_bytes(64, 32, dk, dv, es, true) <= half) return launch<T, 64, 32, true>(J);
-  if (smem_bytes(64, 64, dk, dv, es, true) <= block) return launch<T, 64, 64, true>(J);
-  if (smem_bytes(64, 32, dk, dv, es, true) <= block) return launch<T, 64, 32, true>(J);
-  if (smem_bytes(32, 32, dk, dv, es, true) <= block) return launch<T, 32, 32, true>(J);
-  if (smem_bytes(16, 16, dk, dv, es, true) <= block) return launch<T, 16, 16, true>(J);
-  return launch<T, 64, 64, false>(J);
-}
-
-/* one of q, k, v, mask as the kernels read it, with nbd batch dims */
-static void setup (operand *op, const qkv_tensor *t, int nbd) {
-  int nd = t->ndim;
-  op->base = qkv_cu_data(t);
-  op->rs = t->stride[nd - 2];
-  op->cs = t->stride[nd - 1];
-  for (int i = 0; i < QKV_MAXDIM; i++)
-    op->bstride[i] = i < nbd && t->size[i] != 1 ? t->stride[i] : 0;
-}
-
-void qkv_cu_attention_job (job *J, const qkv_tensor *out, const qkv_tensor *q,
-                           const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
-                           int causal, double scale) {
-  int nd = out->ndim;
-  memset(J, 0, sizeof *J);
-  J->nbd = nd - 2;
-  J->nbatch = 1;
-  for (int i = 0; i < QKV_MAXDIM; i++) {
-    J->bsize[i] = i < nd - 2 ? out->size[i] : 1;
-    if (i < nd - 2) J->nbatch *= out->size[i];
-  }
-  J->nq = out->size[nd - 2];
-  J->nk = k->size[nd - 2];
-  J->causal = causal != 0;
-  J->off = J->nk - J->nq;
-  J->scale = scale;
-  setup(&J->q, q, J->nbd);
-  setup(&J->k, k, J->nbd);
-  setup(&J->v, v, J->nbd);
-  if (mask) {
-    setup(&J->mask, mask, J->nbd);
-    J->has_mask = 1;
-  }
-  J->out = qkv_cu_data(out);
+  int dk = (int)P.dk, dv = (int)P.dv;
+  if (smem_bytes(64, 64, dk, dv, es, true) <= half) return launch<T, 64, 64, true>(P);
+  if (smem_bytes(64, 32, dk, dv, es, true) <= half) return launch<T, 64, 32, true>(P);
+  if (smem_bytes(64, 64, dk, dv, es, true) <= block) return launch<T, 64, 64, true>(P);
+  if (smem_bytes(64, 32, dk, dv, es, true) <= block) return launch<T, 64, 32, true>(P);
+  if (smem_bytes(32, 32, dk, dv, es, true) <= block) return launch<T, 32, 32, true>(P);
+  if (smem_bytes(16, 16, dk, dv, es, true) <= block) return launch<T, 16, 16, true>(P);
+  return launch<T, 64, 64, false>(P);
 }
 
 /* lse, when given, gets each query's log-sum-exp (the kernels' epilogue;
@@ -316,7 +278,8 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
                         double scale, qkv_tensor *lse) {
   int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
-  int err = qkv_attention_check(out, q, k, v, mask);
+  qkv_attn_plan P;
+  int err = qkv_attn_plan_forward(&P, out, q, k, v, mask, causal, scale, lse, qkv_cu_attn_data);
   if (err != QKV_OK) return err;
   /* the halves: cuDNN's fused attention first, where the plugin has it,
      then the tensor cores' (QKV_EDTYPE from both: in float32) */
@@ -324,29 +287,21 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (half && f && strcmp(f, "cudnn") && strcmp(f, "mma") && strcmp(f, "fp32"))
     return qkv_cu_fail("QKV_CUDA_ATTENTION", __FILE__, __LINE__,
                        "names none of the paths auto, cudnn, mma, fp32");
-  if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(out, q, k, v, mask, causal,
-                                                                      scale, lse)
+  if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(P, out, q, k, v, lse)
                                             : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
-  int nd = out->ndim;
-  job J;
-  qkv_cu_attention_job(&J, out, q, k, v, mask, causal, scale);
-  int64_t dk = q->size[nd - 1], dv = out->size[nd - 1];
-  if (J.nbatch == 0 || J.nq == 0 || dv == 0) return QKV_OK;
+  if (P.nbatch == 0 || P.nq == 0 || P.dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
   size_t es = qkv_cu_elsize(out->dtype);
   if (lse && !qkv_cu_contiguous(lse)) return QKV_EINTERNAL;
-  J.lse = lse ? qkv_cu_data(lse) : NULL;
-  if (J.nk == 0) {                   /* no key for any query: zeros, lse -inf */
-    cudaCheck(cudaMemsetAsync(J.out, 0, (size_t)(J.nbatch * J.nq * dv) * es, 0));
+  if (P.nk == 0) {                   /* no key for any query: zeros, lse -inf */
+    cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * es, 0));
     return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
   /* the kernel counts features (and tile elements) in int */
-  if (dk >= INT_MAX / 64 || dv >= INT_MAX / 64) return QKV_EINTERNAL;
-  J.dk = (int)dk;
-  J.dv = (int)dv;
-  if (half) return qkv_cu_attention_mma(J, out->dtype);
+  if (P.dk >= INT_MAX / 64 || P.dv >= INT_MAX / 64) return QKV_EINTERNAL;
+  if (half) return qkv_cu_attention_mma(P);
   qkv_cu_attention_path = "fp32";
-  if (out->dtype == QKV_F32) return run<float>(J);
-  return run<double>(J);
+  if (out->dtype == QKV_F32) return run<float>(P);
+  return run<double>(P);
 }

@@ -34,36 +34,15 @@
 #define THREADS 256
 #define SCRATCH ((size_t)256 << 20)   /* bytes of S and dP at most, roughly */
 
-/* The mask's view: batch item b's row i, column j at base + off(b) + i rs + j cs. */
+/* a chunk of the plan: items [b0, b0 + nb), query rows [i0, i0 + rq) of each */
 typedef struct {
-  const unsigned char *base;         /* NULL: no mask */
-  int nbd;                           /* its batch dims */
-  int64_t size[QKV_MAXDIM], stride[QKV_MAXDIM];
-  int64_t rs, cs;
-} maskview;
-
-/* a chunk: items [b0, b0 + nb), query rows [i0, i0 + rq) of each */
-typedef struct {
-  int64_t nq, nk, dv;
   int64_t b0, nb, i0, rq;
-  int causal;
-  maskview mask;
 } chunk;
 
 /* ---- kernels ---- */
 
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
-
-/* element offset of batch item b in the mask (row-major over its batch dims) */
-__device__ static int64_t mask_base (const maskview &M, int64_t b) {
-  int64_t off = 0;
-  for (int i = M.nbd - 1; i >= 0 && b > 0; i--) {
-    off += (b % M.size[i]) * M.stride[i];
-    b /= M.size[i];
-  }
-  return off;
-}
 
 __device__ static double warp_sum (double x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -79,27 +58,27 @@ __device__ static double warp_sum (double x) {
 ** ... in every pass, so it reads back only what it wrote.  Also D = dO . O.
 */
 template <typename T>
-__global__ void rows_kernel (T *s, double *lse, double *D, const T *o, const T *go,
-                             const T *fwd, chunk C) {
+__global__ void rows_kernel (T *s, double *lse, double *D, const T *fwd, qkv_attn_plan P,
+                             chunk C) {
   const int lane = threadIdx.x % 32;
   const T ninf = -(T)INFINITY;
-  int64_t nrows = C.nb * C.rq;
+  int64_t nrows = C.nb * C.rq, nk = P.nk;
   int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   int64_t nw = (int64_t)gridDim.x * blockDim.x / 32;
   for (int64_t row = w; row < nrows; row += nw) {      /* the same in a warp */
     int64_t b = C.b0 + row / C.rq, i = C.i0 + row % C.rq;
-    T *sr = s + row * C.nk;
-    const unsigned char *mr = NULL;
-    if (C.mask.base) mr = C.mask.base + mask_base(C.mask, b) + i * C.mask.rs;
+    T *sr = s + row * nk;
+    const unsigned char *mk = NULL;
+    if (P.has_mask) mk = (const unsigned char *)P.mask.base + qkv_attn_batch_offset(&P, &P.mask, b);
     T mx = ninf;
-    for (int64_t j = lane; j < C.nk; j += 32) {
+    for (int64_t j = lane; j < nk; j += 32) {
       T x = sr[j];
-      if ((C.causal && j > i + C.nk - C.nq) || (mr && !mr[j * C.mask.cs])) sr[j] = x = ninf;
+      if (!qkv_attn_keeps(&P, mk, i, j)) sr[j] = x = ninf;
       mx = x > mx ? x : mx;
     }
     double L;
     if (fwd) {
-      L = (double)fwd[b * C.nq + i];
+      L = (double)fwd[b * P.nq + i];
     } else {
       for (int k = 16; k > 0; k >>= 1) {
         T y = __shfl_xor_sync(0xffffffffu, mx, k);
@@ -107,18 +86,19 @@ __global__ void rows_kernel (T *s, double *lse, double *D, const T *o, const T *
       }
       double l = 0;
       if (mx != ninf)
-        for (int64_t j = lane; j < C.nk; j += 32)
+        for (int64_t j = lane; j < nk; j += 32)
           if (sr[j] != ninf) l += (double)ex(sr[j] - mx);
       l = warp_sum(l);
       L = l > 0 ? (double)mx + log(l) : -INFINITY;
     }
     T Lt = (T)L;
-    for (int64_t j = lane; j < C.nk; j += 32)
+    for (int64_t j = lane; j < nk; j += 32)
       sr[j] = L == -INFINITY || sr[j] == ninf ? (T)0 : ex(sr[j] - Lt);
     /* D = dO . O over the row's dv features */
-    const T *orow = o + ((b * C.nq) + i) * C.dv, *grow = go + ((b * C.nq) + i) * C.dv;
+    const T *orow = (const T *)P.o.base + ((b * P.nq) + i) * P.dv;
+    const T *grow = (const T *)P.go.base + ((b * P.nq) + i) * P.dv;
     double dd = 0;
-    for (int64_t c = lane; c < C.dv; c += 32) dd += (double)grow[c] * (double)orow[c];
+    for (int64_t c = lane; c < P.dv; c += 32) dd += (double)grow[c] * (double)orow[c];
     dd = warp_sum(dd);
     if (lane == 0) {
       lse[row] = L;
@@ -167,40 +147,31 @@ static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T>
 
 /* ---- a chunk ---- */
 
-typedef struct {
-  int64_t nb, nq, nk, dk, dv;
-  double scale;
-  const void *q, *k, *v, *o, *go;
-  void *dq, *dk_, *dv_;
-  const void *lse;                   /* the forward's, (nb, nq), or NULL */
-  int causal;
-  maskview mask;
-} bwd_job;
-
 /* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
    lse, D (C.nb C.rq each) */
 template <typename T>
-static int one_chunk (const bwd_job &J, const chunk &C, T *s, T *dp, double *lse, double *D) {
+static int one_chunk (const qkv_attn_plan &P, const chunk &C, T *s, T *dp, double *lse, double *D) {
   int err;
-  int64_t nq = J.nq, nk = J.nk, dk = J.dk, dv = J.dv, rq = C.rq, nb = C.nb;
+  int64_t nq = P.nq, nk = P.nk, dk = P.dk, dv = P.dv, rq = C.rq, nb = C.nb;
   int64_t rows = nb * rq, ns = rq * nk;
-  const T *q = (const T *)J.q + (C.b0 * nq + C.i0) * dk, *k = (const T *)J.k + C.b0 * nk * dk;
-  const T *v = (const T *)J.v + C.b0 * nk * dv, *go = (const T *)J.go + (C.b0 * nq + C.i0) * dv;
-  T *dq = (T *)J.dq + (C.b0 * nq + C.i0) * dk, *dkk = (T *)J.dk_ + C.b0 * nk * dk;
-  T *dvv = (T *)J.dv_ + C.b0 * nk * dv;
+  const T *q = (const T *)P.q.base + (C.b0 * nq + C.i0) * dk;
+  const T *k = (const T *)P.k.base + C.b0 * nk * dk, *v = (const T *)P.v.base + C.b0 * nk * dv;
+  const T *go = (const T *)P.go.base + (C.b0 * nq + C.i0) * dv;
+  T *dq = (T *)P.gq + (C.b0 * nq + C.i0) * dk, *dkk = (T *)P.gk + C.b0 * nk * dk;
+  T *dvv = (T *)P.gv + C.b0 * nk * dv;
   double acc = C.i0 > 0 ? 1 : 0;       /* dK, dV add to the earlier row blocks' */
   mat<T> Q = {q, dk, nq * dk, 0}, K = {k, dk, nk * dk, 0}, V = {v, dv, nk * dv, 0};
   mat<T> GO = {go, dv, nq * dv, 0}, S = {s, nk, ns, 0}, DS = {dp, nk, ns, 0};
   /* S = scale Q K^T (no features: zeros, as BLAS gives) */
   K.t = 1;
   if (dk > 0) {
-    if ((err = gemm<T>(rq, nk, dk, J.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
+    if ((err = gemm<T>(rq, nk, dk, P.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
   } else {
     cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
   }
   K.t = 0;
   rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
-      s, lse, D, (const T *)J.o, (const T *)J.go, (const T *)J.lse, C);
+      s, lse, D, (const T *)P.lse, P, C);
   launchCheck("rows_kernel");
   if (dv > 0) {
     S.t = 1;                                           /* dV (+)= P^T dO */
@@ -215,26 +186,21 @@ static int one_chunk (const bwd_job &J, const chunk &C, T *s, T *dp, double *lse
   launchCheck("ds_kernel");
   if (dk == 0) return QKV_OK;
   /* dQ = scale dS K, dK (+)= scale dS^T Q */
-  if ((err = gemm<T>(rq, dk, nk, J.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
+  if ((err = gemm<T>(rq, dk, nk, P.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
   DS.t = 1;
-  return gemm<T>(nk, dk, rq, J.scale, DS, Q, acc, dkk, dk, nk * dk, nb);
+  return gemm<T>(nk, dk, rq, P.scale, DS, Q, acc, dkk, dk, nk * dk, nb);
 }
 
 /* the chunks: cb whole items, or (cb == 1) rq rows of one */
 template <typename T>
-static int chunks (const bwd_job &J, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
+static int chunks (const qkv_attn_plan &P, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
                    double *D) {
   chunk C;
-  C.nq = J.nq;
-  C.nk = J.nk;
-  C.dv = J.dv;
-  C.causal = J.causal;
-  C.mask = J.mask;
-  for (C.b0 = 0; C.b0 < J.nb; C.b0 += cb)
-    for (C.i0 = 0; C.i0 < J.nq; C.i0 += rq) {
-      C.nb = J.nb - C.b0 < cb ? J.nb - C.b0 : cb;
-      C.rq = J.nq - C.i0 < rq ? J.nq - C.i0 : rq;
-      int err = one_chunk<T>(J, C, s, dp, lse, D);
+  for (C.b0 = 0; C.b0 < P.nbatch; C.b0 += cb)
+    for (C.i0 = 0; C.i0 < P.nq; C.i0 += rq) {
+      C.nb = P.nbatch - C.b0 < cb ? P.nbatch - C.b0 : cb;
+      C.rq = P.nq - C.i0 < rq ? P.nq - C.i0 : rq;
+      int err = one_chunk<T>(P, C, s, dp, lse, D);
       if (err != QKV_OK) return err;
     }
   return QKV_OK;
@@ -242,24 +208,24 @@ static int chunks (const bwd_job &J, int64_t cb, int64_t rq, T *s, T *dp, double
 
 /* the scratch for the largest chunk, freed on every path */
 template <typename T>
-static int run (const bwd_job &J) {
-  size_t row = 2 * (size_t)J.nk * sizeof(T) + 2 * sizeof(double);
-  int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = J.nq;
+static int run (const qkv_attn_plan &P) {
+  size_t row = 2 * (size_t)P.nk * sizeof(T) + 2 * sizeof(double);
+  int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = P.nq;
   if (fit < 1) fit = 1;
-  if (fit >= J.nq) {
-    cb = fit / J.nq;
-    cb = cb < J.nb ? cb : J.nb;
+  if (fit >= P.nq) {
+    cb = fit / P.nq;
+    cb = cb < P.nbatch ? cb : P.nbatch;
     cb = cb < INT_MAX ? cb : INT_MAX;
   } else {
     rq = fit;
   }
-  size_t nrows = (size_t)(cb * rq), ns = nrows * (size_t)J.nk;
+  size_t nrows = (size_t)(cb * rq), ns = nrows * (size_t)P.nk;
   T *s = (T *)qkv_cu_alloc(ns * sizeof(T)), *dp = NULL;
   double *stats = NULL;
   int err = QKV_ENOMEM;
   if (s && (dp = (T *)qkv_cu_alloc(ns * sizeof(T))) != NULL &&
       (stats = (double *)qkv_cu_alloc(2 * nrows * sizeof(double))) != NULL)
-    err = chunks<T>(J, cb, rq, s, dp, stats, stats + nrows);
+    err = chunks<T>(P, cb, rq, s, dp, stats, stats + nrows);
   qkv_cu_free(stats);
   qkv_cu_free(dp);
   qkv_cu_free(s);
@@ -269,13 +235,7 @@ static int run (const bwd_job &J) {
 /* ---- the entry ---- */
 
 static int contiguous (const qkv_tensor *t) {
-  int64_t s = 1;
-  if (qkv_cu_numel(t) == 0) return 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->size[i] != 1 && t->stride[i] != s) return 0;
-    s *= t->size[i];
-  }
-  return 1;
+  return qkv_cu_numel(t) == 0 || qkv_cu_contiguous(t);
 }
 
 static int zero (qkv_tensor *t) {
@@ -290,67 +250,34 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *mask, int causal, double scale,
                                  const qkv_tensor *lse) {
   qkv_dtype dt = q->dtype;
-  int err;
-  /* the halves: cuDNN's fused backward first, where the plugin has it */
-  if ((dt == QKV_F16 || dt == QKV_BF16) &&
-      (err = qkv_cu_cudnn_attention_backward
-               ? qkv_cu_cudnn_attention_backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse)
-               : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
-    return err;
-  const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   int half = dt == QKV_F16 || dt == QKV_BF16;
   if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
+  qkv_attn_plan P;
+  int err = qkv_attn_plan_backward(&P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,
+                                   qkv_cu_attn_data);
+  if (err != QKV_OK) return err;
+  /* the halves: cuDNN's fused backward first, where the plugin has it */
+  if (half && (err = qkv_cu_cudnn_attention_backward
+                       ? qkv_cu_cudnn_attention_backward(P, dq, dk, dv, q, k, v, o, go, lse)
+                       : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
+    return err;
   if (!half) qkv_cu_attention_path = "fp32";
-  for (int i = 0; i < 8; i++) {
-    if (all[i]->dtype != dt) return QKV_EDTYPE;
-    if (all[i]->ndim != q->ndim || !contiguous(all[i])) return QKV_EINTERNAL;
-  }
-  if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
+  const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
+  for (int i = 0; i < 8; i++)
+    if (!contiguous(all[i])) return QKV_EINTERNAL;
   if (lse && (lse->dtype != (half ? QKV_F32 : dt) || !contiguous(lse))) return QKV_EINTERNAL;
-  int n = q->ndim;
-  if (n < 2 || (mask && mask->ndim < 2)) return QKV_EINTERNAL;
-  bwd_job J;
-  memset(&J, 0, sizeof J);
-  J.nb = 1;
-  for (int i = 0; i < n - 2; i++) J.nb *= q->size[i];
-  J.nq = q->size[n - 2];
-  J.dk = q->size[n - 1];
-  J.nk = k->size[n - 2];
-  J.dv = v->size[n - 1];
-  if (J.nb == 0) return QKV_OK;
-  if (J.nq == 0 || J.nk == 0) {                /* nothing reaches any input */
-    int err = zero(dq);
+  if (P.nbatch == 0) return QKV_OK;
+  if (P.nq == 0 || P.nk == 0) {                /* nothing reaches any input */
+    err = zero(dq);
     if (err == QKV_OK) err = zero(dk);
     return err == QKV_OK ? zero(dv) : err;
   }
   /* float16 and bfloat16 on the tensor cores (attention_mma_bwd.cu),
      which say QKV_EDTYPE for what they do not take: float32 copies then */
-  if (half) return qkv_cu_attention_mma_bwd(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse);
+  if (half) return qkv_cu_attention_mma_bwd(P);
   /* cuBLAS counts in int */
-  if (!qkv_fits_int(J.nq) || !qkv_fits_int(J.nk) || !qkv_fits_int(J.dk) || !qkv_fits_int(J.dv))
+  if (!qkv_fits_int(P.nq) || !qkv_fits_int(P.nk) || !qkv_fits_int(P.dk) || !qkv_fits_int(P.dv))
     return QKV_EINTERNAL;
-  J.scale = scale;
-  J.causal = causal != 0;
-  J.q = qkv_cu_data(q);
-  J.k = qkv_cu_data(k);
-  J.v = qkv_cu_data(v);
-  J.o = qkv_cu_data(o);
-  J.go = qkv_cu_data(go);
-  J.dq = qkv_cu_data(dq);
-  J.dk_ = qkv_cu_data(dk);
-  J.dv_ = qkv_cu_data(dv);
-  J.lse = lse ? qkv_cu_data(lse) : NULL;
-  if (mask) {
-    int mn = mask->ndim;
-    J.mask.base = (const unsigned char *)qkv_cu_data(mask);
-    J.mask.nbd = mn - 2;
-    for (int i = 0; i < mn - 2; i++) {
-      J.mask.size[i] = mask->size[i];
-      J.mask.stride[i] = mask->stride[i];
-    }
-    J.mask.rs = mask->stride[mn - 2];
-    J.mask.cs = mask->stride[mn - 1];
-  }
-  if (dt == QKV_F32) return run<float>(J);
-  return run<double>(J);
+  if (dt == QKV_F32) return run<float>(P);
+  return run<double>(P);
 }

@@ -5,7 +5,7 @@
 ** aligned to the last key, a query with no key left gives zeros, scores
 ** the product then a multiply by scale, in log2 units for exp2), with
 ** float32 accumulators and the probabilities rounded to the input's dtype
-** before P V; and, when the job asks (J.lse), each query's log-sum-exp.
+** before P V; and, when the plan asks (P.lse), each query's log-sum-exp.
 **
 ** A block of 4 warps takes BQ = 4 R queries of one batch item (R = 16 MT
 ** a warp: MT m-tiles of 16 rows; a block an item, the last query tiles
@@ -124,11 +124,11 @@ __device__ static void load_rows (uint16_t *dst, const uint16_t *src, int64_t rs
    across the key loop */
 template <int D, int BK>
 __device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg, const uint16_t *vg,
-                                 const job &J, int j0, int n) {
+                                 const qkv_attn_plan &P, int j0, int n) {
   enum { LD = D + 8, V = D / 8, STEP = NTH / V };
   const int i = threadIdx.x / V, j = threadIdx.x % V * 8;
-  const uint16_t *k = kg + (j0 + i) * J.k.rs + j, *v = vg + (j0 + i) * J.v.rs + j;
-  for (int r = i; r < BK; r += STEP, k += STEP * J.k.rs, v += STEP * J.v.rs) {
+  const uint16_t *k = kg + (j0 + i) * P.k.rs + j, *v = vg + (j0 + i) * P.v.rs + j;
+  for (int r = i; r < BK; r += STEP, k += STEP * P.k.rs, v += STEP * P.v.rs) {
     if (r < n) {
       qkv_cp_async16(ks + r * LD + j, k);
       qkv_cp_async16(vs + r * LD + j, v);
@@ -144,7 +144,7 @@ __device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg,
 ** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
 ** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
 ** kept when below nk, on or before the causal diagonal, and kept by the
-** mask.  Without a mask a row keeps a run of keys from its first, so a
+** mask (the plan's qkv_attn_keeps, in int).  Without a mask a row keeps a run of keys from its first, so a
 ** lane makes a whole word from the count (R BK / 1024 words a lane).
 ** With one, the mask's bytes are read a row of 32 keys at a time (lane l
 ** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
@@ -153,13 +153,13 @@ __device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg,
 ** bytes at the defaults): each thread reads back only its own rows' words.
 */
 template <int R, int BK>
-__device__ static void cut_bits (uint32_t *bits, const job &J, const unsigned char *mk, int r0,
+__device__ static void cut_bits (uint32_t *bits, const qkv_attn_plan &P, const unsigned char *mk, int r0,
                                  int j0) {
-  const int lane = threadIdx.x % 32, nk = (int)J.nk, off = (int)J.off;
-  if (!J.has_mask) {
+  const int lane = threadIdx.x % 32, nk = (int)P.nk, off = (int)P.off;
+  if (!P.has_mask) {
     for (int x = lane; x < R * (BK / 32); x += 32) {
       const int i = r0 + x / (BK / 32), j = j0 + 32 * (x % (BK / 32));
-      const int kept = (J.causal && i + off < nk - 1 ? i + off : nk - 1) - j + 1;
+      const int kept = (P.causal && i + off < nk - 1 ? i + off : nk - 1) - j + 1;
       bits[x] = kept >= 32 ? FULL : kept <= 0 ? 0u : (1u << kept) - 1;
     }
     return;
@@ -167,8 +167,8 @@ __device__ static void cut_bits (uint32_t *bits, const job &J, const unsigned ch
   ROLLED2 for (int rr = 0; rr < R; rr++)
     UNROLL for (int wd = 0; wd < BK / 32; wd++) {
       const int i = r0 + rr, j = j0 + 32 * wd + lane;
-      bool keep = j < nk && (!J.causal || j <= i + off);
-      if (J.has_mask && keep && i < J.nq) keep = mk[i * J.mask.rs + j * J.mask.cs] != 0;
+      bool keep = j < nk && (!P.causal || j <= i + off);
+      if (P.has_mask && keep && i < P.nq) keep = mk[i * P.mask.rs + j * P.mask.cs] != 0;
       const uint32_t word = __ballot_sync(FULL, keep);
       if (lane == 0) bits[rr * (BK / 32) + wd] = word;
     }
@@ -177,7 +177,7 @@ __device__ static void cut_bits (uint32_t *bits, const job &J, const unsigned ch
 /* MT m-tiles of 16 queries a warp, BK keys a tile; PIPE: K and V in two
    stages by cp.async (the header's loop), else one stage */
 template <int DT, int D, int MT, int BK, bool PIPE>
-__global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) {
+__global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (qkv_attn_plan P, int vec) {
   enum { R = 16 * MT, BQ = WARPS * R, LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8,
          STAGE = 2 * BK * LD };
   constexpr bool QREG = q_in_registers(D, MT, BK);
@@ -188,19 +188,19 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) 
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
   /* scores in log2 units: exp(x scale - m) = exp2(x scale log2 e - m') */
-  const float scale2 = (float)(J.scale * 1.4426950408889634), ninf = -INFINITY;
+  const float scale2 = (float)(P.scale * 1.4426950408889634), ninf = -INFINITY;
   /* this lane's ldmatrix row of Q's m-tile 0 (A fragments: tiles 0, 1 are
      rows 0-7, 8-15 of dims 16 kk .. + 7, tiles 2, 3 the next eight dims) */
   const uint16_t *qrow = (const uint16_t *)smem + (R * w + lane % 16) * LD + lane / 16 * 8;
 
-  /* one item a block (the launch takes J.items <= INT_MAX: a loop over
+  /* one item a block (the launch takes P.items <= INT_MAX: a loop over
      items would keep its registers live across the key loop) */
-  int64_t b, i0_, jend_, boff[4];
-  int bq;
-  attention_tile(J, blockIdx.x, BQ, &b, &i0_, &bq, &jend_);
-  batch_offsets(J, b, boff);
+  int64_t b, i0_, boff[4];
+  const int bq = qkv_attn_item(&P, blockIdx.x, &b, &i0_);
+  const int64_t jend_ = qkv_attn_key_end(&P, i0_, bq);
+  qkv_attn_batch_offsets(&P, b, boff);
   /* positions in int (the launch takes nq, nk < 2^30) */
-  const int i0 = (int)i0_, jend = (int)jend_, nk = (int)J.nk, off = (int)J.off;
+  const int i0 = (int)i0_, jend = (int)jend_, nk = (int)P.nk, off = (int)P.off;
   const int r0 = i0 + R * w;                   /* this warp's first query */
   /* the item's K, V and mask, and its first row of out, read from shared
      memory where the key loop and the end use them: in registers they
@@ -208,15 +208,15 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) 
      none to spare */
   __shared__ struct { const uint16_t *k, *v; const unsigned char *mask; int64_t row0; } item;
   if (threadIdx.x == 0) {
-    item.k = (const uint16_t *)J.k.base + boff[1];
-    item.v = (const uint16_t *)J.v.base + boff[2];
-    item.mask = (const unsigned char *)J.mask.base + boff[3];
-    item.row0 = b * J.nq + i0;
+    item.k = (const uint16_t *)P.k.base + boff[1];
+    item.v = (const uint16_t *)P.v.base + boff[2];
+    item.mask = (const unsigned char *)P.mask.base + boff[3];
+    item.row0 = b * P.nq + i0;
   }
   if (PIPE && jend > 0)
-    issue_kv<D, BK>(KV, KV + BK * LD, (const uint16_t *)J.k.base + boff[1],
-                    (const uint16_t *)J.v.base + boff[2], J, 0, nk < BK ? nk : BK);
-  load_rows<D>(Qs, (const uint16_t *)J.q.base + boff[0], J.q.rs, J.q.cs, i0, bq, BQ, vec);
+    issue_kv<D, BK>(KV, KV + BK * LD, (const uint16_t *)P.k.base + boff[1],
+                    (const uint16_t *)P.v.base + boff[2], P, 0, nk < BK ? nk : BK);
+  load_rows<D>(Qs, (const uint16_t *)P.q.base + boff[0], P.q.rs, P.q.cs, i0, bq, BQ, vec);
   __syncthreads();
   uint32_t qf[QREG ? KS : 1][MT][4];
   if constexpr (QREG) {
@@ -240,26 +240,30 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) 
       __syncthreads();                       /* everyone's; and the last tile is done with */
       if (j0 + BK < jend) {
         uint16_t *next = KV + ((j0 / BK + 1) & 1) * STAGE;
-        issue_kv<D, BK>(next, next + BK * LD, item.k, item.v, J, j0 + BK,
+        issue_kv<D, BK>(next, next + BK * LD, item.k, item.v, P, j0 + BK,
                         nk - j0 - BK < BK ? nk - j0 - BK : BK);
       }
     } else {
       int bk = nk - j0 < BK ? nk - j0 : BK;
       __syncthreads();                       /* every warp is done with K and V */
-      load_rows<D>(Ks, item.k, J.k.rs, J.k.cs, j0, bk, BK, vec);
-      load_rows<D>(Vs, item.v, J.v.rs, J.v.cs, j0, bk, BK, vec);
+      load_rows<D>(Ks, item.k, P.k.rs, P.k.cs, j0, bk, BK, vec);
+      load_rows<D>(Vs, item.v, P.v.rs, P.v.cs, j0, bk, BK, vec);
       __syncthreads();
     }
     /* causal: a warp whose queries all come before the tile's first key
-       has nothing here (its m, l and O would not change) */
-    if (J.causal && j0 > r0 + R - 1 + off) continue;
+       has nothing here (its m, l and O would not change).  This test and
+       cut's below are the plan's qkv_attn_key_end and qkv_attn_tile_cut
+       for the warp's rows, in int: the plan's int64 versions took more
+       registers (make cuda-regs: 255 of 255 at the defaults, 206 for
+       196 at r16k64 d 128) */
+    if (P.causal && j0 > r0 + R - 1 + off) continue;
 
     /* a tile that the mask, the causal diagonal or the keys' end cuts
        for this warp: which of its keys each of this thread's rows keeps,
        worked out before S's accumulators are live */
-    const bool cut = J.has_mask || j0 + BK > nk || (J.causal && j0 + BK - 1 > r0 + off);
+    const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
     if (cut) {
-      cut_bits<R, BK>(Bw, J, item.mask, r0, j0);
+      cut_bits<R, BK>(Bw, P, item.mask, r0, j0);
       __syncwarp();
     }
 
@@ -370,7 +374,7 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) 
   /* out = O / l (l summed over the row's four threads); zeros where no
      key was kept; lse = (m + log2 l) ln 2, -inf there */
   const int64_t row0 = item.row0;
-  uint16_t *out = (uint16_t *)J.out + row0 * D;
+  uint16_t *out = (uint16_t *)P.out + row0 * D;
   UNROLL for (int mt = 0; mt < MT; mt++)
     UNROLL for (int h = 0; h < 2; h++) {
       float sum = l[mt][h];
@@ -382,8 +386,8 @@ __global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (job J, int vec) 
       UNROLL for (int dn = 0; dn < DN; dn++)
         *(uint32_t *)(out + r * D + dn * 8 + c) =
             qkv_pack2<DT>(o[mt][dn][2 * h] * rinv, o[mt][dn][2 * h + 1] * rinv);
-      if (J.lse && c == 0)
-        ((float *)J.lse)[row0 + r] =
+      if (P.lse && c == 0)
+        ((float *)P.lse)[row0 + r] =
             sum == 0 ? ninf : (m[mt][h] + log2f(sum)) * 0.6931471805599453f;
     }
 }
@@ -397,14 +401,14 @@ static const struct { const char *name; int mt, bk; } variants[] = {
 enum { NVARIANTS = sizeof variants / sizeof variants[0] };
 
 template <int DT, int D, int MT, int BK, bool PIPE>
-static int launch (job J, int vec) {
+static int launch (qkv_attn_plan P, int vec) {
   size_t smem = (size_t)(WARPS * 16 * MT + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t) +
                 WARPS * 16 * MT * (BK / 32) * sizeof(uint32_t);
-  void (*kernel)(job, int) = attention_mma_kernel<DT, D, MT, BK, PIPE>;
+  void (*kernel)(qkv_attn_plan, int) = attention_mma_kernel<DT, D, MT, BK, PIPE>;
   unsigned grid = 0;
-  int err = attention_grid(kernel, smem, WARPS * 16 * MT, &J, &grid);
+  int err = attention_grid(kernel, smem, WARPS * 16 * MT, &P, &grid);
   if (err != QKV_OK) return err;
-  kernel<<<grid, NTH, smem>>>(J, vec);
+  kernel<<<grid, NTH, smem>>>(P, vec);
   launchCheck("attention_mma_kernel");
   return QKV_OK;
 }
@@ -415,31 +419,32 @@ static int launch (job J, int vec) {
    registers: it spills); the defaults r32k128 at d 64, r32k64 at d 128;
    the one-stage kernel (not pipe) r32k64 at d 64, r32k32 at d 128 */
 template <int DT, int D>
-static int run (const job &J, int vec, int v, int pipe) {
+static int run (const qkv_attn_plan &P, int vec, int v, int pipe) {
   int mt = v < 0 ? 2 : variants[v].mt, bk = v < 0 ? (D == 64 ? 128 : 64) : variants[v].bk;
-  if (!pipe) return launch<DT, D, 2, D == 64 ? 64 : 32, false>(J, vec);
-  if (mt == 1 && bk == 64) return launch<DT, D, 1, 64, true>(J, vec);
-  if (mt == 2 && bk == 32) return launch<DT, D, 2, 32, true>(J, vec);
-  if (mt == 2 && bk == 64) return launch<DT, D, 2, 64, true>(J, vec);
+  if (!pipe) return launch<DT, D, 2, D == 64 ? 64 : 32, false>(P, vec);
+  if (mt == 1 && bk == 64) return launch<DT, D, 1, 64, true>(P, vec);
+  if (mt == 2 && bk == 32) return launch<DT, D, 2, 32, true>(P, vec);
+  if (mt == 2 && bk == 64) return launch<DT, D, 2, 64, true>(P, vec);
   if constexpr (D == 64)
-    if (mt == 2 && bk == 128) return launch<DT, D, 2, 128, true>(J, vec);
+    if (mt == 2 && bk == 128) return launch<DT, D, 2, 128, true>(P, vec);
   return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
                      "r32k128 is built for head size 64 only");
 }
 
 /* whether an operand's rows can be read 16 bytes at a time */
-static int dense_rows (const operand &op, int nbd) {
+static int dense_rows (const qkv_attn_view &op, int nbd) {
   if (op.cs != 1 || op.rs % 8 != 0 || (uintptr_t)op.base % 16 != 0) return 0;
   for (int i = 0; i < nbd; i++)
-    if (op.bstride[i] % 8 != 0) return 0;
+    if (op.bs[i] % 8 != 0) return 0;
   return 1;
 }
 
-int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
+int qkv_cu_attention_mma (const qkv_attn_plan &P) {
+  qkv_dtype dt = P.dtype;
   /* another path forced (qkv.cuda.attention_backend, QKV_CUDA_ATTENTION) */
   if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
-  if (J.dk != J.dv || (J.dk != 64 && J.dk != 128) || (uintptr_t)J.out % 4 != 0 ||
-      J.nq >= 1 << 30 || J.nk >= 1 << 30 || J.nbatch > INT_MAX / (J.nq / 64 + 1))
+  if (P.dk != P.dv || (P.dk != 64 && P.dk != 128) || (uintptr_t)P.out % 4 != 0 ||
+      P.nq >= 1 << 30 || P.nk >= 1 << 30 || P.nbatch > INT_MAX / (P.nq / 64 + 1))
     return qkv_cu_decline("mma", "the tensor-core kernel takes head sizes 64 and 128, dk == "
                                  "dv");       /* (the last two: positions in int, a block an item) */
   /* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: each head
@@ -456,13 +461,13 @@ int qkv_cu_attention_mma (const job &J, qkv_dtype dt) {
     return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
                        "not one of r16k64, r32k32, r32k64, r32k128");
   qkv_cu_attention_path = "mma";
-  int vec = dense_rows(J.q, J.nbd) && dense_rows(J.k, J.nbd) && dense_rows(J.v, J.nbd);
+  int vec = dense_rows(P.q, P.nbd) && dense_rows(P.k, P.nbd) && dense_rows(P.v, P.nbd);
   static int sync = -1;                  /* QKV_CUDA_MMA_SYNC=1: no cp.async pipeline */
   if (sync < 0) sync = getenv("QKV_CUDA_MMA_SYNC") != NULL;
   int pipe = vec && !sync;
   if (dt == QKV_BF16)
-    return J.dk == 64 ? run<QKV_MMA_BF16, 64>(J, vec, variant, pipe)
-                      : run<QKV_MMA_BF16, 128>(J, vec, variant, pipe);
-  return J.dk == 64 ? run<QKV_MMA_F16, 64>(J, vec, variant, pipe)
-                    : run<QKV_MMA_F16, 128>(J, vec, variant, pipe);
+    return P.dk == 64 ? run<QKV_MMA_BF16, 64>(P, vec, variant, pipe)
+                      : run<QKV_MMA_BF16, 128>(P, vec, variant, pipe);
+  return P.dk == 64 ? run<QKV_MMA_F16, 64>(P, vec, variant, pipe)
+                    : run<QKV_MMA_F16, 128>(P, vec, variant, pipe);
 }

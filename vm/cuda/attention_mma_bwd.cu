@@ -56,12 +56,10 @@
 #define BK (16 * WARPS)               /* keys a block: 16 a warp */
 #define LOG2E 1.4426950408889634
 
-/* what the main kernel reads and writes beside the job's q, k, v, mask */
+/* what the main kernel reads and writes beside the plan's operands */
 typedef struct {
-  const uint16_t *go;                 /* dO (B, nq, D) */
-  const float *lse;                   /* (B, nq) */
+  const float *lse;                   /* (B, nq): the plan's, or made here */
   float *delta;                       /* dO . O, (B, nq) */
-  uint16_t *dk, *dv;                  /* (B, nk, D) */
   float *dqacc;                       /* dQ / scale, (B, nq, D) */
 } grads;
 
@@ -150,7 +148,7 @@ __global__ void dq_kernel (uint16_t *dq, const float *acc, float scale, int64_t 
 /* ---- the main kernel ---- */
 
 template <int DT, int D, int BQ>
-__global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G) {
+__global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (qkv_attn_plan P, grads G) {
   enum {
     LD = D + 8, LDS = BQ + 8, KS = D / 16, NQ = BQ / 8, DN = D / 8,
     QG = BQ / 16,                     /* dQ: warps a feature slice (16 queries each) */
@@ -162,38 +160,38 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
   float *Ls = (float *)(Ss + BK * LDS), *Dl = Ls + BQ;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
-  const float scale2 = (float)(J.scale * LOG2E), scale = (float)J.scale;
-  const int64_t nkt = (J.nk + BK - 1) / BK, items = J.nbatch * nkt;
+  const float scale2 = (float)(P.scale * LOG2E), scale = (float)P.scale;
+  const int64_t nkt = (P.nk + BK - 1) / BK, items = P.nbatch * nkt;
   /* dQ's share of this warp: queries qr .. qr + 15 of a tile, features f0 .. f0 + FW - 1 */
   const int qr = 16 * (w % QG), f0 = FW * (w / QG);
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    int64_t b = item % J.nbatch, j0 = item / J.nbatch * BK, boff[4];
-    int bk = (int)(J.nk - j0 < BK ? J.nk - j0 : BK);
-    batch_offsets(J, b, boff);
-    const unsigned char *mk = (const unsigned char *)J.mask.base + boff[3];
+    int64_t b = item % P.nbatch, j0 = item / P.nbatch * BK, boff[4];
+    int bk = (int)(P.nk - j0 < BK ? P.nk - j0 : BK);
+    qkv_attn_batch_offsets(&P, b, boff);
+    const unsigned char *mk = P.has_mask ? (const unsigned char *)P.mask.base + boff[3] : NULL;
 
     __syncthreads();                           /* the last item's reads of K and V are done */
-    load_rows16<D, LD, NTH>(Ks, (const uint16_t *)J.k.base + boff[1] + j0 * J.k.rs, J.k.rs, bk, BK);
-    load_rows16<D, LD, NTH>(Vs, (const uint16_t *)J.v.base + boff[2] + j0 * J.v.rs, J.v.rs, bk, BK);
+    load_rows16<D, LD, NTH>(Ks, (const uint16_t *)P.k.base + boff[1] + j0 * P.k.rs, P.k.rs, bk, BK);
+    load_rows16<D, LD, NTH>(Vs, (const uint16_t *)P.v.base + boff[2] + j0 * P.v.rs, P.v.rs, bk, BK);
 
     float dk[DN][4], dv[DN][4];
     for (int dn = 0; dn < DN; dn++)
       for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0;
 
     /* under causal, query i keeps no key of the tile while i + off < j0 */
-    int64_t first = J.causal && j0 - J.off > 0 ? (j0 - J.off) / BQ * BQ : 0;
-    for (int64_t i0 = first; i0 < J.nq; i0 += BQ) {
-      int bq = (int)(J.nq - i0 < BQ ? J.nq - i0 : BQ);
+    int64_t first = qkv_attn_query_begin(&P, j0) / BQ * BQ;
+    for (int64_t i0 = first; i0 < P.nq; i0 += BQ) {
+      int bq = (int)(P.nq - i0 < BQ ? P.nq - i0 : BQ);
       __syncthreads();                         /* every warp is done with Q, dO, dS^T, Ls, Dl */
-      load_rows16<D, LD, NTH>(Qs, (const uint16_t *)J.q.base + boff[0] + i0 * J.q.rs, J.q.rs, bq, BQ);
-      load_rows16<D, LD, NTH>(Gs, G.go + (b * J.nq + i0) * D, D, bq, BQ);
+      load_rows16<D, LD, NTH>(Qs, (const uint16_t *)P.q.base + boff[0] + i0 * P.q.rs, P.q.rs, bq, BQ);
+      load_rows16<D, LD, NTH>(Gs, (const uint16_t *)P.go.base + (b * P.nq + i0) * D, D, bq, BQ);
       /* lse in log2 units; a query with no key kept (-inf), or past nq,
          gets +inf, so that every exp2 of its scores is 0 */
       for (int x = threadIdx.x; x < BQ; x += NTH) {
-        float l = x < bq ? G.lse[b * J.nq + i0 + x] : -INFINITY;
+        float l = x < bq ? G.lse[b * P.nq + i0 + x] : -INFINITY;
         Ls[x] = l == -INFINITY ? INFINITY : l * (float)LOG2E;
-        Dl[x] = x < bq ? G.delta[b * J.nq + i0 + x] : 0.f;
+        Dl[x] = x < bq ? G.delta[b * P.nq + i0 + x] : 0.f;
       }
       __syncthreads();
 
@@ -203,7 +201,7 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
 
       /* P^T; only a tile that the mask, the causal diagonal or the keys'
          end cuts looks at each element */
-      bool cut = J.has_mask || j0 + BK > J.nk || (J.causal && j0 + BK - 1 > i0 + J.off);
+      bool cut = qkv_attn_tile_cut(&P, i0, j0, BK);
 #pragma unroll                                 /* else s goes to local memory */
       for (int n = 0; n < NQ; n++)
         for (int e = 0; e < 4; e++) {
@@ -211,8 +209,7 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
           float p = exp2f(s[n][e] * scale2 - Ls[qi]);
           if (cut) {
             int64_t i = i0 + qi, j = j0 + 16 * w + g + 8 * (e / 2);
-            bool keep = j < J.nk && i < J.nq && (!J.causal || j <= i + J.off) &&
-                        (!J.has_mask || mk[i * J.mask.rs + j * J.mask.cs]);
+            bool keep = j < P.nk && i < P.nq && qkv_attn_keeps(&P, mk, i, j);
             if (!keep) p = 0;
           }
           s[n][e] = p;
@@ -260,15 +257,16 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
       }
       for (int h = 0; h < 2; h++) {
         int64_t i = i0 + qr + g + 8 * h;
-        if (i >= J.nq) continue;
-        float *row = G.dqacc + (b * J.nq + i) * D + f0 + c;
+        if (i >= P.nq) continue;
+        float *row = G.dqacc + (b * P.nq + i) * D + f0 + c;
         for (int n = 0; n < FN; n++)
           atomicAdd((float2 *)(row + n * 8), make_float2(dq[n][2 * h], dq[n][2 * h + 1]));
       }
     }
 
     /* the block's rows of dK (times scale) and dV */
-    uint16_t *dkp = G.dk + (b * J.nk + j0) * D, *dvp = G.dv + (b * J.nk + j0) * D;
+    uint16_t *dkp = (uint16_t *)P.gk + (b * P.nk + j0) * D;
+    uint16_t *dvp = (uint16_t *)P.gv + (b * P.nk + j0) * D;
     for (int h = 0; h < 2; h++) {
       int r = 16 * w + g + 8 * h;
       if (r >= bk) continue;
@@ -284,78 +282,68 @@ __global__ void __launch_bounds__(NTH) attention_mma_bwd_kernel (job J, grads G)
 /* ---- the launch ---- */
 
 template <int DT, int D>
-static int launch (const job &J, const grads &G, const uint16_t *o, uint16_t *dq) {
+static int launch (const qkv_attn_plan &P, const grads &G) {
   enum { BQ = D == 64 ? 64 : 32 };
-  int64_t rows = J.nbatch * J.nq, items = J.nbatch * ((J.nk + BK - 1) / BK);
-  delta_kernel<DT, D><<<qkv_cu_blocks(rows * 32, 256), 256>>>(G.delta, o, G.go, rows);
+  const uint16_t *o = (const uint16_t *)P.o.base, *go = (const uint16_t *)P.go.base;
+  int64_t rows = P.nbatch * P.nq, items = P.nbatch * ((P.nk + BK - 1) / BK);
+  delta_kernel<DT, D><<<qkv_cu_blocks(rows * 32, 256), 256>>>(G.delta, o, go, rows);
   launchCheck("delta_kernel");
   cudaCheck(cudaMemsetAsync(G.dqacc, 0, (size_t)(rows * D) * sizeof(float), 0));
   size_t smem = (size_t)(2 * BK + 2 * BQ) * (D + 8) * 2 + (size_t)BK * (BQ + 8) * 2 + 2 * BQ * 4;
-  void (*kernel)(job, grads) = attention_mma_bwd_kernel<DT, D, BQ>;
+  void (*kernel)(qkv_attn_plan, grads) = attention_mma_bwd_kernel<DT, D, BQ>;
   if (smem > 48 * 1024)
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   unsigned grid = (unsigned)(items < INT_MAX ? items : INT_MAX);
-  kernel<<<grid, NTH, smem>>>(J, G);
+  kernel<<<grid, NTH, smem>>>(P, G);
   launchCheck("attention_mma_bwd_kernel");
-  dq_kernel<DT><<<qkv_cu_blocks(rows * D / 2, 256), 256>>>(dq, G.dqacc, (float)J.scale, rows * D);
+  dq_kernel<DT><<<qkv_cu_blocks(rows * D / 2, 256), 256>>>((uint16_t *)P.gq, G.dqacc,
+                                                          (float)P.scale, rows * D);
   launchCheck("dq_kernel");
   return QKV_OK;
 }
 
 /* the forward's lse into scratch, where the caller has none */
-static int forward_lse (const job &J, qkv_dtype dt, uint16_t *out, float *lse) {
-  job F = J;
-  F.out = out;
+static int forward_lse (const qkv_attn_plan &P, uint16_t *out, float *lse) {
+  qkv_attn_plan F = P;
+  F.out = (char *)out;
   F.lse = lse;
-  return qkv_cu_attention_mma(F, dt);
+  return qkv_cu_attention_mma(F);
 }
 
-int qkv_cu_attention_mma_bwd (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                              const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
-                              const qkv_tensor *o, const qkv_tensor *go, const qkv_tensor *mask,
-                              int causal, double scale, const qkv_tensor *lse) {
+int qkv_cu_attention_mma_bwd (const qkv_attn_plan &P) {
   /* another path forced (cuda.cuh): never this one */
   if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
-  int n = q->ndim;
-  int64_t d = q->size[n - 1];
-  if (v->size[n - 1] != d || (d != 64 && d != 128) || (mask && mask->ndim != n))
+  int64_t d = P.dk;
+  if (P.dv != d || (d != 64 && d != 128))
     return qkv_cu_decline("mma", "the tensor-core backward takes head sizes 64 and 128, dk == dv");
   /* every row 16-byte aligned: the loads are 16 bytes wide */
-  const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
+  const void *all[8] = {P.gq, P.gk, P.gv, P.q.base, P.k.base, P.v.base, P.o.base, P.go.base};
   for (int i = 0; i < 8; i++)
-    if ((uintptr_t)qkv_cu_data(all[i]) % 16 != 0)
+    if ((uintptr_t)all[i] % 16 != 0)
       return qkv_cu_decline("mma", "the tensor-core backward reads rows 16-byte aligned");
-  job J;
-  qkv_cu_attention_job(&J, o, q, k, v, mask, causal, scale);
-  J.dk = J.dv = (int)d;
-  int64_t rows = J.nbatch * J.nq;
+  int64_t rows = P.nbatch * P.nq;
   /* scratch: dQ's accumulators, delta, and without lse the forward's
      lse and out */
   size_t bytes = (size_t)(rows * d + rows) * sizeof(float);
-  if (!lse) bytes += (size_t)rows * sizeof(float) + (size_t)(rows * d) * 2;
+  if (!P.lse) bytes += (size_t)rows * sizeof(float) + (size_t)(rows * d) * 2;
   float *scratch = (float *)qkv_cu_alloc(bytes);
   if (scratch == NULL) return QKV_ENOMEM;
   grads G;
-  G.go = (const uint16_t *)qkv_cu_data(go);
   G.dqacc = scratch;
   G.delta = scratch + rows * d;
-  G.dk = (uint16_t *)qkv_cu_data(dk);
-  G.dv = (uint16_t *)qkv_cu_data(dv);
   int err = QKV_OK;
-  if (lse) {
-    G.lse = (const float *)qkv_cu_data(lse);
+  if (P.lse) {
+    G.lse = (const float *)P.lse;
   } else {
     float *l = scratch + rows * d + rows;
     G.lse = l;
-    err = forward_lse(J, q->dtype, (uint16_t *)(l + rows), l);
+    err = forward_lse(P, (uint16_t *)(l + rows), l);
   }
-  const uint16_t *op = (const uint16_t *)qkv_cu_data(o);
-  uint16_t *dqp = (uint16_t *)qkv_cu_data(dq);
   if (err == QKV_OK) {
-    if (q->dtype == QKV_BF16)
-      err = d == 64 ? launch<QKV_MMA_BF16, 64>(J, G, op, dqp) : launch<QKV_MMA_BF16, 128>(J, G, op, dqp);
+    if (P.dtype == QKV_BF16)
+      err = d == 64 ? launch<QKV_MMA_BF16, 64>(P, G) : launch<QKV_MMA_BF16, 128>(P, G);
     else
-      err = d == 64 ? launch<QKV_MMA_F16, 64>(J, G, op, dqp) : launch<QKV_MMA_F16, 128>(J, G, op, dqp);
+      err = d == 64 ? launch<QKV_MMA_F16, 64>(P, G) : launch<QKV_MMA_F16, 128>(P, G);
   }
   if (err == QKV_OK) qkv_cu_attention_path = "mma";
   qkv_cu_free(scratch);

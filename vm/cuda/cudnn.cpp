@@ -14,8 +14,10 @@
 ** cuDNN opens its engine libraries by name: they are opened here first, by
 ** path, so that those names find them wherever the folder is.
 **
-** What it takes: no mask (causal or not, aligned to the last key as the
-** other kernels, but not a causal nq > nk, whose first rows have no key),
+** What it takes, read from the plan (common/attention_plan.h) that the
+** other kernels read, its operands' layouts from their tensors: no mask
+** (causal or not, aligned to the last key as the other kernels, but not
+** a causal nq > nk, whose first rows have no key),
 ** dk == dv a multiple of 8 up to 128, each operand's batch dims folding
 ** into cuDNN's (b, h) with rows and 2-byte elements 16-byte aligned.  A
 ** graph is built once per shape, strides, scale and flags (a few ms) and
@@ -263,13 +265,12 @@ static int run (entry *e, std::unordered_map<int64_t, void *> &ptrs) {
 /* QKV_EDTYPE, or with cudnn forced the error saying why not */
 static int decline (const char *why) { return qkv_cu_decline("cudnn", why); }
 
-/* the key for q, k, v, o (and the flags), or the reason there is none */
-static const char *keyed (key *k, const qkv_tensor *q, const qkv_tensor *kt,
-                          const qkv_tensor *v, const qkv_tensor *o, const qkv_tensor *mask,
-                          int causal, double scale) {
+/* the key for plan P of q, k, v, o, or the reason there is none */
+static const char *keyed (key *k, const qkv_attn_plan &P, const qkv_tensor *q,
+                          const qkv_tensor *kt, const qkv_tensor *v, const qkv_tensor *o) {
   if (qkv_cu_forced_other("cudnn")) return "another path named";
-  if (o->dtype != QKV_F16 && o->dtype != QKV_BF16) return "not a half dtype";
-  if (mask) return "a mask";
+  if (P.dtype != QKV_F16 && P.dtype != QKV_BF16) return "not a half dtype";
+  if (P.has_mask) return "a mask";
   memset(k, 0, sizeof *k);
   if (!as4(q, &k->q) || !as4(kt, &k->k) || !as4(v, &k->v) || !as4(o, &k->o))
     return "strides cuDNN does not take";
@@ -279,19 +280,18 @@ static const char *keyed (key *k, const qkv_tensor *q, const qkv_tensor *kt,
   for (int i = 0; i < 2; i++)
     if (k->k.d[i] != k->q.d[i] || k->v.d[i] != k->q.d[i] || k->o.d[i] != k->q.d[i])
       return "batch dims that do not fold alike";
-  if (causal && nq > nk) return "causal with more queries than keys";
-  k->bf16 = o->dtype == QKV_BF16;
-  k->causal = causal != 0;
-  k->scale = scale;
+  if (P.causal && nq > nk) return "causal with more queries than keys";
+  k->bf16 = P.dtype == QKV_BF16;
+  k->causal = P.causal;
+  k->scale = P.scale;
   if (!loaded()) return why_not.c_str();
   return NULL;
 }
 
-int qkv_cu_cudnn_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
-                            const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                            double scale, qkv_tensor *lse) {
+int qkv_cu_cudnn_attention (const qkv_attn_plan &P, qkv_tensor *out, const qkv_tensor *q,
+                            const qkv_tensor *k, const qkv_tensor *v, qkv_tensor *lse) {
   key K;
-  const char *why = keyed(&K, q, k, v, out, mask, causal, scale);
+  const char *why = keyed(&K, P, q, k, v, out);
   if (why) return decline(why);
   K.stats = lse != NULL;
   entry *e = find(K);
@@ -302,14 +302,13 @@ int qkv_cu_cudnn_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tens
   return run(e, p);
 }
 
-int qkv_cu_cudnn_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                                     const qkv_tensor *q, const qkv_tensor *k,
+int qkv_cu_cudnn_attention_backward (const qkv_attn_plan &P, qkv_tensor *dq, qkv_tensor *dk,
+                                     qkv_tensor *dv, const qkv_tensor *q, const qkv_tensor *k,
                                      const qkv_tensor *v, const qkv_tensor *o,
-                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
-                                     double scale, const qkv_tensor *lse) {
+                                     const qkv_tensor *go, const qkv_tensor *lse) {
   key K;
   dims4 a, b, c, g;
-  const char *why = keyed(&K, q, k, v, o, mask, causal, scale);
+  const char *why = keyed(&K, P, q, k, v, o);
   if (why) return decline(why);
   /* the gradients and go dense, as the inputs' */
   if (!as4(dq, &a) || !as4(dk, &b) || !as4(dv, &c) || !as4(go, &g) ||
