@@ -111,6 +111,19 @@ QKV_EL2_(maximum, i64, int64_t, int64_t, x > y ? x : y)
 QKV_EL_FLOATS2_(minimum, ((x < y) | (x != x)) ? x : y)
 QKV_EL2_(minimum, i64, int64_t, int64_t, x < y ? x : y)
 
+/* log(e^x + e^y) as max + log1p(e^-|x - y|), which neither overflows nor
+   loses the smaller term; x == y (two infinities of one sign too, whose
+   difference is NaN) is max + log 2; NaN gives NaN.  libm's functions in
+   float32 as well: the same bits under every instruction set */
+static inline QKV_HD float qkv_el_logaddexp_f32 (float x, float y) {
+  float m = x > y ? x : y, d = x == y ? 0.0f : -fabsf(x - y);
+  return m + log1pf(expf(d));
+}
+static inline QKV_HD double qkv_el_logaddexp_f64 (double x, double y) {
+  double m = x > y ? x : y, d = x == y ? 0.0 : -fabs(x - y);
+  return m + log1p(exp(d));
+}
+
 QKV_EL_COMPARE_(eq, ==)
 QKV_EL_COMPARE_(ne, !=)
 QKV_EL_COMPARE_(lt, <)

@@ -44,6 +44,7 @@
   X(POW,       pow,       NUMBER, SAME, GRAD,   PUBLIC) \
   X(MAXIMUM,   maximum,   NUMBER, SAME, GRAD,   PUBLIC) \
   X(MINIMUM,   minimum,   NUMBER, SAME, GRAD,   PUBLIC) \
+  X(LOGADDEXP, logaddexp, FLOAT,  SAME, GRAD,   PUBLIC) \
   /* b * GELU'(a), GELU's backward (qkv._gelu_backward) */ \
   X(GELU_GRAD, gelu_grad, FLOAT,  SAME, NOGRAD, PRIVATE) \
   X(EQ,        eq,        ANY,    BOOL, NOGRAD, PUBLIC) \
