@@ -20,7 +20,7 @@
 **           qkv_el_<name>_<type> (elementwise.h)
 **   takes   the dtypes its kernels compute in: FLOAT (float32, float64),
 **           NUMBER (and int64), ANY (and bool).  An operand the op does not
-**           take is lifted (qkv_op_result): bool to int64, integers to
+**           take is lifted (qkv_op_lifted): bool to int64, integers to
 **           float32; int32 and the halves are computed in int64 and float32
 **   result  SAME: that dtype; BOOL: bool (a comparison)
 **   grad    GRAD: differentiable, by the rule R.name of
@@ -109,14 +109,20 @@ static inline QKV_HD int qkv_op_takes (int takes, qkv_dtype dt) {
   }
 }
 
-/* the dtype of the result of an op given operands of (promoted) dtype dt:
-   bool for a comparison, else dt lifted to one the op takes */
-static inline QKV_HD qkv_dtype qkv_op_result (int takes, int result, qkv_dtype dt) {
+/* operands of (promoted) dtype dt as an op that takes `takes` computes
+   them: integers as float32 for a float op, bool as int64 for one that
+   takes no bool (int32 and the halves stay: the dispatch computes them in
+   int64 and float32) */
+static inline QKV_HD qkv_dtype qkv_op_lifted (int takes, qkv_dtype dt) {
   int is_float = dt == QKV_F32 || dt == QKV_F64 || dt == QKV_F16 || dt == QKV_BF16;
-  if (result == QKV_RESULT_BOOL) return QKV_BOOL;
   if (!(takes & 2) && !is_float) return QKV_F32;
   if (!(takes & 4) && dt == QKV_BOOL) return QKV_I64;
   return dt;
+}
+
+/* the dtype of the result: bool for a comparison, else the lifted one */
+static inline QKV_HD qkv_dtype qkv_op_result (int takes, int result, qkv_dtype dt) {
+  return result == QKV_RESULT_BOOL ? QKV_BOOL : qkv_op_lifted(takes, dt);
 }
 
 /*
