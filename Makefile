@@ -246,7 +246,8 @@ $(BUILD)/ptydrive: tests/tools/ptydrive.c
 # the CPU's kernels behind the CUDA plugin's interface, for `make test`'s
 # second pass (tests/tools/fakecuda.c): every suite with "cuda" as the
 # default device, on machines without a GPU
-$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/core/backend.h vm/core/qkv.h vm/dispatch/plugin.h
+$(BUILD)/fakecuda.so: tests/tools/fakecuda.c vm/core/backend.h vm/core/qkv.h vm/dispatch/plugin.h \
+  vm/common/ops.h
 	$(CC) -std=c11 -Wall -Wextra -Werror -fPIC -shared $(CFLAGS) -o $@ $<
 
 deps:

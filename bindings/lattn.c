@@ -1,6 +1,6 @@
 /*
 ** lattn.c -- the attention primitives: project, scores, mask, causal,
-** padding, softmax, heads, merge, gelu, align and attention.  Each works
+** padding, softmax, heads, merge, align and attention.  Each works
 ** on any leading batch/head dims; shape errors name the function, the
 ** argument and the shapes.
 */
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 #define LAST(t) ((t)->size[(t)->ndim - 1])
 #define ROWS(t) ((t)->size[(t)->ndim - 2])
@@ -160,7 +161,7 @@ static int a_scores (lua_State *L) {
 }
 
 
-/* softmax, gelu */
+/* softmax, gelu (for align: x:gelu() is lmath.c's, from the list of ops) */
 
 static qkv_tensor *softmax_into (lua_State *L, const char *name,
                                  qkv_tensor *out, const qkv_tensor *x, int dim) {
@@ -184,12 +185,6 @@ static qkv_tensor *gelu (lua_State *L, const qkv_tensor *x) {
   return out;
 }
 
-static int a_gelu (lua_State *L) {
-  QKVL_GRAD(L, "gelu", a_gelu);
-  qkvL_noextra(L, "gelu", 1);
-  gelu(L, qkvL_checktensor(L, 1));
-  return 1;
-}
 
 
 /* heads and merge: views, so the heads share x's storage */
@@ -510,7 +505,7 @@ static int a_attention_backward (lua_State *L) {
 
 void qkvL_open_attention (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {
-    {"softmax", a_softmax}, {"gelu", a_gelu}, {NULL, NULL}
+    {"softmax", a_softmax}, {NULL, NULL}
   };
   static const luaL_Reg mod[] = {
     {"project", a_project}, {"scores", a_scores}, {"_attention_lse", a_attention_lse},

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 
 /* scalars and fills */

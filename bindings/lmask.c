@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 static int a_mask (lua_State *L) {
   QKVL_GRAD(L, "mask", a_mask);

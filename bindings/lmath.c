@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
@@ -73,136 +74,96 @@ static qkv_tensor *broadcast_out (lua_State *L, const char *name,
   return qkvL_new(L, dt, dev, n, size, 0);
 }
 
-/* arithmetic promotes bools to int64 and divides integers as floats */
+/* the result's dtype is the row's (vm/common/ops.h): bool for a
+   comparison, else the promoted one lifted to a dtype the op takes (bools
+   count as int64 in arithmetic, integers divide as floats) */
 static int binary (lua_State *L, qkv_binop op, const char *name) {
   const qkv_tensor *a, *b;
   qkvL_Scalar sc;
   qkv_dtype dt;
   qkv_device dev;
   operands(L, name, &a, &b, &sc, &dt, &dev);
-  if (op >= QKV_EQ) dt = QKV_BOOL;
-  else if (dt == QKV_BOOL) dt = QKV_I64;
-  if (op == QKV_DIV && !qkv_is_float(dt)) dt = QKV_F32;
+  dt = qkv_op_result(qkv_binop_takes(op), qkv_binop_result(op), dt);
   qkv_tensor *out = broadcast_out(L, name, a, b, dt, dev);
   qkvL_check(L, name, qkv_binary(op, out, a, b));
   return 1;
 }
 
-static int m_add (lua_State *L) {
-  qkvL_args(L, "add", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "add", m_add);
-  return binary(L, QKV_ADD, "add");
-}
-static int m_sub (lua_State *L) {
-  qkvL_args(L, "sub", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "sub", m_sub);
-  return binary(L, QKV_SUB, "sub");
-}
-static int m_mul (lua_State *L) {
-  qkvL_args(L, "mul", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "mul", m_mul);
-  return binary(L, QKV_MUL, "mul");
-}
-static int m_div (lua_State *L) {
-  qkvL_args(L, "div", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "div", m_div);
-  return binary(L, QKV_DIV, "div");
-}
-static int m_pow (lua_State *L) {
-  static const char *const kw[] = {"exponent", NULL};
-  qkvL_args(L, "pow", kw);
-  QKVL_GRAD(L, "pow", m_pow);
-  return binary(L, QKV_POW, "pow");
-}
-static int m_maximum (lua_State *L) {
-  qkvL_args(L, "maximum", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "maximum", m_maximum);
-  return binary(L, QKV_MAXIMUM, "maximum");
-}
-static int m_minimum (lua_State *L) {
-  qkvL_args(L, "minimum", qkvL_KW_OTHER);
-  QKVL_GRAD(L, "minimum", m_minimum);
-  return binary(L, QKV_MINIMUM, "minimum");
-}
-static int m_eq (lua_State *L) {
-  qkvL_args(L, "eq", qkvL_KW_OTHER);
-  return binary(L, QKV_EQ, "eq");
-}
-static int m_ne (lua_State *L) {
-  qkvL_args(L, "ne", qkvL_KW_OTHER);
-  return binary(L, QKV_NE, "ne");
-}
-static int m_lt (lua_State *L) {
-  qkvL_args(L, "lt", qkvL_KW_OTHER);
-  return binary(L, QKV_LT, "lt");
-}
-static int m_le (lua_State *L) {
-  qkvL_args(L, "le", qkvL_KW_OTHER);
-  return binary(L, QKV_LE, "le");
-}
-static int m_gt (lua_State *L) {
-  qkvL_args(L, "gt", qkvL_KW_OTHER);
-  return binary(L, QKV_GT, "gt");
-}
-static int m_ge (lua_State *L) {
-  qkvL_args(L, "ge", qkvL_KW_OTHER);
-  return binary(L, QKV_GE, "ge");
-}
-
 static int unary (lua_State *L, qkv_unop op, const char *name) {
   qkvL_noextra(L, name, 1);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  qkv_dtype dt = t->dtype;
-  if (op == QKV_NEG || op == QKV_ABS || op == QKV_RELU) { if (dt == QKV_BOOL) dt = QKV_I64; }
-  else if (!qkv_is_float(dt)) dt = QKV_F32;
+  qkv_dtype dt = qkv_op_result(qkv_unop_takes(op), qkv_unop_result(op), t->dtype);
   qkv_tensor *out = qkvL_newlike(L, t, dt);
   qkvL_check(L, name, qkv_unary(op, out, t));
   return 1;
 }
 
-static int m_neg (lua_State *L) {
-  QKVL_GRAD(L, "neg", m_neg);
-  return unary(L, QKV_NEG, "neg");
+/* the second operand's keyword: PyTorch's name for it */
+static const char *const *operand_kw (qkv_binop op) {
+  static const char *const exponent[] = {"exponent", NULL};
+  return op == QKV_POW ? exponent : qkvL_KW_OTHER;
 }
-static int m_exp (lua_State *L) {
-  QKVL_GRAD(L, "exp", m_exp);
-  return unary(L, QKV_EXP, "exp");
-}
-static int m_log (lua_State *L) {
-  QKVL_GRAD(L, "log", m_log);
-  return unary(L, QKV_LOG, "log");
-}
-static int m_sqrt (lua_State *L) {
-  QKVL_GRAD(L, "sqrt", m_sqrt);
-  return unary(L, QKV_SQRT, "sqrt");
-}
-static int m_abs (lua_State *L) {
-  QKVL_GRAD(L, "abs", m_abs);
-  return unary(L, QKV_ABS, "abs");
-}
-static int m_tanh (lua_State *L) {
-  QKVL_GRAD(L, "tanh", m_tanh);
-  return unary(L, QKV_TANH, "tanh");
-}
-static int m_sigmoid (lua_State *L) {
-  QKVL_GRAD(L, "sigmoid", m_sigmoid);
-  return unary(L, QKV_SIGMOID, "sigmoid");
-}
-static int m_relu (lua_State *L) {
-  QKVL_GRAD(L, "relu", m_relu);
-  return unary(L, QKV_RELU, "relu");
-}
-static int m_silu (lua_State *L) {
-  QKVL_GRAD(L, "silu", m_silu);
-  return unary(L, QKV_SILU, "silu");
-}
-static int m_sin (lua_State *L) {
-  QKVL_GRAD(L, "sin", m_sin);
-  return unary(L, QKV_SIN, "sin");
-}
-static int m_cos (lua_State *L) {
-  QKVL_GRAD(L, "cos", m_cos);
-  return unary(L, QKV_COS, "cos");
+
+/*
+** A function per PUBLIC row of the list, m_<name>: a differentiable op
+** (GRAD) first asks autograd (QKVL_GRAD), which runs its rule
+** (stdlib/qkv/derivatives.lua) when an argument takes part in a graph.
+*/
+#define GRAD_GRAD(name, fn) QKVL_GRAD(L, #name, fn)
+#define GRAD_NOGRAD(name, fn) (void)0
+#define BIND_PRIVATE(...)
+#define BIND2_PUBLIC(NAME, name, grad) \
+  static int m_##name (lua_State *L) { \
+    qkvL_args(L, #name, operand_kw(QKV_##NAME)); \
+    GRAD_##grad(name, m_##name); \
+    return binary(L, QKV_##NAME, #name); \
+  }
+#define BIND1_PUBLIC(NAME, name, grad) \
+  static int m_##name (lua_State *L) { \
+    GRAD_##grad(name, m_##name); \
+    return unary(L, QKV_##NAME, #name); \
+  }
+#define BIND2(NAME, name, takes, result, grad, api) BIND2_##api(NAME, name, grad)
+#define BIND1(NAME, name, takes, result, grad, api) BIND1_##api(NAME, name, grad)
+#define BIND2_PRIVATE BIND_PRIVATE
+#define BIND1_PRIVATE BIND_PRIVATE
+QKV_BINARY_OPS(BIND2)
+QKV_UNARY_OPS(BIND1)
+
+#define REG_PUBLIC(name) {#name, m_##name},
+#define REG_PRIVATE(name)
+#define REG(NAME, name, takes, result, grad, api) REG_##api(name)
+
+/* qkv._ops() -> {{name =, arity =, takes =, result =, grad =, public =}, ...}:
+   the list, for the suites that loop over it (tests/backends/test_isa.lua,
+   test_ops.lua, test_cuda.lua, the fuzzer, gradcheck) */
+static int m_ops (lua_State *L) {
+  static const char *const takes[] = {"", "float", "", "number", "", "", "", "any"};
+#define ROW(N, NAME, name, takes_, result, grad, api) \
+  {#name, N, QKV_TAKES_##takes_, QKV_RESULT_##result, QKV_GRAD_##grad, QKV_API_##api},
+#define ROW1(...) ROW(1, __VA_ARGS__)
+#define ROW2(...) ROW(2, __VA_ARGS__)
+  static const struct { const char *name; int arity, takes, result, grad, pub; } rows[] = {
+    QKV_BINARY_OPS(ROW2) QKV_UNARY_OPS(ROW1)
+  };
+  lua_createtable(L, (int)(sizeof rows / sizeof rows[0]), 0);
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, rows[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, rows[i].arity);
+    lua_setfield(L, -2, "arity");
+    lua_pushstring(L, takes[rows[i].takes]);
+    lua_setfield(L, -2, "takes");
+    lua_pushstring(L, rows[i].result == QKV_RESULT_BOOL ? "bool" : "same");
+    lua_setfield(L, -2, "result");
+    lua_pushboolean(L, rows[i].grad);
+    lua_setfield(L, -2, "grad");
+    lua_pushboolean(L, rows[i].pub);
+    lua_setfield(L, -2, "public");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
 }
 
 /* the metamethods take the operands in either order */
@@ -435,13 +396,8 @@ static int m_stack (lua_State *L) {
 
 void qkvL_open_math (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg both[] = {
-    {"add", m_add}, {"sub", m_sub}, {"mul", m_mul}, {"div", m_div},
-    {"pow", m_pow}, {"maximum", m_maximum}, {"minimum", m_minimum},
-    {"eq", m_eq}, {"ne", m_ne}, {"lt", m_lt}, {"le", m_le}, {"gt", m_gt},
-    {"ge", m_ge}, {"neg", m_neg}, {"exp", m_exp}, {"log", m_log},
-    {"sqrt", m_sqrt}, {"abs", m_abs}, {"tanh", m_tanh}, {"sigmoid", m_sigmoid},
-    {"relu", m_relu}, {"silu", m_silu}, {"sin", m_sin}, {"cos", m_cos}, {"sum", m_sum},
-    {"cumsum", m_cumsum},
+    QKV_BINARY_OPS(REG) QKV_UNARY_OPS(REG)
+    {"sum", m_sum}, {"cumsum", m_cumsum},
     {"mean", m_mean}, {"max", m_max}, {"min", m_min}, {"var", m_var},
     {"std", m_std}, {"argmax", m_argmax}, {"argmin", m_argmin},
     {"matmul", m_matmul}, {"masked_fill", m_masked_fill}, {NULL, NULL}
@@ -450,7 +406,8 @@ void qkvL_open_math (lua_State *L, int mt, int methods, int module) {
     {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul}, {"__div", m_div},
     {"__pow", m_pow}, {"__unm", m_unm}, {NULL, NULL}
   };
-  static const luaL_Reg mod[] = {{"cat", m_cat}, {"stack", m_stack}, {NULL, NULL}};
+  static const luaL_Reg mod[] = {{"cat", m_cat}, {"stack", m_stack}, {"_ops", m_ops},
+                                 {NULL, NULL}};
   lua_pushvalue(L, methods);
   luaL_setfuncs(L, both, 0);
   lua_pushvalue(L, module);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
   if (!qkv_is_float(x->dtype))

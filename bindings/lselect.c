@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lauxqkv.h"
+#include "../vm/common/ops.h"
 
 static qkv_tensor *opttensor (lua_State *L, int arg) {
   return qkvL_istensor(L, arg) ? qkvL_checktensor(L, arg) : NULL;

@@ -70,6 +70,14 @@ R.minimum = function(f, a, b)
     return sum_to(g:masked_fill(pick:logical_not(), 0), a), sum_to(g:masked_fill(pick, 0), b)
   end, {a, b})
 end
+-- d/da log(e^a + e^b) = e^a / (e^a + e^b) = sigmoid(a - b), and d/db
+-- sigmoid(b - a)
+R.logaddexp = function(f, a, b)
+  return rec("LogaddexpBackward", f(a, b), {a, b}, function(g)
+    local d = qkv.sub(a, b)
+    return sum_to(g * d:sigmoid(), a), sum_to(g * (-d):sigmoid(), b)
+  end, {a, b})
+end
 R.neg = function(f, a)
   return rec("NegBackward", f(a), {a}, function(g) return -g end)
 end

@@ -50,6 +50,23 @@ function TestRules:testUnary()
   lu.assertTrue(err < 3e-7, "float32 tanh's gradient off by " .. err)
 end
 
+-- every differentiable op of the list (vm/common/ops.h, qkv._ops()): its
+-- rule against finite differences, on positive operands (log, sqrt, pow)
+-- away from the kinks (abs, relu) and with no ties (maximum, minimum),
+-- the second broadcast
+function TestRules:testEveryDifferentiableOpOfTheList()
+  local a, b = qkv.rand(2, 3, "float64") + 0.5, qkv.rand(3, "float64") + 0.6
+  local n = 0
+  for _, op in ipairs(qkv._ops()) do
+    if op.grad then
+      n = n + 1
+      if op.arity == 2 then check(qkv[op.name], {a, b}, op.name)
+      else check(qkv[op.name], {a}, op.name) end
+    end
+  end
+  lu.assertTrue(n >= 19)
+end
+
 function TestRules:testReductions()
   local x = r(3, 4)
   check(function(v) return v:sum() end, {x}, "sum")

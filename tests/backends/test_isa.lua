@@ -4,7 +4,9 @@
 -- CPU runs, or, where the wider sets fuse multiply-adds, the same values
 -- within float32's rounding. Each case runs in a child process under $QKV_CPU=baseline, avx2
 -- and avx512 (each capped by what the CPU has), writes its results to .npy,
--- and the parent compares them bit for bit. Inputs include 0, -0, +-inf,
+-- and the parent compares them bit for bit. Every op of the list
+-- (vm/common/ops.h, as qkv._ops() gives it) is a case in each dtype its
+-- kernels take, with no list here to edit. Inputs include 0, -0, +-inf,
 -- NaN, subnormals and values past the functions' saturation points. Also:
 -- gelu's one-pass backward in float32 against float64.
 local lu = require "luaunit"
@@ -22,16 +24,15 @@ local SETUP = [[
   for i, v in ipairs(special) do x[i] = v end
   local y = qkv.randn(4099) * 3
   for i, v in ipairs(special) do y[4099 - i] = v end
-  local xd = x:double()
+  local xd, yd = x:double(), y:double()
+  -- (away from the specials, which no integer holds)
+  local xi, yi = (x[{{20, 4000}}] * 1000):long(), (y[{{20, 4000}}] * 7):long()
+  local xb, yb = x:gt(0), y:gt(0)
   local out = {}
 ]]
 
 local CASES = {
-  add = "x + y", sub = "x - y", mul = "x * y", div = "x / y",
-  maximum = "qkv.maximum(x, y)", minimum = "qkv.minimum(x, y)",
-  lt = "x:lt(y)", eq = "x:eq(y)", neg = "-x", abs = "x:abs()", sqrt = "x:abs():sqrt()",
-  relu = "x:relu()",
-  add_i = "(x[{{20, 4000}}] * 1000):long() + (y[{{20, 4000}}] * 7):long()",
+  sqrt_abs = "x:abs():sqrt()",
   -- sums down columns (vm/cpu/reduce.c's tiles): each lane adds in row order
   sum_cols = "x[{{1, 4096}}]:reshape(64, 64):sum(1)",
   sum_cols_d = "xd[{{2, 4097}}]:reshape(32, 128):sum(1)",
@@ -41,11 +42,8 @@ local CASES = {
 -- kernels whose AVX2 path sums in another order or with FMAs: the same
 -- values within float32's rounding, NaN and inf where the baseline has them
 local CLOSE = {
-  -- the AVX2 and AVX-512 builds fuse a * b + c into one FMA, one rounding
-  exp = "x:exp()", sigmoid = "x:sigmoid()", silu = "x:silu()",
-  tanh = "x:tanh()", tanh_small = "(x / 64):tanh()", log = "x:log()", log_abs = "x:abs():log()",
-  gelu = "x:gelu()", gelu_bwd = "qkv._gelu_backward(x, y)",
-  gelu_d = "xd:gelu()", gelu_bwd_d = "qkv._gelu_backward(xd, y:double())",
+  tanh_small = "(x / 64):tanh()", log_abs = "x:abs():log()",
+  gelu_bwd = "qkv._gelu_backward(x, y)", gelu_bwd_d = "qkv._gelu_backward(xd, y:double())",
   -- the backward's row loops (vm/cpu/attention_bwd.c); BLAS's products are
   -- the same library either way; its O comes from the forward's AVX2 path
   attention_bwd = [[(function()
@@ -75,6 +73,24 @@ local CLOSE = {
                                                  y[{{1, 4096}}]:reshape(2, 32, 64):clamp(-9, 9),
                                                  x[{{2, 4097}}]:reshape(2, 32, 64), nil, true, 0.125))]],
 }
+
+-- the ops whose float32 formulas take the CPU's own primitives (vexp.h's
+-- exp, log and tanh, the GELU polynomial: vm/common/elementwise.h's hooks),
+-- which the AVX2 and AVX-512 builds fuse into FMAs: close, not the same bits
+local FUSED = {exp = true, log = true, tanh = true, sigmoid = true, silu = true, gelu = true}
+
+-- every public op of the list in float32 (x, y), float64 (_d), int64 (_i)
+-- and bool (_b), as far as its row takes them; the others are lifted
+-- (int64 to float32 for a float op), which the float32 case covers
+for _, op in ipairs(qkv._ops()) do
+  if op.public then
+    local function call(a, b) return ("qkv.%s(%s)"):format(op.name, op.arity == 2 and a .. ", " .. b or a) end
+    if FUSED[op.name] then CLOSE[op.name] = call("x", "y") else CASES[op.name] = call("x", "y") end
+    CASES[op.name .. "_d"] = call("xd", "yd")
+    if op.takes ~= "float" then CASES[op.name .. "_i"] = call("xi", "yi") end
+    if op.takes == "any" then CASES[op.name .. "_b"] = call("xb", "yb") end
+  end
+end
 
 local function run(isa)
   local dir = os.tmpname()

@@ -233,6 +233,48 @@ function TestElementwise:testLarge()
     function(p, q) return p * q end), 1e-12, "large mixed float64 * float32 transposed")
 end
 
+-- log(e^a + e^b) in float64: the larger plus log1p of e^-|a - b| (its
+-- series where log(1 + t) would lose t)
+local function logaddexp64(a, b)
+  if a ~= a or b ~= b then return nan end
+  if a == b then return a + math.log(2) end
+  local m, t = math.max(a, b), math.exp(-math.abs(a - b))
+  return m + (t < 1e-4 and t - t * t / 2 + t * t * t / 3 or math.log(1 + t))
+end
+
+function TestElementwise:testLogaddexp()
+  for _, dt in ipairs{"float32", "float64"} do
+    for _ = 1, 6 do
+      local sa, sb = bpair(math.random(0, 3))
+      local a = mk(sa, dt) * 30
+      local b = mk(sb, dt) * 30
+      local ref, out = ref_binary(sa, vals(a), sb, vals(b), logaddexp64)
+      local what = ("logaddexp %s %s %s"):format(dt, sstr(sa), sstr(sb))
+      for _, r in ipairs{a:logaddexp(b), qkv.logaddexp(a, b)} do
+        lu.assertEquals(r.dtype, dt, what)
+        assertShape(r, out, what)
+        assertClose(vals(r), ref, TOL[dt], what)
+      end
+    end
+    -- where e^a + e^b overflows, underflows, or loses the smaller term;
+    -- infinities of one sign, of two, and NaN
+    local a = qkv.tensor({1000, -1000, 0, 88, 1, inf, -inf, inf, nan, 3}, dt)
+    local b = qkv.tensor({0, -1000, -40, 89, 1, inf, -inf, -inf, 1, nan}, dt)
+    local want = {}
+    for i, v in ipairs(vals(a)) do want[i] = logaddexp64(v, vals(b)[i]) end
+    assertClose(vals(qkv.logaddexp(a, b)), want, TOL[dt], "logaddexp special " .. dt)
+    lu.assertTrue(vals(qkv.logaddexp(a, b))[3] > 0, "e^-40 kept " .. dt)
+  end
+  -- a number on either side; integers and bools give float32
+  local x = qkv.tensor{-2, 0, 5}
+  assertClose(vals(qkv.logaddexp(x, 2)), map({-2, 0, 5}, function(v) return logaddexp64(v, 2) end), 1e-6, "x, 2")
+  assertClose(vals(qkv.logaddexp(2, x)), map({-2, 0, 5}, function(v) return logaddexp64(2, v) end), 1e-6, "2, x")
+  local i = qkv.tensor({1, 2}, "int64")
+  lu.assertEquals(qkv.logaddexp(i, i).dtype, "float32")
+  lu.assertEquals(qkv.logaddexp(i:gt(1), i:gt(1)).dtype, "float32")
+  assertClose(vals(qkv.logaddexp(i, i)), {1 + math.log(2), 2 + math.log(2)}, 1e-6, "int64")
+end
+
 TestComparisons = {}
 local CMP = {
   eq = function(a, b) return a == b end, ne = function(a, b) return a ~= b end,

@@ -13,10 +13,17 @@
 -- 0..8, a shape of non-negative integers whose product is numel and whose
 -- nonzero sizes multiply within int64, strides >= 0, prints, and (up to
 -- BIG elements) its contiguous copy sums. NaN is a fine result.
+--   C.op_result(entry, v)            for an op of the list (qkv._ops(),
+--                                    vm/common/ops.h: qkv.add, x:add, the
+--                                    + operator), what is wrong with its
+--                                    result's dtype, or nil: bool for a
+--                                    comparison, a float for a float op,
+--                                    no bool for the others
 
 local C = {}
 
-local qkv, DTYPES
+local qkv, DTYPES, OPS
+local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 local BIG = 1 << 16          -- elements beyond which a result is not summed
 local lu_prefixes = {}
 
@@ -28,6 +35,27 @@ function C.setup(q)
   end
   local ok, lu = pcall(require, "luaunit")
   if ok then lu_prefixes = {lu.FAILURE_PREFIX, lu.SKIP_PREFIX} end
+  OPS = {}
+  for _, op in ipairs(qkv._ops()) do
+    if op.public then
+      OPS["qkv." .. op.name], OPS["Tensor:" .. op.name], OPS["Tensor.__" .. op.name] = op, op, op
+    end
+  end
+end
+
+function C.op_result(entry, v)
+  local op = OPS[entry.name]
+  if not op or not qkv.is_tensor(v) then return nil end
+  local ok, dt = pcall(function() return v.dtype end)
+  if not ok then return nil end
+  if op.result == "bool" then
+    if dt ~= "bool" then return "gave " .. dt .. ": " .. op.name .. "'s row (vm/common/ops.h) gives bool" end
+  elseif op.takes == "float" then
+    if not FLOATS[dt] then return "gave " .. dt .. ": " .. op.name .. "'s row (vm/common/ops.h) gives a float" end
+  elseif dt == "bool" then
+    return "gave bool: " .. op.name .. "'s row (vm/common/ops.h) lifts bool to int64"
+  end
+  return nil
 end
 
 local function names(msg, accept)

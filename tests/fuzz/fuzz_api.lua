@@ -10,8 +10,9 @@
 -- `--replay K` makes that one call again. A call's arguments are random
 -- (0 to 5 values of any kind), valid-looking (sizes that agree, from the
 -- parameter names of the docstrings) or valid-looking with one of them
--- replaced. tests/fuzz/check.lua judges each outcome; what it rejects is a
--- finding, printed with its call number. The run ends with
+-- replaced. tests/fuzz/check.lua judges each outcome (an op of the list
+-- of elementwise ops, qkv._ops(), also by its row's result dtype); what
+-- it rejects is a finding, printed with its call number. The run ends with
 --   fuzz: N calls, seed S: X ok, Y errors, Z findings, C crashes, H hangs
 -- and exits with status 1 when there are findings, crashes or hangs.
 --
@@ -496,6 +497,8 @@ local function child(o)
       local okw, w = true, nil
       if kind == "ok" and H.post then okw, w = pcall(H.post, table.unpack(res, 2, res.n))
       elseif kind == "error" and H.post_error then okw, w = pcall(H.post_error, res[2]) end
+      -- an op of the list: its result's dtype is its row's
+      if okw and not w and kind == "ok" and not H.call then w = C.op_result(e, res[2]) end
       if not okw then w = "checking the outcome raised: " .. tostring(w) end
       if w then kind, why = "finding", w end
       if kind == "finding" and H.rule then why = "rule " .. H.rule .. ": " .. why end

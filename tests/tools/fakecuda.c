@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../../vm/core/backend.h"
+#include "../../vm/common/ops.h"
 #include "../../vm/dispatch/plugin.h"
 
 #define TOTAL ((size_t)1 << 34)     /* a 16 GiB card */
@@ -90,6 +91,7 @@ static int fake_event_elapsed (void *a, void *b, float *ms) {
 
 static const qkv_cuda_api api = {
   .abi = QKV_CUDA_ABI,
+  .ops = QKV_OPS_LIST,
   .backend = &table,
   .init = fake_init,
   .error = fake_error,

@@ -26,11 +26,13 @@ typedef struct qkv_backend {
   /* dst and src have the same shape; dtypes may differ (converted) */
   int (*copy)(qkv_tensor *dst, const qkv_tensor *src);
   int (*fill)(qkv_tensor *dst, double v);
-  /* a, b: out's shape; dtype: out's for arithmetic, a common one for
-     comparisons (out is bool) */
-  int (*binary)(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
-  /* a: out's shape and dtype (float for all but NEG/ABS) */
-  int (*unary)(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+  /* op: a qkv_binop or qkv_unop, whose row in vm/common/ops.h says which
+     dtypes it takes (others: QKV_EDTYPE) and what it gives; kept out of
+     this header, so that a new op rebuilds only the units that use the
+     list.  a, b: out's shape; dtype: out's, but a common one for an op
+     whose result is bool */
+  int (*binary)(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+  int (*unary)(int op, qkv_tensor *out, const qkv_tensor *a);
   /* along dim (0-based): out has a's shape with size[dim] == 1; idx the
      same shape, int64, 0-based positions (or NULL; only MAX/MIN fill it).
      a's dtype is float for MEAN/VAR/STD; out's dtype is a's for MAX/MIN,

@@ -136,16 +136,9 @@ void qkv_view_squeeze(qkv_tensor *dst, const qkv_tensor *src, int d);  /* d < 0:
 int qkv_view_reshape(qkv_tensor *dst, const qkv_tensor *src, int ndim, const int64_t *size);
 
 /* ops: out is allocated by the caller with the result's shape and dtype */
-/* QKV_GELU_GRAD: b * GELU'(a), GELU's backward (floats only); the
-   comparisons come last (op >= QKV_EQ: out is bool) */
-typedef enum {
-  QKV_ADD, QKV_SUB, QKV_MUL, QKV_DIV, QKV_POW, QKV_MAXIMUM, QKV_MINIMUM, QKV_GELU_GRAD,
-  QKV_EQ, QKV_NE, QKV_LT, QKV_LE, QKV_GT, QKV_GE, QKV_NBINARY
-} qkv_binop;
-typedef enum {
-  QKV_NEG, QKV_EXP, QKV_LOG, QKV_SQRT, QKV_ABS, QKV_TANH, QKV_GELU, QKV_SIGMOID,
-  QKV_RELU, QKV_SILU, QKV_SIN, QKV_COS, QKV_NUNARY
-} qkv_unop;
+/* the elementwise ops (qkv_binop, qkv_unop) and qkv_binary, qkv_unary
+   are declared by their list, vm/common/ops.h, which only the units that
+   use it include: a new op rebuilds those alone */
 typedef enum {
   QKV_SUM, QKV_MEAN, QKV_MAX, QKV_MIN, QKV_VAR, QKV_STD, QKV_ARGMAX, QKV_ARGMIN,
   QKV_NREDUCE
@@ -168,9 +161,6 @@ int qkv_copy(qkv_tensor *dst, const qkv_tensor *src);
    into a temporary first (for writes into a user's tensor: copy_, x[i]) */
 int qkv_copy_into(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_fill(qkv_tensor *dst, double v);           /* QKV_EOVERLAP as copy */
-/* out = a op b; a and b broadcast to out; comparisons give bool */
-int qkv_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
-int qkv_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
 /* out (and idx, int64, may be NULL) = reduce a along dim; dim < 0 reduces all */
 int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
 /* out (..., m, p) = alpha * a (..., m, n) @ b (..., n, p), batch dims
@@ -183,10 +173,10 @@ int qkv_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_random(qkv_tensor *out, qkv_dist dist);
 
 /*
-** In place: out may be one of the inputs (x:add_(y) is binary(ADD, x, x, y));
-** an input that overlaps out otherwise is read whole first, and an out
-** that would write one element twice (a stride-0 dim) is QKV_EOVERLAP,
-** for binary, unary and masked_fill as for copy.
+** In place: out may be one of the inputs (x:add_(y) is qkv_binary(QKV_ADD,
+** x, x, y), vm/common/ops.h); an input that overlaps out otherwise is read
+** whole first, and an out that would write one element twice (a stride-0
+** dim) is QKV_EOVERLAP, for binary, unary and masked_fill as for copy.
 */
 
 /* selection: out = cond ? a : b (cond bool; all broadcast to out, a and b

@@ -25,8 +25,9 @@ void *qkv_cpu_alloc(size_t nbytes, int zero);
 void qkv_cpu_free(void *p);
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_cpu_fill(qkv_tensor *dst, double v);
-int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
-int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+/* op: a qkv_binop, qkv_unop (vm/common/ops.h) */
+int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cpu_unary(int op, qkv_tensor *out, const qkv_tensor *a);
 int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
 int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,

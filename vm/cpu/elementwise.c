@@ -36,7 +36,7 @@ static qkv_iter_fn row_of (const qkv_iter_fn *base, const qkv_iter_fn *avx2,
 #define ROW(table, op, dt) qkv_cpu_##table##_rows_base[op][dt]
 #endif
 
-int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
+int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a,
                    const qkv_tensor *b) {
   const qkv_tensor *t[3];
   qkv_iter_fn fn;
@@ -44,7 +44,7 @@ int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   qkv_iter it;
   if ((unsigned)op >= QKV_NBINARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  want = op >= QKV_EQ ? QKV_BOOL : a->dtype;
+  want = qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype;
   /* the backend contract: ops.c has already converted the operands */
   if (b->dtype != a->dtype || out->dtype != want) return QKV_EINTERNAL;
   fn = ROW(binary, op, a->dtype);
@@ -56,13 +56,15 @@ int qkv_cpu_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   return qkv_iter_run(&it, fn, NULL);
 }
 
-int qkv_cpu_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
+int qkv_cpu_unary(int op, qkv_tensor *out, const qkv_tensor *a) {
   const qkv_tensor *t[2];
   qkv_iter_fn fn;
+  qkv_dtype want;
   qkv_iter it;
   if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  if (out->dtype != a->dtype) return QKV_EINTERNAL;
+  want = qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype;
+  if (out->dtype != want) return QKV_EINTERNAL;
   fn = ROW(unary, op, a->dtype);
   if (!fn) return QKV_EDTYPE;
   t[0] = out;

@@ -10,21 +10,22 @@
 ** faster), which differ from the baseline within float32's rounding
 ** (tests/backends/test_isa.lua checks both).
 **
-** Each op x dtype is a row function stamped out by QKV_ROW_MAP1/2 (iter.h)
-** and found through a table; a NULL entry is a dtype the op does not take.
-** int64 arithmetic wraps (it is done in uint64_t, where overflow is
-** defined); maximum/minimum propagate NaN as PyTorch does.
+** The rows and tables come from the list (vm/common/ops.h): each op x
+** dtype its row takes is a row function stamped out by QKV_ROW_MAP1/2
+** (iter.h) around its formula (vm/common/elementwise.h), and found
+** through a table; a NULL entry is a dtype the op does not take.  Here are
+** only the float32 primitives the CPU has of its own: vexp.h's exp, log
+** and tanh, and the GELU below, which vectorise (libm's are scalar calls).
 */
 #include <math.h>
 #include <string.h>
 #include "cpu.h"
 #include "iter.h"
 #include "vexp.h"
-#include "../common/scalar.h"
 
 #ifdef __clang__
-/* sqrt sets errno unless -fno-math-errno, so its simd loop may stay scalar,
-   which clang reports */
+/* a simd loop around a libm call (sin, pow, float64's exp) stays scalar,
+   and so may sqrt's without -fno-math-errno, which clang reports */
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
@@ -136,114 +137,43 @@ static inline __attribute__((always_inline)) float dgelu_f32 (float x, float y) 
   return y * (x < 0.0f ? s : 1.0f + s);
 }
 
-/* ---- binary ---- */
+/* the formulas' float32 primitives (vm/common/elementwise.h's hooks):
+   float32's exp, sigmoid, silu, log and tanh on vexp.h's, which vectorise
+   (within an ulp or so, as libm's expf, logf and tanhf, scalar calls: on
+   1024 x 256 exp took 247 µs against torch's 23, tanh 4046 against 90),
+   and GELU and its backward above; float64's on libm */
+#define QKV_EXPF qkv_vexpf
+#define QKV_LOGF qkv_vlogf
+#define QKV_TANHF qkv_vtanhf
+#define QKV_GELUF gelu1_f32
+#define QKV_GELU_GRADF dgelu_f32
+#include "../common/elementwise.h"
+#include "../common/ops.h"
 
-/* the x != x tests fold away for int64; written with | so the select has
-   no branch and vectorises */
-#define MAXOF(x, y) ((((x) > (y)) | ((x) != (x))) ? (x) : (y))
-#define MINOF(x, y) ((((x) < (y)) | ((x) != (x))) ? (x) : (y))
+/* a row per dtype the op takes; the simd pragma is harmless around a
+   formula that calls libm (the loop stays scalar, the same operations) */
+#define OUT_SAME(T) T
+#define OUT_BOOL(T) uint8_t
+#define ROWS_FLOAT(N, name, R) \
+  QKV_ROW_MAP##N(name##_f32, OUT_##R(float), float, QKV_EL##N(name, f32)) \
+  QKV_ROW_MAP##N(name##_f64, OUT_##R(double), double, QKV_EL##N(name, f64))
+#define ROWS_NUMBER(N, name, R) ROWS_FLOAT(N, name, R) \
+  QKV_ROW_MAP##N(name##_i64, OUT_##R(int64_t), int64_t, QKV_EL##N(name, i64))
+#define ROWS_ANY(N, name, R) ROWS_NUMBER(N, name, R) \
+  QKV_ROW_MAP##N(name##_bool, OUT_##R(uint8_t), uint8_t, QKV_EL##N(name, bool))
+#define QKV_EL1(name, T) qkv_el_##name##_##T(x)
+#define QKV_EL2(name, T) qkv_el_##name##_##T(x, y)
 
-#define FLOATS(name, EXPR) \
-  QKV_ROW_MAP2(name##_f32, float, float, EXPR) \
-  QKV_ROW_MAP2(name##_f64, double, double, EXPR)
-
-FLOATS(add, x + y)
-FLOATS(sub, x - y)
-FLOATS(mul, x * y)
-FLOATS(div, x / y)
-FLOATS(max, MAXOF(x, y))
-FLOATS(min, MINOF(x, y))
-/* GELU's backward in float64, on libm (float32's is above, by gelu's): x phi(x)
-   is 0 once e^(-x^2/2) is (|x| > 38.6), which keeps +-inf from giving inf * 0 */
-static inline double dgelu_f64 (double x, double y) {
-  double e = exp(x * x * -0.5);
-  double t = e == 0.0 ? 0.0 : x * e * 0.39894228040143267794;
-  return y * (0.5 * erfc(x * -0.70710678118654752440) + t);
-}
-
-QKV_ROW_MAP2(gelu_grad_f32, float, float, dgelu_f32(x, y))
-QKV_ROW_CALL2(gelu_grad_f64, double, double, dgelu_f64(x, y))
-QKV_ROW_CALL2(pow_f32, float, float, powf(x, y))
-QKV_ROW_CALL2(pow_f64, double, double, pow(x, y))
-QKV_ROW_MAP2(add_i64, int64_t, int64_t, QKV_WRAP(+, x, y))
-QKV_ROW_MAP2(sub_i64, int64_t, int64_t, QKV_WRAP(-, x, y))
-QKV_ROW_MAP2(mul_i64, int64_t, int64_t, QKV_WRAP(*, x, y))
-QKV_ROW_CALL2(pow_i64, int64_t, int64_t, qkv_ipow(x, y))
-QKV_ROW_MAP2(max_i64, int64_t, int64_t, MAXOF(x, y))
-QKV_ROW_MAP2(min_i64, int64_t, int64_t, MINOF(x, y))
-
-/* comparisons write bool (uint8_t 0/1) whatever the inputs are */
-#define COMPARE(name, EXPR) \
-  QKV_ROW_MAP2(name##_f32, uint8_t, float, (uint8_t)(EXPR)) \
-  QKV_ROW_MAP2(name##_f64, uint8_t, double, (uint8_t)(EXPR)) \
-  QKV_ROW_MAP2(name##_i64, uint8_t, int64_t, (uint8_t)(EXPR)) \
-  QKV_ROW_MAP2(name##_bool, uint8_t, uint8_t, (uint8_t)(EXPR))
-
-COMPARE(eq, x == y)
-COMPARE(ne, x != y)
-COMPARE(lt, x < y)
-COMPARE(le, x <= y)
-COMPARE(gt, x > y)
-COMPARE(ge, x >= y)
-
-#define ARITH(name) { name##_f32, name##_f64, name##_i64, NULL }
-#define CMP(name) { name##_f32, name##_f64, name##_i64, name##_bool }
+#define ROWS1(NAME, name, takes, result, ...) ROWS_##takes(1, name, result)
+#define ROWS2(NAME, name, takes, result, ...) ROWS_##takes(2, name, result)
+QKV_BINARY_OPS(ROWS2)
+QKV_UNARY_OPS(ROWS1)
 
 /* indexed [op][dtype of the inputs] */
-const qkv_iter_fn QKV_ROWS(binary)[QKV_NBINARY][QKV_NDTYPE] = {
-  [QKV_ADD] = ARITH(add), [QKV_SUB] = ARITH(sub), [QKV_MUL] = ARITH(mul),
-  [QKV_DIV] = { div_f32, div_f64, NULL, NULL },  /* ops.c makes int / float */
-  [QKV_POW] = ARITH(pow), [QKV_MAXIMUM] = ARITH(max), [QKV_MINIMUM] = ARITH(min),
-  [QKV_GELU_GRAD] = { gelu_grad_f32, gelu_grad_f64, NULL, NULL },
-  [QKV_EQ] = CMP(eq), [QKV_NE] = CMP(ne), [QKV_LT] = CMP(lt),
-  [QKV_LE] = CMP(le), [QKV_GT] = CMP(gt), [QKV_GE] = CMP(ge),
-};
+#define TABLE_FLOAT(name) { name##_f32, name##_f64, NULL, NULL }
+#define TABLE_NUMBER(name) { name##_f32, name##_f64, name##_i64, NULL }
+#define TABLE_ANY(name) { name##_f32, name##_f64, name##_i64, name##_bool }
+#define ENTRY(NAME, name, takes, ...) [QKV_##NAME] = TABLE_##takes(name),
 
-/* ---- unary ---- */
-
-/* MAP vectorises, CALL is for libm functions with no vector version */
-#define UNARY(name, ROW, F32, F64) \
-  ROW(name##_f32, float, float, F32) \
-  ROW(name##_f64, double, double, F64)
-
-UNARY(neg, QKV_ROW_MAP1, -x, -x)
-/* float32's exp, sigmoid, silu, log and tanh on vexp.h's, which vectorise
-   (within an ulp or so, as libm's expf, logf and tanhf, scalar calls: on
-   1024 x 256 exp took 247 µs against torch's 23, tanh 4046 against 90);
-   float64's on libm */
-QKV_ROW_MAP1(exp_f32, float, float, qkv_vexpf(x))
-QKV_ROW_CALL1(exp_f64, double, double, exp(x))
-QKV_ROW_MAP1(log_f32, float, float, qkv_vlogf(x))
-QKV_ROW_CALL1(log_f64, double, double, log(x))
-UNARY(sqrt, QKV_ROW_MAP1, sqrtf(x), sqrt(x))   /* with -fno-math-errno */
-UNARY(abs, QKV_ROW_MAP1, fabsf(x), fabs(x))
-QKV_ROW_MAP1(tanh_f32, float, float, qkv_vtanhf(x))
-QKV_ROW_CALL1(tanh_f64, double, double, tanh(x))
-UNARY(gelu, QKV_ROW_MAP1, gelu1_f32(x), 0.5 * x * erfc(x * -0.70710678118654752440))
-/* sigmoid and silu as 1 / (1 + e^-x): no overflow to NaN at either end */
-QKV_ROW_MAP1(sigmoid_f32, float, float, 1.0f / (1.0f + qkv_vexpf(-x)))
-QKV_ROW_CALL1(sigmoid_f64, double, double, 1.0 / (1.0 + exp(-x)))
-QKV_ROW_MAP1(silu_f32, float, float, x / (1.0f + qkv_vexpf(-x)))
-QKV_ROW_CALL1(silu_f64, double, double, x / (1.0 + exp(-x)))
-/* NaN stays NaN, as PyTorch's relu */
-UNARY(relu, QKV_ROW_MAP1, ((x > 0) | (x != x)) ? x : 0.0f, ((x > 0) | (x != x)) ? x : 0.0)
-UNARY(sin, QKV_ROW_CALL1, sinf(x), sin(x))
-UNARY(cos, QKV_ROW_CALL1, cosf(x), cos(x))
-QKV_ROW_MAP1(relu_i64, int64_t, int64_t, x > 0 ? x : 0)
-/* INT64_MIN negates to itself, as in two's complement */
-QKV_ROW_MAP1(neg_i64, int64_t, int64_t, QKV_WRAP(-, 0, x))
-QKV_ROW_MAP1(abs_i64, int64_t, int64_t, x < 0 ? QKV_WRAP(-, 0, x) : x)
-
-#define FLOAT_ONLY(name) { name##_f32, name##_f64, NULL, NULL }
-
-const qkv_iter_fn QKV_ROWS(unary)[QKV_NUNARY][QKV_NDTYPE] = {
-  [QKV_NEG] = { neg_f32, neg_f64, neg_i64, NULL },
-  [QKV_EXP] = FLOAT_ONLY(exp), [QKV_LOG] = FLOAT_ONLY(log),
-  [QKV_SQRT] = FLOAT_ONLY(sqrt),
-  [QKV_ABS] = { abs_f32, abs_f64, abs_i64, NULL },
-  [QKV_TANH] = FLOAT_ONLY(tanh), [QKV_GELU] = FLOAT_ONLY(gelu),
-  [QKV_SIGMOID] = FLOAT_ONLY(sigmoid), [QKV_SILU] = FLOAT_ONLY(silu),
-  [QKV_RELU] = { relu_f32, relu_f64, relu_i64, NULL },
-  [QKV_SIN] = FLOAT_ONLY(sin), [QKV_COS] = FLOAT_ONLY(cos),
-};
-
+const qkv_iter_fn QKV_ROWS(binary)[QKV_NBINARY][QKV_NDTYPE] = { QKV_BINARY_OPS(ENTRY) };
+const qkv_iter_fn QKV_ROWS(unary)[QKV_NUNARY][QKV_NDTYPE] = { QKV_UNARY_OPS(ENTRY) };

@@ -372,6 +372,7 @@ static const qkv_backend cuda_backend = {
 
 static const qkv_cuda_api api = {
   .abi = QKV_CUDA_ABI,
+  .ops = qkv_cu_op_list,
   .backend = &cuda_backend,
   .init = cu_init,
   .error = qkv_cu_error,

@@ -169,8 +169,11 @@ static inline unsigned qkv_cu_blocks (int64_t n, int threads) {
 /* the entries (see backend.h for what each takes) */
 int qkv_cuda_copy(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_cuda_fill(qkv_tensor *dst, double v);
-int qkv_cuda_binary(qkv_binop op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
-int qkv_cuda_unary(qkv_unop op, qkv_tensor *out, const qkv_tensor *a);
+int qkv_cuda_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
+int qkv_cuda_unary(int op, qkv_tensor *out, const qkv_tensor *a);
+/* the text of the op list elementwise.cu was built from (QKV_OPS_LIST,
+   vm/common/ops.h), which the plugin carries for the loader's check */
+extern const char qkv_cu_op_list[];
 int qkv_cuda_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_cuda_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
 int qkv_cuda_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b, double alpha);

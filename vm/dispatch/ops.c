@@ -8,6 +8,7 @@
 
 #include "../core/qkv.h"
 #include "../core/backend.h"
+#include "../common/ops.h"
 #include "ops.h"
 #include "plugin.h"
 #include "range.h"
@@ -260,7 +261,10 @@ int qkv_op_done (int err, const qkv_backend *be, qkv_tensor *out, qkv_tensor *us
   return err;
 }
 
-static int is_compare (qkv_binop op) { return op >= QKV_EQ; }
+/* an op whose result is bool (a comparison) computes in its operands'
+   promoted dtype, lifted to one it takes; the others in out's (the
+   bindings chose it: vm/common/ops.h) */
+static int is_compare (qkv_binop op) { return qkv_binop_result(op) == QKV_RESULT_BOOL; }
 
 /* whether x is out itself, element for element */
 static int same_view (const qkv_tensor *x, const qkv_tensor *out) {
@@ -289,7 +293,8 @@ int qkv_op_input (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
 
 static int binary_in (const qkv_backend *be, qkv_binop op, qkv_tensor *out,
                       const qkv_tensor *a, const qkv_tensor *b) {
-  qkv_dtype dt = is_compare(op) ? qkv_compute_dtype(qkv_promote(a->dtype, b->dtype))
+  qkv_dtype dt = is_compare(op) ? qkv_compute_dtype(qkv_op_lifted(qkv_binop_takes(op),
+                                                  qkv_promote(a->dtype, b->dtype)))
                                 : out->dtype;
   qkv_tensor x, y;
   qkv_storage *tx, *ty = NULL;
@@ -332,7 +337,9 @@ static int unary_in (const qkv_backend *be, qkv_unop op, qkv_tensor *out,
                      const qkv_tensor *a) {
   qkv_tensor x;
   qkv_storage *tx;
-  int err = qkv_op_input(&x, &tx, a, out, out->dtype);
+  qkv_dtype dt = qkv_unop_result(op) == QKV_RESULT_BOOL
+                 ? qkv_compute_dtype(qkv_op_lifted(qkv_unop_takes(op), a->dtype)) : out->dtype;
+  int err = qkv_op_input(&x, &tx, a, out, dt);
   if (err == QKV_OK) err = be->unary(op, out, &x);
   qkv_storage_release(tx);
   return err;

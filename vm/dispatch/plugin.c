@@ -15,6 +15,7 @@
 
 #include "../core/qkv.h"
 #include "../core/backend.h"
+#include "../common/ops.h"
 #include "plugin.h"
 
 static const qkv_cuda_api *api;
@@ -71,6 +72,11 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
     else if (a && a->abi != QKV_CUDA_ABI)
       snprintf(why_not, sizeof why_not, "the CUDA plugin was built from other headers "
                "(rebuild it: make)");
+    /* a plugin built before a row was added, removed or moved would run
+       another op than the one asked for (a comparison for another) */
+    else if (a && (a->ops == NULL || strcmp(a->ops, QKV_OPS_LIST) != 0))
+      snprintf(why_not, sizeof why_not, "the CUDA plugin was built from another list of "
+               "ops (vm/common/ops.h changed since; rebuild it: make)");
     else if (a && a->init(why_not, sizeof why_not) == QKV_OK) {
       api = a;
       qkv_backend_register(QKV_CUDA, a->backend);

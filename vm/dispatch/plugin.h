@@ -6,8 +6,10 @@
 ** loads with dlopen the first time a script asks for the GPU, so that
 ** cudart and cuBLAS never slow down a CPU script's start.  The plugin
 ** exports one C function, qkv_cuda_plugin, returning this table; abi
-** guards against a plugin built from other headers.  Once loaded, its
-** backend serves QKV_CUDA in the core's registry (qkv_backend_of).
+** guards against a plugin built from other headers, ops against one built
+** from another list of ops, whose enums may number them otherwise.  Once
+** loaded, its backend serves QKV_CUDA in the core's registry
+** (qkv_backend_of).
 */
 #ifndef QKV_PLUGIN_H
 #define QKV_PLUGIN_H
@@ -15,7 +17,7 @@
 #include "../core/qkv.h"
 #include "../core/backend.h"
 
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 3)
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 4)
 
 typedef struct qkv_cuda_memory {
   size_t allocated;      /* bytes in blocks that tensors hold */
@@ -26,6 +28,7 @@ typedef struct qkv_cuda_memory {
 
 typedef struct qkv_cuda_api {
   size_t abi;                             /* QKV_CUDA_ABI */
+  const char *ops;                        /* QKV_OPS_LIST (vm/common/ops.h) */
   const qkv_backend *backend;
   /* QKV_OK when a device is usable, else QKV_ENODEV with why (no driver,
      no device) written into why */

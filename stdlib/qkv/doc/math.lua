@@ -60,6 +60,11 @@ local entries = {
     "is the same; dtypes promote as for x:add. ", "torch.maximum"),
   binary("minimum", "The smaller of x and y", "x:min(y) with a tensor y " ..
     "is the same; dtypes promote as for x:add. ", "torch.minimum"),
+  binary("logaddexp", "log(e^x + e^y)", "Computed as max(x, y) + " ..
+    "log1p(e^-|x - y|), which neither overflows nor loses the smaller " ..
+    "term: qkv.logaddexp(1000, x) is 1000 + log1p(e^(x - 1000)), and two " ..
+    "-inf give -inf. Integers and bools give float32, other dtypes " ..
+    "promote as for x:add. ", "torch.logaddexp"),
 
   compare("eq", "==", "torch.eq; Lua's == between two tensors stays " ..
     "identity, as for any userdata, so compare values with x:eq(y)"),
