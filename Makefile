@@ -114,7 +114,7 @@ TESTES_LIBS := $(patsubst %,$(TESTES)/libs/%.so,lib1 lib11 lib2 lib21 lib2-v2)
   asan test-asan fuzz fuzz-npy model model-try peers peers-try
 
 # everything the suites need, the REPL's terminal driver included, so that
-# `build/qkv test tests/` after `make` is `make test`
+# `build/qkv test --timeout 600 tests/` after `make` is `make test`'s first pass
 all: $(BUILD)/qkv $(BUILD)/qkv.so $(CAIRO_SO) $(ZIP_SO) $(JSON_SO) $(TEXT_SO) $(ZMQ_SO) $(MPI_TARGET) $(LUAC_OUT) \
   $(BUILD)/ptydrive $(BUILD)/fakecuda.so $(TESTES_LIBS) $(CUDA_TARGET)
 	@if [ "$(CUDA)" = 1 ]; then echo "make: CUDA backend built ($(CUDA_SO), $(NVCC))"; \
@@ -503,7 +503,7 @@ asan: deps
 	  MPI_LIBS="$(MPI_LIBS) $(ASAN_LDFLAGS)" PTY_LIBS="$(ASAN_RPATH)" all
 
 test-asan: asan
-	$(ASAN_ENV) build-asan/qkv test tests/
+	$(ASAN_ENV) build-asan/qkv test --timeout 600 tests/
 	@if [ -f tests/fuzz/fuzz_api.lua ]; then \
 	  echo "$(ASAN_ENV) build-asan/qkv tests/fuzz/fuzz_api.lua 200000 1"; \
 	  $(ASAN_ENV) build-asan/qkv tests/fuzz/fuzz_api.lua 200000 1; \

@@ -9,15 +9,21 @@
 #   tests/tools/passes.sh [NAME ...]     # from the repository root
 #
 # The passes (all four, in this order, when no NAME is given):
-#   suites      every suite: build/qkv test tests/
+#   suites      every suite: build/qkv test --timeout 600 tests/
 #   device      every suite again with "cuda" as the default device, on the
 #               GPU when there is one, else through build/fakecuda.so
 #   cudasim     the cross-backend suite, every part of tests/backends/cuda/,
 #               on the CUDA kernels built for the host simulation
 #               (build/simcuda.so, made here by make)
 #   cudasim-warps   the same with each warp running ahead to the next barrier
-# Environment: BUILD (build), MAKE (make).  Exits 1 when any pass did.
+# Each test may run 600 s (--timeout; the runner's default, 60 s, is for a
+# user's own suites): only a hang takes that long, on any machine however
+# busy, and a test under the sanitizers or beside other work may run past a
+# minute.
+# Environment: BUILD (build), MAKE (make), TIMEOUT (600).  Exits 1 when
+# any pass did.
 BUILD=${BUILD:-build}
+TIMEOUT=${TIMEOUT:-600}
 MAKE=${MAKE:-make}
 QKV=$BUILD/qkv
 SIM=$BUILD/simcuda.so
@@ -37,17 +43,18 @@ pass() {
 # that pass's failure (and the next one's)
 sim() {
   "$MAKE" --no-print-directory BUILD="$BUILD" "$SIM" || return
-  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test tests/backends/cuda/
+  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test --timeout "$TIMEOUT" tests/backends/cuda/
 }
 
 run() {
   case $1 in
-    suites) pass suites "$QKV" test tests/ ;;
+    suites) pass suites "$QKV" test --timeout "$TIMEOUT" tests/ ;;
     device)
       if "$QKV" -e 'os.exit(qkv.cuda_available() and 0 or 1)'; then
-        pass device "$QKV" test --device cuda tests/
+        pass device "$QKV" test --timeout "$TIMEOUT" --device cuda tests/
       else
-        pass device env QKV_CUDA_PLUGIN="$BUILD/fakecuda.so" "$QKV" test --device cuda tests/
+        pass device env QKV_CUDA_PLUGIN="$BUILD/fakecuda.so" "$QKV" test --timeout "$TIMEOUT" \
+          --device cuda tests/
       fi ;;
     cudasim) pass cudasim sim SIM_ORDER=forward ;;
     cudasim-warps) pass cudasim-warps sim SIM_ORDER=warps ;;
