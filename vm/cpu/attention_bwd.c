@@ -23,7 +23,7 @@
 #include "parallel.h"
 #include "blas.h"
 #include "vexp.h"
-#include "attention_bwd.h"
+#include "attention_bwd_job.h"
 #include "../common/layout.h"
 
 /* tiles of BQ queries x BK keys: 64 x 128 148 GFLOP/s at N = 4096, 128 x 128

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "attention_bwd.h"
+#include "attention_bwd_job.h"
 #include "vexp.h"
 
 #ifdef QKV_VEXP_X86

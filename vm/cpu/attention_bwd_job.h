@@ -1,11 +1,11 @@
 /*
-** attention_bwd.h -- what attention_bwd.c hands its AVX-512 path
+** attention_bwd_job.h -- what attention_bwd.c hands its AVX-512 path
 ** (attention_bwd_avx512.c): the plan (common/attention_plan.h) and one
 ** batch item of a float32 backward with no mask tensor and the forward's
 ** log-sum-exps.
 */
-#ifndef QKV_CPU_ATTENTION_BWD_H
-#define QKV_CPU_ATTENTION_BWD_H
+#ifndef QKV_CPU_ATTENTION_BWD_JOB_H
+#define QKV_CPU_ATTENTION_BWD_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>
