@@ -1,7 +1,8 @@
 #!/bin/sh
 # build.sh -- builds build/simcuda.so: the whole CUDA plugin source
 # (vm/cuda/*.cu, unmodified) compiled with g++ against the host simulation
-# in this folder (cudasim.h, cudasim.cpp; README in cudasim.h), loadable
+# in this folder (cudasim.h, README in its header; runtime.cpp,
+# scheduler.cpp and products.cpp, with internal.h between them), loadable
 # wherever build/qkv_cuda.so is:
 #
 #   tests/tools/cudasim/build.sh            # from the repository root
@@ -43,7 +44,7 @@ FLAGS="-std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-strict-aliasing -pthread \
 
 # compile one source into $OUT/obj when it, a header, or this script changed
 compile () {       # src obj
-  deps="$1 $SIM/cudasim.h $SIM/build.sh $SRC/*.cuh $SRC/../common/*.h $SRC/../core/qkv.h \
+  deps="$1 $SIM/*.h $SIM/build.sh $SRC/*.cuh $SRC/../common/*.h $SRC/../core/qkv.h \
     $SRC/../core/backend.h $SRC/../core/half.h $SRC/../dispatch/plugin.h"
   if [ -f "$2" ] && [ -z "$SIMFLAGS" ]; then
     stale=0
@@ -69,9 +70,14 @@ for cu in $SRC/*.cu; do
     pids=""
   fi
 done
-compile $SIM/cudasim.cpp "$OUT/obj/cudasim.o" &
-pids="$pids $!"
+# the simulation's own sources, as sim_X.o (a .cu may share a name)
+for cpp in $SIM/*.cpp; do
+  o="$OUT/obj/sim_$(basename "$cpp" .cpp).o"
+  objs="$objs $o"
+  compile "$cpp" "$o" &
+  pids="$pids $!"
+done
 for p in $pids; do wait $p; done
 
-$CXX -shared -pthread -o "$BUILD/simcuda.so" $objs "$OUT/obj/cudasim.o" $SIMFLAGS -Wl,-z,defs
+$CXX -shared -pthread -o "$BUILD/simcuda.so" $objs $SIMFLAGS -Wl,-z,defs
 echo "built $BUILD/simcuda.so"

@@ -13,7 +13,8 @@
 ** `extern __shared__ T name[];` into a pointer to the block's dynamic
 ** shared memory.
 **
-** The model (cudasim.cpp): device memory is host memory (cudaMalloc is
+** The model (runtime.cpp; scheduler.cpp runs the grid, products.cpp the
+** tensor cores and cuBLAS): device memory is host memory (cudaMalloc is
 ** malloc, copies are memcpy) and every launch runs to completion before
 ** sim_launch returns (one stream).  Every block of the grid runs; a
 ** block's threads are cooperative fibers on one OS thread, switched only
@@ -151,7 +152,7 @@ template <typename F> static inline cudaError_t cudaFuncSetAttribute (F f, cudaF
 cudaError_t sim_check_range(const void *p, size_t n, const char *what);
 
 
-/* barriers and warp operations (cudasim.cpp), from inside kernels */
+/* barriers and warp operations (scheduler.cpp), from inside kernels */
 
 void __syncthreads(void);
 int __syncthreads_or(int v);

@@ -1,0 +1,229 @@
+-- test_nn_forward.lua: qkv.nn's modules (docs/autograd.md, "qkv.nn")
+-- against the float64 plain-loop references of tests/helpers/attn_ref.lua
+-- composed by hand from each module's own weights: Linear, GELU,
+-- Sequential, SelfAttention, CrossAttention, MultiHeadAttention (with
+-- masks), MultiHeadCrossAttention, TokenAligner, AlignedCrossAttention;
+-- initialisation, printing, cosine_similarity and the errors. What a
+-- module holds (load/state_dict, named_parameters, sharing, parameters set
+-- to nil) is test_nn_parameters.lua's.
+local lu = require "luaunit"
+local R = dofile("tests/helpers/attn_ref.lua")
+local nn = qkv.nn
+
+math.randomseed(20261121)
+local T, close, fails = R.T, R.close, R.fails
+local function rt(shape) return (R.mk(shape, "float32")) end
+
+-- the reference of x W (+ b) for a Linear or a bare weight
+local function lin(x, W, b) return R.project(T(x), T(W), b and T(b)) end
+
+-- multi-head attention by hand: project, split, attend, merge, W_O
+local function mha_ref(m, xq, xkv, opts)
+  local h = m.h
+  local Q = R.heads(lin(xq, m.W_Q), h)
+  local K = R.heads(lin(xkv, m.W_K), h)
+  local V = R.heads(lin(xkv, m.W_V), h)
+  local out, w = R.attention(Q, K, V, opts)
+  return R.project(R.merge(out), T(m.W_O)), w
+end
+
+TestLinear = {}
+
+function TestLinear:testForwardIsXWPlusB()
+  local m = nn.Linear(6, 3)
+  lu.assertEquals(tostring(m.W.shape), "(6, 3)")
+  lu.assertEquals(tostring(m.b.shape), "(3,)")
+  local x = rt{2, 5, 6}
+  close(m(x), lin(x, m.W, m.b), nil, "Linear")
+end
+
+function TestLinear:testNoBias()
+  local m = nn.Linear(4, 2, {bias = false})
+  lu.assertNil(m.b)
+  local x = rt{3, 4}
+  close(m(x), lin(x, m.W), nil, "Linear no bias")
+  lu.assertEquals(#m:parameters(), 1)
+end
+
+-- PyTorch's nn.Linear init: uniform in [-1/sqrt(d_in), 1/sqrt(d_in)]
+function TestLinear:testInitBoundsAndSeed()
+  qkv.seed(3)
+  local m = nn.Linear(64, 512)
+  local bound = 1 / math.sqrt(64)
+  local W = m.W
+  lu.assertTrue(W:abs():max():item() <= bound)
+  lu.assertTrue(W:abs():max():item() > 0.99 * bound)
+  lu.assertTrue(math.abs(W:mean():item()) < 0.01 * bound * 10)
+  -- uniform variance: bound^2 / 3
+  lu.assertAlmostEquals(W:var():item(), bound ^ 2 / 3, 0.02 * bound ^ 2)
+  lu.assertTrue(m.b:abs():max():item() <= bound)
+  qkv.seed(3)
+  lu.assertEquals((nn.Linear(64, 512).W - W):abs():max():item(), 0)
+end
+
+function TestLinear:testFloat64()
+  local m = nn.Linear(5, 2, {dtype = "float64"})
+  lu.assertEquals(m.W.dtype, "float64")
+  local x = R.mk({3, 5}, "float64")
+  close(m(x), lin(x, m.W, m.b), nil, "Linear float64")
+end
+
+TestSequential = {}
+
+function TestSequential:testLinearGeluLinear()
+  local s = nn.Sequential(nn.Linear(6, 4), nn.GELU(), nn.Linear(4, 3))
+  lu.assertEquals(#s, 3)
+  local x = rt{5, 6}
+  local ref = lin(x, s[1].W, s[1].b)
+  ref = R.project(R.gelu(ref), T(s[3].W), T(s[3].b))
+  close(s(x), ref, nil, "Sequential")
+  lu.assertEquals(nn.Identity()(x), x)
+end
+
+function TestSequential:testPrintsLikePyTorch()
+  local s = nn.Sequential(nn.Linear(6, 4), nn.GELU())
+  lu.assertEquals(tostring(s), "Sequential(\n  (1): Linear(in_features=6, out_features=4, bias=true)\n"
+                               .. "  (2): GELU()\n)")
+end
+
+TestAttentionModules = {}
+
+function TestAttentionModules:testSelfAttention()
+  local m = nn.SelfAttention(8, 4)
+  lu.assertEquals(tostring(m.W_Q.shape), "(8, 4)")
+  local x = rt{5, 8}
+  local out, w = m(x)
+  local rout, rw = R.attention(lin(x, m.W_Q), lin(x, m.W_K), lin(x, m.W_V))
+  close(out, rout, nil, "SelfAttention out")
+  close(w, rw, nil, "SelfAttention weights")
+end
+
+function TestAttentionModules:testSelfAttentionCausal()
+  local m = nn.SelfAttention(6, 6)
+  local x = rt{2, 4, 6}
+  local out, w = m(x, {causal = true})
+  local rout, rw = R.attention(lin(x, m.W_Q), lin(x, m.W_K), lin(x, m.W_V), {causal = true})
+  close(out, rout, nil, "causal out")
+  close(w, rw, nil, "causal weights")
+  lu.assertEquals(w[1][1][2], 0)
+end
+
+function TestAttentionModules:testCrossAttentionShapes()
+  local m = nn.CrossAttention(8, 4)
+  local text, image = rt{3, 8}, rt{6, 8}
+  local out, w = m(text, image)
+  lu.assertEquals(tostring(out.shape), "(3, 4)")
+  lu.assertEquals(tostring(w.shape), "(3, 6)")
+  local rout, rw = R.attention(lin(text, m.W_Q), lin(image, m.W_K), lin(image, m.W_V))
+  close(out, rout, nil, "CrossAttention out")
+  close(w, rw, nil, "CrossAttention weights")
+end
+
+function TestAttentionModules:testMultiHeadCrossAttention()
+  local m = nn.MultiHeadCrossAttention(16, 4)
+  local text, image = rt{3, 16}, rt{9, 16}
+  local out, w = m(text, image)
+  lu.assertEquals(tostring(w.shape), "(4, 3, 9)")
+  local rout, rw = mha_ref(m, text, image)
+  close(out, rout, nil, "MHCA out")
+  close(w, rw, nil, "MHCA weights")
+end
+
+-- a (B, 1, n) padding mask is given a head dim: (B, 1, 1, n)
+function TestAttentionModules:testMultiHeadAttentionPaddingMask()
+  local m = nn.MultiHeadAttention(8, 2)
+  local x = rt{2, 5, 8}
+  local mask = qkv.padding({3, 5}, 5)
+  local out, w = m(x, {mask = mask})
+  lu.assertEquals(tostring(w.shape), "(2, 2, 5, 5)")
+  local rm = {shape = {2, 1, 1, 5}, data = R.flatten(mask:tolist())}
+  local rout, rw = mha_ref(m, x, x, {mask = rm})
+  close(out, rout, nil, "MHA masked out")
+  close(w, rw, nil, "MHA masked weights")
+  lu.assertEquals(w[1]:narrow(3, 4, 2):abs():sum():item(), 0)
+end
+
+function TestAttentionModules:testMultiHeadAttentionCausal()
+  local m = nn.MultiHeadAttention(12, 3)
+  local x = rt{6, 12}
+  local out, w = m(x, {causal = true})
+  local rout, rw = mha_ref(m, x, x, {causal = true})
+  close(out, rout, nil, "MHA causal out")
+  close(w, rw, nil, "MHA causal weights")
+end
+
+TestAlignment = {}
+
+function TestAlignment:testLinearAndMlpAligners()
+  local x = rt{7, 12}
+  local a = nn.TokenAligner(12, 5, "linear")
+  close(a(x), lin(x, a.proj.W, a.proj.b), nil, "linear aligner")
+  local m = nn.TokenAligner(12, 5, "mlp")
+  local ref = R.gelu(lin(x, m.proj[1].W, m.proj[1].b))
+  ref = R.project(ref, T(m.proj[3].W), T(m.proj[3].b))
+  close(m(x), ref, nil, "mlp aligner")
+  lu.assertEquals(nn.TokenAligner(5, 5, "identity")(x), x)
+  lu.assertEquals(a:nparams(), 12 * 5 + 5)
+end
+
+function TestAlignment:testAlignedCrossAttention()
+  local m = nn.AlignedCrossAttention(24, 8, 2)
+  local text, image = rt{5, 8}, rt{16, 24}
+  local out, w = m(text, image)
+  lu.assertEquals(tostring(out.shape), "(5, 8)")
+  lu.assertEquals(tostring(w.shape), "(2, 5, 16)")
+  local p = m.aligner.proj
+  local aligned = R.tensor(lin(image, p.W, p.b))
+  local rout, rw = mha_ref(m.cross_attn, text, aligned)
+  close(out, rout, 1e-5, "aligned out")
+  close(w, rw, 1e-5, "aligned weights")
+end
+
+TestCosine = {}
+
+function TestCosine:testBroadcastTable()
+  local a, b = rt{4, 16}, rt{9, 16}
+  local c = qkv.cosine_similarity(a:unsqueeze(2), b:unsqueeze(1))
+  lu.assertEquals(tostring(c.shape), "(4, 9)")
+  local A, B = a:tolist(), b:tolist()
+  for i = 1, 4 do
+    for j = 1, 9 do
+      local d, na, nb = 0, 0, 0
+      for k = 1, 16 do
+        d = d + A[i][k] * B[j][k]; na = na + A[i][k] ^ 2; nb = nb + B[j][k] ^ 2
+      end
+      lu.assertAlmostEquals(c[i][j], d / math.sqrt(na * nb), 1e-6)
+    end
+  end
+end
+
+function TestCosine:testZeroVectorAndDim()
+  local z = qkv.zeros(1, 3)
+  lu.assertEquals(qkv.cosine_similarity(z, qkv.ones(1, 3)):item(), 0)
+  local a = qkv.tensor{{1, 0}, {0, 1}}
+  lu.assertAlmostEquals(qkv.cosine_similarity(a, a, 1)[1], 1, 1e-7)
+end
+
+TestErrors = {}
+
+function TestErrors:testBadArguments()
+  fails({"TokenAligner", "identity", "768 and 512"}, nn.TokenAligner, 768, 512, "identity")
+  fails({"TokenAligner", "method", "'linear'", "conv"}, nn.TokenAligner, 8, 8, "conv")
+  fails({"MultiHeadAttention", "d_model = 10", "h = 3"}, nn.MultiHeadAttention, 10, 3)
+  fails({"Linear", "d_in", "positive integer", "0"}, nn.Linear, 0, 3)
+  fails({"Linear", "d_out", "2.5"}, nn.Linear, 3, 2.5)
+  fails({"SelfAttention", "x must be a tensor", "string"}, nn.SelfAttention(4, 2), "x")
+  fails({"CrossAttention", "image", "nil"}, nn.CrossAttention(4, 2), rt{2, 4})
+  fails({"Sequential", "argument #2"}, nn.Sequential, nn.GELU(), 3)
+  fails({"cosine_similarity", "b must be a tensor"}, qkv.cosine_similarity, rt{2}, {1, 2})
+end
+
+function TestErrors:testShapeErrorsComeFromThePrimitives()
+  fails({"project", "(3, 5)", "(4, 2)"}, nn.SelfAttention(4, 2), rt{3, 5})
+  local m = nn.SelfAttention(4, 2)
+  fails({"load", "W_Q", "(4, 2)", "(4, 3)"}, m.load, m, nn.SelfAttention(4, 3))
+  fails({"load", "no tensor 'W_K'"}, m.load, m, {W_Q = m.W_Q})
+  fails({"load", "unexpected 'extra'"}, m.load, m, {W_Q = m.W_Q, W_K = m.W_K, W_V = m.W_V, extra = m.W_V})
+end
+
+os.exit(lu.LuaUnit.run(), true)

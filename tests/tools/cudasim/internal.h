@@ -1,0 +1,36 @@
+/*
+** internal.h -- what the simulation's own sources share: runtime.cpp
+** (errors, the device, events, memory) keeps them, scheduler.cpp (the grid
+** runner) and products.cpp (tensor cores, cuBLAS) use them.  The kernels
+** see only cudasim.h.
+*/
+#ifndef QKV_CUDASIM_INTERNAL_H
+#define QKV_CUDASIM_INTERNAL_H
+#include "cudasim.h"
+
+#include <mutex>
+
+namespace cudasim {
+
+extern std::mutex mu;                  /* errors, allocations, attributes */
+extern cudaError_t last_error;
+/* a fault inside a kernel kills the context: from then on every call
+   fails with it, and cudaGetLastError cannot clear it (SIM_FAULT_AT=n
+   makes the n-th launch such a fault, for tests of what follows one) */
+extern cudaError_t sticky;
+
+/* e becomes the last error, said on stderr unless it is out of memory */
+cudaError_t fail(cudaError_t e, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+
+/* a kernel's dynamic shared memory without cudaFuncSetAttribute */
+static const size_t DEFAULT_SMEM = 48 * 1024;
+/* the limit cudaFuncSetAttribute gave kernel f, else DEFAULT_SMEM */
+size_t smem_limit(const void *f);
+
+/* the OS threads running blocks (SIM_WORKERS), the device's "SMs" */
+unsigned workers(void);
+
+}
+
+#endif
