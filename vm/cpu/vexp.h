@@ -95,7 +95,8 @@ static inline float qkv_vexpf (float x) {
 ** (Remez, weighted for tanh's relative error: 0.07 ulp).  Both are
 ** computed and one kept; the sign is x's, so -0 gives -0 and NaN stays NaN.
 ** Within 1.4 ulp of tanh (every 3rd float32 against float64, the worst
-** near 0.63 where the forms meet; tests/core/test_math.lua asserts 2).
+** near 0.63 where the forms meet; tests/core/test_math_elementwise.lua
+** asserts 2).
 */
 #define QKV_VTANH_SMALL 0.625f
 
