@@ -2,8 +2,10 @@
 # Debian machine themselves: `deps` installs what is missing with apt-get.
 
 # parallel by default, a job per core; `make -j1` builds one unit at a time
-# (recipes that need an order run their steps as sub-makes, one after another)
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# (recipes that need an order run their steps as sub-makes, one after
+# another).  Set at the top level only: a sub-make shares its parent's jobs
+# (a -j of its own would reset them, with a warning)
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 
