@@ -401,6 +401,21 @@ function D.layer_norm(f, x, shape, w, b, eps)
 end
 R.layer_norm = D.layer_norm
 
+-- rms_norm's backward in one pass over the rows (qkv._rms_norm_backward, in
+-- double; the halves through float32, whose eps is their default as well)
+function D.rms_norm(f, x, shape, w, eps)
+  local y = f(x, shape, w, eps)
+  local k = type(shape) == "table" and #shape or 1
+  return rec("RmsNormBackward", y, {x, nil, w}, function(g)
+    local n = 1
+    for i = x:dim() - k + 1, x:dim() do n = n * x:size(i) end
+    local dt = (x.dtype == "float64" or x.dtype == "float32") and x.dtype or "float32"
+    local gx, gw = qkv._rms_norm_backward(x:to(dt), g:to(dt), n, w and w:to(dt), eps, w ~= nil)
+    return gx:to(x.dtype), nil, gw and gw:reshape(table.unpack(w.shape)):to(w.dtype)
+  end, {x})
+end
+R.rms_norm = D.rms_norm
+
 ---------------------------------------------------------------- attention
 
 -- attention runs its C forward either way, and each way has a backward of

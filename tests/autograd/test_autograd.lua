@@ -165,6 +165,9 @@ function TestRules:testRows()
   check(function(v) return qkv.cumsum(v:t(), -2) end, {x}, "cumsum of a transposed view")
   check(function(v, w, b) return qkv.layer_norm(v, 5, w, b) end, {x, r(5), r(5)}, "layer_norm")
   check(function(v) return qkv.layer_norm(v:view(3, 5, 1):expand(3, 5, 2), {5, 2}) end, {x}, "layer_norm 2-D")
+  check(function(v, w) return qkv.rms_norm(v, 5, w) end, {x, r(5)}, "rms_norm")
+  check(function(v, w) return qkv.rms_norm(v, 5, w, 0.5) end, {x, r(5)}, "rms_norm, eps given")
+  check(function(v) return qkv.rms_norm(v:view(3, 5, 1):expand(3, 5, 2), {5, 2}) end, {x}, "rms_norm 2-D")
 end
 
 function TestRules:testAttentionPrimitives()

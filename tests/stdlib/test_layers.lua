@@ -1,8 +1,8 @@
 -- test_layers.lua: the layers' math (docs/tensors.md, "Layers"): sigmoid, relu, silu,
--- sin, cos, log_softmax, layer_norm and dropout against plain-Lua float64
--- references, their edge cases (±inf, NaN, rows all -inf, a large offset
--- that float32 accumulation would lose) and bad arguments; then
--- qkv.nn.LayerNorm, Dropout (train / eval), Embedding and the attention
+-- sin, cos, log_softmax, layer_norm, rms_norm and dropout against plain-Lua
+-- float64 references, their edge cases (±inf, NaN, rows all -inf, a large
+-- offset that float32 accumulation would lose) and bad arguments; then
+-- qkv.nn.LayerNorm, RMSNorm, Dropout (train / eval), Embedding and the attention
 -- modules with bias = true.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
@@ -273,6 +273,101 @@ function TestLayerNorm:testErrors()
   qkv.test.assertClose(qkv.layer_norm(x, proxy), qkv.layer_norm(x, 3))
 end
 
+---------------------------------------------------------------- rms_norm
+TestRMSNorm = {}
+
+-- x / sqrt(mean(x^2) + eps) * w, in float64
+local function ref_rms(row, w, eps)
+  local s = 0
+  for _, v in ipairs(row) do s = s + v * v end
+  local inv, out = 1 / math.sqrt(s / #row + eps), {}
+  for i, v in ipairs(row) do out[i] = v * inv * (w and w[i] or 1) end
+  return out
+end
+
+-- eps nil is the machine epsilon of the computed dtype (float32's for the
+-- halves, as PyTorch's kernel); the halves' tolerance is their rounding
+local EPS = {float64 = 2 ^ -52, float32 = 2 ^ -23, float16 = 2 ^ -23, bfloat16 = 2 ^ -23}
+local TOL = {float64 = 1e-12, float32 = 3e-6, float16 = 2e-3, bfloat16 = 1.6e-2}
+
+function TestRMSNorm:testAgainstReference()
+  for _, dt in ipairs{"float64", "float32", "float16", "bfloat16"} do
+    local x = rand({2, 3, 4}, dt)
+    local w = rand({3, 4}, dt)
+    local cases = {
+      {4, nil, nil}, {{4}, rand({4}, dt), nil}, {{3, 4}, w, 1e-3}, {{3, 4}, nil, 0.5},
+      {{3, 4}, w, nil}, {4, rand({4}, dt), 0},
+    }
+    for k, c in ipairs(cases) do
+      local out = qkv.rms_norm(x, c[1], c[2], c[3])
+      lu.assertEquals(out.dtype, dt)
+      local n = type(c[1]) == "table" and R.numel(c[1]) or c[1]
+      local xf, of = flat(x:double()), flat(out:double())
+      local wf = c[2] and flat(c[2]:double())
+      for r = 0, #xf // n - 1 do
+        local row, got = {}, {}
+        for i = 1, n do row[i], got[i] = xf[r * n + i], of[r * n + i] end
+        near(got, ref_rms(row, wf, c[3] or EPS[dt]), TOL[dt], "case " .. k .. " " .. dt)
+      end
+    end
+    qkv.test.assertClose(qkv.rms_norm(x:transpose(1, 2), 4), qkv.rms_norm(x:transpose(1, 2):contiguous(), 4))
+  end
+end
+
+-- eps matters where mean(x^2) is small: the default is the dtype's epsilon
+function TestRMSNorm:testDefaultEps()
+  for _, dt in ipairs{"float64", "float32"} do
+    local x = qkv.tensor({{1e-8, -2e-8}}, dt)
+    near(flat(qkv.rms_norm(x, 2)), ref_rms({1e-8, -2e-8}, nil, EPS[dt]), TOL[dt], dt)
+    near(flat(qkv.rms_norm(x, 2, nil, 1e-10)), ref_rms({1e-8, -2e-8}, nil, 1e-10), TOL[dt], dt)
+  end
+  qkv.test.assertClose(qkv.rms_norm(qkv.ones(2, 3), 3, {eps = 1e-3}), qkv.rms_norm(qkv.ones(2, 3), 3, nil, 1e-3))
+  lu.assertEquals(qkv.rms_norm(qkv.zeros(0, 3), 3):size(), {0, 3})
+end
+
+-- the backward against the float64 derivative of the reference
+function TestRMSNorm:testBackward()
+  local x, g, w = rand({5, 6}), rand({5, 6}), rand({6})
+  local gx, gw = qkv._rms_norm_backward(x, g, 6, w, 1e-3, true)
+  local xf, gf, wf = flat(x), flat(g), flat(w)
+  local wantx, wantw = {}, {}
+  for j = 1, 6 do wantw[j] = 0 end
+  for r = 0, 4 do
+    local s = 0
+    for j = 1, 6 do s = s + xf[r * 6 + j] ^ 2 end
+    local inv, dot = 1 / math.sqrt(s / 6 + 1e-3), 0
+    for j = 1, 6 do dot = dot + gf[r * 6 + j] * wf[j] * xf[r * 6 + j] * inv end
+    for j = 1, 6 do
+      local xh = xf[r * 6 + j] * inv
+      wantx[r * 6 + j] = inv * (gf[r * 6 + j] * wf[j] - xh * dot / 6)
+      wantw[j] = wantw[j] + gf[r * 6 + j] * xh
+    end
+  end
+  near(flat(gx), wantx, 1e-12, "gx")
+  near(flat(gw), wantw, 1e-12, "gw")
+  local _, none = qkv._rms_norm_backward(x, g, 6)
+  lu.assertNil(none)
+  local _, zw = qkv._rms_norm_backward(qkv.zeros(0, 3), qkv.zeros(0, 3), 3, nil, 1e-5, true)
+  lu.assertEquals(zw:tolist(), {0, 0, 0})
+end
+
+function TestRMSNorm:testErrors()
+  local x = qkv.ones(2, 3)
+  fails("rms_norm: normalized_shape (2,) is not the last dims of x (2, 3)", qkv.rms_norm, x, 2)
+  fails("rms_norm: normalized_shape (2, 3, 1) is not the last dims of x (2, 3)", qkv.rms_norm, x, {2, 3, 1})
+  fails("rms_norm: weight is (2,) but normalized_shape is (3,)", qkv.rms_norm, x, 3, qkv.ones(2))
+  fails("rms_norm: x must be float32 or float64, got int64", qkv.rms_norm, qkv.tensor({1}, "int64"), 1)
+  fails("rms_norm: normalized_shape must be a size or a table of sizes, got string", qkv.rms_norm, x, "3")
+  fails("rms_norm: normalized_shape item 1 is not an integer", qkv.rms_norm, x, {1.5})
+  fails("rms_norm: eps must be >= 0", qkv.rms_norm, x, 3, nil, -1)
+  fails("rms_norm: unknown option 'bias'", qkv.rms_norm, x, 3, {bias = qkv.ones(3)})
+  fails("_rms_norm_backward: n = 4 is not the size of x (2, 3)'s last dims", qkv._rms_norm_backward, x, x, 4)
+  fails("_rms_norm_backward: w (2,) must hold n = 3 elements", qkv._rms_norm_backward, x, x, 3, qkv.ones(2))
+  fails("_rms_norm_backward: x (2, 3) and g (3,) must be float32 or float64 of one shape",
+        qkv._rms_norm_backward, x, qkv.ones(3), 3)
+  fails("_rms_norm_backward: eps must be >= 0", qkv._rms_norm_backward, x, x, 3, nil, -1)
+end
+
 ---------------------------------------------------------------- dropout
 TestDropout = {}
 
@@ -312,6 +407,24 @@ function TestModules:testLayerNorm()
   lu.assertEquals(tostring(qkv.nn.LayerNorm(4)), "LayerNorm((4,), eps=1e-05, elementwise_affine=true)")
   fails("LayerNorm: normalized_shape[1] must be a positive integer, got 0", qkv.nn.LayerNorm, 0)
   fails("LayerNorm: dtype must be 'float32' or 'float64', got int64", qkv.nn.LayerNorm, 4, {dtype = "int64"})
+end
+
+function TestModules:testRMSNorm()
+  local m = qkv.nn.RMSNorm({3, 4})
+  lu.assertEquals(tostring(m), "RMSNorm((3, 4), eps=None, elementwise_affine=true)")
+  lu.assertEquals(m.w:tolist()[1], {1, 1, 1, 1})
+  lu.assertEquals(m:nparams(), 12)
+  local x = rand({2, 3, 4}, "float32")
+  m.w = rand({3, 4}, "float32")
+  qkv.test.assertClose(m(x), qkv.rms_norm(x, {3, 4}, m.w))
+  local e = qkv.nn.RMSNorm(4, {eps = 1e-3, elementwise_affine = false})
+  lu.assertNil(e.w)
+  lu.assertEquals(tostring(e), "RMSNorm((4,), eps=0.001, elementwise_affine=false)")
+  qkv.test.assertClose(e(x), qkv.rms_norm(x, 4, nil, 1e-3))
+  lu.assertEquals(qkv.nn.RMSNorm(4, {dtype = "float64"}).w.dtype, "float64")
+  fails("RMSNorm: normalized_shape[1] must be a positive integer, got 0", qkv.nn.RMSNorm, 0)
+  fails("RMSNorm: eps must be a number, got string", qkv.nn.RMSNorm, 4, {eps = "x"})
+  fails("RMSNorm: unknown option 'bias'", qkv.nn.RMSNorm, 4, {bias = false})
 end
 
 function TestModules:testDropoutTrainEval()

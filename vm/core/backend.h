@@ -120,6 +120,16 @@ typedef struct qkv_backend {
   /* as qkv_adam, with g made contiguous too */
   int (*adam)(qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v, qkv_tensor *vmax,
               const qkv_adam_step *h);
+  /* over the last n elements of each row: x / sqrt(mean(x^2) + eps) * w;
+     out, x contiguous, w contiguous n elements or NULL, one float dtype
+     (float32 or float64), x not empty, n >= 1 */
+  int (*rms_norm)(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int64_t n,
+                  double eps);
+  /* its backward: gx (x's shape) and gw (the sum over rows of g x inv, n
+     elements, NULL when not wanted) from x, g (x's shape) and w (n
+     elements or NULL); all contiguous, one float dtype, n >= 1 */
+  int (*rms_norm_backward)(qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                           const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

@@ -218,6 +218,16 @@ int qkv_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
 int qkv_layer_norm_backward(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
                             const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
                             int64_t n, double eps);
+/* out (x's shape, float) = x / sqrt(mean(x^2) + eps) * w over its last n
+   elements (torch.nn.functional.rms_norm), in double; w (n elements) may
+   be NULL; halves computed in float32 */
+int qkv_rms_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int64_t n,
+                 double eps);
+/* its backward, given the output's gradient g (x's shape): gx (x's shape
+   and float32/64 dtype) and gw (n elements of that dtype, or NULL when not
+   wanted), the sum over rows of g x inv; in double */
+int qkv_rms_norm_backward(qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                          const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps);
 /* out (x's shape) = running sums of x along dim (0-based); out's dtype is
    x's float dtype, or int64 for integer and bool x (as torch.cumsum) */
 int qkv_cumsum(qkv_tensor *out, const qkv_tensor *x, int dim);

@@ -34,6 +34,8 @@ const qkv_backend qkv_cpu_backend = {
   .cumsum = qkv_cpu_cumsum,
   .tri = qkv_cpu_tri,
   .adam = qkv_cpu_adam,
+  .rms_norm = qkv_cpu_rms_norm,
+  .rms_norm_backward = qkv_cpu_rms_norm_backward,
 };
 
 /*

@@ -58,5 +58,9 @@ int qkv_cpu_layer_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w
 int qkv_cpu_layer_norm_backward(qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
                                 const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
                                 int64_t n, double eps);
+int qkv_cpu_rms_norm(qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int64_t n,
+                     double eps);
+int qkv_cpu_rms_norm_backward(qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                              const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps);
 
 #endif

@@ -368,6 +368,8 @@ static const qkv_backend cuda_backend = {
   .cumsum = qkv_cuda_cumsum,
   .tri = qkv_cuda_tri,
   .adam = qkv_cuda_adam,
+  .rms_norm = qkv_cuda_rms_norm,
+  .rms_norm_backward = qkv_cuda_rms_norm_backward,
 };
 
 static const qkv_cuda_api api = {

@@ -1,7 +1,8 @@
 /*
 ** norm.cu -- GPU kernels over contiguous rows, as vm/cpu/norm.c:
 ** log_softmax (along the last dim), layer_norm (over the last n elements
-** of each row) and its backward, and softmax's backward (along the last
+** of each row) and its backward, rms_norm (as vm/cpu/rms_norm.c) and its
+** backward, and softmax's backward (along the last
 ** dim).  All accumulate in double whatever the dtype, and vm/dispatch/ops_nn.c hands them
 ** contiguous rows (moving another dim last with a copy when it must).
 **
@@ -20,7 +21,7 @@
 #define WARP_MAX 1024         /* rows up to this long take a warp */
 #define THREADS 256           /* of every launch */
 
-typedef enum { LOG_SOFTMAX, LAYER_NORM, SOFTMAX_BWD, LAYER_NORM_BWD } rowop;
+typedef enum { LOG_SOFTMAX, LAYER_NORM, SOFTMAX_BWD, LAYER_NORM_BWD, RMS_NORM, RMS_NORM_BWD } rowop;
 
 namespace {                   /* the types are this file's own */
 
@@ -31,7 +32,7 @@ struct norm_job {
   char *o;
   const char *x, *g, *w, *b;
   double eps;
-  double *stats;              /* layer_norm's backward: each row's mean, inv */
+  double *stats;              /* layer_norm's (rms_norm's) backward: each row's mean (0), inv */
 };
 }
 
@@ -137,6 +138,38 @@ __device__ static void lnb_row (T *gx, const T *x, const T *g, const T *w, int64
   if (stats && G::lane() == 0) stats[0] = mean, stats[1] = inv;
 }
 
+/* rms_norm: x inv w with inv = 1 / sqrt(mean(x^2) + eps), in double,
+   float32 scaled by w in float as the CPU does (affine above, no b) */
+template <typename T, typename G>
+__device__ static double rms_inv (const T *x, int64_t n, double eps) {
+  double s = 0;
+  for (int64_t j = G::lane(); j < n; j += G::size()) s += (double)x[j] * x[j];
+  return 1.0 / sqrt(G::sum(s) / (double)n + eps);
+}
+
+template <typename T, typename G>
+__device__ static void rms_row (T *o, const T *x, const T *w, int64_t n, double eps) {
+  double inv = rms_inv<T, G>(x, n, eps);
+  for (int64_t j = G::lane(); j < n; j += G::size())
+    o[j] = affine(x[j] * inv, w, (const T *)NULL, j);
+}
+
+/* its backward: with xhat = x inv and gy = g w, gx = inv (gy - xhat
+   mean(gy xhat)); stats as layer_norm's, the mean 0, for lnb_cols' gw */
+template <typename T, typename G>
+__device__ static void rmsb_row (T *gx, const T *x, const T *g, const T *w, int64_t n,
+                                 double eps, double *stats) {
+  double s = 0, inv = rms_inv<T, G>(x, n, eps);
+  for (int64_t j = G::lane(); j < n; j += G::size())
+    s += (w ? (double)g[j] * w[j] : (double)g[j]) * (x[j] * inv);
+  s = G::sum(s) / (double)n;
+  for (int64_t j = G::lane(); j < n; j += G::size()) {
+    double gy = w ? (double)g[j] * w[j] : (double)g[j];
+    gx[j] = (T)(inv * (gy - x[j] * inv * s));
+  }
+  if (stats && G::lane() == 0) stats[0] = 0, stats[1] = inv;
+}
+
 /* gw[j] = sum over rows of g xhat, gb[j] = sum of g (either NULL): a
    thread a column, the rows in order, in double */
 template <typename T>
@@ -165,6 +198,10 @@ static __global__ void norm_rows (norm_job J) {
     if constexpr (OP == LOG_SOFTMAX) lsm_row<T, G>(o, x, J.n);
     else if constexpr (OP == LAYER_NORM)
       ln_row<T, G>(o, x, (const T *)J.w, (const T *)J.b, J.n, J.eps);
+    else if constexpr (OP == RMS_NORM) rms_row<T, G>(o, x, (const T *)J.w, J.n, J.eps);
+    else if constexpr (OP == RMS_NORM_BWD)
+      rmsb_row<T, G>(o, x, (const T *)J.g + at, (const T *)J.w, J.n, J.eps,
+                     J.stats ? J.stats + 2 * r : NULL);
     else if constexpr (OP == LAYER_NORM_BWD)
       lnb_row<T, G>(o, x, (const T *)J.g + at, (const T *)J.w, J.n, J.eps,
                     J.stats ? J.stats + 2 * r : NULL);
@@ -239,9 +276,11 @@ int qkv_cuda_softmax_backward (qkv_tensor *gx, const qkv_tensor *y, const qkv_te
   return launch<SOFTMAX_BWD>(J, y->dtype);
 }
 
-int qkv_cuda_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
-                                  const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
-                                  int64_t n, double eps) {
+/* the backward of layer_norm (OP LAYER_NORM_BWD) or rms_norm: gx by rows,
+   then gw and gb (either NULL) by columns from the rows' stats */
+template <rowop OP>
+static int norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb, const qkv_tensor *x,
+                          const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
   if (!is_f(x->dtype) || gx->dtype != x->dtype || g->dtype != x->dtype ||
       (w && w->dtype != x->dtype) || (gw && gw->dtype != x->dtype) ||
       (gb && gb->dtype != x->dtype))
@@ -253,7 +292,7 @@ int qkv_cuda_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb
   if ((gw || gb) && J.nrows > 0 &&
       (J.stats = (double *)qkv_cu_alloc(2 * (size_t)J.nrows * sizeof(double))) == NULL)
     return QKV_ENOMEM;
-  int err = J.nrows > 0 ? launch<LAYER_NORM_BWD>(J, x->dtype) : QKV_OK;
+  int err = J.nrows > 0 ? launch<OP>(J, x->dtype) : QKV_OK;
   if (err == QKV_OK && (gw || gb)) {       /* no rows: sums of nothing, zeros */
     if (x->dtype == QKV_F32)
       lnb_cols<float><<<qkv_cu_blocks(n, THREADS), THREADS>>>(
@@ -261,8 +300,30 @@ int qkv_cuda_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb
     else
       lnb_cols<double><<<qkv_cu_blocks(n, THREADS), THREADS>>>(
           J, gw ? (double *)qkv_cu_data(gw) : NULL, gb ? (double *)qkv_cu_data(gb) : NULL);
-    launchCheck("layer_norm backward (the sums over rows)");
+    launchCheck("norm backward (the sums over rows)");
   }
   qkv_cu_free(J.stats);
   return err;
+}
+
+int qkv_cuda_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                                  const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                                  int64_t n, double eps) {
+  return norm_backward<LAYER_NORM_BWD>(gx, gw, gb, x, g, w, n, eps);
+}
+
+int qkv_cuda_rms_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int64_t n,
+                       double eps) {
+  if (!is_f(x->dtype) || out->dtype != x->dtype || (w && w->dtype != x->dtype))
+    return QKV_EDTYPE;
+  if (qkv_cu_numel(x) == 0 || n == 0) return QKV_OK;
+  norm_job J = job_of(out, x, n);
+  J.w = w ? qkv_cu_data(w) : NULL;
+  J.eps = eps;
+  return launch<RMS_NORM>(J, x->dtype);
+}
+
+int qkv_cuda_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                                const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
+  return norm_backward<RMS_NORM_BWD>(gx, gw, NULL, x, g, w, n, eps);
 }

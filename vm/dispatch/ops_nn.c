@@ -1,6 +1,6 @@
 /*
 ** ops_nn.c -- device dispatch of the ops over rows and positions: where,
-** gather, sort, softmax, log_softmax, layer_norm, cumsum, tri and
+** gather, sort, softmax, log_softmax, layer_norm, rms_norm, cumsum, tri and
 ** attention (ops.c has the rest, and the helpers of ops.h).  An out of a
 ** dtype that is stored but not computed (int32, the halves) is computed
 ** in its compute dtype and converted back.
@@ -204,6 +204,55 @@ int qkv_layer_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w,
   if (be == NULL || (b && (be = qkv_op_backend(out, b, NULL, &err)) == NULL)) return err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(layer_norm_in(be, o, x, w, b, n, eps), be, out, o);
+}
+
+static int rms_norm_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x,
+                        const qkv_tensor *w, int64_t n, double eps) {
+  int err;
+  if (!qkv_is_float(out->dtype) || !qkv_is_contiguous(out)) return QKV_EINTERNAL;
+  qkv_tensor c, cw;
+  qkv_storage *tx, *tw = NULL;
+  err = qkv_op_contiguous_as(&c, &tx, x, out->dtype);
+  if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, out->dtype);
+  if (err == QKV_OK) err = be->rms_norm(out, &c, w ? &cw : NULL, n, eps);
+  qkv_storage_release(tx);
+  qkv_storage_release(tw);
+  return err;
+}
+
+int qkv_rms_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int64_t n,
+                  double eps) {
+  int err;
+  qkv_tensor t, *o;
+  const qkv_backend *be = qkv_op_backend(out, x, w, &err);
+  if (be == NULL) return err;
+  if (qkv_numel(x) == 0) return QKV_OK;            /* n may be 0 then */
+  if (n < 1 || qkv_numel(x) % n != 0 || (w && qkv_numel(w) != n)) return QKV_EINTERNAL;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  return qkv_op_done(rms_norm_in(be, o, x, w, n, eps), be, out, o);
+}
+
+int qkv_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                           const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(gx, x, g, &err);
+  if (be == NULL || (w && (be = qkv_op_backend(gx, w, NULL, &err)) == NULL)) return err;
+  qkv_dtype dt = gx->dtype;
+  if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(gx) || n < 1 ||
+      qkv_numel(x) % n != 0 || qkv_numel(g) != qkv_numel(x) || (w && qkv_numel(w) != n) ||
+      (gw && (gw->dtype != dt || !qkv_is_contiguous(gw) || qkv_numel(gw) != n ||
+              gw->storage->device != gx->storage->device)))
+    return QKV_EINTERNAL;
+  qkv_tensor c, cg, cw;
+  qkv_storage *tx, *tg = NULL, *tw = NULL;
+  err = qkv_op_contiguous_as(&c, &tx, x, dt);
+  if (err == QKV_OK) err = qkv_op_contiguous_as(&cg, &tg, g, dt);
+  if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, dt);
+  if (err == QKV_OK) err = be->rms_norm_backward(gx, gw, &c, &cg, w ? &cw : NULL, n, eps);
+  qkv_storage_release(tx);
+  qkv_storage_release(tg);
+  qkv_storage_release(tw);
+  return err;
 }
 
 int qkv_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,

@@ -57,6 +57,18 @@ print(m, m(qkv.tensor{{0, 0}, {0, math.log(3)}}))
 --> Softmax(dim=-1)	tensor([[0.5000, 0.5000],
 -->         [0.2500, 0.7500]])]=]},
 
+  {name = "qkv.nn.RMSNorm", sig = "qkv.nn.RMSNorm(shape [, opts])", group = "modules",
+   doc = [[Root-mean-square normalisation over the last dims given by shape (a
+size or a table of sizes): m(x) is qkv.rms_norm(x, shape, m.w, m.eps). w
+(PyTorch's weight) starts at ones, of that shape. opts: eps (nil: the
+machine epsilon of x's computed dtype, as qkv.rms_norm), elementwise_affine
+(true; false: no w) and dtype. As torch.nn.RMSNorm.]],
+   example = [=[local m = qkv.nn.RMSNorm(2)
+print(m)
+print(m(qkv.tensor{{3, 4}}):detach())
+--> RMSNorm((2,), eps=None, elementwise_affine=true)
+--> tensor([[0.8485, 1.1314]])]=]},
+
   {name = "qkv.nn.LayerNorm", sig = "qkv.nn.LayerNorm(shape [, opts])", group = "modules",
    doc = [[Layer normalisation over the last dims given by shape (a size or a
 table of sizes): m(x) is qkv.layer_norm(x, shape, m.w, m.b, m.eps). w starts

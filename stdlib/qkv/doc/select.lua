@@ -134,6 +134,16 @@ variance accumulate in double for float32 too, in one fused kernel. w and
 b (each optional) have exactly that shape. As
 torch.nn.functional.layer_norm.]],
    example = [=[print(qkv.layer_norm(qkv.tensor{{1, 3}}, 2))   --> tensor([[-1.0000,  1.0000]])]=]},
+  {name = "qkv.rms_norm", sig = "qkv.rms_norm(x, shape [, weight [, eps]])",
+   group = "layers",
+   doc = [[x normalised by its root mean square over its last dims given by
+shape (a size or a table of sizes, x's trailing sizes): x / sqrt(mean(x^2)
++ eps) * weight. eps nil is the machine epsilon of the dtype x is computed
+in (float64's, else float32's: the halves are computed in float32), as
+PyTorch's kernel. The mean accumulates in double, in one fused kernel;
+weight (optional) has exactly that shape. As
+torch.nn.functional.rms_norm.]],
+   example = [=[print(qkv.rms_norm(qkv.tensor{{3, 4}}, 2))   --> tensor([[0.8485, 1.1314]])]=]},
   {name = "qkv.dropout", sig = "qkv.dropout(x [, p [, training]])", group = "layers",
    doc = [[x with each element zeroed with probability p (default 0.5) and
 the rest scaled by 1 / (1 - p), while training (the default); x itself when

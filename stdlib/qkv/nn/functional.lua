@@ -284,7 +284,7 @@ end
 
 -- the rest are qkv's own functions under PyTorch's names
 for _, name in ipairs{"relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax",
-                      "layer_norm", "dropout", "embedding"} do
+                      "layer_norm", "rms_norm", "dropout", "embedding"} do
   F[name] = qkv[name]
 end
 F.cosine_similarity, F.mse_loss, F.cross_entropy = nn.cosine_similarity, nn.mse_loss, nn.cross_entropy

@@ -1,5 +1,5 @@
 -- nn/layers.lua: qkv.nn's layers (Linear; the activations GELU, ReLU, SiLU,
--- Tanh, Softmax; LayerNorm, Dropout, Embedding, Identity) and containers
+-- Tanh, Softmax; LayerNorm, RMSNorm, Dropout, Embedding, Identity) and containers
 -- (Sequential, ModuleList), each a class of nn/module.lua.
 
 local qkv = require "qkv"
@@ -111,6 +111,34 @@ function LayerNorm:extra()
   local shape = table.concat(self.normalized_shape, ", ")
   return string.format("(%s%s), eps=%g, elementwise_affine=%s", shape,
                        #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.w ~= nil))
+end
+
+-- RMSNorm(shape [, {eps, elementwise_affine = true, dtype}]): w = 1 of the
+-- normalized shape, as PyTorch's weight; eps nil: qkv.rms_norm's default
+local RMSNorm = class("RMSNorm")
+function RMSNorm:init(shape, opts)
+  local dt
+  opts, dt = opts_of("RMSNorm", opts, {"eps", "elementwise_affine", "dtype"},
+                    {"elementwise_affine"})
+  local sizes = type(shape) == "table" and {table.unpack(shape)} or {shape}
+  for i, n in ipairs(sizes) do checkdim("RMSNorm", "normalized_shape[" .. i .. "]", n) end
+  if #sizes == 0 then fail("RMSNorm", "normalized_shape is empty") end
+  self.normalized_shape, self.eps = sizes, opts.eps
+  if self.eps ~= nil and type(self.eps) ~= "number" then
+    fail("RMSNorm", "eps must be a number, got %s", type(self.eps))
+  end
+  if flag(opts, "elementwise_affine", true) then self:param("w", qkv.ones(sizes, dt)) end
+end
+
+function RMSNorm:forward(x)
+  return qkv.rms_norm(checktensor("RMSNorm", "x", x), self.normalized_shape, self.w, self.eps)
+end
+
+function RMSNorm:extra()
+  local shape = table.concat(self.normalized_shape, ", ")
+  return string.format("(%s%s), eps=%s, elementwise_affine=%s", shape,
+                       #self.normalized_shape == 1 and "," or "",
+                       self.eps and string.format("%g", self.eps) or "None", tostring(self.w ~= nil))
 end
 
 -- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval()

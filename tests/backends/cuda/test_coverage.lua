@@ -23,7 +23,7 @@ local COVER = {
   attention_backward = "TestCudaAttention", scatter_add = "TestCudaSelect",
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
   layer_norm = "TestCudaSoftmax", layer_norm_backward = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
-  adam = "TestCudaOptim",
+  adam = "TestCudaOptim", rms_norm = "TestCudaSoftmax", rms_norm_backward = "TestCudaSoftmax",
 }
 
 TestCudaCoverage = {}

@@ -1,7 +1,8 @@
 -- test_softmax.lua: the cross-backend suite's softmax family and norms
--- (the backend's softmax, log_softmax, softmax_backward, layer_norm and
--- layer_norm_backward): along every dim, rows all -inf, layer_norm and its
--- gradients, the backward through autograd
+-- (the backend's softmax, log_softmax, softmax_backward, layer_norm,
+-- layer_norm_backward, rms_norm and rms_norm_backward): along every dim,
+-- rows all -inf, layer_norm, rms_norm and their gradients, the backward
+-- through autograd
 -- (tests/helpers/cuda_suite.lua says what the suite checks)
 local C = dofile("tests/helpers/cuda_suite.lua")
 local need, same, values, FLOATS = C.need, C.same, C.values, C.FLOATS
@@ -65,6 +66,39 @@ function TestCudaSoftmax:testLayerNormBackward()
   end
 end
 
+-- rms_norm as layer_norm: rows of a thread, a warp and a block, with and
+-- without weight, eps default and given, over 1 and 2 dims
+function TestCudaSoftmax:testRMSNorm()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}, {0, 6}} do
+      local n = s[#s]
+      same(dt .. " rms_norm " .. table.concat(s, "x"),
+           function(v, w) return qkv.rms_norm(v, {n}, w), qkv.rms_norm(v, n, nil, 1e-3) end,
+           {values(s, dt) * 5 + 1, values({n}, dt)})
+    end
+    same(dt .. " rms_norm over 2 dims", function(v, w) return qkv.rms_norm(v, {3, 4}, w) end,
+         {values({2, 3, 4}, dt), values({3, 4}, dt)})
+  end
+end
+
+function TestCudaSoftmax:testRMSNormBackward()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    for _, s in ipairs{{4, 8}, {2, 3, 384}, {5, 1}, {3, 1000}, {2, 3000}, {0, 6}} do
+      local n = s[#s]
+      same(dt .. " rms_norm backward " .. table.concat(s, "x"),
+           function(v, g, w)
+             local a, b = qkv._rms_norm_backward(v:contiguous(), g:contiguous(), n,
+                                                 w:contiguous(), 1e-5, true)
+             local c, d = qkv._rms_norm_backward(v:contiguous(), g:contiguous(), n, nil, nil, true)
+             local e = qkv._rms_norm_backward(v:contiguous(), g:contiguous(), n)
+             return a, b, c, d, e
+           end, {values(s, dt) * 5 + 1, values(s, dt), values({n}, dt)})
+    end
+  end
+end
+
 function TestCudaSoftmax:testBackwardThroughAutograd()
   need()
   require "qkv.autograd"
@@ -72,10 +106,11 @@ function TestCudaSoftmax:testBackwardThroughAutograd()
     local grads = function(x, g)
       local v = x:detach():requires_grad_()
       local y = qkv.softmax(v * 2, 2) + v:log_softmax(2) * 0.5 + qkv.layer_norm(v, {x:size(2)})
+        + qkv.rms_norm(v, x:size(2)) * 0.25
       y:backward(g)
       return v.grad
     end
-    same(dt .. " softmax/log_softmax/layer_norm backward", grads,
+    same(dt .. " softmax/log_softmax/layer_norm/rms_norm backward", grads,
          {values({6, 37}, dt), values({6, 37}, dt)})
   end
 end
