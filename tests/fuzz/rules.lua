@@ -86,6 +86,7 @@ local OPTIONS = {
   ["qkv.scores"] = {keys = {"scale"}},
   ["qkv.nn.Linear"] = {keys = {"dtype", "bias"}},
   ["qkv.nn.LayerNorm"] = {keys = {"dtype", "eps", "elementwise_affine", "bias"}},
+  ["qkv.nn.RMSNorm"] = {keys = {"dtype", "eps", "elementwise_affine"}},
   ["qkv.nn.Embedding"] = {keys = {"dtype"}, args = function(F) return {F.n + 1, F.d} end},
   ["qkv.nn.SelfAttention"] = {keys = {"bias"}, at = 3, args = dims},
   ["qkv.nn.CrossAttention"] = {keys = {"bias"}, at = 3, args = dims},
