@@ -451,6 +451,7 @@ install: all
 	install -m 755 $(TEXT_SO) $(CLIBDIR)/qkv/text.so
 	install -m 755 $(ZMQ_SO) $(CLIBDIR)/qkv/zmq.so
 	if [ -f $(CUDA_SO) ]; then install -m 755 $(CUDA_SO) $(CLIBDIR)/qkv/qkv_cuda.so; fi
+	if [ -f $(MPI_SO) ]; then install -m 755 $(MPI_SO) $(CLIBDIR)/qkv/mpi.so; fi
 	$(call install_stdlib,$(LUADIR))
 
 # used by the rockspec: luarocks passes the folders of its tree
@@ -467,7 +468,7 @@ install-rock: so
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/qkv $(CLIBDIR)/qkv.so $(CLIBDIR)/qkv/cairo.so \
 	  $(CLIBDIR)/qkv/zip.so $(CLIBDIR)/qkv/json.so $(CLIBDIR)/qkv/text.so \
-	  $(CLIBDIR)/qkv/zmq.so $(CLIBDIR)/qkv/qkv_cuda.so
+	  $(CLIBDIR)/qkv/zmq.so $(CLIBDIR)/qkv/qkv_cuda.so $(CLIBDIR)/qkv/mpi.so
 	rm -rf $(LUADIR)/qkv
 
 clean:
