@@ -232,32 +232,14 @@ int qkv_rms_norm (qkv_tensor *out, const qkv_tensor *x, const qkv_tensor *w, int
   return qkv_op_done(rms_norm_in(be, o, x, w, n, eps), be, out, o);
 }
 
-int qkv_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
-                           const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
-  int err;
-  const qkv_backend *be = qkv_op_backend(gx, x, g, &err);
-  if (be == NULL || (w && (be = qkv_op_backend(gx, w, NULL, &err)) == NULL)) return err;
-  qkv_dtype dt = gx->dtype;
-  if ((dt != QKV_F32 && dt != QKV_F64) || !qkv_is_contiguous(gx) || n < 1 ||
-      qkv_numel(x) % n != 0 || qkv_numel(g) != qkv_numel(x) || (w && qkv_numel(w) != n) ||
-      (gw && (gw->dtype != dt || !qkv_is_contiguous(gw) || qkv_numel(gw) != n ||
-              gw->storage->device != gx->storage->device)))
-    return QKV_EINTERNAL;
-  qkv_tensor c, cg, cw;
-  qkv_storage *tx, *tg = NULL, *tw = NULL;
-  err = qkv_op_contiguous_as(&c, &tx, x, dt);
-  if (err == QKV_OK) err = qkv_op_contiguous_as(&cg, &tg, g, dt);
-  if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, dt);
-  if (err == QKV_OK) err = be->rms_norm_backward(gx, gw, &c, &cg, w ? &cw : NULL, n, eps);
-  qkv_storage_release(tx);
-  qkv_storage_release(tg);
-  qkv_storage_release(tw);
-  return err;
-}
-
-int qkv_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
-                             const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
-                             int64_t n, double eps) {
+/*
+** The norms' backward: gx (and the sums gw, gb when asked: NULL skips one)
+** from x, g and w made contiguous in gx's dtype, then the entry; rms has
+** no gb and takes the rms_norm entry
+*/
+static int norm_backward (int rms, qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                          const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                          int64_t n, double eps) {
   int err;
   const qkv_backend *be = qkv_op_backend(gx, x, g, &err);
   if (be == NULL || (w && (be = qkv_op_backend(gx, w, NULL, &err)) == NULL)) return err;
@@ -275,11 +257,24 @@ int qkv_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
   err = qkv_op_contiguous_as(&c, &tx, x, dt);
   if (err == QKV_OK) err = qkv_op_contiguous_as(&cg, &tg, g, dt);
   if (err == QKV_OK && w) err = qkv_op_contiguous_as(&cw, &tw, w, dt);
-  if (err == QKV_OK) err = be->layer_norm_backward(gx, gw, gb, &c, &cg, w ? &cw : NULL, n, eps);
+  if (err == QKV_OK)
+    err = rms ? be->rms_norm_backward(gx, gw, &c, &cg, w ? &cw : NULL, n, eps)
+              : be->layer_norm_backward(gx, gw, gb, &c, &cg, w ? &cw : NULL, n, eps);
   qkv_storage_release(tx);
   qkv_storage_release(tg);
   qkv_storage_release(tw);
   return err;
+}
+
+int qkv_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
+                           const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
+  return norm_backward(1, gx, gw, NULL, x, g, w, n, eps);
+}
+
+int qkv_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
+                             const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
+                             int64_t n, double eps) {
+  return norm_backward(0, gx, gw, gb, x, g, w, n, eps);
 }
 
 static int cumsum_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *x, int dim) {
