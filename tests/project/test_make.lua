@@ -15,9 +15,14 @@ local function need_make()
   if not io.open("Makefile") then lu.skip("no Makefile in " .. shell.sh("pwd")) end
 end
 
+-- make as a user runs it: not a sub-make of the make that may be running
+-- these suites (`make test`, `make test-asan`), whose jobserver it would
+-- otherwise find unavailable, with a warning in its output
+local MAKE = "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make"
+
 -- the words of a Makefile variable, as make expands it
 local function variable(name)
-  local out, code = sh("make -s --no-print-directory --eval "
+  local out, code = sh(MAKE .. " -s --no-print-directory --eval "
                        .. quote("qkv-print-var: ; @echo $(" .. name .. ")") .. " qkv-print-var")
   lu.assertEquals(code, 0, out)
   local words = {}
@@ -37,7 +42,7 @@ TestMake = {}
 function TestMake:testDefaultTargetBuildsWhatTheSuitesNeed()
   need_make()
   local dir = (sh("mktemp -d"):gsub("%s+$", ""))
-  local out, code = sh("make -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
+  local out, code = sh(MAKE .. " -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
   os.execute("rm -rf " .. quote(dir))
   lu.assertEquals(code, 0, out)
   for _, f in ipairs{"qkv", "qkv.so", "lib/qkv/cairo.so", "lib/qkv/zip.so",
@@ -51,8 +56,8 @@ end
 function TestMake:testCudaBackendIsBuiltWhenNvccIsThere()
   need_make()
   local dir = (sh("mktemp -d"):gsub("%s+$", ""))
-  local on, c1 = sh("make -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
-  local off, c2 = sh("make -n --no-print-directory CUDA=0 BUILD=" .. quote(dir .. "/b"))
+  local on, c1 = sh(MAKE .. " -n --no-print-directory BUILD=" .. quote(dir .. "/b"))
+  local off, c2 = sh(MAKE .. " -n --no-print-directory CUDA=0 BUILD=" .. quote(dir .. "/b"))
   os.execute("rm -rf " .. quote(dir))
   lu.assertEquals({c1, c2}, {0, 0}, on .. off)
   lu.assertNotStrContains(off, "qkv_cuda.so ")
