@@ -9,6 +9,7 @@
 
 #include "cpu.h"
 #include "parallel.h"
+#include "blocksum.h"
 #include "vexp.h"
 #include "../common/shape.h"
 
@@ -428,9 +429,7 @@ int qkv_cpu_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
                                  const qkv_tensor *x, const qkv_tensor *g, const qkv_tensor *w,
                                  int64_t n, double eps) {
   int64_t numel = qkv_numel(x), rows = n ? numel / n : 0;
-  int f32 = x->dtype == QKV_F32;
-  /* at most 256 blocks of at least 32 rows: the partials stay small */
-  int64_t blk = rows / 256 + 1 > 32 ? rows / 256 + 1 : 32, nblk = (rows + blk - 1) / blk;
+  int64_t blk = qkv_blocksum_rows(rows), nblk = (rows + blk - 1) / blk;
   lnb_job J = {qkv_data(gx), qkv_data(x), qkv_data(g), w ? qkv_data(w) : NULL, NULL, n, rows,
                blk, qkv_elsize(x->dtype), eps, gw != NULL, gb != NULL, 0};
 #ifdef QKV_VEXP_X86
@@ -440,16 +439,8 @@ int qkv_cpu_layer_norm_backward (qkv_tensor *gx, qkv_tensor *gw, qkv_tensor *gb,
     return QKV_ENOMEM;
   int err = rows > 0 ? qkv_par_for(nblk, blk * n >= QKV_CPU_PAR_MIN ? 1 : QKV_CPU_PAR_MIN / (blk * n),
                                    lnb_blocks, &J) : QKV_OK;
-  for (int which = 0; err == QKV_OK && which < 2; which++) {
-    qkv_tensor *t = which ? gb : gw;
-    if (t == NULL) continue;
-    for (int64_t j = 0; j < n; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < nblk; k++) s += J.part[k * 2 * n + which * n + j];
-      if (f32) ((float *)qkv_data(t))[j] = (float)s;
-      else ((double *)qkv_data(t))[j] = s;
-    }
-  }
+  if (err == QKV_OK && gw) qkv_blocksum_out(gw, J.part, nblk, 2 * n, 0, n);
+  if (err == QKV_OK && gb) qkv_blocksum_out(gb, J.part, nblk, 2 * n, n, n);
   free(J.part);
   return err;
 }

@@ -11,6 +11,7 @@
 
 #include "cpu.h"
 #include "parallel.h"
+#include "blocksum.h"
 
 typedef struct {
   char *o;
@@ -114,8 +115,7 @@ static int rmsb_blocks (void *p, int64_t lo, int64_t hi, int tid) {
 int qkv_cpu_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
                                const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps) {
   int64_t rows = qkv_numel(x) / n;
-  /* at most 256 blocks of at least 32 rows: the partials stay small */
-  int64_t blk = rows / 256 + 1 > 32 ? rows / 256 + 1 : 32, nblk = (rows + blk - 1) / blk;
+  int64_t blk = qkv_blocksum_rows(rows), nblk = (rows + blk - 1) / blk;
   rmsb_job J = {qkv_data(gx), qkv_data(x), qkv_data(g), w ? qkv_data(w) : NULL, NULL, n, rows,
                 blk, eps, x->dtype == QKV_F32};
   if (gw && rows > 0 && (J.part = malloc(sizeof(double) * (size_t)(nblk * n))) == NULL)
@@ -123,12 +123,7 @@ int qkv_cpu_rms_norm_backward (qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor 
   int err = rows > 0 ? qkv_par_for(nblk, blk * n >= QKV_CPU_PAR_MIN ? 1 : QKV_CPU_PAR_MIN / (blk * n),
                                    rmsb_blocks, &J) : QKV_OK;
   if (err == QKV_OK && gw)                 /* no rows: sums of nothing, zeros */
-    for (int64_t j = 0; j < n; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < (rows > 0 ? nblk : 0); k++) s += J.part[k * n + j];
-      if (J.f32) ((float *)qkv_data(gw))[j] = (float)s;
-      else ((double *)qkv_data(gw))[j] = s;
-    }
+    qkv_blocksum_out(gw, J.part, nblk, n, 0, n);
   free(J.part);
   return err;
 }
