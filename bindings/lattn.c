@@ -360,8 +360,8 @@ static qkv_tensor *resolve (lua_State *L, Opts *o, const qkv_tensor *Q, const qk
 ** The output's shape: the batch dims of Q, K, V and the mask broadcast,
 ** then (n_q, d_v).
 */
-static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
-                            const qkv_tensor *V, const qkv_tensor *m, int64_t *size) {
+int qkvL_attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
+                          const qkv_tensor *V, const qkv_tensor *m, int64_t *size) {
   int n;
   check_qk(L, "attention", Q, K);
   check_rank(L, "attention", "V", V, 2, "(..., n_k, d_v)");
@@ -383,7 +383,7 @@ static int attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor 
 static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
                   const qkv_tensor *V, const qkv_tensor *m, int causal_, double scale) {
   int64_t size[QKV_MAXDIM];
-  int n = attention_shape(L, Q, K, V, m, size);
+  int n = qkvL_attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
   qkvL_check(L, "attention", qkv_attention(out, Q, K, V, m, causal_, scale));
   return 1;
@@ -392,7 +392,31 @@ static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
 static const char *const ATTENTION_OPTS[] = {"mask", "causal", "is_causal", "scale",
                                              "weights", "key_padding_mask", NULL};
 
+/* whether the options (at arg) ask for a variant: score_mod, mask_mod or
+   block_mask, which stdlib/qkv/variants/init.lua's attention reads */
+static int variant (lua_State *L, int arg) {
+  if (!lua_istable(L, arg)) return 0;
+  static const char *const keys[] = {"score_mod", "mask_mod", "block_mask"};
+  for (int i = 0; i < 3; i++) {
+    int t = lua_getfield(L, arg, keys[i]);
+    lua_pop(L, 1);
+    if (t != LUA_TNIL) return 1;
+  }
+  return 0;
+}
+
 static int a_attention (lua_State *L) {
+  if (variant(L, 4)) {
+    int n = lua_gettop(L);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "qkv.variants");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "attention");
+    lua_insert(L, 1);
+    lua_pop(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+  }
   QKVL_GRAD(L, "attention", a_attention);
   Opts o;
   read_opts(L, 4, "attention", ATTENTION_OPTS, 1, &o);
@@ -402,7 +426,7 @@ static int a_attention (lua_State *L) {
   double scale = scale_of(&o, Q);
   if (!o.weights) return fused(L, Q, K, V, m, o.causal, scale);
   /* the weights have the output's batch dims, as in the fused path */
-  int n = attention_shape(L, Q, K, V, m, size);
+  int n = qkvL_attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
   size[n - 1] = ROWS(K);
   qkv_tensor *W = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
@@ -450,7 +474,7 @@ static int a_attention_lse (lua_State *L) {
                       sq, sk, sv);
   }
   int64_t size[QKV_MAXDIM];
-  int n = attention_shape(L, Q, K, V, m, size);
+  int n = qkvL_attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
   qkv_tensor *lse = qkvL_new(L, qkv_compute_dtype(Q->dtype), Q->storage->device, n - 1, size, 0);
   qkvL_check(L, "attention", qkv_attention_lse(out, lse, Q, K, V, m, causal_, scale));
@@ -477,7 +501,7 @@ static int a_attention_backward (lua_State *L) {
   int ok = qkv_is_float(o->dtype) && n >= 2 && o->dtype == ts[4]->dtype;
   for (int i = 0; ok && i < 5; i++)
     ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
-  ok = ok && attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
+  ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
        memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 &&
        ts[4]->ndim == n && memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
   if (!ok)

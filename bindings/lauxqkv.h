@@ -336,5 +336,11 @@ void qkvL_open_norm (lua_State *L, int mt, int methods, int module);
 void qkvL_open_safetensors (lua_State *L, int mt, int methods, int module);
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module);
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module);
+void qkvL_open_mods (lua_State *L, int mt, int methods, int module);
+/* attention's output shape into size (its rank returned): the batch dims
+   of Q, K, V and the mask m (or NULL) broadcast, then (n_q, d_v); shape
+   errors name attention */
+int qkvL_attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
+                          const qkv_tensor *V, const qkv_tensor *m, int64_t *size);
 
 #endif

@@ -20,6 +20,10 @@ static const char *const lazy[][3] = {
   {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
+  /* attention's variants (stdlib/qkv/variants/) */
+  {"variants", "qkv.variants", NULL}, {"block_mask", "qkv.variants", "block_mask"},
+  {"and_masks", "qkv.variants", "and_masks"}, {"or_masks", "qkv.variants", "or_masks"},
+  {"alibi_slopes", "qkv.variants", "alibi_slopes"},
   /* the composite functions in Lua (stdlib/qkv/composite/), which also adds methods */
   {"flatten", "qkv.composite", "flatten"}, {"unflatten", "qkv.composite", "unflatten"},
   {"chunk", "qkv.composite", "chunk"}, {"split", "qkv.composite", "split"},
@@ -80,6 +84,7 @@ LUALIB_API int luaopen_qkv (lua_State *L) {
   qkvL_open_safetensors(L, mt, methods, module);
   qkvL_open_grad(L, mt, methods, module);
   qkvL_open_opts(L, mt, methods, module);
+  qkvL_open_mods(L, mt, methods, module);
   for (int i = 0; i < QKV_NDTYPE; i++) {     /* qkv.float16 == "float16" */
     lua_pushstring(L, qkv_dtype_name((qkv_dtype)i));
     lua_setfield(L, module, qkv_dtype_name((qkv_dtype)i));

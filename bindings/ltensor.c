@@ -257,8 +257,34 @@ static int lua_method (lua_State *L) {
   return 0;
 }
 
+/*
+** A key that is a symbolic value of a mod's trace, or a table holding
+** one (x[h], x[{h, i - j}] inside a score_mod): its metatable's
+** __qkv_index makes the load (stdlib/qkv/variants/trace.lua); pushes it
+** and returns 1, else returns 0.
+*/
+static int symbolic_index (lua_State *L) {
+  if (luaL_getmetafield(L, 2, "__qkv_index") == LUA_TNIL) {
+    if (lua_type(L, 2) != LUA_TTABLE || lua_getmetatable(L, 2)) return 0;
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, 2, i);
+      int found = luaL_getmetafield(L, -1, "__qkv_index") != LUA_TNIL;
+      lua_remove(L, -2);
+      if (found) break;
+      if (i == n) return 0;
+    }
+    if (n == 0) return 0;
+  }
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 1);
+  return 1;
+}
+
 static int t_index (lua_State *L) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
+  if (lua_type(L, 2) == LUA_TTABLE && symbolic_index(L)) return 1;
   if (lua_type(L, 2) != LUA_TSTRING) QKVL_GRAD(L, "index", t_index);
   if (lua_type(L, 2) == LUA_TTABLE) {
     qkv_tensor v;

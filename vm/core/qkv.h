@@ -22,7 +22,8 @@ typedef enum { QKV_CPU, QKV_CUDA, QKV_NDEV } qkv_device;
    a value out of its range) met a conversion; qkv_strerror then names the
    first such element, as the op that found it described it */
 enum { QKV_OK = 0, QKV_ENOMEM, QKV_EDTYPE, QKV_ENODEV, QKV_EDEVICE, QKV_EINTR,
-       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL, QKV_ECUDA, QKV_ERANGE };
+       QKV_ENOBLAS, QKV_ECLOSED, QKV_EOVERLAP, QKV_EINTERNAL, QKV_ECUDA, QKV_ERANGE,
+       QKV_EINDEX };
 const char *qkv_strerror(int code);
 
 /*
@@ -295,6 +296,28 @@ int qkv_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                            const qkv_tensor *o, const qkv_tensor *go,
                            const qkv_tensor *mask, int causal, double scale,
                            const qkv_tensor *lse);
+
+/*
+** Attention variants (issue 48): qkv_attention_lse and _backward with a
+** score_mod/mask_mod program, its captured tensors and a block mask's
+** kinds (vm/common/mods.h), on a backend that has them (the CPU's;
+** QKV_ENODEV elsewhere).  QKV_EINDEX: a captured tensor's index out of
+** range, M's fail_* say which.  The backward also adds each captured
+** tensor's gradient into M's float64 sums where M asks for them.
+*/
+struct qkv_attn_mods;
+int qkv_attention_mods(qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
+                       const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                       int causal, double scale, struct qkv_attn_mods *M);
+int qkv_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                const qkv_tensor *o, const qkv_tensor *go,
+                                const qkv_tensor *mask, int causal, double scale,
+                                const qkv_tensor *lse, struct qkv_attn_mods *M);
+/* a mask program's block kinds into kinds, int32 (kb, kh, nqb, nkb)
+   contiguous, blocks of bq queries and bk keys of nq x nk */
+int qkv_attention_blocks(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
+                         int64_t bq, int64_t bk);
 
 /* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
 void qkv_seed(uint64_t seed);

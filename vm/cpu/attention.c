@@ -196,9 +196,31 @@ static void finish (const job *J, const scratch *W, int bq, char *o) {
   }
 }
 
+/* ---- the mods ---- */
+
+int qkv_attn_mod_scores (const job *J, scratch *W, int64_t t, int64_t i0, int bq, int64_t j0,
+                         int bk, void *s, int64_t ld, int key_major, int kind) {
+  qkv_attn_mods *M = J->mods;
+  const qkv_mod_prog *P = M->prog;
+  int want = (P->out[QKV_MOD_OUT_SCORE] >= 0 ? QKV_MOD_WANT_SCORE : 0) |
+             (kind == QKV_BLOCK_PARTIAL && P->out[QKV_MOD_OUT_MASK] >= 0 ? QKV_MOD_WANT_MASK : 0);
+  if (want == 0) return QKV_OK;
+  int f64 = J->p.dtype == QKV_F64, outer = key_major ? bk : bq;
+  for (int r = 0; r < outer; r += MOD_ROWS) {
+    int n = outer - r < MOD_ROWS ? outer - r : MOD_ROWS;
+    qkv_mod_tile T = {t / M->heads, t % M->heads, key_major ? i0 : i0 + r,
+                      key_major ? j0 + r : j0, key_major ? bq : n, key_major ? n : bk,
+                      key_major, f64, (char *)s + (size_t)r * (size_t)ld * J->es, ld};
+    int err = qkv_mod_eval(M, &T, want, W->mem);
+    if (err != QKV_OK) return err;
+    qkv_mod_put(M, &T, W->mem, (want & QKV_MOD_WANT_MASK) != 0);
+  }
+  return QKV_OK;
+}
+
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */
-static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
-                       int64_t jend, char *o) {
+static int keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
+                      int64_t jend, char *o) {
   const qkv_attn_plan *P = &J->p;
   int64_t off[4];                   /* q's, k's, v's and the mask's */
   qkv_attn_batch_offsets(P, b, off);
@@ -207,10 +229,16 @@ static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     W->m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
-  for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-    int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
+  for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
+    int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
+    int kind = J->mods ? qkv_attn_mod_kind(J, b, i0, j0) : QKV_BLOCK_FULL;
+    if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     scores(J, bq, bk, qt, qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                            W->kbuf), W->s);
+    if (J->mods) {
+      int err = qkv_attn_mod_scores(J, W, b, i0, bq, j0, bk, W->s, bk, 0, kind);
+      if (err != QKV_OK) return err;
+    }
     const uint8_t *mk = NULL;
     if (P->has_mask)
       mk = (const uint8_t *)P->mask.base + off[3] + i0 * P->mask.rs + j0 * P->mask.cs;
@@ -220,12 +248,13 @@ static void keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
   }
   qkv_attn_put_lse(J, b, i0, bq, NULL, W->m, W->l);
   finish(J, W, bq, o);
+  return QKV_OK;
 }
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
 /* item t (attention_plan.h's qkv_attn_item says which queries) */
-static void query_tile (const job *J, scratch *W, int64_t t) {
+static int query_tile (const job *J, scratch *W, int64_t t) {
   const qkv_attn_plan *P = &J->p;
   int64_t b, i0;
   int bq = qkv_attn_item(P, t, &b, &i0);
@@ -235,19 +264,16 @@ static void query_tile (const job *J, scratch *W, int64_t t) {
   int64_t jend = qkv_attn_key_end(P, i0, bq);
   if (jend <= 0) {                  /* no key for any of them */
     qkv_attn_put_lse(J, b, i0, bq, NULL, NULL, NULL);
-    return;
+    return QKV_OK;
   }
 #ifdef QKV_VEXP_X86
   if (J->avx512) {
     qkv_attn_keys_avx512(J, W, b, i0, bq, jend, (float *)o);
-    return;
+    return QKV_OK;
   }
-  if (J->avx2) {
-    qkv_attn_keys_avx2(J, W, b, i0, bq, jend, (float *)o);
-    return;
-  }
+  if (J->avx2) return qkv_attn_keys_avx2(J, W, b, i0, bq, jend, (float *)o);
 #endif
-  keys_blas(J, W, b, i0, bq, jend, o);
+  return keys_blas(J, W, b, i0, bq, jend, o);
 }
 
 static void scratch_free (scratch *W) {
@@ -255,6 +281,7 @@ static void scratch_free (scratch *W) {
   free(W->qbuf);
   free(W->kbuf);
   free(W->vbuf);
+  free(W->mem);
 }
 
 /* 0 when out of memory (W is then freed).  The tile buffers share one
@@ -262,7 +289,7 @@ static void scratch_free (scratch *W) {
 static int scratch_new (const job *J, scratch *W) {
   const qkv_attn_plan *P = &J->p;
   size_t bq = (size_t)(P->nq < BQ ? P->nq : BQ);
-  size_t bk = (size_t)(P->nk < BK ? P->nk : BK);
+  size_t bk = (size_t)(P->nk < J->tk ? P->nk : J->tk);
   size_t es = J->es, dk = (size_t)P->dk, dv = (size_t)P->dv;
   memset(W, 0, sizeof *W);
   /* AVX2: queries padded to BQ; + 1 keeps dk == 0 from an empty qt */
@@ -285,6 +312,13 @@ static int scratch_new (const job *J, scratch *W) {
   if (J->gemm.q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
   if (J->gemm.k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
   if (J->gemm.v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
+  /* the mods' values on MOD_ROWS rows of a tile at a time, either way round */
+  if (J->mods)
+  {
+    size_t a = qkv_mod_scratch(J->mods->prog, BQ, MOD_ROWS);
+    size_t b = qkv_mod_scratch(J->mods->prog, MOD_ROWS, (int)bk);
+    ok = ok && (W->mem = malloc(sizeof(double) * (a > b ? a : b)));
+  }
   if (!ok) scratch_free(W);
   return ok;
 }
@@ -296,10 +330,11 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   if (!scratch_new(J, &W)) return QKV_ENOMEM;
   unsigned csr = qkv_ftz_on(J->p.dtype == QKV_F32);   /* subnormals flushed */
-  for (int64_t t = lo; t < hi && !qkv_interrupted; t++) query_tile(J, &W, t);
+  int err = QKV_OK;
+  for (int64_t t = lo; t < hi && !qkv_interrupted && err == QKV_OK; t++) err = query_tile(J, &W, t);
   qkv_ftz_off(csr);
   scratch_free(&W);
-  return qkv_interrupted ? QKV_EINTR : QKV_OK;
+  return err == QKV_OK && qkv_interrupted ? QKV_EINTR : err;
 }
 
 /*
@@ -311,13 +346,14 @@ static int run (const job *J) {
   return qkv_par_for(J->p.items, 1, tiles, (void *)J);
 }
 
-int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
-                       const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                       double scale, qkv_tensor *lse) {
+static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                    double scale, qkv_tensor *lse, qkv_attn_mods *M) {
   /* bfloat16 on the tile unit where there is one; otherwise, and for a
      scale that is not finite or is 0 (scores() below takes those) or
      d_k = 0, QKV_EDTYPE makes the dispatch compute in float32 */
   int bf16 = out->dtype == QKV_BF16;
+  if (M && out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
   if (bf16) {
 #ifdef QKV_VEXP_X86
     /* the tile path keeps no log-sum-exps: a forward that must leave them
@@ -334,6 +370,13 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   int err = qkv_attn_plan_forward(P, out, q, k, v, mask, causal, scale, lse, qkv_data);
   if (err != QKV_OK) return err;
   J.es = qkv_elsize(out->dtype);
+  int64_t tq = BQ;
+  J.tk = BK;
+  if (M) {
+    if (!qkv_cpu_mods_ready(M, P)) return QKV_EINTERNAL;
+    if (M->kinds) tq = M->bq, J.tk = M->bk;
+    J.mods = M;
+  }
   if (P->nbatch == 0 || P->nq == 0 || P->dv == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   if (P->nk == 0) {                  /* no key for any query: zeros */
@@ -345,15 +388,16 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
   if (!qkv_fits_int(P->nq) || !qkv_fits_int(P->nk) || !qkv_fits_int(P->dk) ||
       !qkv_fits_int(P->dv))
     return QKV_EINTERNAL;
-  qkv_attn_tiles(P, BQ);
+  qkv_attn_tiles(P, tq);
 #ifdef QKV_VEXP_X86
   /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
      a q * scale that is infinite or 0 hides what Q K^T * scale gives where
      the product overflows; BLAS's scores() takes those */
   J.avx2 = P->dtype == QKV_F32 && P->dk > 0 && isfinite(scale) && scale != 0 &&
            qkv_cpu_has_avx2();
-  /* the same path on 16 lanes (attention_avx512.c), when the CPU has it */
-  J.avx512 = J.avx2 && qkv_cpu_has_avx512();
+  /* the same path on 16 lanes (attention_avx512.c), when the CPU has it;
+     the mods run on the AVX2 path's tiles */
+  J.avx512 = J.avx2 && qkv_cpu_has_avx512() && !M;
 #endif
   J.gemm.q = read_of(&J, &P->q, P->nq, P->dk);
   J.gemm.k = read_of(&J, &P->k, P->nk, P->dk);
@@ -363,4 +407,16 @@ int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k
 #endif
   if (!J.avx2 && qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   return run(&J);
+}
+
+int qkv_cpu_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                       const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                       double scale, qkv_tensor *lse) {
+  return forward(out, q, k, v, mask, causal, scale, lse, NULL);
+}
+
+int qkv_cpu_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                            const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                            double scale, qkv_tensor *lse, qkv_attn_mods *M) {
+  return forward(out, q, k, v, mask, causal, scale, lse, M);
 }

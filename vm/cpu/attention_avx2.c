@@ -240,9 +240,18 @@ static QKV_AVX2 void scale_rows (float *o, int bq, int64_t dv, const float *f) {
   }
 }
 
+/* -inf again where the causal diagonal drops a key (query i < j + e drops
+   key j), after a score_mod may have made those scores finite */
+static void recut (float *st, int nqp, int bk, int64_t e) {
+  for (int j = 0; j < bk; j++) {
+    int64_t n = j + e < nqp ? j + e : nqp;
+    for (int64_t i = 0; i < n; i++) st[j * BQ + i] = -INFINITY;
+  }
+}
+
 /* the keys of query tile [i0, i0 + bq) with our products, into o */
-void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
-                         int64_t jend, float *o) {
+int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
+                        int64_t jend, float *o) {
   const qkv_attn_plan *P = &J->p;
   int64_t off[4];                   /* q's, k's, v's and the mask's */
   qkv_attn_batch_offsets(P, b, off);
@@ -253,20 +262,29 @@ void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq
     m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
-  for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-    int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
+  int later = P->has_mask || J->mods;  /* st changes after the product */
+  for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
+    int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
     int64_t e = qkv_attn_diagonal(P, i0, j0);
+    int kind = J->mods ? qkv_attn_mod_kind(J, b, i0, j0) : QKV_BLOCK_FULL;
+    if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                        W->kbuf);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
     /* the max comes out of the product, unless a mask changes st after */
     qk_tile(nqp, bk, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
-            P->dk, st, P->has_mask ? NULL : W->mx);
-    if (P->has_mask) {
+            P->dk, st, later ? NULL : W->mx);
+    if (J->mods) {
+      int err = qkv_attn_mod_scores(J, W, b, i0, bq, j0, bk, st, BQ, 1, kind);
+      if (err != QKV_OK) return err;
+      if (P->causal && J->mods->prog->out[QKV_MOD_OUT_SCORE] >= 0 &&
+          qkv_attn_tile_cut(P, i0, j0, bk))
+        recut(st, nqp, bk, e);
+    }
+    if (P->has_mask)
       qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
                          i0 * P->mask.rs + j0 * P->mask.cs);
-      col_max(st, nqp, bk, e, W->mx);
-    }
+    if (later) col_max(st, nqp, bk, e, W->mx);
     if (!softmax_cols(st, nqp, bk, e, W->mx, m, W->l, W->alpha)) continue;
     scale_rows(o, bq, P->dv, W->alpha);
     const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
@@ -279,6 +297,7 @@ void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq
   for (int i = 0; i < bq; i++)
     W->alpha[i] = W->l[i] == 0.0 ? 1.0f : (float)(1.0 / W->l[i]);
   scale_rows(o, bq, P->dv, W->alpha);
+  return QKV_OK;
 }
 #endif
 

@@ -16,6 +16,7 @@
 ** AVX-512, the same steps with its products in registers.
 */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@
 #include "blas.h"
 #include "vexp.h"
 #include "attention_bwd_job.h"
+#include "mods.h"
 #include "../common/layout.h"
 
 /* tiles of BQ queries x BK keys: 64 x 128 148 GFLOP/s at N = 4096, 128 x 128
@@ -40,6 +42,9 @@ typedef struct {
   int64_t ldq, ldk, ldv, ldo, ldgo;
   int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
   int regs;                         /* items by attention_bwd_avx512.c */
+  int64_t tq, tk;                   /* a tile's queries and keys: BQ, BK or the blocks' */
+  qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
+  pthread_mutex_t lock;             /* over the captured tensors' gradient sums */
 } Bwd;
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, rows of A and B as stored */
@@ -74,13 +79,18 @@ static void put (const Bwd *J, char *p, int64_t i, double x) {
   if (J->f64) ((double *)p)[i] = x; else ((float *)p)[i] = (float)x;
 }
 
-/* s (bq x bk) = scale q_tile k_tile^T, masked entries -inf; mk: batch
-   item b's mask, or NULL */
-static void scores (const Bwd *J, int64_t b, const unsigned char *mk, int64_t i0, int64_t bq,
-                    int64_t j0, int64_t bk, char *s) {
+/* s (bq x bk) = scale q_tile k_tile^T */
+static void product (const Bwd *J, int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+                     char *s) {
   const qkv_attn_plan *P = &J->p;
   const char *q = row(J, &P->q, J->ldq, b, i0), *k = row(J, &P->k, J->ldk, b, j0);
   gemm(J, 0, 1, bq, bk, P->dk, P->scale, q, J->ldq, k, J->ldk, 0, s, bk);
+}
+
+/* s's masked entries -inf; mk: batch item b's mask, or NULL */
+static void cut (const Bwd *J, const unsigned char *mk, int64_t i0, int64_t bq, int64_t j0,
+                 int64_t bk, char *s) {
+  const qkv_attn_plan *P = &J->p;
   if (!qkv_attn_tile_cut(P, i0, j0, bk)) return;        /* all kept */
   if (!mk && !J->f64) {                         /* causal alone: each row's tail */
     int64_t e = qkv_attn_diagonal(P, i0, j0);
@@ -93,6 +103,12 @@ static void scores (const Bwd *J, int64_t b, const unsigned char *mk, int64_t i0
   for (int64_t i = 0; i < bq; i++)
     for (int64_t j = 0; j < bk; j++)
       if (!qkv_attn_keeps(P, mk, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
+}
+
+static void scores (const Bwd *J, int64_t b, const unsigned char *mk, int64_t i0, int64_t bq,
+                    int64_t j0, int64_t bk, char *s) {
+  product(J, b, i0, bq, j0, bk, s);
+  cut(J, mk, i0, bq, j0, bk, s);
 }
 
 /* a tile row's max mx and sum of exp(x - mx) folded into the running
@@ -222,18 +238,20 @@ static void row_dots (const Bwd *J, int64_t b, int64_t i0, int64_t bq, double *D
 ** and D; 2. the gradients, key tile by key tile.  With one key tile (n_k
 ** <= BK) step 2 finds that tile's scores still in s from step 1.
 */
-static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D) {
+static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, double *D,
+                     double *mem, double *const *acc) {
   const qkv_attn_plan *P = &J->p;
   size_t es = J->f64 ? 8 : 4;
   int64_t nq = P->nq, nk = P->nk, dk = P->dk, dv = P->dv;
   const unsigned char *mk = NULL;               /* the item's mask */
   if (P->has_mask) mk = (const unsigned char *)P->mask.base + qkv_attn_batch_offset(P, &P->mask, b);
-  for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
-    int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
+  int64_t TQ = J->tq, TK = J->tk;
+  for (int64_t i0 = 0; i0 < nq; i0 += TQ) {
+    int64_t bq = nq - i0 < TQ ? nq - i0 : TQ;
     double m[BQ], l[BQ];
     for (int64_t i = 0; i < bq; i++) m[i] = -INFINITY, l[i] = 0;
-    for (int64_t j0 = 0; P->lse == NULL && j0 < nk; j0 += BK) {   /* 1: lse, D */
-      int64_t bk = nk - j0 < BK ? nk - j0 : BK;
+    for (int64_t j0 = 0; P->lse == NULL && j0 < nk; j0 += TK) {   /* 1: lse, D */
+      int64_t bk = nk - j0 < TK ? nk - j0 : TK;
       scores(J, b, mk, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
         if (!J->f64) { row_stats_f32(J->wide, (const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
@@ -253,12 +271,26 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
     row_dots(J, b, i0, bq, D);
     const char *q = row(J, &P->q, J->ldq, b, i0), *go = row(J, &P->go, J->ldgo, b, i0);
     char *dq = P->gq + (b * nq + i0) * dk * (int64_t)es;
-    for (int64_t j0 = 0; j0 < nk; j0 += BK) {           /* 2: the gradients */
-      int64_t bk = nk - j0 < BK ? nk - j0 : BK;
+    for (int64_t j0 = 0; j0 < nk; j0 += TK) {           /* 2: the gradients */
+      int64_t bk = nk - j0 < TK ? nk - j0 : TK;
       const char *k = row(J, &P->k, J->ldk, b, j0), *v = row(J, &P->v, J->ldv, b, j0);
       char *dkk = P->gk + (b * nk + j0) * dk * (int64_t)es;
       char *dvv = P->gv + (b * nk + j0) * dv * (int64_t)es;
-      if (nk > BK || P->lse) scores(J, b, mk, i0, bq, j0, bk, s);
+      qkv_mod_tile T = {0, 0, i0, j0, (int)bq, (int)bk, 0, J->f64, s, bk};
+      if (J->mods) {          /* the mods on the scores, keeping what the derivatives need */
+        qkv_attn_mods *M = J->mods;
+        int kind = qkv_mod_kind(M, b, i0, j0);
+        if (kind == QKV_BLOCK_EMPTY) continue;
+        int want = QKV_MOD_WANT_SCORE | QKV_MOD_WANT_GRAD |
+                   (kind == QKV_BLOCK_PARTIAL ? QKV_MOD_WANT_MASK : 0);
+        T.b = b / M->heads;
+        T.h = b % M->heads;
+        product(J, b, i0, bq, j0, bk, s);
+        int err = qkv_mod_eval(M, &T, want, mem);
+        if (err != QKV_OK) return err;
+        qkv_mod_put(M, &T, mem, kind == QKV_BLOCK_PARTIAL);
+        cut(J, mk, i0, bq, j0, bk, s);
+      } else if (nk > BK || P->lse) scores(J, b, mk, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, dv, 1, go, J->ldgo, v, J->ldv, 0, dp, bk);  /* dP = dO V^T */
       if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
       else
@@ -269,11 +301,13 @@ static void one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, d
             put(J, s, i * bk + j, p);
             put(J, dp, i * bk + j, p * (at(J, dp, i * bk + j) - D[i]));
           }
+      if (J->mods) qkv_mod_grads(J->mods, &T, mem, dp, acc);   /* dS by the scores */
       gemm(J, 1, 0, bk, dv, bq, 1, s, bk, go, J->ldgo, 1, dvv, dv);      /* dV += P^T dO */
       gemm(J, 0, 0, bq, dk, bk, P->scale, dp, bk, k, J->ldk, 1, dq, dk);  /* dQ += s dS K */
       gemm(J, 1, 0, bk, dk, bq, P->scale, dp, bk, q, J->ldq, 1, dkk, dk); /* dK += s dS^T Q */
     }
   }
+  return QKV_OK;
 }
 
 /* items [lo, hi) by attention_bwd_avx512.c */
@@ -307,18 +341,37 @@ static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
   /* tiles as big as this job's: BQ x BK (128 KB) went to mmap, and each
      chunk's pages were faulted in again (two threads on 32 x 32 items
      were 1.2x one) */
-  size_t tile = (size_t)(nq < BQ ? nq : BQ) * (size_t)(nk < BK ? nk : BK) * es;
+  int64_t tq = nq < J->tq ? nq : J->tq, tk = nk < J->tk ? nk : J->tk;
+  size_t tile = (size_t)tq * (size_t)tk * es;
   char *s = malloc(tile), *dp = malloc(tile);
   double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
   int err = s && dp && lse && D ? QKV_OK : QKV_ENOMEM;
+  /* the mods' values on a whole tile, and this thread's own sums of the
+     captured tensors' gradients, added to the job's once at the end */
+  double *mem = NULL, *acc[QKV_MOD_MAXCAP] = {NULL};
+  qkv_attn_mods *M = J->mods;
+  if (M && err == QKV_OK) {
+    mem = malloc(sizeof(double) * qkv_mod_scratch(M->prog, (int)tq, (int)tk));
+    if (mem == NULL) err = QKV_ENOMEM;
+    for (int c = 0; c < M->ncap && err == QKV_OK; c++)
+      if (M->cap[c].grad && (acc[c] = calloc((size_t)qkv_numel(M->gradt[c]), sizeof(double))) == NULL)
+        err = QKV_ENOMEM;
+  }
   for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
     memset(P->gq + b * nq * dk * (int64_t)es, 0, (size_t)(nq * dk) * es);
     memset(P->gk + b * nk * dk * (int64_t)es, 0, (size_t)(nk * dk) * es);
     memset(P->gv + b * nk * dv * (int64_t)es, 0, (size_t)(nk * dv) * es);
-    one_item(J, b, s, dp, lse, D);
+    err = one_item(J, b, s, dp, lse, D, mem, acc);
   }
-  free(s); free(dp); free(lse); free(D);
+  if (M && err == QKV_OK) {
+    pthread_mutex_lock((pthread_mutex_t *)&J->lock);
+    for (int c = 0; c < M->ncap; c++)
+      for (int64_t e = 0; acc[c] && e < qkv_numel(M->gradt[c]); e++) M->cap[c].grad[e] += acc[c][e];
+    pthread_mutex_unlock((pthread_mutex_t *)&J->lock);
+  }
+  for (int c = 0; c < QKV_MOD_MAXCAP; c++) free(acc[c]);
+  free(mem); free(s); free(dp); free(lse); free(D);
   return err;
 }
 
@@ -332,11 +385,11 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
   return err;
 }
 
-int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
-                                const qkv_tensor *o, const qkv_tensor *go,
-                                const qkv_tensor *mask, int causal, double scale,
-                                const qkv_tensor *lse) {
+static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                     const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                     const qkv_tensor *o, const qkv_tensor *go,
+                     const qkv_tensor *mask, int causal, double scale,
+                     const qkv_tensor *lse, qkv_attn_mods *M) {
   if (q->dtype != QKV_F32 && q->dtype != QKV_F64) return QKV_EDTYPE;   /* halves: in float32 */
   Bwd J;
   memset(&J, 0, sizeof J);
@@ -351,10 +404,17 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   J.ldo = ld_of(o);
   J.ldgo = ld_of(go);
   J.wide = qkv_cpu_isa() >= QKV_ISA_AVX512;
+  J.tq = BQ;
+  J.tk = BK;
+  if (M) {                          /* the mods read the forward's lse */
+    if (P->lse == NULL || !qkv_cpu_mods_ready(M, P)) return QKV_EINTERNAL;
+    if (M->kinds) J.tq = M->bq, J.tk = M->bk;
+    J.mods = M;
+  }
 #ifdef QKV_VEXP_X86
   static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
   if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
-  J.regs = J.wide && !J.f64 && !P->has_mask && P->lse && !blas_asked;
+  J.regs = J.wide && !J.f64 && !P->has_mask && P->lse && !blas_asked && !M;
 #endif
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */
@@ -366,5 +426,24 @@ int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
     return QKV_OK;
   }
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
-  return qkv_par_for(P->nbatch, 1, items, &J);
+  pthread_mutex_init(&J.lock, NULL);
+  err = qkv_par_for(P->nbatch, 1, items, &J);
+  pthread_mutex_destroy(&J.lock);
+  return err;
+}
+
+int qkv_cpu_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                const qkv_tensor *o, const qkv_tensor *go,
+                                const qkv_tensor *mask, int causal, double scale,
+                                const qkv_tensor *lse) {
+  return backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse, NULL);
+}
+
+int qkv_cpu_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                     const qkv_tensor *q, const qkv_tensor *k,
+                                     const qkv_tensor *v, const qkv_tensor *o,
+                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
+                                     double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
+  return backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse, M);
 }

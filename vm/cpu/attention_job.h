@@ -16,6 +16,7 @@
 #include "../common/attention_plan.h"
 #include "../common/layout.h"
 #include "vexp.h"
+#include "mods.h"
 
 /*
 ** Tile sizes, measured (bench/NOTES.md): a 96 x 384 block of float scores
@@ -39,6 +40,8 @@ typedef struct {
   size_t es;                        /* the dtype's element size */
   int avx2, avx512;                 /* our products (avx512 implies avx2) */
   struct { gemm_read q, k, v; } gemm;
+  qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
+  int64_t tk;                       /* keys per tile: BK, or a block mask's */
 } job;
 
 /* a thread's scratch */
@@ -48,6 +51,7 @@ typedef struct {
   float *qt, *alpha, *mx;           /* AVX paths: q^T * scale, rescale
                                        factors, the tile's max per query */
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
+  double *mem;                      /* the mods' values (mods.h), or NULL */
   void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 
@@ -124,10 +128,25 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
   }
 }
 
+/* ---- the mods (score_mod, mask_mod: common/mods.h) ---- */
+
+/* rows of a tile the mods run on at a time, so that their values stay in L2 */
+#define MOD_ROWS 16
+
+static inline int qkv_attn_mod_kind (const job *J, int64_t t, int64_t i0, int64_t j0) {
+  return qkv_mod_kind(J->mods, t, i0, j0);
+}
+
+/* the mods on a tile of scores s (bq queries from i0, bk keys from j0, of
+   batch item t): the new scores, and -inf where a partial tile's mask
+   drops a key; key_major: s[j ld + i], else s[i ld + j] */
+int qkv_attn_mod_scores (const job *J, scratch *W, int64_t t, int64_t i0, int bq, int64_t j0,
+                         int bk, void *s, int64_t ld, int key_major, int kind);
+
 #ifdef QKV_VEXP_X86
 /* the keys of query tile [i0, i0 + bq) of batch b with our products, into o */
-void qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
-                         int bq, int64_t jend, float *o);
+int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
+                        int bq, int64_t jend, float *o);
 void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
                            int bq, int64_t jend, float *o);
 /* the whole job in bfloat16 on the tile unit (attention_amx.c) */

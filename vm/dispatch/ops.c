@@ -31,6 +31,7 @@ const char *qkv_strerror (int code) {
              "expanded view); clone() it first";
     case QKV_ECUDA: return qkv_cuda_loaded() ? qkv_cuda_loaded()->error() : "cuda: error";
     case QKV_ERANGE: return qkv_op_range_message();
+    case QKV_EINDEX: return "an index out of range";
     default: return "internal error";
   }
 }

@@ -12,6 +12,7 @@
 #include "../core/backend.h"
 #include "../common/layout.h"
 #include "ops.h"
+#include "../common/mods.h"
 
 /* selection */
 
@@ -338,7 +339,7 @@ int qkv_causal (qkv_tensor *m, int64_t offset, int keep) {
 
 static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *q,
                          const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
-                         int causal, double scale, qkv_tensor *lse) {
+                         int causal, double scale, qkv_tensor *lse, qkv_attn_mods *M) {
   int err, n = out->ndim;
   int64_t nq = out->size[n - 2], nk = k->size[k->ndim - 2];
   int64_t sq[QKV_MAXDIM], sk[QKV_MAXDIM], sv[QKV_MAXDIM], sm[QKV_MAXDIM];
@@ -361,7 +362,10 @@ static int attention_in (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
   if (err == QKV_OK && (qkv_expand(&x, &lq, n, sq) || qkv_expand(&y, &lk, n, sk) ||
                         qkv_expand(&z, &lv, n, sv) || (pm && qkv_expand(pm, &m, n, sm))))
     err = QKV_EINTERNAL;
-  if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale, lse);
+  if (err == QKV_OK && M)
+    err = be->attention_mods ? be->attention_mods(out, &x, &y, &z, pm, causal, scale, lse, M)
+                             : QKV_ENODEV;
+  else if (err == QKV_OK) err = be->attention(out, &x, &y, &z, pm, causal, scale, lse);
   qkv_storage_release(tx);
   qkv_storage_release(ty);
   qkv_storage_release(tz);
@@ -380,7 +384,7 @@ static int lse_fits (const qkv_tensor *lse, const qkv_tensor *o, qkv_dtype dt) {
 /* qkv_attention, and qkv_attention_lse's with lse (checked by it) */
 static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
                            const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
-                           int causal, double scale) {
+                           int causal, double scale, qkv_attn_mods *M) {
   int err;
   qkv_tensor t, *o, m;
   qkv_storage *tm = NULL;
@@ -396,9 +400,9 @@ static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q
      cores: QKV_EDTYPE otherwise), else computed in float32 */
   err = QKV_EDTYPE;
   if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
-    err = attention_in(be, out, q, k, v, mask, causal, scale, lse);
+    err = attention_in(be, out, q, k, v, mask, causal, scale, lse, M);
   if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
-    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, lse), be, out, o);
+    err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, lse, M), be, out, o);
   qkv_storage_release(tm);
   return err;
 }
@@ -406,7 +410,7 @@ static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q
 int qkv_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                    const qkv_tensor *v, const qkv_tensor *mask, int causal,
                    double scale) {
-  return attention_with(out, NULL, q, k, v, mask, causal, scale);
+  return attention_with(out, NULL, q, k, v, mask, causal, scale, NULL);
 }
 
 /* lse of out's compute dtype: float32 for the halves, which a backend
@@ -418,7 +422,40 @@ int qkv_attention_lse (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
   if (qkv_op_backend(out, lse, NULL, &err) == NULL) return err;
   if (!qkv_is_float(out->dtype) || !lse_fits(lse, out, qkv_compute_dtype(out->dtype)))
     return QKV_EINTERNAL;
-  return attention_with(out, lse, q, k, v, mask, causal, scale);
+  return attention_with(out, lse, q, k, v, mask, causal, scale, NULL);
+}
+
+/* each captured tensor, gradient sum and the kinds on out's backend */
+static int mods_fit (const qkv_tensor *out, const qkv_attn_mods *M) {
+  int err;
+  if (M->prog == NULL || M->ncap < 0 || M->ncap > QKV_MOD_MAXCAP) return QKV_EINTERNAL;
+  for (int c = 0; c < M->ncap; c++)
+    if (qkv_op_backend(out, M->capt[c], M->gradt[c], &err) == NULL) return err;
+  if (M->kindt && qkv_op_backend(out, M->kindt, NULL, &err) == NULL) return err;
+  return QKV_OK;
+}
+
+int qkv_attention_mods (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
+                        const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *mask,
+                        int causal, double scale, qkv_attn_mods *M) {
+  int err;
+  if (qkv_op_backend(out, lse, NULL, &err) == NULL || (err = mods_fit(out, M)) != QKV_OK)
+    return err;
+  if (!qkv_is_float(out->dtype) || !lse_fits(lse, out, qkv_compute_dtype(out->dtype)))
+    return QKV_EINTERNAL;
+  return attention_with(out, lse, q, k, v, mask, causal, scale, M);
+}
+
+int qkv_attention_blocks (qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
+                          int64_t bq, int64_t bk) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(kinds, NULL, NULL, &err);
+  if (be == NULL || (err = mods_fit(kinds, M)) != QKV_OK) return err;
+  if (kinds->dtype != QKV_I32 || !qkv_is_contiguous(kinds) || kinds->ndim != 4 ||
+      bq < 1 || bk < 1 || kinds->size[2] != (nq + bq - 1) / bq ||
+      kinds->size[3] != (nk + bk - 1) / bk)
+    return QKV_EINTERNAL;
+  return be->attention_blocks ? be->attention_blocks(M, kinds, nq, nk, bq, bk) : QKV_ENODEV;
 }
 
 /*
@@ -504,7 +541,7 @@ static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const 
    dq, dk, dv of dt; lse checked by the caller */
 static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                         const qkv_tensor *const in[5], const qkv_tensor *mask, int causal,
-                        double scale, const qkv_tensor *lse) {
+                        double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
   int err = QKV_OK;
   qkv_dtype dt = dq->dtype;
   const qkv_tensor *o = in[3];
@@ -514,7 +551,12 @@ static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, q
     err = full(&x[i], &tx[i], in[i], o, dt, be->attention_backward_rows);
   like.size[o->ndim - 1] = in[1]->size[in[1]->ndim - 2];
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
-  if (err == QKV_OK)
+  if (err == QKV_OK && M)
+    err = be->attention_mods_backward
+        ? be->attention_mods_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
+                                      mask ? &m : NULL, causal, scale, lse, M)
+        : QKV_ENODEV;
+  else if (err == QKV_OK)
     err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
                                  mask ? &m : NULL, causal, scale, lse);
   for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
@@ -542,12 +584,12 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if (lse && !lse_fits(lse, o, qkv_compute_dtype(dt))) return QKV_EINTERNAL;
   const qkv_tensor *in[5] = {q, k, v, o, go};
   err = QKV_EDTYPE;
-  if (half) err = backward_in(be, dq, dk, dv, in, mask, causal, scale, lse);
+  if (half) err = backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, NULL);
   if (err != QKV_EDTYPE) return err;
   qkv_tensor t[3], *g[3], *out[3] = {dq, dk, dv};
   int made = 0;
   for (err = QKV_OK; made < 3 && err == QKV_OK; made++) err = qkv_op_computed(out[made], &t[made], &g[made]);
-  if (err == QKV_OK) err = backward_in(be, g[0], g[1], g[2], in, mask, causal, scale, lse);
+  if (err == QKV_OK) err = backward_in(be, g[0], g[1], g[2], in, mask, causal, scale, lse, NULL);
   for (int i = 0; i < made; i++) err = qkv_op_done(err, be, out[i], g[i]);
   return err;
 }
@@ -575,4 +617,26 @@ int qkv_adam (qkv_tensor *p, const qkv_tensor *g, qkv_tensor *m, qkv_tensor *v, 
   err = be->adam(p, &gc, m, v, vmax, h);
   qkv_storage_release(tg);
   return err;
+}
+
+/* float32 and float64 alone (the halves come in float32 copies), with the
+   forward's lse */
+int qkv_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                 const qkv_tensor *o, const qkv_tensor *go,
+                                 const qkv_tensor *mask, int causal, double scale,
+                                 const qkv_tensor *lse, qkv_attn_mods *M) {
+  int err;
+  const qkv_backend *be = qkv_op_backend(dq, q, k, &err);
+  if (be == NULL || (be = qkv_op_backend(dk, v, o, &err)) == NULL ||
+      (be = qkv_op_backend(dv, go, mask, &err)) == NULL ||
+      (be = qkv_op_backend(dq, lse, NULL, &err)) == NULL || (err = mods_fit(dq, M)) != QKV_OK)
+    return err;
+  qkv_dtype dt = dq->dtype;
+  if ((dt != QKV_F32 && dt != QKV_F64) || dk->dtype != dt || dv->dtype != dt ||
+      !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) || !qkv_is_contiguous(dv) ||
+      !lse_fits(lse, o, dt))
+    return QKV_EINTERNAL;
+  const qkv_tensor *in[5] = {q, k, v, o, go};
+  return backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, M);
 }

@@ -24,6 +24,17 @@ local COVER = {
   softmax_backward = "TestCudaSoftmax", log_softmax = "TestCudaSoftmax",
   layer_norm = "TestCudaSoftmax", layer_norm_backward = "TestCudaSoftmax", cumsum = "TestCudaReduce", tri = "TestCudaSelect",
   adam = "TestCudaOptim", rms_norm = "TestCudaSoftmax", rms_norm_backward = "TestCudaSoftmax",
+  attention_mods = "TestCudaVariants", attention_mods_backward = "TestCudaVariants",
+  attention_blocks = "TestCudaVariants",
+}
+
+-- entries the GPU does not fill yet, and why; each must stay unfilled
+-- until it leaves this list (so that the list stays true)
+local LATER = {
+  attention_mods = "issue 48: the fused variants on the GPU (NVRTC) are not written yet; " ..
+    "attention with score_mod/mask_mod runs composed there",
+  attention_mods_backward = "issue 48: as attention_mods",
+  attention_blocks = "issue 48: block masks are built on the CPU",
 }
 
 TestCudaCoverage = {}
@@ -42,7 +53,11 @@ end
 function TestCudaCoverage:testTheGpuFillsEveryEntry()
   need()
   for _, e in ipairs(qkv._backend_entries()) do
-    lu.assertTrue(e.cuda, "the CUDA backend lacks entry " .. e.name)
+    if LATER[e.name] then
+      lu.assertFalse(e.cuda, e.name .. " is filled now: take it off the list LATER")
+    else
+      lu.assertTrue(e.cuda, "the CUDA backend lacks entry " .. e.name)
+    end
   end
 end
 

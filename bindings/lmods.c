@@ -1,0 +1,238 @@
+/*
+** lmods.c -- attention's variants: the programs the tracer made of a
+** score_mod and a mask_mod (stdlib/qkv/variants/trace.lua) handed to the
+** dispatch.  qkv.attention's options score_mod, mask_mod and block_mask
+** are read by stdlib/qkv/variants/init.lua, which calls these:
+**   qkv._mod_ops()                      -> {name = code} (vm/common/mods.h)
+**   qkv._attention_mod(Q, K, V, mask|nil, causal, scale, spec) -> out, lse
+**   qkv._attention_mod_backward(Q, K, V, out, grad, mask|nil, causal,
+**                               scale, lse, spec) -> dQ, dK, dV
+**   qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk) -> int32 (kb, kh, nqb, nkb)
+** spec is a table: prog (the instructions, packed), args (LOAD's indices,
+** packed), out and by (QKV_MOD_NOUT integers each), caps (the captured
+** tensors), capmod (the mod that captured each, for messages), fname
+** (the public function), and optionally kinds (a block mask's int32
+** tensor) with bq and bk, and grads (per captured tensor a float64 tensor
+** to add its gradient into, or false).  Everything in it is checked: a
+** script can call these with anything.
+*/
+#include <string.h>
+
+#include "lauxqkv.h"
+#include "../vm/common/mods.h"
+
+/* spec's field key, raw (no metamethods run while tensors are held) */
+static int field (lua_State *L, int spec, const char *key) {
+  lua_pushstring(L, key);
+  return lua_rawget(L, spec);
+}
+
+static const char *fname_of (lua_State *L, int spec) {
+  const char *f = field(L, spec, "fname") == LUA_TSTRING ? lua_tostring(L, -1) : "attention";
+  lua_pop(L, 1);
+  return f;
+}
+
+/* a list of QKV_MOD_NOUT integers at spec[key] into v */
+static void ints (lua_State *L, int spec, const char *key, int *v) {
+  if (field(L, spec, key) != LUA_TTABLE) luaL_error(L, "_mods: spec.%s must be a table", key);
+  for (int i = 0; i < QKV_MOD_NOUT; i++) {
+    int isnum;
+    lua_rawgeti(L, -1, i + 1);
+    lua_Integer x = lua_tointegerx(L, -1, &isnum);
+    if (!isnum || x < -1 || x >= QKV_MOD_MAXINS) luaL_error(L, "_mods: spec.%s[%d] is bad", key, i + 1);
+    v[i] = (int)x;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/*
+** M and its program from the spec at index spec; the captured tensors,
+** the gradient sums and the kinds stay referenced by the spec, which the
+** caller keeps on its stack.
+*/
+static void read_spec (lua_State *L, int spec, qkv_attn_mods *M, qkv_mod_prog *P) {
+  size_t n, na;
+  luaL_checktype(L, spec, LUA_TTABLE);
+  memset(M, 0, sizeof *M);
+  memset(P, 0, sizeof *P);
+  M->prog = P;
+  if (field(L, spec, "prog") != LUA_TSTRING || field(L, spec, "args") != LUA_TSTRING)
+    luaL_error(L, "_mods: spec.prog and spec.args must be strings");
+  const char *prog = lua_tolstring(L, -2, &n), *args = lua_tolstring(L, -1, &na);
+  if (n % 24 != 0 || n / 24 > QKV_MOD_MAXINS || na % 4 != 0 || na / 4 > QKV_MOD_MAXARGS)
+    luaL_error(L, "_mods: spec.prog or spec.args has a bad length");
+  P->n = (int)(n / 24);
+  P->nargs = (int)(na / 4);
+  for (int i = 0; i < P->n; i++) {
+    const char *p = prog + 24 * i;
+    memcpy(&P->ins[i].op, p, 4);
+    memcpy(&P->ins[i].a, p + 4, 4);
+    memcpy(&P->ins[i].b, p + 8, 4);
+    memcpy(&P->ins[i].c, p + 12, 4);
+    memcpy(&P->ins[i].k, p + 16, 8);
+  }
+  memcpy(P->args, args, na);
+  lua_pop(L, 2);
+  ints(L, spec, "out", P->out);
+  ints(L, spec, "by", P->dload);
+  int rank[QKV_MOD_MAXCAP];
+  if (field(L, spec, "caps") != LUA_TTABLE) luaL_error(L, "_mods: spec.caps must be a table");
+  M->ncap = (int)lua_rawlen(L, -1);
+  if (M->ncap > QKV_MOD_MAXCAP) luaL_error(L, "_mods: more than %d captured tensors", QKV_MOD_MAXCAP);
+  int grads = field(L, spec, "grads") == LUA_TTABLE;
+  for (int c = 0; c < M->ncap; c++) {
+    lua_rawgeti(L, -2, c + 1);
+    M->capt[c] = qkvL_totensor(L, -1);
+    if (M->capt[c] == NULL) luaL_error(L, "_mods: captured tensor %d is not a tensor", c + 1);
+    rank[c] = M->capt[c]->ndim;
+    lua_pop(L, 1);
+    if (!grads || lua_rawgeti(L, -1, c + 1) == LUA_TBOOLEAN || lua_isnil(L, -1)) {
+      if (grads) lua_pop(L, 1);
+      continue;
+    }
+    qkv_tensor *g = qkvL_totensor(L, -1);
+    if (g == NULL || g->dtype != QKV_F64 || !qkv_is_contiguous(g) || g->ndim != rank[c] ||
+        memcmp(g->size, M->capt[c]->size, sizeof(int64_t) * (size_t)rank[c]) != 0)
+      luaL_error(L, "_mods: grads[%d] must be a contiguous float64 tensor of the captured "
+                 "tensor's shape", c + 1);
+    M->gradt[c] = g;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+  if (qkv_mod_check(P, M->ncap, rank) != 0) luaL_error(L, "_mods: spec.prog is not a program");
+  if (field(L, spec, "kinds") != LUA_TNIL) {
+    qkv_tensor *k = qkvL_totensor(L, -1);
+    lua_Integer bq = field(L, spec, "bq") == LUA_TNUMBER ? lua_tointeger(L, -1) : 0;
+    lua_Integer bk = field(L, spec, "bk") == LUA_TNUMBER ? lua_tointeger(L, -1) : 0;
+    lua_pop(L, 2);
+    if (k == NULL || k->dtype != QKV_I32 || k->ndim != 4 || !qkv_is_contiguous(k) || bq < 1 ||
+        bk < 1)
+      luaL_error(L, "_mods: spec.kinds must be a contiguous int32 tensor (kb, kh, nqb, nkb) "
+                 "with spec.bq and spec.bk");
+    M->kindt = k;
+    M->kb = k->size[0];
+    M->kh = k->size[1];
+    M->nqb = k->size[2];
+    M->nkb = k->size[3];
+    M->bq = bq;
+    M->bk = bk;
+  }
+  lua_pop(L, 1);
+}
+
+/* err as a Lua error of the public function; an index out of range names
+   the mod, the captured tensor, the index and its value */
+static void check (lua_State *L, int spec, const qkv_attn_mods *M, int err) {
+  if (err == QKV_OK) return;
+  const char *fname = fname_of(L, spec);
+  if (err == QKV_EINDEX && M->fail_ins >= 0) {
+    const qkv_mod_ins *x = &M->prog->ins[M->fail_ins];
+    const qkv_tensor *t = M->capt[x->a];
+    const char *mod = "a mod";
+    if (field(L, spec, "capmod") == LUA_TTABLE && lua_rawgeti(L, -1, x->a + 1) == LUA_TSTRING)
+      mod = lua_tostring(L, -1);
+    const char *s = qkvL_shape(L, t);
+    luaL_error(L, "%s: %s: index %d of the captured tensor %s is %f, not an integer in 1..%I",
+               fname, mod, M->fail_arg + 1, s, M->fail_val, (lua_Integer)t->size[M->fail_arg]);
+  }
+  if (err == QKV_ENODEV)
+    luaL_error(L, "%s: score_mod and mask_mod do not run fused on this device", fname);
+  qkvL_check(L, fname, err);
+}
+
+static int m_ops (lua_State *L) {
+  static const char *const names[] = {
+#define QKV_MOD_NAME(N, n, a) #n,
+    QKV_MOD_OPS(QKV_MOD_NAME)
+#undef QKV_MOD_NAME
+  };
+  lua_createtable(L, 0, QKV_MOD_NOPS);
+  for (int i = 0; i < QKV_MOD_NOPS; i++) {
+    lua_pushinteger(L, i);
+    lua_setfield(L, -2, names[i]);
+  }
+  return 1;
+}
+
+static int m_attention (lua_State *L) {
+  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
+  qkv_tensor *V = qkvL_checktensor(L, 3);
+  qkv_tensor *m = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
+  int causal = lua_toboolean(L, 5);
+  double scale = luaL_checknumber(L, 6);
+  qkv_attn_mods M;
+  qkv_mod_prog P;
+  read_spec(L, 7, &M, &P);
+  if (!qkv_is_float(Q->dtype) || K->dtype != Q->dtype || V->dtype != Q->dtype)
+    return luaL_error(L, "_attention_mod: Q, K and V must be one float dtype");
+  int64_t size[QKV_MAXDIM];
+  int n = qkvL_attention_shape(L, Q, K, V, m, size);
+  qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
+  qkv_tensor *lse = qkvL_new(L, qkv_compute_dtype(Q->dtype), Q->storage->device, n - 1, size, 0);
+  check(L, 7, &M, qkv_attention_mods(out, lse, Q, K, V, m, causal, scale, &M));
+  return 2;
+}
+
+static int m_attention_backward (lua_State *L) {
+  qkv_tensor *ts[5];
+  for (int i = 0; i < 5; i++) ts[i] = qkvL_checktensor(L, i + 1);
+  qkv_tensor *m = lua_isnoneornil(L, 6) ? NULL : qkvL_checktensor(L, 6);
+  int causal = lua_toboolean(L, 7);
+  double scale = luaL_checknumber(L, 8);
+  qkv_tensor *lse = qkvL_checktensor(L, 9);
+  qkv_attn_mods M;
+  qkv_mod_prog P;
+  read_spec(L, 10, &M, &P);
+  const qkv_tensor *o = ts[3];
+  int64_t sz[QKV_MAXDIM];
+  int n = o->ndim, ok = (o->dtype == QKV_F32 || o->dtype == QKV_F64) && n >= 2;
+  for (int i = 0; ok && i < 5; i++) ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
+  ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
+       memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 && ts[4]->ndim == n &&
+       memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
+  if (!ok)
+    return luaL_error(L, "_attention_mod_backward: out and grad must be attention(Q, K, V)'s "
+                      "shape, float32 or float64");
+  int64_t size[3][QKV_MAXDIM];
+  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
+  size[0][n - 1] = ts[0]->size[ts[0]->ndim - 1];
+  size[1][n - 2] = ts[1]->size[ts[1]->ndim - 2]; size[1][n - 1] = ts[1]->size[ts[1]->ndim - 1];
+  size[2][n - 2] = ts[2]->size[ts[2]->ndim - 2]; size[2][n - 1] = ts[2]->size[ts[2]->ndim - 1];
+  qkv_tensor *g[3];
+  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, o->dtype, o->storage->device, n, size[w], 0);
+  int err = qkv_attention_mods_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2], o, ts[4], m,
+                                        causal, scale, lse, &M);
+  if (err == QKV_EINTERNAL)
+    return luaL_error(L, "_attention_mod_backward: lse must be what _attention_mod gave with out");
+  check(L, 10, &M, err);
+  return 3;
+}
+
+static int m_block_kinds (lua_State *L) {
+  qkv_attn_mods M;
+  qkv_mod_prog P;
+  read_spec(L, 1, &M, &P);
+  int64_t v[6];
+  for (int i = 0; i < 6; i++) v[i] = luaL_checkinteger(L, i + 2);
+  if (v[0] < 1 || v[1] < 1 || v[2] < 0 || v[3] < 0 || v[4] < 1 || v[5] < 1 || v[4] > 4096 ||
+      v[5] > 4096 || P.out[QKV_MOD_OUT_MASK] < 0)
+    return luaL_error(L, "_block_kinds: bad sizes or no mask");
+  int64_t size[4] = {v[0], v[1], (v[2] + v[4] - 1) / v[4], (v[3] + v[5] - 1) / v[5]};
+  qkvL_checkbytes(L, "block_mask", 4, size, QKV_I32);
+  qkv_device dev = M.ncap > 0 ? M.capt[0]->storage->device : QKV_CPU;
+  qkv_tensor *kinds = qkvL_new(L, QKV_I32, dev, 4, size, 0);
+  check(L, 1, &M, qkv_attention_blocks(&M, kinds, v[2], v[3], v[4], v[5]));
+  return 1;
+}
+
+void qkvL_open_mods (lua_State *L, int mt, int methods, int module) {
+  static const luaL_Reg mod[] = {
+    {"_mod_ops", m_ops}, {"_attention_mod", m_attention},
+    {"_attention_mod_backward", m_attention_backward}, {"_block_kinds", m_block_kinds},
+    {NULL, NULL}
+  };
+  qkvL_register(L, methods, module, NULL, NULL, mod);
+  (void)mt;
+}

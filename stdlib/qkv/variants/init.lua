@@ -1,0 +1,342 @@
+-- variants/init.lua: attention's variants as Lua functions.
+--
+--   qkv.attention(q, k, v, {score_mod = f, mask_mod = g, block_mask = bm, ...})
+--   qkv.block_mask(mask_mod, B, H, n_q, n_k [, {block = n | {n_q_block, n_k_block}}])
+--   qkv.and_masks(g1, g2, ...), qkv.or_masks(g1, g2, ...)
+--   qkv.alibi_slopes(H), and the library in qkv.variants (library.lua)
+--
+-- f(score, b, h, i, j) returns the new score (score = q.k * scale, as
+-- FlexAttention's); g(b, h, i, j) whether key j takes part for query i;
+-- all counted from 1. The batch dims are read as (..., B, H): h the last
+-- one's index, b the index over the dims before it (1 with none).
+-- bindings/lattn.c hands attention here when its options name a mod.
+--
+-- Each call traces the mods once (variants/trace.lua). weights = false runs
+-- the fused kernel (vm/cpu/attention*.c with the program, vm/cpu/mods.c),
+-- which skips the blocks the mask leaves empty and never holds n_q x n_k;
+-- weights = true (attention's default) evaluates the trace on the whole
+-- score tensor (variants/replay.lua) and returns the weights as well.
+-- Devices without the fused variants (the GPU, for now) take that way too.
+
+local qkv = require "qkv"
+local trace = require "qkv.variants.trace"
+local replay = require "qkv.variants.replay"
+
+local M = {}
+local issym = trace.issym
+
+-- qkv.where on symbolic values makes a node; on tensors it is qkv's own
+local where = qkv.where
+rawset(qkv, "where", function(c, a, b, ...)
+  if issym(c) or issym(a) or issym(b) then return trace.where(c, a, b) end
+  return where(c, a, b, ...)
+end)
+
+local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
+local function shape(t) return tostring(t.shape) end
+
+---------------------------------------------------------------- block masks
+
+local BlockMask = {}
+BlockMask.__index = BlockMask
+BlockMask.__name = "qkv.BlockMask"
+M.BlockMask = BlockMask
+
+local DEFAULT_BLOCK = 64
+local MAX_BLOCK = {128, 256}
+
+local function count(x, what, fname, min)
+  if math.type(x) ~= "integer" or x < min then
+    fail("%s: %s must be an integer >= %d, got %s", fname, what, min, tostring(x))
+  end
+  return x
+end
+
+-- the block sizes of opts.block: n or {n_q_block, n_k_block}
+local function blocks(opts, fname)
+  if opts == nil then return DEFAULT_BLOCK, DEFAULT_BLOCK end
+  if type(opts) ~= "table" then fail("%s: options must be a table, got %s", fname, type(opts)) end
+  for key in pairs(opts) do
+    if key ~= "block" then fail("%s: unknown option '%s' (it takes block)", fname, tostring(key)) end
+  end
+  local b = opts.block
+  if b == nil then return DEFAULT_BLOCK, DEFAULT_BLOCK end
+  local bq, bk = b, b
+  if type(b) == "table" then bq, bk = b[1], b[2] end
+  for n, x in ipairs{bq, bk} do
+    if math.type(x) ~= "integer" or x < 1 or x > MAX_BLOCK[n] then
+      fail("%s: option 'block' must be an integer in 1..128 or {n_q_block 1..128, n_k_block 1..256}, got %s",
+           fname, tostring(x))
+    end
+  end
+  return bq, bk
+end
+
+-- captured tensors as the CPU reads them
+local function on_cpu(caps)
+  local r = {}
+  for n, t in ipairs(caps) do r[n] = t.device == "cpu" and t or t:cpu() end
+  return r
+end
+
+function M.block_mask(mask_mod, B, H, nq, nk, opts)
+  local F = "block_mask"
+  if B ~= nil then count(B, "B", F, 1) end
+  if H ~= nil then count(H, "H", F, 1) end
+  count(nq, "n_q", F, 0)
+  count(nk, "n_k", F, 0)
+  local bq, bk = blocks(opts, F)
+  local T = trace.new(F)
+  local r = trace.trace(T, "mask_mod", mask_mod)
+  local rb, rh = trace.reads(r, T.b), trace.reads(r, T.h)
+  if rb and B == nil then fail("block_mask: mask_mod reads b: give B (nil is for a mask the same for all b)") end
+  if rh and H == nil then fail("block_mask: mask_mod reads h: give H (nil is for a mask the same for all h)") end
+  local prog, args, out, by, caps = trace.compile(T, nil, r)
+  local spec = {prog = prog, args = args, out = out, by = by, caps = on_cpu(caps), capmod = T.capmod,
+                fname = F}
+  local kinds = qkv._block_kinds(spec, rb and B or 1, rh and H or 1, nq, nk, bq, bk)
+  return setmetatable({mask_mod = mask_mod, B = B, H = H, n_q = nq, n_k = nk, block = {bq, bk},
+                       kinds = kinds, shape = {B or 1, H or 1, nq, nk}}, BlockMask)
+end
+
+-- (B', H', n_q blocks, n_k blocks) bool: true where a block is computed
+function BlockMask:to_dense() return self.kinds:ne(0) end
+
+-- the fraction of blocks computed (partial or full)
+function BlockMask:density()
+  local n = self.kinds:numel()
+  return n == 0 and 0 or self.kinds:ne(0):sum():item() / n
+end
+
+function BlockMask:__tostring()
+  local k = self.kinds
+  local full, part = k:eq(2):sum():item(), k:eq(1):sum():item()
+  return string.format("BlockMask(B=%s, H=%s, n_q=%d, n_k=%d, block=%dx%d: %d full, %d partial, %d empty of %d)",
+                       tostring(self.B), tostring(self.H), self.n_q, self.n_k, self.block[1],
+                       self.block[2], full, part, k:numel() - full - part, k:numel())
+end
+
+local function combine(name, fs, how)
+  if #fs == 0 then fail("%s: give at least one mask_mod", name) end
+  for n, f in ipairs(fs) do
+    if type(f) ~= "function" then fail("%s: argument %d must be a mask_mod function, got %s", name, n, type(f)) end
+  end
+  return function(b, h, i, j)
+    local r = fs[1](b, h, i, j)
+    for n = 2, #fs do r = how(r, fs[n](b, h, i, j)) end
+    return r
+  end
+end
+function M.and_masks(...) return combine("and_masks", {...}, function(a, b) return a & b end) end
+function M.or_masks(...) return combine("or_masks", {...}, function(a, b) return a | b end) end
+
+-- ALiBi's slopes for H heads (Press et al., 2022): 2^(-8h/H) for h = 1..H
+-- when H is a power of two; otherwise those of the power of two below H,
+-- then every other slope of the power above, as the paper's code does
+function M.alibi_slopes(H)
+  count(H, "H", "alibi_slopes", 1)
+  local function pow2(n)
+    local r = {}
+    for h = 1, n do r[h] = 2 ^ (-8 * h / n) end
+    return r
+  end
+  local p = 1
+  while p * 2 <= H do p = p * 2 end
+  local s = pow2(p)
+  if p < H then
+    local extra = pow2(2 * p)
+    for n = 1, H - p do s[#s + 1] = extra[2 * n - 1] end
+  end
+  return qkv.tensor(s, "float32")
+end
+
+---------------------------------------------------------------- attention
+
+local KNOWN = {mask = true, key_padding_mask = true, causal = true, is_causal = true, scale = true,
+               weights = true, score_mod = true, mask_mod = true, block_mask = true}
+local FLOAT = {float16 = true, bfloat16 = true, float32 = true, float64 = true}
+
+-- the batch dims of q, k, v (and the mask) broadcast, as attention's
+local function batch_of(q, k, v, m)
+  local out = {}
+  local function fold(t, keep)
+    local nb = t:dim() - keep
+    local shift = #out - nb
+    if shift < 0 then
+      for _ = 1, -shift do table.insert(out, 1, 1) end
+      shift = 0
+    end
+    for d = 1, nb do
+      local a, b = out[d + shift], t:size(d)
+      if a ~= b and a ~= 1 and b ~= 1 then
+        fail("attention: Q is %s, K %s and V %s: batch dims do not broadcast", shape(q), shape(k), shape(v))
+      end
+      out[d + shift] = a == 1 and b or a
+    end
+  end
+  fold(q, 2) fold(k, 2) fold(v, 2)
+  if m then fold(m, 2) end
+  return out
+end
+
+local function check_operands(q, k, v)
+  for n, t in ipairs{q, k, v} do
+    if not qkv.is_tensor(t) then
+      fail("attention: %s must be a tensor, got %s", ({"Q", "K", "V"})[n], type(t))
+    end
+    if t:dim() < 2 then
+      fail("attention: %s must be (..., n, d), got %s", ({"Q", "K", "V"})[n], shape(t))
+    end
+  end
+  if not FLOAT[q.dtype] or k.dtype ~= q.dtype or v.dtype ~= q.dtype then
+    fail("attention: Q is %s, K %s and V %s: expected one float dtype (convert with :to())",
+         q.dtype, k.dtype, v.dtype)
+  end
+  if q:size(-1) ~= k:size(-1) then
+    fail("attention: Q is %s but K is %s: d_k %d ≠ %d", shape(q), shape(k), q:size(-1), k:size(-1))
+  end
+  if k:size(-2) ~= v:size(-2) then
+    fail("attention: K is %s but V is %s: n_k %d ≠ %d", shape(k), shape(v), k:size(-2), v:size(-2))
+  end
+end
+
+-- the weights way: the trace on the whole scores, every step a tensor op
+local function composed(T, sroot, mroot, q, k, v, m, causal, scale, batch)
+  local nq, nk = q:size(-2), k:size(-2)
+  local S = qkv.scores(q, k, {scale = scale})
+  local L = replay.leaves(S:double(), batch, nq, nk)
+  local r = replay.run(T, {score = sroot, mask = mroot}, L, "attention")
+  local S2 = S
+  if sroot then
+    local x = r.score
+    if not qkv.is_tensor(x) then x = qkv.full_like(S, x, {dtype = "float64"}) end
+    S2 = x:to(S.dtype) + qkv.zeros_like(S)
+  end
+  local keep = qkv.ones_like(S2, {dtype = "bool"})
+  if mroot then
+    local x = r.mask
+    if not qkv.is_tensor(x) then x = qkv.full_like(S2, x, {dtype = "bool"}) end
+    keep = keep:logical_and(x)
+  end
+  if causal then keep = keep:logical_and((L.j - L.i):le(nk - nq)) end
+  if m then keep = keep:logical_and(m:ne(0)) end
+  local S3 = S2:masked_fill(keep:logical_not(), -math.huge)
+  local live = keep:logical_and(S3:ne(-math.huge))
+  local none = live:any(-1, true):logical_not()
+  local W = S3:masked_fill(none, 0):softmax(-1):masked_fill(live:logical_not(), 0)
+  return W:matmul(v), W
+end
+
+local function sum_to(g, x) return require("qkv.derivatives").sum_to(g, x) end
+
+-- the fused way: the program in the kernels, and a backward of its own
+local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both)
+  local A = package.loaded["qkv.autograd"]
+  local grads = A and A.enabled() and A.any(q, k, v, T.caps)
+  local function wants(t) return grads and A.tracked(t) and FLOAT[t.dtype] end
+  local prog, args, out, by, caps, gcaps = trace.compile(T, sroot, mroot, grads, wants)
+  local spec = {prog = prog, args = args, out = out, by = by, caps = caps, capmod = T.capmod,
+                fname = "attention"}
+  local nq, nk = q:size(-2), k:size(-2)
+  if bm and not both then
+    spec.kinds, spec.bq, spec.bk = bm.kinds, bm.block[1], bm.block[2]
+  elseif mroot then                   -- the blocks of this call's own mask
+    local nb = #batch
+    local H = nb > 0 and batch[nb] or 1
+    local B = 1
+    for d = 1, nb - 1 do B = B * batch[d] end
+    local kb = trace.reads(mroot, T.b) and B or 1
+    local kh = trace.reads(mroot, T.h) and H or 1
+    local bq, bk = bm and bm.block[1] or DEFAULT_BLOCK, bm and bm.block[2] or DEFAULT_BLOCK
+    spec.kinds, spec.bq, spec.bk = qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk), bq, bk
+  end
+  local half = q.dtype == "float16" or q.dtype == "bfloat16"
+  local qc, kc, vc = q, k, v
+  if half then qc, kc, vc = q:float(), k:float(), v:float() end
+  if m and m.dtype ~= "bool" then m = m:ne(0) end
+  local o, lse = qkv._attention_mod(qc, kc, vc, m, causal, scale, spec)
+  if grads then
+    local inputs = {qc, kc, vc}
+    for c, t in ipairs(caps) do inputs[3 + c] = t end
+    A.record("FlexAttentionBackward", o, inputs, function(g)
+      local gs = {}
+      for key, x in pairs(spec) do gs[key] = x end
+      gs.grads = {}
+      local want = {}
+      for _, c in ipairs(gcaps) do want[c] = true end
+      for c, t in ipairs(caps) do
+        gs.grads[c] = want[c] and qkv.zeros(table.unpack(t.shape), "float64") or false
+      end
+      local dq, dk, dv = qkv._attention_mod_backward(qc, kc, vc, o, g:to(o.dtype), m, causal, scale,
+                                                     lse, gs)
+      local r = {sum_to(dq, qc), sum_to(dk, kc), sum_to(dv, vc)}
+      for c, t in ipairs(caps) do
+        r[3 + c] = gs.grads[c] and gs.grads[c]:to(t.dtype) or nil
+      end
+      return table.unpack(r, 1, 3 + #caps)
+    end, {qc, kc, vc, o})
+  end
+  if half then o = o:to(q.dtype) end
+  return o
+end
+
+function M.attention(q, k, v, opts, ...)
+  if select("#", ...) > 0 then fail("attention: takes (Q, K, V [, opts]), got more arguments") end
+  if type(opts) ~= "table" then fail("attention: options must be a table, got %s", type(opts)) end
+  local base = {}
+  for key, x in pairs(opts) do
+    if not KNOWN[key] then fail("attention: unknown option '%s'", tostring(key)) end
+    if key ~= "score_mod" and key ~= "mask_mod" and key ~= "block_mask" then base[key] = x end
+  end
+  local score_mod, mask_mod, bm = opts.score_mod, opts.mask_mod, opts.block_mask
+  if score_mod ~= nil and type(score_mod) ~= "function" then
+    fail("attention: option 'score_mod' must be a function (score, b, h, i, j), got %s", type(score_mod))
+  end
+  if mask_mod ~= nil and type(mask_mod) ~= "function" then
+    fail("attention: option 'mask_mod' must be a function (b, h, i, j), got %s", type(mask_mod))
+  end
+  if bm ~= nil and getmetatable(bm) ~= BlockMask then
+    fail("attention: option 'block_mask' must be what qkv.block_mask gives, got %s", type(bm))
+  end
+  check_operands(q, k, v)
+  local m, causal, scale, weights = qkv._attention_opts(q, k, base)
+  local batch = batch_of(q, k, v, m)
+  local nq, nk = q:size(-2), k:size(-2)
+  if bm then
+    local nb = #batch
+    local H = nb > 0 and batch[nb] or 1
+    local B = 1
+    for d = 1, nb - 1 do B = B * batch[d] end
+    if bm.n_q ~= nq or bm.n_k ~= nk then
+      fail("attention: block_mask was made for n_q = %d, n_k = %d, but Q is %s and K %s",
+           bm.n_q, bm.n_k, shape(q), shape(k))
+    end
+    if (bm.B and bm.B ~= B and bm.kinds:size(1) ~= 1) or (bm.H and bm.H ~= H and bm.kinds:size(2) ~= 1) then
+      fail("attention: block_mask was made for B = %s, H = %s, but the batch dims give B = %d, H = %d",
+           tostring(bm.B), tostring(bm.H), B, H)
+    end
+  end
+  local T = trace.new("attention")
+  local sroot = score_mod and trace.trace(T, "score_mod", score_mod)
+  local mroot = mask_mod and trace.trace(T, "mask_mod", mask_mod)
+  if bm then
+    local r = trace.trace(T, "mask_mod", bm.mask_mod)
+    mroot = mroot and trace.both(T, mroot, r) or r
+  end
+  for c, t in ipairs(T.caps) do
+    if t.device ~= q.device then
+      fail("attention: %s: a captured tensor %s is on %s, but Q is on %s", T.capmod[c], shape(t),
+           t.device, q.device)
+    end
+  end
+  if weights then return composed(T, sroot, mroot, q, k, v, m, causal, scale, batch) end
+  if q.device ~= "cpu" then
+    return (composed(T, sroot, mroot, q, k, v, m, causal, scale, batch))
+  end
+  return fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, mask_mod ~= nil and bm ~= nil)
+end
+
+-- the library of common variants (library.lua) joins this module
+for name, f in pairs(require("qkv.variants.library")) do M[name] = f end
+
+return M
