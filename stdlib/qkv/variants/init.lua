@@ -265,7 +265,7 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       local want = {}
       for _, c in ipairs(gcaps) do want[c] = true end
       for c, t in ipairs(caps) do
-        gs.grads[c] = want[c] and qkv.zeros(table.unpack(t.shape), "float64") or false
+        gs.grads[c] = want[c] and qkv.zeros(t.shape, "float64", t.device) or false
       end
       local dq, dk, dv = qkv._attention_mod_backward(qc, kc, vc, o, g:to(o.dtype), m, causal, scale,
                                                      lse, gs)

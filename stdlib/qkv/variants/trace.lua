@@ -263,7 +263,7 @@ function M.reads(root, leaf) return reach(root, {})[leaf] == true end
 local ZERO = {}
 -- d(x)/d(target) as a node, or nil for 0, memoised in memo
 local function deriv(T, x, target, memo)
-  if x == target then return const(1) end
+  if rawequal(x, target) then return const(1) end
   local m = memo[x]
   if m ~= nil then return m ~= ZERO and m or nil end
   local a, b, c = x.args[1], x.args[2], x.args[3]
