@@ -127,8 +127,16 @@ typedef struct qkv_attn_mods {
   double fail_val;
 } qkv_attn_mods;
 
+/* inlined always: the CPU's loops call it with a constant op (vm/cpu/mods.c),
+   and only inlined does its switch fold away and the loop vectorise */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define QKV_MOD_INLINE static inline __attribute__((always_inline))
+#else
+#define QKV_MOD_INLINE static inline
+#endif
+
 /* the value of op on a, b, c (numbers; booleans as 0, 1) */
-static inline QKV_HD double qkv_mod_apply (int op, double a, double b, double c) {
+QKV_MOD_INLINE QKV_HD double qkv_mod_apply (int op, double a, double b, double c) {
   switch (op) {
     case QKV_MOD_NEG: return -a;
     case QKV_MOD_NOT: return a == 0;

@@ -205,17 +205,9 @@ int qkv_attn_mod_scores (const job *J, scratch *W, int64_t t, int64_t i0, int bq
   int want = (P->out[QKV_MOD_OUT_SCORE] >= 0 ? QKV_MOD_WANT_SCORE : 0) |
              (kind == QKV_BLOCK_PARTIAL && P->out[QKV_MOD_OUT_MASK] >= 0 ? QKV_MOD_WANT_MASK : 0);
   if (want == 0) return QKV_OK;
-  int f64 = J->p.dtype == QKV_F64, outer = key_major ? bk : bq;
-  for (int r = 0; r < outer; r += MOD_ROWS) {
-    int n = outer - r < MOD_ROWS ? outer - r : MOD_ROWS;
-    qkv_mod_tile T = {t / M->heads, t % M->heads, key_major ? i0 : i0 + r,
-                      key_major ? j0 + r : j0, key_major ? bq : n, key_major ? n : bk,
-                      key_major, f64, (char *)s + (size_t)r * (size_t)ld * J->es, ld};
-    int err = qkv_mod_eval(M, &T, want, W->mem);
-    if (err != QKV_OK) return err;
-    qkv_mod_put(M, &T, W->mem, (want & QKV_MOD_WANT_MASK) != 0);
-  }
-  return QKV_OK;
+  qkv_mod_tile T = {t / M->heads, t % M->heads, i0, j0, bq, bk, key_major,
+                    J->p.dtype == QKV_F64, s, ld};
+  return qkv_mod_rows(M, &T, want, W->mem);
 }
 
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */
@@ -312,13 +304,9 @@ static int scratch_new (const job *J, scratch *W) {
   if (J->gemm.q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
   if (J->gemm.k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
   if (J->gemm.v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
-  /* the mods' values on MOD_ROWS rows of a tile at a time, either way round */
+  /* the mods' values, a row at a time (mods.h) */
   if (J->mods)
-  {
-    size_t a = qkv_mod_scratch(J->mods->prog, BQ, MOD_ROWS);
-    size_t b = qkv_mod_scratch(J->mods->prog, MOD_ROWS, (int)bk);
-    ok = ok && (W->mem = malloc(sizeof(double) * (a > b ? a : b)));
-  }
+    ok = ok && (W->mem = malloc(sizeof(double) * qkv_mod_row_scratch(J->mods->prog, BQ, (int)bk)));
   if (!ok) scratch_free(W);
   return ok;
 }

@@ -130,9 +130,6 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
 
 /* ---- the mods (score_mod, mask_mod: common/mods.h) ---- */
 
-/* rows of a tile the mods run on at a time, so that their values stay in L2 */
-#define MOD_ROWS 16
-
 static inline int qkv_attn_mod_kind (const job *J, int64_t t, int64_t i0, int64_t j0) {
   return qkv_mod_kind(J->mods, t, i0, j0);
 }

@@ -67,22 +67,37 @@ static const double *row (const axes *A, const double *p, int d, int y, int *alo
    element; a switch outside the loops, so that each loop is one op's
    formula, which the compiler can vectorise */
 #define AP(N, u, v, w) qkv_mod_apply(QKV_MOD_##N, u, v, w)
+/* o never overlaps a, b, c where they run along x: the loops vectorise
+   without the compiler's alias checks */
+#ifdef QKV_OMP_SIMD
+#define SIMD _Pragma("omp simd")
+#else
+#define SIMD
+#endif
 #define LOOP1(N) do { \
-    if (sa) for (int x = 0; x < n; x++) o[x] = AP(N, a[x], 0, 0); \
+    if (sa) SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[x], 0, 0); \
     else o[0] = AP(N, a[0], 0, 0); \
   } while (0)
 #define LOOP2(N) do { \
-    if (sa && sb) for (int x = 0; x < n; x++) o[x] = AP(N, a[x], b[x], 0); \
-    else if (sa) { double v_ = b[0]; for (int x = 0; x < n; x++) o[x] = AP(N, a[x], v_, 0); } \
-    else if (sb) { double u_ = a[0]; for (int x = 0; x < n; x++) o[x] = AP(N, u_, b[x], 0); } \
+    if (sa && sb) SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[x], b[x], 0); \
+    else if (sa) { double v_ = b[0]; SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[x], v_, 0); } \
+    else if (sb) { double u_ = a[0]; SIMD for (int x = 0; x < n; x++) o[x] = AP(N, u_, b[x], 0); } \
     else o[0] = AP(N, a[0], b[0], 0); \
   } while (0)
 #define LOOP3(N) do { \
-    for (int x = 0; x < n; x++) o[x] = AP(N, a[sa ? x : 0], b[sb ? x : 0], c[sc ? x : 0]); \
+    SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[sa ? x : 0], b[sb ? x : 0], c[sc ? x : 0]); \
   } while (0)
 
-static void run (int op, double *o, int n, const double *a, int sa, const double *b, int sb,
-                 const double *c, int sc) {
+/* compiled twice, for AVX2 and for the baseline; the loader picks one by
+   the CPU (an ifunc), as the kernels' own checks do */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
+
+CLONES static void run (int op, double *o, int n, const double *a, int sa, const double *b,
+                        int sb, const double *c, int sc) {
   switch (op) {
 #define CASE(N, nm, ar) \
     case QKV_MOD_##N: \
@@ -148,13 +163,14 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
     int d = P->dep[v], nx = d & A.dx ? A.nx : 1, ny = d & A.dy ? A.ny : 1;
     switch (x->op) {
       case QKV_MOD_SCORE:                   /* the tile's scores, widened */
-        for (int y = 0; y < A.ny; y++)
-          for (int e = 0; e < A.nx; e++) {
-            int64_t i = T->key_major ? e : y, j = T->key_major ? y : e;
-            int64_t at = T->key_major ? j * T->ld + i : i * T->ld + j;
-            o[(size_t)y * A.nx + e] = T->f64 ? ((const double *)T->s)[at]
-                                             : ((const float *)T->s)[at];
+        for (int y = 0; y < A.ny; y++) {
+          double *oy = o + (size_t)y * (size_t)A.nx;
+          if (T->f64) memcpy(oy, (const double *)T->s + y * T->ld, sizeof(double) * (size_t)A.nx);
+          else {
+            const float *sy = (const float *)T->s + y * T->ld;
+            for (int e = 0; e < A.nx; e++) oy[e] = sy[e];
           }
+        }
         continue;
       case QKV_MOD_B: o[0] = (double)(T->b + 1); continue;
       case QKV_MOD_H: o[0] = (double)(T->h + 1); continue;
@@ -289,4 +305,84 @@ int qkv_cpu_mods_ready (qkv_attn_mods *M, const qkv_attn_plan *P) {
   M->heads = heads;
   M->fail_ins = -1;
   return 1;
+}
+
+/* value v's row y (its only row when it does not depend on y) */
+CLONES static void leaf_row (const qkv_mod_ins *x, const qkv_mod_tile *T, const axes *A, int y,
+                      double *o) {
+  switch (x->op) {
+    case QKV_MOD_B: o[0] = (double)(T->b + 1); break;
+    case QKV_MOD_H: o[0] = (double)(T->h + 1); break;
+    case QKV_MOD_CONST: o[0] = x->k; break;
+    case QKV_MOD_I: case QKV_MOD_J: {
+      int dep = x->op == QKV_MOD_I ? QKV_MOD_DEP_I : QKV_MOD_DEP_J;
+      int64_t base = (x->op == QKV_MOD_I ? T->i0 : T->j0) + 1;
+      if (dep == A->dx) for (int e = 0; e < A->nx; e++) o[e] = (double)(base + e);
+      else o[0] = (double)(base + y);
+      break;
+    }
+    case QKV_MOD_SCORE:
+      if (T->f64) memcpy(o, (const double *)T->s + y * T->ld, sizeof(double) * (size_t)A->nx);
+      else {
+        const float *sy = (const float *)T->s + y * T->ld;
+        SIMD for (int e = 0; e < A->nx; e++) o[e] = sy[e];
+      }
+      break;
+    default: break;
+  }
+}
+
+/* value v's row (one element where it does not run along x) from its
+   operands' rows, all at y = 0 of their buffers */
+static int one_row (qkv_attn_mods *M, const qkv_mod_tile *T, const axes *A, double *const *val,
+                    int v, int y) {
+  const qkv_mod_prog *P = M->prog;
+  const qkv_mod_ins *x = &P->ins[v];
+  int n = P->dep[v] & A->dx ? A->nx : 1;
+  if (qkv_mod_arity(x->op) == 0) { leaf_row(x, T, A, y, val[v]); return QKV_OK; }
+  if (x->op == QKV_MOD_LOAD) return load(M, A, val, v, 0, val[v], n);
+  int ar = qkv_mod_arity(x->op), sa = 0, sb = 0, sc = 0;
+  const double *a = row(A, val[x->a], P->dep[x->a], 0, &sa);
+  const double *b = ar >= 2 ? row(A, val[x->b], P->dep[x->b], 0, &sb) : a;
+  const double *c = ar >= 3 ? row(A, val[x->c], P->dep[x->c], 0, &sc) : a;
+  run(x->op, val[v], n, a, sa, b, sb, c, sc);
+  return QKV_OK;
+}
+
+size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj) {
+  return (size_t)(P->n + 1) * (size_t)(ni > nj ? ni : nj);
+}
+
+CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem) {
+  const qkv_mod_prog *P = M->prog;
+  axes A = axes_of(T);
+  double *val[QKV_MOD_MAXINS];
+  size_t off = 0;
+  for (int v = 0; v < P->n; v++) {             /* a row each, or one element */
+    val[v] = mem + off;
+    off += P->dep[v] & A.dx ? (size_t)A.nx : 1;
+  }
+  int err = QKV_OK;
+  for (int v = 0; v < P->n && err == QKV_OK; v++)   /* what no row changes, once */
+    if ((P->need[v] & want) && !(P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, 0);
+  int vs = want & QKV_MOD_WANT_SCORE ? P->out[QKV_MOD_OUT_SCORE] : -1;
+  int vm = want & QKV_MOD_WANT_MASK ? P->out[QKV_MOD_OUT_MASK] : -1;
+  int xs = vs >= 0 && (P->dep[vs] & A.dx), xm = vm >= 0 && (P->dep[vm] & A.dx);
+  for (int y = 0; y < A.ny && err == QKV_OK; y++) {
+    for (int v = 0; v < P->n && err == QKV_OK; v++)
+      if ((P->need[v] & want) && (P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, y);
+    const double *rs = vs >= 0 ? val[vs] : NULL, *rm = vm >= 0 ? val[vm] : NULL;
+    if (T->f64) {
+      double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
+      if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[xs ? x : 0];
+      if (rm) for (int x = 0; x < A.nx; x++) s[x] = rm[xm ? x : 0] == 0 ? -INFINITY : s[x];
+    } else {
+      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
+      if (rs && xs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
+      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
+      if (rm && xm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
+    }
+  }
+  return err;
 }

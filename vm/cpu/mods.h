@@ -45,6 +45,15 @@ static inline double qkv_mod_at (const qkv_mod_tile *T, const double *p, int dep
   return p[(hy ? y * (hx ? nx : 1) : 0) + (hx ? x : 0)];
 }
 
+/*
+** The forward's way: the score and (want & QKV_MOD_WANT_MASK) the mask
+** applied to T->s row by row (rows: keys when key_major, else queries), so
+** that the values in flight are rows that stay in L1, never the tile.
+** mem: qkv_mod_row_scratch doubles.  QKV_OK or QKV_EINDEX, as qkv_mod_eval.
+*/
+size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj);
+int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem);
+
 /* after a run with QKV_MOD_WANT_MASK: how many of the tile's pairs the
    mask keeps */
 int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem);

@@ -191,6 +191,9 @@ int qkv_mod_block_kinds (qkv_attn_mods *M, int32_t *kinds, int64_t kb, int64_t k
   if (M->prog == NULL || M->prog->out[QKV_MOD_OUT_MASK] < 0 || bq < 1 || bk < 1 ||
       bq > 4096 || bk > 4096)
     return QKV_EINTERNAL;
+  for (int v = 0; v < M->prog->n; v++)           /* a mask reads no score: there is none */
+    if (M->prog->ins[v].op == QKV_MOD_SCORE && (M->prog->need[v] & QKV_MOD_WANT_MASK))
+      return QKV_EINTERNAL;
   blocks_job J = {M, kinds, kb, kh, nq, nk, bq, bk, (nq + bq - 1) / bq, (nk + bk - 1) / bk,
                   qkv_mod_scratch(M->prog, (int)bq, (int)bk)};
   int64_t items = kb * kh * J.nqb;

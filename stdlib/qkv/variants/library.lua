@@ -135,6 +135,10 @@ local function buckets(rel, nb, md, bidirectional)
 end
 
 function L.relative_buckets(rel, opts)
+  if not require("qkv.variants.trace").issym(rel) then
+    fail("relative_buckets: rel must be a symbolic number (such as j - i inside a score_mod), got %s",
+         type(rel))
+  end
   return buckets(rel, bucket_opts(opts, "relative_buckets"))
 end
 

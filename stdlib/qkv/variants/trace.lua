@@ -58,6 +58,7 @@ end
 -- x as a node of `kind` for op `what`
 local function lift(x, kind, what)
   if issym(x) then
+    if not active then error("a symbolic value was used outside the trace of its mod", 3) end
     if x.trace ~= active then fail("a symbolic value of another trace was used") end
     if x.kind ~= kind then
       if kind == "num" then
