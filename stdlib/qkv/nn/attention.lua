@@ -327,12 +327,12 @@ local function masks_of(self, x, opts)
   return mask, false
 end
 
-local function sa_block(self, x, mask, causal)
+local function sa_block(self, x, mask, causal, mods)
   local a, h = self.self_attn, self.nhead
   local Q = qkv.heads(qkv.project(x, a.W_Q, a.b_Q), h)
   local K = qkv.heads(qkv.project(x, a.W_K, a.b_K), h)
   local V = qkv.heads(qkv.project(x, a.W_V, a.b_V), h)
-  local out = M.attend(Q, K, V, mask, causal, nil, self.training and self.attn_dropout or 0)
+  local out = M.attend(Q, K, V, mask, causal, nil, self.training and self.attn_dropout or 0, mods)
   return self.dropout1(qkv.project(qkv.merge(out), a.W_O, a.b_O))
 end
 
@@ -349,7 +349,8 @@ function TransformerEncoderLayer:forward(src, opts, ...)
   if qkv.is_tensor(opts) or select("#", ...) > 0 then
     fail(TEL, "masks come as options: m(src, {src_mask = m, src_key_padding_mask = pad})")
   end
-  opts = checkopts(TEL, opts, {"src_mask", "src_key_padding_mask", "is_causal"}, {"is_causal"})
+  opts = checkopts(TEL, opts, {"src_mask", "src_key_padding_mask", "is_causal", "score_mod",
+                               "mask_mod", "block_mask"}, {"is_causal"})
   local nd, d = src:dim(), self.d_model
   if (nd ~= 2 and nd ~= 3) or src:size(-1) ~= d then
     fail(TEL, "src is %s: expected %s or (L, %d)", tostring(src.shape),
@@ -358,11 +359,12 @@ function TransformerEncoderLayer:forward(src, opts, ...)
   local x = src
   if nd == 3 and not self.batch_first then x = x:transpose(1, 2) end
   local mask, causal = masks_of(self, x, opts)
+  local mods = M.mods_of(opts)
   if self.norm_first then
-    x = x + sa_block(self, self.norm1(x), mask, causal)
+    x = x + sa_block(self, self.norm1(x), mask, causal, mods)
     x = x + ff_block(self, self.norm2(x))
   else
-    x = self.norm1(x + sa_block(self, x, mask, causal))
+    x = self.norm1(x + sa_block(self, x, mask, causal, mods))
     x = self.norm2(x + ff_block(self, x))
   end
   if nd == 3 and not self.batch_first then x = x:transpose(1, 2) end

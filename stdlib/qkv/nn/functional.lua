@@ -198,9 +198,14 @@ local F = {}
 -- bool (true = takes part) or float (added to the scores); is_causal
 -- PyTorch's, aligned to the first key (never beside a mask); scale nil for
 -- 1/sqrt(d_k); p the dropout on the weights
-local function attend(Q, K, V, mask, is_causal, scale, p)
+local function attend(Q, K, V, mask, is_causal, scale, p, mods)
+  if mods and mask ~= nil and mask.dtype ~= "bool" then
+    error("a float mask (added to the scores) and score_mod/mask_mod/block_mask together: add it "
+          .. "in the score_mod instead", 0)
+  end
   if mask == nil or mask.dtype == "bool" then
     local o = {mask = mask, is_causal = is_causal or nil, scale = scale}
+    for key, f in pairs(mods or {}) do o[key] = f end
     if p == 0 then
       o.weights = false                   -- the fused kernel: out alone
       return qkv.attention(Q, K, V, o)
@@ -224,11 +229,25 @@ local function attend(Q, K, V, mask, is_causal, scale, p)
 end
 M.attend = attend
 
+-- the variants' options of opts (score_mod, mask_mod, block_mask), or nil
+function M.mods_of(opts)
+  local r
+  for _, key in ipairs{"score_mod", "mask_mod", "block_mask"} do
+    if opts[key] ~= nil then
+      r = r or {}
+      r[key] = opts[key]
+    end
+  end
+  return r
+end
+
 local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 local SDPA = "scaled_dot_product_attention"
 
 -- scaled_dot_product_attention(query, key, value [, {attn_mask =,
--- is_causal =, scale =, dropout_p = 0}]): PyTorch's, returning out only
+-- is_causal =, scale =, dropout_p = 0, score_mod =, mask_mod =,
+-- block_mask =}]): PyTorch's, returning out only; the variants' options
+-- are qkv.attention's (docs/variants.md)
 function F.scaled_dot_product_attention(q, k, v, opts, ...)
   checktensor(SDPA, "query", q)
   checktensor(SDPA, "key", k)
@@ -239,7 +258,8 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if select("#", ...) > 0 or (opts ~= nil and type(opts) ~= "table") then
     fail(SDPA, "expected (query, key, value [, opts]), PyTorch's keywords in the options table")
   end
-  opts = checkopts(SDPA, opts, {"attn_mask", "is_causal", "scale", "dropout_p"}, {"is_causal"})
+  opts = checkopts(SDPA, opts, {"attn_mask", "is_causal", "scale", "dropout_p", "score_mod",
+                                "mask_mod", "block_mask"}, {"is_causal"})
   local mask, p, scale = opts.attn_mask, opts.dropout_p or 0, opts.scale
   if mask ~= nil then
     checktensor(SDPA, "attn_mask", mask)
@@ -258,7 +278,7 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail(SDPA, "dropout_p must be a number in [0, 1], got %s", tostring(p))
   end
-  return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p))
+  return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p, M.mods_of(opts)))
 end
 
 -- linear(input, weight [, bias]): input weightᵀ + bias, with PyTorch's
