@@ -267,14 +267,16 @@ static int symbolic_index (lua_State *L) {
   if (luaL_getmetafield(L, 2, "__qkv_index") == LUA_TNIL) {
     if (lua_type(L, 2) != LUA_TTABLE || lua_getmetatable(L, 2)) return 0;
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
-    for (lua_Integer i = 1; i <= n; i++) {
+    lua_Integer i = 1;
+    for (; i <= n; i++) {
       lua_rawgeti(L, 2, i);
-      int found = luaL_getmetafield(L, -1, "__qkv_index") != LUA_TNIL;
-      lua_remove(L, -2);
-      if (found) break;
-      if (i == n) return 0;
+      if (luaL_getmetafield(L, -1, "__qkv_index") != LUA_TNIL) {
+        lua_remove(L, -2);                      /* the element; its __qkv_index stays */
+        break;
+      }
+      lua_pop(L, 1);
     }
-    if (n == 0) return 0;
+    if (i > n) return 0;
   }
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);

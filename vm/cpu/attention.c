@@ -207,7 +207,7 @@ int qkv_attn_mod_scores (const job *J, scratch *W, int64_t t, int64_t i0, int bq
   if (want == 0) return QKV_OK;
   qkv_mod_tile T = {t / M->heads, t % M->heads, i0, j0, bq, bk, key_major,
                     J->p.dtype == QKV_F64, s, ld};
-  return qkv_mod_rows(M, &T, want, W->mem);
+  return qkv_mod_rows(M, &T, want, W->mem, NULL);
 }
 
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */
@@ -274,6 +274,7 @@ static void scratch_free (scratch *W) {
   free(W->kbuf);
   free(W->vbuf);
   free(W->mem);
+  free(W->keep);
 }
 
 /* 0 when out of memory (W is then freed).  The tile buffers share one
@@ -307,6 +308,8 @@ static int scratch_new (const job *J, scratch *W) {
   /* the mods' values, a row at a time (mods.h) */
   if (J->mods)
     ok = ok && (W->mem = malloc(sizeof(double) * qkv_mod_row_scratch(J->mods->prog, BQ, (int)bk)));
+  if (J->mods && J->avx2 && J->mods->prog->out[QKV_MOD_OUT_MASK] >= 0)
+    ok = ok && (W->keep = malloc(bk * BQ));
   if (!ok) scratch_free(W);
   return ok;
 }

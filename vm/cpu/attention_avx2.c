@@ -31,6 +31,56 @@
 
 #define key_limit qkv_attn_key_limit
 
+/*
+** The keys each group of 8 queries of a tile may keep: [lo, hi).  Causal
+** alone: from 0 to its last query's diagonal.  A mask program narrows
+** them to the first and last key any of the group keeps, so that a
+** window's edge or a document's border costs its few keys, not the tile:
+** the products, the softmax and p v run on those rows alone.
+*/
+typedef struct { int lo[BQ / 8], hi[BQ / 8]; } ranges;
+
+static void ranges_causal (ranges *R, int nqp, int bk, int64_t e) {
+  for (int g = 0; g < nqp / 8; g++) {
+    R->lo[g] = 0;
+    R->hi[g] = key_limit(8 * g + 7, e, bk);
+  }
+}
+
+/* narrowed by keep (key-major, rows BQ apart) for the bq real queries;
+   returns 0 when no query keeps any key */
+static int ranges_keep (ranges *R, int nqp, int bq, int bk, const uint8_t *keep) {
+  int any = 0;
+  for (int g = 0; g < nqp / 8; g++) {
+    int lo = bk, hi = 0;
+    for (int i = 8 * g; i < 8 * g + 8 && i < bq; i++) {
+      int j = R->lo[g], top = R->hi[g];
+      while (j < top && !keep[j * BQ + i]) j++;
+      if (j == top) continue;
+      lo = j < lo ? j : lo;
+      for (j = top - 1; !keep[j * BQ + i]; j--) {}
+      hi = j + 1 > hi ? j + 1 : hi;
+    }
+    if (lo >= hi) lo = hi = 0;
+    R->lo[g] = lo;
+    R->hi[g] = hi;
+    any |= hi > 0;
+  }
+  return any;
+}
+
+/* the range of queries [a, b] (groups a/8 .. b/8, b below nqp) */
+static inline void span_of (const ranges *R, int a, int b, int *lo, int *hi) {
+  *lo = R->lo[a / 8];
+  *hi = R->hi[a / 8];
+  for (int g = a / 8 + 1; g <= b / 8; g++) {
+    if (R->hi[g] == 0) continue;
+    if (*hi == 0 || R->lo[g] < *lo) *lo = R->lo[g];
+    if (R->hi[g] > *hi) *hi = R->hi[g];
+  }
+  if (*hi == 0) *lo = 0;
+}
+
 /* the first n lanes (none for n <= 0, all for n >= 8) */
 static inline QKV_AVX2 __m256 lanes (int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -77,12 +127,14 @@ INLINE void qk_block (int rows, const float *qt, const float *k, int64_t krs,
   _mm256_store_ps(mx + 8, m1);
 }
 
-/* st (bk x nqp) = k (bk rows, krs apart) q^T; nqp a multiple of 16 */
-static QKV_AVX2 void qk_tile (int nqp, int bk, int64_t e, const float *qt,
+/* st (bk x nqp) = k (bk rows, krs apart) q^T over each group's range;
+   nqp a multiple of 16 */
+static QKV_AVX2 void qk_tile (int nqp, const ranges *R, int64_t e, const float *qt,
                               const float *k, int64_t krs, int64_t dk,
                               float *st, float *mx) {
   for (int i = 0; i < nqp; i += 16) {
-    int j = 0, n = key_limit(i + 15, e, bk);
+    int j, n;
+    span_of(R, i, i + 15, &j, &n);
     float *mi = mx ? mx + i : NULL;
     for (; j + 6 <= n; j += 6)
       qk_block(6, qt + i, k + j * krs, krs, dk, j + e - i, st + j * BQ + i, mi);
@@ -128,40 +180,41 @@ INLINE void pv_block (int rows, int part, __m256i k0, __m256i k1,
   }
 }
 
-/* a block of queries stops at the last key one of them keeps */
-INLINE void pv_cols (int part, __m256i k0, __m256i k1, int bq, int bk,
-                     int64_t e, const float *pt, const float *v, int64_t vrs,
+/* a block of queries runs over the keys its groups may keep */
+INLINE void pv_cols (int part, __m256i k0, __m256i k1, int bq, const ranges *R,
+                     const float *pt, const float *v, int64_t vrs,
                      float *o, int64_t dv) {
-  int i = 0;
-  for (; i + 6 <= bq; i += 6)
-    pv_block(6, part, k0, k1, pt + i, key_limit(i + 5, e, bk), v, vrs,
-             o + i * dv, dv);
-  for (; i < bq; i++)
-    pv_block(1, part, k0, k1, pt + i, key_limit(i, e, bk), v, vrs,
-             o + i * dv, dv);
+  int i = 0, lo, hi;
+  for (; i + 6 <= bq; i += 6) {
+    span_of(R, i, i + 5, &lo, &hi);
+    pv_block(6, part, k0, k1, pt + lo * BQ + i, hi - lo, v + lo * vrs, vrs, o + i * dv, dv);
+  }
+  for (; i < bq; i++) {
+    span_of(R, i, i, &lo, &hi);
+    pv_block(1, part, k0, k1, pt + lo * BQ + i, hi - lo, v + lo * vrs, vrs, o + i * dv, dv);
+  }
 }
 
 /* o (bq x dv) += st^T (bq x bk) v (bk rows, vrs apart), by blocks of 16
    columns (measured faster than by blocks of queries) */
-static QKV_AVX2 void pv_tile (int bq, int bk, int64_t e, const float *pt,
+static QKV_AVX2 void pv_tile (int bq, const ranges *R, const float *pt,
                               const float *v, int64_t vrs, float *o,
                               int64_t dv) {
   __m256i all = _mm256_set1_epi32(-1);
   int64_t d = 0;
   for (; d + 16 <= dv; d += 16)
-    pv_cols(0, all, all, bq, bk, e, pt, v + d, vrs, o + d, dv);
+    pv_cols(0, all, all, bq, R, pt, v + d, vrs, o + d, dv);
   if (d < dv)
     pv_cols(1, _mm256_castps_si256(lanes(dv - d)),
-            _mm256_castps_si256(lanes(dv - d - 8)), bq, bk, e, pt, v + d, vrs,
+            _mm256_castps_si256(lanes(dv - d - 8)), bq, R, pt, v + d, vrs,
             o + d, dv);
 }
 
 /* mx[i] = the max of column i of st over the keys its group of 8 keeps */
-static QKV_AVX2 void col_max (const float *st, int nqp, int bk, int64_t e,
-                              float *mx) {
+static QKV_AVX2 void col_max (const float *st, int nqp, const ranges *R, float *mx) {
   for (int g = 0; g < nqp; g += 8) {
     __m256 a = _mm256_set1_ps(-INFINITY), b = a;
-    int j = 0, n = key_limit(g + 7, e, bk);
+    int j = R->lo[g / 8], n = R->hi[g / 8];
     for (; j + 2 <= n; j += 2) {
       a = _mm256_max_ps(a, _mm256_load_ps(st + j * BQ + g));
       b = _mm256_max_ps(b, _mm256_load_ps(st + (j + 1) * BQ + g));
@@ -199,7 +252,7 @@ static inline QKV_AVX2 __m256 exp_col (float *st, int n, __m256 msub) {
 ** group's blocks of p v read it.  Leaves each query's rescale factor in
 ** alpha; returns 0 when every score was -inf.
 */
-static QKV_AVX2 int softmax_cols (float *st, int nqp, int bk, int64_t e,
+static QKV_AVX2 int softmax_cols (float *st, int nqp, const ranges *R,
                                   const float *mx, float *m, double *l,
                                   float *alpha) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
@@ -210,9 +263,13 @@ static QKV_AVX2 int softmax_cols (float *st, int nqp, int bk, int64_t e,
     __m256 mold = _mm256_load_ps(m + g), mnew = _mm256_max_ps(mold, a);
     __m256 msub = _mm256_blendv_ps(mnew, zero, _mm256_cmp_ps(mnew, ninf, _CMP_EQ_OQ));
     __m256 al = qkv_vexp8(_mm256_sub_ps(mold, msub));
-    int n = key_limit(g + 7, e, bk), z = key_limit(g + 15, e, bk);
-    __m256 s = exp_col(st + g, n, msub);
-    for (int j = n; j < z; j++) _mm256_store_ps(st + j * BQ + g, zero);
+    /* p v's blocks of 6 queries reach into the groups beside this one:
+       zeros in this group's columns over the rows they read */
+    int lo = R->lo[g / 8], n = R->hi[g / 8], zl, zh;
+    span_of(R, g > 0 ? g - 8 : g, g + 8 < nqp ? g + 8 : g, &zl, &zh);
+    __m256 s = exp_col(st + lo * BQ + g, n - lo, msub);
+    for (int j = zl; j < lo; j++) _mm256_store_ps(st + j * BQ + g, zero);
+    for (int j = n > zl ? n : zl; j < zh; j++) _mm256_store_ps(st + j * BQ + g, zero);
     _mm256_store_ps(m + g, mnew);
     _mm256_store_ps(alpha + g, al);
     /* the sums across tiles in double: a long row adds thousands of terms */
@@ -238,6 +295,13 @@ static QKV_AVX2 void scale_rows (float *o, int bq, int64_t dv, const float *f) {
       _mm256_storeu_ps(o + d, _mm256_mul_ps(x, _mm256_loadu_ps(o + d)));
     for (; d < dv; d++) o[d] *= f[i];
   }
+}
+
+/* -inf where the mask (keep, as st) drops a key, over each group's rows */
+static void drop_unkept (float *st, int bq, const ranges *R, const uint8_t *keep) {
+  for (int i = 0; i < bq; i++)
+    for (int j = R->lo[i / 8]; j < R->hi[i / 8]; j++)
+      if (!keep[j * BQ + i]) st[j * BQ + i] = -INFINITY;
 }
 
 /* -inf again where the causal diagonal drops a key (query i < j + e drops
@@ -268,28 +332,38 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     int64_t e = qkv_attn_diagonal(P, i0, j0);
     int kind = J->mods ? qkv_attn_mod_kind(J, b, i0, j0) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
+    ranges R;
+    ranges_causal(&R, nqp, bk, e);
+    /* a partial tile's mask first, which narrows every step's rows */
+    qkv_attn_mods *M = J->mods;
+    int masked = M && kind == QKV_BLOCK_PARTIAL && M->prog->out[QKV_MOD_OUT_MASK] >= 0;
+    qkv_mod_tile T = {M ? b / M->heads : 0, M ? b % M->heads : 0, i0, j0, bq, bk, 1, 0, st, BQ};
+    if (masked) {
+      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_MASK, W->mem, W->keep);
+      if (err != QKV_OK) return err;
+      if (!ranges_keep(&R, nqp, bq, bk, W->keep)) continue;
+    }
     const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                        W->kbuf);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
     /* the max comes out of the product, unless a mask changes st after */
-    qk_tile(nqp, bk, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
+    qk_tile(nqp, &R, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
             P->dk, st, later ? NULL : W->mx);
-    if (J->mods) {
-      int err = qkv_attn_mod_scores(J, W, b, i0, bq, j0, bk, st, BQ, 1, kind);
+    if (M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0) {
+      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, W->mem, NULL);
       if (err != QKV_OK) return err;
-      if (P->causal && J->mods->prog->out[QKV_MOD_OUT_SCORE] >= 0 &&
-          qkv_attn_tile_cut(P, i0, j0, bk))
-        recut(st, nqp, bk, e);
+      if (P->causal && qkv_attn_tile_cut(P, i0, j0, bk)) recut(st, nqp, bk, e);
     }
+    if (masked) drop_unkept(st, bq, &R, W->keep);
     if (P->has_mask)
       qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
                          i0 * P->mask.rs + j0 * P->mask.cs);
-    if (later) col_max(st, nqp, bk, e, W->mx);
-    if (!softmax_cols(st, nqp, bk, e, W->mx, m, W->l, W->alpha)) continue;
+    if (later) col_max(st, nqp, &R, W->mx);
+    if (!softmax_cols(st, nqp, &R, W->mx, m, W->l, W->alpha)) continue;
     scale_rows(o, bq, P->dv, W->alpha);
     const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
                                        W->vbuf);
-    pv_tile(bq, bk, e, st, vt, J->gemm.v.layout == COPY ? P->dv : P->v.rs, o, P->dv);
+    pv_tile(bq, &R, st, vt, J->gemm.v.layout == COPY ? P->dv : P->v.rs, o, P->dv);
   }
   qkv_attn_put_lse(J, b, i0, bq, m, NULL, W->l);
   /* a query with no key stays zeros; a NaN sum (a NaN score, which the max

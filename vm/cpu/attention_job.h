@@ -52,6 +52,7 @@ typedef struct {
                                        factors, the tile's max per query */
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
   double *mem;                      /* the mods' values (mods.h), or NULL */
+  uint8_t *keep;                    /* AVX2: a partial tile's mask, as s */
   void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 

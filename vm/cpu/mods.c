@@ -353,7 +353,8 @@ size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj) {
   return (size_t)(P->n + 1) * (size_t)(ni > nj ? ni : nj);
 }
 
-CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem) {
+CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem,
+                         uint8_t *keep) {
   const qkv_mod_prog *P = M->prog;
   axes A = axes_of(T);
   double *val[QKV_MOD_MAXINS];
@@ -372,6 +373,12 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
     for (int v = 0; v < P->n && err == QKV_OK; v++)
       if ((P->need[v] & want) && (P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, y);
     const double *rs = vs >= 0 ? val[vs] : NULL, *rm = vm >= 0 ? val[vm] : NULL;
+    if (rm && keep) {                         /* the mask as bytes, s untouched */
+      uint8_t *k = keep + (size_t)y * (size_t)T->ld;
+      if (xm) SIMD for (int x = 0; x < A.nx; x++) k[x] = rm[x] != 0;
+      else memset(k, rm[0] != 0, (size_t)A.nx);
+      rm = NULL;
+    }
     if (T->f64) {
       double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
       if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[xs ? x : 0];

@@ -49,10 +49,13 @@ static inline double qkv_mod_at (const qkv_mod_tile *T, const double *p, int dep
 ** The forward's way: the score and (want & QKV_MOD_WANT_MASK) the mask
 ** applied to T->s row by row (rows: keys when key_major, else queries), so
 ** that the values in flight are rows that stay in L1, never the tile.
-** mem: qkv_mod_row_scratch doubles.  QKV_OK or QKV_EINDEX, as qkv_mod_eval.
+** mem: qkv_mod_row_scratch doubles.  keep not NULL: the mask goes there
+** instead, 1 where a key is kept, laid out as s (row stride T->ld).
+** QKV_OK or QKV_EINDEX, as qkv_mod_eval.
 */
 size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj);
-int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem);
+int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem,
+                  uint8_t *keep);
 
 /* after a run with QKV_MOD_WANT_MASK: how many of the tile's pairs the
    mask keeps */
