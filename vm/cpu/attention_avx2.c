@@ -47,19 +47,23 @@ static void ranges_causal (ranges *R, int nqp, int bk, int64_t e) {
   }
 }
 
-/* narrowed by keep (key-major, rows BQ apart) for the bq real queries;
-   returns 0 when no query keeps any key */
-static int ranges_keep (ranges *R, int nqp, int bq, int bk, const uint8_t *keep) {
+/* narrowed by keep (key-major, rows BQ apart) for the bq real queries:
+   a row's 8 bytes of a group read as one word; returns 0 when no query
+   keeps any key */
+static int ranges_keep (ranges *R, int nqp, int bq, int bk, uint8_t *keep) {
+  if (bq < nqp)                         /* padding queries keep nothing */
+    for (int j = 0; j < bk; j++) memset(keep + j * BQ + bq, 0, (size_t)(nqp - bq));
   int any = 0;
   for (int g = 0; g < nqp / 8; g++) {
-    int lo = bk, hi = 0;
-    for (int i = 8 * g; i < 8 * g + 8 && i < bq; i++) {
-      int j = R->lo[g], top = R->hi[g];
-      while (j < top && !keep[j * BQ + i]) j++;
-      if (j == top) continue;
-      lo = j < lo ? j : lo;
-      for (j = top - 1; !keep[j * BQ + i]; j--) {}
-      hi = j + 1 > hi ? j + 1 : hi;
+    int lo = R->lo[g], hi = R->hi[g];
+    uint64_t w;
+    for (; lo < hi; lo++) {
+      memcpy(&w, keep + lo * BQ + 8 * g, 8);
+      if (w) break;
+    }
+    for (; hi > lo; hi--) {
+      memcpy(&w, keep + (hi - 1) * BQ + 8 * g, 8);
+      if (w) break;
     }
     if (lo >= hi) lo = hi = 0;
     R->lo[g] = lo;
@@ -297,11 +301,17 @@ static QKV_AVX2 void scale_rows (float *o, int bq, int64_t dv, const float *f) {
   }
 }
 
-/* -inf where the mask (keep, as st) drops a key, over each group's rows */
-static void drop_unkept (float *st, int bq, const ranges *R, const uint8_t *keep) {
-  for (int i = 0; i < bq; i++)
-    for (int j = R->lo[i / 8]; j < R->hi[i / 8]; j++)
-      if (!keep[j * BQ + i]) st[j * BQ + i] = -INFINITY;
+/* -inf where the mask (keep, as st) drops a key: the whole tile, row by
+   row (rows outside a group's range are never read, or zeroed first) */
+static QKV_AVX2 void drop_unkept (float *st, int nqp, int bk, const uint8_t *keep) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  for (int j = 0; j < bk; j++)
+    for (int i = 0; i < nqp; i += 8) {
+      __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(keep + j * BQ + i)));
+      __m256 drop = _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()));
+      float *p = st + j * BQ + i;
+      _mm256_store_ps(p, _mm256_blendv_ps(_mm256_load_ps(p), ninf, drop));
+    }
 }
 
 /* -inf again where the causal diagonal drops a key (query i < j + e drops
@@ -354,7 +364,7 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
       if (err != QKV_OK) return err;
       if (P->causal && qkv_attn_tile_cut(P, i0, j0, bk)) recut(st, nqp, bk, e);
     }
-    if (masked) drop_unkept(st, bq, &R, W->keep);
+    if (masked) drop_unkept(st, nqp, bk, W->keep);
     if (P->has_mask)
       qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
                          i0 * P->mask.rs + j0 * P->mask.cs);
