@@ -123,19 +123,22 @@ V.with = with
 --[[
 qkv.attention(q, k, v, opts) on both paths against V.ref(q, k, v, ro):
 weights = false gives out alone (the fused kernel), weights = true out
-and W; each checked within the tolerance of q's dtype. Returns the
-reference's out and W.
+and W; each checked within the tolerance of q's dtype, or tol (a number
+for both paths, or {fused, weights}). Returns the reference's out and W.
 ]]
 function V.check(q, k, v, opts, ro, what, tol)
   local dt = q.dtype
+  local tf, tw = V.TOL[dt], V.WTOL[dt]
+  if type(tol) == "number" then tf, tw = tol, tol
+  elseif type(tol) == "table" then tf, tw = tol[1], tol[2] end
   local want, W = V.ref(q, k, v, ro)
   local n = select("#", qkv.attention(q, k, v, with(opts, "weights", false)))
   lu.assertEquals(n, 1, what .. ": weights = false returns out alone")
   local out = qkv.attention(q, k, v, with(opts, "weights", false))
-  V.near(out, want, tol or V.TOL[dt], what .. " (fused) out", dt)
+  V.near(out, want, tf, what .. " (fused) out", dt)
   local out2, W2 = qkv.attention(q, k, v, with(opts, "weights", true))
-  V.near(out2, want, tol or V.WTOL[dt], what .. " (weights) out", dt)
-  V.near(W2, W, tol or V.WTOL[dt], what .. " (weights) W", dt)
+  V.near(out2, want, tw, what .. " (weights) out", dt)
+  V.near(W2, W, tw, what .. " (weights) W", dt)
   return want, W
 end
 

@@ -316,6 +316,39 @@ for _, dt in ipairs{"float64", "float32", "float16", "bfloat16"} do
   end
 end
 
+-- every library variant in every dtype, at one shape (3 heads, 150 x 130)
+function TestDtypes:testEveryVariantInEveryDtype()
+  local nq, nk, H = 150, 130, 3
+  local P = V.pos({H}, nq, nk)
+  local qids, kids = qkv.tensor(runs(nq, 50, 7), "int64"), qkv.tensor(runs(nk, 50, 7), "int64")
+  local sl = qkv.tensor(slopes_of(H), "float32"):double():reshape(H, 1, 1)
+  local bias = qkv.randn(H, 32, "float64")
+  local bucket = by_rel(nq, nk, function(r) return t5_bucket(r, 32, 128, true) end)
+  local TB = V.take(bias, qkv.arange(0, H, "float64"):reshape(H, 1, 1) * 32 + bucket + 1)
+  local cases = {
+    {"causal(3)", {mask_mod = VA.causal(3)}, {keep = P.j:le(P.i + 3)}},
+    {"causal_end", {mask_mod = VA.causal_end(nq, nk)}, {keep = P.j:le(P.i + nk - nq)}},
+    {"sliding_window(30)", {mask_mod = VA.sliding_window(30)},
+     {keep = P.j:le(P.i):logical_and(P.j:gt(P.i - 30))}},
+    {"sliding_window(30, both)", {mask_mod = VA.sliding_window(30, {causal = false})},
+     {keep = (P.i - P.j):abs():lt(30)}},
+    {"document", {mask_mod = VA.document(qids, kids)},
+     {keep = qids:double():reshape(nq, 1):eq(kids:double():reshape(1, nk))}},
+    {"prefix_lm(20)", {mask_mod = VA.prefix_lm(20)}, {keep = P.j:le(P.i):logical_or(P.j:le(20))}},
+    -- the weights path rounds the new scores to the half dtype: ALiBi's
+    -- reach 30 here (keys after the query, no causal mask), where
+    -- bfloat16's step is 0.125
+    {"alibi(3)", {score_mod = VA.alibi(H)}, {score = function(S) return S + sl * (P.j - P.i) end},
+     {float16 = {2e-3, 1.5e-2}, bfloat16 = {1.6e-2, 0.12}}},
+    {"softcap(1.5)", {score_mod = VA.softcap(1.5)}, {score = function(S) return (S / 1.5):tanh() * 1.5 end}},
+    {"t5_bias", {score_mod = VA.t5_bias(bias)}, {score = function(S) return S + TB end}},
+  }
+  for _, dt in ipairs{"float32", "float16", "bfloat16"} do
+    local q, k, v = V.qkv({H}, {H}, nq, nk, 16, 8, dt)
+    for _, c in ipairs(cases) do V.check(q, k, v, c[2], c[3], c[1] .. " " .. dt, c[4] and c[4][dt]) end
+  end
+end
+
 ---------------------------------------------------------------- batch dims
 
 TestBatch = {}
