@@ -234,6 +234,32 @@ function TestBlockMaskAttention:testPerHeadBlockMask()
   V.raises(function() return qkv.attention(q4, k4, v4, {block_mask = bm}) end, {"block_mask", "H"}, "H mismatch")
 end
 
+function TestBlockMaskAttention:testHeadSizesLayoutsAndBlocks()
+  -- q and k as (B, n, H, d) transposed, v as (B, H, d, n) transposed:
+  -- strided reads in the kernels' tiles, for every tile size a block
+  -- mask may set, at head sizes 1, 64 and 200
+  local B, H, nq, nk = 2, 3, 150, 140
+  local P = V.pos({B, H}, nq, nk)
+  local bias = qkv.randn(H, nq + nk - 1, "float64")
+  local Bt = V.take(bias, (P.h - 1) * (nq + nk - 1) + P.i - P.j + nk)
+  local keep = P.j:le(P.i):logical_and(P.j:gt(P.i - 45))
+  for _, dt in ipairs{"float32", "float64"} do
+    for _, d in ipairs{1, 64, 200} do
+      local q = qkv.randn(B, nq, H, d, "float64"):to(dt):transpose(2, 3)
+      local k = qkv.randn(B, nk, H, d, "float64"):to(dt):transpose(2, 3)
+      local v = qkv.randn(B, H, 8, nk, "float64"):to(dt):transpose(-1, -2)
+      local want = V.ref(q, k, v, {score = function(S) return S + Bt end, keep = keep})
+      for _, blk in ipairs{false, {1, 1}, {100, 7}, {128, 256}} do
+        local opts = {score_mod = function(s, b, h, i, j) return s + bias[{h, i - j + nk}] end,
+                      mask_mod = VA.sliding_window(45), weights = false}
+        if blk then opts.block_mask = qkv.block_mask(VA.causal(), nil, nil, nq, nk, {block = blk}) end
+        V.near(qkv.attention(q, k, v, opts), want, V.TOL[dt],
+               ("%s d %d block %s"):format(dt, d, blk and table.concat(blk, "x") or "-"), dt)
+      end
+    end
+  end
+end
+
 function TestBlockMaskAttention:testOtherLengthsIsAnError()
   local bm = qkv.block_mask(VA.causal(), nil, nil, 100, 120)
   for _, n in ipairs{{120, 100}, {100, 121}, {99, 120}} do

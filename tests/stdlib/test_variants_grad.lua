@@ -172,6 +172,35 @@ function TestGradAgree:testFloat32()
   end
 end
 
+function TestGradAgree:testBlockMasks()
+  -- the fused backward on a block mask's tiles (q, k strided): its
+  -- gradients the weights path's, in float64, and in float32 near them
+  local B, H, nq, nk = 2, 3, 150, 140
+  local q = qkv.randn(B, nq, H, 16, "float64"):transpose(2, 3)
+  local k = qkv.randn(B, nk, H, 16, "float64"):transpose(2, 3)
+  local v = qkv.randn(B, H, nk, 8, "float64")
+  local bias = qkv.randn(H, nq + nk - 1, "float64")
+  local G = qkv.randn(B, H, nq, 8, "float64")
+  for _, blk in ipairs{16, {32, 48}, {100, 7}} do
+    local bm = qkv.block_mask(VA.sliding_window(45), nil, nil, nq, nk, {block = blk})
+    local function loss(w)
+      return function(q, k, v, b)
+        local o = {score_mod = function(s, _, h, i, j) return s + b[{h, i - j + nk}] end, block_mask = bm,
+                   weights = w}
+        return (qkv.attention(q, k, v, o):double() * G):sum()
+      end
+    end
+    local what = "block " .. (type(blk) == "table" and table.concat(blk, "x") or blk)
+    local gw = qkv.grad(loss(true), {q, k, v, bias})
+    local gf = qkv.grad(loss(false), {q, k, v, bias})
+    local g32 = qkv.grad(loss(false), {q:float(), k:float(), v:float(), bias:float()})
+    for x, name in ipairs{"dq", "dk", "dv", "dbias"} do
+      V.near(gf[x], gw[x], 1e-10, what .. " fused " .. name)
+      V.near(g32[x]:double(), gw[x], 2e-5, what .. " float32 " .. name)
+    end
+  end
+end
+
 function TestGradAgree:testOnlyTheCapturedRequiresGrad()
   -- q, k, v constants: the bias alone gets a gradient, on both paths
   local nq, nk, h = 80, 90, 2
