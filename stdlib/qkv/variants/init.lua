@@ -33,6 +33,14 @@ rawset(qkv, "where", function(c, a, b, ...)
 end)
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
+
+-- a binding's call whose error reads as the composed path's: without the
+-- position of this file, which luaL_error would put first
+local function call(f, ...)
+  local r = table.pack(pcall(f, ...))
+  if not r[1] then error((tostring(r[2]):gsub("^[^\n]-variants/[%w_]+%.lua:%d+: ", "")), 0) end
+  return table.unpack(r, 2, r.n)
+end
 local function shape(t) return tostring(t.shape) end
 
 ---------------------------------------------------------------- block masks
@@ -94,7 +102,7 @@ function M.block_mask(mask_mod, B, H, nq, nk, opts)
   local prog, args, out, by, caps = trace.compile(T, nil, r)
   local spec = {prog = prog, args = args, out = out, by = by, caps = on_cpu(caps), capmod = T.capmod,
                 fname = F}
-  local kinds = qkv._block_kinds(spec, rb and B or 1, rh and H or 1, nq, nk, bq, bk)
+  local kinds = call(qkv._block_kinds, spec, rb and B or 1, rh and H or 1, nq, nk, bq, bk)
   return setmetatable({mask_mod = mask_mod, B = B, H = H, n_q = nq, n_k = nk, block = {bq, bk},
                        kinds = kinds, shape = {B or 1, H or 1, nq, nk}}, BlockMask)
 end
@@ -248,13 +256,13 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
     local kb = trace.reads(mroot, T.b) and B or 1
     local kh = trace.reads(mroot, T.h) and H or 1
     local bq, bk = bm and bm.block[1] or DEFAULT_BLOCK, bm and bm.block[2] or DEFAULT_BLOCK
-    spec.kinds, spec.bq, spec.bk = qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk), bq, bk
+    spec.kinds, spec.bq, spec.bk = call(qkv._block_kinds, spec, kb, kh, nq, nk, bq, bk), bq, bk
   end
   local half = q.dtype == "float16" or q.dtype == "bfloat16"
   local qc, kc, vc = q, k, v
   if half then qc, kc, vc = q:float(), k:float(), v:float() end
   if m and m.dtype ~= "bool" then m = m:ne(0) end
-  local o, lse = qkv._attention_mod(qc, kc, vc, m, causal, scale, spec)
+  local o, lse = call(qkv._attention_mod, qc, kc, vc, m, causal, scale, spec)
   if grads then
     local inputs = {qc, kc, vc}
     for c, t in ipairs(caps) do inputs[3 + c] = t end
@@ -267,8 +275,8 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       for c, t in ipairs(caps) do
         gs.grads[c] = want[c] and qkv.zeros(t.shape, "float64", t.device) or false
       end
-      local dq, dk, dv = qkv._attention_mod_backward(qc, kc, vc, o, g:to(o.dtype), m, causal, scale,
-                                                     lse, gs)
+      local dq, dk, dv = call(qkv._attention_mod_backward, qc, kc, vc, o, g:to(o.dtype), m, causal,
+                              scale, lse, gs)
       local r = {sum_to(dq, qc), sum_to(dk, kc), sum_to(dv, vc)}
       for c, t in ipairs(caps) do
         r[3 + c] = gs.grads[c] and gs.grads[c]:to(t.dtype) or nil
@@ -316,7 +324,7 @@ function M.attention(q, k, v, opts, ...)
            tostring(bm.B), tostring(bm.H), B, H)
     end
   end
-  local T = trace.new("attention")
+  local T = trace.new("attention", q.device)
   local sroot = score_mod and trace.trace(T, "score_mod", score_mod)
   local mroot = mask_mod and trace.trace(T, "mask_mod", mask_mod)
   if bm then

@@ -20,10 +20,27 @@
 --     t5_bias(bias [, opts])      score + bias[h, bucket(j - i)] (T5's relative
 --                                 position buckets, Raffel et al.), bias (H, buckets)
 --   relative_buckets(rel [, opts]) T5's bucket of a relative position (0-based)
+--
+-- The tensors these capture (ids, slopes, bias) follow q to its device: a
+-- copy is made once per device.
 
 local qkv = require "qkv"
+local trace = require "qkv.variants.trace"
 
 local L = {}
+
+-- t on the device of the call being traced: the library's own tensors (and
+-- those given to it) follow q, copied once per device
+local function follow(t)
+  local copies = {}
+  return function()
+    local dev = trace.device()
+    if t.device == dev then return t end
+    if t.requires_grad then return t:to(dev) end       -- learnable: copied each call
+    copies[dev] = copies[dev] or t:to(dev)
+    return copies[dev]
+  end
+end
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
 local function integer(x, what, name, min)
@@ -64,10 +81,11 @@ function L.document(ids, kv_ids)
     end
   end
   if ids:dim() ~= kv_ids:dim() then fail("document: ids and kv_ids must have one rank") end
+  local qi, ki = follow(ids), follow(kv_ids)
   if ids:dim() == 1 then
-    return function(b, h, i, j) return ids[i]:eq(kv_ids[j]) end
+    return function(b, h, i, j) return qi()[i]:eq(ki()[j]) end
   end
-  return function(b, h, i, j) return ids[{b, i}]:eq(kv_ids[{b, j}]) end
+  return function(b, h, i, j) return qi()[{b, i}]:eq(ki()[{b, j}]) end
 end
 
 function L.document_lengths(lengths)
@@ -93,7 +111,8 @@ function L.alibi(H)
   elseif not qkv.is_tensor(H) or H:dim() ~= 1 then
     fail("alibi: give the number of heads H, or the slopes as a tensor (H)")
   end
-  return function(score, b, h, i, j) return score + slopes[h] * (j - i) end
+  local on = follow(slopes)
+  return function(score, b, h, i, j) return score + on()[h] * (j - i) end
 end
 
 function L.softcap(c)
@@ -148,7 +167,8 @@ function L.t5_bias(bias, opts)
   local nb, md, bi = bucket_opts({num_buckets = opts.num_buckets or bias:size(2),
                                   max_distance = opts.max_distance,
                                   bidirectional = opts.bidirectional}, "t5_bias")
-  return function(score, b, h, i, j) return score + bias[{h, buckets(j - i, nb, md, bi) + 1}] end
+  local on = follow(bias)
+  return function(score, b, h, i, j) return score + on()[{h, buckets(j - i, nb, md, bi) + 1}] end
 end
 
 return L

@@ -165,9 +165,9 @@ end
 -------------------------------------------------------------- tracing
 
 -- a new trace: the symbols of both mods are its leaves
-function M.new(fname)
+function M.new(fname, device)
   local T = {nodes = {}, list = {}, bools = {}, caps = {}, capindex = {}, capmod = {},
-             fname = fname}
+             fname = fname, device = device or "cpu"}
   local saved = active
   active = T
   T.score, T.b, T.h = node("score", "num", {}), node("b", "num", {}), node("h", "num", {})
@@ -247,6 +247,9 @@ function M.trace(T, mod, f)
   return r
 end
 
+-- the device of the call being traced (where its captured tensors must be)
+function M.device() return active and active.device or "cpu" end
+
 -- a & b for two mask nodes of T, outside any mod
 function M.both(T, a, b)
   local saved = active
@@ -266,7 +269,7 @@ local ZERO = {}
 local function deriv(T, x, target, memo)
   if rawequal(x, target) then return const(1) end
   local m = memo[x]
-  if m ~= nil then return m ~= ZERO and m or nil end
+  if m ~= nil then return not rawequal(m, ZERO) and m or nil end
   local a, b, c = x.args[1], x.args[2], x.args[3]
   local op, r = x.op, nil
   local function d(y) return deriv(T, y, target, memo) end

@@ -1,0 +1,82 @@
+-- test_variants.lua: the cross-backend suite's attention variants
+-- (score_mod, mask_mod, block masks: stdlib/qkv/variants/). The GPU has
+-- no fused variants yet (test_coverage.lua's LATER: attention_mods,
+-- attention_mods_backward and attention_blocks are the CPU's alone), so
+-- there they run composed, and must give the CPU's fused values: both
+-- paths of the library's variants and of mods with captured tensors, the
+-- weights, and the gradients to q, k, v and a captured bias
+-- (tests/helpers/cuda_suite.lua says what the suite checks)
+local lu = require "luaunit"
+local C = dofile("tests/helpers/cuda_suite.lua")
+local need, same, values, FLOATS = C.need, C.same, C.values, C.FLOATS
+local V = setmetatable({}, {__index = function(_, k) return qkv.variants[k] end})
+
+TestCudaVariants = {}
+
+-- each case's options, made on the device of q (captured tensors live there)
+local CASES = {
+  window = function() return {mask_mod = V.sliding_window(7)} end,
+  window_softcap = function() return {mask_mod = V.sliding_window(9, {causal = false}),
+                                      score_mod = V.softcap(1.5)} end,
+  alibi_causal = function(q) return {score_mod = V.alibi(qkv.alibi_slopes(3):to(q.device)),
+                                     causal = true} end,
+  document = function(q)
+    local ids = qkv.tensor({1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5,
+                            5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, "int64"):to(q.device)
+    return {mask_mod = V.document(ids)}
+  end,
+  bias = function(q)
+    local bias = (qkv.arange(0, 3 * 79, "float64"):reshape(3, 79) / 50):to(q.dtype):to(q.device)
+    return {score_mod = function(s, b, h, i, j) return s + bias[{h, j - i + 40}] end,
+            mask_mod = V.prefix_lm(5)}
+  end,
+}
+
+function TestCudaVariants:testVariantsBothPaths()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    local q, k, v = values({2, 3, 40, 8}, dt), values({2, 3, 40, 8}, dt), values({2, 3, 40, 4}, dt)
+    for name, opts in pairs(CASES) do
+      same(dt .. " " .. name .. " fused", function(a, b, c)
+        local o = opts(a)
+        o.weights = false
+        return qkv.attention(a, b, c, o)
+      end, {q, k, v})
+      same(dt .. " " .. name .. " weights", function(a, b, c)
+        return qkv.attention(a, b, c, opts(a))
+      end, {q, k, v})
+    end
+  end
+end
+
+function TestCudaVariants:testBlockMaskOnEitherDevice()
+  need()
+  local bm = qkv.block_mask(V.sliding_window(5), nil, nil, 70, 70, {block = 16})
+  local q, k, v = values({1, 2, 70, 8}, "float64"), values({1, 2, 70, 8}, "float64"),
+                  values({1, 2, 70, 8}, "float64")
+  same("block_mask", function(a, b, c)
+    return qkv.attention(a, b, c, {block_mask = bm, weights = false})
+  end, {q, k, v})
+  -- a block mask made from a tensor on the GPU: its kinds are the CPU's
+  local ids = qkv.tensor({1, 1, 2, 2, 2, 3}, "int64")
+  local a = qkv.block_mask(V.document(ids), nil, nil, 6, 6, {block = 2})
+  local b = qkv.block_mask(V.document(ids:cuda()), nil, nil, 6, 6, {block = 2})
+  lu.assertEquals(b.kinds:tolist(), a.kinds:tolist())
+end
+
+function TestCudaVariants:testGradients()
+  need()
+  for _, dt in ipairs(FLOATS) do
+    local q, k, v = values({2, 3, 24, 8}, dt), values({2, 3, 24, 8}, dt), values({2, 3, 24, 4}, dt)
+    local bias = values({3, 47}, dt)
+    local g = values({2, 3, 24, 4}, dt)
+    same(dt .. " gradients", function(a, b, c, t, w)
+      a, b, c, t = a:detach():requires_grad_(), b:detach():requires_grad_(),
+                   c:detach():requires_grad_(), t:detach():requires_grad_()
+      local out = qkv.attention(a, b, c, {weights = false, mask_mod = V.sliding_window(6),
+        score_mod = function(s, bb, h, i, j) return s + t[{h, j - i + 24}] end})
+      out:backward(w)
+      return a.grad, b.grad, c.grad, t.grad
+    end, {q, k, v, bias, g})
+  end
+end
