@@ -211,28 +211,36 @@ end
 -- the weights way: the trace on the whole scores, every step a tensor op
 local function composed(T, sroot, mroot, q, k, v, m, causal, scale, batch)
   local nq, nk = q:size(-2), k:size(-2)
-  local S = qkv.scores(q, k, {scale = scale})
+  local dt = q.dtype
+  if dt == "float16" or dt == "bfloat16" then      -- the halves in float32, as fused
+    q, k, v = q:float(), k:float(), v:float()
+  end
+  local full = {table.unpack(batch)}
+  full[#full + 1], full[#full + 2] = nq, nk
+  local zero = qkv.zeros(full, q.dtype, q.device)  -- every score of the output's batch dims
+  local S = qkv.scores(q, k, {scale = scale}) + zero
   local L = replay.leaves(S:double(), batch, nq, nk)
   local r = replay.run(T, {score = sroot, mask = mroot}, L, "attention")
-  local S2 = S
   if sroot then
     local x = r.score
     if not qkv.is_tensor(x) then x = qkv.full_like(S, x, {dtype = "float64"}) end
-    S2 = x:to(S.dtype) + qkv.zeros_like(S)
+    S = x:to(S.dtype) + zero
   end
-  local keep = qkv.ones_like(S2, {dtype = "bool"})
+  local keep = zero:eq(0)
   if mroot then
     local x = r.mask
-    if not qkv.is_tensor(x) then x = qkv.full_like(S2, x, {dtype = "bool"}) end
+    if not qkv.is_tensor(x) then x = qkv.full_like(S, x, {dtype = "bool"}) end
     keep = keep:logical_and(x)
   end
   if causal then keep = keep:logical_and((L.j - L.i):le(nk - nq)) end
   if m then keep = keep:logical_and(m:ne(0)) end
-  local S3 = S2:masked_fill(keep:logical_not(), -math.huge)
+  local S3 = S:masked_fill(keep:logical_not(), -math.huge)
   local live = keep:logical_and(S3:ne(-math.huge))
   local none = live:any(-1, true):logical_not()
   local W = S3:masked_fill(none, 0):softmax(-1):masked_fill(live:logical_not(), 0)
-  return W:matmul(v), W
+  local out = W:matmul(v)
+  if out.dtype ~= dt then out, W = out:to(dt), W:to(dt) end
+  return out, W
 end
 
 local function sum_to(g, x) return require("qkv.derivatives").sum_to(g, x) end
