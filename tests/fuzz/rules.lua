@@ -78,7 +78,8 @@ local function optimizer() return qkv.optim.SGD(params_list(), {lr = 0.1}) end
 
 -- the keys each function knows (the plots' come from qkv.plot.spec), and
 -- arguments before the options that get it past its other checks
-local ATTN = {"mask", "causal", "is_causal", "scale", "weights", "key_padding_mask"}
+local ATTN = {"mask", "causal", "is_causal", "scale", "weights", "key_padding_mask", "score_mod",
+              "mask_mod", "block_mask"}
 local function dims(F) return {F.d, F.dh} end
 local function heads(F) return {F.d, F.h} end
 local OPTIONS = {
@@ -156,6 +157,17 @@ for _, name in ipairs{"new_zeros", "new_ones", "new_empty"} do
   OPTIONS["Tensor:" .. name] = {keys = FACTORY, args = function(F) return {{F.n, F.d}} end}
 end
 OPTIONS["Tensor:new_full"] = {keys = FACTORY, args = function(F) return {{F.n, F.d}, 3} end}
+-- attention's variants (stdlib/qkv/variants/): a block mask of a causal
+-- mask, the library's makers
+OPTIONS["qkv.block_mask"] = {keys = {"block"}, args = function(F)
+  return {qkv.variants.causal(), 1, 1, F.n, F.n}
+end}
+OPTIONS["qkv.variants.sliding_window"] = {keys = {"causal"}, args = function() return {3} end}
+local BUCKETS = {"num_buckets", "max_distance", "bidirectional"}
+OPTIONS["qkv.variants.t5_bias"] = {keys = BUCKETS, args = function(F)
+  return {V.tensor("float32", {F.h, 8})}
+end}
+OPTIONS["qkv.variants.relative_buckets"] = {keys = BUCKETS, args = function() return {0} end}
 
 -- names PyTorch's counterparts take that the qkv function does not know,
 -- by the function's name

@@ -32,6 +32,7 @@ local function call_prefix(name)
   if ns == "BertModel" then return "model:" .. method .. "(" end
   if ns == "Tokenizer" then return "tok:" .. method .. "(" end
   if ns == "Event" then return "event:" .. method .. "(" end
+  if ns == "BlockMask" then return "bm:" .. method .. "(" end
   return name .. "("
 end
 
@@ -191,6 +192,7 @@ local function unknown_calls(text, entries)
         and not entries["LRScheduler:" .. method]
         and not entries["Tokenizer:" .. method]
         and not entries["Event:" .. method]
+        and not entries["BlockMask:" .. method]
         and not is_lua_method(method) then
       unknown["x:" .. method] = true
     end
@@ -278,6 +280,19 @@ function TestHelp:testNamespaceListsItsFunctions()
   lu.assertStrContains(doc.text(qkv.plot), "  qkv.plot.heatmap(w [, opts])\n")
   lu.assertStrContains(doc.text(qkv), "  qkv.attention(Q, K, V [, opts])\n")
   lu.assertStrContains(doc.text("Module"), "  m:load(src)\n")
+  lu.assertEquals(doc.text("qkv.variants"), doc.text(qkv.variants))
+  lu.assertStrContains(doc.text(qkv.variants), "  qkv.variants.sliding_window(w [, opts])\n")
+  lu.assertStrContains(doc.text("BlockMask"), "  bm:density()\n")
+end
+
+function TestHelp:testVariants()
+  lu.assertTrue(starts(doc.text(qkv.block_mask), "qkv.block_mask(mask_mod, B, H, n_q, n_k [, opts])\n"))
+  lu.assertTrue(starts(doc.text(qkv.variants.alibi), "qkv.variants.alibi(H)\n"))
+  lu.assertTrue(starts(doc.text("sliding_window"), "qkv.variants.sliding_window("))
+  lu.assertTrue(starts(doc.text("bm:density"), "bm:density()\n"))
+  lu.assertTrue(starts(doc.text("BlockMask.to_dense"), "bm:to_dense()\n"))
+  -- the entry qkv.attention hands its mods to is not a function of its own
+  lu.assertNil(set_of(doc.public())["qkv.variants.attention"])
 end
 
 function TestHelp:testTensorGivesTheTensorHelp()

@@ -245,7 +245,9 @@ first key, query i sees keys j <= i, as torch.ones(n_q, n_k).tril(); the
 same as causal when n_q = n_k, and an error beside causal = true when
 not), scale (default 1/sqrt(d_k)) and weights (default true). With
 weights = false a fused kernel (tiled, online softmax) returns only out and
-never holds the n_q × n_k matrix. An unknown option is an error naming the
+never holds the n_q × n_k matrix. score_mod, mask_mod and block_mask take
+attention's variants as Lua functions of the score and the 1-based indices
+(qkv.variants, docs/variants.md). An unknown option is an error naming the
 closest known one (PyTorch's attn_mask points to mask and its polarity),
 and so are shapes that disagree; PyTorch's F.scaled_dot_product_attention
 returns only out.]],

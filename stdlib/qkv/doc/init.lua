@@ -19,14 +19,15 @@
 --
 -- Names: qkv.softmax, Tensor:matmul (called as x:matmul(y)), qkv.nn.Linear,
 -- Module:parameters (m:parameters()), qkv.plot.heatmap, qkv.test.assertClose,
--- qkv.repl.timing, qkv.help.
+-- qkv.repl.timing, qkv.help, qkv.variants.causal, BlockMask:density
+-- (bm:density()).
 
 local qkv = package.loaded.qkv or require "qkv"
 
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "composite", "dist"}
+               "composite", "dist", "variants"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
@@ -38,7 +39,8 @@ local PREFIXES = {
   {"qkv.nn.functional.", "qkv.nn.functional"}, {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
   {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
-  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.", "qkv"}, {"BertModel:", "BertModel"},
+  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.variants.", "qkv.variants"},
+  {"qkv.", "qkv"}, {"BertModel:", "BertModel"}, {"BlockMask:", "BlockMask"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
   {"LRScheduler:", "LRScheduler"}, {"Event:", "Event"},
@@ -212,6 +214,18 @@ local function walk(load)
     own_functions(wp, "qkv.wordpiece.", out)
     own_functions(wp.Tokenizer, "Tokenizer:", out)
   end
+  -- attention's variants: the library; qkv.block_mask and its kin are
+  -- found as qkv's, and attention is the entry qkv.attention hands its
+  -- mods to (bindings/lattn.c), not a function of its own
+  local variants = lib("qkv.variants")
+  if variants then
+    local found = {}
+    for _, p in ipairs(out) do if p[2] ~= nil then found[p[2]] = true end end
+    for _, p in ipairs(own_functions(variants, "qkv.variants.", {})) do
+      if not found[p[2]] and p[1] ~= "qkv.variants.attention" then out[#out + 1] = p end
+    end
+    if type(variants.BlockMask) == "table" then own_functions(variants.BlockMask, "BlockMask:", out) end
+  end
   return out
 end
 
@@ -343,7 +357,8 @@ local NS_NAMES = {
   ["qkv.nn.Module"] = "Module", ["nn.Module"] = "Module",
   ["qkv.plot"] = "qkv.plot", plot = "qkv.plot", ["qkv.test"] = "qkv.test",
   ["qkv.repl"] = "qkv.repl", repl = "qkv.repl", ["qkv.optim"] = "qkv.optim",
-  optim = "qkv.optim",
+  optim = "qkv.optim", ["qkv.variants"] = "qkv.variants", variants = "qkv.variants",
+  BlockMask = "BlockMask",
 }
 
 -- tables that stand for a namespace
@@ -357,9 +372,11 @@ local function namespace_of_value(v)
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end
   if type(nn) == "table" and v == rawget(nn, "functional") then return "qkv.nn.functional" end
-  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim"} do
+  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.variants"} do
     if loaded[id] ~= nil and v == loaded[id] then return id end
   end
+  local variants = loaded["qkv.variants"]
+  if type(variants) == "table" and v == variants.BlockMask then return "BlockMask" end
 end
 
 -- a bare name that qkv does not have: the tensor method, else whatever
@@ -368,7 +385,7 @@ local function resolve_bare(s)
   if registry["Tensor:" .. s] then return "Tensor:" .. s end
   local found = {}
   for _, p in ipairs{"qkv.nn.", "qkv.nn.functional.", "Module:", "qkv.plot.", "qkv.test.",
-                     "qkv.repl."} do
+                     "qkv.repl.", "qkv.variants.", "BlockMask:"} do
     if registry[p .. s] then found[#found + 1] = p .. s end
   end
   if #found == 1 then return found[1] end
@@ -378,7 +395,7 @@ end
 -- the receivers that name a namespace of methods: Tensor.matmul,
 -- qkv.Tensor.matmul (as error messages write it), Module:load
 local METHOD_NS = {Tensor = "Tensor", ["qkv.Tensor"] = "Tensor", Module = "Module",
-                   ["nn.Module"] = "Module", ["qkv.nn.Module"] = "Module"}
+                   ["nn.Module"] = "Module", ["qkv.nn.Module"] = "Module", BlockMask = "BlockMask"}
 
 -- a name as typed: "qkv.softmax", "softmax", "x:matmul", "Tensor.matmul",
 -- "nn.Linear", "qkv.nn"; returns an entry name, or "ns" and a namespace,
@@ -402,9 +419,10 @@ local function resolve(s)
     local name = METHOD_NS[recv] .. ":" .. method
     return registry[name] and name
   end
-  if sep == ":" then            -- x:matmul, m:parameters, any receiver
+  if sep == ":" then            -- x:matmul, m:parameters, bm:density, any receiver
     if registry["Tensor:" .. method] then return "Tensor:" .. method end
-    return registry["Module:" .. method] and "Module:" .. method
+    if registry["Module:" .. method] then return "Module:" .. method end
+    return registry["BlockMask:" .. method] and "BlockMask:" .. method
   end
   if registry["qkv." .. s] then return "qkv." .. s end
   if s:match("^[%a_][%w_]*$") then return resolve_bare(s) end

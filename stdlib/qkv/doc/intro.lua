@@ -25,6 +25,9 @@ Namespaces
   qkv        tensors, math and the attention primitives (help(qkv))
   x:method   tensor methods (help(x) for a tensor x, or help("Tensor"))
   qkv.nn     attention modules, with the methods m:parameters() etc.
+  qkv.variants
+             attention's variants as mask_mods and score_mods for
+             qkv.attention: sliding windows, documents, ALiBi, ...
   qkv.plot   heatmaps and figures, in the terminal or as PNG files
   qkv.test   assertions for LuaUnit suites, which qkv test runs
   qkv.repl   the REPL's settings
@@ -70,6 +73,17 @@ local namespaces = {
    groups = {"size and layout", "values", "views", "copies and devices",
              "math", "selection and indexing", "reductions", "in place", "attention",
              "autograd"}},
+  {id = "qkv.variants", title = "qkv.variants",
+   intro = "Attention's common variants, each a mask_mod (b, h, i, j) or a " ..
+     "score_mod (score, b, h, i, j) for qkv.attention's options " ..
+     "(stdlib/qkv/variants/, loaded on first use). The functions get " ..
+     "symbolic values, counted from 1, traced once per call into a program " ..
+     "the fused kernel runs per tile; docs/variants.md is the chapter.",
+   groups = {"mask functions", "score functions"}},
+  {id = "BlockMask", title = "BlockMask methods",
+   intro = "What a block mask from qkv.block_mask has, called as bm:name(); " ..
+     "its fields kinds, mask_mod, B, H, n_q, n_k and block say what it holds.",
+   groups = {"block mask methods"}},
   {id = "qkv.nn", title = "qkv.nn",
    intro = "Attention modules in plain Lua on the primitives " ..
      "(stdlib/qkv/nn/, loaded on first use). A module is callable, " ..

@@ -34,7 +34,8 @@ local entries = {
   {name = "qkv.where", sig = "qkv.where(cond, a, b)", group = "selection and indexing",
    doc = [[Elements of a where the bool tensor cond is true, of b elsewhere,
 with cond, a and b broadcast; a and b may be numbers, and the result's
-dtype is theirs promoted. x:where(cond, y) is qkv.where(cond, x, y). As
+dtype is theirs promoted. x:where(cond, y) is qkv.where(cond, x, y). In
+a score_mod or mask_mod it takes the symbolic values (docs/variants.md). As
 torch.where.]],
    example = [=[local x = qkv.tensor{-1, 2, -3}
 print(qkv.where(x:gt(0), x, 0))   --> tensor([0., 2., 0.])]=]},
