@@ -1,7 +1,9 @@
 -- test_variants_device.lua: attention's variants on the GPU device
 -- ("cuda": a GPU, or build/fakecuda.so, the CPU's kernels behind the
--- plugin's interface, under make test's device pass). Variants there take
--- the composed path on both weights settings; every library variant, a
+-- plugin's interface, under make test's device pass; or build/simcuda.so).
+-- Variants there run fused where the plugin fills attention_mods (the
+-- GPU's, vm/cuda/mods.cu), composed otherwise (the fake device); every
+-- library variant, a
 -- mix of mods with captured tensors, a block mask and the gradients must
 -- equal the CPU's results and the float64 reference of
 -- tests/helpers/variants_ref.lua (computed on the host). Skipped, with

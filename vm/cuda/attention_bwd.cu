@@ -22,6 +22,11 @@
 **   dQ = scale dS K, dK (+)= scale dS^T Q  (cuBLAS)
 ** dK and dV add up over the row blocks of an item (beta 1 after the first).
 ** Row-major products go to cuBLAS as their transposes: C^T = op(B)^T op(A)^T.
+** With score_mod/mask_mod programs (qkv_cuda_attention_mods_backward) two
+** steps of mods.cu join: S becomes the new scores before the rows (empty
+** blocks and dropped keys -inf), and after dS, S = scale Q K^T again, from
+** which dS gets times the derivative by the score and the captured tensors'
+** gradient sums their part (atomics on doubles).
 */
 #include <limits.h>
 #include <math.h>
@@ -29,6 +34,7 @@
 
 #include "attention.cuh"
 #include "cudnn.h"
+#include "mods.cuh"
 #include "../common/layout.h"
 
 #define THREADS 256
@@ -150,7 +156,8 @@ static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T>
 /* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
    lse, D (C.nb C.rq each) */
 template <typename T>
-static int one_chunk (const qkv_attn_plan &P, const chunk &C, T *s, T *dp, double *lse, double *D) {
+static int one_chunk (const qkv_attn_plan &P, qkv_attn_mods *M, const chunk &C, T *s, T *dp,
+                      double *lse, double *D) {
   int err;
   int64_t nq = P.nq, nk = P.nk, dk = P.dk, dv = P.dv, rq = C.rq, nb = C.nb;
   int64_t rows = nb * rq, ns = rq * nk;
@@ -170,6 +177,7 @@ static int one_chunk (const qkv_attn_plan &P, const chunk &C, T *s, T *dp, doubl
     cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
   }
   K.t = 0;
+  if (M && (err = qkv_cu_mods_scores<T>(P, M, s, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
   rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
       s, lse, D, (const T *)P.lse, P, C);
   launchCheck("rows_kernel");
@@ -184,6 +192,16 @@ static int one_chunk (const qkv_attn_plan &P, const chunk &C, T *s, T *dp, doubl
   }
   ds_kernel<T><<<qkv_cu_blocks(rows * nk, THREADS), THREADS>>>(s, dp, lse, D, rows * nk, nk);
   launchCheck("ds_kernel");
+  if (M) {                              /* S again, then dS by the scores */
+    K.t = 1;
+    if (dk > 0) {
+      if ((err = gemm<T>(rq, nk, dk, P.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
+    } else {
+      cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
+    }
+    K.t = 0;
+    if ((err = qkv_cu_mods_grads<T>(P, M, s, dp, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
+  }
   if (dk == 0) return QKV_OK;
   /* dQ = scale dS K, dK (+)= scale dS^T Q */
   if ((err = gemm<T>(rq, dk, nk, P.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
@@ -193,14 +211,14 @@ static int one_chunk (const qkv_attn_plan &P, const chunk &C, T *s, T *dp, doubl
 
 /* the chunks: cb whole items, or (cb == 1) rq rows of one */
 template <typename T>
-static int chunks (const qkv_attn_plan &P, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
-                   double *D) {
+static int chunks (const qkv_attn_plan &P, qkv_attn_mods *M, int64_t cb, int64_t rq, T *s, T *dp,
+                   double *lse, double *D) {
   chunk C;
   for (C.b0 = 0; C.b0 < P.nbatch; C.b0 += cb)
     for (C.i0 = 0; C.i0 < P.nq; C.i0 += rq) {
       C.nb = P.nbatch - C.b0 < cb ? P.nbatch - C.b0 : cb;
       C.rq = P.nq - C.i0 < rq ? P.nq - C.i0 : rq;
-      int err = one_chunk<T>(P, C, s, dp, lse, D);
+      int err = one_chunk<T>(P, M, C, s, dp, lse, D);
       if (err != QKV_OK) return err;
     }
   return QKV_OK;
@@ -208,7 +226,7 @@ static int chunks (const qkv_attn_plan &P, int64_t cb, int64_t rq, T *s, T *dp, 
 
 /* the scratch for the largest chunk, freed on every path */
 template <typename T>
-static int run (const qkv_attn_plan &P) {
+static int run (const qkv_attn_plan &P, qkv_attn_mods *M) {
   size_t row = 2 * (size_t)P.nk * sizeof(T) + 2 * sizeof(double);
   int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = P.nq;
   if (fit < 1) fit = 1;
@@ -225,7 +243,7 @@ static int run (const qkv_attn_plan &P) {
   int err = QKV_ENOMEM;
   if (s && (dp = (T *)qkv_cu_alloc(ns * sizeof(T))) != NULL &&
       (stats = (double *)qkv_cu_alloc(2 * nrows * sizeof(double))) != NULL)
-    err = chunks<T>(P, cb, rq, s, dp, stats, stats + nrows);
+    err = chunks<T>(P, M, cb, rq, s, dp, stats, stats + nrows);
   qkv_cu_free(stats);
   qkv_cu_free(dp);
   qkv_cu_free(s);
@@ -244,14 +262,15 @@ static int zero (qkv_tensor *t) {
   return QKV_OK;
 }
 
-int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
-                                 const qkv_tensor *o, const qkv_tensor *go,
-                                 const qkv_tensor *mask, int causal, double scale,
-                                 const qkv_tensor *lse) {
+/* M: the mods' device copy (qkv_cu_mods_up), or NULL */
+static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_tensor *q,
+                     const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *o,
+                     const qkv_tensor *go, const qkv_tensor *mask, int causal, double scale,
+                     const qkv_tensor *lse, qkv_attn_mods *M) {
   qkv_dtype dt = q->dtype;
   int half = dt == QKV_F16 || dt == QKV_BF16;
   if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
+  if (M && half) return QKV_EDTYPE;             /* the mods: in float32 */
   qkv_attn_plan P;
   int err = qkv_attn_plan_backward(&P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,
                                    qkv_cu_attn_data);
@@ -261,7 +280,7 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                        ? qkv_cu_cudnn_attention_backward(P, dq, dk, dv, q, k, v, o, go, lse)
                        : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
-  if (!half) qkv_cu_attention_path = "fp32";
+  if (!half && !M) qkv_cu_attention_path = "fp32";
   const qkv_tensor *all[8] = {dq, dk, dv, q, k, v, o, go};
   for (int i = 0; i < 8; i++)
     if (!contiguous(all[i])) return QKV_EINTERNAL;
@@ -278,6 +297,29 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   /* cuBLAS counts in int */
   if (!qkv_fits_int(P.nq) || !qkv_fits_int(P.nk) || !qkv_fits_int(P.dk) || !qkv_fits_int(P.dv))
     return QKV_EINTERNAL;
-  if (dt == QKV_F32) return run<float>(P);
-  return run<double>(P);
+  if (M == NULL) return dt == QKV_F32 ? run<float>(P, NULL) : run<double>(P, NULL);
+  qkv_attn_mods *dev;
+  if ((err = qkv_cu_mods_up(M, &P, &dev)) != QKV_OK) return err;
+  err = dt == QKV_F32 ? run<float>(P, dev) : run<double>(P, dev);
+  if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
+  qkv_cu_free(dev);
+  return err;
+}
+
+int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                 const qkv_tensor *o, const qkv_tensor *go,
+                                 const qkv_tensor *mask, int causal, double scale,
+                                 const qkv_tensor *lse) {
+  return backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse, NULL);
+}
+
+/* float32 and float64; the captured tensors' gradients added into M's
+   float64 sums */
+int qkv_cuda_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                      const qkv_tensor *q, const qkv_tensor *k,
+                                      const qkv_tensor *v, const qkv_tensor *o,
+                                      const qkv_tensor *go, const qkv_tensor *mask, int causal,
+                                      double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
+  return backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse, M);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda.cuh"
+#include "mods.cuh"
 
 extern "C" {
 #include "../dispatch/plugin.h"
@@ -360,6 +361,11 @@ static const qkv_backend cuda_backend = {
   .gather = qkv_cuda_gather,
   .sort = qkv_cuda_sort,
   .attention_backward = qkv_cuda_attention_backward,
+  .attention_mods = qkv_cuda_attention_mods,
+  .attention_mods_backward = qkv_cuda_attention_mods_backward,
+  /* none: a block mask's kinds are made on the CPU and copied here
+     (stdlib/qkv/variants/init.lua) */
+  .attention_blocks = NULL,
   .scatter_add = qkv_cuda_scatter_add,
   .softmax_backward = qkv_cuda_softmax_backward,
   .log_softmax = qkv_cuda_log_softmax,

@@ -16,7 +16,11 @@
 -- which skips the blocks the mask leaves empty and never holds n_q x n_k;
 -- weights = true (attention's default) evaluates the trace on the whole
 -- score tensor (variants/replay.lua) and returns the weights as well.
--- Devices without the fused variants (the GPU, for now) take that way too.
+-- Another device takes the fused way where its backend fills the entry
+-- attention_mods (the GPU: vm/cuda/mods.cu), the composed way otherwise;
+-- gradients there go through the device's fused backward where it fills
+-- attention_mods_backward, else the whole call is composed. Block kinds
+-- are made on the CPU and copied to the device.
 
 local qkv = require "qkv"
 local trace = require "qkv.variants.trace"
@@ -245,6 +249,31 @@ end
 
 local function sum_to(g, x) return require("qkv.derivatives").sum_to(g, x) end
 
+-- which of the fused entries the backend of a device other than the CPU
+-- fills: {attention_mods = bool, attention_mods_backward = bool}, kept
+-- per device once the device has a backend
+local filled = {}
+local function entries(dev)
+  if filled[dev] then return filled[dev] end
+  local r = {}
+  for _, e in ipairs(qkv._backend_entries()) do
+    if e.name == "attention_mods" or e.name == "attention_mods_backward" then r[e.name] = e[dev] == true end
+  end
+  filled[dev] = r
+  return r
+end
+
+-- a block mask's kinds (made on the CPU) on q's device, copied once per
+-- block mask and device
+local kinds_on = setmetatable({}, {__mode = "k"})
+local function kinds_for(bm, dev)
+  if dev == "cpu" then return bm.kinds end
+  local per = kinds_on[bm] or {}
+  kinds_on[bm] = per
+  per[dev] = per[dev] or bm.kinds:to(dev)
+  return per[dev]
+end
+
 -- the fused way: the program in the kernels, and a backward of its own
 local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both)
   local A = package.loaded["qkv.autograd"]
@@ -254,8 +283,9 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
   local spec = {prog = prog, args = args, out = out, by = by, caps = caps, capmod = T.capmod,
                 fname = "attention"}
   local nq, nk = q:size(-2), k:size(-2)
+  local dev = q.device
   if bm and not both then
-    spec.kinds, spec.bq, spec.bk = bm.kinds, bm.block[1], bm.block[2]
+    spec.kinds, spec.bq, spec.bk = kinds_for(bm, dev), bm.block[1], bm.block[2]
   elseif mroot then                   -- the blocks of this call's own mask
     local nb = #batch
     local H = nb > 0 and batch[nb] or 1
@@ -264,7 +294,15 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
     local kb = trace.reads(mroot, T.b) and B or 1
     local kh = trace.reads(mroot, T.h) and H or 1
     local bq, bk = bm and bm.block[1] or DEFAULT_BLOCK, bm and bm.block[2] or DEFAULT_BLOCK
-    spec.kinds, spec.bq, spec.bk = call(qkv._block_kinds, spec, kb, kh, nq, nk, bq, bk), bq, bk
+    local kspec = spec                -- on the CPU, with copies of the captured tensors
+    if dev ~= "cpu" then
+      kspec = {}
+      for key, x in pairs(spec) do kspec[key] = x end
+      kspec.caps = on_cpu(spec.caps)
+    end
+    local kinds = call(qkv._block_kinds, kspec, kb, kh, nq, nk, bq, bk)
+    if dev ~= "cpu" then kinds = kinds:to(dev) end
+    spec.kinds, spec.bq, spec.bk = kinds, bq, bk
   end
   local half = q.dtype == "float16" or q.dtype == "bfloat16"
   local qc, kc, vc = q, k, v
@@ -346,8 +384,13 @@ function M.attention(q, k, v, opts, ...)
     end
   end
   if weights then return composed(T, sroot, mroot, q, k, v, m, causal, scale, batch) end
-  if q.device ~= "cpu" then
-    return (composed(T, sroot, mroot, q, k, v, m, causal, scale, batch))
+  if q.device ~= "cpu" then             -- fused where the device's backend has it
+    local e = entries(q.device)
+    local A = package.loaded["qkv.autograd"]
+    local grads = A and A.enabled() and A.any(q, k, v, T.caps)
+    if not e.attention_mods or (grads and not e.attention_mods_backward) then
+      return (composed(T, sroot, mroot, q, k, v, m, causal, scale, batch))
+    end
   end
   return fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, mask_mod ~= nil and bm ~= nil)
 end

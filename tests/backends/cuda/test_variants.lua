@@ -1,10 +1,10 @@
 -- test_variants.lua: the cross-backend suite's attention variants
--- (score_mod, mask_mod, block masks: stdlib/qkv/variants/). The GPU has
--- no fused variants yet (test_coverage.lua's LATER: attention_mods,
--- attention_mods_backward and attention_blocks are the CPU's alone), so
--- there they run composed, and must give the CPU's fused values: both
--- paths of the library's variants and of mods with captured tensors, the
--- weights, and the gradients to q, k, v and a captured bias
+-- (score_mod, mask_mod, block masks: stdlib/qkv/variants/). The GPU runs
+-- them fused (vm/cuda/mods.cu, an interpreter of the program; block kinds
+-- are made on the CPU, test_coverage.lua's LATER), and must give the
+-- CPU's fused values: both paths of the library's variants and of mods
+-- with captured tensors, the weights, and the gradients to q, k, v and a
+-- captured bias
 -- (tests/helpers/cuda_suite.lua says what the suite checks)
 local lu = require "luaunit"
 local C = dofile("tests/helpers/cuda_suite.lua")

@@ -1,0 +1,54 @@
+/*
+** mods.cuh -- attention's score_mod and mask_mod programs (common/mods.h)
+** on the GPU (mods.cu): what the backward (attention_bwd.cu) shares with
+** the forward.  The program, the captured tensors' views, the kinds and
+** the failure record go to device memory once per call (qkv_cu_mods_up);
+** the kernels read that copy, and the host reads the failure back
+** (qkv_cu_mods_down) to report it as the CPU does.
+*/
+#ifndef QKV_CUDA_MODS_CUH
+#define QKV_CUDA_MODS_CUH
+
+#include "attention.cuh"
+#include "../common/mods.h"
+
+/* the backend's entries attention_mods and attention_mods_backward
+   (backend.h says what they take; mods.cu, attention_bwd.cu) */
+int qkv_cuda_attention_mods(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                            const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                            double scale, qkv_tensor *lse, qkv_attn_mods *M);
+int qkv_cuda_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                     const qkv_tensor *q, const qkv_tensor *k,
+                                     const qkv_tensor *v, const qkv_tensor *o,
+                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
+                                     double scale, const qkv_tensor *lse, qkv_attn_mods *M);
+
+/*
+** M's program and views as the kernels read them, for the plan P (the
+** heads are its last batch dim): a device copy of M in *dev (free it with
+** qkv_cu_free), its prog pointing to a device copy of the program.
+** QKV_EINTERNAL when the kinds do not fit P.
+*/
+int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_attn_mods **dev);
+
+/* after the kernels: QKV_EINDEX with M's fail_* filled when a LOAD failed,
+   else QKV_OK (or the copy's error) */
+int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_attn_mods *dev);
+
+/*
+** The backward's steps on a chunk of whole score rows (attention_bwd.cu):
+** rows items b0.. of rq queries from i0, each row nk scores, at s.
+** qkv_cu_mods_scores: s (scale q k^T) becomes the new scores, -inf where
+** the mask or an empty block drops the key.  qkv_cu_mods_grads: s is
+** scale q k^T again and ds the gradient by the new scores; adds ds times
+** each derivative by a loaded value into the captured tensors' sums, then
+** makes ds the gradient by the scores (0 stays 0).
+*/
+template <typename T>
+int qkv_cu_mods_scores(const qkv_attn_plan &P, qkv_attn_mods *dev, T *s, int64_t b0,
+                       int64_t nb, int64_t i0, int64_t rq);
+template <typename T>
+int qkv_cu_mods_grads(const qkv_attn_plan &P, qkv_attn_mods *dev, const T *s, T *ds,
+                      int64_t b0, int64_t nb, int64_t i0, int64_t rq);
+
+#endif
