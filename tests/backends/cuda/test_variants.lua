@@ -80,3 +80,55 @@ function TestCudaVariants:testGradients()
     end, {q, k, v, bias, g})
   end
 end
+
+-- the fused kernels' own cases (vm/cuda/mods.cu): causal with n_q ≠ n_k
+-- and a mask tensor, masks by (b, h), block masks by head and by batch
+-- item at the smallest and largest blocks, rows with no key
+function TestCudaVariants:testFusedCases()
+  need()
+  local bh = qkv.block_mask(function(b, h, i, j) return (i - j):abs():lt(h * 7) end, nil, 3, 37, 53,
+                            {block = {8, 16}})
+  local bb = qkv.block_mask(function(b, h, i, j) return (i - j):abs():lt(b * 7) end, 2, nil, 37, 53,
+                            {block = {128, 256}})
+  local cases = {
+    causal_mask = function(m) return {causal = true, mask = m, score_mod = V.softcap(2)} end,
+    by_b_h = function() return {mask_mod = function(b, h, i, j) return (i - j):abs():lt(h * 5 + b * 3) end} end,
+    block_heads = function() return {block_mask = bh} end,
+    block_items = function() return {block_mask = bb, score_mod = V.softcap(3)} end,
+    no_key = function() return {mask_mod = function(b, h, i, j) return j:gt(i + 60) end} end,
+  }
+  for _, dt in ipairs(FLOATS) do
+    local q, k, v = values({2, 3, 37, 5}, dt), values({2, 3, 53, 5}, dt), values({2, 3, 53, 7}, dt)
+    local mask = values({2, 1, 37, 53}, "bool")
+    for name, opts in pairs(cases) do
+      same(dt .. " " .. name, function(a, b, c, m)
+        local o = opts(m)
+        o.weights = false
+        return qkv.attention(a, b, c, o)
+      end, {q, k, v, mask})
+    end
+    same(dt .. " gradients, causal and a mask", function(a, b, c, m, t)
+      a, b, c, t = a:detach():requires_grad_(), b:detach():requires_grad_(),
+                   c:detach():requires_grad_(), t:detach():requires_grad_()
+      local out = qkv.attention(a, b, c, {weights = false, causal = true, mask = m,
+        score_mod = function(s, bb, h, i, j) return (s + t[{h, j - i + 40}]):tanh() end})
+      out:sum():backward()
+      return a.grad, b.grad, c.grad, t.grad
+    end, {q, k, v, mask, values({3, 100}, dt)})
+  end
+end
+
+-- an index outside a captured tensor is the CPU's error, found on the GPU
+function TestCudaVariants:testIndexOutOfRange()
+  need()
+  local q, t = values({3, 20, 4}, "float64"), values({2, 30}, "float64")
+  local function f(a, x)
+    return qkv.attention(a, a, a, {weights = false, score_mod = function(s, b, h, i, j) return s + x[{h, j}] end})
+  end
+  local ok1, e1 = pcall(f, q, t)
+  local ok2, e2 = pcall(f, q:cuda(), t:cuda())
+  lu.assertFalse(ok1)
+  lu.assertFalse(ok2)
+  lu.assertStrContains(e2, "index 1 of the captured tensor (2, 30) is 3")
+  lu.assertEquals(e2, e1)
+end
