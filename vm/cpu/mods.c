@@ -226,7 +226,8 @@ int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const doubl
   return kept;
 }
 
-void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem, int mask) {
+CLONES void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
+                         int mask) {
   const qkv_mod_prog *P = M->prog;
   axes A = axes_of(T);
   int vs = P->out[QKV_MOD_OUT_SCORE], vm = mask ? P->out[QKV_MOD_OUT_MASK] : -1, ds = 0, dm = 0;
@@ -238,12 +239,16 @@ void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *m
     const double *rm = pm ? row(&A, pm, dm, y, &sxm) : NULL;
     if (T->f64) {
       double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[sxs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) if (rm[sxm ? x : 0] == 0) s[x] = -INFINITY;
+      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = rs[x];
+      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[0];
+      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
     } else {
       float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[sxs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) if (rm[sxm ? x : 0] == 0) s[x] = -INFINITY;
+      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
+      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
+      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
     }
   }
 }
