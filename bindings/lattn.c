@@ -481,6 +481,29 @@ static int a_attention_lse (lua_State *L) {
   return 2;
 }
 
+int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tensor *m,
+                          qkv_tensor *g[3], int halves) {
+  const qkv_tensor *o = ts[3];
+  int64_t sz[QKV_MAXDIM];
+  int n = o->ndim;
+  /* out must be what attention(Q, K, V) gives, and grad out's shape */
+  int ok = qkv_is_float(o->dtype) && (halves || o->dtype == QKV_F32 || o->dtype == QKV_F64) &&
+           n >= 2 && o->dtype == ts[4]->dtype;
+  for (int i = 0; ok && i < 5; i++)
+    ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
+  ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
+       memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 &&
+       ts[4]->ndim == n && memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
+  if (!ok) return 0;
+  int64_t size[3][QKV_MAXDIM];
+  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
+  size[0][n - 1] = LAST(ts[0]);
+  size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
+  size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
+  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, o->dtype, o->storage->device, n, size[w], 0);
+  return 1;
+}
+
 /*
 ** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale
 ** [, lse]) -> dQ, dK, dV in out's dtype with out's batch dims (qkv.autograd's
@@ -495,18 +518,11 @@ static int a_attention_backward (lua_State *L) {
   double scale = luaL_checknumber(L, 8);
   qkv_tensor *lse = lua_isnoneornil(L, 9) ? NULL : qkvL_checktensor(L, 9);
   const qkv_tensor *o = ts[3];
-  int64_t sz[QKV_MAXDIM];
-  int n = o->ndim;
-  /* out must be what attention(Q, K, V) gives, and grad out's shape */
-  int ok = qkv_is_float(o->dtype) && n >= 2 && o->dtype == ts[4]->dtype;
-  for (int i = 0; ok && i < 5; i++)
-    ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
-  ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
-       memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 &&
-       ts[4]->ndim == n && memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
-  if (!ok)
+  qkv_tensor *g[3];
+  if (!qkvL_attention_grads(L, ts, m, g, 1))
     return luaL_error(L, "_attention_backward: out and grad must be attention(Q, K, V)'s "
                       "shape and dtype");
+  int n = o->ndim;
   qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
   if (lse && (lse->dtype != dt || lse->ndim != n - 1 ||
               memcmp(lse->size, o->size, sizeof(int64_t) * (size_t)(n - 1)) != 0 ||
@@ -515,13 +531,6 @@ static int a_attention_backward (lua_State *L) {
     return luaL_error(L, "_attention_backward: lse %s must be what _attention_lse gave with "
                       "out %s", sl, so);
   }
-  int64_t size[3][QKV_MAXDIM];
-  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
-  size[0][n - 1] = LAST(ts[0]);
-  size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
-  size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
-  qkv_tensor *g[3];
-  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, o->dtype, o->storage->device, n, size[w], 0);
   qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
                                                     o, ts[4], m, causal_, scale, lse));
   return 3;

@@ -186,22 +186,10 @@ static int m_attention_backward (lua_State *L) {
   qkv_mod_prog P;
   read_spec(L, 10, &M, &P);
   const qkv_tensor *o = ts[3];
-  int64_t sz[QKV_MAXDIM];
-  int n = o->ndim, ok = (o->dtype == QKV_F32 || o->dtype == QKV_F64) && n >= 2;
-  for (int i = 0; ok && i < 5; i++) ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
-  ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
-       memcmp(sz, o->size, sizeof(int64_t) * (size_t)n) == 0 && ts[4]->ndim == n &&
-       memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
-  if (!ok)
+  qkv_tensor *g[3];
+  if (!qkvL_attention_grads(L, ts, m, g, 0))
     return luaL_error(L, "_attention_mod_backward: out and grad must be attention(Q, K, V)'s "
                       "shape, float32 or float64");
-  int64_t size[3][QKV_MAXDIM];
-  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
-  size[0][n - 1] = ts[0]->size[ts[0]->ndim - 1];
-  size[1][n - 2] = ts[1]->size[ts[1]->ndim - 2]; size[1][n - 1] = ts[1]->size[ts[1]->ndim - 1];
-  size[2][n - 2] = ts[2]->size[ts[2]->ndim - 2]; size[2][n - 1] = ts[2]->size[ts[2]->ndim - 1];
-  qkv_tensor *g[3];
-  for (int w = 0; w < 3; w++) g[w] = qkvL_new(L, o->dtype, o->storage->device, n, size[w], 0);
   int err = qkv_attention_mods_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2], o, ts[4], m,
                                         causal, scale, lse, &M);
   if (err == QKV_EINTERNAL)

@@ -87,20 +87,6 @@ typedef struct qkv_backend {
                             const qkv_tensor *o, const qkv_tensor *go,
                             const qkv_tensor *mask, int causal, double scale,
                             const qkv_tensor *lse);
-  /* attention and its backward with score_mod/mask_mod programs
-     (qkv_attention_mods), the operands as for attention and
-     attention_backward; NULL where the backend has none */
-  int (*attention_mods)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
-                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
-                        double scale, qkv_tensor *lse, struct qkv_attn_mods *M);
-  int (*attention_mods_backward)(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
-                                 const qkv_tensor *o, const qkv_tensor *go,
-                                 const qkv_tensor *mask, int causal, double scale,
-                                 const qkv_tensor *lse, struct qkv_attn_mods *M);
-  /* qkv_attention_blocks, kinds contiguous int32 on this device */
-  int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
-                          int64_t bq, int64_t bk);
   /* out[i with i_dim := idx[i]] += src[i]: gather's inverse, idx int64 with
      src's shape, its positions in range; out float32/64 or int32/64 */
   int (*scatter_add)(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
@@ -144,6 +130,20 @@ typedef struct qkv_backend {
      elements or NULL); all contiguous, one float dtype, n >= 1 */
   int (*rms_norm_backward)(qkv_tensor *gx, qkv_tensor *gw, const qkv_tensor *x,
                            const qkv_tensor *g, const qkv_tensor *w, int64_t n, double eps);
+  /* attention and its backward with score_mod/mask_mod programs
+     (qkv_attention_mods), the operands as for attention and
+     attention_backward; NULL where the backend has none */
+  int (*attention_mods)(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
+                        const qkv_tensor *v, const qkv_tensor *mask, int causal,
+                        double scale, qkv_tensor *lse, struct qkv_attn_mods *M);
+  int (*attention_mods_backward)(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                                 const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
+                                 const qkv_tensor *o, const qkv_tensor *go,
+                                 const qkv_tensor *mask, int causal, double scale,
+                                 const qkv_tensor *lse, struct qkv_attn_mods *M);
+  /* qkv_attention_blocks, kinds contiguous int32 on this device */
+  int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
+                          int64_t bq, int64_t bk);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

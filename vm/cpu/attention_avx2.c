@@ -193,9 +193,18 @@ INLINE void pv_cols (int part, __m256i k0, __m256i k1, int bq, const ranges *R,
     span_of(R, i, i + 5, &lo, &hi);
     pv_block(6, part, k0, k1, pt + lo * BQ + i, hi - lo, v + lo * vrs, vrs, o + i * dv, dv);
   }
-  for (; i < bq; i++) {
-    span_of(R, i, i, &lo, &hi);
-    pv_block(1, part, k0, k1, pt + lo * BQ + i, hi - lo, v + lo * vrs, vrs, o + i * dv, dv);
+  if (i == bq) return;
+  /* the last 1 to 5 queries as one block of constant rows (one at a time
+     they cost a tile of 64 queries a fifth of its p v) */
+  span_of(R, i, bq - 1, &lo, &hi);
+  const float *p = pt + lo * BQ + i, *vl = v + lo * vrs;
+  float *oi = o + i * dv;
+  switch (bq - i) {
+    case 5: pv_block(5, part, k0, k1, p, hi - lo, vl, vrs, oi, dv); break;
+    case 4: pv_block(4, part, k0, k1, p, hi - lo, vl, vrs, oi, dv); break;
+    case 3: pv_block(3, part, k0, k1, p, hi - lo, vl, vrs, oi, dv); break;
+    case 2: pv_block(2, part, k0, k1, p, hi - lo, vl, vrs, oi, dv); break;
+    default: pv_block(1, part, k0, k1, p, hi - lo, vl, vrs, oi, dv); break;
   }
 }
 

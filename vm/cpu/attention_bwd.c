@@ -271,24 +271,38 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
     row_dots(J, b, i0, bq, D);
     const char *q = row(J, &P->q, J->ldq, b, i0), *go = row(J, &P->go, J->ldgo, b, i0);
     char *dq = P->gq + (b * nq + i0) * dk * (int64_t)es;
-    for (int64_t j0 = 0; j0 < nk; j0 += TK) {           /* 2: the gradients */
-      int64_t bk = nk - j0 < TK ? nk - j0 : TK;
+    for (int64_t j0 = 0, bk; j0 < nk; j0 += bk) {      /* 2: the gradients */
+      bk = nk - j0 < TK ? nk - j0 : TK;
+      int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, j0) : QKV_BLOCK_FULL;
+      if (kind == QKV_BLOCK_EMPTY) continue;
+      /* a block mask's blocks in a row, none empty, as one tile of up to BK
+         keys: fewer, larger products (gemm's calls on 64 x 64 cost most of
+         a window's backward in their own overhead) */
+      while (J->mods && J->mods->kinds && j0 + bk < nk && bk + TK <= BK) {
+        int next = qkv_mod_kind(J->mods, b, i0, j0 + bk);
+        if (next == QKV_BLOCK_EMPTY) break;
+        if (next == QKV_BLOCK_PARTIAL) kind = QKV_BLOCK_PARTIAL;
+        bk += nk - (j0 + bk) < TK ? nk - (j0 + bk) : TK;
+      }
       const char *k = row(J, &P->k, J->ldk, b, j0), *v = row(J, &P->v, J->ldv, b, j0);
       char *dkk = P->gk + (b * nk + j0) * dk * (int64_t)es;
       char *dvv = P->gv + (b * nk + j0) * dv * (int64_t)es;
       qkv_mod_tile T = {0, 0, i0, j0, (int)bq, (int)bk, 0, J->f64, s, bk};
       if (J->mods) {          /* the mods on the scores, keeping what the derivatives need */
         qkv_attn_mods *M = J->mods;
-        int kind = qkv_mod_kind(M, b, i0, j0);
-        if (kind == QKV_BLOCK_EMPTY) continue;
         int want = QKV_MOD_WANT_SCORE | QKV_MOD_WANT_GRAD |
                    (kind == QKV_BLOCK_PARTIAL ? QKV_MOD_WANT_MASK : 0);
         T.b = b / M->heads;
         T.h = b % M->heads;
         product(J, b, i0, bq, j0, bk, s);
-        int err = qkv_mod_eval(M, &T, want, mem);
-        if (err != QKV_OK) return err;
-        qkv_mod_put(M, &T, mem, kind == QKV_BLOCK_PARTIAL);
+        int err;
+        if (M->prog->out[QKV_MOD_OUT_SCORE] < 0) {       /* a mask alone: row by row */
+          if (want & QKV_MOD_WANT_MASK && (err = qkv_mod_rows(M, &T, want, mem, NULL)) != QKV_OK)
+            return err;
+        } else {
+          if ((err = qkv_mod_eval(M, &T, want, mem)) != QKV_OK) return err;
+          qkv_mod_put(M, &T, mem, kind == QKV_BLOCK_PARTIAL);
+        }
         cut(J, mk, i0, bq, j0, bk, s);
       } else if (nk > BK || P->lse) scores(J, b, mk, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, dv, 1, go, J->ldgo, v, J->ldv, 0, dp, bk);  /* dP = dO V^T */
@@ -342,6 +356,7 @@ static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
      chunk's pages were faulted in again (two threads on 32 x 32 items
      were 1.2x one) */
   int64_t tq = nq < J->tq ? nq : J->tq, tk = nk < J->tk ? nk : J->tk;
+  if (J->mods && J->mods->kinds) tk = nk < BK ? nk : BK;     /* blocks in a row, one_item */
   size_t tile = (size_t)tq * (size_t)tk * es;
   char *s = malloc(tile), *dp = malloc(tile);
   double *lse = malloc(sizeof(double) * BQ), *D = malloc(sizeof(double) * BQ);
@@ -351,7 +366,9 @@ static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
   double *mem = NULL, *acc[QKV_MOD_MAXCAP] = {NULL};
   qkv_attn_mods *M = J->mods;
   if (M && err == QKV_OK) {
-    mem = malloc(sizeof(double) * qkv_mod_scratch(M->prog, (int)tq, (int)tk));
+    size_t a = qkv_mod_scratch(M->prog, (int)tq, (int)tk);
+    size_t r = qkv_mod_row_scratch(M->prog, (int)tq, (int)tk);
+    mem = malloc(sizeof(double) * (a > r ? a : r));
     if (mem == NULL) err = QKV_ENOMEM;
     for (int c = 0; c < M->ncap && err == QKV_OK; c++)
       if (M->cap[c].grad && (acc[c] = calloc((size_t)qkv_numel(M->gradt[c]), sizeof(double))) == NULL)

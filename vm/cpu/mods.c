@@ -226,7 +226,8 @@ int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const doubl
   return kept;
 }
 
-void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem, int mask) {
+CLONES void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
+                         int mask) {
   const qkv_mod_prog *P = M->prog;
   axes A = axes_of(T);
   int vs = P->out[QKV_MOD_OUT_SCORE], vm = mask ? P->out[QKV_MOD_OUT_MASK] : -1, ds = 0, dm = 0;
@@ -238,12 +239,16 @@ void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *m
     const double *rm = pm ? row(&A, pm, dm, y, &sxm) : NULL;
     if (T->f64) {
       double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[sxs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) if (rm[sxm ? x : 0] == 0) s[x] = -INFINITY;
+      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = rs[x];
+      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[0];
+      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
     } else {
       float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[sxs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) if (rm[sxm ? x : 0] == 0) s[x] = -INFINITY;
+      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
+      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
+      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
     }
   }
 }
@@ -363,8 +368,89 @@ static int one_row (qkv_attn_mods *M, const qkv_mod_tile *T, const axes *A, doub
   return QKV_OK;
 }
 
+/*
+** A float32 tile's score path in float32: the values that read the score
+** (and nothing a LOAD indexes by) are rows of floats, the score's row is
+** the tile's own, and what they read of the index arithmetic (in double)
+** is rounded once where it meets them.  The score ends as float32 anyway;
+** the saving is the passes that widened the tile and narrowed it back,
+** and twice the lanes.
+*/
+#define FLOOP2(F) do { \
+    if (sa && sb) SIMD for (int x = 0; x < n; x++) o[x] = F(a[x], b[x]); \
+    else if (sa) { float v_ = b[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(a[x], v_); } \
+    else if (sb) { float u_ = a[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(u_, b[x]); } \
+    else o[0] = F(a[0], b[0]); \
+  } while (0)
+#define F_ADD(u, v) ((u) + (v))
+#define F_SUB(u, v) ((u) - (v))
+#define F_MUL(u, v) ((u) * (v))
+#define F_DIV(u, v) ((u) / (v))
+
+CLONES static void runf (int op, float *o, int n, const float *a, int sa, const float *b, int sb,
+                         const float *c, int sc) {
+  if (!sa && !sb && !sc) n = 1;
+  switch (op) {
+    case QKV_MOD_ADD: FLOOP2(F_ADD); return;
+    case QKV_MOD_SUB: FLOOP2(F_SUB); return;
+    case QKV_MOD_MUL: FLOOP2(F_MUL); return;
+    case QKV_MOD_DIV: FLOOP2(F_DIV); return;
+    case QKV_MOD_EXP: case QKV_MOD_TANH: case QKV_MOD_SIGMOID:
+      if (!sa) n = 1;                   /* one element, or the row as it lies */
+      if (op == QKV_MOD_EXP) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf(a[x]);
+      else if (op == QKV_MOD_TANH) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf(a[x]);
+      else SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-a[x]));
+      return;
+    default:                            /* the rest through the double formulas */
+      for (int x = 0; x < n; x++)
+        o[x] = (float)qkv_mod_apply(op, a[sa ? x : 0], b[sb ? x : 0], c[sc ? x : 0]);
+  }
+}
+
 size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj) {
-  return (size_t)(P->n + 1) * (size_t)(ni > nj ? ni : nj);
+  return (size_t)(P->n + 4) * (size_t)(ni > nj ? ni : nj);
+}
+
+/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
+   that read the score; none when a LOAD is indexed by one */
+static void float_values (const qkv_mod_prog *P, uint8_t *fl) {
+  for (int v = 0; v < P->n; v++) {
+    const qkv_mod_ins *x = &P->ins[v];
+    int ar = qkv_mod_arity(x->op);
+    fl[v] = x->op == QKV_MOD_SCORE;
+    if (x->op == QKV_MOD_LOAD) {
+      for (int d = 0; d < x->c; d++)
+        if (fl[P->args[x->b + d]]) { memset(fl, 0, (size_t)P->n); return; }
+      continue;
+    }
+    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
+  }
+}
+
+/* a float value's row: its operands as float rows (a double one rounded
+   into tmp), then runf */
+static void one_row_f (const qkv_mod_prog *P, const qkv_mod_tile *T, const axes *A,
+                       double *const *val, const uint8_t *fl, int v, int y, float *tmp) {
+  const qkv_mod_ins *x = &P->ins[v];
+  float *o = (float *)val[v];
+  if (x->op == QKV_MOD_SCORE) {                 /* the tile's own row */
+    memcpy(o, (const float *)T->s + y * T->ld, sizeof(float) * (size_t)A->nx);
+    return;
+  }
+  int ar = qkv_mod_arity(x->op), s[3] = {0, 0, 0};
+  const float *r[3] = {NULL, NULL, NULL};
+  const int32_t in[3] = {x->a, x->b, x->c};
+  for (int i = 0; i < ar; i++) {
+    int a = in[i], along = (P->dep[a] & A->dx) != 0, n = along ? A->nx : 1;
+    s[i] = along;
+    if (fl[a]) { r[i] = (const float *)val[a]; continue; }
+    float *t = tmp + (size_t)i * (size_t)A->nx;
+    const double *d = val[a];
+    SIMD for (int e = 0; e < n; e++) t[e] = (float)d[e];
+    r[i] = t;
+  }
+  for (int i = ar; i < 3; i++) r[i] = r[0], s[i] = s[0];
+  runf(x->op, o, P->dep[v] & A->dx ? A->nx : 1, r[0], s[0], r[1], s[1], r[2], s[2]);
 }
 
 CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem,
@@ -377,6 +463,10 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
     val[v] = mem + off;
     off += P->dep[v] & A.dx ? (size_t)A.nx : 1;
   }
+  float *tmp = (float *)(mem + off);           /* 3 rows of floats */
+  uint8_t fl[QKV_MOD_MAXINS];
+  if (T->f64) memset(fl, 0, (size_t)P->n);
+  else float_values(P, fl);
   int err = QKV_OK;
   for (int v = 0; v < P->n && err == QKV_OK; v++)   /* what no row changes, once */
     if ((P->need[v] & want) && !(P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, 0);
@@ -384,9 +474,19 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
   int vm = want & QKV_MOD_WANT_MASK ? P->out[QKV_MOD_OUT_MASK] : -1;
   int xs = vs >= 0 && (P->dep[vs] & A.dx), xm = vm >= 0 && (P->dep[vm] & A.dx);
   for (int y = 0; y < A.ny && err == QKV_OK; y++) {
-    for (int v = 0; v < P->n && err == QKV_OK; v++)
-      if ((P->need[v] & want) && (P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, y);
-    const double *rs = vs >= 0 ? val[vs] : NULL, *rm = vm >= 0 ? val[vm] : NULL;
+    for (int v = 0; v < P->n && err == QKV_OK; v++) {
+      if (!(P->need[v] & want) || !(P->dep[v] & A.dy)) continue;
+      if (fl[v]) one_row_f(P, T, &A, val, fl, v, y, tmp);
+      else err = one_row(M, T, &A, val, v, y);
+    }
+    int fs = vs >= 0 && fl[vs];
+    if (fs) {                                 /* a float score: its row as it is */
+      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
+      const float *r = (const float *)val[vs];
+      if (xs) memcpy(s, r, sizeof(float) * (size_t)A.nx);
+      else for (int x = 0; x < A.nx; x++) s[x] = r[0];
+    }
+    const double *rs = vs >= 0 && !fs ? val[vs] : NULL, *rm = vm >= 0 ? val[vm] : NULL;
     if (rm && keep) {                         /* the mask as bytes, s untouched */
       uint8_t *k = keep + (size_t)y * (size_t)T->ld;
       if (xm) SIMD for (int x = 0; x < A.nx; x++) k[x] = rm[x] != 0;

@@ -361,11 +361,6 @@ static const qkv_backend cuda_backend = {
   .gather = qkv_cuda_gather,
   .sort = qkv_cuda_sort,
   .attention_backward = qkv_cuda_attention_backward,
-  .attention_mods = qkv_cuda_attention_mods,
-  .attention_mods_backward = qkv_cuda_attention_mods_backward,
-  /* none: a block mask's kinds are made on the CPU and copied here
-     (stdlib/qkv/variants/init.lua) */
-  .attention_blocks = NULL,
   .scatter_add = qkv_cuda_scatter_add,
   .softmax_backward = qkv_cuda_softmax_backward,
   .log_softmax = qkv_cuda_log_softmax,
@@ -376,6 +371,12 @@ static const qkv_backend cuda_backend = {
   .adam = qkv_cuda_adam,
   .rms_norm = qkv_cuda_rms_norm,
   .rms_norm_backward = qkv_cuda_rms_norm_backward,
+  /* the variants (mods.cu, attention_bwd.cu); no attention_blocks: a
+     block mask's kinds are made on the CPU and copied here
+     (stdlib/qkv/variants/init.lua) */
+  .attention_mods = qkv_cuda_attention_mods,
+  .attention_mods_backward = qkv_cuda_attention_mods_backward,
+  .attention_blocks = NULL,
 };
 
 static const qkv_cuda_api api = {

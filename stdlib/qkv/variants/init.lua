@@ -352,6 +352,7 @@ function M.attention(q, k, v, opts, ...)
   if bm ~= nil and getmetatable(bm) ~= BlockMask then
     fail("attention: option 'block_mask' must be what qkv.block_mask gives, got %s", type(bm))
   end
+  if bm and rawequal(mask_mod, bm.mask_mod) then mask_mod = nil end   -- the same mask, once
   check_operands(q, k, v)
   local m, causal, scale, weights = qkv._attention_opts(q, k, base)
   local batch = batch_of(q, k, v, m)
@@ -398,4 +399,4 @@ end
 -- the library of common variants (library.lua) joins this module
 for name, f in pairs(require("qkv.variants.library")) do M[name] = f end
 
-return M
+return qkv._strict(M, "qkv.variants")      -- a misspelt name is an error, not nil

@@ -74,8 +74,8 @@ function L.sliding_window(w, opts)
 end
 
 function L.document(ids, kv_ids)
-  kv_ids = kv_ids or ids
-  for _, t in ipairs{ids, kv_ids} do
+  kv_ids = kv_ids == nil and ids or kv_ids
+  for _, t in ipairs{ids or false, kv_ids or false} do
     if not qkv.is_tensor(t) or (t:dim() ~= 1 and t:dim() ~= 2) then
       fail("document: ids must be a tensor (n) or (B, n) of document ids")
     end
@@ -107,7 +107,9 @@ end
 
 function L.alibi(H)
   local slopes = H
-  if math.type(H) == "integer" then slopes = qkv.alibi_slopes(H)
+  if math.type(H) == "integer" then
+    integer(H, "H", "alibi", 1)
+    slopes = qkv.alibi_slopes(H)
   elseif not qkv.is_tensor(H) or H:dim() ~= 1 then
     fail("alibi: give the number of heads H, or the slopes as a tensor (H)")
   end
@@ -164,6 +166,12 @@ end
 function L.t5_bias(bias, opts)
   if not qkv.is_tensor(bias) or bias:dim() ~= 2 then fail("t5_bias: bias must be a tensor (H, num_buckets)") end
   opts = opts or {}
+  if type(opts) ~= "table" then fail("t5_bias: options must be a table") end
+  for key in pairs(opts) do
+    if key ~= "num_buckets" and key ~= "max_distance" and key ~= "bidirectional" then
+      fail("t5_bias: unknown option '%s' (it takes num_buckets, max_distance, bidirectional)", tostring(key))
+    end
+  end
   local nb, md, bi = bucket_opts({num_buckets = opts.num_buckets or bias:size(2),
                                   max_distance = opts.max_distance,
                                   bidirectional = opts.bidirectional}, "t5_bias")

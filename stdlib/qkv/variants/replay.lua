@@ -94,7 +94,7 @@ local function load(fname, mod, t, idx)
     stride = stride * n
   end
   shape = flat.shape
-  local rows = t:contiguous():reshape(t:numel())
+  local rows = t:reshape(t:numel())               -- a view where t allows one
   local picked = qkv.index_select(rows, 1, flat:long():reshape(flat:numel()) + 1)
   return picked:reshape(table.unpack(shape)):double()
 end
@@ -106,7 +106,8 @@ function M.run(T, roots, leaves, fname)
     local v = val[x]
     if v ~= nil then return v end
     local a = x.args
-    if x.op == "const" then v = x.kind == "bool" and x.k ~= 0 or x.k
+    if x.op == "const" then
+      if x.kind == "bool" then v = x.k ~= 0 else v = x.k end
     elseif leaves[x.op] ~= nil then v = leaves[x.op]
     elseif x.op == "load" then
       local idx = {}
