@@ -156,7 +156,7 @@ static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T>
 /* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
    lse, D (C.nb C.rq each) */
 template <typename T>
-static int one_chunk (const qkv_attn_plan &P, qkv_attn_mods *M, const chunk &C, T *s, T *dp,
+static int one_chunk (const qkv_attn_plan &P, const qkv_cu_mods *M, const chunk &C, T *s, T *dp,
                       double *lse, double *D) {
   int err;
   int64_t nq = P.nq, nk = P.nk, dk = P.dk, dv = P.dv, rq = C.rq, nb = C.nb;
@@ -177,7 +177,7 @@ static int one_chunk (const qkv_attn_plan &P, qkv_attn_mods *M, const chunk &C, 
     cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
   }
   K.t = 0;
-  if (M && (err = qkv_cu_mods_scores<T>(P, M, s, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
+  if (M && (err = qkv_cu_mods_scores<T>(P, *M, s, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
   rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
       s, lse, D, (const T *)P.lse, P, C);
   launchCheck("rows_kernel");
@@ -200,7 +200,7 @@ static int one_chunk (const qkv_attn_plan &P, qkv_attn_mods *M, const chunk &C, 
       cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
     }
     K.t = 0;
-    if ((err = qkv_cu_mods_grads<T>(P, M, s, dp, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
+    if ((err = qkv_cu_mods_grads<T>(P, *M, s, dp, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
   }
   if (dk == 0) return QKV_OK;
   /* dQ = scale dS K, dK (+)= scale dS^T Q */
@@ -211,7 +211,7 @@ static int one_chunk (const qkv_attn_plan &P, qkv_attn_mods *M, const chunk &C, 
 
 /* the chunks: cb whole items, or (cb == 1) rq rows of one */
 template <typename T>
-static int chunks (const qkv_attn_plan &P, qkv_attn_mods *M, int64_t cb, int64_t rq, T *s, T *dp,
+static int chunks (const qkv_attn_plan &P, const qkv_cu_mods *M, int64_t cb, int64_t rq, T *s, T *dp,
                    double *lse, double *D) {
   chunk C;
   for (C.b0 = 0; C.b0 < P.nbatch; C.b0 += cb)
@@ -226,7 +226,7 @@ static int chunks (const qkv_attn_plan &P, qkv_attn_mods *M, int64_t cb, int64_t
 
 /* the scratch for the largest chunk, freed on every path */
 template <typename T>
-static int run (const qkv_attn_plan &P, qkv_attn_mods *M) {
+static int run (const qkv_attn_plan &P, const qkv_cu_mods *M) {
   size_t row = 2 * (size_t)P.nk * sizeof(T) + 2 * sizeof(double);
   int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = P.nq;
   if (fit < 1) fit = 1;
@@ -262,7 +262,7 @@ static int zero (qkv_tensor *t) {
   return QKV_OK;
 }
 
-/* M: the mods' device copy (qkv_cu_mods_up), or NULL */
+/* M: score_mod/mask_mod programs, or NULL */
 static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_tensor *q,
                      const qkv_tensor *k, const qkv_tensor *v, const qkv_tensor *o,
                      const qkv_tensor *go, const qkv_tensor *mask, int causal, double scale,
@@ -298,11 +298,11 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
   if (!qkv_fits_int(P.nq) || !qkv_fits_int(P.nk) || !qkv_fits_int(P.dk) || !qkv_fits_int(P.dv))
     return QKV_EINTERNAL;
   if (M == NULL) return dt == QKV_F32 ? run<float>(P, NULL) : run<double>(P, NULL);
-  qkv_attn_mods *dev;
-  if ((err = qkv_cu_mods_up(M, &P, &dev)) != QKV_OK) return err;
-  err = dt == QKV_F32 ? run<float>(P, dev) : run<double>(P, dev);
-  if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
-  qkv_cu_free(dev);
+  qkv_cu_mods D;
+  if ((err = qkv_cu_mods_up(M, &P, &D)) != QKV_OK) return err;
+  err = dt == QKV_F32 ? run<float>(P, &D) : run<double>(P, &D);
+  if (err == QKV_OK) err = qkv_cu_mods_down(M, D);
+  qkv_cu_free(D.dev);
   return err;
 }
 

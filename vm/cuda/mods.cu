@@ -7,8 +7,9 @@
 ** they take the same case of the switch: no divergence, only the
 ** dispatch's cost, which NVRTC code made from the program would remove
 ** (the later upgrade; the format was made for it).  Values are doubles in
-** a per-thread array (local memory): indices stay exact, and a float32
-** score is widened exactly.
+** a per-thread array (local memory) of SMALL values for a short program
+** (the usual mod), else of QKV_MOD_MAXINS: indices stay exact, and a
+** float32 score is widened exactly.
 **
 ** What reads neither j nor the score (b, h, a slope[h], doc[i]) runs once
 ** per thread and key block, the rest per pair.  A LOAD checks each index
@@ -34,6 +35,7 @@
 #define MT 128                       /* threads a block: a query each */
 #define CK 32                        /* keys a chunk of the online softmax */
 #define THREADS 256                  /* the backward's elementwise kernels */
+#define SMALL 32                     /* values a thread for a short program */
 
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
@@ -119,12 +121,12 @@ __device__ static T applied (const qkv_mod_prog *G, const double *val, int want,
 
 /* ---- the forward ---- */
 
-template <typename T>
+template <typename T, int NV>
 __global__ void __launch_bounds__(MT) forward_kernel (qkv_attn_plan P, qkv_attn_mods *M) {
   const qkv_mod_prog *G = M->prog;
   const T ninf = -(T)INFINITY, scale = (T)P.scale;
   const int64_t KB = M->kinds ? M->bk : CK;    /* key blocks: one kind each */
-  double val[QKV_MOD_MAXINS];
+  double val[NV];
   for (int64_t item = blockIdx.x; item < P.items; item += gridDim.x) {
     int64_t t, i0, boff[4];
     const int bq = qkv_attn_item(&P, item, &t, &i0);
@@ -191,9 +193,10 @@ __global__ void __launch_bounds__(MT) forward_kernel (qkv_attn_plan P, qkv_attn_
 
 /* ---- the host's side ---- */
 
-int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_attn_mods **dev) {
+int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) {
   int64_t heads = P->nbd > 0 ? P->bsize[P->nbd - 1] : 1;
-  *dev = NULL;
+  dev->dev = NULL;
+  dev->n = M->prog->n;
   if (M->kindt) {                   /* the CPU's checks (vm/cpu/mods.c), MT queries a block */
     const qkv_tensor *k = M->kindt;
     if (M->bq < 1 || M->bk < 1 || M->bq > MT || M->bk > 256 ||
@@ -234,13 +237,13 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_attn_mods **de
     qkv_cu_free(p);
     return qkv_cu_fail_cuda("cudaMemcpy of the program", __FILE__, __LINE__, e);
   }
-  *dev = (qkv_attn_mods *)p;
+  dev->dev = (qkv_attn_mods *)p;
   return QKV_OK;
 }
 
-int qkv_cu_mods_down (qkv_attn_mods *M, const qkv_attn_mods *dev) {
+int qkv_cu_mods_down (qkv_attn_mods *M, const qkv_cu_mods &dev) {
   qkv_attn_mods D;
-  cudaCheck(cudaMemcpy(&D, dev, sizeof D, cudaMemcpyDeviceToHost));
+  cudaCheck(cudaMemcpy(&D, dev.dev, sizeof D, cudaMemcpyDeviceToHost));
   if (D.fail_ins < 0) return QKV_OK;
   M->fail_ins = D.fail_ins;
   M->fail_arg = D.fail_arg;
@@ -250,14 +253,15 @@ int qkv_cu_mods_down (qkv_attn_mods *M, const qkv_attn_mods *dev) {
 
 /* the launch, then the failure read back; dev freed either way */
 template <typename T>
-static int forward (qkv_attn_plan &P, qkv_attn_mods *M, qkv_attn_mods *dev) {
+static int forward (qkv_attn_plan &P, qkv_attn_mods *M, const qkv_cu_mods &dev) {
   qkv_attn_tiles(&P, M->kinds ? M->bq : MT);  /* a block mask's query blocks: one kind a tile */
   unsigned grid = (unsigned)(P.items < INT_MAX ? P.items : INT_MAX);
-  forward_kernel<T><<<grid, MT>>>(P, dev);
+  if (dev.n <= SMALL) forward_kernel<T, SMALL><<<grid, MT>>>(P, dev.dev);
+  else forward_kernel<T, QKV_MOD_MAXINS><<<grid, MT>>>(P, dev.dev);
   cudaError_t e = cudaGetLastError();
   int err = e != cudaSuccess ? qkv_cu_fail_cuda("launch of forward_kernel", __FILE__, __LINE__, e)
                              : qkv_cu_mods_down(M, dev);
-  qkv_cu_free(dev);
+  qkv_cu_free(dev.dev);
   return err;
 }
 
@@ -276,7 +280,7 @@ int qkv_cuda_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_ten
     cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * qkv_cu_elsize(out->dtype), 0));
     return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
-  qkv_attn_mods *dev;
+  qkv_cu_mods dev;
   if ((err = qkv_cu_mods_up(M, &P, &dev)) != QKV_OK) return err;
   return out->dtype == QKV_F32 ? forward<float>(P, M, dev) : forward<double>(P, M, dev);
 }
@@ -298,11 +302,11 @@ __device__ static const unsigned char *mask_of (const qkv_attn_plan &P, int64_t 
   return (const unsigned char *)P.mask.base + qkv_attn_batch_offset(&P, &P.mask, t);
 }
 
-template <typename T>
+template <typename T, int NV>
 __global__ void scores_kernel (qkv_attn_plan P, qkv_attn_mods *M, T *s, int64_t b0, int64_t i0,
                                int64_t rq, int64_t n) {
   const qkv_mod_prog *G = M->prog;
-  double val[QKV_MOD_MAXINS];
+  double val[NV];
   QKV_CU_LOOP(x, n) {
     int64_t t;
     pair e = pair_of(P, M, x, b0, i0, rq, &t);
@@ -321,11 +325,11 @@ __global__ void scores_kernel (qkv_attn_plan P, qkv_attn_mods *M, T *s, int64_t 
   }
 }
 
-template <typename T>
+template <typename T, int NV>
 __global__ void grads_kernel (qkv_attn_plan P, qkv_attn_mods *M, const T *s, T *ds, int64_t b0,
                               int64_t i0, int64_t rq, int64_t n) {
   const qkv_mod_prog *G = M->prog;
-  double val[QKV_MOD_MAXINS];
+  double val[NV];
   QKV_CU_LOOP(x, n) {
     T g = ds[x];
     if (g == 0) continue;                      /* a dropped key, or no gradient */
@@ -355,28 +359,33 @@ __global__ void grads_kernel (qkv_attn_plan P, qkv_attn_mods *M, const T *s, T *
 }
 
 template <typename T>
-int qkv_cu_mods_scores (const qkv_attn_plan &P, qkv_attn_mods *dev, T *s, int64_t b0,
+int qkv_cu_mods_scores (const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, int64_t b0,
                         int64_t nb, int64_t i0, int64_t rq) {
   int64_t n = nb * rq * P.nk;
-  scores_kernel<T><<<qkv_cu_blocks(n, THREADS), THREADS>>>(P, dev, s, b0, i0, rq, n);
+  unsigned grid = qkv_cu_blocks(n, THREADS);
+  if (D.n <= SMALL) scores_kernel<T, SMALL><<<grid, THREADS>>>(P, D.dev, s, b0, i0, rq, n);
+  else scores_kernel<T, QKV_MOD_MAXINS><<<grid, THREADS>>>(P, D.dev, s, b0, i0, rq, n);
   launchCheck("scores_kernel");
   return QKV_OK;
 }
 
 template <typename T>
-int qkv_cu_mods_grads (const qkv_attn_plan &P, qkv_attn_mods *dev, const T *s, T *ds,
+int qkv_cu_mods_grads (const qkv_attn_plan &P, const qkv_cu_mods &D, const T *s, T *ds,
                        int64_t b0, int64_t nb, int64_t i0, int64_t rq) {
   int64_t n = nb * rq * P.nk;
-  grads_kernel<T><<<qkv_cu_blocks(n, THREADS), THREADS>>>(P, dev, s, ds, b0, i0, rq, n);
+  unsigned grid = qkv_cu_blocks(n, THREADS);
+  if (D.n <= SMALL) grads_kernel<T, SMALL><<<grid, THREADS>>>(P, D.dev, s, ds, b0, i0, rq, n);
+  else grads_kernel<T, QKV_MOD_MAXINS><<<grid, THREADS>>>(P, D.dev, s, ds, b0, i0, rq, n);
   launchCheck("grads_kernel");
   return QKV_OK;
 }
 
-template int qkv_cu_mods_scores<float>(const qkv_attn_plan &, qkv_attn_mods *, float *, int64_t,
-                                       int64_t, int64_t, int64_t);
-template int qkv_cu_mods_scores<double>(const qkv_attn_plan &, qkv_attn_mods *, double *,
+template int qkv_cu_mods_scores<float>(const qkv_attn_plan &, const qkv_cu_mods &, float *,
+                                       int64_t, int64_t, int64_t, int64_t);
+template int qkv_cu_mods_scores<double>(const qkv_attn_plan &, const qkv_cu_mods &, double *,
                                         int64_t, int64_t, int64_t, int64_t);
-template int qkv_cu_mods_grads<float>(const qkv_attn_plan &, qkv_attn_mods *, const float *,
+template int qkv_cu_mods_grads<float>(const qkv_attn_plan &, const qkv_cu_mods &, const float *,
                                       float *, int64_t, int64_t, int64_t, int64_t);
-template int qkv_cu_mods_grads<double>(const qkv_attn_plan &, qkv_attn_mods *, const double *,
-                                       double *, int64_t, int64_t, int64_t, int64_t);
+template int qkv_cu_mods_grads<double>(const qkv_attn_plan &, const qkv_cu_mods &,
+                                       const double *, double *, int64_t, int64_t, int64_t,
+                                       int64_t);

@@ -24,16 +24,26 @@ int qkv_cuda_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor 
                                      double scale, const qkv_tensor *lse, qkv_attn_mods *M);
 
 /*
-** M's program and views as the kernels read them, for the plan P (the
-** heads are its last batch dim): a device copy of M in *dev (free it with
-** qkv_cu_free), its prog pointing to a device copy of the program.
-** QKV_EINTERNAL when the kinds do not fit P.
+** M's program and views as the kernels read them (the device copy, dev)
+** and the program's length, which picks the size of the kernels' arrays
+** of values (a few instructions, the usual mod, need no 2 KiB of local
+** memory a thread).
 */
-int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_attn_mods **dev);
+struct qkv_cu_mods {
+  qkv_attn_mods *dev;
+  int n;
+};
+
+/*
+** For the plan P (the heads are its last batch dim): a device copy of M
+** in D->dev (free it with qkv_cu_free), its prog pointing to a device copy
+** of the program.  QKV_EINTERNAL when the kinds do not fit P.
+*/
+int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *D);
 
 /* after the kernels: QKV_EINDEX with M's fail_* filled when a LOAD failed,
    else QKV_OK (or the copy's error) */
-int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_attn_mods *dev);
+int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_cu_mods &D);
 
 /*
 ** The backward's steps on a chunk of whole score rows (attention_bwd.cu):
@@ -45,10 +55,10 @@ int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_attn_mods *dev);
 ** makes ds the gradient by the scores (0 stays 0).
 */
 template <typename T>
-int qkv_cu_mods_scores(const qkv_attn_plan &P, qkv_attn_mods *dev, T *s, int64_t b0,
+int qkv_cu_mods_scores(const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, int64_t b0,
                        int64_t nb, int64_t i0, int64_t rq);
 template <typename T>
-int qkv_cu_mods_grads(const qkv_attn_plan &P, qkv_attn_mods *dev, const T *s, T *ds,
+int qkv_cu_mods_grads(const qkv_attn_plan &P, const qkv_cu_mods &D, const T *s, T *ds,
                       int64_t b0, int64_t nb, int64_t i0, int64_t rq);
 
 #endif
