@@ -49,8 +49,11 @@ end
 
 function TestCudaCoverage:testTheGpuFillsEveryEntry()
   need()
+  -- the fake device (tests/tools/fakecuda.c) is the CPU's table, every entry
+  -- filled: LATER speaks of the real plugin (and the simulation, its code)
+  local fake = qkv.cuda.device_name():find("fakecuda", 1, true) ~= nil
   for _, e in ipairs(qkv._backend_entries()) do
-    if LATER[e.name] then
+    if LATER[e.name] and not fake then
       lu.assertFalse(e.cuda, e.name .. " is filled now: take it off the list LATER")
     else
       lu.assertTrue(e.cuda, "the CUDA backend lacks entry " .. e.name)
