@@ -393,12 +393,15 @@ static const char *const ATTENTION_OPTS[] = {"mask", "causal", "is_causal", "sca
                                              "weights", "key_padding_mask", NULL};
 
 /* whether the options (at arg) ask for a variant: score_mod, mask_mod or
-   block_mask, which stdlib/qkv/variants/init.lua's attention reads */
+   block_mask, which stdlib/qkv/variants/init.lua's attention reads.  Raw
+   reads: an options table with an __index that refuses unknown names (a
+   module's) is read_opts's to refuse, naming attention */
 static int variant (lua_State *L, int arg) {
   if (!lua_istable(L, arg)) return 0;
   static const char *const keys[] = {"score_mod", "mask_mod", "block_mask"};
   for (int i = 0; i < 3; i++) {
-    int t = lua_getfield(L, arg, keys[i]);
+    lua_pushstring(L, keys[i]);
+    int t = lua_rawget(L, arg);
     lua_pop(L, 1);
     if (t != LUA_TNIL) return 1;
   }

@@ -145,8 +145,10 @@ function M.or_masks(...) return combine("or_masks", {...}, function(a, b) return
 -- ALiBi's slopes for H heads (Press et al., 2022): 2^(-8h/H) for h = 1..H
 -- when H is a power of two; otherwise those of the power of two below H,
 -- then every other slope of the power above, as the paper's code does
-function M.alibi_slopes(H)
+function M.alibi_slopes(H, ...)
+  if select("#", ...) > 0 then fail("alibi_slopes: takes H alone, got more arguments") end
   count(H, "H", "alibi_slopes", 1)
+  if H > 1 << 24 then fail("alibi_slopes: H = %d heads is more than %d", H, 1 << 24) end
   local function pow2(n)
     local r = {}
     for h = 1, n do r[h] = 2 ^ (-8 * h / n) end

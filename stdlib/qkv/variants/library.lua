@@ -43,6 +43,15 @@ local function follow(t)
 end
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
+
+-- t an open tensor (a closed one answers nothing but errors)
+local function open_tensor(t)
+  return qkv.is_tensor(t) and pcall(function() return t.dtype end)
+end
+
+-- the most of a length or a count of heads the library takes: past it a
+-- list would not fit in memory, and no model comes near
+local MOST = 1 << 24
 local function integer(x, what, name, min)
   if math.type(x) ~= "integer" or x < min then
     fail("%s: %s must be an integer >= %d, got %s", name, what, min, tostring(x))
@@ -76,7 +85,7 @@ end
 function L.document(ids, kv_ids)
   kv_ids = kv_ids == nil and ids or kv_ids
   for _, t in ipairs{ids or false, kv_ids or false} do
-    if not qkv.is_tensor(t) or (t:dim() ~= 1 and t:dim() ~= 2) then
+    if not open_tensor(t) or (t:dim() ~= 1 and t:dim() ~= 2) then
       fail("document: ids must be a tensor (n) or (B, n) of document ids")
     end
   end
@@ -92,9 +101,13 @@ function L.document_lengths(lengths)
   if type(lengths) ~= "table" or #lengths == 0 then
     fail("document_lengths: lengths must be a list of positive integers")
   end
-  local ids = {}
+  local ids, total = {}, 0
   for d, n in ipairs(lengths) do
     integer(n, "each length", "document_lengths", 1)
+    total = total + n
+    if n > MOST or total > MOST then
+      fail("document_lengths: the lengths add up to more than %d tokens", MOST)
+    end
     for _ = 1, n do ids[#ids + 1] = d end
   end
   return L.document(qkv.tensor(ids, "int64"))
@@ -109,8 +122,9 @@ function L.alibi(H)
   local slopes = H
   if math.type(H) == "integer" then
     integer(H, "H", "alibi", 1)
+    if H > MOST then fail("alibi: H = %d heads is more than %d", H, MOST) end
     slopes = qkv.alibi_slopes(H)
-  elseif not qkv.is_tensor(H) or H:dim() ~= 1 then
+  elseif not open_tensor(H) or H:dim() ~= 1 then
     fail("alibi: give the number of heads H, or the slopes as a tensor (H)")
   end
   local on = follow(slopes)
@@ -164,7 +178,7 @@ function L.relative_buckets(rel, opts)
 end
 
 function L.t5_bias(bias, opts)
-  if not qkv.is_tensor(bias) or bias:dim() ~= 2 then fail("t5_bias: bias must be a tensor (H, num_buckets)") end
+  if not open_tensor(bias) or bias:dim() ~= 2 then fail("t5_bias: bias must be a tensor (H, num_buckets)") end
   opts = opts or {}
   if type(opts) ~= "table" then fail("t5_bias: options must be a table") end
   for key in pairs(opts) do
