@@ -223,7 +223,7 @@ static int keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
   }
   for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
     int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
-    int kind = J->mods ? qkv_attn_mod_kind(J, b, i0, j0) : QKV_BLOCK_FULL;
+    int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, j0) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     scores(J, bq, bk, qt, qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                            W->kbuf), W->s);

@@ -131,10 +131,6 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
 
 /* ---- the mods (score_mod, mask_mod: common/mods.h) ---- */
 
-static inline int qkv_attn_mod_kind (const job *J, int64_t t, int64_t i0, int64_t j0) {
-  return qkv_mod_kind(J->mods, t, i0, j0);
-}
-
 /* the mods on a tile of scores s (bq queries from i0, bk keys from j0, of
    batch item t): the new scores, and -inf where a partial tile's mask
    drops a key; key_major: s[j ld + i], else s[i ld + j] */

@@ -97,21 +97,8 @@ static const double *row (const axes *A, const double *p, int d, int y, int *alo
 #define CLONES
 #endif
 
-/* exp, tanh and sigmoid of a float32 tile in float32, on vexp.h's
-   vectorised forms (libm's are scalar calls, ~10x the tile's products);
-   the score they make is float32 in the end.  0 when op is another */
-static int fast (int op, double *o, int n, const double *a, int sa) {
-  if (op != QKV_MOD_EXP && op != QKV_MOD_TANH && op != QKV_MOD_SIGMOID) return 0;
-  if (!sa) n = 1;
-  if (op == QKV_MOD_EXP) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf((float)a[x]);
-  else if (op == QKV_MOD_TANH) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf((float)a[x]);
-  else SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-(float)a[x]));
-  return 1;
-}
-
 CLONES static void run (int op, double *o, int n, const double *a, int sa, const double *b,
-                        int sb, const double *c, int sc, int f32) {
-  if (f32 && fast(op, o, n, a, sa)) return;
+                        int sb, const double *c, int sc) {
   switch (op) {
 #define CASE(N, nm, ar) \
     case QKV_MOD_##N: \
@@ -204,7 +191,7 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
       const double *a = row(&A, val[x->a], P->dep[x->a], y, &sa);
       const double *b = ar >= 2 ? row(&A, val[x->b], P->dep[x->b], y, &sb) : a;
       const double *c = ar >= 3 ? row(&A, val[x->c], P->dep[x->c], y, &sc) : a;
-      run(x->op, oy, nx, a, sa, b, sb, c, sc, 0);
+      run(x->op, oy, nx, a, sa, b, sb, c, sc);
     }
   }
   return QKV_OK;
@@ -364,7 +351,7 @@ static int one_row (qkv_attn_mods *M, const qkv_mod_tile *T, const axes *A, doub
   const double *a = row(A, val[x->a], P->dep[x->a], 0, &sa);
   const double *b = ar >= 2 ? row(A, val[x->b], P->dep[x->b], 0, &sb) : a;
   const double *c = ar >= 3 ? row(A, val[x->c], P->dep[x->c], 0, &sc) : a;
-  run(x->op, val[v], n, a, sa, b, sb, c, sc, !T->f64);
+  run(x->op, val[v], n, a, sa, b, sb, c, sc);
   return QKV_OK;
 }
 
