@@ -9,6 +9,7 @@
 
 #include "lauxqkv.h"
 #include "../vm/common/ops.h"
+#include "../vm/common/mods.h"
 
 #define LAST(t) ((t)->size[(t)->ndim - 1])
 #define ROWS(t) ((t)->size[(t)->ndim - 2])
@@ -459,11 +460,12 @@ static int a_attention_opts (lua_State *L) {
 }
 
 /*
-** qkv._attention_lse(Q, K, V, mask|nil, causal, scale) -> out, lse: the
-** fused attention in Q's float dtype (K and V the same), with options as
-** _attention_opts resolved them, and the state its backward may read
-** (qkv.autograd's rule passes it to _attention_backward): float32 for the
-** halves, else Q's dtype
+** qkv._attention_lse(Q, K, V, mask|nil, causal, scale [, spec]) -> out,
+** lse: the fused attention in Q's float dtype (K and V the same), with
+** options as _attention_opts resolved them, and the state its backward may
+** read (qkv.autograd's rule passes it to _attention_backward): float32 for
+** the halves, else Q's dtype.  spec: a variant's program (lmods.c), for
+** stdlib/qkv/variants/init.lua
 */
 static int a_attention_lse (lua_State *L) {
   qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
@@ -471,6 +473,10 @@ static int a_attention_lse (lua_State *L) {
   qkv_tensor *m = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
   int causal_ = lua_toboolean(L, 5);
   double scale = luaL_checknumber(L, 6);
+  qkv_attn_mods M;
+  qkv_mod_prog P;
+  int mods = !lua_isnoneornil(L, 7);
+  if (mods) qkvL_mods_read(L, 7, &M, &P);
   if (!qkv_is_float(Q->dtype) || K->dtype != Q->dtype || V->dtype != Q->dtype) {
     const char *sq = qkvL_shape(L, Q), *sk = qkvL_shape(L, K), *sv = qkvL_shape(L, V);
     return luaL_error(L, "_attention_lse: Q %s, K %s and V %s must be one float dtype",
@@ -480,7 +486,8 @@ static int a_attention_lse (lua_State *L) {
   int n = qkvL_attention_shape(L, Q, K, V, m, size);
   qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
   qkv_tensor *lse = qkvL_new(L, qkv_compute_dtype(Q->dtype), Q->storage->device, n - 1, size, 0);
-  qkvL_check(L, "attention", qkv_attention_lse(out, lse, Q, K, V, m, causal_, scale));
+  if (mods) qkvL_mods_check(L, 7, &M, qkv_attention_mods(out, lse, Q, K, V, m, causal_, scale, &M));
+  else qkvL_check(L, "attention", qkv_attention_lse(out, lse, Q, K, V, m, causal_, scale));
   return 2;
 }
 
@@ -509,9 +516,10 @@ int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tenso
 
 /*
 ** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale
-** [, lse]) -> dQ, dK, dV in out's dtype with out's batch dims (qkv.autograd's
-** rule for the fused path sums them back to the inputs' shapes); lse as
-** _attention_lse gave it with out
+** [, lse [, spec]]) -> dQ, dK, dV in out's dtype with out's batch dims
+** (qkv.autograd's rule for the fused path sums them back to the inputs'
+** shapes); lse as _attention_lse gave it with out.  spec: a variant's
+** program, as _attention_lse's (float32 or float64, lse needed)
 */
 static int a_attention_backward (lua_State *L) {
   qkv_tensor *ts[5];
@@ -520,11 +528,17 @@ static int a_attention_backward (lua_State *L) {
   int causal_ = lua_toboolean(L, 7);
   double scale = luaL_checknumber(L, 8);
   qkv_tensor *lse = lua_isnoneornil(L, 9) ? NULL : qkvL_checktensor(L, 9);
+  qkv_attn_mods M;
+  qkv_mod_prog P;
+  int mods = !lua_isnoneornil(L, 10);
+  if (mods) qkvL_mods_read(L, 10, &M, &P);
+  if (mods && lse == NULL)
+    return luaL_error(L, "_attention_backward: a variant's backward needs lse");
   const qkv_tensor *o = ts[3];
   qkv_tensor *g[3];
-  if (!qkvL_attention_grads(L, ts, m, g, 1))
+  if (!qkvL_attention_grads(L, ts, m, g, !mods))
     return luaL_error(L, "_attention_backward: out and grad must be attention(Q, K, V)'s "
-                      "shape and dtype");
+                      "shape and dtype%s", mods ? ", float32 or float64" : "");
   int n = o->ndim;
   qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
   if (lse && (lse->dtype != dt || lse->ndim != n - 1 ||
@@ -534,8 +548,12 @@ static int a_attention_backward (lua_State *L) {
     return luaL_error(L, "_attention_backward: lse %s must be what _attention_lse gave with "
                       "out %s", sl, so);
   }
-  qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
-                                                    o, ts[4], m, causal_, scale, lse));
+  if (mods)
+    qkvL_mods_check(L, 10, &M, qkv_attention_mods_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
+                                                           o, ts[4], m, causal_, scale, lse, &M));
+  else
+    qkvL_check(L, "attention", qkv_attention_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2],
+                                                      o, ts[4], m, causal_, scale, lse));
   return 3;
 }
 

@@ -337,6 +337,14 @@ void qkvL_open_safetensors (lua_State *L, int mt, int methods, int module);
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module);
 void qkvL_open_opts (lua_State *L, int mt, int methods, int module);
 void qkvL_open_mods (lua_State *L, int mt, int methods, int module);
+/* attention's variants (lmods.c): M and its program P from the spec table
+   at index spec (every field checked; the spec keeps the tensors alive),
+   and err of a call with M as a Lua error naming the public function (an
+   index out of range: the mod, the captured tensor, the index) */
+struct qkv_attn_mods;
+struct qkv_mod_prog;
+void qkvL_mods_read (lua_State *L, int spec, struct qkv_attn_mods *M, struct qkv_mod_prog *P);
+void qkvL_mods_check (lua_State *L, int spec, const struct qkv_attn_mods *M, int err);
 /* attention's output shape into size (its rank returned): the batch dims
    of Q, K, V and the mask m (or NULL) broadcast, then (n_q, d_v); shape
    errors name attention */

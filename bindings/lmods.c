@@ -4,10 +4,9 @@
 ** dispatch.  qkv.attention's options score_mod, mask_mod and block_mask
 ** are read by stdlib/qkv/variants/init.lua, which calls these:
 **   qkv._mod_ops()                      -> {name = code} (vm/common/mods.h)
-**   qkv._attention_mod(Q, K, V, mask|nil, causal, scale, spec) -> out, lse
-**   qkv._attention_mod_backward(Q, K, V, out, grad, mask|nil, causal,
-**                               scale, lse, spec) -> dQ, dK, dV
 **   qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk) -> int32 (kb, kh, nqb, nkb)
+** and attention's own qkv._attention_lse and qkv._attention_backward
+** (lattn.c) with a spec as their last argument, read by qkvL_mods_read.
 ** spec is a table: prog (the instructions, packed), args (LOAD's indices,
 ** packed), out and by (QKV_MOD_NOUT integers each), caps (the captured
 ** tensors), capmod (the mod that captured each, for messages), fname
@@ -52,7 +51,7 @@ static void ints (lua_State *L, int spec, const char *key, int *v) {
 ** the gradient sums and the kinds stay referenced by the spec, which the
 ** caller keeps on its stack.
 */
-static void read_spec (lua_State *L, int spec, qkv_attn_mods *M, qkv_mod_prog *P) {
+void qkvL_mods_read (lua_State *L, int spec, qkv_attn_mods *M, qkv_mod_prog *P) {
   size_t n, na;
   luaL_checktype(L, spec, LUA_TTABLE);
   memset(M, 0, sizeof *M);
@@ -124,7 +123,7 @@ static void read_spec (lua_State *L, int spec, qkv_attn_mods *M, qkv_mod_prog *P
 
 /* err as a Lua error of the public function; an index out of range names
    the mod, the captured tensor, the index and its value */
-static void check (lua_State *L, int spec, const qkv_attn_mods *M, int err) {
+void qkvL_mods_check (lua_State *L, int spec, const qkv_attn_mods *M, int err) {
   if (err == QKV_OK) return;
   const char *fname = fname_of(L, spec);
   if (err == QKV_EINDEX && M->fail_ins >= 0) {
@@ -156,52 +155,10 @@ static int m_ops (lua_State *L) {
   return 1;
 }
 
-static int m_attention (lua_State *L) {
-  qkv_tensor *Q = qkvL_checktensor(L, 1), *K = qkvL_checktensor(L, 2);
-  qkv_tensor *V = qkvL_checktensor(L, 3);
-  qkv_tensor *m = lua_isnoneornil(L, 4) ? NULL : qkvL_checktensor(L, 4);
-  int causal = lua_toboolean(L, 5);
-  double scale = luaL_checknumber(L, 6);
-  qkv_attn_mods M;
-  qkv_mod_prog P;
-  read_spec(L, 7, &M, &P);
-  if (!qkv_is_float(Q->dtype) || K->dtype != Q->dtype || V->dtype != Q->dtype)
-    return luaL_error(L, "_attention_mod: Q, K and V must be one float dtype");
-  int64_t size[QKV_MAXDIM];
-  int n = qkvL_attention_shape(L, Q, K, V, m, size);
-  qkv_tensor *out = qkvL_new(L, Q->dtype, Q->storage->device, n, size, 0);
-  qkv_tensor *lse = qkvL_new(L, qkv_compute_dtype(Q->dtype), Q->storage->device, n - 1, size, 0);
-  check(L, 7, &M, qkv_attention_mods(out, lse, Q, K, V, m, causal, scale, &M));
-  return 2;
-}
-
-static int m_attention_backward (lua_State *L) {
-  qkv_tensor *ts[5];
-  for (int i = 0; i < 5; i++) ts[i] = qkvL_checktensor(L, i + 1);
-  qkv_tensor *m = lua_isnoneornil(L, 6) ? NULL : qkvL_checktensor(L, 6);
-  int causal = lua_toboolean(L, 7);
-  double scale = luaL_checknumber(L, 8);
-  qkv_tensor *lse = qkvL_checktensor(L, 9);
-  qkv_attn_mods M;
-  qkv_mod_prog P;
-  read_spec(L, 10, &M, &P);
-  const qkv_tensor *o = ts[3];
-  qkv_tensor *g[3];
-  if (!qkvL_attention_grads(L, ts, m, g, 0))
-    return luaL_error(L, "_attention_mod_backward: out and grad must be attention(Q, K, V)'s "
-                      "shape, float32 or float64");
-  int err = qkv_attention_mods_backward(g[0], g[1], g[2], ts[0], ts[1], ts[2], o, ts[4], m,
-                                        causal, scale, lse, &M);
-  if (err == QKV_EINTERNAL)
-    return luaL_error(L, "_attention_mod_backward: lse must be what _attention_mod gave with out");
-  check(L, 10, &M, err);
-  return 3;
-}
-
 static int m_block_kinds (lua_State *L) {
   qkv_attn_mods M;
   qkv_mod_prog P;
-  read_spec(L, 1, &M, &P);
+  qkvL_mods_read(L, 1, &M, &P);
   int64_t v[6];
   for (int i = 0; i < 6; i++) v[i] = luaL_checkinteger(L, i + 2);
   if (v[0] < 1 || v[1] < 1 || v[2] < 0 || v[3] < 0 || v[4] < 1 || v[5] < 1 || v[4] > 4096 ||
@@ -211,14 +168,13 @@ static int m_block_kinds (lua_State *L) {
   qkvL_checkbytes(L, "block_mask", 4, size, QKV_I32);
   qkv_device dev = M.ncap > 0 ? M.capt[0]->storage->device : QKV_CPU;
   qkv_tensor *kinds = qkvL_new(L, QKV_I32, dev, 4, size, 0);
-  check(L, 1, &M, qkv_attention_blocks(&M, kinds, v[2], v[3], v[4], v[5]));
+  qkvL_mods_check(L, 1, &M, qkv_attention_blocks(&M, kinds, v[2], v[3], v[4], v[5]));
   return 1;
 }
 
 void qkvL_open_mods (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {
-    {"_mod_ops", m_ops}, {"_attention_mod", m_attention},
-    {"_attention_mod_backward", m_attention_backward}, {"_block_kinds", m_block_kinds},
+    {"_mod_ops", m_ops}, {"_block_kinds", m_block_kinds},
     {NULL, NULL}
   };
   qkvL_register(L, methods, module, NULL, NULL, mod);

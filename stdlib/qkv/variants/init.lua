@@ -310,7 +310,7 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
   local qc, kc, vc = q, k, v
   if half then qc, kc, vc = q:float(), k:float(), v:float() end
   if m and m.dtype ~= "bool" then m = m:ne(0) end
-  local o, lse = call(qkv._attention_mod, qc, kc, vc, m, causal, scale, spec)
+  local o, lse = call(qkv._attention_lse, qc, kc, vc, m, causal, scale, spec)
   if grads then
     local inputs = {qc, kc, vc}
     for c, t in ipairs(caps) do inputs[3 + c] = t end
@@ -323,7 +323,7 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       for c, t in ipairs(caps) do
         gs.grads[c] = want[c] and qkv.zeros(t.shape, "float64", t.device) or false
       end
-      local dq, dk, dv = call(qkv._attention_mod_backward, qc, kc, vc, o, g:to(o.dtype), m, causal,
+      local dq, dk, dv = call(qkv._attention_backward, qc, kc, vc, o, g:to(o.dtype), m, causal,
                               scale, lse, gs)
       local r = {sum_to(dq, qc), sum_to(dk, kc), sum_to(dv, vc)}
       for c, t in ipairs(caps) do
