@@ -4,14 +4,16 @@
 ** dispatch.  qkv.attention's options score_mod, mask_mod and block_mask
 ** are read by stdlib/qkv/variants/init.lua, which calls these:
 **   qkv._mod_ops()                      -> {name = code} (vm/common/mods.h)
-**   qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk) -> int32 (kb, kh, nqb, nkb)
+**   qkv._block_kinds(spec, kb, kh, nq, nk, bq, bk) -> int32 (kb, kh, nqb, nkb),
+**       and int32 (kb, kh, nq, 2) each query's run of kept keys when every
+**       query's kept keys are one run, else nil (common/mods.h's spans)
 ** and attention's own qkv._attention_lse and qkv._attention_backward
 ** (lattn.c) with a spec as their last argument, read by qkvL_mods_read.
 ** spec is a table: prog (the instructions, packed), args (LOAD's indices,
 ** packed), out and by (QKV_MOD_NOUT integers each), caps (the captured
 ** tensors), capmod (the mod that captured each, for messages), fname
 ** (the public function), and optionally kinds (a block mask's int32
-** tensor) with bq and bk, and grads (per captured tensor a float64 tensor
+** tensor) with bq and bk, spans beside kinds, and grads (per captured tensor a float64 tensor
 ** to add its gradient into, or false).  Everything in it is checked: a
 ** script can call these with anything.
 */
@@ -119,6 +121,15 @@ void qkvL_mods_read (lua_State *L, int spec, qkv_attn_mods *M, qkv_mod_prog *P) 
     M->bk = bk;
   }
   lua_pop(L, 1);
+  if (field(L, spec, "spans") != LUA_TNIL) {
+    qkv_tensor *s = qkvL_totensor(L, -1);
+    if (s == NULL || M->kindt == NULL || s->dtype != QKV_I32 || s->ndim != 4 ||
+        !qkv_is_contiguous(s) || s->size[0] != M->kb || s->size[1] != M->kh || s->size[3] != 2)
+      luaL_error(L, "_mods: spec.spans must be a contiguous int32 tensor (kb, kh, n_q, 2) "
+                 "beside spec.kinds");
+    M->spant = s;
+  }
+  lua_pop(L, 1);
 }
 
 /* err as a Lua error of the public function; an index out of range names
@@ -168,8 +179,17 @@ static int m_block_kinds (lua_State *L) {
   qkvL_checkbytes(L, "block_mask", 4, size, QKV_I32);
   qkv_device dev = M.ncap > 0 ? M.capt[0]->storage->device : QKV_CPU;
   qkv_tensor *kinds = qkvL_new(L, QKV_I32, dev, 4, size, 0);
-  qkvL_mods_check(L, 1, &M, qkv_attention_blocks(&M, kinds, v[2], v[3], v[4], v[5]));
-  return 1;
+  int64_t ssize[4] = {v[0], v[1], v[2], 2};
+  qkvL_checkbytes(L, "block_mask", 4, ssize, QKV_I32);
+  qkv_tensor *spans = qkvL_new(L, QKV_I32, dev, 4, ssize, 0);
+  int runs = 0;
+  qkvL_mods_check(L, 1, &M, qkv_attention_blocks(&M, kinds, spans, v[2], v[3], v[4], v[5],
+                                                 &runs));
+  if (!runs) {                      /* not every query's keys are one run */
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+  return 2;
 }
 
 void qkvL_open_mods (lua_State *L, int mt, int methods, int module) {

@@ -190,6 +190,33 @@ function V.kinds(keep, bq, bk)
   return r
 end
 
+--[[
+The spans a block mask must hold, by brute force from keep (B', H', n_q,
+n_k): per query the keys it keeps as one run {lo, hi}, 0-based, hi past
+the last ({0, 0} for none), as a nested Lua list (B', H', n_q, 2); nil
+when some query's kept keys are not one run.
+]]
+function V.spans(keep)
+  local K = keep:tolist()
+  local r = {}
+  for b, kb in ipairs(K) do
+    r[b] = {}
+    for h, kh in ipairs(kb) do
+      local rows = {}
+      for i, ki in ipairs(kh) do
+        local lo, hi, n = nil, 0, 0
+        for j, x in ipairs(ki) do
+          if x then lo, hi, n = lo or j - 1, j, n + 1 end
+        end
+        if n > 0 and n ~= hi - lo then return nil end
+        rows[i] = {lo or 0, hi}
+      end
+      r[b][h] = rows
+    end
+  end
+  return r
+end
+
 -- fails unless f() raises an error whose message holds every string of words
 function V.raises(f, words, what)
   local ok, err = pcall(f)

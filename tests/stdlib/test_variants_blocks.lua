@@ -13,7 +13,8 @@ qkv.set_default_device("cpu")
 qkv.manual_seed(480)
 
 -- the kinds of bm against V.kinds of keep (a bool tensor broadcasting to
--- (B', H', n_q, n_k), B' and H' the kinds' own)
+-- (B', H', n_q, n_k), B' and H' the kinds' own), and its spans (each
+-- query's one run of kept keys, or nil) against V.spans
 local function check_kinds(bm, keep, what)
   local K = bm.kinds
   lu.assertEquals(K.dtype, "int32", what .. ": dtype")
@@ -22,6 +23,14 @@ local function check_kinds(bm, keep, what)
                   what .. ": shape")
   local full = keep:logical_and(qkv.ones({K:size(1), K:size(2), nq, nk}, "bool"))
   lu.assertEquals(K:tolist(), V.kinds(full, bq, bk), what .. ": kinds")
+  local spans = V.spans(full)
+  if spans == nil then
+    lu.assertNil(bm.spans, what .. ": spans where a query's keys are not one run")
+  else
+    lu.assertNotNil(bm.spans, what .. ": no spans")
+    lu.assertEquals(bm.spans.dtype, "int32", what .. ": spans dtype")
+    lu.assertEquals(bm.spans:tolist(), spans, what .. ": spans")
+  end
 end
 
 -- a (n_q, n_k) bool tensor of f(i, j), computed in Lua
@@ -178,6 +187,31 @@ function TestBlockMaskAttention:testAloneBothPaths()
     local bm = qkv.block_mask(VA.sliding_window(25), nil, nil, nq, nk, {block = blk})
     V.check(q, k, v, {block_mask = bm}, {keep = P.j:le(P.i):logical_and(P.j:gt(P.i - 25))},
             "block_mask, block " .. (type(blk) == "table" and table.concat(blk, "x") or blk))
+  end
+end
+
+function TestBlockMaskAttention:testSpansInFloat32()
+  -- float32 runs the AVX2 kernel, which cuts a partial block by the block
+  -- mask's spans where it has them (every mask here but (i j) % 7) instead
+  -- of running the mask: alone, under a score_mod (cut after it), with
+  -- causal = true on top (the spans clipped to the diagonal), for tiles
+  -- of every size and queries not a multiple of 16
+  for _, n in ipairs{{150, 130}, {117, 200}} do
+    local nq, nk = n[1], n[2]
+    local q, k, v = V.qkv({2, 3}, {2, 3}, nq, nk, 16, 8, "float32")
+    local P = V.pos({2, 3}, nq, nk)
+    local diag = P.j:le(P.i + nk - nq)
+    for _, c in ipairs(plain_masks(nq, nk)) do
+      for _, blk in ipairs{64, {16, 32}, {100, 7}, {1, 1}} do
+        local bm = qkv.block_mask(c[2], nil, nil, nq, nk, {block = blk})
+        local what = ("%s %dx%d block %s"):format(c[1], nq, nk, type(blk) == "table" and table.concat(blk, "x") or blk)
+        lu.assertEquals(bm.spans == nil, c[1] == "(i j) % 7 ~= 0", what .. ": spans")
+        V.check(q, k, v, {block_mask = bm}, {keep = c[3]}, what)
+        V.check(q, k, v, {block_mask = bm, score_mod = VA.softcap(2), causal = true},
+                {keep = c[3]:logical_and(diag), score = function(S) return (S / 2):tanh() * 2 end},
+                what .. " + softcap + causal")
+      end
+    end
   end
 end
 

@@ -142,6 +142,14 @@ function TestVariantsErrors:testBlockMasks()
   fails({block_mask = bm}, {"attention: block_mask was made for n_q = 20, n_k = 20, but Q is (2, 3, 20, 8) and K (2, 3, 24, 8)"})
   local bh = qkv.block_mask(function(b, h, i, j) return j:le(i + h) end, nil, 5, 20, 24)
   fails({block_mask = bh}, {"attention: block_mask was made for B = nil, H = 5, but the batch dims give B = 2, H = 3"})
+  -- its spans, replaced by a tensor of another dtype or shape: an error
+  -- where the fused kernel would read them (the weights path reads none)
+  for _, t in ipairs{qkv.zeros(1, 1, 20, 2), qkv.zeros({1, 1, 20, 3}, "int32"),
+                     qkv.zeros({1, 1, 19, 2}, "int32")} do
+    local bw = qkv.block_mask(qkv.variants.sliding_window(4), nil, nil, 20, 24)
+    bw.spans = t
+    fails({block_mask = bw}, {"attention: block_mask.spans must be the int32 (1, 1, 20, 2) tensor block_mask made, got "})
+  end
 end
 
 function TestVariantsErrors:testLibraryArguments()

@@ -120,6 +120,13 @@ typedef struct qkv_attn_mods {
      the kernels' tiles take */
   const int32_t *kinds;
   int64_t kb, kh, nqb, nkb, bq, bk;
+  /* spans: int32 (kb, kh, n_q, 2), per query the one run of keys [lo, hi)
+     it keeps (0-based; lo = hi for none), when every query's kept keys
+     are one run (a window, causal, a document, a prefix), or NULL; spant
+     the tensor.  A CPU kernel then cuts a partial block by these instead
+     of running the mask */
+  const qkv_tensor *spant;
+  const int32_t *spans;
   /* the batch dims read as (B, H): H the last's size, 1 with none */
   int64_t heads;
   /* a failed LOAD: its instruction, index (0-based) and value */

@@ -141,9 +141,10 @@ typedef struct qkv_backend {
                                  const qkv_tensor *o, const qkv_tensor *go,
                                  const qkv_tensor *mask, int causal, double scale,
                                  const qkv_tensor *lse, struct qkv_attn_mods *M);
-  /* qkv_attention_blocks, kinds contiguous int32 on this device */
-  int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
-                          int64_t bq, int64_t bk);
+  /* qkv_attention_blocks, kinds and spans (or NULL) contiguous int32 on
+     this device */
+  int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
+                          int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

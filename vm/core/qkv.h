@@ -315,9 +315,11 @@ int qkv_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                 const qkv_tensor *mask, int causal, double scale,
                                 const qkv_tensor *lse, struct qkv_attn_mods *M);
 /* a mask program's block kinds into kinds, int32 (kb, kh, nqb, nkb)
-   contiguous, blocks of bq queries and bk keys of nq x nk */
-int qkv_attention_blocks(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
-                         int64_t bq, int64_t bk);
+   contiguous, blocks of bq queries and bk keys of nq x nk; and, spans
+   not NULL (int32 (kb, kh, nq, 2) contiguous), each query's run of kept
+   keys, *runs 1 when every query's kept keys are one run (mods.h) */
+int qkv_attention_blocks(struct qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
+                         int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs);
 
 /* the generator: Philox 4x32-10 keyed by the seed, counter advanced per call */
 void qkv_seed(uint64_t seed);

@@ -275,6 +275,7 @@ static void scratch_free (scratch *W) {
   free(W->vbuf);
   free(W->mem);
   free(W->keep);
+  free(W->span);
 }
 
 /* 0 when out of memory (W is then freed).  The tile buffers share one
@@ -309,7 +310,8 @@ static int scratch_new (const job *J, scratch *W) {
   if (J->mods)
     ok = ok && (W->mem = malloc(sizeof(double) * qkv_mod_row_scratch(J->mods->prog, BQ, (int)bk)));
   if (J->mods && J->avx2 && J->mods->prog->out[QKV_MOD_OUT_MASK] >= 0)
-    ok = ok && (W->keep = malloc(bk * BQ));
+    ok = ok && (W->keep = malloc(bk * BQ)) &&
+         (W->span = aligned_alloc(64, 2 * BQ * sizeof(int32_t)));
   if (!ok) scratch_free(W);
   return ok;
 }

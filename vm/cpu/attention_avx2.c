@@ -73,6 +73,61 @@ static int ranges_keep (ranges *R, int nqp, int bq, int bk, uint8_t *keep) {
   return any;
 }
 
+/*
+** A block mask's spans (each query's one run of kept keys, common/mods.h)
+** over a partial tile from key j0: sp[i] = lo, sp[BQ + i] = hi, the keys
+** [lo, hi) of the tile query i keeps, clipped to the tile and to the
+** causal diagonal (which the spans then carry too); the groups' ranges
+** narrowed to them.  The mask is never run.  Returns 0 when no query
+** keeps any key.
+*/
+static int ranges_spans (ranges *R, int nqp, int bq, int bk, int64_t j0, int64_t e,
+                         const int32_t *spans, int32_t *sp) {
+  int any = 0;
+  for (int g = 0; g < nqp / 8; g++) {
+    int lo = bk, hi = 0;
+    for (int i = 8 * g; i < 8 * g + 8; i++) {
+      int64_t a = 0, b = 0;
+      if (i < bq) {
+        a = spans[2 * i] - j0;
+        b = spans[2 * i + 1] - j0;
+        int64_t lim = key_limit(i, e, bk);
+        a = a < 0 ? 0 : a;
+        b = b > lim ? lim : b;
+        if (a >= b) a = b = 0;
+      }
+      sp[i] = (int32_t)a;
+      sp[BQ + i] = (int32_t)b;
+      if (a < b) {
+        lo = (int)a < lo ? (int)a : lo;
+        hi = (int)b > hi ? (int)b : hi;
+      }
+    }
+    if (lo >= hi) lo = hi = 0;
+    R->lo[g] = lo;
+    R->hi[g] = hi;
+    any |= hi > 0;
+  }
+  return any;
+}
+
+/* -inf in the 16 queries' columns of rows [0, rows) (keys j ...) that
+   their spans drop */
+#define SPAN_CUT(rows, acc, sp, j) do { \
+    const __m256 ninf_ = _mm256_set1_ps(-INFINITY); \
+    __m256i lo0_ = _mm256_load_si256((const __m256i *)(sp)), \
+            lo1_ = _mm256_load_si256((const __m256i *)((sp) + 8)), \
+            hi0_ = _mm256_load_si256((const __m256i *)((sp) + BQ)), \
+            hi1_ = _mm256_load_si256((const __m256i *)((sp) + BQ + 8)); \
+    UNROLL for (int r_ = 0; r_ < (rows); r_++) { \
+      __m256i k_ = _mm256_set1_epi32((j) + r_), k1_ = _mm256_set1_epi32((j) + r_ + 1); \
+      __m256i d0_ = _mm256_or_si256(_mm256_cmpgt_epi32(lo0_, k_), _mm256_cmpgt_epi32(k1_, hi0_)); \
+      __m256i d1_ = _mm256_or_si256(_mm256_cmpgt_epi32(lo1_, k_), _mm256_cmpgt_epi32(k1_, hi1_)); \
+      acc[r_][0] = _mm256_blendv_ps(acc[r_][0], ninf_, _mm256_castsi256_ps(d0_)); \
+      acc[r_][1] = _mm256_blendv_ps(acc[r_][1], ninf_, _mm256_castsi256_ps(d1_)); \
+    } \
+  } while (0)
+
 /* the range of queries [a, b] (groups a/8 .. b/8, b below nqp) */
 static inline void span_of (const ranges *R, int a, int b, int *lo, int *hi) {
   *lo = R->lo[a / 8];
@@ -94,12 +149,13 @@ static inline QKV_AVX2 __m256 lanes (int64_t n) {
 
 /*
 ** st[r][0..16) = sum over c of qt[c][0..16) k[r][c], for rows r < rows.
-** Query l of the block drops key r when l < t + r (the causal diagonal).
+** Query l of the block drops key r when l < t + r (the causal diagonal),
+** or, sp not NULL, outside its span (ranges_spans: row r is key j + r).
 ** mx[0..16) (when not NULL) takes the max of each column, which saves the
 ** softmax a pass over the tile.
 */
 INLINE void qk_block (int rows, const float *qt, const float *k, int64_t krs,
-                      int64_t dk, int64_t t, float *st, float *mx) {
+                      int64_t dk, int64_t t, const int32_t *sp, int j, float *st, float *mx) {
   __m256 acc[6][2];
   UNROLL for (int r = 0; r < 6; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t c = 0; c < dk; c++) {
@@ -110,7 +166,8 @@ INLINE void qk_block (int rows, const float *qt, const float *k, int64_t krs,
       acc[r][1] = _mm256_fmadd_ps(a1, b, acc[r][1]);
     }
   }
-  if (t + rows - 1 > 0) {
+  if (sp) SPAN_CUT(rows, acc, sp, j);
+  else if (t + rows - 1 > 0) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     UNROLL for (int r = 0; r < rows; r++) {
       acc[r][0] = _mm256_blendv_ps(acc[r][0], ninf, lanes(t + r));
@@ -131,27 +188,46 @@ INLINE void qk_block (int rows, const float *qt, const float *k, int64_t krs,
   _mm256_store_ps(mx + 8, m1);
 }
 
-/* st (bk x nqp) = k (bk rows, krs apart) q^T over each group's range;
-   nqp a multiple of 16 */
-static QKV_AVX2 void qk_tile (int nqp, const ranges *R, int64_t e, const float *qt,
-                              const float *k, int64_t krs, int64_t dk,
+/* st (bk x nqp) = k (bk rows, krs apart) q^T over each group's range,
+   cut by the causal diagonal e or by the spans sp (ranges_spans) when
+   not NULL; nqp a multiple of 16 */
+static QKV_AVX2 void qk_tile (int nqp, const ranges *R, int64_t e, const int32_t *sp,
+                              const float *qt, const float *k, int64_t krs, int64_t dk,
                               float *st, float *mx) {
   for (int i = 0; i < nqp; i += 16) {
     int j, n;
     span_of(R, i, i + 15, &j, &n);
     float *mi = mx ? mx + i : NULL;
+    const int32_t *si = sp ? sp + i : NULL;
     for (; j + 6 <= n; j += 6)
-      qk_block(6, qt + i, k + j * krs, krs, dk, j + e - i, st + j * BQ + i, mi);
+      qk_block(6, qt + i, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ + i, mi);
     const float *kj = k + j * krs;
     float *sj = st + j * BQ + i;
     int64_t t = j + e - i;
     switch (n - j) {       /* constant row counts, so each unrolls */
-      case 5: qk_block(5, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 4: qk_block(4, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 3: qk_block(3, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 2: qk_block(2, qt + i, kj, krs, dk, t, sj, mi); break;
-      case 1: qk_block(1, qt + i, kj, krs, dk, t, sj, mi); break;
+      case 5: qk_block(5, qt + i, kj, krs, dk, t, si, j, sj, mi); break;
+      case 4: qk_block(4, qt + i, kj, krs, dk, t, si, j, sj, mi); break;
+      case 3: qk_block(3, qt + i, kj, krs, dk, t, si, j, sj, mi); break;
+      case 2: qk_block(2, qt + i, kj, krs, dk, t, si, j, sj, mi); break;
+      case 1: qk_block(1, qt + i, kj, krs, dk, t, si, j, sj, mi); break;
       default: break;
+    }
+  }
+}
+
+/* -inf where the spans sp (ranges_spans) drop a key, over each group's
+   range (after a score_mod, which may have made those scores finite) */
+static QKV_AVX2 void drop_spans (float *st, int nqp, const ranges *R, const int32_t *sp) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  for (int g = 0; g < nqp; g += 8) {
+    __m256i lo = _mm256_load_si256((const __m256i *)(sp + g));
+    __m256i hi = _mm256_load_si256((const __m256i *)(sp + BQ + g));
+    for (int j = R->lo[g / 8]; j < R->hi[g / 8]; j++) {
+      __m256i k = _mm256_set1_epi32(j), k1 = _mm256_set1_epi32(j + 1);
+      __m256 drop = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(lo, k),
+                                                         _mm256_cmpgt_epi32(k1, hi)));
+      float *p = st + j * BQ + g;
+      _mm256_store_ps(p, _mm256_blendv_ps(_mm256_load_ps(p), ninf, drop));
     }
   }
 }
@@ -345,18 +421,23 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     m[i] = -INFINITY;
     W->l[i] = 0.0;
   }
-  int later = P->has_mask || J->mods;  /* st changes after the product */
+  qkv_attn_mods *M = J->mods;
+  int scored = M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0;
+  const int32_t *spans = M ? qkv_mod_spans(M, b, i0) : NULL;
   for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
     int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
     int64_t e = qkv_attn_diagonal(P, i0, j0);
-    int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, j0) : QKV_BLOCK_FULL;
+    int kind = M ? qkv_mod_kind(M, b, i0, j0) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     ranges R;
     ranges_causal(&R, nqp, bk, e);
-    /* a partial tile's mask first, which narrows every step's rows */
-    qkv_attn_mods *M = J->mods;
-    int masked = M && kind == QKV_BLOCK_PARTIAL && M->prog->out[QKV_MOD_OUT_MASK] >= 0;
+    /* a partial tile's mask first, which narrows every step's rows: from
+       the block mask's spans, else run here */
+    int partial = M && kind == QKV_BLOCK_PARTIAL && M->prog->out[QKV_MOD_OUT_MASK] >= 0;
+    const int32_t *sp = partial && spans ? W->span : NULL;
+    int masked = partial && !sp;
     qkv_mod_tile T = {M ? b / M->heads : 0, M ? b % M->heads : 0, i0, j0, bq, bk, 1, 0, st, BQ};
+    if (sp && !ranges_spans(&R, nqp, bq, bk, j0, e, spans, W->span)) continue;
     if (masked) {
       int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_MASK, W->mem, W->keep);
       if (err != QKV_OK) return err;
@@ -365,13 +446,16 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                        W->kbuf);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
-    /* the max comes out of the product, unless a mask changes st after */
-    qk_tile(nqp, &R, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
-            P->dk, st, later ? NULL : W->mx);
-    if (M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0) {
+    /* the max comes out of the product, unless st changes after it; the
+       spans cut there too, unless a score_mod comes after */
+    int later = P->has_mask || scored || masked;
+    qk_tile(nqp, &R, e, scored ? NULL : sp, W->qt, kt,
+            J->gemm.k.layout == COPY ? P->dk : P->k.rs, P->dk, st, later ? NULL : W->mx);
+    if (scored) {
       int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, W->mem, NULL);
       if (err != QKV_OK) return err;
-      if (P->causal && qkv_attn_tile_cut(P, i0, j0, bk)) recut(st, nqp, bk, e);
+      if (sp) drop_spans(st, nqp, &R, sp);        /* the spans carry the diagonal */
+      else if (P->causal && qkv_attn_tile_cut(P, i0, j0, bk)) recut(st, nqp, bk, e);
     }
     if (masked) drop_unkept(st, nqp, bk, W->keep);
     if (P->has_mask)

@@ -40,7 +40,7 @@ typedef struct {
      gemm can read by rows (layout.h's QKV_BYROW), and these are their
      leading dimensions (the row step, or the width for a single row) */
   int64_t ldq, ldk, ldv, ldo, ldgo;
-  int wide;                         /* AVX-512 row loops (qkv_cpu_isa) */
+  int isa;                          /* qkv_cpu_isa(): the row loops' lanes */
   int regs;                         /* items by attention_bwd_avx512.c */
   int64_t tq, tk;                   /* a tile's queries and keys: BQ, BK or the blocks' */
   qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
@@ -105,6 +105,20 @@ static void cut (const Bwd *J, const unsigned char *mk, int64_t i0, int64_t bq, 
       if (!qkv_attn_keeps(P, mk, i0 + i, j0 + j)) put(J, s, i * bk + j, -INFINITY);
 }
 
+/* s's entries outside each query's span (a block mask's one run of kept
+   keys, from key j0: sp[2 i], sp[2 i + 1]) -inf: a partial tile's mask
+   without running it */
+static void span_cut (const Bwd *J, const int32_t *sp, int64_t bq, int64_t j0, int64_t bk,
+                      char *s) {
+  for (int64_t i = 0; i < bq; i++) {
+    int64_t lo = sp[2 * i] - j0, hi = sp[2 * i + 1] - j0;
+    lo = lo < 0 ? 0 : lo > bk ? bk : lo;
+    hi = hi < lo ? lo : hi > bk ? bk : hi;
+    for (int64_t j = 0; j < lo; j++) put(J, s, i * bk + j, -INFINITY);
+    for (int64_t j = hi; j < bk; j++) put(J, s, i * bk + j, -INFINITY);
+  }
+}
+
 static void scores (const Bwd *J, int64_t b, const unsigned char *mk, int64_t i0, int64_t bq,
                     int64_t j0, int64_t bk, char *s) {
   product(J, b, i0, bq, j0, bk, s);
@@ -134,9 +148,12 @@ static void row_stats_base (const float *x, int64_t n, double *m, double *l) {
 
 /* A float32 tile: s becomes P = exp(s - lse), dp becomes dS = P (dP - D).
    grads_wide below is the AVX-512 version (qkv_cpu_isa picks): the same
-   values, its exp giving the same bits wherever the result is normal. */
-static void grads_base (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
-                        const double *D) {
+   values, its exp giving the same bits wherever the result is normal.
+   Compiled twice: for the baseline (4 lanes) and for AVX2 (grads_avx2, 8
+   lanes: the baseline's took a sixth of a window's backward there). */
+static inline __attribute__((always_inline)) void grads_rows (float *s, float *dp, int64_t bq,
+                                                              int64_t bk, const double *lse,
+                                                              const double *D) {
   for (int64_t i = 0; i < bq; i++) {
     float L = (float)lse[i], Di = (float)D[i];
     float *si = s + i * bk, *di = dp + i * bk;
@@ -153,7 +170,17 @@ static void grads_base (float *s, float *dp, int64_t bq, int64_t bk, const doubl
   }
 }
 
+static void grads_base (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+                        const double *D) {
+  grads_rows(s, dp, bq, bk, lse, D);
+}
+
 #ifdef QKV_VEXP_X86
+static QKV_AVX2 void grads_avx2 (float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+                                 const double *D) {
+  grads_rows(s, dp, bq, bk, lse, D);
+}
+
 /*
 ** row_stats' steps 16 lanes at a time with the max and the sum reduced in
 ** registers: the compiler's simd reductions go through memory, which took
@@ -198,20 +225,21 @@ static QKV_AVX512 void grads_wide (float *s, float *dp, int64_t bq, int64_t bk,
 }
 #endif
 
-static void row_stats_f32 (int wide, const float *x, int64_t n, double *m, double *l) {
+static void row_stats_f32 (int isa, const float *x, int64_t n, double *m, double *l) {
 #ifdef QKV_VEXP_X86
-  if (wide) { row_stats_wide(x, n, m, l); return; }
+  if (isa >= QKV_ISA_AVX512) { row_stats_wide(x, n, m, l); return; }
 #endif
-  (void)wide;
+  (void)isa;
   row_stats_base(x, n, m, l);
 }
 
-static void grads_f32 (int wide, float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
+static void grads_f32 (int isa, float *s, float *dp, int64_t bq, int64_t bk, const double *lse,
                        const double *D) {
 #ifdef QKV_VEXP_X86
-  if (wide) { grads_wide(s, dp, bq, bk, lse, D); return; }
+  if (isa >= QKV_ISA_AVX512) { grads_wide(s, dp, bq, bk, lse, D); return; }
+  if (isa >= QKV_ISA_AVX2) { grads_avx2(s, dp, bq, bk, lse, D); return; }
 #endif
-  (void)wide;
+  (void)isa;
   grads_base(s, dp, bq, bk, lse, D);
 }
 
@@ -254,7 +282,7 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
       int64_t bk = nk - j0 < TK ? nk - j0 : TK;
       scores(J, b, mk, i0, bq, j0, bk, s);
       for (int64_t i = 0; i < bq; i++) {
-        if (!J->f64) { row_stats_f32(J->wide, (const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
+        if (!J->f64) { row_stats_f32(J->isa, (const float *)s + i * bk, bk, &m[i], &l[i]); continue; }
         for (int64_t j = 0; j < bk; j++) {
           double x = at(J, s, i * bk + j);
           if (x == -INFINITY) continue;
@@ -290,8 +318,10 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
       qkv_mod_tile T = {0, 0, i0, j0, (int)bq, (int)bk, 0, J->f64, s, bk};
       if (J->mods) {          /* the mods on the scores, keeping what the derivatives need */
         qkv_attn_mods *M = J->mods;
+        /* a partial tile's mask: the block mask's spans, else run here */
+        const int32_t *sp = kind == QKV_BLOCK_PARTIAL ? qkv_mod_spans(M, b, i0) : NULL;
         int want = QKV_MOD_WANT_SCORE | QKV_MOD_WANT_GRAD |
-                   (kind == QKV_BLOCK_PARTIAL ? QKV_MOD_WANT_MASK : 0);
+                   (kind == QKV_BLOCK_PARTIAL && !sp ? QKV_MOD_WANT_MASK : 0);
         T.b = b / M->heads;
         T.h = b % M->heads;
         product(J, b, i0, bq, j0, bk, s);
@@ -301,12 +331,13 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
             return err;
         } else {
           if ((err = qkv_mod_eval(M, &T, want, mem)) != QKV_OK) return err;
-          qkv_mod_put(M, &T, mem, kind == QKV_BLOCK_PARTIAL);
+          qkv_mod_put(M, &T, mem, (want & QKV_MOD_WANT_MASK) != 0);
         }
+        if (sp) span_cut(J, sp, bq, j0, bk, s);
         cut(J, mk, i0, bq, j0, bk, s);
       } else if (nk > BK || P->lse) scores(J, b, mk, i0, bq, j0, bk, s);
       gemm(J, 0, 1, bq, bk, dv, 1, go, J->ldgo, v, J->ldv, 0, dp, bk);  /* dP = dO V^T */
-      if (!J->f64) grads_f32(J->wide, (float *)s, (float *)dp, bq, bk, lse, D);
+      if (!J->f64) grads_f32(J->isa, (float *)s, (float *)dp, bq, bk, lse, D);
       else
         for (int64_t i = 0; i < bq; i++)          /* s becomes P, dp dS = P (dP - D) */
           for (int64_t j = 0; j < bk; j++) {
@@ -420,7 +451,7 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   J.ldv = ld_of(v);
   J.ldo = ld_of(o);
   J.ldgo = ld_of(go);
-  J.wide = qkv_cpu_isa() >= QKV_ISA_AVX512;
+  J.isa = qkv_cpu_isa();
   J.tq = BQ;
   J.tk = BK;
   if (M) {                          /* the mods read the forward's lse */
@@ -431,7 +462,7 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
 #ifdef QKV_VEXP_X86
   static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
   if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
-  J.regs = J.wide && !J.f64 && !P->has_mask && P->lse && !blas_asked && !M;
+  J.regs = J.isa >= QKV_ISA_AVX512 && !J.f64 && !P->has_mask && P->lse && !blas_asked && !M;
 #endif
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */

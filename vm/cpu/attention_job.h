@@ -53,6 +53,8 @@ typedef struct {
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
   double *mem;                      /* the mods' values (mods.h), or NULL */
   uint8_t *keep;                    /* AVX2: a partial tile's mask, as s */
+  int32_t *span;                    /* AVX2: a partial tile's spans, as keys
+                                       [span[i], span[BQ + i]) per query i */
   void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 

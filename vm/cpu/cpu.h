@@ -56,8 +56,8 @@ int qkv_cpu_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *
                                     const qkv_tensor *go, const qkv_tensor *mask, int causal,
                                     double scale, const qkv_tensor *lse,
                                     struct qkv_attn_mods *M);
-int qkv_cpu_attention_blocks(struct qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq,
-                             int64_t nk, int64_t bq, int64_t bk);
+int qkv_cpu_attention_blocks(struct qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
+                             int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs);
 int qkv_cpu_scatter_add(qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *src, int dim);
 int qkv_cpu_softmax_backward(qkv_tensor *gx, const qkv_tensor *y, const qkv_tensor *g);
 int qkv_cpu_log_softmax(qkv_tensor *out, const qkv_tensor *x);

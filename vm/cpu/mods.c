@@ -197,18 +197,29 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
   return QKV_OK;
 }
 
-int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem) {
+int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
+                      int64_t *run) {
   const qkv_mod_prog *P = M->prog;
   int v = P->out[QKV_MOD_OUT_MASK], dep;
-  if (v < 0) return (int64_t)T->ni * T->nj;
   axes A = axes_of(T);
-  const double *p = qkv_mod_value(P, T, mem, v, &dep);
+  const double *p = v >= 0 ? qkv_mod_value(P, T, mem, v, &dep) : NULL;
   int64_t kept = 0;
   for (int y = 0; y < A.ny; y++) {
-    int sx;
-    const double *r = row(&A, p, dep, y, &sx);
-    if (sx) for (int x = 0; x < A.nx; x++) kept += r[x] != 0;
-    else kept += r[0] != 0 ? A.nx : 0;
+    int sx = 0;
+    const double *r = p ? row(&A, p, dep, y, &sx) : NULL;
+    int64_t n = 0, lo = 0, hi = 0;
+    if (r == NULL || !sx) {
+      n = r == NULL || r[0] != 0 ? A.nx : 0;
+      hi = n;
+    } else {
+      for (int x = 0; x < A.nx; x++) n += r[x] != 0;
+      if (run && n > 0) {
+        while (r[lo] == 0) lo++;
+        for (hi = A.nx; r[hi - 1] == 0; hi--) continue;
+      }
+    }
+    if (run) run[3 * y] = lo, run[3 * y + 1] = hi, run[3 * y + 2] = n;
+    kept += n;
   }
   return kept;
 }
@@ -306,8 +317,14 @@ int qkv_cpu_mods_ready (qkv_attn_mods *M, const qkv_attn_plan *P) {
         k->size[3] != M->nkb || k->dtype != QKV_I32 || !qkv_is_contiguous(k))
       return 0;
   }
+  const qkv_tensor *s = M->spant;
+  if (s && (!M->kindt || s->ndim != 4 || s->size[0] != M->kb || s->size[1] != M->kh ||
+            s->size[2] != P->nq || s->size[3] != 2 || s->dtype != QKV_I32 ||
+            !qkv_is_contiguous(s)))
+    return 0;
   qkv_cpu_mods_caps(M);
   M->kinds = M->kindt ? qkv_data(M->kindt) : NULL;
+  M->spans = s ? qkv_data(s) : NULL;
   M->heads = heads;
   M->fail_ins = -1;
   return 1;

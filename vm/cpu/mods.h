@@ -58,8 +58,11 @@ int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
                   uint8_t *keep);
 
 /* after a run with QKV_MOD_WANT_MASK: how many of the tile's pairs the
-   mask keeps */
-int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem);
+   mask keeps; run (a tile by queries, not key_major) not NULL: per query
+   y, run[3 y ..] = its first kept key, one past its last (from the
+   tile's j0; 0, 0 for none) and how many it keeps */
+int64_t qkv_mod_kept (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
+                      int64_t *run);
 
 /*
 ** After a run with the score (and the mask where mask is set): the new
@@ -78,15 +81,25 @@ void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *m
 void qkv_mod_grads (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
                     void *ds, double *const *acc);
 
+/* batch item t's (b, h) as the kinds' and the spans' first two dims */
+static inline int64_t qkv_mod_bh (const qkv_attn_mods *M, int64_t t) {
+  int64_t b = t / M->heads, h = t % M->heads;
+  return (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
+}
+
 /* the kind (QKV_BLOCK_*) of the tile of queries from i0, keys from j0, of
    batch item t: the block mask's, else partial where there is a mask
    program, full where there is none */
 static inline int qkv_mod_kind (const qkv_attn_mods *M, int64_t t, int64_t i0, int64_t j0) {
   if (M->kinds == NULL) return M->prog->out[QKV_MOD_OUT_MASK] >= 0 ? QKV_BLOCK_PARTIAL
                                                                     : QKV_BLOCK_FULL;
-  int64_t b = t / M->heads, h = t % M->heads;
-  int64_t r = (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
-  return M->kinds[(r * M->nqb + i0 / M->bq) * M->nkb + j0 / M->bk];
+  return M->kinds[(qkv_mod_bh(M, t) * M->nqb + i0 / M->bq) * M->nkb + j0 / M->bk];
+}
+
+/* the spans (qkv_attn_mods.spans) of batch item t's queries from i, or
+   NULL when there are none */
+static inline const int32_t *qkv_mod_spans (const qkv_attn_mods *M, int64_t t, int64_t i) {
+  return M->spans ? M->spans + 2 * (qkv_mod_bh(M, t) * M->spant->size[2] + i) : NULL;
 }
 
 /*
@@ -102,10 +115,13 @@ int qkv_cpu_mods_ready (qkv_attn_mods *M, const struct qkv_attn_plan *P);
 ** The kinds (QKV_BLOCK_*) of the blocks of bq queries and bk keys of a
 ** mask program: kinds (kb, kh, nqb, nkb) for every b < kb, h < kh, where
 ** kb, kh are 1 when the mask reads no b, h.  Intervals first, then the
-** blocks they cannot decide pair by pair.  QKV_OK, QKV_EINDEX (M's fail_*)
-** or QKV_ENOMEM.
+** blocks they cannot decide pair by pair.  spans not NULL: per query the
+** run of keys it keeps (qkv_attn_mods.spans), and *runs 1 when every
+** query's kept keys are one run (else some spans are -1, -1).  QKV_OK,
+** QKV_EINDEX (M's fail_*) or QKV_ENOMEM.
 */
-int qkv_mod_block_kinds (qkv_attn_mods *M, int32_t *kinds, int64_t kb, int64_t kh,
-                         int64_t nq, int64_t nk, int64_t bq, int64_t bk);
+int qkv_mod_block_kinds (qkv_attn_mods *M, int32_t *kinds, int32_t *spans, int64_t kb,
+                         int64_t kh, int64_t nq, int64_t nk, int64_t bq, int64_t bk,
+                         int *runs);
 
 #endif

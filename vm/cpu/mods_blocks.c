@@ -14,7 +14,9 @@
 ** undecided.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "mods.h"
@@ -150,10 +152,22 @@ static iv mask_range (const qkv_attn_mods *M, int64_t b, int64_t h, int64_t i0, 
 
 typedef struct {
   qkv_attn_mods *M;
-  int32_t *kinds;
+  int32_t *kinds, *spans;
   int64_t kb, kh, nq, nk, bq, bk, nqb, nkb;
   size_t scratch;
 } blocks_job;
+
+/*
+** A row of blocks' kept keys, per query: the first, one past the last and
+** how many (a full block adds all of its keys, a partial one what the
+** mask keeps of them); one run when the count is the run's length.
+*/
+static void add_run (int64_t *acc, int64_t j0, int64_t lo, int64_t hi, int64_t n) {
+  if (n == 0) return;
+  if (acc[2] == 0) acc[0] = j0 + lo;
+  acc[1] = j0 + hi;
+  acc[2] += n;
+}
 
 /* the rows of query blocks [lo, hi) of every (b, h) */
 static int rows (void *p, int64_t lo, int64_t hi, int tid) {
@@ -161,16 +175,24 @@ static int rows (void *p, int64_t lo, int64_t hi, int tid) {
   qkv_attn_mods *M = J->M;
   iv r[QKV_MOD_MAXINS];
   double *mem = NULL;
-  int err = QKV_OK;
+  /* per query of the block: its run so far, and one tile's runs */
+  int64_t *acc = J->spans ? malloc(sizeof(int64_t) * 6 * (size_t)J->bq) : NULL, *run = acc;
+  int err = J->spans && acc == NULL ? QKV_ENOMEM : QKV_OK;
+  if (acc) run = acc + 3 * J->bq;
   (void)tid;
   for (int64_t t = lo; t < hi && err == QKV_OK; t++) {
     int64_t qb = t % J->nqb, bh = t / J->nqb, b = bh / J->kh, h = bh % J->kh;
     int64_t i0 = qb * J->bq, ni = J->nq - i0 < J->bq ? J->nq - i0 : J->bq;
     int32_t *k = J->kinds + t * J->nkb;
+    if (acc) memset(acc, 0, sizeof(int64_t) * 3 * (size_t)ni);
     for (int64_t kb = 0; kb < J->nkb && err == QKV_OK; kb++) {
       int64_t j0 = kb * J->bk, nj = J->nk - j0 < J->bk ? J->nk - j0 : J->bk;
       iv m = mask_range(M, b, h, i0, ni, j0, nj, r);
-      if (nonzero(m)) { k[kb] = QKV_BLOCK_FULL; continue; }
+      if (nonzero(m)) {
+        k[kb] = QKV_BLOCK_FULL;
+        for (int64_t i = 0; acc && i < ni; i++) add_run(acc + 3 * i, j0, 0, nj, nj);
+        continue;
+      }
       if (zero(m)) { k[kb] = QKV_BLOCK_EMPTY; continue; }
       if (mem == NULL && (mem = malloc(J->scratch * sizeof *mem)) == NULL) {
         err = QKV_ENOMEM;
@@ -178,31 +200,54 @@ static int rows (void *p, int64_t lo, int64_t hi, int tid) {
       }
       qkv_mod_tile T = {b, h, i0, j0, (int)ni, (int)nj, 0, 1, NULL, 0};
       if ((err = qkv_mod_eval(M, &T, QKV_MOD_WANT_MASK, mem)) != QKV_OK) break;
-      int64_t kept = qkv_mod_kept(M, &T, mem);
+      int64_t kept = qkv_mod_kept(M, &T, mem, run);
       k[kb] = kept == 0 ? QKV_BLOCK_EMPTY : kept == ni * nj ? QKV_BLOCK_FULL : QKV_BLOCK_PARTIAL;
+      for (int64_t i = 0; acc && i < ni; i++)
+        add_run(acc + 3 * i, j0, run[3 * i], run[3 * i + 1], run[3 * i + 2]);
+    }
+    /* the spans, or -1 where a query's keys are not one run */
+    int32_t *sp = J->spans ? J->spans + 2 * (bh * J->nq + i0) : NULL;
+    for (int64_t i = 0; sp && err == QKV_OK && i < ni; i++) {
+      const int64_t *a = acc + 3 * i;
+      int one = a[2] == a[1] - a[0];
+      sp[2 * i] = one ? (int32_t)a[0] : -1;
+      sp[2 * i + 1] = one ? (int32_t)a[1] : -1;
     }
   }
   free(mem);
+  free(acc);
   return err == QKV_OK && qkv_interrupted ? QKV_EINTR : err;
 }
 
-int qkv_mod_block_kinds (qkv_attn_mods *M, int32_t *kinds, int64_t kb, int64_t kh,
-                         int64_t nq, int64_t nk, int64_t bq, int64_t bk) {
+int qkv_mod_block_kinds (qkv_attn_mods *M, int32_t *kinds, int32_t *spans, int64_t kb,
+                         int64_t kh, int64_t nq, int64_t nk, int64_t bq, int64_t bk,
+                         int *runs) {
   if (M->prog == NULL || M->prog->out[QKV_MOD_OUT_MASK] < 0 || bq < 1 || bk < 1 ||
       bq > 4096 || bk > 4096)
     return QKV_EINTERNAL;
   for (int v = 0; v < M->prog->n; v++)           /* a mask reads no score: there is none */
     if (M->prog->ins[v].op == QKV_MOD_SCORE && (M->prog->need[v] & QKV_MOD_WANT_MASK))
       return QKV_EINTERNAL;
-  blocks_job J = {M, kinds, kb, kh, nq, nk, bq, bk, (nq + bq - 1) / bq, (nk + bk - 1) / bk,
-                  qkv_mod_scratch(M->prog, (int)bq, (int)bk)};
+  if (nk > INT32_MAX) spans = NULL;              /* the spans count keys in int32 */
+  *runs = 0;
+  blocks_job J = {M, kinds, spans, kb, kh, nq, nk, bq, bk, (nq + bq - 1) / bq,
+                  (nk + bk - 1) / bk, qkv_mod_scratch(M->prog, (int)bq, (int)bk)};
   int64_t items = kb * kh * J.nqb;
-  if (items == 0 || J.nkb == 0) return QKV_OK;
-  return items > 1 ? qkv_par_for(items, 1, rows, &J) : rows(&J, 0, items, 0);
+  if (items == 0 || J.nkb == 0) {
+    if (spans) memset(spans, 0, sizeof(int32_t) * 2 * (size_t)(kb * kh * nq));
+    *runs = spans != NULL;
+    return QKV_OK;
+  }
+  int err = items > 1 ? qkv_par_for(items, 1, rows, &J) : rows(&J, 0, items, 0);
+  if (err != QKV_OK || spans == NULL) return err;
+  *runs = 1;
+  for (int64_t e = 0; e < kb * kh * nq && *runs; e++) *runs = spans[2 * e] >= 0;
+  return QKV_OK;
 }
 
-int qkv_cpu_attention_blocks (qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
-                              int64_t bq, int64_t bk) {
+int qkv_cpu_attention_blocks (qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
+                              int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs) {
   qkv_cpu_mods_caps(M);
-  return qkv_mod_block_kinds(M, qkv_data(kinds), kinds->size[0], kinds->size[1], nq, nk, bq, bk);
+  return qkv_mod_block_kinds(M, qkv_data(kinds), spans ? qkv_data(spans) : NULL,
+                             kinds->size[0], kinds->size[1], nq, nk, bq, bk, runs);
 }

@@ -216,6 +216,7 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) 
     C->grad = M->gradt[c] ? (double *)qkv_cu_data(M->gradt[c]) : NULL;
   }
   M->kinds = M->kindt ? (const int32_t *)qkv_cu_data(M->kindt) : NULL;
+  M->spans = NULL;                  /* the kernels run the mask on partial blocks */
   M->heads = heads;
   M->fail_ins = -1;
   /* the program with every operand a value, so that the evaluator reads

@@ -103,13 +103,14 @@ int qkv_attention_lse (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
   return attention_with(out, lse, q, k, v, mask, causal, scale, NULL);
 }
 
-/* each captured tensor, gradient sum and the kinds on out's backend */
+/* each captured tensor, gradient sum, the kinds and spans on out's backend */
 static int mods_fit (const qkv_tensor *out, const qkv_attn_mods *M) {
   int err;
   if (M->prog == NULL || M->ncap < 0 || M->ncap > QKV_MOD_MAXCAP) return QKV_EINTERNAL;
   for (int c = 0; c < M->ncap; c++)
     if (qkv_op_backend(out, M->capt[c], M->gradt[c], &err) == NULL) return err;
-  if (M->kindt && qkv_op_backend(out, M->kindt, NULL, &err) == NULL) return err;
+  if (M->kindt && qkv_op_backend(out, M->kindt, M->spant, &err) == NULL) return err;
+  if (M->spant && !M->kindt) return QKV_EINTERNAL;
   return QKV_OK;
 }
 
@@ -124,16 +125,22 @@ int qkv_attention_mods (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q,
   return attention_with(out, lse, q, k, v, mask, causal, scale, M);
 }
 
-int qkv_attention_blocks (qkv_attn_mods *M, qkv_tensor *kinds, int64_t nq, int64_t nk,
-                          int64_t bq, int64_t bk) {
+int qkv_attention_blocks (qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
+                          int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs) {
   int err;
-  const qkv_backend *be = qkv_op_backend(kinds, NULL, NULL, &err);
+  *runs = 0;
+  const qkv_backend *be = qkv_op_backend(kinds, spans, NULL, &err);
   if (be == NULL || (err = mods_fit(kinds, M)) != QKV_OK) return err;
   if (kinds->dtype != QKV_I32 || !qkv_is_contiguous(kinds) || kinds->ndim != 4 ||
       bq < 1 || bk < 1 || kinds->size[2] != (nq + bq - 1) / bq ||
       kinds->size[3] != (nk + bk - 1) / bk)
     return QKV_EINTERNAL;
-  return be->attention_blocks ? be->attention_blocks(M, kinds, nq, nk, bq, bk) : QKV_ENODEV;
+  if (spans && (spans->dtype != QKV_I32 || !qkv_is_contiguous(spans) || spans->ndim != 4 ||
+                spans->size[0] != kinds->size[0] || spans->size[1] != kinds->size[1] ||
+                spans->size[2] != nq || spans->size[3] != 2))
+    return QKV_EINTERNAL;
+  return be->attention_blocks ? be->attention_blocks(M, kinds, spans, nq, nk, bq, bk, runs)
+                              : QKV_ENODEV;
 }
 
 /*

@@ -106,9 +106,9 @@ function M.block_mask(mask_mod, B, H, nq, nk, opts)
   local prog, args, out, by, caps = trace.compile(T, nil, r)
   local spec = {prog = prog, args = args, out = out, by = by, caps = on_cpu(caps), capmod = T.capmod,
                 fname = F}
-  local kinds = call(qkv._block_kinds, spec, rb and B or 1, rh and H or 1, nq, nk, bq, bk)
+  local kinds, spans = call(qkv._block_kinds, spec, rb and B or 1, rh and H or 1, nq, nk, bq, bk)
   return setmetatable({mask_mod = mask_mod, B = B, H = H, n_q = nq, n_k = nk, block = {bq, bk},
-                       kinds = kinds, shape = {B or 1, H or 1, nq, nk}}, BlockMask)
+                       kinds = kinds, spans = spans, shape = {B or 1, H or 1, nq, nk}}, BlockMask)
 end
 
 -- (B', H', n_q blocks, n_k blocks) bool: true where a block is computed
@@ -288,6 +288,7 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
   local dev = q.device
   if bm and not both then
     spec.kinds, spec.bq, spec.bk = kinds_for(bm, dev), bm.block[1], bm.block[2]
+    if dev == "cpu" then spec.spans = bm.spans end
   elseif mroot then                   -- the blocks of this call's own mask
     local nb = #batch
     local H = nb > 0 and batch[nb] or 1
@@ -302,9 +303,9 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       for key, x in pairs(spec) do kspec[key] = x end
       kspec.caps = on_cpu(spec.caps)
     end
-    local kinds = call(qkv._block_kinds, kspec, kb, kh, nq, nk, bq, bk)
-    if dev ~= "cpu" then kinds = kinds:to(dev) end
-    spec.kinds, spec.bq, spec.bk = kinds, bq, bk
+    local kinds, spans = call(qkv._block_kinds, kspec, kb, kh, nq, nk, bq, bk)
+    if dev ~= "cpu" then kinds, spans = kinds:to(dev), nil end
+    spec.kinds, spec.bq, spec.bk, spec.spans = kinds, bq, bk, spans
   end
   local half = q.dtype == "float16" or q.dtype == "bfloat16"
   local qc, kc, vc = q, k, v
@@ -371,6 +372,13 @@ function M.attention(q, k, v, opts, ...)
     if (bm.B and bm.B ~= B and bm.kinds:size(1) ~= 1) or (bm.H and bm.H ~= H and bm.kinds:size(2) ~= 1) then
       fail("attention: block_mask was made for B = %s, H = %s, but the batch dims give B = %d, H = %d",
            tostring(bm.B), tostring(bm.H), B, H)
+    end
+    local s, K = bm.spans, bm.kinds
+    if s ~= nil and not (qkv.is_tensor(s) and s.dtype == "int32" and s.device == "cpu" and
+                         s:is_contiguous() and s:dim() == 4 and s:size(1) == K:size(1) and
+                         s:size(2) == K:size(2) and s:size(3) == nq and s:size(4) == 2) then
+      fail("attention: block_mask.spans must be the int32 (%d, %d, %d, 2) tensor block_mask made, got %s",
+           K:size(1), K:size(2), nq, qkv.is_tensor(s) and s.dtype .. " " .. shape(s) or type(s))
     end
   end
   local T = trace.new("attention", q.device)
