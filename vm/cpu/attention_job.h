@@ -104,6 +104,13 @@ static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x
 
 /* ---- shared by the AVX2 and AVX-512 paths (float32, scores as st[key][query]) ---- */
 
+#ifdef QKV_VEXP_X86
+/* attention_avx2.c: qt's first queries from q's rows (rs apart, features
+   contiguous), by 8 x 8 blocks; returns how many it packed (bq rounded
+   down to 8) */
+int qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq, float sc, float *qt);
+#endif
+
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
    padding queries get zeros, so finite scores nobody reads.  By query: q's
    rows are read in order, and the dk lines of qt being written stay in L1
@@ -113,10 +120,17 @@ static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
   const qkv_attn_plan *P = &J->p;
   const float *q = (const float *)P->q.base + qo + i0 * P->q.rs;
   float sc = (float)P->scale;
-  for (int i = 0; i < bq; i++, q += P->q.rs)
+  int i = 0;
+#ifdef QKV_VEXP_X86
+  /* rows of features in place: blocks of 8 x 8 transposed in registers
+     (a window's tiles of 64 queries pack q for each few keys) */
+  if (P->q.cs == 1) i = qkv_attn_pack_q8(q, P->q.rs, P->dk, bq, sc, qt);
+  q += i * P->q.rs;
+#endif
+  for (; i < bq; i++, q += P->q.rs)
     for (int64_t c = 0; c < P->dk; c++) qt[c * BQ + i] = sc * q[c * P->q.cs];
   for (int64_t c = 0; c < P->dk; c++)
-    for (int i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
+    for (i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
 }
 
 /* -inf in st where the mask (at the tile's first query and key) is false;
