@@ -417,12 +417,12 @@ int QKV_AVX2 qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq, f
     int64_t c = 0;
     for (; c + 8 <= dk; c += 8) {
       __m256 r[8], t[8];
-      for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(qi + k * rs + c);
-      for (int k = 0; k < 8; k += 2) {
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(qi + k * rs + c);
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
         t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
         t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
       }
-      for (int k = 0; k < 8; k += 4) {
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 4) {
         r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
         r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
         r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
@@ -430,7 +430,7 @@ int QKV_AVX2 qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq, f
       }
       /* r[0..3] hold features c+{0,1,2,3} (low lanes) and c+{4..7} (high)
          of rows 0-3, r[4..7] those of rows 4-7 */
-      for (int k = 0; k < 4; k++) {
+      _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
         float *o = qt + (c + k) * BQ + i;
         _mm256_storeu_ps(o, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20)));
         _mm256_storeu_ps(o + 4 * BQ, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31)));
