@@ -431,17 +431,42 @@ static void float_values (const qkv_mod_prog *P, uint8_t *fl) {
   }
 }
 
+/* o = f op (float)d, or (float)d op f when dfirst: a float value (a row
+   when sf, else one element) met by a double row, rounded in the loop
+   rather than in a pass of its own; 0 for the ops it does not take */
+#define FMIX(F) do { \
+    if (dfirst && sf) SIMD for (int x = 0; x < n; x++) o[x] = F((float)d[x], f[x]); \
+    else if (dfirst) { float u_ = f[0]; SIMD for (int x = 0; x < n; x++) o[x] = F((float)d[x], u_); } \
+    else if (sf) SIMD for (int x = 0; x < n; x++) o[x] = F(f[x], (float)d[x]); \
+    else { float u_ = f[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(u_, (float)d[x]); } \
+  } while (0)
+
+CLONES static int runf_mixed (int op, float *o, int n, const float *f, int sf, const double *d,
+                              int dfirst) {
+  switch (op) {
+    case QKV_MOD_ADD: FMIX(F_ADD); return 1;
+    case QKV_MOD_SUB: FMIX(F_SUB); return 1;
+    case QKV_MOD_MUL: FMIX(F_MUL); return 1;
+    case QKV_MOD_DIV: FMIX(F_DIV); return 1;
+    default: return 0;
+  }
+}
+
 /* a float value's row: its operands as float rows (a double one rounded
-   into tmp), then runf */
-static void one_row_f (const qkv_mod_prog *P, const qkv_mod_tile *T, const axes *A,
-                       double *const *val, const uint8_t *fl, int v, int y, float *tmp) {
+   into tmp, or as the loop reads it), then runf.  The score is the
+   tile's row itself (qkv_mod_rows points its value there). */
+CLONES static void one_row_f (const qkv_mod_prog *P, const axes *A, double *const *val,
+                              const uint8_t *fl, int v, float *tmp) {
   const qkv_mod_ins *x = &P->ins[v];
   float *o = (float *)val[v];
-  if (x->op == QKV_MOD_SCORE) {                 /* the tile's own row */
-    memcpy(o, (const float *)T->s + y * T->ld, sizeof(float) * (size_t)A->nx);
-    return;
-  }
+  if (x->op == QKV_MOD_SCORE) return;
   int ar = qkv_mod_arity(x->op), s[3] = {0, 0, 0};
+  if (ar == 2 && fl[x->a] != fl[x->b]) {        /* a float and a double row */
+    int df = !fl[x->a], d = df ? x->a : x->b, f = df ? x->b : x->a;
+    if ((P->dep[d] & A->dx) && (P->dep[v] & A->dx) &&
+        runf_mixed(x->op, o, A->nx, (const float *)val[f], (P->dep[f] & A->dx) != 0, val[d], df))
+      return;
+  }
   const float *r[3] = {NULL, NULL, NULL};
   const int32_t in[3] = {x->a, x->b, x->c};
   for (int i = 0; i < ar; i++) {
@@ -477,14 +502,21 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
   int vs = want & QKV_MOD_WANT_SCORE ? P->out[QKV_MOD_OUT_SCORE] : -1;
   int vm = want & QKV_MOD_WANT_MASK ? P->out[QKV_MOD_OUT_MASK] : -1;
   int xs = vs >= 0 && (P->dep[vs] & A.dx), xm = vm >= 0 && (P->dep[vm] & A.dx);
+  int fs = vs >= 0 && fl[vs];
+  /* a float score's rows: the score's value is the tile's row, and the new
+     score is written into it, when nothing after it is wanted (which
+     could read the score it replaced) */
+  int inplace = fs && xs && P->ins[vs].op != QKV_MOD_SCORE;
+  for (int v = vs + 1; inplace && v < P->n; v++) inplace = !(P->need[v] & want);
   for (int y = 0; y < A.ny && err == QKV_OK; y++) {
+    double *row_y = (double *)((float *)T->s + (size_t)y * (size_t)T->ld);
     for (int v = 0; v < P->n && err == QKV_OK; v++) {
       if (!(P->need[v] & want) || !(P->dep[v] & A.dy)) continue;
-      if (fl[v]) one_row_f(P, T, &A, val, fl, v, y, tmp);
+      if (fl[v] && (P->ins[v].op == QKV_MOD_SCORE || (inplace && v == vs))) val[v] = row_y;
+      if (fl[v]) one_row_f(P, &A, val, fl, v, tmp);
       else err = one_row(M, T, &A, val, v, y);
     }
-    int fs = vs >= 0 && fl[vs];
-    if (fs) {                                 /* a float score: its row as it is */
+    if (fs && !inplace) {                     /* a float score: its row as it is */
       float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
       const float *r = (const float *)val[vs];
       if (xs) memcpy(s, r, sizeof(float) * (size_t)A.nx);
