@@ -18,8 +18,11 @@ block mask serves every call of those lengths (each layer, each step). B
 or H nil means the mask is the same for every batch item or head; a
 mask_mod that reads b or h needs them, and a call of other lengths is an
 error naming block_mask. opts.block is the block size, n or {n_q_block,
-n_k_block} (default 64, up to 128 queries and 256 keys). As PyTorch's
-create_block_mask, with indices from 1.]],
+n_k_block} (default 64, up to 128 queries and 256 keys). bm.kinds holds
+the kinds; bm.spans, when every query keeps one run of keys (a window,
+causal, a document), each query's run {first, last + 1} from 0, by which
+the CPU kernels cut a partial block without running the mask (nil
+otherwise). As PyTorch's create_block_mask, with indices from 1.]],
    example = [=[local bm = qkv.block_mask(qkv.variants.causal(), nil, nil, 8, 8, {block = 2})
 print(bm:density())   --> 0.625]=],
    see = {"qkv.attention", "BlockMask:density", "BlockMask:to_dense"}},
