@@ -168,6 +168,56 @@ end
 function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end
 function Embedding:extra() return string.format("%d, %d", self.num_embeddings, self.embedding_dim) end
 
+-- RotaryEmbedding(dim [, {base = 10000, max_len = 2048, interleaved = false}]):
+-- qkv.rope with the cos and sin of every position up to max_len made once
+-- (float64, on the CPU; a copy per device and dtype as forwards ask for
+-- them). m(x, positions) rotates x (..., n, dim); positions as qkv.rope's,
+-- each at most max_len. No parameters.
+local RotaryEmbedding = class("RotaryEmbedding")
+function RotaryEmbedding:init(dim, opts)
+  local R = require "qkv.rope"
+  checkdim("RotaryEmbedding", "dim", dim)
+  if dim % 2 ~= 0 then fail("RotaryEmbedding", "dim = %d must be even (features turn in pairs)", dim) end
+  local base, inter = R.options("RotaryEmbedding", opts, {"max_len"})
+  local max = opts and opts.max_len or 2048
+  checkdim("RotaryEmbedding", "max_len", max)
+  self.dim, self.base, self.max_len, self.interleaved = dim, base, max, inter
+  local c, s = R.angles(qkv.arange(1, max + 1, "float64"), dim, base)
+  self._tables = {["cpu float64"] = {c, s}}
+end
+
+function RotaryEmbedding:forward(x, positions)
+  local R = require "qkv.rope"
+  R.check_x("RotaryEmbedding", x)
+  if x:size(-1) ~= self.dim then
+    fail("RotaryEmbedding", "x %s has d = %d, not the dim = %d it was made for", tostring(x.shape),
+         x:size(-1), self.dim)
+  end
+  local p = R.positions("RotaryEmbedding", x, positions, self.max_len)
+  local key = x.device .. " " .. x.dtype
+  local t = self._tables[key]
+  if t == nil then
+    local c, s = table.unpack(self._tables["cpu float64"])
+    t = {c:to(x.device):to(x.dtype), s:to(x.device):to(x.dtype)}
+    self._tables[key] = t
+  end
+  -- the tables' rows of the positions: (..., n, dim/2)
+  local idx = p:long():reshape(-1):to(x.device)      -- row p is position p
+  local function rows(tab)
+    local r = tab:index_select(1, idx)
+    local s = {}
+    for i = 1, p:dim() do s[i] = p:size(i) end
+    s[#s + 1] = self.dim // 2
+    return r:reshape(table.unpack(s))
+  end
+  return R.apply(x, rows(t[1]), rows(t[2]), self.interleaved)
+end
+
+function RotaryEmbedding:extra()
+  return string.format("%d, base=%g, max_len=%d, interleaved=%s", self.dim, self.base, self.max_len,
+                       tostring(self.interleaved))
+end
+
 local Identity = class("Identity")
 function Identity:init() end
 function Identity:forward(x) return x end

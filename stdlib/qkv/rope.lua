@@ -1,0 +1,155 @@
+-- rope.lua: rotary position embeddings (Su et al., RoFormer), as the
+-- decoder models apply them to queries and keys before attention:
+--
+--   qkv.rope(x, positions [, {base = 10000, interleaved = false}])
+--
+-- x (..., n, d), d even. Feature pair k (k = 0 .. d/2 - 1) of the token
+-- at position p turns by the angle (p - 1) θ_k, θ_k = base^(-2k/d):
+-- positions count from 1, as everything in qkv, and position p is
+-- PyTorch's position_ids p - 1 (the first token turns by 0). The pairs
+-- are Hugging Face LLaMA's halves (feature k with feature k + d/2, its
+-- rotate_half) by default, GPT-J's neighbours (2k with 2k + 1) with
+-- interleaved = true. positions: an integer p (the tokens are at p, p +
+-- 1, ..., p + n - 1, as a decode step after p - 1 cached tokens), or an
+-- integer tensor (n), or (B, n) with B x's first size (each batch item
+-- its own positions, as packed or left-padded batches).
+--
+-- The angles and their cos and sin are computed in float64, then rounded
+-- to x's dtype, and the rotation is x's ops in x's dtype (Hugging Face
+-- computes the angles in float32, which drifts by about p 2^-24 radians
+-- at position p). Composed of tensor ops: differentiable in x, on x's
+-- device. qkv.nn.RotaryEmbedding keeps the tables for a maximum length.
+
+local qkv = require "qkv"
+
+local M = {}
+
+-- an error at the line that called the public function (fail <- a check <- it)
+local function fail(fmt, ...) error(string.format(fmt, ...), 4) end
+
+local function shape(t) return tostring(t.shape) end
+
+local INT = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
+local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+
+-- the options of fname: base (a number > 0) and interleaved (a boolean),
+-- and the names in the list extra (the caller reads those)
+function M.options(fname, opts, extra)
+  if opts == nil then return 10000, false end
+  if type(opts) ~= "table" then fail("%s: options must be a table, got %s", fname, type(opts)) end
+  local known = {base = true, interleaved = true}
+  for _, k in ipairs(extra or {}) do known[k] = true end
+  for k in pairs(opts) do
+    if not known[k] then
+      fail("%s: unknown option '%s' (it takes base, interleaved%s)", fname, tostring(k),
+           extra and ", " .. table.concat(extra, ", ") or "")
+    end
+  end
+  local base = opts.base == nil and 10000 or opts.base
+  if type(base) ~= "number" or not (base > 0) or base == math.huge then
+    fail("%s: base must be a number > 0, got %s", fname, tostring(base))
+  end
+  local inter = opts.interleaved
+  if inter ~= nil and type(inter) ~= "boolean" then
+    fail("%s: interleaved must be a boolean, got %s", fname, type(inter))
+  end
+  return base, inter == true
+end
+
+-- θ_k = base^(-2k/d), k = 0 .. d/2 - 1, float64 (d/2)
+function M.freqs(d, base)
+  local f = {}
+  for k = 0, d // 2 - 1 do f[k + 1] = base ^ (-2 * k / d) end
+  return qkv.tensor(f, "float64")
+end
+
+-- cos and sin of the angles of positions p (float64 (..., n)), (..., n, d/2)
+function M.angles(p, d, base)
+  local a = (p - 1):unsqueeze(-1) * M.freqs(d, base)
+  return a:cos(), a:sin()
+end
+
+-- x rotated by c and s ((..., n, d/2), broadcasting with x's (..., n)), in
+-- x's dtype and on its device
+function M.apply(x, c, s, interleaved)
+  c, s = c:to(x.device):to(x.dtype), s:to(x.device):to(x.dtype)
+  local d = x:size(-1)
+  if interleaved then                      -- GPT-J: pairs (2k, 2k + 1)
+    local pairs_ = x:reshape(table.unpack(M.pair_shape(x)))
+    local e, o = pairs_:select(-1, 1), pairs_:select(-1, 2)
+    return qkv.stack({e * c - o * s, o * c + e * s}, -1):reshape(x.shape)
+  end
+  local h = d // 2                         -- LLaMA: halves (k, k + d/2)
+  local x1, x2 = x:narrow(-1, 1, h), x:narrow(-1, h + 1, h)
+  return qkv.cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1)
+end
+
+-- x's shape with its last size d split into (d/2, 2)
+function M.pair_shape(x)
+  local s = {}
+  for i = 1, x:dim() - 1 do s[i] = x:size(i) end
+  s[#s + 1], s[#s + 2] = x:size(-1) // 2, 2
+  return s
+end
+
+-- x checked: a floating tensor (..., n, d), d even
+function M.check_x(fname, x)
+  if not qkv.is_tensor(x) then fail("%s: x must be a tensor (..., n, d), got %s", fname, type(x)) end
+  if not FLOAT[x.dtype] or x:dim() < 2 then
+    fail("%s: x must be a floating tensor (..., n, d), got %s %s", fname, x.dtype, shape(x))
+  end
+  if x:size(-1) % 2 ~= 0 then
+    fail("%s: x's last size d = %d must be even (features turn in pairs), x is %s", fname,
+         x:size(-1), shape(x))
+  end
+end
+
+-- positions as float64 (n) or (B', 1 ..., n) broadcasting with x's (..., n),
+-- on the CPU, each checked to be >= 1 (and <= max when given)
+function M.positions(fname, x, pos, max)
+  local n = x:size(-2)
+  local p
+  if math.type(pos) == "integer" then
+    if pos < 1 then fail("%s: positions count from 1, got %d", fname, pos) end
+    if max and pos + n - 1 > max then
+      fail("%s: positions %d to %d pass max_len = %d", fname, pos, pos + n - 1, max)
+    end
+    return qkv.arange(pos, pos + n, "float64")
+  end
+  if not qkv.is_tensor(pos) or not INT[pos.dtype] or pos:dim() < 1 or pos:dim() > 2 then
+    fail("%s: positions must be an integer >= 1 or an integer tensor (n) or (B, n), got %s", fname,
+         qkv.is_tensor(pos) and pos.dtype .. " " .. shape(pos) or type(pos))
+  end
+  if pos:size(-1) ~= n then
+    fail("%s: positions %s do not match x %s: they need n = %d", fname, shape(pos), shape(x), n)
+  end
+  if pos:dim() == 2 and (x:dim() < 3 or (pos:size(1) ~= x:size(1) and pos:size(1) ~= 1)) then
+    fail("%s: positions %s are (B, n), and x %s must be (B, ..., n, d) with that B", fname,
+         shape(pos), shape(x))
+  end
+  p = pos:cpu():double()
+  if p:numel() > 0 then
+    local lo, hi = p:min():item(), p:max():item()
+    if lo < 1 then fail("%s: positions count from 1, got %d", fname, math.tointeger(lo) or lo) end
+    if max and hi > max then
+      fail("%s: position %d passes max_len = %d", fname, math.tointeger(hi) or hi, max)
+    end
+  end
+  if p:dim() == 2 then                    -- (B, n) -> (B, 1, ..., 1, n)
+    local s = {p:size(1)}
+    for _ = 1, x:dim() - 3 do s[#s + 1] = 1 end
+    s[#s + 1] = n
+    p = p:reshape(table.unpack(s))
+  end
+  return p
+end
+
+function M.rope(x, positions, opts)
+  M.check_x("rope", x)
+  local base, inter = M.options("rope", opts)
+  local p = M.positions("rope", x, positions)
+  local c, s = M.angles(p, x:size(-1), base)
+  return M.apply(x, c, s, inter)
+end
+
+return M
