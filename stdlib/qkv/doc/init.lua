@@ -27,7 +27,7 @@ local qkv = package.loaded.qkv or require "qkv"
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "composite", "dist", "variants"}
+               "composite", "dist", "variants", "decoder"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
