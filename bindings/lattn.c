@@ -270,7 +270,9 @@ static int a_align (lua_State *L) {
 /*
 ** attention(Q, K, V [, {mask=, key_padding_mask=, causal=, is_causal=,
 ** scale=, weights=}]) -> out, weights.  With weights = false the fused
-** kernel runs and never holds the scores.
+** kernel runs and never holds the scores.  enable_gqa (grouped-query
+** heads) goes to stdlib/qkv/gqa.lua, score_mod, mask_mod and block_mask
+** to stdlib/qkv/variants/, which call attention again without them.
 */
 
 static qkv_tensor *opt_tensor (lua_State *L, int idx, const char *key) {
@@ -393,14 +395,14 @@ static int fused (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K,
 static const char *const ATTENTION_OPTS[] = {"mask", "causal", "is_causal", "scale",
                                              "weights", "key_padding_mask", NULL};
 
-/* whether the options (at arg) ask for a variant: score_mod, mask_mod or
+/* whether the options (at arg) hold one of keys: enable_gqa, which
+   stdlib/qkv/gqa.lua reads, or a variant's score_mod, mask_mod or
    block_mask, which stdlib/qkv/variants/init.lua's attention reads.  Raw
    reads: an options table with an __index that refuses unknown names (a
    module's) is read_opts's to refuse, naming attention */
-static int variant (lua_State *L, int arg) {
+static int has_option (lua_State *L, int arg, const char *const *keys) {
   if (!lua_istable(L, arg)) return 0;
-  static const char *const keys[] = {"score_mod", "mask_mod", "block_mask"};
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; keys[i]; i++) {
     lua_pushstring(L, keys[i]);
     int t = lua_rawget(L, arg);
     lua_pop(L, 1);
@@ -409,18 +411,24 @@ static int variant (lua_State *L, int arg) {
   return 0;
 }
 
+/* the call handed to module's attention, with all its arguments */
+static int hand_to (lua_State *L, const char *module) {
+  int n = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, module);
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "attention");
+  lua_insert(L, 1);
+  lua_pop(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
 static int a_attention (lua_State *L) {
-  if (variant(L, 4)) {
-    int n = lua_gettop(L);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "qkv.variants");
-    lua_call(L, 1, 1);
-    lua_getfield(L, -1, "attention");
-    lua_insert(L, 1);
-    lua_pop(L, 1);
-    lua_call(L, n, LUA_MULTRET);
-    return lua_gettop(L);
-  }
+  static const char *const gqa[] = {"enable_gqa", NULL};
+  static const char *const variant[] = {"score_mod", "mask_mod", "block_mask", NULL};
+  if (has_option(L, 4, gqa)) return hand_to(L, "qkv.gqa");
+  if (has_option(L, 4, variant)) return hand_to(L, "qkv.variants");
   QKVL_GRAD(L, "attention", a_attention);
   Opts o;
   read_opts(L, 4, "attention", ATTENTION_OPTS, 1, &o);

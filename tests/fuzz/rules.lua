@@ -83,7 +83,12 @@ local ATTN = {"mask", "causal", "is_causal", "scale", "weights", "key_padding_ma
 local function dims(F) return {F.d, F.dh} end
 local function heads(F) return {F.d, F.h} end
 local OPTIONS = {
-  ["qkv.attention"] = {keys = ATTN},
+  ["qkv.attention"] = {keys = {"enable_gqa", table.unpack(ATTN)}},
+  ["qkv.rope"] = {keys = {"base", "interleaved"}, args = function(F)
+    return {V.tensor(F.dtype, {F.n, 4}), 1}
+  end},
+  ["qkv.nn.RotaryEmbedding"] = {keys = {"base", "max_len", "interleaved"},
+                                args = function() return {4} end},
   ["qkv.scores"] = {keys = {"scale"}},
   ["qkv.nn.Linear"] = {keys = {"dtype", "bias"}},
   ["qkv.nn.LayerNorm"] = {keys = {"dtype", "eps", "elementwise_affine", "bias"}},
@@ -97,7 +102,7 @@ local OPTIONS = {
                                                 "layer_norm_eps", "batch_first", "norm_first", "bias"},
                                         args = heads},
   ["qkv.nn.functional.scaled_dot_product_attention"] = {
-    keys = {"attn_mask", "is_causal", "scale", "dropout_p"}, args = function(F)
+    keys = {"attn_mask", "is_causal", "scale", "dropout_p", "enable_gqa"}, args = function(F)
       return {V.tensor(F.dtype, {F.n, F.d}), V.tensor(F.dtype, {F.m, F.d}), V.tensor(F.dtype, {F.m, F.e})}
     end},
   ["qkv.optim.SGD"] = {keys = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
@@ -172,7 +177,7 @@ OPTIONS["qkv.variants.relative_buckets"] = {keys = BUCKETS, args = function() re
 -- names PyTorch's counterparts take that the qkv function does not know,
 -- by the function's name
 local TORCH = {
-  {"attention", {"attn_mask", "dropout_p", "need_weights", "average_attn_weights", "enable_gqa"}},
+  {"attention", {"attn_mask", "dropout_p", "need_weights", "average_attn_weights"}},
   {"scores", {"attn_mask", "dropout_p", "enable_gqa"}},
   {"forward", {"attn_mask", "need_weights", "average_attn_weights", "is_causal"}},
   {"optim", {"foreach", "capturable", "differentiable", "fused", "nesterov", "amsgrad"}},

@@ -373,7 +373,8 @@ function TestFunctional:testSdpaErrors()
         SDPA, q, k, v, {attn_mask = qkv.ones(3, 5, "int64")})
   fails(S .. "the mask comes as an option, F.scaled_dot_product_attention(q, k, v, {attn_mask = m})",
         SDPA, q, k, v, m)
-  fails(S .. "unknown option 'enable_gqa'", SDPA, q, k, v, {enable_gqa = true})
+  fails(S .. "enable_gqa needs Q, K and V with a heads dim (..., H, n, d), got Q (3, 4), K (5, 4) and V (5, 2)",
+        SDPA, q, k, v, {enable_gqa = true})
   fails(S .. "unknown option 'attn_msk' (did you mean 'attn_mask'?)", SDPA, q, k, v, {attn_msk = m})
   fails(S .. "dropout_p must be a number in [0, 1], got 1.5", SDPA, q, k, v, {dropout_p = 1.5})
   fails(S .. "scale must be a number, got string", SDPA, q, k, v, {scale = "1"})

@@ -247,7 +247,10 @@ not), scale (default 1/sqrt(d_k)) and weights (default true). With
 weights = false a fused kernel (tiled, online softmax) returns only out and
 never holds the n_q × n_k matrix. score_mod, mask_mod and block_mask take
 attention's variants as Lua functions of the score and the 1-based indices
-(qkv.variants, docs/variants.md). An unknown option is an error naming the
+(qkv.variants, docs/variants.md), and enable_gqa = true takes K and V with
+H_kv heads dividing Q's H (dim -3), query head h using key/value head
+ceil(h / (H / H_kv)), as PyTorch's enable_gqa, with no copy of K and V
+(docs/decoder.md). An unknown option is an error naming the
 closest known one (PyTorch's attn_mask points to mask and its polarity),
 and so are shapes that disagree; PyTorch's F.scaled_dot_product_attention
 returns only out.]],

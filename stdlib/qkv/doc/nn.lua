@@ -355,7 +355,9 @@ PyTorch's F takes it; nn.MultiheadAttention's is the opposite) or a float
 one added to the scores, broadcast to (..., L, S); is_causal (query i sees
 keys j <= i, aligned to the first key as PyTorch's, not beside attn_mask);
 scale (1/sqrt(E)); dropout_p (0: the weights are dropped whenever it is
-above 0, as PyTorch's F does, training or not). A query that may see no
+above 0, as PyTorch's F does, training or not); enable_gqa (false: key
+and value with fewer heads than query, PyTorch's grouped-query heads, as
+qkv.attention's). A query that may see no
 key gives zeros, as PyTorch's. It runs qkv.attention (the fused kernel
 without dropout) or, for a float mask, the scores, softmax and product.]],
    example = [=[local F = qkv.nn.functional

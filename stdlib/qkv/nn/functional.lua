@@ -245,9 +245,10 @@ local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 local SDPA = "scaled_dot_product_attention"
 
 -- scaled_dot_product_attention(query, key, value [, {attn_mask =,
--- is_causal =, scale =, dropout_p = 0, score_mod =, mask_mod =,
--- block_mask =}]): PyTorch's, returning out only; the variants' options
--- are qkv.attention's (docs/variants.md)
+-- is_causal =, scale =, dropout_p = 0, enable_gqa = false, score_mod =,
+-- mask_mod =, block_mask =}]): PyTorch's, returning out only; the
+-- variants' options are qkv.attention's (docs/variants.md), enable_gqa
+-- PyTorch's (stdlib/qkv/gqa.lua)
 function F.scaled_dot_product_attention(q, k, v, opts, ...)
   checktensor(SDPA, "query", q)
   checktensor(SDPA, "key", k)
@@ -258,8 +259,8 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if select("#", ...) > 0 or (opts ~= nil and type(opts) ~= "table") then
     fail(SDPA, "expected (query, key, value [, opts]), PyTorch's keywords in the options table")
   end
-  opts = checkopts(SDPA, opts, {"attn_mask", "is_causal", "scale", "dropout_p", "score_mod",
-                                "mask_mod", "block_mask"}, {"is_causal"})
+  opts = checkopts(SDPA, opts, {"attn_mask", "is_causal", "scale", "dropout_p", "enable_gqa",
+                                "score_mod", "mask_mod", "block_mask"}, {"is_causal", "enable_gqa"})
   local mask, p, scale = opts.attn_mask, opts.dropout_p or 0, opts.scale
   if mask ~= nil then
     checktensor(SDPA, "attn_mask", mask)
@@ -278,7 +279,15 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail(SDPA, "dropout_p must be a number in [0, 1], got %s", tostring(p))
   end
-  return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p, M.mods_of(opts)))
+  local mods = M.mods_of(opts)
+  if not opts.enable_gqa then return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p, mods)) end
+  -- grouped-query heads: the call on the grouped views, its out merged back
+  local GQ = require "qkv.gqa"
+  return named(SDPA, pcall(function()
+    local q5, k5, v5, m5, G, Hk = GQ.split(SDPA, q, k, v, mask)
+    if mods and G > 1 then mods = GQ.remap(SDPA, mods, Hk, G) end
+    return GQ.merge(attend(q5, k5, v5, m5, opts.is_causal, scale, p, mods), G)
+  end))
 end
 
 -- linear(input, weight [, bias]): input weightᵀ + bias, with PyTorch's

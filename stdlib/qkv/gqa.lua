@@ -1,0 +1,120 @@
+-- gqa.lua: grouped-query attention, qkv.attention's and
+-- F.scaled_dot_product_attention's enable_gqa = true, with PyTorch's
+-- meaning: Q (..., H, n_q, d) has H heads, K and V (..., H_kv, n_k, d)
+-- have H_kv heads dividing H, and query head h (from 1) uses key/value
+-- head ceil(h / (H / H_kv)).
+--
+-- Q is seen as (..., H_kv, G, n_q, d), G = H / H_kv (a view), K and V as
+-- (..., H_kv, 1, n_k, d) (views), so that attention broadcasts each
+-- key/value head over its group: the fused kernels read the shared K and
+-- V where they lie, with no copy, and the backward sums each group's dK
+-- and dV as it sums any broadcast. The output (..., H_kv, G, n_q, d_v) is
+-- (..., H, n_q, d_v) again (a view). A mask with an H dim is split the
+-- same way; a score_mod or mask_mod still sees the query's own b and h
+-- (from 1, h up to H): b and h are worked out of the split's.
+
+local qkv = require "qkv"
+
+local M = {}
+
+local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
+local function shape(t) return tostring(t.shape) end
+
+-- the heads of Q, K, V checked: H, H_kv and G = H / H_kv
+local function heads(fname, q, k, v)
+  for _, p in ipairs{{"Q", q}, {"K", k}, {"V", v}} do
+    if not qkv.is_tensor(p[2]) then fail("%s: %s must be a tensor, got %s", fname, p[1], type(p[2])) end
+  end
+  if q:dim() < 3 or k:dim() < 3 or v:dim() < 3 then
+    fail("%s: enable_gqa needs Q, K and V with a heads dim (..., H, n, d), got Q %s, K %s and V %s",
+         fname, shape(q), shape(k), shape(v))
+  end
+  local H, Hk, Hv = q:size(-3), k:size(-3), v:size(-3)
+  if Hk ~= Hv then
+    fail("%s: enable_gqa: K and V must have the same heads H_kv, got K %s and V %s", fname, shape(k),
+         shape(v))
+  end
+  if Hk == 0 or H % Hk ~= 0 then
+    fail("%s: enable_gqa: Q's heads H = %d must be a multiple of K's and V's H_kv = %d (Q %s, K %s)",
+         fname, H, Hk, shape(q), shape(k))
+  end
+  return H, Hk, H // Hk
+end
+
+-- a mask (or bias) broadcasting to (..., H, n_q, n_k), split as Q is; at
+-- = -2 for a key padding mask (..., H, n_k)
+local function split_mask(fname, m, H, Hk, G, at, what)
+  at = at or -3
+  if not qkv.is_tensor(m) or m:dim() < -at then return m end
+  local h = m:size(at)
+  if h == H then return m:unflatten(at, {Hk, G}) end
+  if h == 1 then return m:unsqueeze(at) end
+  fail("%s: enable_gqa: the %s %s has %d heads where Q has H = %d (it takes H or 1)", fname,
+       what or "mask", shape(m), h, H)
+end
+
+--[[
+Q, K, V and a mask seen grouped: (..., H_kv, G, n, d) and (..., H_kv, 1,
+n, d); returns them and G (1: no split, the tensors as given).
+]]
+function M.split(fname, q, k, v, mask)
+  local H, Hk, G = heads(fname, q, k, v)
+  if G == 1 then return q, k, v, mask, 1, Hk end
+  return q:unflatten(-3, {Hk, G}), k:unsqueeze(-3), v:unsqueeze(-3),
+         split_mask(fname, mask, H, Hk, G), G, Hk
+end
+
+-- a result (..., H_kv, G, n_q, x) as (..., H, n_q, x)
+function M.merge(t, G)
+  if G == 1 or t == nil then return t end
+  return t:flatten(-4, -3)
+end
+
+-- the mods of opts with b and h the caller's: the split's b runs over
+-- (..., H_kv) and its h over the group
+function M.remap(fname, opts, Hk, G)
+  local o = {}
+  for key, x in pairs(opts) do o[key] = x end
+  local function bh(b, h) return (b - 1) // Hk + 1, ((b - 1) % Hk) * G + h end
+  local sm, mm, bm = opts.score_mod, opts.mask_mod, opts.block_mask
+  if type(sm) == "function" then
+    o.score_mod = function(s, b, h, i, j)
+      local bb, hh = bh(b, h)
+      return sm(s, bb, hh, i, j)
+    end
+  end
+  if type(mm) == "function" then
+    o.mask_mod = function(b, h, i, j)
+      local bb, hh = bh(b, h)
+      return mm(bb, hh, i, j)
+    end
+  end
+  if bm ~= nil and type(bm) == "table" and (bm.B ~= nil or bm.H ~= nil) then
+    fail("%s: enable_gqa with a block_mask made for B or H (B = %s, H = %s) is not supported yet: "
+         .. "make it with B and H nil, or pass its mask_mod as mask_mod", fname, tostring(bm.B),
+         tostring(bm.H))
+  end
+  return o
+end
+
+-- qkv.attention(q, k, v, opts) with opts.enable_gqa (bindings/lattn.c
+-- hands such calls here): the call without it, grouped when it is true
+function M.attention(q, k, v, opts)
+  local o = {}
+  for key, x in pairs(opts) do o[key] = x end
+  local g = o.enable_gqa
+  o.enable_gqa = nil
+  if type(g) ~= "boolean" then fail("attention: enable_gqa must be a boolean, got %s", type(g)) end
+  if not g then return qkv.attention(q, k, v, o) end
+  local q5, k5, v5, m5, G, Hk = M.split("attention", q, k, v, o.mask)
+  if G == 1 then return qkv.attention(q, k, v, o) end
+  o.mask = m5
+  o.key_padding_mask = split_mask("attention", o.key_padding_mask, q:size(-3), Hk, G, -2,
+                                  "key_padding_mask")
+  o = M.remap("attention", o, Hk, G)
+  local r = table.pack(qkv.attention(q5, k5, v5, o))      -- out, and W unless weights = false
+  for x = 1, r.n do r[x] = M.merge(r[x], G) end
+  return table.unpack(r, 1, r.n)
+end
+
+return M
