@@ -24,8 +24,10 @@ static const char *const lazy[][3] = {
   {"variants", "qkv.variants", NULL}, {"block_mask", "qkv.variants", "block_mask"},
   {"and_masks", "qkv.variants", "and_masks"}, {"or_masks", "qkv.variants", "or_masks"},
   {"alibi_slopes", "qkv.variants", "alibi_slopes"},
-  /* rotary position embeddings (stdlib/qkv/rope.lua) */
-  {"rope", "qkv.rope", "rope"},
+  /* rotary position embeddings (stdlib/qkv/rope.lua), drawing tokens
+     (stdlib/qkv/sampling.lua) */
+  {"rope", "qkv.rope", "rope"}, {"multinomial", "qkv.sampling", "multinomial"},
+  {"sample", "qkv.sampling", "sample"},
   /* the composite functions in Lua (stdlib/qkv/composite/), which also adds methods */
   {"flatten", "qkv.composite", "flatten"}, {"unflatten", "qkv.composite", "unflatten"},
   {"chunk", "qkv.composite", "chunk"}, {"split", "qkv.composite", "split"},

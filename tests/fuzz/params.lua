@@ -225,6 +225,10 @@ local PARAMS = {
     return pick{1, 2, -1, 0, 5}
   end,
   d_vision = function(F) return F.e end, d_text = function(F) return F.d end,
+  -- the decoder's modules (SwiGLU, KVCache)
+  hidden = function(F) return F.e end, batch = function() return random(1, 2) end,
+  heads = function(F) return F.h end, max_len = function(F) return F.n + random(0, 3) end,
+  head_dim = function(F) return F.dh end,
   dim = function(_, _, self) return dim_of(self) end,
   keepdim = function() return chance(0.5) end,
   start = function() return random(1, 2) end,
@@ -343,8 +347,11 @@ function P.module_with(F, method)
   for i, make in ipairs(P.MODULES) do makers[i] = make end
   for i = #makers, 2, -1 do local j = random(i); makers[i], makers[j] = makers[j], makers[i] end
   for _, make in ipairs(makers) do
-    local ok, m = pcall(make, F)
-    if ok and type(m) == "table" and type(m[method]) == "function" then return m end
+    for _ = 1, 16 do                -- a draw of its arguments may fail (an option it lacks)
+      local ok, m = pcall(make, F)
+      if ok and type(m) == "table" and type(m[method]) == "function" then return m end
+      if ok then break end
+    end
   end
   return P.module(F)
 end

@@ -89,6 +89,12 @@ local OPTIONS = {
   end},
   ["qkv.nn.RotaryEmbedding"] = {keys = {"base", "max_len", "interleaved"},
                                 args = function() return {4} end},
+  ["qkv.multinomial"] = {keys = {"replacement"}, args = function(F)
+    return {V.tensor("float32", {F.n, F.d}):abs(), 1}
+  end},
+  ["qkv.sample"] = {keys = {"temperature", "top_k", "top_p"}},
+  ["qkv.nn.SwiGLU"] = {keys = {"bias", "dtype"}, args = function(F) return {F.d, F.d} end},
+  ["qkv.nn.KVCache"] = {keys = {"dtype", "device"}, args = function(F) return {1, 1, F.n, F.d} end},
   ["qkv.scores"] = {keys = {"scale"}},
   ["qkv.nn.Linear"] = {keys = {"dtype", "bias"}},
   ["qkv.nn.LayerNorm"] = {keys = {"dtype", "eps", "elementwise_affine", "bias"}},

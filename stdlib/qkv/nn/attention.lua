@@ -94,11 +94,22 @@ local function head_mask(opts, x)
   return o
 end
 
+-- opts.cache, an nn.KVCache: K and V go into it, and attention reads every
+-- key and value it holds (the new queries the last ones: qkv's causal)
 local function mha_forward(self, xq, xk, xv, opts)
   local h = self.h
   local Q = qkv.heads(qkv.project(xq, self.W_Q, self.b_Q), h)
   local K = qkv.heads(qkv.project(xk, self.W_K, self.b_K), h)
   local V = qkv.heads(qkv.project(xv, self.W_V, self.b_V), h)
+  if type(opts) == "table" and rawget(opts, "cache") ~= nil then
+    local o, cache = {}, opts.cache
+    for k, v in pairs(opts) do if k ~= "cache" then o[k] = v end end
+    if getmetatable(cache) ~= nn.KVCache then
+      fail(getmetatable(self).__name, "opts.cache must be an nn.KVCache, got %s", type(cache))
+    end
+    K, V = cache:update(K, V)
+    opts = o
+  end
   local out, w = qkv.attention(Q, K, V, head_mask(opts, xq))
   return qkv.project(qkv.merge(out), self.W_O, self.b_O), w
 end

@@ -2,9 +2,9 @@
 -- as PyTorch's torch.nn. The machinery (Module, its methods, class()) is
 -- in nn/module.lua; the classes and functions are in nn/layers.lua
 -- (Linear, activations, LayerNorm, containers), nn/attention.lua (the
--- attention and alignment modules) and nn/functional.lua (losses,
--- clipping, cosine_similarity); each registers its names in the table
--- built here.
+-- attention and alignment modules), nn/functional.lua (losses,
+-- clipping, cosine_similarity) and nn/decoder.lua (SwiGLU, KVCache);
+-- each registers its names in the table built here.
 
 local qkv = require "qkv"
 local M = require "qkv.nn.module"
@@ -12,5 +12,6 @@ local M = require "qkv.nn.module"
 require "qkv.nn.layers"
 require "qkv.nn.attention"
 require "qkv.nn.functional"
+require "qkv.nn.decoder"
 
 return qkv._strict(M.nn, "qkv.nn", "class or function")
