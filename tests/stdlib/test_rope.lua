@@ -11,11 +11,8 @@ local T = dofile("tests/fixtures/nn/torch_rope.lua")
 qkv.set_default_device("cpu")
 qkv.manual_seed(49)
 
-local function near(got, want, tol, what)
-  lu.assertEquals(got.shape, want.shape, what .. ": shape")
-  local d = (got:double() - want:double()):abs():max():item()
-  lu.assertTrue(d <= tol, ("%s: max |got - want| = %.3g > %.3g"):format(what, d, tol))
-end
+-- got within tol of want (the shapes equal): tests/helpers/variants_ref.lua's
+local near = dofile("tests/helpers/variants_ref.lua").near
 
 -- the reference: x (B, H, n, d) float64, pos a Lua list per batch item of
 -- n positions from 1 (or one list for all), pairs (k, k + d/2) or (2k, 2k + 1)

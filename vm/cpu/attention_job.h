@@ -105,10 +105,42 @@ static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x
 /* ---- shared by the AVX2 and AVX-512 paths (float32, scores as st[key][query]) ---- */
 
 #ifdef QKV_VEXP_X86
-/* attention_avx2.c: qt's first queries from q's rows (rs apart, features
-   contiguous), by 8 x 8 blocks; returns how many it packed (bq rounded
-   down to 8) */
-int qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq, float sc, float *qt);
+/* qt's first queries from q's rows (rs apart, features contiguous), times
+   sc, by 8 x 8 blocks transposed in registers; returns how many it packed
+   (bq rounded down to 8) */
+static inline QKV_AVX2 int qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq,
+                                             float sc, float *qt) {
+  const __m256 s = _mm256_set1_ps(sc);
+  int n = bq / 8 * 8;
+  for (int i = 0; i < n; i += 8) {
+    const float *qi = q + i * rs;
+    int64_t c = 0;
+    for (; c + 8 <= dk; c += 8) {
+      __m256 r[8], t[8];
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(qi + k * rs + c);
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+      }
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 4) {
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      /* r[0..3] hold features c+{0,1,2,3} (low lanes) and c+{4..7} (high)
+         of rows 0-3, r[4..7] those of rows 4-7 */
+      _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+        float *o = qt + (c + k) * BQ + i;
+        _mm256_storeu_ps(o, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20)));
+        _mm256_storeu_ps(o + 4 * BQ, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31)));
+      }
+    }
+    for (; c < dk; c++)
+      for (int k = 0; k < 8; k++) qt[c * BQ + i + k] = sc * qi[k * rs + c];
+  }
+  return n;
+}
 #endif
 
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
