@@ -64,6 +64,13 @@ function M.split(fname, q, k, v, mask)
          split_mask(fname, mask, H, Hk, G), G, Hk
 end
 
+-- t's sizes without dim at (a negative index)
+function M.shape_of(t, at)
+  local s = {}
+  for d = 1, t:dim() do if d ~= t:dim() + 1 + at then s[#s + 1] = t:size(d) end end
+  return s
+end
+
 -- a result (..., H_kv, G, n_q, x) as (..., H, n_q, x)
 function M.merge(t, G)
   if G == 1 or t == nil then return t end
@@ -97,6 +104,24 @@ function M.remap(fname, opts, Hk, G)
   return o
 end
 
+--[[
+A decode step (one query per head) folds each group's query heads into
+the query rows of one call per key/value head: Q (..., H, 1, d) is seen as
+(..., H_kv, G, d) against K and V (..., H_kv, n_k, d), so that the kernel
+reads each key/value head's cache once for its G queries rather than G
+times. A single query's causal (qkv's, aligned to the last key) keeps
+every key, so the folded call has none; the fold is left out where it
+would change what a query sees: PyTorch's is_causal (one query sees key 1
+alone), a mask, a key padding mask per head, and the mods (whose i would
+become the head).
+]]
+local function foldable(q, o)
+  if q:size(-2) ~= 1 or o.is_causal or o.mask ~= nil then return false end
+  if o.score_mod ~= nil or o.mask_mod ~= nil or o.block_mask ~= nil then return false end
+  local kpm = o.key_padding_mask
+  return kpm == nil or not qkv.is_tensor(kpm) or kpm:dim() < 2 or kpm:size(-2) == 1
+end
+
 -- qkv.attention(q, k, v, opts) with opts.enable_gqa (bindings/lattn.c
 -- hands such calls here): the call without it, grouped when it is true
 function M.attention(q, k, v, opts)
@@ -108,6 +133,13 @@ function M.attention(q, k, v, opts)
   if not g then return qkv.attention(q, k, v, o) end
   local q5, k5, v5, m5, G, Hk = M.split("attention", q, k, v, o.mask)
   if G == 1 then return qkv.attention(q, k, v, o) end
+  if foldable(q, o) then
+    o.causal = nil
+    local qf = q5:reshape(table.unpack(M.shape_of(q5, -2)))    -- (..., H_kv, G, d)
+    local r = table.pack(qkv.attention(qf, k, v, o))
+    for x = 1, r.n do r[x] = r[x]:unsqueeze(-2):flatten(-4, -3) end   -- (..., H, 1, x)
+    return table.unpack(r, 1, r.n)
+  end
   o.mask = m5
   o.key_padding_mask = split_mask("attention", o.key_padding_mask, q:size(-3), Hk, G, -2,
                                   "key_padding_mask")

@@ -92,6 +92,27 @@ function TestGQA:testAgainstRepeatedHeads()
   end
 end
 
+function TestGQA:testDecodeStep()
+  -- one query per head: each group's queries are one call's rows (the
+  -- cache read once a key/value head); what each query sees is unchanged
+  local B, H, Hk, nk = 2, 8, 2, 13
+  local q = qkv.randn(B, H, 1, 16, "float64")
+  local k, v = qkv.randn(B, Hk, nk, 16, "float64"), qkv.randn(B, Hk, nk, 8, "float64")
+  local P = V.pos({B, H}, 1, nk)
+  local pad = qkv.rand(B, 1, nk):gt(0.7):logical_and(P.j:reshape(1, 1, nk):gt(1))
+  for _, c in ipairs{{{}, {}}, {{causal = true}, {}},                       -- all keys: qkv's causal, one query
+                     {{is_causal = true}, {keep = P.j:le(1)}},             -- PyTorch's: key 1 alone
+                     {{key_padding_mask = pad}, {keep = pad:logical_not():reshape(B, 1, 1, nk)}},
+                     {{scale = 0.2}, {scale = 0.2}}} do
+    local what = "decode " .. tostring(next(c[1]))
+    check(q, k, v, c[1], c[2], what)
+    check(q:float(), k:float(), v:float(), c[1], c[2], what .. " float32", 1e-5)
+  end
+  lu.assertTrue(qkv.test.gradcheck(function(a, b, c)
+    return (qkv.attention(a, b, c, {enable_gqa = true, weights = false}))
+  end, {q, k, v}), "gradcheck of a decode step")
+end
+
 function TestGQA:testKeyPaddingMask()
   -- (n_k), (B, 1, n_k) and (B, H, n_k): key_padding_mask's dims before n_k
   -- are the batch dims, its heads dim split as Q's
