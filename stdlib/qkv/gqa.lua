@@ -19,11 +19,14 @@ local M = {}
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
 local function shape(t) return tostring(t.shape) end
+local open = require("qkv.methods").open_tensor
 
 -- the heads of Q, K, V checked: H, H_kv and G = H / H_kv
 local function heads(fname, q, k, v)
   for _, p in ipairs{{"Q", q}, {"K", k}, {"V", v}} do
-    if not qkv.is_tensor(p[2]) then fail("%s: %s must be a tensor, got %s", fname, p[1], type(p[2])) end
+    if not open(p[2]) then
+      fail("%s: %s must be a tensor, got %s", fname, p[1], qkv.is_tensor(p[2]) and "a closed tensor" or type(p[2]))
+    end
   end
   if q:dim() < 3 or k:dim() < 3 or v:dim() < 3 then
     fail("%s: enable_gqa needs Q, K and V with a heads dim (..., H, n, d), got Q %s, K %s and V %s",
@@ -45,7 +48,7 @@ end
 -- = -2 for a key padding mask (..., H, n_k)
 local function split_mask(fname, m, H, Hk, G, at, what)
   at = at or -3
-  if not qkv.is_tensor(m) or m:dim() < -at then return m end
+  if not open(m) or m:dim() < -at then return m end      -- attention checks what it is
   local h = m:size(at)
   if h == H then return m:unflatten(at, {Hk, G}) end
   if h == 1 then return m:unsqueeze(at) end
@@ -119,7 +122,7 @@ local function foldable(q, o)
   if q:size(-2) ~= 1 or o.is_causal or o.mask ~= nil then return false end
   if o.score_mod ~= nil or o.mask_mod ~= nil or o.block_mask ~= nil then return false end
   local kpm = o.key_padding_mask
-  return kpm == nil or not qkv.is_tensor(kpm) or kpm:dim() < 2 or kpm:size(-2) == 1
+  return kpm == nil or not open(kpm) or kpm:dim() < 2 or kpm:size(-2) == 1
 end
 
 -- qkv.attention(q, k, v, opts) with opts.enable_gqa (bindings/lattn.c

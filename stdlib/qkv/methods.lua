@@ -12,10 +12,17 @@
 --   methods.wrap(cls, name, f, recv [, what]) -> f, checked the same way
 --   methods.is_a(v, cls)               whether v's class is cls or inherits
 --                                      from it (classes chain by __index)
+--   methods.open_tensor(v)             whether v is a tensor that is not
+--                                      closed (local x <close> ended it: it
+--                                      answers nothing but errors)
 
 local qkv = require "qkv"
 
 local M = {}
+
+function M.open_tensor(v)
+  return qkv.is_tensor(v) and pcall(function() return v.dtype end)
+end
 
 function M.is_a(v, cls)
   if type(v) ~= "table" and type(v) ~= "userdata" then return false end

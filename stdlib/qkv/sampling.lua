@@ -24,6 +24,13 @@ local M = {}
 local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
 local function shape(t) return tostring(t.shape) end
 local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+local open = require("qkv.methods").open_tensor
+
+-- what v is, for messages: dtype and shape, a closed tensor, or its type
+local function what(v)
+  if open(v) then return v.dtype .. " " .. shape(v) end
+  return qkv.is_tensor(v) and "a closed tensor" or type(v)
+end
 
 local function options(fname, opts, known)
   if opts == nil then return {} end
@@ -57,9 +64,8 @@ end
 
 function M.multinomial(probs, n, opts)
   local F = "multinomial"
-  if not qkv.is_tensor(probs) or not FLOAT[probs.dtype] or probs:dim() < 1 or probs:dim() > 2 then
-    fail("%s: probs must be a floating tensor (C) or (R, C), got %s", F,
-         qkv.is_tensor(probs) and probs.dtype .. " " .. shape(probs) or type(probs))
+  if not open(probs) or not FLOAT[probs.dtype] or probs:dim() < 1 or probs:dim() > 2 then
+    fail("%s: probs must be a floating tensor (C) or (R, C), got %s", F, what(probs))
   end
   if math.type(n) ~= "integer" or n < 1 then
     fail("%s: num_samples must be an integer >= 1, got %s", F, tostring(n))
@@ -90,9 +96,8 @@ end
 
 function M.sample(logits, opts)
   local F = "sample"
-  if not qkv.is_tensor(logits) or not FLOAT[logits.dtype] or logits:dim() < 1 then
-    fail("%s: logits must be a floating tensor (..., V), got %s", F,
-         qkv.is_tensor(logits) and logits.dtype .. " " .. shape(logits) or type(logits))
+  if not open(logits) or not FLOAT[logits.dtype] or logits:dim() < 1 then
+    fail("%s: logits must be a floating tensor (..., V), got %s", F, what(logits))
   end
   local o = options(F, opts, {"temperature", "top_k", "top_p"})
   local t = o.temperature == nil and 1 or o.temperature

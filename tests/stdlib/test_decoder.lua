@@ -214,6 +214,10 @@ function TestSampling:testErrors()
   fails(function() return qkv.sample(l, {topk = 3}) end, "sample: unknown option 'topk' (it takes temperature, top_k, top_p)", "option")
   fails(function() return qkv.sample(qkv.tensor({1, 0 / 0})) end, "sample: logits (2,) hold NaN", "NaN")
   fails(function() return qkv.sample(qkv.ones({2}, "int64")) end, "sample: logits must be a floating tensor", "dtype")
+  local closed
+  do local t <close> = qkv.rand(3); closed = t end
+  fails(function() return qkv.sample(closed) end, "sample: logits must be a floating tensor (..., V), got a closed tensor", "closed")
+  fails(function() return qkv.multinomial(closed, 1) end, "multinomial: probs must be a floating tensor (C) or (R, C), got a closed tensor", "closed")
 end
 
 os.exit(lu.LuaUnit.run(), true)

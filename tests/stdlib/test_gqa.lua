@@ -242,6 +242,10 @@ function TestGQA:testErrors()
            {"scaled_dot_product_attention", "H = 6 must be a multiple of", "H_kv = 4"}, "F.sdpa")
   V.raises(function() return F.scaled_dot_product_attention(q, k3, v3, {enable_gqa = 2}) end,
            {"scaled_dot_product_attention", "enable_gqa"}, "F.sdpa flag")
+  local closed
+  do local t <close> = qkv.randn(2, 6, 5, 8); closed = t end
+  V.raises(function() return qkv.attention(closed, k3, v3, {enable_gqa = true}) end,
+           {"attention: Q must be a tensor, got a closed tensor"}, "closed Q")
   -- the process goes on
   lu.assertEquals(qkv.attention(q, k3, v3, {enable_gqa = true, weights = false}).shape, {2, 6, 5, 8})
 end

@@ -188,6 +188,11 @@ function TestRope:testErrors()
   fails(function() return qkv.nn.RotaryEmbedding(8, {maxlen = 3}) end,
         "RotaryEmbedding: unknown option 'maxlen' (it takes base, interleaved, max_len)", "its options")
   fails(function() return qkv.nn.RotaryEmbedding(8, {max_len = 0}) end, "RotaryEmbedding: max_len", "max_len 0")
+  local closed
+  do local t <close> = qkv.randn(5, 8); closed = t end
+  fails(function() return qkv.rope(closed, 1) end, "rope: x must be a tensor (..., n, d), got a closed tensor", "closed x")
+  do local t <close> = qkv.ones({5}, "int64"); closed = t end
+  fails(function() return qkv.rope(x, closed) end, "rope: positions must be an integer >= 1 or an integer tensor (n) or (B, n), got a closed tensor", "closed positions")
   -- the process goes on
   lu.assertEquals(qkv.rope(x, 1).shape, x.shape)
 end

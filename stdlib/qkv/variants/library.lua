@@ -44,10 +44,7 @@ end
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
 
--- t an open tensor (a closed one answers nothing but errors)
-local function open_tensor(t)
-  return qkv.is_tensor(t) and pcall(function() return t.dtype end)
-end
+local open_tensor = require("qkv.methods").open_tensor
 
 -- the most of a length or a count of heads the library takes: past it a
 -- list would not fit in memory, and no model comes near
