@@ -67,22 +67,9 @@ function M.split(fname, q, k, v, mask)
          split_mask(fname, mask, H, Hk, G), G, Hk
 end
 
--- t's sizes without dim at (a negative index)
-function M.shape_of(t, at)
-  local s = {}
-  for d = 1, t:dim() do if d ~= t:dim() + 1 + at then s[#s + 1] = t:size(d) end end
-  return s
-end
-
--- a result (..., H_kv, G, n_q, x) as (..., H, n_q, x)
-function M.merge(t, G)
-  if G == 1 or t == nil then return t end
-  return t:flatten(-4, -3)
-end
-
 -- the mods of opts with b and h the caller's: the split's b runs over
 -- (..., H_kv) and its h over the group
-function M.remap(fname, opts, Hk, G)
+local function remap(fname, opts, Hk, G)
   local o = {}
   for key, x in pairs(opts) do o[key] = x end
   local function bh(b, h) return (b - 1) // Hk + 1, ((b - 1) % Hk) * G + h end
@@ -125,6 +112,32 @@ local function foldable(q, o)
   return kpm == nil or not open(kpm) or kpm:dim() < 2 or kpm:size(-2) == 1
 end
 
+--[[
+call(q, k, v, o) (attention's options o: mask, key_padding_mask, causal,
+is_causal, the mods, ...) for Q with H heads and K, V with H_kv: folded
+for a decode step, else on the grouped views, with the masks and mods
+made to fit them; its results ((..., n_q, x) each) with Q's heads again.
+The one way qkv.attention and F.scaled_dot_product_attention take
+enable_gqa; o is the caller's copy, changed here.
+]]
+function M.grouped(fname, q, k, v, o, call)
+  local q5, k5, v5, m5, G, Hk = M.split(fname, q, k, v, o.mask)
+  if G == 1 then return call(q, k, v, o) end
+  local r
+  if foldable(q, o) then
+    o.causal = nil
+    r = table.pack(call(q5:squeeze(-2), k, v, o))                  -- (..., H_kv, G, x)
+    for x = 1, r.n do r[x] = r[x]:unsqueeze(-2):flatten(-4, -3) end
+  else
+    o.mask = m5
+    o.key_padding_mask = split_mask(fname, o.key_padding_mask, q:size(-3), Hk, G, -2,
+                                    "key_padding_mask")
+    r = table.pack(call(q5, k5, v5, remap(fname, o, Hk, G)))    -- (..., H_kv, G, n_q, x)
+    for x = 1, r.n do r[x] = r[x]:flatten(-4, -3) end
+  end
+  return table.unpack(r, 1, r.n)
+end
+
 -- qkv.attention(q, k, v, opts) with opts.enable_gqa (bindings/lattn.c
 -- hands such calls here): the call without it, grouped when it is true
 function M.attention(q, k, v, opts)
@@ -134,22 +147,7 @@ function M.attention(q, k, v, opts)
   o.enable_gqa = nil
   if type(g) ~= "boolean" then fail("attention: enable_gqa must be a boolean, got %s", type(g)) end
   if not g then return qkv.attention(q, k, v, o) end
-  local q5, k5, v5, m5, G, Hk = M.split("attention", q, k, v, o.mask)
-  if G == 1 then return qkv.attention(q, k, v, o) end
-  if foldable(q, o) then
-    o.causal = nil
-    local qf = q5:reshape(table.unpack(M.shape_of(q5, -2)))    -- (..., H_kv, G, d)
-    local r = table.pack(qkv.attention(qf, k, v, o))
-    for x = 1, r.n do r[x] = r[x]:unsqueeze(-2):flatten(-4, -3) end   -- (..., H, 1, x)
-    return table.unpack(r, 1, r.n)
-  end
-  o.mask = m5
-  o.key_padding_mask = split_mask("attention", o.key_padding_mask, q:size(-3), Hk, G, -2,
-                                  "key_padding_mask")
-  o = M.remap("attention", o, Hk, G)
-  local r = table.pack(qkv.attention(q5, k5, v5, o))      -- out, and W unless weights = false
-  for x = 1, r.n do r[x] = M.merge(r[x], G) end
-  return table.unpack(r, 1, r.n)
+  return M.grouped("attention", q, k, v, o, qkv.attention)    -- out, and W unless weights = false
 end
 
 return M

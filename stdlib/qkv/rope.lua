@@ -33,28 +33,19 @@ local open = require("qkv.methods").open_tensor
 local INT = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
 local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 
--- the options of fname: base (a number > 0) and interleaved (a boolean),
--- and the names in the list extra (the caller reads those)
+-- the options of fname, checked by the library's one checker
+-- (qkv._checkopts): base (a number > 0), interleaved (a boolean) and the
+-- names in the list extra; returns base, interleaved and the options as
+-- checked (the caller reads extra's from them)
 function M.options(fname, opts, extra)
-  if opts == nil then return 10000, false end
-  if type(opts) ~= "table" then fail("%s: options must be a table, got %s", fname, type(opts)) end
-  local known = {base = true, interleaved = true}
-  for _, k in ipairs(extra or {}) do known[k] = true end
-  for k in pairs(opts) do
-    if not known[k] then
-      fail("%s: unknown option '%s' (it takes base, interleaved%s)", fname, tostring(k),
-           extra and ", " .. table.concat(extra, ", ") or "")
-    end
-  end
-  local base = opts.base == nil and 10000 or opts.base
+  local known = {"base", "interleaved", table.unpack(extra or {})}
+  local msg, o = qkv._checkopts(fname, opts, known, {"interleaved"})
+  if msg then error(msg, 3) end
+  local base = o.base == nil and 10000 or o.base
   if type(base) ~= "number" or not (base > 0) or base == math.huge then
     fail("%s: base must be a number > 0, got %s", fname, tostring(base))
   end
-  local inter = opts.interleaved
-  if inter ~= nil and type(inter) ~= "boolean" then
-    fail("%s: interleaved must be a boolean, got %s", fname, type(inter))
-  end
-  return base, inter == true
+  return base, o.interleaved == true, o
 end
 
 -- θ_k = base^(-2k/d), k = 0 .. d/2 - 1, float64 (d/2)
@@ -76,21 +67,13 @@ function M.apply(x, c, s, interleaved)
   c, s = c:to(x.device):to(x.dtype), s:to(x.device):to(x.dtype)
   local d = x:size(-1)
   if interleaved then                      -- GPT-J: pairs (2k, 2k + 1)
-    local pairs_ = x:reshape(table.unpack(M.pair_shape(x)))
+    local pairs_ = x:unflatten(-1, {d // 2, 2})
     local e, o = pairs_:select(-1, 1), pairs_:select(-1, 2)
     return qkv.stack({e * c - o * s, o * c + e * s}, -1):reshape(x.shape)
   end
   local h = d // 2                         -- LLaMA: halves (k, k + d/2)
   local x1, x2 = x:narrow(-1, 1, h), x:narrow(-1, h + 1, h)
   return qkv.cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1)
-end
-
--- x's shape with its last size d split into (d/2, 2)
-function M.pair_shape(x)
-  local s = {}
-  for i = 1, x:dim() - 1 do s[i] = x:size(i) end
-  s[#s + 1], s[#s + 2] = x:size(-1) // 2, 2
-  return s
 end
 
 -- x checked: a floating tensor (..., n, d), d even

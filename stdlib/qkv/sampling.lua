@@ -32,17 +32,12 @@ local function what(v)
   return qkv.is_tensor(v) and "a closed tensor" or type(v)
 end
 
-local function options(fname, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then fail("%s: options must be a table, got %s", fname, type(opts)) end
-  for k in pairs(opts) do
-    local ok = false
-    for _, n in ipairs(known) do ok = ok or n == k end
-    if not ok then
-      fail("%s: unknown option '%s' (it takes %s)", fname, tostring(k), table.concat(known, ", "))
-    end
-  end
-  return opts
+-- opts checked by the library's one checker (qkv._checkopts): the known
+-- keys, read once; flags must be booleans
+local function options(fname, opts, known, flags)
+  local msg, o = qkv._checkopts(fname, opts, known, flags)
+  if msg then error(msg, 3) end
+  return o
 end
 
 -- draws of row-wise categories from weights w (R, C) float64 on the CPU
@@ -70,11 +65,7 @@ function M.multinomial(probs, n, opts)
   if math.type(n) ~= "integer" or n < 1 then
     fail("%s: num_samples must be an integer >= 1, got %s", F, tostring(n))
   end
-  local o = options(F, opts, {"replacement"})
-  local rep = o.replacement
-  if rep ~= nil and type(rep) ~= "boolean" then
-    fail("%s: replacement must be a boolean, got %s", F, type(rep))
-  end
+  local rep = options(F, opts, {"replacement"}, {"replacement"}).replacement
   local w = probs:cpu():double()
   local one = w:dim() == 1
   if one then w = w:reshape(1, w:size(1)) end

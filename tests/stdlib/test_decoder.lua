@@ -55,7 +55,7 @@ function TestSwiGLU:testFormula()
   lu.assertTrue(qkv.test.gradcheck(function(t) return m(t) end, {x}))
   lu.assertNotNil(nn.SwiGLU(4, 8, {bias = true}).up_proj.b, "bias = true")
   fails(function() return m(qkv.randn(2, 5, "float64")) end, "SwiGLU: x (2, 5) must end in dim = 6", "dim")
-  fails(function() return nn.SwiGLU(4, 8, {biass = true}) end, "SwiGLU", "option")
+  fails(function() return nn.SwiGLU(4, 8, {biass = true}) end, "SwiGLU: unknown option 'biass' (did you mean 'bias'?)", "option")
 end
 
 TestKVCache = {}
@@ -108,8 +108,8 @@ function TestKVCache:testErrors()
   fails(function() return c:update(k:double(), k:double()) end, "KVCache: k is float64 on cpu, the cache float32 on cpu", "dtype")
   fails(function() return c:update(k:narrow(3, 1, 1), k:narrow(3, 1, 2)) end,
         "KVCache: k (2, 2, 1, 3) and v (2, 2, 2, 3) hold different numbers of tokens", "lengths")
-  fails(function() return nn.KVCache(2, 2, 0, 3) end, "KVCache", "max_len 0")
-  fails(function() return nn.KVCache(2, 2, 4, 3, {dtype = "float32", size = 3}) end, "KVCache", "option")
+  fails(function() return nn.KVCache(2, 2, 0, 3) end, "KVCache: max_len must be a positive integer, got 0", "max_len 0")
+  fails(function() return nn.KVCache(2, 2, 4, 3, {dtype = "float32", size = 3}) end, "KVCache: unknown option 'size'", "option")
   local mha = nn.MultiHeadAttention(8, 2)
   fails(function() return mha(qkv.randn(1, 3, 8), {cache = {}}) end,
         "MultiHeadAttention: opts.cache must be an nn.KVCache, got table", "not a cache")
@@ -206,12 +206,14 @@ function TestSampling:testErrors()
         "multinomial: probs must be a floating tensor (C) or (R, C), got int64 (2,)", "dtype")
   fails(function() return qkv.multinomial(w, 0) end, "multinomial: num_samples must be an integer >= 1, got 0", "n")
   fails(function() return qkv.multinomial(w, 1, {replace = true}) end,
-        "multinomial: unknown option 'replace' (it takes replacement)", "option")
+        "multinomial: unknown option 'replace'", "option")
+  fails(function() return qkv.multinomial(w, 1, {replacement = 1}) end,
+        "multinomial: option 'replacement' must be a boolean, got number", "replacement")
   local l = qkv.randn(2, 5)
   fails(function() return qkv.sample(l, {temperature = -1}) end, "sample: temperature must be a number >= 0, got -1", "t")
   fails(function() return qkv.sample(l, {top_k = 0}) end, "sample: top_k must be an integer >= 1, got 0", "k")
   fails(function() return qkv.sample(l, {top_p = 1.5}) end, "sample: top_p must be a number in (0, 1], got 1.5", "p")
-  fails(function() return qkv.sample(l, {topk = 3}) end, "sample: unknown option 'topk' (it takes temperature, top_k, top_p)", "option")
+  fails(function() return qkv.sample(l, {topk = 3}) end, "sample: unknown option 'topk' (did you mean 'top_k'?)", "option")
   fails(function() return qkv.sample(qkv.tensor({1, 0 / 0})) end, "sample: logits (2,) hold NaN", "NaN")
   fails(function() return qkv.sample(qkv.ones({2}, "int64")) end, "sample: logits must be a floating tensor", "dtype")
   local closed

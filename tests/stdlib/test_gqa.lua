@@ -111,6 +111,11 @@ function TestGQA:testDecodeStep()
   lu.assertTrue(qkv.test.gradcheck(function(a, b, c)
     return (qkv.attention(a, b, c, {enable_gqa = true, weights = false}))
   end, {q, k, v}), "gradcheck of a decode step")
+  -- F.scaled_dot_product_attention's decode step takes the same way
+  local want = V.ref(q, expand(k, 4), expand(v, 4), {})
+  V.near(F.scaled_dot_product_attention(q, k, v, {enable_gqa = true}), want, 1e-12, "F.sdpa decode")
+  V.near(F.scaled_dot_product_attention(q, k, v, {enable_gqa = true, is_causal = true}),
+         (V.ref(q, expand(k, 4), expand(v, 4), {keep = P.j:le(1)})), 1e-12, "F.sdpa decode, is_causal")
 end
 
 function TestGQA:testKeyPaddingMask()

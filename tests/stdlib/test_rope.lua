@@ -174,10 +174,10 @@ function TestRope:testErrors()
         "rope: x must be a floating tensor (..., n, d), got int64 (5, 8)", "integer x")
   fails(function() return qkv.rope("x", 1) end, "rope: x must be a tensor (..., n, d), got string", "x")
   fails(function() return qkv.rope(x, 1, {bas = 3}) end,
-        "rope: unknown option 'bas' (it takes base, interleaved)", "option")
+        "rope: unknown option 'bas' (did you mean 'base'?)", "option")
   fails(function() return qkv.rope(x, 1, {base = 0}) end, "rope: base must be a number > 0, got 0", "base")
   fails(function() return qkv.rope(x, 1, {interleaved = 1}) end,
-        "rope: interleaved must be a boolean, got number", "interleaved")
+        "rope: option 'interleaved' must be a boolean, got number", "interleaved")
   local m = qkv.nn.RotaryEmbedding(8, {max_len = 16})
   fails(function() return m(x, 13) end, "RotaryEmbedding: positions 13 to 17 pass max_len = 16", "max_len")
   fails(function() return m(x, qkv.tensor({1, 2, 3, 4, 17}, "int64")) end,
@@ -186,7 +186,7 @@ function TestRope:testErrors()
         "RotaryEmbedding: x (2, 3, 5, 6) has d = 6, not the dim = 8 it was made for", "dim")
   fails(function() return qkv.nn.RotaryEmbedding(7) end, "RotaryEmbedding: dim = 7 must be even", "odd dim")
   fails(function() return qkv.nn.RotaryEmbedding(8, {maxlen = 3}) end,
-        "RotaryEmbedding: unknown option 'maxlen' (it takes base, interleaved, max_len)", "its options")
+        "RotaryEmbedding: unknown option 'maxlen' (did you mean 'max_len'?)", "its options")
   fails(function() return qkv.nn.RotaryEmbedding(8, {max_len = 0}) end, "RotaryEmbedding: max_len", "max_len 0")
   local closed
   do local t <close> = qkv.randn(5, 8); closed = t end

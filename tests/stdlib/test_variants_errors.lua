@@ -150,6 +150,9 @@ function TestVariantsErrors:testBlockMasks()
     bw.spans = t
     fails({block_mask = bw}, {"attention: block_mask.spans must be the int32 (1, 1, 20, 2) tensor block_mask made, got "})
   end
+  local bw = qkv.block_mask(qkv.variants.sliding_window(4), nil, nil, 20, 24)
+  do local t <close> = qkv.zeros({1, 1, 20, 2}, "int32"); bw.spans = t end
+  fails({block_mask = bw}, {"attention: block_mask.spans must be the int32 (1, 1, 20, 2) tensor block_mask made, got a closed tensor"})
 end
 
 function TestVariantsErrors:testLibraryArguments()

@@ -279,14 +279,15 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail(SDPA, "dropout_p must be a number in [0, 1], got %s", tostring(p))
   end
-  local mods = M.mods_of(opts)
-  if not opts.enable_gqa then return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p, mods)) end
-  -- grouped-query heads: the call on the grouped views, its out merged back
-  local GQ = require "qkv.gqa"
-  return named(SDPA, pcall(function()
-    local q5, k5, v5, m5, G, Hk = GQ.split(SDPA, q, k, v, mask)
-    if mods and G > 1 then mods = GQ.remap(SDPA, mods, Hk, G) end
-    return GQ.merge(attend(q5, k5, v5, m5, opts.is_causal, scale, p, mods), G)
+  if not opts.enable_gqa then
+    return named(SDPA, pcall(attend, q, k, v, mask, opts.is_causal, scale, p, M.mods_of(opts)))
+  end
+  -- grouped-query heads: qkv.attention's way (stdlib/qkv/gqa.lua), attend
+  -- on what it makes of q, k, v, the mask and the mods
+  local o = M.mods_of(opts) or {}
+  o.mask, o.is_causal = mask, opts.is_causal
+  return named(SDPA, pcall(require("qkv.gqa").grouped, SDPA, q, k, v, o, function(a, b, c, oo)
+    return attend(a, b, c, oo.mask, oo.is_causal, scale, p, M.mods_of(oo))
   end))
 end
 

@@ -178,8 +178,8 @@ function RotaryEmbedding:init(dim, opts)
   local R = require "qkv.rope"
   checkdim("RotaryEmbedding", "dim", dim)
   if dim % 2 ~= 0 then fail("RotaryEmbedding", "dim = %d must be even (features turn in pairs)", dim) end
-  local base, inter = R.options("RotaryEmbedding", opts, {"max_len"})
-  local max = opts and opts.max_len or 2048
+  local base, inter, o = R.options("RotaryEmbedding", opts, {"max_len"})
+  local max = o.max_len or 2048
   checkdim("RotaryEmbedding", "max_len", max)
   self.dim, self.base, self.max_len, self.interleaved = dim, base, max, inter
   local c, s = R.angles(qkv.arange(1, max + 1, "float64"), dim, base)

@@ -25,6 +25,7 @@
 local qkv = require "qkv"
 local trace = require "qkv.variants.trace"
 local replay = require "qkv.variants.replay"
+local open_tensor = require("qkv.methods").open_tensor
 
 local M = {}
 local issym = trace.issym
@@ -374,11 +375,12 @@ function M.attention(q, k, v, opts, ...)
            tostring(bm.B), tostring(bm.H), B, H)
     end
     local s, K = bm.spans, bm.kinds
-    if s ~= nil and not (qkv.is_tensor(s) and s.dtype == "int32" and s.device == "cpu" and
+    if s ~= nil and not (open_tensor(s) and s.dtype == "int32" and s.device == "cpu" and
                          s:is_contiguous() and s:dim() == 4 and s:size(1) == K:size(1) and
                          s:size(2) == K:size(2) and s:size(3) == nq and s:size(4) == 2) then
       fail("attention: block_mask.spans must be the int32 (%d, %d, %d, 2) tensor block_mask made, got %s",
-           K:size(1), K:size(2), nq, qkv.is_tensor(s) and s.dtype .. " " .. shape(s) or type(s))
+           K:size(1), K:size(2), nq, open_tensor(s) and s.dtype .. " " .. shape(s)
+           or qkv.is_tensor(s) and "a closed tensor" or type(s))
     end
   end
   local T = trace.new("attention", q.device)
