@@ -345,13 +345,15 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   /* bfloat16 on the tile unit where there is one; otherwise, and for a
      scale that is not finite or is 0 (scores() below takes those) or
      d_k = 0, QKV_EDTYPE makes the dispatch compute in float32 */
-  int bf16 = out->dtype == QKV_BF16;
+  int bf16 = out->dtype == QKV_BF16, amx = 0;
   if (M && out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
   if (bf16) {
 #ifdef QKV_VEXP_X86
     /* the tile path keeps no log-sum-exps: a forward that must leave them
-       (autograd's) runs in float32 */
-    if (!isfinite(scale) || scale == 0 || q->size[q->ndim - 1] == 0 || !qkv_cpu_has_amx() || lse)
+       (autograd's) runs in float32; a few queries may go to the decode
+       kernel (below), which reads bfloat16 K and V as they are */
+    amx = isfinite(scale) && scale != 0 && q->size[q->ndim - 1] > 0 && qkv_cpu_has_amx() && !lse;
+    if (!amx && !(q->ndim >= 2 && q->size[q->ndim - 2] <= 8))
 #endif
       return QKV_EDTYPE;
   } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {
@@ -382,6 +384,11 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
       !qkv_fits_int(P->dv))
     return QKV_EINTERNAL;
   qkv_attn_tiles(P, tq);
+#ifdef QKV_VEXP_X86
+  /* a decode step's few queries: attention_decode.c */
+  if (qkv_attn_decode_fits(&J)) return qkv_attn_decode(&J);
+#endif
+  if (bf16 && !amx) return QKV_EDTYPE;
 #ifdef QKV_VEXP_X86
   /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
      a q * scale that is infinite or 0 hides what Q K^T * scale gives where

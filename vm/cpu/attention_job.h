@@ -65,10 +65,11 @@ static inline int qkv_attn_threaded (const job *J) {
   return P->items > 1 && work >= PAR_MIN_WORK;
 }
 
-/* lse's element r (batch b's query i is b nq + i) = v, in its dtype */
+/* lse's element r (batch b's query i is b nq + i) = v: float64 for a
+   float64 job, float32 for the others */
 static inline void qkv_attn_lse_at (const job *J, int64_t r, double v) {
-  if (J->p.dtype == QKV_F32) ((float *)J->p.lse)[r] = (float)v;
-  else ((double *)J->p.lse)[r] = v;
+  if (J->p.dtype == QKV_F64) ((double *)J->p.lse)[r] = v;
+  else ((float *)J->p.lse)[r] = (float)v;
 }
 
 /* each query's log-sum-exp, m + log(l) (-inf with no key, NaN kept), for
@@ -193,6 +194,10 @@ void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
                            int bq, int64_t jend, float *o);
 /* the whole job in bfloat16 on the tile unit (attention_amx.c) */
 int qkv_attn_amx (const job *J);
+/* whether the job is a decode step's few queries that attention_decode.c
+   takes (float32 or bfloat16, no mask or mods), and running it there */
+int qkv_attn_decode_fits (const job *J);
+int qkv_attn_decode (const job *J);
 #endif
 
 #endif
