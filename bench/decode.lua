@@ -7,9 +7,10 @@
 -- 2 threads on both sides.
 --
 --   build/qkv bench/decode.lua [quick]
---       decode at n_k 4096 and 32768 (quick: 4096), prefill at N 2048
+--       decode at n_k 4096, 32768 and 131072 (quick: 4096) with float32
+--       and bfloat16 (decode16) caches, prefill at N 2048
 --       (quick: 512) against the same call with K and V repeated per head
---   build/qkv bench/decode.lua case decode|read|prefill|mha N
+--   build/qkv bench/decode.lua case decode|read|decode16|read16|prefill|mha N
 --       one qkv case: "RESULT seconds gflops peak_mb"
 --
 -- Decoding reads the cache once: its floor is the cache's bytes over the
@@ -24,11 +25,15 @@ local H, HKV, D, THREADS = 32, 8, 128, 2
 local function run_case(kind, n)
   qkv.set_num_threads(THREADS)
   qkv.seed(1)
+  -- decode16, read16: the same in bfloat16 (a bfloat16 cache, half the bytes)
+  local dt = kind:match("16$") and "bfloat16" or "float32"
+  kind = kind:gsub("16$", "")
   local nq = (kind == "decode" or kind == "read") and 1 or n
-  local q = qkv.randn(1, H, nq, D)
-  local k, v = qkv.randn(1, HKV, n, D), qkv.randn(1, HKV, n, D)
+  local q = qkv.randn(1, H, nq, D):to(dt)
+  local k, v = qkv.randn(1, HKV, n, D):to(dt), qkv.randn(1, HKV, n, D):to(dt)
   local f, flops
-  if kind == "read" then
+  if kind == "read" then                   -- the same bytes as float32 (a bfloat16 sum is no read)
+    if dt == "bfloat16" then k, v = qkv.randn(1, HKV, n // 2, D), qkv.randn(1, HKV, n // 2, D) end
     f = function() return k:sum() + v:sum() end
     flops = 0
   elseif kind == "mha" then                -- the same-sized multi-head call
@@ -69,12 +74,15 @@ print(have_torch and ("torch: " .. PY .. ", SDPA with enable_gqa=True") or
 print("read: K and V summed once (the cache's bytes); x/read: decode's time over it; sdpa/x: how many times qkv is faster")
 print(string.format("%-8s %7s %10s %10s %10s %8s %8s %9s", "case", "N", "qkv ms", "read ms", "sdpa ms",
                     "x/read", "sdpa/x", "GB/s"))
-for _, n in ipairs(quick and {4096} or {4096, 32768}) do
-  local r, rd, t = case("decode", n), case("read", n), torch("decode", n)
-  local bytes = 2 * HKV * n * D * 4
-  print(string.format("%-8s %7d %10s %10s %10s %8.2f %8s %9.1f", "decode", n, ms(r), ms(rd), ms(t),
-                      r.time / rd.time, t and string.format("%.2f", t.time / r.time) or "-",
-                      bytes / rd.time / 1e9))
+for _, kind in ipairs{"decode", "decode16"} do
+  for _, n in ipairs(quick and {4096} or {4096, 32768, 131072}) do
+    local read = kind:gsub("decode", "read")
+    local r, rd, t = case(kind, n), case(read, n), torch(kind, n)
+    local bytes = 2 * HKV * n * D * (kind == "decode" and 4 or 2)
+    print(string.format("%-8s %7d %10s %10s %10s %8.2f %8s %9.1f", kind, n, ms(r), ms(rd), ms(t),
+                        r.time / rd.time, t and string.format("%.2f", t.time / r.time) or "-",
+                        bytes / rd.time / 1e9))
+  end
 end
 local n = quick and 512 or 2048
 local g, m, t = case("prefill", n), case("mha", n), torch("prefill", n)

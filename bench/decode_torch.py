@@ -1,7 +1,8 @@
 """decode_torch.py -- PyTorch's side of bench/decode.lua: SDPA with
-enable_gqa=True, B = 1, H = 32, H_kv = 8, d = 128, float32.
+enable_gqa=True, B = 1, H = 32, H_kv = 8, d = 128, float32 (decode16:
+bfloat16).
 
-    python decode_torch.py decode|prefill N THREADS
+    python decode_torch.py decode|decode16|prefill N THREADS
         prints "RESULT seconds gflops peak_mb", as bench/decode.lua's cases
 """
 import resource
@@ -18,9 +19,12 @@ def main():
     kind, n, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(threads)
     torch.manual_seed(1)
+    # decode16: decode with bfloat16 q, k, v
+    dt = torch.bfloat16 if kind.endswith("16") else torch.float32
+    kind = kind.removesuffix("16")
     nq = 1 if kind == "decode" else n
-    q = torch.randn(1, H, nq, D)
-    k, v = torch.randn(1, HKV, n, D), torch.randn(1, HKV, n, D)
+    q = torch.randn(1, H, nq, D).to(dt)
+    k, v = torch.randn(1, HKV, n, D).to(dt), torch.randn(1, HKV, n, D).to(dt)
     # decoding: the one query sees every key (no mask); prefill: causal
     causal = kind != "decode"
 

@@ -110,6 +110,13 @@ function TestKVCache:testErrors()
         "KVCache: k (2, 2, 1, 3) and v (2, 2, 2, 3) hold different numbers of tokens", "lengths")
   fails(function() return nn.KVCache(2, 2, 0, 3) end, "KVCache: max_len must be a positive integer, got 0", "max_len 0")
   fails(function() return nn.KVCache(2, 2, 4, 3, {dtype = "float32", size = 3}) end, "KVCache: unknown option 'size'", "option")
+  fails(function() return nn.KVCache(2, 2, 4, 3, {dtype = "int64"}) end,
+        "KVCache: dtype must be 'float32', 'float64', 'float16' or 'bfloat16', got int64", "dtype")
+  local h = nn.KVCache(1, 2, 4, 3, {dtype = "bfloat16"})     -- the halves are caches too
+  local kh = qkv.randn(1, 2, 1, 3):to("bfloat16")
+  lu.assertEquals(h:update(kh, kh).dtype, "bfloat16")
+  fails(function() return h:update(k:narrow(1, 1, 1):narrow(3, 1, 1), kh) end,
+        "KVCache: k is float32 on cpu, the cache bfloat16 on cpu", "bfloat16 cache")
   local mha = nn.MultiHeadAttention(8, 2)
   fails(function() return mha(qkv.randn(1, 3, 8), {cache = {}}) end,
         "MultiHeadAttention: opts.cache must be an nn.KVCache, got table", "not a cache")

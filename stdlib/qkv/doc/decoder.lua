@@ -42,7 +42,8 @@ print(m(qkv.ones(2, 4)).shape)   --> (2, 4)]=]},
   {name = "qkv.nn.KVCache", sig = "qkv.nn.KVCache(batch, heads, max_len, head_dim [, opts])",
    group = "modules",
    doc = [[One attention layer's keys and values for generation, preallocated
-(batch, heads, max_len, head_dim) each, opts dtype (float32) and device.
+(batch, heads, max_len, head_dim) each, opts dtype (float32; float64,
+float16 or bfloat16) and device.
 cache:update(k, v) writes k and v (batch, heads, n, head_dim) after the
 tokens it holds and returns the keys and values of all of them, views of
 the cache; cache:reset() empties it and cache.length counts the tokens. A

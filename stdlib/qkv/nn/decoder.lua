@@ -47,7 +47,9 @@ heads, n, head_dim) after the tokens it holds and returns the keys and
 values of all of them, (batch, heads, length, head_dim) views of the
 cache (no copy); cache:reset() empties it; cache.length is how many
 tokens it holds (Hugging Face's get_seq_length). A cache past max_len, k
-or v of another shape, dtype or device, is an error. Attention over the
+or v of another shape, dtype or device, is an error. dtype may be
+"float32", "float64", "float16" or "bfloat16" (a bfloat16 cache holds
+half the bytes, and a decode step reads it as it is). Attention over the
 returned keys uses qkv's causal, aligned to the last key: the new queries
 are the last ones. nn.MultiHeadAttention takes it as opts.cache.
 ]]
@@ -57,7 +59,7 @@ function KVCache:init(batch, heads, max_len, head_dim, opts)
   checkdim("KVCache", "heads", heads)
   checkdim("KVCache", "max_len", max_len)
   checkdim("KVCache", "head_dim", head_dim)
-  local o = opts_of("KVCache", opts, {"dtype", "device"})
+  local o = opts_of("KVCache", opts, {"dtype", "device"}, nil, true)
   local size = {batch, heads, max_len, head_dim}
   local function make()                  -- on the default device unless told
     if o.device ~= nil then return qkv.zeros(size, o.dtype or "float32", o.device) end
