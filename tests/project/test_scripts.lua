@@ -6,7 +6,7 @@
 local lu = require "luaunit"
 
 for _, name in ipairs{"seed000", "seed001", "seed002", "seed003", "seed004", "real", "tour",
-                      "readme"} do
+                      "readme", "decoder"} do
   local f = "tests/scripts/" .. name .. ".lua"
   local h = io.open(f)
   if h then

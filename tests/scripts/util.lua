@@ -8,17 +8,19 @@ local U = {}
 local exe = arg and arg[-1] or "build/qkv"
 local quote = dofile("tests/helpers/shell.lua").quote
 
--- run(script) -> {stdout = text printed, results = returned table (tensors
+-- run(script [, env]) -> {stdout = text printed, results = returned table (tensors
 -- come back as {__tensor = nested float64 lists, shape = ...}), out = the
--- folder with its PNGs, pngs = list of file names}
-function U.run(script)
+-- folder with its PNGs, pngs = list of file names}; env: "NAME=value "
+-- settings put before the command
+function U.run(script, env)
   local p = io.popen("mktemp -d")
   local dir = p:read("l")
   p:close()
   -- under `qkv test --device cuda` the scripts run on the GPU too
   local dev = qkv.default_device() == "cuda" and " --device cuda" or ""
-  local cmd = string.format("cd %s && QKV_OUT=%s NO_COLOR=1 %s%s tests/scripts/harness.lua %s 2>&1",
-                            quote(os.getenv("PWD") or "."), quote(dir), quote(exe), dev, quote(script))
+  local cmd = string.format("cd %s && %sQKV_OUT=%s NO_COLOR=1 %s%s tests/scripts/harness.lua %s 2>&1",
+                            quote(os.getenv("PWD") or "."), env or "", quote(dir), quote(exe), dev,
+                            quote(script))
   p = io.popen(cmd)
   local text = p:read("a")
   local ok, _, code = p:close()
@@ -64,10 +66,10 @@ end
 -- back into r.images (name -> picture, or the error) and the folder removed
 -- at once, so that no test depends on another having run first
 local runs = {}
-function U.cached(script)
+function U.cached(script, env)
   local r = runs[script]
   if not r then
-    r = U.run(script)
+    r = U.run(script, env)
     r.images = {}
     for _, name in ipairs(r.pngs) do
       local ok, img = pcall(qkv.plot.read_png, r.out .. "/" .. name)
