@@ -302,6 +302,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   if (P.dk >= INT_MAX / 64 || P.dv >= INT_MAX / 64) return QKV_EINTERNAL;
   if (half) return qkv_cu_attention_mma(P);
   qkv_cu_attention_path = "fp32";
+  if (qkv_cu_decode_fits(P)) return qkv_cu_attention_decode(P);   /* a decode step */
   if (out->dtype == QKV_F32) return run<float>(P);
   return run<double>(P);
 }

@@ -28,6 +28,11 @@ int qkv_cu_attention_mma(const qkv_attn_plan &P);
    or QKV_CUDA_ATTENTION=fp32): the caller computes in float32 then */
 int qkv_cu_attention_mma_bwd(const qkv_attn_plan &P);
 
+/* a decode step's few queries (attention_decode.cu): whether it takes the
+   plan (float32 or float64, at most 8 queries, no mask, heads up to 256),
+   and running it there, the keys split across blocks */
+int qkv_cu_decode_fits(const qkv_attn_plan &P);
+int qkv_cu_attention_decode(const qkv_attn_plan &P);
 /* rows [0, n) of a row-major matrix of 16-bit elements (src, rows ld
    elements apart, every row 16-byte aligned) to a rows x D tile at dst,
    rows LD apart, zeros past n: 16 bytes a load, by a block of NT threads */

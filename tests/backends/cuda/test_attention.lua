@@ -1,8 +1,9 @@
 -- test_attention.lua: the cross-backend suite's attention (the backend's
 -- attention and attention_backward): the fused forward on many shapes,
 -- masks broadcast and rows with no key, the log-sum-exps, float16 and
--- bfloat16 on the tensor cores in every variant, the gradients in every
--- dtype (tests/helpers/cuda_suite.lua says what the suite checks)
+-- bfloat16 on the tensor cores in every variant, decode steps with their
+-- keys split across blocks, the gradients in every dtype
+-- (tests/helpers/cuda_suite.lua says what the suite checks)
 local lu = require "luaunit"
 local t = qkv.test
 local S = dofile("tests/helpers/shell.lua")
@@ -48,6 +49,49 @@ function TestCudaAttention:testFusedForwardOnManyShapes()
         return qkv.attention(a, b, e, {mask = w, causal = true})
       end, {q, k, v, m})
     end
+  end
+end
+
+-- a decode step's few queries (vm/cuda/attention_decode.c's kernel):
+-- keys split across blocks and merged (one batch item, many keys), causal
+-- with n_q > 1 and n_q > n_k, heads to 256, K and V broadcast over heads,
+-- a NaN in one key, and the log-sum-exps autograd's backward reads
+function TestCudaAttention:testDecodeStepsSplitAcrossBlocks()
+  need()
+  require "qkv.autograd"
+  local cases = {  -- batch, n_q, n_k, d_k, d_v
+    {1, 1, 1000, 64, 64}, {1, 4, 700, 128, 128}, {2, 8, 300, 32, 48}, {1, 3, 2, 16, 16},
+    {1, 2, 129, 256, 256}, {3, 1, 65, 8, 8},
+  }
+  for _, dt in ipairs(FLOATS) do
+    for _, c in ipairs(cases) do
+      local q, k, v = qkvs(c[1], c[2], c[3], c[4], c[5], dt)
+      local label = ("%s decode b=%d nq=%d nk=%d dk=%d dv=%d"):format(dt, c[1], c[2], c[3], c[4], c[5])
+      for _, causal in ipairs{false, true} do
+        same(label .. (causal and " causal" or ""), function(a, b, e)
+          return qkv.attention(a, b, e, {causal = causal, weights = false})
+        end, {q, k, v})
+      end
+    end
+    -- grouped: 4 heads on one key/value head, expanded (stride 0)
+    local q, k, v = values({2, 4, 1, 32}, dt), values({2, 1, 500, 32}, dt), values({2, 1, 500, 32}, dt)
+    same(dt .. " decode over broadcast heads", function(a, b, e)
+      return qkv.attention(a, b:expand(2, 4, 500, 32), e:expand(2, 4, 500, 32), {weights = false})
+    end, {q, k, v})
+    -- a NaN in one key spoils every row; the rows before it under causal
+    -- do not keep it
+    local kn = values({1, 400, 16}, dt)
+    kn[{1, 400, 1}] = 0 / 0
+    same(dt .. " decode NaN key", function(a, b, e)
+      return qkv.attention(a, b, e, {causal = true, weights = false})
+    end, {values({1, 3, 16}, dt), kn, values({1, 400, 16}, dt)})
+    -- the backward reads the decode kernel's log-sum-exps
+    local g = values({1, 4, 64}, dt)
+    same(dt .. " decode backward", function(a, b, e, go)
+      local x, y, z = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
+      qkv.attention(x, y, z, {causal = true, weights = false}):backward(go)
+      return x.grad, y.grad, z.grad
+    end, {values({1, 4, 64}, dt) / 3, values({1, 900, 64}, dt) / 3, values({1, 900, 64}, dt), g})
   end
 end
 
