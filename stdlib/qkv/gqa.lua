@@ -11,7 +11,8 @@
 -- and dV as it sums any broadcast. The output (..., H_kv, G, n_q, d_v) is
 -- (..., H, n_q, d_v) again (a view). A mask with an H dim is split the
 -- same way; a score_mod or mask_mod still sees the query's own b and h
--- (from 1, h up to H): b and h are worked out of the split's.
+-- (from 1, h up to H): b and h are worked out of the split's. A block mask
+-- made for B and H is regrouped the same way (its kinds and spans).
 
 local qkv = require "qkv"
 
@@ -67,9 +68,36 @@ function M.split(fname, q, k, v, mask)
          split_mask(fname, mask, H, Hk, G), G, Hk
 end
 
+-- a block mask made for B and H as the grouped call sees it: its kinds
+-- and spans (B', H', ...) made (B0, H, ...) and then (B0 H_kv, G, ...), B0
+-- Q's batch before the heads, and its mask_mod reading the caller's b and
+-- h (bh maps the split's to them)
+local function grouped_mask(fname, bm, Hk, G, B0, bh)
+  local K, H = bm.kinds, Hk * G
+  local kb, kh = K:size(1), K:size(2)
+  if (kb ~= 1 and kb ~= B0) or (kh ~= 1 and kh ~= H) then
+    fail("%s: enable_gqa: the block_mask was made for B = %s, H = %s, but Q gives B = %d, H = %d",
+         fname, tostring(bm.B), tostring(bm.H), B0, H)
+  end
+  local function regroup(t)
+    if t == nil then return nil end
+    local to, as = {B0, H}, {B0 * Hk, G}
+    for d = 3, t:dim() do to[#to + 1], as[#as + 1] = t:size(d), t:size(d) end
+    return t:expand(to):contiguous():view(as)
+  end
+  local f = bm.mask_mod
+  return setmetatable({mask_mod = function(b, h, i, j)
+                         local bb, hh = bh(b, h)
+                         return f(bb, hh, i, j)
+                       end,
+                       B = B0 * Hk, H = G, n_q = bm.n_q, n_k = bm.n_k, block = bm.block,
+                       kinds = regroup(K), spans = regroup(bm.spans),
+                       shape = {B0 * Hk, G, bm.n_q, bm.n_k}}, getmetatable(bm))
+end
+
 -- the mods of opts with b and h the caller's: the split's b runs over
--- (..., H_kv) and its h over the group
-local function remap(fname, opts, Hk, G)
+-- (..., H_kv) and its h over the group; B0: Q's batch before the heads
+local function remap(fname, opts, Hk, G, B0)
   local o = {}
   for key, x in pairs(opts) do o[key] = x end
   local function bh(b, h) return (b - 1) // Hk + 1, ((b - 1) % Hk) * G + h end
@@ -86,10 +114,10 @@ local function remap(fname, opts, Hk, G)
       return mm(bb, hh, i, j)
     end
   end
-  if bm ~= nil and type(bm) == "table" and (bm.B ~= nil or bm.H ~= nil) then
-    fail("%s: enable_gqa with a block_mask made for B or H (B = %s, H = %s) is not supported yet: "
-         .. "make it with B and H nil, or pass its mask_mod as mask_mod", fname, tostring(bm.B),
-         tostring(bm.H))
+  if bm ~= nil and type(bm) == "table" and (bm.B ~= nil or bm.H ~= nil) and
+     open(bm.kinds) and bm.kinds:dim() == 4 then
+    o.block_mask = grouped_mask(fname, bm, Hk, G, B0, bh)
+    if rawequal(mm, bm.mask_mod) then o.mask_mod = o.block_mask.mask_mod end   -- the same, once
   end
   return o
 end
@@ -132,7 +160,9 @@ function M.grouped(fname, q, k, v, o, call)
     o.mask = m5
     o.key_padding_mask = split_mask(fname, o.key_padding_mask, q:size(-3), Hk, G, -2,
                                     "key_padding_mask")
-    r = table.pack(call(q5, k5, v5, remap(fname, o, Hk, G)))    -- (..., H_kv, G, n_q, x)
+    local B0 = 1
+    for d = 1, q:dim() - 3 do B0 = B0 * q:size(d) end
+    r = table.pack(call(q5, k5, v5, remap(fname, o, Hk, G, B0)))   -- (..., H_kv, G, n_q, x)
     for x = 1, r.n do r[x] = r[x]:flatten(-4, -3) end
   end
   return table.unpack(r, 1, r.n)

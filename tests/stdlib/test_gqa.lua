@@ -163,6 +163,48 @@ function TestGQA:testVariantsSeeTheQueryHead()
   V.near(f, (V.ref(q, k:repeat_interleave(3, 2), v:repeat_interleave(3, 2), ro)), 1e-5, "float32 mods")
 end
 
+function TestGQA:testPerHeadBlockMasks()
+  -- a block mask made for B and H (each query head its own window, each
+  -- batch item its own offset): the grouped call regroups its blocks and
+  -- spans, and equals the same call on K and V repeated per head
+  local B, H, Hk, n = 2, 6, 3, 70
+  local q = qkv.randn(B, H, n, 8, "float64")
+  local k, v = qkv.randn(B, Hk, n, 8, "float64"), qkv.randn(B, Hk, n, 8, "float64")
+  local kr, vr = k:repeat_interleave(2, 2), v:repeat_interleave(2, 2)
+  local mm = function(b, h, i, j) return j:le(i):logical_and(j:gt(i - h * 5 - b)) end
+  local mh = function(_, h, i, j) return j:le(i):logical_and(j:gt(i - h * 5)) end
+  local mb = function(b, _, i, j) return j:le(i - b) end
+  for _, dims in ipairs{{B, H, mm}, {nil, H, mh}, {B, nil, mb}} do
+    local bm = qkv.block_mask(dims[3], dims[1], dims[2], n, n, {block = 16})
+    lu.assertNotNil(bm.spans, "one run a query")
+    for _, dt in ipairs{"float64", "float32"} do
+      local a, b, c, ar, br = q:to(dt), k:to(dt), v:to(dt), kr:to(dt), vr:to(dt)
+      local want = qkv.attention(a, ar, br, {block_mask = bm, weights = false})
+      local got = qkv.attention(a, b, c, {enable_gqa = true, block_mask = bm, weights = false})
+      local tol = dt == "float64" and 1e-12 or 1e-5
+      V.near(got, want, tol, ("%s B %s H %s"):format(dt, tostring(dims[1]), tostring(dims[2])))
+      -- its mask_mod passed as mask_mod too, and with weights
+      local out, W = qkv.attention(a, b, c, {enable_gqa = true, block_mask = bm, mask_mod = bm.mask_mod})
+      local out2, W2 = qkv.attention(a, ar, br, {block_mask = bm})
+      V.near(out, out2, tol, dt .. " weights out")
+      V.near(W, W2, tol, dt .. " weights W")
+    end
+  end
+  -- gradients through the regrouped block mask, as on K and V repeated
+  local bm = qkv.block_mask(mm, B, H, n, n, {block = 16})
+  local g = qkv.randn(B, H, n, 8, "float64")
+  local function grads(kk, vv, gqa)
+    local a, b, c = q:clone():requires_grad_(), kk:clone():requires_grad_(), vv:clone():requires_grad_()
+    qkv.attention(a, b, c, {enable_gqa = gqa, block_mask = bm, weights = false}):backward(g)
+    return a.grad, b.grad, c.grad
+  end
+  local dq, dk, dv = grads(k, v, true)
+  local rq, rk, rv = grads(kr, vr, false)
+  V.near(dq, rq, 1e-12, "dq")
+  V.near(dk, rk:unflatten(2, {Hk, 2}):sum(3), 1e-12, "dk")
+  V.near(dv, rv:unflatten(2, {Hk, 2}):sum(3), 1e-12, "dv")
+end
+
 function TestGQA:testGradients()
   local q = qkv.randn(2, 4, 5, 3, "float64")
   local k, v = qkv.randn(2, 2, 6, 3, "float64"), qkv.randn(2, 2, 6, 2, "float64")
@@ -240,9 +282,10 @@ function TestGQA:testErrors()
   V.raises(function() return qkv.attention(q, k3, v3, {enable_gqa = true, mask = qkv.ones({2, 4, 5, 7}, "bool")}) end,
            {"attention: enable_gqa: the mask (2, 4, 5, 7) has 4 heads where Q has H = 6 (it takes H or 1)"},
            "mask's heads")
-  local bm = qkv.block_mask(function(b, h, i, j) return j:le(i + h) end, nil, 6, 5, 7)
+  local bm = qkv.block_mask(function(b, h, i, j) return j:le(i + h) end, nil, 4, 5, 7)
   V.raises(function() return qkv.attention(q, k3, v3, {enable_gqa = true, block_mask = bm}) end,
-           {"attention: enable_gqa with a block_mask made for B or H"}, "per-head block mask")
+           {"attention: enable_gqa: the block_mask was made for B = nil, H = 4, but Q gives B = 2, H = 6"},
+           "a block mask of other heads")
   V.raises(function() return F.scaled_dot_product_attention(q, k, v, {enable_gqa = true}) end,
            {"scaled_dot_product_attention", "H = 6 must be a multiple of", "H_kv = 4"}, "F.sdpa")
   V.raises(function() return F.scaled_dot_product_attention(q, k3, v3, {enable_gqa = 2}) end,
