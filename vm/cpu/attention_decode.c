@@ -95,7 +95,8 @@ static inline QKV_AVX2 void rescale (float *o, int64_t dv, float a) {
 ** Keys [j0, j1) of batch item b for its nq queries: m, l per query and o
 ** (nq x dv, not divided by l).  qs: q times the scale (nq x dk); s: nq x 8
 ** probabilities.  A query whose every key is dropped keeps m = -inf, l =
-** 0; a NaN score makes l NaN.  Eight keys at a time from scores to o, so
+** 0; a NaN score makes l NaN.  s holds nq x 8 then, for bfloat16, the
+** 8 keys' rows of K widened.  Eight keys at a time from scores to o, so
 ** that their rows of K and V are read once each, in order (bench/NOTES.md:
 ** a softmax over blocks of 64 keys left V's rows to miss L1 in p V).
 */
@@ -115,13 +116,20 @@ keys_of (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float
     /* each query's scores against the 8 keys; past n the last key again */
     const char *kr[8];
     _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) kr[t] = kb + (j + (t < n ? t : n - 1)) * krs;
+    if (bf16) {       /* widened once for all the queries, not once a query */
+      float *kc = s + DQ * 8;
+      for (int t = 0; t < 8; t++) {
+        for (int64_t c = 0; c < dk; c += 8) _mm256_storeu_ps(kc + t * dk + c, load8(kr[t], c, 1));
+        kr[t] = (const char *)(kc + t * dk);
+      }
+    }
     for (int r = 0; r < nq; r++) {
       __m256 a[8];
       _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
       for (int64_t c = 0; c < dk; c += 8) {
         __m256 qv = _mm256_loadu_ps(qs + r * dk + c);
         _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
-          a[t] = _mm256_fmadd_ps(qv, load8(kr[t], c, bf16), a[t]);
+          a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps((const float *)kr[t] + c), a[t]);
       }
       /* keys past n, and past the causal limit (query r keeps keys up to
          r + off), -inf; then the online softmax of the eight */
@@ -228,15 +236,17 @@ static void finish (const dec *D, int64_t b, const float *m, const float *l, con
   }
 }
 
-/* a thread's scratch: q scaled, a block of scores, m, l and o */
+/* a thread's scratch: q scaled, 8 keys' probabilities (and K's 8 rows
+   widened), m, l and o */
 typedef struct { float *qs, *s, *m, *l, *o; void *block; } work;
 
 static int work_new (const qkv_attn_plan *P, work *W) {
   size_t nq = (size_t)P->nq, nqs = nq * (size_t)P->dk, no = nq * (size_t)P->dv;
-  char *p = W->block = aligned_alloc(64, ((nqs + DQ * 8 + 2 * DQ + no) * 4 / 64 + 6) * 64);
+  size_t ns = DQ * 8 + 8 * (size_t)P->dk;
+  char *p = W->block = aligned_alloc(64, ((nqs + ns + 2 * DQ + no) * 4 / 64 + 6) * 64);
   if (p == NULL) return 0;
   W->qs = qkv_attn_carve(&p, nqs * 4);
-  W->s = qkv_attn_carve(&p, DQ * 8 * 4);
+  W->s = qkv_attn_carve(&p, ns * 4);
   W->m = qkv_attn_carve(&p, DQ * 4);
   W->l = qkv_attn_carve(&p, DQ * 4);
   W->o = qkv_attn_carve(&p, no * 4);
