@@ -7,20 +7,28 @@ local qkv = require "qkv"
 
 local M = {}
 
-local show_timing = true
+local show_timing, over = true, 0.01
 
--- qkv.repl.timing([on]): show the wall time of commands over 10 ms
+-- qkv.repl.timing([on | seconds]): show the wall time of commands over
+-- 10 ms (true), none (false), or those over the seconds given
 function M.timing(on)
-  if on ~= nil then
-    if type(on) ~= "boolean" then
-      error("timing: bad argument #1 (boolean expected, got " .. type(on) .. ")", 2)
+  if math.type(on) ~= nil then
+    if not (on >= 0 and on < math.huge) then
+      error("timing: bad argument #1 (seconds must be finite and >= 0, got " .. tostring(on) .. ")", 2)
     end
-    show_timing = on
+    show_timing, over = true, on
+  elseif on ~= nil then
+    if type(on) ~= "boolean" then
+      error("timing: bad argument #1 (boolean or seconds expected, got " .. type(on) .. ")", 2)
+    end
+    show_timing, over = on, 0.01
   end
   return show_timing
 end
 
-function M._timing() return show_timing end
+-- the C half's question: the milliseconds over which a time shows, or
+-- false when timing is off
+function M._timing() return show_timing and over * 1000 end
 
 -- printing results ----------------------------------------------------
 

@@ -294,11 +294,15 @@ end
 
 TestReplTiming = {}
 
+-- A command's time shows over the threshold (10 ms by default): a busy
+-- loop of 50 ms of CPU always passes it. Whether a fast command stays
+-- under 10 ms of wall time depends on the machine's load, so that is
+-- asked under a threshold of 30 s, which no command here comes near.
 function TestReplTiming:testSlowCommandsShowTheirTime()
   local busy = "local t = os.clock() while os.clock() - t < 0.05 do end"
-  local t = repl{cmd(busy), cmd("1", "1"), cmd("qkv.repl.timing()", "true"),
-                 cmd("qkv.repl.timing(false)"), cmd("qkv.repl.timing()", "false"),
-                 cmd(busy)}
+  local t = repl{cmd(busy), cmd("qkv.repl.timing(30)", "true"), cmd("1", "1"),
+                 cmd("qkv.repl.timing()", "true"), cmd("qkv.repl.timing(false)"),
+                 cmd("qkv.repl.timing()", "false"), cmd(busy)}
   local out = output(t, busy, 1, true)
   lu.assertNotNil(out:match("^%s+%d+%.?%d* m?s\n$"), "no time shown:\n" .. t)
   local width = #out:match("[^\n]*")
@@ -308,6 +312,24 @@ function TestReplTiming:testSlowCommandsShowTheirTime()
   lu.assertEquals(on, "true\n")
   lu.assertEquals(output(t, "qkv.repl.timing()", e + 1), "false\n")
   lu.assertEquals(output(t, busy, e + 1, true), "")
+end
+
+-- the setting's arguments, in this process (no terminal: nothing shows)
+function TestReplTiming:testArguments()
+  local timing = qkv.repl.timing
+  lu.assertTrue(timing(2))
+  lu.assertTrue(timing())
+  lu.assertFalse(timing(false))
+  lu.assertTrue(timing(0))
+  lu.assertTrue(timing(true))
+  for _, bad in ipairs{{-1, "seconds must be finite and >= 0, got -1"},
+                       {math.huge, "seconds must be finite and >= 0, got inf"},
+                       {"x", "boolean or seconds expected, got string"}} do
+    local ok, err = pcall(timing, bad[1])
+    lu.assertFalse(ok)
+    lu.assertStrContains(err, "timing: bad argument #1 (" .. bad[2] .. ")")
+  end
+  lu.assertTrue(timing())
 end
 
 TestReplInterrupt = {}

@@ -31,7 +31,6 @@
 #define PROMPT2 ">> "
 #define EOFMARK "<eof>"
 #define HISTSIZE 1000
-#define SHOWTIME_MS 10.0
 #define MAXFRAMES 8
 
 enum { GOT_LINE, GOT_EOF, GOT_INTR };
@@ -382,11 +381,12 @@ static void printerror (lua_State *L) {
 
 /* the time right-aligned, dimmed in a colour terminal */
 static void printtime (lua_State *L, double ms) {
-  if (ms <= SHOWTIME_MS || !isatty(STDOUT_FILENO)) return;
-  pushreplfn(L, "_timing");
-  int on = lua_pcall(L, 0, 1, 0) == LUA_OK && lua_toboolean(L, -1);
+  if (!isatty(STDOUT_FILENO)) return;
+  pushreplfn(L, "_timing");            /* the threshold in ms, or false */
+  int on = lua_pcall(L, 0, 1, 0) == LUA_OK && lua_isnumber(L, -1);
+  double over = on ? lua_tonumber(L, -1) : 0;
   lua_pop(L, 1);
-  if (!on) return;
+  if (!on || ms <= over) return;
   char t[32];
   if (ms < 1000) snprintf(t, sizeof t, "%.1f ms", ms);
   else snprintf(t, sizeof t, "%.2f s", ms / 1000);

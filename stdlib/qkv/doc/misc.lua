@@ -40,12 +40,15 @@ qkv test then counts the test as skipped rather than failed. As
 pytest.mark.skipif(not torch.cuda.is_available()).]]},
 
   ---------------------------------------------------------------- qkv.repl
-  {name = "qkv.repl.timing", sig = "qkv.repl.timing([on])", group = "settings",
+  {name = "qkv.repl.timing", sig = "qkv.repl.timing([on | seconds])", group = "settings",
    doc = [[Shows each REPL command's wall time, right-aligned after its
 output, when it is over 10 ms (12.3 ms, 1.52 s). qkv.repl.timing(false)
-turns that off and qkv.repl.timing(true) on again (the default). It
-returns the setting, so qkv.repl.timing() only asks; an argument that is
-not a boolean is an error. As Torch7's trepl timing.]]},
+turns that off and qkv.repl.timing(true) on again at 10 ms (the
+default); a number
+shows the commands over that many seconds (qkv.repl.timing(1): the slow
+ones only). It returns whether timing is on, so qkv.repl.timing() only
+asks; any other argument, or seconds below 0, is an error. As Torch7's
+trepl timing.]]},
 
   ---------------------------------------------------------------- qkv.help
   {name = "qkv.help", sig = "qkv.help([x])", group = "runtime",
