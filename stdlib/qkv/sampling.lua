@@ -41,18 +41,19 @@ local function options(fname, opts, known, flags)
 end
 
 -- draws of row-wise categories from weights w (R, C) float64 on the CPU
+-- (its uniforms there too, whatever the default device)
 local function draw(w, n, replacement)
   local R, C = w:size(1), w:size(2)
   if replacement then
     -- the first category whose running sum passes u * total
     local c = w:cumsum(2)
-    local u = qkv.rand({R, n}, "float64") * c:narrow(2, C, 1)
+    local u = qkv.rand({R, n}, "float64", "cpu") * c:narrow(2, C, 1)
     local below = c:reshape(R, 1, C):le(u:reshape(R, n, 1))
     return below:long():sum(3) + 1
   end
   -- without: the n largest of log w - log(-log U) (the Gumbel top-k
   -- trick: the same law as drawing one at a time and removing it)
-  local g = w:log() - (-(qkv.rand({R, C}, "float64"):clamp(1e-300, 1)):log()):log()
+  local g = w:log() - (-(qkv.rand({R, C}, "float64", "cpu"):clamp(1e-300, 1)):log()):log()
   local _, idx = g:topk(n, 2)
   return idx
 end
@@ -124,7 +125,7 @@ function M.sample(logits, opts)
       local probs = sorted:softmax(2)
       local before = probs:cumsum(2) - probs    -- mass of the tokens ranked above
       local cut = before:ge(p)                  -- the first token is never cut
-      local drop = qkv.zeros(x.shape, "bool"):scatter(2, order, cut)
+      local drop = qkv.zeros(x.shape, "bool", "cpu"):scatter(2, order, cut)
       x = x:masked_fill(drop, neg)
     end
     out = draw(x:softmax(2), 1, true):reshape(-1)

@@ -168,6 +168,28 @@ function TestSampling:testMultinomialWithoutReplacement()
   lu.assertEquals(s, {1, 3, 4})
 end
 
+-- with a GPU (or the suites' fake device) as the default device: the
+-- draws' uniforms come from the CPU whatever the default, the result is
+-- on the logits' device
+function TestSampling:testOnTheDefaultDevice()
+  local ok, why = qkv.cuda_available()
+  if not ok then lu.skip("needs CUDA: " .. tostring(why)) end
+  qkv.set_default_device("cuda")
+  local fine, err = pcall(function()
+    local l = qkv.tensor({{0, 5, 0}, {4, 0, 0}}, "float32")
+    lu.assertEquals(l.device, "cuda")
+    -- top_p 0.9 keeps each row's one likely token (p ~ 0.987 and 0.964)
+    local s = qkv.sample(l, {temperature = 1, top_k = 2, top_p = 0.9})
+    lu.assertEquals(s.device, "cuda")
+    lu.assertEquals(s:cpu():tolist(), {2, 1})
+    local m = qkv.multinomial(qkv.tensor({0, 1, 0}), 2, {replacement = true})
+    lu.assertEquals({m.device, m:cpu():tolist()}, {"cuda", {2, 2}})
+    lu.assertEquals(qkv.multinomial(qkv.tensor({0, 1, 3}), 2):cpu():sort():tolist(), {2, 3})
+  end)
+  qkv.set_default_device("cpu")
+  if not fine then error(err, 0) end
+end
+
 function TestSampling:testSample()
   local R = 20000
   local logits = qkv.tensor({{0, math.log(3)}}, "float64"):expand(R, 2):contiguous()
