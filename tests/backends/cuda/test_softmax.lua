@@ -94,7 +94,11 @@ function TestCudaSoftmax:testRMSNormBackward()
              local c, d = qkv._rms_norm_backward(v:contiguous(), g:contiguous(), n, nil, nil, true)
              local e = qkv._rms_norm_backward(v:contiguous(), g:contiguous(), n)
              return a, b, c, d, e
-           end, {values(s, dt) * 5 + 1, values(s, dt), values({n}, dt)})
+           end, {values(s, dt) * 5 + 1, values(s, dt), values({n}, dt)},
+           -- one feature: gx = inv gy (1 - x^2 inv^2) = inv gy eps / (x^2 + eps)
+           -- cancels to a few digits, and the GPU's contracted multiply-adds
+           -- round it otherwise than the CPU (3.7e-10 apart on an H200)
+           n == 1 and dt == "float64" and 1e-8 or nil)
     end
   end
 end
