@@ -23,7 +23,7 @@
 
 #include "attention.cuh"
 
-#define NW 4                         /* warps a block */
+#define NW 8                         /* warps a block */
 #define DT (32 * NW)                 /* threads a block */
 #define DQ 8                         /* queries at most */
 #define DMAX 256                     /* d_k, d_v at most */
@@ -168,10 +168,12 @@ static int decode (const qkv_attn_plan &P) {
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   }
-  /* blocks for every SM twice over, no split under SPLIT_MIN keys */
+  /* blocks for every SM 8 times over (a warp has one key's loads in
+     flight at a time: the SMs need many warps to cover memory's latency),
+     no split under SPLIT_MIN keys */
   int64_t nsplit = 1, most = P.nk / SPLIT_MIN;
-  if (P.nbatch < 2 * (int64_t)sms && most > 1) {
-    nsplit = (2 * sms + P.nbatch - 1) / P.nbatch;
+  if (P.nbatch < 8 * (int64_t)sms && most > 1) {
+    nsplit = (8 * sms + P.nbatch - 1) / P.nbatch;
     nsplit = nsplit < most ? nsplit : most;
   }
   int64_t klen = (P.nk + nsplit - 1) / nsplit;
