@@ -96,10 +96,13 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 NVCC_FLAGS = -O3 -std=c++20 $(CUDA_ARCH) -Werror all-warnings \
   -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden -MMD -MP
 CUDA_SRC := $(wildcard vm/cuda/*.cu)
-CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+# the text of the kernels that jit.cu compiles at run time (mods_kernels.cuh
+# and the headers it includes), embedded by vm/cuda/embed.py
+CUDA_TEXT := $(BUILD)/obj/gen/mods_text.o
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o) $(CUDA_TEXT)
 CUDA_SO := $(BUILD)/qkv_cuda.so
 ifeq ($(CUDA),1)
-CUDA_TARGET := $(CUDA_SO)
+CUDA_TARGET := $(CUDA_SO) $(BUILD)/jit_check
 endif
 # the stdlib precompiled, which the executable loads instead of a source
 # that is not newer (vm/cli/main.c); stock Lua and installs read the sources
@@ -135,6 +138,15 @@ $(BUILD)/obj/bindings/cairo/%.o: bindings/cairo/%.c
 $(BUILD)/obj/vm/cuda/%.o: vm/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/gen/mods_text.cpp: vm/cuda/embed.py vm/cuda/mods_kernels.cuh $(wildcard vm/common/*.h) \
+  vm/core/qkv.h vm/core/half.h
+	@mkdir -p $(dir $@)
+	$(PYTHON) vm/cuda/embed.py vm/cuda/mods_kernels.cuh qkv_cu_mods_text $@
+
+$(CUDA_TEXT): $(BUILD)/gen/mods_text.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -O1 -fPIC -fvisibility=hidden -c $< -o $@
 
 # cuDNN's fused attention for the halves (vm/cuda/cudnn.cpp): built with
 # cuDNN's headers, its graph API's (nvidia-cudnn-cu13) and NVIDIA's
@@ -244,6 +256,13 @@ $(TESTES)/libs/lib2-v2.so: $(TESTES)/.copied
 $(BUILD)/ptydrive: tests/tools/ptydrive.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra -Werror -D_XOPEN_SOURCE=700 $(CFLAGS) -o $@ $< $(PTY_LIBS)
+
+# the kernels the GPU compiles at run time, compiled with NVRTC here
+# (tests/tools/jit_check.c; tests/tools/passes.sh runs it after the
+# simulation's pass, on the texts that pass compiled)
+$(BUILD)/jit_check: tests/tools/jit_check.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE $(CFLAGS) -o $@ $< -ldl
 
 # the CPU's kernels behind the CUDA plugin's interface, for `make test`'s
 # second pass (tests/tools/fakecuda.c): every suite with "cuda" as the

@@ -15,7 +15,12 @@
 #   cudasim     the cross-backend suite, every part of tests/backends/cuda/,
 #               on the CUDA kernels built for the host simulation
 #               (build/simcuda.so, made here by make)
-#   cudasim-warps   the same with each warp running ahead to the next barrier
+#               and then the variants' kernels that pass compiled from their
+#               programs (build/cudasim/jit/*.cu) compiled again with NVRTC
+#               for sm_90, through the real plugin (build/jit_check), where
+#               nvcc built it
+#   cudasim-warps   the same with each warp running ahead to the next barrier,
+#               and the variants' programs interpreted (QKV_CUDA_JIT=0)
 # Each test may run 600 s (--timeout; the runner's default, 60 s, is for a
 # user's own suites): only a hang takes that long, on any machine however
 # busy, and a test under the sanitizers or beside other work may run past a
@@ -43,7 +48,15 @@ pass() {
 # that pass's failure (and the next one's)
 sim() {
   "$MAKE" --no-print-directory BUILD="$BUILD" "$SIM" || return
-  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test --timeout "$TIMEOUT" tests/backends/cuda/
+  # compiled texts older than this simulation are never found again
+  [ -d "$BUILD/cudasim/jit" ] && find "$BUILD/cudasim/jit" -type f ! -newer "$SIM" -delete
+  env "$@" QKV_CUDA_PLUGIN="$SIM" "$QKV" test --timeout "$TIMEOUT" tests/backends/cuda/ || return
+  case "$*" in *QKV_CUDA_JIT=0*) return 0 ;; esac
+  [ -x "$BUILD/jit_check" ] && [ -f "$BUILD/qkv_cuda.so" ] || return 0
+  out=$("$BUILD/jit_check" "$BUILD/qkv_cuda.so" "$BUILD/cudasim/jit" 90)
+  rc=$?
+  printf '%s\n' "$out" | grep -v '^ok '
+  [ "$rc" != 1 ]
 }
 
 run() {
@@ -57,7 +70,7 @@ run() {
           --device cuda tests/
       fi ;;
     cudasim) pass cudasim sim SIM_ORDER=forward ;;
-    cudasim-warps) pass cudasim-warps sim SIM_ORDER=warps ;;
+    cudasim-warps) pass cudasim-warps sim SIM_ORDER=warps QKV_CUDA_JIT=0 ;;
     *) echo "passes.sh: no pass '$1' (suites, device, cudasim, cudasim-warps)" >&2; exit 2 ;;
   esac
 }

@@ -9,8 +9,10 @@
 #ifndef QKV_CUDA_MODS_CUH
 #define QKV_CUDA_MODS_CUH
 
+#include <string>
+
 #include "attention.cuh"
-#include "../common/mods.h"
+#include "mods_kernels.cuh"
 
 /* the backend's entries attention_mods and attention_mods_backward
    (backend.h says what they take; mods.cu, attention_bwd.cu) */
@@ -24,15 +26,21 @@ int qkv_cuda_attention_mods_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor 
                                      double scale, const qkv_tensor *lse, qkv_attn_mods *M);
 
 /*
-** M's program and views as the kernels read them (the device copy, dev)
-** and the program's length, which picks the size of the kernels' arrays
+** M's program and views as the kernels read them (the device copy, dev),
+** the program's length, which picks the size of the interpreter's arrays
 ** of values (a few instructions, the usual mod, need no 2 KiB of local
-** memory a thread).
+** memory a thread), and the program compiled as code (jit.cu), or NULL
+** where the interpreter runs it.
 */
+struct qkv_cu_jit;
 struct qkv_cu_mods {
   qkv_attn_mods *dev;
   int n;
+  qkv_cu_jit *jit;
 };
+
+/* the source of the kernels of program G as code (mods_gen.cu) */
+int qkv_cu_mods_source(const qkv_mod_prog *G, std::string *src);
 
 /*
 ** For the plan P (the heads are its last batch dim): a device copy of M

@@ -1,7 +1,8 @@
 -- test_variants.lua: the cross-backend suite's attention variants
 -- (score_mod, mask_mod, block masks: stdlib/qkv/variants/). The GPU runs
--- them fused (vm/cuda/mods.cu, an interpreter of the program; block kinds
--- are made on the CPU, test_coverage.lua's LATER), and must give the
+-- them fused (vm/cuda/mods.cu: the program as code compiled at run time,
+-- else an interpreter of it; block kinds are made on the CPU,
+-- test_coverage.lua's LATER), and must give the
 -- CPU's fused values: both paths of the library's variants and of mods
 -- with captured tensors, the weights, and the gradients to q, k, v and a
 -- captured bias
@@ -131,4 +132,46 @@ function TestCudaVariants:testIndexOutOfRange()
   lu.assertFalse(ok2)
   lu.assertStrContains(e2, "index 1 of the captured tensor (2, 30) is 3")
   lu.assertEquals(e2, e1)
+end
+
+-- which kernels ran: the program compiled as code (NVRTC on a GPU, the
+-- host's compiler on the simulation), or the interpreter where
+-- QKV_CUDA_JIT=0 (the simulation's second pass) or no NVRTC is found
+function TestCudaVariants:testCompiledOrInterpreted()
+  need()
+  local q = values({2, 6, 4}, "float32"):cuda()
+  qkv.attention(q, q, q, {weights = false, score_mod = V.softcap(2)})
+  local ran = qkv.cuda.attention_backend()
+  if ran == "cpu" then return end                 -- build/fakecuda.so runs the CPU's
+  local sim = (os.getenv("QKV_CUDA_PLUGIN") or ""):find("simcuda") ~= nil
+  if os.getenv("QKV_CUDA_JIT") == "0" then
+    lu.assertEquals(ran, "mods")
+  elseif ran == "mods" and not sim then
+    lu.skip("no libnvrtc on the library path: the interpreter ran")
+  else
+    lu.assertEquals(ran, "mods-jit")
+  end
+end
+
+-- a program longer than the interpreter's short form (32 values a
+-- thread), forward and backward, with a captured tensor in it
+function TestCudaVariants:testLongProgram()
+  need()
+  local function mod(t)
+    return function(s, b, h, i, j)
+      local x = s
+      for n = 1, 12 do x = x + ((i * n - j) / (n + 1)):sin() * 0.1 end
+      return x + t[{h, j}]
+    end
+  end
+  for _, dt in ipairs({"float32", "float64"}) do
+    local q, k, v = values({2, 3, 21, 4}, dt), values({2, 3, 21, 4}, dt), values({2, 3, 21, 4}, dt)
+    same(dt .. " long program", function(a, b, c, t)
+      a, b, c, t = a:detach():requires_grad_(), b:detach():requires_grad_(),
+                   c:detach():requires_grad_(), t:detach():requires_grad_()
+      local out = qkv.attention(a, b, c, {weights = false, score_mod = mod(t), causal = true})
+      out:sum():backward()
+      return out, a.grad, b.grad, c.grad, t.grad
+    end, {q, k, v, values({3, 21}, dt)})
+  end
 end

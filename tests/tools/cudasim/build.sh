@@ -40,7 +40,8 @@ done
 FLAGS="-std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-strict-aliasing -pthread \
   -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers \
   -Wno-unknown-pragmas \
-  -I$OUT/include -I$SRC $SIMFLAGS"
+  -I$OUT/include -I$SRC $SIMFLAGS \
+  -DQKV_SIM_DIR=\"$here/$SIM\" -DQKV_SIM_JIT=\"$here/$OUT/jit\""
 
 # compile one source into $OUT/obj when it, a header, or this script changed
 compile () {       # src obj
@@ -70,6 +71,13 @@ for cu in $SRC/*.cu; do
     pids=""
   fi
 done
+# the text jit.cu compiles at run time (vm/cuda/embed.py), as the plugin's
+python3 $SRC/embed.py $SRC/mods_kernels.cuh qkv_cu_mods_text "$OUT/gen/mods_text.cpp.new"
+cmp -s "$OUT/gen/mods_text.cpp.new" "$OUT/gen/mods_text.cpp" 2>/dev/null || \
+  mv "$OUT/gen/mods_text.cpp.new" "$OUT/gen/mods_text.cpp"
+rm -f "$OUT/gen/mods_text.cpp.new"
+objs="$objs $OUT/obj/mods_text.o"
+compile "$OUT/gen/mods_text.cpp" "$OUT/obj/mods_text.o"
 # the simulation's own sources, as sim_X.o (a .cu may share a name)
 for cpp in $SIM/*.cpp; do
   o="$OUT/obj/sim_$(basename "$cpp" .cpp).o"
