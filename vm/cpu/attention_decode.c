@@ -215,11 +215,6 @@ static void keys (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *
   (D->bf16 ? keys_bf16 : keys_f32)(D, b, j0, j1, qs, s, m, l, o);
 }
 
-/* lse's element i: float32, for float32 and bfloat16 jobs alike */
-static void put_lse (const qkv_attn_plan *P, int64_t i, float m, float l) {
-  if (P->lse) ((float *)P->lse)[i] = l == 0 ? -INFINITY : m + logf(l);
-}
-
 /* batch item b's outputs (and lse) from m, l, o */
 static void finish (const dec *D, int64_t b, const float *m, const float *l, const float *o) {
   const qkv_attn_plan *P = &D->J->p;
@@ -232,7 +227,9 @@ static void finish (const dec *D, int64_t b, const float *m, const float *l, con
       for (int64_t c = 0; c < dv; c++) ((uint16_t *)P->out)[at + c] = qkv_f2bf(src[c] * inv);
     else
       for (int64_t c = 0; c < dv; c++) ((float *)P->out)[at + c] = src[c] * inv;
-    put_lse(P, b * P->nq + r, m[r], l[r]);
+    /* m + log(l) in float32, as m and l are; qkv_attn_lse_at stores it as
+       float32 for float32 and bfloat16 jobs alike */
+    if (P->lse) qkv_attn_lse_at(D->J, b * P->nq + r, l[r] == 0 ? -INFINITY : m[r] + logf(l[r]));
   }
 }
 
