@@ -28,8 +28,8 @@
 
 #ifdef QKV_VEXP_X86
 
+/* its limits, besides DQ queries at most (attention_job.h) */
 enum {
-  DQ = 8,            /* at most this many queries */
   DMAX = 512,        /* d_k, d_v at most this, multiples of 8 */
   SPLIT_MIN = 512    /* keys a split at least */
 };

@@ -27,6 +27,11 @@
 #define BQ 384
 #define BK 96
 
+/* a decode step's queries at most: a job of this many or fewer may go to
+   attention_decode.c (qkv_attn_decode_fits), so attention.c keeps such a
+   bfloat16 one where there is no tile unit */
+#define DQ 8
+
 /* below this many multiply-adds the whole call runs on one thread */
 #define PAR_MIN_WORK 200000.0
 
