@@ -308,7 +308,7 @@ int qkv_attn_decode (const job *J) {
   const qkv_attn_plan *P = &J->p;
   dec D = {J, P->dtype == QKV_BF16, 1, P->nk, NULL};
   int T = qkv_par_threads();
-  double work = (double)P->nbatch * (double)P->nq * (double)P->nk * (double)(P->dk + P->dv);
+  double work = qkv_attn_work(P);
   if (T > 1 && work >= PAR_MIN_WORK && P->nbatch < 2 * T) {
     int64_t want = (2 * T + P->nbatch - 1) / P->nbatch, most = P->nk / SPLIT_MIN;
     D.nsplit = want < most ? want : most > 1 ? most : 1;
