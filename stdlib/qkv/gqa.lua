@@ -21,12 +21,13 @@ local M = {}
 local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
 local function shape(t) return tostring(t.shape) end
 local open = require("qkv.methods").open_tensor
+local what = require("qkv.methods").what_arg
 
 -- the heads of Q, K, V checked: H, H_kv and G = H / H_kv
 local function heads(fname, q, k, v)
   for _, p in ipairs{{"Q", q}, {"K", k}, {"V", v}} do
     if not open(p[2]) then
-      fail("%s: %s must be a tensor, got %s", fname, p[1], qkv.is_tensor(p[2]) and "a closed tensor" or type(p[2]))
+      fail("%s: %s must be a tensor, got %s", fname, p[1], what(p[2]))
     end
   end
   if q:dim() < 3 or k:dim() < 3 or v:dim() < 3 then

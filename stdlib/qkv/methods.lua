@@ -15,6 +15,10 @@
 --   methods.open_tensor(v)             whether v is a tensor that is not
 --                                      closed (local x <close> ended it: it
 --                                      answers nothing but errors)
+--   methods.what_arg(v)                what v is, for a bad argument's
+--                                      message: its dtype and shape
+--                                      ("float32 (2, 3)"), "a closed
+--                                      tensor", or its type
 
 local qkv = require "qkv"
 
@@ -22,6 +26,11 @@ local M = {}
 
 function M.open_tensor(v)
   return qkv.is_tensor(v) and pcall(function() return v.dtype end)
+end
+
+function M.what_arg(v)
+  if M.open_tensor(v) then return v.dtype .. " " .. tostring(v.shape) end
+  return qkv.is_tensor(v) and "a closed tensor" or type(v)
 end
 
 function M.is_a(v, cls)

@@ -7,7 +7,10 @@ local qkv = require "qkv"
 
 local M = {}
 
-local show_timing, over = true, 0.01
+-- the seconds over which a command's wall time shows: at the start and
+-- whenever timing is given a boolean
+local DEFAULT_OVER = 0.01
+local show_timing, over = true, DEFAULT_OVER
 
 -- qkv.repl.timing([on | seconds]): show the wall time of commands over
 -- 10 ms (true), none (false), or those over the seconds given
@@ -21,7 +24,7 @@ function M.timing(on)
     if type(on) ~= "boolean" then
       error("timing: bad argument #1 (boolean or seconds expected, got " .. type(on) .. ")", 2)
     end
-    show_timing, over = on, 0.01
+    show_timing, over = on, DEFAULT_OVER
   end
   return show_timing
 end

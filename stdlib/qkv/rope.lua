@@ -29,6 +29,7 @@ local function fail(fmt, ...) error(string.format(fmt, ...), 4) end
 
 local function shape(t) return tostring(t.shape) end
 local open = require("qkv.methods").open_tensor
+local what = require("qkv.methods").what_arg
 
 local INT = {int64 = true, int32 = true, int16 = true, int8 = true, uint8 = true}
 local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
@@ -79,7 +80,7 @@ end
 -- x checked: a floating tensor (..., n, d), d even
 function M.check_x(fname, x)
   if not open(x) then
-    fail("%s: x must be a tensor (..., n, d), got %s", fname, qkv.is_tensor(x) and "a closed tensor" or type(x))
+    fail("%s: x must be a tensor (..., n, d), got %s", fname, what(x))
   end
   if not FLOAT[x.dtype] or x:dim() < 2 then
     fail("%s: x must be a floating tensor (..., n, d), got %s %s", fname, x.dtype, shape(x))
@@ -104,7 +105,7 @@ function M.positions(fname, x, pos, max)
   end
   if not open(pos) or not INT[pos.dtype] or pos:dim() < 1 or pos:dim() > 2 then
     fail("%s: positions must be an integer >= 1 or an integer tensor (n) or (B, n), got %s", fname,
-         open(pos) and pos.dtype .. " " .. shape(pos) or qkv.is_tensor(pos) and "a closed tensor" or type(pos))
+         what(pos))
   end
   if pos:size(-1) ~= n then
     fail("%s: positions %s do not match x %s: they need n = %d", fname, shape(pos), shape(x), n)

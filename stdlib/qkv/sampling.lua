@@ -25,12 +25,7 @@ local function fail(fmt, ...) error(string.format(fmt, ...), 3) end
 local function shape(t) return tostring(t.shape) end
 local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 local open = require("qkv.methods").open_tensor
-
--- what v is, for messages: dtype and shape, a closed tensor, or its type
-local function what(v)
-  if open(v) then return v.dtype .. " " .. shape(v) end
-  return qkv.is_tensor(v) and "a closed tensor" or type(v)
-end
+local what = require("qkv.methods").what_arg     -- dtype and shape, a closed tensor, or its type
 
 -- opts checked by the library's one checker (qkv._checkopts): the known
 -- keys, read once; flags must be booleans

@@ -353,7 +353,7 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
        (autograd's) runs in float32; a few queries may go to the decode
        kernel (below), which reads bfloat16 K and V as they are */
     amx = isfinite(scale) && scale != 0 && q->size[q->ndim - 1] > 0 && qkv_cpu_has_amx() && !lse;
-    if (!amx && !(q->ndim >= 2 && q->size[q->ndim - 2] <= 8))
+    if (!amx && !(q->ndim >= 2 && q->size[q->ndim - 2] <= DQ))
 #endif
       return QKV_EDTYPE;
   } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {

@@ -28,8 +28,8 @@
 
 #ifdef QKV_VEXP_X86
 
+/* its limits, besides DQ queries at most (attention_job.h) */
 enum {
-  DQ = 8,            /* at most this many queries */
   DMAX = 512,        /* d_k, d_v at most this, multiples of 8 */
   SPLIT_MIN = 512    /* keys a split at least */
 };
@@ -215,11 +215,6 @@ static void keys (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *
   (D->bf16 ? keys_bf16 : keys_f32)(D, b, j0, j1, qs, s, m, l, o);
 }
 
-/* lse's element i: float32, for float32 and bfloat16 jobs alike */
-static void put_lse (const qkv_attn_plan *P, int64_t i, float m, float l) {
-  if (P->lse) ((float *)P->lse)[i] = l == 0 ? -INFINITY : m + logf(l);
-}
-
 /* batch item b's outputs (and lse) from m, l, o */
 static void finish (const dec *D, int64_t b, const float *m, const float *l, const float *o) {
   const qkv_attn_plan *P = &D->J->p;
@@ -232,7 +227,9 @@ static void finish (const dec *D, int64_t b, const float *m, const float *l, con
       for (int64_t c = 0; c < dv; c++) ((uint16_t *)P->out)[at + c] = qkv_f2bf(src[c] * inv);
     else
       for (int64_t c = 0; c < dv; c++) ((float *)P->out)[at + c] = src[c] * inv;
-    put_lse(P, b * P->nq + r, m[r], l[r]);
+    /* m + log(l) in float32, as m and l are; qkv_attn_lse_at stores it as
+       float32 for float32 and bfloat16 jobs alike */
+    if (P->lse) qkv_attn_lse_at(D->J, b * P->nq + r, l[r] == 0 ? -INFINITY : m[r] + logf(l[r]));
   }
 }
 
@@ -311,7 +308,7 @@ int qkv_attn_decode (const job *J) {
   const qkv_attn_plan *P = &J->p;
   dec D = {J, P->dtype == QKV_BF16, 1, P->nk, NULL};
   int T = qkv_par_threads();
-  double work = (double)P->nbatch * (double)P->nq * (double)P->nk * (double)(P->dk + P->dv);
+  double work = qkv_attn_work(P);
   if (T > 1 && work >= PAR_MIN_WORK && P->nbatch < 2 * T) {
     int64_t want = (2 * T + P->nbatch - 1) / P->nbatch, most = P->nk / SPLIT_MIN;
     D.nsplit = want < most ? want : most > 1 ? most : 1;

@@ -27,6 +27,11 @@
 #define BQ 384
 #define BK 96
 
+/* a decode step's queries at most: a job of this many or fewer may go to
+   attention_decode.c (qkv_attn_decode_fits), so attention.c keeps such a
+   bfloat16 one where there is no tile unit */
+#define DQ 8
+
 /* below this many multiply-adds the whole call runs on one thread */
 #define PAR_MIN_WORK 200000.0
 
@@ -58,11 +63,16 @@ typedef struct {
   void *block;                      /* holds s, m, l, qt, alpha and mx */
 } scratch;
 
+/* the plan's multiply-adds, both products of every query with every key
+   (causal cuts not counted), weighed against PAR_MIN_WORK by the tile
+   path (qkv_attn_threaded) and the decode kernel alike */
+static inline double qkv_attn_work (const qkv_attn_plan *P) {
+  return (double)P->nbatch * (double)P->nq * (double)P->nk * (double)(P->dk + P->dv);
+}
+
 /* whether the job's items are worth more than one thread */
 static inline int qkv_attn_threaded (const job *J) {
-  const qkv_attn_plan *P = &J->p;
-  double work = (double)P->nbatch * (double)P->nq * (double)P->nk * (double)(P->dk + P->dv);
-  return P->items > 1 && work >= PAR_MIN_WORK;
+  return J->p.items > 1 && qkv_attn_work(&J->p) >= PAR_MIN_WORK;
 }
 
 /* lse's element r (batch b's query i is b nq + i) = v: float64 for a

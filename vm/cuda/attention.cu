@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "attention.cuh"
+#include "exlog.cuh"
 #include "cudnn.h"
 
 #define NT 256                       /* threads a block */
@@ -53,11 +54,6 @@
 #define BUDGET (200 * 1024)
 
 /* ---- the kernel ---- */
-
-__device__ static inline float ex (float x) { return expf(x); }
-__device__ static inline double ex (double x) { return exp(x); }
-__device__ static inline float lg (float x) { return logf(x); }
-__device__ static inline double lg (double x) { return log(x); }
 
 /* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
    at dst, ld apart, by all the block's threads */

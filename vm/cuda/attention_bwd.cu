@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "attention.cuh"
+#include "exlog.cuh"
 #include "cudnn.h"
 #include "mods.cuh"
 #include "../common/layout.h"
@@ -46,9 +47,6 @@ typedef struct {
 } chunk;
 
 /* ---- kernels ---- */
-
-__device__ static inline float ex (float x) { return expf(x); }
-__device__ static inline double ex (double x) { return exp(x); }
 
 __device__ static double warp_sum (double x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "attention.cuh"
+#include "exlog.cuh"
 
 #define NW 8                         /* warps a block */
 #define DT (32 * NW)                 /* threads a block */
@@ -29,11 +30,6 @@
 #define DMAX 256                     /* d_k, d_v at most */
 #define SPLIT_MIN 64                 /* keys a split at least */
 #define FULL 0xffffffffu
-
-__device__ static inline float ex (float x) { return expf(x); }
-__device__ static inline double ex (double x) { return exp(x); }
-__device__ static inline float lg (float x) { return logf(x); }
-__device__ static inline double lg (double x) { return log(x); }
 
 int qkv_cu_decode_fits (const qkv_attn_plan &P) {
   return (P.dtype == QKV_F32 || P.dtype == QKV_F64) && P.nq <= DQ && !P.has_mask && P.dk > 0 &&

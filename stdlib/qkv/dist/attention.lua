@@ -46,6 +46,7 @@
 local qkv = require "qkv"
 local D = require "qkv.dist"
 local Ring = require "qkv.dist.ring"
+local what_arg = require("qkv.methods").what_arg
 D._library(debug.getinfo(1, "S").source)
 
 local M = {}
@@ -97,8 +98,7 @@ local function options(fname, opts)
   end
   if opts.mask ~= nil then
     if not qkv.is_tensor(opts.mask) or not pcall(function() return opts.mask.ndim end) then
-      fail("dist.%s: option 'mask' must be a tensor, got %s", fname,
-           qkv.is_tensor(opts.mask) and "a closed tensor" or type(opts.mask))
+      fail("dist.%s: option 'mask' must be a tensor, got %s", fname, what_arg(opts.mask))
     end
   end
   return opts.causal == true, opts.mask, opts.scale

@@ -429,14 +429,15 @@ function Module:repr(indent)
 end
 
 -- a constructor's options checked, and its dtype ("float32" by default,
--- or "float64"; halves: "float16" and "bfloat16" too)
+-- or "float64"; halves: "float16" and "bfloat16" too, FLOATS)
+local WIDE = {float32 = true, float64 = true}
 local function opts_of(fname, opts, known, flags, halves)
   opts = checkopts(fname, opts, known, flags)
   local dt = opts.dtype or "float32"
-  if halves and dt ~= "float32" and dt ~= "float64" and dt ~= "float16" and dt ~= "bfloat16" then
-    fail(fname, "dtype must be 'float32', 'float64', 'float16' or 'bfloat16', got %s", tostring(dt))
-  elseif not halves and dt ~= "float32" and dt ~= "float64" then
-    fail(fname, "dtype must be 'float32' or 'float64', got %s", tostring(dt))
+  if not (halves and FLOATS or WIDE)[dt] then
+    fail(fname, "dtype must be %s, got %s",
+         halves and "'float32', 'float64', 'float16' or 'bfloat16'" or "'float32' or 'float64'",
+         tostring(dt))
   end
   return opts, dt
 end

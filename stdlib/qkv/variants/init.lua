@@ -26,6 +26,7 @@ local qkv = require "qkv"
 local trace = require "qkv.variants.trace"
 local replay = require "qkv.variants.replay"
 local open_tensor = require("qkv.methods").open_tensor
+local what_arg = require("qkv.methods").what_arg
 
 local M = {}
 local issym = trace.issym
@@ -379,8 +380,7 @@ function M.attention(q, k, v, opts, ...)
                          s:is_contiguous() and s:dim() == 4 and s:size(1) == K:size(1) and
                          s:size(2) == K:size(2) and s:size(3) == nq and s:size(4) == 2) then
       fail("attention: block_mask.spans must be the int32 (%d, %d, %d, 2) tensor block_mask made, got %s",
-           K:size(1), K:size(2), nq, open_tensor(s) and s.dtype .. " " .. shape(s)
-           or qkv.is_tensor(s) and "a closed tensor" or type(s))
+           K:size(1), K:size(2), nq, what_arg(s))
     end
   end
   local T = trace.new("attention", q.device)
