@@ -139,7 +139,7 @@ $(BUILD)/obj/vm/cuda/%.o: vm/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD)/gen/mods_text.cpp: vm/cuda/embed.py vm/cuda/mods_kernels.cuh $(wildcard vm/common/*.h) \
+$(BUILD)/gen/mods_text.cpp: vm/cuda/embed.py $(wildcard vm/cuda/*.cuh) $(wildcard vm/common/*.h) \
   vm/core/qkv.h vm/core/half.h
 	@mkdir -p $(dir $@)
 	$(PYTHON) vm/cuda/embed.py vm/cuda/mods_kernels.cuh qkv_cu_mods_text $@

@@ -11,8 +11,6 @@
 
 #include <math.h>
 
-#include "cuda.cuh"
-
 __device__ static inline float ex (float x) { return expf(x); }
 __device__ static inline double ex (double x) { return exp(x); }
 __device__ static inline float lg (float x) { return logf(x); }

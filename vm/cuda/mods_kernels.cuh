@@ -40,6 +40,7 @@
 #ifndef QKV_CUDA_MODS_KERNELS_CUH
 #define QKV_CUDA_MODS_KERNELS_CUH
 
+#include "exlog.cuh"
 #include "../common/attention_plan.h"
 #include "../common/mods.h"
 
@@ -63,11 +64,6 @@ struct qkv_mod_pair {
   int64_t b, h, i, j;
   double score;
 };
-
-__device__ static inline float qkv_mods_ex (float x) { return expf(x); }
-__device__ static inline double qkv_mods_ex (double x) { return exp(x); }
-__device__ static inline float qkv_mods_lg (float x) { return logf(x); }
-__device__ static inline double qkv_mods_lg (double x) { return log(x); }
 
 /* ---- what both evaluators share ---- */
 
@@ -236,10 +232,10 @@ __device__ static void qkv_mods_forward (const qkv_attn_plan &P, qkv_attn_mods *
           mx = x > mx ? x : mx;                /* the max skips NaN, as the CPU's */
         }
         const T mnew = mx > m ? mx : m;
-        const T alpha = mnew == m ? (T)1 : qkv_mods_ex(m - mnew);      /* 0 at first */
+        const T alpha = mnew == m ? (T)1 : ex(m - mnew);      /* 0 at first */
         T sum = 0;
         for (int c = 0; c < ck; c++) {
-          s[c] = s[c] == ninf ? (T)0 : qkv_mods_ex(s[c] - mnew);      /* NaN stays */
+          s[c] = s[c] == ninf ? (T)0 : ex(s[c] - mnew);      /* NaN stays */
           sum += s[c];
         }
         l = l * alpha + sum;
@@ -255,7 +251,7 @@ __device__ static void qkv_mods_forward (const qkv_attn_plan &P, qkv_attn_mods *
     /* out = O / l, zeros where no key was kept; lse = m + log l, -inf there */
     const T rinv = l == 0 ? (T)0 : (T)(1.0 / (double)l);
     for (int64_t d = 0; d < P.dv; d++) o[d] = l == 0 ? (T)0 : o[d] * rinv;
-    if (P.lse) ((T *)P.lse)[t * P.nq + i] = l == 0 ? ninf : m + qkv_mods_lg(l);
+    if (P.lse) ((T *)P.lse)[t * P.nq + i] = l == 0 ? ninf : m + lg(l);
   }
 }
 
