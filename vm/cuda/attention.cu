@@ -43,170 +43,20 @@
 #include <string.h>
 
 #include "attention.cuh"
-#include "exlog.cuh"
+#include "attention_kernel.cuh"
 #include "cudnn.h"
 
-#define NT 256                       /* threads a block */
-#define RG (NT / 16)                 /* row groups: 16 threads a row */
-#define FULL 0xffffffffu
+#define NT QKV_ATTN_NT               /* threads a block */
 
 /* a block's shared memory at most (the device's own limit if lower) */
 #define BUDGET (200 * 1024)
 
-/* ---- the kernel ---- */
+/* ---- the kernel (attention_kernel.cuh) ---- */
 
-/* rows [r0, r0 + n) of op (n <= rows, the rest zeros) to a rows x w tile
-   at dst, ld apart, by all the block's threads */
-template <typename T>
-__device__ static void load_tile (T *dst, int ld, int rows, int w, const qkv_attn_view &op,
-                                  int64_t boff, int64_t r0, int n) {
-  const T *src = (const T *)op.base + boff;
-  for (int x = threadIdx.x; x < rows * w; x += NT) {
-    int i = x / w, j = x % w;
-    dst[i * ld + j] = i < n ? src[(r0 + i) * op.rs + j * op.cs] : (T)0;
-  }
-}
-
-/*
-** The item loop.  STAGED: q, k, v tiles in shared memory and O there too;
-** otherwise q, k, v are read where they lie (rows past the end clamped to
-** the last, whose scores are excluded anyway) and O is kept in out.
-*/
 template <typename T, int BQ, int BK, bool STAGED>
 __global__ void __launch_bounds__(NT) attention_kernel (qkv_attn_plan P) {
-  enum { RA = BQ / RG, CB = BK / 16, LDP = BK / 32 * 32 + 16 };
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int t = threadIdx.x, r = t / 16, c = t % 16, dk = P.dk, dv = P.dv;
-  const int ldq = dk | 1;
-  const T ninf = -(T)INFINITY, scale = (T)P.scale;
-  T *Ps = (T *)smem, *Qs = Ps + BQ * LDP, *Ks = Qs + BQ * ldq, *Vs = Ks + BK * ldq;
-  T *Os = Vs + BK * dv;
-  /* element strides of a feature step in q, k, v as the products read them */
-  const int64_t qcs = STAGED ? 1 : P.q.cs, kcs = STAGED ? 1 : P.k.cs;
-  const int64_t vrs = STAGED ? dv : P.v.rs, vcs = STAGED ? 1 : P.v.cs;
-
-  for (int64_t item = blockIdx.x; item < P.items; item += gridDim.x) {
-    int64_t b, i0, boff[4];
-    const int bq = qkv_attn_item(&P, item, &b, &i0);
-    const int64_t jend = qkv_attn_key_end(&P, i0, bq);
-    qkv_attn_batch_offsets(&P, b, boff);
-    T *out = (T *)P.out + (b * P.nq + i0) * dv;
-    T *O = STAGED ? Os : out;                  /* rows dv apart either way */
-    const unsigned char *mk = P.has_mask ? (const unsigned char *)P.mask.base + boff[3] : NULL;
-
-    __syncthreads();                           /* the last item's reads are done */
-    if (STAGED && jend > 0) load_tile<T>(Qs, ldq, BQ, dk, P.q, boff[0], i0, bq);
-    /* the thread's rows of q, as the products read them */
-    const T *qrow[RA];
-    for (int a = 0; a < RA; a++) {
-      int64_t i = i0 + r + RG * a;
-      qrow[a] = STAGED ? Qs + (r + RG * a) * ldq
-                       : (const T *)P.q.base + boff[0] + (i < P.nq ? i : P.nq - 1) * P.q.rs;
-    }
-    T m[RA], l[RA], alpha[RA];
-    for (int a = 0; a < RA; a++) {
-      m[a] = ninf;
-      l[a] = 0;
-      if (r + RG * a < bq)
-        for (int d = c; d < dv; d += 16) O[(r + RG * a) * dv + d] = 0;
-    }
-
-    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-      int bk = (int)(jend - j0 < BK ? jend - j0 : BK);
-      __syncthreads();                         /* the last tile's K, V, P reads are done */
-      if (STAGED) {
-        load_tile<T>(Ks, ldq, BK, dk, P.k, boff[1], j0, bk);
-        load_tile<T>(Vs, dv, bk, dv, P.v, boff[2], j0, bk);
-      }
-      __syncthreads();
-
-      /* 2. scores */
-      const T *krow[CB];
-      for (int bb = 0; bb < CB; bb++) {
-        int64_t j = j0 + c + 16 * bb;
-        krow[bb] = STAGED ? Ks + (c + 16 * bb) * ldq
-                          : (const T *)P.k.base + boff[1] + (j < P.nk ? j : P.nk - 1) * P.k.rs;
-      }
-      T s[RA][CB];
-      for (int a = 0; a < RA; a++)
-        for (int bb = 0; bb < CB; bb++) s[a][bb] = 0;
-      for (int kk = 0; kk < dk; kk++) {
-        T qa[RA], kb[CB];
-        for (int a = 0; a < RA; a++) qa[a] = qrow[a][kk * qcs];
-        for (int bb = 0; bb < CB; bb++) kb[bb] = krow[bb][kk * kcs];
-        for (int a = 0; a < RA; a++)
-          for (int bb = 0; bb < CB; bb++) s[a][bb] += qa[a] * kb[bb];
-      }
-      for (int a = 0; a < RA; a++) {
-        int64_t i = i0 + r + RG * a;
-        for (int bb = 0; bb < CB; bb++) {
-          int64_t j = j0 + c + 16 * bb;
-          bool keep = i < P.nq && c + 16 * bb < bk && qkv_attn_keeps(&P, mk, i, j);
-          s[a][bb] = keep ? s[a][bb] * scale : ninf;
-        }
-      }
-
-      /* 3. the online softmax; -inf - -inf is never taken */
-      for (int a = 0; a < RA; a++) {
-        T mx = ninf, sum = 0;
-        for (int bb = 0; bb < CB; bb++) mx = s[a][bb] > mx ? s[a][bb] : mx;
-        for (int o = 8; o > 0; o >>= 1) {    /* the max skips NaN, as the CPU's */
-          T y = __shfl_xor_sync(FULL, mx, o);
-          mx = y > mx ? y : mx;
-        }
-        T mnew = mx > m[a] ? mx : m[a];
-        alpha[a] = mnew == m[a] ? (T)1 : ex(m[a] - mnew);     /* 0 at first */
-        for (int bb = 0; bb < CB; bb++) {
-          T p = s[a][bb] == ninf ? (T)0 : ex(s[a][bb] - mnew);  /* NaN stays */
-          Ps[(r + RG * a) * LDP + c + 16 * bb] = p;
-          sum += p;
-        }
-        l[a] = l[a] * alpha[a] + sum;
-        m[a] = mnew;
-      }
-      __syncthreads();
-
-      /* 4. O = O alpha + P V, 64 columns a pass */
-      for (int d0 = 0; d0 < dv; d0 += 64) {
-        T acc[RA][4];
-        const T *vcol[4];
-        for (int bb = 0; bb < 4; bb++) {
-          int d = d0 + c + 16 * bb;
-          d = d < dv ? d : dv - 1;               /* read in bounds, stored never */
-          vcol[bb] = STAGED ? Vs + d : (const T *)P.v.base + boff[2] + j0 * P.v.rs + d * vcs;
-          for (int a = 0; a < RA; a++) acc[a][bb] = 0;
-        }
-        for (int jj = 0; jj < bk; jj++) {
-          T pa[RA], vb[4];
-          for (int a = 0; a < RA; a++) pa[a] = Ps[(r + RG * a) * LDP + jj];
-          for (int bb = 0; bb < 4; bb++) vb[bb] = vcol[bb][jj * vrs];
-          for (int a = 0; a < RA; a++)
-            for (int bb = 0; bb < 4; bb++) acc[a][bb] += pa[a] * vb[bb];
-        }
-        for (int a = 0; a < RA; a++) {
-          int row = r + RG * a;
-          for (int bb = 0; bb < 4; bb++) {
-            int d = d0 + c + 16 * bb;
-            if (row < bq && d < dv) O[row * dv + d] = O[row * dv + d] * alpha[a] + acc[a][bb];
-          }
-        }
-      }
-    }
-
-    /* out = O / l; a row with no key kept is zeros.  lse = m + log l (m
-       is the same in the row's 16 threads), -inf where l == 0 */
-    for (int a = 0; a < RA; a++) {
-      T sum = l[a];
-      for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
-      int row = r + RG * a;
-      T rinv = sum == 0 ? (T)0 : (T)(1.0 / (double)sum);
-      if (row < bq)
-        for (int d = c; d < dv; d += 16)
-          out[row * dv + d] = sum == 0 ? (T)0 : O[row * dv + d] * rinv;
-      if (P.lse && row < bq && c == 0)
-        ((T *)P.lse)[b * P.nq + i0 + row] = sum == 0 ? ninf : m[a] + lg(sum);
-    }
-  }
+  QKV_DYNAMIC_SMEM(smem);
+  qkv_attn_tiled<T, BQ, BK, STAGED, qkv_mods_none>(P, NULL, smem);
 }
 
 /* ---- the launch ---- */
@@ -251,19 +101,30 @@ static int smem_limits (size_t *block, size_t *half) {
 
 /* the biggest tiles that fit, two blocks to an SM where 64 x 64 or
    64 x 32 can, else one; the unstaged kernel when none fits */
-template <typename T>
-static int run (const qkv_attn_plan &P) {
-  size_t block = 0, half = 0, es = sizeof(T);
+int qkv_cu_attention_tiles (const qkv_attn_plan &P, size_t es, qkv_cu_tiles *t) {
+  size_t block = 0, half = 0;
   int err = smem_limits(&block, &half);
   if (err != QKV_OK) return err;
   int dk = (int)P.dk, dv = (int)P.dv;
-  if (smem_bytes(64, 64, dk, dv, es, true) <= half) return launch<T, 64, 64, true>(P);
-  if (smem_bytes(64, 32, dk, dv, es, true) <= half) return launch<T, 64, 32, true>(P);
-  if (smem_bytes(64, 64, dk, dv, es, true) <= block) return launch<T, 64, 64, true>(P);
-  if (smem_bytes(64, 32, dk, dv, es, true) <= block) return launch<T, 64, 32, true>(P);
-  if (smem_bytes(32, 32, dk, dv, es, true) <= block) return launch<T, 32, 32, true>(P);
-  if (smem_bytes(16, 16, dk, dv, es, true) <= block) return launch<T, 16, 16, true>(P);
-  return launch<T, 64, 64, false>(P);
+  static const struct { int bq, bk, half; } tries[] = {
+    {64, 64, 1}, {64, 32, 1}, {64, 64, 0}, {64, 32, 0}, {32, 32, 0}, {16, 16, 0}};
+  for (const auto &c : tries)
+    if (smem_bytes(c.bq, c.bk, dk, dv, es, true) <= (c.half ? half : block)) {
+      *t = {c.bq, c.bk, true, smem_bytes(c.bq, c.bk, dk, dv, es, true)};
+      return QKV_OK;
+    }
+  *t = {64, 64, false, smem_bytes(64, 64, dk, dv, es, false)};
+  return QKV_OK;
+}
+
+template <typename T>
+static int run (const qkv_attn_plan &P) {
+  qkv_cu_tiles c;
+  int err = qkv_cu_attention_tiles(P, sizeof(T), &c);
+  if (err != QKV_OK) return err;
+  if (!c.staged) return launch<T, 64, 64, false>(P);
+  if (c.bq == 64) return c.bk == 64 ? launch<T, 64, 64, true>(P) : launch<T, 64, 32, true>(P);
+  return c.bq == 32 ? launch<T, 32, 32, true>(P) : launch<T, 16, 16, true>(P);
 }
 
 /* lse, when given, gets each query's log-sum-exp (the kernels' epilogue;

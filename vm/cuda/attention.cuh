@@ -28,6 +28,17 @@ int qkv_cu_attention_mma(const qkv_attn_plan &P);
    or QKV_CUDA_ATTENTION=fp32): the caller computes in float32 then */
 int qkv_cu_attention_mma_bwd(const qkv_attn_plan &P);
 
+/* the CUDA-core kernel's tiles for P at es bytes an element: bq x bk,
+   staged in shared memory or not (attention.cu), and a block's dynamic
+   shared memory, which the variants' kernels compiled at run time take
+   too (mods.cu) */
+struct qkv_cu_tiles {
+  int bq, bk;
+  bool staged;
+  size_t smem;
+};
+int qkv_cu_attention_tiles(const qkv_attn_plan &P, size_t es, qkv_cu_tiles *t);
+
 /* a decode step's few queries (attention_decode.cu): whether it takes the
    plan (float32 or float64, at most 8 queries, no mask, heads up to 256),
    and running it there, the keys split across blocks */

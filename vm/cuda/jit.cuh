@@ -34,16 +34,19 @@ qkv_cu_jit *qkv_cu_jit_get(const char *src);
 /* the kernel called name (an extern "C" __global__ of the text), or NULL */
 const void *qkv_cu_jit_kernel(qkv_cu_jit *j, const char *name);
 
-/* k(a) on grid blocks of block threads, a the kernel's one argument */
+/* k(a) on grid blocks of block threads with smem bytes of dynamic shared
+   memory, a the kernel's one argument */
 template <typename A>
 static int qkv_cu_jit_launch (const void *k, const char *name, unsigned grid, unsigned block,
-                              A a) {
+                              size_t smem, A a) {
+  if (smem > 48 * 1024)
+    cudaCheck(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 #ifdef QKV_CUDASIM
-  sim_launch(sim_cfg(grid, block), name, (void (*)(A))k, a);
+  sim_launch(sim_cfg(grid, block, smem), name, (void (*)(A))k, a);
   cudaError_t e = cudaGetLastError();
 #else
   void *args[] = {&a};
-  cudaError_t e = cudaLaunchKernel(k, dim3(grid), dim3(block), args, 0, 0);
+  cudaError_t e = cudaLaunchKernel(k, dim3(grid), dim3(block), args, smem, 0);
 #endif
   return e == cudaSuccess ? QKV_OK : qkv_cu_fail_cuda(name, __FILE__, __LINE__, e);
 }

@@ -6,10 +6,12 @@
 ** record to device memory (qkv_cu_mods_up), then runs the program's
 ** kernels:
 **   - compiled as code for this program (mods_gen.cu, jit.cu), the first
-**     call of a program compiling them (a few hundred ms with NVRTC) and
-**     the later ones finding them;
+**     call of a program compiling them (~2 s with NVRTC on a slow CPU) and
+**     the later ones finding them; the forward is then attention.cu's
+**     tiled kernel with the program in it (attention_kernel.cuh);
 **   - else the interpreter's, compiled with the plugin, where no compiler
-**     is at hand (no libnvrtc) or QKV_CUDA_JIT=0 says so.
+**     is at hand (no libnvrtc) or QKV_CUDA_JIT=0 says so; its forward is
+**     a thread a query (mods_kernels.cuh).
 ** qkv.cuda.attention_backend() says which ran: "mods-jit" or "mods".
 */
 #include <limits.h>
@@ -18,6 +20,7 @@
 
 #include "jit.cuh"
 #include "mods.cuh"
+#include "attention_kernel.cuh"
 
 #define SMALL 32                     /* values a thread for a short program */
 
@@ -75,10 +78,14 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) 
     return qkv_cu_fail_cuda("cudaMemcpy of the program", __FILE__, __LINE__, e);
   }
   dev->dev = (qkv_attn_mods *)p;
+  /* the kernels as code: for the call's dtype (the dispatch gives float32
+     for the halves), the forward at the tiles attention.cu takes for P */
   const char *why;
-  if (qkv_cu_jit_on(&why)) {
+  if (qkv_cu_jit_on(&why) && P->dk < INT_MAX / 64 && P->dv < INT_MAX / 64) {
     std::string src;
-    int err = qkv_cu_mods_source(M->prog, &src);
+    qkv_dtype dt = P->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
+    int err = qkv_cu_attention_tiles(*P, qkv_cu_elsize(dt), &dev->tiles);
+    if (err == QKV_OK) err = qkv_cu_mods_source(M->prog, dt, dev->tiles, &src);
     if (err == QKV_OK && (dev->jit = qkv_cu_jit_get(src.c_str())) == NULL) err = QKV_ECUDA;
     if (err != QKV_OK) {
       qkv_cu_free(p);
@@ -101,19 +108,20 @@ int qkv_cu_mods_down (qkv_attn_mods *M, const qkv_cu_mods &dev) {
 
 /*
 ** Kernel what (forward, scores, grads) for T on grid blocks of threads,
-** with A: the program's compiled one, or the interpreter's for its length.
+** with A: the program's compiled one (the forward: qkv_jit_tiled, at D's
+** tiles), or the interpreter's for its length.
 */
 template <typename T>
 static int launch (const qkv_cu_mods &D, const char *what, unsigned grid, unsigned threads,
                    const qkv_mods_args &A) {
   typedef void (*kernel)(qkv_mods_args);
   const bool f = sizeof(T) == 4;
-  char name[64];
-  snprintf(name, sizeof name, "qkv_jit_%s_%c", what, f ? 'f' : 'd');
   if (D.jit) {
+    char name[64];
+    snprintf(name, sizeof name, "qkv_jit_%s", what[0] == 'f' ? "tiled" : what);
     const void *k = qkv_cu_jit_kernel(D.jit, name);
     if (k == NULL) return qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, name);
-    return qkv_cu_jit_launch(k, name, grid, threads, A);
+    return qkv_cu_jit_launch(k, name, grid, threads, what[0] == 'f' ? D.tiles.smem : 0, A);
   }
   static const kernel small[3][2] = {{small_forward_f, small_forward_d},
                                      {small_scores_f, small_scores_d},
@@ -128,13 +136,17 @@ static int launch (const qkv_cu_mods &D, const char *what, unsigned grid, unsign
   return QKV_OK;
 }
 
-/* the forward's launch, then the failure read back; dev freed either way */
+/*
+** The forward's launch, then the failure read back; dev freed either way.
+** Compiled, the tiles are attention.cu's; interpreted, a thread a query
+** and a block mask's query blocks as tiles (one kind a tile).
+*/
 template <typename T>
 static int forward (qkv_attn_plan &P, qkv_attn_mods *M, const qkv_cu_mods &dev) {
-  qkv_attn_tiles(&P, M->kinds ? M->bq : QKV_MODS_MT);  /* a block mask's query blocks: one kind a tile */
+  qkv_attn_tiles(&P, dev.jit ? dev.tiles.bq : M->kinds ? M->bq : QKV_MODS_MT);
   unsigned grid = (unsigned)(P.items < INT_MAX ? P.items : INT_MAX);
   qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0};
-  int err = launch<T>(dev, "forward", grid, QKV_MODS_MT, A);
+  int err = launch<T>(dev, "forward", grid, dev.jit ? QKV_ATTN_NT : QKV_MODS_MT, A);
   if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
   if (err == QKV_OK) qkv_cu_attention_path = dev.jit ? "mods-jit" : "mods";
   qkv_cu_free(dev.dev);

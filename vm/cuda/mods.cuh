@@ -37,10 +37,13 @@ struct qkv_cu_mods {
   qkv_attn_mods *dev;
   int n;
   qkv_cu_jit *jit;
+  qkv_cu_tiles tiles;               /* the compiled forward's */
 };
 
-/* the source of the kernels of program G as code (mods_gen.cu) */
-int qkv_cu_mods_source(const qkv_mod_prog *G, std::string *src);
+/* the source of the kernels of program G as code for dtype dt, the
+   forward at tiles t (mods_gen.cu) */
+int qkv_cu_mods_source(const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
+                       std::string *src);
 
 /*
 ** For the plan P (the heads are its last batch dim): a device copy of M

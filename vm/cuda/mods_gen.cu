@@ -1,9 +1,11 @@
 /*
 ** mods_gen.cu -- a score_mod/mask_mod program (common/mods.h) as CUDA
 ** code: the evaluator qkv_mods_gen of mods_kernels.cuh for that one
-** program, after the text of mods_kernels.cuh itself, and the kernels'
-** entries for it under extern "C" names (qkv_jit_forward_f, ...), for
-** jit.cu to compile.
+** program, after the text of attention_kernel.cuh (which holds
+** mods_kernels.cuh), and the kernels for it under extern "C" names, for
+** jit.cu to compile: qkv_jit_tiled, the forward in attention.cu's tiled
+** kernel at the tiles it would take, and the backward's qkv_jit_scores
+** and qkv_jit_grads, all for the call's dtype.
 **
 ** Each instruction becomes one line writing its value, val[v] = ...: the
 ** op a constant, so that qkv_mod_apply's switch folds to the formula (the
@@ -21,7 +23,7 @@
 
 #include "mods.cuh"
 
-/* the text of mods_kernels.cuh and what it includes (embed.py) */
+/* the text of attention_kernel.cuh and what it includes (embed.py) */
 extern const char qkv_cu_mods_text[];
 
 static void line (std::string &s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -75,11 +77,13 @@ static void body (std::string &s, const qkv_mod_prog *G, bool js) {
   }
 }
 
-int qkv_cu_mods_source (const qkv_mod_prog *G, std::string *out) {
+int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
+                        std::string *out) {
   std::string &s = *out;
   s = qkv_cu_mods_text;
   line(s, "#line 1 \"(the program's code, vm/cuda/mods_gen.cu)\"");
   line(s, "struct qkv_mods_gen {");
+  line(s, "  static const bool MODS = true;");
   line(s, "  static const int NV = %d;", G->n > 0 ? G->n : 1);
   line(s, "  __device__ static __forceinline__ void run (qkv_attn_mods *M, double *val, int want,");
   line(s, "                                              bool js, const qkv_mod_pair &e) {");
@@ -115,6 +119,18 @@ int qkv_cu_mods_source (const qkv_mod_prog *G, std::string *out) {
   }
   line(s, "  }");
   line(s, "};");
-  line(s, "QKV_MODS_ENTRIES(extern \"C\", qkv_mods_gen, qkv_jit_)");
+  /* the kernels, for the call's dtype and the forward's tiles */
+  const char *T = dt == QKV_F64 ? "double" : "float";
+  line(s, "extern \"C\" __global__ void __launch_bounds__(QKV_ATTN_NT) qkv_jit_tiled (qkv_mods_args A) {");
+  line(s, "  QKV_DYNAMIC_SMEM(smem);");
+  line(s, "  qkv_attn_tiled<%s, %d, %d, %s, qkv_mods_gen>(A.P, A.M, smem);", T, t.bq, t.bk,
+       t.staged ? "true" : "false");
+  line(s, "}");
+  line(s, "extern \"C\" __global__ void qkv_jit_scores (qkv_mods_args A) {");
+  line(s, "  qkv_mods_scores<%s, qkv_mods_gen>(A);", T);
+  line(s, "}");
+  line(s, "extern \"C\" __global__ void qkv_jit_grads (qkv_mods_args A) {");
+  line(s, "  qkv_mods_grads<%s, qkv_mods_gen>(A);", T);
+  line(s, "}");
   return QKV_OK;
 }

@@ -115,6 +115,7 @@ __device__ static inline double qkv_mods_leaf (int op, const qkv_mod_pair &e) {
 
 template <int N>
 struct qkv_mods_interp {
+  static const bool MODS = true;
   static const int NV = N;
   __device__ static void run (qkv_attn_mods *M, double *val, int want, bool js,
                               const qkv_mod_pair &e) {
@@ -156,6 +157,16 @@ struct qkv_mods_interp {
   }
 };
 
+/* no program: plain attention (attention.cu's kernel) */
+struct qkv_mods_none {
+  static const bool MODS = false;
+  static const int NV = 1;
+  __device__ static void run (qkv_attn_mods *, double *, int, bool, const qkv_mod_pair &) {}
+  __device__ static bool has (const qkv_attn_mods *, int) { return false; }
+  __device__ static double get (const qkv_attn_mods *, const double *, int) { return 0; }
+  __device__ static void grads (qkv_attn_mods *, const double *, double) {}
+};
+
 /* ---- the kernels' steps ---- */
 
 /* the kind (QKV_BLOCK_*) of the block holding query i, key j of item t */
@@ -165,6 +176,22 @@ __device__ static int qkv_mods_kind (const qkv_attn_mods *M, int64_t t, int64_t 
   int64_t b = t / M->heads, h = t % M->heads;
   int64_t r = (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
   return M->kinds[(r * M->nqb + i / M->bq) * M->nkb + j / M->bk];
+}
+
+/* the kind of the tile of queries [i0, i0 + nq) and keys [j0, j0 + nk)
+   of item t, which may cover several blocks: empty where all are, full
+   where all are, else partial */
+template <class E>
+__device__ static int qkv_mods_tile_kind (const qkv_attn_mods *M, int64_t t, int64_t i0, int nq,
+                                          int64_t j0, int nk) {
+  if (M->kinds == NULL) return qkv_mods_kind<E>(M, t, i0, j0);
+  int all = -1;
+  for (int64_t qb = i0 / M->bq; qb <= (i0 + nq - 1) / M->bq; qb++)
+    for (int64_t kb = j0 / M->bk; kb <= (j0 + nk - 1) / M->bk; kb++) {
+      int k = qkv_mods_kind<E>(M, t, qb * M->bq, kb * M->bk);
+      all = all < 0 || all == k ? k : QKV_BLOCK_PARTIAL;
+    }
+  return all;
 }
 
 /* the outputs a block of that kind computes: the score, and the mask
@@ -322,9 +349,9 @@ __device__ static void qkv_mods_grads (const qkv_mods_args &A) {
   }
 }
 
-/* the kernels' entry points for evaluator E, as NAME_f and NAME_d (float,
-   double): mods.cu instantiates them for the interpreter, the code that
-   mods_gen.cu makes for its program with extern "C" names */
+/* the interpreter's kernels' entry points for evaluator E, as NAME_f and
+   NAME_d (float, double; mods.cu); the code that mods_gen.cu makes has
+   its own, for one dtype */
 #define QKV_MODS_ENTRIES(LINK, E, NAME) \
   LINK __global__ void __launch_bounds__(QKV_MODS_MT) NAME##forward_f (qkv_mods_args A) { \
     qkv_mods_forward<float, E>(A.P, A.M); } \
