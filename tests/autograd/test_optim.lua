@@ -79,6 +79,132 @@ function TestAgainstTorch:testTheComposedStepToo()
   end, "q", " (composed)")
 end
 
+---------------------------------------------------------------- state_dict
+TestStateDict = {}
+
+local function run_steps(run, p, q, opt, from, to)
+  for s = from, to do
+    opt:zero_grad()
+    p.grad = qkv.tensor(F.gp[s], "float64")
+    if F.gq[s] then q.grad = qkv.tensor(F.gq[s], "float64") end
+    opt:step()
+  end
+end
+
+local function fresh(run, opts)
+  local p = qkv.tensor(F.p0, "float64"):requires_grad_()
+  local q = qkv.tensor(F.q0, "float64"):requires_grad_()
+  local o = {}
+  for k, v in pairs(opts or run.opts) do o[k] = v end
+  return p, q, optim[run.optim]({p, q}, o)
+end
+
+-- the state after three steps: torch.optim's names and values, each
+-- parameter's own (q had no gradient at steps 2 and 3), and the group's
+-- options as given
+function TestStateDict:testStateAsTorchNamesIt()
+  for _, run in ipairs(F.runs) do
+    local p, q, opt = fresh(run)
+    run_steps(run, p, q, opt, 1, 3)
+    local sd = opt:state_dict()
+    local what = describe(run)
+    local got = {}
+    for i in pairs(sd.state) do got[#got + 1] = i end
+    local want = {}
+    for i in pairs(run.state3) do want[#want + 1] = i end
+    table.sort(got)
+    table.sort(want)
+    lu.assertEquals(got, want, what)
+    for i, st in pairs(run.state3) do
+      local mine = sd.state[i]
+      local names = {}
+      for k in pairs(mine) do names[#names + 1] = k end
+      local theirs = {}
+      for k in pairs(st) do theirs[#theirs + 1] = k end
+      table.sort(names)
+      table.sort(theirs)
+      lu.assertEquals(names, theirs, what .. " state " .. i)
+      for k, v in pairs(st) do
+        if k == "step" then lu.assertEquals(mine.step, v, what)
+        else assertNear(mine[k], qkv.tensor(v, "float64"), what .. " " .. k) end
+      end
+    end
+    local g = sd.param_groups[1]
+    lu.assertEquals(#sd.param_groups, 1)
+    lu.assertEquals(g.params, {1, 2})
+    for k, v in pairs(run.opts) do lu.assertEquals(g[k], v, what .. " " .. k) end
+  end
+end
+
+-- three steps, a checkpoint written and read (qkv.save of a table), a new
+-- optimizer with other options loading it: steps 4 and 5 are torch's
+function TestStateDict:testResumedRunIsTorchsStepForStep()
+  local path = os.tmpname()
+  for _, run in ipairs(F.runs) do
+    local p, q, opt = fresh(run)
+    run_steps(run, p, q, opt, 1, 3)
+    qkv.save(path, {model = {p = p, q = q}, optim = opt:state_dict(), step = 3})
+    local ck = qkv.load(path)
+    lu.assertEquals(ck.step, 3)
+    local p2 = ck.model.p:clone():requires_grad_()
+    local q2 = ck.model.q:clone():requires_grad_()
+    local opt2 = optim[run.optim]({p2, q2}, {lr = 0.5})
+    opt2:load_state_dict(ck.optim)
+    run_steps(run, p2, q2, opt2, 4, 5)
+    local what = describe(run) .. " resumed"
+    assertNear(p2, qkv.tensor(run.p[5], "float64"), what .. " p")
+    assertNear(q2, qkv.tensor(run.q[5], "float64"), what .. " q")
+  end
+  os.remove(path)
+end
+
+-- a state_dict that does not fit is an error naming what, and changes
+-- nothing: the next step is the one the optimizer would have taken
+function TestStateDict:testMisfitsAreErrorsAndChangeNothing()
+  local run
+  for _, r in ipairs(F.runs) do if r.optim == "Adam" and r.opts.amsgrad then run = r break end end
+  local p, q, opt = fresh(run)
+  run_steps(run, p, q, opt, 1, 3)
+  local function sd() return opt:state_dict() end
+  local function with(f) local s = sd(); f(s); return s end
+  local _, _, other = fresh(run)
+  fails("load_state_dict: the state_dict must be a table", other.load_state_dict, other, 3)
+  fails("did you mean 'state'", other.load_state_dict, other, with(function(s) s.stat = s.state end))
+  fails("param_groups must be a list of one group", other.load_state_dict, other,
+        with(function(s) s.param_groups[2] = s.param_groups[1] end))
+  fails("did you mean 'betas'", other.load_state_dict, other,
+        with(function(s) s.param_groups[1].beta = 1 end))
+  fails("the group has no 'eps'", other.load_state_dict, other,
+        with(function(s) s.param_groups[1].eps = nil end))
+  fails("option 'lr' must be a number >= 0, got -1", other.load_state_dict, other,
+        with(function(s) s.param_groups[1].lr = -1 end))
+  fails("the group's params must list the 2 parameters", other.load_state_dict, other,
+        with(function(s) s.param_groups[1].params = {1} end))
+  fails("state has an entry 3, not a parameter's place 1..2", other.load_state_dict, other,
+        with(function(s) s.state[3] = s.state[1] end))
+  fails("did you mean 'exp_avg'", other.load_state_dict, other,
+        with(function(s) s.state[1].exp_av = s.state[1].exp_avg end))
+  fails("state[2].exp_avg is (3,) but parameter 2 is (2, 2)", other.load_state_dict, other,
+        with(function(s) s.state[2].exp_avg = s.state[1].exp_avg end))
+  fails("state[1].step must be a whole number", other.load_state_dict, other,
+        with(function(s) s.state[1].step = 1.5 end))
+  fails("state[1] needs step, exp_avg and exp_avg_sq", other.load_state_dict, other,
+        with(function(s) s.state[1].exp_avg_sq = nil end))
+  -- a failed load left the other optimizer as made: its first step is a
+  -- first step; the good one resumes where it was
+  local good = sd()
+  opt:load_state_dict(good)
+  run_steps(run, p, q, opt, 4, 5)
+  assertNear(p, qkv.tensor(run.p[5], "float64"), "after the failed loads")
+  fails("state[1] has no momentum_buffer", function()
+    local a, b, o = fresh(F.runs[2])
+    run_steps(F.runs[2], a, b, o, 1, 1)
+    local s = o:state_dict()
+    s.state[1] = {}
+    o:load_state_dict(s)
+  end)
+end
+
 ---------------------------------------------------------------- options
 TestOptions = {}
 

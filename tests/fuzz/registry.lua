@@ -17,6 +17,8 @@ R.EXCLUDE = {
   -- constructors (qkv.optim.SGD, Adam) are fuzzed
   ["Optimizer:step"] = "an optimizer's method",
   ["Optimizer:zero_grad"] = "an optimizer's method",
+  ["Optimizer:state_dict"] = "an optimizer's method",
+  ["Optimizer:load_state_dict"] = "an optimizer's method",
   -- a scheduler's likewise (the qkv.optim.lr_scheduler constructors are fuzzed)
   ["LRScheduler:step"] = "a scheduler's method",
   ["LRScheduler:get_last_lr"] = "a scheduler's method",

@@ -174,7 +174,8 @@ local function none() return {} end
 local function tensor1() return {V.tensor("float32", {2}, "contiguous")} end
 local OBJECTS = {
   ["qkv.optim.SGD"] = {make = function(f) return f(optimizer().params, {lr = 0.1}) end,
-                       methods = {step = none, zero_grad = none}},
+                       methods = {step = none, zero_grad = none, state_dict = none,
+                                  load_state_dict = none}},
   ["Tensor:register_post_accumulate_grad_hook"] = {
     make = function(f) return f(V.tensor("float32", {2}, "contiguous"):requires_grad_(), function() end) end,
     methods = {remove = none}},

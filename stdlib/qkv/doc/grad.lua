@@ -263,6 +263,33 @@ backward. As torch.optim.Optimizer.step.]]},
 backward starts from zero. Gradients otherwise accumulate. As
 torch.optim.Optimizer.zero_grad.]]},
 
+  {name = "Optimizer:state_dict", sig = "opt:state_dict()", group = "optimizer methods",
+   doc = [[The optimizer's state as torch.optim's state_dict() gives it:
+{state = {[i] = {...}}, param_groups = {{lr = ..., ..., params = {1, ...,
+n}}}}, i a parameter's place counted from 1 (PyTorch counts from 0), each
+entry under PyTorch's names: Adam's and AdamW's step (a number here, a
+0-d tensor in PyTorch), exp_avg, exp_avg_sq and with amsgrad
+max_exp_avg_sq; SGD's momentum_buffer. The tensors are the optimizer's
+own, as PyTorch's are; qkv.save writes the whole table. As
+torch.optim.Optimizer.state_dict.]],
+   example = [=[local p = qkv.tensor({1, 2}, "float64"):requires_grad_()
+local opt = qkv.optim.Adam({p}, {lr = 0.1})
+p.grad = qkv.tensor({1, 1}, "float64")
+opt:step()
+local sd = opt:state_dict()
+print(sd.state[1].step, sd.param_groups[1].lr, sd.state[1].exp_avg)
+--> 1	0.1	tensor([0.1000, 0.1000], dtype=float64)]=]},
+
+  {name = "Optimizer:load_state_dict", sig = "opt:load_state_dict(sd)", group = "optimizer methods",
+   doc = [[Sets the optimizer's options and each parameter's state from sd,
+as opt:state_dict() gives it (read back from qkv.load, say): training
+resumes step for step where it stopped. The whole of sd is checked first
+-- one group with every option of this optimizer and valid values, params
+1..n for its n parameters, each state entry's names and its tensors'
+shapes -- so a misfit is an error naming it and changes nothing; the
+state's tensors are copied to each parameter's dtype and device. As
+torch.optim.Optimizer.load_state_dict.]]},
+
   {name = "qkv.test.gradcheck", sig = "qkv.test.gradcheck(f, inputs [, opts])",
    group = "assertions",
    doc = [[Checks the gradient qkv.autograd computes for f at the float64

@@ -289,6 +289,140 @@ function Adam:update(i, p, g, cfg)
   p:sub_(s.m / denom * (lr / (1 - b1 ^ s.t)))
 end
 
+---------------------------------------------------------------- state_dict
+
+-- each parameter's state under torch.optim's names: Adam's
+-- {step, exp_avg, exp_avg_sq[, max_exp_avg_sq]}, SGD's {momentum_buffer};
+-- internally Adam's is {t, m, v, vmax} and SGD's the buffer itself
+local STATE = {
+  Adam = {step = "t", exp_avg = "m", exp_avg_sq = "v", max_exp_avg_sq = "vmax"},
+  SGD = {momentum_buffer = true},
+}
+local function state_names(cls) return cls == SGD and STATE.SGD or STATE.Adam end
+
+-- the optimizer as torch.optim's state_dict() gives it: {state =
+-- {[i] = {...}}, param_groups = {{option = value, ..., params = {1, ...,
+-- n}}}}, i the parameter's place from 1 (qkv's count; PyTorch's from 0);
+-- Adam's step a number (PyTorch's a 0-d tensor). The tensors are the
+-- optimizer's own, as PyTorch's are: qkv.save writes them, clone to keep
+function Optimizer:state_dict()
+  local cls = getmetatable(self)
+  local group, ids = {}, {}
+  for _, k in ipairs(cls._options) do
+    local v = self[k]
+    group[k] = type(v) == "table" and {rawget(v, 1), rawget(v, 2)} or v
+  end
+  if rawget(self, "initial_lr") ~= nil then group.initial_lr = rawget(self, "initial_lr") end
+  for i = 1, #self.params do ids[i] = i end
+  group.params = ids
+  local state = {}
+  for i, s in pairs(self.state) do
+    if cls == SGD then state[i] = {momentum_buffer = s}
+    else
+      local e = {}
+      for name, mine in pairs(STATE.Adam) do e[name] = s[mine] end
+      state[i] = e
+    end
+  end
+  return {state = state, param_groups = {group}}
+end
+
+-- sd read raw and checked whole before anything changes: one group of
+-- this optimizer's options (each there, each valid) and params 1..n; each
+-- state entry's names and its tensors' shapes; then the options set and
+-- the state copied (cloned, to each parameter's dtype and device, as
+-- torch.optim's load_state_dict casts it)
+function Optimizer:load_state_dict(sd)
+  local cls = getmetatable(self)
+  local fname = "load_state_dict"
+  if type(sd) ~= "table" then fail("%s: the state_dict must be a table, got %s", fname, type(sd)) end
+  local msg = qkv._checkopts(fname, sd, {"state", "param_groups"})
+  if msg then error(msg, caller(SOURCE, true)) end
+  local groups, state = rawget(sd, "param_groups"), rawget(sd, "state")
+  if type(groups) ~= "table" or rawlen(groups) ~= 1 or type(rawget(groups, 1)) ~= "table" then
+    fail("%s: param_groups must be a list of one group (qkv's optimizers have one), got %s",
+         fname, type(groups) == "table" and rawlen(groups) .. " groups" or type(groups))
+  end
+  local group, cfg = rawget(groups, 1), {}
+  local known = {"params", "initial_lr"}
+  for _, k in ipairs(cls._options) do known[#known + 1] = k end
+  msg = qkv._checkopts(fname, group, known)
+  if msg then error(msg, caller(SOURCE, true)) end
+  for _, k in ipairs(cls._options) do
+    local v = rawget(group, k)
+    if v == nil then fail("%s: the group has no '%s'", fname, k) end
+    if not CHECKS[k][1](v) then
+      fail("%s: option '%s' must be %s, got %s", fname, k, CHECKS[k][2], shown(v, CHECKS[k][1] == boolean))
+    end
+    cfg[k] = type(v) == "table" and {rawget(v, 1), rawget(v, 2)} or v
+  end
+  local ilr = rawget(group, "initial_lr")
+  if ilr ~= nil and not nonneg(ilr) then fail("%s: initial_lr must be a number >= 0", fname) end
+  local ids, n = rawget(group, "params"), #self.params
+  if type(ids) ~= "table" or rawlen(ids) ~= n then
+    fail("%s: the group's params must list the %d parameters, got %s", fname, n,
+         type(ids) == "table" and rawlen(ids) .. " entries" or type(ids))
+  end
+  for i = 1, n do
+    if rawget(ids, i) ~= i then fail("%s: the group's params[%d] must be %d", fname, i, i) end
+  end
+  if cls._check then
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    cls._check(c, fname)
+  end
+  if type(state) ~= "table" then fail("%s: state must be a table, got %s", fname, type(state)) end
+  local names, new = state_names(cls), {}
+  for i, e in next, state do
+    local p = math.type(i) == "integer" and self.params[i]
+    if not p then fail("%s: state has an entry %s, not a parameter's place 1..%d", fname, tostring(i), n) end
+    if type(e) ~= "table" then fail("%s: state[%d] must be a table, got %s", fname, i, type(e)) end
+    local list = {}
+    for name in pairs(names) do list[#list + 1] = name end
+    table.sort(list)
+    msg = qkv._checkopts(fname, e, list)
+    if msg then error(msg, caller(SOURCE, true)) end
+    local s = {}
+    for _, name in ipairs(list) do
+      local v = rawget(e, name)
+      if name == "step" then
+        if math.type(v) ~= "integer" and not (type(v) == "number" and v >= 0 and v == math.floor(v)) then
+          fail("%s: state[%d].step must be a whole number >= 0, got %s", fname, i, shown(v))
+        end
+        s.t = math.tointeger(v)
+      elseif v ~= nil then
+        if not qkv.is_tensor(v) or not is_open(v) then
+          fail("%s: state[%d].%s must be a tensor, got %s", fname, i, name, qkv.is_tensor(v) and "a closed tensor" or type(v))
+        end
+        if v.shape ~= p.shape then
+          fail("%s: state[%d].%s is %s but parameter %d is %s", fname, i, name, tostring(v.shape), i, tostring(p.shape))
+        end
+        s[names[name] == true and name or names[name]] = v
+      end
+    end
+    if cls == SGD then
+      if s.momentum_buffer == nil then fail("%s: state[%d] has no momentum_buffer", fname, i) end
+    elseif s.t == nil or s.m == nil or s.v == nil then
+      fail("%s: state[%d] needs step, exp_avg and exp_avg_sq", fname, i)
+    end
+    new[i] = s
+  end
+  -- checked: now set, the tensors copied to each parameter's dtype and device
+  qkv.no_grad(function()
+    local st = {}
+    for i, s in pairs(new) do
+      local p = self.params[i]
+      local function own(t) return t and t:to(p.dtype):to(p.device):clone() end
+      if cls == SGD then st[i] = own(s.momentum_buffer)
+      else st[i] = {t = s.t, m = own(s.m), v = own(s.v), vmax = own(s.vmax)} end
+    end
+    self.state = st
+  end)
+  for k, v in pairs(cfg) do self[k] = v end
+  rawset(self, "initial_lr", ilr)
+  return self
+end
+
 -- a method called with '.' (opt.step()) says so
 local methods = require "qkv.methods"
 methods.guard(Optimizer, "opt", "optimizer")
