@@ -19,9 +19,26 @@ static size_t nbytes_of (const qkv_tensor *t) {
   return (size_t)qkv_numel(t) * qkv_elsize(t->dtype);
 }
 
-/* qkv.save(path, x) */
+/* stdlib/qkv/checkpoint.lua's f on this call's first n arguments: a
+   table saved as a checkpoint, or a checkpoint loaded */
+static int checkpoint (lua_State *L, const char *f, int n) {
+  lua_settop(L, n);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "qkv.checkpoint");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, f);
+  for (int i = 1; i <= n; i++) lua_pushvalue(L, i);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L) - n - 1;
+}
+
+/* qkv.save(path, x): a tensor as .npy, a table as a checkpoint */
 static int io_save (lua_State *L) {
   qkvL_noextra(L, "save", 2);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    qkvL_checkpath(L, 1, "save");
+    return checkpoint(L, "save", 2);
+  }
   const char *path = qkvL_checkpath(L, 1, "save");
   const qkv_tensor *t = qkvL_cpudata(L, 2, "save");
   char head[HEADER_CAP];
@@ -100,7 +117,9 @@ static void read_header (lua_State *L, Reader *r, const char *path, uint64_t siz
   r->buf = NULL;
 }
 
-/* qkv.load(path) -> tensor */
+/* qkv.load(path) -> tensor; a file that starts as a safetensors file
+   does (8 bytes of length, then the JSON header's '{') is read as a
+   checkpoint (a table) */
 static int io_load (lua_State *L) {
   qkvL_noextra(L, "load", 1);
   const char *path = qkvL_checkpath(L, 1, "load");
@@ -108,7 +127,14 @@ static int io_load (lua_State *L) {
   int ri = lua_gettop(L);                /* after any extra arguments */
   qkv_npy_header h;
   char err[QKV_NPY_ERRLEN];
-  read_header(L, r, path, qkvL_open_regular(L, r, "load", path), &h);
+  uint64_t size = qkvL_open_regular(L, r, "load", path);
+  unsigned char pre[9];
+  if (size >= sizeof pre && qkvL_read_at(r->fd, pre, sizeof pre, 0) == 0 && pre[8] == '{' &&
+      memcmp(pre, "\x93NUMPY", 6) != 0) {
+    qkvL_close_reader(L, ri);
+    return checkpoint(L, "load", 1);
+  }
+  read_header(L, r, path, size, &h);
   /* the shape has been checked against the file: this allocation is as
      large as the data there is (8 times for int8 read as int64) */
   qkv_tensor *t = qkvL_new(L, h.dtype, QKV_CPU, h.ndim, h.shape, 0);

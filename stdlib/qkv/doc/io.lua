@@ -11,22 +11,29 @@ local ATOMIC = "A regular file is written atomically: a temp file in the " ..
 
 return {
   {name = "qkv.save", sig = "qkv.save(path, x)", group = "files",
-   doc = [[Writes the tensor x to path as a NumPy .npy file, with the header
-that np.save writes. float32, float64, float16, int64, int32 and bool are
-'<f4', '<f8', '<f2', '<i8', '<i4' and '|b1', bfloat16 '|V2' (as NumPy
-writes ml_dtypes' bfloat16), in C order (a non-contiguous view is written as its
-contiguous copy), 0-d and empty tensors included. ]] .. ATOMIC .. [[A file
-that cannot be written is an error naming it: save: path: Permission
-denied. As np.save.]],
+   doc = [[Writes x to path: a tensor as a NumPy .npy file with np.save's
+header (every dtype; bfloat16 as '|V2', as NumPy writes ml_dtypes'), a
+table as a checkpoint, as torch.save writes a dict: tables, tensors (each
+once: one held twice comes back as one), numbers (integers and floats kept
+apart), booleans and strings, in a safetensors file whose metadata holds
+the table's shape as JSON, so that loading runs nothing of the file's; a
+function, a module (save its state_dict()) or a cycle is an error naming
+where. ]] .. ATOMIC .. [[As np.save and torch.save.]],
    example = [=[local path = os.tmpname()
 qkv.save(path, qkv.tensor{{1, 2}, {3, 4}})
 print(qkv.load(path))
 --> tensor([[1., 2.],
 -->         [3., 4.]])
+qkv.save(path, {weights = {w = qkv.ones(2)}, epoch = 3})
+local ck = qkv.load(path)
+print(ck.epoch, ck.weights.w)   --> 3	tensor([1., 1.])
 os.remove(path)]=]},
 
   {name = "qkv.load", sig = "qkv.load(path)", group = "files",
-   doc = [[Reads a tensor from the .npy file at path, bit for bit. It reads
+   doc = [[Reads what qkv.save wrote: a checkpoint as its table (its tensors
+on the default device, as qkv.load_safetensors makes them; every part of
+the file is checked, and a file that is not a checkpoint is an error
+naming it and what is wrong), or a tensor from a .npy file, bit for bit. It reads
 format versions 1.0, 2.0 and 3.0, either byte order, Fortran order (as the
 same values in C order), float16, float32, float64, bool, int32, a 2-byte
 void as bfloat16, and the other integer widths as int64. The header is checked against the
