@@ -332,6 +332,87 @@ float or an unexpected name is an error naming it, raised before anything
 is copied. The copies share nothing with src. As
 torch.nn.Module.load_state_dict.]]},
 
+  {name = "Module:half", sig = "m:half()", group = "module methods",
+   doc = [[m:to("float16"): every parameter and float buffer converted to
+float16, children's too, and m returned. The parameters are new tensors
+that require grad. As torch.nn.Module.half.]]},
+
+  {name = "Module:bfloat16", sig = "m:bfloat16()", group = "module methods",
+   doc = [[m:to("bfloat16"): every parameter and float buffer converted to
+bfloat16, children's too, and m returned. The parameters are new tensors
+that require grad. As torch.nn.Module.bfloat16.]]},
+
+  {name = "qkv.nn.Module", sig = "qkv.nn.Module(name)", group = "modules",
+   doc = [[A module class of your own, as `class Name(nn.Module)`: give the
+class an init(self, ...) method (PyTorch's __init__, with no super call:
+the instance is ready when init runs) and a forward(self, ...); calling
+the class makes one, and calling that runs forward. A module put in a field is a submodule, a
+qkv.nn.Parameter a parameter and self:register_buffer(name, t) a buffer, as
+PyTorch's assignments register them; every module method (parameters,
+state_dict, load, to, train, apply...) works on it, and an error in its
+forward names the class. The class is yours, not put in qkv.nn.]],
+   example = [=[local Scale = qkv.nn.Module("Scale")
+function Scale:init(d) self.g = qkv.nn.Parameter(qkv.ones(d)) end
+function Scale:forward(x) return x * self.g end
+local m = Scale(2)
+print(m(qkv.tensor{1, 2}), m:nparams())   --> tensor([1., 2.], grad_fn=<MulBackward0>)	2]=]},
+
+  {name = "qkv.nn.Parameter", sig = "qkv.nn.Parameter(t [, requires_grad])", group = "modules",
+   doc = [[t as a parameter: a leaf tensor that requires grad (unless
+requires_grad is false), t itself when it is a leaf, else a detached
+tensor sharing its data. Put in a field of a module it is registered as
+that module's parameter, as nn.Parameter is; a plain tensor in a field is
+not. Only float tensors can require grad. As torch.nn.Parameter.]]},
+
+  {name = "Module:register_buffer", sig = "m:register_buffer(name, t [, persistent])",
+   group = "module methods",
+   doc = [[Registers t as a buffer of m under name: state that is not a
+parameter (a mask, running statistics), held in m[name]. to, cuda and
+double move it (a float buffer also takes the dtype), state_dict holds it
+unless persistent is false, and load fills it. A name that is already a
+parameter or a submodule is an error. As torch.nn.Module.register_buffer.]]},
+
+  {name = "Module:named_buffers", sig = "m:named_buffers()", group = "module methods",
+   doc = [[Iterates over every buffer of m and its submodules: for name, t
+in m:named_buffers() do, names dotted as state_dict's. Buffers set to nil
+are skipped. The order is registration order, own first. As
+torch.nn.Module.named_buffers.]]},
+
+  {name = "Module:buffers", sig = "m:buffers()", group = "module methods",
+   doc = [[The buffers of m and its submodules as a list of tensors, in
+named_buffers' order. Buffers set to nil are left out. Use named_buffers
+for their names. As torch.nn.Module.buffers (a list here).]]},
+
+  {name = "Module:named_modules", sig = "m:named_modules()", group = "module methods",
+   doc = [[Iterates over m and every module under it: for name, sub in
+m:named_modules() do, m first under "", each module before its children,
+names dotted as state_dict's ("layers.1.attn"). A module held in two places
+comes under both names. As torch.nn.Module.named_modules.]]},
+
+  {name = "Module:named_children", sig = "m:named_children()", group = "module methods",
+   doc = [[Iterates over m's direct submodules: for name, sub in
+m:named_children() do, in registration order. Their own submodules are not
+listed. As torch.nn.Module.named_children.]]},
+
+  {name = "Module:children", sig = "m:children()", group = "module methods",
+   doc = [[m's direct submodules as a list, in registration order. Their own
+submodules are not listed. As torch.nn.Module.children (a list here).]]},
+
+  {name = "Module:apply", sig = "m:apply(f)", group = "module methods",
+   doc = [[Calls f(sub) for every module under m, children before their
+parents and m last, and returns m. It is the way to initialise weights
+your own way. As torch.nn.Module.apply.]],
+   example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 1))
+m:apply(function(sub) if sub.W then qkv.no_grad(function() sub.W:fill_(0.5) end) end end)
+print(m[2].W)   --> tensor([[0.5000],
+                -->         [0.5000]], requires_grad=True)]=]},
+
+  {name = "Module:requires_grad_", sig = "m:requires_grad_([flag])", group = "module methods",
+   doc = [[Sets requires_grad of every parameter of m and its submodules to
+flag (true by default) and returns m. m:requires_grad_(false) freezes a
+part of a model: its parameters get no .grad. As
+torch.nn.Module.requires_grad_.]]},
+
   ---------------------------------------------------------------- qkv.nn.functional
   {name = "qkv.nn.functional.linear", sig = "qkv.nn.functional.linear(input, weight [, bias])",
    group = "functions",

@@ -130,6 +130,23 @@ local function own_children(m, fname, prefix, out)
   return out
 end
 
+-- a module's own buffers as {name, tensor, field}, names after prefix;
+-- persistent ones alone where only is "persistent" (state_dict's)
+local function own_buffers(m, fname, prefix, out, only)
+  local transient = rawget(m, "_transient") or {}
+  for _, n in ipairs(rawget(m, "_buffers") or {}) do
+    local t = rawget(m, n)
+    if t ~= nil and not (only == "persistent" and transient[n]) then
+      if not qkv.is_tensor(t) then
+        fail(fname, "'%s' is %s, not a tensor: a buffer is a tensor, or nil to remove it",
+             prefix .. n, what(t))
+      end
+      out[#out + 1] = {prefix .. n, t, n}
+    end
+  end
+  return out
+end
+
 -- {prefix, module} for m and every module under it, each before its
 -- children; a module held in two places comes twice (state_dict names
 -- both, as PyTorch's); one inside itself is an error
@@ -144,6 +161,19 @@ local function tree(m, fname, prefix, out, path)
     tree(e[2], fname, e[1] .. ".", out, path)
   end
   path[m] = nil
+  return out
+end
+
+-- {name, tensor, field, module} for every buffer under m (persistent ones
+-- alone with only "persistent")
+local function buffers_of(m, fname, only)
+  local out = {}
+  for _, e in ipairs(tree(m, fname)) do
+    for _, b in ipairs(own_buffers(e[2], fname, e[1], {}, only)) do
+      b[4] = e[2]
+      out[#out + 1] = b
+    end
+  end
   return out
 end
 
@@ -164,10 +194,16 @@ local function params_of(m, fname, once, prefix)
   return out
 end
 
+-- the tensors qkv.nn.Parameter made: put in a module's new field, each
+-- is registered as a parameter (PyTorch's nn.Parameter); weak, so that a
+-- mark never keeps a tensor alive
+local PARAM = setmetatable({}, {__mode = "k"})
+
 -- m.k = v for a k that m does not hold (a new field, or a parameter or
 -- submodule set to nil before): a registered name takes a tensor (a
--- parameter) or a module (a submodule), or nil; a module put in a new
--- field is registered as a submodule, as PyTorch's setattr does
+-- parameter or a buffer) or a module (a submodule), or nil; a module put
+-- in a new field is registered as a submodule, and a qkv.nn.Parameter as
+-- a parameter, as PyTorch's setattr does
 local function set_slot(self, k, v)
   local mt = getmetatable(self)
   local name = rawget(mt, "__name")
@@ -184,9 +220,18 @@ local function set_slot(self, k, v)
     if child and not is_module(v) then
       fail(name, "'%s' is a submodule: assign a module, or nil to remove it, got %s", k, type(v))
     end
+    for _, n in ipairs(rawget(self, "_buffers") or {}) do
+      if n == k and not qkv.is_tensor(v) then
+        fail(name, "'%s' is a buffer: assign a tensor, or nil to remove it, got %s", k, type(v))
+      end
+    end
     if not child and is_module(v) and type(k) == "string" then
       local list = rawget(self, "_children")
       list[#list + 1] = k
+    elseif qkv.is_tensor(v) and PARAM[v] and type(k) == "string" then
+      local list, known = rawget(self, "_params"), false
+      for _, n in ipairs(list) do known = known or n == k end
+      if not known then list[#list + 1] = k end
     end
   end
   rawset(self, k, v)
@@ -199,6 +244,7 @@ end
 local function check_slots(self, name)
   own_params(self, name, "", {})
   own_children(self, name, "", {})
+  own_buffers(self, name, "", {})
   for _, n in ipairs(rawget(self, "_needs")) do
     if self[n] == nil then
       local child = false
@@ -219,15 +265,16 @@ end
 -- with '.' (m.forward(x)) says so (qkv.methods). A forward that reaches
 -- its own module again (a module inside itself: s[1] = s) is an error, not
 -- a stack overflow.
-local function class(name)
+local function make_class(name)
   local c = setmetatable({}, {__index = Module})
   c.__index = c
   c.__newindex = set_slot
   c.__name = name
   c.__call = function(self, ...) return self:forward(...) end
   c.__tostring = function(self) return self:repr("") end
-  nn[name] = setmetatable(c, {__index = Module, __call = function(cls, ...)
-    local m = setmetatable({_params = {}, _children = {}, _needs = {}, training = true}, cls)
+  setmetatable(c, {__index = Module, __call = function(cls, ...)
+    local m = setmetatable({_params = {}, _children = {}, _needs = {}, _buffers = {},
+                            _transient = {}, training = true}, cls)
     named(name, pcall(m.init, m, ...))
     return m
   end, __newindex = function(cls, k, v)
@@ -249,6 +296,14 @@ local function class(name)
   end})
   return c
 end
+
+-- a class of qkv.nn, registered there under its name
+local function class(name)
+  local c = make_class(name)
+  nn[name] = c
+  return c
+end
+
 
 -- register a tensor field, which requires grad (as nn.Parameter does);
 -- needed: the forward cannot do without it (a weight, not a bias)
@@ -285,6 +340,14 @@ local function convert(self, to, fname)
       if not made[t] and t[field] ~= to then made[t] = t:detach():to(to):requires_grad_() end
       if made[t] then rawset(m, p[3], made[t]) end
     end
+    -- buffers move with it, and take a float dtype where they are floats
+    for _, b in ipairs(own_buffers(m, fname, e[1], {})) do
+      local t = b[2]
+      if not made[t] and t[field] ~= to and (field == "device" or FLOATS[t.dtype]) then
+        made[t] = t:to(to)
+      end
+      if made[t] then rawset(m, b[3], made[t]) end
+    end
   end
   return self
 end
@@ -293,6 +356,97 @@ function Module:cuda() return convert(self, "cuda", "cuda") end
 function Module:cpu() return convert(self, "cpu", "cpu") end
 function Module:double() return convert(self, "float64", "double") end
 function Module:float() return convert(self, "float32", "float") end
+function Module:half() return convert(self, "float16", "half") end
+function Module:bfloat16() return convert(self, "bfloat16", "bfloat16") end
+
+-- register_buffer(name, t [, persistent]): a tensor that is the module's
+-- state but not a parameter (a mask, running statistics), as PyTorch's:
+-- m[name] holds it, to/cuda/double move it, state_dict has it unless
+-- persistent is false, load fills it
+function Module:register_buffer(name, t, persistent)
+  local cls = getmetatable(self).__name
+  if type(name) ~= "string" or name == "" or name:sub(1, 1) == "_" then
+    fail("register_buffer", "name must be a non-empty string not starting with '_', got %s",
+         type(name) == "string" and string.format("%q", name) or type(name))
+  end
+  if t ~= nil then checktensor("register_buffer", "t", t) end
+  if persistent ~= nil and type(persistent) ~= "boolean" then
+    fail("register_buffer", "persistent must be a boolean, got %s", type(persistent))
+  end
+  for _, list in ipairs{"_params", "_children"} do
+    for _, n in ipairs(rawget(self, list)) do
+      if n == name then
+        fail("register_buffer", "%s's '%s' is a %s already", cls, name,
+             list == "_params" and "parameter" or "submodule")
+      end
+    end
+  end
+  local bufs, known = rawget(self, "_buffers"), false
+  for _, n in ipairs(bufs) do known = known or n == name end
+  if not known then bufs[#bufs + 1] = name end
+  rawget(self, "_transient")[name] = persistent == false or nil
+  rawset(self, name, t)
+  return self
+end
+
+-- for name, t in m:named_buffers() do: every buffer under m, names as
+-- state_dict's; m:buffers(): the tensors alone, as a list
+function Module:named_buffers()
+  local list, i = buffers_of(self, "named_buffers"), 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return e[1], e[2] end
+  end
+end
+function Module:buffers()
+  local out = {}
+  for _, e in ipairs(buffers_of(self, "buffers")) do out[#out + 1] = e[2] end
+  return out
+end
+
+-- for name, m in m:named_modules() do: m itself ("") and every module
+-- under it, each before its children, names dotted as state_dict's;
+-- named_children and children: the direct ones
+function Module:named_modules()
+  local list, i = tree(self, "named_modules"), 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return (e[1]:gsub("%.$", "")), e[2] end
+  end
+end
+function Module:named_children()
+  local list, i = own_children(self, "named_children", "", {}), 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return e[1], e[2] end
+  end
+end
+function Module:children()
+  local out = {}
+  for _, e in ipairs(own_children(self, "children", "", {})) do out[#out + 1] = e[2] end
+  return out
+end
+
+-- f(m) for every module under m, children first, then m; returns m (as
+-- PyTorch's apply, for initialising weights)
+function Module:apply(f)
+  if type(f) ~= "function" then fail("apply", "f must be a function, got %s", type(f)) end
+  local list = tree(self, "apply")
+  for i = #list, 1, -1 do f(list[i][2]) end
+  return self
+end
+
+-- every parameter's requires_grad set to flag (true by default): freezing
+-- a part of a model; returns m
+function Module:requires_grad_(flag)
+  if flag == nil then flag = true end
+  if type(flag) ~= "boolean" then fail("requires_grad_", "flag must be a boolean, got %s", type(flag)) end
+  for _, p in ipairs(params_of(self, "requires_grad_", true)) do p[2]:requires_grad_(flag) end
+  return self
+end
 
 -- register a submodule, which the forward needs
 function Module:child(name, m)
@@ -342,6 +496,7 @@ end
 function Module:state_dict()
   local d = {}
   for _, p in ipairs(params_of(self, "state_dict", false)) do d[p[1]] = p[2] end
+  for _, b in ipairs(buffers_of(self, "state_dict", "persistent")) do d[b[1]] = b[2] end
   return d
 end
 
@@ -366,6 +521,9 @@ function Module:load(src)
   for k, v in next, from do snap[k] = v end
   from = snap
   local mine = params_of(self, "load", false)
+  for _, b in ipairs(buffers_of(self, "load", "persistent")) do
+    mine[#mine + 1] = {b[1], b[2], b[3], buffer = true}
+  end
   local known = {}
   for _, p in ipairs(mine) do
     local name, t = p[1], p[2]
@@ -378,7 +536,7 @@ function Module:load(src)
     if s.shape ~= t.shape then
       fail("load", "%s is %s here but %s in the source", name, tostring(t.shape), tostring(s.shape))
     end
-    if s.dtype ~= "float32" and s.dtype ~= "float64" and s.dtype ~= "float16" and s.dtype ~= "bfloat16" then
+    if not p.buffer and not FLOATS[s.dtype] then
       fail("load", "%s is %s here but %s in the source: load copies float tensors", name, t.dtype, s.dtype)
     end
   end
@@ -393,7 +551,7 @@ function Module:load(src)
       local s = from[p[1]]
       src[p[1]] = is_mine[s] and s:clone() or s
     end
-    for _, p in ipairs(mine) do p[2]:copy_(src[p[1]]:to(p[2].device)) end
+    for _, p in ipairs(mine) do p[2]:copy_(src[p[1]]:to(p[2].device):to(p[2].dtype)) end
   end)
   return self
 end
@@ -442,7 +600,45 @@ local function opts_of(fname, opts, known, flags, halves)
   return opts, dt
 end
 
+-- Module's own init: a class of a script's that needs no arguments may
+-- leave init out
+function Module:init() end
+
 methods.guard(Module, "m", "module")     -- m.parameters() says so
+
+-- qkv.nn.Module(name): a class of the script's own, as `class
+-- Name(nn.Module)`: its init(self, ...) is __init__ (no super call: the
+-- instance is ready when init runs), its forward(self, ...) the forward;
+-- submodules and qkv.nn.Parameter tensors put in fields are registered,
+-- buffers by self:register_buffer; every Module method works on it. Not
+-- put in qkv.nn: the class is the script's
+setmetatable(Module, {__call = function(_, name, ...)
+  if select("#", ...) > 0 then fail("Module", "takes one argument, the class's name") end
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+    fail("Module", "name must be a name (letters, digits, '_'), got %s",
+         type(name) == "string" and string.format("%q", name) or type(name))
+  end
+  return make_class(name)
+end})
+
+-- qkv.nn.Parameter(t [, requires_grad]): t as a parameter (a leaf that
+-- requires grad unless requires_grad is false; t itself when it is a
+-- leaf, else a detached copy sharing its data), which a module registers
+-- when it is put in a field, as nn.Parameter
+function nn.Parameter(t, requires_grad, ...)
+  if select("#", ...) > 0 then fail("Parameter", "takes a tensor and a boolean") end
+  checktensor("Parameter", "t", t)
+  if requires_grad ~= nil and type(requires_grad) ~= "boolean" then
+    fail("Parameter", "requires_grad must be a boolean, got %s", type(requires_grad))
+  end
+  if requires_grad ~= false and not FLOATS[t.dtype] then
+    fail("Parameter", "only float tensors can require grad, got %s", t.dtype)
+  end
+  local p = t.is_leaf and t or t:detach()
+  p:requires_grad_(requires_grad ~= false)
+  PARAM[p] = true
+  return p
+end
 
 return {
   nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of,
