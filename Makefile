@@ -361,6 +361,18 @@ peers-try:
 	@$(MAKE) --no-print-directory peers >/dev/null 2>&1 || { rm -rf $(PYREF); \
 	  echo "peers-try: could not install $(PEERS) into $(PYREF); the checks that need them skip"; }
 
+# the README tour's notebook step: Jupyter (the peers' venv, build/pyref),
+# the qkv kernelspec installed into that venv (nothing written outside the
+# repository), and seed 002's notebook run to build/002_scaled_dot_product.html
+NOTEBOOK := notebooks/002_scaled_dot_product.ipynb
+.PHONY: notebook
+notebook: deps
+	@$(MAKE) --no-print-directory all peers
+	$(BUILD)/qkv kernel install --prefix $(PYREF)
+	$(PYREF)/bin/jupyter nbconvert --to html --execute $(NOTEBOOK) --output-dir $(BUILD)
+	@echo "notebook: $(BUILD)/$(basename $(notdir $(NOTEBOOK))).html; open the notebook with" \
+	  "$(PYREF)/bin/jupyter notebook $(NOTEBOOK) after $(PYREF)/bin/pip install notebook"
+
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@for f in bench/*.lua; do [ -e "$$f" ] && $(BUILD)/qkv "$$f"; done; true

@@ -183,6 +183,8 @@ local function unknown_calls(text, entries)
   text = text:gsub("require%s*%(?%s*\"(qkv%.[%w_.]+)\"", function(mod)
     if pcall(require, mod) then return "require" end
   end)
+  -- a method defined (function Block:init(...)) is no call of one
+  text = text:gsub("function%s+[%a_][%w_.]*:[%a_][%w_]*%s*%(", "function (")
   for name in text:gmatch("%f[%w_](qkv%.[%w_.]*[%w_])%s*[%({\"]") do
     if not entries[name] then unknown[name] = true end
   end
