@@ -199,8 +199,9 @@ function TestLossErrors:testTargets()
   fails("nll_loss: target must be int64 classes (1 to 4)", nn.nll_loss, X, qkv.ones({3}, "int32"))
   fails("nll_loss: target must be int64 classes", nn.nll_loss, X, qkv.ones({3, 4}, "float64"))
   -- probabilities: input's shape and dtype, and no ignore_index
+  local dev = qkv.default_device()
   fails("cross_entropy: a float target holds probabilities and must be input's shape, dtype and "
-        .. "device, (3, 4) float64 on cpu; got (3,) float64", nn.cross_entropy, X,
+        .. "device, (3, 4) float64 on " .. dev .. "; got (3,) float64 on " .. dev, nn.cross_entropy, X,
         qkv.ones({3}, "float64"))
   fails("must be input's shape, dtype", nn.cross_entropy, X, qkv.ones({3, 4}, "float32"))
   fails("cross_entropy: ignore_index (2) needs class-index targets, not probabilities",
@@ -215,8 +216,14 @@ function TestLossErrors:testInputAndWeight()
   fails("nll_loss: input (3, 0) has no classes (C = 0)", nn.nll_loss, qkv.zeros({3, 0}), Y)
   fails("cross_entropy: weight must be (C,) = (4,), one per class, got (3,)",
         nn.cross_entropy, X, Y, {weight = qkv.ones(3, "float64")})
-  fails("cross_entropy: weight is float32 on cpu but input is float64 on cpu: they must agree",
-        nn.cross_entropy, X, Y, {weight = qkv.ones(4)})
+  local dev = qkv.default_device()
+  fails("cross_entropy: weight is float32 on " .. dev .. " but input is float64 on " .. dev
+        .. ": they must agree", nn.cross_entropy, X, Y, {weight = qkv.ones(4)})
+  if qkv.cuda_available() then          -- (the fake device's too)
+    fails("cross_entropy: target is on cpu but input on cuda", nn.cross_entropy, X:to("cuda"), Y:to("cpu"))
+    fails("nll_loss: weight is float64 on cpu but input is float64 on cuda", nn.nll_loss, X:to("cuda"),
+          Y:to("cuda"), {weight = qkv.ones(4, "float64", "cpu")})
+  end
   fails("cross_entropy: input must be a tensor, got nil", nn.cross_entropy, nil, Y)
   -- the module names itself, then the function, at the script's line
   local ce = nn.CrossEntropyLoss{weight = qkv.ones(3, "float64")}
