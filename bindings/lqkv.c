@@ -18,7 +18,8 @@ static const char *const lazy[][3] = {
   {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL}, {"dist", "qkv.dist", NULL},
   {"wordpiece", "qkv.wordpiece", NULL}, {"display", "qkv.repl", "_display_values"},
   {"clear_output", "qkv.repl", "_clear_output"},
-  {"optim", "qkv.optim", NULL}, {"no_grad", "qkv.autograd", "no_grad"},
+  {"optim", "qkv.optim", NULL}, {"data", "qkv.data", NULL},
+  {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
   /* attention's variants (stdlib/qkv/variants/) */
   {"variants", "qkv.variants", NULL}, {"block_mask", "qkv.variants", "block_mask"},
@@ -39,6 +40,7 @@ static const char *const lazy[][3] = {
   {"ones_like", "qkv.composite", "ones_like"}, {"full_like", "qkv.composite", "full_like"},
   {"empty_like", "qkv.composite", "empty_like"}, {"rand_like", "qkv.composite", "rand_like"},
   {"randn_like", "qkv.composite", "randn_like"}, {"randint", "qkv.composite", "randint"},
+  {"randperm", "qkv.composite", "randperm"},
   {"linspace", "qkv.composite", "linspace"}, {"logspace", "qkv.composite", "logspace"},
   {"manual_seed", "qkv.composite", "manual_seed"},
 };

@@ -162,12 +162,25 @@ for _, name in ipairs{"zeros_like", "ones_like", "empty_like", "rand_like", "ran
 end
 OPTIONS["qkv.full_like"] = {keys = FACTORY, args = function(F) return {like(F)[1], 2} end}
 OPTIONS["qkv.randint"] = {keys = FACTORY, args = function(F) return {0, 5, {F.n, F.d}} end}
+OPTIONS["qkv.randperm"] = {keys = FACTORY, args = function(F) return {F.n} end}
 OPTIONS["qkv.linspace"] = {keys = FACTORY, args = function(F) return {0, 1, F.n} end}
 OPTIONS["qkv.logspace"] = {keys = FACTORY, args = function(F) return {0, 1, F.n, 2} end}
 for _, name in ipairs{"new_zeros", "new_ones", "new_empty"} do
   OPTIONS["Tensor:" .. name] = {keys = FACTORY, args = function(F) return {{F.n, F.d}} end}
 end
 OPTIONS["Tensor:new_full"] = {keys = FACTORY, args = function(F) return {{F.n, F.d}, 3} end}
+-- the losses (stdlib/qkv/nn/loss.lua): logits and classes 1, and the
+-- modules' options; qkv.data's loader, on a dataset of rows
+local CE, NLL = {"weight", "ignore_index", "reduction", "label_smoothing"}, {"weight", "ignore_index", "reduction"}
+local function logits(F) return {V.tensor(F.dtype, {F.n, F.d}), qkv.ones({F.n}, "int64")} end
+OPTIONS["qkv.nn.cross_entropy"] = {keys = CE, args = logits}
+OPTIONS["qkv.nn.nll_loss"] = {keys = NLL, args = logits}
+OPTIONS["qkv.nn.CrossEntropyLoss"] = {keys = CE, args = function() return {} end}
+OPTIONS["qkv.nn.NLLLoss"] = {keys = NLL, args = function() return {} end}
+OPTIONS["qkv.nn.MSELoss"] = {keys = {"reduction"}, args = function() return {} end}
+OPTIONS["qkv.data.DataLoader"] = {keys = {"batch_size", "shuffle", "drop_last", "generator"}, args = function(F)
+  return {qkv.data.TensorDataset(V.tensor(F.dtype, {F.n, F.d}))}
+end}
 -- attention's variants (stdlib/qkv/variants/): a block mask of a causal
 -- mask, the library's makers
 OPTIONS["qkv.block_mask"] = {keys = {"block"}, args = function(F)
@@ -187,10 +200,12 @@ local TORCH = {
   {"scores", {"attn_mask", "dropout_p", "enable_gqa"}},
   {"forward", {"attn_mask", "need_weights", "average_attn_weights", "is_causal"}},
   {"optim", {"foreach", "capturable", "differentiable", "fused", "nesterov", "amsgrad"}},
+  {"Loss$", {"size_average", "reduce"}}, {"_loss$", {"size_average", "reduce"}},
   {"nn%.", {"device", "padding_idx", "max_norm", "batch_first", "kdim", "dropout", "bias"}},
   {"plot", {"figsize", "dpi", "xlim", "ylim", "label", "linewidth"}},
   {"test", {"equal_nan", "check_dtype", "nondet_tol", "msg"}},
   {"wordpiece", {"do_lower_case", "model_max_length", "tokenize_chinese_chars"}},
+  {"data%.", {"num_workers", "collate_fn", "sampler", "pin_memory", "persistent_workers"}},
   {"", {"attn_mask", "inplace"}},
 }
 

@@ -1,6 +1,6 @@
 -- composite/factories.lua: the factories PyTorch has and qkv's C ops
--- do not: zeros_like ... empty_like, x:new_zeros ..., randint, linspace,
--- logspace, manual_seed, each made from qkv.zeros, qkv.full, qkv.rand
+-- do not: zeros_like ... empty_like, x:new_zeros ..., randint, randperm,
+-- linspace, logspace, manual_seed, each made from qkv.zeros, qkv.full, qkv.rand
 -- and the elementwise ops (qkv.composite installs them; see there).
 
 local qkv = require "qkv"
@@ -100,6 +100,25 @@ local function randint(a, b, c, d)
   return dtype == "int64" and k or k:to(dtype)
 end
 
+-- qkv.randperm(n [, opts]): 1..n (1-based, as every index in qkv) in a
+-- random order, int64 unless opts say otherwise; the order that sorts n
+-- float64 uniforms of qkv.rand, drawn on the CPU so that qkv.seed gives
+-- the same permutation on every device (the sort is stable, so two equal
+-- draws still give a permutation)
+local PERM_TOP = {int64 = math.maxinteger, int32 = 2147483647, float64 = 1 << 53,
+                  float32 = 1 << 24, float16 = 2048, bfloat16 = 256}
+local function randperm(n, opts)
+  n = int_arg(n, "n")
+  if n < 0 then fail("n must be non-negative, got %d", n) end
+  local dtype, device = factory_opts("randperm", opts, "int64", qkv.default_device())
+  if not PERM_TOP[dtype] then fail("dtype must be a number dtype, got %s", dtype) end
+  if n > PERM_TOP[dtype] then fail("%s cannot hold 1 to %d exactly", dtype, n) end
+  if n == 0 then return qkv.zeros({0}, dtype, device) end
+  local _, order = qkv.rand({n}, "float64", "cpu"):sort(1)
+  if dtype ~= "int64" then order = order:to(dtype) end
+  return device == "cpu" and order or order:to(device)
+end
+
 -- the n points from a to b in float64, as PyTorch places them: from a for
 -- the first half, from b for the rest
 local function points(a, b, n, device)
@@ -140,4 +159,4 @@ local function manual_seed(n)
 end
 
 return {like = like, full_like = full_like, new_factory = new_factory, randint = randint,
-        linspace = linspace, logspace = logspace, manual_seed = manual_seed}
+        randperm = randperm, linspace = linspace, logspace = logspace, manual_seed = manual_seed}

@@ -2,7 +2,7 @@
 -- that qkv's C ops lack, each written as a composition of those ops:
 -- shapes (flatten, unflatten, chunk, split: composite/shapes.lua),
 -- factories (zeros_like ... empty_like, x:new_zeros ..., randint,
--- linspace, logspace, manual_seed: composite/factories.lua), norm, outer
+-- randperm, linspace, logspace, manual_seed: composite/factories.lua), norm, outer
 -- and allclose (composite/math.lua), scatter, argsort, flip, roll and
 -- repeat_interleave (composite/select.lua), half and bfloat16 here; the
 -- checks of their arguments are composite/args.lua. They take PyTorch's
@@ -49,7 +49,7 @@ local KEYWORDS = {
 -- the most arguments of those that take no keywords (x:new_* count theirs)
 local MAXARGS = {
   zeros_like = 2, ones_like = 2, empty_like = 2, rand_like = 2, randn_like = 2,
-  full_like = 3, randint = 4, linspace = 4, logspace = 5, manual_seed = 1,
+  full_like = 3, randint = 4, randperm = 2, linspace = 4, logspace = 5, manual_seed = 1,
   half = 1, bfloat16 = 1,
 }
 
@@ -83,7 +83,7 @@ local FACTORIES = {
   zeros_like = like("zeros_like", qkv.zeros), ones_like = like("ones_like", qkv.ones),
   empty_like = like("empty_like", qkv.zeros),     -- no uninitialised memory: zeros
   full_like = F.full_like, rand_like = like("rand_like", qkv.rand, true),
-  randn_like = like("randn_like", qkv.randn, true), randint = F.randint,
+  randn_like = like("randn_like", qkv.randn, true), randint = F.randint, randperm = F.randperm,
   linspace = F.linspace, logspace = F.logspace, manual_seed = F.manual_seed,
 }
 -- methods only

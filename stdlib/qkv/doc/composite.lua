@@ -1,6 +1,6 @@
 -- doc/composite.lua: qkv.doc entries of PyTorch's staple functions that
 -- qkv composes of its ops (issue 30; stdlib/qkv/composite/): shapes, the
--- *_like and x:new_* factories, randint, linspace, logspace, manual_seed,
+-- *_like and x:new_* factories, randint, randperm, linspace, logspace, manual_seed,
 -- norm, scatter, argsort, repeat_interleave, roll, flip, half, bfloat16,
 -- outer, allclose.
 
@@ -102,6 +102,16 @@ As torch.randint.]],
    example = [=[qkv.manual_seed(0)
 local r = qkv.randint(1, 7, {1000})
 print(r.dtype, r:min():item(), r:max():item())   --> int64	1	6]=]},
+  {name = "qkv.randperm", sig = "qkv.randperm(n [, opts])", group = "making tensors",
+   doc = [[The integers 1 to n in a random order, int64: 1-based, as qkv's
+indices, so x:index_select(1, qkv.randperm(x:size(1))) shuffles the rows
+of x. The order is the one that sorts n float64 uniforms of qkv.rand, drawn
+on the CPU, so qkv.manual_seed (qkv.seed) repeats it, on every device. The
+options {dtype =, device =} give another dtype that holds 1 to n exactly
+(int32, or a float dtype) or another device. As torch.randperm, whose
+values run from 0 to n - 1.]],
+   example = [=[qkv.manual_seed(0)
+print(qkv.randperm(5))   --> tensor([5, 1, 4, 2, 3])]=]},
   {name = "qkv.linspace", sig = "qkv.linspace(start, end, steps [, opts])", group = "making tensors",
    doc = [[steps evenly spaced values from start to end, both included; one
 step gives start alone and zero steps an empty tensor. They are computed in

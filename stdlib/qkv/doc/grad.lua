@@ -1,5 +1,6 @@
 -- doc/grad.lua: qkv.doc entries of autograd (stdlib/qkv/autograd.lua,
--- derivatives.lua; bindings/lgrad.c), its losses and gradcheck.
+-- derivatives.lua; bindings/lgrad.c), mse_loss and gradcheck (the
+-- classification losses and the loss modules are doc/loss.lua's).
 
 return {
   {name = "Tensor:requires_grad_", sig = "x:requires_grad_([flag])", group = "autograd",
@@ -77,14 +78,6 @@ print(g[1])   --> tensor([2., 4.])]=]},
    doc = [[The mean of the squared differences of input and target (target
 broadcast to input), or their sum or each of them with reduction "sum" or
 "none". It is differentiable. As torch.nn.functional.mse_loss.]]},
-
-  {name = "qkv.nn.cross_entropy", sig = "qkv.nn.cross_entropy(logits, targets)",
-   group = "functions",
-   doc = [=[The mean over N of -log_softmax(logits)[i][targets[i]], for logits
-(N, C) and int64 targets (N) of 1-based classes. A class out of range is
-an error. It is differentiable. As torch.nn.functional.cross_entropy.]=],
-   example = [=[local l = qkv.tensor{{0, 0}, {0, 0}}
-print(qkv.nn.cross_entropy(l, qkv.tensor({1, 2}, "int64")))   --> tensor(0.6931)]=]},
 
   {name = "Module:zero_grad", sig = "m:zero_grad()", group = "module methods",
    doc = [[Sets the .grad of every parameter of m and its submodules to nil,

@@ -27,7 +27,7 @@ local qkv = package.loaded.qkv or require "qkv"
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "composite", "dist", "variants", "decoder"}
+               "composite", "dist", "variants", "decoder", "loss", "data"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
@@ -39,7 +39,7 @@ local PREFIXES = {
   {"qkv.nn.functional.", "qkv.nn.functional"}, {"qkv.nn.", "qkv.nn"}, {"qkv.plot.", "qkv.plot"}, {"qkv.test.", "qkv.test"},
   {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
-  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.variants.", "qkv.variants"},
+  {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.data.", "qkv.data"}, {"qkv.variants.", "qkv.variants"},
   {"qkv.", "qkv"}, {"BertModel:", "BertModel"}, {"BlockMask:", "BlockMask"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
@@ -191,7 +191,7 @@ local function walk(load)
       end
     end
   end
-  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.dist"} do
+  for _, ns in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.dist", "qkv.data"} do
     local m = lib(ns)
     if m then own_functions(m, ns .. ".", out) end
   end
@@ -358,6 +358,7 @@ local NS_NAMES = {
   ["qkv.plot"] = "qkv.plot", plot = "qkv.plot", ["qkv.test"] = "qkv.test",
   ["qkv.repl"] = "qkv.repl", repl = "qkv.repl", ["qkv.optim"] = "qkv.optim",
   optim = "qkv.optim", ["qkv.variants"] = "qkv.variants", variants = "qkv.variants",
+  ["qkv.data"] = "qkv.data",
   BlockMask = "BlockMask",
 }
 
@@ -372,7 +373,7 @@ local function namespace_of_value(v)
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end
   if type(nn) == "table" and v == rawget(nn, "functional") then return "qkv.nn.functional" end
-  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.variants"} do
+  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.variants", "qkv.data"} do
     if loaded[id] ~= nil and v == loaded[id] then return id end
   end
   local variants = loaded["qkv.variants"]

@@ -96,8 +96,8 @@ local namespaces = {
      "local F = qkv.nn.functional: F.relu, F.gelu, F.silu, F.tanh, " ..
      "F.sigmoid, F.softmax, F.log_softmax, F.layer_norm, F.dropout and " ..
      "F.embedding are qkv's own (qkv.relu, ...; help(F.softmax) shows " ..
-     "its entry), F.mse_loss, F.cross_entropy and F.cosine_similarity are " ..
-     "qkv.nn's, with their arguments and 1-based dims and ids. Two are " ..
+     "its entry), F.mse_loss, F.cross_entropy, F.nll_loss and F.cosine_similarity " ..
+     "are qkv.nn's, with their arguments and 1-based dims and ids. Two are " ..
      "its own: linear, with PyTorch's (out, in) weight, and " ..
      "scaled_dot_product_attention, with PyTorch's masks. PyTorch's pad, " ..
      "one_hot, normalize and the other losses are not there.",
@@ -108,6 +108,12 @@ local namespaces = {
      "of qkv.optim.lr_scheduler (stdlib/qkv/optim/lr_scheduler.lua), which set " ..
      "an optimizer's opt.lr as torch.optim.lr_scheduler's do.",
    groups = {"optimizers", "learning-rate schedulers"}},
+  {id = "qkv.data", title = "qkv.data",
+   intro = "PyTorch's torch.utils.data for tensors (stdlib/qkv/data.lua, " ..
+     "loaded on first use): TensorDataset pairs tensors row by row, and " ..
+     "DataLoader deals a dataset out in batches, in order or shuffled, for " ..
+     "`for x, y in loader do`. Rows count from 1.",
+   groups = {"data"}},
   {id = "qkv.dist", title = "qkv.dist",
    intro = "One script run as several processes, the ranks, over Open MPI " ..
      "(stdlib/qkv/dist/ and the module qkv.mpi, loaded on first use): " ..

@@ -1,5 +1,5 @@
--- nn/functional.lua: qkv.nn's functions: the losses (mse_loss,
--- cross_entropy), clip_grad_norm_ and cosine_similarity; and
+-- nn/functional.lua: qkv.nn's functions: mse_loss (the classification
+-- losses are nn/loss.lua's), clip_grad_norm_ and cosine_similarity; and
 -- qkv.nn.functional, PyTorch's torch.nn.functional names for qkv's
 -- functions, with linear and scaled_dot_product_attention.
 
@@ -49,27 +49,6 @@ function nn.mse_loss(input, target, reduction)
     fail("mse_loss", "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
   end
   return named("mse_loss", pcall(mse, input, target, reduction))
-end
-
--- cross_entropy(logits (N, C), targets (N) int64, 1-based classes): the mean
--- of -log_softmax(logits)[i, targets[i]]
-function nn.cross_entropy(logits, targets)
-  checktensor("cross_entropy", "logits", logits)
-  checktensor("cross_entropy", "targets", targets)
-  if logits:dim() ~= 2 or targets:dim() ~= 1 or targets:size(1) ~= logits:size(1) then
-    fail("cross_entropy", "logits must be (N, C) and targets (N), got %s and %s",
-         tostring(logits.shape), tostring(targets.shape))
-  end
-  if targets.dtype ~= "int64" then fail("cross_entropy", "targets must be int64, got %s", targets.dtype) end
-  local C = logits:size(2)
-  if targets:numel() > 0 and (targets:min():item() < 1 or targets:max():item() > C) then
-    fail("cross_entropy", "targets must be classes 1 to %d", C)
-  end
-  return named("cross_entropy", pcall(function()
-    local onehot = qkv.arange(1, C + 1, "int64", targets.device):view(1, C):eq(targets:view(-1, 1))
-    local picked = logits:log_softmax(2):masked_fill(onehot:logical_not(), 0)
-    return -picked:sum() / logits:size(1)
-  end))
 end
 
 -- clip_grad_norm_(params, max_norm [, norm_type = 2] [, {norm_type =,
@@ -318,5 +297,6 @@ for _, name in ipairs{"relu", "gelu", "silu", "tanh", "sigmoid", "softmax", "log
   F[name] = qkv[name]
 end
 F.cosine_similarity, F.mse_loss, F.cross_entropy = nn.cosine_similarity, nn.mse_loss, nn.cross_entropy
+F.nll_loss = nn.nll_loss
 
 nn.functional = qkv._strict(F, "qkv.nn.functional", "function")
