@@ -161,7 +161,22 @@ int qkvL_nearer (const char *k, const char *name, int *best) {
   return qkv_nearer(k, name, best);
 }
 
+/*
+** Other libraries' spellings of PyTorch's keywords, which no edit
+** distance finds (NumPy's axis, keepdims, ddof and linalg.norm's ord):
+** the name each stands for, where names has it, is the nearest.
+*/
+static const char *const SPELLINGS[][2] = {
+  {"axis", "dim"}, {"axis", "dims"}, {"axes", "dims"}, {"keepdims", "keepdim"},
+  {"ddof", "correction"}, {"ord", "p"},
+};
+
 const char *qkvL_closest (const char *k, const char *const *names) {
+  for (size_t i = 0; i < sizeof SPELLINGS / sizeof SPELLINGS[0]; i++) {
+    if (strcmp(k, SPELLINGS[i][0]) != 0) continue;
+    for (int j = 0; names[j]; j++)
+      if (strcmp(names[j], SPELLINGS[i][1]) == 0) return names[j];
+  }
   return qkv_nearest(k, names);
 }
 
@@ -209,6 +224,7 @@ static const char *const ALIASES[][3] = {
    "opposite (true = masked): pass mask = attn_mask:logical_not()"},
   {"need_weights", "weights", "false runs the fused kernel and returns out alone"},
   {"output_attentions", "attentions", NULL},
+  {"unbiased", "correction", "unbiased = false is correction = 0"},
   {"dropout_p", NULL, "qkv.attention has no dropout: apply qkv.dropout to the weights"},
   {"dropout", NULL, "qkv.attention has no dropout: apply qkv.dropout to the weights"},
 };

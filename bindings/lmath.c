@@ -3,6 +3,7 @@
 ** type promotion, elementwise functions, comparisons, reductions, matmul,
 ** masked_fill, cat and stack.
 */
+#include <math.h>
 #include <string.h>
 
 #include "lauxqkv.h"
@@ -193,6 +194,45 @@ static void to_lua_index (lua_State *L, const char *name, qkv_tensor *idx) {
   qkvL_check(L, name, qkv_binary(QKV_ADD, idx, idx, qkvL_scalar(&one, QKV_I64)));
 }
 
+/* out *= v, v a number in out's dtype */
+static void scale (lua_State *L, const char *name, qkv_tensor *out, double v) {
+  qkvL_Scalar sc;
+  qkv_elem_set(out->dtype, &sc.v, v);
+  qkvL_check(L, name, qkv_binary(QKV_MUL, out, out, qkvL_scalar(&sc, out->dtype)));
+}
+
+/* var and std's correction, argument 4: PyTorch's 1 unless given */
+static double correction (lua_State *L, const char *name) {
+  if (lua_isnoneornil(L, 4)) return 1;
+  if (lua_type(L, 4) != LUA_TNUMBER || lua_tonumber(L, 4) != lua_tonumber(L, 4))
+    luaL_error(L, "%s: correction must be a number, got %s", name,
+               lua_type(L, 4) == LUA_TNUMBER ? "nan" : luaL_typename(L, 4));
+  return lua_tonumber(L, 4);
+}
+
+/*
+** var and std with PyTorch's correction c: the sum of squared deviations
+** over max(0, n - c), from the vm's unbiased out (over n - 1) rescaled.
+** With n = 1 the vm has NaN, so out is the deviation itself (0, or NaN
+** for inf and NaN), as torch's 0 / (1 - c): 0, or NaN once the divisor
+** is 0.
+*/
+static void correct (lua_State *L, qkv_redop op, qkv_tensor *out, const qkv_tensor *t,
+                     int dim, int64_t n, double c) {
+  const char *name = rednames[op];
+  double div = (double)n - c > 0 ? (double)n - c : 0;
+  if (c == 1 || n == 0) return;
+  if (n == 1) {
+    qkv_tensor *d = qkvL_newlike(L, t, out->dtype);
+    qkvL_check(L, name, qkv_copy(d, t));
+    qkvL_check(L, name, qkv_binary(QKV_SUB, d, d, d));
+    qkvL_check(L, name, qkv_reduce(QKV_SUM, out, NULL, d, dim));
+    lua_pop(L, 1);
+    scale(L, name, out, 1 / div);
+  } else
+    scale(L, name, out, op == QKV_STD ? sqrt((double)(n - 1) / div) : (double)(n - 1) / div);
+}
+
 /* x:sum() reduces all to a 0-d tensor; x:sum(dim [, keepdim]) one dim */
 static int reduce (lua_State *L, qkv_redop op) {
   const char *name = rednames[op];
@@ -202,6 +242,8 @@ static int reduce (lua_State *L, qkv_redop op) {
   int all = lua_isnoneornil(L, 2), dim = all ? -1 : qkvL_checkdim(L, 2, t->ndim, 0);
   int keep = lua_toboolean(L, 3), picks = op == QKV_MAX || op == QKV_MIN ||
              op == QKV_ARGMAX || op == QKV_ARGMIN;
+  int moments = op == QKV_VAR || op == QKV_STD;
+  double c = moments ? correction(L, name) : 1;
   if (picks && (all ? qkv_numel(t) == 0 : t->size[dim] == 0)) {
     qkvL_shape(L, t);
     return luaL_error(L, "%s: cannot reduce an empty dim of a tensor of shape %s",
@@ -218,6 +260,7 @@ static int reduce (lua_State *L, qkv_redop op) {
   else if (picks && !all) idx = qkvL_new(L, QKV_I64, t->storage->device, n, size, 0);
   qkvL_check(L, name, qkv_reduce(op, out, idx, t, dim));
   if (idx) to_lua_index(L, name, idx);
+  if (moments) correct(L, op, out, t, dim, all ? qkv_numel(t) : t->size[dim], c);
   return idx && idx != out ? 2 : 1;
 }
 
@@ -253,13 +296,16 @@ static int m_min (lua_State *L) {
   QKVL_GRAD(L, "min", m_min);
   return reduce(L, QKV_MIN);
 }
+/* var and std's keywords: PyTorch's correction after dim and keepdim */
+static const char *const KW_VAR[] = {"dim", "keepdim", "correction", NULL};
+
 static int m_var (lua_State *L) {
-  qkvL_keywords(L, "var", 2, qkvL_KW_REDUCE, 0);
+  qkvL_keywords(L, "var", 2, KW_VAR, 0);
   QKVL_GRAD(L, "var", m_var);
   return reduce(L, QKV_VAR);
 }
 static int m_std (lua_State *L) {
-  qkvL_keywords(L, "std", 2, qkvL_KW_REDUCE, 0);
+  qkvL_keywords(L, "std", 2, KW_VAR, 0);
   QKVL_GRAD(L, "std", m_std);
   return reduce(L, QKV_STD);
 }

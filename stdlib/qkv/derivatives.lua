@@ -138,15 +138,17 @@ R.mean = function(f, x, dim, keep)
     return expand_back(g, x, dim and dimof(x, dim), keep) / n
   end)
 end
+-- var and std over max(0, n - correction), PyTorch's (1 unless given)
 local function var_rule(name, std)
-  return function(f, x, dim, keep)
-    local y = f(x, dim, keep)
+  return function(f, x, dim, keep, correction)
+    local y = f(x, dim, keep, correction)
     local n = dim and x:size(dim) or x:numel()
+    local div = math.max(0, n - (correction or 1))
     return rec(name, y, {x}, function(g)
       local d = dim and dimof(x, dim)
       local mean = d and x:mean(d, true) or x:mean()
       local gy = std and g / y or g
-      local c = std and 1 / (n - 1) or 2 / (n - 1)
+      local c = std and 1 / div or 2 / div
       return expand_back(gy, x, d, keep) * (x - mean) * c
     end, {x, y})
   end

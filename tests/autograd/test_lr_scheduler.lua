@@ -4,7 +4,8 @@
 -- written by torch_lr_scheduler.py there): StepLR, CosineAnnealingLR (past
 -- T_max too), LambdaLR, LinearLR and SequentialLR, the optimizer's lr and
 -- get_last_lr() after each of 12 steps; that the optimizer steps with the
--- scheduled lr; and every error the arguments can cause.
+-- scheduled lr; the required arguments as PyTorch's keywords too
+-- (StepLR(opt, {step_size = 2})); and every error the arguments can cause.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
 local F = dofile("tests/fixtures/optim/torch_lr_scheduler.lua")
@@ -25,19 +26,30 @@ local function near(got, want, what)
   end
 end
 
+-- PyTorch's names of each class's required arguments after the optimizer
+local REQUIRED = {StepLR = {"step_size"}, CosineAnnealingLR = {"T_max"}, LambdaLR = {"lr_lambda"},
+                  LinearLR = {}}
+
 -- the schedulers of a run made on opt, as the fixture lists them, and the
--- one to step (a SequentialLR over them when it has milestones)
-local function make(run, opt)
+-- one to step (a SequentialLR over them when it has milestones); with
+-- keywords, the required arguments come in the options table, as
+-- StepLR(opt, {step_size = 2, gamma = 0.5})
+local function make(run, opt, keywords)
   local made = {}
   for i, spec in ipairs(run.schedulers) do
-    local args = {opt}
-    for _, a in ipairs(spec[2]) do
-      args[#args + 1] = type(a) == "string" and LAMBDAS[a:match("^lambda:(.*)$")] or a
+    local args, opts = {opt}, {}
+    for k, v in pairs(spec[3]) do opts[k] = v end
+    for j, a in ipairs(spec[2]) do
+      a = type(a) == "string" and LAMBDAS[a:match("^lambda:(.*)$")] or a
+      if keywords then opts[REQUIRED[spec[1]][j]] = a else args[#args + 1] = a end
     end
-    if next(spec[3]) then args[#args + 1] = spec[3] end
+    if next(opts) then args[#args + 1] = opts end
     made[i] = S[spec[1]](table.unpack(args))
   end
-  if run.milestones then return S.SequentialLR(opt, made, run.milestones) end
+  if run.milestones then
+    if keywords then return S.SequentialLR(opt, {schedulers = made, milestones = run.milestones}) end
+    return S.SequentialLR(opt, made, run.milestones)
+  end
   return made[1]
 end
 
@@ -56,21 +68,22 @@ end
 ---------------------------------------------------------------- PyTorch's schedules
 TestAgainstTorch = {}
 
-function TestAgainstTorch:testEveryConfiguration()
+-- every run, its required arguments as positions and then as keywords
+local function every_configuration(keywords)
   lu.assertTrue(#F.runs >= 16)
   local seen = {}
   for _, run in ipairs(F.runs) do
     seen[run.name] = true
     local p = qkv.zeros(2, "float64"):requires_grad_()
     local opt = qkv.optim.SGD({p}, {lr = F.lr})
-    local sched = make(run, opt)
+    local sched = make(run, opt, keywords)
     lu.assertEquals(#run.lr, F.steps + 1)
     for s = 0, F.steps do
       if s > 0 then
         opt:step()
         sched:step()
       end
-      local what = string.format("%s after %d steps", describe(run), s)
+      local what = string.format("%s%s after %d steps", describe(run), keywords and " (keywords)" or "", s)
       near(opt.lr, run.lr[s + 1], what .. ": opt.lr")
       local last = sched:get_last_lr()
       lu.assertEquals(#last, 1, what .. ": get_last_lr() has one group")
@@ -81,6 +94,9 @@ function TestAgainstTorch:testEveryConfiguration()
     lu.assertTrue(seen[name], name)
   end
 end
+
+function TestAgainstTorch:testEveryConfiguration() every_configuration(false) end
+function TestAgainstTorch:testEveryConfigurationByKeywords() every_configuration(true) end
 
 -- the schedules move: a run whose lr never changed would pass the
 -- comparison above for a scheduler that does nothing
@@ -156,7 +172,8 @@ function TestErrors:testArgumentsAreChecked()
   local opt = optimizer()
   fails("StepLR: step_size must be a positive integer, got 0", S.StepLR, opt, 0)
   fails("StepLR: step_size must be a positive integer, got 2.5", S.StepLR, opt, 2.5)
-  fails("StepLR: step_size must be a positive integer, got nil", S.StepLR, opt)
+  fails("StepLR: step_size is missing: StepLR(opt, step_size) or StepLR(opt, {step_size = ...})",
+        S.StepLR, opt)
   fails("StepLR: option 'gamma' must be a number > 0, got -0.1", S.StepLR, opt, 2, {gamma = -0.1})
   fails("StepLR: option 'gamma' must be a number > 0, got 0.1", S.StepLR, opt, 2, {gamma = "0.1"})
   fails("StepLR: unknown option 'gama' (did you mean 'gamma'?)", S.StepLR, opt, 2, {gama = 0.5})
@@ -177,6 +194,57 @@ function TestErrors:testArgumentsAreChecked()
   fails("LinearLR: unknown option 'total_iter' (did you mean 'total_iters'?)", S.LinearLR, opt, {total_iter = 5})
   lu.assertEquals(opt.lr, 0.1, "a refused scheduler leaves the lr alone")
   lu.assertNil(rawget(opt, "initial_lr"), "and sets no initial_lr")
+end
+
+-- PyTorch's keywords for the required arguments: the same scheduler as the
+-- positions give, given once, and named when missing
+function TestErrors:testRequiredArgumentsAsKeywords()
+  local function lrs(make_it)
+    local opt = optimizer()
+    local sched, out = make_it(opt), {}
+    for _ = 1, 6 do
+      sched:step()
+      out[#out + 1] = opt.lr
+    end
+    return out
+  end
+  local f = function(e) return 1 / (e + 2) end
+  for _, pair in ipairs{
+    {function(o) return S.StepLR(o, 2, {gamma = 0.5}) end,
+     function(o) return S.StepLR(o, {step_size = 2, gamma = 0.5}) end},
+    {function(o) return S.CosineAnnealingLR(o, 4, {eta_min = 0.01}) end,
+     function(o) return S.CosineAnnealingLR(o, {T_max = 4, eta_min = 0.01}) end},
+    {function(o) return S.LambdaLR(o, f) end, function(o) return S.LambdaLR(o, {lr_lambda = f}) end},
+    {function(o) return S.SequentialLR(o, {S.LinearLR(o), S.StepLR(o, 1)}, {2}) end,
+     function(o) return S.SequentialLR(o, {schedulers = {S.LinearLR(o), S.StepLR(o, 1)}, milestones = {2}}) end},
+  } do
+    local a, b = lrs(pair[1]), lrs(pair[2])
+    lu.assertEquals(b, a)
+    lu.assertNotEquals(a[1], a[6], "the schedule moves")
+  end
+  local opt = optimizer()
+  fails("StepLR: step_size is given twice, as an argument and as an option",
+        S.StepLR, opt, 2, {step_size = 3})
+  fails("CosineAnnealingLR: T_max is given twice, as an argument and as an option",
+        S.CosineAnnealingLR, opt, 4, {T_max = 4})
+  fails("LambdaLR: lr_lambda is given twice, as an argument and as an option",
+        S.LambdaLR, opt, f, {lr_lambda = f})
+  fails("StepLR: step_size is missing: StepLR(opt, step_size) or StepLR(opt, {step_size = ...})",
+        S.StepLR, opt, {gamma = 0.5})
+  fails("CosineAnnealingLR: T_max is missing: CosineAnnealingLR(opt, T_max) or "
+        .. "CosineAnnealingLR(opt, {T_max = ...})", S.CosineAnnealingLR, opt, {eta_min = 0})
+  fails("LambdaLR: lr_lambda is missing: LambdaLR(opt, lr_lambda) or LambdaLR(opt, {lr_lambda = ...})",
+        S.LambdaLR, opt)
+  fails("StepLR: unknown option 'stepsize' (did you mean 'step_size'?)", S.StepLR, opt, {stepsize = 2})
+  fails("CosineAnnealingLR: unknown option 'T_mx' (did you mean 'T_max'?)",
+        S.CosineAnnealingLR, opt, {T_mx = 4})
+  fails("StepLR: step_size must be a positive integer, got 0", S.StepLR, opt, {step_size = 0})
+  fails("LambdaLR: lr_lambda must be a function of the epoch, got number", S.LambdaLR, opt, {lr_lambda = 2})
+  fails("StepLR: takes 1 argument after the optimizer and an options table, got 3",
+        S.StepLR, opt, 2, {gamma = 0.5}, 3)
+  fails("LinearLR: takes 0 arguments after the optimizer and an options table, got 2",
+        S.LinearLR, opt, 3, {})
+  lu.assertEquals(opt.lr, 0.1, "a refused scheduler leaves the lr alone")
 end
 
 function TestErrors:testStepAndLambda()
@@ -201,13 +269,14 @@ function TestErrors:testSequentialLR()
   local a, b = S.LinearLR(opt), S.CosineAnnealingLR(opt, 5)
   local other = S.StepLR(optimizer(), 2)
   fails("SequentialLR: schedulers must be a list of schedulers, got an empty table", S.SequentialLR, opt, {}, {})
-  fails("SequentialLR: schedulers must be a list of schedulers, got nil", S.SequentialLR, opt)
+  fails("SequentialLR: schedulers is missing: SequentialLR(opt, schedulers, milestones) or "
+        .. "SequentialLR(opt, {schedulers = ...})", S.SequentialLR, opt)
   fails("SequentialLR: schedulers[2] is a number, not a scheduler", S.SequentialLR, opt, {a, 3}, {2})
   fails("SequentialLR: schedulers[2] (StepLR) steps another optimizer", S.SequentialLR, opt, {a, other}, {2})
   fails("SequentialLR: milestones must be a list of 1 epochs, one fewer than the schedulers, got 2 of them",
         S.SequentialLR, opt, {a, b}, {2, 4})
-  fails("SequentialLR: milestones must be a list of 1 epochs, one fewer than the schedulers, got nil",
-        S.SequentialLR, opt, {a, b})
+  fails("SequentialLR: milestones is missing: SequentialLR(opt, schedulers, milestones) or "
+        .. "SequentialLR(opt, {milestones = ...})", S.SequentialLR, opt, {a, b})
   fails("SequentialLR: milestones[1] must be an integer >= 1 and above the one before, got 0",
         S.SequentialLR, opt, {a, b}, {0})
   fails("SequentialLR: milestones[2] must be an integer >= 1 and above the one before, got 3",

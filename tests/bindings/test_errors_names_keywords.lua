@@ -197,7 +197,7 @@ function TestKeywords:testErrors()
   missing("sum: unknown option 'dims' (did you mean 'dim'?)", function() return X:sum{dims = 1} end)
   missing("softmax: unknown option 'keepdim'", function() return X:softmax{dim = 1, keepdim = true} end)
   missing("max: unknown option 'dtype'", function() return X:max{dtype = "float64"} end)
-  missing("cat: unknown option 'axis'", function() return qkv.cat({X, X}, {axis = 1}) end)
+  missing("cat: unknown option 'axis' (did you mean 'dim'?)", function() return qkv.cat({X, X}, {axis = 1}) end)
   missing("sum: dim is given twice, as an argument and as an option",
           function() return X:sum(1, {dim = 2}) end)
   missing("sum: 3 arguments before the options table, at most 2",

@@ -406,7 +406,7 @@ function TestModules:testLayerNorm()
   lu.assertNil(qkv.nn.LayerNorm(4, {bias = false}).b)
   lu.assertEquals(tostring(qkv.nn.LayerNorm(4)), "LayerNorm((4,), eps=1e-05, elementwise_affine=true)")
   fails("LayerNorm: normalized_shape[1] must be a positive integer, got 0", qkv.nn.LayerNorm, 0)
-  fails("LayerNorm: dtype must be 'float32' or 'float64', got int64", qkv.nn.LayerNorm, 4, {dtype = "int64"})
+  fails("LayerNorm: dtype must be 'float32', 'float64', 'float16' or 'bfloat16', got int64", qkv.nn.LayerNorm, 4, {dtype = "int64"})
 end
 
 function TestModules:testRMSNorm()

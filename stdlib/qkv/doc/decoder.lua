@@ -34,8 +34,8 @@ print(rot(qkv.ones(2, 4), 1))
   {name = "qkv.nn.SwiGLU", sig = "qkv.nn.SwiGLU(dim, hidden [, opts])", group = "modules",
    doc = [[LLaMA's MLP: m(x) is down_proj(silu(gate_proj(x)) * up_proj(x)), three
 qkv.nn.Linear layers named as Hugging Face's LlamaMLP, gate_proj and up_proj
-(dim to hidden) and down_proj (hidden to dim). opts: bias (false) and
-dtype. x must end in dim.]],
+(dim to hidden) and down_proj (hidden to dim). opts: bias (false), dtype
+and device (as qkv.nn.Linear's). x must end in dim.]],
    example = [=[local m = qkv.nn.SwiGLU(4, 8)
 print(m(qkv.ones(2, 4)).shape)   --> (2, 4)]=]},
 

@@ -132,8 +132,10 @@ print(p:detach())                     --> tensor([ 0.8500, -1.8000], dtype=float
 as torch.optim.lr_scheduler.StepLR does. opts: gamma (0.1, a number > 0).
 Each step scales the current opt.lr, so it chains with other schedulers as
 torch's does; its base is opt.initial_lr, which the first scheduler made on
-opt sets to opt.lr. A step_size that is not a positive integer, or an
-unknown option, is an error.]],
+opt sets to opt.lr. step_size may come as PyTorch's keyword, in opts:
+StepLR(opt, {step_size = 2, gamma = 0.5}); given both ways, or not at
+all, it is an error, as are a step_size that is not a positive integer
+and an unknown option.]],
    example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
 local sched = qkv.optim.lr_scheduler.StepLR(opt, 2, {gamma = 0.5})
 local lrs = {}
@@ -152,7 +154,9 @@ T_max steps, eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2,
 computed step by step from the current opt.lr as
 torch.optim.lr_scheduler.CosineAnnealingLR computes it. Past T_max it climbs
 back, with period 2 T_max, as torch's does. opts: eta_min (0, a number >=
-0). A T_max that is not a positive integer is an error.]],
+0), and T_max as PyTorch's keyword: CosineAnnealingLR(opt, {T_max = 4}).
+A T_max that is not a positive integer, given twice or missing, is an
+error.]],
    example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
 local sched = qkv.optim.lr_scheduler.CosineAnnealingLR(opt, 4)
 local lrs = {}
@@ -168,8 +172,9 @@ print(table.concat(lrs, " "))   --> 0.0854 0.0500 0.0146 0.0000 0.0146]=]},
 where epoch counts the calls of sched:step() (0 when it is made, which
 already sets opt.lr). The base is opt.initial_lr, which the first scheduler
 made on opt sets to opt.lr. lr_lambda must return a number >= 0, else the
-step is an error naming it. As torch.optim.lr_scheduler.LambdaLR with one
-function (a qkv optimizer is one parameter group).]],
+step is an error naming it. lr_lambda may come as a keyword too,
+LambdaLR(opt, {lr_lambda = f}). As torch.optim.lr_scheduler.LambdaLR with
+one function (a qkv optimizer is one parameter group).]],
    example = [=[local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
 local sched = qkv.optim.lr_scheduler.LambdaLR(opt, function(epoch) return 0.5 ^ epoch end)
 print(opt.lr)                          --> 0.1
@@ -201,8 +206,9 @@ milestones[1], then schedulers[2], which starts from its epoch 0 at the
 base learning rate, and so on. All must step opt, and milestones (epoch
 counts, increasing) has one entry fewer than schedulers. Making it sets
 opt.lr back to its base and takes the first scheduler's first step again.
-A LinearLR warm-up then CosineAnnealingLR is the usual recipe. As
-torch.optim.lr_scheduler.SequentialLR.]],
+A LinearLR warm-up then CosineAnnealingLR is the usual recipe. Both may
+come as keywords, SequentialLR(opt, {schedulers = {...}, milestones =
+{...}}). As torch.optim.lr_scheduler.SequentialLR.]],
    example = [=[local S = qkv.optim.lr_scheduler
 local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 0.1})
 local warmup = S.LinearLR(opt, {start_factor = 0.1, total_iters = 2})

@@ -40,12 +40,20 @@ local KEEP = "With no dim it reduces every element to a 0-d tensor " ..
   "keeps it as size 1 when keepdim is true, also as PyTorch's keywords in " ..
   "a table: x:" .. "%s{dim = 2, keepdim = true}. "
 
-local function reduction(name, what, dtype, extra, torch)
-  return {name = "Tensor:" .. name, sig = "x:" .. name .. "([dim [, keepdim]])",
+local function reduction(name, what, dtype, extra, torch, more)
+  local args = "[dim [, keepdim" .. (more and " [, " .. more .. "]]]" or "]]")
+  return {name = "Tensor:" .. name, sig = "x:" .. name .. "(" .. args .. ")",
     group = "reductions",
-    also = "qkv." .. name .. "(x [, dim [, keepdim]])", also_group = "math",
+    also = "qkv." .. name .. "(x [, " .. args:sub(2) .. ")", also_group = "math",
     doc = what .. ". " .. KEEP:format(name) .. dtype .. extra .. "As " .. torch .. "."}
 end
+
+-- var and std's correction, PyTorch's keyword
+local CORRECTION = "correction (default 1) is PyTorch's: the divisor is " ..
+  "max(0, n - correction), so x:%s{dim = 2, correction = 0} divides by n " ..
+  "(NumPy's ddof = 0), and n <= correction gives inf (NaN where every " ..
+  "element is the same); PyTorch's older unbiased = false is " ..
+  "correction = 0. "
 
 local entries = {
   binary("add", "x + y", "Also the + operator. " .. PROMOTE, "torch.add"),
@@ -135,11 +143,13 @@ come as a table: x:cumsum{dim = 1, dtype = "float64"}. As torch.cumsum.]],
     "Along a dim it returns two tensors, the values and their 1-based int64 " ..
     "indices. ", "With a tensor y instead of a dim, x:min(y) is " ..
     "x:minimum(y); an empty dim is an error. ", "torch.min, with indices from 1"),
-  reduction("var", "The unbiased variance of the elements (dividing by n - 1)",
-    "int64 and bool give float32. ", "", "torch.var (its default correction)"),
-  reduction("std", "The unbiased standard deviation of the elements " ..
-    "(dividing by n - 1)", "int64 and bool give float32. ", "",
-    "torch.std (its default correction)"),
+  reduction("var", "The variance of the elements, unbiased (dividing by " ..
+    "n - 1) unless correction says otherwise", "int64 and bool give float32. ",
+    CORRECTION:format("var"), "torch.var", "correction"),
+  reduction("std", "The standard deviation of the elements, unbiased " ..
+    "(dividing by n - 1) unless correction says otherwise",
+    "int64 and bool give float32. ", CORRECTION:format("std"), "torch.std",
+    "correction"),
   reduction("argmax", "The 1-based index of the largest element, as int64",
     "With no dim the index is into the flattened tensor. ", "The first " ..
     "of equal maxima wins; an empty dim is an error. ", "torch.argmax plus 1"),

@@ -9,13 +9,18 @@ local INIT = "Weights are stored (d_in, d_out), the transpose of PyTorch's " ..
 
 local OPTS = "opts go to qkv.attention: mask, causal, scale. "
 
+-- PyTorch's factory keywords, in every constructor that makes parameters
+local FACTORY = "dtype (\"float32\"; \"float64\" draws in float64, \"float16\" and " ..
+  "\"bfloat16\" hold the float32 draws converted, as m:to(dtype) gives them) " ..
+  "and device (\"cpu\" or \"cuda\": the parameters made there, as m:to(device)), " ..
+  "PyTorch's factory keywords"
+
 local entries = {
   ---------------------------------------------------------------- modules
   {name = "qkv.nn.Linear", sig = "qkv.nn.Linear(d_in, d_out [, opts])", group = "modules",
    doc = [[A fully connected layer: m(x) is x W + b through qkv.project, with
 W (d_in, d_out) and b (d_out,), so x (..., d_in) gives (..., d_out).
-opts: bias (default true; false leaves b nil) and dtype (default
-"float32"). ]] .. INIT .. [[Sizes that are not positive integers, or an x
+opts: bias (default true; false leaves b nil), ]] .. FACTORY .. [[. ]] .. INIT .. [[Sizes that are not positive integers, or an x
 that is not a tensor, are errors naming them. As torch.nn.Linear.]],
    example = [=[qkv.seed(1)
 local m = qkv.nn.Linear(4, 2)
@@ -62,7 +67,7 @@ print(m, m(qkv.tensor{{0, 0}, {0, math.log(3)}}))
 size or a table of sizes): m(x) is qkv.rms_norm(x, shape, m.w, m.eps). w
 (PyTorch's weight) starts at ones, of that shape. opts: eps (nil: the
 machine epsilon of x's computed dtype, as qkv.rms_norm), elementwise_affine
-(true; false: no w) and dtype. As torch.nn.RMSNorm.]],
+(true; false: no w), ]] .. FACTORY .. [[. As torch.nn.RMSNorm.]],
    example = [=[local m = qkv.nn.RMSNorm(2)
 print(m)
 print(m(qkv.tensor{{3, 4}}):detach())
@@ -73,7 +78,7 @@ print(m(qkv.tensor{{3, 4}}):detach())
    doc = [[Layer normalisation over the last dims given by shape (a size or a
 table of sizes): m(x) is qkv.layer_norm(x, shape, m.w, m.b, m.eps). w starts
 at ones and b at zeros, of that shape. opts: eps (1e-5),
-elementwise_affine (true; false: no w and b), bias (true) and dtype. As
+elementwise_affine (true; false: no w and b), bias (true), ]] .. FACTORY .. [[. As
 torch.nn.LayerNorm.]],
    example = [=[local ln = qkv.nn.LayerNorm(3)
 print(ln)
@@ -90,8 +95,8 @@ identity after m:eval(). It has no weights. As torch.nn.Dropout.]]},
    group = "modules",
    doc = [[A lookup table of num_embeddings rows of dim: m(ids) is
 qkv.embedding(ids, m.W), for int64 ids (1-based) of any shape. W starts
-from N(0, 1), as PyTorch's, drawn from qkv's generator. opts.dtype picks
-float32 or float64. As torch.nn.Embedding.]],
+from N(0, 1), as PyTorch's, drawn from qkv's generator. opts:
+]] .. FACTORY .. [[. As torch.nn.Embedding.]],
    example = [=[qkv.seed(0)
 local e = qkv.nn.Embedding(10, 4)
 print(e, e(qkv.tensor({{1, 2}, {3, 4}}, "int64")).shape)
@@ -133,8 +138,8 @@ with its residual and LayerNorm (m.norm1, m.norm2) after it, or before it
 with norm_first. opts: dim_feedforward (2048), dropout (0.1, also on the
 attention weights), activation ("relu", "gelu", a function or a module),
 layer_norm_eps (1e-5), batch_first (true: src is (N, L, d_model); false:
-(L, N, d_model); (L, d_model) unbatched either way), norm_first (false)
-and bias (true). m(src [, {src_mask =, src_key_padding_mask =, is_causal =}])
+(L, N, d_model); (L, d_model) unbatched either way), norm_first (false),
+bias (true), ]] .. FACTORY .. [[. m(src [, {src_mask =, src_key_padding_mask =, is_causal =}])
 takes PyTorch's masks: bool true = not allowed, float added to the
 scores; src_mask is (L, L) or (N * nhead, L, L), src_key_padding_mask (N,
 L), and is_causal = true applies the causal mask (PyTorch wants src_mask
@@ -146,25 +151,26 @@ local pad = qkv.tensor{{false, false, false}, {false, false, true}}
 print(layer(qkv.randn(2, 3, 16), {src_key_padding_mask = pad}).shape)   --> (2, 3, 16)
 print(layer:nparams())   --> 2224]=]},
 
-  {name = "qkv.nn.SelfAttention", sig = "qkv.nn.SelfAttention(d_model, d_k)",
+  {name = "qkv.nn.SelfAttention", sig = "qkv.nn.SelfAttention(d_model, d_k [, opts])",
    group = "modules",
    doc = [[Single-head self-attention: out, weights = m(x [, opts]), with Q,
 K and V projected from x by W_Q, W_K, W_V (d_model, d_k). x is
 (..., n, d_model), out (..., n, d_k) and weights (..., n, n).
-]] .. OPTS .. INIT .. [[Sizes that are not positive integers are errors.]],
+]] .. OPTS .. INIT .. [[The constructor's opts: bias (false; true adds b_Q,
+b_K, b_V), ]] .. FACTORY .. [[. Sizes that are not positive integers are errors.]],
    example = [=[qkv.seed(1)
 local out, w = qkv.nn.SelfAttention(8, 4)(qkv.randn(2, 5, 8))
 print(out.shape, w.shape)   --> (2, 5, 4)	(2, 5, 5)]=]},
 
-  {name = "qkv.nn.CrossAttention", sig = "qkv.nn.CrossAttention(d_model, d_k)",
+  {name = "qkv.nn.CrossAttention", sig = "qkv.nn.CrossAttention(d_model, d_k [, opts])",
    group = "modules",
    doc = [[Single-head cross-attention: out, weights = m(text, image
 [, opts]), with Q from text and K, V from image. The weights W_Q, W_K, W_V
 are (d_model, d_k); text is (..., n_q, d_model), image (..., n_kv,
 d_model), out (..., n_q, d_k) and weights (..., n_q, n_kv).
-]] .. OPTS .. INIT},
+]] .. OPTS .. INIT .. [[The constructor's opts are SelfAttention's.]]},
 
-  {name = "qkv.nn.MultiHeadAttention", sig = "qkv.nn.MultiHeadAttention(d_model, h)",
+  {name = "qkv.nn.MultiHeadAttention", sig = "qkv.nn.MultiHeadAttention(d_model, h [, opts])",
    group = "modules",
    doc = [[Multi-head self-attention: out, weights = m(x [, opts]), with h
 heads and projections W_Q, W_K, W_V, W_O (d_model, d_model). It projects x
@@ -172,42 +178,43 @@ heads and projections W_Q, W_K, W_V, W_O (d_model, d_model). It projects x
 projects by W_O: out is (..., n, d_model) and weights (..., h, n, n), and a
 (B, 1, n) padding mask in opts.mask, or a (B, n) opts.key_padding_mask,
 gets its head dim added. Called as PyTorch's, m(query, key, value
-[, opts]) takes Q, K and V from the three. d_model must be divisible by h.
-]] .. INIT .. [[As torch.nn.MultiheadAttention with batch_first and no
-biases.]]},
+[, opts]) takes Q, K and V from the three; d_model must be divisible by h.
+]] .. INIT .. [[The constructor's opts: bias (false; true adds b_Q, b_K,
+b_V, b_O), ]] .. FACTORY .. [[; as torch.nn.MultiheadAttention with
+batch_first (and, by default, no biases).]]},
 
   {name = "qkv.nn.MultiHeadCrossAttention",
-   sig = "qkv.nn.MultiHeadCrossAttention(d_model, h)", group = "modules",
+   sig = "qkv.nn.MultiHeadCrossAttention(d_model, h [, opts])", group = "modules",
    doc = [[Multi-head cross-attention: out, weights = m(text, image
 [, opts]), with h heads, Q from text and K, V from image. text is
 (..., n_text, d_model) and image (..., n_image, d_model), the weights W_Q,
 W_K, W_V, W_O are (d_model, d_model), out is (..., n_text, d_model) and
 weights (..., h, n_text, n_image). d_model must be divisible by h.
-]] .. INIT,
+]] .. INIT .. [[The constructor's opts are MultiHeadAttention's.]],
    example = [=[qkv.seed(42)
 local mhca = qkv.nn.MultiHeadCrossAttention(16, 4)
 local out, w = mhca(qkv.randn(3, 16), qkv.randn(9, 16))
 print(out.shape, w.shape)   --> (3, 16)	(4, 3, 9)]=]},
 
   {name = "qkv.nn.TokenAligner",
-   sig = "qkv.nn.TokenAligner(d_vision, d_text [, method])", group = "modules",
+   sig = "qkv.nn.TokenAligner(d_vision, d_text [, method] [, opts])", group = "modules",
    doc = [[Maps image tokens (..., n, d_vision) into the text space
 (..., n, d_text) through qkv.align: m(image_tokens). method is "linear"
 (the default: m.proj is a Linear), "mlp" (m.proj is Sequential(Linear,
 GELU, Linear), the hidden size d_text) or "identity" (which needs
-d_vision == d_text). Another method, or sizes that are not positive
-integers, are errors. ]] .. INIT,
+d_vision == d_text). opts: ]] .. FACTORY .. [[. Another method, or sizes
+that are not positive integers, are errors. ]] .. INIT,
    example = [=[print(qkv.nn.TokenAligner(768, 512):nparams())   --> 393728]=]},
 
   {name = "qkv.nn.AlignedCrossAttention",
-   sig = "qkv.nn.AlignedCrossAttention(d_vision, d_text, h [, method])",
+   sig = "qkv.nn.AlignedCrossAttention(d_vision, d_text, h [, method] [, opts])",
    group = "modules",
    doc = [[Aligns the image tokens, then lets the text attend to them:
 out, weights = m(text, image [, opts]) is m.cross_attn(text,
 m.aligner(image), opts). m.aligner is a TokenAligner(d_vision, d_text,
 method) and m.cross_attn a MultiHeadCrossAttention(d_text, h). text is
 (..., n_text, d_text), image (..., n_image, d_vision), out
-(..., n_text, d_text) and weights (..., h, n_text, n_image).]]},
+(..., n_text, d_text) and weights (..., h, n_text, n_image). opts: ]] .. FACTORY .. [[.]]},
 
   ---------------------------------------------------------------- Module methods
   {name = "Module:forward", sig = "m:forward(...)", group = "module methods",

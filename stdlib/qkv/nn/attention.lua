@@ -7,33 +7,36 @@ local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
 local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag
-local checkdim, checktensor, uniform = M.checkdim, M.checktensor, M.uniform
+local checkdim, checktensor, uniform, opts_of, place = M.checkdim, M.checktensor, M.uniform,
+  M.opts_of, M.place
 
 ---------------------------------------------------------------- attention
 
--- an attention projection weight: (d_in, d_out) with Linear's init
-local function weight(m, name, d_in, d_out)
-  m:param(name, uniform(1 / math.sqrt(d_in), d_in, d_out), true)
+-- opts: bias (b_Q, b_K, b_V and b_O as well, with Linear's init, as
+-- PyTorch's modules have by default; qkv's default, the documents', is
+-- none), dtype and device (M.opts_of); the checked options and the dtype
+-- to make the weights in
+local function attn_opts(fname, opts)
+  return opts_of(fname, opts, {"bias", "dtype", "device"}, {"bias"})
 end
 
--- opts.bias: b_Q, b_K, b_V (and b_O) as well, with Linear's init, as
--- PyTorch's modules have by default (qkv's default, the documents', is none)
-local function bias_of(fname, opts)
-  return flag(checkopts(fname, opts, {"bias"}, {"bias"}), "bias", false)
-end
-
-local function weights(self, names, d_in, d_out, bias)
+-- the projection weights W_<name>, (d_in, d_out) with Linear's init, and
+-- with opts.bias the biases b_<name>
+local function weights(self, names, d_in, d_out, opts, dt)
+  local bound = 1 / math.sqrt(d_in)
   for _, n in ipairs(names) do
-    weight(self, "W_" .. n, d_in, d_out)
-    if bias then self:param("b_" .. n, uniform(1 / math.sqrt(d_in), d_out)) end
+    self:param("W_" .. n, uniform(bound, d_in, d_out, dt), true)
+    if flag(opts, "bias", false) then self:param("b_" .. n, uniform(bound, d_out, dt)) end
   end
 end
 
 local function attn_init(self, fname, d_model, d_k, opts)
   checkdim(fname, "d_model", d_model)
   checkdim(fname, "d_k", d_k)
+  local o, dt = attn_opts(fname, opts)
   self.d_model, self.d_k = d_model, d_k
-  weights(self, {"Q", "K", "V"}, d_model, d_k, bias_of(fname, opts))
+  weights(self, {"Q", "K", "V"}, d_model, d_k, o, dt)
+  place(self, o)
 end
 
 local function attn_extra(self)
@@ -41,7 +44,8 @@ local function attn_extra(self)
                        self.b_Q and ", bias=true" or "")
 end
 
--- SelfAttention(d_model, d_k): out, weights = attn(x [, {mask=, causal=}])
+-- SelfAttention(d_model, d_k [, {bias, dtype, device}]): out, weights =
+-- attn(x [, {mask=, causal=}])
 local SelfAttention = class("SelfAttention")
 function SelfAttention:init(d_model, d_k, opts) attn_init(self, "SelfAttention", d_model, d_k, opts) end
 SelfAttention.extra = attn_extra
@@ -73,8 +77,10 @@ local function mha_init(self, fname, d_model, h, opts)
   if d_model % h ~= 0 then
     fail(fname, "d_model = %d is not divisible by h = %d", d_model, h)
   end
+  local o, dt = attn_opts(fname, opts)
   self.d_model, self.h, self.d_k = d_model, h, d_model // h
-  weights(self, {"Q", "K", "V", "O"}, d_model, d_model, bias_of(fname, opts))
+  weights(self, {"Q", "K", "V", "O"}, d_model, d_model, o, dt)
+  place(self, o)
 end
 
 -- Masks come in the frame of the input's scores: a mask (batch..., n_q, n_k)
@@ -164,20 +170,34 @@ end
 
 ---------------------------------------------------------------- alignment
 
--- TokenAligner(d_vision, d_text [, "linear" | "mlp" | "identity"]): maps
--- image tokens into the text space; m.proj is the Linear, Sequential or
--- Identity that does it (forward goes through qkv.align)
+-- TokenAligner(d_vision, d_text [, "linear" | "mlp" | "identity"] [, {dtype,
+-- device}]): maps image tokens into the text space; m.proj is the Linear,
+-- Sequential or Identity that does it (forward goes through qkv.align)
 local TokenAligner = class("TokenAligner")
-function TokenAligner:init(d_vision, d_text, method)
+
+-- the method and the options of TokenAligner and AlignedCrossAttention:
+-- ([method] [, opts]), the options table also in the method's place
+local function method_opts(fname, method, opts, ...)
+  if select("#", ...) > 0 or (type(method) == "table" and opts ~= nil) then
+    fail(fname, "expected at most a method and an options table after the sizes")
+  end
+  if type(method) == "table" then method, opts = nil, method end
+  local o, dt = opts_of(fname, opts, {"dtype", "device"})
+  return method or "linear", o, dt
+end
+
+function TokenAligner:init(d_vision, d_text, method, opts, ...)
   checkdim("TokenAligner", "d_vision", d_vision)
   checkdim("TokenAligner", "d_text", d_text)
-  method = method or "linear"
+  local o, dt
+  method, o, dt = method_opts("TokenAligner", method, opts, ...)
+  local lo = {dtype = dt}
   self.d_vision, self.d_text, self.method = d_vision, d_text, method
   if method == "linear" then
-    self:child("proj", nn.Linear(d_vision, d_text))
+    self:child("proj", nn.Linear(d_vision, d_text, lo))
   elseif method == "mlp" then
-    self:child("proj", nn.Sequential(nn.Linear(d_vision, d_text), nn.GELU(),
-                                     nn.Linear(d_text, d_text)))
+    self:child("proj", nn.Sequential(nn.Linear(d_vision, d_text, lo), nn.GELU(),
+                                     nn.Linear(d_text, d_text, lo)))
   elseif method == "identity" then
     if d_vision ~= d_text then
       fail("TokenAligner", "identity needs d_vision == d_text, got %d and %d", d_vision, d_text)
@@ -186,6 +206,7 @@ function TokenAligner:init(d_vision, d_text, method)
   else
     fail("TokenAligner", "method must be 'linear', 'mlp' or 'identity', got %s", tostring(method))
   end
+  place(self, o)
 end
 
 function TokenAligner:forward(x)
@@ -200,12 +221,15 @@ function TokenAligner:extra()
   return string.format("d_vision=%d, d_text=%d, method=%s", self.d_vision, self.d_text, self.method)
 end
 
--- AlignedCrossAttention(d_vision, d_text, h [, method]): align the image
--- tokens, then multi-head cross-attention from the text
+-- AlignedCrossAttention(d_vision, d_text, h [, method] [, {dtype, device}]):
+-- align the image tokens, then multi-head cross-attention from the text
 local AlignedCrossAttention = class("AlignedCrossAttention")
-function AlignedCrossAttention:init(d_vision, d_text, h, method)
-  self:child("aligner", nn.TokenAligner(d_vision, d_text, method))
-  self:child("cross_attn", nn.MultiHeadCrossAttention(d_text, h))
+function AlignedCrossAttention:init(d_vision, d_text, h, method, opts, ...)
+  local o, dt
+  method, o, dt = method_opts("AlignedCrossAttention", method, opts, ...)
+  self:child("aligner", nn.TokenAligner(d_vision, d_text, method, {dtype = dt}))
+  self:child("cross_attn", nn.MultiHeadCrossAttention(d_text, h, {dtype = dt}))
+  place(self, o)
 end
 
 function AlignedCrossAttention:forward(text, image, opts)
@@ -238,9 +262,10 @@ function TransformerEncoderLayer:init(d_model, nhead, opts)
   if d_model % nhead ~= 0 then
     fail(TEL, "d_model = %d is not divisible by nhead = %d", d_model, nhead)
   end
-  opts = checkopts(TEL, opts, {"dim_feedforward", "dropout", "activation", "layer_norm_eps",
-                               "batch_first", "norm_first", "bias"},
-                   {"batch_first", "norm_first", "bias"})
+  local dt
+  opts, dt = opts_of(TEL, opts, {"dim_feedforward", "dropout", "activation", "layer_norm_eps",
+                                 "batch_first", "norm_first", "bias", "dtype", "device"},
+                     {"batch_first", "norm_first", "bias"})
   local dff = opts.dim_feedforward or 2048
   checkdim(TEL, "dim_feedforward", dff)
   local p = number_opt("dropout", opts.dropout, 0.1, 0, 1)
@@ -256,20 +281,21 @@ function TransformerEncoderLayer:init(d_model, nhead, opts)
   self.d_model, self.nhead, self.dim_feedforward, self.activation = d_model, nhead, dff, act
   self.batch_first, self.norm_first = flag(opts, "batch_first", true), flag(opts, "norm_first", false)
   self.attn_dropout = p               -- PyTorch's self_attn.dropout, on the weights
-  local sa = self:child("self_attn", nn.MultiHeadAttention(d_model, nhead, {bias = bias}))
+  local sa = self:child("self_attn", nn.MultiHeadAttention(d_model, nhead, {bias = bias, dtype = dt}))
   -- PyTorch's init of its attention: xavier-uniform in_proj, zero biases
   qkv.no_grad(function()
     local bound = math.sqrt(6 / (4 * d_model))
-    for _, n in ipairs{"Q", "K", "V"} do sa["W_" .. n]:copy_(uniform(bound, d_model, d_model)) end
+    for _, n in ipairs{"Q", "K", "V"} do sa["W_" .. n]:copy_(uniform(bound, d_model, d_model, dt)) end
     for _, n in ipairs(bias and {"Q", "K", "V", "O"} or {}) do sa["b_" .. n]:zero_() end
   end)
-  self:child("linear1", nn.Linear(d_model, dff, {bias = bias}))
+  self:child("linear1", nn.Linear(d_model, dff, {bias = bias, dtype = dt}))
   self:child("dropout", nn.Dropout(p))
-  self:child("linear2", nn.Linear(dff, d_model, {bias = bias}))
-  self:child("norm1", nn.LayerNorm(d_model, {eps = eps, bias = bias}))
-  self:child("norm2", nn.LayerNorm(d_model, {eps = eps, bias = bias}))
+  self:child("linear2", nn.Linear(dff, d_model, {bias = bias, dtype = dt}))
+  self:child("norm1", nn.LayerNorm(d_model, {eps = eps, bias = bias, dtype = dt}))
+  self:child("norm2", nn.LayerNorm(d_model, {eps = eps, bias = bias, dtype = dt}))
   self:child("dropout1", nn.Dropout(p))
   self:child("dropout2", nn.Dropout(p))
+  place(self, opts)
 end
 
 function TransformerEncoderLayer:extra()

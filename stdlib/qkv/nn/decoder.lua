@@ -10,7 +10,7 @@ M.inside(debug.getinfo(1, "S").source)
 local nn, class, fail, checkdim, checktensor, opts_of = M.nn, M.class, M.fail, M.checkdim,
   M.checktensor, M.opts_of
 
--- SwiGLU(dim, hidden [, {bias = false, dtype}]): down(silu(gate(x)) * up(x)),
+-- SwiGLU(dim, hidden [, {bias = false, dtype, device}]): down(silu(gate(x)) * up(x)),
 -- the MLP of LLaMA, Mistral and Qwen (Shazeer's GLU variants), its three
 -- Linear layers named as Hugging Face's LlamaMLP: gate_proj, up_proj
 -- (dim -> hidden) and down_proj (hidden -> dim); no biases by default
@@ -18,12 +18,13 @@ local SwiGLU = class("SwiGLU")
 function SwiGLU:init(dim, hidden, opts)
   checkdim("SwiGLU", "dim", dim)
   checkdim("SwiGLU", "hidden", hidden)
-  local o = opts_of("SwiGLU", opts, {"bias", "dtype"}, {"bias"})
-  local lo = {bias = o.bias == true, dtype = o.dtype}
+  local o, dt = opts_of("SwiGLU", opts, {"bias", "dtype", "device"}, {"bias"})
+  local lo = {bias = o.bias == true, dtype = dt}
   self.dim, self.hidden = dim, hidden
   self.gate_proj = nn.Linear(dim, hidden, lo)
   self.up_proj = nn.Linear(dim, hidden, lo)
   self.down_proj = nn.Linear(hidden, dim, lo)
+  M.place(self, o)
 end
 
 function SwiGLU:forward(x)
@@ -59,7 +60,7 @@ function KVCache:init(batch, heads, max_len, head_dim, opts)
   checkdim("KVCache", "heads", heads)
   checkdim("KVCache", "max_len", max_len)
   checkdim("KVCache", "head_dim", head_dim)
-  local o = opts_of("KVCache", opts, {"dtype", "device"}, nil, true)
+  local o = opts_of("KVCache", opts, {"dtype", "device"})
   local size = {batch, heads, max_len, head_dim}
   local function make()                  -- on the default device unless told
     if o.device ~= nil then return qkv.zeros(size, o.dtype or "float32", o.device) end

@@ -8,21 +8,21 @@ M.inside(debug.getinfo(1, "S").source)
 
 local nn, class, fail, checkopts, flag = M.nn, M.class, M.fail, M.checkopts, M.flag
 local checkdim, checktensor, uniform, opts_of = M.checkdim, M.checktensor, M.uniform, M.opts_of
+local place = M.place
 
 local Linear = class("Linear")
 
--- Linear(d_in, d_out [, {bias = true, dtype = "float32"}])
+-- Linear(d_in, d_out [, {bias = true, dtype = "float32", device}])
 function Linear:init(d_in, d_out, opts)
   checkdim("Linear", "d_in", d_in)
   checkdim("Linear", "d_out", d_out)
-  opts = checkopts("Linear", opts, {"bias", "dtype"}, {"bias"})
-  local bound, dt = 1 / math.sqrt(d_in), opts.dtype or "float32"
-  if dt ~= "float32" and dt ~= "float64" then
-    fail("Linear", "dtype must be 'float32' or 'float64', got %s", tostring(dt))
-  end
+  local dt
+  opts, dt = opts_of("Linear", opts, {"bias", "dtype", "device"}, {"bias"})
+  local bound = 1 / math.sqrt(d_in)
   self.d_in, self.d_out = d_in, d_out
   self:param("W", uniform(bound, d_in, d_out, dt), true)
   if flag(opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
+  place(self, opts)
 end
 
 function Linear:forward(x)
@@ -84,7 +84,7 @@ function Softmax:extra() return "dim=" .. self.dim end
 
 
 -- LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true, bias = true,
--- dtype}]): w = 1 and b = 0 of the normalized shape, as PyTorch's
+-- dtype, device}]): w = 1 and b = 0 of the normalized shape, as PyTorch's
 local LayerNorm = class("LayerNorm")
 function LayerNorm:init(shape, opts)
   local dt
@@ -100,6 +100,7 @@ function LayerNorm:init(shape, opts)
     self:param("w", qkv.ones(sizes, dt))
     if bias then self:param("b", qkv.zeros(sizes, dt)) end
   end
+  place(self, opts)
 end
 
 function LayerNorm:forward(x)
@@ -113,7 +114,7 @@ function LayerNorm:extra()
                        #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.w ~= nil))
 end
 
--- RMSNorm(shape [, {eps, elementwise_affine = true, dtype}]): w = 1 of the
+-- RMSNorm(shape [, {eps, elementwise_affine = true, dtype, device}]): w = 1 of the
 -- normalized shape, as PyTorch's weight; eps nil: qkv.rms_norm's default
 local RMSNorm = class("RMSNorm")
 function RMSNorm:init(shape, opts)
@@ -128,6 +129,7 @@ function RMSNorm:init(shape, opts)
     fail("RMSNorm", "eps must be a number, got %s", type(self.eps))
   end
   if flag(opts, "elementwise_affine", true) then self:param("w", qkv.ones(sizes, dt)) end
+  place(self, opts)
 end
 
 function RMSNorm:forward(x)
@@ -154,15 +156,16 @@ end
 function Dropout:forward(x) return qkv.dropout(checktensor("Dropout", "x", x), self.p, self.training) end
 function Dropout:extra() return string.format("p=%g", self.p) end
 
--- Embedding(num_embeddings, dim [, {dtype}]): W (num, dim) from N(0, 1),
+-- Embedding(num_embeddings, dim [, {dtype, device}]): W (num, dim) from N(0, 1),
 -- as PyTorch's; m(ids) is qkv.embedding(ids, m.W)
 local Embedding = class("Embedding")
 function Embedding:init(num, dim, opts)
   checkdim("Embedding", "num_embeddings", num)
   checkdim("Embedding", "embedding_dim", dim)
-  local _, dt = opts_of("Embedding", opts, {"dtype"})
+  local o, dt = opts_of("Embedding", opts, {"dtype", "device"})
   self.num_embeddings, self.embedding_dim = num, dim
-  self:param("W", qkv.randn(num, dim):to(dt), true)
+  self:param("W", qkv.randn(num, dim, dt), true)
+  place(self, o)
 end
 
 function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end

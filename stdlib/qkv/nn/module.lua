@@ -586,18 +586,37 @@ function Module:repr(indent)
   return s .. "\n" .. indent .. ")"
 end
 
--- a constructor's options checked, and its dtype ("float32" by default,
--- or "float64"; halves: "float16" and "bfloat16" too, FLOATS)
-local WIDE = {float32 = true, float64 = true}
-local function opts_of(fname, opts, known, flags, halves)
-  opts = checkopts(fname, opts, known, flags)
-  local dt = opts.dtype or "float32"
-  if not (halves and FLOATS or WIDE)[dt] then
-    fail(fname, "dtype must be %s, got %s",
-         halves and "'float32', 'float64', 'float16' or 'bfloat16'" or "'float32' or 'float64'",
-         tostring(dt))
+-- A constructor's options checked, with PyTorch's factory keywords dtype
+-- (a float dtype, float32 by default) and device ("cpu" or "cuda"), which
+-- known need not list. Returns the options and the dtype to make the
+-- parameters in: float64 for float64, else float32, which place() then
+-- converts, so that Linear(4, 2, {dtype = "bfloat16", device = "cuda"})
+-- holds the numbers of Linear(4, 2):to("bfloat16"):to("cuda").
+local DEVICES = {cpu = true, cuda = true}
+local function opts_of(fname, opts, known, flags)
+  local all, has = {}, {}
+  for _, k in ipairs(known) do all[#all + 1], has[k] = k, true end
+  for _, k in ipairs{"dtype", "device"} do
+    if not has[k] then all[#all + 1] = k end
   end
-  return opts, dt
+  opts = checkopts(fname, opts, all, flags)
+  local dt = opts.dtype or "float32"
+  if not FLOATS[dt] then
+    fail(fname, "dtype must be 'float32', 'float64', 'float16' or 'bfloat16', got %s", tostring(dt))
+  end
+  if opts.device ~= nil and not DEVICES[opts.device] then
+    fail(fname, "device must be 'cpu' or 'cuda', got %s", tostring(opts.device))
+  end
+  return opts, dt == "float64" and "float64" or "float32"
+end
+
+-- the module made with opts (opts_of's) as they ask: its parameters, its
+-- children's too, converted to a half dtype and moved to the device, as
+-- m:to does; the end of a constructor that takes them
+local function place(self, opts)
+  if opts.dtype == "float16" or opts.dtype == "bfloat16" then convert(self, opts.dtype, "to") end
+  if opts.device ~= nil then convert(self, opts.device, "to") end
+  return self
 end
 
 -- Module's own init: a class of a script's that needs no arguments may
@@ -641,7 +660,7 @@ function nn.Parameter(t, requires_grad, ...)
 end
 
 return {
-  nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of,
+  nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of, place = place,
   fail = fail, named = named, checkopts = checkopts, flag = flag,
   checkdim = checkdim, checktensor = checktensor, is_module = is_module, what = what,
   set_slot = set_slot, tree = tree, params_of = params_of,

@@ -7,6 +7,8 @@
 --   sched = qkv.optim.lr_scheduler.LinearLR(opt [, {start_factor = 1/3,
 --                                              end_factor = 1, total_iters = 5}])
 --   sched = qkv.optim.lr_scheduler.SequentialLR(opt, {s1, s2, ...}, {m1, ...})
+--   (a required argument may come as a keyword too, as PyTorch's:
+--   StepLR(opt, {step_size = 2, gamma = 0.5}), LambdaLR(opt, {lr_lambda = f}))
 --   sched:step()          after opt:step(): the next epoch's opt.lr
 --   sched:get_last_lr()   {opt.lr} as the last step (or the making) set it
 --
@@ -56,6 +58,52 @@ local function options(fname, opts, known)
   msg, opts = require("qkv")._checkopts(fname, opts, known)
   if msg then error(msg, caller(SOURCE, true)) end
   return opts
+end
+
+-- whether v is an options table: a plain table (no metatable: not a
+-- scheduler) with a named key and no items (a list is an argument)
+local function is_opts(v)
+  if type(v) ~= "table" or getmetatable(v) ~= nil or rawlen(v) > 0 then return false end
+  for k in next, v do
+    if type(k) == "string" then return true end
+  end
+  return false
+end
+
+-- The arguments after the optimizer as PyTorch takes them: the required
+-- ones (names), by position or as keywords of the options table that
+-- ends the call (StepLR(opt, {step_size = 2, gamma = 0.5}) is
+-- StepLR(opt, 2, {gamma = 0.5})), and the options (known). Returns the
+-- required ones' values, in order, then the options checked. One given
+-- both ways, or not at all, or an argument past the options, is an error.
+local function arguments(fname, names, known, ...)
+  local args = table.pack(...)
+  local n = args.n
+  while n > 0 and args[n] == nil do n = n - 1 end
+  local opts
+  if n > #names or (n > 0 and is_opts(args[n])) then opts, args[n], n = args[n], nil, n - 1 end
+  if n > #names then
+    fail("%s: takes %d argument%s after the optimizer and an options table, got %d", fname,
+         #names, #names == 1 and "" or "s", n + 1)
+  end
+  local all = {}
+  for _, k in ipairs(names) do all[#all + 1] = k end
+  for _, k in ipairs(known) do all[#all + 1] = k end
+  opts = options(fname, opts, all)
+  local out = {}
+  for i, k in ipairs(names) do
+    if args[i] ~= nil and opts[k] ~= nil then
+      fail("%s: %s is given twice, as an argument and as an option", fname, k)
+    end
+    out[i] = args[i]
+    if out[i] == nil then out[i] = opts[k] end
+    if out[i] == nil then
+      fail("%s: %s is missing: %s(opt, %s) or %s(opt, {%s = ...})", fname, k, fname,
+           table.concat(names, ", "), fname, k)
+    end
+  end
+  out[#names + 1] = opts
+  return table.unpack(out, 1, #names + 1)
 end
 
 ---------------------------------------------------------------- LRScheduler
@@ -139,10 +187,10 @@ end
 
 local StepLR = class("StepLR")
 
-function S.StepLR(opt, step_size, opts)
+function S.StepLR(opt, ...)
   check_optimizer("StepLR", opt)
+  local step_size, opts = arguments("StepLR", {"step_size"}, {"gamma"}, ...)
   step_size = positive_int("StepLR", "step_size", step_size)
-  opts = options("StepLR", opts, {"gamma"})
   local gamma = opts.gamma == nil and 0.1 or number_in("StepLR", "gamma", opts.gamma,
                                                        function(v) return v > 0 and v < math.huge end, "> 0")
   return attach(StepLR, opt, {step_size = step_size, gamma = gamma})
@@ -162,11 +210,11 @@ end
 
 local Cosine = class("CosineAnnealingLR")
 
-function S.CosineAnnealingLR(opt, T_max, opts)
+function S.CosineAnnealingLR(opt, ...)
   local fname = "CosineAnnealingLR"
   check_optimizer(fname, opt)
+  local T_max, opts = arguments(fname, {"T_max"}, {"eta_min"}, ...)
   T_max = positive_int(fname, "T_max", T_max)
-  opts = options(fname, opts, {"eta_min"})
   local eta_min = opts.eta_min == nil and 0 or number_in(fname, "eta_min", opts.eta_min,
                                                          function(v) return v >= 0 and v < math.huge end, ">= 0")
   return attach(Cosine, opt, {T_max = T_max, eta_min = eta_min})
@@ -192,8 +240,9 @@ end
 
 local LambdaLR = class("LambdaLR")
 
-function S.LambdaLR(opt, lr_lambda)
+function S.LambdaLR(opt, ...)
   check_optimizer("LambdaLR", opt)
+  local lr_lambda = arguments("LambdaLR", {"lr_lambda"}, {}, ...)
   if type(lr_lambda) ~= "function" then
     fail("LambdaLR: lr_lambda must be a function of the epoch, got %s", type(lr_lambda))
   end
@@ -212,10 +261,10 @@ end
 
 local LinearLR = class("LinearLR")
 
-function S.LinearLR(opt, opts)
+function S.LinearLR(opt, ...)
   local fname = "LinearLR"
   check_optimizer(fname, opt)
-  opts = options(fname, opts, {"start_factor", "end_factor", "total_iters"})
+  local opts = arguments(fname, {}, {"start_factor", "end_factor", "total_iters"}, ...)
   local start = opts.start_factor == nil and 1 / 3 or number_in(fname, "start_factor",
     opts.start_factor, function(v) return v > 0 and v <= 1 end, "in (0, 1]")
   local stop = opts.end_factor == nil and 1 or number_in(fname, "end_factor",
@@ -252,8 +301,9 @@ local function bisect(milestones, e)
   return n
 end
 
-function S.SequentialLR(opt, schedulers, milestones)
+function S.SequentialLR(opt, ...)
   check_optimizer("SequentialLR", opt)
+  local schedulers, milestones = arguments("SequentialLR", {"schedulers", "milestones"}, {}, ...)
   if type(schedulers) ~= "table" or rawlen(schedulers) == 0 then
     fail("SequentialLR: schedulers must be a list of schedulers, got %s",
          type(schedulers) == "table" and "an empty table" or type(schedulers))
