@@ -98,6 +98,52 @@ end
 function TestAgainstTorch:testEveryConfiguration() every_configuration(false) end
 function TestAgainstTorch:testEveryConfigurationByKeywords() every_configuration(true) end
 
+-- every run stopped after 5 steps, its optimizer and scheduler saved as a
+-- checkpoint (qkv.save) and loaded into new ones made with other
+-- settings: the next 7 steps are torch's
+function TestAgainstTorch:testResumedFromACheckpoint()
+  local path = os.tmpname()
+  for _, run in ipairs(F.runs) do
+    local p = qkv.zeros(2, "float64"):requires_grad_()
+    local opt = qkv.optim.SGD({p}, {lr = F.lr})
+    local sched = make(run, opt)
+    for _ = 1, 5 do opt:step(); sched:step() end
+    qkv.save(path, {optim = opt:state_dict(), sched = sched:state_dict()})
+    local ck = qkv.load(path)
+    lu.assertEquals(ck.sched.last_epoch, 5)
+    local p2 = qkv.zeros(2, "float64"):requires_grad_()
+    local opt2 = qkv.optim.SGD({p2}, {lr = 7})
+    local sched2 = make(run, opt2)
+    opt2:load_state_dict(ck.optim)
+    sched2:load_state_dict(ck.sched)
+    for s = 6, F.steps do
+      opt2:step()
+      sched2:step()
+      local what = string.format("%s resumed, after %d steps", describe(run), s)
+      near(opt2.lr, run.lr[s + 1], what .. ": opt.lr")
+      near(sched2:get_last_lr()[1], run.last[s + 1], what .. ": get_last_lr()[1]")
+    end
+  end
+  os.remove(path)
+  -- a state_dict that does not fit changes nothing
+  local opt = qkv.optim.SGD({qkv.zeros(1):requires_grad_()}, {lr = 1})
+  local sched = S.StepLR(opt, 2)
+  local sd = sched:state_dict()
+  sd.step_sise = 3
+  fails("load_state_dict: unknown option 'step_sise' (did you mean 'step_size'?)", sched.load_state_dict, sched, sd)
+  sd.step_sise = nil
+  sd.base_lrs = {1, 2}
+  fails("'base_lrs' must be a list of one number", sched.load_state_dict, sched, sd)
+  sd.base_lrs = {1}
+  sd.last_epoch = 1.5
+  fails("'last_epoch' must be a whole number", sched.load_state_dict, sched, sd)
+  lu.assertEquals(sched.last_epoch, 0)
+  local seq = S.SequentialLR(opt, {S.StepLR(opt, 2), S.StepLR(opt, 3)}, {4})
+  local ssd = seq:state_dict()
+  ssd._schedulers[3] = ssd._schedulers[1]
+  fails("'_schedulers' must be a list of 2 state_dicts", seq.load_state_dict, seq, ssd)
+end
+
 -- the schedules move: a run whose lr never changed would pass the
 -- comparison above for a scheduler that does nothing
 function TestAgainstTorch:testTheFixtureMoves()

@@ -22,6 +22,8 @@ R.EXCLUDE = {
   -- a scheduler's likewise (the qkv.optim.lr_scheduler constructors are fuzzed)
   ["LRScheduler:step"] = "a scheduler's method",
   ["LRScheduler:get_last_lr"] = "a scheduler's method",
+  ["LRScheduler:state_dict"] = "a scheduler's method",
+  ["LRScheduler:load_state_dict"] = "a scheduler's method",
   -- a loaded model's methods: the fuzzer has no model to call them on
   -- (qkv.bert.load is fuzzed with its paths)
   ["BertModel:encode"] = "a model's method",

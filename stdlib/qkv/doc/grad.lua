@@ -233,6 +233,22 @@ what PyTorch's get_last_lr()[0] is. The list is new at each call, so
 changing it changes nothing. As
 torch.optim.lr_scheduler.LRScheduler.get_last_lr.]]},
 
+  {name = "LRScheduler:state_dict", sig = "sched:state_dict()", group = "scheduler methods",
+   doc = [[The scheduler's state as torch's state_dict() gives it: last_epoch,
+_step_count, base_lrs and _last_lr (lists of one, for qkv's one parameter
+group), the class's settings (step_size, gamma, T_max...), and a
+SequentialLR's schedulers' own under _schedulers. LambdaLR's function is
+not in it, as in PyTorch: the scheduler that loads it keeps its own. Save it
+with the optimizer's state_dict (qkv.save) to resume a run. As
+torch.optim.lr_scheduler.LRScheduler.state_dict.]]},
+
+  {name = "LRScheduler:load_state_dict", sig = "sched:load_state_dict(sd)", group = "scheduler methods",
+   doc = [[Sets the scheduler from sd, as sched:state_dict() gave it, so that
+its next step continues the saved run (load the optimizer's state_dict too:
+it holds the learning rate). Every entry is checked before any is set: an
+unknown name is an error naming the nearest, and so is a value of the wrong
+kind. As torch.optim.lr_scheduler.LRScheduler.load_state_dict.]]},
+
   {name = "qkv.nn.clip_grad_norm_", sig = "qkv.nn.clip_grad_norm_(params, max_norm [, norm_type [, opts]])",
    group = "functions",
    doc = [[Scales the gradients of params (a module, a tensor, or a list of

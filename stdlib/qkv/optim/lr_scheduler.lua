@@ -359,6 +359,98 @@ function SequentialLR:step(...)
   self._last_lr = x._last_lr
 end
 
+---------------------------------------------------------------- state_dict
+
+-- each class's own settings, which its state_dict holds beside the epoch
+local SETTINGS = {
+  [StepLR] = {"step_size", "gamma"}, [Cosine] = {"T_max", "eta_min"}, [LambdaLR] = {},
+  [LinearLR] = {"start_factor", "end_factor", "total_iters"}, [SequentialLR] = {"milestones"},
+}
+
+-- the scheduler's state as torch's state_dict() gives it (its fields but
+-- the optimizer): last_epoch, _step_count, base_lrs and _last_lr (lists
+-- of one, for qkv's one parameter group), its settings, and SequentialLR's
+-- schedulers' own as _schedulers. LambdaLR's function is not in it (nor
+-- in torch's, which keeps None for a plain function): the scheduler that
+-- loads it keeps its own
+function LRScheduler:state_dict()
+  local cls = getmetatable(self)
+  local d = {last_epoch = self.last_epoch, _step_count = self._step_count,
+             base_lrs = {self.base_lr}, _last_lr = {self._last_lr}}
+  for _, k in ipairs(SETTINGS[cls]) do
+    local v = self[k]
+    d[k] = type(v) == "table" and table.move(v, 1, #v, 1, {}) or v
+  end
+  if cls == SequentialLR then
+    d._schedulers = {}
+    for i, x in ipairs(self.schedulers) do d._schedulers[i] = x:state_dict() end
+  end
+  return d
+end
+
+-- one number of sd, checked
+local function number_of(sd, k, whole)
+  local v = rawget(sd, k)
+  if type(v) ~= "number" or (whole and v ~= math.floor(v)) then
+    fail("load_state_dict: '%s' must be %s, got %s", k, whole and "a whole number" or "a number", tostring(v))
+  end
+  return whole and math.tointeger(v) or v
+end
+
+-- the values of sd (as state_dict gives them), checked whole before any
+-- is set: the epoch and learning rates from where the saved run stopped
+local function read_state(self, sd)
+  local cls = getmetatable(self)
+  if type(sd) ~= "table" then fail("load_state_dict: the state_dict must be a table, got %s", type(sd)) end
+  local known = {"last_epoch", "_step_count", "base_lrs", "_last_lr"}
+  for _, k in ipairs(SETTINGS[cls]) do known[#known + 1] = k end
+  if cls == SequentialLR then known[#known + 1] = "_schedulers" end
+  local msg = require("qkv")._checkopts("load_state_dict", sd, known)
+  if msg then error(msg, caller(SOURCE, true)) end
+  local new = {last_epoch = number_of(sd, "last_epoch", true), _step_count = number_of(sd, "_step_count", true)}
+  for _, k in ipairs{"base_lrs", "_last_lr"} do
+    local v = rawget(sd, k)
+    if type(v) ~= "table" or rawlen(v) ~= 1 or type(rawget(v, 1)) ~= "number" then
+      fail("load_state_dict: '%s' must be a list of one number (one parameter group), got %s", k, what(v))
+    end
+  end
+  new.base_lr, new._last_lr = rawget(sd, "base_lrs")[1], rawget(sd, "_last_lr")[1]
+  for _, k in ipairs(SETTINGS[cls]) do
+    local v = rawget(sd, k)
+    if k == "milestones" then
+      if type(v) ~= "table" or rawlen(v) ~= #self.milestones then
+        fail("load_state_dict: 'milestones' must be a list of %d epochs, got %s", #self.milestones, what(v))
+      end
+      new[k] = {}
+      for i = 1, rawlen(v) do new[k][i] = number_of(v, i, true) end
+    else
+      new[k] = number_of(sd, k, k == "step_size" or k == "T_max" or k == "total_iters")
+    end
+  end
+  if cls == SequentialLR then
+    local list = rawget(sd, "_schedulers")
+    if type(list) ~= "table" or rawlen(list) ~= #self.schedulers then
+      fail("load_state_dict: '_schedulers' must be a list of %d state_dicts, got %s", #self.schedulers, what(list))
+    end
+    new._sub = {}
+    for i, x in ipairs(self.schedulers) do new._sub[i] = read_state(x, rawget(list, i)) end
+  end
+  return new
+end
+
+local function set_state(self, new)
+  for k, v in pairs(new) do if k ~= "_sub" then self[k] = v end end
+  if new._sub then for i, x in ipairs(self.schedulers) do set_state(x, new._sub[i]) end end
+end
+
+-- the scheduler as state_dict gave it: the next step continues the saved
+-- run (load the optimizer's state_dict too, which holds its lr); as
+-- torch's load_state_dict
+function LRScheduler:load_state_dict(sd)
+  set_state(self, read_state(self, sd))
+  return self
+end
+
 -- a method called with '.' (sched.step()) says so
 methods.guard(LRScheduler, "sched", "scheduler")
 for _, cls in ipairs{StepLR, Cosine, LambdaLR, LinearLR, SequentialLR} do methods.guard(cls, "sched") end
