@@ -14,7 +14,7 @@ function Ref.__call(self, text_tokens, image_tokens)
 end
 
 local function CrossAttentionRef(d_model, d_k)
-  local function W() return qkv.nn.Linear(d_model, d_k, {bias = false}).W end
+  local function W() return qkv.nn.Linear(d_model, d_k, {bias = false}).weight:t() end
   return setmetatable({W_Q = W(), W_K = W(), W_V = W()}, Ref)
 end
 

@@ -18,8 +18,8 @@ local projected = aligner(dummy_image)
 
 print(("Input:  %s (16 patches, 768-dim vision space)"):format(dummy_image.shape))
 print(("Output: %s (16 patches, 512-dim text space)"):format(projected.shape))
--- our W is (d_vision, d_text), the transpose of PyTorch's weight (512, 768)
-print(("\nProjection matrix shape: %s"):format(aligner.proj.W.shape))
+-- weight (d_text, d_vision), as PyTorch's: the projection is x weightᵀ + bias
+print(("\nProjection matrix shape: %s"):format(aligner.proj.weight.shape))
 local function commas(n)   -- 393216 -> "393,216"
   return (tostring(n):reverse():gsub("%d%d%d", "%0,"):reverse():gsub("^,", ""))
 end
@@ -41,5 +41,5 @@ print("to map vision features into a space that language tokens can use.")
 
 -- the first 8 output dims are enough for the tests to redo the projection
 return {Z = Z, dummy_image = dummy_image, projected = projected,
-        W8 = aligner.proj.W:narrow(2, 1, 8), b8 = aligner.proj.b:narrow(1, 1, 8),
+        W8 = aligner.proj.weight:t():narrow(2, 1, 8), b8 = aligner.proj.bias:narrow(1, 1, 8),
         nparams = aligner:nparams()}

@@ -70,17 +70,17 @@ function M.caches(m, batch, max_len)
 end
 
 function M.state(m)
-  local s = {["model.embed_tokens.weight"] = m.embed.W, ["model.norm.weight"] = m.norm.w,
-             ["lm_head.weight"] = m.head.W:t()}
+  local s = {["model.embed_tokens.weight"] = m.embed.weight, ["model.norm.weight"] = m.norm.weight,
+             ["lm_head.weight"] = m.head.weight}
   for l, b in ipairs(m.blocks) do
     local p = "model.layers." .. (l - 1) .. "."
-    s[p .. "input_layernorm.weight"] = b.norm1.w
-    s[p .. "post_attention_layernorm.weight"] = b.norm2.w
+    s[p .. "input_layernorm.weight"] = b.norm1.weight
+    s[p .. "post_attention_layernorm.weight"] = b.norm2.weight
     for name, lin in pairs{q_proj = b.wq, k_proj = b.wk, v_proj = b.wv, o_proj = b.wo} do
-      s[p .. "self_attn." .. name .. ".weight"] = lin.W:t()
+      s[p .. "self_attn." .. name .. ".weight"] = lin.weight
     end
     for _, name in ipairs{"gate_proj", "up_proj", "down_proj"} do
-      s[p .. "mlp." .. name .. ".weight"] = b.mlp[name].W:t()
+      s[p .. "mlp." .. name .. ".weight"] = b.mlp[name].weight
     end
   end
   for k, t in pairs(s) do s[k] = t:detach():contiguous() end

@@ -113,7 +113,7 @@ function Aligner.test_shapes_and_parameters()
   local r = run(ALIGNER)
   lu.assertEquals(line(r, "Input:"), "Input:  (16, 768) (16 patches, 768-dim vision space)")
   lu.assertEquals(line(r, "Output:"), "Output: (16, 512) (16 patches, 512-dim text space)")
-  lu.assertEquals(line(r, "Projection matrix shape:"), "Projection matrix shape: (768, 512)")
+  lu.assertEquals(line(r, "Projection matrix shape:"), "Projection matrix shape: (512, 768)")
   U.assertPrinted(r.stdout, "That's 393,216 learnable parameters just for alignment!")
   -- the bias adds d_text = 512 more
   lu.assertEquals(r.results.nparams, 768 * 512 + 512)

@@ -5,7 +5,7 @@
 -- module's forward, and every Module method (train, eval, to, double,
 -- parameters, state_dict, load, zero_grad) reaches the wrapped module, so
 -- an optimizer over the wrapper steps the tensors the forward uses; other
--- fields read through to the module (ddp.W is ddp.module.W), while its own
+-- fields read through to the module (ddp.weight is ddp.module.weight), while its own
 -- methods and assignments to its fields go through ddp.module. Each rank
 -- runs its own slice of the batch; during loss:backward() the gradients are summed
 -- across ranks in buckets (parameters in reverse order, as backward reaches
@@ -55,7 +55,7 @@ DDP.__index = function(self, k)
 end
 
 -- ddp.k = v: the wrapped module is fixed; a field it has is set on it
--- (ddp.W = t would leave ddp.module.W as it was); anything else is the
+-- (ddp.weight = t would leave ddp.module.weight as it was); anything else is the
 -- wrapper's own, as a Module's
 DDP.__newindex = function(self, k, v)
   if k == "module" then fail("DDP: 'module' is the wrapped module: wrap another with qkv.dist.DDP") end

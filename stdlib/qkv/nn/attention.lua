@@ -212,8 +212,10 @@ end
 function TokenAligner:forward(x)
   checktensor("TokenAligner", "image_tokens", x)
   local p = self.proj
-  if self.method == "linear" then return qkv.align(x, p.W, p.b) end
-  if self.method == "mlp" then return qkv.align(x, {p[1].W, p[1].b, p[3].W, p[3].b}) end
+  if self.method == "linear" then return qkv.align(x, p.weight:t(), p.bias) end
+  if self.method == "mlp" then
+    return qkv.align(x, {p[1].weight:t(), p[1].bias, p[3].weight:t(), p[3].bias})
+  end
   return x
 end
 

@@ -20,18 +20,20 @@ function Linear:init(d_in, d_out, opts)
   opts, dt = opts_of("Linear", opts, {"bias", "dtype", "device"}, {"bias"})
   local bound = 1 / math.sqrt(d_in)
   self.d_in, self.d_out = d_in, d_out
-  self:param("W", uniform(bound, d_in, d_out, dt), true)
-  if flag(opts, "bias", true) then self:param("b", uniform(bound, d_out, dt)) end
+  -- weight (d_out, d_in), as PyTorch's: drawn as (d_in, d_out) and
+  -- transposed, so that a seed gives the x W of qkv's documents
+  self:param("weight", uniform(bound, d_in, d_out, dt):t():contiguous(), true)
+  if flag(opts, "bias", true) then self:param("bias", uniform(bound, d_out, dt)) end
   place(self, opts)
 end
 
 function Linear:forward(x)
-  return qkv.project(checktensor("Linear", "x", x), self.W, self.b)
+  return qkv.project(checktensor("Linear", "x", x), self.weight:t(), self.bias)
 end
 
 function Linear:extra()
   return string.format("in_features=%d, out_features=%d, bias=%s",
-                       self.d_in, self.d_out, tostring(self.b ~= nil))
+                       self.d_in, self.d_out, tostring(self.bias ~= nil))
 end
 
 local GELU = class("GELU")
@@ -84,7 +86,7 @@ function Softmax:extra() return "dim=" .. self.dim end
 
 
 -- LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true, bias = true,
--- dtype, device}]): w = 1 and b = 0 of the normalized shape, as PyTorch's
+-- dtype, device}]): weight = 1 and bias = 0 of the normalized shape, as PyTorch's
 local LayerNorm = class("LayerNorm")
 function LayerNorm:init(shape, opts)
   local dt
@@ -97,24 +99,24 @@ function LayerNorm:init(shape, opts)
   if type(self.eps) ~= "number" then fail("LayerNorm", "eps must be a number, got %s", type(self.eps)) end
   local bias = flag(opts, "bias", true)
   if flag(opts, "elementwise_affine", true) then
-    self:param("w", qkv.ones(sizes, dt))
-    if bias then self:param("b", qkv.zeros(sizes, dt)) end
+    self:param("weight", qkv.ones(sizes, dt))
+    if bias then self:param("bias", qkv.zeros(sizes, dt)) end
   end
   place(self, opts)
 end
 
 function LayerNorm:forward(x)
-  return qkv.layer_norm(checktensor("LayerNorm", "x", x), self.normalized_shape, self.w,
-                        self.b, self.eps)
+  return qkv.layer_norm(checktensor("LayerNorm", "x", x), self.normalized_shape, self.weight,
+                        self.bias, self.eps)
 end
 
 function LayerNorm:extra()
   local shape = table.concat(self.normalized_shape, ", ")
   return string.format("(%s%s), eps=%g, elementwise_affine=%s", shape,
-                       #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.w ~= nil))
+                       #self.normalized_shape == 1 and "," or "", self.eps, tostring(self.weight ~= nil))
 end
 
--- RMSNorm(shape [, {eps, elementwise_affine = true, dtype, device}]): w = 1 of the
+-- RMSNorm(shape [, {eps, elementwise_affine = true, dtype, device}]): weight = 1 of the
 -- normalized shape, as PyTorch's weight; eps nil: qkv.rms_norm's default
 local RMSNorm = class("RMSNorm")
 function RMSNorm:init(shape, opts)
@@ -128,19 +130,19 @@ function RMSNorm:init(shape, opts)
   if self.eps ~= nil and type(self.eps) ~= "number" then
     fail("RMSNorm", "eps must be a number, got %s", type(self.eps))
   end
-  if flag(opts, "elementwise_affine", true) then self:param("w", qkv.ones(sizes, dt)) end
+  if flag(opts, "elementwise_affine", true) then self:param("weight", qkv.ones(sizes, dt)) end
   place(self, opts)
 end
 
 function RMSNorm:forward(x)
-  return qkv.rms_norm(checktensor("RMSNorm", "x", x), self.normalized_shape, self.w, self.eps)
+  return qkv.rms_norm(checktensor("RMSNorm", "x", x), self.normalized_shape, self.weight, self.eps)
 end
 
 function RMSNorm:extra()
   local shape = table.concat(self.normalized_shape, ", ")
   return string.format("(%s%s), eps=%s, elementwise_affine=%s", shape,
                        #self.normalized_shape == 1 and "," or "",
-                       self.eps and string.format("%g", self.eps) or "None", tostring(self.w ~= nil))
+                       self.eps and string.format("%g", self.eps) or "None", tostring(self.weight ~= nil))
 end
 
 -- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval()
@@ -156,19 +158,19 @@ end
 function Dropout:forward(x) return qkv.dropout(checktensor("Dropout", "x", x), self.p, self.training) end
 function Dropout:extra() return string.format("p=%g", self.p) end
 
--- Embedding(num_embeddings, dim [, {dtype, device}]): W (num, dim) from N(0, 1),
--- as PyTorch's; m(ids) is qkv.embedding(ids, m.W)
+-- Embedding(num_embeddings, dim [, {dtype, device}]): weight (num, dim) from
+-- N(0, 1), as PyTorch's; m(ids) is qkv.embedding(ids, m.weight)
 local Embedding = class("Embedding")
 function Embedding:init(num, dim, opts)
   checkdim("Embedding", "num_embeddings", num)
   checkdim("Embedding", "embedding_dim", dim)
   local o, dt = opts_of("Embedding", opts, {"dtype", "device"})
   self.num_embeddings, self.embedding_dim = num, dim
-  self:param("W", qkv.randn(num, dim, dt), true)
+  self:param("weight", qkv.randn(num, dim, dt), true)
   place(self, o)
 end
 
-function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.W) end
+function Embedding:forward(ids) return qkv.embedding(checktensor("Embedding", "ids", ids), self.weight) end
 function Embedding:extra() return string.format("%d, %d", self.num_embeddings, self.embedding_dim) end
 
 -- RotaryEmbedding(dim [, {base = 10000, max_len = 2048, interleaved = false}]):
@@ -319,7 +321,7 @@ function Sequential:forward(x)
 end
 
 -- ModuleList([modules]): modules held in a list, as m[1], ..., #m, ipairs;
--- their weights named "1.W", "2.b", ... as Sequential's
+-- their weights named "1.weight", "2.bias", ... as Sequential's
 local ModuleList = container("ModuleList", "; m:append(module) adds one")
 
 -- the modules of a list (a plain list, a ModuleList or a Sequential), read

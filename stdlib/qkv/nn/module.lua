@@ -5,10 +5,13 @@
 --
 -- A module is a table whose metatable is its class: calling it runs
 -- forward (`attn(x)`), its weights are tensor fields (W_Q, W_K, ...) and its
--- submodules are module fields (proj, aligner, ...). Weights are stored as
--- (d_in, d_out), the transpose of PyTorch's Linear.weight, so that
--- `qkv.project(x, m.W)` is x W as the documents write it. They initialise as
--- PyTorch's nn.Linear does, uniform in ±1/sqrt(d_in), from qkv's generator.
+-- submodules are module fields (proj, aligner, ...). Linear, LayerNorm,
+-- RMSNorm and Embedding hold PyTorch's weight and bias, in PyTorch's
+-- layouts (Linear's weight (d_out, d_in)); the attention modules hold the
+-- documents' projections W_Q, W_K, W_V, W_O as (d_in, d_out), so that
+-- `qkv.project(x, m.W_Q)` is x W_Q as the documents write it. They
+-- initialise as PyTorch's nn.Linear does, uniform in ±1/sqrt(d_in), from
+-- qkv's generator.
 --
 -- Each layer file gets this table, M, from require "qkv.nn.module" and
 -- calls M.inside(its source) so that errors raised in it point past it, at
@@ -238,9 +241,9 @@ local function set_slot(self, k, v)
 end
 
 -- before a forward: every parameter and submodule it holds is a tensor or
--- a module (m.b = 3 is an error naming b, not one of the op it reaches),
--- and none the forward needs was removed (m.W = nil: Linear cannot do
--- without its W, while m.b = nil is PyTorch's bias=False)
+-- a module (m.bias = 3 is an error naming bias, not one of the op it
+-- reaches), and none the forward needs was removed (m.weight = nil: Linear
+-- cannot do without its weight, while m.bias = nil is PyTorch's bias=False)
 local function check_slots(self, name)
   own_params(self, name, "", {})
   own_children(self, name, "", {})
