@@ -34,11 +34,11 @@ qkv.plot.heatmap(attn_weights, {title = "Cross-attention weights",
 
 -- the same through qkv.nn.CrossAttention with these weights
 local xattn = qkv.nn.CrossAttention(embed_dim, d_k)
-xattn:load{W_Q = W_q.W, W_K = W_k.W, W_V = W_v.W}
+xattn:load{W_Q = W_q.weight:t(), W_K = W_k.weight:t(), W_V = W_v.weight:t()}
 local context2 = xattn(decoder_in, encoder_out)
 print(string.format("\nmax |context - CrossAttention(decoder_in, encoder_out)| = %.3g",
   (context - context2):abs():max():item()))
 
 return {encoder_out = encoder_out, decoder_in = decoder_in, Q = Q, K = K, V = V,
-        W_q = W_q.W, W_k = W_k.W, W_v = W_v.W, attn_weights = attn_weights,
+        W_q = W_q.weight:t(), W_k = W_k.weight:t(), W_v = W_v.weight:t(), attn_weights = attn_weights,
         context = context, module_context = context2}

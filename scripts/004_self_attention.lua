@@ -23,7 +23,7 @@ print("\nContextualized representations:"); print(output)
 
 -- the same layer as one module: load the three weights, then call it
 local attn = qkv.nn.SelfAttention(embed_dim, d_k)
-attn:load{W_Q = W_q.W, W_K = W_k.W, W_V = W_v.W}
+attn:load{W_Q = W_q.weight:t(), W_K = W_k.weight:t(), W_V = W_v.weight:t()}   -- (in, out): the transposes of Linear's weights
 local out2, weights2 = attn(x)
 print("\n" .. tostring(attn))
 print(string.format("max |output - attn(x)| = %.3g, max |weights - attn weights| = %.3g",
@@ -33,6 +33,6 @@ print("\nSelf-Attention weights (rows: queries, columns: keys):")
 qkv.plot.heatmap(attn_weights, {annotate = "%.2f", cmap = "viridis",
   xlabels = {"k1", "k2", "k3", "k4", "k5"}, ylabels = {"q1", "q2", "q3", "q4", "q5"}})
 
-return {x = x, Q = Q, K = K, V = V, W_q = W_q.W, W_k = W_k.W, W_v = W_v.W,
+return {x = x, Q = Q, K = K, V = V, W_q = W_q.weight:t(), W_k = W_k.weight:t(), W_v = W_v.weight:t(),
         attn_weights = attn_weights, output = output,
         module_output = out2, module_weights = weights2}

@@ -29,6 +29,17 @@ local function addbias(a, b)
 end
 
 -- columns from .. from + n - 1 of a
+-- a Linear's weight (d_out, d_in), as the script's state_dict gives it,
+-- as the (d_in, d_out) W that x W + b multiplies by
+local function W_of(weight)
+  local t = {}
+  for i = 1, #weight[1] do
+    t[i] = {}
+    for j = 1, #weight do t[i][j] = weight[j][i] end
+  end
+  return t
+end
+
 local function cols(a, from, n)
   local c = {}
   for i, row in ipairs(a) do
@@ -182,7 +193,7 @@ function Cross.test_aligned_against_reference()
   local R = run(CROSS).results
   local V = U.values
   local m = R.model
-  local aligned = addbias(matmul(V(R.image_in), V(m["aligner.proj.W"])), V(m["aligner.proj.b"]))
+  local aligned = addbias(matmul(V(R.image_in), W_of(V(m["aligner.proj.weight"]))), V(m["aligner.proj.bias"]))
   local out, w = mhca_ref(V(R.text_in), aligned, V(m["cross_attn.W_Q"]), V(m["cross_attn.W_K"]),
                           V(m["cross_attn.W_V"]), V(m["cross_attn.W_O"]), 4)
   lu.assertTrue(U.maxdiff(V(R.attn_in), w) < 1e-5)
@@ -277,7 +288,7 @@ function Stats.test_tensors()
   U.assertShape(R.image_aligned, {9, 32})
   lu.assertEquals(U.values(R.image_padded), cols(x, 1, 32))
   local a = R.aligner
-  local want = addbias(matmul(x, U.values(a["proj.W"])), U.values(a["proj.b"]))
+  local want = addbias(matmul(x, W_of(U.values(a["proj.weight"]))), U.values(a["proj.bias"]))
   lu.assertTrue(U.maxdiff(U.values(R.image_aligned), want) < 1e-5)
 end
 
@@ -294,10 +305,10 @@ function Mlp.test_against_reference()
   U.assertShape(R.linear_out, {9, 32})
   U.assertShape(R.mlp_out, {9, 32})
   local L, M = R.linear, R.mlp
-  local lin = addbias(matmul(x, V(L["proj.W"])), V(L["proj.b"]))
+  local lin = addbias(matmul(x, W_of(V(L["proj.weight"]))), V(L["proj.bias"]))
   lu.assertTrue(U.maxdiff(V(R.linear_out), lin) < 1e-5)
-  local hidden = gelu(addbias(matmul(x, V(M["proj.1.W"])), V(M["proj.1.b"])))
-  local mlp = addbias(matmul(hidden, V(M["proj.3.W"])), V(M["proj.3.b"]))
+  local hidden = gelu(addbias(matmul(x, W_of(V(M["proj.1.weight"]))), V(M["proj.1.bias"])))
+  local mlp = addbias(matmul(hidden, W_of(V(M["proj.3.weight"]))), V(M["proj.3.bias"]))
   lu.assertTrue(U.maxdiff(V(R.mlp_out), mlp) < 1e-5)
   lu.assertTrue(U.maxdiff(lin, mlp) > 0.1)
 end

@@ -85,12 +85,12 @@ wrapper is a module whose child is the wrapped one, ddp.module: called, it
 runs the module's forward, and every Module method (train, eval, to,
 double, parameters, state_dict, zero_grad) reaches the wrapped module, so
 an optimizer over the wrapper steps the tensors the forward uses; other
-fields read through (ddp.W is ddp.module.W). During backward the gradients
+fields read through (ddp.weight is ddp.module.weight). During backward the gradients
 are summed over the ranks in buckets of bucket_cap_mb, started while
 backward goes on; when backward returns each .grad is the mean over the
 ranks.]],
    example = [[local net = qkv.dist.DDP(qkv.nn.Linear(2, 1))
-print(#net:parameters(), net:parameters()[1][1])    --> 2	module.W]]},
+print(#net:parameters(), net:parameters()[1][1])    --> 2	module.weight]]},
 
   {name = "qkv.dist.ring_attention", sig = "qkv.dist.ring_attention(q, k, v [, opts])",
    group = "attention",

@@ -18,9 +18,9 @@ local FACTORY = "dtype (\"float32\"; \"float64\" draws in float64, \"float16\" a
 local entries = {
   ---------------------------------------------------------------- modules
   {name = "qkv.nn.Linear", sig = "qkv.nn.Linear(d_in, d_out [, opts])", group = "modules",
-   doc = [[A fully connected layer: m(x) is x W + b through qkv.project, with
-W (d_in, d_out) and b (d_out,), so x (..., d_in) gives (..., d_out).
-opts: bias (default true; false leaves b nil), ]] .. FACTORY .. [[. ]] .. INIT .. [[Sizes that are not positive integers, or an x
+   doc = [[A fully connected layer: m(x) is x weightᵀ + bias, with PyTorch's
+weight (d_out, d_in) and bias (d_out,), so x (..., d_in) gives (..., d_out).
+opts: bias (default true; false leaves bias nil), ]] .. FACTORY .. [[. ]] .. INIT .. [[Sizes that are not positive integers, or an x
 that is not a tensor, are errors naming them. As torch.nn.Linear.]],
    example = [=[qkv.seed(1)
 local m = qkv.nn.Linear(4, 2)
@@ -64,10 +64,10 @@ print(m, m(qkv.tensor{{0, 0}, {0, math.log(3)}}))
 
   {name = "qkv.nn.RMSNorm", sig = "qkv.nn.RMSNorm(shape [, opts])", group = "modules",
    doc = [[Root-mean-square normalisation over the last dims given by shape (a
-size or a table of sizes): m(x) is qkv.rms_norm(x, shape, m.w, m.eps). w
-(PyTorch's weight) starts at ones, of that shape. opts: eps (nil: the
-machine epsilon of x's computed dtype, as qkv.rms_norm), elementwise_affine
-(true; false: no w), ]] .. FACTORY .. [[. As torch.nn.RMSNorm.]],
+size or a table of sizes): m(x) is qkv.rms_norm(x, shape, m.weight, m.eps).
+weight starts at ones, of that shape. opts: eps (nil: the machine epsilon
+of x's computed dtype, as qkv.rms_norm), elementwise_affine (true; false:
+no weight), ]] .. FACTORY .. [[. As torch.nn.RMSNorm.]],
    example = [=[local m = qkv.nn.RMSNorm(2)
 print(m)
 print(m(qkv.tensor{{3, 4}}):detach())
@@ -76,9 +76,9 @@ print(m(qkv.tensor{{3, 4}}):detach())
 
   {name = "qkv.nn.LayerNorm", sig = "qkv.nn.LayerNorm(shape [, opts])", group = "modules",
    doc = [[Layer normalisation over the last dims given by shape (a size or a
-table of sizes): m(x) is qkv.layer_norm(x, shape, m.w, m.b, m.eps). w starts
-at ones and b at zeros, of that shape. opts: eps (1e-5),
-elementwise_affine (true; false: no w and b), bias (true), ]] .. FACTORY .. [[. As
+table of sizes): m(x) is qkv.layer_norm(x, shape, m.weight, m.bias, m.eps).
+weight starts at ones and bias at zeros, of that shape. opts: eps (1e-5),
+elementwise_affine (true; false: no weight and bias), bias (true), ]] .. FACTORY .. [[. As
 torch.nn.LayerNorm.]],
    example = [=[local ln = qkv.nn.LayerNorm(3)
 print(ln)
@@ -94,7 +94,7 @@ identity after m:eval(). It has no weights. As torch.nn.Dropout.]]},
   {name = "qkv.nn.Embedding", sig = "qkv.nn.Embedding(num_embeddings, dim [, opts])",
    group = "modules",
    doc = [[A lookup table of num_embeddings rows of dim: m(ids) is
-qkv.embedding(ids, m.W), for int64 ids (1-based) of any shape. W starts
+qkv.embedding(ids, m.weight), for int64 ids (1-based) of any shape. weight starts
 from N(0, 1), as PyTorch's, drawn from qkv's generator. opts:
 ]] .. FACTORY .. [[. As torch.nn.Embedding.]],
    example = [=[qkv.seed(0)
@@ -109,7 +109,7 @@ TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
   {name = "qkv.nn.Sequential", sig = "qkv.nn.Sequential(m1, m2, ...)", group = "modules",
    doc = [[Modules chained in order: m(x) passes x through m1, then m2, and
 so on. The modules are m[1], m[2], ... and #m counts them; their weights
-are named "1.W", "2.b", ... in m:parameters(). m[i] = module replaces one
+are named "1.weight", "2.bias", ... in m:parameters(). m[i] = module replaces one
 (m[-1] the last); past the end, nil or anything not a module is an error,
 as is an argument that is not a module. As torch.nn.Sequential.]]},
 
@@ -117,7 +117,7 @@ as is an argument that is not a module. As torch.nn.Sequential.]]},
    doc = [[Modules held in a list: m[1], m[2], ..., with #m and ipairs(m),
 and m[-1] for the last (m[0] is an error: positions count from 1). Their
 weights are named by position in m:parameters() and m:named_parameters()
-("1.W", "3.b"), as Sequential's, and m:to, m:train and m:load reach them.
+("1.weight", "3.bias"), as Sequential's, and m:to, m:train and m:load reach them.
 m:append(module), m:extend(modules) and m:insert(index, module) add to it;
 m[i] = module replaces one (m[-1] the last), and past the end (PyTorch's
 IndexError), nil or anything not a module is an error. It has no forward:
@@ -227,28 +227,28 @@ As torch.nn.Module.forward.]]},
   {name = "Module:parameters", sig = "m:parameters()", group = "module methods",
    doc = [[The module's weights as a list of {name, tensor} pairs. Its own
 come first, in the order they were made, then its submodules' with dotted
-names ("aligner.proj.W", "1.b" in a Sequential). The tensors are the module's
+names ("aligner.proj.weight", "1.bias" in a Sequential). The tensors are the module's
 own, not copies. A tensor held in two places (a layer used twice, a tied
-weight) is listed once, under its first name; a weight set to nil (m.b =
+weight) is listed once, under its first name; a weight set to nil (m.bias =
 nil, PyTorch's m.bias = None) is not listed. As list(m.named_parameters())
 in PyTorch; m:named_parameters() iterates over the same pairs.]],
    example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p[1], p[2].shape) end
---> W	(2, 3)
---> b	(3,)]=]},
+--> weight	(3, 2)
+--> bias	(3,)]=]},
 
   {name = "Module:named_parameters", sig = "m:named_parameters([opts])", group = "module methods",
    doc = [[An iterator over the module's weights as name, tensor, for a
 generic for: the pairs of m:parameters(), in its order, with its dotted
 names. A Sequential's submodules are named by their 1-based positions, as
-m[1] reaches them ("1.W"), where PyTorch counts from 0 ("0.weight"). opts:
+m[1] reaches them ("1.weight"), where PyTorch counts from 0 ("0.weight"). opts:
 prefix (put before each name, with a dot), recurse (true; false gives m's
 own weights only). As torch.nn.Module.named_parameters.]],
    example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 3), qkv.nn.GELU(), qkv.nn.Linear(3, 1))
 for name, p in m:named_parameters() do print(name, p.shape) end
---> 1.W	(2, 3)
---> 1.b	(3,)
---> 3.W	(3, 1)
---> 3.b	(1,)]=]},
+--> 1.weight	(3, 2)
+--> 1.bias	(3,)
+--> 3.weight	(1, 3)
+--> 3.bias	(1,)]=]},
 
   {name = "Module:append", sig = "m:append(module)", group = "module methods",
    doc = [[Adds module at the end of a ModuleList m, at position #m + 1, and
@@ -304,7 +304,7 @@ so at its step). m:cuda(), m:cpu(), m:double() and m:float() are
 m:to("cuda"), m:to("cpu"), m:to("float64") and m:to("float32"). Another
 name is an error. As torch.nn.Module.to.]],
    example = [=[local m = qkv.nn.Linear(2, 2):to("cpu")
-print(m.W.device, m:double().W.dtype)   --> cpu	float64]=]},
+print(m.weight.device, m:double().weight.dtype)   --> cpu	float64]=]},
 
   {name = "Module:double", sig = "m:double()", group = "module methods",
    doc = [[m:to("float64"): every parameter converted to float64, children's
@@ -410,9 +410,8 @@ submodules are not listed. As torch.nn.Module.children (a list here).]]},
 parents and m last, and returns m. It is the way to initialise weights
 your own way. As torch.nn.Module.apply.]],
    example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 1))
-m:apply(function(sub) if sub.W then qkv.no_grad(function() sub.W:fill_(0.5) end) end end)
-print(m[2].W)   --> tensor([[0.5000],
-                -->         [0.5000]], requires_grad=True)]=]},
+m:apply(function(sub) if sub.weight then qkv.no_grad(function() sub.weight:fill_(0.5) end) end end)
+print(m[2].weight)   --> tensor([[0.5000, 0.5000]], requires_grad=True)]=]},
 
   {name = "Module:requires_grad_", sig = "m:requires_grad_([flag])", group = "module methods",
    doc = [[Sets requires_grad of every parameter of m and its submodules to
@@ -425,9 +424,9 @@ torch.nn.Module.requires_grad_.]]},
    group = "functions",
    doc = [[A linear map with PyTorch's layout, input weightᵀ + bias: weight is
 (out_features, in_features) and bias (out_features,), so input (...,
-in_features) gives (..., out_features). That is the transpose of qkv's
-own W (nn.Linear's m.W, qkv.project's W), which is (in, out):
-F.linear(x, m.W:t(), m.b) equals m(x). Shapes that disagree are an error
+in_features) gives (..., out_features), as nn.Linear's m.weight is:
+F.linear(x, m.weight, m.bias) equals m(x); qkv.project takes the
+transpose, (in, out). Shapes that disagree are an error
 naming both. As torch.nn.functional.linear.]],
    example = [=[local F = qkv.nn.functional
 local W = qkv.tensor{{1, 0, 0}, {0, 1, 1}}          -- (out 2, in 3)
