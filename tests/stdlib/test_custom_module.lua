@@ -37,9 +37,9 @@ function TestCustomModule:testRegisteredByAssignment()
   local names = {}
   for name in b:named_parameters() do names[#names + 1] = name end
   -- its own parameter first, then each child's, as PyTorch's
-  lu.assertEquals(names, {"gain", "norm.w", "norm.b", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O"})
+  lu.assertEquals(names, {"gain", "norm.weight", "norm.bias", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O"})
   lu.assertEquals(keys(b:state_dict()), {"attn.W_K", "attn.W_O", "attn.W_Q", "attn.W_V", "causal", "gain",
-                                         "norm.b", "norm.w"})
+                                         "norm.bias", "norm.weight"})
   local bufs = {}
   for name, t in b:named_buffers() do bufs[#bufs + 1] = name .. " " .. tostring(t.shape) end
   lu.assertEquals(bufs, {"causal (5, 5)"})
@@ -70,7 +70,7 @@ function TestCustomModule:testMovesAndFreezes()
   b:requires_grad_(false)
   for _, p in ipairs(b:parameters()) do lu.assertFalse(p[2].requires_grad) end
   b:bfloat16()
-  lu.assertEquals(b.norm.w.dtype, "bfloat16")
+  lu.assertEquals(b.norm.weight.dtype, "bfloat16")
 end
 
 -- trained a few steps, saved as a checkpoint, loaded into a fresh block

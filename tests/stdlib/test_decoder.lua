@@ -44,16 +44,17 @@ TestSwiGLU = {}
 function TestSwiGLU:testFormula()
   local m = nn.SwiGLU(6, 10, {dtype = "float64"})
   local x = qkv.randn(2, 3, 6, "float64")
-  local a, b = x:matmul(m.gate_proj.W), x:matmul(m.up_proj.W)
-  local want = ((a / ((-a):exp() + 1)) * b):matmul(m.down_proj.W)
+  -- each Linear's weight is PyTorch's (d_out, d_in): x W is x weight^T
+  local a, b = x:matmul(m.gate_proj.weight:t()), x:matmul(m.up_proj.weight:t())
+  local want = ((a / ((-a):exp() + 1)) * b):matmul(m.down_proj.weight:t())
   near(m(x), want, 1e-12, "SwiGLU")
-  lu.assertNil(m.gate_proj.b, "no bias by default")
+  lu.assertNil(m.gate_proj.bias, "no bias by default")
   local names = {}
   for name in m:named_parameters() do names[#names + 1] = name end
   table.sort(names)
-  lu.assertEquals(names, {"down_proj.W", "gate_proj.W", "up_proj.W"})
+  lu.assertEquals(names, {"down_proj.weight", "gate_proj.weight", "up_proj.weight"})
   lu.assertTrue(qkv.test.gradcheck(function(t) return m(t) end, {x}))
-  lu.assertNotNil(nn.SwiGLU(4, 8, {bias = true}).up_proj.b, "bias = true")
+  lu.assertNotNil(nn.SwiGLU(4, 8, {bias = true}).up_proj.bias, "bias = true")
   fails(function() return m(qkv.randn(2, 5, "float64")) end, "SwiGLU: x (2, 5) must end in dim = 6", "dim")
   fails(function() return nn.SwiGLU(4, 8, {biass = true}) end, "SwiGLU: unknown option 'biass' (did you mean 'bias'?)", "option")
 end

@@ -138,10 +138,10 @@ function TestLossModules:testBackwardThroughTheModule()
   local t = qkv.tensor({1, 3, 2, 2, -100, 1}, "int64")
   local ce = nn.CrossEntropyLoss{label_smoothing = 0.05}
   ce(lin(x), t):backward()
-  local g1 = lin.W.grad:clone()
+  local g1 = lin.weight.grad:clone()
   lin:zero_grad()
   nn.cross_entropy(lin(x), t, {label_smoothing = 0.05}):backward()
-  lu.assertEquals(lin.W.grad:tolist(), g1:tolist())
+  lu.assertEquals(lin.weight.grad:tolist(), g1:tolist())
   lu.assertTrue(g1:abs():sum():item() > 0)
   qkv.test.gradcheck(function(a) return ce(a, t) end, {qkv.randn({6, 3}, "float64"):requires_grad_()})
   local nll = nn.NLLLoss{weight = qkv.tensor({1, 2, 3}, "float64"), reduction = "sum"}

@@ -103,7 +103,8 @@ function TestFactory:testFloat64AndFloat32()
   local a = nn.Linear(3, 2, {dtype = "float64"})
   qkv.seed(3)
   local w = qkv.rand(3, 2, "float64")
-  qkv.test.assertClose(a.W, (w * 2 - 1) / math.sqrt(3))
+  -- drawn as (d_in, d_out) and held as PyTorch's (d_out, d_in): its transpose
+  qkv.test.assertClose(a.weight, ((w * 2 - 1) / math.sqrt(3)):t())
 end
 
 function TestFactory:testDevice()
@@ -129,13 +130,13 @@ end
 -- the options the constructor had keep their meaning beside dtype
 function TestFactory:testOtherOptionsStay()
   local m = nn.Linear(4, 2, {bias = false, dtype = "bfloat16"})
-  lu.assertNil(m.b)
-  lu.assertEquals(m.W.dtype, "bfloat16")
+  lu.assertNil(m.bias)
+  lu.assertEquals(m.weight.dtype, "bfloat16")
   local ln = nn.LayerNorm(4, {elementwise_affine = false, dtype = "float16"})
-  lu.assertNil(ln.w)
+  lu.assertNil(ln.weight)
   local tel = nn.TransformerEncoderLayer(8, 2, {bias = false, dtype = "bfloat16"})
-  lu.assertNil(tel.linear1.b)
-  lu.assertEquals(tel.norm1.w.dtype, "bfloat16")
+  lu.assertNil(tel.linear1.bias)
+  lu.assertEquals(tel.norm1.weight.dtype, "bfloat16")
   lu.assertNil(nn.MultiHeadAttention(8, 2, {dtype = "float16"}).b_Q)
   lu.assertEquals(nn.TokenAligner(4, 6, {dtype = "float16"}).method, "linear")
   lu.assertEquals(nn.TokenAligner(4, 4, "identity", {dtype = "float16"}).method, "identity")
@@ -158,7 +159,7 @@ function TestFactory:testAHalfModuleTrains()
     loss():backward()
     opt:step()
   end
-  lu.assertEquals(m.W.dtype, "bfloat16")
+  lu.assertEquals(m.weight.dtype, "bfloat16")
   lu.assertTrue(loss():float():item() < first / 4, "the loss falls")
 end
 

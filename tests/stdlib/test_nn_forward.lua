@@ -14,7 +14,8 @@ math.randomseed(20261121)
 local T, close, fails = R.T, R.close, R.fails
 local function rt(shape) return (R.mk(shape, "float32")) end
 
--- the reference of x W (+ b) for a Linear or a bare weight
+-- the reference of x W (+ b) for a (d_in, d_out) W: an attention module's
+-- W_Q.., or a Linear's weight:t() (its weight is PyTorch's (d_out, d_in))
 local function lin(x, W, b) return R.project(T(x), T(W), b and T(b)) end
 
 -- multi-head attention by hand: project, split, attend, merge, W_O
@@ -31,17 +32,17 @@ TestLinear = {}
 
 function TestLinear:testForwardIsXWPlusB()
   local m = nn.Linear(6, 3)
-  lu.assertEquals(tostring(m.W.shape), "(6, 3)")
-  lu.assertEquals(tostring(m.b.shape), "(3,)")
+  lu.assertEquals(tostring(m.weight.shape), "(3, 6)")
+  lu.assertEquals(tostring(m.bias.shape), "(3,)")
   local x = rt{2, 5, 6}
-  close(m(x), lin(x, m.W, m.b), nil, "Linear")
+  close(m(x), lin(x, m.weight:t(), m.bias), nil, "Linear")
 end
 
 function TestLinear:testNoBias()
   local m = nn.Linear(4, 2, {bias = false})
-  lu.assertNil(m.b)
+  lu.assertNil(m.bias)
   local x = rt{3, 4}
-  close(m(x), lin(x, m.W), nil, "Linear no bias")
+  close(m(x), lin(x, m.weight:t()), nil, "Linear no bias")
   lu.assertEquals(#m:parameters(), 1)
 end
 
@@ -50,22 +51,22 @@ function TestLinear:testInitBoundsAndSeed()
   qkv.seed(3)
   local m = nn.Linear(64, 512)
   local bound = 1 / math.sqrt(64)
-  local W = m.W
+  local W = m.weight
   lu.assertTrue(W:abs():max():item() <= bound)
   lu.assertTrue(W:abs():max():item() > 0.99 * bound)
   lu.assertTrue(math.abs(W:mean():item()) < 0.01 * bound * 10)
   -- uniform variance: bound^2 / 3
   lu.assertAlmostEquals(W:var():item(), bound ^ 2 / 3, 0.02 * bound ^ 2)
-  lu.assertTrue(m.b:abs():max():item() <= bound)
+  lu.assertTrue(m.bias:abs():max():item() <= bound)
   qkv.seed(3)
-  lu.assertEquals((nn.Linear(64, 512).W - W):abs():max():item(), 0)
+  lu.assertEquals((nn.Linear(64, 512).weight - W):abs():max():item(), 0)
 end
 
 function TestLinear:testFloat64()
   local m = nn.Linear(5, 2, {dtype = "float64"})
-  lu.assertEquals(m.W.dtype, "float64")
+  lu.assertEquals(m.weight.dtype, "float64")
   local x = R.mk({3, 5}, "float64")
-  close(m(x), lin(x, m.W, m.b), nil, "Linear float64")
+  close(m(x), lin(x, m.weight:t(), m.bias), nil, "Linear float64")
 end
 
 TestSequential = {}
@@ -74,8 +75,8 @@ function TestSequential:testLinearGeluLinear()
   local s = nn.Sequential(nn.Linear(6, 4), nn.GELU(), nn.Linear(4, 3))
   lu.assertEquals(#s, 3)
   local x = rt{5, 6}
-  local ref = lin(x, s[1].W, s[1].b)
-  ref = R.project(R.gelu(ref), T(s[3].W), T(s[3].b))
+  local ref = lin(x, s[1].weight:t(), s[1].bias)
+  ref = R.project(R.gelu(ref), T(s[3].weight:t()), T(s[3].bias))
   close(s(x), ref, nil, "Sequential")
   lu.assertEquals(nn.Identity()(x), x)
 end
@@ -157,10 +158,10 @@ TestAlignment = {}
 function TestAlignment:testLinearAndMlpAligners()
   local x = rt{7, 12}
   local a = nn.TokenAligner(12, 5, "linear")
-  close(a(x), lin(x, a.proj.W, a.proj.b), nil, "linear aligner")
+  close(a(x), lin(x, a.proj.weight:t(), a.proj.bias), nil, "linear aligner")
   local m = nn.TokenAligner(12, 5, "mlp")
-  local ref = R.gelu(lin(x, m.proj[1].W, m.proj[1].b))
-  ref = R.project(ref, T(m.proj[3].W), T(m.proj[3].b))
+  local ref = R.gelu(lin(x, m.proj[1].weight:t(), m.proj[1].bias))
+  ref = R.project(ref, T(m.proj[3].weight:t()), T(m.proj[3].bias))
   close(m(x), ref, nil, "mlp aligner")
   lu.assertEquals(nn.TokenAligner(5, 5, "identity")(x), x)
   lu.assertEquals(a:nparams(), 12 * 5 + 5)
@@ -173,7 +174,7 @@ function TestAlignment:testAlignedCrossAttention()
   lu.assertEquals(tostring(out.shape), "(5, 8)")
   lu.assertEquals(tostring(w.shape), "(2, 5, 16)")
   local p = m.aligner.proj
-  local aligned = R.tensor(lin(image, p.W, p.b))
+  local aligned = R.tensor(lin(image, p.weight:t(), p.bias))
   local rout, rw = mha_ref(m.cross_attn, text, aligned)
   close(out, rout, 1e-5, "aligned out")
   close(w, rw, 1e-5, "aligned weights")

@@ -13,7 +13,7 @@ math.randomseed(20261121)
 local T, close, fails = R.T, R.close, R.fails
 local function rt(shape) return (R.mk(shape, "float32")) end
 
--- the reference of x W (+ b) for a Linear or a bare weight
+-- the reference of x W (+ b) for a bare (d_in, d_out) W; a Linear's is its weight:t()
 local function lin(x, W, b) return R.project(T(x), T(W), b and T(b)) end
 
 TestState = {}
@@ -29,8 +29,8 @@ function TestState:testLoadCopiesEveryWeight()
   lu.assertTrue(b.cross_attn.W_O[1]:abs():sum():item() > 0)
   local names = {}
   for _, p in ipairs(b:parameters()) do names[#names + 1] = p[1] end
-  lu.assertEquals(names, {"aligner.proj.1.W", "aligner.proj.1.b", "aligner.proj.3.W",
-    "aligner.proj.3.b", "cross_attn.W_Q", "cross_attn.W_K", "cross_attn.W_V", "cross_attn.W_O"})
+  lu.assertEquals(names, {"aligner.proj.1.weight", "aligner.proj.1.bias", "aligner.proj.3.weight",
+    "aligner.proj.3.bias", "cross_attn.W_Q", "cross_attn.W_K", "cross_attn.W_V", "cross_attn.W_O"})
 end
 
 function TestState:testLoadFromStateDict()
@@ -55,40 +55,40 @@ function TestState:testLoadKeepsTheTensors()
   end
   -- the optimizer made before the load moves the model
   local x = rt{5, 3}
-  local before = m[1].W:clone()
+  local before = m[1].weight:clone()
   m(x):sum():backward()
   opt:step()
-  lu.assertTrue((m[1].W - before):abs():max():item() > 0, "the step moved m[1].W")
+  lu.assertTrue((m[1].weight - before):abs():max():item() > 0, "the step moved m[1].weight")
   -- float64 sources are converted as copy_ converts
   local sd = {}
   for k, v in pairs(src:state_dict()) do sd[k] = v:to("float64") * 2 end
   m:load(sd)
-  lu.assertEquals(m[1].W.dtype, "float32")
-  close(m[1].W, T(sd["1.W"]), nil, "from float64")
+  lu.assertEquals(m[1].weight.dtype, "float32")
+  close(m[1].weight, T(sd["1.weight"]), nil, "from float64")
   -- a source that is one of the module's own tensors is read before any copy
   local a = nn.Sequential(nn.Linear(2, 2, {bias = false}), nn.Linear(2, 2, {bias = false}))
-  local w1, w2 = a[1].W:tolist(), a[2].W:tolist()
-  a:load({["1.W"] = a[2].W, ["2.W"] = a[1].W})
-  lu.assertEquals(a[1].W:tolist(), w2)
-  lu.assertEquals(a[2].W:tolist(), w1)
+  local w1, w2 = a[1].weight:tolist(), a[2].weight:tolist()
+  a:load({["1.weight"] = a[2].weight, ["2.weight"] = a[1].weight})
+  lu.assertEquals(a[1].weight:tolist(), w2)
+  lu.assertEquals(a[2].weight:tolist(), w1)
 end
 
 -- m:to(dtype), m:double(), m:float(): every parameter, children too
 function TestState:testToDtype()
   local m = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
   local opt = qkv.optim.SGD(m, {lr = 0.1})
-  local w = m[1].W:tolist()
+  local w = m[1].weight:tolist()
   lu.assertTrue(rawequal(m:double(), m))
   for _, p in ipairs(m:parameters()) do
     lu.assertEquals(p[2].dtype, "float64", p[1])
     lu.assertTrue(p[2].requires_grad and p[2].is_leaf, p[1])
   end
-  close(m[1].W, {shape = {3, 4}, data = R.flatten(w)}, 1e-12, "the values kept")
+  close(m[1].weight, {shape = {4, 3}, data = R.flatten(w)}, 1e-12, "the values kept")
   lu.assertEquals(m(qkv.ones(2, 3, "float64")).dtype, "float64")
-  fails("step: the module's parameter '1.W' is not the tensor this optimizer was made with",
+  fails("step: the module's parameter '1.weight' is not the tensor this optimizer was made with",
         opt.step, opt)
-  lu.assertEquals(m:float()[2].w.dtype, "float32")
-  lu.assertEquals(m:to("bfloat16")[1].b.dtype, "bfloat16")
+  lu.assertEquals(m:float()[2].weight.dtype, "float32")
+  lu.assertEquals(m:to("bfloat16")[1].bias.dtype, "bfloat16")
   fails({"to", "expected a device", "or a float dtype, got int64"}, m.to, m, "int64")
   fails({"to", "got float63"}, m.to, m, "float63")
 end
@@ -102,16 +102,16 @@ function TestState:testLoadIsAllOrNothing()
     for _, p in ipairs(m:parameters()) do lu.assertEquals(p[2]:tolist(), before[p[1]], what .. ": " .. p[1]) end
   end
   local sd = src:state_dict()
-  sd["2.W"] = qkv.ones(4, 2, "int64")
-  fails({"load", "2.W is float32 here but int64 in the source"}, m.load, m, sd)
+  sd["2.weight"] = qkv.ones(2, 4, "int64")
+  fails({"load", "2.weight is float32 here but int64 in the source"}, m.load, m, sd)
   unchanged("an int64 weight")
-  sd["2.W"] = qkv.ones(4, 3)
-  fails({"load", "2.W is (4, 2) here but (4, 3) in the source"}, m.load, m, sd)
+  sd["2.weight"] = qkv.ones(2, 3)
+  fails({"load", "2.weight is (2, 4) here but (2, 3) in the source"}, m.load, m, sd)
   unchanged("a wrong shape")
-  sd["2.W"] = nil
-  fails({"load", "no tensor '2.W'"}, m.load, m, sd)
+  sd["2.weight"] = nil
+  fails({"load", "no tensor '2.weight'"}, m.load, m, sd)
   unchanged("a missing entry")
-  sd["2.W"], sd["2.c"] = src[2].W, src[2].b
+  sd["2.weight"], sd["2.c"] = src[2].weight, src[2].bias
   fails({"load", "unexpected '2.c'"}, m.load, m, sd)
   unchanged("an unexpected entry")
 end
@@ -149,8 +149,8 @@ function TestState:testOptionsAreChecked()
   fails("MultiHeadAttention: unknown option 'dropout' (qkv.attention has no dropout",
         nn.MultiHeadAttention, 4, 2, {dropout = 0.1})
   -- what is known still works
-  lu.assertNil(nn.Linear(2, 3, {bias = false, dtype = "float64"}).b)
-  lu.assertNil(nn.LayerNorm(4, {elementwise_affine = false, eps = 1e-6}).w)
+  lu.assertNil(nn.Linear(2, 3, {bias = false, dtype = "float64"}).bias)
+  lu.assertNil(nn.LayerNorm(4, {elementwise_affine = false, eps = 1e-6}).weight)
 end
 
 -- m:named_parameters(): parameters()'s pairs in its order, the module's
@@ -168,8 +168,8 @@ end
 function TestNamedParameters:testNamesAndOrder()
   local m = nn.Sequential(nn.Linear(2, 3), nn.GELU(), nn.Linear(3, 1, {bias = false}))
   local names, tensors = named(m)
-  lu.assertEquals(names, {"1.W", "1.b", "3.W"})
-  lu.assertTrue(rawequal(tensors[1], m[1].W) and rawequal(tensors[2], m[1].b) and rawequal(tensors[3], m[3].W))
+  lu.assertEquals(names, {"1.weight", "1.bias", "3.weight"})
+  lu.assertTrue(rawequal(tensors[1], m[1].weight) and rawequal(tensors[2], m[1].bias) and rawequal(tensors[3], m[3].weight))
   local a = nn.AlignedCrossAttention(12, 8, 2, "mlp")
   names, tensors = named(a)
   local list = a:parameters()
@@ -179,7 +179,7 @@ function TestNamedParameters:testNamesAndOrder()
     lu.assertEquals(names[i], p[1])
     lu.assertTrue(rawequal(tensors[i], p[2]), p[1])
   end
-  lu.assertEquals(names[1], "aligner.proj.1.W")
+  lu.assertEquals(names[1], "aligner.proj.1.weight")
   lu.assertEquals(names[8], "cross_attn.W_O")
   lu.assertEquals(named(nn.GELU()), {})
 end
@@ -187,9 +187,10 @@ end
 function TestNamedParameters:testPrefixAndRecurse()
   local m = nn.TokenAligner(4, 4, "mlp")
   lu.assertEquals(named(m, {recurse = false}), {})
-  lu.assertEquals(named(m, {prefix = "enc"}), {"enc.proj.1.W", "enc.proj.1.b", "enc.proj.3.W", "enc.proj.3.b"})
-  lu.assertEquals(named(m.proj[1], {prefix = "x", recurse = false}), {"x.W", "x.b"})
-  lu.assertEquals(named(m.proj, {recurse = true}), {"1.W", "1.b", "3.W", "3.b"})
+  lu.assertEquals(named(m, {prefix = "enc"}),
+                  {"enc.proj.1.weight", "enc.proj.1.bias", "enc.proj.3.weight", "enc.proj.3.bias"})
+  lu.assertEquals(named(m.proj[1], {prefix = "x", recurse = false}), {"x.weight", "x.bias"})
+  lu.assertEquals(named(m.proj, {recurse = true}), {"1.weight", "1.bias", "3.weight", "3.bias"})
 end
 
 function TestNamedParameters:testErrors()
@@ -226,25 +227,25 @@ function TestSharing:testASharedModuleIsListedOnce()
   qkv.seed(5)
   local lin = nn.Linear(3, 3, {dtype = "float64"})
   local m = nn.Sequential(lin, nn.Tanh(), lin)
-  lu.assertEquals(names_of(m), {"1.W", "1.b"})
+  lu.assertEquals(names_of(m), {"1.weight", "1.bias"})
   lu.assertEquals(#m:parameters(), 2)
   lu.assertEquals(m:nparams(), 12)
   local sd = m:state_dict()
-  lu.assertEquals(keys_of(sd), {"1.W", "1.b", "3.W", "3.b"})
-  lu.assertIs(sd["3.W"], lin.W)
+  lu.assertEquals(keys_of(sd), {"1.bias", "1.weight", "3.bias", "3.weight"})
+  lu.assertIs(sd["3.weight"], lin.weight)
   -- an optimizer over it steps each tensor once, with both uses' gradient
   local opt = qkv.optim.SGD(m, {lr = 0.5})
   local x = qkv.tensor({{1, -2, 0.5}, {0.25, 1, -1}}, "float64")
-  local w0 = lin.W:clone()
+  local w0 = lin.weight:clone()
   m(x):sum():backward()
-  local g = lin.W.grad:clone()
+  local g = lin.weight.grad:clone()
   opt:step()
-  close(lin.W, T(w0 - g * 0.5), 1e-15, "one step")
+  close(lin.weight, T(w0 - g * 0.5), 1e-15, "one step")
   -- its own state_dict loads back; to() keeps the two places one module
   m:load(m:state_dict())
   lu.assertIs(m:to("float32"), m)
   lu.assertIs(m[1], m[3])
-  lu.assertEquals(lin.W.dtype, "float32")
+  lu.assertEquals(lin.weight.dtype, "float32")
   lu.assertEquals(#m:parameters(), 2)
   lu.assertFalse(m:eval()[3].training)
 end
@@ -253,17 +254,17 @@ end
 -- both the same new tensor
 function TestSharing:testASharedTensorIsListedOnce()
   local a, b = nn.Linear(2, 2), nn.Linear(2, 2)
-  b.W = a.W
+  b.weight = a.weight
   local m = nn.Sequential(a, b)
-  lu.assertEquals(names_of(m), {"1.W", "1.b", "2.b"})
+  lu.assertEquals(names_of(m), {"1.weight", "1.bias", "2.bias"})
   lu.assertEquals(m:nparams(), 8)
-  lu.assertEquals(keys_of(m:state_dict()), {"1.W", "1.b", "2.W", "2.b"})
+  lu.assertEquals(keys_of(m:state_dict()), {"1.bias", "1.weight", "2.bias", "2.weight"})
   local opt = qkv.optim.Adam(m)                  -- was: parameter 4 is parameter 1 again
   lu.assertEquals(#opt.params, 3)
   m:double()
-  lu.assertTrue(rawequal(a.W, b.W), "to() kept the tie")
-  lu.assertEquals(b.W.dtype, "float64")
-  lu.assertTrue(a.W.requires_grad and a.W.is_leaf)
+  lu.assertTrue(rawequal(a.weight, b.weight), "to() kept the tie")
+  lu.assertEquals(b.weight.dtype, "float64")
+  lu.assertTrue(a.weight.requires_grad and a.weight.is_leaf)
 end
 
 -- a module inside itself is an error naming the place, not a stack overflow
@@ -304,40 +305,40 @@ end
 ---------------------------------------------------------------- slots
 TestSlots = {}
 
--- m.b = nil is PyTorch's m.bias = None: no such parameter from then on,
+-- m.bias = nil is PyTorch's m.bias = None: no such parameter from then on,
 -- for every method, and Linear runs without it
 function TestSlots:testABiasSetToNil()
   qkv.seed(6)
   local m = nn.Linear(3, 2, {dtype = "float64"})
   local opt = qkv.optim.SGD(m)
-  m.b = nil
+  m.bias = nil
   lu.assertEquals(m:nparams(), 6)
-  lu.assertEquals(names_of(m), {"W"})
-  lu.assertEquals(keys_of(m:state_dict()), {"W"})
+  lu.assertEquals(names_of(m), {"weight"})
+  lu.assertEquals(keys_of(m:state_dict()), {"weight"})
   lu.assertEquals(tostring(m), "Linear(in_features=3, out_features=2, bias=false)")
   local x = qkv.tensor({{1, 2, 3}}, "float64")
-  close(m(x), lin(x, m.W), 1e-15, "x W")
+  close(m(x), lin(x, m.weight:t()), 1e-15, "x W")
   fails("step: the module has 1 parameters, but had 2 when this optimizer was made", opt.step, opt)
   lu.assertIs(m:to("float32"), m)
-  lu.assertEquals(m.W.dtype, "float32")
-  lu.assertNil(m.b)
+  lu.assertEquals(m.weight.dtype, "float32")
+  lu.assertNil(m.bias)
   lu.assertIs(m:zero_grad(), m)
-  m:load({W = qkv.zeros(3, 2)})
-  fails("load: the source has an unexpected 'b'", m.load, m, {W = qkv.zeros(3, 2), b = qkv.zeros(2)})
+  m:load({weight = qkv.zeros(2, 3)})
+  fails("load: the source has an unexpected 'bias'", m.load, m, {weight = qkv.zeros(2, 3), bias = qkv.zeros(2)})
   lu.assertEquals(#qkv.optim.SGD(m).params, 1)
   -- a tensor put back is the parameter again; anything else is refused
-  fails("Linear: 'b' is a parameter: assign a tensor, or nil to remove it, got number",
-        function() m.b = 5 end)
-  lu.assertNil(m.b)
-  m.b = qkv.ones(2):requires_grad_()
-  lu.assertEquals(names_of(m), {"W", "b"})
-  close(m(x:float()), lin(x, m.W, m.b), 1e-6, "x W + b")
+  fails("Linear: 'bias' is a parameter: assign a tensor, or nil to remove it, got number",
+        function() m.bias = 5 end)
+  lu.assertNil(m.bias)
+  m.bias = qkv.ones(2):requires_grad_()
+  lu.assertEquals(names_of(m), {"weight", "bias"})
+  close(m(x:float()), lin(x, m.weight:t(), m.bias), 1e-6, "x W + b")
   -- a parameter replaced by something not a tensor is an error where it is used
-  m.W = "weights"
-  fails("parameters: 'W' is a string, not a tensor: a parameter is a tensor, or nil to remove it",
+  m.weight = "weights"
+  fails("parameters: 'weight' is a string, not a tensor: a parameter is a tensor, or nil to remove it",
         m.parameters, m)
-  fails("nparams: 'W' is a string", m.nparams, m)
-  fails("Linear: 'W' is a string, not a tensor: a parameter is a tensor, or nil to remove it", m, x:float())
+  fails("nparams: 'weight' is a string", m.nparams, m)
+  fails("Linear: 'weight' is a string, not a tensor: a parameter is a tensor, or nil to remove it", m, x:float())
 end
 
 -- the forward checks what the module holds before it runs: a parameter
@@ -346,22 +347,22 @@ end
 -- index a nil value" from inside the layer); a removed bias is bias=False
 function TestSlots:testTheForwardChecksWhatItHolds()
   local m = nn.Linear(3, 2)
-  m.W = nil
-  fails("Linear: 'W' is nil and its forward needs it: assign a tensor back", m, rt{1, 3})
-  m.W = qkv.ones(3, 2):requires_grad_()
-  m.b = "x"
-  fails("Linear: 'b' is a string, not a tensor", m, rt{1, 3})
-  m.b = nil
+  m.weight = nil
+  fails("Linear: 'weight' is nil and its forward needs it: assign a tensor back", m, rt{1, 3})
+  m.weight = qkv.ones(2, 3):requires_grad_()
+  m.bias = "x"
+  fails("Linear: 'bias' is a string, not a tensor", m, rt{1, 3})
+  m.bias = nil
   lu.assertEquals(m(qkv.ones(1, 3)):tolist(), {{3, 3}})
   local ln = nn.LayerNorm(4)
-  ln.b = 3
-  fails("LayerNorm: 'b' is a number, not a tensor", ln, rt{2, 4})
+  ln.bias = 3
+  fails("LayerNorm: 'bias' is a number, not a tensor", ln, rt{2, 4})
   local mha = nn.MultiHeadAttention(4, 2)
   mha.W_V = nil
   fails("MultiHeadAttention: 'W_V' is nil and its forward needs it", mha, rt{3, 4})
   local e = nn.Embedding(5, 2)
-  e.W = nil
-  fails("Embedding: 'W' is nil", e, qkv.tensor({1, 2}, "int64"))
+  e.weight = nil
+  fails("Embedding: 'weight' is nil", e, qkv.tensor({1, 2}, "int64"))
   local a = nn.TokenAligner(4, 3)
   a.proj = nil
   fails("TokenAligner: 'proj' is nil and its forward needs it: assign a module back", a, rt{2, 4})
@@ -379,12 +380,12 @@ function TestSlots:testSubmodulesSetAndRemoved()
   fails("TokenAligner: 'proj' is a submodule: assign a module, or nil to remove it, got table",
         function() a.proj = {} end)
   a.proj = nn.Linear(4, 3)
-  lu.assertEquals(names_of(a), {"proj.W", "proj.b"})
+  lu.assertEquals(names_of(a), {"proj.weight", "proj.bias"})
   local m = nn.Linear(2, 2)
   m.extra = nn.Linear(2, 3)
-  lu.assertEquals(names_of(m), {"W", "b", "extra.W", "extra.b"})
+  lu.assertEquals(names_of(m), {"weight", "bias", "extra.weight", "extra.bias"})
   m:double()
-  lu.assertEquals(m.extra.W.dtype, "float64")
+  lu.assertEquals(m.extra.weight.dtype, "float64")
   lu.assertFalse(m:eval().extra.training)
   m.extra = 5
   fails("parameters: 'extra' is a number, not a module: a submodule is a module, or nil to remove it",

@@ -77,7 +77,7 @@ function TestDotCalls:testTheCommonOnes()
   fails("step: called with '.', use opt:step()", opt.step)
   fails("zero_grad: called with '.', use opt:zero_grad()", opt.zero_grad)
   fails("step: called on a number, not an optimizer (called with '.'?): use opt:step()", opt.step, 1)
-  local h = m.W:register_post_accumulate_grad_hook(print)
+  local h = m.weight:register_post_accumulate_grad_hook(print)
   fails("remove: called with '.', use handle:remove()", h.remove)
   local w = pcall(require, "qkv.mpi") and qkv.dist.all_reduce(qkv.ones(1), "sum", {async_op = true})
   if w then
