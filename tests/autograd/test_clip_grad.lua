@@ -62,19 +62,20 @@ function TestAgainstTorch:testParamsAsAModuleOrPairs()
   lu.assertEquals(run.dtype, "float64")
   local m = qkv.nn.Linear(3, 2, {dtype = "float64"})
   local function fill()
-    m.W.grad = qkv.tensor({{F.gq[1][1], F.gq[1][2]}, {F.gq[2][1], F.gq[2][2]}, {0, 0}}, "float64")
-    m.b.grad = qkv.tensor({F.gp[1], F.gp[2]}, "float64")
+    -- weight is (out, in) = (2, 3): the transpose of the (3, 2) W it was
+    m.weight.grad = qkv.tensor({{F.gq[1][1], F.gq[2][1], 0}, {F.gq[1][2], F.gq[2][2], 0}}, "float64")
+    m.bias.grad = qkv.tensor({F.gp[1], F.gp[2]}, "float64")
   end
   fill()
-  local want = clip({m.W, m.b}, 1.0):item()
-  local gW, gb = m.W.grad:tolist(), m.b.grad:tolist()
+  local want = clip({m.weight, m.bias}, 1.0):item()
+  local gW, gb = m.weight.grad:tolist(), m.bias.grad:tolist()
   fill()
   lu.assertEquals(clip(m, 1.0):item(), want)
-  lu.assertEquals(m.W.grad:tolist(), gW)
-  lu.assertEquals(m.b.grad:tolist(), gb)
+  lu.assertEquals(m.weight.grad:tolist(), gW)
+  lu.assertEquals(m.bias.grad:tolist(), gb)
   fill()
   lu.assertEquals(clip(m:parameters(), 1.0):item(), want)
-  lu.assertEquals(m.b.grad:tolist(), gb)
+  lu.assertEquals(m.bias.grad:tolist(), gb)
   -- one tensor, and the options table in place of norm_type
   local p = qkv.tensor({3, 4}, "float64"):requires_grad_()
   p.grad = qkv.tensor({3, 4}, "float64")
@@ -124,7 +125,7 @@ TestShared = {}
 -- a Linear held twice in a Sequential (tied layers), and a weight that two
 -- Linears hold: each tensor counted and scaled once, as torch's, whose
 -- parameters() lists it once. The gradients are the fixture's, assigned
--- (a 3 x 3 W takes gw as it is: clipping looks at the numbers alone)
+-- (weight is torch's (out, in), so it takes torch's gw as it is)
 function TestShared:testTiedLayerAndTiedWeight()
   lu.assertEquals(#F.shared, 4)
   local nn = qkv.nn
@@ -132,20 +133,20 @@ function TestShared:testTiedLayerAndTiedWeight()
     local what = string.format("max_norm %g norm_type %s", run.max_norm, tostring(run.norm_type))
     local lin = nn.Linear(3, 3, {dtype = "float64"})
     local m = nn.Sequential(lin, nn.Tanh(), lin)
-    lin.W.grad, lin.b.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
+    lin.weight.grad, lin.bias.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
     local total = clip(m, run.max_norm, run.norm_type)
     near(total:item(), run.module.total, 1e-12, what .. ": tied layer's total")
-    near_all(lin.W.grad, run.module.gw, 1e-12, what .. ": tied layer's W.grad")
-    near_all(lin.b.grad, run.module.gb, 1e-12, what .. ": tied layer's b.grad")
+    near_all(lin.weight.grad, run.module.gw, 1e-12, what .. ": tied layer's weight.grad")
+    near_all(lin.bias.grad, run.module.gb, 1e-12, what .. ": tied layer's bias.grad")
     local a, b = nn.Linear(3, 3, {dtype = "float64"}), nn.Linear(3, 3, {dtype = "float64"})
-    b.W = a.W
-    a.W.grad, a.b.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
-    b.b.grad = qkv.tensor(F.gb2, "float64")
+    b.weight = a.weight
+    a.weight.grad, a.bias.grad = qkv.tensor(F.gw, "float64"), qkv.tensor(F.gb, "float64")
+    b.bias.grad = qkv.tensor(F.gb2, "float64")
     total = clip(nn.Sequential(a, b), run.max_norm, run.norm_type)
     near(total:item(), run.weight.total, 1e-12, what .. ": tied weight's total")
-    near_all(a.W.grad, run.weight.gw, 1e-12, what .. ": tied W.grad")
-    near_all(a.b.grad, run.weight.gb, 1e-12, what .. ": a.b.grad")
-    near_all(b.b.grad, run.weight.gb2, 1e-12, what .. ": b.b.grad")
+    near_all(a.weight.grad, run.weight.gw, 1e-12, what .. ": tied weight.grad")
+    near_all(a.bias.grad, run.weight.gb, 1e-12, what .. ": a.bias.grad")
+    near_all(b.bias.grad, run.weight.gb2, 1e-12, what .. ": b.bias.grad")
   end
 end
 

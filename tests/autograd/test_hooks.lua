@@ -82,14 +82,14 @@ function TestPostAccumulateGradHook:testFiresInTheOrderBackwardReachesParameters
   local m = qkv.nn.Sequential(qkv.nn.Linear(3, 4), qkv.nn.ReLU(), qkv.nn.Linear(4, 2)):double()
   local P = {}
   for _, p in ipairs(m:parameters()) do P[p[1]] = p[2] end
-  lu.assertNotNil(P["1.W"])
-  lu.assertNotNil(P["3.W"])
+  lu.assertNotNil(P["1.weight"])
+  lu.assertNotNil(P["3.weight"])
   local order, first_layer_grad = {}, {}
   for _, p in ipairs(m:parameters()) do
     p[2]:register_post_accumulate_grad_hook(function(t)
       lu.assertNotNil(t.grad, p[1])
       order[#order + 1] = p[1]
-      first_layer_grad[p[1]] = P["1.W"].grad ~= nil
+      first_layer_grad[p[1]] = P["1.weight"].grad ~= nil
     end)
   end
   local x = qkv.randn(5, 3):double()
@@ -97,8 +97,8 @@ function TestPostAccumulateGradHook:testFiresInTheOrderBackwardReachesParameters
   lu.assertEquals(#order, 4)
   local pos = {}
   for i, name in ipairs(order) do pos[name] = i end
-  for _, last in ipairs{"3.W", "3.b"} do
-    for _, first in ipairs{"1.W", "1.b"} do
+  for _, last in ipairs{"3.weight", "3.bias"} do
+    for _, first in ipairs{"1.weight", "1.bias"} do
       lu.assertTrue(pos[last] < pos[first], table.concat(order, " "))
     end
     lu.assertFalse(first_layer_grad[last], last .. "'s hook ran after the first layer's rule")
@@ -244,10 +244,10 @@ function TestQueueCallback:testRunsAfterAllHooksAndSeesAllGrads()
   -- the same gradients, computed apart
   local want = qkv.grad(function(...)
     local ps = {...}
-    local h = (x:matmul(ps[1]) + ps[2]):tanh()     -- qkv.nn.Linear's W is (d_in, d_out)
-    return (h:matmul(ps[3]) + ps[4]):sum()
+    local h = (x:matmul(ps[1]:t()) + ps[2]):tanh()  -- qkv.nn.Linear's weight is (d_out, d_in)
+    return (h:matmul(ps[3]:t()) + ps[4]):sum()
   end, params)
-  lu.assertEquals(names, {"1.W", "1.b", "3.W", "3.b"})
+  lu.assertEquals(names, {"1.weight", "1.bias", "3.weight", "3.bias"})
   for j = 1, #params do
     lu.assertNotNil(at_callback[j], names[j])
     local err = (f64(at_callback[j]) - want[j]):abs():max():item()

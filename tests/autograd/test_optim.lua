@@ -323,7 +323,7 @@ function TestParameters:testEachParameterOnce()
         optim.SGD, {p, q, p}, {lr = 0.1})
   fails("Adam: parameter 2 is parameter 1 again", optim.Adam, {{"a", p}, {"b", p}})
   local m = qkv.nn.Linear(2, 2)
-  fails("SGD: parameter 3 is parameter 1 again", optim.SGD, {m.W, m.b, m.W})
+  fails("SGD: parameter 3 is parameter 1 again", optim.SGD, {m.weight, m.bias, m.weight})
   fails("SGD: parameter 1 is the result of <MulBackward0>, not a leaf", optim.SGD, {p * 2})
 end
 
@@ -363,8 +363,8 @@ end
 function TestParameters:testReplacedModuleTensorsAreAnError()
   local m = qkv.nn.Linear(2, 1)
   local opt = optim.SGD(m, {lr = 0.1})
-  m.W = m.W:detach():clone():requires_grad_()
-  fails("step: the module's parameter 'W' is not the tensor this optimizer was made with",
+  m.weight = m.weight:detach():clone():requires_grad_()
+  fails("step: the module's parameter 'weight' is not the tensor this optimizer was made with",
         opt.step, opt)
 end
 

@@ -150,7 +150,7 @@ function TestFloat64:testModules()
   close(is64(w), rw, 1e-12, "MHA weights")
   close(is64(m(x, {mask = pad, weights = false})), T(out), 1e-12, "MHA fused")
   local lin = qkv.nn.Linear(8, 3, {dtype = F64})
-  close(is64(lin(x)), R.project(X, T(lin.W), T(lin.b)), 1e-12, "Linear float64")
+  close(is64(lin(x)), R.project(X, T(lin.weight:t()), T(lin.bias)), 1e-12, "Linear float64")
   -- float32 weights do not take float64 input silently
   fails({"project", "float64", "float32"}, qkv.nn.MultiHeadAttention(8, 2), x)
 end

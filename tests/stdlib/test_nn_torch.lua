@@ -117,20 +117,20 @@ function TestModuleList:testParameters()
   l:extend{nn.Linear(3, 4)}
   local names = {}
   for name, p in l:named_parameters() do names[#names + 1] = name .. " " .. tostring(p.shape) end
-  lu.assertEquals(names, {"1.W (2, 3)", "1.b (3,)", "3.W (3, 4)", "3.b (4,)"})
+  lu.assertEquals(names, {"1.weight (3, 2)", "1.bias (3,)", "3.weight (4, 3)", "3.bias (4,)"})
   lu.assertEquals(#l:parameters(), 4)
   lu.assertEquals(l:nparams(), 6 + 3 + 12 + 4)
   local holder = nn.Linear(1, 2)
   holder.layers = l                       -- registered, as PyTorch's setattr
-  lu.assertEquals(holder:parameters()[3][1], "layers.1.W")
-  lu.assertIs(holder:state_dict()["layers.3.b"], l[3].b)
+  lu.assertEquals(holder:parameters()[3][1], "layers.1.weight")
+  lu.assertIs(holder:state_dict()["layers.3.bias"], l[3].bias)
   -- to, train and load reach its modules
   l:double()
-  lu.assertEquals(l[3].W.dtype, "float64")
+  lu.assertEquals(l[3].weight.dtype, "float64")
   lu.assertFalse(l:eval()[1].training)
   local other = nn.ModuleList{nn.Linear(2, 3), nn.GELU(), nn.Linear(3, 4)}
   l:load(other)
-  lu.assertEquals((l[3].W - other[3].W:double()):abs():max():item(), 0)
+  lu.assertEquals((l[3].weight - other[3].weight:double()):abs():max():item(), 0)
 end
 
 function TestModuleList:testInsertAndPrint()
@@ -159,7 +159,7 @@ function TestModuleList:testAssignment()
   local l = nn.ModuleList{a, b}
   l[2] = c
   lu.assertIs(l[2], c)
-  lu.assertIs(l:parameters()[3][2], c.W)
+  lu.assertIs(l:parameters()[3][2], c.weight)
   l[-1] = b
   lu.assertIs(l[2], b)
   l[-2] = c
@@ -241,9 +241,9 @@ function TestFunctional:testLinearAgainstTorch()
   near(F.linear(x, w, b), t(c.out), TOL.float64, "linear")
   near(F.linear(x, w), t(c.out_nobias), TOL.float64, "linear without bias")
   near(F.linear(x:float(), w:float(), b:float()), t(c.out, "float32"), TOL.float32, "linear float32")
-  -- an nn.Linear's W is the transpose
+  -- an nn.Linear's weight is PyTorch's (out, in), F.linear's own layout
   local m = nn.Linear(5, 4):double()
-  near(F.linear(x, m.W:t(), m.b), m(x), TOL.float64, "linear and Linear")
+  near(F.linear(x, m.weight, m.bias), m(x), TOL.float64, "linear and Linear")
   lu.assertTrue(qkv.test.gradcheck(function(a, W, bb) return F.linear(a, W, bb) end,
                                    {x[1], w, b}))
 end

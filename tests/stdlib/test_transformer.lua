@@ -37,13 +37,31 @@ local function near(got, want, tol, what)
   lu.assertTrue(worst <= tol, string.format("%s: error %.3g > %g", what, worst, tol))
 end
 
+-- a fixture's name and tensor as the layer holds them: the fixture keeps
+-- the old layout (Linear's W (d_in, d_out) and b, LayerNorm's w and b);
+-- Linear and LayerNorm now hold PyTorch's weight (d_out, d_in) and bias,
+-- while self_attn keeps W_Q..W_O (d_in, d_out) and b_Q..b_O
+local function held(k, v)
+  local mod, p = k:match("^(linear%d)%.([Wb])$")
+  if mod then
+    if p == "W" then return mod .. ".weight", v:t():contiguous() end
+    return mod .. ".bias", v
+  end
+  mod, p = k:match("^(norm%d)%.([wb])$")
+  if mod then return mod .. (p == "w" and ".weight" or ".bias"), v end
+  return k, v
+end
+
 -- the case's layer with its weights loaded, in eval mode
 local function layer(c)
   local opts = {}
   for k, v in pairs(c.opts) do opts[k] = v end
   local m = nn.TransformerEncoderLayer(c.d_model, c.nhead, opts):to(c.dtype)
   local sd = {}
-  for k, v in pairs(T.weights[c.weights]) do sd[k] = qkv.tensor(v, "float64") end
+  for k, v in pairs(T.weights[c.weights]) do
+    local name, w = held(k, qkv.tensor(v, "float64"))
+    sd[name] = w
+  end
   return m:load(sd):eval()
 end
 
@@ -130,14 +148,19 @@ function TestTorch:testGradients()
   local m = layer(c)
   local x = t(c.src, c.dtype):requires_grad_()
   ;(m(x, masks(c)) * t(c.R, c.dtype)):sum():backward()
+  local grads = {}
+  for k, v in pairs(c.grads) do
+    local name, g = held(k, t(v, c.dtype))
+    grads[name] = g
+  end
   local n = 0
   for name, p in m:named_parameters() do
-    lu.assertNotNil(c.grads[name], name)
-    near(p.grad, t(c.grads[name], c.dtype), TOL.float64, "grad of " .. name)
+    lu.assertNotNil(grads[name], name)
+    near(p.grad, grads[name], TOL.float64, "grad of " .. name)
     n = n + 1
   end
   local want = 0
-  for _ in pairs(c.grads) do want = want + 1 end
+  for _ in pairs(grads) do want = want + 1 end
   lu.assertEquals(n, want)
   near(x.grad, t(c.grad_src, c.dtype), TOL.float64, "grad of src")
 end
@@ -159,27 +182,28 @@ function TestLayer:testGradcheck()
     lu.assertTrue(qkv.test.gradcheck(function(src) return m(src, {src_mask = fmask}) end, {x}))
     local a = m.self_attn
     lu.assertTrue(qkv.test.gradcheck(function(wq, w1, nw, src)
-      a.W_Q, m.linear1.W, m.norm2.w = wq, w1, nw
+      a.W_Q, m.linear1.weight, m.norm2.weight = wq, w1, nw
       return m(src, {is_causal = true})
-    end, {a.W_Q:detach(), m.linear1.W:detach(), m.norm2.w:detach(), x}))
+    end, {a.W_Q:detach(), m.linear1.weight:detach(), m.norm2.weight:detach(), x}))
   end
 end
 
--- PyTorch's weights under qkv's names, in PyTorch's order
+-- PyTorch's weights in PyTorch's order: the Linears' and LayerNorms'
+-- under PyTorch's names, self_attn's under the documents' W_Q..b_O
 function TestLayer:testParameters()
   local m = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16})
   local names = {}
   for name in m:named_parameters() do names[#names + 1] = name end
   lu.assertEquals(names, {"self_attn.W_Q", "self_attn.b_Q", "self_attn.W_K", "self_attn.b_K",
                           "self_attn.W_V", "self_attn.b_V", "self_attn.W_O", "self_attn.b_O",
-                          "linear1.W", "linear1.b", "linear2.W", "linear2.b", "norm1.w",
-                          "norm1.b", "norm2.w", "norm2.b"})
+                          "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+                          "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"})
   -- torch's count: 4 (8 * 8 + 8) + 2 (8 * 16) + 16 + 8 + 4 * 8
   lu.assertEquals(m:nparams(), 4 * 72 + 256 + 24 + 32)
-  lu.assertEquals(tostring(m.linear1.W.shape), "(8, 16)")
+  lu.assertEquals(tostring(m.linear1.weight.shape), "(16, 8)")
   local nb = nn.TransformerEncoderLayer(8, 2, {dim_feedforward = 16, bias = false})
   lu.assertEquals(nb:nparams(), 4 * 64 + 256 + 16)
-  lu.assertNil(nb.norm1.b)
+  lu.assertNil(nb.norm1.bias)
 end
 
 -- PyTorch's init: xavier-uniform in_proj, zero biases in the attention;
