@@ -339,6 +339,23 @@ float or an unexpected name is an error naming it, raised before anything
 is copied. The copies share nothing with src. As
 torch.nn.Module.load_state_dict.]]},
 
+  {name = "Module:load_state_dict", sig = "m:load_state_dict(sd [, {strict = true}])",
+   group = "module methods",
+   doc = [[Copies a state_dict into m, as PyTorch's load_state_dict: sd has
+qkv's names (m:state_dict()) or PyTorch's for the same architecture, as
+PyTorch saved it (safetensors.torch.save_file, read by
+qkv.load_safetensors): Linear, LayerNorm, Embedding and
+TransformerEncoderLayer have PyTorch's names and layouts, and an
+nn.MultiheadAttention's packed in_proj_weight, in_proj_bias and out_proj
+become a MultiHeadAttention's W_Q, W_K, W_V, W_O and biases. It returns
+{missing_keys = {...}, unexpected_keys = {...}}; with strict (the default)
+either list not empty is an error naming them, raised before anything is
+copied, and a shape that differs is an error always. As
+torch.nn.Module.load_state_dict.]],
+   example = [=[local a, b = qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 2)
+local r = b:load_state_dict(a:state_dict())
+print(#r.missing_keys, qkv.allclose(a.weight, b.weight))   --> 0	true]=]},
+
   {name = "Module:half", sig = "m:half()", group = "module methods",
    doc = [[m:to("float16"): every parameter and float buffer converted to
 float16, children's too, and m returned. The parameters are new tensors
