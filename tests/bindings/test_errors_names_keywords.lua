@@ -102,7 +102,7 @@ function TestMissingNames:testLibraries()
   missing("qkv.optim has no class or function 'Adamw' (did you mean 'AdamW'?)",
           function() return qkv.optim.Adamw end)
   lu.assertEquals(type(qkv.plot.heatmap), "function")
-  lu.assertEquals(tostring(qkv.nn.Linear(2, 3).W.shape), "(2, 3)")
+  lu.assertEquals(tostring(qkv.nn.Linear(2, 3).weight.shape), "(3, 2)")
   lu.assertEquals(type(qkv.optim.Adam), "function")
   lu.assertNil(qkv.plot._no_such_hook)
   lu.assertNil(qkv.nn._no_such_hook)
