@@ -68,8 +68,8 @@ function TestMissingNames:testQkv()
   local x = M(2, 3)
   missing("qkv has no function 'softmaxx' (did you mean 'softmax'?)",
           function() return qkv.softmaxx(x) end)
-  missing("qkv has no function 'randperm' (help(qkv) lists what it has)",
-          function() return qkv.randperm(5) end)
+  missing("qkv has no function 'bucketize' (help(qkv) lists what it has)",
+          function() return qkv.bucketize(5) end)
   missing("qkv has no function 'sofmax' (did you mean 'softmax'?)", function() return qkv.sofmax end)
   -- a lazily loaded library's name is suggested too
   missing("qkv has no function 'einsun' (did you mean 'einsum'?)", function() return qkv.einsun end)
