@@ -71,7 +71,7 @@ function TestFuzzFound:testLinearOptions()
   fails({"Linear", "must be a table", "thread"}, qkv.nn.Linear, 2, 2,
         coroutine.create(print))
   fails({"Linear", "dtype", "int64"}, qkv.nn.Linear, 2, 2, {dtype = "int64"})
-  lu.assertEquals(qkv.nn.Linear(2, 3, {dtype = "float64"}).W.dtype, "float64")
+  lu.assertEquals(qkv.nn.Linear(2, 3, {dtype = "float64"}).weight.dtype, "float64")
 end
 
 -- m:parameters(x) treated its argument as the internal name prefix:
@@ -86,7 +86,7 @@ end
 -- field: "attempt to call a number value (method 'state_dict')"
 function TestFuzzFound:testLoadFromOddTable()
   local m = qkv.nn.Linear(2, 2)
-  fails({"load", "no tensor 'W'"}, m.load, m,
+  fails({"load", "no tensor 'weight'"}, m.load, m,
         setmetatable({}, {__index = {state_dict = 1}}))
 end
 

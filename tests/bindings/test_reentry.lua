@@ -290,15 +290,15 @@ function TestLibraries:testTablesAreReadRaw()
   t.assertShape(qkv.ones(2), setmetatable({2}, {__len = trap}))
   local a, b = qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 2)
   local sd = b:state_dict()
-  close(sd.W)
-  lu.assertStrContains(err(a.load, a, sd), "load: the source's 'W' is a closed tensor")
-  local W, bias = qkv.ones(2, 2), qkv.ones(2)
+  close(sd.weight)
+  lu.assertStrContains(err(a.load, a, sd), "load: the source's 'weight' is a closed tensor")
+  local weight, bias = qkv.ones(2, 2), qkv.ones(2)
   local reads = 0
   local changing = setmetatable({}, {__pairs = trap, __index = function(_, k)
     reads = reads + 1
-    return k == "W" and (reads == 1 and W or qkv.ones(3)) or bias
+    return k == "weight" and (reads == 1 and weight or qkv.ones(3)) or bias
   end})
-  lu.assertStrContains(err(a.load, a, changing), "load: the source has no tensor 'W'")
+  lu.assertStrContains(err(a.load, a, changing), "load: the source has no tensor 'weight'")
   -- qkv.optim reads its list raw too, and names itself for a closed tensor
   local p = qkv.ones(2):requires_grad_()
   local closing = setmetatable({p}, {__index = function() close(p) end, __len = trap})

@@ -317,7 +317,7 @@ function TestModule:testStockLuaRequires()
   need_lua()
   local code_ = "local q = require 'qkv'; print(q.ones(2, 2)); " ..
                 "print(getmetatable(q.ones(1)).__name); " ..
-                "print(q.nn.Linear(2, 3).W.shape, type(q.optim.lr_scheduler.StepLR), " ..
+                "print(q.nn.Linear(2, 3).weight.shape, type(q.optim.lr_scheduler.StepLR), " ..
                 "q.ones(2, 3):flatten().shape, type(q.einsum))"
   -- under make test-asan, qkv.so needs the sanitizer's runtime loaded first
   local rt = os.getenv("QKV_ASAN_PRELOAD")
@@ -326,7 +326,7 @@ function TestModule:testStockLuaRequires()
                        " LUA_PATH='stdlib/?.lua;stdlib/?/init.lua;;' lua5.4 -e " .. quote(code_))
   lu.assertEquals(code, 0, out)
   lu.assertEquals(out, "tensor([[1., 1.],\n        [1., 1.]])\nqkv.Tensor\n" ..
-                       "(2, 3)\tfunction\t(6,)\tfunction\n")
+                       "(3, 2)\tfunction\t(6,)\tfunction\n")
 end
 
 -- qkv.test loaded from stock Lua teaches LuaUnit tensors there too

@@ -1,16 +1,17 @@
 -- rules_modules.lua: the draws of tests/fuzz/rules.lua about qkv.nn's
 -- modules once a script changed them, and qkv.dist.DDP's wrapper:
 --
---   modules  a module changed by an assignment (m.b = nil, m.W = a tensor
---            of another shape or dtype or a number, m[i] = a module, a
---            non-module or nil in a Sequential or ModuleList, in range,
---            past its end or negative, m.extra = a module, a module or
---            a tensor held twice, a module inside itself), then one of
---            its methods (parameters, nparams, to, double, state_dict,
---            train, eval, forward): each
+--   modules  a module changed by an assignment (m.bias = nil, m.weight =
+--            a tensor of another shape or dtype or a number, m[i] = a
+--            module, a non-module or nil in a Sequential or ModuleList,
+--            in range, past its end or negative, m.extra = a module, a
+--            module or a tensor held twice, a module inside itself), then
+--            one of its methods (parameters, nparams, to, double,
+--            state_dict, train, eval, forward): each
 --            works with a value the change accounts for (every tensor
 --            listed once, nparams the count of what parameters lists, the
---            forward of a Linear x W + b with the W and b it holds now) or
+--            forward of a Linear x weight^T + bias with the weight and
+--            bias it holds now, weight (d_out, d_in) as PyTorch's) or
 --            raises naming the method or the class, never from inside
 --            the library; an assignment PyTorch refuses (past the end, not
 --            a module, a number for a parameter) raises, or the method does
@@ -66,17 +67,18 @@ local function tensor_set(l)
   return s
 end
 
--- the (d_in, d_out) list of lists of a 2-D tensor, or a 1-D tensor's list
+-- the list of lists of a 2-D tensor, or a 1-D tensor's list
 local function list_of(t) return t:to("float64"):tolist() end
 
--- y = x W + b over lists, in float64 (x (n, d_in), W (d_in, d_out), b (d_out))
-local function affine(x, W, b)
+-- y = x weight^T + bias over lists, in float64 (x (n, d_in), weight
+-- (d_out, d_in) as PyTorch's, bias (d_out))
+local function affine(x, weight, bias)
   local y = {}
   for i, row in ipairs(x) do
     local out = {}
-    for j = 1, #W[1] do
-      local s = b and b[j] or 0
-      for k = 1, #row do s = s + row[k] * W[k][j] end
+    for j = 1, #weight do
+      local s = bias and bias[j] or 0
+      for k = 1, #row do s = s + row[k] * weight[j][k] end
       out[j] = s
     end
     y[i] = out
@@ -135,7 +137,7 @@ end
 
 -- a value no parameter or position can take
 local function not_module(F)
-  return pick{3, "W", true, {}, V.tensor("float32", {F.d}), function() end}
+  return pick{3, "weight", true, {}, V.tensor("float32", {F.d}), function() end}
 end
 
 -- the changes: each draws its assignment on module m of kind `kind`
@@ -168,7 +170,7 @@ local CHANGES = {
   end,
   number = function(m, kind, own)
     if #own == 0 then return end
-    local k, v = pick(own), pick{3, 0.5, "W", true}
+    local k, v = pick(own), pick{3, 0.5, "weight", true}
     return "m." .. k .. " = " .. V.describe(v), function() m[k] = v end,
            {refused = "a parameter set to a " .. type(v)}
   end,
@@ -200,7 +202,7 @@ local CHANGES = {
     end
     if #own == 0 then return end
     local k, c = pick(own), qkv.nn.Linear(F.d, F.d)
-    return "m.extra = a Linear whose W is m." .. k, function() c.W = m[k]; m.extra = c end,
+    return "m.extra = a Linear whose weight is m." .. k, function() c.weight = m[k]; m.extra = c end,
            {child = {"extra", c}}
   end,
   cycle = function(m, kind, own)
@@ -299,10 +301,10 @@ local CHECK = {
   end,
   forward = function(m, st, y)
     if st.kind ~= "Linear" or st.failed then return nil end
-    local b = rawget(m, "b")
-    local want = affine(list_of(st.x), list_of(rawget(m, "W")), b and list_of(b))
+    local bias = rawget(m, "bias")
+    local want = affine(list_of(st.x), list_of(rawget(m, "weight")), bias and list_of(bias))
     local why = close(list_of(y), want, REL[y.dtype])
-    if why then return "m(x) is not x W + b of the W and b it holds: " .. why end
+    if why then return "m(x) is not x weight^T + bias of the weight and bias it holds: " .. why end
   end,
 }
 CHECK.double, CHECK.eval = CHECK.to, CHECK.train

@@ -103,16 +103,16 @@ function TestDistWorldOfOne:testDDP()
   need_mpi()
   qkv.seed(3)
   local lin = qkv.nn.Linear(3, 2):double()
-  local w0 = lin.W:clone()
+  local w0 = lin.weight:clone()
   local net = d.DDP(lin)
   lu.assertIs(net.module, lin)
   lu.assertEquals(#net:parameters(), 2)
-  lu.assertEquals(net.W, lin.W)                    -- reads through
+  lu.assertEquals(net.weight, lin.weight)          -- reads through
   local x = qkv.ones(4, 3):double()
   lu.assertEquals(net(x), lin(x))
-  lu.assertEquals(lin.W, w0)                         -- rank 0's, unchanged
+  lu.assertEquals(lin.weight, w0)                    -- rank 0's, unchanged
   net(x):sum():backward()                            -- a world of one: the grads as they are
-  lu.assertEquals(lin.W.grad:tolist(), {{4, 4}, {4, 4}, {4, 4}})
+  lu.assertEquals(lin.weight.grad:tolist(), {{4, 4, 4}, {4, 4, 4}})
   lu.assertStrContains(err(d.DDP, 5), "dist.DDP: bad argument #1 (a qkv.nn module expected, got number)")
   -- a table whose every field is an error (qkv itself) is not a module
   lu.assertStrContains(err(d.DDP, qkv), "dist.DDP: bad argument #1 (a qkv.nn module expected, got table)")
@@ -136,7 +136,7 @@ function TestDistWorldOfOne:testDDPIsAModule()
     names[#names + 1] = name
     lu.assertIs(p, inner:state_dict()[name:sub(8)])
   end
-  lu.assertEquals(names, {"module.1.W", "module.1.b", "module.3.W", "module.3.b"})
+  lu.assertEquals(names, {"module.1.weight", "module.1.bias", "module.3.weight", "module.3.bias"})
   lu.assertEquals(net:nparams(), inner:nparams())
   lu.assertStrContains(tostring(net), "DDP(\n  (module): Sequential(\n    (1): Linear(")
   lu.assertIs(net[1], inner[1])                        -- fields read through
@@ -153,28 +153,30 @@ function TestDistWorldOfOne:testDDPIsAModule()
   -- double() converts the wrapped module's tensors; an optimizer made
   -- after it steps them
   lu.assertIs(net:double(), net)
-  lu.assertEquals(inner[1].W.dtype, "float64")
-  lu.assertNil(rawget(net, "W"))
+  lu.assertEquals(inner[1].weight.dtype, "float64")
+  lu.assertNil(rawget(net, "weight"))
   local opt = qkv.optim.SGD(net, {lr = 0.5})
   net(x:double()):sum():backward()
-  local w, g = inner[1].W:clone(), inner[1].W.grad:clone()
+  local w, g = inner[1].weight:clone(), inner[1].weight.grad:clone()
   opt:step()
-  lu.assertEquals(inner[1].W, w - g * 0.5)
+  lu.assertEquals(inner[1].weight, w - g * 0.5)
   net:zero_grad()
-  lu.assertNil(inner[1].W.grad)
+  lu.assertNil(inner[1].weight.grad)
   -- load and state_dict name the wrapped module's tensors as PyTorch's DDP does
-  lu.assertIs(net:state_dict()["module.3.b"], inner[3].b)
+  lu.assertIs(net:state_dict()["module.3.bias"], inner[3].bias)
   -- the wrapped module's own methods are called on it; its fields are set on it
   local list = d.DDP(nn.ModuleList{nn.Linear(2, 2)})
   lu.assertStrContains(err(function() list:append(nn.ReLU()) end),
                        "DDP: append is a method of the wrapped ModuleList: call ddp.module:append()")
   local lin = d.DDP(nn.Linear(2, 2))
-  lu.assertStrContains(err(function() lin.W = qkv.zeros(2, 2) end),
-                       "DDP: ddp.W = ... would not reach the wrapped module, whose W it reads: set ddp.module.W")
+  lu.assertStrContains(err(function() lin.weight = qkv.zeros(2, 2) end),
+                       "DDP: ddp.weight = ... would not reach the wrapped module, whose weight it reads: "
+                       .. "set ddp.module.weight")
   lu.assertStrContains(err(function() lin.module = nn.Linear(2, 2) end),
                        "DDP: 'module' is the wrapped module: wrap another with qkv.dist.DDP")
   local line = debug.getinfo(1, "l").currentline + 1
-  lu.assertStrContains(err(function() lin.b = nil end), "test_dist.lua:" .. line .. ": DDP: ddp.b = ...")
+  lu.assertStrContains(err(function() lin.bias = nil end),
+                       "test_dist.lua:" .. line .. ": DDP: ddp.bias = ...")
 end
 
 -- without Open MPI (no build/lib/qkv/mpi.so, or no libmpi for it), the

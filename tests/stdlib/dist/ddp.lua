@@ -43,7 +43,7 @@ ok(#ddp._buckets > 1 and #ddp:parameters() == #p0, "buckets", tostring(#ddp._buc
 -- the buckets start while backward runs: by the time backward reaches the
 -- first layer, the last layer's bucket (the first one) is on its way
 local seen
-net[1].W:register_post_accumulate_grad_hook(function()
+net[1].weight:register_post_accumulate_grad_hook(function()
   seen = {first = ddp._buckets[1].launched == true}
 end)
 local opt = qkv.optim.SGD(ddp, {lr = 0.1})
@@ -77,10 +77,10 @@ local input = qkv.ones(1, 2):double()
 local out = two[1](input)
 if R == 0 then out = out + two[2](input) end
 out:sum():backward()
-local lin2 = two[2].W.grad
+local lin2 = two[2].weight.grad
 ok(lin2 ~= nil and math.abs(lin2[1][1] - 1 / W) < 1e-15, "used by rank 0 alone",
    tostring(lin2))
-ok(two[3].W.grad == nil and two[3].b.grad == nil, "unused everywhere")
+ok(two[3].weight.grad == nil and two[3].bias.grad == nil, "unused everywhere")
 ok(dd.module == two, "module")
 
 -- the wrapper is a Module whose child is the wrapped one: double() after
@@ -93,7 +93,7 @@ local function small(seed)
 end
 local net2, ref2 = small(200 + R), small(200):double()
 local dd2 = d.DDP(net2)
-ok(dd2:double() == dd2 and net2[1].W.dtype == "float64", "double after wrapping")
+ok(dd2:double() == dd2 and net2[1].weight.dtype == "float64", "double after wrapping")
 dd2:eval()
 ref2:eval()
 ok(not net2.training and not net2[2].training, "eval reaches the module")
