@@ -342,14 +342,19 @@ P.MODULES = {}     -- {make = function(F) -> module}, filled by the registry
 -- a module that has the method (ModuleList's append), or any module
 function P.module_with(F, method)
   local m = P.module(F)
-  if type(m[method]) == "function" then return m end
+  -- (a module without it says so: reading a field it lacks is an error)
+  local function has(x)
+    local ok, f = pcall(function() return x[method] end)
+    return ok and type(f) == "function"
+  end
+  if has(m) then return m end
   local makers = {}
   for i, make in ipairs(P.MODULES) do makers[i] = make end
   for i = #makers, 2, -1 do local j = random(i); makers[i], makers[j] = makers[j], makers[i] end
   for _, make in ipairs(makers) do
     for _ = 1, 16 do                -- a draw of its arguments may fail (an option it lacks)
       local ok, m = pcall(make, F)
-      if ok and type(m) == "table" and type(m[method]) == "function" then return m end
+      if ok and type(m) == "table" and has(m) then return m end
       if ok then break end
     end
   end

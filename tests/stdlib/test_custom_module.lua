@@ -140,3 +140,25 @@ function TestCustomModule:testErrors()
   function Id:forward(x) return x end
   lu.assertEquals(Id()(qkv.ones(2)):tolist(), {1, 1})
 end
+
+-- a field a module does not have is an error naming the closest; one it
+-- registered and set to nil (or made without: bias = false) reads nil
+function TestCustomModule:testFieldsItDoesNotHave()
+  local lin = nn.Linear(2, 3)
+  fails("Linear: has no field 'W' (did you mean 'weight'?)", function() return lin.W end)
+  fails("Linear: has no field 'b' (did you mean 'bias'?)", function() return lin.b end)
+  fails("Linear: has no field 'wieght' (did you mean 'weight'?)", function() return lin.wieght end)
+  fails("Linear: has no field 'paramters' (did you mean 'parameters'?)", function() return lin.paramters end)
+  lu.assertNil(nn.Linear(2, 3, {bias = false}).bias)
+  lu.assertNil(nn.LayerNorm(3, {elementwise_affine = false}).weight)
+  lu.assertNil(nn.MultiHeadAttention(4, 2).b_Q)
+  lu.assertNil(nn.CrossEntropyLoss().weight)
+  lin.bias = nil
+  lu.assertNil(lin.bias)
+  local b = Block(4, 2, 3)
+  fails("Block: has no field 'causl' (did you mean 'causal'?)", function() return b.causl end)
+  lu.assertNil(b._private)                       -- '_' names stay probes
+  local s = nn.Sequential(nn.Linear(2, 2))
+  fails("Sequential: has no field 'weight'", function() return s.weight end)
+  lu.assertNil(s[2])                             -- past the end: ipairs stops
+end

@@ -427,7 +427,9 @@ submodules are not listed. As torch.nn.Module.children (a list here).]]},
 parents and m last, and returns m. It is the way to initialise weights
 your own way. As torch.nn.Module.apply.]],
    example = [=[local m = qkv.nn.Sequential(qkv.nn.Linear(2, 2), qkv.nn.Linear(2, 1))
-m:apply(function(sub) if sub.weight then qkv.no_grad(function() sub.weight:fill_(0.5) end) end end)
+m:apply(function(sub)                           -- PyTorch's isinstance(sub, nn.Linear)
+  if getmetatable(sub) == qkv.nn.Linear then qkv.no_grad(function() sub.weight:fill_(0.5) end) end
+end)
 print(m[2].weight)   --> tensor([[0.5000, 0.5000]], requires_grad=True)]=]},
 
   {name = "Module:requires_grad_", sig = "m:requires_grad_([flag])", group = "module methods",

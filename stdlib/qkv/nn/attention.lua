@@ -26,7 +26,7 @@ local function weights(self, names, d_in, d_out, opts, dt)
   local bound = 1 / math.sqrt(d_in)
   for _, n in ipairs(names) do
     self:param("W_" .. n, uniform(bound, d_in, d_out, dt), true)
-    if flag(opts, "bias", false) then self:param("b_" .. n, uniform(bound, d_out, dt)) end
+    self:param("b_" .. n, flag(opts, "bias", false) and uniform(bound, d_out, dt) or nil)
   end
 end
 

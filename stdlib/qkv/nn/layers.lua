@@ -23,7 +23,7 @@ function Linear:init(d_in, d_out, opts)
   -- weight (d_out, d_in), as PyTorch's: drawn as (d_in, d_out) and
   -- transposed, so that a seed gives the x W of qkv's documents
   self:param("weight", uniform(bound, d_in, d_out, dt):t():contiguous(), true)
-  if flag(opts, "bias", true) then self:param("bias", uniform(bound, d_out, dt)) end
+  self:param("bias", flag(opts, "bias", true) and uniform(bound, d_out, dt) or nil)
   place(self, opts)
 end
 
@@ -100,7 +100,10 @@ function LayerNorm:init(shape, opts)
   local bias = flag(opts, "bias", true)
   if flag(opts, "elementwise_affine", true) then
     self:param("weight", qkv.ones(sizes, dt))
-    if bias then self:param("bias", qkv.zeros(sizes, dt)) end
+    self:param("bias", bias and qkv.zeros(sizes, dt) or nil)
+  else
+    self:param("weight", nil)
+    self:param("bias", nil)
   end
   place(self, opts)
 end
@@ -119,6 +122,7 @@ end
 -- RMSNorm(shape [, {eps, elementwise_affine = true, dtype, device}]): weight = 1 of the
 -- normalized shape, as PyTorch's weight; eps nil: qkv.rms_norm's default
 local RMSNorm = class("RMSNorm")
+RMSNorm._optional = {eps = true}                -- nil: qkv.rms_norm's default, PyTorch's None
 function RMSNorm:init(shape, opts)
   local dt
   opts, dt = opts_of("RMSNorm", opts, {"eps", "elementwise_affine", "dtype"},
@@ -130,7 +134,7 @@ function RMSNorm:init(shape, opts)
   if self.eps ~= nil and type(self.eps) ~= "number" then
     fail("RMSNorm", "eps must be a number, got %s", type(self.eps))
   end
-  if flag(opts, "elementwise_affine", true) then self:param("weight", qkv.ones(sizes, dt)) end
+  self:param("weight", flag(opts, "elementwise_affine", true) and qkv.ones(sizes, dt) or nil)
   place(self, opts)
 end
 
@@ -256,7 +260,7 @@ local function list_index(cls)
   local name = cls.__name
   return function(self, k)
     local i = math.type(k) == "float" and math.tointeger(k) or k
-    if math.type(i) ~= "integer" then return cls[k] end
+    if math.type(i) ~= "integer" then return M.field(cls, self, k) end
     local items = rawget(self, "_items")
     if i == 0 then
       error(string.format("%s: index 0: positions count from 1 (m[1] is the first module, "

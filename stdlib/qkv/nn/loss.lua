@@ -216,9 +216,16 @@ end
 local CrossEntropyLoss = class("CrossEntropyLoss")
 
 -- CrossEntropyLoss([opts]) or CrossEntropyLoss(weight [, opts])
+-- the class weights a buffer, as PyTorch's _WeightedLoss registers them:
+-- nil when there are none, moved by to(), in state_dict
+local function keep(self, o, keys)
+  for _, k in ipairs(keys) do
+    if k == "weight" then self:register_buffer("weight", o.weight) else self[k] = o[k] end
+  end
+end
+
 function CrossEntropyLoss:init(a, b)
-  local o = loss_opts("CrossEntropyLoss", a, b, CE_KEYS)
-  for _, k in ipairs(CE_KEYS) do self[k] = o[k] end
+  keep(self, loss_opts("CrossEntropyLoss", a, b, CE_KEYS), CE_KEYS)
 end
 
 function CrossEntropyLoss:forward(input, target)
@@ -228,8 +235,7 @@ end
 local NLLLoss = class("NLLLoss")
 
 function NLLLoss:init(a, b)
-  local o = loss_opts("NLLLoss", a, b, NLL_KEYS)
-  for _, k in ipairs(NLL_KEYS) do self[k] = o[k] end
+  keep(self, loss_opts("NLLLoss", a, b, NLL_KEYS), NLL_KEYS)
 end
 
 function NLLLoss:forward(input, target)

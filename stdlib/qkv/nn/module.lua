@@ -268,9 +268,47 @@ end
 -- with '.' (m.forward(x)) says so (qkv.methods). A forward that reaches
 -- its own module again (a module inside itself: s[1] = s) is an error, not
 -- a stack overflow.
+-- m.k for a k that m does not hold: a method of its class; nil for a
+-- name m registered (a parameter, submodule or buffer set to nil:
+-- PyTorch's m.bias = None); else an error naming the closest of m's
+-- fields and methods, as PyTorch's AttributeError ("Linear has no field
+-- 'W' (did you mean 'weight'?)"), never a silent nil. Names starting with
+-- '_' and keys that are not strings stay nil (probes, containers' keys)
+local function field(cls, self, k)
+  local v = cls[k]
+  if v ~= nil or type(k) ~= "string" or k:sub(1, 1) == "_" then return v end
+  local optional = rawget(cls, "_optional")     -- settings that may be nil (PyTorch's None)
+  if optional and optional[k] then return nil end
+  for _, list in ipairs{"_params", "_children", "_buffers"} do
+    for _, n in ipairs(rawget(self, list) or {}) do
+      if n == k then return nil end
+    end
+  end
+  local names, seen = {}, {}
+  local function add(n)
+    if type(n) == "string" and n:sub(1, 1) ~= "_" and not seen[n] then
+      seen[n] = true
+      names[#names + 1] = n
+    end
+  end
+  for n in next, self do add(n) end
+  for _, list in ipairs{"_params", "_children", "_buffers"} do
+    for _, n in ipairs(rawget(self, list) or {}) do add(n) end
+  end
+  for _, t in ipairs{cls, Module} do
+    for n, f in next, t do if type(f) == "function" then add(n) end end
+  end
+  table.sort(names)
+  -- qkv's old names of PyTorch's weight and bias
+  local old = ({W = "weight", w = "weight", b = "bias"})[k]
+  local near = old and seen[old] and old or qkv._nearest(k, names)
+  fail(rawget(cls, "__name") or "Module", "has no field '%s'%s", k,
+       near and string.format(" (did you mean '%s'?)", near) or "")
+end
+
 local function make_class(name)
   local c = setmetatable({}, {__index = Module})
-  c.__index = c
+  c.__index = function(self, k) return field(c, self, k) end
   c.__newindex = set_slot
   c.__name = name
   c.__call = function(self, ...) return self:forward(...) end
@@ -309,11 +347,12 @@ end
 
 
 -- register a tensor field, which requires grad (as nn.Parameter does);
--- needed: the forward cannot do without it (a weight, not a bias)
+-- needed: the forward cannot do without it (a weight, not a bias); t nil
+-- registers the name alone (PyTorch's bias=False: m.bias reads nil)
 function Module:param(name, t, needed)
   self._params[#self._params + 1] = name
   if needed then self._needs[#self._needs + 1] = name end
-  self[name] = t:requires_grad_()
+  if t ~= nil then self[name] = t:requires_grad_() end
   return t
 end
 
@@ -766,6 +805,6 @@ return {
   nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of, place = place,
   fail = fail, named = named, checkopts = checkopts, flag = flag,
   checkdim = checkdim, checktensor = checktensor, is_module = is_module, what = what,
-  set_slot = set_slot, tree = tree, params_of = params_of,
+  set_slot = set_slot, tree = tree, params_of = params_of, field = field,
   inside = function(source) SOURCES[source] = true end,
 }
