@@ -55,6 +55,23 @@ function TestAgainstTorch:testEveryConfiguration()
   lu.assertTrue(clipped >= 6 and kept >= 4, "the fixture clips and does not clip")
 end
 
+-- PyTorch's keywords: clip_grad_norm_(params, {max_norm =, norm_type =})
+-- gives the positional form's total and gradients, bit for bit
+function TestAgainstTorch:testKeywordsArePositions()
+  for _, run in ipairs(F.runs) do
+    local out = {}
+    for form = 1, 2 do
+      local p = qkv.tensor(F.p, run.dtype):requires_grad_()
+      p.grad = qkv.tensor(F.gp, run.dtype)
+      local total
+      if form == 1 then total = clip({p}, run.max_norm, run.norm_type)
+      else total = clip({p}, {max_norm = run.max_norm, norm_type = run.norm_type}) end
+      out[form] = {total:item(), p.grad:tolist()}
+    end
+    lu.assertEquals(out[2], out[1], run.dtype .. " " .. run.max_norm)
+  end
+end
+
 -- the same as a module, its parameters() and {name, tensor} pairs, and a
 -- single tensor
 function TestAgainstTorch:testParamsAsAModuleOrPairs()
@@ -177,7 +194,12 @@ function TestErrors:testArguments()
   local p = qkv.ones(2):requires_grad_()
   p.grad = qkv.ones(2)
   fails("clip_grad_norm_: max_norm must be a number >= 0 (math.huge clips nothing), got -1", clip, {p}, -1)
-  fails("clip_grad_norm_: max_norm must be a number >= 0 (math.huge clips nothing), got nil", clip, {p})
+  fails("clip_grad_norm_: max_norm is missing: clip_grad_norm_(params, max_norm) or " ..
+        "clip_grad_norm_(params, {max_norm = ...})", clip, {p})
+  fails("clip_grad_norm_: max_norm is given twice, as an argument and as an option", clip, {p}, 1,
+        {max_norm = 1})
+  fails("clip_grad_norm_: max_norm must be a number >= 0 (math.huge clips nothing), got -1", clip, {p},
+        {max_norm = -1})
   fails("clip_grad_norm_: max_norm must be a number >= 0 (math.huge clips nothing), got 1", clip, {p}, "1")
   fails("clip_grad_norm_: max_norm must be a number >= 0", clip, {p}, 0 / 0)
   fails("clip_grad_norm_: norm_type must be a number > 0, or math.huge for the largest |g|, got 0",

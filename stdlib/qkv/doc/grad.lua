@@ -257,7 +257,8 @@ place so that their total norm is at most max_norm, and returns the total
 norm before clipping as a 0-d tensor of the gradients' dtype. The total is
 the norm_type-norm (2; math.huge for the largest |g|) of the gradients'
 norms, and each gradient is multiplied by min(max_norm / (total + 1e-6),
-1). opts (also in place of norm_type): norm_type, error_if_nonfinite
+1). opts (also in place of norm_type, or of max_norm: PyTorch's keywords,
+clip_grad_norm_(params, {max_norm = 1})): max_norm, norm_type, error_if_nonfinite
 (false: a nan or inf total scales the gradients by it, as torch's; true
 makes it an error). A parameter counts once however often it is listed (a
 module's shared weight, as torch's parameters(); a list with it twice,

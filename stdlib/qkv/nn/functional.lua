@@ -104,11 +104,22 @@ end
 
 function nn.clip_grad_norm_(params, max_norm, norm_type, opts)
   local fname = "clip_grad_norm_"
-  if type(norm_type) == "table" and opts == nil then norm_type, opts = nil, norm_type end
-  opts = checkopts(fname, opts, {"norm_type", "error_if_nonfinite"}, {"error_if_nonfinite"})
+  -- max_norm and norm_type may come as PyTorch's keywords too:
+  -- clip_grad_norm_(params, {max_norm = 1, norm_type = 2})
+  if type(max_norm) == "table" and norm_type == nil and opts == nil then
+    max_norm, opts = nil, max_norm
+  elseif type(norm_type) == "table" and opts == nil then
+    norm_type, opts = nil, norm_type
+  end
+  opts = checkopts(fname, opts, {"max_norm", "norm_type", "error_if_nonfinite"}, {"error_if_nonfinite"})
   if norm_type ~= nil and opts.norm_type ~= nil then
     fail(fname, "norm_type is given twice, as an argument and as an option")
   end
+  if max_norm ~= nil and opts.max_norm ~= nil then
+    fail(fname, "max_norm is given twice, as an argument and as an option")
+  end
+  if max_norm == nil then max_norm = opts.max_norm end
+  if max_norm == nil then fail(fname, "max_norm is missing: clip_grad_norm_(params, max_norm) or clip_grad_norm_(params, {max_norm = ...})") end
   if norm_type == nil then norm_type = opts.norm_type end
   if norm_type == nil then norm_type = 2 end
   if type(max_norm) ~= "number" or not (max_norm >= 0) then
