@@ -70,6 +70,9 @@ function M.multinomial(probs, n, opts)
   if not (w - w):eq(0):all():item() or w:lt(0):any():item() then      -- NaN, inf or < 0
     fail("%s: probs must be finite and >= 0, got %s", F, shape(probs))
   end
+  if w:size(1) == 0 then                      -- no rows: no draws, as torch's (0, n)
+    return qkv.zeros({0, n}, "int64"):to(probs.device)
+  end
   local live = w:gt(0):long():sum(2)
   if live:min():item() == 0 then fail("%s: a row of probs %s sums to 0", F, shape(probs)) end
   if not rep and n > live:min():item() then

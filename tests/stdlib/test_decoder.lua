@@ -167,6 +167,10 @@ function TestSampling:testMultinomialWithoutReplacement()
   local s = all:tolist()
   table.sort(s)
   lu.assertEquals(s, {1, 3, 4})
+  -- no rows: no draws, an empty (0, n) as torch's (the fuzzer found it an error)
+  local none = qkv.multinomial(qkv.zeros(0, 3), 2, {replacement = true})
+  lu.assertEquals(none.shape, {0, 2})
+  lu.assertEquals(none.dtype, "int64")
 end
 
 -- with a GPU (or the suites' fake device) as the default device: the
