@@ -149,7 +149,7 @@ end
 local function hook_params(self)
   if D.world_size() == 1 then return end
   local params = {}
-  for i, np in ipairs(self._module:parameters()) do params[i] = np[2] end
+  for i, p in ipairs(self._module:parameters()) do params[i] = p end
   local now = rawget(self, "_hooked")
   if now and #now == #params then
     local same = true
@@ -203,7 +203,7 @@ function M.DDP(module, opts)
                              training = module.training, _buckets = {}, _handles = {},
                              _cap = cap * 1024 * 1024}, DDP)
   qkv.no_grad(function()
-    for _, p in ipairs(params) do D.broadcast(p[2], 0) end
+    for _, p in ipairs(params) do D.broadcast(p, 0) end
   end)
   hook_params(self)
   return self

@@ -109,7 +109,7 @@ TokenAligner's "identity" method uses it. As torch.nn.Identity.]]},
   {name = "qkv.nn.Sequential", sig = "qkv.nn.Sequential(m1, m2, ...)", group = "modules",
    doc = [[Modules chained in order: m(x) passes x through m1, then m2, and
 so on. The modules are m[1], m[2], ... and #m counts them; their weights
-are named "1.weight", "2.bias", ... in m:parameters(). m[i] = module replaces one
+are named "1.weight", "2.bias", ... in m:named_parameters(). m[i] = module replaces one
 (m[-1] the last); past the end, nil or anything not a module is an error,
 as is an argument that is not a module. As torch.nn.Sequential.]]},
 
@@ -225,21 +225,21 @@ the self-attention modules and m(text, image [, opts]) for the cross ones.
 As torch.nn.Module.forward.]]},
 
   {name = "Module:parameters", sig = "m:parameters()", group = "module methods",
-   doc = [[The module's weights as a list of {name, tensor} pairs. Its own
-come first, in the order they were made, then its submodules' with dotted
-names ("aligner.proj.weight", "1.bias" in a Sequential). The tensors are the module's
-own, not copies. A tensor held in two places (a layer used twice, a tied
-weight) is listed once, under its first name; a weight set to nil (m.bias =
-nil, PyTorch's m.bias = None) is not listed. As list(m.named_parameters())
-in PyTorch; m:named_parameters() iterates over the same pairs.]],
-   example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p[1], p[2].shape) end
---> weight	(3, 2)
---> bias	(3,)]=]},
+   doc = [[The module's weights as a list of tensors. Its own come first, in
+the order they were made, then its submodules'. The tensors are the
+module's own, not copies. A tensor held in two places (a layer used twice,
+a tied weight) is listed once; a weight set to nil (m.bias = nil,
+PyTorch's m.bias = None) is not listed. m:named_parameters() gives the
+same tensors with their dotted names. As torch.nn.Module.parameters (a
+list here).]],
+   example = [=[for _, p in ipairs(qkv.nn.Linear(2, 3):parameters()) do print(p.shape) end
+--> (3, 2)
+--> (3,)]=]},
 
   {name = "Module:named_parameters", sig = "m:named_parameters([opts])", group = "module methods",
    doc = [[An iterator over the module's weights as name, tensor, for a
-generic for: the pairs of m:parameters(), in its order, with its dotted
-names. A Sequential's submodules are named by their 1-based positions, as
+generic for: the tensors of m:parameters(), in its order, with their dotted
+names ("aligner.proj.weight"; a tensor held in two places under its first). A Sequential's submodules are named by their 1-based positions, as
 m[1] reaches them ("1.weight"), where PyTorch counts from 0 ("0.weight"). opts:
 prefix (put before each name, with a dot), recurse (true; false gives m's
 own weights only). As torch.nn.Module.named_parameters.]],
@@ -276,7 +276,7 @@ print(l[1], l[2], l[3])   --> SiLU()	ReLU()	Tanh()]=]},
 
   {name = "Module:state_dict", sig = "m:state_dict()", group = "module methods",
    doc = [[The module's weights as a table from dotted name to tensor, the
-names of m:parameters() and, for a tensor held in two places, each place's
+names of m:named_parameters() and, for a tensor held in two places, each place's
 name. The tensors are shared with the module, not copied.
 m:load(state_dict) reads it back. As torch.nn.Module.state_dict.]]},
 

@@ -502,9 +502,14 @@ local function uniform(bound, ...)
   return (qkv.rand(...) * 2 - 1) * bound
 end
 
--- {name, tensor} for each parameter, each once, in registration order
--- (own first, then each child's), as PyTorch's parameters()
-function Module:parameters() return params_of(self, "parameters", true) end
+-- each parameter, each once, in registration order (own first, then each
+-- child's), as a list of tensors: PyTorch's parameters();
+-- named_parameters gives their names
+function Module:parameters()
+  local out = {}
+  for i, p in ipairs(params_of(self, "parameters", true)) do out[i] = p[2] end
+  return out
+end
 
 -- for name, p in m:named_parameters([{prefix =, recurse =}]) do: the pairs
 -- of parameters(), in its order (recurse false: m's own only), each name

@@ -10,8 +10,8 @@
 --                    are left alone), in place and outside the graph
 --   opt:zero_grad()  sets every parameter's .grad to nil
 --
--- params is a list of tensors, a qkv.nn module, or m:parameters()'s list of
--- {name, tensor}. Each parameter is a leaf that requires grad, listed once
+-- params is a qkv.nn module, a list of tensors (m:parameters()), or a list
+-- of {name, tensor} pairs. Each parameter is a leaf that requires grad, listed once
 -- (PyTorch: "some parameters appear in more than one parameter group").
 -- The updates are PyTorch's, step for step; each parameter keeps its own
 -- state, Adam's step count included, so one that had no gradient for a
@@ -138,7 +138,7 @@ end
 -- were replaced since (m:to, or an assignment), stepping the old ones
 -- would leave the model where it is, silently
 local function check_module(self)
-  local now = self.module:parameters()
+  local now = require("qkv.nn.module").params_of(self.module, "step", true)
   if #now ~= #self.params then
     fail("step: the module has %d parameters, but had %d when this optimizer was made", #now, #self.params)
   end
