@@ -30,7 +30,7 @@ function M.new(V, cfg)
       wv = nn.Linear(D, HKV * HD, {bias = false}), wo = nn.Linear(H * HD, D, {bias = false}),
       mlp = nn.SwiGLU(D, 4 * D)}
   end
-  local function take(mod) for _, p in ipairs(mod:parameters()) do m.params[#m.params + 1] = p[2] end end
+  local function take(mod) for _, p in ipairs(mod:parameters()) do m.params[#m.params + 1] = p end end
   take(m.embed) take(m.norm) take(m.head)
   for _, b in ipairs(m.blocks) do
     for _, name in ipairs{"norm1", "norm2", "wq", "wk", "wv", "wo", "mlp"} do take(b[name]) end

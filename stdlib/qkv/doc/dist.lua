@@ -90,7 +90,7 @@ are summed over the ranks in buckets of bucket_cap_mb, started while
 backward goes on; when backward returns each .grad is the mean over the
 ranks.]],
    example = [[local net = qkv.dist.DDP(qkv.nn.Linear(2, 1))
-print(#net:parameters(), net:named_parameters()())    --> 2	module.weight]]},
+print(#net:parameters(), (net:named_parameters()()))    --> 2	module.weight]]},
 
   {name = "qkv.dist.ring_attention", sig = "qkv.dist.ring_attention(q, k, v [, opts])",
    group = "attention",
