@@ -477,12 +477,12 @@ end
 
 function TestTraining:testModulesRequireGradAndZeroGrad()
   local m = qkv.nn.MultiHeadAttention(8, 2, {bias = true})
-  for _, p in ipairs(m:parameters()) do lu.assertTrue(p[2].requires_grad, p[1]) end
+  for name, p in m:named_parameters() do lu.assertTrue(p.requires_grad, name) end
   local out = m(qkv.randn(2, 5, 8))
   out:sum():backward()
-  for _, p in ipairs(m:parameters()) do lu.assertNotNil(p[2].grad, p[1]) end
+  for name, p in m:named_parameters() do lu.assertNotNil(p.grad, name) end
   lu.assertTrue(rawequal(m:zero_grad(), m))
-  for _, p in ipairs(m:parameters()) do lu.assertNil(p[2].grad, p[1]) end
+  for name, p in m:named_parameters() do lu.assertNil(p.grad, name) end
 end
 
 -- the graph is freed with the tensors: memory stays flat over many steps

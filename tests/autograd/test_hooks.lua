@@ -81,15 +81,15 @@ function TestPostAccumulateGradHook:testFiresInTheOrderBackwardReachesParameters
   qkv.seed(11)
   local m = qkv.nn.Sequential(qkv.nn.Linear(3, 4), qkv.nn.ReLU(), qkv.nn.Linear(4, 2)):double()
   local P = {}
-  for _, p in ipairs(m:parameters()) do P[p[1]] = p[2] end
+  for name, p in m:named_parameters() do P[name] = p end
   lu.assertNotNil(P["1.weight"])
   lu.assertNotNil(P["3.weight"])
   local order, first_layer_grad = {}, {}
-  for _, p in ipairs(m:parameters()) do
-    p[2]:register_post_accumulate_grad_hook(function(t)
-      lu.assertNotNil(t.grad, p[1])
-      order[#order + 1] = p[1]
-      first_layer_grad[p[1]] = P["1.weight"].grad ~= nil
+  for name, p in m:named_parameters() do
+    p:register_post_accumulate_grad_hook(function(t)
+      lu.assertNotNil(t.grad, name)
+      order[#order + 1] = name
+      first_layer_grad[name] = P["1.weight"].grad ~= nil
     end)
   end
   local x = qkv.randn(5, 3):double()
@@ -223,7 +223,7 @@ function TestQueueCallback:testRunsAfterAllHooksAndSeesAllGrads()
   local m = qkv.nn.Sequential(qkv.nn.Linear(3, 4), qkv.nn.Tanh(), qkv.nn.Linear(4, 1)):double()
   local x = qkv.randn(6, 3):double()
   local params, names = {}, {}
-  for i, p in ipairs(m:parameters()) do params[i], names[i] = p[2], p[1] end
+  for name, p in m:named_parameters() do params[#params + 1], names[#names + 1] = p, name end
   local events, queued, at_callback = {}, false, nil
   for i, p in ipairs(params) do
     p:register_post_accumulate_grad_hook(function()

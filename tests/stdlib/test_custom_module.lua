@@ -68,7 +68,7 @@ function TestCustomModule:testMovesAndFreezes()
   lu.assertEquals(b.causal.dtype, "bool")        -- a bool one keeps its own
   lu.assertTrue(b.gain.requires_grad)
   b:requires_grad_(false)
-  for _, p in ipairs(b:parameters()) do lu.assertFalse(p[2].requires_grad) end
+  for _, p in ipairs(b:parameters()) do lu.assertFalse(p.requires_grad) end
   b:bfloat16()
   lu.assertEquals(b.norm.weight.dtype, "bfloat16")
 end

@@ -28,7 +28,7 @@ function TestState:testLoadCopiesEveryWeight()
   a.cross_attn.W_O[1] = 0
   lu.assertTrue(b.cross_attn.W_O[1]:abs():sum():item() > 0)
   local names = {}
-  for _, p in ipairs(b:parameters()) do names[#names + 1] = p[1] end
+  for name in b:named_parameters() do names[#names + 1] = name end
   lu.assertEquals(names, {"aligner.proj.1.weight", "aligner.proj.1.bias", "aligner.proj.3.weight",
     "aligner.proj.3.bias", "cross_attn.W_Q", "cross_attn.W_K", "cross_attn.W_V", "cross_attn.W_O"})
 end
@@ -45,13 +45,13 @@ function TestState:testLoadKeepsTheTensors()
   qkv.seed(4)
   local m, src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
   local held = {}
-  for _, p in ipairs(m:parameters()) do held[p[1]] = p[2] end
+  for name, p in m:named_parameters() do held[name] = p end
   local opt = qkv.optim.SGD(m, {lr = 0.5})
   m:load(src)
-  for _, p in ipairs(m:parameters()) do
-    lu.assertTrue(rawequal(p[2], held[p[1]]), p[1] .. " is the same tensor")
-    lu.assertTrue(p[2].requires_grad and p[2].is_leaf, p[1])
-    lu.assertEquals(p[2]:tolist(), src:state_dict()[p[1]]:tolist(), p[1])
+  for name, p in m:named_parameters() do
+    lu.assertTrue(rawequal(p, held[name]), name .. " is the same tensor")
+    lu.assertTrue(p.requires_grad and p.is_leaf, name)
+    lu.assertEquals(p:tolist(), src:state_dict()[name]:tolist(), name)
   end
   -- the optimizer made before the load moves the model
   local x = rt{5, 3}
@@ -79,9 +79,9 @@ function TestState:testToDtype()
   local opt = qkv.optim.SGD(m, {lr = 0.1})
   local w = m[1].weight:tolist()
   lu.assertTrue(rawequal(m:double(), m))
-  for _, p in ipairs(m:parameters()) do
-    lu.assertEquals(p[2].dtype, "float64", p[1])
-    lu.assertTrue(p[2].requires_grad and p[2].is_leaf, p[1])
+  for name, p in m:named_parameters() do
+    lu.assertEquals(p.dtype, "float64", name)
+    lu.assertTrue(p.requires_grad and p.is_leaf, name)
   end
   close(m[1].weight, {shape = {4, 3}, data = R.flatten(w)}, 1e-12, "the values kept")
   lu.assertEquals(m(qkv.ones(2, 3, "float64")).dtype, "float64")
@@ -97,9 +97,9 @@ end
 function TestState:testLoadIsAllOrNothing()
   local m, src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
   local before = {}
-  for _, p in ipairs(m:parameters()) do before[p[1]] = p[2]:tolist() end
+  for name, p in m:named_parameters() do before[name] = p:tolist() end
   local function unchanged(what)
-    for _, p in ipairs(m:parameters()) do lu.assertEquals(p[2]:tolist(), before[p[1]], what .. ": " .. p[1]) end
+    for name, p in m:named_parameters() do lu.assertEquals(p:tolist(), before[name], what .. ": " .. name) end
   end
   local sd = src:state_dict()
   sd["2.weight"] = qkv.ones(2, 4, "int64")
@@ -153,7 +153,7 @@ function TestState:testOptionsAreChecked()
   lu.assertNil(nn.LayerNorm(4, {elementwise_affine = false, eps = 1e-6}).weight)
 end
 
--- m:named_parameters(): parameters()'s pairs in its order, the module's
+-- m:named_parameters(): parameters()'s tensors in its order, named, the module's
 -- own tensors, dotted names with a Sequential's 1-based positions
 TestNamedParameters = {}
 
@@ -176,8 +176,8 @@ function TestNamedParameters:testNamesAndOrder()
   lu.assertEquals(#names, #list)
   lu.assertEquals(#names, 8)
   for i, p in ipairs(list) do
-    lu.assertEquals(names[i], p[1])
-    lu.assertTrue(rawequal(tensors[i], p[2]), p[1])
+    lu.assertTrue(qkv.is_tensor(p), names[i] .. ": parameters() lists the tensors themselves")
+    lu.assertTrue(rawequal(tensors[i], p), names[i])
   end
   lu.assertEquals(names[1], "aligner.proj.1.weight")
   lu.assertEquals(names[8], "cross_attn.W_O")

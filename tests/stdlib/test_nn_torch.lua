@@ -122,7 +122,10 @@ function TestModuleList:testParameters()
   lu.assertEquals(l:nparams(), 6 + 3 + 12 + 4)
   local holder = nn.Linear(1, 2)
   holder.layers = l                       -- registered, as PyTorch's setattr
-  lu.assertEquals(holder:parameters()[3][1], "layers.1.weight")
+  local held = {}
+  for name in holder:named_parameters() do held[#held + 1] = name end
+  lu.assertEquals(held[3], "layers.1.weight")
+  lu.assertIs(holder:parameters()[3], l[1].weight)
   lu.assertIs(holder:state_dict()["layers.3.bias"], l[3].bias)
   -- to, train and load reach its modules
   l:double()
@@ -159,7 +162,7 @@ function TestModuleList:testAssignment()
   local l = nn.ModuleList{a, b}
   l[2] = c
   lu.assertIs(l[2], c)
-  lu.assertIs(l:parameters()[3][2], c.weight)
+  lu.assertIs(l:parameters()[3], c.weight)
   l[-1] = b
   lu.assertIs(l[2], b)
   l[-2] = c
