@@ -364,6 +364,24 @@ end
 
 local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 
+-- the named_* methods' iterator over a list of {name, value}: name, value
+-- for a generic for, a trailing dot of tree()'s prefixes taken off
+local function named_iter(list)
+  local i = 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return (e[1]:gsub("%.$", "")), e[2] end
+  end
+end
+
+-- the values alone of such a list (parameters, buffers, children)
+local function values(list)
+  local out = {}
+  for i, e in ipairs(list) do out[i] = e[2] end
+  return out
+end
+
 -- every parameter moved to a device ("cpu" or "cuda") or converted to a
 -- float dtype, children too, as nn.Module.to does; returns the module. The
 -- parameters are new tensors (an optimizer made before says so at its step);
@@ -433,44 +451,15 @@ end
 
 -- for name, t in m:named_buffers() do: every buffer under m, names as
 -- state_dict's; m:buffers(): the tensors alone, as a list
-function Module:named_buffers()
-  local list, i = buffers_of(self, "named_buffers"), 0
-  return function()
-    i = i + 1
-    local e = list[i]
-    if e then return e[1], e[2] end
-  end
-end
-function Module:buffers()
-  local out = {}
-  for _, e in ipairs(buffers_of(self, "buffers")) do out[#out + 1] = e[2] end
-  return out
-end
+function Module:named_buffers() return named_iter(buffers_of(self, "named_buffers")) end
+function Module:buffers() return values(buffers_of(self, "buffers")) end
 
 -- for name, m in m:named_modules() do: m itself ("") and every module
 -- under it, each before its children, names dotted as state_dict's;
 -- named_children and children: the direct ones
-function Module:named_modules()
-  local list, i = tree(self, "named_modules"), 0
-  return function()
-    i = i + 1
-    local e = list[i]
-    if e then return (e[1]:gsub("%.$", "")), e[2] end
-  end
-end
-function Module:named_children()
-  local list, i = own_children(self, "named_children", "", {}), 0
-  return function()
-    i = i + 1
-    local e = list[i]
-    if e then return e[1], e[2] end
-  end
-end
-function Module:children()
-  local out = {}
-  for _, e in ipairs(own_children(self, "children", "", {})) do out[#out + 1] = e[2] end
-  return out
-end
+function Module:named_modules() return named_iter(tree(self, "named_modules")) end
+function Module:named_children() return named_iter(own_children(self, "named_children", "", {})) end
+function Module:children() return values(own_children(self, "children", "", {})) end
 
 -- f(m) for every module under m, children first, then m; returns m (as
 -- PyTorch's apply, for initialising weights)
@@ -505,11 +494,7 @@ end
 -- each parameter, each once, in registration order (own first, then each
 -- child's), as a list of tensors: PyTorch's parameters();
 -- named_parameters gives their names
-function Module:parameters()
-  local out = {}
-  for i, p in ipairs(params_of(self, "parameters", true)) do out[i] = p[2] end
-  return out
-end
+function Module:parameters() return values(params_of(self, "parameters", true)) end
 
 -- for name, p in m:named_parameters([{prefix =, recurse =}]) do: the pairs
 -- of parameters(), in its order (recurse false: m's own only), each name
@@ -530,12 +515,7 @@ function Module:named_parameters(opts)
   else
     list = params_of(self, "named_parameters", true, prefix)
   end
-  local i = 0
-  return function()
-    i = i + 1
-    local e = list[i]
-    if e then return e[1], e[2] end
-  end
+  return named_iter(list)
 end
 
 -- name -> tensor for every place a parameter is held (a tied weight under
