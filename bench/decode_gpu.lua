@@ -11,19 +11,8 @@ io.stdout:setvbuf("line")
 local ok, why = qkv.cuda_available()
 if not ok then print("decode_gpu: no GPU (" .. tostring(why) .. "); skipped") return end
 local H, HKV, D = 32, 8, 128
-local function median(f)
-  for _ = 1, 5 do f() end
-  local ts = {}
-  for i = 1, 50 do
-    local a, b = qkv.cuda.Event(), qkv.cuda.Event()
-    a:record()
-    f()
-    b:record()
-    ts[i] = a:elapsed_time(b)
-  end
-  table.sort(ts)
-  return ts[25]
-end
+local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")   -- its GPU medians
+local function median(f) return (U.gpu_median_ms(f, 5, 50)) end
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 print(("decode_gpu: B 1, H %d, H_kv %d, d %d; ms, medians of 50 between CUDA events"):format(H, HKV, D))
 print(("%-9s %7s %9s %9s %9s %7s %8s %7s"):format("dtype", "n_k", "qkv", "read", "sdpa", "x/read", "sdpa/x", "GB/s"))

@@ -19,19 +19,8 @@ local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local V = qkv.variants
 local said                                       -- the peer's skip, said once
 
-local function median(f)
-  for _ = 1, 3 do f() end
-  local ts = {}
-  for i = 1, 20 do
-    local a, b = qkv.cuda.Event(), qkv.cuda.Event()
-    a:record()
-    f()
-    b:record()
-    ts[i] = a:elapsed_time(b)
-  end
-  table.sort(ts)
-  return ts[10]
-end
+local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")   -- its GPU medians
+local function median(f) return (U.gpu_median_ms(f, 3, 20)) end
 
 local function options(variant, n)
   if variant == "sliding" then
