@@ -10,6 +10,7 @@
 local qkv = require "qkv"
 local M = require "qkv.nn.module"
 
+require "qkv.nn.state"
 require "qkv.nn.layers"
 require "qkv.nn.attention"
 require "qkv.nn.loss"          -- before functional.lua, which names its functions in F
