@@ -72,7 +72,7 @@ return {
    accept = {"parameters"},
    fn = function(m)
      local l = m:parameters()
-     if #l > 0 then l[#l + 1] = {"again", l[1][2]} end
+     if #l > 0 then l[#l + 1] = l[1] end
      return l
    end},
   -- a wrapper that holds the module but not as its child: eval, to and

@@ -309,7 +309,10 @@ PARAMS.params = function(F)
     return l
   end
   local m = P.module(F)
-  return r == 2 and m or m:parameters()
+  if r == 2 then return m end
+  local pairs_of = {}
+  for name, t in m:named_parameters() do pairs_of[#pairs_of + 1] = {name, t} end
+  return pairs_of
 end
 PARAMS.opt = function(F)
   local ok, o = pcall(function() return qkv.optim.SGD({leaf(F)}, {lr = pick{0.1, 1e-3}}) end)

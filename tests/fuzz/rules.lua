@@ -337,7 +337,10 @@ local function draw_duplicates(e, self, args, n)
   elseif r == 3 then list = {{"a", p}, {"b", p}}
   elseif r == 4 then list = {q, {"w", p}, p}
   else
-    list = qkv.nn.Linear(F.d, F.e):parameters()
+    -- a module's {name, tensor} pairs (named_parameters'), a pair or its
+    -- tensor again
+    list = {}
+    for name, t in qkv.nn.Linear(F.d, F.e):named_parameters() do list[#list + 1] = {name, t} end
     local k = random(#list)
     list[#list + 1] = chance(0.5) and list[k] or list[k][2]
   end

@@ -9,7 +9,9 @@
 --            one of its methods (parameters, nparams, to, double,
 --            state_dict, train, eval, forward): each
 --            works with a value the change accounts for (every tensor
---            listed once, nparams the count of what parameters lists, the
+--            listed once, parameters() the tensors of named_parameters()
+--            in its order, each name once, nparams the count of what
+--            parameters lists, the
 --            forward of a Linear x weight^T + bias with the weight and
 --            bias it holds now, weight (d_out, d_in) as PyTorch's) or
 --            raises naming the method or the class, never from inside
@@ -19,6 +21,7 @@
 --            train() reach the wrapped module and every module in it,
 --            ddp:to("float64") and double() convert its tensors,
 --            ddp:parameters() lists the tensors of ddp.module:parameters(),
+--            in the order of ddp.module:named_parameters(),
 --            state_dict names them "module.<name>", and an optimizer over
 --            the wrapper steps the tensors the forward uses
 --
@@ -40,23 +43,49 @@ local pick, chance = V.pick, V.chance
 
 ---------------------------------------------------------------- helpers
 
--- {name, tensor} pairs of m:parameters(), or nil and the error
+-- the tensors of m:parameters(), or nil and the error
 local function params(m)
   local ok, l = pcall(function() return m:parameters() end)
   if not ok then return nil, l end
   return l
 end
 
--- what is wrong with a parameters() list: not pairs, a tensor or a name twice
-local function listed_once(l)
+-- {name, tensor} pairs of m:named_parameters(), or nil and the error
+local function named(m)
+  local ok, l = pcall(function()
+    local out = {}
+    for name, t in m:named_parameters() do out[#out + 1] = {name, t} end
+    return out
+  end)
+  if not ok then return nil, l end
+  return l
+end
+
+-- what is wrong with a parameters() list: not tensors, a tensor twice
+-- (named by names, tensor -> name, where it has it)
+local function listed_once(l, names)
   if type(l) ~= "table" then return "parameters() gave a " .. type(l) end
+  local seen = {}
+  for i, t in ipairs(l) do
+    if not qkv.is_tensor(t) then return "parameters()[" .. i .. "] is not a tensor" end
+    if seen[t] then
+      return "parameters() lists a tensor twice ([" .. seen[t] .. "], [" .. i .. "]"
+             .. (names[t] and ", " .. names[t] or "") .. ")"
+    end
+    seen[t] = i
+  end
+end
+
+-- what is wrong with named_parameters()' pairs: not {name, tensor}, a
+-- tensor or a name twice
+local function named_once(l)
   local seen, names = {}, {}
   for i, p in ipairs(l) do
-    if type(p) ~= "table" or type(p[1]) ~= "string" or not qkv.is_tensor(p[2]) then
-      return "parameters()[" .. i .. "] is not a {name, tensor} pair"
+    if type(p[1]) ~= "string" or not qkv.is_tensor(p[2]) then
+      return "named_parameters()'s " .. i .. "th is not a name and a tensor"
     end
-    if seen[p[2]] then return "parameters() lists a tensor twice (" .. seen[p[2]] .. ", " .. p[1] .. ")" end
-    if names[p[1]] then return "parameters() lists the name " .. p[1] .. " twice" end
+    if seen[p[2]] then return "named_parameters() lists a tensor twice (" .. seen[p[2]] .. ", " .. p[1] .. ")" end
+    if names[p[1]] then return "named_parameters() lists the name " .. p[1] .. " twice" end
     seen[p[2]], names[p[1]] = p[1], true
   end
 end
@@ -219,8 +248,21 @@ local CHANGES = {
 local CHANGE_NAMES = {"remove", "reshape", "retype", "number", "index", "extra", "tie", "cycle"}
 
 -- the checks of each method's success: what is wrong, or nil
-local function check_params(m, l, st)
-  local why = listed_once(l)
+local function check_params(m, tensors, st)
+  -- the names are named_parameters': its tensors are parameters()', in order
+  local l, err = named(m)
+  local why = listed_once(tensors, l and tensor_set(l) or {})
+  if why then return why end
+  if not l then return "parameters() returned but named_parameters() raised: " .. tostring(err) end
+  if #l ~= #tensors then
+    return "parameters() lists " .. #tensors .. " tensors, named_parameters() " .. #l
+  end
+  for i, p in ipairs(l) do
+    if not rawequal(tensors[i], p[2]) then
+      return "parameters()[" .. i .. "] is not named_parameters()'s " .. tostring(p[1])
+    end
+  end
+  why = named_once(l)
   if why then return why end
   local ef, set = st.effect, tensor_set(l)
   if ef.removed then
@@ -242,7 +284,7 @@ local function check_params(m, l, st)
   if CONTAINER[st.kind] then for i = 1, #m do kids[#kids + 1] = m[i] end end
   if ef.child and ef.child[1] == "extra" and not st.failed then kids[#kids + 1] = ef.child[2] end
   for _, c in ipairs(kids) do
-    for _, p in ipairs(params(c) or {}) do want[p[2]] = p[1] end
+    for _, p in ipairs(named(c) or {}) do want[p[2]] = p[1] end
   end
   for t, name in pairs(want) do
     if not set[t] then return "parameters() leaves out " .. name end
@@ -268,21 +310,21 @@ local CHECK = {
     local l, err = params(m)
     if not l then return "nparams() returned but parameters() raised: " .. tostring(err) end
     local sum = 0
-    for _, p in ipairs(l) do sum = sum + p[2]:numel() end
+    for _, t in ipairs(l) do sum = sum + t:numel() end
     if n ~= sum then return "nparams() is " .. tostring(n) .. " but parameters() holds " .. sum end
   end,
   state_dict = function(m, st, d)
     if type(d) ~= "table" then return "state_dict() gave a " .. type(d) end
-    local l, err = params(m)
-    if not l then return "state_dict() returned but parameters() raised: " .. tostring(err) end
+    local l, err = named(m)
+    if not l then return "state_dict() returned but named_parameters() raised: " .. tostring(err) end
     for _, p in ipairs(l) do
-      if not rawequal(d[p[1]], p[2]) then return "state_dict() has not parameters()'s " .. p[1] end
+      if not rawequal(d[p[1]], p[2]) then return "state_dict() has not named_parameters()' " .. p[1] end
     end
   end,
   to = function(m, st, r)
     if not rawequal(r, m) then return "m:to() did not return m" end
-    local l, err = params(m)
-    if not l then return "m:to() returned but parameters() raised: " .. tostring(err) end
+    local l, err = named(m)
+    if not l then return "m:to() returned but named_parameters() raised: " .. tostring(err) end
     if st.changed and #l ~= #st.changed then
       return "m:to() made " .. #l .. " parameters of " .. #st.changed
     end
@@ -320,8 +362,8 @@ function R.modules(e, self, args)
   local kind = pick(KINDS)
   local m = BUILD[kind](F)
   local own = {}
-  for _, p in ipairs(m:parameters()) do
-    if not p[1]:find(".", 1, true) then own[#own + 1] = p[1] end
+  for name in m:named_parameters() do
+    if not name:find(".", 1, true) then own[#own + 1] = name end
   end
   local text, change, effect
   for _ = 1, 8 do
@@ -406,15 +448,17 @@ local DDP = {
     if st.convert then return ddp:double() end
     return ddp:to("float64")
   end, check = function(ddp)
-    for _, p in ipairs(ddp.module:parameters()) do
+    for _, p in ipairs(named(ddp.module)) do
       if p[2].dtype ~= "float64" then return "ddp:to(\"float64\") left the module's " .. p[1] .. " " .. p[2].dtype end
     end
   end},
   parameters = {call = function(ddp) return ddp:parameters() end, check = function(ddp, st, l)
-    local inner = ddp.module:parameters()
+    local inner, names = ddp.module:parameters(), named(ddp.module) or {}
     if type(l) ~= "table" or #l ~= #inner then return "ddp:parameters() has not the module's count" end
-    for i, p in ipairs(inner) do
-      if not rawequal(l[i][2], p[2]) then return "ddp:parameters()[" .. i .. "] is not the module's " .. p[1] end
+    for i, t in ipairs(inner) do
+      if not rawequal(l[i], t) then
+        return "ddp:parameters()[" .. i .. "] is not the module's " .. (names[i] and names[i][1] or "[" .. i .. "]")
+      end
     end
   end},
   state_dict = {call = function(ddp) return ddp:state_dict() end, check = function(ddp, st, d)
@@ -426,17 +470,17 @@ local DDP = {
   -- tensors the forward uses: each moves by -lr * grad (SGD)
   step = {call = function(ddp, st)
     if st.convert then ddp:double() end
-    local x = qkv.randn(2, st.d, ddp.module:parameters()[1][2].dtype)
+    local x = qkv.randn(2, st.d, ddp.module:parameters()[1].dtype)
     ddp:eval()
     local opt = qkv.optim.SGD(ddp, {lr = 0.5})
     ddp(x):sum():backward()
     st.old, st.grads = {}, {}
-    for i, p in ipairs(ddp.module:parameters()) do
+    for i, p in ipairs(named(ddp.module)) do
       st.old[i], st.grads[i] = flat(list_of(p[2])), p[2].grad and flat(list_of(p[2].grad))
     end
     return opt:step()
   end, check = function(ddp, st)
-    for i, p in ipairs(ddp.module:parameters()) do
+    for i, p in ipairs(named(ddp.module)) do
       local g, want = st.grads[i], {}
       if g then
         for k, w in ipairs(st.old[i]) do want[k] = w - 0.5 * g[k] end

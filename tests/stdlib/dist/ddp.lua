@@ -36,7 +36,7 @@ local ref = model(100)
 local ddp = d.DDP(net, {bucket_cap_mb = 0.001})    -- small buckets: several of them
 local p0, r0 = net:parameters(), ref:parameters()
 local worst = 0
-for i = 1, #p0 do worst = math.max(worst, maxdiff(p0[i][2], r0[i][2])) end
+for i = 1, #p0 do worst = math.max(worst, maxdiff(p0[i], r0[i])) end
 ok(worst == 0, "broadcast at wrap", ("%g"):format(worst))
 ok(#ddp._buckets > 1 and #ddp:parameters() == #p0, "buckets", tostring(#ddp._buckets))
 
@@ -57,7 +57,7 @@ for step = 1, 3 do
   nn.mse_loss(ref(x), y):backward()
   local pw, pr = net:parameters(), ref:parameters()
   local g = 0
-  for i = 1, #pw do g = math.max(g, maxdiff(pw[i][2].grad, pr[i][2].grad)) end
+  for i = 1, #pw do g = math.max(g, maxdiff(pw[i].grad, pr[i].grad)) end
   ok(g < 1e-13, "grads step " .. step, ("%g"):format(g))
   ok(seen and seen.first, "bucket started during backward " .. step)
   seen = nil
@@ -66,7 +66,7 @@ for step = 1, 3 do
 end
 worst = 0
 local pw, pr = net:parameters(), ref:parameters()
-for i = 1, #pw do worst = math.max(worst, maxdiff(pw[i][2], pr[i][2])) end
+for i = 1, #pw do worst = math.max(worst, maxdiff(pw[i], pr[i])) end
 ok(worst < 1e-12, "three steps", ("%g"):format(worst))
 
 -- a parameter that only some ranks use counts zeros for the others; one
@@ -102,7 +102,7 @@ nn.mse_loss(dd2(x:narrow(1, mine[1], mine[2])), y:narrow(1, mine[1], mine[2])):b
 nn.mse_loss(ref2(x), y):backward()
 local pw2, pr2 = net2:parameters(), ref2:parameters()
 local g2 = 0
-for i = 1, #pw2 do g2 = math.max(g2, maxdiff(pw2[i][2].grad, pr2[i][2].grad)) end
+for i = 1, #pw2 do g2 = math.max(g2, maxdiff(pw2[i].grad, pr2[i].grad)) end
 ok(g2 < 1e-13, "grads after double", ("%g"):format(g2))
 opt2:step()
 d.barrier()
