@@ -423,12 +423,6 @@ local function ddp_module(F)
   return qkv.nn.Sequential(inner, qkv.nn.ReLU(), b), {inner, a, d, b}
 end
 
-local function values_of(l)
-  local v = {}
-  for i, p in ipairs(l) do v[i] = list_of(p[2]) end
-  return v
-end
-
 -- the scenarios: what each calls on the wrapper, and what it checks
 local DDP = {
   eval = {call = function(ddp) return ddp:eval() end, check = function(ddp, st)
