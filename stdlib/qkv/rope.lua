@@ -132,8 +132,10 @@ function M.positions(fname, x, pos, max)
 end
 
 function M.rope(x, positions, opts)
-  M.check_x("rope", x)
+  -- the options read first: a table's metamethods run there (and may
+  -- close a tensor), before the tensors are checked
   local base, inter = M.options("rope", opts)
+  M.check_x("rope", x)
   local p = M.positions("rope", x, positions)
   local c, s = M.angles(p, x:size(-1), base)
   return M.apply(x, c, s, inter)

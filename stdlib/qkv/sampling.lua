@@ -55,13 +55,15 @@ end
 
 function M.multinomial(probs, n, opts)
   local F = "multinomial"
+  -- the options read first: a table's metamethods run there (and may
+  -- close a tensor), before the tensors are checked
+  local rep = options(F, opts, {"replacement"}, {"replacement"}).replacement
   if not open(probs) or not FLOAT[probs.dtype] or probs:dim() < 1 or probs:dim() > 2 then
     fail("%s: probs must be a floating tensor (C) or (R, C), got %s", F, what(probs))
   end
   if math.type(n) ~= "integer" or n < 1 then
     fail("%s: num_samples must be an integer >= 1, got %s", F, tostring(n))
   end
-  local rep = options(F, opts, {"replacement"}, {"replacement"}).replacement
   local w = probs:cpu():double()
   local one = w:dim() == 1
   if one then w = w:reshape(1, w:size(1)) end
@@ -86,10 +88,10 @@ end
 
 function M.sample(logits, opts)
   local F = "sample"
+  local o = options(F, opts, {"temperature", "top_k", "top_p"})   -- first, as multinomial's
   if not open(logits) or not FLOAT[logits.dtype] or logits:dim() < 1 then
     fail("%s: logits must be a floating tensor (..., V), got %s", F, what(logits))
   end
-  local o = options(F, opts, {"temperature", "top_k", "top_p"})
   local t = o.temperature == nil and 1 or o.temperature
   if type(t) ~= "number" or not (t >= 0) or t == math.huge then
     fail("%s: temperature must be a number >= 0, got %s", F, tostring(t))

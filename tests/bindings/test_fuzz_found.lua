@@ -295,4 +295,23 @@ function TestFuzzFound:testClosedTensorsToTheComposites()
   fails({"allclose: a is a closed tensor"}, qkv.allclose, x, y)
 end
 
+
+-- seed 1 call 87629 (make test-asan's run): an options table whose reading
+-- closes the tensor passed with it got past sample's check of the tensor,
+-- read before the options ("sample: bad argument #1 to 'index' (tensor was
+-- closed)"); sample, multinomial and rope now read their options first
+function TestFuzzFound:testOptionsThatCloseTheTensor()
+  local function closing(x)
+    return setmetatable({}, {__index = function() getmetatable(x).__close(x) end})
+  end
+  local x = qkv.randn(2, 4)
+  fails({"sample: logits must be a floating tensor (..., V), got a closed tensor"}, qkv.sample, x, closing(x))
+  x = qkv.rand(2, 4)
+  fails({"multinomial: probs must be a floating tensor (C) or (R, C), got a closed tensor"},
+        qkv.multinomial, x, 1, closing(x))
+  x = qkv.randn(3, 4)
+  fails({"rope: "}, qkv.rope, x, 1, closing(x))
+  lu.assertError(function() return x.shape end)   -- it was closed, and rope said so
+end
+
 os.exit(lu.LuaUnit.run(), true)
