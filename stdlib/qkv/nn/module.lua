@@ -103,51 +103,38 @@ end
 -- something else, and walks the tree with tree(), which refuses a module
 -- inside itself.
 
--- m's own parameters as {name, tensor, field}, names after prefix
-local function own_params(m, fname, prefix, out)
-  for _, n in ipairs(rawget(m, "_params")) do
-    local t = m[n]
-    if t ~= nil then
-      if not qkv.is_tensor(t) then
-        fail(fname, "'%s' is %s, not a tensor: a parameter is a tensor, or nil to remove it",
-             prefix .. n, what(t))
+-- m's registered fields of one kind, as {name after prefix, value,
+-- field}: list the registry (_params, _children or _buffers), its entry
+-- of KINDS the test a value passes and what the field holds; a field set
+-- to nil is not there, one that holds something else is an error naming
+-- it, and the names in skip are left out
+local KINDS = {
+  _params = {qkv.is_tensor, "a tensor", "a parameter"},
+  _children = {is_module, "a module", "a submodule"},
+  _buffers = {qkv.is_tensor, "a tensor", "a buffer"},
+}
+local function owned(list, m, fname, prefix, out, skip)
+  local ok, holds, kind = table.unpack(KINDS[list])
+  for _, n in ipairs(rawget(m, list) or {}) do
+    local v = m[n]
+    if v ~= nil and not (skip and skip[n]) then
+      if not ok(v) then
+        fail(fname, "'%s' is %s, not %s: %s is %s, or nil to remove it", prefix .. n, what(v),
+             holds, kind, holds)
       end
-      out[#out + 1] = {prefix .. n, t, n}
+      out[#out + 1] = {prefix .. n, v, n}
     end
   end
   return out
 end
 
--- m's children as {name, module}, names after prefix
-local function own_children(m, fname, prefix, out)
-  for _, n in ipairs(rawget(m, "_children")) do
-    local c = m[n]
-    if c ~= nil then
-      if not is_module(c) then
-        fail(fname, "'%s' is %s, not a module: a submodule is a module, or nil to remove it",
-             prefix .. n, what(c))
-      end
-      out[#out + 1] = {prefix .. n, c}
-    end
-  end
-  return out
-end
-
--- a module's own buffers as {name, tensor, field}, names after prefix;
--- persistent ones alone where only is "persistent" (state_dict's)
+-- m's own parameters, children (modules) and buffers, names after
+-- prefix; the buffers that are not persistent left out where only is
+-- "persistent" (state_dict's)
+local function own_params(m, fname, prefix, out) return owned("_params", m, fname, prefix, out) end
+local function own_children(m, fname, prefix, out) return owned("_children", m, fname, prefix, out) end
 local function own_buffers(m, fname, prefix, out, only)
-  local transient = rawget(m, "_transient") or {}
-  for _, n in ipairs(rawget(m, "_buffers") or {}) do
-    local t = rawget(m, n)
-    if t ~= nil and not (only == "persistent" and transient[n]) then
-      if not qkv.is_tensor(t) then
-        fail(fname, "'%s' is %s, not a tensor: a buffer is a tensor, or nil to remove it",
-             prefix .. n, what(t))
-      end
-      out[#out + 1] = {prefix .. n, t, n}
-    end
-  end
-  return out
+  return owned("_buffers", m, fname, prefix, out, only == "persistent" and rawget(m, "_transient"))
 end
 
 -- {prefix, module} for m and every module under it, each before its

@@ -372,14 +372,13 @@ function Optimizer:load_state_dict(sd)
     cls._check(c, fname)
   end
   if type(state) ~= "table" then fail("%s: state must be a table, got %s", fname, type(state)) end
-  local names, new = state_names(cls), {}
+  local names, new, list = state_names(cls), {}, {}
+  for name in pairs(names) do list[#list + 1] = name end
+  table.sort(list)
   for i, e in next, state do
     local p = math.type(i) == "integer" and self.params[i]
     if not p then fail("%s: state has an entry %s, not a parameter's place 1..%d", fname, tostring(i), n) end
     if type(e) ~= "table" then fail("%s: state[%d] must be a table, got %s", fname, i, type(e)) end
-    local list = {}
-    for name in pairs(names) do list[#list + 1] = name end
-    table.sort(list)
     msg = qkv._checkopts(fname, e, list)
     if msg then error(msg, caller(SOURCE, true)) end
     local s = {}
