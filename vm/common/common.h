@@ -25,4 +25,12 @@ extern "C" {                  /* as vm/cuda/cuda.cuh includes it */
 #endif
 #include "../core/half.h"
 
+/* the bytes of an element of dtype t where core/dtype.c's qkv_elsize
+   cannot be called: in CUDA kernels (NVRTC's too), and in the CUDA
+   plugin, which links no qkv code */
+static inline QKV_HD size_t qkv_dtype_bytes (qkv_dtype t) {
+  return t == QKV_F64 || t == QKV_I64 ? 8 : t == QKV_BOOL ? 1
+       : t == QKV_F16 || t == QKV_BF16 ? 2 : 4;
+}
+
 #endif

@@ -182,12 +182,6 @@ QKV_MOD_INLINE QKV_HD double qkv_mod_apply (int op, double a, double b, double c
   }
 }
 
-/* the bytes of an element of a captured tensor of dtype dt */
-static inline QKV_HD int qkv_mod_elsize (qkv_dtype dt) {
-  return dt == QKV_F64 || dt == QKV_I64 ? 8 : dt == QKV_BOOL ? 1
-       : dt == QKV_F16 || dt == QKV_BF16 ? 2 : 4;
-}
-
 /* element p of a captured tensor of dtype dt, as a double */
 static inline QKV_HD double qkv_mod_read (const char *p, qkv_dtype dt) {
   switch (dt) {

@@ -149,7 +149,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
     return err;
   if (P.nbatch == 0 || P.nq == 0 || P.dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out)) return QKV_EINTERNAL;
-  size_t es = qkv_cu_elsize(out->dtype);
+  size_t es = qkv_dtype_bytes(out->dtype);
   if (lse && !qkv_cu_contiguous(lse)) return QKV_EINTERNAL;
   if (P.nk == 0) {                   /* no key for any query: zeros, lse -inf */
     cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * es, 0));

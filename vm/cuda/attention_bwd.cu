@@ -255,7 +255,7 @@ static int contiguous (const qkv_tensor *t) {
 }
 
 static int zero (qkv_tensor *t) {
-  size_t n = (size_t)qkv_cu_numel(t) * qkv_cu_elsize(t->dtype);
+  size_t n = (size_t)qkv_cu_numel(t) * qkv_dtype_bytes(t->dtype);
   if (n) cudaCheck(cudaMemsetAsync(qkv_cu_data(t), 0, n, 0));
   return QKV_OK;
 }

@@ -22,6 +22,7 @@ extern "C" {
 #include "../core/backend.h"
 #include "../core/half.h"
 }
+#include "../common/common.h"
 
 /*
 ** Every CUDA and cuBLAS call and every launch is checked; a failure
@@ -97,12 +98,6 @@ static inline int qkv_cu_forced_other (const char *path) {
 void *qkv_cu_alloc(size_t nbytes);
 void qkv_cu_free(void *p);
 
-/* element size of each dtype (the plugin links no qkv code) */
-__host__ __device__ static inline size_t qkv_cu_elsize (qkv_dtype t) {
-  return t == QKV_F64 || t == QKV_I64 ? 8 : t == QKV_BOOL ? 1
-       : t == QKV_F16 || t == QKV_BF16 ? 2 : 4;
-}
-
 __host__ static inline int64_t qkv_cu_numel (const qkv_tensor *t) {
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->size[i];
@@ -120,7 +115,7 @@ __host__ static inline int qkv_cu_contiguous (const qkv_tensor *t) {
 }
 
 __host__ static inline char *qkv_cu_data (const qkv_tensor *t) {
-  return (char *)t->storage->data + t->offset * (int64_t)qkv_cu_elsize(t->dtype);
+  return (char *)t->storage->data + t->offset * (int64_t)qkv_dtype_bytes(t->dtype);
 }
 
 /*

@@ -84,7 +84,7 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) 
   if (qkv_cu_jit_on(&why) && P->dk < INT_MAX / 64 && P->dv < INT_MAX / 64) {
     std::string src;
     qkv_dtype dt = P->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
-    int err = qkv_cu_attention_tiles(*P, qkv_cu_elsize(dt), &dev->tiles);
+    int err = qkv_cu_attention_tiles(*P, qkv_dtype_bytes(dt), &dev->tiles);
     if (err == QKV_OK) err = qkv_cu_mods_source(M->prog, dt, dev->tiles, &src);
     if (err == QKV_OK && (dev->jit = qkv_cu_jit_get(src.c_str())) == NULL) err = QKV_ECUDA;
     if (err != QKV_OK) {
@@ -165,7 +165,7 @@ int qkv_cuda_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_ten
   if (P.nbatch == 0 || P.nq == 0 || P.dv == 0) return QKV_OK;
   if (!qkv_cu_contiguous(out) || (lse && !qkv_cu_contiguous(lse))) return QKV_EINTERNAL;
   if (P.nk == 0) {                   /* no key for any query: zeros, lse -inf */
-    cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * qkv_cu_elsize(out->dtype), 0));
+    cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * qkv_dtype_bytes(out->dtype), 0));
     return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
   qkv_cu_mods dev;

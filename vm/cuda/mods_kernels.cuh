@@ -85,7 +85,7 @@ __device__ static inline double qkv_mods_load (qkv_attn_mods *M, int v, int a, c
     }
     off += ((int64_t)k - 1) * C->stride[d];
   }
-  return qkv_mod_read(C->base + off * qkv_mod_elsize(C->dtype), C->dtype);
+  return qkv_mod_read(C->base + off * (int64_t)qkv_dtype_bytes(C->dtype), C->dtype);
 }
 
 /* g added into captured tensor a's gradient sum (contiguous, float64) at

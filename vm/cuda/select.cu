@@ -19,7 +19,7 @@
 
 /* the unsigned type of an element's width, for kernels that move bits */
 #define BY_WIDTH(dt, CALL) \
-  switch (qkv_cu_elsize(dt)) { \
+  switch (qkv_dtype_bytes(dt)) { \
     case 1: return CALL(uint8_t); \
     case 2: return CALL(uint16_t); \
     case 4: return CALL(uint32_t); \
@@ -214,7 +214,7 @@ struct Lines {
 template <typename K>
 __global__ void key_kernel (Lines l, qkv_dtype dt, K *key, int64_t *pos, int64_t total) {
   const char *a = l.it.data[0];
-  const int64_t es = (int64_t)qkv_cu_elsize(dt);
+  const int64_t es = (int64_t)qkv_dtype_bytes(dt);
   QKV_CU_LOOP(i, total) {
     int64_t r = i / l.n, j = i - r * l.n, off[3];
     qkv_cu_iter_at(l.it, r, off);
@@ -367,7 +367,7 @@ int qkv_cuda_sort (qkv_tensor *values, qkv_tensor *indices, const qkv_tensor *a,
   /* writing values or indices would change what a later read of a sees:
      a is copied whole first, as the CPU's line buffer does */
   int64_t total = qkv_cu_numel(a);
-  qkv_storage s = {NULL, (size_t)total * qkv_cu_elsize(a->dtype), 1, QKV_CUDA, -1, 0};
+  qkv_storage s = {NULL, (size_t)total * qkv_dtype_bytes(a->dtype), 1, QKV_CUDA, -1, 0};
   if ((s.data = qkv_cu_alloc(s.nbytes)) == NULL) return QKV_ENOMEM;
   qkv_tensor c = *a;
   c.offset = 0;

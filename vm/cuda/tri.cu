@@ -31,7 +31,7 @@ static int tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
 }
 
 int qkv_cuda_tri (qkv_tensor *out, const qkv_tensor *x, int64_t k, int upper) {
-  switch (qkv_cu_elsize(out->dtype)) {
+  switch (qkv_dtype_bytes(out->dtype)) {
     case 1: return tri<uint8_t>(out, x, k, upper);
     case 2: return tri<uint16_t>(out, x, k, upper);
     case 4: return tri<uint32_t>(out, x, k, upper);
