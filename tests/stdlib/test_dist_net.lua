@@ -125,7 +125,8 @@ for r in 0 1 2; do [ -s "$d/pid.$r" ] || echo "rank $r did not start"; done
 t0=$(date +%%s.%%N)
 %s cut %s 2
 for i in $(seq 1 1200); do kill -0 $m 2>/dev/null || break; sleep 0.1; done
-if kill -0 $m 2>/dev/null; then echo "hung"; fi
+# a hang shows mpirun's connections (its state: a timer on each)
+if kill -0 $m 2>/dev/null; then echo "hung"; ip netns exec %sh0 ss -tnoi | sed "s/^/h0: /"; fi
 echo "secs $(echo "$(date +%%s.%%N) - $t0" | bc)"
 # the other hosts' daemons and ranks end after mpirun does: up to 120 s
 # (a hang catcher) for every host to be empty
@@ -144,7 +145,7 @@ done
 [ -n "$left" ] && echo "$left"
 wait $m; echo "status $?"
 ]]):format(shell.quote(dir), mpi.ASAN, NETNS, PREFIX, HOSTS, shell.quote(exe), NETNS, PREFIX,
-             PREFIX, PREFIX, PREFIX)
+             PREFIX, PREFIX, PREFIX, PREFIX)
   local out = shell.sh(sh)
   local log = shell.read(dir .. "/out") or ""
   os.execute("rm -rf " .. shell.quote(dir))

@@ -27,7 +27,12 @@
 # A cut link is noticed by Open MPI's daemons through TCP keepalive on
 # their connections: mpirun here sets oob_tcp_keepalive_time 2 s, _intvl 1 s,
 # _probes 3 (Open MPI's defaults, 300 s, 20 s and 9, take 8 minutes),
-# so that mpirun ends the job about 5 s after the cut. The ranks are not
+# so that mpirun ends the job about 5 s after the cut. Keepalive probes
+# only an idle connection: one with data not yet acknowledged (a message
+# under way at the cut) is given up on after tcp_retries2 retransmissions
+# (Linux's default 15, about 15 minutes), and a connection opened again
+# after tcp_syn_retries (default 6, about 2 minutes); each host here has
+# 5 and 2 (about 12 s and 7 s), in its own namespace. The ranks are not
 # bound to cores (hwloc_base_binding_policy none): every host here is the
 # whole machine, and Open MPI would bind each host's first rank to core 0,
 # all of them to the same core; and a rank waiting for a message yields
@@ -65,6 +70,9 @@ up)
     ip -n "${P}h$i" addr add "10.9.0.$((i + 1))/24" dev eth0
     ip -n "${P}h$i" link set eth0 up
     ip -n "${P}h$i" link set lo up
+    # a peer behind a cut link given up on in seconds, not minutes (below)
+    ip netns exec "${P}h$i" sh -c 'echo 5 > /proc/sys/net/ipv4/tcp_retries2 &&
+      echo 2 > /proc/sys/net/ipv4/tcp_syn_retries'
     i=$((i + 1))
   done
   ;;
