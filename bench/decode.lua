@@ -8,9 +8,10 @@
 --
 --   build/qkv bench/decode.lua [quick]
 --       decode at n_k 4096, 32768 and 131072 (quick: 4096) with float32
---       and bfloat16 (decode16) caches, prefill at N 2048
---       (quick: 512) against the same call with K and V repeated per head
---   build/qkv bench/decode.lua case decode|read|decode16|read16|prefill|mha N
+--       and bfloat16 (decode16) caches, prefill at N 2048 (quick: 512),
+--       its forward and its forward and backward (prefillbwd), against the
+--       same calls with K and V repeated per head (mha, mhabwd)
+--   build/qkv bench/decode.lua case decode|read|decode16|read16|prefill|mha|prefillbwd|mhabwd N
 --       one qkv case: "RESULT seconds gflops peak_mb"
 --
 -- Decoding reads the cache once: its floor is the cache's bytes over the
@@ -36,13 +37,23 @@ local function run_case(kind, n)
     if dt == "bfloat16" then k, v = qkv.randn(1, HKV, n // 2, D), qkv.randn(1, HKV, n // 2, D) end
     f = function() return k:sum() + v:sum() end
     flops = 0
-  elseif kind == "mha" then                -- the same-sized multi-head call
+  elseif kind == "mha" or kind == "mhabwd" then   -- the same-sized multi-head call
     k, v = k:repeat_interleave(H // HKV, 2), v:repeat_interleave(H // HKV, 2)
     f = function() return qkv.attention(q, k, v, {causal = true, weights = false}) end
     flops = 2 * D * H * n * n
   else
     f = function() return qkv.attention(q, k, v, {causal = true, weights = false, enable_gqa = true}) end
-    flops = kind == "decode" and 4 * D * H * n or 2 * D * H * n * n
+    flops = kind == "decode" and 4 * D * H * n or 2 * D * H * n * n   -- prefill, prefillbwd
+  end
+  if kind:match("bwd$") then                -- forward and backward: 3.5 forwards' products
+    require "qkv.autograd"
+    local fwd, g = f, qkv.randn(1, H, nq, D):to(dt)
+    q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+    f = function()
+      q.grad, k.grad, v.grad = nil, nil, nil
+      fwd():backward(g)
+    end
+    flops = flops * 3.5
   end
   local t = best_time(f, 1.0)
   print(string.format("RESULT %.6f %.2f %.1f", t, flops / t / 1e9, hwm_mb()))
@@ -90,3 +101,6 @@ print(string.format("%-8s %7d %10s %10s %10s %8s %8s", "prefill", n, ms(g), "-",
                     t and string.format("%.2f", t.time / g.time) or "-"))
 print(string.format("prefill N %d: GQA %.1f GFLOP/s against the multi-head call's %.1f (%.0f%%); peak %.0f MB against %.0f MB",
                     n, g.gflops, m.gflops, 100 * g.gflops / m.gflops, g.mb, m.mb))
+g, m = case("prefillbwd", n), case("mhabwd", n)
+print(string.format("prefill+backward N %d: GQA %.3f s, %.1f GFLOP/s against the multi-head call's %.3f s, %.1f (%.0f%%); peak %.0f MB against %.0f MB",
+                    n, g.time, g.gflops, m.time, m.gflops, 100 * g.gflops / m.gflops, g.mb, m.mb))

@@ -514,7 +514,9 @@ int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tenso
        ts[4]->ndim == n && memcmp(ts[4]->size, o->size, sizeof(int64_t) * (size_t)n) == 0;
   if (!ok) return 0;
   int64_t size[3][QKV_MAXDIM];
-  for (int w = 0; w < 3; w++) memcpy(size[w], o->size, sizeof size[w]);
+  memcpy(size[0], o->size, sizeof size[0]);
+  qkv_attention_kv_grad_batch(size[1], o, ts[1], ts[2]);    /* grouped keys: their own */
+  memcpy(size[2], size[1], sizeof size[2]);
   size[0][n - 1] = LAST(ts[0]);
   size[1][n - 2] = ROWS(ts[1]); size[1][n - 1] = LAST(ts[1]);
   size[2][n - 2] = ROWS(ts[2]); size[2][n - 1] = LAST(ts[2]);
@@ -524,9 +526,10 @@ int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tenso
 
 /*
 ** qkv._attention_backward(Q, K, V, out, grad, mask|nil, causal, scale
-** [, lse [, spec]]) -> dQ, dK, dV in out's dtype with out's batch dims
-** (qkv.autograd's rule for the fused path sums them back to the inputs'
-** shapes); lse as _attention_lse gave it with out.  spec: a variant's
+** [, lse [, spec]]) -> dQ, dK, dV in out's dtype with out's batch dims,
+** dK's and dV's 1 over the trailing dims where K and V broadcast (the
+** group of grouped-query heads; qkv.autograd's rule for the fused path
+** sums them back to the inputs' shapes); lse as _attention_lse gave it with out.  spec: a variant's
 ** program, as _attention_lse's (float32 or float64, lse needed)
 */
 static int a_attention_backward (lua_State *L) {

@@ -224,6 +224,27 @@ function TestGQA:testGradients()
     lu.assertEquals(g[x].shape, ({q, k, v})[x].shape, name .. " shape")
     V.near(g[x], r[x], 1e-12, name)
   end
+  -- float32, causal, the kernel's own tiles (n_k past one of its 256-key
+  -- tiles, 3 query tiles): each group's dK and dV summed where they lie,
+  -- never a whole (..., H, n_k, d) one: _attention_backward's dK is K's
+  local GQ = require "qkv.gqa"
+  local q3, k3, v3 = qkv.randn(1, 6, 300, 16), qkv.randn(1, 2, 300, 16), qkv.randn(1, 2, 300, 8)
+  local G3 = qkv.randn(1, 6, 300, 8)
+  for _, causal in ipairs{false, true} do
+    local o = {enable_gqa = true, causal = causal, weights = false}
+    local g3 = qkv.grad(function(a, b, c) return (qkv.attention(a, b, c, o) * G3):sum() end, {q3, k3, v3})
+    local r3 = qkv.grad(function(a, b, c)
+      return (qkv.attention(a, b:repeat_interleave(3, 2), c:repeat_interleave(3, 2),
+                            {causal = causal, weights = false}) * G3):sum()
+    end, {q3, k3, v3})
+    for x, name in ipairs{"dq", "dk", "dv"} do V.near(g3[x], r3[x], 1e-5, "float32 " .. name) end
+  end
+  local a5, b5, c5 = GQ.split("attention", q3, k3, v3, nil)
+  local out = qkv.attention(a5, b5, c5, {weights = false})
+  local dq, dk, dv = qkv._attention_backward(a5, b5, c5, out, G3:unflatten(2, {2, 3}), nil, false, 0.25)
+  lu.assertEquals(dq.shape, {1, 2, 3, 300, 16})
+  lu.assertEquals(dk.shape, {1, 2, 1, 300, 16})
+  lu.assertEquals(dv.shape, {1, 2, 1, 300, 8})
   -- through F.scaled_dot_product_attention and a score_mod
   lu.assertTrue(qkv.test.gradcheck(function(a, b, c)
     return F.scaled_dot_product_attention(a, b, c, {enable_gqa = true,

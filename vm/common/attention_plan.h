@@ -69,11 +69,14 @@ typedef struct qkv_attn_plan {
      for float16 and bfloat16.  The backward reads lse when not NULL (what
      the forward left for the same operands; NULL where dv == 0, since the
      forward then wrote nothing), o and go (B..., nq, dv), and writes the
-     gradients gq, gk, gv, contiguous, of q's, k's, v's shapes, whole */
+     gradients gq, gk, gv, contiguous, of q's, k's, v's shapes, whole;
+     gk and gv grouped when kvg > 1 (qkv_attn_kv_group: item b's keys add
+     into item b / kvg) */
   char *out;
   void *lse;
   qkv_attn_view o, go;
   char *gq, *gk, *gv;
+  int64_t kvg;                      /* 1, or the group of grouped gk and gv */
   /* the forward's work items, once the backend has chosen its tile of tq
      queries (qkv_attn_tiles): ntiles a batch item, items in all */
   int64_t tq, ntiles, items;
@@ -115,6 +118,25 @@ static inline int qkv_attn_same_shape (const qkv_tensor *a, const qkv_tensor *b)
   for (int i = 0; i < a->ndim; i++)
     if (a->size[i] != b->size[i]) return 0;
   return 1;
+}
+
+/*
+** Grouped keys (grouped-query heads): how many of out's batch items share
+** each item of g, a gradient of k or v of out's rank whose batch dims are
+** out's up to some dim and 1 from it on (the trailing ones: out's group),
+** so that item b of out adds into item b / G of g.  1 where g has out's
+** batch dims, 0 where it has neither form or the group is empty.
+*/
+static inline int64_t qkv_attn_kv_group (const qkv_tensor *out, const qkv_tensor *g) {
+  int nb = out->ndim - 2, s = nb;
+  if (g->ndim != out->ndim) return 0;
+  while (s > 0 && g->size[s - 1] == 1) s--;
+  int64_t G = 1;
+  for (int i = 0; i < nb; i++) {
+    if (i < s && g->size[i] != out->size[i]) return 0;
+    if (i >= s) G *= out->size[i];
+  }
+  return G;
 }
 
 /* ---- making the plan ---- */
@@ -185,8 +207,9 @@ static inline int qkv_attn_plan_forward (qkv_attn_plan *P, qkv_tensor *out,
 /*
 ** The backward's plan: q, k, v, o (out), go (its gradient) and the
 ** gradients gq, gk, gv of one dtype, the mask bool (else QKV_EDTYPE); o
-** and go of out's shape for q, k, v, and each gradient of its input's
-** (else QKV_EINTERNAL).  lse as the forward left it, or NULL.
+** and go of out's shape for q, k, v, and each gradient of its input's,
+** gk and gv also grouped alike (else QKV_EINTERNAL).  lse as the forward
+** left it, or NULL.
 */
 static inline int qkv_attn_plan_backward (qkv_attn_plan *P, qkv_tensor *gq, qkv_tensor *gk,
                                           qkv_tensor *gv, const qkv_tensor *q,
@@ -199,9 +222,16 @@ static inline int qkv_attn_plan_backward (qkv_attn_plan *P, qkv_tensor *gq, qkv_
     if (all[i]->dtype != q->dtype) return QKV_EDTYPE;
   if (mask && mask->dtype != QKV_BOOL) return QKV_EDTYPE;
   if (!qkv_attn_shapes_agree(o, q, k, v, mask) || !qkv_attn_same_shape(go, o) ||
-      !qkv_attn_same_shape(gq, q) || !qkv_attn_same_shape(gk, k) || !qkv_attn_same_shape(gv, v))
+      !qkv_attn_same_shape(gq, q))
+    return QKV_EINTERNAL;
+  int n = o->ndim;
+  int64_t G = qkv_attn_kv_group(o, gk);
+  if (G < 1 || qkv_attn_kv_group(o, gv) != G ||
+      gk->size[n - 2] != k->size[n - 2] || gk->size[n - 1] != k->size[n - 1] ||
+      gv->size[n - 2] != v->size[n - 2] || gv->size[n - 1] != v->size[n - 1])
     return QKV_EINTERNAL;
   qkv_attn_plan_common(P, o, q, k, v, mask, causal, scale, data);
+  P->kvg = G;
   qkv_attn_view_of(&P->o, o, P->nbd, data(o));
   qkv_attn_view_of(&P->go, go, P->nbd, data(go));
   P->gq = (char *)data(gq);

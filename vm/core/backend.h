@@ -21,6 +21,9 @@ typedef struct qkv_backend {
   /* attention_backward reads q, k, v, o, go by rows (the CPU's): the
      dispatch does not copy heads' transposed views for it */
   int attention_backward_rows;
+  /* attention_backward takes dk and dv grouped (attention_plan.h's kvg:
+     grouped-query heads' own shapes); else the dispatch sums a whole one */
+  int attention_backward_groups;
   void *(*alloc)(size_t nbytes, int zero);    /* NULL on failure */
   void (*free)(void *p);
   /* dst and src have the same shape; dtypes may differ (converted) */

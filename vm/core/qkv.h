@@ -288,9 +288,15 @@ int qkv_attention_weights(qkv_tensor *out, qkv_tensor *w, const qkv_tensor *q,
 ** go = dL/dout, recomputing the scores tile by tile (no n_q x n_k block is
 ** kept): dq (B..., nq, dk), dk (B..., nk, dk), dv (B..., nk, dv), contiguous,
 ** of out's float dtype and batch dims (B...: q, k, v, o, go broadcast to
-** them; the caller sums each back to its input's shape).  lse: NULL, or
-** what qkv_attention_lse gave with o, which saves a pass over the scores.
+** them; the caller sums each back to its input's shape).  dk and dv may
+** instead have qkv_attention_kv_grad_batch's batch dims: 1 over the
+** trailing dims where k and v broadcast, as grouped-query heads' do, each
+** group's keys summed there without a whole one held where the backend
+** can.  lse: NULL, or what qkv_attention_lse gave with o, which saves a
+** pass over the scores.
 */
+void qkv_attention_kv_grad_batch(int64_t *size, const qkv_tensor *o, const qkv_tensor *k,
+                                 const qkv_tensor *v);
 int qkv_attention_backward(qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                            const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                            const qkv_tensor *o, const qkv_tensor *go,

@@ -313,8 +313,8 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
         bk += nk - (j0 + bk) < TK ? nk - (j0 + bk) : TK;
       }
       const char *k = row(J, &P->k, J->ldk, b, j0), *v = row(J, &P->v, J->ldv, b, j0);
-      char *dkk = P->gk + (b * nk + j0) * dk * (int64_t)es;
-      char *dvv = P->gv + (b * nk + j0) * dv * (int64_t)es;
+      char *dkk = P->gk + (b / P->kvg * nk + j0) * dk * (int64_t)es;
+      char *dvv = P->gv + (b / P->kvg * nk + j0) * dv * (int64_t)es;
       qkv_mod_tile T = {0, 0, i0, j0, (int)bq, (int)bk, 0, J->f64, s, bk};
       if (J->mods) {          /* the mods on the scores, keeping what the derivatives need */
         qkv_attn_mods *M = J->mods;
@@ -355,15 +355,19 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
   return QKV_OK;
 }
 
-/* items [lo, hi) by attention_bwd_avx512.c */
+/* key items [lo, hi) by attention_bwd_avx512.c, which writes an item's
+   dK and dV whole: a group's later items write theirs into scratch, added */
 static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
   const qkv_attn_plan *P = &J->p;
+  int64_t G = P->kvg, nkd = P->nk * P->dk, nkv = P->nk * P->dv;
   void *work = malloc(qkv_attn_bwd_avx512_work(P->dk, P->dv));
-  if (work == NULL) return QKV_ENOMEM;
-  int err = QKV_OK;
-  for (int64_t b = lo; b < hi; b++) {
+  float *sk = G > 1 ? malloc(sizeof(float) * (size_t)(nkd + nkv)) : NULL;
+  int err = work && (G == 1 || sk) ? QKV_OK : QKV_ENOMEM;
+  for (int64_t b = lo * G; b < hi * G && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
-    int64_t qo = b * P->nq, ko = b * P->nk;
+    int64_t qo = b * P->nq, ko = b / G * P->nk;
+    float *gk = (float *)P->gk + ko * P->dk, *gv = (float *)P->gv + ko * P->dv;
+    int own = b % G == 0;
     qkv_attn_bwd_item it = {(const float *)row(J, &P->q, J->ldq, b, 0),
                             (const float *)row(J, &P->k, J->ldk, b, 0),
                             (const float *)row(J, &P->v, J->ldv, b, 0),
@@ -371,14 +375,18 @@ static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
                             (const float *)row(J, &P->go, J->ldgo, b, 0),
                             J->ldq, J->ldk, J->ldv, J->ldo, J->ldgo,
                             (const float *)P->lse + qo, (float *)P->gq + qo * P->dk,
-                            (float *)P->gk + ko * P->dk, (float *)P->gv + ko * P->dv};
+                            own ? gk : sk, own ? gv : sk + nkd};
     qkv_attn_bwd_avx512(P, &it, work);
+    for (int64_t e = 0; !own && e < nkd; e++) gk[e] += sk[e];
+    for (int64_t e = 0; !own && e < nkv; e++) gv[e] += sk[nkd + e];
   }
+  free(sk);
   free(work);
   return err;
 }
 
-/* items [lo, hi), with scratch of their own */
+/* key items [lo, hi) (each a group of kvg items), with scratch of their
+   own */
 static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
   const qkv_attn_plan *P = &J->p;
   size_t es = J->f64 ? 8 : 4;
@@ -405,11 +413,14 @@ static int items_blas (const Bwd *J, int64_t lo, int64_t hi) {
       if (M->cap[c].grad && (acc[c] = calloc((size_t)qkv_numel(M->gradt[c]), sizeof(double))) == NULL)
         err = QKV_ENOMEM;
   }
-  for (int64_t b = lo; b < hi && err == QKV_OK; b++) {
+  int64_t G = P->kvg;
+  for (int64_t b = lo * G; b < hi * G && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
     memset(P->gq + b * nq * dk * (int64_t)es, 0, (size_t)(nq * dk) * es);
-    memset(P->gk + b * nk * dk * (int64_t)es, 0, (size_t)(nk * dk) * es);
-    memset(P->gv + b * nk * dv * (int64_t)es, 0, (size_t)(nk * dv) * es);
+    if (b % G == 0) {
+      memset(P->gk + b / G * nk * dk * (int64_t)es, 0, (size_t)(nk * dk) * es);
+      memset(P->gv + b / G * nk * dv * (int64_t)es, 0, (size_t)(nk * dv) * es);
+    }
     err = one_item(J, b, s, dp, lse, D, mem, acc);
   }
   if (M && err == QKV_OK) {
@@ -469,13 +480,13 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   size_t es = J.f64 ? 8 : 4;
   if (P->nbatch == 0 || P->nq == 0 || P->nk == 0) {
     memset(P->gq, 0, (size_t)(P->nbatch * P->nq * P->dk) * es);
-    memset(P->gk, 0, (size_t)(P->nbatch * P->nk * P->dk) * es);
-    memset(P->gv, 0, (size_t)(P->nbatch * P->nk * P->dv) * es);
+    memset(P->gk, 0, (size_t)(P->nbatch / P->kvg * P->nk * P->dk) * es);
+    memset(P->gv, 0, (size_t)(P->nbatch / P->kvg * P->nk * P->dv) * es);
     return QKV_OK;
   }
   if (qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   pthread_mutex_init(&J.lock, NULL);
-  err = qkv_par_for(P->nbatch, 1, items, &J);
+  err = qkv_par_for(P->nbatch / P->kvg, 1, items, &J);    /* a group of items each */
   pthread_mutex_destroy(&J.lock);
   return err;
 }

@@ -273,6 +273,7 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
   int err = qkv_attn_plan_backward(&P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,
                                    qkv_cu_attn_data);
   if (err != QKV_OK) return err;
+  if (P.kvg != 1) return QKV_EINTERNAL;         /* grouped: the dispatch sums them */
   /* the halves: cuDNN's fused backward first, where the plugin has it */
   if (half && (err = qkv_cu_cudnn_attention_backward
                        ? qkv_cu_cudnn_attention_backward(P, dq, dk, dv, q, k, v, o, go, lse)

@@ -345,6 +345,7 @@ static void cu_force_attention (const char *path) { qkv_cu_attention_force = pat
 static const qkv_backend cuda_backend = {
   .name = "cuda",
   .attention_backward_rows = 0,       /* its kernels read q..go contiguous */
+  .attention_backward_groups = 0,
   .alloc = cu_alloc,
   .free = cu_free,
   .copy = qkv_cuda_copy,

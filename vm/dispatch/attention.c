@@ -11,6 +11,7 @@
 
 #include "../core/qkv.h"
 #include "../core/backend.h"
+#include "../common/attention_plan.h"
 #include "../common/layout.h"
 #include "../common/mods.h"
 #include "ops.h"
@@ -222,8 +223,64 @@ static int full (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *x, const 
   return qkv_op_contiguous_as(dst, tmp, &e, dt);
 }
 
+/* dk's and dv's batch dims: out's, but 1 over the trailing dims where k and
+   v both broadcast (the group of grouped-query heads) */
+void qkv_attention_kv_grad_batch (int64_t *size, const qkv_tensor *o, const qkv_tensor *k,
+                                  const qkv_tensor *v) {
+  int nb = o->ndim - 2, s = nb;
+  while (s > 0) {
+    int ik = s - 1 - (o->ndim - k->ndim), iv = s - 1 - (o->ndim - v->ndim);
+    if ((ik >= 0 && k->size[ik] != 1) || (iv >= 0 && v->size[iv] != 1) ||
+        o->size[s - 1] == 0)
+      break;                        /* (an empty group would leave dk unwritten) */
+    s--;
+  }
+  for (int i = 0; i < nb; i++) size[i] = i < s ? o->size[i] : 1;
+}
+
+/* the backend's backward into dq, dk, dv of dt and out's batch dims */
+static int backward_whole (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                           const qkv_tensor x[5], const qkv_tensor *mask, int causal,
+                           double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
+  if (M)
+    return be->attention_mods_backward
+        ? be->attention_mods_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4], mask,
+                                      causal, scale, lse, M)
+        : QKV_ENODEV;
+  return be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4], mask, causal,
+                                scale, lse);
+}
+
+/* g (dk or dv) grouped, G items of out a group (qkv_attn_kv_group): w of
+   out's batch dims, summed into it group by group */
+static int whole_of (qkv_tensor *w, const qkv_tensor *g, const qkv_tensor *o) {
+  int64_t size[QKV_MAXDIM];
+  int n = o->ndim;
+  memcpy(size, o->size, sizeof size);
+  size[n - 2] = g->size[n - 2];
+  size[n - 1] = g->size[n - 1];
+  *w = *g;
+  w->offset = 0;
+  qkv_set_contiguous(w, n, size);
+  w->storage = qkv_storage_new(g->storage->device, (size_t)qkv_numel(w) * qkv_elsize(g->dtype), 0);
+  return w->storage ? QKV_OK : QKV_ENOMEM;
+}
+
+static int sum_groups (qkv_tensor *g, const qkv_tensor *w, int64_t G) {
+  int n = g->ndim;
+  int64_t row = g->size[n - 2] * g->size[n - 1];
+  if (qkv_numel(g) == 0) return QKV_OK;
+  int64_t from[3] = {qkv_numel(g) / row, G, row}, to[3] = {qkv_numel(g) / row, 1, row};
+  qkv_tensor a, b;
+  if (qkv_view_reshape(&a, w, 3, from) != 0 || qkv_view_reshape(&b, g, 3, to) != 0)
+    return QKV_EINTERNAL;
+  return qkv_reduce(QKV_SUM, &b, NULL, &a, 1);
+}
+
 /* the backward in dt (q..go converted to it where they are not), with
-   dq, dk, dv of dt; lse checked by the caller */
+   dq, dk, dv of dt; lse checked by the caller.  dk and dv grouped (a
+   grouped-query call's) go to a backend that takes them as they are;
+   another writes whole ones, summed here into them */
 static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                         const qkv_tensor *const in[5], const qkv_tensor *mask, int causal,
                         double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
@@ -236,14 +293,21 @@ static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, q
     err = full(&x[i], &tx[i], in[i], o, dt, be->attention_backward_rows);
   like.size[o->ndim - 1] = in[1]->size[in[1]->ndim - 2];
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
-  if (err == QKV_OK && M)
-    err = be->attention_mods_backward
-        ? be->attention_mods_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
-                                      mask ? &m : NULL, causal, scale, lse, M)
-        : QKV_ENODEV;
-  else if (err == QKV_OK)
-    err = be->attention_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4],
-                                 mask ? &m : NULL, causal, scale, lse);
+  int64_t G = qkv_attn_kv_group(o, dk);
+  if (err == QKV_OK && (G <= 1 || be->attention_backward_groups))
+    err = backward_whole(be, dq, dk, dv, x, mask ? &m : NULL, causal, scale, lse, M);
+  else if (err == QKV_OK) {
+    qkv_tensor wk, wv;
+    wv.storage = NULL;
+    err = whole_of(&wk, dk, o);
+    if (err == QKV_OK) err = whole_of(&wv, dv, o);
+    if (err == QKV_OK)
+      err = backward_whole(be, dq, &wk, &wv, x, mask ? &m : NULL, causal, scale, lse, M);
+    if (err == QKV_OK) err = sum_groups(dk, &wk, G);
+    if (err == QKV_OK) err = sum_groups(dv, &wv, G);
+    qkv_storage_release(wk.storage);
+    qkv_storage_release(wv.storage);
+  }
   for (int i = 0; i < 5; i++) qkv_storage_release(tx[i]);
   qkv_storage_release(tm);
   return err;

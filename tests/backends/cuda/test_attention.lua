@@ -263,6 +263,37 @@ function TestCudaAttention:testBackwardGivesTheCpusGradients()
   end
 end
 
+-- grouped keys: dK and dV of grouped-query heads (H 6 on H_kv 2) and of K
+-- and V shared by every batch item come back in K's and V's own batch dims
+-- (the CPU sums each group in its kernel, the GPU's dispatch sums a whole
+-- one), with the values of K and V repeated per group
+function TestCudaAttention:testGroupedKeysBackward()
+  need()
+  require "qkv.autograd"
+  for _, dt in ipairs(FLOATS) do
+    local q = (values({2, 6, 9, 16}, "float64") / 3):to(dt)
+    local k, v = (values({2, 2, 13, 16}, "float64") / 3):to(dt), (values({2, 2, 13, 8}, "float64") / 3):to(dt)
+    local g = values({2, 6, 9, 8}, dt)
+    for _, causal in ipairs{false, true} do
+      local grads = function(a, b, e, go)
+        local x, y, z = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
+        qkv.attention(x, y, z, {enable_gqa = true, causal = causal, weights = false}):backward(go)
+        return x.grad, y.grad, z.grad
+      end
+      same(("%s grouped-query backward causal %s"):format(dt, causal), grads, {q, k, v, g})
+    end
+    -- K and V (n_k, d) shared by all 12 items: their gradients (1, 1, n_k, d)
+    local k2, v2 = k[{1, 1}], v[{1, 1}]
+    same(dt .. " shared keys backward", function(a, b, e, go)
+      local dq, dk, dv = qkv._attention_backward(a, b, e, qkv.attention(a, b, e, {weights = false}),
+                                                 go, nil, false, 0.25)
+      lu.assertEquals(dk.shape, {1, 1, 13, 16})
+      lu.assertEquals(dv.shape, {1, 1, 13, 8})
+      return dq, dk, dv
+    end, {q, k2, v2, g})
+  end
+end
+
 -- float16 and bfloat16 gradients on the tensor cores (vm/cuda/
 -- attention_mma_bwd.cu, head sizes 64 and 128): qkv._attention_lse's out
 -- and lse in the dtype, then _attention_backward in it, given lse and not;
