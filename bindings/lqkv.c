@@ -18,7 +18,7 @@ static const char *const lazy[][3] = {
   {"einsum", "qkv.einsum", "einsum"}, {"bert", "qkv.bert", NULL}, {"dist", "qkv.dist", NULL},
   {"wordpiece", "qkv.wordpiece", NULL}, {"display", "qkv.repl", "_display_values"},
   {"clear_output", "qkv.repl", "_clear_output"},
-  {"optim", "qkv.optim", NULL}, {"data", "qkv.data", NULL},
+  {"optim", "qkv.optim", NULL}, {"data", "qkv.data", NULL}, {"amp", "qkv.amp", NULL},
   {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
   /* attention's variants (stdlib/qkv/variants/) */
