@@ -14,7 +14,54 @@
 
 int qkvL_grad_on = 0;            /* qkv.autograd is loaded (QKVL_GRAD reads it) */
 static int grad_enabled = 1;     /* the main thread's grad mode (no_grad turns it off) */
-static char metakey, ruleskey, fieldkey, setkey, modeskey;
+static char metakey, ruleskey, fieldkey, setkey, modeskey, castkey;
+
+/*
+** Autocast (stdlib/qkv/amp/autocast.lua, which loads qkv.autograd first):
+** while an autocast region is open in any coroutine (cast_open counts
+** them), a hooked binding first hands its name, itself and its arguments
+** to autocast's function, which says whether the op runs cast (and then
+** runs it through qkvL_cast_call, its results returned here) or as it is.
+** The cast call's own entry into the hook (cast_self) goes straight on
+** to autograd's part, which records the op on the cast inputs.
+*/
+static int cast_open = 0, cast_self = 0;
+
+static int autocast (lua_State *L, const char *name, lua_CFunction self, int top) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &castkey);
+  lua_pushstring(L, name);
+  lua_pushcfunction(L, self);
+  for (int i = 1; i <= top; i++) lua_pushvalue(L, i);
+  lua_call(L, top + 2, LUA_MULTRET);       /* args, ran?, results... */
+  if (!lua_toboolean(L, top + 1)) { lua_settop(L, top); return -1; }
+  int n = lua_gettop(L) - top - 1;
+  lua_rotate(L, 1, -(top + 1));            /* results, args, ran? */
+  lua_settop(L, n);
+  return n;
+}
+
+/* qkv._autocast(f): autocast's function, kept; qkv._autocast(n) adds n
+   to the open regions (n = 1 at a region's start, -1 at its end) */
+void qkvL_cast_set (lua_State *L) {
+  if (lua_type(L, 1) == LUA_TFUNCTION) {
+    lua_pushvalue(L, 1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &castkey);
+    return;
+  }
+  cast_open += (int)luaL_checkinteger(L, 1);
+  if (cast_open < 0) cast_open = 0;
+}
+
+/* qkv._autocast_call(op, ...): op (a hooked binding) on the cast
+   arguments, past autocast's part of the hook; its results */
+int qkvL_cast_call (lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  cast_self = 1;
+  int ok = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  cast_self = 0;                           /* also when op raised before its hook */
+  if (ok != LUA_OK) return lua_error(L);
+  return lua_gettop(L);
+}
 
 /*
 ** Grad mode belongs to a coroutine, as PyTorch's to a thread: no_grad(f)
@@ -68,8 +115,13 @@ static int any_tracked (lua_State *L, int top) {
 }
 
 int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
-  if (!qkvL_grad_on || !qkvL_grad_mode(L)) return -1;
   int top = lua_gettop(L);
+  if (cast_self) cast_self = 0;
+  else if (cast_open > 0) {
+    int n = autocast(L, name, self, top);
+    if (n >= 0) return n;
+  }
+  if (!qkvL_grad_on || !qkvL_grad_mode(L)) return -1;
   if (!any_tracked(L, top)) return -1;
   lua_rawgetp(L, LUA_REGISTRYINDEX, &ruleskey);
   if (lua_getfield(L, -1, name) != LUA_TFUNCTION) { lua_settop(L, top); return -1; }

@@ -308,6 +308,9 @@ void qkvL_grad_set (lua_State *L, int x);
    the one before pushed; the table of the coroutines' modes made */
 int qkvL_grad_mode (lua_State *L);
 void qkvL_grad_install (lua_State *L);
+/* for lgrad.c: qkv._autocast's and qkv._autocast_call's work */
+void qkvL_cast_set (lua_State *L);
+int qkvL_cast_call (lua_State *L);
 void qkvL_grad_setmode (lua_State *L, int v);
 void qkvL_grad_init (lua_State *L);
 

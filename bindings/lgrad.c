@@ -36,9 +36,17 @@ static int g_enabled (lua_State *L) {
   return 1;
 }
 
+/* qkv._autocast(f | n): stdlib/qkv/amp/autocast.lua's hook (lauxgrad.c) */
+static int g_autocast (lua_State *L) {
+  if (!qkvL_grad_loaded()) return luaL_error(L, "_autocast: qkv.autograd must be loaded first");
+  qkvL_cast_set(L);
+  return 0;
+}
+
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {{"_autograd", g_install}, {"_grad_mode", g_mode},
-                                 {"is_grad_enabled", g_enabled}, {NULL, NULL}};
+                                 {"is_grad_enabled", g_enabled}, {"_autocast", g_autocast},
+                                 {"_autocast_call", qkvL_cast_call}, {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   qkvL_grad_init(L);
   (void)mt;

@@ -19,6 +19,10 @@ static const char *const lazy[][3] = {
   {"wordpiece", "qkv.wordpiece", NULL}, {"display", "qkv.repl", "_display_values"},
   {"clear_output", "qkv.repl", "_clear_output"},
   {"optim", "qkv.optim", NULL}, {"data", "qkv.data", NULL}, {"amp", "qkv.amp", NULL},
+  /* mixed precision (stdlib/qkv/amp/) */
+  {"autocast", "qkv.amp.autocast", "autocast"},
+  {"is_autocast_enabled", "qkv.amp.autocast", "is_autocast_enabled"},
+  {"get_autocast_dtype", "qkv.amp.autocast", "get_autocast_dtype"},
   {"no_grad", "qkv.autograd", "no_grad"},
   {"enable_grad", "qkv.autograd", "enable_grad"}, {"grad", "qkv.autograd", "grad"},
   /* attention's variants (stdlib/qkv/variants/) */

@@ -28,6 +28,15 @@ function M.open_tensor(v)
   return qkv.is_tensor(v) and pcall(function() return v.dtype end)
 end
 
+-- PyTorch's autocast runs the losses in float32: their tensors widened
+-- where an autocast region is open on their device (qkv.amp.autocast's
+-- work, once that module is loaded; until then they pass as they are)
+function M.autocast_fp32(...)
+  local ac = package.loaded["qkv.amp.autocast"]
+  if ac then return ac.fp32(...) end
+  return ...
+end
+
 function M.what_arg(v)
   if M.open_tensor(v) then return v.dtype .. " " .. tostring(v.shape) end
   return qkv.is_tensor(v) and "a closed tensor" or type(v)

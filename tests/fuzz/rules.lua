@@ -139,6 +139,7 @@ local OPTIONS = {
                             args = function() return {"vocab.txt"} end},
   -- the attention modules' forward: Module:forward draws one of them
   ["Module:forward"] = {keys = ATTN},
+  ["qkv.autocast"] = {keys = {"device_type", "dtype", "enabled", "cache_enabled"}},
 }
 -- qkv.dist in the fuzzer's world of one: the collectives take
 -- {async_op}, the attentions split across ranks qkv.attention's three

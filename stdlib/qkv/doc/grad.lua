@@ -315,4 +315,33 @@ within atol + rtol * |numeric| (opts: eps 1e-6, atol 1e-5, rtol 1e-3).
 It fails naming the input and element, or returns true. As
 torch.autograd.gradcheck.]],
    example = [=[print(qkv.test.gradcheck(function(x) return x:exp() end, {qkv.randn(3):double()}))   --> true]=]},
+
+  {name = "qkv.autocast", sig = "qkv.autocast(opts, f, ...) or qkv.autocast(opts)", group = "mixed precision",
+   doc = [[Runs f(...) in an autocast region and returns its results, or,
+without f, opens a region that lasts until the returned object is closed
+(local ac <close> = qkv.autocast{...}: Lua's to-be-closed variables are
+Python's with). opts: device_type ("cpu" or "cuda", required), dtype
+("bfloat16", the CPU's default, or "float16", the GPU's), enabled (true;
+false turns an enclosing region off), cache_enabled (accepted, as
+PyTorch's; qkv casts per call). Inside, the products (matmul, mm, bmm,
+project and F.linear, scores, attention and F.scaled_dot_product_attention)
+run in dtype and the losses in float32; on the GPU also PyTorch's CUDA
+float32 list (softmax, log_softmax, layer_norm, exp, log, sum, ...). The
+casts are recorded by autograd, so gradients reach float32 parameters in
+float32. Regions belong to a coroutine. As torch.autocast.]],
+   example = [=[local x, w = qkv.randn(4, 8), qkv.randn(8, 3)
+print(qkv.autocast({device_type = "cpu"}, function() return x:matmul(w) end).dtype)   --> bfloat16]=]},
+
+  {name = "qkv.is_autocast_enabled", sig = "qkv.is_autocast_enabled([device_type])", group = "mixed precision",
+   doc = [[Whether an autocast region is on here for device_type ("cpu" or
+"cuda"; without it, "cuda", as PyTorch's). A region opened with enabled =
+false, or none, gives false. As torch.is_autocast_enabled.]],
+   example = [=[print(qkv.autocast({device_type = "cpu"}, qkv.is_autocast_enabled, "cpu"))   --> true]=]},
+
+  {name = "qkv.get_autocast_dtype", sig = "qkv.get_autocast_dtype(device_type)", group = "mixed precision",
+   doc = [[The dtype an autocast region runs the products in on device_type:
+the innermost region's, else the default ("bfloat16" on the CPU, "float16"
+on the GPU). A region opened with enabled = false reads as the default.
+As torch.get_autocast_dtype.]],
+   example = [=[print(qkv.get_autocast_dtype("cpu"))   --> bfloat16]=]},
 }

@@ -64,7 +64,7 @@ local namespaces = {
      "method), the attention primitives, the runtime and files. In the qkv " ..
      "executable it is the global qkv; elsewhere require \"qkv\".",
    groups = {"making tensors", "math", "selection and indexing", "layers", "attention",
-             "autograd", "runtime", "files"}},
+             "autograd", "mixed precision", "runtime", "files"}},
   {id = "Tensor", title = "Tensor methods",
    intro = "A tensor is a view (sizes, strides, offset, dtype) onto a " ..
      "reference-counted storage, with up to 8 dims. Methods are called as " ..

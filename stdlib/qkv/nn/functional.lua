@@ -48,6 +48,7 @@ function nn.mse_loss(input, target, reduction)
   if reduction ~= "mean" and reduction ~= "sum" and reduction ~= "none" then
     fail("mse_loss", "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
   end
+  input, target = require("qkv.methods").autocast_fp32(input, target)   -- float32 under autocast
   return named("mse_loss", pcall(mse, input, target, reduction))
 end
 

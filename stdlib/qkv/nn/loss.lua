@@ -16,6 +16,7 @@ local nn, class, fail, named, checkopts, checktensor = M.nn, M.class, M.fail, M.
   M.checkopts, M.checktensor
 
 local FLOATS = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
+local fp32 = require("qkv.methods").autocast_fp32      -- losses run in float32 under autocast
 
 local function reduction_of(fname, r)
   if r == nil then return "mean" end
@@ -175,6 +176,7 @@ local NLL_KEYS = {"weight", "ignore_index", "reduction"}
 
 -- cross_entropy(input, target [, opts]) or (input, target, weight [, opts])
 local function cross_entropy(input, target, o)
+  input, target, o.weight = fp32(input, target, o.weight)
   local C = check_input("cross_entropy", input, o.weight)
   checktensor("cross_entropy", "target", target)
   if FLOATS[target.dtype] then
@@ -192,6 +194,7 @@ function nn.cross_entropy(input, target, a, b)
 end
 
 local function nll_loss(input, target, o)
+  input, target, o.weight = fp32(input, target, o.weight)
   local C = check_input("nll_loss", input, o.weight)
   checktensor("nll_loss", "target", target)
   check_classes("nll_loss", input, target, C, o.ignore_index)
