@@ -156,6 +156,13 @@ local function apply(self, v, path)
   if qkv.is_tensor(v) then
     if not methods.open_tensor(v) then fail("GradScaler:scale: %s is a closed tensor", path_of(path)) end
     lazy_init(self)
+    -- PyTorch multiplies by a 0-d float32 tensor: a 0-d output (a loss)
+    -- of a smaller float dtype becomes float32, a larger tensor keeps its
+    -- float dtype, integers and booleans become float32
+    local d = v.dtype
+    if d ~= "float32" and d ~= "float64" and (v.ndim == 0 or (d ~= "float16" and d ~= "bfloat16")) then
+      v = v:float()
+    end
     return v * self._scale
   end
   if type(v) == "table" and getmetatable(v) == nil then
