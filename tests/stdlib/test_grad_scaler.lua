@@ -181,9 +181,9 @@ function TestNumerics:test_scale_in_float32()
   scaler:step(opt); scaler:update()
   lu.assertEquals(scaler:get_scale(), 2.0 ^ 127, "a growth to inf is not taken")
   lu.assertEquals(scaler:_get_growth_tracker(), 0)
-  scaler:update(qkv.tensor(3.3))
+  scaler:update(qkv.tensor(3.3, "float32", "cpu"))
   lu.assertEquals(scaler:get_scale(), f32(3.3))
-  scaler:update(qkv.tensor({5.5}, "float64"))
+  scaler:update(qkv.tensor({5.5}, "float64", "cpu"))
   lu.assertEquals(scaler:get_scale(), 5.5)
 end
 
@@ -375,6 +375,9 @@ function TestErrors:test_update_new_scale()
   fails(function() scaler:update(qkv.ones(2)) end, "1-element", "float32 (2,)")
   fails(function() scaler:update(qkv.ones(1):requires_grad_()) end, "requires grad")
   fails(function() scaler:update(qkv.tensor({2}, "int64")) end, "int64")
+  if qkv.cuda_available() then
+    fails(function() scaler:update(qkv.tensor({2}, "float32", "cuda")) end, "on cpu", "got float32 (1,) on cuda")
+  end
   lu.assertEquals(scaler:get_scale(), 65536, "a refused new_scale changes nothing")
 end
 
