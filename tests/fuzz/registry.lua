@@ -24,6 +24,21 @@ R.EXCLUDE = {
   ["LRScheduler:get_last_lr"] = "a scheduler's method",
   ["LRScheduler:state_dict"] = "a scheduler's method",
   ["LRScheduler:load_state_dict"] = "a scheduler's method",
+  -- a loss scaler's likewise (qkv.amp.GradScaler, which makes one, is fuzzed)
+  ["GradScaler:scale"] = "a scaler's method",
+  ["GradScaler:unscale_"] = "a scaler's method",
+  ["GradScaler:step"] = "a scaler's method",
+  ["GradScaler:update"] = "a scaler's method",
+  ["GradScaler:get_scale"] = "a scaler's method",
+  ["GradScaler:is_enabled"] = "a scaler's method",
+  ["GradScaler:get_growth_factor"] = "a scaler's method",
+  ["GradScaler:set_growth_factor"] = "a scaler's method",
+  ["GradScaler:get_backoff_factor"] = "a scaler's method",
+  ["GradScaler:set_backoff_factor"] = "a scaler's method",
+  ["GradScaler:get_growth_interval"] = "a scaler's method",
+  ["GradScaler:set_growth_interval"] = "a scaler's method",
+  ["GradScaler:state_dict"] = "a scaler's method",
+  ["GradScaler:load_state_dict"] = "a scaler's method",
   -- a loaded model's methods: the fuzzer has no model to call them on
   -- (qkv.bert.load is fuzzed with its paths)
   ["BertModel:encode"] = "a model's method",

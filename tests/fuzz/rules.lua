@@ -187,6 +187,9 @@ OPTIONS["qkv.nn.MSELoss"] = {keys = {"reduction"}, args = function() return {} e
 OPTIONS["qkv.data.DataLoader"] = {keys = {"batch_size", "shuffle", "drop_last", "generator"}, args = function(F)
   return {qkv.data.TensorDataset(V.tensor(F.dtype, {F.n, F.d}))}
 end}
+OPTIONS["qkv.amp.GradScaler"] = {keys = {"device", "init_scale", "growth_factor", "backoff_factor",
+                                         "growth_interval", "enabled"},
+                                 args = function() return {} end}
 -- attention's variants (stdlib/qkv/variants/): a block mask of a causal
 -- mask, the library's makers
 OPTIONS["qkv.block_mask"] = {keys = {"block"}, args = function(F)

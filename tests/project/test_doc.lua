@@ -33,6 +33,7 @@ local function call_prefix(name)
   if ns == "Tokenizer" then return "tok:" .. method .. "(" end
   if ns == "Event" then return "event:" .. method .. "(" end
   if ns == "BlockMask" then return "bm:" .. method .. "(" end
+  if ns == "GradScaler" then return "scaler:" .. method .. "(" end
   return name .. "("
 end
 
@@ -195,6 +196,7 @@ local function unknown_calls(text, entries)
         and not entries["Tokenizer:" .. method]
         and not entries["Event:" .. method]
         and not entries["BlockMask:" .. method]
+        and not entries["GradScaler:" .. method]
         and not is_lua_method(method) then
       unknown["x:" .. method] = true
     end

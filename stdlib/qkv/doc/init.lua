@@ -27,7 +27,7 @@ local qkv = package.loaded.qkv or require "qkv"
 local M = {}
 
 local FILES = {"core", "math", "select", "grad", "tensor", "nn", "plot", "misc", "io", "bert",
-               "composite", "dist", "variants", "decoder", "loss", "data"}
+               "composite", "dist", "variants", "decoder", "loss", "data", "amp"}
 local WIDTH = 76
 
 -- methods of nn.Module that are machinery for writing modules, not for
@@ -40,6 +40,7 @@ local PREFIXES = {
   {"qkv.cuda.", "qkv.cuda"},
   {"qkv.repl.", "qkv.repl"}, {"qkv.optim.", "qkv.optim"}, {"qkv.bert.", "qkv.bert"},
   {"qkv.wordpiece.", "qkv.wordpiece"}, {"qkv.dist.", "qkv.dist"}, {"qkv.data.", "qkv.data"}, {"qkv.variants.", "qkv.variants"},
+  {"qkv.amp.", "qkv.amp"}, {"GradScaler:", "GradScaler"},
   {"qkv.", "qkv"}, {"BertModel:", "BertModel"}, {"BlockMask:", "BlockMask"},
   {"Tokenizer:", "Tokenizer"},
   {"Tensor:", "Tensor"}, {"Module:", "Module"}, {"Optimizer:", "Optimizer"},
@@ -204,6 +205,12 @@ local function walk(load)
     own_functions(sched, "qkv.optim.lr_scheduler.", out)
     if type(sched.LRScheduler) == "table" then own_functions(sched.LRScheduler, "LRScheduler:", out) end
   end
+  -- qkv.amp loads GradScaler on first use: its own module holds it
+  local amp = lib("qkv.amp") and lib("qkv.amp.grad_scaler")
+  if amp then
+    out[#out + 1] = {"qkv.amp.GradScaler", amp.GradScaler}
+    own_functions(amp.Scaler, "GradScaler:", out)
+  end
   local bert = lib("qkv.bert")
   if bert then
     own_functions(bert, "qkv.bert.", out)
@@ -358,7 +365,7 @@ local NS_NAMES = {
   ["qkv.plot"] = "qkv.plot", plot = "qkv.plot", ["qkv.test"] = "qkv.test",
   ["qkv.repl"] = "qkv.repl", repl = "qkv.repl", ["qkv.optim"] = "qkv.optim",
   optim = "qkv.optim", ["qkv.variants"] = "qkv.variants", variants = "qkv.variants",
-  ["qkv.data"] = "qkv.data",
+  ["qkv.data"] = "qkv.data", ["qkv.amp"] = "qkv.amp", amp = "qkv.amp", GradScaler = "GradScaler",
   BlockMask = "BlockMask",
 }
 
@@ -373,7 +380,7 @@ local function namespace_of_value(v)
   if type(nn) == "table" and v == nn then return "qkv.nn" end
   if type(nn) == "table" and v == nn.Module then return "Module" end
   if type(nn) == "table" and v == rawget(nn, "functional") then return "qkv.nn.functional" end
-  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.variants", "qkv.data"} do
+  for _, id in ipairs{"qkv.plot", "qkv.test", "qkv.repl", "qkv.optim", "qkv.variants", "qkv.data", "qkv.amp"} do
     if loaded[id] ~= nil and v == loaded[id] then return id end
   end
   local variants = loaded["qkv.variants"]
@@ -396,7 +403,8 @@ end
 -- the receivers that name a namespace of methods: Tensor.matmul,
 -- qkv.Tensor.matmul (as error messages write it), Module:load
 local METHOD_NS = {Tensor = "Tensor", ["qkv.Tensor"] = "Tensor", Module = "Module",
-                   ["nn.Module"] = "Module", ["qkv.nn.Module"] = "Module", BlockMask = "BlockMask"}
+                   ["nn.Module"] = "Module", ["qkv.nn.Module"] = "Module", BlockMask = "BlockMask",
+                   GradScaler = "GradScaler"}
 
 -- a name as typed: "qkv.softmax", "softmax", "x:matmul", "Tensor.matmul",
 -- "nn.Linear", "qkv.nn"; returns an entry name, or "ns" and a namespace,

@@ -114,6 +114,14 @@ local namespaces = {
      "DataLoader deals a dataset out in batches, in order or shuffled, for " ..
      "`for x, y in loader do`. Rows count from 1.",
    groups = {"data"}},
+  {id = "qkv.amp", title = "qkv.amp",
+   intro = "Mixed precision with PyTorch's names (stdlib/qkv/amp/, loaded on " ..
+     "first use): GradScaler, torch.amp.GradScaler's dynamic loss scaling " ..
+     "for float16 training; docs/mixed-precision.md tells the rest.",
+   groups = {"loss scaling"}},
+  {id = "GradScaler", title = "GradScaler methods",
+   intro = "What a scaler from qkv.amp.GradScaler has, called as scaler:name().",
+   groups = {"scaler methods"}},
   {id = "qkv.dist", title = "qkv.dist",
    intro = "One script run as several processes, the ranks, over Open MPI " ..
      "(stdlib/qkv/dist/ and the module qkv.mpi, loaded on first use): " ..
