@@ -170,7 +170,20 @@ static int transposed (lua_State *L, const qkv_tensor *t, int matrices) {
                                   : "index: x.T needs at most 2 dims, got %s; use x.mT "
                                     "or x:permute(...)", s);
   }
-  if (t->ndim >= 2) qkv_view_transpose(&v, t, t->ndim - 2, t->ndim - 1);
+  if (t->ndim < 2) {                      /* x itself, as PyTorch's x.T of a vector */
+    lua_pushvalue(L, 1);
+    return 1;
+  }
+  if (qkvL_grad_loaded()) {                /* x:transpose(-2, -1): autograd records it */
+    lua_pushliteral(L, "transpose");
+    lua_rawget(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, t->ndim - 1);
+    lua_pushinteger(L, t->ndim);
+    lua_call(L, 3, 1);
+    return 1;
+  }
+  qkv_view_transpose(&v, t, t->ndim - 2, t->ndim - 1);
   qkvL_pushview(L, &v, 1);
   return 1;
 }

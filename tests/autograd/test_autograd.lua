@@ -93,6 +93,13 @@ function TestRules:testProductsAndViews()
   check(function(v) return v:view{size = {6, 4}}:narrow(1, 1, 1):expand{size = {2, 6, 4}} end,
         {x}, "view{size}")
   check(function(v) return v[2] + v[{1, {1, 3}}] end, {x}, "indexing")
+  -- the fields x.T and x.mT: views that autograd records, as x:t() (they
+  -- once gave a view outside the graph: x:matmul(w.T) got no gradient)
+  check(function(a, b) return a:matmul(b.T) end, {r(2, 3), r(4, 3)}, "x.T")
+  check(function(a, b) return a:matmul(b.mT) end, {r(2, 2, 3), r(2, 4, 3)}, "x.mT")
+  local v = r(3):requires_grad_()
+  lu.assertTrue(rawequal(v.T, v), "a vector's x.T is x")
+  lu.assertTrue(r(2, 3):requires_grad_().T.requires_grad, "x.T requires grad")
   check(function(a, b) return qkv.cat({a, b}, 2) end, {r(2, 1), r(2, 3)}, "cat")
   check(function(a, b) return qkv.stack({a, b}, 2) end, {r(2, 3), r(2, 3)}, "stack")
   -- through float32 and back (finite differences cannot see past float32's rounding)
