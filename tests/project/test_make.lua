@@ -137,6 +137,23 @@ function TestMake:testTotalNamesEveryFailedPass()
   lu.assertEquals({total("")}, {"all 0 passes: 0 passed, 0 failed, 0 skipped; failed: no pass ran\n", 1})
 end
 
+-- each failed test that LuaUnit listed is named above the closing line, by
+-- pass, file and test, with its message's first line: the tail of a log
+-- (all that CI may show) says what failed
+function TestMake:testTotalNamesTheFailedTests()
+  local body = "== tests/stdlib/test_a.lua\n..F\nFailed tests:\n-------------\n"
+               .. "1) TestA.testCut\ntests/stdlib/test_a.lua:152: Found the not expected pattern\n"
+               .. "\"hung\"\nRan 3 tests\n2 passed, 1 failed\n"
+               .. "== tests/stdlib/test_b.lua\nE\nTests with errors:\n------------------\n"
+               .. "1) TestB.testBoom\nboom\nstack traceback:\n0 passed, 1 failed\n"
+  local out, code = total(pass("suites", "3 passed, 0 failed\n", 0) .. pass("device", body, 1))
+  lu.assertEquals(out, "failed in device: tests/stdlib/test_a.lua TestA.testCut: "
+                  .. "tests/stdlib/test_a.lua:152: Found the not expected pattern\n"
+                  .. "failed in device: tests/stdlib/test_b.lua TestB.testBoom: boom\n"
+                  .. "all 2 passes: 3 passed, 1 failed, 0 skipped; failed: device (1 failed)\n")
+  lu.assertEquals(code, 1)
+end
+
 -- passes.sh runs every pass it is given even when one before it fails, and
 -- exits 1 then; an unknown name is refused
 function TestMake:testPassesRunAfterAFailure()

@@ -9,7 +9,10 @@
 -- exit STATUS"; its counts are the last runner's closing line inside it
 -- ("N passed, N failed[, N skipped]"). A pass with no exit line did not
 -- finish (the run was stopped); one with no closing line, or a status
--- other than 0, failed however its counts read.
+-- other than 0, failed however its counts read. Each failed test LuaUnit
+-- listed ("N) TestX.testY" in a suite's "== FILE" part) is named on a
+-- line of its own above the closing line, with its message's first line,
+-- so that the log's tail says what failed.
 local log = arg[1]
 if not log then
   io.stderr:write("usage: build/qkv tests/tools/total.lua LOG\n")
@@ -22,15 +25,25 @@ local text = f:read("a")
 f:close()
 
 local passes, cur = {}, nil
+local failures, file, want = {}, nil, nil   -- want: the failure whose message comes next
 for line in text:gmatch("[^\n]+") do
   local name, rest = line:match("^== pass (%S+): (.*)$")
+  local test = cur and line:match("^%d+%) (Test[%w_]+%.[%w_]+)$")
   if name and not rest:match("^exit %-?%d+$") then
     cur = {name = name}
     passes[#passes + 1] = cur
   elseif name and cur and name == cur.name then
     cur.rc = tonumber(rest:match("%-?%d+"))
     cur = nil
-  elseif cur then
+  elseif cur and line:match("^== %S+%.lua$") then
+    file, want = line:sub(4), nil
+  elseif test then
+    want = {pass = cur.name, file = file or "?", test = test}
+    failures[#failures + 1] = want
+  elseif want then
+    want.msg, want = line:sub(1, 200), nil
+  end
+  if cur and not name then
     local p, fl, s = line:match("^(%d+) passed, (%d+) failed, (%d+) skipped$")
     if not p then
       p, fl = line:match("^(%d+) passed, (%d+) failed$")
@@ -52,6 +65,11 @@ for _, p in ipairs(passes) do
   if why then bad[#bad + 1] = p.name .. " (" .. why .. ")" end
 end
 if #passes == 0 then bad[1] = "no pass ran" end
+
+for i, f in ipairs(failures) do
+  if i > 12 then print(("... and %d more failed tests"):format(#failures - 12)); break end
+  print(("failed in %s: %s %s: %s"):format(f.pass, f.file, f.test, f.msg or ""))
+end
 
 print(("all %d passes: %d passed, %d failed, %d skipped%s"):format(#passes, sum[1], sum[2],
       sum[3], #bad == 0 and "" or "; failed: " .. table.concat(bad, ", ")))
