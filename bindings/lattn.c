@@ -529,8 +529,9 @@ int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tenso
 ** [, lse [, spec]]) -> dQ, dK, dV in out's dtype with out's batch dims,
 ** dK's and dV's 1 over the trailing dims where K and V broadcast (the
 ** group of grouped-query heads; qkv.autograd's rule for the fused path
-** sums them back to the inputs' shapes); lse as _attention_lse gave it with out.  spec: a variant's
-** program, as _attention_lse's (float32 or float64, lse needed)
+** sums them back to the inputs' shapes); lse as _attention_lse gave it
+** with out.  spec: a variant's program, as _attention_lse's (float32 or
+** float64, lse needed)
 */
 static int a_attention_backward (lua_State *L) {
   qkv_tensor *ts[5];

@@ -238,10 +238,10 @@ void qkv_attention_kv_grad_batch (int64_t *size, const qkv_tensor *o, const qkv_
   for (int i = 0; i < nb; i++) size[i] = i < s ? o->size[i] : 1;
 }
 
-/* the backend's backward into dq, dk, dv of dt and out's batch dims */
-static int backward_whole (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
-                           const qkv_tensor x[5], const qkv_tensor *mask, int causal,
-                           double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
+/* the backend's backward (the variants' where M is given) into dq, dk, dv */
+static int backward_call (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                          const qkv_tensor x[5], const qkv_tensor *mask, int causal,
+                          double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
   if (M)
     return be->attention_mods_backward
         ? be->attention_mods_backward(dq, dk, dv, &x[0], &x[1], &x[2], &x[3], &x[4], mask,
@@ -251,19 +251,14 @@ static int backward_whole (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk
                                 scale, lse);
 }
 
-/* g (dk or dv) grouped, G items of out a group (qkv_attn_kv_group): w of
-   out's batch dims, summed into it group by group */
+/* w: a fresh tensor like g (dk or dv, grouped: qkv_attn_kv_group) but of
+   out's batch dims, for a backend that writes whole ones; summed into g
+   group by group after */
 static int whole_of (qkv_tensor *w, const qkv_tensor *g, const qkv_tensor *o) {
-  int64_t size[QKV_MAXDIM];
+  qkv_tensor like = *g;
   int n = o->ndim;
-  memcpy(size, o->size, sizeof size);
-  size[n - 2] = g->size[n - 2];
-  size[n - 1] = g->size[n - 1];
-  *w = *g;
-  w->offset = 0;
-  qkv_set_contiguous(w, n, size);
-  w->storage = qkv_storage_new(g->storage->device, (size_t)qkv_numel(w) * qkv_elsize(g->dtype), 0);
-  return w->storage ? QKV_OK : QKV_ENOMEM;
+  memcpy(like.size, o->size, sizeof(int64_t) * (size_t)(n - 2));
+  return qkv_op_fresh(w, &like, g->dtype);
 }
 
 static int sum_groups (qkv_tensor *g, const qkv_tensor *w, int64_t G) {
@@ -295,14 +290,14 @@ static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, q
   if (err == QKV_OK && mask) err = qkv_op_operand(&m, &tm, mask, &like, QKV_BOOL);
   int64_t G = qkv_attn_kv_group(o, dk);
   if (err == QKV_OK && (G <= 1 || be->attention_backward_groups))
-    err = backward_whole(be, dq, dk, dv, x, mask ? &m : NULL, causal, scale, lse, M);
+    err = backward_call(be, dq, dk, dv, x, mask ? &m : NULL, causal, scale, lse, M);
   else if (err == QKV_OK) {
     qkv_tensor wk, wv;
     wv.storage = NULL;
     err = whole_of(&wk, dk, o);
     if (err == QKV_OK) err = whole_of(&wv, dv, o);
     if (err == QKV_OK)
-      err = backward_whole(be, dq, &wk, &wv, x, mask ? &m : NULL, causal, scale, lse, M);
+      err = backward_call(be, dq, &wk, &wv, x, mask ? &m : NULL, causal, scale, lse, M);
     if (err == QKV_OK) err = sum_groups(dk, &wk, G);
     if (err == QKV_OK) err = sum_groups(dv, &wv, G);
     qkv_storage_release(wk.storage);

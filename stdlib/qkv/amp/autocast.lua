@@ -77,22 +77,22 @@ local function cast(to, n, ...)
   return changed and args or nil
 end
 
--- the device of an op: its first open tensor argument's
-local function device_of(n, ...)
+-- the low dtype of the region open here on the device of an op's
+-- arguments (its first open tensor's), and that device; nil when none is
+local function region_of(n, ...)
+  local r = current()
+  if not r then return nil end
   for i = 1, n do
     local x = select(i, ...)
-    if open(x) then return x.device end
+    if open(x) then return r[x.device] or nil, x.device end
   end
 end
 
 -- the bindings' hook (lauxgrad.c): false, or true and the op's results
 -- on its cast arguments
 local function hook(name, op, ...)
-  local r = current()
-  if not r then return false end
   local n = select("#", ...)
-  local dev = device_of(n, ...)
-  local low = dev and r[dev]
+  local low, dev = region_of(n, ...)
   local kind = low and POLICY[dev][name]
   if not kind then return false end
   local args = cast(kind == "low" and low or "float32", n, ...)
@@ -104,10 +104,8 @@ qkv._autocast(hook)
 -- a library function that PyTorch's autocast runs in float32 (the losses):
 -- its tensor arguments widened where a region is open on their device
 function M.fp32(...)
-  local r = current()
   local n = select("#", ...)
-  local dev = r and device_of(n, ...)
-  if not (dev and r[dev]) then return ... end
+  if not region_of(n, ...) then return ... end
   local args = cast("float32", n, ...)
   if not args then return ... end
   return table.unpack(args, 1, n)

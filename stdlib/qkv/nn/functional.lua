@@ -8,6 +8,7 @@ local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
 local nn, fail, named, checkopts, checktensor = M.nn, M.fail, M.named, M.checkopts, M.checktensor
+local fp32 = require("qkv.methods").autocast_fp32      -- losses run in float32 under autocast
 
 ---------------------------------------------------------------- functions
 
@@ -48,7 +49,7 @@ function nn.mse_loss(input, target, reduction)
   if reduction ~= "mean" and reduction ~= "sum" and reduction ~= "none" then
     fail("mse_loss", "reduction must be 'mean', 'sum' or 'none', got %s", tostring(reduction))
   end
-  input, target = require("qkv.methods").autocast_fp32(input, target)   -- float32 under autocast
+  input, target = fp32(input, target)
   return named("mse_loss", pcall(mse, input, target, reduction))
 end
 
