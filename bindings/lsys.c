@@ -115,13 +115,15 @@ static int c_attention_backend (lua_State *L) {
   return 1;
 }
 
-/* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it */
+/* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it: PyTorch's
+   torch.backends.cuda.matmul.allow_tf32, the float32 matmul precision
+   "high" (true) or "highest" (false) */
 static int c_allow_tf32 (lua_State *L) {
-  const qkv_cuda_api *a = cuda(L, "allow_tf32");
-  lua_pushboolean(L, a->tf32());
+  cuda(L, "allow_tf32");
+  lua_pushboolean(L, qkv_matmul_precision() != QKV_PREC_HIGHEST);
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
-    a->allow_tf32(lua_toboolean(L, 1));
+    qkv_set_matmul_precision(lua_toboolean(L, 1) ? QKV_PREC_HIGH : QKV_PREC_HIGHEST);
   }
   return 1;
 }
@@ -268,6 +270,37 @@ static int s_set_num_threads (lua_State *L) {
   return 0;
 }
 
+static const char *const precisions[] = {"highest", "high", "medium", NULL};
+
+/* qkv.set_float32_matmul_precision(precision), as PyTorch's */
+static int s_set_precision (lua_State *L) {
+  const char *name = "qkv.set_float32_matmul_precision";
+  qkvL_noextra(L, "set_float32_matmul_precision", 1);
+  const char *p = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : "";
+  int i = 0;
+  while (precisions[i] && strcmp(precisions[i], p) != 0) i++;
+  if (precisions[i] == NULL)
+    return luaL_error(L, "%s: precision must be \"highest\", \"high\" or \"medium\", got %s",
+                      name, luaL_tolstring(L, 1, NULL));
+  qkv_set_matmul_precision((qkv_precision)i);
+  return 0;
+}
+
+/* qkv.get_float32_matmul_precision() -> "highest", "high" or "medium" */
+static int s_get_precision (lua_State *L) {
+  qkvL_noextra(L, "get_float32_matmul_precision", 0);
+  lua_pushstring(L, precisions[qkv_matmul_precision()]);
+  return 1;
+}
+
+/* qkv._split_products(on): the precision's bfloat16 parts on any machine
+   and size (internal, for tests where the CPU has no bfloat16 unit) */
+static int s_split_products (lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  qkv_force_split_products(lua_toboolean(L, 1));
+  return 0;
+}
+
 /* qkv.get_num_threads() -> n */
 static int s_get_num_threads (lua_State *L) {
   qkvL_noextra(L, "get_num_threads", 0);
@@ -281,6 +314,8 @@ void qkvL_open_sys (lua_State *L, int mt, int methods, int module) {
     {"cuda_available", s_cuda_available}, {"set_default_device", s_set_default_device},
     {"default_device", s_default_device}, {"_backend_entries", s_backend_entries},
     {"set_num_threads", s_set_num_threads}, {"get_num_threads", s_get_num_threads},
+    {"set_float32_matmul_precision", s_set_precision},
+    {"get_float32_matmul_precision", s_get_precision}, {"_split_products", s_split_products},
     {NULL, NULL}
   };
   static const luaL_Reg c[] = {

@@ -67,7 +67,7 @@ static const struct { const char *name; size_t off; } entries[] = {
   ENTRY(scatter_add), ENTRY(softmax_backward), ENTRY(log_softmax), ENTRY(layer_norm),
   ENTRY(layer_norm_backward), ENTRY(cumsum), ENTRY(tri), ENTRY(adam),
   ENTRY(rms_norm), ENTRY(rms_norm_backward), ENTRY(attention_mods),
-  ENTRY(attention_mods_backward), ENTRY(attention_blocks)
+  ENTRY(attention_mods_backward), ENTRY(attention_blocks), ENTRY(split_products)
 };
 _Static_assert(sizeof entries / sizeof entries[0] ==                /* after name and flags */
                (sizeof(qkv_backend) - offsetof(qkv_backend, alloc)) / sizeof(void (*)(void)),

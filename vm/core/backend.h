@@ -43,7 +43,8 @@ typedef struct qkv_backend {
   int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
   /* out (B..., m, p) contiguous = alpha * a @ b; a (B..., m, n),
      b (B..., n, p) any strides, all three the same batch dims and the
-     same float dtype */
+     same float dtype, or a and b bfloat16 into a float32 out (float32
+     sums; QKV_EDTYPE where the backend has no such product) */
   int (*matmul)(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                 double alpha);
   /* mask: bool with out's shape */
@@ -148,6 +149,9 @@ typedef struct qkv_backend {
      this device */
   int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
                           int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs);
+  /* whether a float32 product of `work` multiply-adds runs faster as
+     bfloat16 products `parts` times as wide (precision.c); NULL: never */
+  int (*split_products)(int parts, double work);
 } qkv_backend;
 
 /* the table of device dev, NULL while none is registered (no GPU plugin) */

@@ -40,6 +40,7 @@ const qkv_backend qkv_cpu_backend = {
   .adam = qkv_cpu_adam,
   .rms_norm = qkv_cpu_rms_norm,
   .rms_norm_backward = qkv_cpu_rms_norm_backward,
+  .split_products = qkv_cpu_split_products,
 };
 
 /*

@@ -16,6 +16,9 @@ int qkv_cpu_isa(void);
 /* whether AMX may run here: the CPU has it, QKV_CPU allows it, and Linux
    gave this process the tile state (asked on the first call) */
 int qkv_cpu_has_amx(void);
+/* whether AVX-512's bfloat16 dot products may run here (QKV_CPU allowing
+   AVX-512) */
+int qkv_cpu_has_bf16(void);
 
 /* below this many elements a loop runs on one thread */
 #define QKV_CPU_PAR_MIN 32768
@@ -32,6 +35,7 @@ int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
 int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
 int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                    double alpha);
+int qkv_cpu_split_products(int parts, double work);
 int qkv_cpu_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
 int qkv_cpu_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);
 int qkv_cpu_attention(qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,

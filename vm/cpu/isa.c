@@ -43,6 +43,22 @@ static int have (void) {
   return QKV_ISA_BASE;
 }
 
+/* AVX-512's bfloat16 dot products (cpuid leaf 7, subleaf 1, eax bit 5) */
+static int have_bf16 (void) {
+#if defined(__x86_64__) && defined(__linux__)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+#else
+  return 0;
+#endif
+}
+
+int qkv_cpu_has_bf16 (void) {
+  static int has = -1;
+  if (has < 0) has = qkv_cpu_isa() >= QKV_ISA_AVX512 && have_bf16();
+  return has;
+}
+
 int qkv_cpu_isa (void) {
   static int isa = -1;
   if (isa >= 0) return isa;

@@ -114,8 +114,8 @@ static int densify (void *dst, const operand *op, const char *src, size_t es) {
 }
 
 typedef struct {
-  qkv_dtype dtype;
-  size_t es;
+  qkv_dtype dtype;           /* the operands' */
+  size_t es, oes;            /* the operands' element size, out's */
   double alpha;              /* finite and nonzero, or 1 and applied after */
   int m, n, p;
   operand a, b;
@@ -353,9 +353,14 @@ static int batches (void *p, int64_t lo, int64_t hi, int tid) {
 ** A bfloat16 panel: the tile unit's product (matmul_amx.c, rounded into
 ** out as it goes), else oneDNN's: float32 sums of exact products (as the
 ** float32 path's converted operands give) into float32 scratch, then
-** rounded once into out, as that path rounds.
+** rounded once into out, as that path rounds.  A float32 out takes
+** oneDNN's sums as they are.
 */
 static int bf16_panel (const job *J, int m, int w, const void *a, const void *b, char *c) {
+  if (J->oes == sizeof(float))
+    return qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
+                        m, w, J->n, (float)J->alpha, a, J->a.ld, b, J->b.ld, 0.0f, (float *)c,
+                        J->p) ? QKV_EINTERNAL : QKV_OK;
   if (qkv_amx_bf16gemm(J->a.trans == CblasTrans, J->b.trans == CblasTrans, m, w, J->n,
                        (float)J->alpha, a, J->a.ld, b, J->b.ld, (uint16_t *)c, J->p) == 0)
     return QKV_OK;
@@ -394,7 +399,7 @@ static int panels (void *p, int64_t lo, int64_t hi, int tid) {
     const char *a = J->a.base + batch_offset(&J->a, J->out, bi) * (int64_t)J->es;
     const char *b = J->b.copy ? P->sb
                               : J->b.base + batch_offset(&J->b, J->out, bi) * (int64_t)J->es;
-    char *c = J->c + (bi * (int64_t)J->m * J->p + (int64_t)i0 * J->p + j0) * (int64_t)J->es;
+    char *c = J->c + (bi * (int64_t)J->m * J->p + (int64_t)i0 * J->p + j0) * (int64_t)J->oes;
     if (qkv_interrupted) { err = QKV_EINTR; break; }
     if (pa) {
       if ((err = densify_rows(pa, &J->a, a, J->es, i0, i0 + m)) != QKV_OK) break;
@@ -490,6 +495,8 @@ static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_ten
   if (a->dtype != QKV_BF16 || b->dtype != QKV_BF16) return QKV_EDTYPE;
   int err = qkv_matmul_sizes(out, a, b, d);
   if (err != QKV_OK) return err;
+  if (out->dtype == QKV_F32)              /* float32 sums as they are: oneDNN's */
+    return qkv_blas_load() == QKV_OK && qkv_bf16gemm != NULL ? QKV_OK : QKV_EDTYPE;
   double work = (double)d->m * d->n * d->p;
   if (work >= BF16_AMX_MIN && qkv_cpu_has_amx()) return QKV_OK;
   if (work < BF16_DNNL_MIN || qkv_blas_load() != QKV_OK || qkv_bf16gemm == NULL)
@@ -497,22 +504,37 @@ static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_ten
   return QKV_OK;
 }
 
+/*
+** The float32 matmul precision's parts (vm/dispatch/precision.c) run on
+** oneDNN's bfloat16 product: on the tile unit where the CPU has one, else
+** on AVX-512's bfloat16 dot products at twice float32's rate, worth one
+** part ("medium") there and six ("high") on the tile unit only.
+*/
+int qkv_cpu_split_products (int parts, double work) {
+  if (work * parts < BF16_DNNL_MIN) return 0;
+  if (parts > 1 ? !qkv_cpu_has_amx() : !qkv_cpu_has_bf16()) return 0;
+  return qkv_blas_load() == QKV_OK && qkv_bf16gemm != NULL;
+}
+
 int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                     double alpha) {
   qkv_matmul_dims d;
-  int bf16 = out->dtype == QKV_BF16;
+  /* bfloat16 operands into a bfloat16 out, or into a float32 one (the
+     float32 matmul precision's parts, vm/dispatch/precision.c) */
+  int bf16 = a->dtype == QKV_BF16 && (out->dtype == QKV_BF16 || out->dtype == QKV_F32);
   int err = bf16 ? bf16_check(out, a, b, &d) : qkv_matmul_check(out, a, b, &d);
   if (err != QKV_OK) return err;
   job J;
-  J.dtype = out->dtype;
-  J.es = qkv_elsize(out->dtype);
+  J.dtype = a->dtype;
+  J.es = qkv_elsize(a->dtype);
+  J.oes = qkv_elsize(out->dtype);
   J.out = out;
   int64_t m = d.m, p = d.p, n = d.n, nbatch = d.nbatch;
   if (nbatch == 0 || m == 0 || p == 0) return QKV_OK;
   if (!qkv_is_contiguous(out)) return QKV_EINTERNAL;
   J.c = (char *)qkv_data(out);
   if (n == 0) {                        /* an empty sum: all zeros */
-    memset(J.c, 0, (size_t)(nbatch * m * p) * J.es);
+    memset(J.c, 0, (size_t)(nbatch * m * p) * J.oes);
     return alpha != 1 ? scale_out(&J, nbatch * m * p, alpha) : QKV_OK;  /* 0 * inf */
   }
   /* CBLAS counts in int */

@@ -378,6 +378,8 @@ static const qkv_backend cuda_backend = {
   .attention_mods = qkv_cuda_attention_mods,
   .attention_mods_backward = qkv_cuda_attention_mods_backward,
   .attention_blocks = NULL,
+  /* "high" and "medium" are TF32 here: cuBLAS's math mode (allow_tf32) */
+  .split_products = NULL,
 };
 
 static const qkv_cuda_api api = {

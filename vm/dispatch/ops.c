@@ -444,8 +444,8 @@ static void fold (qkv_tensor *f, const qkv_tensor *t, int64_t rows, int64_t rs) 
   f->stride[1] = t->stride[t->ndim - 1];
 }
 
-static int matmul_in (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
-                      const qkv_tensor *b, double alpha) {
+int qkv_op_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
+                   const qkv_tensor *b, double alpha) {
   /* expand the batch dims to out's; the matrix dims keep their own sizes */
   int n = out->ndim;
   int64_t sa[QKV_MAXDIM], sb[QKV_MAXDIM];
@@ -483,14 +483,15 @@ int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if ((err = qkv_op_split_matmul(be, out, a, b, alpha)) != QKV_EDTYPE) return err;
   if (qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype) &&
-      (err = matmul_in(be, out, a, b, alpha)) != QKV_EDTYPE)
+      (err = qkv_op_matmul(be, out, a, b, alpha)) != QKV_EDTYPE)
     return err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
-  if (o == out) return matmul_in(be, out, a, b, alpha);
+  if (o == out) return qkv_op_matmul(be, out, a, b, alpha);
   if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
     if ((err = qkv_op_convert(&y, b, o->dtype)) == QKV_OK) {
-      err = matmul_in(be, o, &x, &y, alpha);
+      err = qkv_op_matmul(be, o, &x, &y, alpha);
       qkv_storage_release(y.storage);
     }
     qkv_storage_release(x.storage);

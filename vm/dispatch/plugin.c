@@ -80,6 +80,7 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
     else if (a && a->init(why_not, sizeof why_not) == QKV_OK) {
       api = a;
       qkv_backend_register(QKV_CUDA, a->backend);
+      a->allow_tf32(qkv_matmul_precision() != QKV_PREC_HIGHEST);
     }
   }
   if (api == NULL && why) snprintf(why, n, "%s", why_not);

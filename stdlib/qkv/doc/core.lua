@@ -370,7 +370,8 @@ GPU the driver lists. As torch.cuda.get_device_name.]]},
    doc = [[Whether float32 products on the GPU may use TF32 tensor cores
 (10-bit mantissas, much faster, about 1e-3 relative error). Off by default,
 so the GPU's float32 results match the CPU's to rounding. Returns the
-setting before; a boolean argument sets it. As
+setting before; a boolean argument sets it: true is the float32 matmul
+precision "high", false "highest" (qkv.set_float32_matmul_precision). As
 torch.backends.cuda.matmul.allow_tf32.]]},
 
   {name = "qkv.cuda.attention_backend", sig = "qkv.cuda.attention_backend([path])", group = "device",

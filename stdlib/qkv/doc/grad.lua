@@ -344,4 +344,32 @@ the innermost region's, else the default ("bfloat16" on the CPU, "float16"
 on the GPU). A region opened with enabled = false reads as the default.
 As torch.get_autocast_dtype.]],
    example = [=[print(qkv.get_autocast_dtype("cpu"))   --> bfloat16]=]},
+
+  {name = "qkv.set_float32_matmul_precision", sig = "qkv.set_float32_matmul_precision(precision)",
+   group = "mixed precision",
+   doc = [[How float32 products (matmul, mm, bmm, project, F.linear,
+scores, and the products of the unfused attention path) compute from now
+on, in every coroutine: "highest" (the default) in float32; "medium" as
+products of the operands rounded to bfloat16 with float32 sums; "high" as
+six products of each operand's three exact bfloat16 parts, which errs about
+as float32 does. As PyTorch's, "medium" and "high" take the faster path
+only where there is one (on the CPU: AVX-512's bfloat16 products for
+"medium", the tile unit (AMX) for both; on the GPU both mean TF32, as
+qkv.cuda.allow_tf32(true)); elsewhere they compute as "highest". The fused
+attention kernels stay float32. Anything else is an error. As
+torch.set_float32_matmul_precision.]],
+   example = [=[qkv.set_float32_matmul_precision("high")
+print(qkv.get_float32_matmul_precision())   --> high
+qkv.set_float32_matmul_precision("highest")
+print(pcall(qkv.set_float32_matmul_precision, "low"))
+--> false	qkv.set_float32_matmul_precision: precision must be "highest", "high" or "medium", got low]=]},
+
+  {name = "qkv.get_float32_matmul_precision", sig = "qkv.get_float32_matmul_precision()",
+   group = "mixed precision",
+   doc = [[The float32 matmul precision set last: "highest", "high" or
+"medium" (see qkv.set_float32_matmul_precision). It starts as "highest", so
+numerics never change unasked. qkv.cuda.allow_tf32(true) sets it to
+"high" and false to "highest", as PyTorch's allow_tf32 does. As
+torch.get_float32_matmul_precision.]],
+   example = [=[print(qkv.get_float32_matmul_precision())   --> highest]=]},
 }
