@@ -63,6 +63,17 @@ local all = m.tokenizer:encode(texts)
 local tokens = all.attention_mask:sum():item()
 local t_embed = median(function() for _, b in ipairs(batches) do m:embed(b) end end, 3)
 local t_encode = median(function() for _, b in ipairs(batches) do m:encode(b) end end, 3)
+-- under bfloat16 autocast (issue 51), and how near its embeddings are to
+-- float32's: the least cosine similarity over the sentences
+local AC = {device_type = "cpu", dtype = "bfloat16"}
+local t_autocast = median(function()
+  qkv.autocast(AC, function() for _, b in ipairs(batches) do m:embed(b) end end)
+end, 3)
+local least_cos = math.huge
+for _, b in ipairs(batches) do
+  local e32, e16 = m:embed(b), qkv.autocast(AC, m.embed, m, b):float()
+  least_cos = math.min(least_cos, qkv.cosine_similarity(e32, e16, 2):min():item())
+end
 
 -- the peer, on the very same ids
 local torch = {}
@@ -100,5 +111,8 @@ row("qkv.bert.load (weights, vocab, config)", t_load, nil, "ms")
 row("tokenize (sentences/s)", t_tok, torch.hf_tokenize)
 row("embed: forward, fused attention", t_embed, torch.forward)
 row("encode: + every layer's weights", t_encode, nil)
+row("embed under bfloat16 autocast", t_autocast, torch.forward_autocast)
 row("Hugging Face BertModel forward", t_embed, torch.hf_forward)
 print(("embed: %.0f GFLOP/s"):format(flop / t_embed / 1e9))
+print(("autocast: %.2fx float32's sentences/s; embeddings' least cosine similarity to float32's %.5f")
+  :format(t_embed / t_autocast, least_cos))

@@ -7,6 +7,7 @@ prints "RESULT name seconds" lines:
   load       model.safetensors read into torch tensors (numpy parses it)
   forward    BERT in plain torch (F.linear, matmul, softmax, layer_norm,
              gelu) over every batch, mean-pooled and normalised
+  forward_autocast  the same under torch.autocast("cpu", dtype=torch.bfloat16)
   hf_forward Hugging Face's BertModel on the same batches (only where
              transformers imports), and hf_tokenize its fast tokenizer
 times are medians of 3 passes over all the sentences."""
@@ -100,6 +101,8 @@ def main():
         n = int(m.sum(1).max())          # each batch padded to its longest sentence
         batches.append((ids[i:i + batch, :n], m[:, :n]))
     print("RESULT forward %.9f" % median(lambda: [forward(i, m) for i, m in batches]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        print("RESULT forward_autocast %.9f" % median(lambda: [forward(i, m) for i, m in batches]))
     try:
         import transformers
     except ImportError:

@@ -17,7 +17,12 @@
 -- mask not counted: block 0.31 GFLOP, 2-layer 4.9 GFLOP.
 --
 --   build/qkv bench/train.lua [block|2-layer] [idle|busy] [threads]
+--   build/qkv bench/train.lua autocast [steps]
 --   (run by `make bench`; the peer comes from `make bench-deps`)
+-- autocast (issue 51): the 2-layer model under bfloat16 autocast against
+-- its float32 step (both on all threads, idle) and PyTorch's float32 and
+-- autocast steps; then `steps` (200) steps of each from the same weights
+-- and their last losses.
 
 local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
 local nn = qkv.nn
@@ -33,8 +38,9 @@ local function flops(w)
   return 3 * w.layers * (24 * w.d * w.d * tokens + 2 * w.n * w.d * tokens)
 end
 
--- the model and one step of it; returns step()
-local function model(w)
+-- the model and one step of it (under bfloat16 autocast when ac);
+-- returns step(), which returns the loss
+local function model(w, ac)
   qkv.seed(0)
   local layers = nn.ModuleList()
   for _ = 1, w.layers do
@@ -50,19 +56,21 @@ local function model(w)
     end
     return y
   end
+  local AC = {device_type = "cpu", dtype = "bfloat16", enabled = ac == true}
   return function()
     opt:zero_grad()
-    local loss = nn.mse_loss(forward(x), target)
+    local loss = qkv.autocast(AC, function() return nn.mse_loss(forward(x), target) end)
     loss:backward()
     opt:step()
+    return loss
   end
 end
 
 -- ms per step: best of 3 runs of w.steps steps, after 3 to warm up; fresh:
 -- the mean of one run of w.steps from the start
-local function qkv_ms(w, threads)
+local function qkv_ms(w, threads, ac)
   qkv.set_num_threads(threads)
-  local step = model(w)
+  local step = model(w, ac)
   if w.fresh then
     local t = qkv.clock()
     for _ = 1, w.steps do step() end
@@ -80,11 +88,12 @@ local function qkv_ms(w, threads)
 end
 
 local PY, VERSION = U.peer_python()
-local function torch_ms(w, threads)
+local function torch_ms(w, threads, ac)
   if not PY then return nil end
   local py = arg[0]:gsub("train%.lua$", "train_torch.py")
   local p = io.popen(table.concat({U.quote(PY), U.quote(py), w.layers, w.d, w.h, w.n, w.b,
-                                   w.steps, threads, w.fresh and "fresh" or "", "2>&1"}, " "))
+                                   w.steps, threads, w.fresh and "fresh" or ac and "autocast" or "",
+                                   "2>&1"}, " "))
   local out = p:read("a")
   p:close()
   return tonumber(out:match("RESULT %S+ (%S+)"))
@@ -104,6 +113,38 @@ end
 
 local only_work, only_load, only_threads = arg[1], arg[2], tonumber(arg[3])
 local all = qkv.get_num_threads()
+
+-- the 2-layer model under bfloat16 autocast, and its loss after n steps
+local function autocast_rows(n)
+  local w = WORK[2]
+  local q32, qac = qkv_ms(w, all), qkv_ms(w, all, true)
+  local t32, tac = torch_ms(w, all), torch_ms(w, all, true)
+  print(("autocast: the 2-layer step, %d threads, idle, ms; %s"):format(all,
+    PY and ("torch " .. VERSION) or "torch: not found (`make bench-deps`), skipped"))
+  print(("%-22s %9s %9s %12s %12s"):format("", "qkv f32", "qkv bf16", "torch f32", "torch bf16"))
+  local f = function(x) return x and ("%.2f"):format(x) or "-" end
+  print(("%-22s %9.2f %9.2f %12s %12s"):format("ms a step", q32, qac, f(t32), f(tac)))
+  local best_torch = t32 and math.min(t32, tac or math.huge)
+  print(("%-22s %9s %9.2f %12s %12s"):format("x qkv f32's speed", "1.00", q32 / qac,
+    t32 and f(q32 / t32) or "-", tac and f(q32 / tac) or "-"))
+  print(("bf16 autocast: %.2fx qkv's float32 step, %s the faster of torch's"):format(q32 / qac,
+    best_torch and ("%.2fx"):format(best_torch / qac) or "-"))
+  local last = {}
+  for _, ac in ipairs{false, true} do
+    qkv.set_num_threads(all)
+if not only_work then autocast_rows(200) end
+    local step, loss = model(w, ac)
+    for _ = 1, n do loss = step() end
+    last[ac] = loss:float():item()
+  end
+  print(("after %d steps from the same weights: loss float32 %.6f, autocast %.6f (%.2f%% apart)")
+    :format(n, last[false], last[true], math.abs(last[true] - last[false]) / last[false] * 100))
+end
+
+if only_work == "autocast" then
+  autocast_rows(tonumber(arg[2]) or 200)
+  return
+end
 print(string.format("train: one training step (forward, backward, Adam), ms; torch/qkv = how many " ..
                     "times qkv is faster; %s", PY and ("torch " .. VERSION .. " (" .. PY .. ")")
                     or "torch: not found (`make bench-deps`), skipped"))
@@ -128,3 +169,4 @@ for _, w in ipairs(WORK) do
   end
 end
 qkv.set_num_threads(all)
+if not only_work then autocast_rows(200) end

@@ -1,9 +1,10 @@
 # train_torch.py -- bench/train.lua's peer: the same transformer block's
 # training step in PyTorch (2.x from `make bench-deps`), same shapes, same
 # work: h = LN(x + MHA(x, causal)), y = h + MLP(h), MSE, Adam.
-#   python train_torch.py LAYERS D H SEQ BATCH STEPS THREADS [fresh]
+#   python train_torch.py LAYERS D H SEQ BATCH STEPS THREADS [fresh|autocast]
 # prints "RESULT <seconds for STEPS steps> <ms per step>" (best of 3 after
-# 5 steps to warm up; fresh: one run of STEPS from the start)
+# 5 steps to warm up; fresh: one run of STEPS from the start; autocast: the
+# forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16))
 import sys, time
 import torch
 import torch.nn as nn
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 layers, d, h, n, b, steps, threads = map(int, sys.argv[1:8])
 fresh = sys.argv[8:9] == ["fresh"]
+autocast = sys.argv[8:9] == ["autocast"]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
@@ -33,7 +35,8 @@ x, target = torch.randn(b, n, d), torch.randn(b, n, d)
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = F.mse_loss(model(x), target)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = F.mse_loss(model(x), target)
     loss.backward()
     opt.step()
     return loss

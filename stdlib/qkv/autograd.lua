@@ -146,7 +146,7 @@ function A.record(name, out, inputs, backward, saved)
                              nout = #outs}, Node)
   for i, x in pairs(inputs) do
     local m = is_tensor(x) and meta[x]
-    if m and m.node then node.edges[i] = {node = m.node, slot = m.slot}
+    if m and m.node then node.edges[i] = {node = m.node, slot = m.slot, dtype = x.dtype}
     elseif m and m.leaf then node.edges[i] = {leaf = x} end
   end
   for _, x in pairs(saved or {}) do
@@ -234,6 +234,9 @@ local function run(y, dy, sink, on_leaf)
       for k, e in pairs(n.edges) do
         local gk = gs[k]
         if gk ~= nil then
+          -- a gradient in its input's dtype, as PyTorch's engine casts it
+          -- (x + y of float32 and bfloat16 gives y a bfloat16 one)
+          if e.dtype and is_tensor(gk) and gk.dtype ~= e.dtype then gk = gk:to(e.dtype) end
           if e.node then
             local to = grads[e.node] or {}
             grads[e.node] = to

@@ -333,6 +333,25 @@ function TestRules:testFusedBackwardWithNoKeys()
   end
 end
 
+-- an op of mixed dtypes (float32 + bfloat16 gives float32) hands each
+-- input its gradient in that input's dtype, as PyTorch's engine: the
+-- bfloat16 product's backward then meets bfloat16 (it raised "the dtypes
+-- must agree" before), and the values are the float64 ones rounded
+function TestRules:testMixedDtypeOpsGiveEachInputItsDtype()
+  local x = qkv.randn(3, 4)
+  local w = qkv.randn(4, 4):requires_grad_()
+  local z = x:bfloat16():matmul(w:bfloat16())          -- bfloat16, tracked
+  local y = x + z                                       -- float32
+  lu.assertEquals(y.dtype, "float32")
+  local loss = (y * y):sum()
+  loss:backward()
+  lu.assertEquals(w.grad.dtype, "float32")
+  -- d/dw sum((x + xw)^2) = x^T 2 (x + xw), with bfloat16's roundings
+  local xb = x:bfloat16():double()
+  local want = xb:t():matmul((2 * y:double()):bfloat16():double())
+  t.assertClose(w.grad:double(), want, {rtol = 2e-2, atol = 1e-2})
+end
+
 ---------------------------------------------------------------- the API
 TestAPI = {}
 

@@ -122,6 +122,22 @@ function TestAutocast:testModelGradients()
   lu.assertTrue((f[1].grad - ps[1].grad):abs():max():item() > 1e-5, "bfloat16 products")
 end
 
+-- a residual connection adds a float32 input to a bfloat16 product (the
+-- sum float32): the backward hands the product its gradient in bfloat16
+-- (it raised "the dtypes must agree" in the product's backward before);
+-- the gradient is the float64 one within bfloat16's rounding
+function TestAutocast:testResidualBackward()
+  local x = t32(T.a)
+  local w = qkv.eye(8):float():requires_grad_()
+  local y = qkv.autocast({device_type = "cpu"}, function() return x + F.linear(x, w) end)
+  lu.assertEquals(y.dtype, "float32")
+  local loss = (y * y):sum()
+  loss:backward()
+  -- d/dw sum((x + x w^T)^2) = 2 (x + x w^T)^T x = 4 x^T x at w = I
+  local xd = x:double()
+  near(w.grad, (4 * xd:t():matmul(xd)):tolist(), 2e-2, "w.grad")
+end
+
 function TestAutocast:testRegions()
   lu.assertFalse(qkv.is_autocast_enabled("cpu"))
   lu.assertEquals(qkv.get_autocast_dtype("cpu"), "bfloat16")
