@@ -37,6 +37,14 @@ function M.autocast_fp32(...)
   return ...
 end
 
+-- op's arguments cast ahead of it as autocast would (qkv.amp.autocast's
+-- args), for library functions that pass the op a view of a parameter
+function M.autocast_args(op, ...)
+  local ac = package.loaded["qkv.amp.autocast"]
+  if ac then return ac.args(op, ...) end
+  return ...
+end
+
 function M.what_arg(v)
   if M.open_tensor(v) then return v.dtype .. " " .. tostring(v.shape) end
   return qkv.is_tensor(v) and "a closed tensor" or type(v)

@@ -138,6 +138,67 @@ function TestAutocast:testResidualBackward()
   near(w.grad, (4 * xd:t():matmul(xd)):tolist(), 2e-2, "w.grad")
 end
 
+-- PyTorch's cast cache: a parameter's cast is made once in a region and
+-- shared by its uses (the live memory of four kept uses holds one cast,
+-- not four), dropped when the outermost region closes; gradients through
+-- the shared cast add up; a write into the parameter, a backward that
+-- freed the cast's node, or a cast made under no_grad is cast again
+function TestAutocast:testCastCache()
+  local x, w = qkv.randn(2, 512), qkv.randn(512, 512):requires_grad_()    -- w's cast: 0.5 MB
+  local CAST = 512 * 512 * 2
+  local function live(cache)
+    collectgarbage()
+    local before, outs = qkv.memory(), {}
+    local ac <close> = qkv.autocast{device_type = "cpu", cache_enabled = cache}
+    for i = 1, 4 do outs[i] = F.linear(x, w) end
+    collectgarbage()
+    return qkv.memory() - before
+  end
+  local kept, shared = live(false), live(true)
+  lu.assertTrue(kept - shared >= 3 * CAST, ("%d bytes without the cache, %d with"):format(kept, shared))
+  collectgarbage()
+  local before = qkv.memory()
+  qkv.autocast({device_type = "cpu"}, function() F.linear(x, w) end)
+  collectgarbage()
+  lu.assertEquals(qkv.memory(), before, "the cache is dropped with the region")
+  -- gradients: two uses, two backwards in one region, a write in between
+  local AC = {device_type = "cpu"}
+  local one = qkv.autocast(AC, function() return F.linear(x, w):float():sum() end)
+  one:backward()
+  local g = w.grad:clone()
+  w.grad = nil
+  qkv.autocast(AC, function() return (F.linear(x, w) + F.linear(x, w)):float():sum() end):backward()
+  near(w.grad, (2 * g):tolist(), 1e-6, "two uses")
+  w.grad = nil
+  do
+    local ac <close> = qkv.autocast(AC)
+    for _ = 1, 2 do F.linear(x, w):float():sum():backward() end   -- the node freed, cast again
+    near(w.grad, (2 * g):tolist(), 1e-6, "two backwards")
+    local a = F.linear(x, w)
+    qkv.no_grad(function() w:mul_(2) end)
+    near(F.linear(x, w), (2 * a:double()):tolist(), 1e-2, "after a write")
+    qkv.no_grad(function() w:div_(2) end)
+  end
+  w.grad = nil
+  do
+    local ac <close> = qkv.autocast(AC)
+    qkv.no_grad(function() return F.linear(x, w) end)
+    F.linear(x, w):float():sum():backward()
+  end
+  near(w.grad, g:tolist(), 1e-6, "a cast under no_grad is not shared")
+  -- nn.Linear's weight too (its forward casts the weight, not its view)
+  local lin = qkv.nn.Linear(512, 512, {bias = false})
+  local function lin_live(cache)
+    collectgarbage()
+    local before, outs = qkv.memory(), {}
+    local ac <close> = qkv.autocast{device_type = "cpu", cache_enabled = cache}
+    for i = 1, 4 do outs[i] = lin(x) end
+    collectgarbage()
+    return qkv.memory() - before
+  end
+  lu.assertTrue(lin_live(false) - lin_live(true) >= 3 * CAST)
+end
+
 function TestAutocast:testRegions()
   lu.assertFalse(qkv.is_autocast_enabled("cpu"))
   lu.assertEquals(qkv.get_autocast_dtype("cpu"), "bfloat16")

@@ -67,12 +67,40 @@ local function current()
   return r and r[#r]
 end
 
+-- PyTorch's cast cache: within the outermost region (cleared when it
+-- closes), a float32 leaf that requires grad (a parameter) is cast to the
+-- low dtype once, and its later uses share that cast, autograd's node and
+-- all, where the innermost region has cache_enabled (the default). An
+-- entry holds the parameter's version, so a write into it (an optimizer's
+-- step inside the region) casts it again, and one cache serves each grad
+-- mode (a cast made under no_grad has no node to share); a cast whose
+-- node a backward has freed is made again. Weak keys: a
+-- parameter collected takes its entry along.
+local caches = {[true] = setmetatable({}, {__mode = "k"}), [false] = setmetatable({}, {__mode = "k"})}
+local depth = 0                       -- regions open, in every coroutine
+
+local function cached_to(x, to)
+  if to == "float32" or x.dtype ~= "float32" or not x.requires_grad or not x.is_leaf then
+    return x:to(to)
+  end
+  local cache, v = caches[qkv.is_grad_enabled()], x:_version()
+  local e = cache[x]
+  -- (a backward frees the cast's node: a later forward casts again)
+  local node = e and e.y.grad_fn
+  if e and e.version == v and e.to == to and not (node and node.freed) then return e.y end
+  local y = x:to(to)
+  cache[x] = {version = v, to = to, y = y}
+  return y
+end
+
 -- the casts of an op's tensor arguments to `to`; nil when none changes
-local function cast(to, n, ...)
+local function cast(to, n, cache, ...)
   local args, changed = {...}, false
   for i = 1, n do
     local x = args[i]
-    if open(x) and ELIGIBLE[x.dtype] and x.dtype ~= to then args[i], changed = x:to(to), true end
+    if open(x) and ELIGIBLE[x.dtype] and x.dtype ~= to then
+      args[i], changed = cache and cached_to(x, to) or x:to(to), true
+    end
   end
   return changed and args or nil
 end
@@ -88,25 +116,41 @@ local function region_of(n, ...)
   end
 end
 
+-- the n arguments of op `name` cast as the region open here says; nil
+-- when none changes
+local function cast_args(name, n, ...)
+  local low, dev = region_of(n, ...)
+  local kind = low and POLICY[dev][name]
+  if not kind then return nil end
+  return cast(kind == "low" and low or "float32", n, current().cache, ...)
+end
+
 -- the bindings' hook (lauxgrad.c): false, or true and the op's results
 -- on its cast arguments
 local function hook(name, op, ...)
   local n = select("#", ...)
-  local low, dev = region_of(n, ...)
-  local kind = low and POLICY[dev][name]
-  if not kind then return false end
-  local args = cast(kind == "low" and low or "float32", n, ...)
+  local args = cast_args(name, n, ...)
   if not args then return false end
   return true, qkv._autocast_call(op, table.unpack(args, 1, n))
 end
 qkv._autocast(hook)
+
+-- op's arguments cast ahead of the op, for a library function that hands
+-- the op a view of a parameter (F.linear's weight:t()): the parameter
+-- itself is cast, so that its cast is the one cached
+function M.args(name, ...)
+  local n = select("#", ...)
+  local args = cast_args(name, n, ...)
+  if not args then return ... end
+  return table.unpack(args, 1, n)
+end
 
 -- a library function that PyTorch's autocast runs in float32 (the losses):
 -- its tensor arguments widened where a region is open on their device
 function M.fp32(...)
   local n = select("#", ...)
   if not region_of(n, ...) then return ... end
-  local args = cast("float32", n, ...)
+  local args = cast("float32", n, false, ...)
   if not args then return ... end
   return table.unpack(args, 1, n)
 end
@@ -130,6 +174,7 @@ local function region(opts)
   local outer, r = current(), {}
   for d in pairs(DEFAULT) do r[d] = outer and outer[d] or false end
   r[dev] = o.enabled ~= false and dt
+  r.cache = o.cache_enabled ~= false
   return r
 end
 
@@ -137,6 +182,7 @@ local function push(r)
   local co = running()
   regions[co] = regions[co] or {}
   table.insert(regions[co], r)
+  depth = depth + 1
   qkv._autocast(1)
 end
 
@@ -145,6 +191,10 @@ local function pop(r)
   for i = list and #list or 0, 1, -1 do
     if list[i] == r then
       table.remove(list, i)
+      depth = depth - 1
+      if depth == 0 then
+        for _, c in pairs(caches) do for k in pairs(c) do c[k] = nil end end
+      end
       qkv._autocast(-1)
       return
     end

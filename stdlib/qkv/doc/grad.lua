@@ -322,8 +322,9 @@ without f, opens a region that lasts until the returned object is closed
 (local ac <close> = qkv.autocast{...}: Lua's to-be-closed variables are
 Python's with). opts: device_type ("cpu" or "cuda", required), dtype
 ("bfloat16", the CPU's default, or "float16", the GPU's), enabled (true;
-false turns an enclosing region off), cache_enabled (accepted, as
-PyTorch's; qkv casts per call). Inside, the products (matmul, mm, bmm,
+false turns an enclosing region off), cache_enabled (true: a
+parameter's cast is made once and shared until the outermost region
+closes, as PyTorch's). Inside, the products (matmul, mm, bmm,
 project and F.linear, scores, attention and F.scaled_dot_product_attention)
 run in dtype and the losses in float32; on the GPU also PyTorch's CUDA
 float32 list (softmax, log_softmax, layer_norm, exp, log, sum, ...). The

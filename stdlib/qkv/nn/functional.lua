@@ -9,6 +9,7 @@ M.inside(debug.getinfo(1, "S").source)
 
 local nn, fail, named, checkopts, checktensor = M.nn, M.fail, M.named, M.checkopts, M.checktensor
 local fp32 = require("qkv.methods").autocast_fp32      -- losses run in float32 under autocast
+local autocast_args = require("qkv.methods").autocast_args
 
 ---------------------------------------------------------------- functions
 
@@ -301,6 +302,7 @@ function F.linear(x, weight, bias)
     fail("linear", "bias is %s but weight is %s: expected (out_features,) = (%d,)",
          tostring(bias.shape), tostring(weight.shape), weight:size(1))
   end
+  x, weight, bias = autocast_args("project", x, weight, bias)    -- the weight's cast cached
   return named("linear", pcall(qkv.project, x, weight:t(), bias))
 end
 

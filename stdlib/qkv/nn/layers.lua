@@ -3,6 +3,7 @@
 -- (Sequential, ModuleList), each a class of nn/module.lua.
 
 local qkv = require "qkv"
+local autocast_args = require("qkv.methods").autocast_args
 local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
@@ -28,7 +29,9 @@ function Linear:init(d_in, d_out, opts)
 end
 
 function Linear:forward(x)
-  return qkv.project(checktensor("Linear", "x", x), self.weight:t(), self.bias)
+  -- under autocast the weight itself is cast (and cached), not its view
+  local xc, w, b = autocast_args("project", checktensor("Linear", "x", x), self.weight, self.bias)
+  return qkv.project(xc, w:t(), b)
 end
 
 function Linear:extra()
