@@ -475,6 +475,7 @@ local function child(o)
     q.seed(o.seed * 1000003 + K)
     q.set_default_device("cpu")   -- a fuzzed qkv.set_default_device lasts one call
     q.set_num_threads(threads)    -- and so does a fuzzed qkv.set_num_threads
+    q.set_float32_matmul_precision("highest")   -- and the float32 matmul precision
     local e = list[(K - 1) % #list + 1]
     -- before the arguments are made: making them may hang too
     note(K, e.name .. " (making its arguments)")
