@@ -13,18 +13,7 @@ local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
 local SHAPES = {{384, 384, 1536}, {384, 1536, 384}, {1024, 1024, 1024}, {2048, 2048, 2048}}
 local ATTN = {{512, 0}, {512, 1}, {1024, 0}, {1024, 1}, {4096, 0}, {4096, 1}}
 
--- the best of at least 5 runs and a quarter of a second (a product of
--- 0.2 ms read 1.3 to 2.4 TFLOP/s over runs of five)
-local function best(f)
-  f()
-  local b, n, t0 = math.huge, 0, qkv.clock()
-  while n < 5 or qkv.clock() - t0 < 0.25 do
-    local t = qkv.clock()
-    f()
-    b, n = math.min(b, qkv.clock() - t), n + 1
-  end
-  return b
-end
+local best = U.best_short
 
 local PY, VERSION = U.peer_python()
 -- the peer's lines: "TAG a b [c] f32 bf16" as torch["a x b [x c]"] = {f32, bf16}

@@ -5,18 +5,11 @@
 #   python bf16_torch.py attention N C [N C ...]
 #     scaled_dot_product_attention on B 1, H 8, d 64, N tokens, causal if C
 #     is 1; prints "ATTN N C f32_seconds bf16_seconds"
-import sys, time
+import os, sys
 import torch
 
-
-def best(f):
-    f()
-    b, n, t0 = float("inf"), 0, time.perf_counter()
-    while n < 5 or time.perf_counter() - t0 < 0.25:
-        t = time.perf_counter()
-        f()
-        b, n = min(b, time.perf_counter() - t), n + 1
-    return b
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from cpu_best import best  # noqa: E402
 
 
 if sys.argv[1] == "attention":

@@ -14,16 +14,7 @@ local U = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/lib/timing.lua")
 local SHAPES = {{512, 384, 384}, {512, 384, 1536}, {512, 1536, 384}, {1024, 1024, 1024}}
 local PRECISIONS = {"highest", "high", "medium"}
 
-local function best(f)
-  f()
-  local b, n, t0 = math.huge, 0, qkv.clock()
-  while n < 5 or qkv.clock() - t0 < 0.25 do
-    local t = qkv.clock()
-    f()
-    b, n = math.min(b, qkv.clock() - t), n + 1
-  end
-  return b
-end
+local best = U.best_short
 
 local PY, VERSION = U.peer_python()
 local torch = {}                       -- torch["MxKxN precision"] = {seconds, error}

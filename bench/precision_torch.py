@@ -3,18 +3,11 @@
 # 5 runs and 0.25 s, and the error against float64 (||c - ref|| / ||ref||)
 #   python precision_torch.py M K N [M K N ...]
 #     prints "RESULT M K N precision seconds error" for highest, high, medium
-import sys, time
+import os, sys
 import torch
 
-
-def best(f):
-    f()
-    b, n, t0 = float("inf"), 0, time.perf_counter()
-    while n < 5 or time.perf_counter() - t0 < 0.25:
-        t = time.perf_counter()
-        f()
-        b, n = min(b, time.perf_counter() - t), n + 1
-    return b
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from cpu_best import best  # noqa: E402
 
 
 a = list(map(int, sys.argv[1:]))
