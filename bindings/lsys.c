@@ -115,6 +115,14 @@ static int c_attention_backend (lua_State *L) {
   return 1;
 }
 
+/* the float32 matmul precision, and the GPU's TF32 with it where the
+   plugin is loaded (vm/dispatch/plugin.c tells one loaded later) */
+static void set_precision (qkv_precision p) {
+  qkv_set_matmul_precision(p);
+  const qkv_cuda_api *a = qkv_cuda_loaded();
+  if (a) a->allow_tf32(p != QKV_PREC_HIGHEST);
+}
+
 /* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it: PyTorch's
    torch.backends.cuda.matmul.allow_tf32, the float32 matmul precision
    "high" (true) or "highest" (false) */
@@ -123,7 +131,7 @@ static int c_allow_tf32 (lua_State *L) {
   lua_pushboolean(L, qkv_matmul_precision() != QKV_PREC_HIGHEST);
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
-    qkv_set_matmul_precision(lua_toboolean(L, 1) ? QKV_PREC_HIGH : QKV_PREC_HIGHEST);
+    set_precision(lua_toboolean(L, 1) ? QKV_PREC_HIGH : QKV_PREC_HIGHEST);
   }
   return 1;
 }
@@ -282,7 +290,7 @@ static int s_set_precision (lua_State *L) {
   if (precisions[i] == NULL)
     return luaL_error(L, "%s: precision must be \"highest\", \"high\" or \"medium\", got %s",
                       name, luaL_tolstring(L, 1, NULL));
-  qkv_set_matmul_precision((qkv_precision)i);
+  set_precision((qkv_precision)i);
   return 0;
 }
 

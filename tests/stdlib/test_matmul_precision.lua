@@ -1,5 +1,5 @@
 -- test_matmul_precision.lua: qkv.set_float32_matmul_precision
--- (vm/dispatch/precision.c) against float64 references: "medium" is the
+-- (vm/dispatch/matmul.c) against float64 references: "medium" is the
 -- product of the operands rounded to bfloat16 (nearest) with float32 sums,
 -- "high" errs as float32 does and far less than "medium"; products of
 -- every form (batched, broadcast, transposed views, scaled scores, linear,

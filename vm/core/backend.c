@@ -46,6 +46,13 @@ void qkv_set_num_threads (int n) {
   nthreads = n < 1 ? 1 : n > QKV_MAX_THREADS ? QKV_MAX_THREADS : n;
 }
 
+/* the float32 matmul precision (vm/dispatch/matmul.c reads it, and the
+   GPU's plugin follows it: TF32 where it is not "highest") */
+static qkv_precision precision = QKV_PREC_HIGHEST;
+
+qkv_precision qkv_matmul_precision (void) { return precision; }
+void qkv_set_matmul_precision (qkv_precision p) { precision = p; }
+
 /* filled by the backends themselves: the core names none of them */
 static const qkv_backend *backends[QKV_NDEV];
 

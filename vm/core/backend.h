@@ -150,7 +150,7 @@ typedef struct qkv_backend {
   int (*attention_blocks)(struct qkv_attn_mods *M, qkv_tensor *kinds, qkv_tensor *spans,
                           int64_t nq, int64_t nk, int64_t bq, int64_t bk, int *runs);
   /* whether a float32 product of `work` multiply-adds runs faster as
-     bfloat16 products `parts` times as wide (precision.c); NULL: never */
+     bfloat16 products `parts` times as wide (vm/dispatch/matmul.c); NULL: never */
   int (*split_products)(int parts, double work);
 } qkv_backend;
 

@@ -169,10 +169,11 @@ int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor 
    alpha (0, inf and NaN included) */
 int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                double alpha);
-/* float32 products' precision, PyTorch's torch.set_float32_matmul_precision
-   (vm/dispatch/precision.c): HIGHEST is float32's own; HIGH and MEDIUM run
-   as bfloat16 parts where the backend says that is faster (the CPU's
-   bfloat16 units; TF32 on the GPU), else as HIGHEST */
+/* float32 products' precision, PyTorch's torch.set_float32_matmul_precision,
+   kept by the core (backend.c): HIGHEST is float32's own; HIGH and MEDIUM
+   run as bfloat16 parts where the backend says that is faster (the CPU's
+   bfloat16 units, vm/dispatch/matmul.c), TF32 on the GPU (whose plugin is
+   told at load and by the bindings' setter), else as HIGHEST */
 typedef enum { QKV_PREC_HIGHEST, QKV_PREC_HIGH, QKV_PREC_MEDIUM } qkv_precision;
 void qkv_set_matmul_precision(qkv_precision p);
 qkv_precision qkv_matmul_precision(void);

@@ -505,7 +505,7 @@ static int bf16_check (const qkv_tensor *out, const qkv_tensor *a, const qkv_ten
 }
 
 /*
-** The float32 matmul precision's parts (vm/dispatch/precision.c) run on
+** The float32 matmul precision's parts (vm/dispatch/matmul.c) run on
 ** oneDNN's bfloat16 product: on the tile unit where the CPU has one, else
 ** on AVX-512's bfloat16 dot products at twice float32's rate, worth one
 ** part ("medium") there and six ("high") on the tile unit only.
@@ -520,7 +520,7 @@ int qkv_cpu_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                     double alpha) {
   qkv_matmul_dims d;
   /* bfloat16 operands into a bfloat16 out, or into a float32 one (the
-     float32 matmul precision's parts, vm/dispatch/precision.c) */
+     float32 matmul precision's parts, vm/dispatch/matmul.c) */
   int bf16 = a->dtype == QKV_BF16 && (out->dtype == QKV_BF16 || out->dtype == QKV_F32);
   int err = bf16 ? bf16_check(out, a, b, &d) : qkv_matmul_check(out, a, b, &d);
   if (err != QKV_OK) return err;

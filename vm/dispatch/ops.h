@@ -39,12 +39,8 @@ int qkv_op_lift(const qkv_tensor **x, qkv_tensor *buf, qkv_device d);
 void qkv_op_unlift(const qkv_tensor *x, qkv_tensor *buf);
 
 /* out = alpha a @ b on be, a and b already checked: their batch dims
-   expanded to out's (ops.c) */
+   expanded to out's (ops.c; for matmul.c) */
 int qkv_op_matmul(const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                   const qkv_tensor *b, double alpha);
-/* a float32 product at the float32 matmul precision (precision.c):
-   QKV_EDTYPE when it is float32's own */
-int qkv_op_split_matmul(const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
-                        const qkv_tensor *b, double alpha);
 
 #endif

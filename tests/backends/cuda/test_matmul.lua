@@ -32,7 +32,7 @@ function TestCudaMatmul:testShapesLayoutsAndBatches()
   end
 end
 
--- the float32 matmul precision's bfloat16 parts (vm/dispatch/precision.c),
+-- the float32 matmul precision's bfloat16 parts (vm/dispatch/matmul.c),
 -- taken on every backend by qkv._split_products(true): the device's
 -- product of the parts is the CPU's, to float32 sums; and allow_tf32 is
 -- the precision "high" or "highest", as PyTorch's

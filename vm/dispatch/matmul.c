@@ -1,5 +1,6 @@
 /*
-** precision.c -- float32 products at PyTorch's float32 matmul precision.
+** matmul.c -- qkv_matmul, and float32 products at PyTorch's float32 matmul
+** precision (its state in the core: qkv_matmul_precision).
 **
 ** "highest" is float32's own product, the default.  Where the backend says
 ** products of bfloat16 parts run faster than float32's (split_products:
@@ -18,19 +19,9 @@
 #include <string.h>
 
 #include "ops.h"
-#include "plugin.h"
 #include "../common/ops.h"
 
-static qkv_precision precision = QKV_PREC_HIGHEST;
 static int forced;
-
-void qkv_set_matmul_precision (qkv_precision p) {
-  precision = p;
-  const qkv_cuda_api *a = qkv_cuda_loaded();
-  if (a) a->allow_tf32(p != QKV_PREC_HIGHEST);
-}
-
-qkv_precision qkv_matmul_precision (void) { return precision; }
 
 void qkv_force_split_products (int on) { forced = on != 0; }
 
@@ -133,8 +124,11 @@ static int product (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
   return err;
 }
 
-int qkv_op_split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
+/* a float32 product at the precision set: QKV_EDTYPE when it is float32's
+   own (the caller's to run) */
+static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                          const qkv_tensor *b, double alpha) {
+  qkv_precision precision = qkv_matmul_precision();
   int na = a->ndim, k = width(precision);
   if (precision == QKV_PREC_HIGHEST || out->dtype != QKV_F32 || a->dtype != QKV_F32 ||
       b->dtype != QKV_F32 || alpha == 0 || !isfinite(alpha) || qkv_numel(out) == 0)
@@ -155,4 +149,31 @@ int qkv_op_split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
   qkv_storage_release(wa.storage);
   qkv_storage_release(wb.storage);
   return err;
+}
+
+/* a and b of out's dtype; a float16 or bfloat16 product is asked of the
+   backend as it is first (the CPU's bfloat16 one runs on oneDNN), and where
+   it says QKV_EDTYPE is one in float32 of the operands converted, rounded
+   once at the end: the same exact products and float32 sums either way */
+int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                double alpha) {
+  int err;
+  qkv_tensor t, *o, x, y;
+  const qkv_backend *be = qkv_op_backend(out, a, b, &err);
+  if (be == NULL) return err;
+  if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if ((err = split_matmul(be, out, a, b, alpha)) != QKV_EDTYPE) return err;
+  if (qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype) &&
+      (err = qkv_op_matmul(be, out, a, b, alpha)) != QKV_EDTYPE)
+    return err;
+  if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
+  if (o == out) return qkv_op_matmul(be, out, a, b, alpha);
+  if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
+    if ((err = qkv_op_convert(&y, b, o->dtype)) == QKV_OK) {
+      err = qkv_op_matmul(be, o, &x, &y, alpha);
+      qkv_storage_release(y.storage);
+    }
+    qkv_storage_release(x.storage);
+  }
+  return qkv_op_done(err, be, out, o);
 }
