@@ -65,7 +65,9 @@ end
 -- x rotated by c and s ((..., n, d/2), broadcasting with x's (..., n)), in
 -- x's dtype and on its device
 function M.apply(x, c, s, interleaved)
-  c, s = c:to(x.device):to(x.dtype), s:to(x.device):to(x.dtype)
+  if c.dtype ~= x.dtype or c.device ~= x.device then
+    c, s = c:to(x.device):to(x.dtype), s:to(x.device):to(x.dtype)
+  end
   local d = x:size(-1)
   if interleaved then                      -- GPT-J: pairs (2k, 2k + 1)
     local pairs_ = x:unflatten(-1, {d // 2, 2})
@@ -131,13 +133,39 @@ function M.positions(fname, x, pos, max)
   return p
 end
 
+-- cos and sin of positions 1 .. CACHED in x's dtype on x's device, per
+-- (d, base, dtype, device), made as M.angles makes them (the same values)
+-- and grown by doubling: a decode step's rope narrows them, rather than
+-- making its angles anew (10 small ops a call). At most 8192 positions
+-- (8 MB for d 128 in float64); past them the angles are computed.
+local CACHED = 8192
+local tables = {}
+
+local function cached(x, d, base, last)
+  local key = d .. " " .. base .. " " .. x.dtype .. " " .. x.device
+  local t = tables[key]
+  if t == nil or t.n < last then
+    local n = 64
+    while n < last do n = n * 2 end
+    local c, s = M.angles(qkv.arange(1, n + 1, "float64"), d, base)
+    t = {n = n, c = c:to(x.device):to(x.dtype), s = s:to(x.device):to(x.dtype)}
+    tables[key] = t
+  end
+  return t
+end
+
 function M.rope(x, positions, opts)
   -- the options read first: a table's metamethods run there (and may
   -- close a tensor), before the tensors are checked
   local base, inter = M.options("rope", opts)
   M.check_x("rope", x)
+  local d, n = x:size(-1), x:size(-2)
+  if math.type(positions) == "integer" and positions >= 1 and positions + n - 1 <= CACHED then
+    local t = cached(x, d, base, positions + n - 1)
+    return M.apply(x, t.c:narrow(1, positions, n), t.s:narrow(1, positions, n), inter)
+  end
   local p = M.positions("rope", x, positions)
-  local c, s = M.angles(p, x:size(-1), base)
+  local c, s = M.angles(p, d, base)
   return M.apply(x, c, s, inter)
 end
 

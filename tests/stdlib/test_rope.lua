@@ -113,6 +113,28 @@ function TestRope:testDecodeStepEqualsFullSequence()
   end
 end
 
+-- an integer position reads cos and sin from tables kept per (d, base,
+-- dtype, device) up to 8192 positions: the same values, bit for bit, as
+-- the angles made for a positions tensor, before and after the tables
+-- grow, at their end and past it (computed)
+function TestRope:testKeptTablesGiveTheComputedValues()
+  local t = qkv.test
+  for _, dt in ipairs{"float32", "float64", "bfloat16"} do
+    local x = qkv.randn(1, 2, 3, 12):to(dt)
+    local function both(p, base)
+      local o = base and {base = base} or nil
+      t.assertTensorEqual(qkv.rope(x, p, o), qkv.rope(x, qkv.arange(p, p + 3, "int64"), o))
+    end
+    both(5)
+    both(1000)                 -- the tables grow
+    both(5)
+    both(8190)                 -- the last positions kept
+    both(8191)                 -- past them
+    both(100000)
+    both(7, 500)               -- another base: other tables
+  end
+end
+
 function TestRope:testGradcheck()
   local x = qkv.randn(2, 2, 4, 6, "float64")
   local pos = qkv.tensor({{1, 2, 3, 4}, {9, 3, 2, 7}}, "int64")
