@@ -233,9 +233,10 @@ end
 -- cannot do without its weight, while m.bias = nil is PyTorch's bias=False)
 -- (each forward checks: no lists made unless a field is wrong, when
 -- owned() makes them to raise its error)
+local SLOTS = {"_params", "_children", "_buffers"}
 local function check_slots(self, name)
-  for list, kind in pairs(KINDS) do
-    local ok = kind[1]
+  for _, list in ipairs(SLOTS) do
+    local ok = KINDS[list][1]
     for _, n in ipairs(rawget(self, list) or {}) do
       local v = self[n]
       if v ~= nil and not ok(v) then owned(list, self, name, "", {}) end
