@@ -103,9 +103,9 @@ static qkv_tensor *project (lua_State *L, const char *name, const qkv_tensor *x,
       shape_error(L, name, "b", b, "W", W, lua_pushfstring(L, "b must be "
                   "(d_out,) = (%I,)", (lua_Integer)W->size[1]));
   }
-  qkv_tensor *out = qkvL_matmul(L, name, x, W, 1);
-  if (b) qkvL_check(L, name, qkv_binary(QKV_ADD, out, out, b));
-  return out;
+  /* the bias inside the product, as PyTorch's addmm: a half product
+     computed in float32 is rounded once, after it */
+  return qkvL_matmul_bias(L, name, x, W, b, 1);
 }
 
 static qkv_tensor *optbias (lua_State *L, int arg) {

@@ -83,8 +83,8 @@ static int matmul_error (lua_State *L, const qkv_tensor *a,
 }
 
 /* pushes a @ b (batched, broadcasting, 1-D operands as in PyTorch) */
-qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
-                         const qkv_tensor *b, double alpha) {
+qkv_tensor *qkvL_matmul_bias (lua_State *L, const char *name, const qkv_tensor *a,
+                              const qkv_tensor *b, const qkv_tensor *bias, double alpha) {
   qkv_tensor x = *a, y = *b;
   if (a->ndim == 0 || b->ndim == 0)
     matmul_error(L, a, b, "both operands need at least 1 dim");
@@ -103,7 +103,7 @@ qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
   size[n] = x.size[x.ndim - 2];
   size[n + 1] = y.size[y.ndim - 1];
   qkv_tensor *out = qkvL_new(L, a->dtype, a->storage->device, n + 2, size, 0);
-  qkvL_check(L, name, qkv_matmul(out, &x, &y, alpha));
+  qkvL_check(L, name, qkv_matmul_bias(out, &x, &y, bias, alpha));
   if (b->ndim == 1) qkv_view_select(out, out, out->ndim - 1, 0);
   if (a->ndim == 1) qkv_view_select(out, out, out->ndim - 1 - (b->ndim > 1), 0);
   return out;

@@ -210,10 +210,12 @@ const qkv_tensor *qkvL_checkfill (lua_State *L, int arg, qkv_dtype dt,
 /* out gets the scalar val (of out's dtype) where mask is true */
 void qkvL_masked_fill (lua_State *L, const char *name, qkv_tensor *out,
                        const qkv_tensor *mask, const qkv_tensor *val);
-/* alpha * a @ b, with matmul's shape rules and errors; a failure of the
-   kernel itself (Ctrl-C) is reported as `name`'s, the op the user called */
-qkv_tensor *qkvL_matmul (lua_State *L, const char *name, const qkv_tensor *a,
-                         const qkv_tensor *b, double alpha);
+/* alpha * a @ b (+ bias, NULL or broadcasting over the rows: qkv_matmul_bias),
+   with matmul's shape rules and errors; a failure of the kernel itself
+   (Ctrl-C) is reported as `name`'s, the op the user called */
+qkv_tensor *qkvL_matmul_bias (lua_State *L, const char *name, const qkv_tensor *a,
+                              const qkv_tensor *b, const qkv_tensor *bias, double alpha);
+#define qkvL_matmul(L, name, a, b, alpha) qkvL_matmul_bias(L, name, a, b, NULL, alpha)
 
 /*
 ** masks, true where a query may attend.  qkvL_mask_shape: the scores'

@@ -67,6 +67,26 @@ function TestProject:testNonContiguous()
   end
 end
 
+-- a half project's bias goes in before the one rounding, as PyTorch's
+-- addmm (linear): float16 on the CPU, whose products are float32 sums of
+-- the converted operands, equals the float32 product plus the bias rounded
+-- once, and differs from rounding the product first (two roundings)
+function TestProject:testHalfBiasRoundsOnce()
+  qkv.seed(3)
+  local x, W = qkv.randn(64, 48):half(), qkv.randn(48, 32):half()
+  local b = (qkv.randn(32) * 100):half()        -- a large bias: the roundings differ
+  local got = qkv.project(x, W, b):float()
+  local prod = x:float():matmul(W:float())
+  local once = (prod + b:float()):half():float()
+  local twice = (prod:half():float() + b:float()):half():float()
+  lu.assertEquals(got:tolist(), once:tolist())
+  lu.assertTrue((once - twice):abs():max():item() > 0, "the two roundings differ here")
+  -- nn.Linear and F.linear take the same path
+  local lin = qkv.nn.Linear(48, 32):half()
+  local want = (x:float():matmul(lin.weight:float():t()) + lin.bias:float()):half()
+  lu.assertEquals(lin(x):tolist(), want:tolist())
+end
+
 ---------------------------------------------------------------- scores
 
 TestScores = {}

@@ -169,6 +169,11 @@ int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor 
    alpha (0, inf and NaN included) */
 int qkv_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                double alpha);
+/* the same plus bias (out's dtype and device, broadcasting over out's
+   rows), PyTorch's addmm: a float16 or bfloat16 product computed in
+   float32 takes the bias before its one rounding */
+int qkv_matmul_bias(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                    const qkv_tensor *bias, double alpha);
 /* float32 products' precision, PyTorch's torch.set_float32_matmul_precision,
    kept by the core (backend.c): HIGHEST is float32's own; HIGH and MEDIUM
    run as bfloat16 parts where the backend says that is faster (the CPU's

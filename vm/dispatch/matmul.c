@@ -151,29 +151,43 @@ static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
   return err;
 }
 
-/* a and b of out's dtype; a float16 or bfloat16 product is asked of the
-   backend as it is first (the CPU's bfloat16 one runs on oneDNN), and where
-   it says QKV_EDTYPE is one in float32 of the operands converted, rounded
-   once at the end: the same exact products and float32 sums either way */
-int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
-                double alpha) {
+/*
+** a and b of out's dtype; bias NULL, or a tensor (out's dtype) that
+** broadcasts over out's rows.  A float16 or bfloat16 product is asked of the backend as it is
+** first (the CPU's bfloat16 one runs on oneDNN; its bias then added in the
+** half dtype), and where it says QKV_EDTYPE is one in float32 of the
+** operands converted, the bias added in float32, rounded once at the end
+** as PyTorch's addmm: the same exact products and float32 sums either way.
+*/
+int qkv_matmul_bias (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                     const qkv_tensor *bias, double alpha) {
   int err;
   qkv_tensor t, *o, x, y;
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
-  if ((err = split_matmul(be, out, a, b, alpha)) != QKV_EDTYPE) return err;
-  if (qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype) &&
-      (err = qkv_op_matmul(be, out, a, b, alpha)) != QKV_EDTYPE)
-    return err;
+  if ((err = split_matmul(be, out, a, b, alpha)) == QKV_EDTYPE &&
+      qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype))
+    err = qkv_op_matmul(be, out, a, b, alpha);
+  if (err != QKV_EDTYPE)
+    return err == QKV_OK && bias ? qkv_binary(QKV_ADD, out, out, bias) : err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
-  if (o == out) return qkv_op_matmul(be, out, a, b, alpha);
+  if (o == out) {
+    err = qkv_op_matmul(be, out, a, b, alpha);
+    return err == QKV_OK && bias ? qkv_binary(QKV_ADD, out, out, bias) : err;
+  }
   if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
     if ((err = qkv_op_convert(&y, b, o->dtype)) == QKV_OK) {
       err = qkv_op_matmul(be, o, &x, &y, alpha);
+      if (err == QKV_OK && bias) err = qkv_binary(QKV_ADD, o, o, bias);
       qkv_storage_release(y.storage);
     }
     qkv_storage_release(x.storage);
   }
   return qkv_op_done(err, be, out, o);
+}
+
+int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
+                double alpha) {
+  return qkv_matmul_bias(out, a, b, NULL, alpha);
 }

@@ -132,8 +132,10 @@ another shape is an error naming it. As torch.stack.]],
 W is (d_in, d_out) and b, when given, (d_out,); the result is
 (..., d_out). x, W and b must share one float dtype. Sizes that disagree
 are an error naming both shapes: project: x is (2, 3) but W is (4, 2):
-d_in 3 ≠ 4. PyTorch's F.linear(x, W.T, b): W here is the transpose of
-nn.Linear's weight.]],
+d_in 3 ≠ 4. A float16 or bfloat16 product that runs as float32 sums
+(the CPU's, without bfloat16 products of its own) takes b before its one
+rounding, as PyTorch's addmm. PyTorch's F.linear(x, W.T, b): W here is the
+transpose of nn.Linear's weight.]],
    example = [=[print(qkv.project(qkv.ones(1, 2), qkv.tensor{{1, 2}, {3, 4}}, qkv.tensor{0, 1}))
 --> tensor([[4., 7.]])]=]},
 
