@@ -115,12 +115,10 @@ static int c_attention_backend (lua_State *L) {
   return 1;
 }
 
-/* the float32 matmul precision, and the GPU's TF32 with it where the
-   plugin is loaded (vm/dispatch/plugin.c tells one loaded later) */
+/* the float32 matmul precision, and the GPU's TF32 with it */
 static void set_precision (qkv_precision p) {
   qkv_set_matmul_precision(p);
-  const qkv_cuda_api *a = qkv_cuda_loaded();
-  if (a) a->allow_tf32(p != QKV_PREC_HIGHEST);
+  qkv_cuda_follow_precision();
 }
 
 /* qkv.cuda.allow_tf32([on]) -> whether it was on; on sets it: PyTorch's

@@ -59,9 +59,7 @@ static void fake_memory (qkv_cuda_memory *m) {
   m->total = TOTAL;
 }
 static const char *fake_name (void) { return "fakecuda (the CPU's kernels)"; }
-static int tf32;
-static void fake_allow (int on) { tf32 = on; }
-static int fake_tf32 (void) { return tf32; }
+static void fake_allow (int on) { (void)on; }
 static void fake_force (const char *path) { (void)path; }   /* the CPU's one path */
 static const char *fake_attention (void) { return "cpu"; }     /* the CPU's kernel */
 
@@ -102,7 +100,6 @@ static const qkv_cuda_api api = {
   .memory = fake_memory,
   .device_name = fake_name,
   .allow_tf32 = fake_allow,
-  .tf32 = fake_tf32,
   .attention_backend = fake_attention,
   .force_attention = fake_force,
   .event_new = fake_event_new,

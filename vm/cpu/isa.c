@@ -18,14 +18,23 @@
 
 #include "cpu.h"
 
-/* AMX's bfloat16 products and AVX-512's bfloat16 conversions (cpuid leaf 7:
-   subleaf 0 edx bits 22 and 24, subleaf 1 eax bit 5) */
+/* AVX-512's bfloat16 dot products (cpuid leaf 7, subleaf 1, eax bit 5) */
+static int have_bf16 (void) {
+#if defined(__x86_64__) && defined(__linux__)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+#else
+  return 0;
+#endif
+}
+
+/* AMX's bfloat16 products (cpuid leaf 7, subleaf 0 edx bits 22 and 24)
+   and AVX-512's bfloat16 conversions */
 static int have_amx (void) {
 #if defined(__x86_64__) && defined(__linux__)
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1)) return 0;
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return 0;
-  return 1;
+  return have_bf16();
 #else
   return 0;
 #endif
@@ -41,16 +50,6 @@ static int have (void) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return QKV_ISA_AVX2;
 #endif
   return QKV_ISA_BASE;
-}
-
-/* AVX-512's bfloat16 dot products (cpuid leaf 7, subleaf 1, eax bit 5) */
-static int have_bf16 (void) {
-#if defined(__x86_64__) && defined(__linux__)
-  unsigned a, b, c, d;
-  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
-#else
-  return 0;
-#endif
 }
 
 int qkv_cpu_has_bf16 (void) {

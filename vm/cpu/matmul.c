@@ -356,24 +356,27 @@ static int batches (void *p, int64_t lo, int64_t hi, int tid) {
 ** rounded once into out, as that path rounds.  A float32 out takes
 ** oneDNN's sums as they are.
 */
+static int dnnl_panel (const job *J, int m, int w, const void *a, const void *b, float *c,
+                       int ldc) {
+  return qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
+                      m, w, J->n, (float)J->alpha, a, J->a.ld, b, J->b.ld, 0.0f, c, ldc)
+         ? QKV_EINTERNAL : QKV_OK;
+}
+
 static int bf16_panel (const job *J, int m, int w, const void *a, const void *b, char *c) {
-  if (J->oes == sizeof(float))
-    return qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
-                        m, w, J->n, (float)J->alpha, a, J->a.ld, b, J->b.ld, 0.0f, (float *)c,
-                        J->p) ? QKV_EINTERNAL : QKV_OK;
+  if (J->oes == sizeof(float)) return dnnl_panel(J, m, w, a, b, (float *)c, J->p);
   if (qkv_amx_bf16gemm(J->a.trans == CblasTrans, J->b.trans == CblasTrans, m, w, J->n,
                        (float)J->alpha, a, J->a.ld, b, J->b.ld, (uint16_t *)c, J->p) == 0)
     return QKV_OK;
   if (qkv_bf16gemm == NULL) return QKV_ENOMEM;        /* the tile unit's buffers */
   float *f = malloc(sizeof(float) * (size_t)m * (size_t)w);
   if (f == NULL) return QKV_ENOMEM;
-  int bad = qkv_bf16gemm(J->a.trans == CblasTrans ? 'T' : 'N', J->b.trans == CblasTrans ? 'T' : 'N',
-                         m, w, J->n, (float)J->alpha, a, J->a.ld, b, J->b.ld, 0.0f, f, w);
+  int err = dnnl_panel(J, m, w, a, b, f, w);
   uint16_t *o = (uint16_t *)c;
-  for (int i = 0; i < m && !bad; i++)
+  for (int i = 0; i < m && err == QKV_OK; i++)
     for (int j = 0; j < w; j++) o[(int64_t)i * J->p + j] = qkv_f2bf(f[(int64_t)i * w + j]);
   free(f);
-  return bad ? QKV_EINTERNAL : QKV_OK;
+  return err;
 }
 
 /*

@@ -265,7 +265,6 @@ static void cu_allow_tf32 (int on) {
   if (blas) cublasSetMathMode(blas, tf32_on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
 }
 
-static int cu_tf32 (void) { return tf32_on; }
 
 static int cu_to_device (void *dst, const void *src, size_t n) {
   if (n) cudaCheck(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
@@ -395,7 +394,6 @@ static const qkv_cuda_api api = {
   .memory = cu_memory,
   .device_name = cu_device_name,
   .allow_tf32 = cu_allow_tf32,
-  .tf32 = cu_tf32,
   .attention_backend = cu_attention_backend,
   .force_attention = cu_force_attention,
   .event_new = cu_event_new,

@@ -107,21 +107,28 @@ static int split (qkv_tensor *w, const qkv_tensor *x, int d, int k, const int *p
   return err;
 }
 
+/* out = alpha a @ b (+ bias) from a and b converted to out's dtype */
+static int converted (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
+                      const qkv_tensor *b, const qkv_tensor *bias, double alpha) {
+  qkv_tensor x, y;
+  int err = qkv_op_convert(&x, a, out->dtype);
+  if (err != QKV_OK) return err;
+  if ((err = qkv_op_convert(&y, b, out->dtype)) == QKV_OK) {
+    err = qkv_op_matmul(be, out, &x, &y, alpha);
+    if (err == QKV_OK && bias) err = qkv_binary(QKV_ADD, out, out, bias);
+    qkv_storage_release(y.storage);
+  }
+  qkv_storage_release(x.storage);
+  return err;
+}
+
 /* the product of the parts: bfloat16 operands into float32 out where the
    backend takes them, else in float32 of the parts (the same exact
    products and float32 sums) */
 static int product (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                     const qkv_tensor *b, double alpha) {
   int err = qkv_op_matmul(be, out, a, b, alpha);
-  if (err != QKV_EDTYPE) return err;
-  qkv_tensor x, y;
-  if ((err = qkv_op_convert(&x, a, QKV_F32)) != QKV_OK) return err;
-  if ((err = qkv_op_convert(&y, b, QKV_F32)) == QKV_OK) {
-    err = qkv_op_matmul(be, out, &x, &y, alpha);
-    qkv_storage_release(y.storage);
-  }
-  qkv_storage_release(x.storage);
-  return err;
+  return err != QKV_EDTYPE ? err : converted(be, out, a, b, NULL, alpha);
 }
 
 /* a float32 product at the precision set: QKV_EDTYPE when it is float32's
@@ -162,29 +169,17 @@ static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
 int qkv_matmul_bias (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                      const qkv_tensor *bias, double alpha) {
   int err;
-  qkv_tensor t, *o, x, y;
+  qkv_tensor t, *o;
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
-  if ((err = split_matmul(be, out, a, b, alpha)) == QKV_EDTYPE &&
-      qkv_compute_dtype(out->dtype) != out->dtype && qkv_is_float(out->dtype))
+  int own = qkv_compute_dtype(out->dtype) == out->dtype;   /* computed in its dtype */
+  if ((err = split_matmul(be, out, a, b, alpha)) == QKV_EDTYPE && (own || qkv_is_float(out->dtype)))
     err = qkv_op_matmul(be, out, a, b, alpha);
-  if (err != QKV_EDTYPE)
+  if (err != QKV_EDTYPE || own)
     return err == QKV_OK && bias ? qkv_binary(QKV_ADD, out, out, bias) : err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
-  if (o == out) {
-    err = qkv_op_matmul(be, out, a, b, alpha);
-    return err == QKV_OK && bias ? qkv_binary(QKV_ADD, out, out, bias) : err;
-  }
-  if ((err = qkv_op_convert(&x, a, o->dtype)) == QKV_OK) {
-    if ((err = qkv_op_convert(&y, b, o->dtype)) == QKV_OK) {
-      err = qkv_op_matmul(be, o, &x, &y, alpha);
-      if (err == QKV_OK && bias) err = qkv_binary(QKV_ADD, o, o, bias);
-      qkv_storage_release(y.storage);
-    }
-    qkv_storage_release(x.storage);
-  }
-  return qkv_op_done(err, be, out, o);
+  return qkv_op_done(converted(be, o, a, b, bias, alpha), be, out, o);
 }
 
 int qkv_matmul (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,

@@ -80,7 +80,7 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
     else if (a && a->init(why_not, sizeof why_not) == QKV_OK) {
       api = a;
       qkv_backend_register(QKV_CUDA, a->backend);
-      a->allow_tf32(qkv_matmul_precision() != QKV_PREC_HIGHEST);
+      qkv_cuda_follow_precision();
     }
   }
   if (api == NULL && why) snprintf(why, n, "%s", why_not);
@@ -88,6 +88,10 @@ const qkv_cuda_api *qkv_cuda (char *why, size_t n) {
 }
 
 const qkv_cuda_api *qkv_cuda_loaded (void) { return api; }
+
+void qkv_cuda_follow_precision (void) {
+  if (api) api->allow_tf32(qkv_matmul_precision() != QKV_PREC_HIGHEST);
+}
 
 int qkv_transfer (qkv_tensor *dst, const qkv_tensor *src) {
   qkv_tensor c = *src;

@@ -17,7 +17,7 @@
 #include "../core/qkv.h"
 #include "../core/backend.h"
 
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 4)
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 5)
 
 typedef struct qkv_cuda_memory {
   size_t allocated;      /* bytes in blocks that tensors hold */
@@ -44,7 +44,6 @@ typedef struct qkv_cuda_api {
   void (*memory)(qkv_cuda_memory *m);
   const char *(*device_name)(void);
   void (*allow_tf32)(int on);             /* float32 products on tensor cores */
-  int (*tf32)(void);
   /* the path the last fused attention took: "cudnn" (cuDNN's fused
      attention, float16 and bfloat16), "mma" (our tensor-core kernels),
      "fp32" (the CUDA-core kernels: float32, float64, and the halves they
@@ -75,5 +74,8 @@ typedef const qkv_cuda_api *(*qkv_cuda_plugin_fn)(void);
 const qkv_cuda_api *qkv_cuda(char *why, size_t n);
 /* the plugin when already loaded and usable, else NULL (loads nothing) */
 const qkv_cuda_api *qkv_cuda_loaded(void);
+/* the loaded plugin's TF32 as the float32 matmul precision says (off at
+   "highest"): called when the plugin loads and when the precision is set */
+void qkv_cuda_follow_precision(void);
 
 #endif
