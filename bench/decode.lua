@@ -6,11 +6,12 @@
 -- B = 1, H = 32, H_kv = 8, d = 128 (LLaMA 3 8B's attention), float32,
 -- 2 threads on both sides.
 --
---   build/qkv bench/decode.lua [quick]
+--   build/qkv bench/decode.lua [quick] [busy]
 --       decode at n_k 4096, 32768 and 131072 (quick: 4096) with float32
 --       and bfloat16 (decode16) caches, prefill at N 2048 (quick: 512),
 --       its forward and its forward and backward (prefillbwd), against the
---       same calls with K and V repeated per head (mha, mhabwd)
+--       same calls with K and V repeated per head (mha, mhabwd); busy: the
+--       decode rows again with one busy process beside both sides
 --   build/qkv bench/decode.lua case decode|read|decode16|read16|prefill|mha|prefillbwd|mhabwd N
 --       one qkv case: "RESULT seconds gflops peak_mb"
 --
@@ -61,7 +62,10 @@ end
 
 if arg[1] == "case" then return run_case(arg[2], tonumber(arg[3])) end
 
-local quick = arg[1] == "quick"
+local quick, busy = false, false
+for _, a in ipairs(arg) do
+  if a == "quick" then quick = true elseif a == "busy" then busy = true end
+end
 local self = quote(arg[-1]) .. " " .. quote(arg[0])
 local PY = U.peer_python() or "/usr/bin/python3"
 local torch_py = arg[0]:gsub("decode%.lua$", "decode_torch.py")
@@ -83,16 +87,20 @@ print(string.format("decode: B=1 H=%d H_kv=%d d=%d float32, %d threads; qkv.atte
 print(have_torch and ("torch: " .. PY .. ", SDPA with enable_gqa=True") or
       ("torch: not found by " .. PY .. ", skipped"))
 print("read: K and V summed once (the cache's bytes); x/read: decode's time over it; sdpa/x: how many times qkv is faster")
-print(string.format("%-8s %7s %10s %10s %10s %8s %8s %9s", "case", "N", "qkv ms", "read ms", "sdpa ms",
-                    "x/read", "sdpa/x", "GB/s"))
-for _, kind in ipairs{"decode", "decode16"} do
-  for _, n in ipairs(quick and {4096} or {4096, 32768, 131072}) do
-    local read = kind:gsub("decode", "read")
-    local r, rd, t = case(kind, n), case(read, n), torch(kind, n)
-    local bytes = 2 * HKV * n * D * (kind == "decode" and 4 or 2)
-    print(string.format("%-8s %7d %10s %10s %10s %8.2f %8s %9.1f", kind, n, ms(r), ms(rd), ms(t),
-                        r.time / rd.time, t and string.format("%.2f", t.time / r.time) or "-",
-                        bytes / rd.time / 1e9))
+print(string.format("%-5s %-8s %7s %10s %10s %10s %8s %8s %9s", "load", "case", "N", "qkv ms", "read ms",
+                    "sdpa ms", "x/read", "sdpa/x", "GB/s"))
+for _, load in ipairs(busy and {"idle", "busy"} or {"idle"}) do
+  for _, kind in ipairs{"decode", "decode16"} do
+    for _, n in ipairs(quick and {4096} or {4096, 32768, 131072}) do
+      local read = kind:gsub("decode", "read")
+      local r, rd, t = U.with_load(load == "busy", function()
+        return case(kind, n), case(read, n), torch(kind, n)
+      end)
+      local bytes = 2 * HKV * n * D * (kind == "decode" and 4 or 2)
+      print(string.format("%-5s %-8s %7d %10s %10s %10s %8.2f %8s %9.1f", load, kind, n, ms(r), ms(rd),
+                          ms(t), r.time / rd.time, t and string.format("%.2f", t.time / r.time) or "-",
+                          bytes / rd.time / 1e9))
+    end
   end
 end
 local n = quick and 512 or 2048

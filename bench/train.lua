@@ -99,17 +99,7 @@ local function torch_ms(w, threads, ac)
   return tonumber(out:match("RESULT %S+ (%S+)"))
 end
 
--- runs fn with `yes > /dev/null` beside it when busy
-local function with_load(busy, fn)
-  if not busy then return fn() end
-  local f = io.popen("yes > /dev/null & echo $!")
-  local pid = f:read("l")
-  f:close()
-  local ok, a, b = pcall(fn)
-  os.execute("kill " .. pid)
-  if not ok then error(a, 0) end
-  return a, b
-end
+local with_load = U.with_load
 
 local only_work, only_load, only_threads = arg[1], arg[2], tonumber(arg[3])
 local all = qkv.get_num_threads()

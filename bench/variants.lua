@@ -166,17 +166,7 @@ local function torch_case(n, variant, impl, mode)
                                  variant, impl, mode, extra)))
 end
 
--- runs fn with `yes > /dev/null` beside it when busy (bench/train.lua's)
-local function with_load(busy, fn)
-  if not busy then return fn() end
-  local f = io.popen("yes > /dev/null & echo $!")
-  local pid = f:read("l")
-  f:close()
-  local okf, a = pcall(fn)
-  os.execute("kill " .. pid)
-  if not okf then error(a, 0) end
-  return a
-end
+local with_load = U.with_load
 
 local function ms(r) return r and string.format("%.2f", r.time * 1e3) or "-" end
 local function ratio(a, b) return (a and b) and string.format("%.2f", a.time / b.time) or "-" end

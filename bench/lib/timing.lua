@@ -111,4 +111,17 @@ function T.result(cmd)
   return {time = tonumber(t), gflops = tonumber(g), mb = tonumber(m)}
 end
 
+-- runs fn (returning its results) with one busy process beside it
+-- (`yes > /dev/null`) when busy: users' machines are never idle
+function T.with_load(busy, fn)
+  if not busy then return fn() end
+  local f = io.popen("yes > /dev/null & echo $!")
+  local pid = f:read("l")
+  f:close()
+  local r = table.pack(pcall(fn))
+  os.execute("kill " .. pid)
+  if not r[1] then error(r[2], 0) end
+  return table.unpack(r, 2, r.n)
+end
+
 return T

@@ -1,6 +1,7 @@
 -- test_attention_decode.lua: the fused attention's decode kernel
 -- (vm/cpu/attention_decode.c: up to 8 queries, float32 or bfloat16, d_k
--- and d_v multiples of 8, no mask) against a float64 reference made of
+-- and d_v multiples of 8, on 16 lanes where the CPU has AVX-512 and they are
+-- multiples of 16, no mask) against a float64 reference made of
 -- plain tensor ops (matmul, masked_fill, softmax): query and key counts
 -- around its 8-key steps, causal with n_q > 1 and n_q > n_k, keys split
 -- across threads and merged, views as a KV cache and heads give them,
@@ -49,7 +50,7 @@ function TestDecode:testShapes()
   for _, dt in ipairs{"float32", "bfloat16"} do
     for _, nq in ipairs{1, 3, 4, 5, 8} do
       for _, nk in ipairs{1, 7, 8, 9, 64, 300} do
-        for _, d in ipairs{{8, 8}, {64, 64}, {128, 128}, {16, 40}} do
+        for _, d in ipairs{{8, 8}, {64, 64}, {128, 128}, {16, 40}, {48, 80}} do
           for _, causal in ipairs{false, true} do
             local q = qkv.randn(2, nq, d[1]):to(dt)
             local k, v = qkv.randn(2, nk, d[1]):to(dt), qkv.randn(2, nk, d[2]):to(dt)

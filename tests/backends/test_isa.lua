@@ -62,6 +62,19 @@ local CLOSE = {
     local dq, dk, dv = qkv._attention_backward(Q, K, V, O, O * 0.5, nil, true, 0.125, L)
     return qkv.cat({dq, dk, dv}, 1)
   end)()]],
+  -- a decode step's few queries (vm/cpu/attention_decode.c: 8 lanes, or 16
+  -- where d_k and d_v are multiples of 16; 80 features end in a lone 16),
+  -- 83 keys (not a multiple of its 8), from a float32 and a bfloat16 cache
+  attention_decode = [[(function()
+    local xy = qkv.cat({x[{{20, 4000}}], y[{{20, 4000}}]}) / 4
+    local q, k = xy[{{1, 192}}]:reshape(1, 4, 48), xy[{{201, 4184}}]:reshape(1, 83, 48)
+    return qkv.attention(q, k, xy[{{1, 6640}}]:reshape(1, 83, 80), {weights = false, causal = true})
+  end)()]],
+  attention_decode_bf16 = [[(function()
+    local xy = (qkv.cat({x[{{20, 4000}}], y[{{20, 4000}}]}) / 4):to("bfloat16")
+    local q, k = xy[{{1, 256}}]:reshape(2, 1, 128), xy[{{201, 7880}}]:reshape(2, 30, 128)
+    return qkv.attention(q, k, xy[{{101, 7780}}]:reshape(2, 30, 128), {weights = false}):float()
+  end)()]],
   softmax = "x:reshape(1, -1):softmax(-1)",
   softmax_rows = "(x[{{1, 4096}}]):reshape(64, 64):softmax(-1)",
   log_softmax = "x[{{14, 4099}}]:reshape(2, -1):log_softmax()",
@@ -122,7 +135,8 @@ local function same(a, b)
 end
 
 -- (the backward sums 64 products of values that already differ)
-local TOL = {attention_bwd = 1e-5, attention_bwd_lse = 1e-5}
+local TOL = {attention_bwd = 1e-5, attention_bwd_lse = 1e-5,
+             attention_decode_bf16 = 2 ^ -7}   -- (one rounding to bfloat16 apart)
 
 local function close(a, b, tol)
   local finite = a:abs():lt(1 / 0)

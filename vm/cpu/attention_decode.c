@@ -5,17 +5,19 @@
 ** is little arithmetic per key; the time is reading K and V once, so the
 ** kernel streams them in order, eight keys at a time:
 **
-**   s = q k^T for every query (8 accumulators a query, summed across in
-**   registers), the online softmax of the eight (a running max m and sum l
-**   per query; o rescaled when the max grows), o += p V (16 features of up
-**   to 4 queries in registers).
+**   their rows of K and V staged (widened) in L1 by a plain stream of
+**   loads, s = q k^T for every query (8 accumulators a query, summed
+**   across in registers), the online softmax of the eight (a running max m
+**   and sum l per query; o rescaled when the max grows), o += p V (16
+**   features of up to 4 queries in registers; 32 on AVX-512).
 **
 ** A work item is one batch item's keys, or a split of them when there are
 ** fewer batch items than twice the threads (flash-decoding): each split
 ** leaves its (m, l, o) and one pass merges them.  K and V float32 or
-** bfloat16, widened in registers (a bfloat16 cache reads half the bytes);
+** bfloat16, widened as they are staged (a bfloat16 cache reads half the bytes);
 ** q scaled and held in float32, o in float32 until it is written once.
-** AVX2 and FMA; attention.c sends a job here when qkv_attn_decode_fits.
+** AVX2 and FMA, or AVX-512 where d_k and d_v are multiples of 16;
+** attention.c sends a job here when qkv_attn_decode_fits.
 */
 #include <math.h>
 #include <stdint.h>
@@ -44,7 +46,8 @@ int qkv_attn_decode_fits (const job *J) {
 
 typedef struct {
   const job *J;
-  int bf16;
+  int bf16, wide;                   /* a bfloat16 cache; the AVX-512 body */
+  int nb;                           /* keys a step (step_keys) */
   int64_t nsplit, klen;             /* splits of each item's keys, keys a split */
   float *part;                      /* nsplit > 1: per (item, split, query) m, l, o[dv] */
 } dec;
@@ -92,111 +95,221 @@ static inline QKV_AVX2 void rescale (float *o, int64_t dv, float a) {
 }
 
 /*
+** Keys a step: 8 where d_k + d_v is 256 (their staged rows 8 KB), up to
+** KMAX for smaller heads, where a softmax step every 8 keys cost more than
+** the keys' products (d 16: 7 ns a key).
+*/
+enum { KMAX = 64 };
+static int step_keys (int64_t dk, int64_t dv) {
+  int64_t g = 256 / (dk + dv);
+  return 8 * (int)(g < 1 ? 1 : g > KMAX / 8 ? KMAX / 8 : g);
+}
+
+/*
+** Keys [j, j + n) of K and V staged: their rows widened to float32 into kc
+** (rows up to a multiple of 8 past n: the last one again) and vc.  A plain
+** stream of loads with nothing between them keeps many misses in flight;
+** the products then read L1.  Measured (bench/NOTES.md): a 32k float32
+** cache 13.5 -> 4.9 ms, where the products' loads straight from memory
+** left the arithmetic waiting on each miss.
+*/
+static inline QKV_AVX2 __attribute__((always_inline)) void
+stage (const char *kb, int64_t krs, const char *vb, int64_t vrs, int64_t j, int n, int64_t dk,
+       int64_t dv, float *kc, float *vc, const int bf16) {
+  for (int t = 0; t < n; t++) {
+    const char *kr = kb + (j + t) * krs, *vr = vb + (j + t) * vrs;
+    for (int64_t c = 0; c < dk; c += 8) _mm256_storeu_ps(kc + t * dk + c, load8(kr, c, bf16));
+    for (int64_t c = 0; c < dv; c += 8) _mm256_storeu_ps(vc + t * dv + c, load8(vr, c, bf16));
+  }
+  for (int t = n; t % 8; t++) memcpy(kc + t * dk, kc + (n - 1) * dk, sizeof(float) * (size_t)dk);
+}
+
+/*
+** Query r's online softmax of its scores against a step's keys, of which
+** it keeps the first `keep` (past n, and past the causal limit, dropped):
+** m, l and its row of o rescaled when the max grows (to bm, the kept
+** scores' max, NaN skipped), p into s.  A query whose every key is
+** dropped keeps m = -inf, l = 0; a NaN score makes l NaN.  rebase moves
+** the max and returns 0 while nothing is kept yet (then the caller's l is
+** NaN where a kept score x[t], t < keep, is, and its p zeros).
+*/
+static inline QKV_AVX2 __attribute__((always_inline)) int
+rebase (float bm, int keep, const float *x, float *m, float *l, float *o, int64_t dv) {
+  if (bm > *m) {
+    if (*m != -INFINITY) {
+      float alpha = expf(*m - bm);
+      *l *= alpha;
+      rescale(o, dv, alpha);
+    }
+    *m = bm;
+  }
+  if (*m != -INFINITY) return 1;
+  for (int t = 0; t < keep; t++) if (x[t] != x[t]) *l = NAN;
+  return 0;
+}
+
+/* the scores x of 8 keys, in a register (8 keys a step: d_k + d_v >= 256) */
+static inline QKV_AVX2 __attribute__((always_inline)) void
+soft8 (__m256 x, int keep, float *m, float *l, float *o, int64_t dv, float *s) {
+  __m256 drop = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
+                              _mm256_set1_ps((float)keep), _CMP_GE_OQ);
+  x = _mm256_blendv_ps(x, _mm256_set1_ps(-INFINITY), drop);
+  float xs[8];
+  _mm256_storeu_ps(xs, x);
+  if (!rebase(hmax8(x), keep, xs, m, l, o, dv)) {      /* (hmax8 skips NaN) */
+    _mm256_storeu_ps(s, _mm256_setzero_ps());
+    return;
+  }
+  __m256 p = qkv_vexp8(_mm256_sub_ps(x, _mm256_set1_ps(*m)));
+  _mm256_storeu_ps(s, p);
+  *l += hadd8(p);
+}
+
+/* the scores x[0 .. 8 ng) of a bigger step's keys, in memory */
+static inline QKV_AVX2 __attribute__((always_inline)) void
+softn (float *x, int ng, int keep, float *m, float *l, float *o, int64_t dv, float *s) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), lim = _mm256_set1_ps((float)keep);
+  __m256 idx = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), mx = ninf;
+  for (int u = 0; u < ng; u++, idx = _mm256_add_ps(idx, _mm256_set1_ps(8))) {
+    __m256 xu = _mm256_blendv_ps(_mm256_loadu_ps(x + 8 * u), ninf,
+                                 _mm256_cmp_ps(idx, lim, _CMP_GE_OQ));
+    _mm256_storeu_ps(x + 8 * u, xu);
+    mx = _mm256_max_ps(xu, mx);                 /* a NaN in xu keeps mx */
+  }
+  if (!rebase(hmax8(mx), keep, x, m, l, o, dv)) {
+    memset(s, 0, sizeof(float) * (size_t)(8 * ng));
+    return;
+  }
+  __m256 sum = _mm256_setzero_ps(), mm = _mm256_set1_ps(*m);
+  for (int u = 0; u < ng; u++) {
+    __m256 p = qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + 8 * u), mm));
+    _mm256_storeu_ps(s + 8 * u, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  *l += hadd8(sum);
+}
+
+/* the keys query r keeps of the n from j: past n, and past the causal
+   limit (query r keeps keys up to r + off), dropped */
+static inline int kept (const qkv_attn_plan *P, int r, int64_t j, int n) {
+  int64_t lim = P->causal ? r + P->off + 1 - j : n;
+  return (int)(lim < 0 ? 0 : lim < n ? lim : n);
+}
+
+/*
+** o += p V for a step's n keys: nw vectors (W lanes each: 8 on AVX2, 16 on
+** AVX-512) of up to 4 queries' rows in registers; s has nb probabilities
+** a query.  Rows past nr are row r0's again (computed, not stored); a
+** lone last vector is the first again (not stored).
+*/
+#define PV_STEP(V, W, LOAD, STORE, FMA, BCAST) do { \
+  for (int r0 = 0; r0 < nq; r0 += 4) { \
+    int nr = nq - r0 < 4 ? nq - r0 : 4; \
+    float *o0 = o + r0 * dv, *o1 = o + (r0 + (nr > 1)) * dv; \
+    float *o2 = o + (r0 + (nr > 2 ? 2 : 0)) * dv, *o3 = o + (r0 + (nr > 3 ? 3 : 0)) * dv; \
+    const float *p0 = s + r0 * nb, *p1 = s + (o1 - o) / dv * nb; \
+    const float *p2 = s + (o2 - o) / dv * nb, *p3 = s + (o3 - o) / dv * nb; \
+    for (int64_t c = 0; c < dv; c += 2 * (W)) { \
+      int64_t h = c + 2 * (W) <= dv ? (W) : 0; \
+      V a0 = LOAD(o0 + c), b0 = LOAD(o0 + c + h), a1 = LOAD(o1 + c), b1 = LOAD(o1 + c + h); \
+      V a2 = LOAD(o2 + c), b2 = LOAD(o2 + c + h), a3 = LOAD(o3 + c), b3 = LOAD(o3 + c + h); \
+      const float *vr = vc; \
+      for (int t = 0; t < n; t++, vr += dv) { \
+        V v0 = LOAD(vr + c), v1 = LOAD(vr + c + h), p; \
+        p = BCAST(p0[t]); a0 = FMA(p, v0, a0); b0 = FMA(p, v1, b0); \
+        p = BCAST(p1[t]); a1 = FMA(p, v0, a1); b1 = FMA(p, v1, b1); \
+        p = BCAST(p2[t]); a2 = FMA(p, v0, a2); b2 = FMA(p, v1, b2); \
+        p = BCAST(p3[t]); a3 = FMA(p, v0, a3); b3 = FMA(p, v1, b3); \
+      } \
+      V ra[4] = {a0, a1, a2, a3}, rb[4] = {b0, b1, b2, b3}; \
+      for (int r = 0; r < nr; r++) { \
+        STORE(o + (r0 + r) * dv + c, ra[r]); \
+        if (h) STORE(o + (r0 + r) * dv + c + (W), rb[r]); \
+      } \
+    } \
+  } \
+} while (0)
+
+/*
 ** Keys [j0, j1) of batch item b for its nq queries: m, l per query and o
-** (nq x dv, not divided by l).  qs: q times the scale (nq x dk); s: nq x 8
-** probabilities.  A query whose every key is dropped keeps m = -inf, l =
-** 0; a NaN score makes l NaN.  s holds nq x 8 then, for bfloat16, the
-** 8 keys' rows of K widened.  Eight keys at a time from scores to o, so
-** that their rows of K and V are read once each, in order (bench/NOTES.md:
-** a softmax over blocks of 64 keys left V's rows to miss L1 in p V).
+** (nq x dv, not divided by l).  qs: q times the scale (nq x dk); s: nq x
+** nb probabilities, then the staged rows of K (nb x dk) and V (nb x dv).
+** A step of nb keys (step_keys) from scores to o, so that their rows of K
+** and V are read once each, in order, and stay in L1 for p V
+** (bench/NOTES.md: a softmax over 64 keys of d 128 left V's rows to miss
+** L1 in p V).
 */
 static inline QKV_AVX2 __attribute__((always_inline)) void
 keys_of (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s, float *m,
          float *l, float *o, const int bf16) {
   const qkv_attn_plan *P = &D->J->p;
-  int nq = (int)P->nq;
+  int nq = (int)P->nq, nb = D->nb;
   int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4];
-  int64_t krs = P->k.rs * es, vrs = P->v.rs * es;
   qkv_attn_batch_offsets(P, b, off);
   const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es;
+  float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX];
   for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
   memset(o, 0, sizeof(float) * (size_t)(nq * dv));
-  for (int64_t j = j0; j < j1; j += 8) {
-    int n = (int)(j1 - j < 8 ? j1 - j : 8);
-    /* each query's scores against the 8 keys; past n the last key again */
-    const char *kr[8];
-    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) kr[t] = kb + (j + (t < n ? t : n - 1)) * krs;
-    if (bf16) {       /* widened once for all the queries, not once a query */
-      float *kc = s + DQ * 8;
-      for (int t = 0; t < 8; t++) {
-        for (int64_t c = 0; c < dk; c += 8) _mm256_storeu_ps(kc + t * dk + c, load8(kr[t], c, 1));
-        kr[t] = (const char *)(kc + t * dk);
+  for (int64_t j = j0; j < j1; j += nb) {
+    int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8;
+    stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16);
+    for (int r = 0; r < nq; r++) {     /* each query's scores against 8 keys at a time */
+      for (int u = 0; u < ng; u++) {
+        const float *ku = kc + 8 * u * dk;
+        __m256 a[8];
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
+        for (int64_t c = 0; c < dk; c += 8) {
+          __m256 qv = _mm256_loadu_ps(qs + r * dk + c);
+          _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
+            a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(ku + t * dk + c), a[t]);
+        }
+        if (nb == 8) soft8(hsum8(a), kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * 8);
+        else _mm256_storeu_ps(x + 8 * u, hsum8(a));
       }
+      if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
     }
+    PV_STEP(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_set1_ps);
+  }
+}
+
+/*
+** The same on 16 lanes (AVX-512, d_k and d_v multiples of 16): half the
+** instructions for the products, which a bfloat16 cache (half the bytes
+** to read) is bound by.
+*/
+static inline QKV_AVX512 __attribute__((always_inline)) void
+keys_of16 (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s,
+           float *m, float *l, float *o, const int bf16) {
+  const qkv_attn_plan *P = &D->J->p;
+  int nq = (int)P->nq, nb = D->nb;
+  int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4];
+  qkv_attn_batch_offsets(P, b, off);
+  const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es;
+  float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX];
+  for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+  memset(o, 0, sizeof(float) * (size_t)(nq * dv));
+  for (int64_t j = j0; j < j1; j += nb) {
+    int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8;
+    stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16);
     for (int r = 0; r < nq; r++) {
-      __m256 a[8];
-      _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
-      for (int64_t c = 0; c < dk; c += 8) {
-        __m256 qv = _mm256_loadu_ps(qs + r * dk + c);
+      for (int u = 0; u < ng; u++) {
+        const float *ku = kc + 8 * u * dk;
+        __m512 a[8];
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < dk; c += 16) {
+          __m512 qv = _mm512_loadu_ps(qs + r * dk + c);
+          _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
+            a[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(ku + t * dk + c), a[t]);
+        }
+        __m256 h[8];                         /* each key's 16 lanes folded to 8 */
         _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
-          a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps((const float *)kr[t] + c), a[t]);
+          h[t] = _mm256_add_ps(_mm512_castps512_ps256(a[t]), _mm512_extractf32x8_ps(a[t], 1));
+        if (nb == 8) soft8(hsum8(h), kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * 8);
+        else _mm256_storeu_ps(x + 8 * u, hsum8(h));
       }
-      /* keys past n, and past the causal limit (query r keeps keys up to
-         r + off), -inf; then the online softmax of the eight */
-      int64_t lim = P->causal ? r + P->off + 1 - j : n;
-      int keep = (int)(lim < 0 ? 0 : lim < n ? lim : n);
-      __m256 x = hsum8(a);
-      __m256 drop = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
-                                  _mm256_set1_ps((float)keep), _CMP_GE_OQ);
-      x = _mm256_blendv_ps(x, _mm256_set1_ps(-INFINITY), drop);
-      float bm = hmax8(x);                      /* skips NaN */
-      if (bm > m[r]) {
-        if (m[r] != -INFINITY) {
-          float alpha = expf(m[r] - bm);
-          l[r] *= alpha;
-          rescale(o + r * dv, dv, alpha);
-        }
-        m[r] = bm;
-      }
-      if (m[r] == -INFINITY) {                  /* nothing kept yet: NaN still spoils */
-        float xs[8];
-        _mm256_storeu_ps(xs, x);
-        for (int t = 0; t < keep; t++) if (xs[t] != xs[t]) l[r] = NAN;
-        _mm256_storeu_ps(s + r * 8, _mm256_setzero_ps());
-        continue;
-      }
-      __m256 p = qkv_vexp8(_mm256_sub_ps(x, _mm256_set1_ps(m[r])));
-      _mm256_storeu_ps(s + r * 8, p);
-      l[r] += hadd8(p);
+      if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
     }
-    /* o += p V: 16 features of up to 4 queries in registers */
-    for (int r0 = 0; r0 < nq; r0 += 4) {
-      int nr = nq - r0 < 4 ? nq - r0 : 4;
-      /* rows past nr: row r0's again (computed, not stored) */
-      float *o0 = o + r0 * dv, *o1 = o + (r0 + (nr > 1)) * dv;
-      float *o2 = o + (r0 + (nr > 2 ? 2 : 0)) * dv, *o3 = o + (r0 + (nr > 3 ? 3 : 0)) * dv;
-      const float *p0 = s + r0 * 8, *p1 = s + (o1 - o) / dv * 8;
-      const float *p2 = s + (o2 - o) / dv * 8, *p3 = s + (o3 - o) / dv * 8;
-      for (int64_t c = 0; c < dv; c += 16) {
-        /* a lone last 8 features: the first 8 again, not stored */
-        int64_t h8 = c + 16 <= dv ? 8 : 0;
-        __m256 a0 = _mm256_loadu_ps(o0 + c), b0 = _mm256_loadu_ps(o0 + c + h8);
-        __m256 a1 = _mm256_loadu_ps(o1 + c), b1 = _mm256_loadu_ps(o1 + c + h8);
-        __m256 a2 = _mm256_loadu_ps(o2 + c), b2 = _mm256_loadu_ps(o2 + c + h8);
-        __m256 a3 = _mm256_loadu_ps(o3 + c), b3 = _mm256_loadu_ps(o3 + c + h8);
-        const char *vr = vb + j * vrs;
-        for (int t = 0; t < n; t++, vr += vrs) {
-          __m256 v0 = load8(vr, c, bf16), v1 = load8(vr, c + h8, bf16), p;
-          p = _mm256_broadcast_ss(p0 + t);
-          a0 = _mm256_fmadd_ps(p, v0, a0);
-          b0 = _mm256_fmadd_ps(p, v1, b0);
-          p = _mm256_broadcast_ss(p1 + t);
-          a1 = _mm256_fmadd_ps(p, v0, a1);
-          b1 = _mm256_fmadd_ps(p, v1, b1);
-          p = _mm256_broadcast_ss(p2 + t);
-          a2 = _mm256_fmadd_ps(p, v0, a2);
-          b2 = _mm256_fmadd_ps(p, v1, b2);
-          p = _mm256_broadcast_ss(p3 + t);
-          a3 = _mm256_fmadd_ps(p, v0, a3);
-          b3 = _mm256_fmadd_ps(p, v1, b3);
-        }
-        __m256 ra[4] = {a0, a1, a2, a3}, rb[4] = {b0, b1, b2, b3};
-        for (int r = 0; r < nr; r++) {
-          _mm256_storeu_ps(o + (r0 + r) * dv + c, ra[r]);
-          if (h8) _mm256_storeu_ps(o + (r0 + r) * dv + c + 8, rb[r]);
-        }
-      }
-    }
+    PV_STEP(__m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps, _mm512_set1_ps);
   }
 }
 
@@ -210,9 +323,20 @@ static QKV_AVX2 void keys_bf16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
   keys_of(D, b, j0, j1, qs, s, m, l, o, 1);
 }
 
+static QKV_AVX512 void keys16_f32 (const dec *D, int64_t b, int64_t j0, int64_t j1,
+                                   const float *qs, float *s, float *m, float *l, float *o) {
+  keys_of16(D, b, j0, j1, qs, s, m, l, o, 0);
+}
+
+static QKV_AVX512 void keys16_bf16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
+                                    const float *qs, float *s, float *m, float *l, float *o) {
+  keys_of16(D, b, j0, j1, qs, s, m, l, o, 1);
+}
+
 static void keys (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s,
                   float *m, float *l, float *o) {
-  (D->bf16 ? keys_bf16 : keys_f32)(D, b, j0, j1, qs, s, m, l, o);
+  if (D->wide) (D->bf16 ? keys16_bf16 : keys16_f32)(D, b, j0, j1, qs, s, m, l, o);
+  else (D->bf16 ? keys_bf16 : keys_f32)(D, b, j0, j1, qs, s, m, l, o);
 }
 
 /* batch item b's outputs (and lse) from m, l, o */
@@ -233,13 +357,13 @@ static void finish (const dec *D, int64_t b, const float *m, const float *l, con
   }
 }
 
-/* a thread's scratch: q scaled, 8 keys' probabilities (and K's 8 rows
-   widened), m, l and o */
+/* a thread's scratch: q scaled, 8 keys' probabilities and their rows of K
+   and V staged, m, l and o */
 typedef struct { float *qs, *s, *m, *l, *o; void *block; } work;
 
 static int work_new (const qkv_attn_plan *P, work *W) {
   size_t nq = (size_t)P->nq, nqs = nq * (size_t)P->dk, no = nq * (size_t)P->dv;
-  size_t ns = DQ * 8 + 8 * (size_t)P->dk;
+  size_t ns = DQ * KMAX + (size_t)(step_keys(P->dk, P->dv) * (P->dk + P->dv));
   char *p = W->block = aligned_alloc(64, ((nqs + ns + 2 * DQ + no) * 4 / 64 + 6) * 64);
   if (p == NULL) return 0;
   W->qs = qkv_attn_carve(&p, nqs * 4);
@@ -306,7 +430,8 @@ static void merge (const dec *D, int64_t b, float *m, float *l, float *o) {
 
 int qkv_attn_decode (const job *J) {
   const qkv_attn_plan *P = &J->p;
-  dec D = {J, P->dtype == QKV_BF16, 1, P->nk, NULL};
+  dec D = {J, P->dtype == QKV_BF16, 0, step_keys(P->dk, P->dv), 1, P->nk, NULL};
+  D.wide = qkv_cpu_has_avx512() && P->dk % 16 == 0 && P->dv % 16 == 0;
   int T = qkv_par_threads();
   double work = qkv_attn_work(P);
   if (T > 1 && work >= PAR_MIN_WORK && P->nbatch < 2 * T) {
