@@ -1,6 +1,7 @@
 /*
 ** blas.c -- finds the products with dlopen the first time one is needed
-** (see blas.h): cblas_sgemm and cblas_dgemm from OpenBLAS, and float32's
+** (see blas.h): cblas_sgemm and cblas_dgemm (and their gemv) from
+** OpenBLAS, and float32's
 ** from oneDNN (dnnl_sgemm) where libdnnl is installed, which was 5-40%
 ** faster on a core of this machine for the shapes of a transformer's
 ** products (bench/NOTES.md, "Which sgemm").  $QKV_BLAS=openblas keeps
@@ -18,6 +19,8 @@
 
 __typeof__(cblas_sgemm) *qkv_sgemm;
 __typeof__(cblas_dgemm) *qkv_dgemm;
+__typeof__(cblas_sgemv) *qkv_sgemv;
+__typeof__(cblas_dgemv) *qkv_dgemv;
 /* OpenMP's "one thread from this thread on" (omp_set_num_threads: a
    setting of the calling thread), as each library links it */
 static void (*blas_omp_threads)(int), (*dnnl_omp_threads)(int);
@@ -127,6 +130,8 @@ int qkv_blas_load (void) {
       /* (an object pointer to a function pointer, as POSIX allows) */
       *(void **)&qkv_sgemm = s;
       *(void **)&qkv_dgemm = d;
+      *(void **)&qkv_sgemv = dlsym(h, "cblas_sgemv");
+      *(void **)&qkv_dgemv = dlsym(h, "cblas_dgemv");
       /* OpenBLAS's own setting once, here, before any thread uses it:
          openblas_set_num_threads also resizes global buffers, unlocked,
          and called by a worker while another thread was in a product it

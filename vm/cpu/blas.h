@@ -12,6 +12,10 @@
 
 extern __typeof__(cblas_sgemm) *qkv_sgemm;
 extern __typeof__(cblas_dgemm) *qkv_dgemm;
+/* OpenBLAS's matrix-vector products, for the products of one row (its
+   gemm packs the whole matrix for one row: 4-6x slower, bench/NOTES.md) */
+extern __typeof__(cblas_sgemv) *qkv_sgemv;
+extern __typeof__(cblas_dgemv) *qkv_dgemv;
 
 /* oneDNN's bfloat16 product with float32 sums, C (float32) = alpha
    op(A) op(B) + beta C, row-major; NULL without libdnnl (or with

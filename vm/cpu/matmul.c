@@ -127,6 +127,22 @@ typedef struct {
    columns of b */
 static void gemm (const job *J, int m, int p, const void *a, int lda,
                   const void *b, int ldb, void *c) {
+  if (m == 1 && (J->dtype == QKV_F32 ? qkv_sgemv != NULL : qkv_dgemv != NULL)) {
+    /* one row: y = op(b)^T x, as a matrix-vector product (b as stored: n
+       x p, or p x n when read transposed); x's step is lda when a is
+       read transposed.  y zeroed first: gemv scales it by beta = 0 */
+    enum CBLAS_TRANSPOSE t = J->b.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
+    int rows = t == CblasTrans ? J->n : p, cols = t == CblasTrans ? p : J->n;
+    int incx = J->a.trans == CblasNoTrans ? 1 : lda;
+    memset(c, 0, (size_t)p * J->es);
+    if (J->dtype == QKV_F32)
+      qkv_sgemv(CblasRowMajor, t, rows, cols, (float)J->alpha, (const float *)b, ldb,
+                (const float *)a, incx, 0.0f, (float *)c, 1);
+    else
+      qkv_dgemv(CblasRowMajor, t, rows, cols, J->alpha, (const double *)b, ldb,
+                (const double *)a, incx, 0.0, (double *)c, 1);
+    return;
+  }
   if (J->dtype == QKV_F32)
     qkv_sgemm(CblasRowMajor, J->a.trans, J->b.trans, m, p, J->n,
                 (float)J->alpha, (const float *)a, lda, (const float *)b, ldb,

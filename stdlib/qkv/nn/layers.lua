@@ -30,7 +30,9 @@ end
 
 function Linear:forward(x)
   -- under autocast the weight itself is cast (and cached), not its view
-  local xc, w, b = autocast_args("project", checktensor("Linear", "x", x), self.weight, self.bias)
+  -- (rawget: a nil bias through the module's __index costs a search)
+  local xc, w, b = autocast_args("project", checktensor("Linear", "x", x), self.weight,
+                                 rawget(self, "bias"))
   return qkv.project(xc, w:t(), b)
 end
 

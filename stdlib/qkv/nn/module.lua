@@ -238,12 +238,14 @@ local function check_slots(self, name)
   for _, list in ipairs(SLOTS) do
     local ok = KINDS[list][1]
     for _, n in ipairs(rawget(self, list) or {}) do
-      local v = self[n]
-      if v ~= nil and not ok(v) then owned(list, self, name, "", {}) end
+      local v = rawget(self, n)        -- (set_slot keeps them raw; a nil one
+      if v ~= nil and not ok(v) then   -- through __index walks the lists)
+        owned(list, self, name, "", {})
+      end
     end
   end
   for _, n in ipairs(rawget(self, "_needs")) do
-    if self[n] == nil then
+    if rawget(self, n) == nil then
       local child = false
       for _, c in ipairs(rawget(self, "_children")) do child = child or c == n end
       fail(name, "'%s' is nil and its forward needs it: assign %s back", n, child and "a module" or "a tensor")
