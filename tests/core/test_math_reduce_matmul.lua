@@ -314,8 +314,9 @@ end
 -- scores(Q, K, {scale = s}) is the product then a multiply by s, for any
 -- s: BLAS skips the product when alpha is 0, so 0 * inf must still be NaN
 function TestMatmul:testScaledProducts()
-  for _, n in ipairs{4, 12} do           -- 4x4x4 loops, 12x4x12 BLAS
+  for _, n in ipairs{4, 12, 1} do        -- 4x4x4 loops, 12x4x12 BLAS, 1x64x1 gemv
     local Q, K = mk({n, 4}, "float32"), mk({n, 4}, "float32")
+    if n == 1 then Q, K = mk({1, 64}, "float32"), mk({40, 64}, "float32") end
     Q[1][1] = math.huge
     for _, scale in ipairs{0.5, 0, -0.0, math.huge, -math.huge, 0 / 0, 1e-40} do
       local got = qkv.scores(Q, K, {scale = scale})
@@ -325,6 +326,34 @@ function TestMatmul:testScaledProducts()
     local Z = qkv.scores(qkv.zeros(n, 0), qkv.zeros(n, 0), {scale = math.huge})
     lu.assertTrue(Z:ne(Z):sum():item() == n * n, "0 * inf in every score")
   end
+end
+
+-- one row against a matrix past the small loops runs as OpenBLAS's gemv
+-- (vm/cpu/matmul.c): b as stored and transposed (a Linear's W^T), a's row
+-- strided (a column of a matrix, read with its step), a batch of rows, both
+-- dtypes, and one big enough that the threads split its columns
+function TestMatmul:testOneRow()
+  for _, dt in ipairs{"float32", "float64"} do
+    for _, s in ipairs{{64, 40}, {40, 150}, {300, 129}} do
+      local k, n = s[1], s[2]
+      local what = ("1x%dx%d %s"):format(k, n, dt)
+      check_mm(mk({1, k}, dt), mk({k, n}, dt), what)
+      check_mm(mk({1, k}, dt), mk({n, k}, dt):t(), "b transposed " .. what)
+      check_mm(mk({k, 3}, dt):narrow(2, 2, 1):t(), mk({k, n}, dt), "a strided " .. what)
+      check_mm(mk({k, 3}, dt):narrow(2, 3, 1):t(), mk({n, k}, dt):t(), "both " .. what)
+      check_mm(mk({3, 1, k}, dt), mk({3, k, n}, dt), "batched " .. what)
+      check_mm(mk({k}, dt), mk({n, k}, dt):t(), "1-D " .. what)
+    end
+  end
+  check_mm(mk({1, 1024}, "float32"), mk({1100, 1024}, "float32"):t(), "1x1024x1100 threaded")
+  -- inf and NaN in the row reach the columns they touch, as gemm's do
+  local x, W = mk({1, 64}, "float32"), mk({40, 64}, "float32")
+  x[1][3] = math.huge
+  W[5][3] = 0
+  local y = qkv.matmul(x, W:t())
+  lu.assertTrue(y[1][5] ~= y[1][5], "inf * 0 is NaN")
+  lu.assertEquals(y:ne(y):sum():item(), 1)
+  lu.assertEquals(y:abs():eq(math.huge):sum():item(), 39)
 end
 
 function TestMatmul:testLarge()
