@@ -75,6 +75,20 @@ local CLOSE = {
     local q, k = xy[{{1, 256}}]:reshape(2, 1, 128), xy[{{201, 7880}}]:reshape(2, 30, 128)
     return qkv.attention(q, k, xy[{{101, 7780}}]:reshape(2, 30, 128), {weights = false}):float()
   end)()]],
+  -- the mods on the AVX2 path's tiles (attention_avx2.c), whose products
+  -- take 16 lanes where the CPU has AVX-512: a block mask's spans (the
+  -- window), a mask run per tile (documents) and a score_mod (ALiBi)
+  attention_mods = [[(function()
+    local V = qkv.variants
+    local q, k = x[{{20, 2163}}]:reshape(2, 67, 4, 4):transpose(2, 3) / 8,
+                 y[{{20, 2163}}]:reshape(2, 67, 4, 4):transpose(2, 3)
+    local v = x[{{1000, 3143}}]:reshape(2, 4, 67, 4)
+    local doc = qkv.tensor({1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3}):repeat_interleave(6):narrow(1, 1, 67)
+    local bm = qkv.block_mask(V.sliding_window(21), nil, nil, 67, 67, {block = 16})
+    local a = qkv.attention(q, k, v, {block_mask = bm, score_mod = V.alibi(4), weights = false})
+    local b = qkv.attention(q, k, v, {mask_mod = V.document(doc), weights = false})
+    return qkv.cat({a, b}, -1)
+  end)()]],
   softmax = "x:reshape(1, -1):softmax(-1)",
   softmax_rows = "(x[{{1, 4096}}]):reshape(64, 64):softmax(-1)",
   log_softmax = "x[{{14, 4099}}]:reshape(2, -1):log_softmax()",

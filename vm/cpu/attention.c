@@ -259,7 +259,7 @@ static int query_tile (const job *J, scratch *W, int64_t t) {
     return QKV_OK;
   }
 #ifdef QKV_VEXP_X86
-  if (J->avx512) {
+  if (J->avx512 && !J->mods) {
     qkv_attn_keys_avx512(J, W, b, i0, bq, jend, (float *)o);
     return QKV_OK;
   }
@@ -396,8 +396,8 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   J.avx2 = P->dtype == QKV_F32 && P->dk > 0 && isfinite(scale) && scale != 0 &&
            qkv_cpu_has_avx2();
   /* the same path on 16 lanes (attention_avx512.c), when the CPU has it;
-     the mods run on the AVX2 path's tiles */
-  J.avx512 = J.avx2 && qkv_cpu_has_avx512() && !M;
+     the mods run on the AVX2 path's tiles, with its products */
+  J.avx512 = J.avx2 && qkv_cpu_has_avx512();
 #endif
   J.gemm.q = read_of(&J, &P->q, P->nq, P->dk);
   J.gemm.k = read_of(&J, &P->k, P->nk, P->dk);

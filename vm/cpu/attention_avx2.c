@@ -30,15 +30,9 @@
 #define UNROLL _Pragma("GCC unroll 6")
 
 #define key_limit qkv_attn_key_limit
+#define span_of qkv_attn_span_of
 
-/*
-** The keys each group of 8 queries of a tile may keep: [lo, hi).  Causal
-** alone: from 0 to its last query's diagonal.  A mask program narrows
-** them to the first and last key any of the group keeps, so that a
-** window's edge or a document's border costs its few keys, not the tile:
-** the products, the softmax and p v run on those rows alone.
-*/
-typedef struct { int lo[BQ / 8], hi[BQ / 8]; } ranges;
+/* the keys each group of 8 queries may keep (ranges, attention_job.h) */
 
 static void ranges_causal (ranges *R, int nqp, int bk, int64_t e) {
   for (int g = 0; g < nqp / 8; g++) {
@@ -128,17 +122,6 @@ static int ranges_spans (ranges *R, int nqp, int bq, int bk, int64_t j0, int64_t
     } \
   } while (0)
 
-/* the range of queries [a, b] (groups a/8 .. b/8, b below nqp) */
-static inline void span_of (const ranges *R, int a, int b, int *lo, int *hi) {
-  *lo = R->lo[a / 8];
-  *hi = R->hi[a / 8];
-  for (int g = a / 8 + 1; g <= b / 8; g++) {
-    if (R->hi[g] == 0) continue;
-    if (*hi == 0 || R->lo[g] < *lo) *lo = R->lo[g];
-    if (R->hi[g] > *hi) *hi = R->hi[g];
-  }
-  if (*hi == 0) *lo = 0;
-}
 
 /* the first n lanes (none for n <= 0, all for n >= 8) */
 static inline QKV_AVX2 __m256 lanes (int64_t n) {
@@ -449,8 +432,12 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     /* the max comes out of the product, unless st changes after it; the
        spans cut there too, unless a score_mod comes after */
     int later = P->has_mask || scored || masked;
-    qk_tile(nqp, &R, e, scored ? NULL : sp, W->qt, kt,
-            J->gemm.k.layout == COPY ? P->dk : P->k.rs, P->dk, st, later ? NULL : W->mx);
+    int64_t krs = J->gemm.k.layout == COPY ? P->dk : P->k.rs;
+    if (J->avx512)                  /* the same products on 16 lanes */
+      qkv_attn_qk_ranges512(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st,
+                            later ? NULL : W->mx);
+    else
+      qk_tile(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st, later ? NULL : W->mx);
     if (scored) {
       int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, W->mem, NULL);
       if (err != QKV_OK) return err;
@@ -466,7 +453,9 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     scale_rows(o, bq, P->dv, W->alpha);
     const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
                                        W->vbuf);
-    pv_tile(bq, &R, st, vt, J->gemm.v.layout == COPY ? P->dv : P->v.rs, o, P->dv);
+    int64_t vrs = J->gemm.v.layout == COPY ? P->dv : P->v.rs;
+    if (J->avx512) qkv_attn_pv_ranges512(bq, &R, st, vt, vrs, o, P->dv);
+    else pv_tile(bq, &R, st, vt, vrs, o, P->dv);
   }
   qkv_attn_put_lse(J, b, i0, bq, m, NULL, W->l);
   /* a query with no key stays zeros; a NaN sum (a NaN score, which the max

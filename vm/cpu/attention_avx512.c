@@ -35,11 +35,14 @@
 /*
 ** st[r][0..16 nv) = sum over c of qt[c][0..16 nv) k[r][c], for rows r <
 ** rows, nv 1 or 2.  Query l of the block drops key r when l < t + r (the
-** causal diagonal).  mx[0..16 nv) (when not NULL) takes the max of each
-** column, which saves the softmax a pass over the tile.
+** causal diagonal), or, sp not NULL (nv 1), outside its span [sp[l],
+** sp[BQ + l]) (row r is key j + r; the spans carry the diagonal).
+** mx[0..16 nv) (when not NULL) takes the max of each column, which saves
+** the softmax a pass over the tile.
 */
 INLINE void qk_block (int rows, int nv, const float *qt, const float *k,
-                      int64_t krs, int64_t dk, int64_t t, float *st, float *mx) {
+                      int64_t krs, int64_t dk, int64_t t, const int32_t *sp, int j,
+                      float *st, float *mx) {
   __m512 acc[QK_KEYS][2];
   UNROLL for (int r = 0; r < QK_KEYS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t c = 0; c < dk; c++) {
@@ -51,7 +54,15 @@ INLINE void qk_block (int rows, int nv, const float *qt, const float *k,
       if (nv > 1) acc[r][1] = _mm512_fmadd_ps(a1, b, acc[r][1]);
     }
   }
-  if (t + rows - 1 > 0) {
+  if (sp) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512i lo = _mm512_loadu_si512(sp), hi = _mm512_loadu_si512(sp + BQ);
+    UNROLL for (int r = 0; r < rows; r++) {
+      __mmask16 d = _mm512_cmpgt_epi32_mask(lo, _mm512_set1_epi32(j + r)) |
+                    _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(j + r + 1), hi);
+      acc[r][0] = _mm512_mask_mov_ps(acc[r][0], d, ninf);
+    }
+  } else if (t + rows - 1 > 0) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     UNROLL for (int r = 0; r < rows; r++) {
       acc[r][0] = _mm512_mask_mov_ps(acc[r][0], lanes(t + r), ninf);
@@ -83,20 +94,20 @@ INLINE void qk_cols (int nv, int i, int bk, int64_t e, const float *qt,
   st += i;
   mx = mx ? mx + i : NULL;
   for (; j + QK_KEYS <= n; j += QK_KEYS)
-    qk_block(QK_KEYS, nv, qt, k + j * krs, krs, dk, j + e - i, st + j * BQ, mx);
+    qk_block(QK_KEYS, nv, qt, k + j * krs, krs, dk, j + e - i, NULL, 0, st + j * BQ, mx);
   if (j + 6 <= n) {
-    qk_block(6, nv, qt, k + j * krs, krs, dk, j + e - i, st + j * BQ, mx);
+    qk_block(6, nv, qt, k + j * krs, krs, dk, j + e - i, NULL, 0, st + j * BQ, mx);
     j += 6;
   }
   const float *kj = k + j * krs;
   float *sj = st + j * BQ;
   int64_t t = j + e - i;
   switch (n - j) {
-    case 5: qk_block(5, nv, qt, kj, krs, dk, t, sj, mx); break;
-    case 4: qk_block(4, nv, qt, kj, krs, dk, t, sj, mx); break;
-    case 3: qk_block(3, nv, qt, kj, krs, dk, t, sj, mx); break;
-    case 2: qk_block(2, nv, qt, kj, krs, dk, t, sj, mx); break;
-    case 1: qk_block(1, nv, qt, kj, krs, dk, t, sj, mx); break;
+    case 5: qk_block(5, nv, qt, kj, krs, dk, t, NULL, 0, sj, mx); break;
+    case 4: qk_block(4, nv, qt, kj, krs, dk, t, NULL, 0, sj, mx); break;
+    case 3: qk_block(3, nv, qt, kj, krs, dk, t, NULL, 0, sj, mx); break;
+    case 2: qk_block(2, nv, qt, kj, krs, dk, t, NULL, 0, sj, mx); break;
+    case 1: qk_block(1, nv, qt, kj, krs, dk, t, NULL, 0, sj, mx); break;
     default: break;
   }
 }
@@ -178,6 +189,96 @@ static QKV_AVX512 void pv_tile (int bq, int bk, int64_t e, const float *pt,
 #endif
     default: pv_cols(1, 1, km, bq, bk, e, pt, vd, vrs, od, dv); break;
   }
+}
+
+/* the AVX2 path's q k^T over its ranges (see qkv_attn_qk_ranges512) */
+static QKV_AVX512 void qk_ranges (int nqp, const ranges *R, int64_t e, const int32_t *sp,
+                                  const float *qt, const float *k, int64_t krs, int64_t dk,
+                                  float *st, float *mx) {
+  for (int i = 0; i < nqp; i += 16) {
+    int j, n;
+    qkv_attn_span_of(R, i, i + 15, &j, &n);
+    const float *qi = qt + i;
+    const int32_t *si = sp ? sp + i : NULL;
+    float *mi = mx ? mx + i : NULL;
+    for (; j + QK_KEYS <= n; j += QK_KEYS)
+      qk_block(QK_KEYS, 1, qi, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ + i, mi);
+    if (j + 6 <= n) {
+      qk_block(6, 1, qi, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ + i, mi);
+      j += 6;
+    }
+    const float *kj = k + j * krs;
+    float *sj = st + j * BQ + i;
+    int64_t t = j + e - i;
+    switch (n - j) {       /* constant row counts, so each unrolls */
+      case 5: qk_block(5, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
+      case 4: qk_block(4, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
+      case 3: qk_block(3, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
+      case 2: qk_block(2, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
+      case 1: qk_block(1, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
+      default: break;
+    }
+  }
+}
+
+/* a block of queries over the keys its groups may keep */
+INLINE void pv_rcols (int nv, int part, const __mmask16 *km, int bq, const ranges *R,
+                      const float *pt, const float *v, int64_t vrs, float *o, int64_t dv) {
+  int i = 0, lo, hi;
+  for (; i + PV_ROWS <= bq; i += PV_ROWS) {
+    qkv_attn_span_of(R, i, i + PV_ROWS - 1, &lo, &hi);
+    pv_block(PV_ROWS, nv, part, km, pt + lo * BQ + i, hi - lo, v + lo * vrs, vrs, o + i * dv,
+             dv);
+  }
+  if (i == bq) return;
+  qkv_attn_span_of(R, i, bq - 1, &lo, &hi);    /* the last 1 to 5 as one block */
+  const float *p = pt + lo * BQ + i, *vl = v + lo * vrs;
+  float *oi = o + i * dv;
+  switch (bq - i) {
+    case 5: pv_block(5, nv, part, km, p, hi - lo, vl, vrs, oi, dv); break;
+    case 4: pv_block(4, nv, part, km, p, hi - lo, vl, vrs, oi, dv); break;
+    case 3: pv_block(3, nv, part, km, p, hi - lo, vl, vrs, oi, dv); break;
+    case 2: pv_block(2, nv, part, km, p, hi - lo, vl, vrs, oi, dv); break;
+    default: pv_block(1, nv, part, km, p, hi - lo, vl, vrs, oi, dv); break;
+  }
+}
+
+/* the AVX2 path's p v over its ranges (see qkv_attn_pv_ranges512) */
+static QKV_AVX512 void pv_ranges (int bq, const ranges *R, const float *pt, const float *v,
+                                  int64_t vrs, float *o, int64_t dv) {
+  __mmask16 km[PV_VECS];
+  int64_t d = 0;
+  for (int w = 0; w < PV_VECS; w++) km[w] = 0xffff;
+  for (; d + 16 * PV_VECS <= dv; d += 16 * PV_VECS)
+    pv_rcols(PV_VECS, 0, km, bq, R, pt, v + d, vrs, o + d, dv);
+  if (d == dv) return;
+  for (int w = 0; w < PV_VECS; w++) km[w] = lanes(dv - d - 16 * w);
+  const float *vd = v + d;
+  float *od = o + d;
+  switch ((dv - d + 15) / 16) {
+    case 4: pv_rcols(4, 1, km, bq, R, pt, vd, vrs, od, dv); break;
+    case 3: pv_rcols(3, 1, km, bq, R, pt, vd, vrs, od, dv); break;
+    case 2: pv_rcols(2, 1, km, bq, R, pt, vd, vrs, od, dv); break;
+    default: pv_rcols(1, 1, km, bq, R, pt, vd, vrs, od, dv); break;
+  }
+}
+
+/*
+** The AVX2 path's tiles under mods take these products (attention_avx2.c:
+** each group of 8 queries' range of keys R, the spans' cut in the
+** product): q k^T for 16 queries at a time over their groups' rows, p v
+** for blocks of PV_ROWS queries over theirs, as the AVX2 path blocks them
+** (its softmax leaves zeros in st as far as those blocks read).
+*/
+void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *sp,
+                            const float *qt, const float *k, int64_t krs, int64_t dk,
+                            float *st, float *mx) {
+  qk_ranges(nqp, R, e, sp, qt, k, krs, dk, st, mx);
+}
+
+void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt, const float *v,
+                            int64_t vrs, float *o, int64_t dv) {
+  pv_ranges(bq, R, pt, v, vrs, o, dv);
 }
 
 /* mx[i] = the max of column i of st over the keys its group of 16 keeps */

@@ -43,7 +43,8 @@ typedef struct { int layout, ld; } gemm_read;
 typedef struct {
   qkv_attn_plan p;                  /* operands, shapes, bounds: common/attention_plan.h */
   size_t es;                        /* the dtype's element size */
-  int avx2, avx512;                 /* our products (avx512 implies avx2) */
+  int avx2, avx512;                 /* our products (avx512 implies avx2; with mods
+                                       the AVX2 path's tiles take its products) */
   struct { gemm_read q, k, v; } gemm;
   qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
   int64_t tk;                       /* keys per tile: BK, or a block mask's */
@@ -188,6 +189,28 @@ static inline void qkv_attn_mask_cols (const job *J, float *st, int bq, int bk,
   }
 }
 
+/*
+** The keys each group of 8 queries of a tile may keep: [lo, hi).  Causal
+** alone: from 0 to its last query's diagonal.  A mask program narrows
+** them to the first and last key any of the group keeps, so that a
+** window's edge or a document's border costs its few keys, not the tile:
+** the products, the softmax and p v run on those rows alone (the AVX2
+** path's tiles, attention_avx2.c, whose products may run on 16 lanes).
+*/
+typedef struct { int lo[BQ / 8], hi[BQ / 8]; } ranges;
+
+/* the range of queries [a, b] (groups a/8 .. b/8, b below nqp) */
+static inline void qkv_attn_span_of (const ranges *R, int a, int b, int *lo, int *hi) {
+  *lo = R->lo[a / 8];
+  *hi = R->hi[a / 8];
+  for (int g = a / 8 + 1; g <= b / 8; g++) {
+    if (R->hi[g] == 0) continue;
+    if (*hi == 0 || R->lo[g] < *lo) *lo = R->lo[g];
+    if (R->hi[g] > *hi) *hi = R->hi[g];
+  }
+  if (*hi == 0) *lo = 0;
+}
+
 /* ---- the mods (score_mod, mask_mod: common/mods.h) ---- */
 
 /* the mods on a tile of scores s (bq queries from i0, bk keys from j0, of
@@ -202,6 +225,14 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0,
                         int bq, int64_t jend, float *o);
 void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
                            int bq, int64_t jend, float *o);
+/* the AVX2 path's products on 16 lanes, over each group's range R: st
+   (bk x nqp) = k q^T cut by the causal diagonal e or the spans sp (when
+   not NULL), mx its columns' max (when not NULL); o += st^T v */
+void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *sp,
+                            const float *qt, const float *k, int64_t krs, int64_t dk,
+                            float *st, float *mx);
+void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt, const float *v,
+                            int64_t vrs, float *o, int64_t dv);
 /* the whole job in bfloat16 on the tile unit (attention_amx.c) */
 int qkv_attn_amx (const job *J);
 /* whether the job is a decode step's few queries that attention_decode.c
