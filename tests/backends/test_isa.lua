@@ -19,7 +19,11 @@ local exe = arg and arg[-1] or "build/qkv"
 -- multiple of any vector width) and xd (float64) are there
 local SETUP = [[
   qkv.seed(11)
-  local special = {0, -0.0, 1/0, -1/0, 0/0, 1e-40, -1e-40, 3.4e38, -3.4e38, 14.5, -14.5, 88.9, -104}
+  -- (pnan: a NaN with every payload bit set, whose rounding to bfloat16
+  -- would carry into the sign were it not quieted first)
+  local pnan = string.unpack("d", string.pack("i8", 0x7fffffffffffffff))
+  local special = {0, -0.0, 1/0, -1/0, 0/0, 1e-40, -1e-40, 3.4e38, -3.4e38, 14.5, -14.5, 88.9, -104,
+                   pnan, -pnan}
   local x = qkv.randn(4099) * 6
   for i, v in ipairs(special) do x[i] = v end
   local y = qkv.randn(4099) * 3
@@ -33,6 +37,12 @@ local SETUP = [[
 
 local CASES = {
   sqrt_abs = "x:abs():sqrt()",
+  -- float32 to bfloat16 and back (vm/cpu/copy.c: 16 or 8 at a time with
+  -- integer ops, the rest one by one; a strided copy takes the plain row):
+  -- rounding to nearest even, subnormals, inf, NaN, 3.4e38 past the largest
+  bf16_round = "x:to('bfloat16'):float()",
+  bf16_round_t = "x[{{1, 4098}}]:reshape(2, 2049):t():to('bfloat16'):float()",
+  bf16_widen = "(x * 3):to('bfloat16'):t():contiguous():float()",
   -- sums down columns (vm/cpu/reduce.c's tiles): each lane adds in row order
   sum_cols = "x[{{1, 4096}}]:reshape(64, 64):sum(1)",
   sum_cols_d = "xd[{{2, 4097}}]:reshape(32, 128):sum(1)",

@@ -199,6 +199,31 @@ function TestAutocast:testCastCache()
   lu.assertTrue(lin_live(false) - lin_live(true) >= 3 * CAST)
 end
 
+-- a transposed view of a contiguous weight (project's W = weight:t(), as
+-- qkv.bert keeps them) is cast as that weight and seen transposed again:
+-- the same values and gradient as a cast of the view, one contiguous pass
+function TestAutocast:testTransposedCast()
+  local x, w = qkv.randn(3, 40), qkv.randn(24, 40):requires_grad_()
+  local W = w:t()                                          -- (40, 24), not contiguous
+  local AC = {device_type = "cpu"}
+  local got = qkv.autocast(AC, function() return qkv.project(x, W) end)
+  local want = qkv.project(x:bfloat16(), W:contiguous():bfloat16())
+  lu.assertEquals(got.dtype, "bfloat16")
+  qkv.test.assertTensorEqual(got, want)
+  qkv.autocast(AC, function() return qkv.project(x, w:t()):float():sum() end):backward()
+  local g = w.grad:clone()
+  w.grad = nil
+  qkv.project(x:bfloat16(), w:t():bfloat16()):float():sum():backward()
+  qkv.test.assertTensorEqual(g, w.grad)
+  -- a view of neither layout, and 3-D batches of them
+  local V = qkv.randn(40, 2, 24):select(2, 1)
+  qkv.test.assertTensorEqual(qkv.autocast(AC, function() return qkv.project(x, V) end),
+                             qkv.project(x:bfloat16(), V:bfloat16()))
+  local B = qkv.randn(2, 24, 40):transpose(2, 3)
+  qkv.test.assertTensorEqual(qkv.autocast(AC, function() return qkv.matmul(x, B) end),
+                             qkv.matmul(x:bfloat16(), B:contiguous():bfloat16()))
+end
+
 function TestAutocast:testRegions()
   lu.assertFalse(qkv.is_autocast_enabled("cpu"))
   lu.assertEquals(qkv.get_autocast_dtype("cpu"), "bfloat16")

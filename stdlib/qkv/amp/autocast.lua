@@ -79,16 +79,28 @@ end
 local caches = {[true] = setmetatable({}, {__mode = "k"}), [false] = setmetatable({}, {__mode = "k"})}
 local depth = 0                       -- regions open, in every coroutine
 
+-- x in dtype `to`; a transposed view of a contiguous tensor (a Linear's
+-- weight as project takes it, W:t()) cast as that tensor and seen
+-- transposed again, as PyTorch's to() keeps a dense tensor's strides: a
+-- contiguous pass, where the transposed copy took 10x as long (MiniLM)
+local function to_dtype(x, to)
+  if x:dim() >= 2 and not x:is_contiguous() then
+    local t = x:transpose(-1, -2)
+    if t:is_contiguous() then return t:to(to):transpose(-1, -2) end
+  end
+  return x:to(to)
+end
+
 local function cached_to(x, to)
   if to == "float32" or x.dtype ~= "float32" or not x.requires_grad or not x.is_leaf then
-    return x:to(to)
+    return to_dtype(x, to)
   end
   local cache, v = caches[qkv.is_grad_enabled()], x:_version()
   local e = cache[x]
   -- (a backward frees the cast's node: a later forward casts again)
   local node = e and e.y.grad_fn
   if e and e.version == v and e.to == to and not (node and node.freed) then return e.y end
-  local y = x:to(to)
+  local y = to_dtype(x, to)
   cache[x] = {version = v, to = to, y = y}
   return y
 end
@@ -99,7 +111,7 @@ local function cast(to, n, cache, ...)
   for i = 1, n do
     local x = args[i]
     if open(x) and ELIGIBLE[x.dtype] and x.dtype ~= to then
-      args[i], changed = cache and cached_to(x, to) or x:to(to), true
+      args[i], changed = cache and cached_to(x, to) or to_dtype(x, to), true
     end
   end
   return changed and args or nil
