@@ -197,34 +197,53 @@ static inline int kept (const qkv_attn_plan *P, int r, int64_t j, int n) {
 }
 
 /*
-** o += p V for a step's n keys: nw vectors (W lanes each: 8 on AVX2, 16 on
-** AVX-512) of up to 4 queries' rows in registers; s has nb probabilities
-** a query.  Rows past nr are row r0's again (computed, not stored); a
-** lone last vector is the first again (not stored).
+** o += p V for a step's n keys: R queries' rows (1 to 4) by NV vectors (1
+** or 2) of W lanes from feature c in registers, R and NV constants (a
+** block of rows or features past the real ones would be work thrown away:
+** at d 16 with 2 rows, three quarters of it); s has nb probabilities a
+** query.  PV_STEP runs the blocks over the rows and features.
 */
-#define PV_STEP(V, W, LOAD, STORE, FMA, BCAST) do { \
+#define PV_BLOCK(name, ATTR, V, W, LOAD, STORE, FMA, BCAST) \
+  static inline ATTR __attribute__((always_inline)) void \
+  name (const int R, const int NV, float *o, int64_t dv, const float *p, int nb, \
+        const float *vc, int n, int64_t c) { \
+    V a[4][2]; \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
+      _Pragma("GCC unroll 2") for (int w = 0; w < NV; w++) \
+        a[r][w] = LOAD(o + r * dv + c + w * (W)); \
+    const float *vr = vc + c; \
+    for (int t = 0; t < n; t++, vr += dv) { \
+      V v[2]; \
+      _Pragma("GCC unroll 2") for (int w = 0; w < NV; w++) v[w] = LOAD(vr + w * (W)); \
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) { \
+        V pr = BCAST(p[r * nb + t]); \
+        _Pragma("GCC unroll 2") for (int w = 0; w < NV; w++) a[r][w] = FMA(pr, v[w], a[r][w]); \
+      } \
+    } \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
+      _Pragma("GCC unroll 2") for (int w = 0; w < NV; w++) \
+        STORE(o + r * dv + c + w * (W), a[r][w]); \
+  }
+PV_BLOCK(pv8, QKV_AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps,
+         _mm256_set1_ps)
+PV_BLOCK(pv16, QKV_AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps,
+         _mm512_set1_ps)
+
+#define PV_STEP(BLOCK, W) do { \
   for (int r0 = 0; r0 < nq; r0 += 4) { \
     int nr = nq - r0 < 4 ? nq - r0 : 4; \
-    float *o0 = o + r0 * dv, *o1 = o + (r0 + (nr > 1)) * dv; \
-    float *o2 = o + (r0 + (nr > 2 ? 2 : 0)) * dv, *o3 = o + (r0 + (nr > 3 ? 3 : 0)) * dv; \
-    const float *p0 = s + r0 * nb, *p1 = s + (o1 - o) / dv * nb; \
-    const float *p2 = s + (o2 - o) / dv * nb, *p3 = s + (o3 - o) / dv * nb; \
+    float *or0 = o + r0 * dv; \
+    const float *pr0 = s + r0 * nb; \
     for (int64_t c = 0; c < dv; c += 2 * (W)) { \
-      int64_t h = c + 2 * (W) <= dv ? (W) : 0; \
-      V a0 = LOAD(o0 + c), b0 = LOAD(o0 + c + h), a1 = LOAD(o1 + c), b1 = LOAD(o1 + c + h); \
-      V a2 = LOAD(o2 + c), b2 = LOAD(o2 + c + h), a3 = LOAD(o3 + c), b3 = LOAD(o3 + c + h); \
-      const float *vr = vc; \
-      for (int t = 0; t < n; t++, vr += dv) { \
-        V v0 = LOAD(vr + c), v1 = LOAD(vr + c + h), p; \
-        p = BCAST(p0[t]); a0 = FMA(p, v0, a0); b0 = FMA(p, v1, b0); \
-        p = BCAST(p1[t]); a1 = FMA(p, v0, a1); b1 = FMA(p, v1, b1); \
-        p = BCAST(p2[t]); a2 = FMA(p, v0, a2); b2 = FMA(p, v1, b2); \
-        p = BCAST(p3[t]); a3 = FMA(p, v0, a3); b3 = FMA(p, v1, b3); \
-      } \
-      V ra[4] = {a0, a1, a2, a3}, rb[4] = {b0, b1, b2, b3}; \
-      for (int r = 0; r < nr; r++) { \
-        STORE(o + (r0 + r) * dv + c, ra[r]); \
-        if (h) STORE(o + (r0 + r) * dv + c + (W), rb[r]); \
+      switch (nr * 2 + (c + 2 * (W) <= dv)) { \
+        case 2: BLOCK(1, 1, or0, dv, pr0, nb, vc, n, c); break; \
+        case 3: BLOCK(1, 2, or0, dv, pr0, nb, vc, n, c); break; \
+        case 4: BLOCK(2, 1, or0, dv, pr0, nb, vc, n, c); break; \
+        case 5: BLOCK(2, 2, or0, dv, pr0, nb, vc, n, c); break; \
+        case 6: BLOCK(3, 1, or0, dv, pr0, nb, vc, n, c); break; \
+        case 7: BLOCK(3, 2, or0, dv, pr0, nb, vc, n, c); break; \
+        case 8: BLOCK(4, 1, or0, dv, pr0, nb, vc, n, c); break; \
+        default: BLOCK(4, 2, or0, dv, pr0, nb, vc, n, c); break; \
       } \
     } \
   } \
@@ -268,7 +287,7 @@ keys_of (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float
       }
       if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
     }
-    PV_STEP(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_set1_ps);
+    PV_STEP(pv8, 8);
   }
 }
 
@@ -309,7 +328,7 @@ keys_of16 (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, flo
       }
       if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
     }
-    PV_STEP(__m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps, _mm512_set1_ps);
+    PV_STEP(pv16, 16);
   }
 }
 
