@@ -189,14 +189,19 @@ static QKV_AVX2 void from_bf16_256 (int64_t n, float *o, const uint16_t *a) {
 }
 #endif
 
-static void to_bf16_row (int64_t n, char **p, const int64_t *s, void *ctx) {
+void qkv_cpu_to_bf16 (int64_t n, uint16_t *o, const float *a) {
 #ifdef QKV_VEXP_X86
-  if (s[0] == 2 && s[1] == 4 && qkv_cpu_has_avx2()) {
-    (qkv_cpu_has_avx512() ? to_bf16_512 : to_bf16_256)(n, (uint16_t *)p[0], (const float *)p[1]);
+  if (qkv_cpu_has_avx2()) {
+    (qkv_cpu_has_avx512() ? to_bf16_512 : to_bf16_256)(n, o, a);
     return;
   }
 #endif
-  copy_bf16_f32(n, p, s, ctx);
+  for (int64_t i = 0; i < n; i++) o[i] = qkv_f2bf(a[i]);
+}
+
+static void to_bf16_row (int64_t n, char **p, const int64_t *s, void *ctx) {
+  if (s[0] == 2 && s[1] == 4) qkv_cpu_to_bf16(n, (uint16_t *)p[0], (const float *)p[1]);
+  else copy_bf16_f32(n, p, s, ctx);
 }
 
 static void from_bf16_row (int64_t n, char **p, const int64_t *s, void *ctx) {

@@ -27,6 +27,9 @@ int qkv_cpu_has_bf16(void);
 void *qkv_cpu_alloc(size_t nbytes, int zero);
 void qkv_cpu_free(void *p);
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src);
+/* n float32 rounded to bfloat16 as half.h's qkv_f2bf, 16 or 8 at a time
+   where the CPU has AVX-512 or AVX2 (copy.c) */
+void qkv_cpu_to_bf16(int64_t n, uint16_t *o, const float *a);
 int qkv_cpu_fill(qkv_tensor *dst, double v);
 /* op: a qkv_binop, qkv_unop (vm/common/ops.h) */
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);

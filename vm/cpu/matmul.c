@@ -13,7 +13,6 @@
 #include "parallel.h"
 #include "blas.h"
 #include "matmul_amx.h"
-#include "../core/half.h"
 #include "../common/layout.h"
 #include "../common/matmul_shape.h"
 
@@ -390,7 +389,7 @@ static int bf16_panel (const job *J, int m, int w, const void *a, const void *b,
   int err = dnnl_panel(J, m, w, a, b, f, w);
   uint16_t *o = (uint16_t *)c;
   for (int i = 0; i < m && err == QKV_OK; i++)
-    for (int j = 0; j < w; j++) o[(int64_t)i * J->p + j] = qkv_f2bf(f[(int64_t)i * w + j]);
+    qkv_cpu_to_bf16(w, o + (int64_t)i * J->p, f + (int64_t)i * w);
   free(f);
   return err;
 }
