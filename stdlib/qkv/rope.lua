@@ -149,12 +149,14 @@ halves' rotation is x C + rotate_half(x) S with rotate_half(x) = [x2, x1]:
 three ops and a cat where M.apply takes six and a cat, and the same bits
 (x2 (-s) is -(x2 s), and a + (-b) is a - b).
 ]]
+local function sub(t, key)            -- t[key], made empty the first time
+  local s = t[key]
+  if s == nil then s = {}; t[key] = s end
+  return s
+end
+
 local function cached(x, d, base, last)
-  local t = tables
-  for _, key in ipairs{d, base, x.dtype} do
-    t[key] = t[key] or {}
-    t = t[key]
-  end
+  local t = sub(sub(sub(tables, d), base), x.dtype)
   local dev = x.device
   local c = t[dev]
   if c == nil or c.n < last then
