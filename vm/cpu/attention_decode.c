@@ -249,6 +249,36 @@ PV_BLOCK(pv16, QKV_AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512
   } \
 } while (0)
 
+/* query row q's scores against the 8 rows of ku (dk apart), in lanes 0-7:
+   8 accumulators summed across in registers */
+static inline QKV_AVX2 __attribute__((always_inline)) __m256
+dot8 (const float *q, const float *ku, int64_t dk) {
+  __m256 a[8];
+  _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < dk; c += 8) {
+    __m256 qv = _mm256_loadu_ps(q + c);
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
+      a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(ku + t * dk + c), a[t]);
+  }
+  return hsum8(a);
+}
+
+/* the same on 16 lanes (d_k a multiple of 16), each key's 16 folded to 8 */
+static inline QKV_AVX512 __attribute__((always_inline)) __m256
+dot16 (const float *q, const float *ku, int64_t dk) {
+  __m512 a[8];
+  _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < dk; c += 16) {
+    __m512 qv = _mm512_loadu_ps(q + c);
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
+      a[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(ku + t * dk + c), a[t]);
+  }
+  __m256 h[8];
+  _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
+    h[t] = _mm256_add_ps(_mm512_castps512_ps256(a[t]), _mm512_extractf32x8_ps(a[t], 1));
+  return hsum8(h);
+}
+
 /*
 ** Keys [j0, j1) of batch item b for its nq queries: m, l per query and o
 ** (nq x dv, not divided by l).  qs: q times the scale (nq x dk); s: nq x
@@ -256,81 +286,39 @@ PV_BLOCK(pv16, QKV_AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512
 ** A step of nb keys (step_keys) from scores to o, so that their rows of K
 ** and V are read once each, in order, and stay in L1 for p V
 ** (bench/NOTES.md: a softmax over 64 keys of d 128 left V's rows to miss
-** L1 in p V).
+** L1 in p V).  One body on 8 lanes (keys_of: DOT dot8, PV pv8) and on 16
+** (keys_of16, AVX-512, d_k and d_v multiples of 16: half the instructions
+** for the products, which a bfloat16 cache, half the bytes to read, is
+** bound by).
 */
-static inline QKV_AVX2 __attribute__((always_inline)) void
-keys_of (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s, float *m,
-         float *l, float *o, const int bf16) {
-  const qkv_attn_plan *P = &D->J->p;
-  int nq = (int)P->nq, nb = D->nb;
-  int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4];
-  qkv_attn_batch_offsets(P, b, off);
-  const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es;
-  float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX];
-  for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
-  memset(o, 0, sizeof(float) * (size_t)(nq * dv));
-  for (int64_t j = j0; j < j1; j += nb) {
-    int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8;
-    stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16);
-    for (int r = 0; r < nq; r++) {     /* each query's scores against 8 keys at a time */
-      for (int u = 0; u < ng; u++) {
-        const float *ku = kc + 8 * u * dk;
-        __m256 a[8];
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < dk; c += 8) {
-          __m256 qv = _mm256_loadu_ps(qs + r * dk + c);
-          _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
-            a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(ku + t * dk + c), a[t]);
-        }
-        if (nb == 8) soft8(hsum8(a), kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * 8);
-        else _mm256_storeu_ps(x + 8 * u, hsum8(a));
-      }
-      if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
-    }
-    PV_STEP(pv8, 8);
+#define KEYS_OF(name, ATTR, DOT, PV, W) \
+  static inline ATTR __attribute__((always_inline)) void \
+  name (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s, float *m, \
+        float *l, float *o, const int bf16) { \
+    const qkv_attn_plan *P = &D->J->p; \
+    int nq = (int)P->nq, nb = D->nb; \
+    int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4]; \
+    qkv_attn_batch_offsets(P, b, off); \
+    const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es; \
+    float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX]; \
+    for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0; \
+    memset(o, 0, sizeof(float) * (size_t)(nq * dv)); \
+    for (int64_t j = j0; j < j1; j += nb) { \
+      int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8; \
+      stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16); \
+      for (int r = 0; r < nq; r++) {   /* each query's scores, 8 keys at a time */ \
+        for (int u = 0; u < ng; u++) { \
+          __m256 xu = DOT(qs + r * dk, kc + 8 * u * dk, dk); \
+          if (nb == 8) soft8(xu, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * 8); \
+          else _mm256_storeu_ps(x + 8 * u, xu); \
+        } \
+        if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb); \
+      } \
+      PV_STEP(PV, W); \
+    } \
   }
-}
-
-/*
-** The same on 16 lanes (AVX-512, d_k and d_v multiples of 16): half the
-** instructions for the products, which a bfloat16 cache (half the bytes
-** to read) is bound by.
-*/
-static inline QKV_AVX512 __attribute__((always_inline)) void
-keys_of16 (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s,
-           float *m, float *l, float *o, const int bf16) {
-  const qkv_attn_plan *P = &D->J->p;
-  int nq = (int)P->nq, nb = D->nb;
-  int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4];
-  qkv_attn_batch_offsets(P, b, off);
-  const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es;
-  float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX];
-  for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
-  memset(o, 0, sizeof(float) * (size_t)(nq * dv));
-  for (int64_t j = j0; j < j1; j += nb) {
-    int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8;
-    stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16);
-    for (int r = 0; r < nq; r++) {
-      for (int u = 0; u < ng; u++) {
-        const float *ku = kc + 8 * u * dk;
-        __m512 a[8];
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < dk; c += 16) {
-          __m512 qv = _mm512_loadu_ps(qs + r * dk + c);
-          _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
-            a[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(ku + t * dk + c), a[t]);
-        }
-        __m256 h[8];                         /* each key's 16 lanes folded to 8 */
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++)
-          h[t] = _mm256_add_ps(_mm512_castps512_ps256(a[t]), _mm512_extractf32x8_ps(a[t], 1));
-        if (nb == 8) soft8(hsum8(h), kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * 8);
-        else _mm256_storeu_ps(x + 8 * u, hsum8(h));
-      }
-      if (nb > 8) softn(x, ng, kept(P, r, j, n), m + r, l + r, o + r * dv, dv, s + r * nb);
-    }
-    PV_STEP(pv16, 16);
-  }
-}
+KEYS_OF(keys_of, QKV_AVX2, dot8, pv8, 8)
+KEYS_OF(keys_of16, QKV_AVX512, dot16, pv16, 16)
 
 static QKV_AVX2 void keys_f32 (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs,
                                float *s, float *m, float *l, float *o) {
