@@ -122,7 +122,6 @@ static int ranges_spans (ranges *R, int nqp, int bq, int bk, int64_t j0, int64_t
     } \
   } while (0)
 
-
 /* the first n lanes (none for n <= 0, all for n >= 8) */
 static inline QKV_AVX2 __m256 lanes (int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -191,10 +191,16 @@ static QKV_AVX512 void pv_tile (int bq, int bk, int64_t e, const float *pt,
   }
 }
 
-/* the AVX2 path's q k^T over its ranges (see qkv_attn_qk_ranges512) */
-static QKV_AVX512 void qk_ranges (int nqp, const ranges *R, int64_t e, const int32_t *sp,
-                                  const float *qt, const float *k, int64_t krs, int64_t dk,
-                                  float *st, float *mx) {
+/*
+** The AVX2 path's tiles under mods take these products (attention_avx2.c:
+** each group of 8 queries' range of keys R, the spans' cut in the
+** product): q k^T for 16 queries at a time over their groups' rows, p v
+** for blocks of PV_ROWS queries over theirs, as the AVX2 path blocks them
+** (its softmax leaves zeros in st as far as those blocks read).
+*/
+QKV_AVX512 void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *sp,
+                                       const float *qt, const float *k, int64_t krs, int64_t dk,
+                                       float *st, float *mx) {
   for (int i = 0; i < nqp; i += 16) {
     int j, n;
     qkv_attn_span_of(R, i, i + 15, &j, &n);
@@ -243,9 +249,8 @@ INLINE void pv_rcols (int nv, int part, const __mmask16 *km, int bq, const range
   }
 }
 
-/* the AVX2 path's p v over its ranges (see qkv_attn_pv_ranges512) */
-static QKV_AVX512 void pv_ranges (int bq, const ranges *R, const float *pt, const float *v,
-                                  int64_t vrs, float *o, int64_t dv) {
+QKV_AVX512 void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt, const float *v,
+                                       int64_t vrs, float *o, int64_t dv) {
   __mmask16 km[PV_VECS];
   int64_t d = 0;
   for (int w = 0; w < PV_VECS; w++) km[w] = 0xffff;
@@ -261,24 +266,6 @@ static QKV_AVX512 void pv_ranges (int bq, const ranges *R, const float *pt, cons
     case 2: pv_rcols(2, 1, km, bq, R, pt, vd, vrs, od, dv); break;
     default: pv_rcols(1, 1, km, bq, R, pt, vd, vrs, od, dv); break;
   }
-}
-
-/*
-** The AVX2 path's tiles under mods take these products (attention_avx2.c:
-** each group of 8 queries' range of keys R, the spans' cut in the
-** product): q k^T for 16 queries at a time over their groups' rows, p v
-** for blocks of PV_ROWS queries over theirs, as the AVX2 path blocks them
-** (its softmax leaves zeros in st as far as those blocks read).
-*/
-void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *sp,
-                            const float *qt, const float *k, int64_t krs, int64_t dk,
-                            float *st, float *mx) {
-  qk_ranges(nqp, R, e, sp, qt, k, krs, dk, st, mx);
-}
-
-void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt, const float *v,
-                            int64_t vrs, float *o, int64_t dv) {
-  pv_ranges(bq, R, pt, v, vrs, o, dv);
 }
 
 /* mx[i] = the max of column i of st over the keys its group of 16 keeps */
