@@ -32,15 +32,6 @@
 #define key_limit qkv_attn_key_limit
 #define span_of qkv_attn_span_of
 
-/* the keys each group of 8 queries may keep (ranges, attention_job.h) */
-
-static void ranges_causal (ranges *R, int nqp, int bk, int64_t e) {
-  for (int g = 0; g < nqp / 8; g++) {
-    R->lo[g] = 0;
-    R->hi[g] = key_limit(8 * g + 7, e, bk);
-  }
-}
-
 /* narrowed by keep (key-major, rows BQ apart) for the bq real queries:
    a row's 8 bytes of a group read as one word; returns 0 when no query
    keeps any key */
@@ -197,14 +188,17 @@ static QKV_AVX2 void qk_tile (int nqp, const ranges *R, int64_t e, const int32_t
   }
 }
 
-/* -inf where the spans sp (ranges_spans) drop a key, over each group's
-   range (after a score_mod, which may have made those scores finite) */
+/* -inf where the spans sp (ranges_spans) drop a key (after a score_mod,
+   which may have made those scores finite), over the range of each 16
+   queries, which the products ran over and the 16-lane softmax reads */
 static QKV_AVX2 void drop_spans (float *st, int nqp, const ranges *R, const int32_t *sp) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
   for (int g = 0; g < nqp; g += 8) {
     __m256i lo = _mm256_load_si256((const __m256i *)(sp + g));
     __m256i hi = _mm256_load_si256((const __m256i *)(sp + BQ + g));
-    for (int j = R->lo[g / 8]; j < R->hi[g / 8]; j++) {
+    int j0, j1;
+    span_of(R, g / 16 * 16, g / 16 * 16 + 15, &j0, &j1);
+    for (int j = j0; j < j1; j++) {
       __m256i k = _mm256_set1_epi32(j), k1 = _mm256_set1_epi32(j + 1);
       __m256 drop = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(lo, k),
                                                          _mm256_cmpgt_epi32(k1, hi)));
@@ -412,7 +406,7 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     int kind = M ? qkv_mod_kind(M, b, i0, j0) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     ranges R;
-    ranges_causal(&R, nqp, bk, e);
+    qkv_attn_ranges_causal(&R, nqp, bk, e);
     /* a partial tile's mask first, which narrows every step's rows: from
        the block mask's spans, else run here */
     int partial = M && kind == QKV_BLOCK_PARTIAL && M->prog->out[QKV_MOD_OUT_MASK] >= 0;
@@ -447,8 +441,13 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     if (P->has_mask)
       qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
                          i0 * P->mask.rs + j0 * P->mask.cs);
-    if (later) col_max(st, nqp, &R, W->mx);
-    if (!softmax_cols(st, nqp, &R, W->mx, m, W->l, W->alpha)) continue;
+    if (J->avx512) {                /* the softmax on 16 lanes */
+      if (later) qkv_attn_col_max512(st, nqp, &R, W->mx);
+      if (!qkv_attn_softmax512(st, nqp, &R, W->mx, m, W->l, W->alpha)) continue;
+    } else {
+      if (later) col_max(st, nqp, &R, W->mx);
+      if (!softmax_cols(st, nqp, &R, W->mx, m, W->l, W->alpha)) continue;
+    }
     scale_rows(o, bq, P->dv, W->alpha);
     const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
                                        W->vbuf);

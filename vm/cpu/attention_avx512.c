@@ -35,8 +35,8 @@
 /*
 ** st[r][0..16 nv) = sum over c of qt[c][0..16 nv) k[r][c], for rows r <
 ** rows, nv 1 or 2.  Query l of the block drops key r when l < t + r (the
-** causal diagonal), or, sp not NULL (nv 1), outside its span [sp[l],
-** sp[BQ + l]) (row r is key j + r; the spans carry the diagonal).
+** causal diagonal), or, sp not NULL, outside its span [sp[l], sp[BQ + l])
+** (row r is key j + r; the spans carry the diagonal).
 ** mx[0..16 nv) (when not NULL) takes the max of each column, which saves
 ** the softmax a pass over the tile.
 */
@@ -56,11 +56,13 @@ INLINE void qk_block (int rows, int nv, const float *qt, const float *k,
   }
   if (sp) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512i lo = _mm512_loadu_si512(sp), hi = _mm512_loadu_si512(sp + BQ);
-    UNROLL for (int r = 0; r < rows; r++) {
-      __mmask16 d = _mm512_cmpgt_epi32_mask(lo, _mm512_set1_epi32(j + r)) |
-                    _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(j + r + 1), hi);
-      acc[r][0] = _mm512_mask_mov_ps(acc[r][0], d, ninf);
+    UNROLL for (int w = 0; w < nv; w++) {
+      __m512i lo = _mm512_loadu_si512(sp + 16 * w), hi = _mm512_loadu_si512(sp + BQ + 16 * w);
+      UNROLL for (int r = 0; r < rows; r++) {
+        __mmask16 d = _mm512_cmpgt_epi32_mask(lo, _mm512_set1_epi32(j + r)) |
+                      _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(j + r + 1), hi);
+        acc[r][w] = _mm512_mask_mov_ps(acc[r][w], d, ninf);
+      }
     }
   } else if (t + rows - 1 > 0) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -191,38 +193,53 @@ static QKV_AVX512 void pv_tile (int bq, int bk, int64_t e, const float *pt,
   }
 }
 
+/* the keys [j, n) of one block of 16 nv queries at column i (as qk_cols,
+   cut by the spans si when not NULL) */
+INLINE void qk_rcols (int nv, int i, int j, int n, int64_t e, const int32_t *si,
+                      const float *qt, const float *k, int64_t krs, int64_t dk, float *st,
+                      float *mx) {
+  for (; j + QK_KEYS <= n; j += QK_KEYS)
+    qk_block(QK_KEYS, nv, qt, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ, mx);
+  if (j + 6 <= n) {
+    qk_block(6, nv, qt, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ, mx);
+    j += 6;
+  }
+  const float *kj = k + j * krs;
+  float *sj = st + j * BQ;
+  int64_t t = j + e - i;
+  switch (n - j) {       /* constant row counts, so each unrolls */
+    case 5: qk_block(5, nv, qt, kj, krs, dk, t, si, j, sj, mx); break;
+    case 4: qk_block(4, nv, qt, kj, krs, dk, t, si, j, sj, mx); break;
+    case 3: qk_block(3, nv, qt, kj, krs, dk, t, si, j, sj, mx); break;
+    case 2: qk_block(2, nv, qt, kj, krs, dk, t, si, j, sj, mx); break;
+    case 1: qk_block(1, nv, qt, kj, krs, dk, t, si, j, sj, mx); break;
+    default: break;
+  }
+}
+
 /*
 ** The AVX2 path's tiles under mods take these products (attention_avx2.c:
 ** each group of 8 queries' range of keys R, the spans' cut in the
-** product): q k^T for 16 queries at a time over their groups' rows, p v
+** product): q k^T for 16 queries at a time over their groups' rows (32,
+** the blocks of the dense path, where both halves have the same rows), p v
 ** for blocks of PV_ROWS queries over theirs, as the AVX2 path blocks them
 ** (its softmax leaves zeros in st as far as those blocks read).
 */
 QKV_AVX512 void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *sp,
                                        const float *qt, const float *k, int64_t krs, int64_t dk,
                                        float *st, float *mx) {
-  for (int i = 0; i < nqp; i += 16) {
-    int j, n;
+  for (int i = 0; i < nqp;) {
+    int j, n, j2 = -1, n2 = -1;
     qkv_attn_span_of(R, i, i + 15, &j, &n);
-    const float *qi = qt + i;
+    if (i + 32 <= nqp) qkv_attn_span_of(R, i + 16, i + 31, &j2, &n2);
     const int32_t *si = sp ? sp + i : NULL;
     float *mi = mx ? mx + i : NULL;
-    for (; j + QK_KEYS <= n; j += QK_KEYS)
-      qk_block(QK_KEYS, 1, qi, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ + i, mi);
-    if (j + 6 <= n) {
-      qk_block(6, 1, qi, k + j * krs, krs, dk, j + e - i, si, j, st + j * BQ + i, mi);
-      j += 6;
-    }
-    const float *kj = k + j * krs;
-    float *sj = st + j * BQ + i;
-    int64_t t = j + e - i;
-    switch (n - j) {       /* constant row counts, so each unrolls */
-      case 5: qk_block(5, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
-      case 4: qk_block(4, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
-      case 3: qk_block(3, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
-      case 2: qk_block(2, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
-      case 1: qk_block(1, 1, qi, kj, krs, dk, t, si, j, sj, mi); break;
-      default: break;
+    if (j2 == j && n2 == n) {       /* nv a constant, so each block unrolls */
+      qk_rcols(2, i, j, n, e, si, qt + i, k, krs, dk, st + i, mi);
+      i += 32;
+    } else {
+      qk_rcols(1, i, j, n, e, si, qt + i, k, krs, dk, st + i, mi);
+      i += 16;
     }
   }
 }
@@ -268,12 +285,13 @@ QKV_AVX512 void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt,
   }
 }
 
-/* mx[i] = the max of column i of st over the keys its group of 16 keeps */
-static QKV_AVX512 void col_max (const float *st, int nqp, int bk, int64_t e,
-                                float *mx) {
+/* mx[i] = the max of column i of st over the keys its 16 queries' range
+   holds (attention_job.h) */
+QKV_AVX512 void qkv_attn_col_max512 (const float *st, int nqp, const ranges *R, float *mx) {
   for (int g = 0; g < nqp; g += 16) {
     __m512 a = _mm512_set1_ps(-INFINITY), b = a;
-    int j = 0, n = key_limit(g + 15, e, bk);
+    int j, n;
+    qkv_attn_span_of(R, g, g + 15, &j, &n);
     for (; j + 2 <= n; j += 2) {
       a = _mm512_max_ps(a, _mm512_load_ps(st + j * BQ + g));
       b = _mm512_max_ps(b, _mm512_load_ps(st + (j + 1) * BQ + g));
@@ -305,15 +323,17 @@ static inline QKV_AVX512 __m512 exp_col (float *st, int n, __m512 msub) {
 }
 
 /*
-** The online softmax of st, given each column's max in mx.  A query whose
-** max is still -inf (nothing kept yet) subtracts 0 instead, so exp gives 0
-** and never NaN.  Past a group's last key, st gets zeros as far as the
-** blocks of p v that hold one of its queries read it.  Leaves each query's
-** rescale factor in alpha; returns 0 when every score was -inf.
+** The online softmax of st, given each column's max in mx, over the range
+** of each 16 queries (the union of its two groups' ranges: the rows there
+** outside a query's own range hold -inf, from the product's cut or a
+** mask's).  A query whose max is still -inf (nothing kept yet) subtracts 0
+** instead, so exp gives 0 and never NaN.  Outside the range, st gets zeros
+** as far as the blocks of p v that hold one of its queries read it (blocks
+** of 6 queries: those of the groups beside).  Leaves each query's rescale
+** factor in alpha; returns 0 when every score was -inf.
 */
-static QKV_AVX512 int softmax_cols (float *st, int nqp, int bk, int64_t e,
-                                    const float *mx, float *m, double *l,
-                                    float *alpha) {
+QKV_AVX512 int qkv_attn_softmax512 (float *st, int nqp, const ranges *R, const float *mx,
+                                    float *m, double *l, float *alpha) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
   __mmask16 any = 0;
   for (int g = 0; g < nqp; g += 16) {
@@ -322,9 +342,12 @@ static QKV_AVX512 int softmax_cols (float *st, int nqp, int bk, int64_t e,
     __m512 mold = _mm512_load_ps(m + g), mnew = _mm512_max_ps(mold, a);
     __m512 msub = _mm512_mask_mov_ps(mnew, _mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), zero);
     __m512 al = qkv_vexp16(_mm512_sub_ps(mold, msub));
-    int n = key_limit(g + 15, e, bk), z = key_limit(g + 14 + PV_ROWS, e, bk);
-    __m512 s = exp_col(st + g, n, msub);
-    for (int j = n; j < z; j++) _mm512_store_ps(st + j * BQ + g, zero);
+    int lo, n, zl, zh;
+    qkv_attn_span_of(R, g, g + 15, &lo, &n);
+    qkv_attn_span_of(R, g > 0 ? g - 8 : g, g + 16 < nqp ? g + 16 : g + 15, &zl, &zh);
+    __m512 s = exp_col(st + lo * BQ + g, n - lo, msub);
+    for (int j = zl; j < lo; j++) _mm512_store_ps(st + j * BQ + g, zero);
+    for (int j = n > zl ? n : zl; j < zh; j++) _mm512_store_ps(st + j * BQ + g, zero);
     _mm512_store_ps(m + g, mnew);
     _mm512_store_ps(alpha + g, al);
     /* the sums across tiles in double: a long row adds thousands of terms */
@@ -373,6 +396,8 @@ void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
     int64_t e = qkv_attn_diagonal(P, i0, j0);
     const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                        W->kbuf);
+    ranges R;
+    qkv_attn_ranges_causal(&R, nqp, bk, e);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
     /* the max comes out of the product, unless a mask changes st after */
     qk_tile(nqp, bk, e, W->qt, kt, J->gemm.k.layout == COPY ? P->dk : P->k.rs,
@@ -380,9 +405,9 @@ void qkv_attn_keys_avx512 (const job *J, scratch *W, int64_t b, int64_t i0,
     if (P->has_mask) {
       qkv_attn_mask_cols(J, st, bq, bk, e, (const uint8_t *)P->mask.base + off[3] +
                          i0 * P->mask.rs + j0 * P->mask.cs);
-      col_max(st, nqp, bk, e, W->mx);
+      qkv_attn_col_max512(st, nqp, &R, W->mx);
     }
-    if (!softmax_cols(st, nqp, bk, e, W->mx, m, W->l, W->alpha)) continue;
+    if (!qkv_attn_softmax512(st, nqp, &R, W->mx, m, W->l, W->alpha)) continue;
     scale_rows(o, bq, P->dv, W->alpha);
     const float *vt = qkv_attn_tile_of(J, &P->v, J->gemm.v.layout, off[2], j0, bk, P->dv,
                                        W->vbuf);

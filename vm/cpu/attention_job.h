@@ -211,6 +211,14 @@ static inline void qkv_attn_span_of (const ranges *R, int a, int b, int *lo, int
   if (*hi == 0) *lo = 0;
 }
 
+/* causal alone: each group from key 0 to its last query's diagonal */
+static inline void qkv_attn_ranges_causal (ranges *R, int nqp, int bk, int64_t e) {
+  for (int g = 0; g < nqp / 8; g++) {
+    R->lo[g] = 0;
+    R->hi[g] = qkv_attn_key_limit(8 * g + 7, e, bk);
+  }
+}
+
 /* ---- the mods (score_mod, mask_mod: common/mods.h) ---- */
 
 /* the mods on a tile of scores s (bq queries from i0, bk keys from j0, of
@@ -233,6 +241,12 @@ void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, const int32_t *
                             float *st, float *mx);
 void qkv_attn_pv_ranges512 (int bq, const ranges *R, const float *pt, const float *v,
                             int64_t vrs, float *o, int64_t dv);
+/* the softmax's passes on 16 lanes over each 16 queries' ranges (the
+   union of their two groups', rows outside a query's own range -inf):
+   mx the columns' max; the online softmax of st (attention_avx512.c) */
+void qkv_attn_col_max512 (const float *st, int nqp, const ranges *R, float *mx);
+int qkv_attn_softmax512 (float *st, int nqp, const ranges *R, const float *mx, float *m,
+                         double *l, float *alpha);
 /* the whole job in bfloat16 on the tile unit (attention_amx.c) */
 int qkv_attn_amx (const job *J);
 /* whether the job is a decode step's few queries that attention_decode.c

@@ -92,7 +92,7 @@ static const double *row (const axes *A, const double *p, int d, int y, int *alo
 /* compiled twice, for AVX2 and for the baseline; the loader picks one by
    the CPU (an ifunc), as the kernels' own checks do */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CLONES __attribute__((target_clones("avx2", "default")))
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define CLONES
 #endif
