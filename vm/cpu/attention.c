@@ -223,7 +223,7 @@ static int keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
   }
   for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
     int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
-    int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, j0) : QKV_BLOCK_FULL;
+    int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, bq, j0, bk) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     scores(J, bq, bk, qt, qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                            W->kbuf), W->s);
@@ -369,7 +369,10 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   J.tk = BK;
   if (M) {
     if (!qkv_cpu_mods_ready(M, P)) return QKV_EINTERNAL;
-    if (M->kinds) tq = M->bq, J.tk = M->bk;
+    /* a block mask's blocks of keys as the tiles' (a tile's kinds run by
+       them); as many blocks of queries to a tile as fit in BQ, so that k
+       and v are read once for that many queries, not for each block */
+    if (M->kinds) tq = BQ / M->bq * M->bq, J.tk = M->bk * (M->bk < TKB ? TKB / M->bk : 1);
     J.mods = M;
   }
   if (P->nbatch == 0 || P->nq == 0 || P->dv == 0) return QKV_OK;

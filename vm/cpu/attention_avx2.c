@@ -403,7 +403,7 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
   for (int64_t j0 = 0; j0 < jend; j0 += J->tk) {
     int bk = (int)(jend - j0 < J->tk ? jend - j0 : J->tk);
     int64_t e = qkv_attn_diagonal(P, i0, j0);
-    int kind = M ? qkv_mod_kind(M, b, i0, j0) : QKV_BLOCK_FULL;
+    int kind = M ? qkv_mod_kind(M, b, i0, bq, j0, bk) : QKV_BLOCK_FULL;
     if (kind == QKV_BLOCK_EMPTY) continue;        /* nothing kept: never computed */
     ranges R;
     qkv_attn_ranges_causal(&R, nqp, bk, e);

@@ -229,13 +229,19 @@ QKV_AVX512 void qkv_attn_qk_ranges512 (int nqp, const ranges *R, int64_t e, cons
                                        const float *qt, const float *k, int64_t krs, int64_t dk,
                                        float *st, float *mx) {
   for (int i = 0; i < nqp;) {
-    int j, n, j2 = -1, n2 = -1;
+    int j, n, j2 = 0, n2 = 0, ju = 0, nu = -1;
     qkv_attn_span_of(R, i, i + 15, &j, &n);
-    if (i + 32 <= nqp) qkv_attn_span_of(R, i + 16, i + 31, &j2, &n2);
+    if (i + 32 <= nqp) {
+      qkv_attn_span_of(R, i + 16, i + 31, &j2, &n2);
+      qkv_attn_span_of(R, i, i + 31, &ju, &nu);
+    }
     const int32_t *si = sp ? sp + i : NULL;
     float *mi = mx ? mx + i : NULL;
-    if (j2 == j && n2 == n) {       /* nv a constant, so each block unrolls */
-      qk_rcols(2, i, j, n, e, si, qt + i, k, krs, dk, st + i, mi);
+    /* 32 queries over the union of both halves' keys, where that costs
+       less than each half over its own: a block of 32 runs ~1/8 faster a
+       pair (a window's halves differ by a few keys) */
+    if (i + 32 <= nqp && 16 * (nu - ju) <= 9 * ((n - j) + (n2 - j2))) {
+      qk_rcols(2, i, ju, nu, e, si, qt + i, k, krs, dk, st + i, mi);
       i += 32;
     } else {
       qk_rcols(1, i, j, n, e, si, qt + i, k, krs, dk, st + i, mi);

@@ -301,13 +301,13 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
     char *dq = P->gq + (b * nq + i0) * dk * (int64_t)es;
     for (int64_t j0 = 0, bk; j0 < nk; j0 += bk) {      /* 2: the gradients */
       bk = nk - j0 < TK ? nk - j0 : TK;
-      int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, j0) : QKV_BLOCK_FULL;
+      int kind = J->mods ? qkv_mod_kind(J->mods, b, i0, bq, j0, bk) : QKV_BLOCK_FULL;
       if (kind == QKV_BLOCK_EMPTY) continue;
       /* a block mask's blocks in a row, none empty, as one tile of up to BK
          keys: fewer, larger products (gemm's calls on 64 x 64 cost most of
          a window's backward in their own overhead) */
       while (J->mods && J->mods->kinds && j0 + bk < nk && bk + TK <= BK) {
-        int next = qkv_mod_kind(J->mods, b, i0, j0 + bk);
+        int next = qkv_mod_kind(J->mods, b, i0, bq, j0 + bk, TK);
         if (next == QKV_BLOCK_EMPTY) break;
         if (next == QKV_BLOCK_PARTIAL) kind = QKV_BLOCK_PARTIAL;
         bk += nk - (j0 + bk) < TK ? nk - (j0 + bk) : TK;

@@ -26,6 +26,12 @@
 */
 #define BQ 384
 #define BK 96
+/* a block mask's tiles of keys: as many of its blocks as fit in TKB
+   keys (blocks of 64 as tiles of 192: a third of the softmax's passes and
+   of o's rescales; measured, bench/NOTES.md) */
+#ifndef TKB
+#define TKB 192
+#endif
 
 /* a decode step's queries at most: a job of this many or fewer may go to
    attention_decode.c (qkv_attn_decode_fits), so attention.c keeps such a

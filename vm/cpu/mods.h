@@ -87,13 +87,21 @@ static inline int64_t qkv_mod_bh (const qkv_attn_mods *M, int64_t t) {
   return (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
 }
 
-/* the kind (QKV_BLOCK_*) of the tile of queries from i0, keys from j0, of
-   batch item t: the block mask's, else partial where there is a mask
+/* the kind (QKV_BLOCK_*) of the tile of nq queries from i0 and nk keys
+   from j0 (i0, j0 on a block's edge; nq, nk one block's or several) of
+   batch item t: the block mask's, as one when its blocks differ (partial
+   unless all are empty or all full), else partial where there is a mask
    program, full where there is none */
-static inline int qkv_mod_kind (const qkv_attn_mods *M, int64_t t, int64_t i0, int64_t j0) {
+static inline int qkv_mod_kind (const qkv_attn_mods *M, int64_t t, int64_t i0, int64_t nq,
+                                int64_t j0, int64_t nk) {
   if (M->kinds == NULL) return M->prog->out[QKV_MOD_OUT_MASK] >= 0 ? QKV_BLOCK_PARTIAL
                                                                     : QKV_BLOCK_FULL;
-  return M->kinds[(qkv_mod_bh(M, t) * M->nqb + i0 / M->bq) * M->nkb + j0 / M->bk];
+  const int32_t *k = M->kinds + (qkv_mod_bh(M, t) * M->nqb + i0 / M->bq) * M->nkb + j0 / M->bk;
+  int kind = k[0];
+  for (int64_t a = 0; a < (nq + M->bq - 1) / M->bq; a++)
+    for (int64_t c = 0; c < (nk + M->bk - 1) / M->bk; c++)
+      if (k[a * M->nkb + c] != kind) return QKV_BLOCK_PARTIAL;
+  return kind;
 }
 
 /* the spans (qkv_attn_mods.spans) of batch item t's queries from i, or
