@@ -253,6 +253,44 @@ function TestOps:testComparisonsInMasks()
   for _, c in ipairs(cases) do V.check(q, k, v, {mask_mod = c[2]}, {keep = c[3]}, c[1]) end
 end
 
+-- index arithmetic the CPU evaluates as lines, c + d x on each row of a
+-- tile (times or over a number per row), where only lines and the float
+-- score read it: the same values as the ops' own, also where a mask or a
+-- load reads the same index value and a line must give its row too
+function TestOps:testIndexArithmeticAsLines()
+  local B, H, nq, nk = 2, 3, 130, 150
+  local P = V.pos({B, H}, nq, nk)
+  local sl = qkv.tensor({0.37, -0.21, 0.113}, "float64")
+  local S3 = sl:reshape(H, 1, 1)
+  local bias = qkv.randn(H, nq + nk, "float64")
+  local Bi, Hi = P.b, P.h
+  local cases = {
+    {"slope (j - i)", function(s, b, h, i, j) return s + sl[h] * (j - i) end,
+     function(S) return S + S3 * (P.j - P.i) end},
+    {"(i - j + 7) / 4 - (b + h)", function(s, b, h, i, j) return (i - j + 7) / 4 - (b + h) + s end,
+     function(S) return S + (P.i - P.j + 7) / 4 - (Bi + Hi) end},
+    {"-(slope (j - i)) / 3", function(s, b, h, i, j) return s - (-(j - i) * sl[h]) / 3 end,
+     function(S) return S - (-(P.j - P.i) * S3) / 3 end},
+    {"j - i + 0.5 (not whole)", function(s, b, h, i, j) return s * 0.1 * (j - i + 0.5) end,
+     function(S) return S * 0.1 * (P.j - P.i + 0.5) end},
+    {"a line read by a load too", function(s, b, h, i, j) return s + sl[h] * (i - j) + bias[{h, i - j + nk}] end,
+     function(S) return S + S3 * (P.i - P.j) + V.take(bias, (P.h - 1) * (nq + nk) + P.i - P.j + nk) end},
+  }
+  local window = function(b, h, i, j) return (j - i):abs():lt(40) end
+  local keep = (P.j - P.i):abs():lt(40)
+  for _, dt in ipairs{"float32", "float64"} do
+    local q, k, v = V.qkv({B, H}, {B, H}, nq, nk, 16, 8, dt)
+    local bm = qkv.block_mask(window, nil, nil, nq, nk, {block = 16})
+    for _, c in ipairs(cases) do
+      V.check(q, k, v, {score_mod = c[2]}, {score = c[3]}, c[1] .. " " .. dt)
+      V.check(q, k, v, {score_mod = c[2], mask_mod = window}, {score = c[3], keep = keep},
+              c[1] .. " and a window over j - i, " .. dt)
+      V.check(q, k, v, {score_mod = c[2], block_mask = bm}, {score = c[3], keep = keep},
+              c[1] .. " and a block mask, " .. dt)
+    end
+  end
+end
+
 function TestOps:testScoreModOfTheScaledScore()
   local q, k, v = V.qkv({2}, {2}, 90, 110, 16, 8)
   V.check(q, k, v, {score_mod = function(s, b, h, i, j) return s * s:abs():sqrt() end, scale = 0.37},

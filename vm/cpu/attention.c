@@ -207,7 +207,7 @@ int qkv_attn_mod_scores (const job *J, scratch *W, int64_t t, int64_t i0, int bq
   if (want == 0) return QKV_OK;
   qkv_mod_tile T = {t / M->heads, t % M->heads, i0, j0, bq, bk, key_major,
                     J->p.dtype == QKV_F64, s, ld};
-  return qkv_mod_rows(M, &T, want, W->mem, NULL);
+  return qkv_mod_rows(M, &T, want, W->mem, NULL, NULL);
 }
 
 /* the keys of query tile [i0, i0 + bq) through BLAS, into o */

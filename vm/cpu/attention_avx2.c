@@ -415,27 +415,30 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
     qkv_mod_tile T = {M ? b / M->heads : 0, M ? b % M->heads : 0, i0, j0, bq, bk, 1, 0, st, BQ};
     if (sp && !ranges_spans(&R, nqp, bq, bk, j0, e, spans, W->span)) continue;
     if (masked) {
-      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_MASK, W->mem, W->keep);
+      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_MASK, W->mem, W->keep, NULL);
       if (err != QKV_OK) return err;
       if (!ranges_keep(&R, nqp, bq, bk, W->keep)) continue;
     }
     const float *kt = qkv_attn_tile_of(J, &P->k, J->gemm.k.layout, off[1], j0, bk, P->dk,
                                        W->kbuf);
     for (int i = 0; i < nqp; i++) W->mx[i] = -INFINITY;
-    /* the max comes out of the product, unless st changes after it; the
-       spans cut there too, unless a score_mod comes after */
-    int later = P->has_mask || scored || masked;
+    /* the max comes out of the product, or out of the score_mod's pass,
+       unless st changes after them (every row of st is then the
+       product's: no range was narrowed); the spans cut in the product
+       too, unless a score_mod comes after */
+    int cut = P->causal && qkv_attn_tile_cut(P, i0, j0, bk);
+    int later = P->has_mask || masked || (scored && (sp || cut));
+    float *pmx = later || scored ? NULL : W->mx;
     int64_t krs = J->gemm.k.layout == COPY ? P->dk : P->k.rs;
     if (J->avx512)                  /* the same products on 16 lanes */
-      qkv_attn_qk_ranges512(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st,
-                            later ? NULL : W->mx);
+      qkv_attn_qk_ranges512(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st, pmx);
     else
-      qk_tile(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st, later ? NULL : W->mx);
+      qk_tile(nqp, &R, e, scored ? NULL : sp, W->qt, kt, krs, P->dk, st, pmx);
     if (scored) {
-      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, W->mem, NULL);
+      int err = qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, W->mem, NULL, later ? NULL : W->mx);
       if (err != QKV_OK) return err;
       if (sp) drop_spans(st, nqp, &R, sp);        /* the spans carry the diagonal */
-      else if (P->causal && qkv_attn_tile_cut(P, i0, j0, bk)) recut(st, nqp, bk, e);
+      else if (cut) recut(st, nqp, bk, e);
     }
     if (masked) drop_unkept(st, nqp, bk, W->keep);
     if (P->has_mask)

@@ -327,7 +327,7 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
         product(J, b, i0, bq, j0, bk, s);
         int err;
         if (M->prog->out[QKV_MOD_OUT_SCORE] < 0) {       /* a mask alone: row by row */
-          if (want & QKV_MOD_WANT_MASK && (err = qkv_mod_rows(M, &T, want, mem, NULL)) != QKV_OK)
+          if (want & QKV_MOD_WANT_MASK && (err = qkv_mod_rows(M, &T, want, mem, NULL, NULL)) != QKV_OK)
             return err;
         } else {
           if ((err = qkv_mod_eval(M, &T, want, mem)) != QKV_OK) return err;

@@ -6,7 +6,8 @@
 ** them (doc[i]), per pair only for the rest; so a program costs a few
 ** vector passes over the tile, not an interpreter's dispatch per score.
 ** Values are doubles: indices stay exact far past 2^24, and a float32
-** score is widened exactly.
+** score is widened exactly.  The forward's row-by-row way is in
+** mods_rows.c.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -14,23 +15,9 @@
 
 #include "cpu.h"
 #include "mods.h"
+#include "mods_eval.h"
 #include "vexp.h"
 #include "../common/attention_plan.h"
-
-/* the tile's inner (contiguous) and outer axes: key-major tiles run over
-   queries inside, query-major over keys */
-typedef struct {
-  int nx, ny, dx, dy;               /* sizes; the DEP_ bits of x and y */
-} axes;
-
-static axes axes_of (const qkv_mod_tile *T) {
-  axes a;
-  a.nx = T->key_major ? T->ni : T->nj;
-  a.ny = T->key_major ? T->nj : T->ni;
-  a.dx = T->key_major ? QKV_MOD_DEP_I : QKV_MOD_DEP_J;
-  a.dy = QKV_MOD_DEP_I + QKV_MOD_DEP_J - a.dx;
-  return a;
-}
 
 static size_t count_of (const axes *A, int dep) {
   return (size_t)(dep & A->dx ? A->nx : 1) * (size_t)(dep & A->dy ? A->ny : 1);
@@ -57,24 +44,10 @@ const double *qkv_mod_value (const qkv_mod_prog *P, const qkv_mod_tile *T, const
   return place(P, &A, (double *)mem, v);
 }
 
-/* row y of a value of dependence d at p: its start, and whether it runs
-   along x (else one element serves the row) */
-static const double *row (const axes *A, const double *p, int d, int y, int *alongx) {
-  *alongx = (d & A->dx) != 0;
-  return p + (d & A->dy ? (size_t)y * (*alongx ? (size_t)A->nx : 1) : 0);
-}
-
 /* o[0..n) = op(a, b, c), each operand along x (its s* set) or one
    element; a switch outside the loops, so that each loop is one op's
    formula, which the compiler can vectorise */
 #define AP(N, u, v, w) qkv_mod_apply(QKV_MOD_##N, u, v, w)
-/* o never overlaps a, b, c where they run along x: the loops vectorise
-   without the compiler's alias checks */
-#ifdef QKV_OMP_SIMD
-#define SIMD _Pragma("omp simd")
-#else
-#define SIMD
-#endif
 #define LOOP1(N) do { \
     if (sa) SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[x], 0, 0); \
     else o[0] = AP(N, a[0], 0, 0); \
@@ -89,15 +62,7 @@ static const double *row (const axes *A, const double *p, int d, int y, int *alo
     SIMD for (int x = 0; x < n; x++) o[x] = AP(N, a[sa ? x : 0], b[sb ? x : 0], c[sc ? x : 0]); \
   } while (0)
 
-/* compiled twice, for AVX2 and for the baseline; the loader picks one by
-   the CPU (an ifunc), as the kernels' own checks do */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define CLONES
-#endif
-
-CLONES static void run (int op, double *o, int n, const double *a, int sa, const double *b,
+CLONES void qkv_mod_run (int op, double *o, int n, const double *a, int sa, const double *b,
                         int sb, const double *c, int sc) {
   switch (op) {
 #define CASE(N, nm, ar) \
@@ -121,7 +86,7 @@ static void failed (qkv_attn_mods *M, int ins, int arg, double val) {
 }
 
 /* a LOAD on row y: each element's indices checked, then read */
-static int load (qkv_attn_mods *M, const axes *A, double *const *val, int v, int y,
+int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, int y,
                  double *o, int n) {
   const qkv_mod_prog *P = M->prog;
   const qkv_mod_ins *x = &P->ins[v];
@@ -183,7 +148,7 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
     for (int y = 0; y < ny; y++) {
       double *oy = o + (size_t)y * (size_t)nx;
       if (x->op == QKV_MOD_LOAD) {
-        int err = load(M, &A, val, v, y, oy, nx);
+        int err = qkv_mod_load(M, &A, val, v, y, oy, nx);
         if (err != QKV_OK) return err;
         continue;
       }
@@ -191,7 +156,7 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
       const double *a = row(&A, val[x->a], P->dep[x->a], y, &sa);
       const double *b = ar >= 2 ? row(&A, val[x->b], P->dep[x->b], y, &sb) : a;
       const double *c = ar >= 3 ? row(&A, val[x->c], P->dep[x->c], y, &sc) : a;
-      run(x->op, oy, nx, a, sa, b, sb, c, sc);
+      qkv_mod_run(x->op, oy, nx, a, sa, b, sb, c, sc);
     }
   }
   return QKV_OK;
@@ -328,218 +293,4 @@ int qkv_cpu_mods_ready (qkv_attn_mods *M, const qkv_attn_plan *P) {
   M->heads = heads;
   M->fail_ins = -1;
   return 1;
-}
-
-/* value v's row y (its only row when it does not depend on y) */
-CLONES static void leaf_row (const qkv_mod_ins *x, const qkv_mod_tile *T, const axes *A, int y,
-                      double *o) {
-  switch (x->op) {
-    case QKV_MOD_B: o[0] = (double)(T->b + 1); break;
-    case QKV_MOD_H: o[0] = (double)(T->h + 1); break;
-    case QKV_MOD_CONST: o[0] = x->k; break;
-    case QKV_MOD_I: case QKV_MOD_J: {
-      int dep = x->op == QKV_MOD_I ? QKV_MOD_DEP_I : QKV_MOD_DEP_J;
-      int64_t base = (x->op == QKV_MOD_I ? T->i0 : T->j0) + 1;
-      if (dep == A->dx) for (int e = 0; e < A->nx; e++) o[e] = (double)(base + e);
-      else o[0] = (double)(base + y);
-      break;
-    }
-    case QKV_MOD_SCORE:
-      if (T->f64) memcpy(o, (const double *)T->s + y * T->ld, sizeof(double) * (size_t)A->nx);
-      else {
-        const float *sy = (const float *)T->s + y * T->ld;
-        SIMD for (int e = 0; e < A->nx; e++) o[e] = sy[e];
-      }
-      break;
-    default: break;
-  }
-}
-
-/* value v's row (one element where it does not run along x) from its
-   operands' rows, all at y = 0 of their buffers */
-static int one_row (qkv_attn_mods *M, const qkv_mod_tile *T, const axes *A, double *const *val,
-                    int v, int y) {
-  const qkv_mod_prog *P = M->prog;
-  const qkv_mod_ins *x = &P->ins[v];
-  int n = P->dep[v] & A->dx ? A->nx : 1;
-  if (qkv_mod_arity(x->op) == 0) { leaf_row(x, T, A, y, val[v]); return QKV_OK; }
-  if (x->op == QKV_MOD_LOAD) return load(M, A, val, v, 0, val[v], n);
-  int ar = qkv_mod_arity(x->op), sa = 0, sb = 0, sc = 0;
-  const double *a = row(A, val[x->a], P->dep[x->a], 0, &sa);
-  const double *b = ar >= 2 ? row(A, val[x->b], P->dep[x->b], 0, &sb) : a;
-  const double *c = ar >= 3 ? row(A, val[x->c], P->dep[x->c], 0, &sc) : a;
-  run(x->op, val[v], n, a, sa, b, sb, c, sc);
-  return QKV_OK;
-}
-
-/*
-** A float32 tile's score path in float32: the values that read the score
-** (and nothing a LOAD indexes by) are rows of floats, the score's row is
-** the tile's own, and what they read of the index arithmetic (in double)
-** is rounded once where it meets them.  The score ends as float32 anyway;
-** the saving is the passes that widened the tile and narrowed it back,
-** and twice the lanes.
-*/
-#define FLOOP2(F) do { \
-    if (sa && sb) SIMD for (int x = 0; x < n; x++) o[x] = F(a[x], b[x]); \
-    else if (sa) { float v_ = b[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(a[x], v_); } \
-    else if (sb) { float u_ = a[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(u_, b[x]); } \
-    else o[0] = F(a[0], b[0]); \
-  } while (0)
-#define F_ADD(u, v) ((u) + (v))
-#define F_SUB(u, v) ((u) - (v))
-#define F_MUL(u, v) ((u) * (v))
-#define F_DIV(u, v) ((u) / (v))
-
-CLONES static void runf (int op, float *o, int n, const float *a, int sa, const float *b, int sb,
-                         const float *c, int sc) {
-  if (!sa && !sb && !sc) n = 1;
-  switch (op) {
-    case QKV_MOD_ADD: FLOOP2(F_ADD); return;
-    case QKV_MOD_SUB: FLOOP2(F_SUB); return;
-    case QKV_MOD_MUL: FLOOP2(F_MUL); return;
-    case QKV_MOD_DIV: FLOOP2(F_DIV); return;
-    case QKV_MOD_EXP: case QKV_MOD_TANH: case QKV_MOD_SIGMOID:
-      if (!sa) n = 1;                   /* one element, or the row as it lies */
-      if (op == QKV_MOD_EXP) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf(a[x]);
-      else if (op == QKV_MOD_TANH) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf(a[x]);
-      else SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-a[x]));
-      return;
-    default:                            /* the rest through the double formulas */
-      for (int x = 0; x < n; x++)
-        o[x] = (float)qkv_mod_apply(op, a[sa ? x : 0], b[sb ? x : 0], c[sc ? x : 0]);
-  }
-}
-
-size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj) {
-  return (size_t)(P->n + 4) * (size_t)(ni > nj ? ni : nj);
-}
-
-/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
-   that read the score; none when a LOAD is indexed by one */
-static void float_values (const qkv_mod_prog *P, uint8_t *fl) {
-  for (int v = 0; v < P->n; v++) {
-    const qkv_mod_ins *x = &P->ins[v];
-    int ar = qkv_mod_arity(x->op);
-    fl[v] = x->op == QKV_MOD_SCORE;
-    if (x->op == QKV_MOD_LOAD) {
-      for (int d = 0; d < x->c; d++)
-        if (fl[P->args[x->b + d]]) { memset(fl, 0, (size_t)P->n); return; }
-      continue;
-    }
-    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
-  }
-}
-
-/* o = f op (float)d, or (float)d op f when dfirst: a float value (a row
-   when sf, else one element) met by a double row, rounded in the loop
-   rather than in a pass of its own; 0 for the ops it does not take */
-#define FMIX(F) do { \
-    if (dfirst && sf) SIMD for (int x = 0; x < n; x++) o[x] = F((float)d[x], f[x]); \
-    else if (dfirst) { float u_ = f[0]; SIMD for (int x = 0; x < n; x++) o[x] = F((float)d[x], u_); } \
-    else if (sf) SIMD for (int x = 0; x < n; x++) o[x] = F(f[x], (float)d[x]); \
-    else { float u_ = f[0]; SIMD for (int x = 0; x < n; x++) o[x] = F(u_, (float)d[x]); } \
-  } while (0)
-
-CLONES static int runf_mixed (int op, float *o, int n, const float *f, int sf, const double *d,
-                              int dfirst) {
-  switch (op) {
-    case QKV_MOD_ADD: FMIX(F_ADD); return 1;
-    case QKV_MOD_SUB: FMIX(F_SUB); return 1;
-    case QKV_MOD_MUL: FMIX(F_MUL); return 1;
-    case QKV_MOD_DIV: FMIX(F_DIV); return 1;
-    default: return 0;
-  }
-}
-
-/* a float value's row: its operands as float rows (a double one rounded
-   into tmp, or as the loop reads it), then runf.  The score is the
-   tile's row itself (qkv_mod_rows points its value there). */
-CLONES static void one_row_f (const qkv_mod_prog *P, const axes *A, double *const *val,
-                              const uint8_t *fl, int v, float *tmp) {
-  const qkv_mod_ins *x = &P->ins[v];
-  float *o = (float *)val[v];
-  if (x->op == QKV_MOD_SCORE) return;
-  int ar = qkv_mod_arity(x->op), s[3] = {0, 0, 0};
-  if (ar == 2 && fl[x->a] != fl[x->b]) {        /* a float and a double row */
-    int df = !fl[x->a], d = df ? x->a : x->b, f = df ? x->b : x->a;
-    if ((P->dep[d] & A->dx) && (P->dep[v] & A->dx) &&
-        runf_mixed(x->op, o, A->nx, (const float *)val[f], (P->dep[f] & A->dx) != 0, val[d], df))
-      return;
-  }
-  const float *r[3] = {NULL, NULL, NULL};
-  const int32_t in[3] = {x->a, x->b, x->c};
-  for (int i = 0; i < ar; i++) {
-    int a = in[i], along = (P->dep[a] & A->dx) != 0, n = along ? A->nx : 1;
-    s[i] = along;
-    if (fl[a]) { r[i] = (const float *)val[a]; continue; }
-    float *t = tmp + (size_t)i * (size_t)A->nx;
-    const double *d = val[a];
-    SIMD for (int e = 0; e < n; e++) t[e] = (float)d[e];
-    r[i] = t;
-  }
-  for (int i = ar; i < 3; i++) r[i] = r[0], s[i] = s[0];
-  runf(x->op, o, P->dep[v] & A->dx ? A->nx : 1, r[0], s[0], r[1], s[1], r[2], s[2]);
-}
-
-CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem,
-                         uint8_t *keep) {
-  const qkv_mod_prog *P = M->prog;
-  axes A = axes_of(T);
-  double *val[QKV_MOD_MAXINS];
-  size_t off = 0;
-  for (int v = 0; v < P->n; v++) {             /* a row each, or one element */
-    val[v] = mem + off;
-    off += P->dep[v] & A.dx ? (size_t)A.nx : 1;
-  }
-  float *tmp = (float *)(mem + off);           /* 3 rows of floats */
-  uint8_t fl[QKV_MOD_MAXINS];
-  if (T->f64) memset(fl, 0, (size_t)P->n);
-  else float_values(P, fl);
-  int err = QKV_OK;
-  for (int v = 0; v < P->n && err == QKV_OK; v++)   /* what no row changes, once */
-    if ((P->need[v] & want) && !(P->dep[v] & A.dy)) err = one_row(M, T, &A, val, v, 0);
-  int vs = want & QKV_MOD_WANT_SCORE ? P->out[QKV_MOD_OUT_SCORE] : -1;
-  int vm = want & QKV_MOD_WANT_MASK ? P->out[QKV_MOD_OUT_MASK] : -1;
-  int xs = vs >= 0 && (P->dep[vs] & A.dx), xm = vm >= 0 && (P->dep[vm] & A.dx);
-  int fs = vs >= 0 && fl[vs];
-  /* a float score's rows: the score's value is the tile's row, and the new
-     score is written into it, when nothing after it is wanted (which
-     could read the score it replaced) */
-  int inplace = fs && xs && P->ins[vs].op != QKV_MOD_SCORE;
-  for (int v = vs + 1; inplace && v < P->n; v++) inplace = !(P->need[v] & want);
-  for (int y = 0; y < A.ny && err == QKV_OK; y++) {
-    double *row_y = (double *)((float *)T->s + (size_t)y * (size_t)T->ld);
-    for (int v = 0; v < P->n && err == QKV_OK; v++) {
-      if (!(P->need[v] & want) || !(P->dep[v] & A.dy)) continue;
-      if (fl[v] && (P->ins[v].op == QKV_MOD_SCORE || (inplace && v == vs))) val[v] = row_y;
-      if (fl[v]) one_row_f(P, &A, val, fl, v, tmp);
-      else err = one_row(M, T, &A, val, v, y);
-    }
-    if (fs && !inplace) {                     /* a float score: its row as it is */
-      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      const float *r = (const float *)val[vs];
-      if (xs) memcpy(s, r, sizeof(float) * (size_t)A.nx);
-      else for (int x = 0; x < A.nx; x++) s[x] = r[0];
-    }
-    const double *rs = vs >= 0 && !fs ? val[vs] : NULL, *rm = vm >= 0 ? val[vm] : NULL;
-    if (rm && keep) {                         /* the mask as bytes, s untouched */
-      uint8_t *k = keep + (size_t)y * (size_t)T->ld;
-      if (xm) SIMD for (int x = 0; x < A.nx; x++) k[x] = rm[x] != 0;
-      else memset(k, rm[0] != 0, (size_t)A.nx);
-      rm = NULL;
-    }
-    if (T->f64) {
-      double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[xs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) s[x] = rm[xm ? x : 0] == 0 ? -INFINITY : s[x];
-    } else {
-      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs && xs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
-      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
-      if (rm && xm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
-      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
-    }
-  }
-  return err;
 }

@@ -50,12 +50,14 @@ static inline double qkv_mod_at (const qkv_mod_tile *T, const double *p, int dep
 ** applied to T->s row by row (rows: keys when key_major, else queries), so
 ** that the values in flight are rows that stay in L1, never the tile.
 ** mem: qkv_mod_row_scratch doubles.  keep not NULL: the mask goes there
-** instead, 1 where a key is kept, laid out as s (row stride T->ld).
+** instead, 1 where a key is kept, laid out as s (row stride T->ld).  mx
+** not NULL (a float tile): each x's max of the new rows folded into
+** mx[x], which saves a pass over the tile (key-major: each query's).
 ** QKV_OK or QKV_EINDEX, as qkv_mod_eval.
 */
 size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj);
 int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem,
-                  uint8_t *keep);
+                  uint8_t *keep, float *mx);
 
 /* after a run with QKV_MOD_WANT_MASK: how many of the tile's pairs the
    mask keeps; run (a tile by queries, not key_major) not NULL: per query
