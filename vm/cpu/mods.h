@@ -90,18 +90,19 @@ static inline int64_t qkv_mod_bh (const qkv_attn_mods *M, int64_t t) {
 }
 
 /* the kind (QKV_BLOCK_*) of the tile of nq queries from i0 and nk keys
-   from j0 (i0, j0 on a block's edge; nq, nk one block's or several) of
-   batch item t: the block mask's, as one when its blocks differ (partial
-   unless all are empty or all full), else partial where there is a mask
-   program, full where there is none */
+   from j0 (one block or several, or parts of them) of batch item t: the
+   block mask's, as one when its blocks differ (partial unless all are
+   empty or all full), else partial where there is a mask program, full
+   where there is none */
 static inline int qkv_mod_kind (const qkv_attn_mods *M, int64_t t, int64_t i0, int64_t nq,
                                 int64_t j0, int64_t nk) {
   if (M->kinds == NULL) return M->prog->out[QKV_MOD_OUT_MASK] >= 0 ? QKV_BLOCK_PARTIAL
                                                                     : QKV_BLOCK_FULL;
-  const int32_t *k = M->kinds + (qkv_mod_bh(M, t) * M->nqb + i0 / M->bq) * M->nkb + j0 / M->bk;
-  int kind = k[0];
-  for (int64_t a = 0; a < (nq + M->bq - 1) / M->bq; a++)
-    for (int64_t c = 0; c < (nk + M->bk - 1) / M->bk; c++)
+  int64_t a0 = i0 / M->bq, a1 = (i0 + nq - 1) / M->bq, c0 = j0 / M->bk, c1 = (j0 + nk - 1) / M->bk;
+  const int32_t *k = M->kinds + qkv_mod_bh(M, t) * M->nqb * M->nkb;
+  int kind = k[a0 * M->nkb + c0];
+  for (int64_t a = a0; a <= a1; a++)
+    for (int64_t c = c0; c <= c1; c++)
       if (k[a * M->nkb + c] != kind) return QKV_BLOCK_PARTIAL;
   return kind;
 }
