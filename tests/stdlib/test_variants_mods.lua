@@ -291,6 +291,61 @@ function TestOps:testIndexArithmeticAsLines()
   end
 end
 
+-- random index arithmetic (i, j, b, h and constants under + - * / and
+-- negation), added to the score or scaling it: the one Lua function runs
+-- on the tracer's symbols and on the reference's float64 tensors alike
+local function random_term(rnd, depth)
+  local leaves = {"i", "j", "b", "h", "int", "float"}
+  if depth == 0 or rnd(3) == 1 then
+    local l = leaves[rnd(#leaves)]
+    if l == "int" then local c = rnd(11) - 6; return function() return c end, tostring(c) end
+    if l == "float" then local c = rnd(100) / 37; return function() return c end, ("%.4f"):format(c) end
+    return function(b, h, i, j) return ({b = b, h = h, i = i, j = j})[l] end, l
+  end
+  local fa, sa = random_term(rnd, depth - 1)
+  local op = rnd(6)
+  if op == 6 then return function(...) return -fa(...) end, "-(" .. sa .. ")" end
+  local fb, sb = random_term(rnd, depth - 1)
+  if op == 1 then return function(...) return fa(...) + fb(...) end, "(" .. sa .. " + " .. sb .. ")" end
+  if op == 2 then return function(...) return fa(...) - fb(...) end, "(" .. sa .. " - " .. sb .. ")" end
+  if op == 3 then return function(...) return fa(...) * fb(...) end, "(" .. sa .. " * " .. sb .. ")" end
+  if op == 4 then     -- by a number never 0
+    local c = ({2, 3, -4, 0.5, 7})[rnd(5)]
+    return function(...) return fa(...) / c end, "(" .. sa .. " / " .. c .. ")"
+  end
+  return function(b, h, i, j, ...) return fa(b, h, i, j, ...) / (h + 0.5) end, "(" .. sa .. " / (h + 0.5))"
+end
+
+function TestOps:testRandomIndexArithmetic()
+  local B, H, nq, nk = 2, 3, 70, 90
+  local P = V.pos({B, H}, nq, nk)
+  local seed = 4242
+  local rnd = (function()
+    local x = seed
+    return function(n) x = (x * 1103515245 + 12345) % 2147483648; return x % n + 1 end
+  end)()
+  local window = function(b, h, i, j) return (j - i):abs():lt(25) end
+  local keep = (P.j - P.i):abs():lt(25)
+  local q32, k32, v32 = V.qkv({B, H}, {B, H}, nq, nk, 16, 8, "float32")
+  local q64, k64, v64 = q32:double(), k32:double(), v32:double()
+  for n = 1, 40 do
+    local g, text = random_term(rnd, 3)
+    -- small, so that the softmax stays away from overflow whatever g is
+    local scaled = rnd(2) == 1
+    local f = scaled and function(s, b, h, i, j) return s * (1 + 1e-4 * g(b, h, i, j)) end
+                      or function(s, b, h, i, j) return s + 1e-3 * g(b, h, i, j) end
+    local ref = function(S) return f(S, P.b, P.h, P.i, P.j) end
+    local what = ("random %d: %s %s"):format(n, scaled and "s * (1 + 1e-4 g)" or "s + 1e-3 g", text)
+    for _, t in ipairs{{q32, k32, v32}, {q64, k64, v64}} do
+      V.check(t[1], t[2], t[3], {score_mod = f}, {score = ref}, what)
+      if n % 4 == 0 then
+        V.check(t[1], t[2], t[3], {score_mod = f, mask_mod = window}, {score = ref, keep = keep},
+                what .. " with a window")
+      end
+    end
+  end
+end
+
 function TestOps:testScoreModOfTheScaledScore()
   local q, k, v = V.qkv({2}, {2}, 90, 110, 16, 8)
   V.check(q, k, v, {score_mod = function(s, b, h, i, j) return s * s:abs():sqrt() end, scale = 0.37},
