@@ -12,8 +12,9 @@
 ** views need no copy); the gradients are contiguous.
 ** The tile products go to BLAS gemm.  Only BQ x BK blocks and BQ row
 ** statistics are held per thread.  A float32 job with no mask tensor and
-** the forward's log-sum-exps goes to attention_bwd_avx512.c on CPUs with
-** AVX-512, the same steps with its products in registers.
+** the forward's log-sum-exps (and no mods, or a block mask with spans
+** alone) goes to attention_bwd_avx512.c on CPUs with AVX-512, the same
+** steps with its products in registers.
 */
 #include <math.h>
 #include <pthread.h>
@@ -375,8 +376,8 @@ static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
                             (const float *)row(J, &P->go, J->ldgo, b, 0),
                             J->ldq, J->ldk, J->ldv, J->ldo, J->ldgo,
                             (const float *)P->lse + qo, (float *)P->gq + qo * P->dk,
-                            own ? gk : sk, own ? gv : sk + nkd};
-    qkv_attn_bwd_avx512(P, &it, work);
+                            own ? gk : sk, own ? gv : sk + nkd, J->mods, b};
+    err = qkv_attn_bwd_avx512(P, &it, work);
     for (int64_t e = 0; !own && e < nkd; e++) gk[e] += sk[e];
     for (int64_t e = 0; !own && e < nkv; e++) gv[e] += sk[nkd + e];
   }
@@ -473,7 +474,10 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
 #ifdef QKV_VEXP_X86
   static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
   if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
-  J.regs = J.isa >= QKV_ISA_AVX512 && !J.f64 && !P->has_mask && P->lse && !blas_asked && !M;
+  /* and a block mask with spans alone (no score_mod): its tiles skipped
+     or computed over their bands there */
+  J.regs = J.isa >= QKV_ISA_AVX512 && !J.f64 && !P->has_mask && P->lse && !blas_asked &&
+           (!M || (M->prog->out[QKV_MOD_OUT_SCORE] < 0 && M->kinds && M->spans));
 #endif
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */

@@ -1,9 +1,12 @@
 /*
 ** attention_bwd_avx512.c -- the fused attention's backward (float32, no
-** mask tensor, the forward's log-sum-exps given) with its five products
-** in registers, on CPUs with AVX-512 F/VL/BW/DQ; attention_bwd.c picks it
-** and keeps the BLAS-tile version for everything else (float64, masks, a
-** CPU without AVX-512).  The tiles' products were 56-108 GFLOP/s through
+** mask tensor, the forward's log-sum-exps given; a block mask whose
+** queries each keep one run of keys, as spans, with no score_mod) with
+** its five products in registers, on CPUs with AVX-512 F/VL/BW/DQ;
+** attention_bwd.c picks it and keeps the BLAS-tile version for
+** everything else (float64, masks, score_mods, a CPU without AVX-512).
+** A block mask's empty tiles are skipped, and a partial tile's products
+** run over the band its spans keep (ranges_of).  The tiles' products were 56-108 GFLOP/s through
 ** oneDNN on a small model's heads (64 x 64 x 32), and half the backward's
 ** time at N = 4096 went to calls that pack what they read.
 **
@@ -25,6 +28,8 @@
 
 #include "cpu.h"
 #include "attention_bwd_job.h"
+#include "mods.h"
+#include "pack_t8.h"
 #include "vexp.h"
 
 #ifdef QKV_VEXP_X86
@@ -65,63 +70,94 @@ INLINE void block (int mr, int nv, int64_t kd, const float *a, int64_t ars, int6
 
 /* rows [0, m) of a strip of nv vectors: blocks of MR rows, then the rest.
    MR x NV accumulators: 16 for one and four vectors, 24 for two and three
-   (rows in multiples of 4 or 8, as heads and tiles come) */
-#define TAIL(MR, NV, n) case n: block(n, NV, kd, a, ars, acs, b, ldb, c, ldc, last, acc); break;
+   (rows in multiples of 4 or 8, as heads and tiles come).  rlo not NULL
+   (with acc): row r's sum runs over p in [rlo[r], rhi[r]) only, a block
+   of rows over its rows' union (a block mask's band: what lies outside is
+   zero, and a block with none is skipped) */
+#define TAIL(MR, NV, n) case n: block(n, NV, kk, ar, ars, acs, br, ldb, cr, ldc, last, acc); break;
 #define STRIP(name, MR, NV, TAILS)                                                         \
   static QKV_AVX512 void name (int64_t m, int64_t kd, const float *a, int64_t ars,         \
                                int64_t acs, const float *b, int64_t ldb, float *c,         \
-                               int64_t ldc, __mmask16 last, int acc) {                     \
-    for (; m >= MR; m -= MR, a += MR * ars, c += MR * ldc)                                  \
-      block(MR, NV, kd, a, ars, acs, b, ldb, c, ldc, last, acc);                            \
-    switch (m) { TAILS default: break; }                                                   \
+                               int64_t ldc, __mmask16 last, int acc, const int32_t *rlo,   \
+                               const int32_t *rhi) {                                       \
+    for (int64_t r = 0; r < m; r += MR) {                                                  \
+      int64_t n = m - r < MR ? m - r : MR, p0 = 0, p1 = kd;                                \
+      if (rlo) union_of(rlo + r, rhi + r, n, &p0, &p1);                                    \
+      if (p1 <= p0) continue;                                                              \
+      int64_t kk = p1 - p0;                                                                \
+      const float *ar = a + r * ars + p0 * acs, *br = b + p0 * ldb;                        \
+      float *cr = c + r * ldc;                                                             \
+      if (n == MR) block(MR, NV, kk, ar, ars, acs, br, ldb, cr, ldc, last, acc);          \
+      else switch (n) { TAILS default: break; }                                            \
+    }                                                                                      \
   }
 #define T4(MR, NV) TAIL(MR, NV, 1) TAIL(MR, NV, 2) TAIL(MR, NV, 3)
 #define T8(MR, NV) T4(MR, NV) TAIL(MR, NV, 4) TAIL(MR, NV, 5) TAIL(MR, NV, 6) TAIL(MR, NV, 7)
 #define T16(MR, NV) T8(MR, NV) TAIL(MR, NV, 8) TAIL(MR, NV, 9) TAIL(MR, NV, 10) \
   TAIL(MR, NV, 11) TAIL(MR, NV, 12) TAIL(MR, NV, 13) TAIL(MR, NV, 14) TAIL(MR, NV, 15)
+
+/* [*p0, *p1) the union of the n ranges [lo[r], hi[r]) (empty ones
+   skipped); *p1 <= *p0 when all are empty */
+static inline void union_of (const int32_t *lo, const int32_t *hi, int64_t n, int64_t *p0,
+                             int64_t *p1) {
+  *p0 = INT32_MAX;
+  *p1 = 0;
+  for (int64_t r = 0; r < n; r++)
+    if (lo[r] < hi[r]) {
+      *p0 = lo[r] < *p0 ? lo[r] : *p0;
+      *p1 = hi[r] > *p1 ? hi[r] : *p1;
+    }
+}
+
 STRIP(strip1, 16, 1, T16(16, 1))
 STRIP(strip2, 12, 2, T8(12, 2) TAIL(12, 2, 8) TAIL(12, 2, 9) TAIL(12, 2, 10) TAIL(12, 2, 11))
 STRIP(strip3, 8, 3, T8(8, 3))
 STRIP(strip4, 6, 4, T4(6, 4) TAIL(6, 4, 4) TAIL(6, 4, 5))
 
-/* c (m x n, row stride ldc) = or += a b as above: strips of 64 columns */
+/* c (m x n, row stride ldc) = or += a b as above: strips of 64 columns;
+   rlo, rhi: each row's range of the sum, or NULL (STRIP) */
 static QKV_AVX512 void gemm (int64_t m, int64_t n, int64_t kd, const float *a, int64_t ars,
                              int64_t acs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                             int acc) {
+                             int acc, const int32_t *rlo, const int32_t *rhi) {
   for (int64_t j = 0; j < n; j += 64) {
     int64_t w = n - j < 64 ? n - j : 64;
     int nv = (int)((w + 15) / 16);
     __mmask16 last = lanes(w - 16 * (nv - 1));
     switch (nv) {
-      case 1: strip1(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc); break;
-      case 2: strip2(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc); break;
-      case 3: strip3(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc); break;
-      default: strip4(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc); break;
+      case 1: strip1(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc, rlo, rhi); break;
+      case 2: strip2(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc, rlo, rhi); break;
+      case 3: strip3(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc, rlo, rhi); break;
+      default: strip4(m, kd, a, ars, acs, b + j, ldb, c + j, ldc, last, acc, rlo, rhi); break;
     }
   }
 }
 
+/* c (m x n) = a b where column block s (32 columns from 32 s) needs only
+   the rows [clo[s], chi[s]): each block over those rows (a block mask's
+   band: the rows left out are never read as kept, grads drops them) */
+static QKV_AVX512 void gemm_cols (int64_t n, int64_t kd, const float *a, int64_t ars,
+                                  int64_t acs, const float *b, int64_t ldb, float *c,
+                                  int64_t ldc, const int32_t *clo, const int32_t *chi) {
+  for (int64_t j = 0, s = 0; j < n; j += 32, s++) {
+    int64_t w = n - j < 32 ? n - j : 32, r = clo[s], m = chi[s] - clo[s];
+    if (m <= 0) continue;
+    const float *ar = a + r * ars;
+    float *cr = c + r * ldc + j;
+    if (w > 16) strip2(m, kd, ar, ars, acs, b + j, ldb, cr, ldc, lanes(w - 16), 0, NULL, NULL);
+    else strip1(m, kd, ar, ars, acs, b + j, ldb, cr, ldc, lanes(w), 0, NULL, NULL);
+  }
+}
+
 /* xt (cols x BQ) = s times the bq rows of x (row stride rs) transposed,
-   16 rows to a gather; lanes past bq zeros.  (Element by element this was
-   as much time as the products for heads of 16.) */
+   by 8 x 8 blocks in registers (pack_t8.h; gathers of 16 rows took 6% of
+   a window's backward); lanes past bq up to a multiple of 16 zeros */
 static QKV_AVX512 void pack_t (const float *x, int64_t rs, int64_t bq, int64_t cols, float s,
                                float *xt) {
-  if (rs > (1 << 26)) {                         /* 16 rows' offsets overflow int32 */
-    for (int64_t i = 0; i < BQ; i++)
-      for (int64_t c = 0; c < cols; c++) xt[c * BQ + i] = i < bq ? s * x[i * rs + c] : 0.0f;
-    return;
-  }
-  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32((int)rs));
-  const __m512 sc = _mm512_set1_ps(s);
-  for (int64_t i = 0; i < bq; i += 16) {
-    __mmask16 m = lanes(bq - i);
-    for (int64_t c = 0; c < cols; c++) {
-      __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, x + i * rs + c, 4);
-      _mm512_store_ps(xt + c * BQ + i, _mm512_mul_ps(v, sc));
-    }
-  }
+  int64_t i = qkv_pack_t8(x, rs, cols, (int)bq, s, xt, BQ);
+  for (; i < bq; i++)
+    for (int64_t c = 0; c < cols; c++) xt[c * BQ + i] = s * x[i * rs + c];
+  for (int64_t c = 0; c < cols; c++)
+    for (int64_t e = bq; e < (bq + 15) / 16 * 16; e++) xt[c * BQ + e] = 0.0f;
 }
 
 /* D[i] = dO_i . O_i for i < bq (rows gs and os apart), in double (a
@@ -145,15 +181,28 @@ static QKV_AVX512 void row_dots (const float *go, int64_t gs, const float *o, in
 
 /*
 ** st becomes P^T and dpt dS^T for bk keys x bq queries: key j of the tile
-** is hidden from the queries before t + j (causal); lse is +inf for a
-** query with no key, so its exp is 0.  Lanes past bq are zeros.
+** is hidden from the queries before t + j (causal), and, sp not NULL,
+** from query i outside its span [sp[i], sp[BQ + i]) (a block mask's);
+** lse is +inf for a query with no key, so its exp is 0.  Lanes past bq,
+** and every dropped pair, are zeros.
 */
 static QKV_AVX512 void grads (float *st, float *dpt, int64_t bk, int64_t bq, int64_t t,
-                              const float *lse, const float *D, float scale) {
+                              const float *lse, const float *D, float scale,
+                              const int32_t *sp) {
   const __m512 sc = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < bk; j++, st += BQ, dpt += BQ)
     for (int64_t i = 0; i < bq; i += 16) {
       __mmask16 keep = lanes(bq - i) & (__mmask16)~lanes(t + j - i);
+      if (sp) {
+        __m512i jj = _mm512_set1_epi32((int)j);
+        keep &= _mm512_cmple_epi32_mask(_mm512_loadu_si512(sp + i), jj) &
+                _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(sp + BQ + i), jj);
+      }
+      if (!keep) {                              /* (a band's edge: no exp) */
+        _mm512_storeu_ps(st + i, _mm512_setzero_ps());
+        _mm512_storeu_ps(dpt + i, _mm512_setzero_ps());
+        continue;
+      }
       __m512 s = _mm512_maskz_loadu_ps(keep, st + i);
       __m512 p = _mm512_maskz_mov_ps(keep, qkv_vexp16(_mm512_sub_ps(s, _mm512_load_ps(lse + i))));
       __m512 dp = _mm512_sub_ps(_mm512_maskz_loadu_ps(keep, dpt + i), _mm512_load_ps(D + i));
@@ -166,18 +215,54 @@ size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv) {
   return sizeof(float) * (size_t)(BQ * (d + dv) + 2 * BK * BQ + 2 * BQ) + 64;
 }
 
-void qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work) {
+/*
+** A partial tile of a block mask with spans: sp[i], sp[BQ + i] query i's
+** keys in the tile (clipped; none past bq), kr[j], kr[BK + j] the
+** queries that keep key j (their first and one past their last), cr[s],
+** cr[BQ / 32 + s] the keys any of the 32 queries from 32 s keeps.
+*/
+typedef struct {
+  int32_t sp[2 * BQ], kr[2 * BK], cr[2 * (BQ / 32)];
+} ranged;
+
+static QKV_AVX512 void ranges_of (const int32_t *spans, int64_t bq, int64_t j0, int64_t bk,
+                                  ranged *R) {
+  for (int64_t j = 0; j < bk; j++) R->kr[j] = INT32_MAX, R->kr[BK + j] = 0;
+  for (int64_t s = 0; s < BQ / 32; s++) R->cr[s] = (int32_t)bk, R->cr[BQ / 32 + s] = 0;
+  for (int64_t i = 0; i < BQ; i++) {
+    int64_t lo = i < bq ? spans[2 * i] - j0 : 0, hi = i < bq ? spans[2 * i + 1] - j0 : 0;
+    lo = lo < 0 ? 0 : lo > bk ? bk : lo;
+    hi = hi < lo ? lo : hi > bk ? bk : hi;
+    R->sp[i] = (int32_t)lo;
+    R->sp[BQ + i] = (int32_t)hi;
+    if (lo >= hi) continue;
+    int32_t *c0 = &R->cr[i / 32], *c1 = &R->cr[BQ / 32 + i / 32];
+    *c0 = (int32_t)lo < *c0 ? (int32_t)lo : *c0;
+    *c1 = (int32_t)hi > *c1 ? (int32_t)hi : *c1;
+    __m512i ii = _mm512_set1_epi32((int32_t)i), i1 = _mm512_set1_epi32((int32_t)i + 1);
+    for (int64_t j = lo; j < hi; j += 16) {       /* i ascending: min keeps the first */
+      __mmask16 m = lanes(hi - j);
+      _mm512_mask_storeu_epi32(R->kr + j, m, _mm512_min_epi32(_mm512_maskz_loadu_epi32(m, R->kr + j), ii));
+      _mm512_mask_storeu_epi32(R->kr + BK + j, m, i1);
+    }
+  }
+}
+
+int qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work) {
   int64_t nq = P->nq, nk = P->nk, d = P->dk, dv = P->dv;
   float scale = (float)P->scale;
   float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   float *qt = w, *dot = qt + BQ * d, *st = dot + BQ * dv, *dpt = st + BK * BQ;
   float *lse = dpt + BK * BQ, *D = lse + BQ;
+  const qkv_attn_mods *M = it->mods;
+  ranged R;
   memset(it->dq, 0, sizeof(float) * (size_t)(nq * d));
   memset(it->dk, 0, sizeof(float) * (size_t)(nk * d));
   memset(it->dvv, 0, sizeof(float) * (size_t)(nk * dv));
   for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
     int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
     const float *q = it->q + i0 * it->qrs, *go = it->go + i0 * it->gors, *o = it->o + i0 * it->ors;
+    const int32_t *spans = M ? qkv_mod_spans(M, it->b, i0) : NULL;
     float *dq = it->dq + i0 * d;
     pack_t(q, it->qrs, bq, d, scale, qt);
     pack_t(go, it->gors, bq, dv, 1.0f, dot);
@@ -193,14 +278,29 @@ void qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, v
       if (t + bk > bq) bk = bq - t;             /* keys hidden from every query */
       if (bk <= 0) break;
       const float *k = it->k + j0 * it->krs, *v = it->v + j0 * it->vrs;
-      gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0);
-      gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0);
-      grads(st, dpt, bk, bq, t, lse, D, scale);
-      gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1);
-      gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1);
-      gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1);
+      /* a block mask's tile: none of it kept, never computed; part of it,
+         each product over the band its spans keep */
+      int kind = M ? qkv_mod_kind(M, it->b, i0, bq, j0, bk) : QKV_BLOCK_FULL;
+      if (kind == QKV_BLOCK_EMPTY) continue;
+      if (kind == QKV_BLOCK_PARTIAL) {
+        ranges_of(spans, bq, j0, bk, &R);
+        gemm_cols(bq, d, k, it->krs, 1, qt, BQ, st, BQ, R.cr, R.cr + BQ / 32);
+        gemm_cols(bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, R.cr, R.cr + BQ / 32);
+        grads(st, dpt, bk, bq, t, lse, D, scale, R.sp);
+        gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1, R.kr, R.kr + BK);
+        gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1, R.kr, R.kr + BK);
+        gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1, R.sp, R.sp + BQ);
+        continue;
+      }
+      gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0, NULL, NULL);
+      gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0, NULL, NULL);
+      grads(st, dpt, bk, bq, t, lse, D, scale, NULL);
+      gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1, NULL, NULL);
+      gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1, NULL, NULL);
+      gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1, NULL, NULL);
     }
   }
+  return QKV_OK;
 }
 #else
 typedef int qkv_no_avx512_attention_backward;   /* (an empty file is not ISO C) */

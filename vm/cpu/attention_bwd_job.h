@@ -12,17 +12,24 @@
 
 #include "../common/attention_plan.h"
 
+struct qkv_attn_mods;
+
 /* batch item b of the plan: where its rows start */
 typedef struct {
   const float *q, *k, *v, *o, *go;  /* the item's first rows */
   int64_t qrs, krs, vrs, ors, gors;  /* elements between their rows */
   const float *lse;                 /* nq log-sum-exps, -inf for no key */
   float *dq, *dk, *dvv;             /* contiguous, written whole */
+  /* a block mask with spans (common/mods.h: a mask_mod whose every query
+     keeps one run of keys, no score_mod), or NULL; b: the item's index in
+     the plan's batch, for its kinds and spans */
+  const struct qkv_attn_mods *mods;
+  int64_t b;
 } qkv_attn_bwd_item;
 
 /* bytes of scratch qkv_attn_bwd_avx512 needs for heads of d and dv */
 size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv);
-/* the item's gradients; sizes, causal and scale from the plan */
-void qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work);
+/* the item's gradients; sizes, causal and scale from the plan; QKV_OK */
+int qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, void *work);
 
 #endif

@@ -17,6 +17,7 @@
 #include "../common/layout.h"
 #include "vexp.h"
 #include "mods.h"
+#include "pack_t8.h"
 
 /*
 ** Tile sizes, measured (bench/NOTES.md): a 96 x 384 block of float scores
@@ -122,45 +123,6 @@ static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x
 
 /* ---- shared by the AVX2 and AVX-512 paths (float32, scores as st[key][query]) ---- */
 
-#ifdef QKV_VEXP_X86
-/* qt's first queries from q's rows (rs apart, features contiguous), times
-   sc, by 8 x 8 blocks transposed in registers; returns how many it packed
-   (bq rounded down to 8) */
-static inline QKV_AVX2 int qkv_attn_pack_q8 (const float *q, int64_t rs, int64_t dk, int bq,
-                                             float sc, float *qt) {
-  const __m256 s = _mm256_set1_ps(sc);
-  int n = bq / 8 * 8;
-  for (int i = 0; i < n; i += 8) {
-    const float *qi = q + i * rs;
-    int64_t c = 0;
-    for (; c + 8 <= dk; c += 8) {
-      __m256 r[8], t[8];
-      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(qi + k * rs + c);
-      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      }
-      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 4) {
-        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      /* r[0..3] hold features c+{0,1,2,3} (low lanes) and c+{4..7} (high)
-         of rows 0-3, r[4..7] those of rows 4-7 */
-      _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
-        float *o = qt + (c + k) * BQ + i;
-        _mm256_storeu_ps(o, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20)));
-        _mm256_storeu_ps(o + 4 * BQ, _mm256_mul_ps(s, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31)));
-      }
-    }
-    for (; c < dk; c++)
-      for (int k = 0; k < 8; k++) qt[c * BQ + i + k] = sc * qi[k * rs + c];
-  }
-  return n;
-}
-#endif
-
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
    padding queries get zeros, so finite scores nobody reads.  By query: q's
    rows are read in order, and the dk lines of qt being written stay in L1
@@ -174,7 +136,7 @@ static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
 #ifdef QKV_VEXP_X86
   /* rows of features in place: blocks of 8 x 8 transposed in registers
      (a window's tiles of 64 queries pack q for each few keys) */
-  if (P->q.cs == 1) i = qkv_attn_pack_q8(q, P->q.rs, P->dk, bq, sc, qt);
+  if (P->q.cs == 1) i = qkv_pack_t8(q, P->q.rs, P->dk, bq, sc, qt, BQ);
   q += i * P->q.rs;
 #endif
   for (; i < bq; i++, q += P->q.rs)
