@@ -200,19 +200,24 @@ CLONES void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const do
     int sxs = 0, sxm = 0;
     const double *rs = ps ? row(&A, ps, ds, y, &sxs) : NULL;
     const double *rm = pm ? row(&A, pm, dm, y, &sxm) : NULL;
-    if (T->f64) {
-      double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = rs[x];
-      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[0];
-      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
-      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
-    } else {
-      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs && sxs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
-      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
-      if (rm && sxm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
-      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
-    }
+    qkv_mod_put_row(T, &A, y, rs, sxs, rm, sxm);
+  }
+}
+
+CLONES void qkv_mod_put_row (const qkv_mod_tile *T, const axes *A, int y, const double *rs,
+                             int xs, const double *rm, int xm) {
+  if (T->f64) {
+    double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
+    if (rs && xs) SIMD for (int x = 0; x < A->nx; x++) s[x] = rs[x];
+    else if (rs) for (int x = 0; x < A->nx; x++) s[x] = rs[0];
+    if (rm && xm) SIMD for (int x = 0; x < A->nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+    else if (rm && rm[0] == 0) for (int x = 0; x < A->nx; x++) s[x] = -INFINITY;
+  } else {
+    float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
+    if (rs && xs) SIMD for (int x = 0; x < A->nx; x++) s[x] = (float)rs[x];
+    else if (rs) for (int x = 0; x < A->nx; x++) s[x] = (float)rs[0];
+    if (rm && xm) SIMD for (int x = 0; x < A->nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
+    else if (rm && rm[0] == 0) for (int x = 0; x < A->nx; x++) s[x] = -INFINITY;
   }
 }
 

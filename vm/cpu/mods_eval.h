@@ -52,6 +52,11 @@ static inline const double *row (const axes *A, const double *p, int d, int y, i
 void qkv_mod_run (int op, double *o, int n, const double *a, int sa, const double *b, int sb,
                   const double *c, int sc);
 
+/* row y of T's scores: the new scores rs (along x when xs, else one for
+   the row) where rs is not NULL, then -inf where rm (likewise xm) is 0 */
+void qkv_mod_put_row (const qkv_mod_tile *T, const axes *A, int y, const double *rs, int xs,
+                      const double *rm, int xm);
+
 /* a LOAD on row y: each element's indices checked, then read */
 int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, int y, double *o,
                   int n);

@@ -387,17 +387,10 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
       else memset(k, rm[0] != 0, (size_t)A.nx);
       rm = NULL;
     }
-    if (T->f64) {
-      double *s = (double *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs) for (int x = 0; x < A.nx; x++) s[x] = rs[xs ? x : 0];
-      if (rm) for (int x = 0; x < A.nx; x++) s[x] = rm[xm ? x : 0] == 0 ? -INFINITY : s[x];
-    } else {
-      float *s = (float *)T->s + (size_t)y * (size_t)T->ld;
-      if (rs && xs) SIMD for (int x = 0; x < A.nx; x++) s[x] = (float)rs[x];
-      else if (rs) for (int x = 0; x < A.nx; x++) s[x] = (float)rs[0];
-      if (rm && xm) SIMD for (int x = 0; x < A.nx; x++) s[x] = rm[x] == 0 ? -INFINITY : s[x];
-      else if (rm && rm[0] == 0) for (int x = 0; x < A.nx; x++) s[x] = -INFINITY;
-      if (mx) SIMD for (int x = 0; x < A.nx; x++) mx[x] = s[x] > mx[x] ? s[x] : mx[x];
+    qkv_mod_put_row(T, &A, y, rs, xs, rm, xm);
+    if (mx && !T->f64) {                      /* the new row's max, folded in */
+      const float *s = (const float *)T->s + (size_t)y * (size_t)T->ld;
+      SIMD for (int x = 0; x < A.nx; x++) mx[x] = s[x] > mx[x] ? s[x] : mx[x];
     }
   }
   return err;
