@@ -172,6 +172,27 @@ function TestGradAgree:testFloat32()
   end
 end
 
+function TestGradAgree:testFloat32Transcendentals()
+  -- the score's tanh, exp and sigmoid, which a float32 backward evaluates
+  -- in float32 (vexp.h's): its gradients the float64 reference's
+  local nq, nk, h = 90, 110, 2
+  local q, k, v = V.qkv({h}, {h}, nq, nk, 16, 8)
+  local G = qkv.randn(h, nq, 8, "float64")
+  local mods = {
+    {"softcap", VA.softcap(2)},
+    {"exp", function(s, b, h, i, j) return (s / 4):exp() end},
+    {"sigmoid", function(s, b, h, i, j) return s * s:sigmoid() * 2 end},
+  }
+  for _, m in ipairs(mods) do
+    local function loss(q, k, v) return (qkv.attention(q, k, v, {score_mod = m[2], weights = false}):double() * G):sum() end
+    local g32 = qkv.grad(loss, {q:float(), k:float(), v:float()})
+    local g64 = qkv.grad(loss, {q, k, v})
+    for x, name in ipairs{"dq", "dk", "dv"} do
+      V.near(g32[x]:double(), g64[x], 1e-4, "float32 " .. m[1] .. " " .. name)
+    end
+  end
+end
+
 function TestGradAgree:testBlockMasks()
   -- the fused backward on a block mask's tiles (q, k strided): its
   -- gradients the weights path's, in float64, and in float32 near them

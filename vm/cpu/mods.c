@@ -113,6 +113,38 @@ int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, in
   return QKV_OK;
 }
 
+/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
+   that read the score; none when a LOAD is indexed by one */
+void qkv_mod_float_values (const qkv_mod_prog *P, uint8_t *fl) {
+  for (int v = 0; v < P->n; v++) {
+    const qkv_mod_ins *x = &P->ins[v];
+    int ar = qkv_mod_arity(x->op);
+    fl[v] = x->op == QKV_MOD_SCORE;
+    if (x->op == QKV_MOD_LOAD) {
+      for (int d = 0; d < x->c; d++)
+        if (fl[P->args[x->b + d]]) { memset(fl, 0, (size_t)P->n); return; }
+      continue;
+    }
+    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
+  }
+}
+
+/* o[0..n) = op(a) for the transcendental ops of the score's path, in
+   float32 (vexp.h's, on vectors) where the tile is float32: the values
+   end as float32, and libm's double tanh, one call an element, took half
+   of a soft-capped attention's backward; 0 for the ops it does not take */
+CLONES static int run_f (int op, double *o, int n, const double *a, int sa) {
+  if (!sa) n = 1;
+  switch (op) {
+    case QKV_MOD_EXP: SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf((float)a[x]); return 1;
+    case QKV_MOD_TANH: SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf((float)a[x]); return 1;
+    case QKV_MOD_SIGMOID:
+      SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-(float)a[x]));
+      return 1;
+    default: return 0;
+  }
+}
+
 int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem) {
   const qkv_mod_prog *P = M->prog;
   axes A = axes_of(T);
@@ -122,6 +154,9 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
     val[v] = mem + off;
     off += count_of(&A, P->dep[v]);
   }
+  uint8_t fl[QKV_MOD_MAXINS];
+  if (T->f64) memset(fl, 0, (size_t)P->n);
+  else qkv_mod_float_values(P, fl);
   for (int v = 0; v < P->n; v++) {
     if (!(P->need[v] & want)) continue;
     const qkv_mod_ins *x = &P->ins[v];
@@ -156,7 +191,7 @@ int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem
       const double *a = row(&A, val[x->a], P->dep[x->a], y, &sa);
       const double *b = ar >= 2 ? row(&A, val[x->b], P->dep[x->b], y, &sb) : a;
       const double *c = ar >= 3 ? row(&A, val[x->c], P->dep[x->c], y, &sc) : a;
-      qkv_mod_run(x->op, oy, nx, a, sa, b, sb, c, sc);
+      if (!fl[v] || !run_f(x->op, oy, nx, a, sa)) qkv_mod_run(x->op, oy, nx, a, sa, b, sb, c, sc);
     }
   }
   return QKV_OK;

@@ -98,21 +98,6 @@ size_t qkv_mod_row_scratch (const qkv_mod_prog *P, int ni, int nj) {
   return (size_t)(P->n + 4) * (size_t)(ni > nj ? ni : nj);
 }
 
-/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
-   that read the score; none when a LOAD is indexed by one */
-static void float_values (const qkv_mod_prog *P, uint8_t *fl) {
-  for (int v = 0; v < P->n; v++) {
-    const qkv_mod_ins *x = &P->ins[v];
-    int ar = qkv_mod_arity(x->op);
-    fl[v] = x->op == QKV_MOD_SCORE;
-    if (x->op == QKV_MOD_LOAD) {
-      for (int d = 0; d < x->c; d++)
-        if (fl[P->args[x->b + d]]) { memset(fl, 0, (size_t)P->n); return; }
-      continue;
-    }
-    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
-  }
-}
 
 /* o = f op (float)d, or (float)d op f when dfirst: a float value (a row
    when sf, else one element) met by a double row, rounded in the loop
@@ -340,7 +325,7 @@ CLONES int qkv_mod_rows (qkv_attn_mods *M, const qkv_mod_tile *T, int want, doub
   uint8_t fl[QKV_MOD_MAXINS], af[QKV_MOD_MAXINS], rows[QKV_MOD_MAXINS];
   double ab[QKV_MOD_MAXINS][3];
   if (T->f64) memset(fl, 0, (size_t)P->n);
-  else float_values(P, fl);
+  else qkv_mod_float_values(P, fl);
   affine_values(P, &A, fl, want, af, rows);
   int err = QKV_OK;
   for (int v = 0; v < P->n && err == QKV_OK; v++)   /* what no row changes, once */
