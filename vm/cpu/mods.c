@@ -256,6 +256,24 @@ CLONES void qkv_mod_put_row (const qkv_mod_tile *T, const axes *A, int y, const 
   }
 }
 
+/* ds *= the derivative p (of dependence d) by rows, 0 kept 0 */
+CLONES static void scale_ds (const qkv_mod_tile *T, void *ds, const double *p, int d) {
+  axes A = axes_of(T);
+  for (int y = 0; y < A.ny; y++) {
+    int sx;
+    const double *r = row(&A, p, d, y, &sx);
+    if (T->f64) {
+      double *s = (double *)ds + (size_t)y * (size_t)T->ld;
+      if (sx) SIMD for (int x = 0; x < A.nx; x++) s[x] = s[x] != 0 ? s[x] * r[x] : s[x];
+      else SIMD for (int x = 0; x < A.nx; x++) s[x] = s[x] != 0 ? s[x] * r[0] : s[x];
+    } else {
+      float *s = (float *)ds + (size_t)y * (size_t)T->ld;
+      if (sx) SIMD for (int x = 0; x < A.nx; x++) s[x] = s[x] != 0 ? (float)(s[x] * r[x]) : s[x];
+      else SIMD for (int x = 0; x < A.nx; x++) s[x] = s[x] != 0 ? (float)(s[x] * r[0]) : s[x];
+    }
+  }
+}
+
 void qkv_mod_grads (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
                     void *ds, double *const *acc) {
   const qkv_mod_prog *P = M->prog;
@@ -286,17 +304,10 @@ void qkv_mod_grads (const qkv_attn_mods *M, const qkv_mod_tile *T, const double 
   int v = P->out[QKV_MOD_OUT_DSCORE], d;
   if (v < 0) return;
   const double *p = qkv_mod_value(P, T, mem, v, &d);
-  for (int i = 0; i < T->ni; i++)
-    for (int j = 0; j < T->nj; j++) {
-      if (f64) {
-        double *s = (double *)ds + i * T->ld + j;
-        if (*s != 0) *s *= qkv_mod_at(T, p, d, i, j);
-      } else {
-        float *s = (float *)ds + i * T->ld + j;
-        if (*s != 0) *s = (float)(*s * qkv_mod_at(T, p, d, i, j));
-      }
-    }
+  if (d == 0 && p[0] == 1) return;              /* score + a bias: dS as it is */
+  scale_ds(T, ds, p, d);
 }
+
 
 void qkv_cpu_mods_caps (qkv_attn_mods *M) {
   for (int c = 0; c < M->ncap; c++) {
