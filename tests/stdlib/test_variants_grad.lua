@@ -174,17 +174,28 @@ end
 
 function TestGradAgree:testFloat32Transcendentals()
   -- the score's tanh, exp and sigmoid, which a float32 backward evaluates
-  -- in float32 (vexp.h's): its gradients the float64 reference's
+  -- in float32 (vexp.h's), and biases added to it (ALiBi, a relative
+  -- bias that wants no gradient: on AVX-512 the backward's register
+  -- kernel runs them, with a block mask's spans too): its gradients the
+  -- float64 reference's
   local nq, nk, h = 90, 110, 2
   local q, k, v = V.qkv({h}, {h}, nq, nk, 16, 8)
   local G = qkv.randn(h, nq, 8, "float64")
+  local bias = qkv.randn(h, nq + nk, "float64")
+  local bm = qkv.block_mask(VA.sliding_window(30), nil, nil, nq, nk, {block = 16})
   local mods = {
-    {"softcap", VA.softcap(2)},
-    {"exp", function(s, b, h, i, j) return (s / 4):exp() end},
-    {"sigmoid", function(s, b, h, i, j) return s * s:sigmoid() * 2 end},
+    {"softcap", {score_mod = VA.softcap(2)}},
+    {"exp", {score_mod = function(s, b, h, i, j) return (s / 4):exp() end}},
+    {"sigmoid", {score_mod = function(s, b, h, i, j) return s * s:sigmoid() * 2 end}},
+    {"alibi", {score_mod = VA.alibi(h)}},
+    {"alibi and a window's block mask", {score_mod = VA.alibi(h), block_mask = bm}},
+    {"a relative bias and causal", {score_mod = function(s, b, hh, i, j) return s + bias[{hh, i - j + nk}] end,
+                                    causal = true}},
   }
   for _, m in ipairs(mods) do
-    local function loss(q, k, v) return (qkv.attention(q, k, v, {score_mod = m[2], weights = false}):double() * G):sum() end
+    local function loss(q, k, v)
+      return (qkv.attention(q, k, v, V.with(m[2], "weights", false)):double() * G):sum()
+    end
     local g32 = qkv.grad(loss, {q:float(), k:float(), v:float()})
     local g64 = qkv.grad(loss, {q, k, v})
     for x, name in ipairs{"dq", "dk", "dv"} do

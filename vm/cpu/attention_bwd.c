@@ -12,9 +12,9 @@
 ** views need no copy); the gradients are contiguous.
 ** The tile products go to BLAS gemm.  Only BQ x BK blocks and BQ row
 ** statistics are held per thread.  A float32 job with no mask tensor and
-** the forward's log-sum-exps (and no mods, or a block mask with spans
-** alone) goes to attention_bwd_avx512.c on CPUs with AVX-512, the same
-** steps with its products in registers.
+** the forward's log-sum-exps (and no mods, or those regs_take allows)
+** goes to attention_bwd_avx512.c on CPUs with AVX-512, the same steps
+** with its products in registers.
 */
 #include <math.h>
 #include <pthread.h>
@@ -361,7 +361,7 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
 static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
   const qkv_attn_plan *P = &J->p;
   int64_t G = P->kvg, nkd = P->nk * P->dk, nkv = P->nk * P->dv;
-  void *work = malloc(qkv_attn_bwd_avx512_work(P->dk, P->dv));
+  void *work = malloc(qkv_attn_bwd_avx512_work(P->dk, P->dv, J->mods));
   float *sk = G > 1 ? malloc(sizeof(float) * (size_t)(nkd + nkv)) : NULL;
   int err = work && (G == 1 || sk) ? QKV_OK : QKV_ENOMEM;
   for (int64_t b = lo * G; b < hi * G && err == QKV_OK; b++) {
@@ -445,6 +445,23 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
   return err;
 }
 
+/* whether attention_bwd_avx512.c takes the mods M (NULL: none): a mask
+   only as a block mask's spans (its tiles skipped or computed over their
+   bands), a score_mod only with a constant derivative by the score (a
+   bias added: ALiBi, a relative bias) and no captured tensor's gradient;
+   the rest on the BLAS tiles */
+static int regs_take (const qkv_attn_mods *M) {
+  if (M == NULL) return 1;
+  const qkv_mod_prog *P = M->prog;
+  if (P->out[QKV_MOD_OUT_MASK] >= 0 && !(M->kinds && M->spans)) return 0;
+  if (P->out[QKV_MOD_OUT_SCORE] < 0) return 1;
+  int d = P->out[QKV_MOD_OUT_DSCORE];
+  if (d < 0 || P->ins[d].op != QKV_MOD_CONST) return 0;
+  for (int c = 0; c < M->ncap; c++)
+    if (M->gradt[c]) return 0;
+  return 1;
+}
+
 static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                      const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                      const qkv_tensor *o, const qkv_tensor *go,
@@ -474,10 +491,8 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
 #ifdef QKV_VEXP_X86
   static int blas_asked = -1;                   /* QKV_BWD_BLAS, read once */
   if (blas_asked < 0) blas_asked = getenv("QKV_BWD_BLAS") != NULL;
-  /* and a block mask with spans alone (no score_mod): its tiles skipped
-     or computed over their bands there */
   J.regs = J.isa >= QKV_ISA_AVX512 && !J.f64 && !P->has_mask && P->lse && !blas_asked &&
-           (!M || (M->prog->out[QKV_MOD_OUT_SCORE] < 0 && M->kinds && M->spans));
+           regs_take(M);
 #endif
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */

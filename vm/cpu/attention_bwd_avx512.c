@@ -1,12 +1,13 @@
 /*
 ** attention_bwd_avx512.c -- the fused attention's backward (float32, no
-** mask tensor, the forward's log-sum-exps given; a block mask whose
-** queries each keep one run of keys, as spans, with no score_mod) with
-** its five products in registers, on CPUs with AVX-512 F/VL/BW/DQ;
-** attention_bwd.c picks it and keeps the BLAS-tile version for
-** everything else (float64, masks, score_mods, a CPU without AVX-512).
-** A block mask's empty tiles are skipped, and a partial tile's products
-** run over the band its spans keep (ranges_of).  The tiles' products were 56-108 GFLOP/s through
+** mask tensor, the forward's log-sum-exps given; the mods that
+** attention_bwd.c's regs_take allows: a block mask with spans, a
+** score_mod that adds a bias) with its five products in registers, on
+** CPUs with AVX-512 F/VL/BW/DQ; attention_bwd.c keeps the BLAS-tile
+** version for everything else (float64, mask tensors, other mods, a CPU
+** without AVX-512).  A block mask's empty tiles are skipped, a partial
+** tile's products run over the band its spans keep (ranges_of), and a
+** score_mod runs on each tile's S^T by the forward's rows (mods_rows.c).  The tiles' products were 56-108 GFLOP/s through
 ** oneDNN on a small model's heads (64 x 64 x 32), and half the backward's
 ** time at N = 4096 went to calls that pack what they read.
 **
@@ -211,8 +212,16 @@ static QKV_AVX512 void grads (float *st, float *dpt, int64_t bk, int64_t bq, int
     }
 }
 
-size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv) {
-  return sizeof(float) * (size_t)(BQ * (d + dv) + 2 * BK * BQ + 2 * BQ) + 64;
+/* the floats of the fixed scratch; then, with a score_mod, its rows */
+static size_t floats_of (int64_t d, int64_t dv) {
+  return (size_t)(BQ * (d + dv) + 2 * BK * BQ + 2 * BQ);
+}
+
+size_t qkv_attn_bwd_avx512_work (int64_t d, int64_t dv, const qkv_attn_mods *M) {
+  size_t n = sizeof(float) * floats_of(d, dv) + 64;
+  if (M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0)
+    n += sizeof(double) * qkv_mod_row_scratch(M->prog, BQ, BK) + 64;
+  return n;
 }
 
 /*
@@ -254,8 +263,13 @@ int qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, vo
   float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   float *qt = w, *dot = qt + BQ * d, *st = dot + BQ * dv, *dpt = st + BK * BQ;
   float *lse = dpt + BK * BQ, *D = lse + BQ;
-  const qkv_attn_mods *M = it->mods;
+  qkv_attn_mods *M = it->mods;
   ranged R;
+  /* a score_mod: run on each tile's S^T by the forward's rows
+     (mods_rows.c), its derivative by the score the constant dsk */
+  int smod = M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0;
+  double *mem = (double *)(((uintptr_t)(w + floats_of(d, dv)) + 63) & ~(uintptr_t)63);
+  float dsk = smod ? (float)M->prog->ins[M->prog->out[QKV_MOD_OUT_DSCORE]].k : 1.0f;
   memset(it->dq, 0, sizeof(float) * (size_t)(nq * d));
   memset(it->dk, 0, sizeof(float) * (size_t)(nk * d));
   memset(it->dvv, 0, sizeof(float) * (size_t)(nk * dv));
@@ -282,22 +296,26 @@ int qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, vo
          each product over the band its spans keep */
       int kind = M ? qkv_mod_kind(M, it->b, i0, bq, j0, bk) : QKV_BLOCK_FULL;
       if (kind == QKV_BLOCK_EMPTY) continue;
+      const int32_t *sp = NULL, *kr = NULL;       /* a partial tile's ranges */
       if (kind == QKV_BLOCK_PARTIAL) {
         ranges_of(spans, bq, j0, bk, &R);
+        sp = R.sp;
+        kr = R.kr;
         gemm_cols(bq, d, k, it->krs, 1, qt, BQ, st, BQ, R.cr, R.cr + BQ / 32);
         gemm_cols(bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, R.cr, R.cr + BQ / 32);
-        grads(st, dpt, bk, bq, t, lse, D, scale, R.sp);
-        gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1, R.kr, R.kr + BK);
-        gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1, R.kr, R.kr + BK);
-        gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1, R.sp, R.sp + BQ);
-        continue;
+      } else {
+        gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0, NULL, NULL);
+        gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0, NULL, NULL);
       }
-      gemm(bk, bq, d, k, it->krs, 1, qt, BQ, st, BQ, 0, NULL, NULL);
-      gemm(bk, bq, dv, v, it->vrs, 1, dot, BQ, dpt, BQ, 0, NULL, NULL);
-      grads(st, dpt, bk, bq, t, lse, D, scale, NULL);
-      gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1, NULL, NULL);
-      gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1, NULL, NULL);
-      gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1, NULL, NULL);
+      if (smod) {
+        qkv_mod_tile T = {it->b / M->heads, it->b % M->heads, i0, j0, (int)bq, (int)bk, 1, 0,
+                          st, BQ};
+        if (qkv_mod_rows(M, &T, QKV_MOD_WANT_SCORE, mem, NULL, NULL) != QKV_OK) return QKV_EINDEX;
+      }
+      grads(st, dpt, bk, bq, t, lse, D, scale * dsk, sp);
+      gemm(bk, dv, bq, st, BQ, 1, go, it->gors, it->dvv + j0 * dv, dv, 1, kr, kr ? kr + BK : NULL);
+      gemm(bk, d, bq, dpt, BQ, 1, q, it->qrs, it->dk + j0 * d, d, 1, kr, kr ? kr + BK : NULL);
+      gemm(bq, d, bk, dpt, 1, BQ, k, it->krs, dq, d, 1, sp, sp ? sp + BQ : NULL);
     }
   }
   return QKV_OK;
