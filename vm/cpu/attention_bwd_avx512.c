@@ -152,13 +152,8 @@ static QKV_AVX512 void gemm_cols (int64_t n, int64_t kd, const float *a, int64_t
 /* xt (cols x BQ) = s times the bq rows of x (row stride rs) transposed,
    by 8 x 8 blocks in registers (pack_t8.h; gathers of 16 rows took 6% of
    a window's backward); lanes past bq up to a multiple of 16 zeros */
-static QKV_AVX512 void pack_t (const float *x, int64_t rs, int64_t bq, int64_t cols, float s,
-                               float *xt) {
-  int64_t i = qkv_pack_t8(x, rs, cols, (int)bq, s, xt, BQ);
-  for (; i < bq; i++)
-    for (int64_t c = 0; c < cols; c++) xt[c * BQ + i] = s * x[i * rs + c];
-  for (int64_t c = 0; c < cols; c++)
-    for (int64_t e = bq; e < (bq + 15) / 16 * 16; e++) xt[c * BQ + e] = 0.0f;
+static void pack_t (const float *x, int64_t rs, int64_t bq, int64_t cols, float s, float *xt) {
+  qkv_pack_t(x, rs, 1, (int)bq, cols, s, xt, BQ, (int)(bq + 15) / 16 * 16);
 }
 
 /* D[i] = dO_i . O_i for i < bq (rows gs and os apart), in double (a

@@ -130,19 +130,8 @@ static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x
 static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
                                     int bq, int nqp, float *qt) {
   const qkv_attn_plan *P = &J->p;
-  const float *q = (const float *)P->q.base + qo + i0 * P->q.rs;
-  float sc = (float)P->scale;
-  int i = 0;
-#ifdef QKV_VEXP_X86
-  /* rows of features in place: blocks of 8 x 8 transposed in registers
-     (a window's tiles of 64 queries pack q for each few keys) */
-  if (P->q.cs == 1) i = qkv_pack_t8(q, P->q.rs, P->dk, bq, sc, qt, BQ);
-  q += i * P->q.rs;
-#endif
-  for (; i < bq; i++, q += P->q.rs)
-    for (int64_t c = 0; c < P->dk; c++) qt[c * BQ + i] = sc * q[c * P->q.cs];
-  for (int64_t c = 0; c < P->dk; c++)
-    for (i = bq; i < nqp; i++) qt[c * BQ + i] = 0.0f;
+  qkv_pack_t((const float *)P->q.base + qo + i0 * P->q.rs, P->q.rs, P->q.cs, bq, P->dk,
+             (float)P->scale, qt, BQ, nqp);
 }
 
 /* -inf in st where the mask (at the tile's first query and key) is false;

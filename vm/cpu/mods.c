@@ -135,14 +135,14 @@ void qkv_mod_float_values (const qkv_mod_prog *P, uint8_t *fl) {
    of a soft-capped attention's backward; 0 for the ops it does not take */
 CLONES static int run_f (int op, double *o, int n, const double *a, int sa) {
   if (!sa) n = 1;
+#define F1(N) SIMD for (int x = 0; x < n; x++) o[x] = qkv_mod_apply_f(QKV_MOD_##N, (float)a[x])
   switch (op) {
-    case QKV_MOD_EXP: SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf((float)a[x]); return 1;
-    case QKV_MOD_TANH: SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf((float)a[x]); return 1;
-    case QKV_MOD_SIGMOID:
-      SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-(float)a[x]));
-      return 1;
+    case QKV_MOD_EXP: F1(EXP); return 1;
+    case QKV_MOD_TANH: F1(TANH); return 1;
+    case QKV_MOD_SIGMOID: F1(SIGMOID); return 1;
     default: return 0;
   }
+#undef F1
 }
 
 int qkv_mod_eval (qkv_attn_mods *M, const qkv_mod_tile *T, int want, double *mem) {

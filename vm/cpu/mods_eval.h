@@ -8,6 +8,7 @@
 #define QKV_CPU_MODS_EVAL_H
 
 #include "mods.h"
+#include "vexp.h"
 
 /* the tile's inner (contiguous) and outer axes: key-major tiles run over
    queries inside, query-major over keys */
@@ -46,6 +47,17 @@ static inline const double *row (const axes *A, const double *p, int d, int y, i
 #else
 #define CLONES
 #endif
+
+/* the float32 formulas (vexp.h's) of the ops a float32 tile's score path
+   takes in float32: exp, tanh, sigmoid; inlined with a constant op, each
+   loop of them one op's formula */
+static inline __attribute__((always_inline)) float qkv_mod_apply_f (int op, float a) {
+  switch (op) {
+    case QKV_MOD_EXP: return qkv_vexpf(a);
+    case QKV_MOD_TANH: return qkv_vtanhf(a);
+    default: return 1.0f / (1.0f + qkv_vexpf(-a));          /* SIGMOID */
+  }
+}
 
 /* o[0..n) = op(a, b, c), each operand along x (its s* set) or one
    element */

@@ -84,9 +84,11 @@ CLONES static void runf (int op, float *o, int n, const float *a, int sa, const 
     case QKV_MOD_DIV: FLOOP2(F_DIV); return;
     case QKV_MOD_EXP: case QKV_MOD_TANH: case QKV_MOD_SIGMOID:
       if (!sa) n = 1;                   /* one element, or the row as it lies */
-      if (op == QKV_MOD_EXP) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vexpf(a[x]);
-      else if (op == QKV_MOD_TANH) SIMD for (int x = 0; x < n; x++) o[x] = qkv_vtanhf(a[x]);
-      else SIMD for (int x = 0; x < n; x++) o[x] = 1.0f / (1.0f + qkv_vexpf(-a[x]));
+#define F1(N) SIMD for (int x = 0; x < n; x++) o[x] = qkv_mod_apply_f(QKV_MOD_##N, a[x])
+      if (op == QKV_MOD_EXP) F1(EXP);
+      else if (op == QKV_MOD_TANH) F1(TANH);
+      else F1(SIGMOID);
+#undef F1
       return;
     default:                            /* the rest through the double formulas */
       for (int x = 0; x < n; x++)

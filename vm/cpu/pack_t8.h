@@ -1,6 +1,6 @@
 /*
-** pack_t8.h -- a block of rows transposed, times a scale, by 8 x 8 blocks
-** in registers (AVX2): the fused attention's q^T (attention_job.h) and
+** pack_t8.h -- a block of rows transposed, times a scale (by 8 x 8 blocks
+** in registers on AVX2): the fused attention's q^T (attention_job.h) and
 ** its backward's q^T and dO^T (attention_bwd_avx512.c).
 */
 #ifndef QKV_CPU_PACK_T8_H
@@ -49,5 +49,19 @@ static inline QKV_AVX2 int qkv_pack_t8 (const float *x, int64_t rs, int64_t dk, 
 }
 #endif
 
+
+/* xt (cols x npad, row stride ld) = sc times the n rows of x (rs apart,
+   features cs apart) transposed; columns n .. npad zeros */
+static inline void qkv_pack_t (const float *x, int64_t rs, int64_t cs, int n, int64_t cols,
+                               float sc, float *xt, int64_t ld, int npad) {
+  int i = 0;
+#ifdef QKV_VEXP_X86
+  if (cs == 1) i = qkv_pack_t8(x, rs, cols, n, sc, xt, ld);
+#endif
+  for (; i < n; i++)
+    for (int64_t c = 0; c < cols; c++) xt[c * ld + i] = sc * x[i * rs + c * cs];
+  for (int64_t c = 0; c < cols; c++)
+    for (i = n; i < npad; i++) xt[c * ld + i] = 0.0f;
+}
 
 #endif
