@@ -142,7 +142,7 @@ $(BUILD)/obj/vm/cuda/%.o: vm/cuda/%.cu
 $(BUILD)/gen/mods_text.cpp: vm/cuda/embed.py $(wildcard vm/cuda/*.cuh) $(wildcard vm/common/*.h) \
   vm/core/qkv.h vm/core/half.h
 	@mkdir -p $(dir $@)
-	$(PYTHON) vm/cuda/embed.py vm/cuda/attention_kernel.cuh qkv_cu_mods_text $@
+	$(PYTHON) vm/cuda/embed.py vm/cuda/jit_kernels.cuh qkv_cu_mods_text $@
 
 $(CUDA_TEXT): $(BUILD)/gen/mods_text.cpp
 	@mkdir -p $(dir $@)

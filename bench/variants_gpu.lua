@@ -6,15 +6,23 @@
 -- the cases of bench/variants.lua (the CPU's): sliding (window 256, causal),
 -- document (4 equal documents), alibi, softcap 20. ms: medians of 20 calls
 -- between CUDA events after 3 warm-ups; first: the first call from nothing
--- built (block mask, NVRTC's or inductor's compile, run), in s. On a GPU
--- machine:
+-- built (block mask, NVRTC's or inductor's compile, run), in s. bfloat16 or
+-- float16: q, k, v of that dtype on both sides (qkv's forward then the
+-- program compiled into the tensor-core kernel, vm/cuda/attention_mma_kernel.cuh;
+-- QKV_CUDA_MMA_VARIANT picks its tiles). On a GPU machine:
 --
---   build/qkv bench/variants_gpu.lua [fwdbwd]    (VARIANTS_GPU_TINY=1: N 256 alone, a dry run)
+--   build/qkv bench/variants_gpu.lua [fwdbwd] [bfloat16|float16]
+--       (VARIANTS_GPU_TINY=1: N 256 alone, a dry run)
 io.stdout:setvbuf("line")
 local ok, why = qkv.cuda_available()
 if not ok then print("variants_gpu: no GPU (" .. tostring(why) .. "); skipped") return end
 local H, D, WINDOW, DOCS, CAP = 8, 64, 256, 4, 20
-local mode = arg[1] == "fwdbwd" and "fwdbwd" or "fwd"
+local mode, DT = "fwd", "float32"
+for _, a in ipairs(arg) do
+  if a == "fwdbwd" then mode = a
+  elseif a == "bfloat16" or a == "float16" then DT = a
+  else error("variants_gpu: unknown argument '" .. a .. "' (fwdbwd, bfloat16, float16)", 0) end
+end
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local V = qkv.variants
 local said                                       -- the peer's skip, said once
@@ -38,21 +46,23 @@ local function options(variant, n)
 end
 
 local function peer(n, variant)
-  local p = io.popen(("python3 %s/variants_gpu_torch.py %d %s %s 2>&1"):format(here, n, variant, mode))
+  local p = io.popen(("python3 %s/variants_gpu_torch.py %d %s %s %s 2>&1"):format(here, n, variant,
+                                                                               mode, DT))
   local out = p:read("a")
   p:close()
   local ms, first = out:match("RESULT (%S+) (%S+)")
   return tonumber(ms), tonumber(first), out:match("SKIP [^\n]*")
 end
 
-print(("variants_gpu: B 1, H %d, d %d, float32, %s; ms (medians of 20 between CUDA events), first call in s")
-      :format(H, D, mode))
+print(("variants_gpu: B 1, H %d, d %d, %s, %s; ms (medians of 20 between CUDA events), first call in s")
+      :format(H, D, DT, mode))
 print(("%-9s %6s %9s %9s %8s %8s %8s %9s %9s  %s"):format("case", "N", "qkv", "flex", "flex/x",
       "x/dense", "first", "flex 1st", "sdpa", "path"))
 for _, n in ipairs(os.getenv("VARIANTS_GPU_TINY") and {256} or {1024, 4096, 16384}) do
   qkv.seed(1)
-  local q, k, v = qkv.randn(1, H, n, D):cuda(), qkv.randn(1, H, n, D):cuda(), qkv.randn(1, H, n, D):cuda()
-  local g = qkv.randn(1, H, n, D):cuda()
+  local q, k, v = qkv.randn(1, H, n, D):cuda():to(DT), qkv.randn(1, H, n, D):cuda():to(DT),
+                  qkv.randn(1, H, n, D):cuda():to(DT)
+  local g = qkv.randn(1, H, n, D):cuda():to(DT)
   if mode == "fwdbwd" then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
   local dense
   for _, variant in ipairs{"dense", "sliding", "document", "alibi", "softcap"} do

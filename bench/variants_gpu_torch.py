@@ -1,8 +1,8 @@
 """variants_gpu_torch.py -- PyTorch's side of bench/variants_gpu.lua:
 attention variants through the compiled flex_attention on the GPU, and
-dense SDPA, B = 1, H = 8, d = 64, float32.
+dense SDPA, B = 1, H = 8, d = 64, float32 unless DTYPE says.
 
-    python3 bench/variants_gpu_torch.py N VARIANT [fwd|fwdbwd]
+    python3 bench/variants_gpu_torch.py N VARIANT [fwd|fwdbwd] [float32|bfloat16|float16]
 
 VARIANT as bench/variants_gpu.lua (and bench/variants_torch.py, the CPU's
 peer): dense (SDPA, no mask), sliding (window 256, causal), document (4
@@ -21,6 +21,7 @@ WINDOW, DOCS, CAP = 256, 4, 20.0
 def main():
     n, variant = int(sys.argv[1]), sys.argv[2]
     mode = sys.argv[3] if len(sys.argv) > 3 else "fwd"
+    dtype = sys.argv[4] if len(sys.argv) > 4 else "float32"
     try:
         import torch
     except ImportError:
@@ -31,8 +32,10 @@ def main():
         return
     dev = "cuda"
     torch.manual_seed(1)
-    q, k, v = (torch.randn(1, H, n, D, device=dev, requires_grad=mode == "fwdbwd") for _ in range(3))
-    g = torch.randn(1, H, n, D, device=dev)
+    dt = getattr(torch, dtype)
+    q, k, v = (torch.randn(1, H, n, D, device=dev).to(dt).requires_grad_(mode == "fwdbwd")
+               for _ in range(3))
+    g = torch.randn(1, H, n, D, device=dev).to(dt)
     t0 = time.perf_counter()
     if variant == "dense":
         def attend():

@@ -39,6 +39,17 @@ struct qkv_cu_tiles {
 };
 int qkv_cu_attention_tiles(const qkv_attn_plan &P, size_t es, qkv_cu_tiles *t);
 
+/* the tensor-core kernel's tiles for a variants' program compiled into it
+   (mods.cu): mma.cuh's dtype, the head size d, mt m-tiles of 16 queries a
+   warp, bk keys a tile and the dynamic shared memory; QKV_EDTYPE where it
+   does not take P (qkv_cu_attention_mma's cases, and rows that cannot be
+   read 16 bytes at a time): the caller computes in float32 then */
+struct qkv_cu_mma_tiles {
+  int dt, d, mt, bk;
+  size_t smem;
+};
+int qkv_cu_attention_mma_tiles(const qkv_attn_plan &P, qkv_cu_mma_tiles *t);
+
 /* a decode step's few queries (attention_decode.cu): whether it takes the
    plan (float32 or float64, at most 8 queries, no mask, heads up to 256),
    and running it there, the keys split across blocks */

@@ -1,66 +1,7 @@
 /*
-** attention_mma.cu -- fused attention in bfloat16 and float16 on the
-** tensor cores, as FlashAttention-2 tiles it (Dao, 2023), for head sizes 64
-** and 128 (dk = dv); the same function as attention.cu (masks, causal
-** aligned to the last key, a query with no key left gives zeros, scores
-** the product then a multiply by scale, in log2 units for exp2), with
-** float32 accumulators and the probabilities rounded to the input's dtype
-** before P V; and, when the plan asks (P.lse), each query's log-sum-exp.
-**
-** A block of 4 warps takes BQ = 4 R queries of one batch item (R = 16 MT
-** a warp: MT m-tiles of 16 rows; a block an item, the last query tiles
-** first) and walks the key tiles of BK up to the tile's causal end:
-**   1. Q's tile goes to shared memory once; its A fragments (ldmatrix)
-**      stay in registers where they fit beside S's and O's accumulators
-**      (q_in_registers), else they are read again per key tile;
-**   2. per key tile: K's and V's tiles in shared memory (16 bytes a thread
-**      a load when the rows allow it); S = Q K^T by mma.sync m16n8k16, K's
-**      rows read as B fragments by ldmatrix, each feeding MT mma; where
-**      the mask, the causal diagonal or the keys' end cuts the tile for
-**      a warp, an excluded key gets -inf (cut_bits);
-**   3. the online softmax in registers: a thread holds two rows' scores
-**      per m-tile (rows g and g + 8, g = lane / 4); the four threads of a
-**      row share its max by shuffles; l is rescaled by exp(m_old - m_new),
-**      and O too where a row's max moved;
-**   4. O += P V: the scores' accumulator fragments are the A fragments of
-**      P once packed to 16 bits (no shared memory), V's rows read as B
-**      fragments by ldmatrix.trans, again each feeding MT mma.
-** At the end out = O / l, zeros where l == 0, and lse = m + log l.
-**
-** Why MT: a warp's mma needs a B fragment (K or V, 256 bytes by ldmatrix)
-** per 16 x 8 x 16 product; with one m-tile each fragment feeds one mma,
-** and shared memory's 128 bytes a clock, not the tensor cores, bound the
-** loop (bench/NOTES.md, "Tensor-core forward on the H100").  Two m-tiles
-** halve the bytes per mma, at twice the accumulators: 255 registers, and
-** no spills only because nothing else stays live across the key loop
-** (the item's pointers are in shared memory, positions in int, the cut
-** tiles' keys as bits in shared memory).  Check `make cuda-regs` after any
-** change.  The variants, QKV_CUDA_MMA_VARIANT=name (rows a warp, keys a
-** tile; the one GPU run times them side by side, bench/attention_gpu.lua):
-**   r16k64    MT 1, BK 64: the first design's tiling, Q in registers;
-**   r32k32    MT 2, BK 32: half the accumulators of r32k64, twice the
-**             per-tile work (barrier, max, rescale) a key;
-**   r32k64    MT 2, BK 64: the default at d 128 (Q re-read from shared
-**             memory there, in registers at d 64);
-**   r32k128   MT 2, BK 128, d 64 only, its default (FlashAttention-2's
-**             128 x 128 there); at d 128 S's 128 accumulators beside O's
-**             128 spill, so it is not built: an error there.
-** QKV_CUDA_MMA_SYNC=1, and rows that cannot be read 16 bytes at a time,
-** take the one-stage kernel, r32k64 at d 64 and r32k32 at d 128.
-**
-** The loop, K and V in two stages by cp.async, one barrier a key tile: at
-** the top of tile t every thread waits for its own copies of t, and the
-** barrier both publishes them and certifies that every warp is done with
-** tile t - 1, whose stage then takes tile t + 1's copies, in flight while
-** t is computed on.  (The one-stage kernel: load, barrier, compute,
-** barrier.)
-**
-** Shared memory: Q BQ x LD, K and V BK x LD per stage in 16-bit elements,
-** LD = D + 8 (rows 16 bytes apart in banks, so ldmatrix's eight rows hit
-** eight different bank groups), and BQ BK / 8 bytes of cut bits; see
-** launch().  Mirrors attention.cu, the float32 reference of the same
-** tiling on CUDA cores; the host simulation runs this file with mma.cuh's
-** instructions as warp collectives.
+** attention_mma.cu -- the tensor-core forward in bfloat16 and float16
+** (attention_mma_kernel.cuh holds the kernel and says how it tiles the
+** work): its variants of tiles, the choice of one and the launch.
 */
 #include <limits.h>
 #include <math.h>
@@ -68,328 +9,13 @@
 #include <string.h>
 
 #include "attention.cuh"
-#include "mma.cuh"
+#include "attention_mma_kernel.cuh"
 
-#define WARPS 4
-#define NTH (32 * WARPS)              /* threads a block */
-#define FULL 0xffffffffu
-
-/* every loop over a register array unrolled, so that its indices are
-   constants and the array stays in registers (nvcc's own heuristic stops
-   short at two m-tiles and leaves the accumulators in local memory); and
-   cut_bits' loop over rows only twice (unrolled, its loads in flight take
-   the registers that the accumulators need: ptxas spills) */
-#ifdef QKV_CUDASIM
-#define UNROLL
-#define ROLLED2
-#else
-#define UNROLL _Pragma("unroll")
-#define ROLLED2 _Pragma("unroll 2")
-#endif
-
-/* whether Q's fragments (MT D / 4 registers a thread) stay in registers:
-   when they, S's (MT BK / 2) and O's (MT D / 2) accumulators come to at
-   most 160 of the 255 a thread has (the rest: addresses, m, l, the
-   fragments in flight) */
-__host__ __device__ constexpr bool q_in_registers (int D, int MT, int BK) {
-  return MT * (D / 4 + BK / 2 + D / 2) <= 160;
-}
-
-/* rows [r0, r0 + n) of src (rows rs, columns cs apart) to a rows x D tile
-   at dst, LD apart, zeros past n; 16 bytes a load when vec (the rows'
-   elements dense and aligned) */
-template <int D>
-__device__ static void load_rows (uint16_t *dst, const uint16_t *src, int64_t rs, int64_t cs,
-                                  int r0, int n, int rows, int vec) {
-  enum { LD = D + 8, V = D / 8 };
-  if (vec) {
-    for (int x = threadIdx.x; x < rows * V; x += NTH) {
-      int i = x / V, j = x % V * 8;
-      uint4 u = make_uint4(0, 0, 0, 0);
-      if (i < n) u = *(const uint4 *)(src + (r0 + i) * rs + j);
-      *(uint4 *)(dst + i * LD + j) = u;
-    }
-  } else {
-    for (int x = threadIdx.x; x < rows * D; x += NTH) {
-      int i = x / D, j = x % D;
-      dst[i * LD + j] = i < n ? src[(r0 + i) * rs + j * cs] : (uint16_t)0;
-    }
-  }
-}
-
-/* K's and V's rows [j0, j0 + n) into one stage by cp.async, one group;
-   zeros past n (rows dense and aligned: vec).  A thread copies 16 bytes of
-   column j of rows i, i + NTH / V, ...: one running address each for K and
-   V rather than one per copy, which the compiler would keep in registers
-   across the key loop */
-template <int D, int BK>
-__device__ static void issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg, const uint16_t *vg,
-                                 const qkv_attn_plan &P, int j0, int n) {
-  enum { LD = D + 8, V = D / 8, STEP = NTH / V };
-  const int i = threadIdx.x / V, j = threadIdx.x % V * 8;
-  const uint16_t *k = kg + (j0 + i) * P.k.rs + j, *v = vg + (j0 + i) * P.v.rs + j;
-  for (int r = i; r < BK; r += STEP, k += STEP * P.k.rs, v += STEP * P.v.rs) {
-    if (r < n) {
-      qkv_cp_async16(ks + r * LD + j, k);
-      qkv_cp_async16(vs + r * LD + j, v);
-    } else {
-      *(uint4 *)(ks + r * LD + j) = make_uint4(0, 0, 0, 0);
-      *(uint4 *)(vs + r * LD + j) = make_uint4(0, 0, 0, 0);
-    }
-  }
-  qkv_cp_commit();
-}
-
-/*
-** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
-** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
-** kept when below nk, on or before the causal diagonal, and kept by the
-** mask (the plan's qkv_attn_keeps, in int).  Without a mask a row keeps a run of keys from its first, so a
-** lane makes a whole word from the count (R BK / 1024 words a lane).
-** With one, the mask's bytes are read a row of 32 keys at a time (lane l
-** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
-** memory rather than registers, because S's and O's accumulators leave
-** none (computing the cut in place of reading it spills them: ptxas, 40
-** bytes at the defaults): each thread reads back only its own rows' words.
-*/
-template <int R, int BK>
-__device__ static void cut_bits (uint32_t *bits, const qkv_attn_plan &P, const unsigned char *mk, int r0,
-                                 int j0) {
-  const int lane = threadIdx.x % 32, nk = (int)P.nk, off = (int)P.off;
-  if (!P.has_mask) {
-    for (int x = lane; x < R * (BK / 32); x += 32) {
-      const int i = r0 + x / (BK / 32), j = j0 + 32 * (x % (BK / 32));
-      const int kept = (P.causal && i + off < nk - 1 ? i + off : nk - 1) - j + 1;
-      bits[x] = kept >= 32 ? FULL : kept <= 0 ? 0u : (1u << kept) - 1;
-    }
-    return;
-  }
-  ROLLED2 for (int rr = 0; rr < R; rr++)
-    UNROLL for (int wd = 0; wd < BK / 32; wd++) {
-      const int i = r0 + rr, j = j0 + 32 * wd + lane;
-      bool keep = j < nk && (!P.causal || j <= i + off);
-      if (P.has_mask && keep && i < P.nq) keep = mk[i * P.mask.rs + j * P.mask.cs] != 0;
-      const uint32_t word = __ballot_sync(FULL, keep);
-      if (lane == 0) bits[rr * (BK / 32) + wd] = word;
-    }
-}
-
-/* MT m-tiles of 16 queries a warp, BK keys a tile; PIPE: K and V in two
-   stages by cp.async (the header's loop), else one stage */
+/* the plugin's kernel: plain attention (no program) */
 template <int DT, int D, int MT, int BK, bool PIPE>
-__global__ void __launch_bounds__(NTH, 2) attention_mma_kernel (qkv_attn_plan P, int vec) {
-  enum { R = 16 * MT, BQ = WARPS * R, LD = D + 8, KS = D / 16, NS = BK / 8, DN = D / 8,
-         STAGE = 2 * BK * LD };
-  constexpr bool QREG = q_in_registers(D, MT, BK);
+__global__ void __launch_bounds__(QKV_MMA_NT, 2) attention_mma_kernel (qkv_attn_plan P, int vec) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t *Qs = (uint16_t *)smem, *KV = Qs + BQ * LD;    /* stage s: K at KV + s STAGE, V after */
-  /* this warp's cut_bits words, after the stages */
-  uint32_t *Bw = (uint32_t *)(KV + (PIPE ? 2 : 1) * STAGE) + threadIdx.x / 32 * R * (BK / 32);
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int g = lane / 4, c = 2 * (lane % 4), tile = lane / 8, trow = lane % 8;
-  /* scores in log2 units: exp(x scale - m) = exp2(x scale log2 e - m') */
-  const float scale2 = (float)(P.scale * 1.4426950408889634), ninf = -INFINITY;
-  /* this lane's ldmatrix row of Q's m-tile 0 (A fragments: tiles 0, 1 are
-     rows 0-7, 8-15 of dims 16 kk .. + 7, tiles 2, 3 the next eight dims) */
-  const uint16_t *qrow = (const uint16_t *)smem + (R * w + lane % 16) * LD + lane / 16 * 8;
-
-  /* one item a block (the launch takes P.items <= INT_MAX: a loop over
-     items would keep its registers live across the key loop) */
-  int64_t b, i0_, boff[4];
-  const int bq = qkv_attn_item(&P, blockIdx.x, &b, &i0_);
-  const int64_t jend_ = qkv_attn_key_end(&P, i0_, bq);
-  qkv_attn_batch_offsets(&P, b, boff);
-  /* positions in int (the launch takes nq, nk < 2^30) */
-  const int i0 = (int)i0_, jend = (int)jend_, nk = (int)P.nk, off = (int)P.off;
-  const int r0 = i0 + R * w;                   /* this warp's first query */
-  /* the item's K, V and mask, and its first row of out, read from shared
-     memory where the key loop and the end use them: in registers they
-     would be live across the loop, where S's and O's accumulators leave
-     none to spare */
-  __shared__ struct { const uint16_t *k, *v; const unsigned char *mask; int64_t row0; } item;
-  if (threadIdx.x == 0) {
-    item.k = (const uint16_t *)P.k.base + boff[1];
-    item.v = (const uint16_t *)P.v.base + boff[2];
-    item.mask = (const unsigned char *)P.mask.base + boff[3];
-    item.row0 = b * P.nq + i0;
-  }
-  if (PIPE && jend > 0)
-    issue_kv<D, BK>(KV, KV + BK * LD, (const uint16_t *)P.k.base + boff[1],
-                    (const uint16_t *)P.v.base + boff[2], P, 0, nk < BK ? nk : BK);
-  load_rows<D>(Qs, (const uint16_t *)P.q.base + boff[0], P.q.rs, P.q.cs, i0, bq, BQ, vec);
-  __syncthreads();
-  uint32_t qf[QREG ? KS : 1][MT][4];
-  if constexpr (QREG) {
-    UNROLL for (int kk = 0; kk < KS; kk++)
-      UNROLL for (int mt = 0; mt < MT; mt++)
-        qkv_ldmatrix_x4(qf[kk][mt], qrow + 16 * mt * LD + kk * 16);
-  }
-
-  float o[MT][DN][4], m[MT][2], l[MT][2];
-  UNROLL for (int mt = 0; mt < MT; mt++) {
-    m[mt][0] = m[mt][1] = ninf;
-    l[mt][0] = l[mt][1] = 0;
-    UNROLL for (int dn = 0; dn < DN; dn++)
-      UNROLL for (int e = 0; e < 4; e++) o[mt][dn][e] = 0;
-  }
-
-  for (int j0 = 0; j0 < jend; j0 += BK) {
-    uint16_t *Ks = KV + (PIPE ? (j0 / BK & 1) * STAGE : 0), *Vs = Ks + BK * LD;
-    if (PIPE) {
-      qkv_cp_wait<0>();                      /* this thread's copies of this tile */
-      __syncthreads();                       /* everyone's; and the last tile is done with */
-      if (j0 + BK < jend) {
-        uint16_t *next = KV + ((j0 / BK + 1) & 1) * STAGE;
-        issue_kv<D, BK>(next, next + BK * LD, item.k, item.v, P, j0 + BK,
-                        nk - j0 - BK < BK ? nk - j0 - BK : BK);
-      }
-    } else {
-      int bk = nk - j0 < BK ? nk - j0 : BK;
-      __syncthreads();                       /* every warp is done with K and V */
-      load_rows<D>(Ks, item.k, P.k.rs, P.k.cs, j0, bk, BK, vec);
-      load_rows<D>(Vs, item.v, P.v.rs, P.v.cs, j0, bk, BK, vec);
-      __syncthreads();
-    }
-    /* causal: a warp whose queries all come before the tile's first key
-       has nothing here (its m, l and O would not change).  This test and
-       cut's below are the plan's qkv_attn_key_end and qkv_attn_tile_cut
-       for the warp's rows, in int: the plan's int64 versions took more
-       registers (make cuda-regs: 255 of 255 at the defaults, 206 for
-       196 at r16k64 d 128) */
-    if (P.causal && j0 > r0 + R - 1 + off) continue;
-
-    /* a tile that the mask, the causal diagonal or the keys' end cuts
-       for this warp: which of its keys each of this thread's rows keeps,
-       worked out before S's accumulators are live */
-    const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
-    if (cut) {
-      cut_bits<R, BK>(Bw, P, item.mask, r0, j0);
-      __syncwarp();
-    }
-
-    /* 2. S = Q K^T: ldmatrix's tiles 0, 1 are keys 16 np .. + 7 (dims
-       kk 16 and + 8), tiles 2, 3 the next eight keys */
-    float s[MT][NS][4];
-    UNROLL for (int mt = 0; mt < MT; mt++)
-      UNROLL for (int n = 0; n < NS; n++)
-        UNROLL for (int e = 0; e < 4; e++) s[mt][n][e] = 0;
-    UNROLL for (int kk = 0; kk < KS; kk++) {
-      uint32_t a[MT][4];
-      UNROLL for (int mt = 0; mt < MT; mt++) {
-        if constexpr (QREG) {
-          UNROLL for (int r = 0; r < 4; r++) a[mt][r] = qf[kk][mt][r];
-        } else {
-          qkv_ldmatrix_x4(a[mt], qrow + 16 * mt * LD + kk * 16);
-        }
-      }
-      UNROLL for (int np = 0; np < NS / 2; np++) {
-        uint32_t kb[4];
-        qkv_ldmatrix_x4(kb, Ks + (np * 16 + (tile >> 1) * 8 + trow) * LD + kk * 16 +
-                                (tile & 1) * 8);
-        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        UNROLL for (int mt = 0; mt < MT; mt++) {
-          qkv_mma<DT>(s[mt][2 * np], a[mt], b0);
-          qkv_mma<DT>(s[mt][2 * np + 1], a[mt], b1);
-        }
-      }
-    }
-
-    /* scaled (by scale log2 e: the exponentials are exp2), the keys
-       not kept to -inf, and each row's max */
-    UNROLL for (int mt = 0; mt < MT; mt++)
-      UNROLL for (int n = 0; n < NS; n++)
-        UNROLL for (int e = 0; e < 4; e++) s[mt][n][e] *= scale2;
-    if (cut) {
-      UNROLL for (int mt = 0; mt < MT; mt++)
-        UNROLL for (int h = 0; h < 2; h++)
-          UNROLL for (int wd = 0; wd < BK / 32; wd++) {
-            /* keys 32 wd + 8 q + c + e: S's n = 4 wd + q, element 2 h + e */
-            const uint32_t word = Bw[(16 * mt + 8 * h + g) * (BK / 32) + wd] >> c;
-            UNROLL for (int q = 0; q < 4; q++)
-              UNROLL for (int e = 0; e < 2; e++)
-                if (!(word >> (8 * q + e) & 1)) s[mt][4 * wd + q][2 * h + e] = ninf;
-          }
-      __syncwarp();                          /* read before the next tile's cut_bits */
-    }
-    float mx[MT][2];
-    UNROLL for (int mt = 0; mt < MT; mt++) {
-      mx[mt][0] = mx[mt][1] = ninf;
-      UNROLL for (int n = 0; n < NS; n++)
-        UNROLL for (int e = 0; e < 4; e++) mx[mt][e / 2] = fmaxf(mx[mt][e / 2], s[mt][n][e]);
-    }
-
-    /* 3. the online softmax; a row with nothing kept yet keeps m = -inf
-       and takes its exponentials against 0 (all zeros) */
-    UNROLL for (int mt = 0; mt < MT; mt++) {
-      float mref[2], alpha[2];
-      UNROLL for (int h = 0; h < 2; h++) {
-        float x = mx[mt][h];
-        x = fmaxf(x, __shfl_xor_sync(FULL, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(FULL, x, 2));
-        float mn = fmaxf(m[mt][h], x);
-        mref[h] = mn == ninf ? 0.f : mn;
-        alpha[h] = qkv_exp2(m[mt][h] - mref[h]);
-        m[mt][h] = mn;
-        l[mt][h] *= alpha[h];
-      }
-      UNROLL for (int n = 0; n < NS; n++)
-        UNROLL for (int e = 0; e < 4; e++) {
-          s[mt][n][e] = qkv_exp2(s[mt][n][e] - mref[e / 2]);
-          l[mt][e / 2] += s[mt][n][e];
-        }
-      /* O's rescale, D / 2 multiplies a thread and m-tile, only where
-         one of the warp's rows' max moved: after the first tiles of a
-         long row it seldom does (alpha is then exactly 1) */
-      if (__any_sync(FULL, alpha[0] != 1.f || alpha[1] != 1.f)) {
-        UNROLL for (int dn = 0; dn < DN; dn++)
-          UNROLL for (int e = 0; e < 4; e++) o[mt][dn][e] *= alpha[e / 2];
-      }
-    }
-
-    /* 4. O += P V: P's A fragment for keys 16 kp .. + 15 is S's
-       accumulators of key groups 2 kp and 2 kp + 1; ldmatrix.trans's
-       tiles 0, 1 are keys 16 kp .. + 7 and + 8 .. + 15 of dims 16 dp .. + 7,
-       tiles 2, 3 the same keys of the next eight dims */
-    UNROLL for (int kp = 0; kp < NS / 2; kp++) {
-      uint32_t pa[MT][4];
-      UNROLL for (int mt = 0; mt < MT; mt++) {
-        pa[mt][0] = qkv_pack2<DT>(s[mt][2 * kp][0], s[mt][2 * kp][1]);
-        pa[mt][1] = qkv_pack2<DT>(s[mt][2 * kp][2], s[mt][2 * kp][3]);
-        pa[mt][2] = qkv_pack2<DT>(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
-        pa[mt][3] = qkv_pack2<DT>(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
-      }
-      UNROLL for (int dp = 0; dp < D / 16; dp++) {
-        uint32_t vb[4];
-        qkv_ldmatrix_x4_trans(vb, Vs + (kp * 16 + (tile & 1) * 8 + trow) * LD + dp * 16 +
-                                  (tile >> 1) * 8);
-        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        UNROLL for (int mt = 0; mt < MT; mt++) {
-          qkv_mma<DT>(o[mt][2 * dp], pa[mt], b0);
-          qkv_mma<DT>(o[mt][2 * dp + 1], pa[mt], b1);
-        }
-      }
-    }
-  }
-
-  /* out = O / l (l summed over the row's four threads); zeros where no
-     key was kept; lse = (m + log2 l) ln 2, -inf there */
-  const int64_t row0 = item.row0;
-  uint16_t *out = (uint16_t *)P.out + row0 * D;
-  UNROLL for (int mt = 0; mt < MT; mt++)
-    UNROLL for (int h = 0; h < 2; h++) {
-      float sum = l[mt][h];
-      sum += __shfl_xor_sync(FULL, sum, 1);
-      sum += __shfl_xor_sync(FULL, sum, 2);
-      int r = R * w + 16 * mt + g + 8 * h;
-      if (r >= bq) continue;
-      float rinv = sum == 0 ? 0.f : 1.f / sum;
-      UNROLL for (int dn = 0; dn < DN; dn++)
-        *(uint32_t *)(out + r * D + dn * 8 + c) =
-            qkv_pack2<DT>(o[mt][dn][2 * h] * rinv, o[mt][dn][2 * h + 1] * rinv);
-      if (P.lse && c == 0)
-        ((float *)P.lse)[row0 + r] =
-            sum == 0 ? ninf : (m[mt][h] + log2f(sum)) * 0.6931471805599453f;
-    }
+  qkv_attn_mma<DT, D, MT, BK, PIPE, qkv_mods_none>(P, NULL, vec, smem);
 }
 
 /* ---- the variants and the launch ---- */
@@ -402,13 +28,12 @@ enum { NVARIANTS = sizeof variants / sizeof variants[0] };
 
 template <int DT, int D, int MT, int BK, bool PIPE>
 static int launch (qkv_attn_plan P, int vec) {
-  size_t smem = (size_t)(WARPS * 16 * MT + (PIPE ? 4 : 2) * BK) * (D + 8) * sizeof(uint16_t) +
-                WARPS * 16 * MT * (BK / 32) * sizeof(uint32_t);
+  size_t smem = qkv_mma_smem(D, MT, BK, PIPE);
   void (*kernel)(qkv_attn_plan, int) = attention_mma_kernel<DT, D, MT, BK, PIPE>;
   unsigned grid = 0;
-  int err = attention_grid(kernel, smem, WARPS * 16 * MT, &P, &grid);
+  int err = attention_grid(kernel, smem, QKV_MMA_WARPS * 16 * MT, &P, &grid);
   if (err != QKV_OK) return err;
-  kernel<<<grid, NTH, smem>>>(P, vec);
+  kernel<<<grid, QKV_MMA_NT, smem>>>(P, vec);
   launchCheck("attention_mma_kernel");
   return QKV_OK;
 }
@@ -439,17 +64,10 @@ static int dense_rows (const qkv_attn_view &op, int nbd) {
   return 1;
 }
 
-int qkv_cu_attention_mma (const qkv_attn_plan &P) {
-  qkv_dtype dt = P.dtype;
-  /* another path forced (qkv.cuda.attention_backend, QKV_CUDA_ATTENTION) */
-  if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
-  if (P.dk != P.dv || (P.dk != 64 && P.dk != 128) || (uintptr_t)P.out % 4 != 0 ||
-      P.nq >= 1 << 30 || P.nk >= 1 << 30 || P.nbatch > INT_MAX / (P.nq / 64 + 1))
-    return qkv_cu_decline("mma", "the tensor-core kernel takes head sizes 64 and 128, dk == "
-                                 "dv");       /* (the last two: positions in int, a block an item) */
-  /* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: each head
-     size's default, -1); another name is an error, so that a bench never
-     times the default under a misspelt name */
+/* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: -1, each
+   head size's default); another name is an error, so that a bench never
+   times the default under a misspelt name */
+static int named_variant (int *v) {
   static int variant = -2;
   if (variant == -2) {
     const char *e = getenv("QKV_CUDA_MMA_VARIANT");
@@ -457,9 +75,28 @@ int qkv_cu_attention_mma (const qkv_attn_plan &P) {
     for (int i = 0; i < NVARIANTS; i++)
       if (e && !strcmp(e, variants[i].name)) variant = i;
   }
-  if (variant == -3)
-    return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
-                       "not one of r16k64, r32k32, r32k64, r32k128");
+  *v = variant;
+  return variant == -3 ? qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
+                                     "not one of r16k64, r32k32, r32k64, r32k128")
+                       : QKV_OK;
+}
+
+/* QKV_OK where the kernel takes P and no other path is forced */
+static int takes (const qkv_attn_plan &P) {
+  /* another path forced (qkv.cuda.attention_backend, QKV_CUDA_ATTENTION) */
+  if (qkv_cu_forced_other("mma")) return QKV_EDTYPE;
+  if (P.dk != P.dv || (P.dk != 64 && P.dk != 128) || (uintptr_t)P.out % 4 != 0 ||
+      P.nq >= 1 << 30 || P.nk >= 1 << 30 || P.nbatch > INT_MAX / (P.nq / 64 + 1))
+    return qkv_cu_decline("mma", "the tensor-core kernel takes head sizes 64 and 128, dk == "
+                                 "dv");       /* (the last two: positions in int, a block an item) */
+  return QKV_OK;
+}
+
+int qkv_cu_attention_mma (const qkv_attn_plan &P) {
+  qkv_dtype dt = P.dtype;
+  int variant, err = takes(P);
+  if (err == QKV_OK) err = named_variant(&variant);
+  if (err != QKV_OK) return err;
   qkv_cu_attention_path = "mma";
   int vec = dense_rows(P.q, P.nbd) && dense_rows(P.k, P.nbd) && dense_rows(P.v, P.nbd);
   static int sync = -1;                  /* QKV_CUDA_MMA_SYNC=1: no cp.async pipeline */
@@ -470,4 +107,24 @@ int qkv_cu_attention_mma (const qkv_attn_plan &P) {
                       : run<QKV_MMA_BF16, 128>(P, vec, variant, pipe);
   return P.dk == 64 ? run<QKV_MMA_F16, 64>(P, vec, variant, pipe)
                     : run<QKV_MMA_F16, 128>(P, vec, variant, pipe);
+}
+
+/* the variants' programs take r16k64 unless QKV_CUDA_MMA_VARIANT names
+   another: one m-tile a warp leaves the registers that the program's
+   values need beside S's and O's accumulators (ptxas at sm_90 over the
+   cross-backend suite's programs: 154-213 of 255, no spills; r32k64
+   spills at d 128 with a soft-cap) */
+int qkv_cu_attention_mma_tiles (const qkv_attn_plan &P, qkv_cu_mma_tiles *t) {
+  int v, err = takes(P);
+  if (err == QKV_OK) err = named_variant(&v);
+  if (err != QKV_OK) return err;
+  if (!dense_rows(P.q, P.nbd) || !dense_rows(P.k, P.nbd) || !dense_rows(P.v, P.nbd))
+    return qkv_cu_decline("mma", "the variants' tensor-core kernel reads rows 16 bytes at a time");
+  int mt = v < 0 ? 1 : variants[v].mt, bk = v < 0 ? 64 : variants[v].bk;
+  if (P.dk == 128 && bk == 128)
+    return qkv_cu_fail("QKV_CUDA_MMA_VARIANT", __FILE__, __LINE__,
+                       "r32k128 is built for head size 64 only");
+  *t = {P.dtype == QKV_BF16 ? (int)QKV_MMA_BF16 : (int)QKV_MMA_F16, (int)P.dk, mt, bk,
+        qkv_mma_smem((int)P.dk, mt, bk, true)};
+  return QKV_OK;
 }

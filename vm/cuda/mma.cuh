@@ -26,7 +26,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef QKV_CUDASIM
+#if !defined(QKV_CUDASIM) && !defined(__CUDACC_RTC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #endif
@@ -117,6 +117,15 @@ __device__ static inline uint32_t qkv_pack2 (float lo, float hi) {
   uint16_t a = DT == QKV_MMA_F16 ? qkv_f2h(lo) : qkv_f2bf(lo);
   uint16_t b = DT == QKV_MMA_F16 ? qkv_f2h(hi) : qkv_f2bf(hi);
   return (uint32_t)a | (uint32_t)b << 16;
+#elif defined(__CUDACC_RTC__)
+  /* NVRTC's text has no cuda_bf16.h: the instruction the intrinsics are
+     (its first operand goes to the high half) */
+  uint32_t u;
+  if (DT == QKV_MMA_BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  return u;
 #else
   uint32_t u;
   if (DT == QKV_MMA_BF16) {

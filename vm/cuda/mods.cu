@@ -8,11 +8,14 @@
 **   - compiled as code for this program (mods_gen.cu, jit.cu), the first
 **     call of a program compiling them (~2 s with NVRTC on a slow CPU) and
 **     the later ones finding them; the forward is then attention.cu's
-**     tiled kernel with the program in it (attention_kernel.cuh);
+**     tiled kernel with the program in it (attention_kernel.cuh), or for
+**     bfloat16 and float16 at head sizes 64 and 128 attention_mma.cu's
+**     tensor-core kernel with it (attention_mma_kernel.cuh);
 **   - else the interpreter's, compiled with the plugin, where no compiler
 **     is at hand (no libnvrtc) or QKV_CUDA_JIT=0 says so; its forward is
 **     a thread a query (mods_kernels.cuh).
-** qkv.cuda.attention_backend() says which ran: "mods-jit" or "mods".
+** qkv.cuda.attention_backend() says which ran: "mods-jit", "mods-mma" or
+** "mods".
 */
 #include <limits.h>
 #include <math.h>
@@ -21,6 +24,7 @@
 #include "jit.cuh"
 #include "mods.cuh"
 #include "attention_kernel.cuh"
+#include "attention_mma_kernel.cuh"
 
 #define SMALL 32                     /* values a thread for a short program */
 
@@ -31,11 +35,13 @@ QKV_MODS_ENTRIES(static, qkv_mods_interp<QKV_MOD_MAXINS>, big_)
 
 /* ---- the host's side ---- */
 
-int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) {
+int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev,
+                    const qkv_cu_mma_tiles *mma) {
   int64_t heads = P->nbd > 0 ? P->bsize[P->nbd - 1] : 1;
   dev->dev = NULL;
   dev->n = M->prog->n;
   dev->jit = NULL;
+  dev->mma = mma ? *mma : qkv_cu_mma_tiles{0, 0, 0, 0, 0};
   if (M->kindt) {                   /* the CPU's checks (vm/cpu/mods.c), MT queries a block */
     const qkv_tensor *k = M->kindt;
     if (M->bq < 1 || M->bk < 1 || M->bq > QKV_MODS_MT || M->bk > 256 ||
@@ -78,14 +84,14 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev) 
     return qkv_cu_fail_cuda("cudaMemcpy of the program", __FILE__, __LINE__, e);
   }
   dev->dev = (qkv_attn_mods *)p;
-  /* the kernels as code: for the call's dtype (the dispatch gives float32
-     for the halves), the forward at the tiles attention.cu takes for P */
+  /* the kernels as code: for the call's dtype, the forward at the tiles
+     attention.cu takes for P; or the tensor cores' forward at mma's */
   const char *why;
   if (qkv_cu_jit_on(&why) && P->dk < INT_MAX / 64 && P->dv < INT_MAX / 64) {
     std::string src;
     qkv_dtype dt = P->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
-    int err = qkv_cu_attention_tiles(*P, qkv_dtype_bytes(dt), &dev->tiles);
-    if (err == QKV_OK) err = qkv_cu_mods_source(M->prog, dt, dev->tiles, &src);
+    int err = mma ? QKV_OK : qkv_cu_attention_tiles(*P, qkv_dtype_bytes(dt), &dev->tiles);
+    if (err == QKV_OK) err = qkv_cu_mods_source(M->prog, dt, dev->tiles, mma, &src);
     if (err == QKV_OK && (dev->jit = qkv_cu_jit_get(src.c_str())) == NULL) err = QKV_ECUDA;
     if (err != QKV_OK) {
       qkv_cu_free(p);
@@ -153,12 +159,39 @@ static int forward (qkv_attn_plan &P, qkv_attn_mods *M, const qkv_cu_mods &dev) 
   return err;
 }
 
-/* float32 and float64 (the dispatch computes the halves in float32); lse
-   written, -inf where a query keeps no key */
+/*
+** bfloat16 and float16: the tensor cores' forward with the program
+** compiled into it (attention_mma_kernel.cuh), where its tiles take the
+** plan and a compiler is at hand; QKV_EDTYPE otherwise (the dispatch
+** computes in float32 then, on the forward above).
+*/
+static int forward_mma (qkv_attn_plan &P, qkv_attn_mods *M) {
+  const char *why;
+  qkv_cu_mma_tiles t;
+  if (!qkv_cu_jit_on(&why)) return QKV_EDTYPE;
+  int err = qkv_cu_attention_mma_tiles(P, &t);
+  qkv_cu_mods dev;
+  if (err != QKV_OK || (err = qkv_cu_mods_up(M, &P, &dev, &t)) != QKV_OK) return err;
+  qkv_attn_tiles(&P, QKV_MMA_WARPS * 16 * t.mt);
+  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0};
+  const void *k = qkv_cu_jit_kernel(dev.jit, "qkv_jit_mma");
+  err = k ? qkv_cu_jit_launch(k, "qkv_jit_mma", (unsigned)P.items, QKV_MMA_NT, t.smem, A)
+          : qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, "qkv_jit_mma");
+  if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
+  if (err == QKV_OK) qkv_cu_attention_path = "mods-mma";
+  qkv_cu_free(dev.dev);
+  return err;
+}
+
+/* float32 and float64 on CUDA cores, bfloat16 and float16 on the tensor
+   cores where they take the call (QKV_EDTYPE otherwise: the dispatch
+   computes those in float32); lse written, -inf where a query keeps no
+   key */
 int qkv_cuda_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                              const qkv_tensor *v, const qkv_tensor *mask, int causal,
                              double scale, qkv_tensor *lse, qkv_attn_mods *M) {
-  if (out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
+  const int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
+  if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   qkv_attn_plan P;
   int err = qkv_attn_plan_forward(&P, out, q, k, v, mask, causal, scale, lse, qkv_cu_attn_data);
   if (err != QKV_OK) return err;
@@ -168,6 +201,7 @@ int qkv_cuda_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_ten
     cudaCheck(cudaMemsetAsync(P.out, 0, (size_t)(P.nbatch * P.nq * P.dv) * qkv_dtype_bytes(out->dtype), 0));
     return lse ? qkv_cuda_fill(lse, -INFINITY) : QKV_OK;
   }
+  if (half) return forward_mma(P, M);
   qkv_cu_mods dev;
   if ((err = qkv_cu_mods_up(M, &P, &dev)) != QKV_OK) return err;
   return out->dtype == QKV_F32 ? forward<float>(P, M, dev) : forward<double>(P, M, dev);

@@ -38,19 +38,24 @@ struct qkv_cu_mods {
   int n;
   qkv_cu_jit *jit;
   qkv_cu_tiles tiles;               /* the compiled forward's */
+  qkv_cu_mma_tiles mma;             /* the tensor cores' (mma.d 0: not taken) */
 };
 
-/* the source of the kernels of program G as code for dtype dt, the
-   forward at tiles t (mods_gen.cu) */
+/* the source of the kernels of program G as code (mods_gen.cu): for
+   dtype dt (float32, float64), the forward at tiles t and the backward's
+   steps; or, mma not NULL, the tensor-core forward at its tiles alone */
 int qkv_cu_mods_source(const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
-                       std::string *src);
+                       const qkv_cu_mma_tiles *mma, std::string *src);
 
 /*
 ** For the plan P (the heads are its last batch dim): a device copy of M
 ** in D->dev (free it with qkv_cu_free), its prog pointing to a device copy
-** of the program.  QKV_EINTERNAL when the kinds do not fit P.
+** of the program, and where a compiler is at hand the program's kernels
+** compiled (mma not NULL: the tensor-core forward's at those tiles).
+** QKV_EINTERNAL when the kinds do not fit P.
 */
-int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *D);
+int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *D,
+                   const qkv_cu_mma_tiles *mma = NULL);
 
 /* after the kernels: QKV_EINDEX with M's fail_* filled when a LOAD failed,
    else QKV_OK (or the copy's error) */

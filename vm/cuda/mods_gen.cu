@@ -1,11 +1,13 @@
 /*
 ** mods_gen.cu -- a score_mod/mask_mod program (common/mods.h) as CUDA
 ** code: the evaluator qkv_mods_gen of mods_kernels.cuh for that one
-** program, after the text of attention_kernel.cuh (which holds
-** mods_kernels.cuh), and the kernels for it under extern "C" names, for
-** jit.cu to compile: qkv_jit_tiled, the forward in attention.cu's tiled
-** kernel at the tiles it would take, and the backward's qkv_jit_scores
-** and qkv_jit_grads, all for the call's dtype.
+** program, after the text of jit_kernels.cuh (the kernels' headers,
+** which hold mods_kernels.cuh), and the kernels for it under extern "C"
+** names, for jit.cu to compile: qkv_jit_tiled, the forward in
+** attention.cu's tiled kernel at the tiles it would take, and the
+** backward's qkv_jit_scores and qkv_jit_grads, all for the call's dtype;
+** or, for bfloat16 and float16, qkv_jit_mma, the forward in
+** attention_mma.cu's tensor-core kernel at the tiles mods.cu gives.
 **
 ** Each instruction becomes one line writing its value, val[v] = ...: the
 ** op a constant, so that qkv_mod_apply's switch folds to the formula (the
@@ -23,7 +25,7 @@
 
 #include "mods.cuh"
 
-/* the text of attention_kernel.cuh and what it includes (embed.py) */
+/* the text of jit_kernels.cuh and what it includes (embed.py) */
 extern const char qkv_cu_mods_text[];
 
 static void line (std::string &s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -78,7 +80,7 @@ static void body (std::string &s, const qkv_mod_prog *G, bool js) {
 }
 
 int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
-                        std::string *out) {
+                        const qkv_cu_mma_tiles *mma, std::string *out) {
   std::string &s = *out;
   s = qkv_cu_mods_text;
   line(s, "#line 1 \"(the program's code, vm/cuda/mods_gen.cu)\"");
@@ -119,6 +121,14 @@ int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles 
   }
   line(s, "  }");
   line(s, "};");
+  if (mma) {                        /* the tensor cores' forward alone */
+    line(s, "extern \"C\" __global__ void __launch_bounds__(QKV_MMA_NT, 2) qkv_jit_mma (qkv_mods_args A) {");
+    line(s, "  QKV_DYNAMIC_SMEM(smem);");
+    line(s, "  qkv_attn_mma<%d, %d, %d, %d, true, qkv_mods_gen>(A.P, A.M, 1, smem);", mma->dt,
+         mma->d, mma->mt, mma->bk);
+    line(s, "}");
+    return QKV_OK;
+  }
   /* the kernels, for the call's dtype and the forward's tiles */
   const char *T = dt == QKV_F64 ? "double" : "float";
   line(s, "extern \"C\" __global__ void __launch_bounds__(QKV_ATTN_NT) qkv_jit_tiled (qkv_mods_args A) {");

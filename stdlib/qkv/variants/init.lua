@@ -309,13 +309,13 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
     if dev ~= "cpu" then kinds, spans = kinds:to(dev), nil end
     spec.kinds, spec.bq, spec.bk, spec.spans = kinds, bq, bk, spans
   end
-  local half = q.dtype == "float16" or q.dtype == "bfloat16"
-  local qc, kc, vc = q, k, v
-  if half then qc, kc, vc = q:float(), k:float(), v:float() end
   if m and m.dtype ~= "bool" then m = m:ne(0) end
-  local o, lse = call(qkv._attention_lse, qc, kc, vc, m, causal, scale, spec)
+  -- the halves natively where the device can (the GPU's tensor cores, the
+  -- program compiled into them), else the dispatch computes in float32;
+  -- their backward takes float32 copies (lse is float32 either way)
+  local o, lse = call(qkv._attention_lse, q, k, v, m, causal, scale, spec)
   if grads then
-    local inputs = {qc, kc, vc}
+    local inputs = {q, k, v}
     for c, t in ipairs(caps) do inputs[3 + c] = t end
     A.record("FlexAttentionBackward", o, inputs, function(g)
       local gs = {}
@@ -326,16 +326,16 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       for c, t in ipairs(caps) do
         gs.grads[c] = want[c] and qkv.zeros(t.shape, "float64", t.device) or false
       end
-      local dq, dk, dv = call(qkv._attention_backward, qc, kc, vc, o, g:to(o.dtype), m, causal,
-                              scale, lse, gs)
-      local r = {sum_to(dq, qc), sum_to(dk, kc), sum_to(dv, vc)}
+      local function wide(x) return (x.dtype == "float16" or x.dtype == "bfloat16") and x:float() or x end
+      local dq, dk, dv = call(qkv._attention_backward, wide(q), wide(k), wide(v), wide(o),
+                              wide(g:to(o.dtype)), m, causal, scale, lse, gs)
+      local r = {sum_to(dq, q):to(q.dtype), sum_to(dk, k):to(k.dtype), sum_to(dv, v):to(v.dtype)}
       for c, t in ipairs(caps) do
         r[3 + c] = gs.grads[c] and gs.grads[c]:to(t.dtype) or nil
       end
       return table.unpack(r, 1, 3 + #caps)
-    end, {qc, kc, vc, o})
+    end, {q, k, v, o})
   end
-  if half then o = o:to(q.dtype) end
   return o
 end
 

@@ -175,3 +175,97 @@ function TestCudaVariants:testLongProgram()
     end, {q, k, v, values({3, 21}, dt)})
   end
 end
+
+-- float16 and bfloat16 at head sizes 64 and 128 run on the tensor cores
+-- with the program compiled into them (vm/cuda/attention_mma_kernel.cuh):
+-- the CPU's values (computed in float32) to the dtype's tolerance, within
+-- twice the CPU's error against float64, rows with no key zeros, the
+-- index error, and the gradients (their backward is float32's)
+local function rel64(x, want)
+  local d = x:cpu():double() - want
+  return math.sqrt((d * d):sum():item() / (want * want):sum():item())
+end
+
+function TestCudaVariants:testHalvesOnTheTensorCores()
+  need()
+  local slopes = qkv.alibi_slopes(2)
+  local ids = qkv.tensor({1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5}, "int64")
+                :repeat_interleave(7)                          -- 140 tokens, 5 documents
+  local bias = qkv.arange(0, 2 * 279, "float64"):reshape(2, 279) / 100
+  local cases = {
+    -- name, n_q, n_k, d, options (q's dtype, its device)
+    {"window causal", 140, 140, 64, function() return {mask_mod = V.sliding_window(20)} end},
+    {"window block mask", 140, 140, 128, function()
+      return {block_mask = qkv.block_mask(V.sliding_window(20), nil, nil, 140, 140, {block = 16})}
+    end},
+    {"documents, softcap", 140, 140, 64, function(dt, dev)
+      return {mask_mod = V.document(ids:to(dev)), score_mod = V.softcap(4)}
+    end},
+    {"alibi causal, n_q < n_k", 70, 140, 128, function(dt, dev)
+      return {score_mod = V.alibi(slopes:to(dev)), causal = true}
+    end},
+    {"captured bias, prefix", 100, 140, 64, function(dt, dev)
+      local t = bias:to(dt):to(dev)
+      return {score_mod = function(s, b, h, i, j) return s + t[{h, j - i + 140}] end,
+              mask_mod = V.prefix_lm(9)}
+    end},
+    {"no key for early rows", 90, 90, 64, function()
+      return {mask_mod = function(b, h, i, j) return j:le(i - 40) end}
+    end},
+  }
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(cases) do
+      local name, nq, nk, d, opts = c[1], c[2], c[3], c[4], c[5]
+      local q = (values({1, 2, nq, d}, "float64") / 3):to(dt)
+      local k, v = (values({1, 2, nk, d}, "float64") / 3):to(dt), values({1, 2, nk, d}, dt)
+      local label = ("%s %s d %d"):format(dt, name, d)
+      same(label, function(a, b, e)
+        local o = opts(dt, a.device)
+        o.weights = false
+        return qkv.attention(a, b, e, o)
+      end, {q, k, v})
+      local o = opts(dt, "cuda")
+      o.weights = false
+      local got = qkv.attention(q:cuda(), k:cuda(), v:cuda(), o)
+      local ran = qkv.cuda.attention_backend()
+      if ran ~= "cpu" and os.getenv("QKV_CUDA_JIT") ~= "0" then   -- the simulation's second pass
+        lu.assertEquals(ran, "mods-mma", label)
+      end
+      local o64 = opts("float64", "cpu")
+      o64.weights = false
+      local want = qkv.attention(q:double(), k:double(), v:double(), o64)
+      local oc = opts(dt, "cpu")
+      oc.weights = false
+      local cpu, gpu = rel64(qkv.attention(q, k, v, oc), want), rel64(got, want)
+      lu.assertTrue(gpu <= 2 * cpu, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+        label, gpu, cpu))
+      if name == "no key for early rows" then
+        lu.assertEquals(got:narrow(3, 1, 40):cpu():abs():max():item(), 0, label .. ": rows with no key")
+        lu.assertTrue(got:narrow(3, 41, 50):cpu():abs():min():item() > 0, label)
+      end
+    end
+    -- the gradients through the half forward (its lse) and float32's backward
+    local q, k, v = values({1, 2, 80, 64}, dt) / 3, values({1, 2, 80, 64}, dt) / 3,
+                    values({1, 2, 80, 64}, dt)
+    same(dt .. " gradients", function(a, b, e, t)
+      a, b, e, t = a:detach():requires_grad_(), b:detach():requires_grad_(),
+                   e:detach():requires_grad_(), t:detach():requires_grad_()
+      local out = qkv.attention(a, b, e, {weights = false, mask_mod = V.sliding_window(30),
+        score_mod = function(s, bb, h, i, j) return s + t[{h, j - i + 80}] end})
+      out:sum():backward()
+      return out, a.grad, b.grad, e.grad, t.grad
+    end, {q, k, v, (values({2, 160}, "float64") / 10):to(dt)}, dt == "float16" and 4e-3 or 2e-2)
+  end
+  -- an index outside a captured tensor: the CPU's error
+  local x = (values({1, 2, 30, 64}, "float64") / 3):to("float16")
+  local t = values({2, 30}, "float16")
+  local function f(a, y)
+    return qkv.attention(a, a, a, {weights = false, score_mod = function(s, b, h, i, j) return s + y[{h + 1, j}] end})
+  end
+  local ok1, e1 = pcall(f, x, t)
+  local ok2, e2 = pcall(f, x:cuda(), t:cuda())
+  lu.assertFalse(ok1)
+  lu.assertFalse(ok2)
+  lu.assertStrContains(e2, "index 1 of the captured tensor (2, 30) is 3")
+  lu.assertEquals(e2, e1)
+end

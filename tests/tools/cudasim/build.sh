@@ -72,7 +72,7 @@ for cu in $SRC/*.cu; do
   fi
 done
 # the text jit.cu compiles at run time (vm/cuda/embed.py), as the plugin's
-python3 $SRC/embed.py $SRC/attention_kernel.cuh qkv_cu_mods_text "$OUT/gen/mods_text.cpp.new"
+python3 $SRC/embed.py $SRC/jit_kernels.cuh qkv_cu_mods_text "$OUT/gen/mods_text.cpp.new"
 cmp -s "$OUT/gen/mods_text.cpp.new" "$OUT/gen/mods_text.cpp" 2>/dev/null || \
   mv "$OUT/gen/mods_text.cpp.new" "$OUT/gen/mods_text.cpp"
 rm -f "$OUT/gen/mods_text.cpp.new"
