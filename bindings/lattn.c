@@ -500,13 +500,12 @@ static int a_attention_lse (lua_State *L) {
 }
 
 int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tensor *m,
-                          qkv_tensor *g[3], int halves) {
+                          qkv_tensor *g[3]) {
   const qkv_tensor *o = ts[3];
   int64_t sz[QKV_MAXDIM];
   int n = o->ndim;
   /* out must be what attention(Q, K, V) gives, and grad out's shape */
-  int ok = qkv_is_float(o->dtype) && (halves || o->dtype == QKV_F32 || o->dtype == QKV_F64) &&
-           n >= 2 && o->dtype == ts[4]->dtype;
+  int ok = qkv_is_float(o->dtype) && n >= 2 && o->dtype == ts[4]->dtype;
   for (int i = 0; ok && i < 5; i++)
     ok = ts[i]->ndim >= 2 && ts[i]->ndim <= n && ts[i]->dtype == o->dtype;
   ok = ok && qkvL_attention_shape(L, ts[0], ts[1], ts[2], m, sz) == n &&
@@ -548,9 +547,9 @@ static int a_attention_backward (lua_State *L) {
     return luaL_error(L, "_attention_backward: a variant's backward needs lse");
   const qkv_tensor *o = ts[3];
   qkv_tensor *g[3];
-  if (!qkvL_attention_grads(L, ts, m, g, !mods))
+  if (!qkvL_attention_grads(L, ts, m, g))
     return luaL_error(L, "_attention_backward: out and grad must be attention(Q, K, V)'s "
-                      "shape and dtype%s", mods ? ", float32 or float64" : "");
+                      "shape and dtype");
   int n = o->ndim;
   qkv_dtype dt = o->dtype == QKV_F64 ? QKV_F64 : QKV_F32;
   if (lse && (lse->dtype != dt || lse->ndim != n - 1 ||

@@ -357,9 +357,8 @@ int qkvL_attention_shape (lua_State *L, const qkv_tensor *Q, const qkv_tensor *K
                           const qkv_tensor *V, const qkv_tensor *m, int64_t *size);
 /* the gradients dQ, dK, dV of attention's backward, pushed into g, for ts
    = {Q, K, V, out, grad}: 0 (nothing pushed) unless out is what attention
-   (Q, K, V, mask m) gives and grad has its shape, all of one float dtype
-   (halves: float16 and bfloat16 too, else float32 or float64) */
+   (Q, K, V, mask m) gives and grad has its shape, all of one float dtype */
 int qkvL_attention_grads (lua_State *L, qkv_tensor *const ts[5], const qkv_tensor *m,
-                          qkv_tensor *g[3], int halves);
+                          qkv_tensor *g[3]);
 
 #endif

@@ -28,6 +28,13 @@ int qkv_cu_attention_mma(const qkv_attn_plan &P);
    or QKV_CUDA_ATTENTION=fp32): the caller computes in float32 then */
 int qkv_cu_attention_mma_bwd(const qkv_attn_plan &P);
 
+/* the same with M's score_mod/mask_mod program compiled into it (the
+   forward's text, mods.cu): for a plan with the forward's lse, where a
+   compiler is at hand; QKV_EDTYPE where it does not take P (float32
+   copies then) */
+struct qkv_attn_mods;
+int qkv_cu_attention_mma_bwd_mods(const qkv_attn_plan &P, qkv_attn_mods *M);
+
 /* the CUDA-core kernel's tiles for P at es bytes an element: bq x bk,
    staged in shared memory or not (attention.cu), and a block's dynamic
    shared memory, which the variants' kernels compiled at run time take
@@ -55,20 +62,6 @@ int qkv_cu_attention_mma_tiles(const qkv_attn_plan &P, qkv_cu_mma_tiles *t);
    and running it there, the keys split across blocks */
 int qkv_cu_decode_fits(const qkv_attn_plan &P);
 int qkv_cu_attention_decode(const qkv_attn_plan &P);
-/* rows [0, n) of a row-major matrix of 16-bit elements (src, rows ld
-   elements apart, every row 16-byte aligned) to a rows x D tile at dst,
-   rows LD apart, zeros past n: 16 bytes a load, by a block of NT threads */
-template <int D, int LD, int NT>
-__device__ static inline void load_rows16 (uint16_t *dst, const uint16_t *src, int64_t ld, int n,
-                                           int rows) {
-  for (int x = threadIdx.x; x < rows * (D / 8); x += NT) {
-    int i = x / (D / 8), j = x % (D / 8) * 8;
-    uint4 u = make_uint4(0, 0, 0, 0);
-    if (i < n) u = *(const uint4 *)(src + i * ld + j);
-    *(uint4 *)(dst + i * LD + j) = u;
-  }
-}
-
 /*
 ** What both fused kernels' launches do first: raise the kernel's limit of
 ** dynamic shared memory where a block needs more than the default 48 KiB,

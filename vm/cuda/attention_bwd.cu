@@ -268,14 +268,14 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
   qkv_dtype dt = q->dtype;
   int half = dt == QKV_F16 || dt == QKV_BF16;
   if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
-  if (M && half) return QKV_EDTYPE;             /* the mods: in float32 */
   qkv_attn_plan P;
   int err = qkv_attn_plan_backward(&P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,
                                    qkv_cu_attn_data);
   if (err != QKV_OK) return err;
   if (P.kvg != 1) return QKV_EINTERNAL;         /* grouped: the dispatch sums them */
-  /* the halves: cuDNN's fused backward first, where the plugin has it */
-  if (half && (err = qkv_cu_cudnn_attention_backward
+  /* the halves: cuDNN's fused backward first, where the plugin has it
+     (never for a program) */
+  if (half && !M && (err = qkv_cu_cudnn_attention_backward
                        ? qkv_cu_cudnn_attention_backward(P, dq, dk, dv, q, k, v, o, go, lse)
                        : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
@@ -292,7 +292,7 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
   }
   /* float16 and bfloat16 on the tensor cores (attention_mma_bwd.cu),
      which say QKV_EDTYPE for what they do not take: float32 copies then */
-  if (half) return qkv_cu_attention_mma_bwd(P);
+  if (half) return M ? qkv_cu_attention_mma_bwd_mods(P, M) : qkv_cu_attention_mma_bwd(P);
   /* cuBLAS counts in int */
   if (!qkv_fits_int(P.nq) || !qkv_fits_int(P.nk) || !qkv_fits_int(P.dk) || !qkv_fits_int(P.dv))
     return QKV_EINTERNAL;
@@ -313,8 +313,9 @@ int qkv_cuda_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   return backward(dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse, NULL);
 }
 
-/* float32 and float64; the captured tensors' gradients added into M's
-   float64 sums */
+/* float32 and float64, bfloat16 and float16 on the tensor cores where
+   they take the call (QKV_EDTYPE otherwise: float32 copies); the captured
+   tensors' gradients added into M's float64 sums */
 int qkv_cuda_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                       const qkv_tensor *q, const qkv_tensor *k,
                                       const qkv_tensor *v, const qkv_tensor *o,

@@ -186,27 +186,31 @@ __device__ static void qkv_mma_cut_bits (uint32_t *bits, const qkv_attn_plan &P,
 }
 
 /*
-** The keys [*jbeg, *jstop) that query tile [i0, i0 + bq) of item b takes
-** under M's block mask: from the first key tile of BK (*jbeg a multiple
-** of BK) to the last key, below jend, of a block that is not empty; none
-** (*jbeg >= *jstop) when every block is.  The block's threads look at the
-** key blocks together, each block once.
+** The run [*lo, *hi) of M's block mask that a tile crosses: along the
+** keys (rows false) for queries [f0, f0 + fn), along the queries (rows
+** true) for keys [f0, f0 + fn); from the first position of the first
+** block that is not all empty to the last of the last, below end; none
+** (*lo >= *hi) when all are.  The block's threads look at the blocks
+** together, each once.
 */
-template <class E, int BK>
-__device__ static void qkv_mma_key_range (const qkv_attn_mods *M, int64_t b, int i0, int bq,
-                                          int jend, int *jbeg, int *jstop) {
+template <class E>
+__device__ static void qkv_mma_nonempty (const qkv_attn_mods *M, int64_t b, bool rows, int f0,
+                                         int fn, int end, int *lo, int *hi) {
   __shared__ int range[2];
   if (threadIdx.x == 0) range[0] = INT_MAX, range[1] = 0;
   __syncthreads();
-  const int bk = (int)M->bk;
-  for (int x = threadIdx.x; x < (jend + bk - 1) / bk; x += QKV_MMA_NT)
-    if (qkv_mods_tile_kind<E>(M, b, i0, bq, (int64_t)x * bk, bk) != QKV_BLOCK_EMPTY) {
-      atomicMin(&range[0], x * bk);
-      atomicMax(&range[1], x * bk + bk < jend ? x * bk + bk : jend);
+  const int bs = (int)(rows ? M->bq : M->bk);
+  for (int x = threadIdx.x; x < (end + bs - 1) / bs; x += QKV_MMA_NT) {
+    const int kind = rows ? qkv_mods_tile_kind<E>(M, b, (int64_t)x * bs, bs, f0, fn)
+                          : qkv_mods_tile_kind<E>(M, b, f0, fn, (int64_t)x * bs, bs);
+    if (kind != QKV_BLOCK_EMPTY) {
+      atomicMin(&range[0], x * bs);
+      atomicMax(&range[1], x * bs + bs < end ? x * bs + bs : end);
     }
+  }
   __syncthreads();
-  *jbeg = range[0] / BK * BK;
-  *jstop = range[1];
+  *lo = range[0];
+  *hi = range[1];
 }
 
 /*
@@ -301,7 +305,10 @@ __device__ static __forceinline__ void qkv_attn_mma (const qkv_attn_plan &P, qkv
      unless a block mask leaves some empty */
   int jbeg = 0, jstop = jend;
   if constexpr (E::MODS)
-    if (M->kinds) qkv_mma_key_range<E, BK>(M, b, i0, bq, jend, &jbeg, &jstop);
+    if (M->kinds) {
+      qkv_mma_nonempty<E>(M, b, false, i0, bq, jend, &jbeg, &jstop);
+      jbeg = jbeg / BK * BK;
+    }
   if (PIPE && jbeg < jstop)
     qkv_mma_issue_kv<D, BK>(KV + (jbeg / BK & 1) * STAGE, KV + (jbeg / BK & 1) * STAGE + BK * LD,
                             (const uint16_t *)P.k.base + boff[1],

@@ -151,7 +151,7 @@ template <typename T>
 static int forward (qkv_attn_plan &P, qkv_attn_mods *M, const qkv_cu_mods &dev) {
   qkv_attn_tiles(&P, dev.jit ? dev.tiles.bq : M->kinds ? M->bq : QKV_MODS_MT);
   unsigned grid = (unsigned)(P.items < INT_MAX ? P.items : INT_MAX);
-  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0};
+  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL};
   int err = launch<T>(dev, "forward", grid, dev.jit ? QKV_ATTN_NT : QKV_MODS_MT, A);
   if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
   if (err == QKV_OK) qkv_cu_attention_path = dev.jit ? "mods-jit" : "mods";
@@ -173,7 +173,7 @@ static int forward_mma (qkv_attn_plan &P, qkv_attn_mods *M) {
   qkv_cu_mods dev;
   if (err != QKV_OK || (err = qkv_cu_mods_up(M, &P, &dev, &t)) != QKV_OK) return err;
   qkv_attn_tiles(&P, QKV_MMA_WARPS * 16 * t.mt);
-  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0};
+  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL};
   const void *k = qkv_cu_jit_kernel(dev.jit, "qkv_jit_mma");
   err = k ? qkv_cu_jit_launch(k, "qkv_jit_mma", (unsigned)P.items, QKV_MMA_NT, t.smem, A)
           : qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, "qkv_jit_mma");
@@ -213,7 +213,7 @@ template <typename T>
 int qkv_cu_mods_scores (const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, int64_t b0,
                         int64_t nb, int64_t i0, int64_t rq) {
   int64_t n = nb * rq * P.nk;
-  qkv_mods_args A = {P, D.dev, s, NULL, b0, i0, rq, n};
+  qkv_mods_args A = {P, D.dev, s, NULL, b0, i0, rq, n, NULL, NULL, NULL};
   return launch<T>(D, "scores", qkv_cu_blocks(n, QKV_MODS_THREADS), QKV_MODS_THREADS, A);
 }
 
@@ -221,7 +221,7 @@ template <typename T>
 int qkv_cu_mods_grads (const qkv_attn_plan &P, const qkv_cu_mods &D, const T *s, T *ds,
                        int64_t b0, int64_t nb, int64_t i0, int64_t rq) {
   int64_t n = nb * rq * P.nk;
-  qkv_mods_args A = {P, D.dev, (void *)s, ds, b0, i0, rq, n};
+  qkv_mods_args A = {P, D.dev, (void *)s, ds, b0, i0, rq, n, NULL, NULL, NULL};
   return launch<T>(D, "grads", qkv_cu_blocks(n, QKV_MODS_THREADS), QKV_MODS_THREADS, A);
 }
 

@@ -43,7 +43,8 @@ struct qkv_cu_mods {
 
 /* the source of the kernels of program G as code (mods_gen.cu): for
    dtype dt (float32, float64), the forward at tiles t and the backward's
-   steps; or, mma not NULL, the tensor-core forward at its tiles alone */
+   steps; or, mma not NULL, the tensor-core forward at its tiles and the
+   tensor-core backward */
 int qkv_cu_mods_source(const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
                        const qkv_cu_mma_tiles *mma, std::string *src);
 

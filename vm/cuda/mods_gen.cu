@@ -6,8 +6,9 @@
 ** names, for jit.cu to compile: qkv_jit_tiled, the forward in
 ** attention.cu's tiled kernel at the tiles it would take, and the
 ** backward's qkv_jit_scores and qkv_jit_grads, all for the call's dtype;
-** or, for bfloat16 and float16, qkv_jit_mma, the forward in
-** attention_mma.cu's tensor-core kernel at the tiles mods.cu gives.
+** or, for bfloat16 and float16, qkv_jit_mma and qkv_jit_mma_bwd, the
+** forward and the backward in the tensor-core kernels (the forward at the
+** tiles mods.cu gives), one text for both directions.
 **
 ** Each instruction becomes one line writing its value, val[v] = ...: the
 ** op a constant, so that qkv_mod_apply's switch folds to the formula (the
@@ -126,6 +127,12 @@ int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles 
     line(s, "  QKV_DYNAMIC_SMEM(smem);");
     line(s, "  qkv_attn_mma<%d, %d, %d, %d, true, qkv_mods_gen>(A.P, A.M, 1, smem);", mma->dt,
          mma->d, mma->mt, mma->bk);
+    line(s, "}");
+    line(s, "extern \"C\" __global__ void __launch_bounds__(QKV_MMA_NT) qkv_jit_mma_bwd (qkv_mods_args A) {");
+    line(s, "  QKV_DYNAMIC_SMEM(smem);");
+    line(s, "  const qkv_mma_grads G = {A.lse, A.delta, A.dqacc};");
+    line(s, "  qkv_attn_mma_bwd<%d, %d, qkv_mma_bwd_bq(%d), qkv_mods_gen>(A.P, A.M, G, smem);",
+         mma->dt, mma->d, mma->d);
     line(s, "}");
     return QKV_OK;
   }

@@ -51,12 +51,15 @@
 /* what every kernel takes (one struct, so that a kernel compiled at run
    time is launched with one argument): the plan, the device copy of the
    mods, and for the backward's steps the chunk's scores s and gradients
-   ds (T), its items from b0, rq queries from i0, n pairs */
+   ds (T), its items from b0, rq queries from i0, n pairs; for the
+   tensor-core backward its lse, delta and dQ's sums (qkv_mma_grads) */
 struct qkv_mods_args {
   qkv_attn_plan P;
   qkv_attn_mods *M;
   void *s, *ds;
   int64_t b0, i0, rq, n;
+  const float *lse;
+  float *delta, *dqacc;
 };
 
 /* one pair: its item's b and h, query i, key j (0-based) and score */

@@ -308,6 +308,24 @@ static int backward_in (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, q
   return err;
 }
 
+/* backward_in in dq's dtype; the halves natively where the backend can
+   (QKV_EDTYPE otherwise), else in float32 copies converted back */
+static int backward_as (const qkv_backend *be, qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
+                        const qkv_tensor *const in[5], const qkv_tensor *mask, int causal,
+                        double scale, const qkv_tensor *lse, qkv_attn_mods *M) {
+  int err = QKV_EDTYPE;
+  if (dq->dtype != QKV_F16 && dq->dtype != QKV_BF16)
+    return backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, M);
+  if ((err = backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, M)) != QKV_EDTYPE)
+    return err;
+  qkv_tensor t[3], *g[3], *out[3] = {dq, dk, dv};
+  int made = 0;
+  for (err = QKV_OK; made < 3 && err == QKV_OK; made++) err = qkv_op_computed(out[made], &t[made], &g[made]);
+  if (err == QKV_OK) err = backward_in(be, g[0], g[1], g[2], in, mask, causal, scale, lse, M);
+  for (int i = 0; i < made; i++) err = qkv_op_done(err, be, out[i], g[i]);
+  return err;
+}
+
 /* float16 and bfloat16 natively where the backend can (QKV_EDTYPE
    otherwise), else in float32 copies converted back; lse (float32 for the
    halves) is what the forward left */
@@ -327,20 +345,13 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
     return QKV_EINTERNAL;
   if (lse && !lse_fits(lse, o, qkv_compute_dtype(dt))) return QKV_EINTERNAL;
   const qkv_tensor *in[5] = {q, k, v, o, go};
-  err = QKV_EDTYPE;
-  if (half) err = backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, NULL);
-  if (err != QKV_EDTYPE) return err;
-  qkv_tensor t[3], *g[3], *out[3] = {dq, dk, dv};
-  int made = 0;
-  for (err = QKV_OK; made < 3 && err == QKV_OK; made++) err = qkv_op_computed(out[made], &t[made], &g[made]);
-  if (err == QKV_OK) err = backward_in(be, g[0], g[1], g[2], in, mask, causal, scale, lse, NULL);
-  for (int i = 0; i < made; i++) err = qkv_op_done(err, be, out[i], g[i]);
-  return err;
+  return backward_as(be, dq, dk, dv, in, mask, causal, scale, lse, NULL);
 }
 
 
-/* float32 and float64 alone (the halves come in float32 copies), with the
-   forward's lse */
+/* as qkv_attention_backward, with the forward's lse (float32 for the
+   halves): they run natively where the backend can (QKV_EDTYPE
+   otherwise), else in float32 copies converted back */
 int qkv_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                                  const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v,
                                  const qkv_tensor *o, const qkv_tensor *go,
@@ -353,10 +364,11 @@ int qkv_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
       (be = qkv_op_backend(dq, lse, NULL, &err)) == NULL || (err = mods_fit(dq, M)) != QKV_OK)
     return err;
   qkv_dtype dt = dq->dtype;
-  if ((dt != QKV_F32 && dt != QKV_F64) || dk->dtype != dt || dv->dtype != dt ||
+  int half = dt == QKV_F16 || dt == QKV_BF16;
+  if ((dt != QKV_F32 && dt != QKV_F64 && !half) || dk->dtype != dt || dv->dtype != dt ||
       !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) || !qkv_is_contiguous(dv) ||
-      !lse_fits(lse, o, dt))
+      !lse_fits(lse, o, qkv_compute_dtype(dt)))
     return QKV_EINTERNAL;
   const qkv_tensor *in[5] = {q, k, v, o, go};
-  return backward_in(be, dq, dk, dv, in, mask, causal, scale, lse, M);
+  return backward_as(be, dq, dk, dv, in, mask, causal, scale, lse, M);
 }

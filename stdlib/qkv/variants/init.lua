@@ -311,8 +311,8 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
   end
   if m and m.dtype ~= "bool" then m = m:ne(0) end
   -- the halves natively where the device can (the GPU's tensor cores, the
-  -- program compiled into them), else the dispatch computes in float32;
-  -- their backward takes float32 copies (lse is float32 either way)
+  -- program compiled into them), else the dispatch computes in float32
+  -- copies, both ways (lse is float32 for them)
   local o, lse = call(qkv._attention_lse, q, k, v, m, causal, scale, spec)
   if grads then
     local inputs = {q, k, v}
@@ -326,9 +326,8 @@ local function fused(T, sroot, mroot, q, k, v, m, causal, scale, bm, batch, both
       for c, t in ipairs(caps) do
         gs.grads[c] = want[c] and qkv.zeros(t.shape, "float64", t.device) or false
       end
-      local function wide(x) return (x.dtype == "float16" or x.dtype == "bfloat16") and x:float() or x end
-      local dq, dk, dv = call(qkv._attention_backward, wide(q), wide(k), wide(v), wide(o),
-                              wide(g:to(o.dtype)), m, causal, scale, lse, gs)
+      local dq, dk, dv = call(qkv._attention_backward, q, k, v, o, g:to(o.dtype), m, causal,
+                              scale, lse, gs)
       local r = {sum_to(dq, q):to(q.dtype), sum_to(dk, k):to(k.dtype), sum_to(dv, v):to(v.dtype)}
       for c, t in ipairs(caps) do
         r[3 + c] = gs.grads[c] and gs.grads[c]:to(t.dtype) or nil

@@ -244,7 +244,7 @@ function TestCudaVariants:testHalvesOnTheTensorCores()
         lu.assertTrue(got:narrow(3, 41, 50):cpu():abs():min():item() > 0, label)
       end
     end
-    -- the gradients through the half forward (its lse) and float32's backward
+    -- the gradients: the tensor cores' backward with the program in it
     local q, k, v = values({1, 2, 80, 64}, dt) / 3, values({1, 2, 80, 64}, dt) / 3,
                     values({1, 2, 80, 64}, dt)
     same(dt .. " gradients", function(a, b, e, t)
@@ -257,6 +257,7 @@ function TestCudaVariants:testHalvesOnTheTensorCores()
     end, {q, k, v, (values({2, 160}, "float64") / 10):to(dt)}, dt == "float16" and 4e-3 or 2e-2)
   end
   -- an index outside a captured tensor: the CPU's error
+  -- an index outside a captured tensor: the CPU's error
   local x = (values({1, 2, 30, 64}, "float64") / 3):to("float16")
   local t = values({2, 30}, "float16")
   local function f(a, y)
@@ -268,4 +269,67 @@ function TestCudaVariants:testHalvesOnTheTensorCores()
   lu.assertFalse(ok2)
   lu.assertStrContains(e2, "index 1 of the captured tensor (2, 30) is 3")
   lu.assertEquals(e2, e1)
+end
+
+-- the gradients of float16 and bfloat16 through the tensor cores'
+-- backward with the program compiled in (attention_mma_bwd_kernel.cuh):
+-- q's, k's, v's and a captured bias's, each against float64 within three
+-- times the CPU's own error (the CPU computes in float32 copies; the GPU
+-- also rounds P and dS to the dtype before their products), with a block
+-- mask's query tiles skipped, a derivative by the score (softcap), rows
+-- with no key, head sizes 64 and 128
+function TestCudaVariants:testHalfGradientsOnTheTensorCores()
+  need()
+  local ids = qkv.tensor({1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3}, "int64"):repeat_interleave(8)
+  local cases = {
+    -- name, n, d, options (q's dtype, its device, the captured bias or nil)
+    {"window block mask, causal, bias", 96, 64, function(dt, dev, t)
+      return {block_mask = qkv.block_mask(V.sliding_window(17), nil, nil, 96, 96, {block = 16}),
+              score_mod = function(s, b, h, i, j) return s + t[{h, j - i + 96}] end}
+    end, true},
+    {"documents, softcap", 96, 128, function(dt, dev)
+      return {mask_mod = V.document(ids:to(dev)), score_mod = V.softcap(3)}
+    end},
+    {"no key for early rows, alibi", 70, 64, function(dt, dev)
+      return {mask_mod = function(b, h, i, j) return j:le(i - 30) end,
+              score_mod = V.alibi(qkv.alibi_slopes(2):to(dev))}
+    end},
+  }
+  local function rel(x, want)
+    local d = x:cpu():double() - want
+    return math.sqrt((d * d):sum():item() / math.max((want * want):sum():item(), 1e-300))
+  end
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(cases) do
+      local name, n, d, opts, biased = c[1], c[2], c[3], c[4], c[5]
+      qkv.seed(5)
+      local q, k = (values({1, 2, n, d}, "float64") / 3):to(dt), (values({1, 2, n, d}, "float64") / 3):to(dt)
+      local v, g = values({1, 2, n, d}, dt), values({1, 2, n, d}, dt)
+      local bias = (values({2, 2 * n}, "float64") / 10):to(dt)
+      local function grads(dev, cast)
+        local function leaf(x) return cast(x):to(dev):detach():requires_grad_() end
+        local a, b, e, t = leaf(q), leaf(k), leaf(v), leaf(bias)
+        local o = opts(a.dtype, dev, t)
+        o.weights = false
+        qkv.attention(a, b, e, o):backward(cast(g):to(dev))
+        return {a.grad, b.grad, e.grad, biased and t.grad or nil}, qkv.cuda.attention_backend()
+      end
+      local label = ("%s %s d %d"):format(dt, name, d)
+      local want = grads("cpu", function(x) return x:double() end)
+      local cpu = grads("cpu", function(x) return x end)
+      local gpu, ran = grads("cuda", function(x) return x end)
+      if ran ~= "cpu" and os.getenv("QKV_CUDA_JIT") ~= "0" then
+        lu.assertEquals(ran, "mods-mma", label)
+      end
+      for w = 1, #want do
+        lu.assertEquals(gpu[w].dtype, dt, label)
+        local ec, eg = rel(cpu[w], want[w]), rel(gpu[w], want[w])
+        lu.assertTrue(eg <= 3 * ec + 1e-6, ("%s: gradient %d's error %.3g against float64, the CPU's %.3g")
+          :format(label, w, eg, ec))
+      end
+      if name:find("no key") then                 -- rows with no key send nothing to q
+        lu.assertEquals(gpu[1]:narrow(3, 1, 30):cpu():abs():max():item(), 0, label)
+      end
+    end
+  end
 end
