@@ -122,7 +122,6 @@ local function autocast_rows(n)
   local last = {}
   for _, ac in ipairs{false, true} do
     qkv.set_num_threads(all)
-if not only_work then autocast_rows(200) end
     local step, loss = model(w, ac)
     for _ = 1, n do loss = step() end
     last[ac] = loss:float():item()
