@@ -257,6 +257,40 @@ function TestCudaVariants:testHalvesOnTheTensorCores()
     end, {q, k, v, (values({2, 160}, "float64") / 10):to(dt)}, dt == "float16" and 4e-3 or 2e-2)
   end
   -- an index outside a captured tensor: the CPU's error
+  -- kinds by batch item and head, causal with a mask tensor and n_q > n_k,
+  -- grouped-query heads: forward and gradients
+  local bh = qkv.block_mask(function(b, h, i, j) return (i - j):abs():lt(h * 7 + b * 5) end, 2, 3,
+                            37, 53, {block = {16, 32}})
+  local shaped = {
+    {"block mask by (b, h)", {2, 3, 37, 64}, {2, 3, 53, 64}, function()
+      return {block_mask = bh, score_mod = V.softcap(3)}
+    end},
+    {"causal, a mask, n_q > n_k", {2, 3, 70, 128}, {2, 3, 45, 128}, function(m)
+      return {causal = true, mask = m, score_mod = V.softcap(2)}
+    end},
+    {"grouped heads", {1, 4, 50, 64}, {1, 2, 50, 64}, function()
+      return {enable_gqa = true, mask_mod = V.sliding_window(9),
+              score_mod = function(s, b, h, i, j) return s - h * 0.25 end}
+    end},
+  }
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(shaped) do
+      local q = (values(c[2], "float64") / 3):to(dt)
+      local k, v = (values(c[3], "float64") / 3):to(dt), values(c[3], dt)
+      local m = values({c[2][1], 1, c[2][3], c[3][3]}, "bool")
+      same(dt .. " " .. c[1], function(a, b, e, w)
+        a, b, e = a:detach():requires_grad_(), b:detach():requires_grad_(), e:detach():requires_grad_()
+        local o = c[4](w)
+        o.weights = false
+        local out = qkv.attention(a, b, e, o)
+        out:sum():backward()
+        return out, a.grad, b.grad, e.grad
+      end, {q, k, v, m}, dt == "float16" and 4e-3 or 2e-2)
+      if qkv.cuda.attention_backend() ~= "cpu" and os.getenv("QKV_CUDA_JIT") ~= "0" then
+        lu.assertEquals(qkv.cuda.attention_backend(), "mods-mma", dt .. " " .. c[1])
+      end
+    end
+  end
   -- an index outside a captured tensor: the CPU's error
   local x = (values({1, 2, 30, 64}, "float64") / 3):to("float16")
   local t = values({2, 30}, "float16")
