@@ -41,6 +41,7 @@ int qkv_cu_mods_up (qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *dev,
   dev->dev = NULL;
   dev->n = M->prog->n;
   dev->jit = NULL;
+  dev->tiles = qkv_cu_tiles{0, 0, false, 0};
   dev->mma = mma ? *mma : qkv_cu_mma_tiles{0, 0, 0, 0, 0};
   if (M->kindt) {                   /* the CPU's checks (vm/cpu/mods.c), MT queries a block */
     const qkv_tensor *k = M->kindt;
