@@ -206,6 +206,29 @@ static inline int qkv_mod_arity (int op) {
 }
 
 /*
+** Which values of P the fused float32 kernels (and the halves') compute
+** in float32 (fl[v] = 1): those that read the score, which is float32
+** there anyway; none when a LOAD is indexed by one.  The index arithmetic
+** stays float64 (vm/cpu/mods_rows.c, vm/cuda/mods_gen.cu).
+*/
+static inline void qkv_mod_float_values (const qkv_mod_prog *P, uint8_t *fl) {
+  for (int v = 0; v < P->n; v++) {
+    const qkv_mod_ins *x = &P->ins[v];
+    int ar = qkv_mod_arity(x->op);
+    fl[v] = x->op == QKV_MOD_SCORE;
+    if (x->op == QKV_MOD_LOAD) {
+      for (int d = 0; d < x->c; d++)
+        if (fl[P->args[x->b + d]]) {
+          for (int u = 0; u < P->n; u++) fl[u] = 0;
+          return;
+        }
+      continue;
+    }
+    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
+  }
+}
+
+/*
 ** Checks a program read from a script (any bytes) against ncap captured
 ** tensors of ranks rank[]: known ops, values read before they are made,
 ** LOAD's tensor and index count, outputs in range; then fills the derived

@@ -115,20 +115,6 @@ int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, in
 
 /* which values of P run in float32 on a float32 tile (fl[v] = 1): those
    that read the score; none when a LOAD is indexed by one */
-void qkv_mod_float_values (const qkv_mod_prog *P, uint8_t *fl) {
-  for (int v = 0; v < P->n; v++) {
-    const qkv_mod_ins *x = &P->ins[v];
-    int ar = qkv_mod_arity(x->op);
-    fl[v] = x->op == QKV_MOD_SCORE;
-    if (x->op == QKV_MOD_LOAD) {
-      for (int d = 0; d < x->c; d++)
-        if (fl[P->args[x->b + d]]) { memset(fl, 0, (size_t)P->n); return; }
-      continue;
-    }
-    for (int i = 0; i < ar; i++) fl[v] |= fl[i == 0 ? x->a : i == 1 ? x->b : x->c];
-  }
-}
-
 /* o[0..n) = op(a) for the transcendental ops of the score's path, in
    float32 (vexp.h's, on vectors) where the tile is float32: the values
    end as float32, and libm's double tanh, one call an element, took half

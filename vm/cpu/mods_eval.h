@@ -69,10 +69,6 @@ void qkv_mod_run (int op, double *o, int n, const double *a, int sa, const doubl
 void qkv_mod_put_row (const qkv_mod_tile *T, const axes *A, int y, const double *rs, int xs,
                       const double *rm, int xm);
 
-/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
-   that read the score; none when a LOAD is indexed by one */
-void qkv_mod_float_values (const qkv_mod_prog *P, uint8_t *fl);
-
 /* a LOAD on row y: each element's indices checked, then read */
 int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, int y, double *o,
                   int n);

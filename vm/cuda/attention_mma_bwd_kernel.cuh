@@ -141,11 +141,10 @@ __device__ static inline void qkv_mma_rows_times_rows (float acc[NQ][4], const u
   }
 }
 
-/* whether E's program has a derivative to take: by the score, or by a
-   captured tensor that wants its gradient */
+/* whether E's program has a captured tensor that wants its gradient */
 template <class E>
-__device__ static inline bool qkv_mods_has_grads (const qkv_attn_mods *M) {
-  for (int o = QKV_MOD_OUT_DSCORE; o < QKV_MOD_NOUT; o++)
+__device__ static inline bool qkv_mods_has_dload (const qkv_attn_mods *M) {
+  for (int o = QKV_MOD_OUT_DLOAD; o < QKV_MOD_NOUT; o++)
     if (E::has(M, o)) return true;
   return false;
 }
@@ -155,8 +154,10 @@ __device__ static inline bool qkv_mods_has_grads (const qkv_attn_mods *M) {
 ** queries from i0 (this thread's columns n 8 + c and + 1), with E's
 ** program: s (K Q^T) becomes P^T = exp(new score - lse), 0 for a key the
 ** plan's tests (cut: the tile needs them), the queries' or the keys' end
-** or the mask drops; xs keeps q k^T scale for qkv_mma_bwd_grads.  Ls:
-** the tile's lse in log2 units.
+** or the mask drops.  xs keeps for qkv_mma_bwd_grads q k^T scale where
+** a captured tensor wants its gradient (the program runs again there),
+** else the derivative by the score, taken here while dS's registers are
+** not yet live.  Ls: the tile's lse in log2 units.
 */
 template <class E, int NQ>
 __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], float (&xs)[NQ][4],
@@ -167,6 +168,8 @@ __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], fl
                                                            const float *Ls) {
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, c = 2 * (lane % 4);
   const float scale = (float)P.scale, log2e = (float)QKV_MMA_LOG2E;
+  const bool dsc = !E::DSCORE_ONE && E::has(M, QKV_MOD_OUT_DSCORE) && !qkv_mods_has_dload<E>(M);
+  const int all = want | (dsc ? QKV_MOD_WANT_GRAD : 0);
   double val[E::NV];
   qkv_mod_pair e = {b / M->heads, b % M->heads, 0, 0, 0};
 #pragma unroll
@@ -178,12 +181,13 @@ __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], fl
       const bool keep = j < P.nk && i < P.nq && (!cut || qkv_attn_keeps(&P, mk, i, j));
       float y = s[n][x] * scale;
       xs[n][x] = y;
-      if (keep && want) {
+      if (keep && all) {
         e.i = i;
         e.j = j;
         e.score = (double)y;
-        E::run(M, val, want, false, e);
-        E::run(M, val, want, true, e);
+        E::run(M, val, all, false, e);
+        E::run(M, val, all, true, e);
+        if (dsc) xs[n][x] = (float)E::get(M, val, QKV_MOD_OUT_DSCORE);
         y = qkv_mods_applied<E, float>(M, val, want, y);
       }
       s[n][x] = keep ? exp2f(y * log2e - Ls[qi]) : 0.f;
@@ -192,17 +196,25 @@ __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], fl
 
 /*
 ** ds, the gradient by the new scores of the elements qkv_mma_bwd_scores
-** left, becomes the gradient by the scores (times the program's
-** derivative by the score, where it has one; 0 stays 0), after adding
-** ds times each derivative by a loaded value into the captured tensors'
-** float64 sums (qkv_mods_grads' step, on the tile)
+** left, becomes the gradient by the scores: times the derivative by the
+** score where the program has one (0 stays 0), after adding ds times
+** each derivative by a loaded value into the captured tensors' float64
+** sums where it has those (qkv_mods_grads' step, on the tile)
 */
 template <class E, int NQ>
 __device__ static __forceinline__ void qkv_mma_bwd_grads (float (&ds)[NQ][4],
                                                           const float (&xs)[NQ][4],
                                                           qkv_attn_mods *M, int64_t b, int64_t i0,
                                                           int64_t j0) {
-  if (!qkv_mods_has_grads<E>(M)) return;
+  if (!qkv_mods_has_dload<E>(M)) {               /* xs is the derivative */
+    if (!E::DSCORE_ONE && E::has(M, QKV_MOD_OUT_DSCORE))
+#pragma unroll
+      for (int n = 0; n < NQ; n++)
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+          if (ds[n][x] != 0) ds[n][x] *= xs[n][x];
+    return;
+  }
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, c = 2 * (lane % 4);
   double val[E::NV];
   qkv_mod_pair e = {b / M->heads, b % M->heads, 0, 0, 0};

@@ -13,7 +13,10 @@
 ** Each instruction becomes one line writing its value, val[v] = ...: the
 ** op a constant, so that qkv_mod_apply's switch folds to the formula (the
 ** formulas stay in mods.h alone), and every index of val a constant, so
-** that the compiler keeps the values in registers.  Each line runs only
+** that the compiler keeps the values in registers; for float32 and the
+** halves the score's exp, tanh and sigmoid in float32, as the CPU's
+** float32 kernels (the rest, index arithmetic above all, in float64).
+** Each line runs only
 ** where an output asked for (want) needs it, and the lines that read
 ** neither j nor the score run once per key block (js false), as the
 ** interpreter's.  Constants are written as the bits of their doubles:
@@ -40,8 +43,10 @@ static void line (std::string &s, const char *fmt, ...) {
   s += '\n';
 }
 
-/* the lines of the instructions that read j (js) or do not */
-static void body (std::string &s, const qkv_mod_prog *G, bool js) {
+/* the lines of the instructions that read j (js) or do not; fl not
+   NULL: the values that read the score (qkv_mod_float_values) take exp,
+   tanh and sigmoid in float32 */
+static void body (std::string &s, const qkv_mod_prog *G, bool js, const uint8_t *fl) {
   for (int v = 0; v < G->n; v++) {
     const qkv_mod_ins &x = G->ins[v];
     if (G->need[v] == 0 || ((G->dep[v] & QKV_MOD_DEP_J) != 0) != js) continue;
@@ -69,6 +74,13 @@ static void body (std::string &s, const qkv_mod_prog *G, bool js) {
         line(s, "      val[%d] = %s; }", v, r.c_str());
         continue;
       }
+      case QKV_MOD_EXP: case QKV_MOD_TANH: case QKV_MOD_SIGMOID:
+        if (fl && fl[v]) {
+          snprintf(buf, sizeof buf, "qkv_mods_apply_f(%d, val[%d])", x.op, x.a);
+          r = buf;
+          break;
+        }
+        [[fallthrough]];
       default: {
         int ar = qkv_mod_arity(x.op);
         snprintf(buf, sizeof buf, "qkv_mod_apply(%d, val[%d], val[%d], val[%d])", x.op, x.a,
@@ -83,18 +95,25 @@ static void body (std::string &s, const qkv_mod_prog *G, bool js) {
 int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles &t,
                         const qkv_cu_mma_tiles *mma, std::string *out) {
   std::string &s = *out;
+  uint8_t fl[QKV_MOD_MAXINS];
+  qkv_mod_float_values(G, fl);
+  const uint8_t *f32 = dt == QKV_F64 ? NULL : fl;
   s = qkv_cu_mods_text;
   line(s, "#line 1 \"(the program's code, vm/cuda/mods_gen.cu)\"");
   line(s, "struct qkv_mods_gen {");
   line(s, "  static const bool MODS = true;");
+  /* score + a bias: the derivative by the score is 1, nothing to take */
+  const int ds = G->out[QKV_MOD_OUT_DSCORE];
+  line(s, "  static const bool DSCORE_ONE = %s;",
+       ds >= 0 && G->ins[ds].op == QKV_MOD_CONST && G->ins[ds].k == 1 ? "true" : "false");
   line(s, "  static const int NV = %d;", G->n > 0 ? G->n : 1);
   line(s, "  __device__ static __forceinline__ void run (qkv_attn_mods *M, double *val, int want,");
   line(s, "                                              bool js, const qkv_mod_pair &e) {");
   line(s, "    (void)M; (void)e;");
   line(s, "    if (!js) {");
-  body(s, G, false);
+  body(s, G, false, f32);
   line(s, "    } else {");
-  body(s, G, true);
+  body(s, G, true, f32);
   line(s, "    }");
   line(s, "  }");
   line(s, "  __device__ static __forceinline__ bool has (const qkv_attn_mods *, int o) {");

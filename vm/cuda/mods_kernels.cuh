@@ -15,7 +15,8 @@
 ** values the outputs in want need, of the instructions that read j (js)
 ** or of those that do not; E::has(M, o), whether output o exists; E::get,
 ** output o's value; E::grads, each derivative by a loaded value times g
-** added into its captured tensor's sum.
+** added into its captured tensor's sum; E::DSCORE_ONE, whether the
+** derivative by the score is known to be the constant 1 (score + a bias).
 **
 ** This file is compiled three ways (the plugin with nvcc, NVRTC's source
 ** at run time, g++ under the host simulation), so it includes only the
@@ -107,6 +108,15 @@ __device__ static inline void qkv_mods_grad_add (qkv_attn_mods *M, int a, const 
   atomicAdd(C->grad + off, g);
 }
 
+/* exp, tanh or sigmoid (op) of a in float32, widened: the compiled
+   kernels' score path for float32 and the halves (mods_gen.cu), as the
+   CPU's float32 kernels take them, where libm's double tanh alone would
+   cost tens of float64 instructions a score */
+__device__ static inline double qkv_mods_apply_f (int op, double a) {
+  const float x = (float)a;
+  return op == QKV_MOD_EXP ? expf(x) : op == QKV_MOD_TANH ? tanhf(x) : 1.0f / (1.0f + expf(-x));
+}
+
 /* the value of a leaf op for pair e (CONST and LOAD are the evaluators') */
 __device__ static inline double qkv_mods_leaf (int op, const qkv_mod_pair &e) {
   return op == QKV_MOD_SCORE ? e.score : op == QKV_MOD_B ? (double)(e.b + 1)
@@ -119,6 +129,7 @@ __device__ static inline double qkv_mods_leaf (int op, const qkv_mod_pair &e) {
 template <int N>
 struct qkv_mods_interp {
   static const bool MODS = true;
+  static const bool DSCORE_ONE = false;
   static const int NV = N;
   __device__ static void run (qkv_attn_mods *M, double *val, int want, bool js,
                               const qkv_mod_pair &e) {
@@ -163,6 +174,7 @@ struct qkv_mods_interp {
 /* no program: plain attention (attention.cu's kernel) */
 struct qkv_mods_none {
   static const bool MODS = false;
+  static const bool DSCORE_ONE = false;
   static const int NV = 1;
   __device__ static void run (qkv_attn_mods *, double *, int, bool, const qkv_mod_pair &) {}
   __device__ static bool has (const qkv_attn_mods *, int) { return false; }
