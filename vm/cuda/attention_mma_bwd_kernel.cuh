@@ -141,6 +141,27 @@ __device__ static inline void qkv_mma_rows_times_rows (float acc[NQ][4], const u
   }
 }
 
+/* this thread's element (n, x) of a warp's S^T: the query's column in the
+   tile, the key's row in the block (rows g, g + 8 of the warp's 16) */
+__device__ static inline int qkv_mma_bwd_qi (int n, int x) {
+  return n * 8 + 2 * (threadIdx.x % 4) + (x & 1);
+}
+__device__ static inline int qkv_mma_bwd_kj (int x) {
+  return 16 * (threadIdx.x / 32) + threadIdx.x % 32 / 4 + 8 * (x / 2);
+}
+
+/* E's program on pair e at query i, key j, score x: the outputs in want */
+template <class E>
+__device__ static __forceinline__ void qkv_mma_run (qkv_attn_mods *M, double *val, int want,
+                                                    qkv_mod_pair &e, int64_t i, int64_t j,
+                                                    double x) {
+  e.i = i;
+  e.j = j;
+  e.score = x;
+  E::run(M, val, want, false, e);
+  E::run(M, val, want, true, e);
+}
+
 /* whether E's program has a captured tensor that wants its gradient */
 template <class E>
 __device__ static inline bool qkv_mods_has_dload (const qkv_attn_mods *M) {
@@ -166,7 +187,6 @@ __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], fl
                                                            int64_t i0, int64_t j0, bool cut,
                                                            const unsigned char *mk,
                                                            const float *Ls) {
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, c = 2 * (lane % 4);
   const float scale = (float)P.scale, log2e = (float)QKV_MMA_LOG2E;
   const bool dsc = !E::DSCORE_ONE && E::has(M, QKV_MOD_OUT_DSCORE) && !qkv_mods_has_dload<E>(M);
   const int all = want | (dsc ? QKV_MOD_WANT_GRAD : 0);
@@ -176,17 +196,13 @@ __device__ static __forceinline__ void qkv_mma_bwd_scores (float (&s)[NQ][4], fl
   for (int n = 0; n < NQ; n++)
 #pragma unroll
     for (int x = 0; x < 4; x++) {
-      const int qi = n * 8 + c + (x & 1);
-      const int64_t i = i0 + qi, j = j0 + 16 * w + g + 8 * (x / 2);
+      const int qi = qkv_mma_bwd_qi(n, x);
+      const int64_t i = i0 + qi, j = j0 + qkv_mma_bwd_kj(x);
       const bool keep = j < P.nk && i < P.nq && (!cut || qkv_attn_keeps(&P, mk, i, j));
       float y = s[n][x] * scale;
       xs[n][x] = y;
       if (keep && all) {
-        e.i = i;
-        e.j = j;
-        e.score = (double)y;
-        E::run(M, val, all, false, e);
-        E::run(M, val, all, true, e);
+        qkv_mma_run<E>(M, val, all, e, i, j, y);
         if (dsc) xs[n][x] = (float)E::get(M, val, QKV_MOD_OUT_DSCORE);
         y = qkv_mods_applied<E, float>(M, val, want, y);
       }
@@ -215,7 +231,6 @@ __device__ static __forceinline__ void qkv_mma_bwd_grads (float (&ds)[NQ][4],
           if (ds[n][x] != 0) ds[n][x] *= xs[n][x];
     return;
   }
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, c = 2 * (lane % 4);
   double val[E::NV];
   qkv_mod_pair e = {b / M->heads, b % M->heads, 0, 0, 0};
 #pragma unroll
@@ -224,11 +239,8 @@ __device__ static __forceinline__ void qkv_mma_bwd_grads (float (&ds)[NQ][4],
     for (int x = 0; x < 4; x++) {
       const float d = ds[n][x];
       if (d == 0) continue;                    /* a dropped key, or no gradient */
-      e.i = i0 + n * 8 + c + (x & 1);
-      e.j = j0 + 16 * w + g + 8 * (x / 2);
-      e.score = (double)xs[n][x];
-      E::run(M, val, QKV_MOD_WANT_GRAD, false, e);
-      E::run(M, val, QKV_MOD_WANT_GRAD, true, e);
+      qkv_mma_run<E>(M, val, QKV_MOD_WANT_GRAD, e, i0 + qkv_mma_bwd_qi(n, x),
+                     j0 + qkv_mma_bwd_kj(x), xs[n][x]);
       E::grads(M, val, (double)d);
       if (E::has(M, QKV_MOD_OUT_DSCORE))
         ds[n][x] = (float)((double)d * E::get(M, val, QKV_MOD_OUT_DSCORE));
