@@ -163,7 +163,8 @@ int qkv_cu_attention_mma_bwd_mods (const qkv_attn_plan &P, qkv_attn_mods *M) {
   qkv_cu_mods dev;
   if ((err = qkv_cu_mods_up(M, &P, &dev, &t)) != QKV_OK) return err;
   const void *k = qkv_cu_jit_kernel(dev.jit, "qkv_jit_mma_bwd");
-  err = k ? run(P, k, dev.dev) : qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, "qkv_jit_mma_bwd");
+  err = k ? run(P, k, dev.dev)
+          : qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, "qkv_jit_mma_bwd");
   if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
   if (err == QKV_OK) qkv_cu_attention_path = "mods-mma";
   qkv_cu_free(dev.dev);

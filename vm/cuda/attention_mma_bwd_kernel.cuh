@@ -2,10 +2,11 @@
 ** attention_mma_bwd_kernel.cuh -- the fused attention's backward in
 ** bfloat16 and float16 on the tensor cores (its kernel, written once for
 ** attention_mma_bwd.cu, which launches it with the plugin, and for the
-** attention variants' programs compiled into it at run time: mods_gen.cu), as FlashAttention-2 computes it (Dao, 2023,
-** Algorithm 2): the scores are recomputed a tile at a time from Q, K and
-** each query's log-sum-exp (lse, which attention_mma.cu's forward leaves),
-** so no n_q x n_k matrix is ever held.  Head sizes 64 and 128 (dk = dv);
+** attention variants' programs compiled into it at run time: mods_gen.cu),
+** as FlashAttention-2 computes it (Dao, 2023, Algorithm 2): the scores
+** are recomputed a tile at a time from Q, K and each query's log-sum-exp
+** (lse, which attention_mma.cu's forward leaves), so no n_q x n_k matrix
+** is ever held.  Head sizes 64 and 128 (dk = dv);
 ** the same gradients as attention_bwd.cu's (masks, causal aligned to the
 ** last key, a query with no key kept contributes nothing), with float32
 ** accumulators and P and dS rounded to the inputs' dtype before their
@@ -252,7 +253,8 @@ __device__ static __forceinline__ void qkv_attn_mma_bwd (const qkv_attn_plan &P,
                                                          const qkv_mma_grads &G,
                                                          unsigned char *smem) {
   enum {
-    BK = QKV_MMA_BWD_BK, NTH = QKV_MMA_NT, LD = D + 8, LDS = BQ + 8, KS = D / 16, NQ = BQ / 8, DN = D / 8,
+    BK = QKV_MMA_BWD_BK, NTH = QKV_MMA_NT, LD = D + 8, LDS = BQ + 8, KS = D / 16, NQ = BQ / 8,
+    DN = D / 8,
     QG = BQ / 16,                     /* dQ: warps a feature slice (16 queries each) */
     FW = D / (QKV_MMA_WARPS / QG), FN = FW / 8 /* dQ: features a warp */
   };
@@ -274,8 +276,10 @@ __device__ static __forceinline__ void qkv_attn_mma_bwd (const qkv_attn_plan &P,
     const unsigned char *mk = P.has_mask ? (const unsigned char *)P.mask.base + boff[3] : NULL;
 
     __syncthreads();                           /* the last item's reads of K and V are done */
-    qkv_mma_rows16<D, LD, NTH>(Ks, (const uint16_t *)P.k.base + boff[1] + j0 * P.k.rs, P.k.rs, bk, BK);
-    qkv_mma_rows16<D, LD, NTH>(Vs, (const uint16_t *)P.v.base + boff[2] + j0 * P.v.rs, P.v.rs, bk, BK);
+    qkv_mma_rows16<D, LD, NTH>(Ks, (const uint16_t *)P.k.base + boff[1] + j0 * P.k.rs, P.k.rs,
+                               bk, BK);
+    qkv_mma_rows16<D, LD, NTH>(Vs, (const uint16_t *)P.v.base + boff[2] + j0 * P.v.rs, P.v.rs,
+                               bk, BK);
 
     float dk[DN][4], dv[DN][4];
     for (int dn = 0; dn < DN; dn++)
@@ -302,7 +306,8 @@ __device__ static __forceinline__ void qkv_attn_mma_bwd (const qkv_attn_plan &P,
         want = qkv_mods_want<E>(M, kind);
       }
       __syncthreads();                         /* every warp is done with Q, dO, dS^T, Ls, Dl */
-      qkv_mma_rows16<D, LD, NTH>(Qs, (const uint16_t *)P.q.base + boff[0] + i0 * P.q.rs, P.q.rs, bq, BQ);
+      qkv_mma_rows16<D, LD, NTH>(Qs, (const uint16_t *)P.q.base + boff[0] + i0 * P.q.rs, P.q.rs,
+                                 bq, BQ);
       qkv_mma_rows16<D, LD, NTH>(Gs, (const uint16_t *)P.go.base + (b * P.nq + i0) * D, D, bq, BQ);
       /* lse in log2 units; a query with no key kept (-inf), or past nq,
          gets +inf, so that every exp2 of its scores is 0 */

@@ -81,8 +81,8 @@
 /* every loop over a register array unrolled, so that its indices are
    constants and the array stays in registers (nvcc's own heuristic stops
    short at two m-tiles and leaves the accumulators in local memory); and
-   qkv_mma_cut_bits' loop over rows only twice (unrolled, its loads in flight take
-   the registers that the accumulators need: ptxas spills) */
+   qkv_mma_cut_bits' loop over rows only twice (unrolled, its loads in
+   flight take the registers that the accumulators need: ptxas spills) */
 #ifdef QKV_CUDASIM
 #define QKV_UNROLL
 #define QKV_ROLLED2
@@ -110,8 +110,8 @@ __host__ __device__ constexpr size_t qkv_mma_smem (int D, int MT, int BK, bool P
    at dst, LD apart, zeros past n; 16 bytes a load when vec (the rows'
    elements dense and aligned) */
 template <int D>
-__device__ static void qkv_mma_load_rows (uint16_t *dst, const uint16_t *src, int64_t rs, int64_t cs,
-                                  int r0, int n, int rows, int vec) {
+__device__ static void qkv_mma_load_rows (uint16_t *dst, const uint16_t *src, int64_t rs,
+                                          int64_t cs, int r0, int n, int rows, int vec) {
   enum { LD = D + 8, V = D / 8 };
   if (vec) {
     for (int x = threadIdx.x; x < rows * V; x += QKV_MMA_NT) {
@@ -130,12 +130,13 @@ __device__ static void qkv_mma_load_rows (uint16_t *dst, const uint16_t *src, in
 
 /* K's and V's rows [j0, j0 + n) into one stage by cp.async, one group;
    zeros past n (rows dense and aligned: vec).  A thread copies 16 bytes of
-   column j of rows i, i + QKV_MMA_NT / V, ...: one running address each for K and
-   V rather than one per copy, which the compiler would keep in registers
-   across the key loop */
+   column j of rows i, i + QKV_MMA_NT / V, ...: one running address each
+   for K and V rather than one per copy, which the compiler would keep in
+   registers across the key loop */
 template <int D, int BK>
-__device__ static void qkv_mma_issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg, const uint16_t *vg,
-                                 const qkv_attn_plan &P, int j0, int n) {
+__device__ static void qkv_mma_issue_kv (uint16_t *ks, uint16_t *vs, const uint16_t *kg,
+                                         const uint16_t *vg, const qkv_attn_plan &P, int j0,
+                                         int n) {
   enum { LD = D + 8, V = D / 8, STEP = QKV_MMA_NT / V };
   const int i = threadIdx.x / V, j = threadIdx.x % V * 8;
   const uint16_t *k = kg + (j0 + i) * P.k.rs + j, *v = vg + (j0 + i) * P.v.rs + j;
@@ -155,7 +156,8 @@ __device__ static void qkv_mma_issue_kv (uint16_t *ks, uint16_t *vs, const uint1
 ** Which keys j0 .. j0 + BK - 1 rows r0 .. r0 + R - 1 (a warp's) keep, one
 ** bit a key, BK / 32 words a row, into the warp's words at bits: a key is
 ** kept when below nk, on or before the causal diagonal, and kept by the
-** mask (the plan's qkv_attn_keeps, in int).  Without a mask a row keeps a run of keys from its first, so a
+** mask (the plan's qkv_attn_keeps, in int).  Without a mask a row keeps a
+** run of keys from its first, so a
 ** lane makes a whole word from the count (R BK / 1024 words a lane).
 ** With one, the mask's bytes are read a row of 32 keys at a time (lane l
 ** reading key 32 wd + l: coalesced) and made a word by ballot.  Shared
@@ -164,8 +166,8 @@ __device__ static void qkv_mma_issue_kv (uint16_t *ks, uint16_t *vs, const uint1
 ** bytes at the defaults): each thread reads back only its own rows' words.
 */
 template <int R, int BK>
-__device__ static void qkv_mma_cut_bits (uint32_t *bits, const qkv_attn_plan &P, const unsigned char *mk, int r0,
-                                 int j0) {
+__device__ static void qkv_mma_cut_bits (uint32_t *bits, const qkv_attn_plan &P,
+                                         const unsigned char *mk, int r0, int j0) {
   const int lane = threadIdx.x % 32, nk = (int)P.nk, off = (int)P.off;
   if (!P.has_mask) {
     for (int x = lane; x < R * (BK / 32); x += 32) {
