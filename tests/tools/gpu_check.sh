@@ -13,8 +13,10 @@
 #                    CUDA_LAUNCH_BLOCKING=1, and the half-precision attention
 #                    under QKV_CUDA_MMA_SYNC=1
 #   3-memcheck.log   compute-sanitizer memcheck over the fused attention's
-#                    tests (QKV_CUDA_NO_CACHE=1, QKV_CUDNN=0: our kernels)
-#   4-racecheck.log  racecheck over the tensor-core kernels' tests
+#                    tests (QKV_CUDA_NO_CACHE=1, QKV_CUDNN=0: our kernels),
+#                    the variants' compiled ones in a process beside them
+#   4-racecheck.log  racecheck over the tensor-core kernels' tests, the
+#                    variants' likewise
 #   5-device.log     the suites with the GPU as the default device
 #   6-bench.log      bench/attention_gpu.lua against the PyTorch there
 #                    (and its table of the tensor-core kernel's variants)
@@ -90,7 +92,8 @@ san() {
 # shuffles, side by side, then synccheck on those; joined in one log
 racesync() {
   local c SAN_LIMIT=140
-  for c in Reduce Softmax Select Attention.testFused Attention.testMasks Attention.testBackward Halves; do
+  for c in Reduce Softmax Select Attention.testFused Attention.testMasks Attention.testBackward Halves \
+           HalfGradients; do
     ( san racecheck -p "$c" > /tmp/race-$c.log 2>&1; echo "racecheck $c rc=$?" >> /tmp/race-$c.log ) &
   done
   san synccheck -p Reduce -p Softmax -p Attention -p Select > /tmp/race-sync.log 2>&1
@@ -98,7 +101,21 @@ racesync() {
   wait
   for c in /tmp/race-*.log; do echo "== $c"; cat "$c"; done
 }
-export -f env_step san racesync
+# sans TOOL [LuaUnit options]: TOOL over the tests the options select
+# and, in a process of its own beside it, the variants' on the tensor cores
+# and CUDA cores (test_variants.lua: their programs compiled by NVRTC);
+# one log; fails when either does
+sans() {
+  local tool=$1; shift
+  ( san "$tool" "$@" > /tmp/$tool-attention.log 2>&1
+    echo "$tool attention rc=$?" >> /tmp/$tool-attention.log ) &
+  ( san "$tool" -p Variants.testHalves -p Variants.testHalfGradients -p Variants.testFused \
+      > /tmp/$tool-variants.log 2>&1; echo "$tool variants rc=$?" >> /tmp/$tool-variants.log ) &
+  wait
+  cat /tmp/$tool-attention.log /tmp/$tool-variants.log
+  ! grep -q "^$tool .* rc=[1-9]" /tmp/$tool-attention.log /tmp/$tool-variants.log
+}
+export -f env_step san racesync sans
 run 1-env 45 env_step
 # `gpu_check.sh quick`: the attention's suites and the --quick bench, about 2 minutes
 if [ "${1:-}" = quick ]; then
@@ -144,8 +161,9 @@ export -f checks
 run 2-cuda 140 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &
 # (-p HalvesOnThe: the default variants; each of testHalvesInEveryVariant's
 # processes would start under the sanitizer, too slow for the limit)
-QKV_CUDNN=0 SAN_LIMIT=140 run 3-memcheck 150 san memcheck -p HalvesOnThe -p Backward -p Fused &
-QKV_CUDNN=0 SAN_LIMIT=140 run 4-racecheck 150 san racecheck -p HalvesOnThe -p Backward &
+QKV_CUDNN=0 SAN_LIMIT=140 run 3-memcheck 150 sans memcheck -p HalvesOnThe -p Backward -p Fused \
+  -x Variants &
+QKV_CUDNN=0 SAN_LIMIT=140 run 4-racecheck 150 sans racecheck -p HalvesOnThe -p Backward -x Variants &
 run 5-device 150 $QKV test --device cuda tests/backends/test_attention.lua tests/backends/test_cudnn.lua \
   tests/core tests/stdlib tests/autograd tests/bindings tests/cli &
 wait
