@@ -12,7 +12,8 @@
 **
 ** A chunk of the batch at a time (whole items while ~256 MiB of scratch
 ** holds two nq x nk score matrices each, else one item's queries a block of
-** rows at a time):
+** rows at a time; under a block mask blocks of at most BAND_ROWS rows, each
+** over the keys from the first to the last block its rows keep: key_window):
 **   S  = scale Q K^T                     (cuBLAS)
 **   P  = exp(S - lse) per row, masked    (rows_kernel: a warp a row, which
 **        also takes D = dO . O; a row with no key kept, lse = -inf, is 0;
@@ -41,10 +42,9 @@
 #define THREADS 256
 #define SCRATCH ((size_t)256 << 20)   /* bytes of S and dP at most, roughly */
 
-/* a chunk of the plan: items [b0, b0 + nb), query rows [i0, i0 + rq) of each */
-typedef struct {
-  int64_t b0, nb, i0, rq;
-} chunk;
+/* a chunk of the plan: items [b0, b0 + nb), query rows [i0, i0 + rq) of
+   each, keys [k0, k0 + kn) (mods.cuh) */
+typedef qkv_cu_rows chunk;
 
 /* ---- kernels ---- */
 
@@ -54,7 +54,7 @@ __device__ static double warp_sum (double x) {
 }
 
 /*
-** One warp a row of the chunk (nb rq rows of nk scores at s): lse is the
+** One warp a row of the chunk (nb rq rows of kn scores at s): lse is the
 ** forward's (fwd, (B, nq), when given), else the masked scores' max (NaN
 ** skipped, as the CPU's) and sum of exp(x - max) give it (-inf when the
 ** sum is not above 0: every key excluded, or a NaN); then P = exp(S - lse)
@@ -66,7 +66,7 @@ __global__ void rows_kernel (T *s, double *lse, double *D, const T *fwd, qkv_att
                              chunk C) {
   const int lane = threadIdx.x % 32;
   const T ninf = -(T)INFINITY;
-  int64_t nrows = C.nb * C.rq, nk = P.nk;
+  int64_t nrows = C.nb * C.rq, nk = C.kn;
   int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   int64_t nw = (int64_t)gridDim.x * blockDim.x / 32;
   for (int64_t row = w; row < nrows; row += nw) {      /* the same in a warp */
@@ -77,7 +77,7 @@ __global__ void rows_kernel (T *s, double *lse, double *D, const T *fwd, qkv_att
     T mx = ninf;
     for (int64_t j = lane; j < nk; j += 32) {
       T x = sr[j];
-      if (!qkv_attn_keeps(&P, mk, i, j)) sr[j] = x = ninf;
+      if (!qkv_attn_keeps(&P, mk, i, C.k0 + j)) sr[j] = x = ninf;
       mx = x > mx ? x : mx;
     }
     double L;
@@ -151,85 +151,151 @@ static int gemm (int64_t m, int64_t n, int64_t k, double alpha, mat<T> A, mat<T>
 
 /* ---- a chunk ---- */
 
-/* the gradients of chunk C, with scratch s, dp (C.nb C.rq x nk each) and
-   lse, D (C.nb C.rq each) */
+/* the gradients of chunk C, with scratch s, dp (C.nb C.rq x C.kn each)
+   and lse, D (C.nb C.rq each); zeroed: dK and dV were zeroed before the
+   first chunk (the chunks take key windows) */
 template <typename T>
 static int one_chunk (const qkv_attn_plan &P, const qkv_cu_mods *M, const chunk &C, T *s, T *dp,
-                      double *lse, double *D) {
+                      double *lse, double *D, bool zeroed) {
   int err;
-  int64_t nq = P.nq, nk = P.nk, dk = P.dk, dv = P.dv, rq = C.rq, nb = C.nb;
-  int64_t rows = nb * rq, ns = rq * nk;
+  /* the chunk's keys: kn of them from k0, rows kn scores long */
+  int64_t nq = P.nq, nk = P.nk, kn = C.kn, dk = P.dk, dv = P.dv, rq = C.rq, nb = C.nb;
+  int64_t rows = nb * rq, ns = rq * kn;
   const T *q = (const T *)P.q.base + (C.b0 * nq + C.i0) * dk;
-  const T *k = (const T *)P.k.base + C.b0 * nk * dk, *v = (const T *)P.v.base + C.b0 * nk * dv;
+  const T *k = (const T *)P.k.base + (C.b0 * nk + C.k0) * dk;
+  const T *v = (const T *)P.v.base + (C.b0 * nk + C.k0) * dv;
   const T *go = (const T *)P.go.base + (C.b0 * nq + C.i0) * dv;
-  T *dq = (T *)P.gq + (C.b0 * nq + C.i0) * dk, *dkk = (T *)P.gk + C.b0 * nk * dk;
-  T *dvv = (T *)P.gv + C.b0 * nk * dv;
-  double acc = C.i0 > 0 ? 1 : 0;       /* dK, dV add to the earlier row blocks' */
+  T *dq = (T *)P.gq + (C.b0 * nq + C.i0) * dk, *dkk = (T *)P.gk + (C.b0 * nk + C.k0) * dk;
+  T *dvv = (T *)P.gv + (C.b0 * nk + C.k0) * dv;
+  double acc = C.i0 > 0 || zeroed ? 1 : 0;   /* dK, dV add to the earlier row blocks' */
   mat<T> Q = {q, dk, nq * dk, 0}, K = {k, dk, nk * dk, 0}, V = {v, dv, nk * dv, 0};
-  mat<T> GO = {go, dv, nq * dv, 0}, S = {s, nk, ns, 0}, DS = {dp, nk, ns, 0};
+  mat<T> GO = {go, dv, nq * dv, 0}, S = {s, kn, ns, 0}, DS = {dp, kn, ns, 0};
   /* S = scale Q K^T (no features: zeros, as BLAS gives) */
   K.t = 1;
   if (dk > 0) {
-    if ((err = gemm<T>(rq, nk, dk, P.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
+    if ((err = gemm<T>(rq, kn, dk, P.scale, Q, K, 0, s, kn, ns, nb)) != QKV_OK) return err;
   } else {
-    cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
+    cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * kn) * sizeof(T), 0));
   }
   K.t = 0;
-  if (M && (err = qkv_cu_mods_scores<T>(P, *M, s, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
+  if (M && (err = qkv_cu_mods_scores<T>(P, *M, s, C)) != QKV_OK) return err;
   rows_kernel<T><<<qkv_cu_blocks(rows * 32, THREADS), THREADS>>>(
       s, lse, D, (const T *)P.lse, P, C);
   launchCheck("rows_kernel");
   if (dv > 0) {
     S.t = 1;                                           /* dV (+)= P^T dO */
-    if ((err = gemm<T>(nk, dv, rq, 1, S, GO, acc, dvv, dv, nk * dv, nb)) != QKV_OK) return err;
+    if ((err = gemm<T>(kn, dv, rq, 1, S, GO, acc, dvv, dv, nk * dv, nb)) != QKV_OK) return err;
     S.t = 0;
     V.t = 1;                                           /* dP = dO V^T */
-    if ((err = gemm<T>(rq, nk, dv, 1, GO, V, 0, dp, nk, ns, nb)) != QKV_OK) return err;
+    if ((err = gemm<T>(rq, kn, dv, 1, GO, V, 0, dp, kn, ns, nb)) != QKV_OK) return err;
   } else {
-    cudaCheck(cudaMemsetAsync(dp, 0, (size_t)(rows * nk) * sizeof(T), 0));
+    cudaCheck(cudaMemsetAsync(dp, 0, (size_t)(rows * kn) * sizeof(T), 0));
   }
-  ds_kernel<T><<<qkv_cu_blocks(rows * nk, THREADS), THREADS>>>(s, dp, lse, D, rows * nk, nk);
+  ds_kernel<T><<<qkv_cu_blocks(rows * kn, THREADS), THREADS>>>(s, dp, lse, D, rows * kn, kn);
   launchCheck("ds_kernel");
   if (M) {                              /* S again, then dS by the scores */
     K.t = 1;
     if (dk > 0) {
-      if ((err = gemm<T>(rq, nk, dk, P.scale, Q, K, 0, s, nk, ns, nb)) != QKV_OK) return err;
+      if ((err = gemm<T>(rq, kn, dk, P.scale, Q, K, 0, s, kn, ns, nb)) != QKV_OK) return err;
     } else {
-      cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * nk) * sizeof(T), 0));
+      cudaCheck(cudaMemsetAsync(s, 0, (size_t)(rows * kn) * sizeof(T), 0));
     }
     K.t = 0;
-    if ((err = qkv_cu_mods_grads<T>(P, *M, s, dp, C.b0, nb, C.i0, rq)) != QKV_OK) return err;
+    if ((err = qkv_cu_mods_grads<T>(P, *M, s, dp, C)) != QKV_OK) return err;
   }
   if (dk == 0) return QKV_OK;
   /* dQ = scale dS K, dK (+)= scale dS^T Q */
-  if ((err = gemm<T>(rq, dk, nk, P.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
+  if ((err = gemm<T>(rq, dk, kn, P.scale, DS, K, 0, dq, dk, nq * dk, nb)) != QKV_OK) return err;
   DS.t = 1;
-  return gemm<T>(nk, dk, rq, P.scale, DS, Q, acc, dkk, dk, nk * dk, nb);
+  return gemm<T>(kn, dk, rq, P.scale, DS, Q, acc, dkk, dk, nk * dk, nb);
 }
 
-/* the chunks: cb whole items, or (cb == 1) rq rows of one */
+/*
+** Chunk C's keys under a block mask (kinds, the host's copy, of M's
+** blocks): from the first to the last key of a block that one of its
+** queries' blocks does not leave empty, below the causal end of its last
+** query; a window's rows then take the window's keys, not the row.  kn 0:
+** none.
+*/
+static void key_window (const qkv_attn_plan &P, const qkv_attn_mods *M, const int32_t *kinds,
+                        chunk *C) {
+  int64_t end = qkv_attn_key_end(&P, C->i0, C->rq);
+  C->k0 = 0;
+  C->kn = end < 0 ? 0 : end;
+  int64_t lo = P.nk, hi = 0;
+  for (int64_t t = C->b0; t < C->b0 + C->nb; t++) {
+    int64_t b = t / M->heads, h = t % M->heads;
+    const int32_t *k = kinds + ((M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h)) * M->nqb * M->nkb;
+    for (int64_t a = C->i0 / M->bq; a <= (C->i0 + C->rq - 1) / M->bq; a++)
+      for (int64_t c = 0; c < M->nkb; c++)
+        if (k[a * M->nkb + c] != QKV_BLOCK_EMPTY) {
+          lo = c * M->bk < lo ? c * M->bk : lo;
+          hi = (c + 1) * M->bk > hi ? (c + 1) * M->bk : hi;
+        }
+  }
+  hi = hi < C->kn ? hi : C->kn;
+  C->k0 = lo < hi ? lo : 0;
+  C->kn = lo < hi ? hi - lo : 0;
+}
+
+/* the chunks: cb items by rq rows, each over the whole rows or, under a
+   block mask (kinds not NULL: its kinds on the host), over its key window,
+   dQ, dK and dV zeroed first then */
 template <typename T>
-static int chunks (const qkv_attn_plan &P, const qkv_cu_mods *M, int64_t cb, int64_t rq, T *s, T *dp,
-                   double *lse, double *D) {
+static int chunks (const qkv_attn_plan &P, const qkv_cu_mods *M, const qkv_attn_mods *H,
+                   const int32_t *kinds, int64_t cb, int64_t rq, T *s, T *dp, double *lse,
+                   double *D) {
   chunk C;
+  bool zeroed = kinds != NULL;
+  if (zeroed) {
+    size_t e = sizeof(T), nq = (size_t)(P.nbatch * P.nq), nk = (size_t)(P.nbatch * P.nk);
+    cudaCheck(cudaMemsetAsync(P.gq, 0, nq * (size_t)P.dk * e, 0));
+    cudaCheck(cudaMemsetAsync(P.gk, 0, nk * (size_t)P.dk * e, 0));
+    cudaCheck(cudaMemsetAsync(P.gv, 0, nk * (size_t)P.dv * e, 0));
+  }
   for (C.b0 = 0; C.b0 < P.nbatch; C.b0 += cb)
     for (C.i0 = 0; C.i0 < P.nq; C.i0 += rq) {
       C.nb = P.nbatch - C.b0 < cb ? P.nbatch - C.b0 : cb;
       C.rq = P.nq - C.i0 < rq ? P.nq - C.i0 : rq;
-      int err = one_chunk<T>(P, M, C, s, dp, lse, D);
+      C.k0 = 0;
+      C.kn = P.nk;
+      if (kinds) key_window(P, H, kinds, &C);
+      if (C.kn == 0) continue;                 /* no key: nothing reaches q, k or v */
+      int err = one_chunk<T>(P, M, C, s, dp, lse, D, zeroed);
       if (err != QKV_OK) return err;
     }
   return QKV_OK;
 }
 
-/* the scratch for the largest chunk, freed on every path */
+/* rows a chunk under a block mask: its window's rows, few enough that they
+   cut the keys to the window, many enough that the products stay large */
+#define BAND_ROWS 2048
+
+/* the scratch for the largest chunk, freed on every path; H: the host's
+   mods (their kinds copied back here), or NULL */
 template <typename T>
-static int run (const qkv_attn_plan &P, const qkv_cu_mods *M) {
+static int run (const qkv_attn_plan &P, const qkv_cu_mods *M, const qkv_attn_mods *H) {
   size_t row = 2 * (size_t)P.nk * sizeof(T) + 2 * sizeof(double);
   int64_t fit = (int64_t)(SCRATCH / row), cb = 1, rq = P.nq;
   if (fit < 1) fit = 1;
-  if (fit >= P.nq) {
-    cb = fit / P.nq;
+  /* a block mask's kinds on the host, and its chunks of rows */
+  int32_t *kinds = NULL;
+  if (H && H->kindt) {
+    size_t n = (size_t)(H->kb * H->kh * H->nqb * H->nkb) * sizeof(int32_t);
+    if ((kinds = (int32_t *)malloc(n ? n : 1)) == NULL) return QKV_ENOMEM;
+    cudaError_t e = cudaMemcpy(kinds, qkv_cu_data(H->kindt), n, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+      free(kinds);
+      return qkv_cu_fail_cuda("cudaMemcpy of the block kinds", __FILE__, __LINE__, e);
+    }
+    static int64_t band = -1;         /* QKV_CUDA_BWD_ROWS: the tests' small chunks */
+    if (band < 0) band = getenv("QKV_CUDA_BWD_ROWS") ? atoll(getenv("QKV_CUDA_BWD_ROWS")) : 0;
+    int64_t want = band > 0 ? band : BAND_ROWS;
+    want = (want + H->bq - 1) / H->bq * H->bq;
+    if (want < rq) rq = want;
+  }
+  if (fit >= rq) {
+    cb = fit / rq;
     cb = cb < P.nbatch ? cb : P.nbatch;
     cb = cb < INT_MAX ? cb : INT_MAX;
   } else {
@@ -241,10 +307,11 @@ static int run (const qkv_attn_plan &P, const qkv_cu_mods *M) {
   int err = QKV_ENOMEM;
   if (s && (dp = (T *)qkv_cu_alloc(ns * sizeof(T))) != NULL &&
       (stats = (double *)qkv_cu_alloc(2 * nrows * sizeof(double))) != NULL)
-    err = chunks<T>(P, M, cb, rq, s, dp, stats, stats + nrows);
+    err = chunks<T>(P, M, H, kinds, cb, rq, s, dp, stats, stats + nrows);
   qkv_cu_free(stats);
   qkv_cu_free(dp);
   qkv_cu_free(s);
+  free(kinds);
   return err;
 }
 
@@ -296,10 +363,10 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
   /* cuBLAS counts in int */
   if (!qkv_fits_int(P.nq) || !qkv_fits_int(P.nk) || !qkv_fits_int(P.dk) || !qkv_fits_int(P.dv))
     return QKV_EINTERNAL;
-  if (M == NULL) return dt == QKV_F32 ? run<float>(P, NULL) : run<double>(P, NULL);
+  if (M == NULL) return dt == QKV_F32 ? run<float>(P, NULL, NULL) : run<double>(P, NULL, NULL);
   qkv_cu_mods D;
   if ((err = qkv_cu_mods_up(M, &P, &D)) != QKV_OK) return err;
-  err = dt == QKV_F32 ? run<float>(P, &D) : run<double>(P, &D);
+  err = dt == QKV_F32 ? run<float>(P, &D, M) : run<double>(P, &D, M);
   if (err == QKV_OK) err = qkv_cu_mods_down(M, D);
   qkv_cu_free(D.dev);
   return err;

@@ -69,7 +69,7 @@ static int launch (const qkv_attn_plan &P, const grads &G, const void *jit, qkv_
   size_t smem = qkv_mma_bwd_smem(D);
   unsigned grid = (unsigned)(items < INT_MAX ? items : INT_MAX);
   if (jit) {
-    qkv_mods_args A = {P, Md, NULL, NULL, 0, 0, 0, 0, G.lse, G.delta, G.dqacc};
+    qkv_mods_args A = {P, Md, NULL, NULL, 0, 0, 0, 0, G.lse, G.delta, G.dqacc, 0, 0};
     int err = qkv_cu_jit_launch(jit, "qkv_jit_mma_bwd", grid, NTH, smem, A);
     if (err != QKV_OK) return err;
   } else {

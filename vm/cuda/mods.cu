@@ -152,7 +152,7 @@ template <typename T>
 static int forward (qkv_attn_plan &P, qkv_attn_mods *M, const qkv_cu_mods &dev) {
   qkv_attn_tiles(&P, dev.jit ? dev.tiles.bq : M->kinds ? M->bq : QKV_MODS_MT);
   unsigned grid = (unsigned)(P.items < INT_MAX ? P.items : INT_MAX);
-  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL};
+  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0};
   int err = launch<T>(dev, "forward", grid, dev.jit ? QKV_ATTN_NT : QKV_MODS_MT, A);
   if (err == QKV_OK) err = qkv_cu_mods_down(M, dev);
   if (err == QKV_OK) qkv_cu_attention_path = dev.jit ? "mods-jit" : "mods";
@@ -174,7 +174,7 @@ static int forward_mma (qkv_attn_plan &P, qkv_attn_mods *M) {
   qkv_cu_mods dev;
   if (err != QKV_OK || (err = qkv_cu_mods_up(M, &P, &dev, &t)) != QKV_OK) return err;
   qkv_attn_tiles(&P, QKV_MMA_WARPS * 16 * t.mt);
-  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL};
+  qkv_mods_args A = {P, dev.dev, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0};
   const void *k = qkv_cu_jit_kernel(dev.jit, "qkv_jit_mma");
   err = k ? qkv_cu_jit_launch(k, "qkv_jit_mma", (unsigned)P.items, QKV_MMA_NT, t.smem, A)
           : qkv_cu_fail("qkv_cu_jit_kernel", __FILE__, __LINE__, "qkv_jit_mma");
@@ -211,27 +211,27 @@ int qkv_cuda_attention_mods (qkv_tensor *out, const qkv_tensor *q, const qkv_ten
 /* ---- the backward's steps (attention_bwd.cu) ---- */
 
 template <typename T>
-int qkv_cu_mods_scores (const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, int64_t b0,
-                        int64_t nb, int64_t i0, int64_t rq) {
-  int64_t n = nb * rq * P.nk;
-  qkv_mods_args A = {P, D.dev, s, NULL, b0, i0, rq, n, NULL, NULL, NULL};
+int qkv_cu_mods_scores (const qkv_attn_plan &P, const qkv_cu_mods &D, T *s,
+                        const qkv_cu_rows &C) {
+  int64_t n = C.nb * C.rq * C.kn;
+  qkv_mods_args A = {P, D.dev, s, NULL, C.b0, C.i0, C.rq, n, NULL, NULL, NULL, C.k0, C.kn};
   return launch<T>(D, "scores", qkv_cu_blocks(n, QKV_MODS_THREADS), QKV_MODS_THREADS, A);
 }
 
 template <typename T>
 int qkv_cu_mods_grads (const qkv_attn_plan &P, const qkv_cu_mods &D, const T *s, T *ds,
-                       int64_t b0, int64_t nb, int64_t i0, int64_t rq) {
-  int64_t n = nb * rq * P.nk;
-  qkv_mods_args A = {P, D.dev, (void *)s, ds, b0, i0, rq, n, NULL, NULL, NULL};
+                       const qkv_cu_rows &C) {
+  int64_t n = C.nb * C.rq * C.kn;
+  qkv_mods_args A = {P, D.dev, (void *)s, ds, C.b0, C.i0, C.rq, n, NULL, NULL, NULL, C.k0,
+                     C.kn};
   return launch<T>(D, "grads", qkv_cu_blocks(n, QKV_MODS_THREADS), QKV_MODS_THREADS, A);
 }
 
 template int qkv_cu_mods_scores<float>(const qkv_attn_plan &, const qkv_cu_mods &, float *,
-                                       int64_t, int64_t, int64_t, int64_t);
+                                       const qkv_cu_rows &);
 template int qkv_cu_mods_scores<double>(const qkv_attn_plan &, const qkv_cu_mods &, double *,
-                                        int64_t, int64_t, int64_t, int64_t);
+                                        const qkv_cu_rows &);
 template int qkv_cu_mods_grads<float>(const qkv_attn_plan &, const qkv_cu_mods &, const float *,
-                                      float *, int64_t, int64_t, int64_t, int64_t);
+                                      float *, const qkv_cu_rows &);
 template int qkv_cu_mods_grads<double>(const qkv_attn_plan &, const qkv_cu_mods &,
-                                       const double *, double *, int64_t, int64_t, int64_t,
-                                       int64_t);
+                                       const double *, double *, const qkv_cu_rows &);

@@ -62,9 +62,15 @@ int qkv_cu_mods_up(qkv_attn_mods *M, const qkv_attn_plan *P, qkv_cu_mods *D,
    else QKV_OK (or the copy's error) */
 int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_cu_mods &D);
 
+/* a chunk of the backward's score rows (attention_bwd.cu): items b0 ..
+   b0 + nb - 1, queries i0 .. i0 + rq - 1 of each, keys k0 .. k0 + kn - 1
+   (the rest of a row excluded for all of them) */
+struct qkv_cu_rows {
+  int64_t b0, nb, i0, rq, k0, kn;
+};
+
 /*
-** The backward's steps on a chunk of whole score rows (attention_bwd.cu):
-** rows items b0.. of rq queries from i0, each row nk scores, at s.
+** The backward's steps on chunk C's score rows at s (kn scores a row).
 ** qkv_cu_mods_scores: s (scale q k^T) becomes the new scores, -inf where
 ** the mask or an empty block drops the key.  qkv_cu_mods_grads: s is
 ** scale q k^T again and ds the gradient by the new scores; adds ds times
@@ -72,10 +78,9 @@ int qkv_cu_mods_down(qkv_attn_mods *M, const qkv_cu_mods &D);
 ** makes ds the gradient by the scores (0 stays 0).
 */
 template <typename T>
-int qkv_cu_mods_scores(const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, int64_t b0,
-                       int64_t nb, int64_t i0, int64_t rq);
+int qkv_cu_mods_scores(const qkv_attn_plan &P, const qkv_cu_mods &D, T *s, const qkv_cu_rows &C);
 template <typename T>
 int qkv_cu_mods_grads(const qkv_attn_plan &P, const qkv_cu_mods &D, const T *s, T *ds,
-                      int64_t b0, int64_t nb, int64_t i0, int64_t rq);
+                      const qkv_cu_rows &C);
 
 #endif

@@ -52,8 +52,9 @@
 /* what every kernel takes (one struct, so that a kernel compiled at run
    time is launched with one argument): the plan, the device copy of the
    mods, and for the backward's steps the chunk's scores s and gradients
-   ds (T), its items from b0, rq queries from i0, n pairs; for the
-   tensor-core backward its lse, delta and dQ's sums (qkv_mma_grads) */
+   ds (T), its items from b0, rq queries from i0, n pairs, keys [k0, k0 +
+   kn) a row; for the tensor-core backward its lse, delta and dQ's sums
+   (qkv_mma_grads) */
 struct qkv_mods_args {
   qkv_attn_plan P;
   qkv_attn_mods *M;
@@ -61,6 +62,7 @@ struct qkv_mods_args {
   int64_t b0, i0, rq, n;
   const float *lse;
   float *delta, *dqacc;
+  int64_t k0, kn;
 };
 
 /* one pair: its item's b and h, query i, key j (0-based) and score */
@@ -297,14 +299,14 @@ __device__ static void qkv_mods_forward (const qkv_attn_plan &P, qkv_attn_mods *
   }
 }
 
-/* pair x of a chunk of nk-long rows: items from b0, rq queries from i0 each */
-__device__ static inline qkv_mod_pair qkv_mods_pair_of (const qkv_attn_plan &P,
+/* pair x of a chunk's rows (A's: items from b0, rq queries from i0 each,
+   keys k0 .. k0 + kn - 1 a row) */
+__device__ static inline qkv_mod_pair qkv_mods_pair_of (const qkv_mods_args &A,
                                                         const qkv_attn_mods *M, int64_t x,
-                                                        int64_t b0, int64_t i0, int64_t rq,
                                                         int64_t *t) {
-  int64_t row = x / P.nk;
-  *t = b0 + row / rq;
-  qkv_mod_pair e = {*t / M->heads, *t % M->heads, i0 + row % rq, x % P.nk, 0};
+  int64_t row = x / A.kn;
+  *t = A.b0 + row / A.rq;
+  qkv_mod_pair e = {*t / M->heads, *t % M->heads, A.i0 + row % A.rq, A.k0 + x % A.kn, 0};
   return e;
 }
 
@@ -323,7 +325,7 @@ __device__ static void qkv_mods_scores (const qkv_mods_args &A) {
   double val[E::NV];
   QKV_MODS_LOOP(x, A.n) {
     int64_t t;
-    qkv_mod_pair e = qkv_mods_pair_of(P, M, x, A.b0, A.i0, A.rq, &t);
+    qkv_mod_pair e = qkv_mods_pair_of(A, M, x, &t);
     int kind = qkv_mods_kind<E>(M, t, e.i, e.j);
     const unsigned char *mk =
         P.has_mask ? (const unsigned char *)P.mask.base + qkv_attn_batch_offset(&P, &P.mask, t)
@@ -346,7 +348,6 @@ __device__ static void qkv_mods_scores (const qkv_mods_args &A) {
    sums, then makes ds the gradient by the scores (0 stays 0) */
 template <typename T, class E>
 __device__ static void qkv_mods_grads (const qkv_mods_args &A) {
-  const qkv_attn_plan &P = A.P;
   qkv_attn_mods *M = A.M;
   const T *s = (const T *)A.s;
   T *ds = (T *)A.ds;
@@ -355,7 +356,7 @@ __device__ static void qkv_mods_grads (const qkv_mods_args &A) {
     T g = ds[x];
     if (g == 0) continue;                      /* a dropped key, or no gradient */
     int64_t t;
-    qkv_mod_pair e = qkv_mods_pair_of(P, M, x, A.b0, A.i0, A.rq, &t);
+    qkv_mod_pair e = qkv_mods_pair_of(A, M, x, &t);
     e.score = (double)s[x];
     E::run(M, val, QKV_MOD_WANT_GRAD, false, e);
     E::run(M, val, QKV_MOD_WANT_GRAD, true, e);

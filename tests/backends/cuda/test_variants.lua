@@ -359,3 +359,52 @@ function TestCudaVariants:testHalfGradientsOnTheTensorCores()
     end
   end
 end
+
+-- float32 and float64 gradients under a block mask take each chunk of
+-- query rows over its key window only (vm/cuda/attention_bwd.cu); with
+-- chunks of 16 rows (QKV_CUDA_BWD_ROWS, in a process of its own) a window,
+-- documents and a mask whose early rows keep no key must give the CPU's
+-- gradients, q's, k's, v's and a captured bias's
+function TestCudaVariants:testBackwardInKeyWindows()
+  need()
+  local S = dofile("tests/helpers/shell.lua")
+  local script = [[
+    local V = qkv.variants
+    local ids = qkv.tensor({1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3}, "int64"):repeat_interleave(8)
+    local cases = {
+      window = function(dev) return {block_mask = qkv.block_mask(V.sliding_window(13), nil, nil, 96, 96, {block = 16})} end,
+      documents = function(dev) return {mask_mod = V.document(ids:to(dev))} end,
+      late = function(dev) return {mask_mod = function(b, h, i, j) return j:le(i - 40) end} end,
+    }
+    local worst = 0
+    for _, dt in ipairs{"float64", "float32"} do
+      for name, opts in pairs(cases) do
+        qkv.seed(3)
+        local q, k, v, g = qkv.randn(2, 2, 96, 8, dt), qkv.randn(2, 2, 96, 8, dt), qkv.randn(2, 2, 96, 5, dt), qkv.randn(2, 2, 96, 5, dt)
+        local bias = qkv.randn(2, 192, dt)
+        local function grads(dev)
+          local function leaf(x) return x:to(dev):detach():requires_grad_() end
+          local a, b, e, t = leaf(q), leaf(k), leaf(v), leaf(bias)
+          local o = opts(dev)
+          o.weights = false
+          o.score_mod = function(s, bb, h, i, j) return s + t[{h, j - i + 96}] end
+          qkv.attention(a, b, e, o):backward(g:to(dev))
+          return {a.grad, b.grad, e.grad, t.grad}
+        end
+        local want, got = grads("cpu"), grads("cuda")
+        for w = 1, 4 do
+          local d = (got[w]:cpu():double() - want[w]:double()):abs():max():item()
+          local r = d / math.max(want[w]:double():abs():max():item(), 1e-300)
+          worst = math.max(worst, dt == "float64" and r * 1e5 or r)
+        end
+      end
+    end
+    io.write(("worst %.3g"):format(worst))
+  ]]
+  local out, code = S.sh("QKV_CUDA_BWD_ROWS=16 " .. S.quote(C.EXE) .. " -e " .. S.quote(script))
+  lu.assertEquals(code, 0, out)
+  local worst = tonumber(out:match("worst (%S+)"))
+  lu.assertNotNil(worst, out)
+  -- float32 within 1e-5 of the CPU's, float64 within 1e-10 (scaled by 1e5)
+  lu.assertTrue(worst <= 1e-5, out)
+end
