@@ -408,3 +408,40 @@ function TestCudaVariants:testBackwardInKeyWindows()
   -- float32 within 1e-5 of the CPU's, float64 within 1e-10 (scaled by 1e5)
   lu.assertTrue(worst <= 1e-5, out)
 end
+
+-- the tensor cores' forward with a program at every tiling
+-- QKV_CUDA_MMA_VARIANT names (two m-tiles a warp take the program's loops
+-- other paths than the default r16k64's), each in a process of its own:
+-- the CPU's values, bfloat16, a window with a soft-cap at d 64
+function TestCudaVariants:testHalvesInEveryTiling()
+  need()
+  local S = dofile("tests/helpers/shell.lua")
+  local script = [[
+    local V = qkv.variants
+    qkv.seed(4)
+    local q, k = (qkv.randn(1, 2, 150, 64) / 3):to("bfloat16"), (qkv.randn(1, 2, 150, 64) / 3):to("bfloat16")
+    local v = qkv.randn(1, 2, 150, 64):to("bfloat16")
+    local bm = qkv.block_mask(V.sliding_window(40), nil, nil, 150, 150, {block = 16})
+    local worst = 0
+    for _, o in ipairs{{block_mask = bm, score_mod = V.softcap(2)}, {mask_mod = V.sliding_window(40), score_mod = V.softcap(2)}} do
+      o.weights = false
+      local want = qkv.attention(q, k, v, o):double()
+      local got = qkv.attention(q:cuda(), k:cuda(), v:cuda(), o)
+      io.write(qkv.cuda.attention_backend(), " ")
+      local d = got:cpu():double() - want
+      worst = math.max(worst, math.sqrt((d * d):sum():item() / (want * want):sum():item()))
+    end
+    io.write(("worst %.3g"):format(worst))
+  ]]
+  for _, variant in ipairs{"r16k64", "r32k32", "r32k64", "r32k128"} do
+    local out, code = S.sh("QKV_CUDA_MMA_VARIANT=" .. variant .. " " .. S.quote(C.EXE) .. " -e " ..
+                           S.quote(script))
+    lu.assertEquals(code, 0, variant .. ": " .. out)
+    if not out:find("cpu") and os.getenv("QKV_CUDA_JIT") ~= "0" then
+      lu.assertStrContains(out, "mods-mma mods-mma", false, variant)
+    end
+    local worst = tonumber(out:match("worst (%S+)"))
+    lu.assertNotNil(worst, out)
+    lu.assertTrue(worst <= 1e-2, variant .. ": " .. out)
+  end
+end
