@@ -134,6 +134,22 @@ typedef struct qkv_attn_mods {
   double fail_val;
 } qkv_attn_mods;
 
+/* batch item t's (b, h) as the kinds' and the spans' first two dims */
+static inline QKV_HD int64_t qkv_mod_bh (const qkv_attn_mods *M, int64_t t) {
+  int64_t b = t / M->heads, h = t % M->heads;
+  return (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
+}
+
+/* whether P's derivative by the score is a constant (a bias added to the
+   score: ALiBi, a relative bias), its value in *k; 0 where P has no score
+   output or the derivative varies */
+static inline int qkv_mod_dscore_const (const qkv_mod_prog *P, double *k) {
+  int d = P->out[QKV_MOD_OUT_DSCORE];
+  if (P->out[QKV_MOD_OUT_SCORE] < 0 || d < 0 || P->ins[d].op != QKV_MOD_CONST) return 0;
+  *k = P->ins[d].k;
+  return 1;
+}
+
 /* inlined always: the CPU's loops call it with a constant op (vm/cpu/mods.c),
    and only inlined does its switch fold away and the loop vectorise */
 #if defined(__GNUC__) && !defined(__CUDACC__)

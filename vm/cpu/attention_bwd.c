@@ -453,10 +453,10 @@ static int items (void *p, int64_t lo, int64_t hi, int tid) {
 static int regs_take (const qkv_attn_mods *M) {
   if (M == NULL) return 1;
   const qkv_mod_prog *P = M->prog;
+  double k;
   if (P->out[QKV_MOD_OUT_MASK] >= 0 && !(M->kinds && M->spans)) return 0;
   if (P->out[QKV_MOD_OUT_SCORE] < 0) return 1;
-  int d = P->out[QKV_MOD_OUT_DSCORE];
-  if (d < 0 || P->ins[d].op != QKV_MOD_CONST) return 0;
+  if (!qkv_mod_dscore_const(P, &k)) return 0;
   for (int c = 0; c < M->ncap; c++)
     if (M->gradt[c]) return 0;
   return 1;

@@ -7,9 +7,10 @@
 ** version for everything else (float64, mask tensors, other mods, a CPU
 ** without AVX-512).  A block mask's empty tiles are skipped, a partial
 ** tile's products run over the band its spans keep (ranges_of), and a
-** score_mod runs on each tile's S^T by the forward's rows (mods_rows.c).  The tiles' products were 56-108 GFLOP/s through
-** oneDNN on a small model's heads (64 x 64 x 32), and half the backward's
-** time at N = 4096 went to calls that pack what they read.
+** score_mod runs on each tile's S^T by the forward's rows (mods_rows.c).
+** The tiles' products were 56-108 GFLOP/s through oneDNN on a small
+** model's heads (64 x 64 x 32), and half the backward's time at N = 4096
+** went to calls that pack what they read.
 **
 ** As the forward (attention_avx512.c) it works in the transposed frame:
 ** for a tile of BQ queries and BK keys, scores are held as st[j][i] (key
@@ -264,7 +265,9 @@ int qkv_attn_bwd_avx512 (const qkv_attn_plan *P, const qkv_attn_bwd_item *it, vo
      (mods_rows.c), its derivative by the score the constant dsk */
   int smod = M && M->prog->out[QKV_MOD_OUT_SCORE] >= 0;
   double *mem = (double *)(((uintptr_t)(w + floats_of(d, dv)) + 63) & ~(uintptr_t)63);
-  float dsk = smod ? (float)M->prog->ins[M->prog->out[QKV_MOD_OUT_DSCORE]].k : 1.0f;
+  double k1 = 1;
+  if (smod) qkv_mod_dscore_const(M->prog, &k1);       /* a constant: regs_take's */
+  float dsk = (float)k1;
   memset(it->dq, 0, sizeof(float) * (size_t)(nq * d));
   memset(it->dk, 0, sizeof(float) * (size_t)(nk * d));
   memset(it->dvv, 0, sizeof(float) * (size_t)(nk * dv));

@@ -113,8 +113,6 @@ int qkv_mod_load (qkv_attn_mods *M, const axes *A, double *const *val, int v, in
   return QKV_OK;
 }
 
-/* which values of P run in float32 on a float32 tile (fl[v] = 1): those
-   that read the score; none when a LOAD is indexed by one */
 /* o[0..n) = op(a) for the transcendental ops of the score's path, in
    float32 (vexp.h's, on vectors) where the tile is float32: the values
    end as float32, and libm's double tanh, one call an element, took half
@@ -293,7 +291,6 @@ void qkv_mod_grads (const qkv_attn_mods *M, const qkv_mod_tile *T, const double 
   if (d == 0 && p[0] == 1) return;              /* score + a bias: dS as it is */
   scale_ds(T, ds, p, d);
 }
-
 
 void qkv_cpu_mods_caps (qkv_attn_mods *M) {
   for (int c = 0; c < M->ncap; c++) {

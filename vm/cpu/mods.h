@@ -83,12 +83,6 @@ void qkv_mod_put (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *m
 void qkv_mod_grads (const qkv_attn_mods *M, const qkv_mod_tile *T, const double *mem,
                     void *ds, double *const *acc);
 
-/* batch item t's (b, h) as the kinds' and the spans' first two dims */
-static inline int64_t qkv_mod_bh (const qkv_attn_mods *M, int64_t t) {
-  int64_t b = t / M->heads, h = t % M->heads;
-  return (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
-}
-
 /* the kind (QKV_BLOCK_*) of the tile of nq queries from i0 and nk keys
    from j0 (one block or several, or parts of them) of batch item t: the
    block mask's, as one when its blocks differ (partial unless all are

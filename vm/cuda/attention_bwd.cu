@@ -219,13 +219,9 @@ static int one_chunk (const qkv_attn_plan &P, const qkv_cu_mods *M, const chunk 
 */
 static void key_window (const qkv_attn_plan &P, const qkv_attn_mods *M, const int32_t *kinds,
                         chunk *C) {
-  int64_t end = qkv_attn_key_end(&P, C->i0, C->rq);
-  C->k0 = 0;
-  C->kn = end < 0 ? 0 : end;
-  int64_t lo = P.nk, hi = 0;
+  int64_t end = qkv_attn_key_end(&P, C->i0, C->rq), lo = P.nk, hi = 0;
   for (int64_t t = C->b0; t < C->b0 + C->nb; t++) {
-    int64_t b = t / M->heads, h = t % M->heads;
-    const int32_t *k = kinds + ((M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h)) * M->nqb * M->nkb;
+    const int32_t *k = kinds + qkv_mod_bh(M, t) * M->nqb * M->nkb;
     for (int64_t a = C->i0 / M->bq; a <= (C->i0 + C->rq - 1) / M->bq; a++)
       for (int64_t c = 0; c < M->nkb; c++)
         if (k[a * M->nkb + c] != QKV_BLOCK_EMPTY) {
@@ -233,7 +229,7 @@ static void key_window (const qkv_attn_plan &P, const qkv_attn_mods *M, const in
           hi = (c + 1) * M->bk > hi ? (c + 1) * M->bk : hi;
         }
   }
-  hi = hi < C->kn ? hi : C->kn;
+  hi = hi < end ? hi : end;
   C->k0 = lo < hi ? lo : 0;
   C->kn = lo < hi ? hi - lo : 0;
 }

@@ -103,9 +103,9 @@ int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles 
   line(s, "struct qkv_mods_gen {");
   line(s, "  static const bool MODS = true;");
   /* score + a bias: the derivative by the score is 1, nothing to take */
-  const int ds = G->out[QKV_MOD_OUT_DSCORE];
+  double dk;
   line(s, "  static const bool DSCORE_ONE = %s;",
-       ds >= 0 && G->ins[ds].op == QKV_MOD_CONST && G->ins[ds].k == 1 ? "true" : "false");
+       qkv_mod_dscore_const(G, &dk) && dk == 1 ? "true" : "false");
   line(s, "  static const int NV = %d;", G->n > 0 ? G->n : 1);
   line(s, "  __device__ static __forceinline__ void run (qkv_attn_mods *M, double *val, int want,");
   line(s, "                                              bool js, const qkv_mod_pair &e) {");
@@ -141,7 +141,7 @@ int qkv_cu_mods_source (const qkv_mod_prog *G, qkv_dtype dt, const qkv_cu_tiles 
   }
   line(s, "  }");
   line(s, "};");
-  if (mma) {                        /* the tensor cores' forward alone */
+  if (mma) {                        /* the tensor cores' forward and backward */
     line(s, "extern \"C\" __global__ void __launch_bounds__(QKV_MMA_NT, 2) qkv_jit_mma (qkv_mods_args A) {");
     line(s, "  QKV_DYNAMIC_SMEM(smem);");
     line(s, "  qkv_attn_mma<%d, %d, %d, %d, true, qkv_mods_gen>(A.P, A.M, 1, smem);", mma->dt,

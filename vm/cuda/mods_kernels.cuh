@@ -190,9 +190,7 @@ struct qkv_mods_none {
 template <class E>
 __device__ static int qkv_mods_kind (const qkv_attn_mods *M, int64_t t, int64_t i, int64_t j) {
   if (M->kinds == NULL) return E::has(M, QKV_MOD_OUT_MASK) ? QKV_BLOCK_PARTIAL : QKV_BLOCK_FULL;
-  int64_t b = t / M->heads, h = t % M->heads;
-  int64_t r = (M->kb == 1 ? 0 : b) * M->kh + (M->kh == 1 ? 0 : h);
-  return M->kinds[(r * M->nqb + i / M->bq) * M->nkb + j / M->bk];
+  return M->kinds[(qkv_mod_bh(M, t) * M->nqb + i / M->bq) * M->nkb + j / M->bk];
 }
 
 /* the kind of the tile of queries [i0, i0 + nq) and keys [j0, j0 + nk)

@@ -9,6 +9,7 @@
 -- (tests/helpers/cuda_suite.lua says what the suite checks)
 local lu = require "luaunit"
 local C = dofile("tests/helpers/cuda_suite.lua")
+local S = dofile("tests/helpers/shell.lua")
 local need, same, values, FLOATS = C.need, C.same, C.values, C.FLOATS
 local V = setmetatable({}, {__index = function(_, k) return qkv.variants[k] end})
 
@@ -178,6 +179,17 @@ function TestCudaVariants:testLongProgram()
       return out, a.grad, b.grad, c.grad, t.grad
     end, {q, k, v, values({3, 21}, dt)})
   end
+end
+
+-- script run by qkv in a process of its own under the environment env
+-- (what says how the GPU's kernels cut the work): it exits 0 and writes
+-- "worst x"; returns x and what it wrote
+local function worst_of(env, script, what)
+  local out, code = S.sh(env .. " " .. S.quote(C.EXE) .. " -e " .. S.quote(script))
+  lu.assertEquals(code, 0, what .. ": " .. out)
+  local worst = tonumber(out:match("worst (%S+)"))
+  lu.assertNotNil(worst, what .. ": " .. out)
+  return worst, out
 end
 
 -- float16 and bfloat16 at head sizes 64 and 128 run on the tensor cores
@@ -367,7 +379,6 @@ end
 -- gradients, q's, k's, v's and a captured bias's
 function TestCudaVariants:testBackwardInKeyWindows()
   need()
-  local S = dofile("tests/helpers/shell.lua")
   local script = [[
     local V = qkv.variants
     local ids = qkv.tensor({1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3}, "int64"):repeat_interleave(8)
@@ -401,10 +412,7 @@ function TestCudaVariants:testBackwardInKeyWindows()
     end
     io.write(("worst %.3g"):format(worst))
   ]]
-  local out, code = S.sh("QKV_CUDA_BWD_ROWS=16 " .. S.quote(C.EXE) .. " -e " .. S.quote(script))
-  lu.assertEquals(code, 0, out)
-  local worst = tonumber(out:match("worst (%S+)"))
-  lu.assertNotNil(worst, out)
+  local worst, out = worst_of("QKV_CUDA_BWD_ROWS=16", script, "16-row chunks")
   -- float32 within 1e-5 of the CPU's, float64 within 1e-10 (scaled by 1e5)
   lu.assertTrue(worst <= 1e-5, out)
 end
@@ -415,7 +423,6 @@ end
 -- the CPU's values, bfloat16, a window with a soft-cap at d 64
 function TestCudaVariants:testHalvesInEveryTiling()
   need()
-  local S = dofile("tests/helpers/shell.lua")
   local script = [[
     local V = qkv.variants
     qkv.seed(4)
@@ -434,14 +441,10 @@ function TestCudaVariants:testHalvesInEveryTiling()
     io.write(("worst %.3g"):format(worst))
   ]]
   for _, variant in ipairs{"r16k64", "r32k32", "r32k64", "r32k128"} do
-    local out, code = S.sh("QKV_CUDA_MMA_VARIANT=" .. variant .. " " .. S.quote(C.EXE) .. " -e " ..
-                           S.quote(script))
-    lu.assertEquals(code, 0, variant .. ": " .. out)
+    local worst, out = worst_of("QKV_CUDA_MMA_VARIANT=" .. variant, script, variant)
     if not out:find("cpu") and os.getenv("QKV_CUDA_JIT") ~= "0" then
       lu.assertStrContains(out, "mods-mma mods-mma", false, variant)
     end
-    local worst = tonumber(out:match("worst (%S+)"))
-    lu.assertNotNil(worst, out)
     lu.assertTrue(worst <= 1e-2, variant .. ": " .. out)
   end
 end
