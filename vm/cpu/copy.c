@@ -263,6 +263,25 @@ static int copy_by_blocks(const qkv_iter *it, size_t es, int *err) {
   return 1;
 }
 
+/*
+** A half into its own dtype: the bits, but for a NaN, which comes back
+** quiet (its quiet bit set) as through float32 and back, the rows above
+** (a reshape's or a transposed view's copy called two conversion functions
+** an element: 3% of a bfloat16 autocast training step)
+*/
+QKV_ROW_MAP1(copy_bf16_same, uint16_t, uint16_t,
+             (uint16_t)((x & 0x7fff) > 0x7f80 ? x | 0x40 : x))
+QKV_ROW_MAP1(copy_f16_same, uint16_t, uint16_t,
+             (uint16_t)((x & 0x7fff) > 0x7c00 ? x | 0x200 : x))
+
+qkv_iter_fn qkv_cpu_copy_row(qkv_dtype to, qkv_dtype from) {
+  if (to == QKV_BF16 && from == QKV_F32) return to_bf16_row;
+  if (to == QKV_F32 && from == QKV_BF16) return from_bf16_row;
+  if (to == from && to == QKV_BF16) return copy_bf16_same;
+  if (to == from && to == QKV_F16) return copy_f16_same;
+  return copy_rows[to][from];
+}
+
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
   const qkv_tensor *t[2];
   qkv_iter it;
@@ -278,10 +297,7 @@ int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
       dst->dtype != QKV_BOOL &&
       copy_by_blocks(&it, qkv_elsize(dst->dtype), &err))
     return err;
-  qkv_iter_fn fn = copy_rows[dst->dtype][src->dtype];
-  if (dst->dtype == QKV_BF16 && src->dtype == QKV_F32) fn = to_bf16_row;
-  if (dst->dtype == QKV_F32 && src->dtype == QKV_BF16) fn = from_bf16_row;
-  err = qkv_iter_run(&it, fn, &bad);
+  err = qkv_iter_run(&it, qkv_cpu_copy_row(dst->dtype, src->dtype), &bad);
   return err == QKV_OK && bad ? QKV_ERANGE : err;
 }
 
