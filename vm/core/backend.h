@@ -24,6 +24,11 @@ typedef struct qkv_backend {
   /* attention_backward takes dk and dv grouped (attention_plan.h's kvg:
      grouped-query heads' own shapes); else the dispatch sums a whole one */
   int attention_backward_groups;
+  /* binary and unary take float32 and the halves mixed where the op
+     computes in float32 (out float32, a half or a comparison's bool):
+     each half read as float32, the float32 op, out rounded once, as the
+     dispatch's converted copies would give; else only the dtypes below */
+  int elementwise_halves;
   void *(*alloc)(size_t nbytes, int zero);    /* NULL on failure */
   void (*free)(void *p);
   /* dst and src have the same shape; dtypes may differ (converted) */

@@ -5,6 +5,7 @@
 #define QKV_CPU_H
 
 #include "../core/backend.h"
+#include "iter.h"
 
 /* the table (backend.c), which registers itself for QKV_CPU */
 extern const qkv_backend qkv_cpu_backend;
@@ -30,6 +31,9 @@ int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src);
 /* n float32 rounded to bfloat16 as half.h's qkv_f2bf, 16 or 8 at a time
    where the CPU has AVX-512 or AVX2 (copy.c) */
 void qkv_cpu_to_bf16(int64_t n, uint16_t *o, const float *a);
+/* the copy's row from dtype `from` into `to` (copy.c), for kernels that
+   convert runs of their own */
+qkv_iter_fn qkv_cpu_copy_row(qkv_dtype to, qkv_dtype from);
 int qkv_cpu_fill(qkv_tensor *dst, double v);
 /* op: a qkv_binop, qkv_unop (vm/common/ops.h) */
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);

@@ -36,41 +36,100 @@ static qkv_iter_fn row_of (const qkv_iter_fn *base, const qkv_iter_fn *avx2,
 #define ROW(table, op, dt) qkv_cpu_##table##_rows_base[op][dt]
 #endif
 
+/*
+** float32 and the halves mixed (backend.h's elementwise_halves): the op's
+** float32 row over runs of STAGE elements, each half operand converted
+** into a buffer on the stack first and a half out rounded from one after.
+** An op on bfloat16 is then one pass with no temporaries, where converted
+** copies of the operands and of out took four passes and three tensors
+** (MiniLM's GELU under autocast: 2x float32's time); the values are the
+** copies': exact conversions, the float32 op, one rounding.
+*/
+#define STAGE 256
+
+typedef struct {
+  int nop;
+  qkv_iter_fn fn;                          /* the op's float32 row */
+  qkv_iter_fn conv[QKV_ITER_MAXOP];        /* [0]: float32 into out; others into float32; NULL: as is */
+} staged;
+
+static void staged_row(int64_t n, char **p, const int64_t *s, void *ctx) {
+  const staged *S = ctx;
+  float buf[QKV_ITER_MAXOP][STAGE];
+  char *q[QKV_ITER_MAXOP], *c[2];
+  int64_t qs[QKV_ITER_MAXOP], cs[2];
+  for (int64_t i = 0; i < n; i += STAGE) {
+    int64_t m = n - i < STAGE ? n - i : STAGE;
+    for (int k = 0; k < S->nop; k++) {
+      q[k] = p[k] + i * s[k];
+      qs[k] = s[k];
+      if (k == 0 || S->conv[k] == NULL) continue;
+      /* a broadcast operand (stride 0) is one element */
+      c[0] = (char *)buf[k], c[1] = q[k], cs[0] = 4, cs[1] = s[k];
+      S->conv[k](s[k] ? m : 1, c, cs, NULL);
+      q[k] = (char *)buf[k];
+      qs[k] = s[k] ? 4 : 0;
+    }
+    if (S->conv[0]) q[0] = (char *)buf[0], qs[0] = 4;
+    S->fn(m, q, qs, NULL);
+    if (S->conv[0]) {
+      c[0] = p[0] + i * s[0], c[1] = (char *)buf[0], cs[0] = s[0], cs[1] = 4;
+      S->conv[0](m, c, cs, NULL);
+    }
+  }
+}
+
+static int is_half(qkv_dtype dt) { return dt == QKV_F16 || dt == QKV_BF16; }
+
+/* t[0] = fn(t[1..nop-1]): fn the row of the operands' dtype (dt), or of
+   float32 staged where some operand is a half (t[0] may be bool) */
+static int run(int nop, const qkv_tensor *const *t, qkv_iter_fn fn, qkv_dtype dt) {
+  qkv_iter it;
+  staged S = {nop, fn, {NULL}};
+  if (!fn) return QKV_EDTYPE;
+  if (qkv_iter_tensors(&it, nop, t) != 0) return QKV_EINTERNAL;
+  if (dt != QKV_F32) return qkv_iter_run(&it, fn, NULL);
+  for (int k = 0; k < nop; k++) {
+    if (!is_half(t[k]->dtype)) continue;
+    S.conv[k] = k == 0 ? qkv_cpu_copy_row(t[k]->dtype, QKV_F32)
+                       : qkv_cpu_copy_row(QKV_F32, t[k]->dtype);
+    fn = staged_row;
+  }
+  return qkv_iter_run(&it, fn, fn == staged_row ? &S : NULL);
+}
+
+/* the dtype an op computes in: a's, or float32 where its operands mix
+   float32 and the halves (out float32, a half or the op's bool); -1 for
+   any other mix, which ops.c converts away (the backend contract) */
+static int computed(int nop, const qkv_tensor *const *t, qkv_dtype want) {
+  qkv_dtype dt = t[1]->dtype;
+  int same = t[0]->dtype == want;
+  for (int k = 2; k < nop; k++) same &= t[k]->dtype == dt;
+  if (same && !is_half(dt)) return dt;
+  for (int k = 0; k < nop; k++) {
+    qkv_dtype d = t[k]->dtype;
+    if (d != QKV_F32 && !is_half(d) && !(k == 0 && d == QKV_BOOL && want == QKV_BOOL)) return -1;
+  }
+  return (t[0]->dtype == QKV_BOOL) == (want == QKV_BOOL) ? QKV_F32 : -1;
+}
+
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a,
                    const qkv_tensor *b) {
-  const qkv_tensor *t[3];
-  qkv_iter_fn fn;
-  qkv_dtype want;
-  qkv_iter it;
+  const qkv_tensor *t[3] = {out, a, b};
   if ((unsigned)op >= QKV_NBINARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  want = qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype;
-  /* the backend contract: ops.c has already converted the operands */
-  if (b->dtype != a->dtype || out->dtype != want) return QKV_EINTERNAL;
-  fn = ROW(binary, op, a->dtype);
-  if (!fn) return QKV_EDTYPE;
-  t[0] = out;
-  t[1] = a;
-  t[2] = b;
-  if (qkv_iter_tensors(&it, 3, t) != 0) return QKV_EINTERNAL;
-  return qkv_iter_run(&it, fn, NULL);
+  int dt = computed(3, t, qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype);
+  if (dt < 0) return QKV_EINTERNAL;
+  return run(3, t, ROW(binary, op, dt), (qkv_dtype)dt);
 }
 
 int qkv_cpu_unary(int op, qkv_tensor *out, const qkv_tensor *a) {
-  const qkv_tensor *t[2];
-  qkv_iter_fn fn;
-  qkv_dtype want;
-  qkv_iter it;
+  const qkv_tensor *t[2] = {out, a};
   if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  want = qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype;
-  if (out->dtype != want) return QKV_EINTERNAL;
-  fn = ROW(unary, op, a->dtype);
-  if (!fn) return QKV_EDTYPE;
-  t[0] = out;
-  t[1] = a;
-  if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  return qkv_iter_run(&it, fn, NULL);
+  int dt = computed(2, t, qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype);
+  if (dt < 0) return QKV_EINTERNAL;
+  return run(2, t, ROW(unary, op, dt), (qkv_dtype)dt);
 }
 
 /* ---- masked_fill ---- */

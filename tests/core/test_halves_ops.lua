@@ -1,0 +1,174 @@
+-- test_halves_ops.lua: elementwise ops with float16 and bfloat16 operands
+-- (docs/tensors.md, "dtypes"). The CPU runs them in runs of float32 with
+-- each half converted as it is read and out rounded once as it is
+-- written (vm/cpu/elementwise.c's staged rows), with float32 operands
+-- mixed in as they are; the values must be those of converting the
+-- operands whole, computing in float32 and rounding once. References:
+-- add, sub, mul and div in float64 of the operands, rounded to float32
+-- and then to the half (float64 holds both halves' products and sums
+-- exactly, and rounding its quotient to float32 is float32's division:
+-- 53 >= 2 x 24 + 2 bits); other ops against the same op on float32
+-- copies, converted after; a half copied into its own dtype against its
+-- bits, read back from a safetensors file.
+local lu = require "luaunit"
+
+local HALVES = {"bfloat16", "float16"}
+
+-- the reference of a binary op: float64, then float32, then out's dtype
+local function ref2(f, a, b, dt)
+  return f(a:double(), b:double()):float():to(dt)
+end
+
+-- x and y the same values (NaN where both are)
+local function same(x, y, what)
+  lu.assertEquals(x.dtype, y.dtype, what)
+  lu.assertEquals(x.shape, y.shape, what)
+  if x.dtype == "bool" then lu.assertTrue(x:eq(y):all():item(), what) return end
+  lu.assertTrue(qkv.allclose(x:double(), y:double(), 0, 0, true), what .. ": values differ")
+end
+
+-- values of every size class of the halves, with NaN and infinities
+local function values(shape, dt)
+  local x = qkv.randn(shape) * qkv.exp(qkv.randn(shape) * 3)
+  local flat = x:view(-1)
+  flat[1], flat[2], flat[3] = 0 / 0, math.huge, -math.huge
+  return x:to(dt)
+end
+
+local OPS = {
+  add = function(x, y) return x + y end,
+  sub = function(x, y) return x - y end,
+  mul = function(x, y) return x * y end,
+  div = function(x, y) return x / y end,
+}
+
+TestHalvesOps = {}
+
+-- long rows (past a run of 256), and more than one thread's share
+function TestHalvesOps:testBinaryContiguous()
+  qkv.seed(1)
+  for _, dt in ipairs(HALVES) do
+    for _, shape in ipairs{{3, 700}, {70000}} do
+      local a, b = values(shape, dt), values(shape, dt)
+      for name, f in pairs(OPS) do
+        same(f(a, b), ref2(f, a, b, dt), ("%s %s %s"):format(dt, name, table.concat(shape, "x")))
+      end
+    end
+  end
+end
+
+-- float32 and a half mixed (out float32), the two halves mixed (float32),
+-- a bias broadcast over rows, a number, transposed and strided operands
+function TestHalvesOps:testBinaryMixedAndStrided()
+  qkv.seed(2)
+  for _, dt in ipairs(HALVES) do
+    local a, f = values({300, 520}, dt), qkv.randn(300, 520)
+    local bias = values({520}, dt)
+    for name, op in pairs(OPS) do
+      local r = op(a, f)
+      lu.assertEquals(r.dtype, "float32")
+      same(r, op(a:double(), f:double()):float(), dt .. " " .. name .. " float32")
+      same(op(f, a), op(f:double(), a:double()):float(), dt .. " float32 " .. name)
+      same(op(a, bias), ref2(op, a, bias, dt), dt .. " " .. name .. " bias")
+      same(op(bias, a), ref2(op, bias, a, dt), dt .. " bias " .. name)
+      same(op(a, 3.25), op(a:double(), 3.25):float():to(dt), dt .. " " .. name .. " number")
+      local t, u = a:t(), values({520, 300}, dt)
+      same(op(t, u), ref2(op, t, u, dt), dt .. " " .. name .. " transposed")
+      local s = a:narrow(2, 1, 400):narrow(1, 1, 200)
+      local v = values({200, 400}, dt)
+      same(op(s, v), ref2(op, s, v, dt), dt .. " " .. name .. " narrowed")
+    end
+  end
+  local h, b = values({4000}, "float16"), values({4000}, "bfloat16")
+  local r = h + b
+  lu.assertEquals(r.dtype, "float32")
+  same(r, (h:double() + b:double()):float(), "float16 + bfloat16")
+end
+
+-- comparisons of halves give bool; NaN compares false (ne: true)
+function TestHalvesOps:testComparisons()
+  qkv.seed(3)
+  for _, dt in ipairs(HALVES) do
+    local a, b = values({500, 90}, dt), values({500, 90}, dt)
+    b:view(-1)[5] = a:view(-1)[5]
+    for _, m in ipairs{"lt", "le", "gt", "ge", "eq", "ne"} do
+      local r = a[m](a, b)
+      lu.assertEquals(r.dtype, "bool")
+      same(r, a:double()[m](a:double(), b:double()), dt .. " " .. m)
+      same(a[m](a, 0.5), a:double()[m](a:double(), 0.5), dt .. " " .. m .. " number")
+    end
+  end
+end
+
+-- unary ops on halves: the float32 op of the converted tensor, rounded once
+function TestHalvesOps:testUnary()
+  qkv.seed(4)
+  for _, dt in ipairs(HALVES) do
+    local a = values({600, 120}, dt)
+    for _, m in ipairs{"neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "gelu", "relu"} do
+      local r = a[m](a)
+      lu.assertEquals(r.dtype, dt, m)
+      same(r, a:float()[m](a:float()):to(dt), dt .. " " .. m)
+      same(a:t()[m](a:t()), a:t():float()[m](a:t():float()):to(dt), dt .. " " .. m .. " transposed")
+    end
+  end
+end
+
+-- in place: into a half from a float32 and from itself; an operand that
+-- overlaps the one written (not it) is read whole first
+function TestHalvesOps:testInPlace()
+  qkv.seed(5)
+  for _, dt in ipairs(HALVES) do
+    local a, f = values({300, 300}, dt), qkv.randn(300, 300)
+    local want = (a:double() + f:double()):float():to(dt)
+    a:add_(f)
+    same(a, want, dt .. " add_ float32")
+    want = (a:double() * a:double()):float():to(dt)
+    a:mul_(a)
+    same(a, want, dt .. " mul_ itself")
+    local t = a:t()
+    want = (t:double() - f:double()):float():to(dt)
+    t:sub_(f)
+    same(t, want, dt .. " sub_ into a transposed view")
+    local x = values({5000}, dt)
+    local head, tail = x:narrow(1, 1, 4000), x:narrow(1, 1001, 4000)
+    want = (tail:double() + head:double()):float():to(dt)
+    tail:add_(head)           -- element by element, it would read what it wrote
+    same(tail, want, dt .. " add_ from an overlapping view")
+  end
+end
+
+-- a half copied into its own dtype (a transposed view made contiguous):
+-- the same bits, a signalling NaN made quiet (its quiet bit set), as
+-- through float32 and back; every bit pattern, read back from the bytes
+-- qkv.save_safetensors writes
+function TestHalvesOps:testSelfCopyBits()
+  local path = os.tmpname()
+  local parts, n = {}, 65536
+  for i = 0, n - 1 do parts[#parts + 1] = string.pack("<I2", i) end
+  local bytes = table.concat(parts)
+  for _, c in ipairs{{"bfloat16", "BF16", 0x7f80, 0x40}, {"float16", "F16", 0x7c00, 0x200}} do
+    local header = ('{"x":{"dtype":"%s","shape":[256,256],"data_offsets":[0,%d]}}'):format(c[2], 2 * n)
+    local f = assert(io.open(path, "wb"))
+    f:write(string.pack("<I8", #header), header, bytes)
+    f:close()
+    local x = qkv.load_safetensors(path).x
+    lu.assertEquals(x.dtype, c[1])
+    local y = x:t():contiguous():t()
+    qkv.save_safetensors(path, {y = y})
+    f = assert(io.open(path, "rb"))
+    local data = f:read("a")
+    f:close()
+    local off = 8 + string.unpack("<I8", data)
+    for i = 0, n - 1 do
+      local got = string.unpack("<I2", data, off + 1 + 2 * i)
+      local want = (i & 0x7fff) > c[3] and i | c[4] or i
+      if got ~= want then
+        lu.fail(("%s bits 0x%04x copied: got 0x%04x, want 0x%04x"):format(c[1], i, got, want))
+      end
+    end
+  end
+  os.remove(path)
+end
+
+os.exit(lu.LuaUnit.run())
