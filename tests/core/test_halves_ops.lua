@@ -9,7 +9,8 @@
 -- exactly, and rounding its quotient to float32 is float32's division:
 -- 53 >= 2 x 24 + 2 bits); other ops against the same op on float32
 -- copies, converted after; a half copied into its own dtype against its
--- bits, read back from a safetensors file.
+-- bits, read back from a safetensors file; a half product's bias added
+-- to its float32 sums, rounded once.
 local lu = require "luaunit"
 
 local HALVES = {"bfloat16", "float16"}
@@ -135,6 +136,30 @@ function TestHalvesOps:testInPlace()
     want = (tail:double() + head:double()):float():to(dt)
     tail:add_(head)           -- element by element, it would read what it wrote
     same(tail, want, dt .. " add_ from an overlapping view")
+  end
+end
+
+-- a half product with a bias rounds once, as PyTorch's addmm and linear
+-- (1.0078125 there): the product's sums 1 + 2^-8 (bfloat16's tie between
+-- 1 and 1 + 2^-7) plus a bias of 2^-8 give 1 + 2^-7, where rounding the
+-- product first gives 1 and then 1 again; a product big enough for
+-- oneDNN and a small one
+function TestHalvesOps:testProductWithBiasRoundsOnce()
+  for _, c in ipairs{{"bfloat16", 2^-8, 1 + 2^-7}, {"float16", 2^-11, 1 + 2^-10}} do
+    for _, rows in ipairs{256, 2} do
+      local x = qkv.zeros(rows, 256)
+      x:narrow(2, 1, 2):fill_(1)
+      local W = qkv.zeros(256, 64)
+      W[1]:fill_(1)
+      W[2]:fill_(c[2])
+      local b = qkv.full({64}, c[2])
+      local what = ("%s, %d rows"):format(c[1], rows)
+      local r = qkv.project(x:to(c[1]), W:to(c[1]), b:to(c[1]))
+      lu.assertEquals(r.dtype, c[1])
+      lu.assertTrue(r:eq(c[3]):all():item(), what .. ": project")
+      r = qkv.nn.functional.linear(x:to(c[1]), W:t():to(c[1]), b:to(c[1]))
+      lu.assertTrue(r:eq(c[3]):all():item(), what .. ": linear")
+    end
   end
 end
 

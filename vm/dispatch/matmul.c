@@ -159,12 +159,34 @@ static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
 }
 
 /*
+** A half product with a bias on a backend whose elementwise ops take the
+** halves mixed with float32 (the CPU's): the product's float32 sums (the
+** backend's bfloat16 product into float32, oneDNN's on the CPU) plus the
+** bias, rounded once into out, as PyTorch's addmm; QKV_EDTYPE where the
+** backend has no such product.
+*/
+static int with_bias (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
+                      const qkv_tensor *b, const qkv_tensor *bias, double alpha) {
+  qkv_tensor t;
+  if (!bias || !be->elementwise_halves || qkv_compute_dtype(out->dtype) != QKV_F32 ||
+      out->dtype == QKV_F32)
+    return QKV_EDTYPE;
+  int err = qkv_op_fresh(&t, out, QKV_F32);
+  if (err != QKV_OK) return err;
+  if ((err = qkv_op_matmul(be, &t, a, b, alpha)) == QKV_OK) err = qkv_binary(QKV_ADD, out, &t, bias);
+  qkv_storage_release(t.storage);
+  return err;
+}
+
+/*
 ** a and b of out's dtype; bias NULL, or a tensor (out's dtype) that
-** broadcasts over out's rows.  A float16 or bfloat16 product is asked of the backend as it is
-** first (the CPU's bfloat16 one runs on oneDNN; its bias then added in the
-** half dtype), and where it says QKV_EDTYPE is one in float32 of the
-** operands converted, the bias added in float32, rounded once at the end
-** as PyTorch's addmm: the same exact products and float32 sums either way.
+** broadcasts over out's rows.  A float16 or bfloat16 product is asked of
+** the backend as it is first (the CPU's bfloat16 one runs on oneDNN; with
+** a bias, into float32 sums that the bias joins, with_bias), and where it
+** says QKV_EDTYPE is one in float32 of the operands converted, the bias
+** added in float32, rounded once at the end as PyTorch's addmm: the same
+** exact products and float32 sums either way.  (On the GPU a half
+** product's bias is added in the half dtype.)
 */
 int qkv_matmul_bias (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                      const qkv_tensor *bias, double alpha) {
@@ -173,6 +195,7 @@ int qkv_matmul_bias (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (a->dtype != out->dtype || b->dtype != out->dtype) return QKV_EDTYPE;
+  if ((err = with_bias(be, out, a, b, bias, alpha)) != QKV_EDTYPE) return err;
   int own = qkv_compute_dtype(out->dtype) == out->dtype;   /* computed in its dtype */
   if ((err = split_matmul(be, out, a, b, alpha)) == QKV_EDTYPE && (own || qkv_is_float(out->dtype)))
     err = qkv_op_matmul(be, out, a, b, alpha);
