@@ -109,7 +109,7 @@ static MPI_Op half_ops[2][3];   /* [float16, bfloat16][sum, max, min] */
 static MPI_Op checkop (lua_State *L, int arg, qkv_dtype dt) {
   static const char *const names[] = {"sum", "max", "min", "land", "lor", NULL};
   int k = luaL_checkoption(L, arg, NULL, names);
-  if (dt == QKV_F16 || dt == QKV_BF16) {
+  if (qkv_is_half(dt)) {
     if (k > 2) luaL_argerror(L, arg, "qkv.mpi: land and lor are for bool tensors");
     return half_ops[dt == QKV_BF16][k];
   }

@@ -79,10 +79,12 @@ static void tell_range (void *ctx) {
 ** (a float for the halves).  ROW is MAP (vectorised) for the plain types,
 ** CALL where a conversion function is called.
 */
-#define COPY_FROM(src, TI, V, ROW) \
+#define COPY_WIDE(src, TI, V, ROW) \
   ROW(copy_f32_##src, float, TI, (float)V(x)) \
   ROW(copy_f64_##src, double, TI, (double)V(x)) \
-  ROW(copy_bool_##src, uint8_t, TI, (uint8_t)(V(x) != 0)) \
+  ROW(copy_bool_##src, uint8_t, TI, (uint8_t)(V(x) != 0))
+#define COPY_FROM(src, TI, V, ROW) \
+  COPY_WIDE(src, TI, V, ROW) \
   QKV_ROW_CALL1(copy_f16_##src, uint16_t, TI, qkv_f2h((float)V(x))) \
   QKV_ROW_CALL1(copy_bf16_##src, uint16_t, TI, qkv_f2bf((float)V(x)))
 
@@ -108,8 +110,18 @@ COPY_FROM(f64, double, SAME, QKV_ROW_MAP1)
 COPY_FROM(i64, int64_t, SAME, QKV_ROW_MAP1)
 COPY_FROM(bool, uint8_t, SAME, QKV_ROW_MAP1)
 COPY_FROM(i32, int32_t, SAME, QKV_ROW_MAP1)
-COPY_FROM(f16, uint16_t, qkv_h2f, QKV_ROW_CALL1)
-COPY_FROM(bf16, uint16_t, qkv_bf2f, QKV_ROW_CALL1)
+COPY_WIDE(f16, uint16_t, qkv_h2f, QKV_ROW_CALL1)
+COPY_WIDE(bf16, uint16_t, qkv_bf2f, QKV_ROW_CALL1)
+QKV_ROW_CALL1(copy_bf16_f16, uint16_t, uint16_t, qkv_f2bf(qkv_h2f(x)))
+QKV_ROW_CALL1(copy_f16_bf16, uint16_t, uint16_t, qkv_f2h(qkv_bf2f(x)))
+/* a half into its own dtype: the bits, but for a NaN, which comes back
+   quiet (its quiet bit set) as through float32 and back; one integer loop
+   (two conversion calls an element were 3% of a bfloat16 autocast
+   training step: a reshape's or a transposed view's copy) */
+QKV_ROW_MAP1(copy_bf16_bf16, uint16_t, uint16_t,
+             (uint16_t)((x & 0x7fff) > 0x7f80 ? x | 0x40 : x))
+QKV_ROW_MAP1(copy_f16_f16, uint16_t, uint16_t,
+             (uint16_t)((x & 0x7fff) > 0x7c00 ? x | 0x200 : x))
 INT_TO_INT(i64, int64_t)
 INT_TO_INT(bool, uint8_t)
 INT_TO_INT(i32, int32_t)
@@ -122,8 +134,7 @@ FLOAT_TO_INT(bf16, uint16_t, float, qkv_bf2f, BRANCH, LO64_F, LO32_F)
   { copy_##dst##_f32, copy_##dst##_f64, copy_##dst##_i64, copy_##dst##_bool, \
     copy_##dst##_i32, copy_##dst##_f16, copy_##dst##_bf16 }
 
-/* indexed [dst dtype][src dtype] (a half to itself goes through float32:
-   exact, but for a signalling NaN, which comes back quiet) */
+/* indexed [dst dtype][src dtype] */
 static const qkv_iter_fn copy_rows[QKV_NDTYPE][QKV_NDTYPE] = {
   COPY_ROWS(f32), COPY_ROWS(f64), COPY_ROWS(i64), COPY_ROWS(bool), COPY_ROWS(i32),
   COPY_ROWS(f16), COPY_ROWS(bf16)
@@ -263,22 +274,9 @@ static int copy_by_blocks(const qkv_iter *it, size_t es, int *err) {
   return 1;
 }
 
-/*
-** A half into its own dtype: the bits, but for a NaN, which comes back
-** quiet (its quiet bit set) as through float32 and back, the rows above
-** (a reshape's or a transposed view's copy called two conversion functions
-** an element: 3% of a bfloat16 autocast training step)
-*/
-QKV_ROW_MAP1(copy_bf16_same, uint16_t, uint16_t,
-             (uint16_t)((x & 0x7fff) > 0x7f80 ? x | 0x40 : x))
-QKV_ROW_MAP1(copy_f16_same, uint16_t, uint16_t,
-             (uint16_t)((x & 0x7fff) > 0x7c00 ? x | 0x200 : x))
-
 qkv_iter_fn qkv_cpu_copy_row(qkv_dtype to, qkv_dtype from) {
   if (to == QKV_BF16 && from == QKV_F32) return to_bf16_row;
   if (to == QKV_F32 && from == QKV_BF16) return from_bf16_row;
-  if (to == from && to == QKV_BF16) return copy_bf16_same;
-  if (to == from && to == QKV_F16) return copy_f16_same;
   return copy_rows[to][from];
 }
 
@@ -291,8 +289,8 @@ int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
   t[0] = dst;
   t[1] = src;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  /* not the halves (their self-copies go through float32, which quiets a
-     NaN) nor bool (a copy makes any nonzero byte 1) */
+  /* not the halves (their self-copies quiet a NaN: copy_bf16_bf16) nor
+     bool (a copy makes any nonzero byte 1) */
   if (dst->dtype == src->dtype && dst->dtype != QKV_F16 && dst->dtype != QKV_BF16 &&
       dst->dtype != QKV_BOOL &&
       copy_by_blocks(&it, qkv_elsize(dst->dtype), &err))

@@ -79,8 +79,6 @@ static void staged_row(int64_t n, char **p, const int64_t *s, void *ctx) {
   }
 }
 
-static int is_half(qkv_dtype dt) { return dt == QKV_F16 || dt == QKV_BF16; }
-
 /* t[0] = fn(t[1..nop-1]): fn the row of the operands' dtype (dt), or of
    float32 staged where some operand is a half (t[0] may be bool) */
 static int run(int nop, const qkv_tensor *const *t, qkv_iter_fn fn, qkv_dtype dt) {
@@ -90,7 +88,7 @@ static int run(int nop, const qkv_tensor *const *t, qkv_iter_fn fn, qkv_dtype dt
   if (qkv_iter_tensors(&it, nop, t) != 0) return QKV_EINTERNAL;
   if (dt != QKV_F32) return qkv_iter_run(&it, fn, NULL);
   for (int k = 0; k < nop; k++) {
-    if (!is_half(t[k]->dtype)) continue;
+    if (!qkv_is_half(t[k]->dtype)) continue;
     S.conv[k] = k == 0 ? qkv_cpu_copy_row(t[k]->dtype, QKV_F32)
                        : qkv_cpu_copy_row(QKV_F32, t[k]->dtype);
     fn = staged_row;
@@ -105,10 +103,10 @@ static int computed(int nop, const qkv_tensor *const *t, qkv_dtype want) {
   qkv_dtype dt = t[1]->dtype;
   int same = t[0]->dtype == want;
   for (int k = 2; k < nop; k++) same &= t[k]->dtype == dt;
-  if (same && !is_half(dt)) return dt;
+  if (same && !qkv_is_half(dt)) return dt;
   for (int k = 0; k < nop; k++) {
     qkv_dtype d = t[k]->dtype;
-    if (d != QKV_F32 && !is_half(d) && !(k == 0 && d == QKV_BOOL && want == QKV_BOOL)) return -1;
+    if (d != QKV_F32 && !qkv_is_half(d) && !(k == 0 && d == QKV_BOOL && want == QKV_BOOL)) return -1;
   }
   return (t[0]->dtype == QKV_BOOL) == (want == QKV_BOOL) ? QKV_F32 : -1;
 }

@@ -78,7 +78,7 @@ static int attention_with (qkv_tensor *out, qkv_tensor *lse, const qkv_tensor *q
   /* float16 and bfloat16 natively where the backend can (the GPU's tensor
      cores: QKV_EDTYPE otherwise), else computed in float32 */
   err = QKV_EDTYPE;
-  if (out->dtype == QKV_F16 || out->dtype == QKV_BF16)
+  if (qkv_is_half(out->dtype))
     err = attention_in(be, out, q, k, v, mask, causal, scale, lse, M);
   if (err == QKV_EDTYPE && (err = qkv_op_computed(out, &t, &o)) == QKV_OK)
     err = qkv_op_done(attention_in(be, o, q, k, v, mask, causal, scale, lse, M), be, out, o);
@@ -339,7 +339,7 @@ int qkv_attention_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   if (be == NULL || (be = qkv_op_backend(dk, v, o, &err)) == NULL ||
       (be = qkv_op_backend(dv, go, mask, &err)) == NULL) return err;
   qkv_dtype dt = dq->dtype;
-  int half = dt == QKV_F16 || dt == QKV_BF16;
+  int half = qkv_is_half(dt);
   if ((dt != QKV_F32 && dt != QKV_F64 && !half) || dk->dtype != dt || dv->dtype != dt ||
       !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) || !qkv_is_contiguous(dv))
     return QKV_EINTERNAL;
@@ -364,7 +364,7 @@ int qkv_attention_mods_backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
       (be = qkv_op_backend(dq, lse, NULL, &err)) == NULL || (err = mods_fit(dq, M)) != QKV_OK)
     return err;
   qkv_dtype dt = dq->dtype;
-  int half = dt == QKV_F16 || dt == QKV_BF16;
+  int half = qkv_is_half(dt);
   if ((dt != QKV_F32 && dt != QKV_F64 && !half) || dk->dtype != dt || dv->dtype != dt ||
       !qkv_is_contiguous(dq) || !qkv_is_contiguous(dk) || !qkv_is_contiguous(dv) ||
       !lse_fits(lse, o, qkv_compute_dtype(dt)))

@@ -159,18 +159,17 @@ static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
 }
 
 /*
-** A half product with a bias on a backend whose elementwise ops take the
-** halves mixed with float32 (the CPU's): the product's float32 sums (the
-** backend's bfloat16 product into float32, oneDNN's on the CPU) plus the
-** bias, rounded once into out, as PyTorch's addmm; QKV_EDTYPE where the
-** backend has no such product.
+** A bfloat16 product with a bias on a backend whose elementwise ops take
+** the halves mixed with float32 (the CPU's): the product's float32 sums
+** (backend.h's bfloat16 product into float32, oneDNN's on the CPU) plus
+** the bias, rounded once into out, as PyTorch's addmm; QKV_EDTYPE where
+** the backend has no such product (float16's go through float32 copies,
+** qkv_matmul_bias, which round once too).
 */
 static int with_bias (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                       const qkv_tensor *b, const qkv_tensor *bias, double alpha) {
   qkv_tensor t;
-  if (!bias || !be->elementwise_halves || qkv_compute_dtype(out->dtype) != QKV_F32 ||
-      out->dtype == QKV_F32)
-    return QKV_EDTYPE;
+  if (!bias || !be->elementwise_halves || out->dtype != QKV_BF16) return QKV_EDTYPE;
   int err = qkv_op_fresh(&t, out, QKV_F32);
   if (err != QKV_OK) return err;
   if ((err = qkv_op_matmul(be, &t, a, b, alpha)) == QKV_OK) err = qkv_binary(QKV_ADD, out, &t, bias);

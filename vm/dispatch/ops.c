@@ -292,8 +292,6 @@ int qkv_op_input (qkv_tensor *dst, qkv_storage **tmp, const qkv_tensor *src,
   return err;
 }
 
-static int is_half (qkv_dtype dt) { return dt == QKV_F16 || dt == QKV_BF16; }
-
 /*
 ** An op computed in float32 with a half among out and its n operands, on
 ** a backend that takes float32 and the halves mixed (elementwise_halves):
@@ -304,16 +302,16 @@ static int is_half (qkv_dtype dt) { return dt == QKV_F16 || dt == QKV_BF16; }
 ** caller then converts.
 */
 static int with_halves (const qkv_backend *be, qkv_tensor *out, int n, const qkv_tensor *const *in,
-                  qkv_dtype dt, int op, int binary) {
-  int half = is_half(out->dtype);
-  for (int i = 0; i < n; i++) half |= is_half(in[i]->dtype);
+                        qkv_dtype dt, int op, int binary) {
+  int half = qkv_is_half(out->dtype);
+  for (int i = 0; i < n; i++) half |= qkv_is_half(in[i]->dtype);
   if (!be->elementwise_halves || dt != QKV_F32 || !half) return QKV_EDTYPE;
   qkv_tensor x[2];
   qkv_storage *tmp[2] = {NULL, NULL};
   int err = QKV_OK, made = 0;
   for (; made < n && err == QKV_OK; made++) {
     const qkv_tensor *src = in[made];
-    if ((src->dtype == QKV_F32 || is_half(src->dtype)) && (same_view(src, out) || !overlap(src, out)))
+    if ((src->dtype == QKV_F32 || qkv_is_half(src->dtype)) && (same_view(src, out) || !overlap(src, out)))
       err = qkv_expand(&x[made], src, out->ndim, out->size) != 0 ? QKV_EINTERNAL : QKV_OK;
     else
       err = qkv_op_input(&x[made], &tmp[made], src, out, dt);
@@ -324,11 +322,24 @@ static int with_halves (const qkv_backend *be, qkv_tensor *out, int n, const qkv
   return err;
 }
 
+/* the dtype a binary op computes in: its operands' promoted one, lifted
+   to one it takes, for a comparison (bool out); else out's */
+static qkv_dtype binary_dtype (qkv_binop op, const qkv_tensor *out, const qkv_tensor *a,
+                               const qkv_tensor *b) {
+  return qkv_compute_dtype(is_compare(op) ? qkv_op_lifted(qkv_binop_takes(op),
+                                                          qkv_promote(a->dtype, b->dtype))
+                                          : out->dtype);
+}
+
+/* the same for a unary op */
+static qkv_dtype unary_dtype (qkv_unop op, const qkv_tensor *out, const qkv_tensor *a) {
+  return qkv_compute_dtype(qkv_unop_result(op) == QKV_RESULT_BOOL
+                           ? qkv_op_lifted(qkv_unop_takes(op), a->dtype) : out->dtype);
+}
+
 static int binary_in (const qkv_backend *be, qkv_binop op, qkv_tensor *out,
                       const qkv_tensor *a, const qkv_tensor *b) {
-  qkv_dtype dt = is_compare(op) ? qkv_compute_dtype(qkv_op_lifted(qkv_binop_takes(op),
-                                                  qkv_promote(a->dtype, b->dtype)))
-                                : out->dtype;
+  qkv_dtype dt = binary_dtype(op, out, a, b);
   qkv_tensor x, y;
   qkv_storage *tx, *ty = NULL;
   int err = qkv_op_input(&x, &tx, a, out, dt);
@@ -362,11 +373,9 @@ static int binary_on (qkv_binop op, qkv_tensor *out, const qkv_tensor *a,
   const qkv_backend *be = qkv_op_backend(out, a, b, &err);
   if (be == NULL) return err;
   if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
-  qkv_dtype dt = is_compare(op) ? qkv_compute_dtype(qkv_op_lifted(qkv_binop_takes(op),
-                                                  qkv_promote(a->dtype, b->dtype)))
-                                : qkv_compute_dtype(out->dtype);
   const qkv_tensor *in[2] = {a, b};
-  if ((err = with_halves(be, out, 2, in, dt, op, 1)) != QKV_EDTYPE) return err;
+  if ((err = with_halves(be, out, 2, in, binary_dtype(op, out, a, b), op, 1)) != QKV_EDTYPE)
+    return err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(binary_in(be, op, o, a, b), be, out, o);
 }
@@ -375,9 +384,7 @@ static int unary_in (const qkv_backend *be, qkv_unop op, qkv_tensor *out,
                      const qkv_tensor *a) {
   qkv_tensor x;
   qkv_storage *tx;
-  qkv_dtype dt = qkv_unop_result(op) == QKV_RESULT_BOOL
-                 ? qkv_compute_dtype(qkv_op_lifted(qkv_unop_takes(op), a->dtype)) : out->dtype;
-  int err = qkv_op_input(&x, &tx, a, out, dt);
+  int err = qkv_op_input(&x, &tx, a, out, unary_dtype(op, out, a));
   if (err == QKV_OK) err = be->unary(op, out, &x);
   qkv_storage_release(tx);
   return err;
@@ -389,10 +396,8 @@ int qkv_unary (qkv_unop op, qkv_tensor *out, const qkv_tensor *a) {
   const qkv_backend *be = qkv_op_backend(out, a, NULL, &err);
   if (be == NULL) return err;
   if (qkv_op_self_overlapping(out)) return QKV_EOVERLAP;
-  qkv_dtype dt = qkv_unop_result(op) == QKV_RESULT_BOOL
-                 ? qkv_compute_dtype(qkv_op_lifted(qkv_unop_takes(op), a->dtype))
-                 : qkv_compute_dtype(out->dtype);
-  if ((err = with_halves(be, out, 1, &a, dt, op, 0)) != QKV_EDTYPE) return err;
+  if ((err = with_halves(be, out, 1, &a, unary_dtype(op, out, a), op, 0)) != QKV_EDTYPE)
+    return err;
   if ((err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
   return qkv_op_done(unary_in(be, op, o, a), be, out, o);
 }
