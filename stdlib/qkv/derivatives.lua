@@ -433,7 +433,8 @@ local FLOAT = {float16 = true, bfloat16 = true, float32 = true, float64 = true}
 -- recomputes the scores tile by tile from it (qkv._attention_backward), as
 -- FlashAttention-2's does, so neither way holds n_q x n_k. Q, K, V of one
 -- dtype stay in it both ways (the halves natively where the device can: the
--- GPU's tensor cores; else the dispatch computes in float32 copies)
+-- GPU's tensor cores, the CPU's float32 kernels widening each tile as they
+-- read it; else the dispatch computes in float32 copies)
 local function fused_attention(orig, Q, K, V, m, causal, scale)
   if m then m = qkv.ne(m, 0) end
   local out, lse

@@ -11,7 +11,11 @@
 ** attention_avx512.c); they beat OpenBLAS here because nothing is packed
 ** per tile (bench/NOTES.md).  Everything
 ** else (float64, or no AVX2) hands both products of a tile to BLAS gemm
-** and runs a scalar softmax per query row.
+** and runs a scalar softmax per query row.  float16 and bfloat16 take the
+** float32 path on tiles widened as they are read, o rounded once as it is
+** written (the halves jobs: the bits of float32 copies, without the
+** copies), but for bfloat16 on a CPU with AMX (attention_amx.c) and a
+** decode step's few queries (attention_decode.c).
 */
 #include <limits.h>
 #include <math.h>
@@ -30,8 +34,10 @@
 static gemm_read read_of (const job *J, const qkv_attn_view *x, int64_t r, int64_t c) {
   gemm_read g;
   g.layout = qkv_gemm_layout(r, c, x->rs, x->cs, &g.ld);
-  /* the AVX2 products only need each token's features to be adjacent */
-  if (J->avx2 && g.layout != BYROW) g.layout = x->cs == 1 || c == 1 ? BYROW : COPY;
+  /* a halves job widens every tile; the AVX2 products only need each
+     token's features to be adjacent */
+  if (J->halves) g.layout = COPY;
+  else if (J->avx2 && g.layout != BYROW) g.layout = x->cs == 1 || c == 1 ? BYROW : COPY;
   return g;
 }
 
@@ -245,13 +251,13 @@ static int keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
-/* item t (attention_plan.h's qkv_attn_item says which queries) */
-static int query_tile (const job *J, scratch *W, int64_t t) {
+/* the keys of item t (attention_plan.h's qkv_attn_item says which
+   queries) into o, a tile of out or, for a halves job, a float32 one */
+static int item_keys (const job *J, scratch *W, int64_t t, char *o) {
   const qkv_attn_plan *P = &J->p;
   int64_t b, i0;
   int bq = qkv_attn_item(P, t, &b, &i0);
-  char *o = P->out + (size_t)((b * P->nq + i0) * P->dv) * J->es;
-  memset(o, 0, (size_t)bq * (size_t)P->dv * J->es);
+  memset(o, 0, (size_t)bq * (size_t)P->dv * (J->halves ? sizeof(float) : J->es));
   /* keys past jend are causally excluded for every query of the tile */
   int64_t jend = qkv_attn_key_end(P, i0, bq);
   if (jend <= 0) {                  /* no key for any of them */
@@ -268,11 +274,25 @@ static int query_tile (const job *J, scratch *W, int64_t t) {
   return keys_blas(J, W, b, i0, bq, jend, o);
 }
 
+/* item t, written into out: a halves job's rounded from its float32 tile */
+static int query_tile (const job *J, scratch *W, int64_t t) {
+  const qkv_attn_plan *P = &J->p;
+  int64_t b, i0;
+  int bq = qkv_attn_item(P, t, &b, &i0);
+  char *o = P->out + (size_t)((b * P->nq + i0) * P->dv) * J->es;
+  if (!J->halves) return item_keys(J, W, t, o);
+  int err = item_keys(J, W, t, (char *)W->obuf);
+  int64_t n = bq * P->dv;
+  if (err == QKV_OK) qkv_cpu_copy_tile(P->dtype, o, QKV_F32, W->obuf, 1, n, n, 1);
+  return err;
+}
+
 static void scratch_free (scratch *W) {
   free(W->block);
   free(W->qbuf);
   free(W->kbuf);
   free(W->vbuf);
+  free(W->obuf);
   free(W->mem);
   free(W->keep);
   free(W->span);
@@ -303,9 +323,13 @@ static int scratch_new (const job *J, scratch *W) {
     W->mx = qkv_attn_carve(&p, nv);
   }
   int ok = 1;
-  if (J->gemm.q.layout == COPY && !J->avx2) ok = ok && (W->qbuf = malloc(bq * dk * es + 1));
-  if (J->gemm.k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * es + 1));
-  if (J->gemm.v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * es + 1));
+  /* a halves job's tiles (every operand a COPY) and its o in float32 */
+  size_t ts = J->halves ? sizeof(float) : es;
+  if (J->gemm.q.layout == COPY && (!J->avx2 || J->halves))
+    ok = ok && (W->qbuf = malloc(bq * dk * ts + 1));
+  if (J->gemm.k.layout == COPY) ok = ok && (W->kbuf = malloc(bk * dk * ts + 1));
+  if (J->gemm.v.layout == COPY) ok = ok && (W->vbuf = malloc(bk * dv * ts + 1));
+  if (J->halves) ok = ok && (W->obuf = malloc(bq * dv * ts + 1));
   /* the mods' values, a row at a time (mods.h) */
   if (J->mods)
     ok = ok && (W->mem = malloc(sizeof(double) * qkv_mod_row_scratch(J->mods->prog, BQ, (int)bk)));
@@ -322,7 +346,7 @@ static int tiles (void *p, int64_t lo, int64_t hi, int tid) {
   scratch W;
   (void)tid;
   if (!scratch_new(J, &W)) return QKV_ENOMEM;
-  unsigned csr = qkv_ftz_on(J->p.dtype == QKV_F32);   /* subnormals flushed */
+  unsigned csr = qkv_ftz_on(J->p.dtype == QKV_F32 || J->halves);   /* subnormals flushed */
   int err = QKV_OK;
   for (int64_t t = lo; t < hi && !qkv_interrupted && err == QKV_OK; t++) err = query_tile(J, &W, t);
   qkv_ftz_off(csr);
@@ -342,23 +366,22 @@ static int run (const job *J) {
 static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                     const qkv_tensor *v, const qkv_tensor *mask, int causal,
                     double scale, qkv_tensor *lse, qkv_attn_mods *M) {
-  /* bfloat16 on the tile unit where there is one; otherwise, and for a
-     scale that is not finite or is 0 (scores() below takes those) or
-     d_k = 0, QKV_EDTYPE makes the dispatch compute in float32 */
-  int bf16 = out->dtype == QKV_BF16, amx = 0;
-  if (M && out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
-  if (bf16) {
+  /* bfloat16 on the tile unit where there is one; a few queries to the
+     decode kernel (below), which reads bfloat16 K and V as they are; the
+     halves otherwise on the AVX paths' float32 tiles, widened as read
+     (J.halves).  Without AVX2, and for a scale that is not finite or is 0
+     (scores() below takes those) or d_k = 0, QKV_EDTYPE makes the
+     dispatch compute them in float32 copies */
+  int half = qkv_is_half(out->dtype), amx = 0;
+  if (!half && out->dtype != QKV_F32 && out->dtype != QKV_F64) return QKV_EDTYPE;
 #ifdef QKV_VEXP_X86
-    /* the tile path keeps no log-sum-exps: a forward that must leave them
-       (autograd's) runs in float32; a few queries may go to the decode
-       kernel (below), which reads bfloat16 K and V as they are */
-    amx = isfinite(scale) && scale != 0 && q->size[q->ndim - 1] > 0 && qkv_cpu_has_amx() && !lse;
-    if (!amx && !(q->ndim >= 2 && q->size[q->ndim - 2] <= DQ))
+  /* the tile path keeps no log-sum-exps: a forward that must leave them
+     (autograd's) runs on the float32 tiles */
+  amx = out->dtype == QKV_BF16 && !M && isfinite(scale) && scale != 0 &&
+        q->size[q->ndim - 1] > 0 && qkv_cpu_has_amx() && !lse;
+#else
+  if (half) return QKV_EDTYPE;
 #endif
-      return QKV_EDTYPE;
-  } else if (out->dtype != QKV_F32 && out->dtype != QKV_F64) {
-    return QKV_EDTYPE;
-  }
   job J;
   memset(&J, 0, sizeof J);
   qkv_attn_plan *P = &J.p;
@@ -390,14 +413,13 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
 #ifdef QKV_VEXP_X86
   /* a decode step's few queries: attention_decode.c */
   if (qkv_attn_decode_fits(&J)) return qkv_attn_decode(&J);
-#endif
-  if (bf16 && !amx) return QKV_EDTYPE;
-#ifdef QKV_VEXP_X86
   /* the AVX2 path carries the scale in q: with d_k = 0 there is no q, and
      a q * scale that is infinite or 0 hides what Q K^T * scale gives where
      the product overflows; BLAS's scores() takes those */
-  J.avx2 = P->dtype == QKV_F32 && P->dk > 0 && isfinite(scale) && scale != 0 &&
+  J.halves = half && !amx;
+  J.avx2 = (P->dtype == QKV_F32 || J.halves) && P->dk > 0 && isfinite(scale) && scale != 0 &&
            qkv_cpu_has_avx2();
+  if (J.halves && !J.avx2) return QKV_EDTYPE;
   /* the same path on 16 lanes (attention_avx512.c), when the CPU has it;
      the mods run on the AVX2 path's tiles, with its products */
   J.avx512 = J.avx2 && qkv_cpu_has_avx512();
@@ -406,7 +428,7 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
   J.gemm.k = read_of(&J, &P->k, P->nk, P->dk);
   J.gemm.v = read_of(&J, &P->v, P->nk, P->dv);
 #ifdef QKV_VEXP_X86
-  if (bf16) return qkv_attn_amx(&J);
+  if (amx) return qkv_attn_amx(&J);
 #endif
   if (!J.avx2 && qkv_blas_load() != QKV_OK) return QKV_ENOBLAS;
   return run(&J);

@@ -392,7 +392,7 @@ int qkv_attn_keys_avx2 (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
   qkv_attn_batch_offsets(P, b, off);
   int nqp = (bq + 15) / 16 * 16;
   float *st = (float *)W->s, *m = (float *)W->m;
-  qkv_attn_pack_q(J, off[0], i0, bq, nqp, W->qt);
+  qkv_attn_pack_q(J, off[0], i0, bq, nqp, W->qt, W->qbuf);
   for (int i = 0; i < nqp; i++) {
     m[i] = -INFINITY;
     W->l[i] = 0.0;

@@ -14,7 +14,9 @@
 ** statistics are held per thread.  A float32 job with no mask tensor and
 ** the forward's log-sum-exps (and no mods, or those regs_take allows)
 ** goes to attention_bwd_avx512.c on CPUs with AVX-512, the same steps
-** with its products in registers.
+** with its products in registers; so does a float16 or bfloat16 one, each
+** item's rows widened to float32 as it is taken and its gradients rounded
+** once (elsewhere the dispatch computes the halves in float32 copies).
 */
 #include <math.h>
 #include <pthread.h>
@@ -43,6 +45,8 @@ typedef struct {
   int64_t ldq, ldk, ldv, ldo, ldgo;
   int isa;                          /* qkv_cpu_isa(): the row loops' lanes */
   int regs;                         /* items by attention_bwd_avx512.c */
+  int halves;                       /* the plan's dtype a half (regs only): each item
+                                       widened to float32, its gradients rounded */
   int64_t tq, tk;                   /* a tile's queries and keys: BQ, BK or the blocks' */
   qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
   pthread_mutex_t lock;             /* over the captured tensors' gradient sums */
@@ -70,7 +74,8 @@ static int64_t ld_of (const qkv_tensor *t) {
 
 /* row i of x (rows ld apart) in batch item b */
 static const char *row (const Bwd *J, const qkv_attn_view *x, int64_t ld, int64_t b, int64_t i) {
-  return x->base + (qkv_attn_batch_offset(&J->p, x, b) + i * ld) * (J->f64 ? 8 : 4);
+  return x->base + (qkv_attn_batch_offset(&J->p, x, b) + i * ld) *
+                   (int64_t)qkv_elsize(J->p.dtype);
 }
 
 static double at (const Bwd *J, const char *p, int64_t i) {
@@ -356,31 +361,66 @@ static int one_item (const Bwd *J, int64_t b, char *s, char *dp, double *lse, do
   return QKV_OK;
 }
 
+/* rows x width of x (rows ld apart) in batch item b as the item reads
+   them: where they lie, or for a halves job widened into the dense
+   float32 rows at in + at (then width apart) */
+static const float *item_rows (const Bwd *J, const qkv_attn_view *x, int64_t ld, int64_t b,
+                               int64_t rows, int64_t width, float *in, int64_t at,
+                               int64_t *rs) {
+  const char *p = row(J, x, ld, b, 0);
+  *rs = ld;
+  if (!J->halves) return (const float *)p;
+  float *to = in + at;
+  qkv_cpu_copy_tile(QKV_F32, to, J->p.dtype, p, rows, width, ld, 1);
+  *rs = width;
+  return to;
+}
+
 /* key items [lo, hi) by attention_bwd_avx512.c, which writes an item's
-   dK and dV whole: a group's later items write theirs into scratch, added */
+   dK and dV whole: a group's later items write theirs into scratch, added.
+   A halves job's items run on float32 copies of their rows (in, held by
+   the thread) and write float32 gradients (g), rounded once: dQ per item,
+   dK and dV per group */
 static int items_regs (const Bwd *J, int64_t lo, int64_t hi) {
   const qkv_attn_plan *P = &J->p;
-  int64_t G = P->kvg, nkd = P->nk * P->dk, nkv = P->nk * P->dv;
-  void *work = malloc(qkv_attn_bwd_avx512_work(P->dk, P->dv, J->mods));
+  int64_t G = P->kvg, nq = P->nq, nk = P->nk, dk = P->dk, dv = P->dv;
+  int64_t nkd = nk * dk, nkv = nk * dv, nqd = nq * dk, nqv = nq * dv;
+  size_t nin = J->halves ? (size_t)(nqd + 2 * nqv + nkd + nkv) : 0;
+  void *work = malloc(qkv_attn_bwd_avx512_work(dk, dv, J->mods));
   float *sk = G > 1 ? malloc(sizeof(float) * (size_t)(nkd + nkv)) : NULL;
-  int err = work && (G == 1 || sk) ? QKV_OK : QKV_ENOMEM;
+  float *in = nin ? malloc(sizeof(float) * (nin + (size_t)(nqd + nkd + nkv))) : NULL;
+  float *g = in ? in + nin : NULL;       /* a halves job's gradients */
+  int err = work && (G == 1 || sk) && (!nin || in) ? QKV_OK : QKV_ENOMEM;
+  size_t es = qkv_elsize(P->dtype);
   for (int64_t b = lo * G; b < hi * G && err == QKV_OK; b++) {
     if (qkv_interrupted) { err = QKV_EINTR; break; }
-    int64_t qo = b * P->nq, ko = b / G * P->nk;
-    float *gk = (float *)P->gk + ko * P->dk, *gv = (float *)P->gv + ko * P->dv;
+    int64_t qo = b * nq, ko = b / G * nk;
+    float *gq = g ? g : (float *)P->gq + qo * dk;
+    float *gk = g ? g + nqd : (float *)P->gk + ko * dk;
+    float *gv = g ? g + nqd + nkd : (float *)P->gv + ko * dv;
     int own = b % G == 0;
-    qkv_attn_bwd_item it = {(const float *)row(J, &P->q, J->ldq, b, 0),
-                            (const float *)row(J, &P->k, J->ldk, b, 0),
-                            (const float *)row(J, &P->v, J->ldv, b, 0),
-                            (const float *)row(J, &P->o, J->ldo, b, 0),
-                            (const float *)row(J, &P->go, J->ldgo, b, 0),
-                            J->ldq, J->ldk, J->ldv, J->ldo, J->ldgo,
-                            (const float *)P->lse + qo, (float *)P->gq + qo * P->dk,
-                            own ? gk : sk, own ? gv : sk + nkd, J->mods, b};
+    qkv_attn_bwd_item it;
+    it.q = item_rows(J, &P->q, J->ldq, b, nq, dk, in, 0, &it.qrs);
+    it.o = item_rows(J, &P->o, J->ldo, b, nq, dv, in, nqd, &it.ors);
+    it.go = item_rows(J, &P->go, J->ldgo, b, nq, dv, in, nqd + nqv, &it.gors);
+    it.k = item_rows(J, &P->k, J->ldk, b, nk, dk, in, nqd + 2 * nqv, &it.krs);
+    it.v = item_rows(J, &P->v, J->ldv, b, nk, dv, in, nqd + 2 * nqv + nkd, &it.vrs);
+    it.lse = (const float *)P->lse + qo;
+    it.dq = gq;
+    it.dk = own ? gk : sk;
+    it.dvv = own ? gv : sk + nkd;
+    it.mods = J->mods;
+    it.b = b;
     err = qkv_attn_bwd_avx512(P, &it, work);
     for (int64_t e = 0; !own && e < nkd; e++) gk[e] += sk[e];
     for (int64_t e = 0; !own && e < nkv; e++) gv[e] += sk[nkd + e];
+    if (!g || err != QKV_OK) continue;
+    qkv_cpu_copy_tile(P->dtype, P->gq + qo * dk * es, QKV_F32, gq, 1, nqd, nqd, 1);
+    if (b % G != G - 1) continue;
+    qkv_cpu_copy_tile(P->dtype, P->gk + ko * dk * es, QKV_F32, gk, 1, nkd, nkd, 1);
+    qkv_cpu_copy_tile(P->dtype, P->gv + ko * dv * es, QKV_F32, gv, 1, nkv, nkv, 1);
   }
+  free(in);
   free(sk);
   free(work);
   return err;
@@ -467,7 +507,8 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
                      const qkv_tensor *o, const qkv_tensor *go,
                      const qkv_tensor *mask, int causal, double scale,
                      const qkv_tensor *lse, qkv_attn_mods *M) {
-  if (q->dtype != QKV_F32 && q->dtype != QKV_F64) return QKV_EDTYPE;   /* halves: in float32 */
+  int half = qkv_is_half(q->dtype);
+  if (q->dtype != QKV_F32 && q->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   Bwd J;
   memset(&J, 0, sizeof J);
   qkv_attn_plan *P = &J.p;
@@ -494,9 +535,14 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv,
   J.regs = J.isa >= QKV_ISA_AVX512 && !J.f64 && !P->has_mask && P->lse && !blas_asked &&
            regs_take(M);
 #endif
+  /* the halves on attention_bwd_avx512.c's float32 items, widened as each
+     is taken; elsewhere QKV_EDTYPE makes the dispatch compute them in
+     float32 copies */
+  J.halves = half && J.regs;
+  if (half && !J.halves) return QKV_EDTYPE;
   /* written whole, also when there is nothing to add (n_k = 0: dq is 0);
      otherwise each item zeroes its own, on its thread */
-  size_t es = J.f64 ? 8 : 4;
+  size_t es = qkv_elsize(P->dtype);
   if (P->nbatch == 0 || P->nq == 0 || P->nk == 0) {
     memset(P->gq, 0, (size_t)(P->nbatch * P->nq * P->dk) * es);
     memset(P->gk, 0, (size_t)(P->nbatch / P->kvg * P->nk * P->dk) * es);

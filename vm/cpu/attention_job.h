@@ -53,6 +53,9 @@ typedef struct {
   int avx2, avx512;                 /* our products (avx512 implies avx2; with mods
                                        the AVX2 path's tiles take its products) */
   struct { gemm_read q, k, v; } gemm;
+  int halves;                       /* q, k, v and out of the plan's half dtype, their
+                                       tiles widened to float32 as read and o's
+                                       rounded as written: the float32 path's values */
   qkv_attn_mods *mods;              /* score_mod/mask_mod programs, or NULL */
   int64_t tk;                       /* keys per tile: BK, or a block mask's */
 } job;
@@ -64,6 +67,7 @@ typedef struct {
   float *qt, *alpha, *mx;           /* AVX paths: q^T * scale, rescale
                                        factors, the tile's max per query */
   void *qbuf, *kbuf, *vbuf;         /* dense tiles, for operands that need them */
+  float *obuf;                      /* a halves job's tile of o in float32 */
   double *mem;                      /* the mods' values (mods.h), or NULL */
   uint8_t *keep;                    /* AVX2: a partial tile's mask, as s */
   int32_t *span;                    /* AVX2: a partial tile's spans, as keys
@@ -111,13 +115,14 @@ static inline void *qkv_attn_carve (char **p, size_t n) {
 
 /* rows [r0, r0 + n) of x (batch at element offset boff), as stored or,
    read by gemm as a COPY, densified into buf (whose row stride is then
-   width) */
+   width), widened to float32 for a halves job */
 static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x, int layout,
                                              int64_t boff, int64_t r0, int64_t n,
                                              int64_t width, void *buf) {
   const char *p = x->base + (boff + r0 * x->rs) * (int64_t)J->es;
   if (layout != COPY) return p;
-  qkv_densify(buf, p, J->p.dtype == QKV_F64, n, width, x->rs, x->cs);
+  if (J->halves) qkv_cpu_copy_tile(QKV_F32, buf, J->p.dtype, p, n, width, x->rs, x->cs);
+  else qkv_densify(buf, p, J->p.dtype == QKV_F64, n, width, x->rs, x->cs);
   return buf;
 }
 
@@ -126,10 +131,16 @@ static inline const void *qkv_attn_tile_of (const job *J, const qkv_attn_view *x
 /* q^T (dk x nqp, row stride BQ) = scale * rows [i0, i0 + bq) of q; the
    padding queries get zeros, so finite scores nobody reads.  By query: q's
    rows are read in order, and the dk lines of qt being written stay in L1
-   (by feature, each pass re-read the whole tile of q from L2) */
+   (by feature, each pass re-read the whole tile of q from L2).  A halves
+   job's tile is widened into qbuf first */
 static inline void qkv_attn_pack_q (const job *J, int64_t qo, int64_t i0,
-                                    int bq, int nqp, float *qt) {
+                                    int bq, int nqp, float *qt, void *qbuf) {
   const qkv_attn_plan *P = &J->p;
+  if (J->halves) {
+    const float *q = qkv_attn_tile_of(J, &P->q, COPY, qo, i0, bq, P->dk, qbuf);
+    qkv_pack_t(q, P->dk, 1, bq, P->dk, (float)P->scale, qt, BQ, nqp);
+    return;
+  }
   qkv_pack_t((const float *)P->q.base + qo + i0 * P->q.rs, P->q.rs, P->q.cs, bq, P->dk,
              (float)P->scale, qt, BQ, nqp);
 }

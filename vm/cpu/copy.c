@@ -173,6 +173,25 @@ static QKV_AVX512 void from_bf16_512 (int64_t n, float *o, const uint16_t *a) {
   for (; i < n; i++) o[i] = qkv_bf2f(a[i]);
 }
 
+/* rows of n bfloat16 (rs elements apart) into the dense float32 rows at
+   o: a tile of a head's short rows, with no call a row and each row's
+   tail one masked vector */
+static QKV_AVX512 void from_bf16_tile512 (int64_t rows, int64_t n, float *o, const uint16_t *a,
+                                          int64_t rs) {
+  __mmask16 tail = (__mmask16)((1u << (n % 16)) - 1);
+  for (int64_t r = 0; r < rows; r++, o += n, a += rs) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(a + i)));
+      _mm512_storeu_si512(o + i, _mm512_slli_epi32(h, 16));
+    }
+    if (tail) {
+      __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail, a + i));
+      _mm512_mask_storeu_epi32(o + i, tail, _mm512_slli_epi32(h, 16));
+    }
+  }
+}
+
 static QKV_AVX2 void to_bf16_256 (int64_t n, uint16_t *o, const float *a) {
   const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
   const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -278,6 +297,46 @@ qkv_iter_fn qkv_cpu_copy_row(qkv_dtype to, qkv_dtype from) {
   if (to == QKV_BF16 && from == QKV_F32) return to_bf16_row;
   if (to == QKV_F32 && from == QKV_BF16) return from_bf16_row;
   return copy_rows[to][from];
+}
+
+void qkv_cpu_copy_tile (qkv_dtype to, void *dst, qkv_dtype from, const void *src, int64_t rows,
+                        int64_t width, int64_t rs, int64_t cs) {
+  qkv_iter_fn fn = qkv_cpu_copy_row(to, from);
+  int64_t et = (int64_t)qkv_elsize(to), ef = (int64_t)qkv_elsize(from);
+  int64_t s[2] = {et, cs * ef};
+  int bad = 0;
+  if ((cs == 1 || width == 1) && (rs == width || rows == 1)) {   /* one run */
+    width *= rows;
+    rows = 1;
+    s[1] = ef;
+  }
+#ifdef QKV_VEXP_X86
+  /* bfloat16 and float32 by the vector loops themselves: a tile's rows are
+     short (a head's 32 or 64 features), and the row function's checks
+     cost as much as its work (a third of MiniLM's attention) */
+  if ((cs == 1 || width == 1) && qkv_cpu_has_avx2()) {
+    int wide = qkv_cpu_has_avx512();
+    if (to == QKV_F32 && from == QKV_BF16 && wide) {
+      from_bf16_tile512(rows, width, dst, src, rs);
+      return;
+    }
+    if (to == QKV_F32 && from == QKV_BF16) {
+      for (int64_t i = 0; i < rows; i++)
+        from_bf16_256(width, (float *)dst + i * width, (const uint16_t *)src + i * rs);
+      return;
+    }
+    if (to == QKV_BF16 && from == QKV_F32) {
+      void (*f)(int64_t, uint16_t *, const float *) = wide ? to_bf16_512 : to_bf16_256;
+      for (int64_t i = 0; i < rows; i++)
+        f(width, (uint16_t *)dst + i * width, (const float *)src + i * rs);
+      return;
+    }
+  }
+#endif
+  for (int64_t i = 0; i < rows; i++) {
+    char *p[2] = {(char *)dst + i * width * et, (char *)src + i * rs * ef};
+    fn(width, p, s, &bad);
+  }
 }
 
 int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {

@@ -34,6 +34,11 @@ void qkv_cpu_to_bf16(int64_t n, uint16_t *o, const float *a);
 /* the copy's row from dtype `from` into `to` (copy.c), for kernels that
    convert runs of their own */
 qkv_iter_fn qkv_cpu_copy_row(qkv_dtype to, qkv_dtype from);
+/* rows x width elements of dtype `from` at src (rows rs, columns cs
+   elements apart) into the dense rows x width matrix of `to` at dst, by
+   those rows (copy.c): a kernel's tile in its compute dtype */
+void qkv_cpu_copy_tile(qkv_dtype to, void *dst, qkv_dtype from, const void *src, int64_t rows,
+                       int64_t width, int64_t rs, int64_t cs);
 int qkv_cpu_fill(qkv_tensor *dst, double v);
 /* op: a qkv_binop, qkv_unop (vm/common/ops.h) */
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
