@@ -196,4 +196,120 @@ function TestHalvesOps:testSelfCopyBits()
   os.remove(path)
 end
 
+-- safetensors' bytes: a tensor of `dtype` ("F16", "BF16", "F32") from the
+-- little-endian packed values, and back
+local function from_bytes(path, dtype, fmt, n, data)
+  local header = ('{"x":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'):format(
+    dtype, n, #data)
+  local f = assert(io.open(path, "wb"))
+  f:write(string.pack("<I8", #header), header, data)
+  f:close()
+  return qkv.load_safetensors(path).x
+end
+
+local function to_bytes(path, x, fmt)
+  qkv.save_safetensors(path, {y = x})
+  local f = assert(io.open(path, "rb"))
+  local data = f:read("a")
+  f:close()
+  local off, out = 8 + string.unpack("<I8", data), {}
+  local w = string.packsize(fmt)
+  for i = 1, x:numel() do out[i] = string.unpack(fmt, data, off + 1 + w * (i - 1)) end
+  return out
+end
+
+-- float32's bits of a half's, decoded here: a NaN keeps its payload and
+-- its quiet bit as it is (a signalling one stays signalling)
+local function widen_ref(h, dt)
+  if dt == "bfloat16" then return h << 16 end
+  local sign, e, m = (h & 0x8000) << 16, (h >> 10) & 0x1f, h & 0x3ff
+  if e == 31 then return sign | 0x7f800000 | (m << 13) end
+  if e > 0 then return sign | ((e + 112) << 23) | (m << 13) end
+  if m == 0 then return sign end
+  e = 113                                   -- a subnormal: normalise m
+  while m & 0x400 == 0 do m, e = m << 1, e - 1 end
+  return sign | (e << 23) | ((m & 0x3ff) << 13)
+end
+
+-- float16's bits of a float32's, rounded to nearest even on the value
+-- (float64 holds every float32 and every half exactly); a NaN quiet, its
+-- payload's top bits kept
+local function narrow_ref(b)
+  local sign, a = (b >> 16) & 0x8000, b & 0x7fffffff
+  if a > 0x7f800000 then return sign | 0x7e00 | ((a >> 13) & 0x3ff) end
+  local v = string.unpack("<f", string.pack("<I4", a))
+  if v >= 65520 then return sign | 0x7c00 end
+  -- the half step at v: 2^-24 below 2^-14, else 2^(e - 10)
+  local step = 2.0 ^ -24
+  while v >= step * 2048 do step = step * 2 end
+  local q = v / step                        -- exact: a power of 2
+  local f = math.floor(q)
+  if q - f > 0.5 or (q - f == 0.5 and f % 2 == 1) then f = f + 1 end
+  v = f * step
+  if v < 2.0 ^ -14 then return sign | math.tointeger(v / 2.0 ^ -24) end  -- 0 or a subnormal
+  local e = -14                             -- 2^e <= v < 2^(e + 1)
+  while v >= 2.0 ^ (e + 1) do e = e + 1 end
+  return sign | ((e + 15) << 10) | (math.tointeger(v / 2.0 ^ (e - 10)) - 1024)
+end
+
+-- every half's bits widened to float32, contiguous (the vector rows) and
+-- strided (the per-element ones); float32 bits around every half's value
+-- and every midpoint narrowed to float16
+function TestHalvesOps:testConversionBits()
+  local path = os.tmpname()
+  local parts, n = {}, 65536
+  for i = 0, n - 1 do parts[#parts + 1] = string.pack("<I2", i) end
+  local bytes = table.concat(parts)
+  for _, c in ipairs{{"bfloat16", "BF16"}, {"float16", "F16"}} do
+    local x = from_bytes(path, c[2], "<I2", n, bytes)
+    lu.assertEquals(x.dtype, c[1])
+    for _, how in ipairs{"contiguous", "strided"} do
+      local y = how == "contiguous" and x:float() or x:view(256, 256):t():float():t():reshape(-1)
+      local got = to_bytes(path, y, "<I4")
+      for i = 0, n - 1 do
+        local want = widen_ref(i, c[1])
+        if got[i + 1] ~= want then
+          lu.fail(("%s 0x%04x to float32 (%s): got 0x%08x, want 0x%08x"):format(
+            c[1], i, how, got[i + 1], want))
+        end
+      end
+    end
+  end
+  -- float32 patterns: each half's value (from its float32 bits) and the
+  -- three float32 values around each midpoint with the next half, with
+  -- NaN payloads, float32's subnormals and the edge of overflow among them
+  local bits = {}
+  for h = 0, 0x7c00 do
+    local w = widen_ref(h, "float16")
+    local nx = widen_ref(h + 1, "float16")
+    local mid = (w + nx) // 2              -- the midpoint's bits (the step is even)
+    for _, b in ipairs{w, mid - 1, mid, mid + 1} do
+      bits[#bits + 1] = b
+      bits[#bits + 1] = b | 0x80000000
+    end
+  end
+  for _, b in ipairs{0x7f800001, 0x7fbfffff, 0x7fc00000, 0x7fffffff, 0x7f802000, 1, 0x7fffff,
+                     0x477fefff, 0x477ff000, 0x477fffff, 0x7f7fffff} do
+    bits[#bits + 1] = b
+    bits[#bits + 1] = b | 0x80000000
+  end
+  local m = #bits
+  local packed = {}
+  for i = 1, m do packed[i] = string.pack("<I4", bits[i]) end
+  local f = from_bytes(path, "F32", "<I4", m, table.concat(packed))
+  for _, how in ipairs{"contiguous", "strided"} do
+    local y = how == "contiguous" and f:to("float16")
+              or f:view(m // 2, 2):t():to("float16"):t():reshape(-1)
+    local got = to_bytes(path, y, "<I2")
+    for i = 1, m do
+      local want = narrow_ref(bits[i])
+      if got[i] ~= want then
+        lu.fail(("float32 0x%08x to float16 (%s): got 0x%04x, want 0x%04x"):format(
+          bits[i], how, got[i], want))
+      end
+    end
+  end
+  os.remove(path)
+end
+
 os.exit(lu.LuaUnit.run())
