@@ -99,6 +99,29 @@ static inline QKV_HD int qkv_unop_result (int op) {
   switch (op) { QKV_UNARY_OPS(QKV_OP_RESULT_) default: return QKV_RESULT_SAME; }
 }
 
+/*
+** The dtype a backend's binary or unary op computes in, given out (t[0])
+** and its operands (t[1] to t[nop - 1]); want: the op's result for a's
+** dtype (bool for a comparison).  The operands' one dtype; or float32
+** where they mix float32 and the halves, out float32, a half or the
+** comparison's bool (the halves read as float32 and out rounded once: a
+** backend with elementwise_halves, core/backend.h); -1 for any other mix,
+** which the dispatch converts away first (the backend contract).
+*/
+static inline int qkv_op_compute_dtype (int nop, const qkv_tensor *const *t, qkv_dtype want) {
+  qkv_dtype dt = t[1]->dtype;
+  int same = t[0]->dtype == want, half = dt == QKV_F16 || dt == QKV_BF16;
+  for (int k = 2; k < nop; k++) same &= t[k]->dtype == dt;
+  if (same && !half) return dt;
+  for (int k = 0; k < nop; k++) {
+    qkv_dtype d = t[k]->dtype;
+    if (d != QKV_F32 && d != QKV_F16 && d != QKV_BF16 &&
+        !(k == 0 && d == QKV_BOOL && want == QKV_BOOL))
+      return -1;
+  }
+  return (t[0]->dtype == QKV_BOOL) == (want == QKV_BOOL) ? QKV_F32 : -1;
+}
+
 /* whether kernels of an op that takes `takes` compute in dtype dt */
 static inline QKV_HD int qkv_op_takes (int takes, qkv_dtype dt) {
   switch (dt) {

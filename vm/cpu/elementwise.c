@@ -96,27 +96,13 @@ static int run(int nop, const qkv_tensor *const *t, qkv_iter_fn fn, qkv_dtype dt
   return qkv_iter_run(&it, fn, fn == staged_row ? &S : NULL);
 }
 
-/* the dtype an op computes in: a's, or float32 where its operands mix
-   float32 and the halves (out float32, a half or the op's bool); -1 for
-   any other mix, which ops.c converts away (the backend contract) */
-static int computed(int nop, const qkv_tensor *const *t, qkv_dtype want) {
-  qkv_dtype dt = t[1]->dtype;
-  int same = t[0]->dtype == want;
-  for (int k = 2; k < nop; k++) same &= t[k]->dtype == dt;
-  if (same && !qkv_is_half(dt)) return dt;
-  for (int k = 0; k < nop; k++) {
-    qkv_dtype d = t[k]->dtype;
-    if (d != QKV_F32 && !qkv_is_half(d) && !(k == 0 && d == QKV_BOOL && want == QKV_BOOL)) return -1;
-  }
-  return (t[0]->dtype == QKV_BOOL) == (want == QKV_BOOL) ? QKV_F32 : -1;
-}
-
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a,
                    const qkv_tensor *b) {
   const qkv_tensor *t[3] = {out, a, b};
   if ((unsigned)op >= QKV_NBINARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  int dt = computed(3, t, qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype);
+  int dt = qkv_op_compute_dtype(3, t, qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL
+                                                                             : a->dtype);
   if (dt < 0) return QKV_EINTERNAL;
   return run(3, t, ROW(binary, op, dt), (qkv_dtype)dt);
 }
@@ -125,7 +111,8 @@ int qkv_cpu_unary(int op, qkv_tensor *out, const qkv_tensor *a) {
   const qkv_tensor *t[2] = {out, a};
   if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  int dt = computed(2, t, qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : a->dtype);
+  int dt = qkv_op_compute_dtype(2, t, qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL
+                                                                            : a->dtype);
   if (dt < 0) return QKV_EINTERNAL;
   return run(2, t, ROW(unary, op, dt), (qkv_dtype)dt);
 }

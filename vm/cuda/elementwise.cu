@@ -45,6 +45,63 @@ template <int RESULT, typename T> struct Out { typedef T type; };
 template <typename T> struct Out<QKV_RESULT_BOOL, T> { typedef uint8_t type; };
 
 
+/* ---- float32 and the halves mixed (core/backend.h's elementwise_halves) ----
+**
+** As the CPU's staged rows (vm/cpu/elementwise.c): each operand read as
+** float32 (a half widened, half.h: exact), the op's float32 overload, out
+** rounded once into its half (or float32, or a comparison's bool): the
+** values the dispatch's converted copies gave, in one pass with no
+** temporaries.  One kernel per op, the dtypes read per element (the same
+** branch in every thread). */
+
+__device__ static inline float widen (const char *p, int64_t off, qkv_dtype dt) {
+  if (dt == QKV_F32) return ((const float *)p)[off];
+  uint16_t h = ((const uint16_t *)p)[off];
+  return dt == QKV_BF16 ? qkv_bf2f(h) : qkv_h2f(h);
+}
+
+__device__ static inline void narrow (char *p, int64_t off, qkv_dtype dt, float v) {
+  if (dt == QKV_F32) ((float *)p)[off] = v;
+  else ((uint16_t *)p)[off] = dt == QKV_BF16 ? qkv_f2bf(v) : qkv_f2h(v);
+}
+
+__device__ static inline void narrow (char *p, int64_t off, qkv_dtype, uint8_t v) {
+  ((uint8_t *)p)[off] = v;
+}
+
+/* operand 0 is out, 1 (and 2) the op's; dt their dtypes */
+template <int NOP, typename F>
+__global__ void halves_kernel (qkv_cu_iter it, F f, qkv_dtype d0, qkv_dtype d1, qkv_dtype d2) {
+  QKV_CU_LOOP(i, it.numel) {
+    int64_t off[NOP];
+    qkv_cu_iter_at(it, i, off);
+    float x = widen(it.data[1], off[1], d1);
+    if constexpr (NOP == 3) narrow(it.data[0], off[0], d0, f(x, widen(it.data[2], off[2], d2)));
+    else narrow(it.data[0], off[0], d0, f(x));
+  }
+}
+
+/* t[0] = f(t[1..]) with float32 and the halves mixed: an op that takes
+   float32 (the others were refused before) */
+template <int NOP, int TAKES, typename F>
+static int halves_launch (const qkv_cu_iter &it, const qkv_tensor *const *t, F f) {
+  if constexpr ((TAKES & 1) == 0) {
+    return QKV_EDTYPE;
+  } else {
+    halves_kernel<NOP, F><<<qkv_cu_blocks(it.numel, THREADS), THREADS>>>(
+        it, f, t[0]->dtype, t[1]->dtype, t[NOP - 1]->dtype);
+    launchCheck("halves_kernel");
+    return QKV_OK;
+  }
+}
+
+static int has_half (int nop, const qkv_tensor *const *t) {
+  for (int k = 0; k < nop; k++)
+    if (t[k]->dtype == QKV_F16 || t[k]->dtype == QKV_BF16) return 1;
+  return 0;
+}
+
+
 /* ---- binary ---- */
 
 /* operand 0 is out (TO), 1 and 2 are a and b (TI) */
@@ -89,17 +146,21 @@ int qkv_cuda_binary (int op, qkv_tensor *out, const qkv_tensor *a, const qkv_ten
   qkv_cu_iter it;
   if ((unsigned)op >= QKV_NBINARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  qkv_dtype dt = a->dtype;
-  qkv_dtype want = qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : dt;
-  /* the backend contract: ops.c has already converted the operands */
-  if (b->dtype != dt || out->dtype != want) return QKV_EINTERNAL;
+  /* the backend contract: ops.c has converted the operands but for
+     float32 and the halves mixed */
+  int cd = qkv_op_compute_dtype(3, t, qkv_binop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL
+                                                                            : a->dtype);
+  if (cd < 0) return QKV_EINTERNAL;
+  qkv_dtype dt = (qkv_dtype)cd;
   if (!qkv_op_takes(qkv_binop_takes(op), dt)) return QKV_EDTYPE;
   if (qkv_cu_numel(out) == 0) return QKV_OK;
   qkv_cu_iter_init(&it, 3, t);
+  int mixed = has_half(3, t);
   switch (op) {
 #define CASE2(NAME, name, takes, result, ...) \
     case QKV_##NAME: \
-      return binary_of<QKV_TAKES_##takes, QKV_RESULT_##result>(dt, it, Binary_##name());
+      return mixed ? halves_launch<3, QKV_TAKES_##takes>(it, t, Binary_##name()) \
+                   : binary_of<QKV_TAKES_##takes, QKV_RESULT_##result>(dt, it, Binary_##name());
     QKV_BINARY_OPS(CASE2)
     default: return QKV_EINTERNAL;
   }
@@ -148,16 +209,19 @@ int qkv_cuda_unary (int op, qkv_tensor *out, const qkv_tensor *a) {
   qkv_cu_iter it;
   if ((unsigned)op >= QKV_NUNARY) return QKV_EINTERNAL;
   if ((unsigned)a->dtype >= QKV_NDTYPE) return QKV_EDTYPE;
-  qkv_dtype dt = a->dtype;
-  qkv_dtype want = qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL : dt;
-  if (out->dtype != want) return QKV_EINTERNAL;
+  int cd = qkv_op_compute_dtype(2, t, qkv_unop_result(op) == QKV_RESULT_BOOL ? QKV_BOOL
+                                                                           : a->dtype);
+  if (cd < 0) return QKV_EINTERNAL;
+  qkv_dtype dt = (qkv_dtype)cd;
   if (!qkv_op_takes(qkv_unop_takes(op), dt)) return QKV_EDTYPE;
   if (qkv_cu_numel(out) == 0) return QKV_OK;
   qkv_cu_iter_init(&it, 2, t);
+  int mixed = has_half(2, t);
   switch (op) {
 #define CASE1(NAME, name, takes, result, ...) \
     case QKV_##NAME: \
-      return unary_of<QKV_TAKES_##takes, QKV_RESULT_##result>(dt, it, Unary_##name());
+      return mixed ? halves_launch<2, QKV_TAKES_##takes>(it, t, Unary_##name()) \
+                   : unary_of<QKV_TAKES_##takes, QKV_RESULT_##result>(dt, it, Unary_##name());
     QKV_UNARY_OPS(CASE1)
     default: return QKV_EINTERNAL;
   }

@@ -60,6 +60,35 @@ function TestCudaElementwise:testUnary()
   end
 end
 
+-- float32 and the halves mixed (the backend's halves_kernel, as the CPU's
+-- staged rows): each half read as float32, the float32 op, out rounded
+-- once; every binary op on each pairing with a broadcast operand (a
+-- comparison's bool out among them), the unary ops on a half into
+-- float32's result dtype, and in place into a half from float32
+function TestCudaElementwise:testHalvesMixedWithFloat32()
+  need()
+  for _, h in ipairs{"float16", "bfloat16"} do
+    local other = h == "float16" and "bfloat16" or "float16"
+    for _, op in ipairs(BINARY) do
+      for _, dts in ipairs{{h, "float32"}, {"float32", h}, {h, h}, {h, other}} do
+        local a, b = values({7, 33}, dts[1]), values({33}, dts[2])
+        if pcall(qkv[op], a, b) then
+          same(("%s %s %s"):format(dts[1], op, dts[2]), qkv[op], {a, b})
+          same(("%s %s %s, special"):format(dts[1], op, dts[2]), qkv[op],
+               {qkv.tensor{0, -0.0, 1, -1, inf, -inf, nan, 2, 1e-30, 88}:to(dts[1]),
+                qkv.tensor{0, 0, nan, 2, inf, 1, 3, -inf, 0.5, -88}:to(dts[2])})
+        end
+      end
+    end
+    same(h .. " add_ float32 in place", function(x, y) return x:clone():add_(y) end,
+         {values({5, 9}, h), values({5, 9}, "float32")})
+    same(h .. " mul_ by a float32 row", function(x, y) return x:clone():mul_(y) end,
+         {values({5, 9}, h), values({9}, "float32")})
+    same("float32 copy_ of a half sum", function(x, y, z) return z:clone():copy_(x + y) end,
+         {values({4, 6}, h), values({4, 6}, other), values({4, 6}, "float32")})
+  end
+end
+
 -- the binary op QKV_GELU_GRAD, reached through qkv._gelu_backward (autograd's
 -- gelu rule)
 function TestCudaElementwise:testGeluBackward()
