@@ -196,6 +196,38 @@ function TestHalvesOps:testSelfCopyBits()
   os.remove(path)
 end
 
+-- sums and moments of a half read as float32 where they lie (reduce.c's
+-- staged lines and tiles): those of float32 copies, which the float64
+-- sums of the same exact values give bit for bit here; along each dim of
+-- a contiguous and a transposed tensor (lines and column tiles), whole
+-- (one long line cut in pieces across threads), and against float64
+function TestHalvesOps:testReductions()
+  qkv.seed(21)
+  for _, dt in ipairs(HALVES) do
+    local x = (qkv.randn(300, 70) * qkv.exp(qkv.randn(300, 70))):to(dt)
+    -- every dim strided: lines read element by element, no tile
+    local x3 = (qkv.randn(60, 70, 3) * 3):to(dt):narrow(3, 2, 1):squeeze(3)
+    for _, v in ipairs{{"contiguous", x}, {"transposed", x:t()}, {"narrowed", x:narrow(2, 3, 61)},
+                       {"strided", x3}} do
+      for _, op in ipairs{"sum", "mean", "var", "std"} do
+        for d = 1, 2 do
+          local what = ("%s %s %s(%d)"):format(dt, v[1], op, d)
+          local got = v[2][op](v[2], d)
+          same(got, v[2]:float()[op](v[2]:float(), d):to(dt), what)
+          if op == "sum" then
+            local ref = v[2]:double():sum(d)
+            lu.assertTrue(qkv.allclose(got:double(), ref, 1e-2, 1e-1), what .. ": against float64")
+          end
+        end
+      end
+    end
+    local big = (qkv.randn(300001) + 0.5):to(dt)
+    same(big:sum(), big:float():sum():to(dt), dt .. " whole sum of 300001")
+    same(big:mean(), big:float():mean():to(dt), dt .. " whole mean of 300001")
+    same(x:sum(), x:float():sum():to(dt), dt .. " whole sum of a matrix")
+  end
+end
+
 -- safetensors' bytes: a tensor of `dtype` ("F16", "BF16", "F32") from the
 -- little-endian packed values, and back
 local function from_bytes(path, dtype, fmt, n, data)

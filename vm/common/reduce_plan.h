@@ -37,11 +37,16 @@ static inline int qkv_red_is_arg (qkv_redop op) {
   return op == QKV_ARGMAX || op == QKV_ARGMIN;
 }
 
-/* a is float32, float64, int64 or bool; out (and idx) as the op gives */
+/* a is float32, float64, int64 or bool; out (and idx) as the op gives.
+   halves: a backend that reads float16 and bfloat16 as float32 (its
+   reduce_halves) takes them for the sums and moments into float32 */
 static inline int qkv_red_dtypes (qkv_redop op, const qkv_tensor *out,
-                                  const qkv_tensor *idx, const qkv_tensor *a) {
+                                  const qkv_tensor *idx, const qkv_tensor *a, int halves) {
   qkv_dtype t = a->dtype;
   int ft = t == QKV_F32 || t == QKV_F64;
+  if (halves && (t == QKV_F16 || t == QKV_BF16))
+    return (op == QKV_SUM || op == QKV_MEAN || op == QKV_VAR || op == QKV_STD) &&
+           out->dtype == QKV_F32;
   if (!ft && t != QKV_I64 && t != QKV_BOOL) return 0;
   switch (op) {
     case QKV_SUM:
@@ -91,11 +96,12 @@ static inline void qkv_red_keep_dims (qkv_redplan *P, const qkv_tensor *a,
 ** The plan of out (and idx: MAX and MIN's positions, or NULL) = op of a
 ** along dim, with no data yet (a, o and x NULL, ea 0).  QKV_EDTYPE,
 ** QKV_EINTERNAL (shapes that do not fit, an empty max or min), or QKV_OK;
-** P->nout == 0 then leaves nothing to do.
+** P->nout == 0 then leaves nothing to do.  halves: as qkv_red_dtypes.
 */
 static inline int qkv_redplan_init (qkv_redplan *P, qkv_redop op, const qkv_tensor *out,
-                                    const qkv_tensor *idx, const qkv_tensor *a, int dim) {
-  if (op < 0 || op >= QKV_NREDUCE || !qkv_red_dtypes(op, out, idx, a))
+                                    const qkv_tensor *idx, const qkv_tensor *a, int dim,
+                                    int halves) {
+  if (op < 0 || op >= QKV_NREDUCE || !qkv_red_dtypes(op, out, idx, a, halves))
     return QKV_EDTYPE;
   if ((a->ndim > 0 && (dim < 0 || dim >= a->ndim)) ||
       !qkv_red_shape(out, a, dim) || (idx && !qkv_red_shape(idx, a, dim)))

@@ -29,6 +29,8 @@ typedef struct qkv_backend {
      each half read as float32, the float32 op, out rounded once, as the
      dispatch's converted copies would give; else only the dtypes below */
   int elementwise_halves;
+  /* reduce takes a half for SUM, MEAN, VAR and STD into a float32 out */
+  int reduce_halves;
   void *(*alloc)(size_t nbytes, int zero);    /* NULL on failure */
   void (*free)(void *p);
   /* dst and src have the same shape; dtypes may differ (converted) */
@@ -44,7 +46,9 @@ typedef struct qkv_backend {
   /* along dim (0-based): out has a's shape with size[dim] == 1; idx the
      same shape, int64, 0-based positions (or NULL; only MAX/MIN fill it).
      a's dtype is float for MEAN/VAR/STD; out's dtype is a's for MAX/MIN,
-     int64 positions for ARGMAX/ARGMIN, and for SUM a's (int64 for bool) */
+     int64 positions for ARGMAX/ARGMIN, and for SUM a's (int64 for bool);
+     with reduce_halves, SUM, MEAN, VAR and STD also of a half a into a
+     float32 out (read as float32, exactly) */
   int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
   /* out (B..., m, p) contiguous = alpha * a @ b; a (B..., m, n),
      b (B..., n, p) any strides, all three the same batch dims and the

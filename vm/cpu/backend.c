@@ -28,6 +28,7 @@ const qkv_backend qkv_cpu_backend = {
   .attention_backward_rows = 1,
   .attention_backward_groups = 1,
   .elementwise_halves = 1,
+  .reduce_halves = 1,
   .attention_mods = qkv_cpu_attention_mods,
   .attention_mods_backward = qkv_cpu_attention_mods_backward,
   .attention_blocks = qkv_cpu_attention_blocks,

@@ -98,6 +98,40 @@ DEF_SQDEV(sqdev_f32, float)
 DEF_SQDEV(sqdev_f64, double)
 
 /*
+** A half's line (float16, bfloat16: the sums and moments alone) read as
+** float32 STAGE elements at a time (copy.c's rows: exact) into a buffer
+** that the float32 kernels take as a contiguous line, so that nothing of
+** a's size is copied; STAGE is a multiple of 4, so that sum_f32's four
+** sums run as over one line.
+*/
+#define STAGE 256
+
+static void stage (qkv_dtype dt, float *buf, const void *v, int64_t m, int64_t s) {
+  char *q[2] = {(char *)buf, (char *)v};
+  int64_t qs[2] = {sizeof(float), s * 2};
+  qkv_cpu_copy_row(QKV_F32, dt)(m, q, qs, NULL);
+}
+
+static void sum_half (qkv_dtype dt, const void *v, int64_t n, int64_t s, double *t) {
+  float buf[STAGE];
+  for (int64_t i = 0; i < n; i += STAGE) {
+    int64_t m = n - i < STAGE ? n - i : STAGE;
+    stage(dt, buf, (const uint16_t *)v + i * s, m, s);
+    sum_f32(buf, m, 1, t);
+  }
+}
+
+static void sqdev_half (qkv_dtype dt, const void *v, int64_t n, int64_t s, double mean,
+                        acc *r) {
+  float buf[STAGE];
+  for (int64_t i = 0; i < n; i += STAGE) {
+    int64_t m = n - i < STAGE ? n - i : STAGE;
+    stage(dt, buf, (const uint16_t *)v + i * s, m, s);
+    sqdev_f32(buf, m, 1, mean, r);
+  }
+}
+
+/*
 ** The first extremum wins ties; the first NaN beats everything, so a line
 ** holding one reports it at once.
 */
@@ -177,6 +211,7 @@ static int piece_sum (const plan *P, const char *line, int64_t start,
     if (i > 0 && qkv_interrupted) return QKV_EINTR;
     if (P->dt == QKV_F32) sum_f32(p, n, P->sa, t);
     else if (P->dt == QKV_F64) sum_f64(p, n, P->sa, t);
+    else if (P->dt == QKV_F16 || P->dt == QKV_BF16) sum_half(P->dt, p, n, P->sa, t);
     else r->u += sum_int(P->dt, p, n, P->sa);
   }
   r->d = (t[0] + t[1]) + (t[2] + t[3]);
@@ -191,7 +226,8 @@ static int piece_sqdev (const plan *P, const char *line, int64_t start,
     int64_t n = len - i < CHUNK ? len - i : CHUNK;
     if (i > 0 && qkv_interrupted) return QKV_EINTR;
     if (P->dt == QKV_F32) sqdev_f32(p, n, P->sa, mean, r);
-    else sqdev_f64(p, n, P->sa, mean, r);
+    else if (P->dt == QKV_F64) sqdev_f64(p, n, P->sa, mean, r);
+    else sqdev_half(P->dt, p, n, P->sa, mean, r);
   }
   return QKV_OK;
 }
@@ -352,6 +388,19 @@ static int tiles (const plan *P) {
          P->nd > 0 && P->as[P->nd - 1] == 1 && P->sa != 1;
 }
 
+/* a half's tile, STAGE / TILE rows at a time read as float32 (each row's
+   w lanes are side by side) into a dense block the float32 tile takes */
+static void tile_half (const plan *P, const char *line, int64_t n, int w, const double *mean,
+                       acc *r) {
+  enum { ROWS = STAGE / TILE * 4 };
+  float buf[ROWS * TILE];
+  for (int64_t i = 0; i < n; i += ROWS) {
+    int64_t m = n - i < ROWS ? n - i : ROWS;
+    for (int64_t k = 0; k < m; k++) stage(P->dt, buf + k * TILE, at(P, line, i + k), w, 1);
+    tile_f32(buf, m, TILE, w, mean, r);
+  }
+}
+
 /* one pass down a tile, CHUNK elements of rows at a time */
 static int tile_pass (const plan *P, const char *line, int w,
                       const double *mean, acc *r) {
@@ -360,7 +409,8 @@ static int tile_pass (const plan *P, const char *line, int w,
     int64_t n = P->n - i < rows ? P->n - i : rows;
     if (i > 0 && qkv_interrupted) return QKV_EINTR;
     if (P->dt == QKV_F32) tile_f32(at(P, line, i), n, P->sa, w, mean, r);
-    else tile_f64(at(P, line, i), n, P->sa, w, mean, r);
+    else if (P->dt == QKV_F64) tile_f64(at(P, line, i), n, P->sa, w, mean, r);
+    else tile_half(P, at(P, line, i), n, w, mean, r);
   }
   return QKV_OK;
 }
@@ -533,7 +583,7 @@ static int reduce_split (const plan *P) {
 int qkv_cpu_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
                     const qkv_tensor *a, int dim) {
   plan P;
-  int err = qkv_redplan_init(&P, op, out, idx, a, dim);
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1);
   if (err != QKV_OK || P.nout == 0) return err;
   static const double none = 0;        /* an empty a may have no storage */
   qkv_redplan_data(&P, P.n > 0 ? (const char *)qkv_data(a) : (const char *)&none,

@@ -346,6 +346,7 @@ static const qkv_backend cuda_backend = {
   .attention_backward_rows = 0,       /* its kernels read q..go contiguous */
   .attention_backward_groups = 0,
   .elementwise_halves = 1,            /* elementwise.cu's halves_kernel */
+  .reduce_halves = 0,                 /* ops.c converts the halves for it */
   .alloc = cu_alloc,
   .free = cu_free,
   .copy = qkv_cuda_copy,

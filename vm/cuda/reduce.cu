@@ -337,7 +337,7 @@ static int run (const plan &P) {
 int qkv_cuda_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
                      const qkv_tensor *a, int dim) {
   plan P;
-  int err = qkv_redplan_init(&P, op, out, idx, a, dim);
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 0);
   if (err != QKV_OK || P.nout == 0) return err;
   if (P.n == 0)                /* nothing of a is read: no pointer into it */
     for (int k = 0; k < P.nd; k++) P.as[k] = 0;

@@ -440,7 +440,10 @@ static int reduce_in (const qkv_backend *be, qkv_redop op, qkv_tensor *out,
     } else if (idx) ix = *idx;
   }
   qkv_dtype want = qkv_compute_dtype(reduce_input_dtype(op, out, a));
-  if (x.dtype != want) {
+  /* a half summed (or its moments) where the backend reads it as float32 */
+  int as_is = be->reduce_halves && qkv_is_half(x.dtype) && want == QKV_F32 &&
+              (op == QKV_SUM || op == QKV_MEAN || op == QKV_VAR || op == QKV_STD);
+  if (x.dtype != want && !as_is) {
     qkv_tensor y;
     qkv_storage *ty;
     err = qkv_op_operand(&y, &ty, &x, &x, want);
