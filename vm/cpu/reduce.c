@@ -388,16 +388,16 @@ static int tiles (const plan *P) {
          P->nd > 0 && P->as[P->nd - 1] == 1 && P->sa != 1;
 }
 
-/* a half's tile, STAGE / TILE rows at a time read as float32 (each row's
-   w lanes are side by side) into a dense block the float32 tile takes */
+/* a half's tile, TILE rows at a time read as float32 (each row's w lanes
+   side by side: copy.c's tile rows, no call a row) into a dense block the
+   float32 tile takes */
 static void tile_half (const plan *P, const char *line, int64_t n, int w, const double *mean,
                        acc *r) {
-  enum { ROWS = STAGE / TILE * 4 };
-  float buf[ROWS * TILE];
-  for (int64_t i = 0; i < n; i += ROWS) {
-    int64_t m = n - i < ROWS ? n - i : ROWS;
-    for (int64_t k = 0; k < m; k++) stage(P->dt, buf + k * TILE, at(P, line, i + k), w, 1);
-    tile_f32(buf, m, TILE, w, mean, r);
+  float buf[TILE * TILE];
+  for (int64_t i = 0; i < n; i += TILE) {
+    int64_t m = n - i < TILE ? n - i : TILE;
+    qkv_cpu_copy_tile(QKV_F32, buf, P->dt, at(P, line, i), m, w, P->sa, 1);
+    tile_f32(buf, m, w, w, mean, r);
   }
 }
 
