@@ -46,12 +46,23 @@ template <typename T> struct acc {
 };
 
 
+/*
+** A float16 (BF 0) or bfloat16 (BF 1) element, read as float32 (half.h:
+** exact): the sums and moments take the halves where they lie
+** (reduce_halves, core/backend.h), with no float32 copy of a.
+*/
+template <int BF> struct half_el {
+  uint16_t b;
+  __device__ operator float () const { return BF ? qkv_bf2f(b) : qkv_h2f(b); }
+};
+
 /* element helpers */
 
 __device__ static inline bool is_nan (float v) { return isnan(v); }
 __device__ static inline bool is_nan (double v) { return isnan(v); }
 __device__ static inline bool is_nan (int64_t) { return false; }
 __device__ static inline bool is_nan (uint8_t) { return false; }
+template <int BF> __device__ static inline bool is_nan (half_el<BF> v) { return isnan((float)v); }
 
 /* adds one element to a sum: floats in double, ints wrapping, bools
    counted */
@@ -59,13 +70,20 @@ __device__ static inline void add (acc<float> &r, float v) { r.d += (double)v; }
 __device__ static inline void add (acc<double> &r, double v) { r.d += v; }
 __device__ static inline void add (acc<int64_t> &r, int64_t v) { r.u += (uint64_t)v; }
 __device__ static inline void add (acc<uint8_t> &r, uint8_t v) { r.u += v != 0; }
+template <int BF> __device__ static inline void add (acc<half_el<BF>> &r, half_el<BF> v) {
+  r.d += (double)(float)v;
+}
+
+/* an element as a double, exactly */
+template <typename T> __device__ static inline double wide (T v) { return (double)v; }
+template <int BF> __device__ static inline double wide (half_el<BF> v) { return (double)(float)v; }
 
 template <typename T> __device__ static inline acc<T> empty () {
   acc<T> r;
   r.d = r.c = 0;
   r.u = 0;
   r.pos = -1;
-  r.v = 0;
+  r.v = T{};
   return r;
 }
 
@@ -108,7 +126,7 @@ __device__ static void scan (const plan &P, const T *line, int64_t lo, int64_t h
   for (int64_t i = lo; i < hi; i += step) {
     T v = line[i * P.sa];
     if (dev) {
-      double d = (double)v - mean;
+      double d = wide(v) - mean;
       r.c += d;
       r.d += d * d;
     } else if (P.fam == QKV_RED_EXTREMA) {
@@ -337,7 +355,7 @@ static int run (const plan &P) {
 int qkv_cuda_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
                      const qkv_tensor *a, int dim) {
   plan P;
-  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 0);
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1);
   if (err != QKV_OK || P.nout == 0) return err;
   if (P.n == 0)                /* nothing of a is read: no pointer into it */
     for (int k = 0; k < P.nd; k++) P.as[k] = 0;
@@ -347,6 +365,8 @@ int qkv_cuda_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
     case QKV_F32: return run<float>(P);
     case QKV_F64: return run<double>(P);
     case QKV_I64: return run<int64_t>(P);
+    case QKV_F16: return run<half_el<0>>(P);
+    case QKV_BF16: return run<half_el<1>>(P);
     default: return run<uint8_t>(P);
   }
 }

@@ -13,13 +13,14 @@ TestCudaReduce = {}
 function TestCudaReduce:testAlongEachDimAndOverAll()
   need()
   local shapes = {{5}, {3, 4}, {2, 3, 4}, {1, 300}, {300, 1}, {4, 2000}, {0, 3}, {3, 0}, {64, 65}}
-  for _, dt in ipairs{"float32", "float64", "int64", "bool"} do
+  -- (the halves' sums and moments read them where they lie: reduce.cu's half_el)
+  for _, dt in ipairs{"float32", "float64", "int64", "bool", "float16", "bfloat16"} do
     for _, s in ipairs(shapes) do
       local x = values(s, dt)
       local label = dt .. " " .. table.concat(s, "x")
       for _, op in ipairs{"sum", "mean", "max", "min", "var", "std", "argmax", "argmin"} do
         local float_only = op == "mean" or op == "var" or op == "std"
-        if not float_only or dt == "float32" or dt == "float64" then
+        if not float_only or (dt ~= "int64" and dt ~= "bool") then
           if x:numel() > 0 or op == "sum" or op == "mean" then
             same(label .. " " .. op .. "()", function(v) return v[op](v) end, {x})
           end
@@ -59,5 +60,12 @@ function TestCudaReduce:testNaNTiesAndLongSums()
   big[1] = 16777216
   same("long float32 sum", function(v) return v:sum() end, {big})
   same("long float32 mean of a column", function(v) return v:mean(1) end, {qkv.randn(100000, 3)})
+  -- the halves' long lines cut in pieces and folded, and their moments
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    local h = (qkv.randn(1 << 20) + 0.25):to(dt)
+    same("long " .. dt .. " sum", function(v) return v:sum() end, {h})
+    same("long " .. dt .. " std", function(v) return v:std() end, {h})
+    same(dt .. " column sums", function(v) return v:sum(1), v:var(1) end, {h:view(4096, 256)})
+  end
   same("any/all", function(v) return v:any(), v:all(2) end, {values({4, 9}, "bool")})
 end
