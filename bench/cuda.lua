@@ -2,7 +2,8 @@
 -- (bench/cuda_torch.py, the python3 on PATH): the seed-sized step (project
 -- to Q, K, V, scores, softmax, weights @ V on 6 tokens of 16), float32
 -- fused attention at B = 1, H = 8, d = 64 and N = 1k, 4k, 16k (causal and
--- not), and the cost of the first x:cuda() in a fresh process (loading the
+-- not), bfloat16 elementwise ops and a row sum at 4096 x 4096, and the
+-- cost of the first x:cuda() in a fresh process (loading the
 -- plugin, cudart and cuBLAS, and making the context). Times are medians of
 -- 20 runs after 5 warm-ups, each between two CUDA events (qkv.cuda.Event),
 -- as torch's are. FLOPs: 4 B H N^2 d, halved when causal.
@@ -53,6 +54,18 @@ for _, n in ipairs{1024, 4096, 16384} do
       return qkv.attention(q, k, v, {causal = causal, weights = false})
     end), flops)
   end
+end
+
+-- bfloat16 elementwise ops and a row sum, 4096 x 4096 (32 MB a tensor):
+-- one kernel each, the halves read as float32 where they lie; memory
+-- bound (an add moves 96 MB: ~20 us at an H200's 4.8 TB/s)
+do
+  local a, b = qkv.randn(4096, 4096, "cuda"):bfloat16(), qkv.randn(4096, 4096, "cuda"):bfloat16()
+  local c = qkv.randn(4096, 4096, "cuda")
+  row("bf16_add", median_ms(function() return a + b end))
+  row("bf16_plus_f32", median_ms(function() return a + c end))
+  row("bf16_gelu", median_ms(function() return qkv.gelu(a) end))
+  row("bf16_sum_rows", median_ms(function() return a:sum(2) end))
 end
 
 print(("cuda: %s, float32, TF32 off; medians of 20 (ms)"):format(qkv.cuda.device_name()))

@@ -35,3 +35,11 @@ for n in (1024, 4096, 16384):
     for causal in (False, True):
         f = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         print("RESULT attention_%d_%s %.4f" % (n, "causal" if causal else "full", median_ms(f)))
+
+# bfloat16 elementwise ops and a row sum, 4096 x 4096 (32 MB a tensor)
+a, b = (torch.randn(4096, 4096, device=dev).bfloat16() for _ in range(2))
+c = torch.randn(4096, 4096, device=dev)
+print("RESULT bf16_add %.4f" % median_ms(lambda: a + b))
+print("RESULT bf16_plus_f32 %.4f" % median_ms(lambda: a + c))
+print("RESULT bf16_gelu %.4f" % median_ms(lambda: torch.nn.functional.gelu(a)))
+print("RESULT bf16_sum_rows %.4f" % median_ms(lambda: a.sum(dim=1)))
