@@ -43,6 +43,15 @@ local CASES = {
   bf16_round = "x:to('bfloat16'):float()",
   bf16_round_t = "x[{{1, 4098}}]:reshape(2, 2049):t():to('bfloat16'):float()",
   bf16_widen = "(x * 3):to('bfloat16'):t():contiguous():float()",
+  -- float16 the same (F16C: 16 or 8 at a time, a signalling NaN's lanes
+  -- put back from its bits): subnormals and overflow among x's values
+  f16_round = "(x * 1e-4):to('float16'):float()",
+  f16_round_big = "(x * 3e3):to('float16'):float()",
+  f16_round_t = "x[{{1, 4098}}]:reshape(2, 2049):t():to('float16'):float()",
+  f16_widen = "(x * 3):to('float16'):t():contiguous():float()",
+  -- a half's sums read in place (reduce.c's staged lines and tiles)
+  sum_cols_h = "x[{{1, 4096}}]:reshape(64, 64):to('float16'):sum(1):float()",
+  sum_rows_bf = "x[{{1, 4096}}]:reshape(64, 64):to('bfloat16'):mean(2):float()",
   -- sums down columns (vm/cpu/reduce.c's tiles): each lane adds in row order
   sum_cols = "x[{{1, 4096}}]:reshape(64, 64):sum(1)",
   sum_cols_d = "xd[{{2, 4097}}]:reshape(32, 128):sum(1)",

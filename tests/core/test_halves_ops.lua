@@ -10,7 +10,10 @@
 -- 53 >= 2 x 24 + 2 bits); other ops against the same op on float32
 -- copies, converted after; a half copied into its own dtype against its
 -- bits, read back from a safetensors file; a half product's bias added
--- to its float32 sums, rounded once.
+-- to its float32 sums, rounded once; every half widened to float32 and
+-- float32 around every half and midpoint narrowed to float16, against
+-- bits decoded and rounded here, on each ISA the CPU has; sums and
+-- moments of a half read in place against float32 copies'.
 local lu = require "luaunit"
 
 local HALVES = {"bfloat16", "float16"}
@@ -342,6 +345,22 @@ function TestHalvesOps:testConversionBits()
     end
   end
   os.remove(path)
+end
+
+-- the same bits from the AVX2 rows (F16C, 8 at a time) and the scalar
+-- ones: testConversionBits in a child under each $QKV_CPU cap (the cap
+-- is at most what this CPU has; QKV_HALVES_CHILD keeps the child from
+-- doing this again)
+function TestHalvesOps:testConversionBitsOnEachIsa()
+  if os.getenv("QKV_HALVES_CHILD") then return end
+  local shell = dofile("tests/helpers/shell.lua")
+  local exe = arg and arg[-1] or "build/qkv"
+  for _, cap in ipairs{"avx2", "baseline"} do
+    local out, rc = shell.sh(("QKV_HALVES_CHILD=1 QKV_CPU=%s %s test -p 'testConversionBits$' %s"):format(
+      cap, shell.quote(exe), shell.quote("tests/core/test_halves_ops.lua")))
+    lu.assertEquals(rc, 0, cap .. ": " .. out)
+    lu.assertStrContains(out, "1 passed, 0 failed", false, cap .. ": " .. out)
+  end
 end
 
 os.exit(lu.LuaUnit.run())

@@ -47,7 +47,9 @@ static int have (void) {
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("fma"))
     return have_amx() ? QKV_ISA_AMX : QKV_ISA_AVX512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return QKV_ISA_AVX2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return QKV_ISA_AVX2;
 #endif
   return QKV_ISA_BASE;
 }
