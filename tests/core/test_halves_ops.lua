@@ -166,33 +166,50 @@ function TestHalvesOps:testProductWithBiasRoundsOnce()
   end
 end
 
+-- safetensors' bytes: a tensor of `dtype` ("F16", "BF16", "F32") from the
+-- little-endian packed values, and back
+local function from_bytes(path, dtype, n, data)
+  local header = ('{"x":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'):format(
+    dtype, n, #data)
+  local f = assert(io.open(path, "wb"))
+  f:write(string.pack("<I8", #header), header, data)
+  f:close()
+  return qkv.load_safetensors(path).x
+end
+
+local function to_bytes(path, x, fmt)
+  qkv.save_safetensors(path, {y = x})
+  local f = assert(io.open(path, "rb"))
+  local data = f:read("a")
+  f:close()
+  local off, out = 8 + string.unpack("<I8", data), {}
+  local w = string.packsize(fmt)
+  for i = 1, x:numel() do out[i] = string.unpack(fmt, data, off + 1 + w * (i - 1)) end
+  return out
+end
+
+-- every 16-bit pattern, packed
+local function every_half()
+  local parts = {}
+  for i = 0, 65535 do parts[#parts + 1] = string.pack("<I2", i) end
+  return table.concat(parts)
+end
+
 -- a half copied into its own dtype (a transposed view made contiguous):
 -- the same bits, a signalling NaN made quiet (its quiet bit set), as
 -- through float32 and back; every bit pattern, read back from the bytes
 -- qkv.save_safetensors writes
 function TestHalvesOps:testSelfCopyBits()
-  local path = os.tmpname()
-  local parts, n = {}, 65536
-  for i = 0, n - 1 do parts[#parts + 1] = string.pack("<I2", i) end
-  local bytes = table.concat(parts)
+  local path, n = os.tmpname(), 65536
+  local bytes = every_half()
   for _, c in ipairs{{"bfloat16", "BF16", 0x7f80, 0x40}, {"float16", "F16", 0x7c00, 0x200}} do
-    local header = ('{"x":{"dtype":"%s","shape":[256,256],"data_offsets":[0,%d]}}'):format(c[2], 2 * n)
-    local f = assert(io.open(path, "wb"))
-    f:write(string.pack("<I8", #header), header, bytes)
-    f:close()
-    local x = qkv.load_safetensors(path).x
+    local x = from_bytes(path, c[2], n, bytes):view(256, 256)
     lu.assertEquals(x.dtype, c[1])
-    local y = x:t():contiguous():t()
-    qkv.save_safetensors(path, {y = y})
-    f = assert(io.open(path, "rb"))
-    local data = f:read("a")
-    f:close()
-    local off = 8 + string.unpack("<I8", data)
+    local got = to_bytes(path, x:t():contiguous():t(), "<I2")
     for i = 0, n - 1 do
-      local got = string.unpack("<I2", data, off + 1 + 2 * i)
       local want = (i & 0x7fff) > c[3] and i | c[4] or i
-      if got ~= want then
-        lu.fail(("%s bits 0x%04x copied: got 0x%04x, want 0x%04x"):format(c[1], i, got, want))
+      if got[i + 1] ~= want then
+        lu.fail(("%s bits 0x%04x copied: got 0x%04x, want 0x%04x"):format(c[1], i, got[i + 1], want))
       end
     end
   end
@@ -229,28 +246,6 @@ function TestHalvesOps:testReductions()
     same(big:mean(), big:float():mean():to(dt), dt .. " whole mean of 300001")
     same(x:sum(), x:float():sum():to(dt), dt .. " whole sum of a matrix")
   end
-end
-
--- safetensors' bytes: a tensor of `dtype` ("F16", "BF16", "F32") from the
--- little-endian packed values, and back
-local function from_bytes(path, dtype, fmt, n, data)
-  local header = ('{"x":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'):format(
-    dtype, n, #data)
-  local f = assert(io.open(path, "wb"))
-  f:write(string.pack("<I8", #header), header, data)
-  f:close()
-  return qkv.load_safetensors(path).x
-end
-
-local function to_bytes(path, x, fmt)
-  qkv.save_safetensors(path, {y = x})
-  local f = assert(io.open(path, "rb"))
-  local data = f:read("a")
-  f:close()
-  local off, out = 8 + string.unpack("<I8", data), {}
-  local w = string.packsize(fmt)
-  for i = 1, x:numel() do out[i] = string.unpack(fmt, data, off + 1 + w * (i - 1)) end
-  return out
 end
 
 -- float32's bits of a half's, decoded here: a NaN keeps its payload and
@@ -291,12 +286,10 @@ end
 -- strided (the per-element ones); float32 bits around every half's value
 -- and every midpoint narrowed to float16
 function TestHalvesOps:testConversionBits()
-  local path = os.tmpname()
-  local parts, n = {}, 65536
-  for i = 0, n - 1 do parts[#parts + 1] = string.pack("<I2", i) end
-  local bytes = table.concat(parts)
+  local path, n = os.tmpname(), 65536
+  local bytes = every_half()
   for _, c in ipairs{{"bfloat16", "BF16"}, {"float16", "F16"}} do
-    local x = from_bytes(path, c[2], "<I2", n, bytes)
+    local x = from_bytes(path, c[2], n, bytes)
     lu.assertEquals(x.dtype, c[1])
     for _, how in ipairs{"contiguous", "strided"} do
       local y = how == "contiguous" and x:float() or x:view(256, 256):t():float():t():reshape(-1)
@@ -331,7 +324,7 @@ function TestHalvesOps:testConversionBits()
   local m = #bits
   local packed = {}
   for i = 1, m do packed[i] = string.pack("<I4", bits[i]) end
-  local f = from_bytes(path, "F32", "<I4", m, table.concat(packed))
+  local f = from_bytes(path, "F32", m, table.concat(packed))
   for _, how in ipairs{"contiguous", "strided"} do
     local y = how == "contiguous" and f:to("float16")
               or f:view(m // 2, 2):t():to("float16"):t():reshape(-1)
