@@ -251,12 +251,10 @@ static int keys_blas (const job *J, scratch *W, int64_t b, int64_t i0, int bq,
 
 /* ---- the work items: one tile of queries of one batch ---- */
 
-/* the keys of item t (attention_plan.h's qkv_attn_item says which
-   queries) into o, a tile of out or, for a halves job, a float32 one */
-static int item_keys (const job *J, scratch *W, int64_t t, char *o) {
+/* the keys of the bq queries from i0 of batch b into o, a tile of out
+   or, for a halves job, a float32 one */
+static int item_keys (const job *J, scratch *W, int64_t b, int64_t i0, int bq, char *o) {
   const qkv_attn_plan *P = &J->p;
-  int64_t b, i0;
-  int bq = qkv_attn_item(P, t, &b, &i0);
   memset(o, 0, (size_t)bq * (size_t)P->dv * (J->halves ? sizeof(float) : J->es));
   /* keys past jend are causally excluded for every query of the tile */
   int64_t jend = qkv_attn_key_end(P, i0, bq);
@@ -274,14 +272,15 @@ static int item_keys (const job *J, scratch *W, int64_t t, char *o) {
   return keys_blas(J, W, b, i0, bq, jend, o);
 }
 
-/* item t, written into out: a halves job's rounded from its float32 tile */
+/* item t (attention_plan.h's qkv_attn_item says which queries), written
+   into out: a halves job's rounded once from its float32 tile */
 static int query_tile (const job *J, scratch *W, int64_t t) {
   const qkv_attn_plan *P = &J->p;
   int64_t b, i0;
   int bq = qkv_attn_item(P, t, &b, &i0);
   char *o = P->out + (size_t)((b * P->nq + i0) * P->dv) * J->es;
-  if (!J->halves) return item_keys(J, W, t, o);
-  int err = item_keys(J, W, t, (char *)W->obuf);
+  if (!J->halves) return item_keys(J, W, b, i0, bq, o);
+  int err = item_keys(J, W, b, i0, bq, (char *)W->obuf);
   int64_t n = bq * P->dv;
   if (err == QKV_OK) qkv_cpu_copy_tile(P->dtype, o, QKV_F32, W->obuf, 1, n, n, 1);
   return err;
