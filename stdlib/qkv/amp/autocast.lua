@@ -92,7 +92,7 @@ local function to_dtype(x, to)
 end
 
 local function cached_to(x, to)
-  if to == "float32" or x.dtype ~= "float32" or not x.is_leaf or os.getenv("NOCACHE") then
+  if to == "float32" or x.dtype ~= "float32" or not x.requires_grad or not x.is_leaf then
     return to_dtype(x, to)
   end
   local cache, v = caches[qkv.is_grad_enabled()], x:_version()
