@@ -110,13 +110,12 @@ static inline QKV_HD int qkv_unop_result (int op) {
 */
 static inline int qkv_op_compute_dtype (int nop, const qkv_tensor *const *t, qkv_dtype want) {
   qkv_dtype dt = t[1]->dtype;
-  int same = t[0]->dtype == want, half = dt == QKV_F16 || dt == QKV_BF16;
+  int same = t[0]->dtype == want;
   for (int k = 2; k < nop; k++) same &= t[k]->dtype == dt;
-  if (same && !half) return dt;
+  if (same && !qkv_is_half(dt)) return dt;
   for (int k = 0; k < nop; k++) {
     qkv_dtype d = t[k]->dtype;
-    if (d != QKV_F32 && d != QKV_F16 && d != QKV_BF16 &&
-        !(k == 0 && d == QKV_BOOL && want == QKV_BOOL))
+    if (d != QKV_F32 && !qkv_is_half(d) && !(k == 0 && d == QKV_BOOL && want == QKV_BOOL))
       return -1;
   }
   return (t[0]->dtype == QKV_BOOL) == (want == QKV_BOOL) ? QKV_F32 : -1;

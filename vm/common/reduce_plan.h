@@ -37,6 +37,12 @@ static inline int qkv_red_is_arg (qkv_redop op) {
   return op == QKV_ARGMAX || op == QKV_ARGMIN;
 }
 
+/* the sums (SUM, MEAN), the moments (VAR, STD) or the extrema */
+static inline qkv_redfamily qkv_red_family (qkv_redop op) {
+  return op == QKV_SUM || op == QKV_MEAN ? QKV_RED_SUMS :
+         op == QKV_VAR || op == QKV_STD ? QKV_RED_MOMENTS : QKV_RED_EXTREMA;
+}
+
 /* a is float32, float64, int64 or bool; out (and idx) as the op gives.
    halves: a backend that reads float16 and bfloat16 as float32 (its
    reduce_halves) takes them for the sums and moments into float32 */
@@ -44,9 +50,8 @@ static inline int qkv_red_dtypes (qkv_redop op, const qkv_tensor *out,
                                   const qkv_tensor *idx, const qkv_tensor *a, int halves) {
   qkv_dtype t = a->dtype;
   int ft = t == QKV_F32 || t == QKV_F64;
-  if (halves && (t == QKV_F16 || t == QKV_BF16))
-    return (op == QKV_SUM || op == QKV_MEAN || op == QKV_VAR || op == QKV_STD) &&
-           out->dtype == QKV_F32;
+  if (halves && qkv_is_half(t))
+    return qkv_red_family(op) != QKV_RED_EXTREMA && out->dtype == QKV_F32;
   if (!ft && t != QKV_I64 && t != QKV_BOOL) return 0;
   switch (op) {
     case QKV_SUM:
@@ -107,8 +112,7 @@ static inline int qkv_redplan_init (qkv_redplan *P, qkv_redop op, const qkv_tens
       !qkv_red_shape(out, a, dim) || (idx && !qkv_red_shape(idx, a, dim)))
     return QKV_EINTERNAL;
   P->op = op;
-  P->fam = op == QKV_SUM || op == QKV_MEAN ? QKV_RED_SUMS :
-           op == QKV_VAR || op == QKV_STD ? QKV_RED_MOMENTS : QKV_RED_EXTREMA;
+  P->fam = qkv_red_family(op);
   P->dt = a->dtype;
   P->odt = out->dtype;
   P->ea = 0;

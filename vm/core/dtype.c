@@ -17,7 +17,6 @@ static const struct { const char *name; size_t size; int rank; } dtypes[QKV_NDTY
 size_t qkv_elsize (qkv_dtype t) { return dtypes[t].size; }
 const char *qkv_dtype_name (qkv_dtype t) { return dtypes[t].name; }
 int qkv_is_float (qkv_dtype t) { return dtypes[t].rank >= 3; }
-int qkv_is_half (qkv_dtype t) { return t == QKV_F16 || t == QKV_BF16; }
 
 qkv_dtype qkv_compute_dtype (qkv_dtype t) {
   return t == QKV_I32 ? QKV_I64 : qkv_is_half(t) ? QKV_F32 : t;

@@ -76,7 +76,9 @@ size_t qkv_elsize(qkv_dtype t);
 const char *qkv_dtype_name(qkv_dtype t);
 int qkv_dtype_from_name(const char *name, qkv_dtype *t);   /* 1 if known */
 int qkv_is_float(qkv_dtype t);
-int qkv_is_half(qkv_dtype t);                                /* float16, bfloat16 */
+/* float16 or bfloat16; inline, so that the CUDA plugin, which links no
+   qkv code, asks it too */
+static inline int qkv_is_half (qkv_dtype t) { return t == QKV_F16 || t == QKV_BF16; }
 /* bool < int32 < int64 < float16, bfloat16 < float32 < float64; float16
    with bfloat16 gives float32, as in PyTorch */
 qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);

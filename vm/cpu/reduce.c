@@ -211,7 +211,7 @@ static int piece_sum (const plan *P, const char *line, int64_t start,
     if (i > 0 && qkv_interrupted) return QKV_EINTR;
     if (P->dt == QKV_F32) sum_f32(p, n, P->sa, t);
     else if (P->dt == QKV_F64) sum_f64(p, n, P->sa, t);
-    else if (P->dt == QKV_F16 || P->dt == QKV_BF16) sum_half(P->dt, p, n, P->sa, t);
+    else if (qkv_is_half(P->dt)) sum_half(P->dt, p, n, P->sa, t);
     else r->u += sum_int(P->dt, p, n, P->sa);
   }
   r->d = (t[0] + t[1]) + (t[2] + t[3]);

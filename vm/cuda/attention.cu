@@ -133,7 +133,7 @@ static int run (const qkv_attn_plan &P) {
 int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                         const qkv_tensor *v, const qkv_tensor *mask, int causal,
                         double scale, qkv_tensor *lse) {
-  int half = out->dtype == QKV_F16 || out->dtype == QKV_BF16;
+  int half = qkv_is_half(out->dtype);
   if (out->dtype != QKV_F32 && out->dtype != QKV_F64 && !half) return QKV_EDTYPE;
   qkv_attn_plan P;
   int err = qkv_attn_plan_forward(&P, out, q, k, v, mask, causal, scale, lse, qkv_cu_attn_data);

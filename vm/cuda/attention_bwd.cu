@@ -329,7 +329,7 @@ static int backward (qkv_tensor *dq, qkv_tensor *dk, qkv_tensor *dv, const qkv_t
                      const qkv_tensor *go, const qkv_tensor *mask, int causal, double scale,
                      const qkv_tensor *lse, qkv_attn_mods *M) {
   qkv_dtype dt = q->dtype;
-  int half = dt == QKV_F16 || dt == QKV_BF16;
+  int half = qkv_is_half(dt);
   if (dt != QKV_F32 && dt != QKV_F64 && !half) return QKV_EDTYPE;
   qkv_attn_plan P;
   int err = qkv_attn_plan_backward(&P, dq, dk, dv, q, k, v, o, go, mask, causal, scale, lse,

@@ -97,7 +97,7 @@ static int halves_launch (const qkv_cu_iter &it, const qkv_tensor *const *t, F f
 
 static int has_half (int nop, const qkv_tensor *const *t) {
   for (int k = 0; k < nop; k++)
-    if (t[k]->dtype == QKV_F16 || t[k]->dtype == QKV_BF16) return 1;
+    if (qkv_is_half(t[k]->dtype)) return 1;
   return 0;
 }
 

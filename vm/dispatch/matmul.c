@@ -159,20 +159,19 @@ static int split_matmul (const qkv_backend *be, qkv_tensor *out, const qkv_tenso
 }
 
 /*
-** A bfloat16 product with a bias on a backend whose elementwise ops take
-** the halves mixed with float32 (the CPU's): the product's float32 sums
-** (backend.h's bfloat16 product into float32, oneDNN's on the CPU) plus
-** the bias, rounded once into out, as PyTorch's addmm; QKV_EDTYPE where
-** the backend has no such product (float16's go through float32 copies,
-** qkv_matmul_bias, which round once too).
+** A half product with a bias on a backend whose elementwise ops take the
+** halves mixed with float32: the product's float32 sums (product(): the
+** backend's bfloat16 product into float32 where it has one, oneDNN's on
+** the CPU, else the float32 product of converted operands) plus the bias,
+** rounded once into out, as PyTorch's addmm.
 */
 static int with_bias (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *a,
                       const qkv_tensor *b, const qkv_tensor *bias, double alpha) {
   qkv_tensor t;
-  if (!bias || !be->elementwise_halves || out->dtype != QKV_BF16) return QKV_EDTYPE;
+  if (!bias || !be->elementwise_halves || !qkv_is_half(out->dtype)) return QKV_EDTYPE;
   int err = qkv_op_fresh(&t, out, QKV_F32);
   if (err != QKV_OK) return err;
-  if ((err = qkv_op_matmul(be, &t, a, b, alpha)) == QKV_OK) err = qkv_binary(QKV_ADD, out, &t, bias);
+  if ((err = product(be, &t, a, b, alpha)) == QKV_OK) err = qkv_binary(QKV_ADD, out, &t, bias);
   qkv_storage_release(t.storage);
   return err;
 }
@@ -184,8 +183,7 @@ static int with_bias (const qkv_backend *be, qkv_tensor *out, const qkv_tensor *
 ** a bias, into float32 sums that the bias joins, with_bias), and where it
 ** says QKV_EDTYPE is one in float32 of the operands converted, the bias
 ** added in float32, rounded once at the end as PyTorch's addmm: the same
-** exact products and float32 sums either way.  (On the GPU a half
-** product's bias is added in the half dtype.)
+** exact products and float32 sums either way.
 */
 int qkv_matmul_bias (qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                      const qkv_tensor *bias, double alpha) {

@@ -9,6 +9,7 @@
 #include "../core/qkv.h"
 #include "../core/backend.h"
 #include "../common/ops.h"
+#include "../common/reduce_plan.h"
 #include "ops.h"
 #include "plugin.h"
 #include "range.h"
@@ -442,7 +443,7 @@ static int reduce_in (const qkv_backend *be, qkv_redop op, qkv_tensor *out,
   qkv_dtype want = qkv_compute_dtype(reduce_input_dtype(op, out, a));
   /* a half summed (or its moments) where the backend reads it as float32 */
   int as_is = be->reduce_halves && qkv_is_half(x.dtype) && want == QKV_F32 &&
-              (op == QKV_SUM || op == QKV_MEAN || op == QKV_VAR || op == QKV_STD);
+              qkv_red_family(op) != QKV_RED_EXTREMA;
   if (x.dtype != want && !as_is) {
     qkv_tensor y;
     qkv_storage *ty;
