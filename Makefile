@@ -565,4 +565,5 @@ fuzz-npy:
 	build-fuzz/fuzz_npy -max_total_time=$(FUZZ_TIME) -max_len=4096 -dict=tests/fuzz/npy.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus_npy
 
--include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(CUDNN_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(CUDNN_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(CAIRO_OBJ:.o=.d) $(ZIP_OBJ:.o=.d) $(JSON_OBJ:.o=.d) $(TEXT_OBJ:.o=.d) $(ZMQ_OBJ:.o=.d) \
+  $(MPI_OBJ:.o=.d)
