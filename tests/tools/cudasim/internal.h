@@ -33,4 +33,9 @@ unsigned workers(void);
 
 }
 
+/* the block's dynamic shared memory at shared-window address addr, n
+   bytes (NULL, and a fault, outside it); a fault saying what */
+unsigned char *sim_smem_at(uint32_t addr, size_t n, const char *what);
+void sim_fault(const char *what);
+
 #endif

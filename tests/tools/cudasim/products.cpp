@@ -63,6 +63,89 @@ void sim_ldmatrix_x4 (int trans, uint32_t r[4], const void *row) {
 }
 
 
+/* wgmma.mma_async m64nNk16 (vm/cuda/wgmma.cuh), computed at issue (the
+   GPU's asynchrony is not simulated): each thread computes its own
+   accumulators, warp w % 4 of the warpgroup rows 16 (w % 4) .. + 15, reading
+   A (when not in registers) and B from shared memory through their
+   descriptors, decoded as the PTX ISA lays out a 128-byte-swizzle operand.
+   Faults: another swizzle, a base offset, a start not on a swizzle atom's
+   row 0, an element outside the dynamic shared memory, a block whose
+   threads are not whole warpgroups */
+
+struct wg_desc { uint32_t start, lbo, sbo; };
+
+static bool wg_decode (uint64_t d, wg_desc *o, bool kmajor, const char *which) {
+  char why[160];
+  o->start = (uint32_t)(d & 0x3fff) << 4;
+  o->lbo = (uint32_t)(d >> 16 & 0x3fff) << 4;
+  o->sbo = (uint32_t)(d >> 32 & 0x3fff) << 4;
+  const char *bad = (d >> 62) != 1 ? "a swizzle other than 128 bytes (not simulated)"
+                    : (d >> 49 & 7) ? "a base offset (not simulated)"
+                    : (o->start >> 7 & 7) ? "a start that is not on a swizzle atom's row 0"
+                    : kmajor && (o->start & 0x7f) + 32 > 128 ? "a k16 step past a 128-byte row"
+                    : !kmajor && (o->start & 0x7f) ? "an MN-major start inside a row"
+                    : NULL;
+  if (!bad) return true;
+  snprintf(why, sizeof why, "wgmma: descriptor of %s: %s (start 0x%x)", which, bad, o->start);
+  sim_fault(why);
+  return false;
+}
+
+/* element at byte offset `logical` of a swizzled operand: the 16-byte
+   chunk's bits 4-6 XORed with the row's bits 7-9 */
+static bool wg_at (int fp16, uint32_t logical, float *v) {
+  uint32_t a = logical ^ ((logical >> 7 & 7) << 4);
+  const unsigned char *p = sim_smem_at(a, 2, "wgmma operand");
+  if (p == NULL) return false;
+  uint16_t h;
+  memcpy(&h, p, 2);
+  *v = fp16 ? qkv_h2f(h) : qkv_bf2f(h);
+  return true;
+}
+
+void sim_wgmma (int fp16, int n, float *d, const uint32_t *a, uint64_t da, uint64_t db, int tb) {
+  if (blockDim.x % 128 != 0 || blockDim.y != 1 || blockDim.z != 1) {
+    sim_fault("wgmma: the block's threads are not whole warpgroups (blockDim.x % 128)");
+    return;
+  }
+  uint64_t a01[32], a23[32];
+  if (a) {                                   /* A's fragments from the warp's lanes */
+    warp_all((uint64_t)a[0] | (uint64_t)a[1] << 32, a01);
+    warp_all((uint64_t)a[2] | (uint64_t)a[3] << 32, a23);
+  }
+  wg_desc A = {0, 0, 0}, B;
+  if ((!a && !wg_decode(da, &A, true, "A")) || !wg_decode(db, &B, !tb, "B")) return;
+  const int w = (int)(threadIdx.x / 32 % 4);
+  float av[16][16], bv[16][128];             /* this warp's 16 rows of A; B, k x n */
+  for (int r = 0; r < 16; r++)
+    for (int k = 0; k < 16; k++) {
+      if (a) {
+        int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
+        uint64_t x = reg < 2 ? a01[lane] : a23[lane];
+        av[r][k] = half_at(fp16, (uint32_t)(x >> (32 * (reg & 1))), k & 1);
+      } else {
+        int row = 16 * w + r;
+        if (!wg_at(fp16, A.start + row / 8 * A.sbo + row % 8 * 128 + 2 * k, &av[r][k])) return;
+      }
+    }
+  for (int k = 0; k < 16; k++)
+    for (int col = 0; col < n; col++) {
+      uint32_t off = tb ? B.start + col / 64 * B.lbo + col % 64 * 2 + k / 8 * B.sbo + k % 8 * 128
+                        : B.start + col / 8 * B.sbo + col % 8 * 128 + 2 * k;
+      if (!wg_at(fp16, off, &bv[k][col])) return;
+    }
+  unsigned t = sim_lane();
+  int g = (int)t / 4, c = 2 * (int)(t % 4);
+  for (int j = 0; j < n / 8; j++)
+    for (int e = 0; e < 4; e++) {
+      int row = g + 8 * (e / 2), col = 8 * j + c + e % 2;
+      double sum = d[4 * j + e];               /* products exact, summed wide */
+      for (int k = 0; k < 16; k++) sum += (double)av[row][k] * (double)bv[k][col];
+      d[4 * j + e] = (float)sum;
+    }
+}
+
+
 /* cuBLAS */
 
 struct sim_blas { cublasMath_t mode; };

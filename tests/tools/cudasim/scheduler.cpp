@@ -98,6 +98,7 @@ struct worker {
   std::vector<fiber> f;
   std::vector<unsigned char> smem_buf;
   unsigned char *smem;
+  size_t smem_size;             /* the launch's dynamic shared memory, bytes */
 #if defined(__x86_64__)
   void *sched_sp;
 #else
@@ -275,6 +276,35 @@ void __syncwarp (unsigned mask) { sim_warp_exchange(SIM_SYNCWARP, mask, 0); }
 
 void *sim_dynamic_smem (void) { return cur_worker->smem; }
 
+/* shared-memory addresses as the shared window's (wgmma.cuh): the
+   dynamic shared memory starts SIM_SMEM_SKEW bytes in, as if static
+   __shared__ variables came first, so that a kernel that needs an
+   alignment in the window must make it itself, as on the GPU */
+enum { SIM_SMEM_SKEW = 0x90 };
+
+uint32_t sim_smem_addr (const void *p) {
+  worker *w = cur_worker;
+  const unsigned char *b = (const unsigned char *)p;
+  if (b < w->smem || b > w->smem + w->smem_size) {
+    fault(w, "__cvta_generic_to_shared: %p is not in the block's dynamic shared memory", p);
+    return 0;
+  }
+  return (uint32_t)(SIM_SMEM_SKEW + (b - w->smem));
+}
+
+unsigned char *sim_smem_at (uint32_t addr, size_t n, const char *what) {
+  worker *w = cur_worker;
+  if (addr < SIM_SMEM_SKEW || addr - SIM_SMEM_SKEW + n > w->smem_size) {
+    fault(w, "%s: shared address 0x%x (%zu bytes) is outside the block's dynamic shared "
+             "memory (0x%x bytes from 0x%x)", what, addr, n, (unsigned)w->smem_size,
+          (unsigned)SIM_SMEM_SKEW);
+    return NULL;
+  }
+  return w->smem + (addr - SIM_SMEM_SKEW);
+}
+
+void sim_fault (const char *what) { fault(cur_worker, "%s", what); }
+
 static void start_fiber (worker *w, unsigned i) {
   fiber &f = w->f[i];
   f.state = READY;
@@ -428,6 +458,7 @@ void sim_run_grid (const char *name, const void *kernel, sim_cfg_t c, void (*bod
     w->fault = false;
     w->bar_gen = 0;
     w->smem_buf.resize(c.smem + 128);
+    w->smem_size = c.smem;
     w->smem = (unsigned char *)(((uintptr_t)w->smem_buf.data() + 127) & ~(uintptr_t)127);
     blockDim = c.block;
     gridDim = c.grid;
