@@ -90,9 +90,10 @@ MPI_TARGET = $(if $(shell pkg-config --exists ompi-c && echo 1),$(MPI_SO))
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA ?= $(if $(NVCC),1,0)
 CUDA_HOME = $(patsubst %/bin/nvcc,%,$(NVCC))
-# sm_90 machine code (H100, H200) plus its PTX for later GPUs; C++20 for
-# the designated initialisers of the tables (vm/cuda/backend.cu)
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# sm_90a machine code (H100, H200: sm_90 with wgmma, vm/cuda/wgmma.cuh) plus
+# sm_90's PTX for later GPUs (where the wgmma kernel compiles to a trap);
+# C++20 for the designated initialisers of the tables (vm/cuda/backend.cu)
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS = -O3 -std=c++20 $(CUDA_ARCH) -Werror all-warnings \
   -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden -MMD -MP
 CUDA_SRC := $(wildcard vm/cuda/*.cu)

@@ -97,9 +97,9 @@ static int c_device_name (lua_State *L) {
 }
 
 /* qkv.cuda.attention_backend([path]) -> the path the last fused attention
-   took; path ("auto", "cudnn", "mma" or "fp32") forces the next ones' */
+   took; path ("auto", "cudnn", "wgmma", "mma" or "fp32") forces the next ones' */
 static int c_attention_backend (lua_State *L) {
-  static const char *const paths[] = {"auto", "cudnn", "mma", "fp32", NULL};
+  static const char *const paths[] = {"auto", "cudnn", "wgmma", "mma", "fp32", NULL};
   const qkv_cuda_api *a = cuda(L, "attention_backend");
   const char *last = a->attention_backend();
   if (!lua_isnoneornil(L, 1)) {
@@ -108,7 +108,7 @@ static int c_attention_backend (lua_State *L) {
     while (paths[i] && strcmp(paths[i], p)) i++;
     if (paths[i] == NULL)
       return luaL_error(L, "qkv.cuda.attention_backend: path %s is none of \"auto\", \"cudnn\", "
-                        "\"mma\", \"fp32\"", luaL_tolstring(L, 1, NULL));
+                        "\"wgmma\", \"mma\", \"fp32\"", luaL_tolstring(L, 1, NULL));
     a->force_attention(i == 0 ? NULL : paths[i]);
   }
   lua_pushstring(L, last);

@@ -141,9 +141,10 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   /* the halves: cuDNN's fused attention first, where the plugin has it,
      then the tensor cores' (QKV_EDTYPE from both: in float32) */
   const char *f = qkv_cu_attention_force;
-  if (half && f && strcmp(f, "cudnn") && strcmp(f, "mma") && strcmp(f, "fp32"))
+  if (half && f && strcmp(f, "cudnn") && strcmp(f, "wgmma") && strcmp(f, "mma") &&
+      strcmp(f, "fp32"))
     return qkv_cu_fail("QKV_CUDA_ATTENTION", __FILE__, __LINE__,
-                       "names none of the paths auto, cudnn, mma, fp32");
+                       "names none of the paths auto, cudnn, wgmma, mma, fp32");
   if (half && (err = qkv_cu_cudnn_attention ? qkv_cu_cudnn_attention(P, out, q, k, v, lse)
                                             : qkv_cu_decline("cudnn", NO_CUDNN)) != QKV_EDTYPE)
     return err;
@@ -157,6 +158,7 @@ int qkv_cuda_attention (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *
   }
   /* the kernel counts features (and tile elements) in int */
   if (P.dk >= INT_MAX / 64 || P.dv >= INT_MAX / 64) return QKV_EINTERNAL;
+  if (half && (err = qkv_cu_attention_wgmma(P)) != QKV_EDTYPE) return err;
   if (half) return qkv_cu_attention_mma(P);
   qkv_cu_attention_path = "fp32";
   if (qkv_cu_decode_fits(P)) return qkv_cu_attention_decode(P);   /* a decode step */

@@ -21,6 +21,11 @@ static inline void *qkv_cu_attn_data (const qkv_tensor *t) { return qkv_cu_data(
    computes in float32 then */
 int qkv_cu_attention_mma(const qkv_attn_plan &P);
 
+/* the Hopper forward (attention_wgmma.cu, sm_90a), where
+   qkv.cuda.attention_backend("wgmma") forces it (never run on a GPU yet,
+   so not chosen unasked); QKV_EDTYPE otherwise */
+int qkv_cu_attention_wgmma(const qkv_attn_plan &P);
+
 /* the tensor-core backward for bfloat16 and float16 (attention_mma_bwd.cu),
    of a backward's plan (q, k, v, o, go and the gradients contiguous, lse
    NULL or float32); QKV_EDTYPE when it does not take it (a head

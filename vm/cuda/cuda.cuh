@@ -73,7 +73,7 @@ static inline cublasStatus_t qkv_cu_gemm_batched (
 }
 
 /* the fused attention's paths: the last one taken (qkv.cuda.attention_backend),
-   and the one forced, "cudnn", "mma" or "fp32" (NULL: each call takes the
+   and the one forced, "cudnn", "wgmma", "mma" or "fp32" (NULL: each call takes the
    first that runs it; QKV_CUDA_ATTENTION, then qkv.cuda.attention_backend(path)) */
 extern const char *qkv_cu_attention_path;
 extern const char *qkv_cu_attention_force;
@@ -82,8 +82,12 @@ extern const char *qkv_cu_attention_force;
 static inline int qkv_cu_forced (const char *path) {
   return qkv_cu_attention_force && !strcmp(qkv_cu_attention_force, path);
 }
+/* the wgmma forward's backward and variants are mma's: forcing "wgmma"
+   forces "mma" there */
 static inline int qkv_cu_forced_other (const char *path) {
-  return qkv_cu_attention_force && strcmp(qkv_cu_attention_force, path) != 0;
+  const char *f = qkv_cu_attention_force;
+  if (f && !strcmp(path, "mma") && !strcmp(f, "wgmma")) return 0;
+  return f && strcmp(f, path) != 0;
 }
 
 /* what a path answers for a call it does not take: QKV_EDTYPE, so that

@@ -45,12 +45,13 @@ typedef struct qkv_cuda_api {
   const char *(*device_name)(void);
   void (*allow_tf32)(int on);             /* float32 products on tensor cores */
   /* the path the last fused attention took: "cudnn" (cuDNN's fused
-     attention, float16 and bfloat16), "mma" (our tensor-core kernels),
+     attention, float16 and bfloat16), "wgmma" (our Hopper forward),
+     "mma" (our tensor-core kernels),
      "fp32" (the CUDA-core kernels: float32, float64, and the halves they
      compute in float32), "none" before the first */
   const char *(*attention_backend)(void);
-  /* the path every fused attention must take from now on ("cudnn", "mma"
-     or "fp32"; one that cannot take a call fails it), NULL: each call
+  /* the path every fused attention must take from now on ("cudnn",
+     "wgmma", "mma" or "fp32"; one that cannot take a call fails it), NULL: each call
      takes the first that runs it, in that order */
   void (*force_attention)(const char *path);
   /* events, as cudaEvent_t: marks in the one stream that every kernel runs

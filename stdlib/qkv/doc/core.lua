@@ -381,12 +381,14 @@ torch.backends.cuda.matmul.allow_tf32.]]},
 backward) ran: "cudnn" (cuDNN's fused attention, for float16 and bfloat16
 without a mask, where the plugin was built with cuDNN's headers and finds
 libcudnn), "mma" (qkv's tensor-core kernels, float16 and bfloat16 at head
-size 64 or 128), "fp32" (the CUDA-core kernels: float32, float64, and the
+size 64 or 128), "wgmma" (the Hopper forward of the same, on wgmma: taken
+only when forced, on a GPU of compute capability 9.0, until it has been
+measured on one; its backward and variants are mma's), "fp32" (the CUDA-core kernels: float32, float64, and the
 halves they compute in float32), "mods-jit" or "mods" (a forward with
 score_mod/mask_mod/block_mask: the program compiled as code at run time
 with NVRTC, or interpreted where NVRTC is absent or QKV_CUDA_JIT=0), or
 "none" before the first. A path
-("cudnn", "mma", "fp32", or "auto" for the first that runs each call, the
+("cudnn", "wgmma", "mma", "fp32", or "auto" for the first that runs each call, the
 default) forces the following calls', and one that cannot take a call
 fails it; QKV_CUDA_ATTENTION=path in the environment sets it at start. As
 PyTorch's sdpa_kernel context chooses the backend.]]},

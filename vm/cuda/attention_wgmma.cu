@@ -1,0 +1,276 @@
+/*
+** attention_wgmma.cu -- the Hopper forward in bfloat16 and float16 (sm_90a):
+** attention_mma_kernel.cuh's function (the same plan, masks, causal, lse,
+** a query with no key left gives zeros), its products on wgmma
+** (wgmma.cuh) in place of mma.sync.  First version, correct first: not yet
+** run on a GPU, so the automatic choice does not take it; it runs where
+** qkv.cuda.attention_backend("wgmma") (or QKV_CUDA_ATTENTION=wgmma) forces
+** it, on a device of compute capability 9.0 and on the host simulation.
+**
+** A block of 8 warps, two warpgroups, takes 128 queries of one batch
+** item: warpgroup h queries 64 h .. 64 h + 63, warp w (of 8) rows 16 w ..
+** 16 w + 15, the rows mma.sync's kernel gives a warp at one m-tile, so the
+** cut bits, the online softmax and the epilogue are that kernel's at MT 1.
+** Per key tile of BK keys:
+**   1. K's and V's tiles arrive by cp.async in a two-stage ring (the
+**      mma kernel's loop: wait for one's own copies, fence the async
+**      proxy, barrier, issue the next tile's), swizzled (wgmma.cuh);
+**   2. S = Q K^T: D / 16 wgmma m64nBKk16 a warpgroup, A = Q and B = K
+**      from shared memory by descriptors, then waited for;
+**   3. the mask's cut and the online softmax in registers, as mma's;
+**   4. O += P V: BK / 16 wgmma m64nDk16 with P's A fragments packed from
+**      S's accumulators in registers and B = V read transposed.
+** A warpgroup whose 64 queries all come before the tile's first key
+** (causal) skips its products, so the skip is the warpgroup's, not the
+** warp's: wgmma is a collective of all four warps.
+**
+** What the simulation checks: the descriptors' addresses, strides and
+** swizzle against the layout the loads write (decoded as the PTX ISA
+** says), the fragments, the numerics, the barriers.  What only a GPU
+** checks: that the hardware reads the layout as the simulation decodes
+** it, the asynchrony (the simulation computes each wgmma at issue), and
+** the speed (tests/tools/gpu_check.sh, bench/attention_gpu.lua).
+**
+** Shared memory, from a 1024-byte aligned base: Q (128 x D), two stages
+** of K and V (BK x D each), the cut bits (128 x BK / 32 words).
+*/
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.cuh"
+#include "attention_mma_kernel.cuh"
+#include "wgmma.cuh"
+
+#define QKV_WG_WARPS 8
+#define QKV_WG_NT (32 * QKV_WG_WARPS)
+#define QKV_WG_BQ 128
+
+/* the kernel's dynamic shared memory, bytes (1024 for the alignment) */
+static constexpr size_t wg_smem (int D, int BK) {
+  return 1024 + (size_t)(QKV_WG_BQ + 4 * BK) * D * sizeof(uint16_t) +
+         (size_t)QKV_WG_BQ * (BK / 32) * sizeof(uint32_t);
+}
+
+/* rows [r0, r0 + n) of src (rows rs apart, elements dense) into a
+   swizzled tile of `rows` rows at t, zeros past n: by cp.async (async,
+   one group) or plain 16-byte loads */
+template <int D, bool ASYNC>
+__device__ static void wg_load (unsigned char *t, const uint16_t *src, int64_t rs, int r0, int n,
+                                int rows) {
+  enum { V = D / 8 };
+  for (int x = threadIdx.x; x < rows * V; x += QKV_WG_NT) {
+    const int i = x / V, ch = x % V;
+    unsigned char *dst = t + qkv_wg_chunk(rows, i, ch);
+    if (i >= n)
+      *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+    else if (ASYNC)
+      qkv_cp_async16(dst, src + (int64_t)(r0 + i) * rs + ch * 8);
+    else
+      *(uint4 *)dst = *(const uint4 *)(src + (int64_t)(r0 + i) * rs + ch * 8);
+  }
+  if (ASYNC) qkv_cp_commit();
+}
+
+template <int DT, int D, int BK>
+__global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn_plan P) {
+#if QKV_WGMMA
+  enum { R = 16, BQ = QKV_WG_BQ, NS = BK / 8, DN = D / 8, KS = D / 16,
+         TQ = BQ * D * 2, TKV = BK * D * 2 };
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + (1024 - qkv_smem_u32(smem_raw) % 1024) % 1024;
+  unsigned char *Qs = smem, *KV = smem + TQ;      /* stage s: K at KV + 2 s TKV, V after */
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, wg = w / 4;
+  const int g = lane / 4, c = 2 * (lane % 4);
+  uint32_t *Bw = (uint32_t *)(KV + 4 * TKV) + w * R * (BK / 32);
+  const float scale2 = (float)(P.scale * 1.4426950408889634), ninf = -INFINITY;
+
+  int64_t b, i0_, boff[4];
+  const int bq = qkv_attn_item(&P, blockIdx.x, &b, &i0_);
+  const int jend = (int)qkv_attn_key_end(&P, i0_, bq);
+  qkv_attn_batch_offsets(&P, b, boff);
+  const int i0 = (int)i0_, nk = (int)P.nk, off = (int)P.off;
+  const int r0 = i0 + R * w;                      /* this warp's first query */
+  const int g0 = i0 + 64 * wg;                    /* this warpgroup's */
+  const uint16_t *kg = (const uint16_t *)P.k.base + boff[1];
+  const uint16_t *vg = (const uint16_t *)P.v.base + boff[2];
+  const unsigned char *mk = (const unsigned char *)P.mask.base + boff[3];
+
+  if (jend > 0) {
+    wg_load<D, true>(KV, kg, P.k.rs, 0, nk < BK ? nk : BK, BK);
+    wg_load<D, true>(KV + TKV, vg, P.v.rs, 0, nk < BK ? nk : BK, BK);
+  }
+  wg_load<D, false>(Qs, (const uint16_t *)P.q.base + boff[0], P.q.rs, i0, bq, BQ);
+  /* Q's descriptor at k16 step 0 for this warpgroup's 64 rows; step kk
+     adds (kk / 4) column blocks and (kk % 4) 32 bytes */
+  const uint32_t qa = qkv_smem_u32(Qs) + 64 * wg * 128;
+
+  float o[DN][4], m[2] = {ninf, ninf}, l[2] = {0, 0};
+  QKV_UNROLL for (int dn = 0; dn < DN; dn++)
+    QKV_UNROLL for (int e = 0; e < 4; e++) o[dn][e] = 0;
+
+  for (int j0 = 0; j0 < jend; j0 += BK) {
+    unsigned char *Ks = KV + (j0 / BK & 1) * 2 * TKV, *Vs = Ks + TKV;
+    qkv_cp_wait<0>();                   /* this thread's copies of this tile */
+    qkv_fence_proxy_async();            /* ... and its stores, for the tensor cores */
+    __syncthreads();                    /* everyone's; the last tile is done with */
+    if (j0 + BK < jend) {
+      unsigned char *next = KV + ((j0 / BK + 1) & 1) * 2 * TKV;
+      const int n = nk - j0 - BK < BK ? nk - j0 - BK : BK;
+      wg_load<D, true>(next, kg, P.k.rs, j0 + BK, n, BK);
+      wg_load<D, true>(next + TKV, vg, P.v.rs, j0 + BK, n, BK);
+    }
+    if (P.causal && j0 > g0 + 63 + off) continue;    /* the warpgroup's rows: nothing here */
+
+    const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+    if (cut) {
+      qkv_mma_cut_bits<R, BK>(Bw, P, mk, r0, j0);
+      __syncwarp();
+    }
+
+    /* 2. S = Q K^T */
+    float s[NS][4];
+    QKV_UNROLL for (int n = 0; n < NS; n++)
+      QKV_UNROLL for (int e = 0; e < 4; e++) s[n][e] = 0;
+    const uint32_t ka = qkv_smem_u32(Ks);
+    qkv_wg_fence();
+    QKV_UNROLL for (int kk = 0; kk < KS; kk++) {
+      const uint32_t step = (kk & 3) * 32;
+      qkv_wgmma_ss<DT, BK>(&s[0][0], qkv_wg_desc(qa + (kk >> 2) * BQ * 128 + step, 16, 1024),
+                           qkv_wg_desc(ka + (kk >> 2) * BK * 128 + step, 16, 1024));
+    }
+    qkv_wg_commit();
+    qkv_wg_wait<0>();
+
+    /* scaled into log2 units, the keys not kept to -inf, the row max */
+    QKV_UNROLL for (int n = 0; n < NS; n++)
+      QKV_UNROLL for (int e = 0; e < 4; e++) s[n][e] *= scale2;
+    if (cut) {
+      QKV_UNROLL for (int h = 0; h < 2; h++)
+        QKV_UNROLL for (int wd = 0; wd < BK / 32; wd++) {
+          const uint32_t word = Bw[(8 * h + g) * (BK / 32) + wd] >> c;
+          QKV_UNROLL for (int q = 0; q < 4; q++)
+            QKV_UNROLL for (int e = 0; e < 2; e++)
+              if (!(word >> (8 * q + e) & 1)) s[4 * wd + q][2 * h + e] = ninf;
+        }
+      __syncwarp();                     /* read before the next tile's cut bits */
+    }
+
+    /* 3. the online softmax (mma's at MT 1) */
+    float alpha[2], mref[2];
+    QKV_UNROLL for (int h = 0; h < 2; h++) {
+      float x = ninf;
+      QKV_UNROLL for (int n = 0; n < NS; n++) x = fmaxf(x, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+      x = fmaxf(x, __shfl_xor_sync(QKV_MMA_FULL, x, 1));
+      x = fmaxf(x, __shfl_xor_sync(QKV_MMA_FULL, x, 2));
+      const float mn = fmaxf(m[h], x);
+      mref[h] = mn == ninf ? 0.f : mn;
+      alpha[h] = qkv_exp2(m[h] - mref[h]);
+      m[h] = mn;
+      l[h] *= alpha[h];
+    }
+    QKV_UNROLL for (int n = 0; n < NS; n++)
+      QKV_UNROLL for (int e = 0; e < 4; e++) {
+        s[n][e] = qkv_exp2(s[n][e] - mref[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    if (__any_sync(QKV_MMA_FULL, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      QKV_UNROLL for (int dn = 0; dn < DN; dn++)
+        QKV_UNROLL for (int e = 0; e < 4; e++) o[dn][e] *= alpha[e / 2];
+    }
+
+    /* 4. O += P V: keys 16 kp .. + 15 are V's rows from kp 16, two
+       8-key groups (SBO), the dims' column blocks LBO apart */
+    const uint32_t va = qkv_smem_u32(Vs);
+    uint32_t pa[BK / 16][4];
+    QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++) {
+      pa[kp][0] = qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]);
+      pa[kp][1] = qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]);
+      pa[kp][2] = qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]);
+      pa[kp][3] = qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3]);
+    }
+    qkv_wg_fence();
+    QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++)
+      qkv_wgmma_rs<DT, D>(&o[0][0], pa[kp], qkv_wg_desc(va + kp * 16 * 128, BK * 128, 1024));
+    qkv_wg_commit();
+    qkv_wg_wait<0>();
+  }
+
+  /* out = O / l, zeros where no key was kept; lse = (m + log2 l) ln 2 */
+  const int64_t row0 = b * P.nq + i0;
+  uint16_t *out = (uint16_t *)P.out + row0 * D;
+  QKV_UNROLL for (int h = 0; h < 2; h++) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(QKV_MMA_FULL, sum, 1);
+    sum += __shfl_xor_sync(QKV_MMA_FULL, sum, 2);
+    const int r = R * w + g + 8 * h;
+    if (r >= bq) continue;
+    const float rinv = sum == 0 ? 0.f : 1.f / sum;
+    QKV_UNROLL for (int dn = 0; dn < DN; dn++)
+      *(uint32_t *)(out + r * D + dn * 8 + c) =
+          qkv_pack2<DT>(o[dn][2 * h] * rinv, o[dn][2 * h + 1] * rinv);
+    if (P.lse && c == 0)
+      ((float *)P.lse)[row0 + r] = sum == 0 ? ninf : (m[h] + log2f(sum)) * 0.6931471805599453f;
+  }
+#else
+  (void)P;
+  __trap();           /* a build without sm_90a code: fail, never leave out unwritten */
+#endif
+}
+
+template <int DT, int D, int BK>
+static int launch (qkv_attn_plan P) {
+  constexpr size_t smem = wg_smem(D, BK);
+  void (*kernel)(qkv_attn_plan) = attention_wgmma_kernel<DT, D, BK>;
+  unsigned grid = 0;
+  int err = attention_grid(kernel, smem, QKV_WG_BQ, &P, &grid);
+  if (err != QKV_OK) return err;
+  kernel<<<grid, QKV_WG_NT, smem>>>(P);
+  launchCheck("attention_wgmma_kernel");
+  return QKV_OK;
+}
+
+/* whether an operand's rows are dense and 16-byte aligned */
+static int dense_rows (const qkv_attn_view &op, int nbd) {
+  if (op.cs != 1 || op.rs % 8 != 0 || (uintptr_t)op.base % 16 != 0) return 0;
+  for (int i = 0; i < nbd; i++)
+    if (op.bs[i] % 8 != 0) return 0;
+  return 1;
+}
+
+/* the device's compute capability is 9.0 (sm_90a code runs there only) */
+static int hopper (void) {
+  static int is = -1;
+  if (is < 0) {
+    cudaDeviceProp prop;
+    is = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  }
+  return is;
+}
+
+int qkv_cu_attention_wgmma (const qkv_attn_plan &P) {
+  if (!qkv_cu_forced("wgmma")) return QKV_EDTYPE;     /* not chosen unasked: never run on a GPU */
+  if (!hopper())
+    return qkv_cu_decline("wgmma", "the wgmma kernel needs a GPU of compute capability 9.0");
+  if (P.dk != P.dv || (P.dk != 64 && P.dk != 128) || (uintptr_t)P.out % 4 != 0 ||
+      P.nq >= 1 << 30 || P.nk >= 1 << 30 || P.nbatch > INT_MAX / (P.nq / 128 + 1))
+    return qkv_cu_decline("wgmma", "the wgmma kernel takes head sizes 64 and 128, dk == dv");
+  if (!dense_rows(P.q, P.nbd) || !dense_rows(P.k, P.nbd) || !dense_rows(P.v, P.nbd))
+    return qkv_cu_decline("wgmma", "the wgmma kernel reads rows 16 bytes at a time");
+  /* QKV_CUDA_WGMMA_BK: keys a tile, 64 or 128 (unset: 128), for the GPU
+     run to time both; another value is an error */
+  static int bk = 0;
+  if (bk == 0) {
+    const char *e = getenv("QKV_CUDA_WGMMA_BK");
+    bk = !e || !*e || !strcmp(e, "128") ? 128 : !strcmp(e, "64") ? 64 : -1;
+  }
+  if (bk < 0) return qkv_cu_fail("QKV_CUDA_WGMMA_BK", __FILE__, __LINE__, "not 64 or 128");
+  qkv_cu_attention_path = "wgmma";
+  const bool f16 = P.dtype != QKV_BF16, d64 = P.dk == 64;
+  if (bk == 64)
+    return f16 ? (d64 ? launch<QKV_MMA_F16, 64, 64>(P) : launch<QKV_MMA_F16, 128, 64>(P))
+               : (d64 ? launch<QKV_MMA_BF16, 64, 64>(P) : launch<QKV_MMA_BF16, 128, 64>(P));
+  return f16 ? (d64 ? launch<QKV_MMA_F16, 64, 128>(P) : launch<QKV_MMA_F16, 128, 128>(P))
+             : (d64 ? launch<QKV_MMA_BF16, 64, 128>(P) : launch<QKV_MMA_BF16, 128, 128>(P));
+}
