@@ -183,6 +183,93 @@ function TestCudaAttention:testHalvesOnTheTensorCores()
   end
 end
 
+-- the Hopper forward on wgmma (vm/cuda/attention_wgmma.cu), forced: taken
+-- only when asked until it has run on a GPU, on compute capability 9.0
+-- (the simulation says 9.0). Against float64 within twice the CPU's own
+-- error and against the mma kernel within the dtype's tolerance: one and
+-- two warpgroups' rows, key tiles cut by n_k, causal in both alignments,
+-- masks with rows that keep no key, heads as strided views, lse through a
+-- backward (mma's, reading the wgmma forward's lse); and
+-- tests/helpers/mma_variants.lua's cases on it in each tile of keys (rows
+-- it cannot read 16 bytes at a time: an error naming the forced path)
+function TestCudaAttention:testHalvesOnWgmma()
+  need()
+  local x = qkv.randn(1, 8, 64, "cuda"):to("bfloat16")
+  if not pcall(qkv.cuda.attention_backend, "wgmma") then lu.skip("no wgmma path in this plugin") end
+  local ok, err = pcall(qkv.attention, x, x, x, {weights = false})
+  local ran = qkv.cuda.attention_backend("auto")
+  if ran == "cpu" then lu.skip("build/fakecuda.so runs the CPU's") end
+  if not ok and tostring(err):find("compute capability 9.0", 1, true) then
+    lu.skip("wgmma not taken here: " .. tostring(err))
+  end
+  lu.assertTrue(ok, tostring(err))
+  lu.assertEquals(ran, "wgmma")
+  local cases = {{1, 1, 1, 1, 64, false}, {1, 2, 70, 50, 64, false}, {2, 1, 130, 300, 128, true},
+                 {1, 1, 300, 129, 64, true}, {1, 2, 64, 256, 128, false}, {1, 1, 200, 64, 64, true}}
+  for _, dt in ipairs{"bfloat16", "float16"} do
+    for _, c in ipairs(cases) do
+      -- [b, n, h, d] seen as [b, h, n, d]: rows h d apart
+      local function heads(n) return values({c[1], n, c[2], c[5]}, dt):transpose(2, 3) end
+      local q, k, v = heads(c[3]), heads(c[4]), heads(c[4])
+      local m = values({c[3], c[4]}, "bool")
+      m:narrow(1, 1, math.min(3, c[3])):fill_(false)
+      local label = ("%s %d x %d d %d%s"):format(dt, c[3], c[4], c[5], c[6] and " causal" or "")
+      local all = {{causal = c[6], weights = false}}
+      if c[3] > 3 then all[2] = {causal = c[6], mask = m, scale = 0.3, weights = false} end
+      for _, opts in ipairs(all) do
+        local gopts = {causal = opts.causal, scale = opts.scale, weights = false,
+                       mask = opts.mask and opts.mask:cuda()}
+        qkv.cuda.attention_backend("wgmma")
+        local got = qkv.attention(q:cuda(), k:cuda(), v:cuda(), gopts)
+        lu.assertEquals(qkv.cuda.attention_backend("mma"), "wgmma", label)
+        local mma = qkv.attention(q:cuda(), k:cuda(), v:cuda(), gopts)
+        qkv.cuda.attention_backend("auto")
+        local what = label .. (opts.mask and " mask" or "")
+        C.compare(mma:cpu(), got, what .. ": against mma", C.TOL[dt])
+        local want = qkv.attention(q:double(), k:double(), v:double(), opts)
+        local cpu, gpu = rel64(qkv.attention(q, k, v, opts), want), rel64(got, want)
+        lu.assertTrue(gpu <= 2 * cpu, ("%s: error %.3g against float64, the CPU's %.3g"):format(
+          what, gpu, cpu))
+        if opts.mask then
+          lu.assertEquals(got:narrow(3, 1, math.min(3, c[3])):cpu():abs():max():item(), 0, what)
+        end
+      end
+    end
+  end
+  -- the backward reads the wgmma forward's lse
+  local q, k, v = values({1, 2, 90, 64}, "bfloat16"), values({1, 2, 150, 64}, "bfloat16"),
+                  values({1, 2, 150, 64}, "bfloat16")
+  local go = values({1, 2, 90, 64}, "bfloat16")
+  local function grads(dev, dt)
+    local a, b, e = q:to(dev, dt):requires_grad_(), k:to(dev, dt):requires_grad_(),
+                    v:to(dev, dt):requires_grad_()
+    qkv.attention(a, b, e, {causal = true, weights = false}):backward(go:to(dev, dt))
+    return {a.grad:cpu():double(), b.grad:cpu():double(), e.grad:cpu():double()}
+  end
+  qkv.cuda.attention_backend("wgmma")
+  local ok2, g = pcall(grads, "cuda", "bfloat16")
+  lu.assertEquals(qkv.cuda.attention_backend("auto"), "mma", "the backward is mma's")
+  lu.assertTrue(ok2, tostring(g))
+  local want, cpu = grads("cpu", "float64"), grads("cpu", "bfloat16")
+  for i = 1, 3 do
+    local function rel(x) return math.sqrt(((x - want[i]) ^ 2):sum():item() / (want[i] ^ 2):sum():item()) end
+    lu.assertTrue(rel(g[i]) <= 2 * rel(cpu[i]) + 1e-3, ("gradient %d: %.3g, the CPU's %.3g"):format(
+      i, rel(g[i]), rel(cpu[i])))
+  end
+  -- mma_variants.lua's cases (lse included) in each tile of keys, a
+  -- process each; a tile that is not built is an error
+  for _, bk in ipairs{"64", "128"} do
+    local out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=" .. bk .. " " ..
+                           S.quote(EXE) .. " tests/helpers/mma_variants.lua")
+    lu.assertEquals(code, 0, out)
+    lu.assertStrContains(out, "ok ", bk)
+  end
+  local out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=96 " .. S.quote(EXE) .. " -e " ..
+    S.quote("local x = qkv.randn(1, 8, 64, 'cuda'):to('float16'); qkv.attention(x, x, x, {weights = false})"))
+  lu.assertNotEquals(code, 0)
+  lu.assertStrContains(out, "not 64 or 128")
+end
+
 -- each variant of the tensor-core kernel (QKV_CUDA_MMA_VARIANT: rows a
 -- warp and keys a tile, vm/cuda/attention_mma.cu), and the default, in a
 -- process of its own, the mma path forced (not cuDNN's):
