@@ -6,8 +6,10 @@
 --
 -- Each case on each of qkv's half-precision paths (qkv.cuda.attention_backend):
 -- "auto", what a script gets (cuDNN's fused attention where the plugin has
--- it, vm/cuda/cudnn.cpp), and "mma", qkv's own tensor-core kernels forced
--- (vm/cuda/attention_mma.cu); the column says which ran.
+-- it, vm/cuda/cudnn.cpp), "mma", qkv's own tensor-core kernels forced
+-- (vm/cuda/attention_mma.cu), and "wgmma", the Hopper forward forced
+-- (vm/cuda/attention_wgmma.cu; its backward is mma's); the column says
+-- which ran.
 --
 -- 1. Numerics: B 1, N 1024, both head shapes, causal and not; each dtype's
 --    inputs rounded from one float64 draw (saved as safetensors for torch
@@ -124,13 +126,14 @@ local function on(path, f)
   if not r[1] then error(r[2], 0) end
   return ran, table.unpack(r, 2, r.n)
 end
--- qkv's paths here: auto, and mma where auto is another
+-- qkv's paths here: auto, mma where auto is another, and wgmma (the
+-- Hopper forward, taken only when forced) where the device takes it
 local PATHS = {"auto"}
 do
   local x = qkv.randn(1, 1, 64, 64, "cuda"):to("bfloat16")
-  if on("auto", function() return qkv.attention(x, x, x, {weights = false}) end) ~= "mma" then
-    PATHS[2] = "mma"
-  end
+  local function attn() return qkv.attention(x, x, x, {weights = false}) end
+  if on("auto", attn) ~= "mma" then PATHS[#PATHS + 1] = "mma" end
+  if pcall(on, "wgmma", attn) then PATHS[#PATHS + 1] = "wgmma" end
 end
 
 ---------------------------------------------------------------- variants

@@ -161,15 +161,17 @@ export -f checks
 run 2-cuda 140 env CUDA_LAUNCH_BLOCKING=1 bash -c checks &
 # (-p HalvesOnThe: the default variants; each of testHalvesInEveryVariant's
 # processes would start under the sanitizer, too slow for the limit)
-QKV_CUDNN=0 SAN_LIMIT=140 run 3-memcheck 150 sans memcheck -p HalvesOnThe -p Backward -p Fused \
+# (-p HalvesOnWgmma: the Hopper forward, forced)
+QKV_CUDNN=0 SAN_LIMIT=140 run 3-memcheck 150 sans memcheck -p HalvesOnThe -p HalvesOnWgmma -p Backward \
+  -p Fused -x Variants &
+QKV_CUDNN=0 SAN_LIMIT=140 run 4-racecheck 150 sans racecheck -p HalvesOnThe -p HalvesOnWgmma -p Backward \
   -x Variants &
-QKV_CUDNN=0 SAN_LIMIT=140 run 4-racecheck 150 sans racecheck -p HalvesOnThe -p Backward -x Variants &
 run 5-device 150 $QKV test --device cuda tests/backends/test_attention.lua tests/backends/test_cudnn.lua \
   tests/core tests/stdlib tests/autograd tests/bindings tests/cli &
 wait
 run 6-bench 180 $QKV bench/attention_gpu.lua
 say "gpu_check: $(( $(date +%s) - T0 )) s in all"
-echo "== bench"; grep -E "^\| (bfloat16|float16) \| 16 x 128 \| (4096|16384) |^ceilings" "$OUT/6-bench.log"
+echo "== bench"; grep -E "^\| (bfloat16|float16) \| (16 x 128|32 x 64) \| (1024|4096|16384) |^ceilings" "$OUT/6-bench.log"
 echo "== variants (bf16 forward, TFLOP/s: default r16k64 r32k32 r32k64 r32k128 SDPA)"
 grep -E "^\| (16 x 128|32 x 64) \| " "$OUT/6-bench.log"
 echo "== failures"; grep -hE "^(FAIL|not ok)|[0-9]+\) |Failed tests|crashed|timed out|device lost|Error|========= (Invalid|Race|Barrier|Program hit)" \
