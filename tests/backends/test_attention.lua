@@ -381,6 +381,37 @@ function TestFused:testBackwardAgainstFloat64()
   end
 end
 
+-- scale 0 with a mask tensor (the BLAS backward): the scores are 0, computed
+-- as q k^T then times 0 as the forward does, and gemm's alpha 0 leaves no
+-- garbage in the fresh score tile.  oneDNN's sgemm with alpha = beta = 0
+-- on one thread computed 0 * C, so the NaN that a backward with a NaN
+-- gradient left in its freed tiles came back as NaN in the next one's dV;
+-- one thread, so that each backward gets the tiles the last one freed
+function TestFused:testBackwardScaleZeroAfterNaN()
+  qkv.seed(13)
+  local was = qkv.get_num_threads()
+  qkv.set_num_threads(1)
+  local nq, nk, d, dv = 97, 300, 16, 8
+  local m = qkv.rand(2, nq, nk):gt(0.5)
+  local q, k, v = qkv.randn(2, nq, d), qkv.randn(2, nk, d), qkv.randn(2, nk, dv)
+  local g = qkv.randn(2, nq, dv)
+  local want = {qkv._attention_backward(q:double(), k:double(), v:double(),
+                                        qkv.attention(q:double(), k:double(), v:double(),
+                                                      {mask = m, scale = 0, weights = false}),
+                                        g:double(), m, false, 0)}
+  local o = qkv.attention(q, k, v, {mask = m, scale = 0, weights = false})
+  local bad = qkv.full({2, nq, dv}, 0 / 0)
+  local ok, err = pcall(function()
+    for round = 1, 8 do
+      qkv._attention_backward(q, k, v, o, bad, m, false, 0.25)      -- NaN in its tiles
+      local got = {qkv._attention_backward(q, k, v, o, g, m, false, 0)}
+      for i = 1, 3 do close(got[i], want[i], 1e-5, ("round %d grad %d"):format(round, i)) end
+    end
+  end)
+  qkv.set_num_threads(was)
+  if not ok then error(err, 0) end
+end
+
 -- the backward reads q, k, v, o and dO by rows where they lie: heads'
 -- transposed views, a K shared by every head (batch stride 0), an O and dO
 -- with rows further apart than their width, and a V whose rows are all one

@@ -52,9 +52,27 @@ static void loud (const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL)
 
 static qkv_bf16gemm_fn dnnl_bf16gemm;
 
+/*
+** alpha = 0 as reference BLAS has it: C = beta C, A and B not read, and C
+** not read either when beta is 0.  oneDNN's sgemm with alpha = beta = 0
+** on one thread computed 0 * C instead, so NaN or inf left in a freshly
+** allocated C came back (the attention backward's score tile, scale 0:
+** NaN in dV).  Returns 0 when alpha is not 0 (the product is to run).
+*/
+static int alpha_zero (int64_t m, int64_t n, float alpha, float beta, float *c, int64_t ldc) {
+  if (alpha != 0) return 0;
+  for (int64_t i = 0; i < m; i++) {
+    float *ci = c + i * ldc;
+    if (beta == 0) memset(ci, 0, (size_t)n * sizeof *ci);
+    else if (beta != 1) for (int64_t j = 0; j < n; j++) ci[j] *= beta;
+  }
+  return 1;
+}
+
 static int bf16gemm_quiet (char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
                            const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                            float beta, float *c, int64_t ldc) {
+  if (alpha_zero(m, n, alpha, beta, c, ldc)) return 0;
   sigset_t old;
   quiet(&old);
   int r = dnnl_bf16gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -71,6 +89,7 @@ static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE
      dimensions it finds too small, say) OpenBLAS computes, and the small
      products, where oneDNN's call costs more than OpenBLAS's small-matrix
      kernels (the seed-sized attention step: 0.93 -> 1.28 µs through it) */
+  if (order == CblasRowMajor && alpha_zero(m, n, alpha, beta, c, ldc)) return;
   if (order == CblasRowMajor && (double)m * n * k >= DNNL_MIN) {
     sigset_t old;
     quiet(&old);
