@@ -65,32 +65,13 @@ static enum CBLAS_TRANSPOSE flag (gemm_read g, int transposed) {
   return byrow != transposed ? CblasNoTrans : CblasTrans;
 }
 
-/*
-** s (m x n, ld n) = scale * q (m x dk) k^T.  gemm reads neither q nor k
-** when dk or alpha is 0, but Q K^T * scale is NaN where an infinite scale
-** meets a 0 product or a scale of 0 an infinite one (as the composed path
-** and PyTorch give): those cases, and any scale that is not finite,
-** multiply by the scale after the product, as the composed path does.
-*/
+/* s (m x n, ld n) = scale * q (m x dk) k^T, the scale after the product
+   where it is 0 or not finite (qkv_gemm_scaled, as the backward's) */
 static void scores (const job *J, int m, int n, const void *q, const void *k,
                     void *s) {
   const qkv_attn_plan *P = &J->p;
-  int dk = (int)P->dk, after = dk == 0 || P->scale == 0 || !isfinite(P->scale);
-  double alpha = after ? 1.0 : P->scale;
-  if (dk == 0) {
-    memset(s, 0, (size_t)m * (size_t)n * J->es);
-  } else if (P->dtype == QKV_F32) {
-    qkv_sgemm(CblasRowMajor, flag(J->gemm.q, 0), flag(J->gemm.k, 1), m, n, dk,
-                (float)alpha, (const float *)q, J->gemm.q.ld,
-                (const float *)k, J->gemm.k.ld, 0.0f, (float *)s, n);
-  } else {
-    qkv_dgemm(CblasRowMajor, flag(J->gemm.q, 0), flag(J->gemm.k, 1), m, n, dk,
-                alpha, (const double *)q, J->gemm.q.ld,
-                (const double *)k, J->gemm.k.ld, 0.0, (double *)s, n);
-  }
-  for (int64_t i = 0; after && i < (int64_t)m * n; i++)
-    if (P->dtype == QKV_F32) ((float *)s)[i] *= (float)P->scale;
-    else ((double *)s)[i] *= P->scale;
+  qkv_gemm_scaled(P->dtype == QKV_F64, flag(J->gemm.q, 0), flag(J->gemm.k, 1), m, n, (int)P->dk,
+                  P->scale, q, J->gemm.q.ld, k, J->gemm.k.ld, s, n);
 }
 
 /* o (m x dv, ld dv) += p (m x n, ld n) v */

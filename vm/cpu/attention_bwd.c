@@ -85,12 +85,15 @@ static void put (const Bwd *J, char *p, int64_t i, double x) {
   if (J->f64) ((double *)p)[i] = x; else ((float *)p)[i] = (float)x;
 }
 
-/* s (bq x bk) = scale q_tile k_tile^T */
+/* s (bq x bk) = scale q_tile k_tile^T, as the forward's scores (a scale
+   of 0 or not finite after the product: NaN and inf in q k^T spoil the
+   same scores both ways) */
 static void product (const Bwd *J, int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
                      char *s) {
   const qkv_attn_plan *P = &J->p;
   const char *q = row(J, &P->q, J->ldq, b, i0), *k = row(J, &P->k, J->ldk, b, j0);
-  gemm(J, 0, 1, bq, bk, P->dk, P->scale, q, J->ldq, k, J->ldk, 0, s, bk);
+  qkv_gemm_scaled(J->f64, CblasNoTrans, CblasTrans, (int)bq, (int)bk, (int)P->dk, P->scale, q,
+                  (int)J->ldq, k, (int)J->ldk, s, (int)bk);
 }
 
 /* s's masked entries -inf; mk: batch item b's mask, or NULL */

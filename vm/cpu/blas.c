@@ -8,6 +8,7 @@
 ** OpenBLAS's for float32 too (the suites compare the two).
 */
 #include <dlfcn.h>
+#include <math.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -99,6 +100,24 @@ static void sgemm_dnnl (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE
     if (r == 0) return;
   }
   openblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void qkv_gemm_scaled (int f64, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n,
+                      int k, double scale, const void *a, int lda, const void *b, int ldb,
+                      void *c, int ldc) {
+  int after = k == 0 || scale == 0 || !isfinite(scale);
+  double alpha = after ? 1.0 : scale;
+  size_t es = f64 ? sizeof(double) : sizeof(float);
+  if (k == 0)
+    for (int i = 0; i < m; i++) memset((char *)c + (size_t)i * (size_t)ldc * es, 0, (size_t)n * es);
+  else if (f64)
+    qkv_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0, c, ldc);
+  else
+    qkv_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, 0.0f, c, ldc);
+  for (int i = 0; after && i < m; i++)
+    for (int j = 0; j < n; j++)
+      if (f64) ((double *)c)[(int64_t)i * ldc + j] *= scale;
+      else ((float *)c)[(int64_t)i * ldc + j] *= (float)scale;
 }
 
 void qkv_blas_serial (void) {

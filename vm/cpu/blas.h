@@ -25,6 +25,18 @@ typedef int (*qkv_bf16gemm_fn)(char ta, char tb, int64_t m, int64_t n, int64_t k
                                float beta, float *c, int64_t ldc);
 extern qkv_bf16gemm_fn qkv_bf16gemm;
 
+/*
+** c (m x n, ldc, float64 when f64, else float32) = scale * op(a) op(b),
+** row-major (the attention's scores, forward and backward).  gemm reads
+** neither a nor b when k or alpha is 0, but (a b) * scale is NaN where an
+** infinite scale meets a 0 product or a scale of 0 an infinite one (as the
+** composed path and PyTorch give): those cases, and any scale that is not
+** finite, take alpha 1 and multiply by the scale after the product.
+*/
+void qkv_gemm_scaled (int f64, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n,
+                      int k, double scale, const void *a, int lda, const void *b, int ldb,
+                      void *c, int ldc);
+
 /* QKV_OK once qkv_sgemm and qkv_dgemm may be called, else QKV_ENOBLAS.
    Call it on the thread that runs Lua, before any parallel loop.  BLAS
    runs on one thread wherever it is called (parallel.h). */
