@@ -6,8 +6,8 @@
 ** the int cannot hold makes the copy return QKV_ERANGE (every element is
 ** still written, 0 in place of the bad ones, so that no conversion is
 ** undefined); int64 to int32 wraps (C's cast); to float16 and bfloat16
-** through float32, rounding to nearest even (half.h); everything else is
-** C's conversion.
+** through float32, rounding to nearest even (half.h), but a half into its
+** own dtype, its bits; everything else is C's conversion.
 */
 #include <string.h>
 #include "cpu.h"
@@ -114,14 +114,14 @@ COPY_WIDE(f16, uint16_t, qkv_h2f, QKV_ROW_CALL1)
 COPY_WIDE(bf16, uint16_t, qkv_bf2f, QKV_ROW_CALL1)
 QKV_ROW_CALL1(copy_bf16_f16, uint16_t, uint16_t, qkv_f2bf(qkv_h2f(x)))
 QKV_ROW_CALL1(copy_f16_bf16, uint16_t, uint16_t, qkv_f2h(qkv_bf2f(x)))
-/* a half into its own dtype: the bits, but for a NaN, which comes back
-   quiet (its quiet bit set) as through float32 and back; one integer loop
-   (two conversion calls an element were 3% of a bfloat16 autocast
+/* a half into its own dtype: the bits, a NaN's payload and quiet bit
+   included (a copy is no arithmetic: docs/formats.md promises bit-exact
+   round trips, and :contiguous() or a save of a transposed view quieted a
+   signalling NaN when this went as through float32 and back); one integer
+   loop (two conversion calls an element were 3% of a bfloat16 autocast
    training step: a reshape's or a transposed view's copy) */
-QKV_ROW_MAP1(copy_bf16_bf16, uint16_t, uint16_t,
-             (uint16_t)((x & 0x7fff) > 0x7f80 ? x | 0x40 : x))
-QKV_ROW_MAP1(copy_f16_f16, uint16_t, uint16_t,
-             (uint16_t)((x & 0x7fff) > 0x7c00 ? x | 0x200 : x))
+QKV_ROW_MAP1(copy_bf16_bf16, uint16_t, uint16_t, x)
+QKV_ROW_MAP1(copy_f16_f16, uint16_t, uint16_t, x)
 INT_TO_INT(i64, int64_t)
 INT_TO_INT(bool, uint8_t)
 INT_TO_INT(i32, int32_t)
@@ -446,10 +446,8 @@ int qkv_cpu_copy(qkv_tensor *dst, const qkv_tensor *src) {
   t[0] = dst;
   t[1] = src;
   if (qkv_iter_tensors(&it, 2, t) != 0) return QKV_EINTERNAL;
-  /* not the halves (their self-copies quiet a NaN: copy_bf16_bf16) nor
-     bool (a copy makes any nonzero byte 1) */
-  if (dst->dtype == src->dtype && dst->dtype != QKV_F16 && dst->dtype != QKV_BF16 &&
-      dst->dtype != QKV_BOOL &&
+  /* not bool (a copy makes any nonzero byte 1) */
+  if (dst->dtype == src->dtype && dst->dtype != QKV_BOOL &&
       copy_by_blocks(&it, qkv_elsize(dst->dtype), &err))
     return err;
   err = qkv_iter_run(&it, qkv_cpu_copy_row(dst->dtype, src->dtype), &bad);

@@ -7,7 +7,8 @@
 ** the kernel raises a flag in device memory, read back after it); int64
 ** to int32 wraps (C's cast, as the CPU's); to float16 and bfloat16 through
 ** float32, rounding to nearest even (half.h, the same code as the CPU's,
-** so the bits agree); everything else is C's conversion.  One thread per
+** so the bits agree), but a half into its own dtype, its bits; everything
+** else is C's conversion.  One thread per
 ** element, over the strided iterator (cuda.cuh).
 */
 #include "cuda.cuh"
@@ -102,6 +103,19 @@ template <> struct is_int_dst<int32_t> { static const bool value = true; };
 
 /* ---- copy ---- */
 
+/* an element of TI as one of TO: through its value, but a half into its
+   own dtype as its bits (a NaN's payload and quiet bit kept, as the CPU's
+   copy_f16_f16: through float32 and back made a signalling NaN quiet) */
+template <typename TO, typename TI> struct convert {
+  __device__ static TO of (TI x, int *bad) { return to<TO>::of(value_of(x), bad); }
+};
+template <> struct convert<f16_t, f16_t> {
+  __device__ static f16_t of (f16_t x, int *) { return x; }
+};
+template <> struct convert<bf16_t, bf16_t> {
+  __device__ static bf16_t of (bf16_t x, int *) { return x; }
+};
+
 /* operand 0 is dst (TO), 1 is src (TI); bad: the flag of a checked copy */
 template <typename TO, typename TI>
 __global__ void copy_kernel (qkv_cu_iter it, int *bad) {
@@ -110,7 +124,7 @@ __global__ void copy_kernel (qkv_cu_iter it, int *bad) {
   QKV_CU_LOOP(i, it.numel) {
     int64_t off[2];
     qkv_cu_iter_at(it, i, off);
-    o[off[0]] = to<TO>::of(value_of(a[off[1]]), bad);
+    o[off[0]] = convert<TO, TI>::of(a[off[1]], bad);
   }
 }
 

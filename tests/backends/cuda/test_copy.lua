@@ -109,6 +109,44 @@ function TestCudaCopy:testStridedCopiesAndFills()
   t.assertTensorEqual(qkv.tensor{1, 2}:cuda():cpu(), qkv.tensor{1, 2})
 end
 
+-- a half copied into its own dtype on the device keeps its bits, a NaN's
+-- payload and quiet bit included (vm/cuda/copy.cu, as the CPU's
+-- copy_f16_f16): every 16-bit pattern, a transposed view made contiguous
+-- and a strided column cloned, the bits read back from the bytes
+-- qkv.save_safetensors writes (a signalling NaN came back quiet, through
+-- float32 and back)
+function TestCudaCopy:testHalfSelfCopiesKeepEveryBit()
+  need()
+  local path, n, parts = os.tmpname(), 65536, {}
+  for i = 0, n - 1 do parts[#parts + 1] = string.pack("<I2", i) end
+  local bytes = table.concat(parts)
+  for _, c in ipairs{{"bfloat16", "BF16"}, {"float16", "F16"}} do
+    local header = ('{"x":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'):format(c[2], n, #bytes)
+    local f = assert(io.open(path, "wb"))
+    f:write(string.pack("<I8", #header), header, bytes)
+    f:close()
+    local g = qkv.load_safetensors(path).x:cuda()
+    lu.assertEquals(g.dtype, c[1])
+    for _, v in ipairs{{"transposed, contiguous", g:view(256, 256):t():contiguous():cpu(),
+                        function(i) return (i % 256) * 256 + i // 256 end},
+                       {"strided column, cloned", g:view(n / 2, 2):select(2, 2):clone():cpu(),
+                        function(i) return 2 * i + 1 end}} do
+      qkv.save_safetensors(path, {y = v[2]})
+      f = assert(io.open(path, "rb"))
+      local data = f:read("a")
+      f:close()
+      local off = 8 + string.unpack("<I8", data)
+      for i = 0, v[2]:numel() - 1 do
+        local got, want = string.unpack("<I2", data, off + 1 + 2 * i), v[3](i)
+        if got ~= want then
+          lu.fail(("%s %s: bits 0x%04x copied as 0x%04x"):format(c[1], v[1], want, got))
+        end
+      end
+    end
+  end
+  os.remove(path)
+end
+
 function TestCudaCopy:testPrintingItemAndTolist()
   need()
   local x = qkv.tensor{{1.5, -2}, {3, 4}}
