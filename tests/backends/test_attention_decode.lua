@@ -1,9 +1,9 @@
 -- test_attention_decode.lua: the fused attention's decode kernel
--- (vm/cpu/attention_decode.c: up to 8 queries, float32 or bfloat16, d_k
--- and d_v multiples of 8, on 16 lanes where the CPU has AVX-512 and they are
--- multiples of 16, no mask) against a float64 reference made of
--- plain tensor ops (matmul, masked_fill, softmax): query and key counts
--- around its 8-key steps, causal with n_q > 1 and n_q > n_k, keys split
+-- (vm/cpu/attention_decode.c: up to 8 queries, float32, bfloat16 or
+-- float16, d_k and d_v multiples of 8, on 16 lanes where the CPU has
+-- AVX-512 and they are multiples of 16, no mask) against a float64
+-- reference made of plain tensor ops (matmul, masked_fill, softmax): query
+-- and key counts around its 8-key steps, causal with n_q > 1 and n_q > n_k, keys split
 -- across threads and merged, views as a KV cache and heads give them,
 -- NaN, scores far apart, the log-sum-exps autograd reads (gradients against
 -- float64 autograd), and a grouped-query decode step from a bfloat16 cache.
@@ -29,7 +29,7 @@ end
 
 local function allnan(t) return t:ne(t):all():item() end
 
-local TOL = {float32 = 1e-5, bfloat16 = 1.6e-2}
+local TOL = {float32 = 1e-5, bfloat16 = 1.6e-2, float16 = 2e-3}
 
 local function near(got, want, tol, what)
   lu.assertEquals(got.shape, want.shape, what .. ": shape")
@@ -47,7 +47,7 @@ end
 TestDecode = {}
 
 function TestDecode:testShapes()
-  for _, dt in ipairs{"float32", "bfloat16"} do
+  for _, dt in ipairs{"float32", "bfloat16", "float16"} do
     for _, nq in ipairs{1, 3, 4, 5, 8} do
       for _, nk in ipairs{1, 7, 8, 9, 64, 300} do
         for _, d in ipairs{{8, 8}, {64, 64}, {128, 128}, {16, 40}, {48, 80}} do
@@ -76,7 +76,7 @@ function TestDecode:testSplitsAcrossThreads()
   -- one batch item (fewer than the threads): its keys split and merged
   for _, threads in ipairs{1, 2, 4} do
     qkv.set_num_threads(threads)
-    for _, dt in ipairs{"float32", "bfloat16"} do
+    for _, dt in ipairs{"float32", "bfloat16", "float16"} do
       local q = qkv.randn(1, 4, 64):to(dt)
       local k, v = qkv.randn(1, 5000, 64):to(dt), qkv.randn(1, 5000, 64):to(dt)
       check(q, k, v, false, dt .. " one item, " .. threads .. " threads")

@@ -14,8 +14,9 @@
 ** and runs a scalar softmax per query row.  float16 and bfloat16 take the
 ** float32 path on tiles widened as they are read, o rounded once as it is
 ** written (the halves jobs: the bits of float32 copies, without the
-** copies), but for bfloat16 on a CPU with AMX (attention_amx.c) and a
-** decode step's few queries (attention_decode.c).
+** copies), but for bfloat16 on a CPU with AMX (attention_amx.c).  A decode
+** step's few queries go to attention_decode.c in float32 and both halves
+** (there too the bits of float32 copies, which go there as well).
 */
 #include <limits.h>
 #include <math.h>
@@ -347,7 +348,7 @@ static int forward (qkv_tensor *out, const qkv_tensor *q, const qkv_tensor *k,
                     const qkv_tensor *v, const qkv_tensor *mask, int causal,
                     double scale, qkv_tensor *lse, qkv_attn_mods *M) {
   /* bfloat16 on the tile unit where there is one; a few queries to the
-     decode kernel (below), which reads bfloat16 K and V as they are; the
+     decode kernel (below), which reads the halves as they are; the
      halves otherwise on the AVX paths' float32 tiles, widened as read
      (J.halves).  Without AVX2, and for a scale that is not finite or is 0
      (scores() below takes those) or d_k = 0, QKV_EDTYPE makes the

@@ -13,9 +13,12 @@
 **
 ** A work item is one batch item's keys, or a split of them when there are
 ** fewer batch items than twice the threads (flash-decoding): each split
-** leaves its (m, l, o) and one pass merges them.  K and V float32 or
-** bfloat16, widened as they are staged (a bfloat16 cache reads half the bytes);
-** q scaled and held in float32, o in float32 until it is written once.
+** leaves its (m, l, o) and one pass merges them.  K and V float32,
+** bfloat16 or float16, widened as they are staged (a bfloat16 cache reads
+** half the bytes; float16 by copy.c's widening, F16C being outside
+** QKV_AVX2's target), q scaled and held in float32, o in float32 until it
+** is written once: a half's bits are those of float32 copies through here,
+** as the tile path's are of float32 copies through the tile path.
 ** AVX2 and FMA, or AVX-512 where d_k and d_v are multiples of 16;
 ** attention.c sends a job here when qkv_attn_decode_fits.
 */
@@ -38,23 +41,26 @@ enum {
 
 int qkv_attn_decode_fits (const job *J) {
   const qkv_attn_plan *P = &J->p;
-  return (P->dtype == QKV_F32 || P->dtype == QKV_BF16) && P->nq <= DQ && !P->has_mask &&
+  return (P->dtype == QKV_F32 || qkv_is_half(P->dtype)) && P->nq <= DQ && !P->has_mask &&
          !J->mods && P->dk > 0 && P->dk <= DMAX && P->dk % 8 == 0 && P->dv > 0 &&
          P->dv <= DMAX && P->dv % 8 == 0 && P->q.cs == 1 && P->k.cs == 1 && P->v.cs == 1 &&
          isfinite(P->scale) && P->scale != 0 && qkv_cpu_has_avx2();
 }
 
+/* the dtype of q, K, V and out: dec's half, the bodies' `half` */
+enum { F32 = 0, BF16 = 1, F16 = 2 };
+
 typedef struct {
   const job *J;
-  int bf16, wide;                   /* a bfloat16 cache; the AVX-512 body */
+  int half, wide;                   /* F32, BF16 or F16; the AVX-512 body */
   int nb;                           /* keys a step (step_keys) */
   int64_t nsplit, klen;             /* splits of each item's keys, keys a split */
   float *part;                      /* nsplit > 1: per (item, split, query) m, l, o[dv] */
 } dec;
 
-/* 8 features of a row of K or V from c, widened to float32 */
-static inline QKV_AVX2 __m256 load8 (const void *row, int64_t c, int bf16) {
-  if (!bf16) return _mm256_loadu_ps((const float *)row + c);
+/* 8 features of a row of K or V from c, widened to float32 (not F16) */
+static inline QKV_AVX2 __m256 load8 (const void *row, int64_t c, int half) {
+  if (half == F32) return _mm256_loadu_ps((const float *)row + c);
   __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
@@ -83,9 +89,10 @@ static inline QKV_AVX2 float hadd8 (__m256 x) {
   return _mm_cvtss_f32(m);
 }
 
-/* element r of a row stored as dtype bf16 or float32 */
-static inline float elem (const void *p, int64_t r, int bf16) {
-  return bf16 ? qkv_bf2f(((const uint16_t *)p)[r]) : ((const float *)p)[r];
+/* element r of a row stored as `half` */
+static inline float elem (const void *p, int64_t r, int half) {
+  return half == BF16 ? qkv_bf2f(((const uint16_t *)p)[r])
+       : half == F16 ? qkv_h2f(((const uint16_t *)p)[r]) : ((const float *)p)[r];
 }
 
 /* o's row (dv features) times a */
@@ -115,11 +122,16 @@ static int step_keys (int64_t dk, int64_t dv) {
 */
 static inline QKV_AVX2 __attribute__((always_inline)) void
 stage (const char *kb, int64_t krs, const char *vb, int64_t vrs, int64_t j, int n, int64_t dk,
-       int64_t dv, float *kc, float *vc, const int bf16) {
+       int64_t dv, float *kc, float *vc, const int half) {
   for (int t = 0; t < n; t++) {
     const char *kr = kb + (j + t) * krs, *vr = vb + (j + t) * vrs;
-    for (int64_t c = 0; c < dk; c += 8) _mm256_storeu_ps(kc + t * dk + c, load8(kr, c, bf16));
-    for (int64_t c = 0; c < dv; c += 8) _mm256_storeu_ps(vc + t * dv + c, load8(vr, c, bf16));
+    if (half == F16) {
+      qkv_cpu_copy_tile(QKV_F32, kc + t * dk, QKV_F16, kr, 1, dk, dk, 1);
+      qkv_cpu_copy_tile(QKV_F32, vc + t * dv, QKV_F16, vr, 1, dv, dv, 1);
+      continue;
+    }
+    for (int64_t c = 0; c < dk; c += 8) _mm256_storeu_ps(kc + t * dk + c, load8(kr, c, half));
+    for (int64_t c = 0; c < dv; c += 8) _mm256_storeu_ps(vc + t * dv + c, load8(vr, c, half));
   }
   for (int t = n; t % 8; t++) memcpy(kc + t * dk, kc + (n - 1) * dk, sizeof(float) * (size_t)dk);
 }
@@ -294,10 +306,10 @@ dot16 (const float *q, const float *ku, int64_t dk) {
 #define KEYS_OF(name, ATTR, DOT, PV, W) \
   static inline ATTR __attribute__((always_inline)) void \
   name (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s, float *m, \
-        float *l, float *o, const int bf16) { \
+        float *l, float *o, const int half) { \
     const qkv_attn_plan *P = &D->J->p; \
     int nq = (int)P->nq, nb = D->nb; \
-    int64_t dk = P->dk, dv = P->dv, es = bf16 ? 2 : 4, off[4]; \
+    int64_t dk = P->dk, dv = P->dv, es = half ? 2 : 4, off[4]; \
     qkv_attn_batch_offsets(P, b, off); \
     const char *kb = P->k.base + off[1] * es, *vb = P->v.base + off[2] * es; \
     float *kc = s + DQ * KMAX, *vc = kc + nb * dk, x[KMAX]; \
@@ -305,7 +317,7 @@ dot16 (const float *q, const float *ku, int64_t dk) {
     memset(o, 0, sizeof(float) * (size_t)(nq * dv)); \
     for (int64_t j = j0; j < j1; j += nb) { \
       int n = (int)(j1 - j < nb ? j1 - j : nb), ng = (n + 7) / 8; \
-      stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, bf16); \
+      stage(kb, P->k.rs * es, vb, P->v.rs * es, j, n, dk, dv, kc, vc, half); \
       for (int r = 0; r < nq; r++) {   /* each query's scores, 8 keys at a time */ \
         for (int u = 0; u < ng; u++) { \
           __m256 xu = DOT(qs + r * dk, kc + 8 * u * dk, dk); \
@@ -322,28 +334,40 @@ KEYS_OF(keys_of16, QKV_AVX512, dot16, pv16, 16)
 
 static QKV_AVX2 void keys_f32 (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs,
                                float *s, float *m, float *l, float *o) {
-  keys_of(D, b, j0, j1, qs, s, m, l, o, 0);
+  keys_of(D, b, j0, j1, qs, s, m, l, o, F32);
 }
 
 static QKV_AVX2 void keys_bf16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
                                 const float *qs, float *s, float *m, float *l, float *o) {
-  keys_of(D, b, j0, j1, qs, s, m, l, o, 1);
+  keys_of(D, b, j0, j1, qs, s, m, l, o, BF16);
+}
+
+static QKV_AVX2 void keys_f16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
+                               const float *qs, float *s, float *m, float *l, float *o) {
+  keys_of(D, b, j0, j1, qs, s, m, l, o, F16);
 }
 
 static QKV_AVX512 void keys16_f32 (const dec *D, int64_t b, int64_t j0, int64_t j1,
                                    const float *qs, float *s, float *m, float *l, float *o) {
-  keys_of16(D, b, j0, j1, qs, s, m, l, o, 0);
+  keys_of16(D, b, j0, j1, qs, s, m, l, o, F32);
 }
 
 static QKV_AVX512 void keys16_bf16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
                                     const float *qs, float *s, float *m, float *l, float *o) {
-  keys_of16(D, b, j0, j1, qs, s, m, l, o, 1);
+  keys_of16(D, b, j0, j1, qs, s, m, l, o, BF16);
+}
+
+static QKV_AVX512 void keys16_f16 (const dec *D, int64_t b, int64_t j0, int64_t j1,
+                                   const float *qs, float *s, float *m, float *l, float *o) {
+  keys_of16(D, b, j0, j1, qs, s, m, l, o, F16);
 }
 
 static void keys (const dec *D, int64_t b, int64_t j0, int64_t j1, const float *qs, float *s,
                   float *m, float *l, float *o) {
-  if (D->wide) (D->bf16 ? keys16_bf16 : keys16_f32)(D, b, j0, j1, qs, s, m, l, o);
-  else (D->bf16 ? keys_bf16 : keys_f32)(D, b, j0, j1, qs, s, m, l, o);
+  static void (*const body[2][3])(const dec *, int64_t, int64_t, int64_t, const float *,
+                                  float *, float *, float *, float *) = {
+    {keys_f32, keys_bf16, keys_f16}, {keys16_f32, keys16_bf16, keys16_f16}};
+  body[D->wide][D->half](D, b, j0, j1, qs, s, m, l, o);
 }
 
 /* batch item b's outputs (and lse) from m, l, o */
@@ -354,12 +378,14 @@ static void finish (const dec *D, int64_t b, const float *m, const float *l, con
     float inv = l[r] == 0 ? 0.0f : 1.0f / l[r];      /* no key: zeros */
     const float *src = o + r * dv;
     int64_t at = (b * P->nq + r) * dv;
-    if (D->bf16)
+    if (D->half == BF16)
       for (int64_t c = 0; c < dv; c++) ((uint16_t *)P->out)[at + c] = qkv_f2bf(src[c] * inv);
+    else if (D->half == F16)
+      for (int64_t c = 0; c < dv; c++) ((uint16_t *)P->out)[at + c] = qkv_f2h(src[c] * inv);
     else
       for (int64_t c = 0; c < dv; c++) ((float *)P->out)[at + c] = src[c] * inv;
     /* m + log(l) in float32, as m and l are; qkv_attn_lse_at stores it as
-       float32 for float32 and bfloat16 jobs alike */
+       float32 for float32 and half jobs alike */
     if (P->lse) qkv_attn_lse_at(D->J, b * P->nq + r, l[r] == 0 ? -INFINITY : m[r] + logf(l[r]));
   }
 }
@@ -389,14 +415,14 @@ static int units (void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   if (!work_new(P, &W)) return QKV_ENOMEM;
   unsigned csr = qkv_ftz_on(1);
-  int64_t nq = P->nq, dk = P->dk, dv = P->dv, es = D->bf16 ? 2 : 4;
+  int64_t nq = P->nq, dk = P->dk, dv = P->dv, es = D->half ? 2 : 4;
   for (int64_t u = lo; u < hi && !qkv_interrupted; u++) {
     int64_t b = u / D->nsplit, sp = u % D->nsplit, off[4];
     qkv_attn_batch_offsets(P, b, off);
     const char *q = P->q.base + off[0] * es;
     for (int64_t r = 0; r < nq; r++)
       for (int64_t c = 0; c < dk; c++)
-        W.qs[r * dk + c] = (float)P->scale * elem(q + r * P->q.rs * es, c, D->bf16);
+        W.qs[r * dk + c] = (float)P->scale * elem(q + r * P->q.rs * es, c, D->half);
     int64_t j0 = sp * D->klen, j1 = j0 + D->klen < P->nk ? j0 + D->klen : P->nk;
     if (D->nsplit == 1) {
       keys(D, b, j0, j1, W.qs, W.s, W.m, W.l, W.o);
@@ -437,7 +463,8 @@ static void merge (const dec *D, int64_t b, float *m, float *l, float *o) {
 
 int qkv_attn_decode (const job *J) {
   const qkv_attn_plan *P = &J->p;
-  dec D = {J, P->dtype == QKV_BF16, 0, step_keys(P->dk, P->dv), 1, P->nk, NULL};
+  dec D = {J, P->dtype == QKV_BF16 ? BF16 : P->dtype == QKV_F16 ? F16 : F32, 0,
+           step_keys(P->dk, P->dv), 1, P->nk, NULL};
   D.wide = qkv_cpu_has_avx512() && P->dk % 16 == 0 && P->dv % 16 == 0;
   int T = qkv_par_threads();
   double work = qkv_attn_work(P);
