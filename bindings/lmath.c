@@ -37,10 +37,11 @@ static qkv_tensor *opttensor (lua_State *L, int arg) {
 }
 
 /*
-** The two operands as tensors, a number becoming a 0-d scalar in `sc`;
-** *common is their promoted dtype and *dev the device of the result.
+** The two operands of op as tensors, a number becoming a 0-d scalar in
+** `sc` (of the dtype qkv_binop_number_dtype gives); *common is their
+** promoted dtype and *dev the device of the result.
 */
-static void operands (lua_State *L, const char *name, const qkv_tensor **a,
+static void operands (lua_State *L, qkv_binop op, const char *name, const qkv_tensor **a,
                       const qkv_tensor **b, qkvL_Scalar *sc, qkv_dtype *common,
                       qkv_device *dev) {
   qkv_tensor *x = opttensor(L, 1), *y = opttensor(L, 2);
@@ -58,7 +59,7 @@ static void operands (lua_State *L, const char *name, const qkv_tensor **a,
   const qkv_tensor *t = x ? x : y;
   *common = weak_dtype(L, t, sarg);
   *dev = t->storage->device;
-  const qkv_tensor *s = make_scalar(L, sc, sarg, *common);
+  const qkv_tensor *s = make_scalar(L, sc, sarg, qkv_binop_number_dtype(op, *common));
   *a = x ? t : s;
   *b = x ? s : t;
 }
@@ -83,7 +84,7 @@ static int binary (lua_State *L, qkv_binop op, const char *name) {
   qkvL_Scalar sc;
   qkv_dtype dt;
   qkv_device dev;
-  operands(L, name, &a, &b, &sc, &dt, &dev);
+  operands(L, op, name, &a, &b, &sc, &dt, &dev);
   dt = qkv_op_result(qkv_binop_takes(op), qkv_binop_result(op), dt);
   qkv_tensor *out = broadcast_out(L, name, a, b, dt, dev);
   qkvL_check(L, name, qkv_binary(op, out, a, b));

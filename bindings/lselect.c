@@ -526,7 +526,7 @@ static int inplace (lua_State *L, qkv_binop op, const char *name) {
   if (dt == QKV_BOOL) dt = QKV_I64;
   if (op == QKV_DIV && !qkv_is_float(dt)) dt = QKV_F32;
   check_cast(L, name, dt, x->dtype);
-  const qkv_tensor *b = operand(L, 2, name, y ? y->dtype : dt, &sc);
+  const qkv_tensor *b = operand(L, 2, name, y ? y->dtype : qkv_binop_number_dtype(op, dt), &sc);
   check_into(L, name, x, b, "y");
   qkvL_check(L, name, qkv_binary(op, x, x, b));
   x->storage->version++;

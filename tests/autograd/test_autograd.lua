@@ -352,6 +352,24 @@ function TestRules:testMixedDtypeOpsGiveEachInputItsDtype()
   t.assertClose(w.grad:double(), want, {rtol = 2e-2, atol = 1e-2})
 end
 
+-- mean's backward divides by n, a number: over more than 65504 elements
+-- 1 / n of a float16 gradient is 1 / n rounded once (the number stays in
+-- float32 with a half, as PyTorch's), not 0 from n rounded to inf first
+function TestRules:testHalfMeanOverManyElements()
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    local x = qkv.ones(100000, dt):requires_grad_()
+    x:mean():backward()
+    lu.assertEquals(x.grad.dtype, dt)
+    local want = qkv.tensor(1 / 100000, "float64"):to(dt)
+    lu.assertTrue(x.grad:eq(want):all():item(), dt .. " mean()")
+    local y = qkv.ones(70000, 2, dt):requires_grad_()
+    y:mean(1):sum():backward()
+    want = qkv.tensor(1 / 70000, "float64"):to(dt)
+    lu.assertTrue(y.grad:eq(want):all():item(), dt .. " mean(1)")
+  end
+  lu.assertEquals(qkv.tensor(1 / 100000, "float64"):to("float16"):item(), 1.0013580322265625e-05)
+end
+
 ---------------------------------------------------------------- the API
 TestAPI = {}
 

@@ -118,6 +118,42 @@ function TestHalvesOps:testUnary()
   end
 end
 
+-- a number times or over a half stays in float32, as PyTorch's opmath:
+-- the result is the float32 op of the half and the number rounded to
+-- float32, then rounded once to the half (1e5 and 100001 are inf in
+-- float16 and 1e-8 is 0, 0.1 is not a half); either order, and in place.
+-- add and sub round the number to the half first, as PyTorch's do: 1 +
+-- 0.0039063 in bfloat16 is 1 (2^-8, a tie, rounds to even), not 1 + 2^-7
+function TestHalvesOps:testNumberMulDivInFloat32()
+  qkv.seed(6)
+  local f32 = function(v) return qkv.tensor(v, "float64"):float():double():item() end
+  for _, dt in ipairs(HALVES) do
+    local a = values({300, 70}, dt)
+    for _, v in ipairs{1e5, 1e-8, 0.1, 70000, 100001, 3} do
+      local n = f32(v)
+      local mul = (a:double() * n):float():to(dt)
+      local what = ("%s %s %s"):format(dt, "%s", v)
+      lu.assertEquals((a * v).dtype, dt, what:format("mul dtype"))
+      same(a * v, mul, what:format("x * n"))
+      same(v * a, mul, what:format("n * x"))
+      same(a:mul(v), mul, what:format("x:mul(n)"))
+      same(a:clone():mul_(v), mul, what:format("mul_"))
+      local div = (a:double() / n):float():to(dt)
+      same(a / v, div, what:format("x / n"))
+      same(a:div(v), div, what:format("x:div(n)"))
+      same(a:clone():div_(v), div, what:format("div_"))
+      same(v / a, (n / a:double()):float():to(dt), what:format("n / x"))
+    end
+  end
+  local h = qkv.tensor({1, 1000, 6e-4}, "float16")
+  lu.assertEquals((h / 1e5):tolist(), {1.0013580322265625e-05, 0.01000213623046875, 0})
+  lu.assertEquals((h * 1e5):tolist(), {math.huge, math.huge, 60})
+  lu.assertEquals((qkv.tensor({9}, "bfloat16") * 0.1):item(), 0.8984375)
+  local one = qkv.tensor({1}, "bfloat16")
+  lu.assertEquals((one + 0.0039063):item(), 1)
+  lu.assertEquals(one:clone():add_(0.0039063):item(), 1)
+end
+
 -- in place: into a half from a float32 and from itself; an operand that
 -- overlaps the one written (not it) is read whole first
 function TestHalvesOps:testInPlace()

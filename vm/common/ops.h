@@ -148,6 +148,18 @@ static inline QKV_HD qkv_dtype qkv_op_result (int takes, int result, qkv_dtype d
 }
 
 /*
+** The dtype a Lua number operand of a binary op is given, the op's
+** operands promoting to dt.  PyTorch keeps the number of mul and div with
+** a half tensor in float32 (its "opmath"), so that the result is rounded
+** to the half once (x * 1e5 is not inf, x / 1e5 not 0, 9 * 0.1 in
+** bfloat16 is 0.9 rounded); the dispatch takes float32 with the halves.
+** The other ops round the number to the half first, as PyTorch does.
+*/
+static inline qkv_dtype qkv_binop_number_dtype (int op, qkv_dtype dt) {
+  return qkv_is_half(dt) && (op == QKV_MUL || op == QKV_DIV) ? QKV_F32 : dt;
+}
+
+/*
 ** The list as text: the CUDA plugin carries the text of the list it was
 ** built from (vm/cuda/elementwise.cu), and the loader refuses one that
 ** differs from its own, whose enums may number the ops otherwise.
