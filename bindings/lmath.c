@@ -3,7 +3,6 @@
 ** type promotion, elementwise functions, comparisons, reductions, matmul,
 ** masked_fill, cat and stack.
 */
-#include <math.h>
 #include <string.h>
 
 #include "lauxqkv.h"
@@ -195,13 +194,6 @@ static void to_lua_index (lua_State *L, const char *name, qkv_tensor *idx) {
   qkvL_check(L, name, qkv_binary(QKV_ADD, idx, idx, qkvL_scalar(&one, QKV_I64)));
 }
 
-/* out *= v, v a number in out's dtype */
-static void scale (lua_State *L, const char *name, qkv_tensor *out, double v) {
-  qkvL_Scalar sc;
-  qkv_elem_set(out->dtype, &sc.v, v);
-  qkvL_check(L, name, qkv_binary(QKV_MUL, out, out, qkvL_scalar(&sc, out->dtype)));
-}
-
 /* var and std's correction, argument 4: PyTorch's 1 unless given */
 static double correction (lua_State *L, const char *name) {
   if (lua_isnoneornil(L, 4)) return 1;
@@ -211,30 +203,9 @@ static double correction (lua_State *L, const char *name) {
   return lua_tonumber(L, 4);
 }
 
-/*
-** var and std with PyTorch's correction c: the sum of squared deviations
-** over max(0, n - c), from the vm's unbiased out (over n - 1) rescaled.
-** With n = 1 the vm has NaN, so out is the deviation itself (0, or NaN
-** for inf and NaN), as torch's 0 / (1 - c): 0, or NaN once the divisor
-** is 0.
-*/
-static void correct (lua_State *L, qkv_redop op, qkv_tensor *out, const qkv_tensor *t,
-                     int dim, int64_t n, double c) {
-  const char *name = rednames[op];
-  double div = (double)n - c > 0 ? (double)n - c : 0;
-  if (c == 1 || n == 0) return;
-  if (n == 1) {
-    qkv_tensor *d = qkvL_newlike(L, t, out->dtype);
-    qkvL_check(L, name, qkv_copy(d, t));
-    qkvL_check(L, name, qkv_binary(QKV_SUB, d, d, d));
-    qkvL_check(L, name, qkv_reduce(QKV_SUM, out, NULL, d, dim));
-    lua_pop(L, 1);
-    scale(L, name, out, 1 / div);
-  } else
-    scale(L, name, out, op == QKV_STD ? sqrt((double)(n - 1) / div) : (double)(n - 1) / div);
-}
-
-/* x:sum() reduces all to a 0-d tensor; x:sum(dim [, keepdim]) one dim */
+/* x:sum() reduces all to a 0-d tensor; x:sum(dim [, keepdim]) one dim;
+   var and std divide by max(0, n - correction) in the vm's kernel, whose
+   moments are in double, so that the result is rounded once */
 static int reduce (lua_State *L, qkv_redop op) {
   const char *name = rednames[op];
   qkv_tensor *t = qkvL_checktensor(L, 1);
@@ -259,9 +230,9 @@ static int reduce (lua_State *L, qkv_redop op) {
                              n, size, 0), *idx = NULL;
   if (op == QKV_ARGMAX || op == QKV_ARGMIN) idx = out;
   else if (picks && !all) idx = qkvL_new(L, QKV_I64, t->storage->device, n, size, 0);
-  qkvL_check(L, name, qkv_reduce(op, out, idx, t, dim));
+  qkvL_check(L, name, moments ? qkv_reduce_moments(op, out, t, dim, c)
+                               : qkv_reduce(op, out, idx, t, dim));
   if (idx) to_lua_index(L, name, idx);
-  if (moments) correct(L, op, out, t, dim, all ? qkv_numel(t) : t->size[dim], c);
   return idx && idx != out ? 2 : 1;
 }
 

@@ -181,6 +181,43 @@ function TestReductions:testVarOfOne()
   assertClose(vals(qkv.tensor{{1, 2, 4}}:var(2)), {7 / 3}, 1e-6, "var n=3")
 end
 
+-- var and std over max(0, n - correction) are the float64 moments rounded
+-- once into the dtype (a half, as in all its reductions, through
+-- float32): the kernel divides by n - correction, where rescaling the
+-- unbiased result, already rounded, by (n - 1) / (n - c) rounded too was
+-- 1-2 units in the last place off in a third of the rows of 3. Rows of 3
+-- (lines), columns of 3 (tiles), and one line of 70000 (pieces across
+-- threads); float64 to its last bits, within 1e-14
+function TestReductions:testCorrectionRoundsOnce()
+  local function moment(c, std)
+    return function(l)
+      local m, s = lmean(l), 0
+      for _, v in ipairs(l) do s = s + (v - m) ^ 2 end
+      local v = s / math.max(0, #l - c)
+      return std and math.sqrt(v) or v
+    end
+  end
+  for _, dt in ipairs{"float32", "bfloat16", "float16", "float64"} do
+    local function check(got, ref, what)
+      if dt == "float64" then return assertClose(vals(got), ref, 1e-14, what) end
+      local r = qkv.tensor(ref, "float64")
+      assertExact(vals(got), vals(dt == "float32" and r:float() or r:float():to(dt)), what)
+    end
+    for _, case in ipairs{{{2000, 3}, 2}, {{3, 2000}, 1}, {{70000}, 1}} do
+      local shape, d = case[1], case[2]
+      local x = mk(shape, dt)
+      local X = vals(x:double())
+      for _, c in ipairs{0, 0.5, 1.5} do
+        for _, op in ipairs{"var", "std"} do
+          local what = ("%s %s %s(%d, correction %s)"):format(dt, sstr(shape), op, d, c)
+          check(x[op](x, {dim = d, correction = c}), (ref_reduce(shape, X, d, moment(c, op == "std"))), what)
+          if #shape == 1 then check(x[op](x, {correction = c}), {moment(c, op == "std")(X)}, what .. " all") end
+        end
+      end
+    end
+  end
+end
+
 function TestReductions:testNanInf()
   assertExact({qkv.tensor{1, nan, 3}:max():item(), qkv.tensor{1, nan, 3}:min():item(),
     qkv.tensor({nan, 1}, "float64"):max():item()}, {nan, nan, nan}, "max/min with NaN")

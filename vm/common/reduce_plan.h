@@ -21,6 +21,7 @@ typedef struct qkv_redplan {
   qkv_dtype dt, odt;          /* a's and out's */
   size_t ea;                  /* a's element size (the CPU's; 0 on the GPU) */
   int64_t n, sa;              /* the reduced dim's length, a's stride there */
+  double corr;                /* VAR and STD's correction: over max(0, n - corr) */
   int nd;                     /* the kept dims, smallest a stride last */
   int64_t size[QKV_MAXDIM], as[QKV_MAXDIM], os[QKV_MAXDIM], xs[QKV_MAXDIM];
   int64_t nout;
@@ -101,11 +102,12 @@ static inline void qkv_red_keep_dims (qkv_redplan *P, const qkv_tensor *a,
 ** The plan of out (and idx: MAX and MIN's positions, or NULL) = op of a
 ** along dim, with no data yet (a, o and x NULL, ea 0).  QKV_EDTYPE,
 ** QKV_EINTERNAL (shapes that do not fit, an empty max or min), or QKV_OK;
-** P->nout == 0 then leaves nothing to do.  halves: as qkv_red_dtypes.
+** P->nout == 0 then leaves nothing to do.  halves: as qkv_red_dtypes;
+** corr: VAR and STD's correction (backend.h's reduce).
 */
 static inline int qkv_redplan_init (qkv_redplan *P, qkv_redop op, const qkv_tensor *out,
                                     const qkv_tensor *idx, const qkv_tensor *a, int dim,
-                                    int halves) {
+                                    int halves, double corr) {
   if (op < 0 || op >= QKV_NREDUCE || !qkv_red_dtypes(op, out, idx, a, halves))
     return QKV_EDTYPE;
   if ((a->ndim > 0 && (dim < 0 || dim >= a->ndim)) ||
@@ -118,6 +120,7 @@ static inline int qkv_redplan_init (qkv_redplan *P, qkv_redop op, const qkv_tens
   P->ea = 0;
   P->n = a->ndim > 0 ? a->size[dim] : 1;
   P->sa = a->ndim > 0 ? a->stride[dim] : 0;
+  P->corr = corr;
   qkv_red_keep_dims(P, a, out,
                     qkv_red_is_arg(op) ? out : P->fam == QKV_RED_EXTREMA ? idx : NULL, dim);
   P->a = NULL;

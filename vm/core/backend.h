@@ -48,8 +48,11 @@ typedef struct qkv_backend {
      a's dtype is float for MEAN/VAR/STD; out's dtype is a's for MAX/MIN,
      int64 positions for ARGMAX/ARGMIN, and for SUM a's (int64 for bool);
      with reduce_halves, SUM, MEAN, VAR and STD also of a half a into a
-     float32 out (read as float32, exactly) */
-  int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+     float32 out (read as float32, exactly).  VAR and STD divide the
+     squared deviations by max(0, n - correction), PyTorch's (1:
+     unbiased); the other ops ignore it */
+  int (*reduce)(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim,
+                double correction);
   /* out (B..., m, p) contiguous = alpha * a @ b; a (B..., m, n),
      b (B..., n, p) any strides, all three the same batch dims and the
      same float dtype, or a and b bfloat16 into a float32 out (float32

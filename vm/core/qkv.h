@@ -167,6 +167,10 @@ int qkv_copy_into(qkv_tensor *dst, const qkv_tensor *src);
 int qkv_fill(qkv_tensor *dst, double v);           /* QKV_EOVERLAP as copy */
 /* out (and idx, int64, may be NULL) = reduce a along dim; dim < 0 reduces all */
 int qkv_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+/* the same for VAR or STD over max(0, n - correction), PyTorch's
+   correction (qkv_reduce's is 1: unbiased), rounded once into out */
+int qkv_reduce_moments(qkv_redop op, qkv_tensor *out, const qkv_tensor *a, int dim,
+                       double correction);
 /* out (..., m, p) = alpha * a (..., m, n) @ b (..., n, p), batch dims
    broadcast; the same as the product then a multiply by alpha, for any
    alpha (0, inf and NaN included) */

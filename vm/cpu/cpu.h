@@ -44,7 +44,8 @@ int qkv_cpu_fill(qkv_tensor *dst, double v);
 int qkv_cpu_binary(int op, qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b);
 int qkv_cpu_unary(int op, qkv_tensor *out, const qkv_tensor *a);
 int qkv_cpu_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
-int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+int qkv_cpu_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim,
+                   double correction);
 int qkv_cpu_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b,
                    double alpha);
 int qkv_cpu_split_products(int parts, double work);

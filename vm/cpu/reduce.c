@@ -251,11 +251,18 @@ static void put_float (qkv_dtype dt, char *o, double v) {
   else *(double *)o = v;
 }
 
-/* Unbiased; the correction term soaks up the rounding in the mean. */
-static double variance (const acc *r, int64_t n) {
-  if (n < 2) return NAN;
-  double v = (r->d - r->c * r->c / (double)n) / (double)(n - 1);
-  return v < 0 ? 0 : v;
+/*
+** Over max(0, n - corr), PyTorch's correction (1: unbiased), in double, so
+** that out is rounded once; the correction term soaks up the rounding in
+** the mean.  A line of one element has had no second pass (r->d is the
+** element): its deviation is x - x, 0, or NaN for inf and NaN, as
+** PyTorch's; over 0 that gives NaN, and more than 0 over 0 inf.
+*/
+static double variance (const acc *r, int64_t n, double corr) {
+  double div = (double)n - corr > 0 ? (double)n - corr : 0;
+  if (n == 0) return NAN;
+  double s = n == 1 ? (r->d - r->d) * (r->d - r->d) : r->d - r->c * r->c / (double)n;
+  return (s < 0 ? 0 : s) / div;
 }
 
 /* Stores the finished result of the line at `line` into o and x. */
@@ -267,8 +274,8 @@ static void emit (const plan *P, const char *line, char *o, char *x,
       else put_float(P->odt, o, r->d);
       break;
     case QKV_MEAN: put_float(P->odt, o, r->d / (double)P->n); break;
-    case QKV_VAR: put_float(P->odt, o, variance(r, P->n)); break;
-    case QKV_STD: put_float(P->odt, o, sqrt(variance(r, P->n))); break;
+    case QKV_VAR: put_float(P->odt, o, variance(r, P->n, P->corr)); break;
+    case QKV_STD: put_float(P->odt, o, sqrt(variance(r, P->n, P->corr))); break;
     default:
       if (o != NULL) memcpy(o, at(P, line, r->pos), P->ea);
       break;
@@ -581,9 +588,9 @@ static int reduce_split (const plan *P) {
 /* the entry: the plan as ../common/reduce_plan.h makes it */
 
 int qkv_cpu_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
-                    const qkv_tensor *a, int dim) {
+                    const qkv_tensor *a, int dim, double correction) {
   plan P;
-  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1);
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1, correction);
   if (err != QKV_OK || P.nout == 0) return err;
   static const double none = 0;        /* an empty a may have no storage */
   qkv_redplan_data(&P, P.n > 0 ? (const char *)qkv_data(a) : (const char *)&none,

@@ -174,7 +174,8 @@ int qkv_cuda_unary(int op, qkv_tensor *out, const qkv_tensor *a);
    vm/common/ops.h), which the plugin carries for the loader's check */
 extern const char qkv_cu_op_list[];
 int qkv_cuda_masked_fill(qkv_tensor *out, const qkv_tensor *mask, double v);
-int qkv_cuda_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim);
+int qkv_cuda_reduce(qkv_redop op, qkv_tensor *out, qkv_tensor *idx, const qkv_tensor *a, int dim,
+                    double correction);
 int qkv_cuda_matmul(qkv_tensor *out, const qkv_tensor *a, const qkv_tensor *b, double alpha);
 int qkv_cuda_random(qkv_tensor *out, qkv_dist dist, const uint32_t key[2], uint64_t offset);
 int qkv_cuda_softmax(qkv_tensor *out, const qkv_tensor *x, int dim);

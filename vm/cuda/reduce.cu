@@ -5,10 +5,10 @@
 **
 ** Float sums and moments add in double, int64 sums wrap as two's
 ** complement, bool sums count the true elements into an int64.  Variance
-** is unbiased and two-pass: the mean first, then the squared deviations
-** with the sum of deviations as a correction; fewer than 2 elements give
-** NaN.  Max and min keep the first extremum on ties, and the first NaN
-** beats every number.  An empty line sums to 0 (its mean and variance
+** is two-pass: the mean first, then the squared deviations with the sum
+** of deviations as a correction, over max(0, n - correction) (PyTorch's;
+** 1 unbiased): one element over 0 gives NaN.  Max and min keep the first
+** extremum on ties, and the first NaN beats every number.  An empty line sums to 0 (its mean and variance
 ** are NaN); an empty max or min is the caller's error.
 **
 ** Each output reduces one line of a.  Lines whose elements lie further
@@ -155,12 +155,14 @@ __device__ static inline void put_float (qkv_dtype dt, char *o, int64_t at, doub
   else ((double *)o)[at] = v;
 }
 
-/* Unbiased; the correction term soaks up the rounding in the mean. */
+/* Over max(0, n - corr), as vm/cpu/reduce.c's: rounded once into out;
+   one element's deviation is x - x (r.d holds x: no second pass) */
 template <typename T>
-__device__ static double variance (const acc<T> &r, int64_t n) {
-  if (n < 2) return NAN;
-  double v = (r.d - r.c * r.c / (double)n) / (double)(n - 1);
-  return v < 0 ? 0 : v;
+__device__ static double variance (const acc<T> &r, int64_t n, double corr) {
+  double div = (double)n - corr > 0 ? (double)n - corr : 0;
+  if (n == 0) return NAN;
+  double s = n == 1 ? (r.d - r.d) * (r.d - r.d) : r.d - r.c * r.c / (double)n;
+  return (s < 0 ? 0 : s) / div;
 }
 
 /* Stores a line's finished result at oo (values) and xo (positions). */
@@ -172,8 +174,8 @@ __device__ static void emit (const plan &P, int64_t oo, int64_t xo, const acc<T>
       else put_float(P.odt, P.o, oo, r.d);
       break;
     case QKV_MEAN: put_float(P.odt, P.o, oo, r.d / (double)P.n); break;
-    case QKV_VAR: put_float(P.odt, P.o, oo, variance(r, P.n)); break;
-    case QKV_STD: put_float(P.odt, P.o, oo, sqrt(variance(r, P.n))); break;
+    case QKV_VAR: put_float(P.odt, P.o, oo, variance(r, P.n, P.corr)); break;
+    case QKV_STD: put_float(P.odt, P.o, oo, sqrt(variance(r, P.n, P.corr))); break;
     default:                  /* the element itself, bit for bit */
       if (P.o != NULL) ((T *)P.o)[oo] = r.v;
       break;
@@ -353,9 +355,9 @@ static int run (const plan &P) {
 /* the entry: the plan as ../common/reduce_plan.h makes it */
 
 int qkv_cuda_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
-                     const qkv_tensor *a, int dim) {
+                     const qkv_tensor *a, int dim, double correction) {
   plan P;
-  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1);
+  int err = qkv_redplan_init(&P, op, out, idx, a, dim, 1, correction);
   if (err != QKV_OK || P.nout == 0) return err;
   if (P.n == 0)                /* nothing of a is read: no pointer into it */
     for (int k = 0; k < P.nd; k++) P.as[k] = 0;

@@ -414,9 +414,10 @@ static qkv_dtype reduce_input_dtype (qkv_redop op, const qkv_tensor *out,
 ** out (and idx) have the result's final shape, which is a's shape with
 ** `dim` removed or kept as 1; dim < 0 reduces everything to one element.
 ** The backend wants them with a's rank and size 1 at the reduced dim.
+** corr: VAR and STD's correction.
 */
 static int reduce_in (const qkv_backend *be, qkv_redop op, qkv_tensor *out,
-                      qkv_tensor *idx, const qkv_tensor *a, int dim) {
+                      qkv_tensor *idx, const qkv_tensor *a, int dim, double corr) {
   int err;
   qkv_tensor x, o = *out, ix;
   qkv_storage *tx = NULL;
@@ -453,18 +454,31 @@ static int reduce_in (const qkv_backend *be, qkv_redop op, qkv_tensor *out,
     x = y;
     tx = ty;
   }
-  err = be->reduce(op, &o, idx ? &ix : NULL, &x, dim);
+  err = be->reduce(op, &o, idx ? &ix : NULL, &x, dim, corr);
   qkv_storage_release(tx);
   return err;
 }
 
-int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
-                const qkv_tensor *a, int dim) {
+static int reduce_on (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
+                      const qkv_tensor *a, int dim, double corr) {
   int err;
   qkv_tensor t, *o;
   const qkv_backend *be = qkv_op_backend(out, a, idx, &err);
   if (be == NULL || (err = qkv_op_computed(out, &t, &o)) != QKV_OK) return err;
-  return qkv_op_done(reduce_in(be, op, o, idx, a, dim), be, out, o);
+  return qkv_op_done(reduce_in(be, op, o, idx, a, dim, corr), be, out, o);
+}
+
+int qkv_reduce (qkv_redop op, qkv_tensor *out, qkv_tensor *idx,
+                const qkv_tensor *a, int dim) {
+  return reduce_on(op, out, idx, a, dim, 1);
+}
+
+/* the correction goes to the kernel, which divides in double: a result
+   rescaled after its rounding into out would be rounded twice */
+int qkv_reduce_moments (qkv_redop op, qkv_tensor *out, const qkv_tensor *a, int dim,
+                        double correction) {
+  if (op != QKV_VAR && op != QKV_STD) return QKV_EINTERNAL;
+  return reduce_on(op, out, NULL, a, dim, correction);
 }
 
 /*

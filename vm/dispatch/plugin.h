@@ -17,7 +17,7 @@
 #include "../core/qkv.h"
 #include "../core/backend.h"
 
-#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 5)
+#define QKV_CUDA_ABI ((sizeof(qkv_backend) << 16) + (sizeof(qkv_tensor) << 4) + 6)
 
 typedef struct qkv_cuda_memory {
   size_t allocated;      /* bytes in blocks that tensors hold */

@@ -1,7 +1,8 @@
 -- test_reduce.lua: the cross-backend suite's reductions and scans (the
 -- backend's reduce and cumsum): along each dim and over all, NaN and ties,
--- long float32 sums, cumsum along each dim
+-- long float32 sums, var and std with a correction, cumsum along each dim
 -- (tests/helpers/cuda_suite.lua says what the suite checks)
+local lu = require "luaunit"
 local C = dofile("tests/helpers/cuda_suite.lua")
 local need, same, values = C.need, C.same, C.values
 local nan, inf = C.nan, C.inf
@@ -31,6 +32,40 @@ function TestCudaReduce:testAlongEachDimAndOverAll()
             end
           end
         end
+      end
+    end
+  end
+end
+
+-- var and std with PyTorch's correction, which reduce.cu's kernels divide
+-- by (max(0, n - correction)) as the CPU's: short lines (a thread each),
+-- long ones (a block each), pieces folded, lines of one element (0, or
+-- NaN for inf and once n - correction <= 0) and of none; and float32
+-- rows of 3 on the GPU are the float64 moments rounded once (rescaling a
+-- rounded result was 1-2 units in the last place off in a third of them)
+function TestCudaReduce:testCorrection()
+  need()
+  local r = qkv.randn(2000, 3)
+  for _, c in ipairs{0, 0.5} do
+    for _, op in ipairs{"var", "std"} do
+      local got = r:cuda()[op](r:cuda(), {dim = 2, correction = c}):cpu()
+      local want = r:double()[op](r:double(), {dim = 2, correction = c}):float()
+      lu.assertTrue(got:eq(want):all():item(), ("float32 %s correction %s rounded once"):format(op, c))
+    end
+  end
+  for _, dt in ipairs{"float32", "float64", "float16", "bfloat16"} do
+    local x, long = values({4, 2000}, dt), (qkv.randn(1 << 20) + 0.25):to(dt)
+    local one = values({1, 5}, dt)
+    one[1][2] = inf
+    for _, c in ipairs{0, 0.5, 2, 3000} do
+      for _, op in ipairs{"var", "std"} do
+        local label = ("%s %s correction %s"):format(dt, op, c)
+        same(label, function(v) return v[op](v, {dim = 1, correction = c}),
+                                       v[op](v, {dim = 2, correction = c}) end, {x})
+        same(label .. " long", function(v) return v[op](v, {correction = c}) end, {long})
+        same(label .. " of one", function(v) return v[op](v, {dim = 1, correction = c}) end, {one})
+        same(label .. " of none", function(v) return v[op](v, {dim = 2, correction = c}) end,
+             {values({3, 0}, dt)})
       end
     end
   end
