@@ -302,6 +302,37 @@ function TestAutocast:testDevicePolicy()
   end)
 end
 
+-- attention with score_mod/mask_mod/block_mask runs in the region's
+-- dtype, as the plain one and PyTorch's flex_attention do (its output is
+-- bfloat16 under torch.autocast("cpu")): the bits of the same call on
+-- explicit casts, both paths, gradients to the float32 leaves and to a
+-- captured float32 bias through the casts
+function TestAutocast:testVariantsRunInTheLowDtype()
+  local q = qkv.randn(1, 2, 40, 16):requires_grad_()
+  local k, v = qkv.randn(1, 2, 40, 16), qkv.randn(1, 2, 40, 16)
+  local bias = qkv.randn(2, 40, 40):requires_grad_()
+  local function sm(s, _, h, i, j) return s + bias[{h, i, j}] end
+  local bm = qkv.block_mask(qkv.variants.sliding_window(8), nil, nil, 40, 40, {block = 16})
+  for _, weights in ipairs{false, true} do
+    local opts = {score_mod = sm, block_mask = bm, weights = weights}
+    local o = qkv.autocast({device_type = "cpu"}, qkv.attention, q, k, v, opts)
+    lu.assertEquals(o.dtype, "bfloat16", tostring(weights))
+    local want = qkv.attention(q:bfloat16(), k:bfloat16(), v:bfloat16(), opts)
+    lu.assertTrue(o:eq(want):all():item(), "the explicit casts' bits")
+    q.grad, bias.grad = nil, nil
+    o:float():sum():backward()
+    lu.assertEquals(q.grad.dtype, "float32")
+    lu.assertEquals(bias.grad.dtype, "float32")
+    local qb = q:detach():bfloat16():requires_grad_()
+    local bb = bias:detach():requires_grad_()
+    local function smb(s, _, h, i, j) return s + bb[{h, i, j}] end
+    qkv.attention(qb, k:bfloat16(), v:bfloat16(), {score_mod = smb, block_mask = bm,
+                                                   weights = weights}):float():sum():backward()
+    lu.assertTrue(q.grad:eq(qb.grad:float()):all():item(), "dQ through the cast")
+    lu.assertTrue(bias.grad:eq(bb.grad):all():item(), "the bias's gradient")
+  end
+end
+
 function TestAutocast:testErrors()
   local function err(pat, f, ...)
     local ok, msg = pcall(f, ...)

@@ -358,6 +358,15 @@ function M.attention(q, k, v, opts, ...)
   end
   if bm and rawequal(mask_mod, bm.mask_mod) then mask_mod = nil end   -- the same mask, once
   check_operands(q, k, v)
+  -- under autocast: q, k and v in the region's low dtype, as the plain
+  -- attention and PyTorch's flex_attention take them (captured tensors
+  -- as they are), and the rest outside the region, so that the composed
+  -- path's own products are those of the same call on explicit casts
+  local ac = package.loaded["qkv.amp.autocast"]
+  if ac and (q.device == "cpu" or q.device == "cuda") and ac.is_autocast_enabled(q.device) then
+    q, k, v = ac.args("attention", q, k, v)
+    return ac.autocast({device_type = q.device, enabled = false}, M.attention, q, k, v, opts)
+  end
   local m, causal, scale, weights = qkv._attention_opts(q, k, base)
   local batch = batch_of(q, k, v, m)
   local nq, nk = q:size(-2), k:size(-2)
