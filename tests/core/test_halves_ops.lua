@@ -204,6 +204,37 @@ end
 
 -- safetensors' bytes: a tensor of `dtype` ("F16", "BF16", "F32") from the
 -- little-endian packed values, and back
+-- index_add_ into a half (a gradient into a captured half bias): the
+-- adds in float32 and out rounded once, against float64 sums rounded to
+-- float32 and then to the half (a few adds of halves are exact in
+-- float64), duplicates and a strided out included; and the composed
+-- variant path's gradient into a captured float16 bias
+function TestHalvesOps:testIndexAddIntoHalves()
+  for _, dt in ipairs(HALVES) do
+    local base = values({6, 4}, dt)
+    local x = base:t():contiguous():t()                     -- a strided out
+    local src = values({5, 4}, dt)
+    local idx = qkv.tensor({3, 1, 3, 6, 3}, "int64")
+    local want = base:double():index_add_(1, idx, src:double()):float():to(dt)
+    same(x:index_add_(1, idx, src), want, dt .. " index_add_")
+    lu.assertEquals(x.dtype, dt)
+  end
+  local n = 6
+  local q = qkv.randn(2, n, 8):half():requires_grad_()
+  local bias = qkv.randn(2, 2 * n - 1):half():requires_grad_()
+  local b64 = bias:detach():double():requires_grad_()
+  local q64 = q:detach():double():requires_grad_()
+  local function run(x, bb)
+    return qkv.attention(x, x, x, {weights = true,
+      score_mod = function(sc, _, h, i, j) return sc + bb[{h, j - i + n}] end})
+  end
+  run(q, bias):float():sum():backward()
+  run(q64, b64):sum():backward()
+  lu.assertEquals(bias.grad.dtype, "float16")
+  local err = (bias.grad:double() - b64.grad):abs():max():item()
+  lu.assertTrue(err <= 2e-2 * b64.grad:abs():max():item(), ("bias gradient off by %g"):format(err))
+end
+
 local function from_bytes(path, dtype, n, data)
   local header = ('{"x":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'):format(
     dtype, n, #data)

@@ -79,6 +79,20 @@ int qkv_scatter_add (qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *s
   if (c.storage == out->storage && (err = qkv_op_convert(&c, src, src->dtype)) != QKV_OK)
     return err;
   err = be->scatter_add(out, idx, &c, dim);
+  /* the halves (a backend that adds none: both, today) in float32 copies
+     of out and src, rounded back into out once: a gradient's index_add_
+     into a captured float16 bias, say (PyTorch adds them too) */
+  if (err == QKV_EDTYPE && qkv_is_half(out->dtype)) {
+    qkv_tensor o32, s32;
+    if ((err = qkv_op_convert(&o32, out, QKV_F32)) == QKV_OK) {
+      if ((err = qkv_op_convert(&s32, &c, QKV_F32)) == QKV_OK) {
+        err = be->scatter_add(&o32, idx, &s32, dim);
+        if (err == QKV_OK) err = be->copy(out, &o32);
+        qkv_storage_release(s32.storage);
+      }
+      qkv_storage_release(o32.storage);
+    }
+  }
   if (c.storage != src->storage) qkv_storage_release(c.storage);
   return err;
 }
