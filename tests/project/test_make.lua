@@ -67,7 +67,8 @@ function TestMake:testCudaBackendIsBuiltWhenNvccIsThere()
     lu.assertStrContains(on, "CUDA backend not built")
   else
     lu.assertStrContains(on, "-o " .. dir .. "/b/qkv_cuda.so ")
-    lu.assertStrContains(on, "arch=compute_90,code=sm_90")
+    lu.assertStrContains(on, "arch=compute_90a,code=sm_90a")   -- Hopper's wgmma (wgmma.cuh)
+    lu.assertStrContains(on, "arch=compute_90,code=compute_90")  -- PTX for later GPUs
     lu.assertStrContains(on, "CUDA backend built")
   end
 end
