@@ -114,6 +114,20 @@ static int any_tracked (lua_State *L, int top) {
   return 0;
 }
 
+void qkvL_grad_inplace (lua_State *L, const char *name) {
+  if (!qkvL_grad_on || !qkvL_grad_mode(L)) return;
+  int top = lua_gettop(L);
+  if (tracked(L, 1))
+    luaL_error(L, "%s: x requires grad (a leaf that requires it, or the output of an op "
+               "autograd recorded), and autograd records no in-place op, so its gradient "
+               "would be wrong; use the op's out-of-place form, or run it under qkv.no_grad",
+               name);
+  if (top > 1 && any_tracked(L, top))
+    luaL_error(L, "%s: an operand requires grad, and autograd records no in-place op, so no "
+               "gradient would reach it; use the op's out-of-place form, or run it under "
+               "qkv.no_grad", name);
+}
+
 int qkvL_grad (lua_State *L, const char *name, lua_CFunction self) {
   int top = lua_gettop(L);
   if (cast_self) cast_self = 0;

@@ -302,6 +302,14 @@ extern int qkvL_grad_on;
   do { if (qkvL_grad_on) { int n_ = qkvL_grad(L, name, self); if (n_ >= 0) return n_; } } \
   while (0)
 int qkvL_grad (lua_State *L, const char *name, lua_CFunction self);
+/*
+** An in-place binding (x:add_(y), x[i] = v, ...) starts with
+** qkvL_grad_inplace once its arguments are in place: while grad mode is on,
+** x or an operand that takes part in a graph is an error naming the op,
+** since autograd records no in-place op (the gradient would be wrong:
+** PyTorch refuses a leaf that requires grad, and records the rest).
+*/
+void qkvL_grad_inplace (lua_State *L, const char *name);
 int qkvL_grad_loaded (void);
 void qkvL_grad_field (lua_State *L, int x, const char *k);
 void qkvL_grad_set (lua_State *L, int x);

@@ -298,6 +298,7 @@ static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *
 
 static int s_scatter_add_ (lua_State *L) {
   qkvL_args(L, "scatter_add_", KW_SCATTER);
+  qkvL_grad_inplace(L, "scatter_add_");
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
@@ -310,6 +311,7 @@ static int s_scatter_add_ (lua_State *L) {
 
 static int s_index_add_ (lua_State *L) {
   qkvL_args(L, "index_add_", KW_INDEX_ADD);
+  qkvL_grad_inplace(L, "index_add_");
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4), e;
@@ -519,6 +521,7 @@ static void check_into (lua_State *L, const char *name, const qkv_tensor *x,
 
 static int inplace (lua_State *L, qkv_binop op, const char *name) {
   qkvL_args(L, name, qkvL_KW_OTHER);
+  qkvL_grad_inplace(L, name);
   qkv_tensor *x = qkvL_checktensor(L, 1), *y = opttensor(L, 2);
   qkvL_Scalar sc;
   qkv_dtype dt = y ? qkv_promote(x->dtype, y->dtype) : is_number(L, 2)
@@ -541,6 +544,7 @@ static int s_div_ (lua_State *L) { return inplace(L, QKV_DIV, "div_"); }
 
 static int s_fill_ (lua_State *L) {
   qkvL_args(L, "fill_", KW_VALUE);
+  qkvL_grad_inplace(L, "fill_");
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_Scalar sc;
   qkvL_check(L, "fill_", qkv_copy(x, qkvL_checkfill(L, 2, x->dtype, "fill_", &sc)));
@@ -551,6 +555,7 @@ static int s_fill_ (lua_State *L) {
 
 static int s_zero_ (lua_State *L) {
   qkvL_args(L, "zero_", qkvL_KW_NONE);
+  qkvL_grad_inplace(L, "zero_");
   qkv_tensor *x = qkvL_checktensor(L, 1);
   qkvL_check(L, "zero_", qkv_fill(x, 0));
   x->storage->version++;
@@ -560,6 +565,7 @@ static int s_zero_ (lua_State *L) {
 
 static int s_copy_ (lua_State *L) {
   qkvL_args(L, "copy_", KW_SRC);
+  qkvL_grad_inplace(L, "copy_");
   qkv_tensor *x = qkvL_checktensor(L, 1), *src = qkvL_checktensor(L, 2);
   check_into(L, "copy_", x, src, "src");
   qkvL_check(L, "copy_", qkv_copy_into(x, src));
@@ -570,6 +576,7 @@ static int s_copy_ (lua_State *L) {
 
 static int s_clamp_ (lua_State *L) {
   qkvL_args(L, "clamp_", KW_CLAMP);
+  qkvL_grad_inplace(L, "clamp_");
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_settop(L, 3);
   check_cast(L, "clamp_", clamp_dtype(L, "clamp_", x), x->dtype);
@@ -585,6 +592,7 @@ static int s_clamp_ (lua_State *L) {
 
 static int s_masked_fill_ (lua_State *L) {
   qkvL_args(L, "masked_fill_", KW_MASK_VALUE);
+  qkvL_grad_inplace(L, "masked_fill_");
   qkv_tensor *x = qkvL_checktensor(L, 1), *m = qkvL_checktensor(L, 2);
   if (!is_number(L, 3)) luaL_typeerror(L, 3, "number");
   check_into(L, "masked_fill_", x, m, "mask");

@@ -348,6 +348,9 @@ static int t_newindex (lua_State *L) {
     qkvL_grad_set(L, 1);                  /* x.grad = g or nil */
     return 0;
   }
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return luaL_error(L, "index: tensors have no settable fields");
+  qkvL_grad_inplace(L, "index");          /* x[i] = v */
   if (lua_type(L, 2) == LUA_TTABLE) table_view(L, t, 2, &v);
   else if (lua_type(L, 2) != LUA_TNUMBER || t->ndim == 0)
     return luaL_error(L, "index: tensors have no settable fields");

@@ -197,7 +197,7 @@ function M.gradcheck(f, inputs, opts)
   local function loss(...) return (f(...) * v):sum() end
   local analytic = qkv.grad(loss, inputs)
   local xs = {}
-  for i, x in ipairs(inputs) do xs[i] = x:contiguous():clone() end
+  for i, x in ipairs(inputs) do xs[i] = x:detach():contiguous():clone() end   -- written below
   for i, x in ipairs(xs) do
     local flat, ga = x:view(-1), analytic[i]:contiguous():view(-1)
     for j = 1, flat:numel() do
