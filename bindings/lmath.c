@@ -358,6 +358,10 @@ static int m_cat (lua_State *L) {
   QKVL_GRAD(L, "cat", m_cat);
   qkv_tensor *ts[MAXLIST], *out, v;
   int n = checklist(L, "cat", ts, MAXLIST);
+  for (int i = 0; i < n; i++)           /* (dim 1 of no dims wrote one element n times) */
+    if (ts[i]->ndim == 0)
+      return luaL_error(L, "cat: tensor %d is 0-d, and a zero-dimensional tensor cannot be "
+                        "concatenated (qkv.stack makes a 1-D tensor of them)", i + 1);
   int d = qkvL_optdim(L, 2, ts[0]->ndim, 0);
   int64_t size[QKV_MAXDIM], total = 0;
   qkv_dtype dt = ts[0]->dtype;

@@ -435,6 +435,15 @@ function TestCatStack:testCat()
   local big, B = mk({200, 100})
   assertExact(vals(qkv.cat({big, big:t():t()}, 2)), ref_cat({{200, 100}, {200, 100}}, {B, B}, 2), "large cat")
   lu.assertEquals(qkv.cat({qkv.tensor({1}, "int64"), qkv.tensor{true}}).dtype, "int64")
+  -- 0-d tensors have no dim to join along (PyTorch: an error); the
+  -- default dim wrote each into the one element, the last one winning
+  for _, list in ipairs{{qkv.tensor(1), qkv.tensor(2)}, {qkv.tensor(7)},
+                        {qkv.tensor{1, 2}, qkv.tensor(3)}} do
+    local ok, err = pcall(qkv.cat, list)
+    lu.assertFalse(ok)
+    lu.assertStrContains(err, "cannot be concatenated")
+  end
+  lu.assertStrContains(select(2, pcall(qkv.cat, {qkv.tensor{1}, qkv.tensor(3)})), "cat: tensor 2 is 0-d")
 end
 
 function TestCatStack:testStack()
