@@ -371,6 +371,7 @@ static void sorted (lua_State *L, const char *name, const qkv_tensor *x, int dim
 
 static int s_sort (lua_State *L) {
   qkvL_args(L, "sort", KW_SORT);
+  QKVL_GRAD(L, "sort", s_sort);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = x->ndim ? qkvL_optdim(L, 2, x->ndim, x->ndim - 1) : 0;
   sorted(L, "sort", x, dim, lua_toboolean(L, 3));
@@ -380,6 +381,7 @@ static int s_sort (lua_State *L) {
 /* x:topk(k [, dim [, largest]]): the k largest (or smallest), sorted */
 static int s_topk (lua_State *L) {
   qkvL_args(L, "topk", KW_TOPK);
+  QKVL_GRAD(L, "topk", s_topk);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_checkinteger(L, 2);
   int dim = x->ndim ? qkvL_optdim(L, 3, x->ndim, x->ndim - 1) : 0;

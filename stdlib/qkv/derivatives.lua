@@ -346,6 +346,24 @@ R.gather = function(f, x, dim, idx)
     return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dim, idx, g)
   end)
 end
+-- sort and topk: each value's gradient back to the position it came from
+-- (PyTorch's SortBackward, TopkBackward); the positions take none
+R.sort = function(f, x, dim, descending)
+  local v, i = f(x, dim, descending)
+  rec("SortBackward", v, {x}, function(g)
+    if x:dim() == 0 then return g end
+    return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dimof(x, dim or -1), i, g)
+  end)
+  return v, i
+end
+R.topk = function(f, x, k, dim, largest)
+  local v, i = f(x, k, dim, largest)
+  rec("TopkBackward", v, {x}, function(g)
+    if x:dim() == 0 then return g end
+    return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dimof(x, dim or -1), i, g)
+  end)
+  return v, i
+end
 R.index_select = function(f, x, dim, idx)
   return rec("IndexSelectBackward", f(x, dim, idx), {x}, function(g)
     return qkv.zeros(x.shape, g.dtype, g.device):index_add_(dim, idx, g)

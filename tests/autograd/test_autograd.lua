@@ -131,6 +131,13 @@ function TestRules:testPositionsAndEinsum()
   check(function(W) return qkv.embedding(I{{1, 4}, {4, 2}}, W) end, {r(5, 3)}, "embedding")
   check(function(a, b) return qkv.einsum("bqd,bkd->bqk", a, b) end, {r(2, 3, 4), r(2, 5, 4)}, "einsum")
   check(function(a) return qkv.einsum("ii->i", a) end, {r(3, 3)}, "einsum diagonal")
+  -- sort and topk send each value's gradient back where it came from
+  check(function(x) return (x:sort()) end, {r(3, 4)}, "sort")
+  check(function(x) return (x:sort(1, true)) end, {r(3, 4)}, "sort dim 1 descending")
+  check(function(x) return (x:topk(2)) end, {r(3, 4)}, "topk")
+  check(function(x) return (x:topk(2, 1, false)) end, {r(3, 4)}, "topk dim 1 smallest")
+  check(function(x) return (x:sort()) end, {r(5)}, "sort 1-D")
+  lu.assertEquals(tostring((r(3):requires_grad_():sort()).grad_fn), "<SortBackward0>")
 end
 
 -- the staples of stdlib/qkv/composite/: compositions of the ops above,
