@@ -315,10 +315,14 @@ static int s_index_add_ (lua_State *L) {
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4), e;
-  if (idx->ndim != 1 || src->ndim != x->ndim || src->size[dim] != idx->size[0]) {
+  int fits = idx->ndim == 1 && src->ndim == x->ndim && src->size[dim] == idx->size[0];
+  for (int d = 0; fits && d < x->ndim; d++)   /* (PyTorch's: a smaller src was added into a corner) */
+    fits = d == dim || src->size[d] == x->size[d];
+  if (!fits) {
     const char *sx = qkvL_shape(L, x), *si = qkvL_shape(L, idx), *ss = qkvL_shape(L, src);
     return luaL_error(L, "index_add_: x is %s, index %s and src %s: index must be 1-D with "
-                      "src's size at dim %d", sx, si, ss, dim + 1);
+                      "src's size at dim %d, and src x's size at every other dim", sx, si, ss,
+                      dim + 1);
   }
   e = *idx;                      /* index seen with src's shape */
   for (int d = 0; d < src->ndim; d++) {

@@ -287,6 +287,9 @@ function TestIndex:testScatterAndIndexAdd()
         function() return qkv.zeros(3, 2):index_add_(1, I{1, 2}, qkv.ones(1, 2)) end)
   fails("cannot write into a tensor whose elements share memory",
         function() return qkv.zeros(1, 2):expand(3, 2):index_add_(1, I{1}, qkv.ones(1, 2)) end)
+  -- src's other dims are x's (PyTorch's); a smaller src was added into a corner
+  fails("and src x's size at every other dim",
+        function() return qkv.zeros(3, 4):index_add_(1, I{1}, qkv.ones(1, 2)) end)
 end
 
 ---------------------------------------------------------------- sort, topk
