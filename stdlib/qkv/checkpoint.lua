@@ -134,7 +134,9 @@ local function value(x, tensors, path, d)
     elseif a == "-inf" then return -math.huge end
     local v = type(a) == "string" and tonumber(a)
     if not v then bad("a float is not one") end
-    return v + 0.0
+    -- "-0" reads as the integer 0, and -0.0 + 0.0 is 0.0: a float as read
+    if math.type(v) == "integer" then v = tonumber(a .. ".0") or v + 0.0 end
+    return v
   elseif tag == "b" then
     if type(a) ~= "boolean" then bad("a boolean is not one") end
     return a

@@ -30,7 +30,7 @@ function TestCheckpoint:testValuesComeBack()
     model = {["layer.0.weight"] = w, ["layer.0.bias"] = qkv.zeros(2, "float64")},
     tied = w, ids = ids, half = qkv.ones(2):to("bfloat16"), flag = qkv.tensor({true, false}),
     epoch = 7, lr = 1e-3, big = math.maxinteger, third = 1 / 3, whole = 2.0,
-    nan = 0 / 0, inf = math.huge, ninf = -math.huge,
+    nan = 0 / 0, inf = math.huge, ninf = -math.huge, negzero = -0.0,
     yes = true, no = false, name = "résumé", bytes = "a\0b\255",
     list = {1, 2.5, "three", {4}}, empty = {},
     [1] = "one", [2.5] = "two and a half", [true] = "a boolean key", ["\0key"] = 0,
@@ -52,6 +52,7 @@ function TestCheckpoint:testValuesComeBack()
   lu.assertTrue(u.nan ~= u.nan)
   lu.assertEquals(u.inf, math.huge)
   lu.assertEquals(u.ninf, -math.huge)
+  lu.assertEquals(1 / u.negzero, -math.huge)                  -- -0.0 keeps its sign
   lu.assertIs(u.yes, true)
   lu.assertIs(u.no, false)
   lu.assertEquals(u.name, "résumé")
