@@ -134,6 +134,7 @@ __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn
     QKV_UNROLL for (int n = 0; n < NS; n++)
       QKV_UNROLL for (int e = 0; e < 4; e++) s[n][e] = 0;
     const uint32_t ka = qkv_smem_u32(Ks);
+    qkv_wg_fence_operand<NS * 4>(&s[0][0]);
     qkv_wg_fence();
     QKV_UNROLL for (int kk = 0; kk < KS; kk++) {
       const uint32_t step = (kk & 3) * 32;
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn
     }
     qkv_wg_commit();
     qkv_wg_wait<0>();
+    qkv_wg_fence_operand<NS * 4>(&s[0][0]);
 
     /* scaled into log2 units, the keys not kept to -inf, the row max */
     QKV_UNROLL for (int n = 0; n < NS; n++)
@@ -190,11 +192,15 @@ __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn
       pa[kp][2] = qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]);
       pa[kp][3] = qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3]);
     }
+    qkv_wg_fence_operand<DN * 4>(&o[0][0]);
+    qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
     qkv_wg_fence();
     QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++)
       qkv_wgmma_rs<DT, D>(&o[0][0], pa[kp], qkv_wg_desc(va + kp * 16 * 128, BK * 128, 1024));
     qkv_wg_commit();
     qkv_wg_wait<0>();
+    qkv_wg_fence_operand<DN * 4>(&o[0][0]);
+    qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
   }
 
   /* out = O / l, zeros where no key was kept; lse = (m + log2 l) ln 2 */

@@ -93,6 +93,30 @@ __device__ static inline void qkv_wg_wait (void) {
 #endif
 }
 
+/* registers an in-flight wgmma reads or writes (its accumulators, A's
+   fragments) pinned in place around its issue and wait, so that the
+   compiler moves no use of them between the two (CUTLASS's
+   warpgroup_fence_operand) */
+template <int N>
+__device__ static inline void qkv_wg_fence_operand (float *d) {
+#if !defined(QKV_CUDASIM) && QKV_WGMMA
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
+#else
+  (void)d;
+#endif
+}
+
+template <int N>
+__device__ static inline void qkv_wg_fence_operand (uint32_t *r) {
+#if !defined(QKV_CUDASIM) && QKV_WGMMA
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i]) :: "memory");
+#else
+  (void)r;
+#endif
+}
+
 /* ordinary writes to shared memory (this thread's) before the tensor
    cores' reads of it, with a barrier after */
 __device__ static inline void qkv_fence_proxy_async (void) {
