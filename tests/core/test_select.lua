@@ -53,6 +53,16 @@ function TestWhere:testAgainstReference()
   lu.assertEquals(qkv.where(qkv.tensor({true, false}), 1, 2).dtype, "int64")
   lu.assertEquals(qkv.where(qkv.tensor({true, false}), I{5, 6}, 0.5):tolist(), {5, 0.5})
   lu.assertEquals(qkv.where(qkv.zeros(0, 3):eq(1), 1.0, 2.0).shape, {0, 3})
+  -- b with more dims than c and a together: the three shapes broadcast in
+  -- two steps, the second reading the first's result as it wrote it
+  -- ((1, 4) and (4, 1, 1) gave (4, 4, 4); (6, 6), () and (2, 3, 6, 6) "did
+  -- not broadcast")
+  local c2, b2 = rbool({1, 4}), rand({4, 1, 1})
+  local w = qkv.where(c2, 0, b2)
+  lu.assertEquals(w.shape, {4, 1, 4})
+  lu.assertEquals(flat(w), each({4, 1, 4}, function(m, y) return m and 0 or y end, c2:view(1, 1, 4), b2))
+  lu.assertEquals(qkv.where(rbool({6, 6}), 1.0, rand({2, 3, 6, 6})).shape, {2, 3, 6, 6})
+  lu.assertEquals(qkv.where(rbool({5}), rand({2, 5}), rand({3, 1, 1})).shape, {3, 2, 5})
 end
 
 function TestWhere:testErrors()

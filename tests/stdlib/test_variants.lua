@@ -64,6 +64,17 @@ function TestLibrary:testCausalOffsets()
   V.check(q, k, v, {mask_mod = VA.causal()}, {keep = P.j:le(P.i)}, "causal()")
 end
 
+-- a score_mod of qkv.where with the constant before the score: the
+-- weights path replays it on (b, h, n_q, n_k) scores, where where's three
+-- shapes broadcast in two steps (the constant's () beside (n_q, n_k) first:
+-- "do not broadcast" before)
+function TestLibrary:testWhereWithTheScoreLast()
+  local q, k, v = V.qkv({2, 3}, {2, 3}, 40, 40, 16, 8)
+  local P = V.pos({2, 3}, 40, 40)
+  V.check(q, k, v, {score_mod = function(s, _, _, i, j) return qkv.where(j:gt(i), -math.huge, s) end},
+          {keep = P.j:le(P.i)}, "where(j > i, -inf, s)")
+end
+
 function TestLibrary:testCausalOffsetEmptiesRows()
   -- j <= i - 70: the first 70 queries see no key and give 0
   local q, k, v = V.qkv({3}, {3}, 100, 90, 8, 8)

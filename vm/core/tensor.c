@@ -52,15 +52,21 @@ void qkv_set_contiguous (qkv_tensor *t, int ndim, const int64_t *size) {
   }
 }
 
+/* out may be a or b (where's three shapes broadcast in two steps): the
+   shape is made aside and copied, since writing out[i] in place overwrote
+   a's entries still to be read once the result had more dims than a */
 int qkv_broadcast_shape (int na, const int64_t *a, int nb, const int64_t *b,
                          int *nout, int64_t *out) {
   int n = na > nb ? na : nb;
+  int64_t r[QKV_MAXDIM];
+  if (n > QKV_MAXDIM) return -1;
   for (int i = 0; i < n; i++) {
     int64_t x = i < n - na ? 1 : a[i - (n - na)];
     int64_t y = i < n - nb ? 1 : b[i - (n - nb)];
     if (x != y && x != 1 && y != 1) return -1;
-    out[i] = x == 1 ? y : x;
+    r[i] = x == 1 ? y : x;
   }
+  memcpy(out, r, sizeof *r * (size_t)n);
   *nout = n;
   return 0;
 }
