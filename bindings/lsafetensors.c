@@ -76,9 +76,12 @@ static int intlist (lua_State *L, int64_t *v, int max) {
   while (lua_next(L, -2)) { keys++; lua_pop(L, 1); }
   if (keys != len || len > max) return -1;
   for (lua_Integer i = 1; i <= len; i++) {
-    int isint;
+    /* a JSON integer (json.c: whole and below 2^53), not a string that
+       converts ("0x2") nor a float from 2^53 on, which may have been
+       another number in the text */
     lua_rawgeti(L, -1, i);
-    lua_Integer x = lua_tointegerx(L, -1, &isint);
+    int isint = lua_isinteger(L, -1);
+    lua_Integer x = isint ? lua_tointeger(L, -1) : 0;
     lua_pop(L, 1);
     if (!isint || x < 0) return -1;
     v[i - 1] = x;

@@ -4,12 +4,13 @@
 ** that no script pays for it at start-up.
 **   json.decode(text [, what [, unique]]) -> the value: objects become
 **       tables keyed by name, arrays sequences, true/false booleans, null
-**       json.null, numbers integers when they are whole and fit, else
-**       floats; a name repeated in one object is an error when unique is
+**       json.null, numbers integers when they are whole and below 2^53
+**       (past it the text may have held another whole number), else
+**       floats (-0 too); a name repeated in one object is an error when unique is
 **       true (else the last wins), and so is a string with a NUL byte
 **   json.encode(value) -> compact JSON text: tables with keys 1..n (n > 0)
 **       or marked by json.array(t) are arrays, other tables objects (their
-**       keys strings, written sorted), json.null and nil null; invalid
+**       keys strings with no NUL, written sorted), json.null and nil null; invalid
 **       UTF-8 in strings becomes U+FFFD; NaN, inf, cycles and other
 **       types are errors
 **   json.array(t) -> t, marked to encode as an array even when empty
@@ -43,8 +44,11 @@ static int tree_gc (lua_State *L) {
 }
 
 static void pushnumber (lua_State *L, double d) {
-  /* whole numbers within the exactly representable range stay integers */
-  if (d == floor(d) && fabs(d) <= 9007199254740992.0) lua_pushinteger(L, (lua_Integer)d);
+  /* whole numbers below 2^53 stay integers: the text went through a double
+     (cJSON's), so from 2^53 on it may have been another whole number
+     (9007199254740993 reads as ...992), which a float says; -0 stays -0.0 */
+  if (d == floor(d) && fabs(d) < 9007199254740992.0 && !(d == 0 && signbit(d)))
+    lua_pushinteger(L, (lua_Integer)d);
   else lua_pushnumber(L, d);
 }
 
@@ -190,6 +194,10 @@ static void add_object (lua_State *L, int t, int depth, cJSON *o) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "json.encode: an object's keys must be strings, got %s", luaL_typename(L, -1));
+    size_t len;                       /* (the keys go on as C strings: one cut at a NUL
+                                         lost its value to null) */
+    const char *key = lua_tolstring(L, -1, &len);
+    if (strlen(key) != len) luaL_error(L, "json.encode: an object's key holds a NUL byte");
     n++;
   }
   const char **keys = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *keys, 0);

@@ -23,14 +23,24 @@ function TestJson:testValues()
 end
 
 function TestJson:testNumbers()
-  local v = json.decode("[1e-12, 30522, 1e300, -0.0, 9007199254740992, 9007199254740994, 2.0]")
+  local v = json.decode("[1e-12, 30522, 1e300, -0.0, 9007199254740992, 9007199254740994, 2.0, " ..
+                        "9007199254740991, 9007199254740993, -0]")
   lu.assertEquals(v[1], 1e-12)
   lu.assertEquals(math.type(v[2]), "integer")
   lu.assertEquals(v[3], 1e300)
-  lu.assertEquals(math.type(v[5]), "integer")              -- 2^53 stays exact
-  lu.assertEquals(math.type(v[6]), "float")                -- past it, a float
+  lu.assertEquals(math.type(v[8]), "integer")              -- below 2^53: exact
+  lu.assertEquals(v[8], 9007199254740991)
+  -- from 2^53 on the text went through a double that may hold another
+  -- whole number (...993 reads as ...992): a float says so, not an integer
+  for i = 5, 6 do lu.assertEquals(math.type(v[i]), "float") end
+  lu.assertEquals(math.type(v[9]), "float")
   lu.assertEquals(v[7], 2)
   lu.assertEquals(math.type(v[7]), "integer")
+  -- -0 keeps its sign
+  for _, i in ipairs{4, 10} do
+    lu.assertEquals(math.type(v[i]), "float")
+    lu.assertEquals(1 / v[i], -math.huge)
+  end
 end
 
 function TestJson:testNesting()
@@ -124,6 +134,8 @@ function TestJsonEncode:testErrors()
   fails({math.huge}, "is not a JSON number")
   fails({[1] = 1, x = 2}, "keys must be strings, got number")
   fails({[true] = 1}, "keys must be strings, got boolean")
+  -- a key goes on as a C string: one cut at a NUL wrote {"a":null}
+  fails({["a\0b"] = 1}, "an object's key holds a NUL byte")
   fails({f = print}, "cannot encode a function")
   fails(qkv.ones(1), "cannot encode a userdata")
 end

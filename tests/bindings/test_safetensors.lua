@@ -232,6 +232,13 @@ function TestSafetensorsErrors:testEntries()
   loadfails(stfile("neg", '{"a":' .. entry("F32", "-2", 0, 8) .. '}', d8),
             "shape must be a list of at most 8 integers >= 0")
   loadfails(stfile("frac", '{"a":' .. entry("F32", "2.5", 0, 8) .. '}', d8), "shape must be")
+  -- strings that convert, and sizes from 2^53 on (read through a double:
+  -- 9007199254740993 came back as ...992), are no JSON integers here
+  loadfails(stfile("str", '{"a":' .. entry("F32", '"2"', 0, 8) .. '}', d8), "shape must be")
+  loadfails(stfile("big", '{"a":' .. entry("F32", "9007199254740993,0", 0, 0) .. '}', d8),
+            "shape must be")
+  loadfails(stfile("soff", '{"a":{"dtype":"F32","shape":[2],"data_offsets":["0","8"]}}', d8),
+            "data_offsets must be two integers")
   loadfails(stfile("dims", '{"a":' .. entry("F32", "1,1,1,1,1,1,1,1,2", 0, 8) .. '}', d8),
             "at most 8")
   loadfails(stfile("offs", '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}}', d8),
