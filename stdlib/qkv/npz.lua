@@ -36,6 +36,10 @@ end
 -- empty, absolute, "." or ".." parts, no NUL or backslash
 local function bad_name(name)
   if name == "" then return "is empty" end
+  -- a zip entry's name has 16 bits of length (".npy" is added): libzip wrote
+  -- a longer one cut, modulo 65536
+  if #name > 65535 - 4 then return "is longer than a zip entry's name may be (65531 bytes)" end
+  if not utf8.len(name) then return "is not UTF-8" end
   if name:find("[%z\\]") then return "holds a NUL or a backslash" end
   if name:sub(1, 1) == "/" then return "is an absolute path" end
   for part in (name .. "/"):gmatch("([^/]*)/") do

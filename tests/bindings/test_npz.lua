@@ -141,6 +141,15 @@ function TestNpz:testBadNames()
   for _, name in ipairs{"", "/abs", "a/../b", "a//b", ".", "a/", "x\0y", "a\\b"} do
     fails("savez: the name '" .. name .. "'", qkv.savez, d .. "/x.npz", {[name] = one})
   end
+  -- a zip entry's name has 16 bits of length: a longer one was written cut
+  fails("is longer than a zip entry's name may be", qkv.savez, d .. "/x.npz",
+        {[("n"):rep(70000)] = one})
+  fails("is not UTF-8", qkv.savez, d .. "/x.npz", {["a\255b"] = one})
+  lu.assertFalse(io.open(d .. "/x.npz") ~= nil, "nothing written")
+  local long = ("n"):rep(65531)
+  qkv.savez(d .. "/y.npz", {[long] = one})
+  lu.assertEquals(qkv.loadz(d .. "/y.npz")[long]:tolist(), {1})
+  os.remove(d .. "/y.npz")
   fails("savez: tensor names must be strings, got number 1", qkv.savez, d .. "/x.npz", {one})
   fails("savez: 'w' is a string, not a tensor", qkv.savez, d .. "/x.npz", {w = "x"})
   fails("savez: bad argument #2 (table of tensors expected, got nil)", qkv.savez, d .. "/x.npz")
