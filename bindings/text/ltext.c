@@ -25,10 +25,12 @@ LUALIB_API int luaopen_qkv_text (lua_State *L);
 
 typedef utf8proc_int32_t cp_t;
 
+/* the tokenizers package's table, whose seventh range starts at U+2B920
+   (BERT's Python: U+2B820) */
 static int is_cjk (cp_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
          (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -40,10 +42,13 @@ static int is_space (cp_t c) {
   return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
 }
 
+/* the characters dropped: Cc, Cf, Cs, Co; not Cn (unassigned), which the
+   tokenizers package keeps (it becomes part of a word, most often [UNK]),
+   where BERT's Python drops every C category */
 static int is_control (cp_t c) {
   utf8proc_category_t k = utf8proc_category(c);
   return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-         k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
+         k == UTF8PROC_CATEGORY_CO;
 }
 
 static int is_punct (cp_t c) {
