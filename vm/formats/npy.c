@@ -191,7 +191,8 @@ static int descr (Lex *lx, qkv_npy_header *h) {
       ((kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
        ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
        (kind == 'b' && size == 1) || (kind == 'V' && size == 2)) &&
-      (order != '|' || size == 1 || kind == 'V');
+      (order != '|' || size == 1 || kind == 'V') &&
+      (kind != 'V' || order != '>');   /* a void has no byte order to swap: ">V2" is no bfloat16 */
   if (!ok) return qkv_format_fail(lx->err, lx->errlen, "unsupported dtype '%s'%s", h->descr,
                                   r == -2 ? "..." : "");
   h->kind = kind;
