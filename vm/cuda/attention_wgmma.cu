@@ -26,10 +26,12 @@
 **
 ** What the simulation checks: the descriptors' addresses, strides and
 ** swizzle against the layout the loads write (decoded as the PTX ISA
-** says), the fragments, the numerics, the barriers.  What only a GPU
-** checks: that the hardware reads the layout as the simulation decodes
-** it, the asynchrony (the simulation computes each wgmma at issue), and
-** the speed (tests/tools/gpu_check.sh, bench/attention_gpu.lua).
+** says), the fragments, the numerics, the barriers, and the asynchrony
+** at its latest (each wgmma computed at the wait for its group: a tile
+** overwritten or an accumulator read before then shows).  What only a
+** GPU checks: that the hardware reads the layout as the simulation
+** decodes it, and the speed (tests/tools/gpu_check.sh,
+** bench/attention_gpu.lua).
 **
 ** Shared memory, from a 1024-byte aligned base: Q (128 x D), two stages
 ** of K and V (BK x D each), the cut bits (128 x BK / 32 words).

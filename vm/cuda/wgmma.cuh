@@ -7,8 +7,9 @@
 ** shared memory (cp.async, stores) before the tensor cores read it; and
 ** a pointer's shared-memory address.  In the host simulation (QKV_CUDASIM)
 ** each is a collective of the warpgroup's threads that computes the same
-** accumulators at issue (tests/tools/cudasim/products.cpp), decoding the
-** descriptors, the swizzle included, as the GPU does.
+** accumulators when its group is waited for (tests/tools/cudasim/
+** products.cpp), decoding the descriptors, the swizzle included, as the
+** GPU does.
 **
 ** A warpgroup is 4 consecutive warps from a warp index divisible by 4;
 ** warp w of it holds rows 16 w .. 16 w + 15 of the 64 x N accumulators,
@@ -51,6 +52,8 @@
 #ifdef QKV_CUDASIM
 uint32_t sim_smem_addr(const void *p);
 void sim_wgmma(int fp16, int n, float *d, const uint32_t *a, uint64_t da, uint64_t db, int tb);
+void sim_wg_commit(void);
+void sim_wg_wait(int n);
 #endif
 
 /* p's address in the block's shared-memory window */
@@ -81,14 +84,18 @@ __device__ static inline void qkv_wg_fence (void) {
 }
 
 __device__ static inline void qkv_wg_commit (void) {
-#if !defined(QKV_CUDASIM) && QKV_WGMMA
+#ifdef QKV_CUDASIM
+  sim_wg_commit();
+#elif QKV_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #endif
 }
 
 template <int N>
 __device__ static inline void qkv_wg_wait (void) {
-#if !defined(QKV_CUDASIM) && QKV_WGMMA
+#ifdef QKV_CUDASIM
+  sim_wg_wait(N);
+#elif QKV_WGMMA
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 #endif
 }

@@ -6,6 +6,10 @@
 */
 #ifndef QKV_CUDASIM_INTERNAL_H
 #define QKV_CUDASIM_INTERNAL_H
+/* (before cudasim.h, whose __noinline__ the standard headers spell) */
+#include <functional>
+#include <memory>
+
 #include "cudasim.h"
 
 #include <mutex>
@@ -37,5 +41,8 @@ unsigned workers(void);
    bytes (NULL, and a fault, outside it); a fault saying what */
 unsigned char *sim_smem_at(uint32_t addr, size_t n, const char *what);
 void sim_fault(const char *what);
+
+/* wgmma's work, deferred to the wait for its group (scheduler.cpp) */
+void sim_wg_issue(std::function<void()> work);
 
 #endif

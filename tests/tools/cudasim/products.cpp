@@ -63,8 +63,11 @@ void sim_ldmatrix_x4 (int trans, uint32_t r[4], const void *row) {
 }
 
 
-/* wgmma.mma_async m64nNk16 (vm/cuda/wgmma.cuh), computed at issue (the
-   GPU's asynchrony is not simulated): each thread computes its own
+/* wgmma.mma_async m64nNk16 (vm/cuda/wgmma.cuh), computed when its group
+   is waited for (wgmma.wait_group: the latest the GPU may read shared
+   memory and write the accumulators, so that a kernel that overwrites an
+   operand's tile, or reads the accumulators, before its wait is caught):
+   each thread computes its own
    accumulators, warp w % 4 of the warpgroup rows 16 (w % 4) .. + 15, reading
    A (when not in registers) and B from shared memory through their
    descriptors, decoded as the PTX ISA lays out a 128-byte-swizzle operand.
@@ -108,41 +111,55 @@ void sim_wgmma (int fp16, int n, float *d, const uint32_t *a, uint64_t da, uint6
     sim_fault("wgmma: the block's threads are not whole warpgroups (blockDim.x % 128)");
     return;
   }
-  uint64_t a01[32], a23[32];
-  if (a) {                                   /* A's fragments from the warp's lanes */
+  /* at issue: A's fragments from the warp's lanes (a warp collective), the
+     descriptors checked; the rest when the group is waited for */
+  struct A16 { float v[16][16]; };
+  auto av = std::make_shared<A16>();
+  uint32_t a_at_issue[4] = {0, 0, 0, 0};
+  if (a) {
+    uint64_t a01[32], a23[32];
     warp_all((uint64_t)a[0] | (uint64_t)a[1] << 32, a01);
     warp_all((uint64_t)a[2] | (uint64_t)a[3] << 32, a23);
+    for (int r = 0; r < 16; r++)
+      for (int k = 0; k < 16; k++) {
+        int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
+        uint64_t x = reg < 2 ? a01[lane] : a23[lane];
+        av->v[r][k] = half_at(fp16, (uint32_t)(x >> (32 * (reg & 1))), k & 1);
+      }
+    memcpy(a_at_issue, a, sizeof a_at_issue);
   }
   wg_desc A = {0, 0, 0}, B;
   if ((!a && !wg_decode(da, &A, true, "A")) || !wg_decode(db, &B, !tb, "B")) return;
   const int w = (int)(threadIdx.x / 32 % 4);
-  float av[16][16], bv[16][128];             /* this warp's 16 rows of A; B, k x n */
-  for (int r = 0; r < 16; r++)
-    for (int k = 0; k < 16; k++) {
-      if (a) {
-        int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
-        uint64_t x = reg < 2 ? a01[lane] : a23[lane];
-        av[r][k] = half_at(fp16, (uint32_t)(x >> (32 * (reg & 1))), k & 1);
-      } else {
-        int row = 16 * w + r;
-        if (!wg_at(fp16, A.start + row / 8 * A.sbo + row % 8 * 128 + 2 * k, &av[r][k])) return;
+  const unsigned t = sim_lane();
+  sim_wg_issue([=]() {
+    /* A's registers must hold until the wait (the GPU reads them late) */
+    if (a && memcmp(a, a_at_issue, sizeof a_at_issue) != 0) {
+      sim_fault("wgmma: A's registers changed before the wait for their wgmma");
+      return;
+    }
+    float bv[16][128];
+    if (!a)
+      for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) {
+          int row = 16 * w + r;
+          if (!wg_at(fp16, A.start + row / 8 * A.sbo + row % 8 * 128 + 2 * k, &av->v[r][k])) return;
+        }
+    for (int k = 0; k < 16; k++)
+      for (int col = 0; col < n; col++) {
+        uint32_t off = tb ? B.start + col / 64 * B.lbo + col % 64 * 2 + k / 8 * B.sbo + k % 8 * 128
+                          : B.start + col / 8 * B.sbo + col % 8 * 128 + 2 * k;
+        if (!wg_at(fp16, off, &bv[k][col])) return;
       }
-    }
-  for (int k = 0; k < 16; k++)
-    for (int col = 0; col < n; col++) {
-      uint32_t off = tb ? B.start + col / 64 * B.lbo + col % 64 * 2 + k / 8 * B.sbo + k % 8 * 128
-                        : B.start + col / 8 * B.sbo + col % 8 * 128 + 2 * k;
-      if (!wg_at(fp16, off, &bv[k][col])) return;
-    }
-  unsigned t = sim_lane();
-  int g = (int)t / 4, c = 2 * (int)(t % 4);
-  for (int j = 0; j < n / 8; j++)
-    for (int e = 0; e < 4; e++) {
-      int row = g + 8 * (e / 2), col = 8 * j + c + e % 2;
-      double sum = d[4 * j + e];               /* products exact, summed wide */
-      for (int k = 0; k < 16; k++) sum += (double)av[row][k] * (double)bv[k][col];
-      d[4 * j + e] = (float)sum;
-    }
+    int g = (int)t / 4, c = 2 * (int)(t % 4);
+    for (int j = 0; j < n / 8; j++)
+      for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e / 2), col = 8 * j + c + e % 2;
+        double sum = d[4 * j + e];             /* products exact, summed wide */
+        for (int k = 0; k < 16; k++) sum += (double)av->v[row][k] * (double)bv[k][col];
+        d[4 * j + e] = (float)sum;
+      }
+  });
 }
 
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <functional>
 #include <thread>
 
 #if !defined(__x86_64__)
@@ -83,6 +84,10 @@ struct fiber {
   unsigned lin;                 /* linear thread index in the block */
   std::vector<cp_copy> open;    /* cp.async copies not yet committed */
   std::deque<std::vector<cp_copy>> groups;   /* committed, not yet waited for */
+  /* wgmma.mma_async issued and not yet waited for, as products.cpp's
+     work: open (since the last commit), then committed groups */
+  std::vector<std::function<void()>> wg_open;
+  std::deque<std::vector<std::function<void()>>> wg_groups;
 };
 
 struct warp {
@@ -207,6 +212,8 @@ static void fiber_main (void) {
   fiber *f = &w->f[w->cur];
   if (!f->open.empty() || !f->groups.empty())
     fault(w, "ended with cp.async copies never waited for (cp.async.wait_group 0)");
+  if (!f->wg_open.empty() || !f->wg_groups.empty())
+    fault(w, "ended with wgmma.mma_async in flight (wgmma.commit_group, wgmma.wait_group 0)");
   unsigned wi = f->lin / 32, lane = f->lin % 32;
   f->state = DONE;
   w->live--;
@@ -311,6 +318,8 @@ static void start_fiber (worker *w, unsigned i) {
   f.lin = i;
   f.open.clear();
   f.groups.clear();
+  f.wg_open.clear();
+  f.wg_groups.clear();
   char *top = w->stacks + (size_t)(i + 1) * w->stack_size;
 #if defined(__x86_64__)
   /* the frame sim_switch pops: control words, r15..r12, rbx, rbp, then
@@ -491,6 +500,31 @@ void sim_cp_commit (void) {
   fiber &f = cur_worker->f[cur_worker->cur];
   f.groups.push_back(std::move(f.open));
   f.open.clear();
+}
+
+/* wgmma: products.cpp's work for one wgmma.mma_async, run when its group
+   is waited for (the GPU reads shared memory and writes the accumulators
+   at some time before the wait: the simulation takes the latest) */
+void sim_wg_issue (std::function<void()> work) {
+  cur_worker->f[cur_worker->cur].wg_open.push_back(std::move(work));
+}
+
+void sim_wg_commit (void) {
+  fiber &f = cur_worker->f[cur_worker->cur];
+  if (f.wg_open.empty()) return;               /* an empty group waits for nothing */
+  f.wg_groups.push_back(std::move(f.wg_open));
+  f.wg_open.clear();
+}
+
+void sim_wg_wait (int n) {
+  fiber &f = cur_worker->f[cur_worker->cur];
+  if (!f.wg_open.empty())
+    fault(cur_worker, "wgmma.wait_group with wgmma.mma_async not committed (wgmma.commit_group)");
+  while (f.wg_groups.size() > (size_t)n) {
+    std::vector<std::function<void()>> g = std::move(f.wg_groups.front());
+    f.wg_groups.pop_front();
+    for (auto &work : g) work();
+  }
 }
 
 void sim_cp_wait (int n) {
