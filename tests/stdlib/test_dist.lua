@@ -221,6 +221,7 @@ local function ddp(n)
   local out, code = mpi.run(exe, n, "tests/stdlib/dist/ddp.lua", 300)
   mpi.check(lu, out, code, n, {"broadcast at wrap", "buckets", "grads step 3", "three steps",
     "bucket started during backward 1", "used by rank 0 alone", "unused everywhere",
+    "buckets in one order on every rank",
     "double after wrapping", "eval reaches the module", "grads after double", "done"})
 end
 

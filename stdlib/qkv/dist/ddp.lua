@@ -10,7 +10,8 @@
 -- runs its own slice of the batch; during loss:backward() the gradients are summed
 -- across ranks in buckets (parameters in reverse order, as backward reaches
 -- them, up to bucket_cap_mb each), a bucket's all_reduce started as soon as
--- its last gradient is in, while backward goes on; backward waits for them
+-- its last gradient is in and every bucket before it has started (the same
+-- order on every rank), while backward goes on; backward waits for them
 -- all before it returns, with every .grad the mean over the ranks.
 --
 --   opts.bucket_cap_mb   a bucket's size in MB (default 25, as PyTorch's)
@@ -139,7 +140,17 @@ local function hook(self, b)
       require("qkv.autograd").queue_callback(function() finish(self) end)
     end
     b.ready = b.ready + 1
-    if b.ready == #b.params and not b.launched then launch(self, b) end
+    -- in bucket order only, as PyTorch's reducer: each rank's k-th
+    -- all_reduce must be every rank's k-th bucket, and ranks whose backward
+    -- reaches the buckets in another order (a layer one rank did not use,
+    -- control flow that depends on the data) summed one bucket's gradients
+    -- with another's of the same size
+    for _, o in ipairs(self._buckets) do
+      if not o.launched then
+        if o.ready < #o.params then break end
+        launch(self, o)
+      end
+    end
   end
 end
 

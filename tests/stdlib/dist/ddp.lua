@@ -83,6 +83,36 @@ ok(lin2 ~= nil and math.abs(lin2[1][1] - 1 / W) < 1e-15, "used by rank 0 alone",
 ok(two[3].weight.grad == nil and two[3].bias.grad == nil, "unused everywhere")
 ok(dd.module == two, "module")
 
+-- the buckets start in one order on every rank, whatever order backward
+-- reaches them in: rank 0 runs l2(l1(x)), the others l1(x) alone, each
+-- parameter a bucket; the k-th all_reduce summed rank 0's l2 with the
+-- others' l1 (the same sizes) before
+local pair = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)):double()
+local dp = d.DDP(pair, {bucket_cap_mb = 1e-6})
+local function local_loss(m, rank, xs)
+  return (rank == 0 and m[2](m[1](xs)) or m[1](xs)):pow(2):sum()
+end
+local xs = qkv.ones(2, 4):double() * (R + 1)
+dp(qkv.zeros(1, 4):double())                 -- a forward through the wrapper hooks them
+local_loss(pair, R, xs):backward()
+local want = {}
+for q = 0, W - 1 do                          -- each rank's local gradients, here
+  local ref = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)):double()
+  qkv.no_grad(function()
+    for i, p in ipairs(ref:parameters()) do p:copy_(pair:parameters()[i]) end
+  end)
+  local_loss(ref, q, qkv.ones(2, 4):double() * (q + 1)):backward()
+  for i, p in ipairs(ref:parameters()) do
+    local g = p.grad or qkv.zeros(p.shape, "float64")
+    want[i] = want[i] and want[i] + g or g
+  end
+end
+local worst_order = 0
+for i, p in ipairs(pair:parameters()) do
+  worst_order = math.max(worst_order, maxdiff(p.grad, want[i] / W))
+end
+ok(worst_order < 1e-13, "buckets in one order on every rank", ("%g"):format(worst_order))
+
 -- the wrapper is a Module whose child is the wrapped one: double() after
 -- wrapping converts the wrapped module's tensors, the next forward hooks
 -- the new ones, and their gradients are the mean over the ranks; eval
