@@ -106,6 +106,26 @@ HALF_OP(bf_min, qkv_bf2f, qkv_f2bf, (x < y || x != x) ? x : y)
 
 static MPI_Op half_ops[2][3];   /* [float16, bfloat16][sum, max, min] */
 
+/* float32 and float64 max and min that keep NaN, as qkv.maximum and
+   qkv.minimum (and PyTorch's all_reduce) do: MPI's own MPI_MAX and MPI_MIN
+   kept or dropped a NaN by which rank held it */
+#define NAN_OP(name, T, expr)                                                 \
+  static void name (void *in, void *io, int *len, MPI_Datatype *type) {       \
+    (void)type;                                                               \
+    const T *a = in;                                                          \
+    T *b = io;                                                                \
+    for (int i = 0; i < *len; i++) {                                          \
+      T x = a[i], y = b[i];                                                   \
+      b[i] = expr;                                                            \
+    }                                                                         \
+  }
+NAN_OP(f_max, float, (x > y || x != x) ? x : y)
+NAN_OP(f_min, float, (x < y || x != x) ? x : y)
+NAN_OP(d_max, double, (x > y || x != x) ? x : y)
+NAN_OP(d_min, double, (x < y || x != x) ? x : y)
+
+static MPI_Op float_ops[2][2];  /* [float32, float64][max, min] */
+
 static MPI_Op checkop (lua_State *L, int arg, qkv_dtype dt) {
   static const char *const names[] = {"sum", "max", "min", "land", "lor", NULL};
   int k = luaL_checkoption(L, arg, NULL, names);
@@ -113,6 +133,8 @@ static MPI_Op checkop (lua_State *L, int arg, qkv_dtype dt) {
     if (k > 2) luaL_argerror(L, arg, "qkv.mpi: land and lor are for bool tensors");
     return half_ops[dt == QKV_BF16][k];
   }
+  if ((dt == QKV_F32 || dt == QKV_F64) && (k == 1 || k == 2))
+    return float_ops[dt == QKV_F64][k - 1];
   switch (k) {
   case 0: return MPI_SUM;
   case 1: return MPI_MAX;
@@ -421,8 +443,10 @@ static void end_world (void) {
   if (all)
     while (compare(&ended, 1, all) == 0) continue;
   free(all);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     for (int k = 0; k < 3; k++) MPI_Op_free(&half_ops[i][k]);
+    for (int k = 0; k < 2; k++) MPI_Op_free(&float_ops[i][k]);
+  }
   MPI_Finalize();
 }
 
@@ -461,8 +485,11 @@ static int m_init (lua_State *L) {
     initialized = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_User_function *f[2][3] = {{h_sum, h_max, h_min}, {bf_sum, bf_max, bf_min}};
-    for (int i = 0; i < 2; i++)
+    MPI_User_function *g[2][2] = {{f_max, f_min}, {d_max, d_min}};
+    for (int i = 0; i < 2; i++) {
       for (int k = 0; k < 3; k++) MPI_Op_create(f[i][k], 1, &half_ops[i][k]);
+      for (int k = 0; k < 2; k++) MPI_Op_create(g[i][k], 1, &float_ops[i][k]);
+    }
     lua_newuserdatauv(L, 1, 0);               /* the sentinel */
     luaL_newmetatable(L, WORLD);
     lua_pushcfunction(L, world_gc);

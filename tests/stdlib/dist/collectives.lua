@@ -44,6 +44,16 @@ for _, dt in ipairs({"float32", "float64", "float16", "bfloat16", "int64", "int3
     same(d.all_reduce(t(), "mean"), rows((W + 1) / 2), "all_reduce mean " .. dt)
   end
 end
+-- max and min keep a NaN whichever rank holds it, as qkv.maximum does
+-- (MPI's own MPI_MAX kept or dropped it by rank): element 1 NaN on rank 0,
+-- element 2 on the last rank
+for _, dt in ipairs({"float32", "float64", "float16", "bfloat16"}) do
+  for _, op in ipairs({"max", "min"}) do
+    local v = qkv.tensor({R == 0 and 0 / 0 or 1, R == W - 1 and 0 / 0 or 2}, dt)
+    local r = d.all_reduce(v, op)
+    ok(r:isnan():all():item(), "all_reduce " .. op .. " keeps NaN " .. dt, tostring(r))
+  end
+end
 same(d.all_reduce(qkv.tensor({R == 0, false, true})), {true, false, true}, "all_reduce sum bool")
 same(d.all_reduce(qkv.tensor({R == 0, true}), "min"), {false, true}, "all_reduce min bool")
 same(d.all_reduce(qkv.tensor({R == 1, false}), "max"), {true, false}, "all_reduce max bool")
