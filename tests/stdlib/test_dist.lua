@@ -210,7 +210,8 @@ local function collectives(n)
   mpi.check(lu, out, code, n, {"all_reduce sum bfloat16", "all_reduce mean float16",
     "all_reduce max keeps NaN float32", "all_reduce min keeps NaN float64",
     "all_reduce column", "reduce_scatter sum", "all_to_all", "send recv ring", "mismatch call",
-    "mismatch kind", "recv mismatch", "done"})
+    "mismatch kind", "own argument error on every rank", "in step after argument errors",
+    "in step after an option error", "recv mismatch", "done"})
 end
 
 function TestDistRanks:testCollectivesOn2() collectives(2) end

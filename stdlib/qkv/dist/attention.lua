@@ -241,7 +241,7 @@ end
 
 function M.ring_attention(q, k, v, opts)
   local F = "ring_attention"
-  local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
+  local causal, mask, scale, P, r = D._checked(F, prologue, F, q, k, v, opts)
   local keep, why = mask_values(F, mask)
   -- first the ranks compare their calls, so that the checks after fail
   -- on every rank alike
@@ -311,7 +311,7 @@ end
 
 function M.ulysses_attention(q, k, v, opts)
   local F = "ulysses_attention"
-  local causal, mask, scale, P, r = prologue(F, q, k, v, opts)
+  local causal, mask, scale, P, r = D._checked(F, prologue, F, q, k, v, opts)
   local keep, why = mask_values(F, mask)
   agree(F, q, k, v, mask, causal, scale, why)
   check_qkv(F, q, k, v, 3, "H, ")

@@ -148,7 +148,7 @@ for i, f in ipairs({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "
 -- what a call is, as numbers every rank can compare: the function, the
 -- tensor's dtype and shape, and up to 3 arguments
 local function describe(fname, t, a, b, c)
-  local d = {CALLS[fname], t and DTYPES[t.dtype] or 0, t and t.ndim or -1}
+  local d = {CALLS[fname] or 0, t and DTYPES[t.dtype] or 0, t and t.ndim or -1}
   for i = 1, MAXDIM do d[3 + i] = t and t.shape[i] or -1 end
   d[MAXDIM + 4], d[MAXDIM + 5], d[MAXDIM + 6] = a or 0, b or 0, c or 0
   return d
@@ -178,7 +178,7 @@ end
 -- the end of its script (qkv.mpi's check as the world ends, with its own
 -- number: ENDED in lmpi.c). A rank's numbers in another's check are told
 -- by KINDS[kind](row): what that rank did, in words
-local KIND = {collective = 1, ring_attention = 2, ulysses_attention = 3, ended = 4}
+local KIND = {collective = 1, ring_attention = 2, ulysses_attention = 3, ended = 4, refused = 5}
 local KINDS = {}
 
 -- nil when every rank passed the same numbers d (at most 63 integers)
@@ -219,6 +219,23 @@ end
 KINDS[KIND.ring_attention] = attention("ring_attention")
 KINDS[KIND.ulysses_attention] = attention("ulysses_attention")
 KINDS[KIND.ended] = function() return "ended its script" end
+KINDS[KIND.refused] = function(row)
+  return ("raised an error on its own arguments to %s"):format(CALLS[row[1]] or "the call")
+end
+
+-- f(...)'s results: a collective's checks of its own arguments, so that
+-- an error in them on some ranks is an error on every rank. A rank whose
+-- checks fail still takes part in the agreement (as "refused"), then
+-- raises its own error; the others' agree sees it and raises theirs. A
+-- rank that raised before agreeing (caught by pcall) met the others' next
+-- collective with its own: the ranks out of step, and their sums wrong
+local function checked(fname, f, ...)
+  local r = table.pack(pcall(f, ...))
+  if r[1] then return table.unpack(r, 2, r.n) end
+  differ(describe(fname), function() return "" end, "refused")
+  error(r[2], 0)
+end
+M._checked = checked
 
 -- every rank made this call alike, or an error on every rank that names
 -- who did what (args: the names of the numbers a, b, c, for the message)
@@ -266,7 +283,7 @@ end
 
 function M.barrier(opts)
   ready("barrier")
-  local is_async = async("barrier", opts)
+  local is_async = checked("barrier", async, "barrier", opts)
   agree("barrier")
   if world.size == 1 then return run(is_async, {}, function() end) end
   local rs = start(is_async, mpi.barrier)
@@ -275,9 +292,11 @@ end
 
 function M.all_reduce(t, op, opts)
   ready("all_reduce")
-  checktensor("all_reduce", t, 1, "t")
-  local how, mop = reduce_op("all_reduce", op, t.dtype, 2)
-  local is_async = async("all_reduce", opts)
+  local how, mop, is_async = checked("all_reduce", function()
+    checktensor("all_reduce", t, 1, "t")
+    local h, m = reduce_op("all_reduce", op, t.dtype, 2)
+    return h, m, async("all_reduce", opts)
+  end)
   agree("all_reduce", t, {"op"}, OPCODE[how])
   if world.size == 1 then return run(is_async, {}, function() return t end) end
   local s, staged = stage(t)
@@ -292,9 +311,11 @@ end
 
 function M.broadcast(t, src, opts)
   ready("broadcast")
-  checktensor("broadcast", t, 1, "t")
-  checkrank("broadcast", src, 2, "src")
-  local is_async = async("broadcast", opts)
+  local is_async = checked("broadcast", function()
+    checktensor("broadcast", t, 1, "t")
+    checkrank("broadcast", src, 2, "src")
+    return async("broadcast", opts)
+  end)
   agree("broadcast", t, {"src"}, src)
   if world.size == 1 then return run(is_async, {}, function() return t end) end
   local s, staged = stage(t)
@@ -310,12 +331,14 @@ local function on_device(x, device) return device == "cpu" and x or x:to(device)
 
 function M.all_gather(t, opts)
   ready("all_gather")
-  checktensor("all_gather", t, 1, "t")
-  if t.ndim >= MAXDIM then
-    fail("dist.all_gather: t has %d dims, and the result (world_size, ...) would have %d, " ..
-         "more than a tensor's %d", t.ndim, t.ndim + 1, MAXDIM)
-  end
-  local is_async = async("all_gather", opts)
+  local is_async = checked("all_gather", function()
+    checktensor("all_gather", t, 1, "t")
+    if t.ndim >= MAXDIM then
+      fail("dist.all_gather: t has %d dims, and the result (world_size, ...) would have %d, " ..
+           "more than a tensor's %d", t.ndim, t.ndim + 1, MAXDIM)
+    end
+    return async("all_gather", opts)
+  end)
   agree("all_gather", t)
   local shape = {world.size}
   for i = 1, t.ndim do shape[i + 1] = t.shape[i] end
@@ -333,13 +356,16 @@ end
 
 function M.reduce_scatter(t, op, opts)
   ready("reduce_scatter")
-  checktensor("reduce_scatter", t, 1, "t")
-  local how, mop = reduce_op("reduce_scatter", op, t.dtype, 2)
-  local is_async = async("reduce_scatter", opts)
-  if t.ndim < 1 or t.shape[1] % world.size ~= 0 then
-    fail("dist.reduce_scatter: t's first dimension (%s) must divide among the %d ranks",
-         t.ndim < 1 and "none: t is a scalar" or tostring(t.shape[1]), world.size)
-  end
+  local how, mop, is_async = checked("reduce_scatter", function()
+    checktensor("reduce_scatter", t, 1, "t")
+    local h, m = reduce_op("reduce_scatter", op, t.dtype, 2)
+    local a = async("reduce_scatter", opts)
+    if t.ndim < 1 or t.shape[1] % world.size ~= 0 then
+      fail("dist.reduce_scatter: t's first dimension (%s) must divide among the %d ranks",
+           t.ndim < 1 and "none: t is a scalar" or tostring(t.shape[1]), world.size)
+    end
+    return h, m, a
+  end)
   agree("reduce_scatter", t, {"op"}, OPCODE[how])
   local shape = {}
   for i = 1, t.ndim do shape[i] = t.shape[i] end
@@ -373,14 +399,17 @@ end
 
 function M.all_to_all(t, split_dim, cat_dim, opts)
   ready("all_to_all")
-  checktensor("all_to_all", t, 1, "t")
-  local sd = checkdim("all_to_all", split_dim, 2, "split_dim", t)
-  local cd = checkdim("all_to_all", cat_dim, 3, "cat_dim", t)
-  local is_async = async("all_to_all", opts)
-  if t.shape[sd] % world.size ~= 0 then
-    fail("dist.all_to_all: t's dimension %d (%d) must divide among the %d ranks", sd,
-         t.shape[sd], world.size)
-  end
+  local sd, cd, is_async = checked("all_to_all", function()
+    checktensor("all_to_all", t, 1, "t")
+    local s1 = checkdim("all_to_all", split_dim, 2, "split_dim", t)
+    local c1 = checkdim("all_to_all", cat_dim, 3, "cat_dim", t)
+    local a = async("all_to_all", opts)
+    if t.shape[s1] % world.size ~= 0 then
+      fail("dist.all_to_all: t's dimension %d (%d) must divide among the %d ranks", s1,
+           t.shape[s1], world.size)
+    end
+    return s1, c1, a
+  end)
   agree("all_to_all", t, {"split_dim", "cat_dim"}, sd, cd)
   local x = movedim(t, sd, 1):to("cpu"):contiguous()
   local c = t.shape[sd] // world.size

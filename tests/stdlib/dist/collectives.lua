@@ -178,6 +178,21 @@ rest = (W == 2 and "rank " or "ranks ") .. table.concat(rest, ", ")
 local want2 = R == 0 and "; " .. rest .. " called ring_attention with q float32 (1, 2, 4), k "
               or "rank 0: called all_reduce on float32 (2,); " .. rest .. ": q float32 (1, 2, 4)"
 ok(not okc and msg:find(want2, 1, true), "mismatch kind", msg)
+-- an error in one rank's own arguments (caught by pcall) is an error on
+-- every rank, and the calls after it pair up as before: one rank that
+-- raised before agreeing met the others' next collective with its own
+okc, msg = pcall(d.reduce_scatter, qkv.zeros(R == 1 and W + 1 or W))
+ok(not okc and (R == 1 and msg:find("must divide among", 1, true) or
+   R ~= 1 and msg:find("rank 1 raised an error on its own arguments to reduce_scatter", 1, true)),
+   "own argument error on every rank", msg)
+okc, msg = pcall(d.all_reduce, qkv.ones(1), R == 1 and "prod" or "sum")
+ok(not okc, "own op error on every rank", msg)
+local after = d.all_reduce(qkv.tensor({R + 1}, "int64")):tolist()
+ok(after[1] == W * (W + 1) // 2, "in step after argument errors", tostring(after[1]))
+okc, msg = pcall(d.ring_attention, z, z, z, {causal = R == 1 and 1 or false})
+ok(not okc, "own option error on every rank", msg)
+after = d.all_reduce(qkv.tensor({R + 1}, "int64")):tolist()
+ok(after[1] == W * (W + 1) // 2, "in step after an option error", tostring(after[1]))
 if R == 0 then
   okc, msg = pcall(d.recv, qkv.zeros(3), 1, 9)
   ok(not okc and msg:find("dist.recv: rank 1 sent float32 (2, 2), but t is float32 (3,)", 1, true),
