@@ -116,6 +116,46 @@ function TestLogSoftmax:testEdges()
   fails("dim", qkv.log_softmax, qkv.ones(2), 3)
 end
 
+-- large logits: (x - max) - log(sum), never x - (max + log(sum)), which
+-- rounds back to max (1e8 in float32, 1e12 in float64) and gave a row of
+-- 0 where it is -log 2: cross_entropy 0. Each dtype against float64, on
+-- the vector path (rows of 8 and more) and the scalar tail, and on each
+-- ISA cap in a child
+local function big_logits()
+  local ln2 = math.log(2)
+  for _, dt in ipairs{"float32", "float16", "bfloat16"} do
+    for _, n in ipairs{2, 8, 19} do
+      local x = qkv.full({2, n}, dt == "float32" and 1e8 or 6e4, dt)
+      local out = x:log_softmax():double()
+      local want = -math.log(n)
+      lu.assertTrue((out - want):abs():max():item() <= 1e-2 * math.abs(want) + 1e-7,
+                    ("%s n %d: %s"):format(dt, n, tostring(out[1][1])))
+    end
+  end
+  local x = qkv.tensor({{1e12, 1e12 - 20}, {1e4, 1e4}}, "float64")
+  local out = x:log_softmax():tolist()
+  -- (log of a sum near 1: within an ulp of 1, as PyTorch's -2.06115369e-09)
+  lu.assertTrue(math.abs(out[1][1] - -2.0611536224385579e-09) <= 2.3e-16, tostring(out[1][1]))
+  lu.assertTrue(math.abs(out[2][1] + ln2) <= 1e-15, tostring(out[2][1]))
+  local ce = qkv.nn.cross_entropy(qkv.tensor({{1e8, 1e8}}), qkv.tensor({1}, "int64")):item()
+  lu.assertTrue(math.abs(ce - ln2) < 1e-6, "cross_entropy " .. ce)
+  local f = qkv.full({3, 24}, 1e4, "float32"):log_softmax()
+  lu.assertTrue((f + math.log(24)):abs():max():item() < 1e-6, "float32 1e4: " .. tostring(f[1][1]))
+end
+
+function TestLogSoftmax:testLargeLogits()
+  big_logits()
+  if os.getenv("QKV_LAYERS_CHILD") then return end
+  local shell = dofile("tests/helpers/shell.lua")
+  local exe = arg and arg[-1] or "build/qkv"
+  for _, cap in ipairs{"avx2", "baseline"} do
+    local out, rc = shell.sh(("QKV_LAYERS_CHILD=1 QKV_CPU=%s %s test -p 'testLargeLogits$' %s"):format(
+      cap, shell.quote(exe), shell.quote("tests/stdlib/test_layers.lua")))
+    lu.assertEquals(rc, 0, cap .. ": " .. out)
+    lu.assertStrContains(out, "1 passed, 0 failed", false, cap .. ": " .. out)
+  end
+end
+
 ---------------------------------------------------------------- layer_norm
 TestLayerNorm = {}
 

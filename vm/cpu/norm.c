@@ -27,7 +27,10 @@ typedef struct {
 #define ROW(J, base, r) ((J)->base + (r) * (J)->n * (int64_t)(J)->es)
 
 /*
-** x - max - log(sum(exp(x - max))): finite for any finite row.  A row all
+** (x - max) - log(sum(exp(x - max))), in double, rounded once: finite for
+** any finite row.  Never x - (max + log(sum)): at max 1e8 in float32 (or
+** 1e12 in float64) max + log(sum) rounds back to max, and the row came out
+** 0 where it is -log 2 (cross_entropy 0 on large logits).  A row all
 ** -inf gives -inf (the log of qkv.softmax's zeros), and a NaN anywhere
 ** makes the row NaN, as softmax does.
 */
@@ -45,8 +48,8 @@ static void name (T *o, const T *x, int64_t n) { \
   } \
   double sum = 0; \
   for (int64_t j = 0; j < n; j++) sum += EXP(x[j] - max); \
-  double lse = (double)max + log(sum); \
-  for (int64_t j = 0; j < n; j++) o[j] = (T)((double)x[j] - lse); \
+  double ls = log(sum); \
+  for (int64_t j = 0; j < n; j++) o[j] = (T)(((double)x[j] - (double)max) - ls); \
 }
 
 LOGSOFTMAX_ROW(lsm_f32, float, expf)
@@ -66,10 +69,16 @@ static QKV_AVX2 void lsm_f32_avx2 (float *o, const float *x, int64_t n) {
     qkv_acc8d(acc, qkv_vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
   double sum = qkv_hsum8d(acc);
   for (; j < n; j++) sum += qkv_vexpf(x[j] - max);
-  float lse = (float)((double)max + log(sum));
-  __m256 vl = _mm256_set1_ps(lse);
-  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(o + j, _mm256_sub_ps(_mm256_loadu_ps(x + j), vl));
-  for (; j < n; j++) o[j] = x[j] - lse;
+  double ls = log(sum);
+  __m256d vm2 = _mm256_set1_pd((double)max), vl = _mm256_set1_pd(ls);
+  for (j = 0; j + 8 <= n; j += 8) {        /* lsm_f32's rounding, 4 doubles at a time */
+    __m256 v = _mm256_loadu_ps(x + j);
+    __m256d lo = _mm256_sub_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vm2), vl);
+    __m256d hi = _mm256_sub_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vm2), vl);
+    _mm256_storeu_ps(o + j, _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)),
+                                                 _mm256_cvtpd_ps(hi), 1));
+  }
+  for (; j < n; j++) o[j] = (float)(((double)x[j] - (double)max) - ls);
 }
 #endif
 

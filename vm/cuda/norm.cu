@@ -42,8 +42,8 @@ struct norm_job {
 /*
 ** x - max - log(sum(exp(x - max))): finite for any finite row.  A row all
 ** -inf gives -inf (the log of softmax's zeros), and a NaN anywhere makes
-** the row NaN, as softmax does.  max + log(sum) is rounded to the dtype
-** and subtracted in it, as the CPU's vector path (and PyTorch) do.
+** the row NaN, as softmax does.  (x - max) - log(sum) in double and
+** rounded once, as the CPU's (vm/cpu/norm.c).
 */
 template <typename T, typename G>
 __device__ static void lsm_row (T *o, const T *x, int64_t n) {
@@ -61,8 +61,11 @@ __device__ static void lsm_row (T *o, const T *x, int64_t n) {
   }
   double sum = 0;
   for (int64_t j = G::lane(); j < n; j += G::size()) sum += ex(x[j] - max);
-  T lse = (T)((double)max + log(G::sum(sum)));
-  for (int64_t j = G::lane(); j < n; j += G::size()) o[j] = x[j] - lse;
+  /* (x - max) - log(sum) in double, rounded once, as the CPU's: never x -
+     (max + log(sum)), which rounds back to max at large logits */
+  double ls = log(G::sum(sum));
+  for (int64_t j = G::lane(); j < n; j += G::size())
+    o[j] = (T)(((double)x[j] - (double)max) - ls);
 }
 
 /*

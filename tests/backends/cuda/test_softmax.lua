@@ -4,6 +4,7 @@
 -- rows all -inf, layer_norm, rms_norm and their gradients, the backward
 -- through autograd
 -- (tests/helpers/cuda_suite.lua says what the suite checks)
+local lu = require "luaunit"
 local C = dofile("tests/helpers/cuda_suite.lua")
 local need, same, values, FLOATS = C.need, C.same, C.values, C.FLOATS
 local inf = C.inf
@@ -28,6 +29,13 @@ function TestCudaSoftmax:testSoftmaxAlongEveryDim()
     -- a row all -inf: softmax gives zeros, log_softmax -inf
     local m = qkv.tensor{{1, 2, 3}, {-inf, -inf, -inf}, {0, -inf, 5}}:to(dt)
     same(dt .. " masked rows", function(v) return qkv.softmax(v), v:log_softmax() end, {m})
+    -- large logits: (x - max) - log(sum), not x - (max + log(sum)), which
+    -- rounds back to max (a row of 0 where it is -log 2), on both
+    local big = qkv.tensor{{1e8, 1e8}, {1e4, 1e4 - 3}}:to(dt)
+    if dt ~= "float32" and dt ~= "float64" then big = qkv.tensor{{6e4, 6e4}, {6e4, 6e4}}:to(dt) end
+    same(dt .. " large logits", function(v) return v:log_softmax() end, {big})
+    local g = big:cuda():log_softmax():cpu():double()[1][1]
+    lu.assertTrue(g < -0.6, dt .. " large logits on the GPU: -log 2, got " .. tostring(g))
   end
 end
 
