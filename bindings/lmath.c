@@ -8,10 +8,17 @@
 #include "lauxqkv.h"
 #include "../vm/common/ops.h"
 
-static const qkv_tensor *make_scalar (lua_State *L, qkvL_Scalar *sc, int arg,
+/* a Lua number an int32 tensor's op cannot hold is an error (docs/tensors.md),
+   as qkvL_checkfill's: it was clamped, so x:eq(2^31) was true at 2^31 - 1 */
+static const qkv_tensor *make_scalar (lua_State *L, const char *name, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
   if (lua_type(L, arg) == LUA_TBOOLEAN) qkv_elem_seti(dt, &sc->v, lua_toboolean(L, arg));
-  else if (lua_isinteger(L, arg)) qkv_elem_seti(dt, &sc->v, (int64_t)lua_tointeger(L, arg));
+  else if (lua_isinteger(L, arg)) {
+    lua_Integer i = lua_tointeger(L, arg);
+    if (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX))
+      luaL_error(L, "%s: %I does not fit in int32 (the tensor's dtype)", name, i);
+    qkv_elem_seti(dt, &sc->v, (int64_t)i);
+  }
   else qkv_elem_set(dt, &sc->v, lua_tonumber(L, arg));
   return qkvL_scalar(sc, dt);
 }
@@ -58,7 +65,13 @@ static void operands (lua_State *L, qkv_binop op, const char *name, const qkv_te
   const qkv_tensor *t = x ? x : y;
   *common = weak_dtype(L, t, sarg);
   *dev = t->storage->device;
-  const qkv_tensor *s = make_scalar(L, sc, sarg, qkv_binop_number_dtype(op, *common));
+  /* PyTorch's: an integral tensor to a negative integer number's power is
+     an error (it gave 2 ^ -1 = 0); a tensor of exponents computes */
+  if (op == QKV_POW && x && lua_isinteger(L, 2) && lua_tointeger(L, 2) < 0 &&
+      (*common == QKV_I64 || *common == QKV_I32))
+    luaL_error(L, "%s: integers to negative integer powers are not allowed (x is %s; "
+               "x:double() ^ n for a float)", name, qkv_dtype_name(t->dtype));
+  const qkv_tensor *s = make_scalar(L, name, sc, sarg, qkv_binop_number_dtype(op, *common));
   *a = x ? t : s;
   *b = x ? s : t;
 }

@@ -135,6 +135,20 @@ function TestFloatToInt:testFillsAndScalars()
   fails("tensor: nan does not fit in int64", qkv.tensor, {1, nan}, "int64")
   lu.assertEquals(qkv.tensor({9.2e18, -2^63}, "int64"):tolist(), {9200000000000000000, math.mininteger})
   lu.assertEquals(x:fill_(-2147483648.5):tolist(), {-2147483648, -2147483648})
+  -- an op's number too: it was clamped, so that 2^31 - 1 == 2^31
+  local m = qkv.tensor({2147483647, 0}, "int32")
+  fails("eq: 2147483648 does not fit in int32", m.eq, m, 2147483648)
+  fails("lt: -2147483649 does not fit in int32", m.lt, m, -2147483649)
+  fails("add: 2147483648 does not fit in int32", function() return m + 2147483648 end)
+  lu.assertEquals(m:eq(2147483647):tolist(), {true, false})
+  -- an integral tensor to a negative integer's power (PyTorch's error;
+  -- it gave 2 ^ -1 = 0); a tensor of exponents computes, as PyTorch's
+  local i = qkv.tensor({2, 1, -1, 0}, "int64")
+  fails("pow: integers to negative integer powers are not allowed", function() return i ^ -1 end)
+  fails("pow: integers to negative integer powers are not allowed", i.pow, i:int(), -2)
+  lu.assertEquals((i ^ 2):tolist(), {4, 1, 1, 0})
+  lu.assertEquals(i:pow(qkv.tensor({-1}, "int64")):tolist(), {0, 1, -1, 0})
+  lu.assertEquals((i:double() ^ -1):tolist(), {0.5, 1, -1, math.huge})
 end
 
 -- what the rule leaves alone: bool is nonzero (NaN is true), int64 into
