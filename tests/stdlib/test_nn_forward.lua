@@ -198,6 +198,34 @@ function TestCosine:testBroadcastTable()
   end
 end
 
+-- PyTorch 2's eps: each norm clamped to eps on its own, a·b / (max(|a|,
+-- eps) max(|b|, eps)), where a·b / max(|a||b|, eps) gave 0.01 for two
+-- equal vectors of norm 1e-5; a·a that overflows float32 gives 0 (a / inf),
+-- not NaN; gradients through it against finite differences
+function TestCosine:testEpsPerNorm()
+  local a = qkv.tensor({{1e-5, 0}, {3, 4}, {0, 0}}, "float64")
+  local b = qkv.tensor({{1e-5, 0}, {4, 3}, {1, 0}}, "float64")
+  local function ref(x, y, eps)
+    local d = x[1] * y[1] + x[2] * y[2]
+    local nx, ny = math.sqrt(x[1] ^ 2 + x[2] ^ 2), math.sqrt(y[1] ^ 2 + y[2] ^ 2)
+    return d / (math.max(nx, eps) * math.max(ny, eps))
+  end
+  for _, eps in ipairs{1e-8, 0.5} do
+    local c = qkv.cosine_similarity(a, b, -1, eps):tolist()
+    local A, B = a:tolist(), b:tolist()
+    for i = 1, 3 do
+      local want = ref(A[i], B[i], eps)
+      lu.assertTrue(math.abs(c[i] - want) <= 1e-15 * math.max(1, math.abs(want)),
+                    ("eps %g row %d: %.17g, want %.17g"):format(eps, i, c[i], want))
+    end
+  end
+  lu.assertAlmostEquals(qkv.cosine_similarity(a, b):tolist()[1], 1, 1e-15)
+  local big = qkv.tensor({{1e20, 1e20}})
+  lu.assertEquals(qkv.cosine_similarity(big, big):tolist(), {0})
+  qkv.test.gradcheck(function(x, y) return qkv.cosine_similarity(x, y) end,
+                     {qkv.randn(3, 4, "float64"), qkv.randn(3, 4, "float64")})
+end
+
 function TestCosine:testZeroVectorAndDim()
   local z = qkv.zeros(1, 3)
   lu.assertEquals(qkv.cosine_similarity(z, qkv.ones(1, 3)):item(), 0)

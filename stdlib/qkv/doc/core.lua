@@ -265,8 +265,8 @@ print(w)
   {name = "qkv.cosine_similarity", sig = "qkv.cosine_similarity(a, b [, dim [, eps]])",
    group = "attention",
    also = "qkv.nn.cosine_similarity(a, b [, dim [, eps]])", also_group = "functions",
-   doc = [[The cosine similarity a·b / max(|a| |b|, eps) along dim, with
-eps 1e-8 by default. dim defaults to -1, the last, where PyTorch's default
+   doc = [[The cosine similarity along dim, PyTorch 2's: the sum of
+a / max(|a|, eps) times b / max(|b|, eps), with eps 1e-8 by default. dim defaults to -1, the last, where PyTorch's default
 is its dim 1. a and b broadcast, so text tokens (4, 1, d) against image
 patches (1, 9, d) give the (4, 9) table, and the result has the broadcast
 shape without dim. Arguments that are not tensors are an error naming

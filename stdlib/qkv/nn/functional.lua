@@ -160,13 +160,21 @@ function nn.clip_grad_norm_(params, max_norm, norm_type, opts)
   return qkv.tensor(total, dtype):to(grads[1].device)
 end
 
--- cosine_similarity(a, b [, dim = -1 [, eps = 1e-8]]): a·b / max(|a||b|, eps)
--- along dim, with a and b broadcast (so (4, 1, d) against (1, 9, d) gives
--- the (4, 9) table). PyTorch's default dim is 1 (0-based); ours is the last.
+-- cosine_similarity(a, b [, dim = -1 [, eps = 1e-8]]): PyTorch 2's
+-- sum(a / max(|a|, eps) * b / max(|b|, eps)) along dim, with a and b
+-- broadcast (so (4, 1, d) against (1, 9, d) gives the (4, 9) table); each
+-- norm clamped as PyTorch clamps it, in place under no_grad (the gradient
+-- goes through the norm as if unclamped). The older a·b / max(|a||b|, eps)
+-- gave 0.01 for two equal vectors of norm 1e-5, and NaN (inf / inf) where
+-- a·a overflows. PyTorch's default dim is 1 (0-based); ours is the last.
 local function cosine(a, b, dim, eps)
-  local dot = (a * b):sum(dim)
-  local na, nb = (a * a):sum(dim):sqrt(), (b * b):sum(dim):sqrt()
-  return dot / qkv.maximum(na * nb, eps)
+  local nd = math.max(a:dim(), b:dim())
+  local d = dim < 0 and dim or dim - nd - 1       -- from the right: a and b may differ in dims
+  local function unit(x)
+    local n = (x * x):sum(d, true):sqrt()
+    return x / qkv.where(n:lt(eps), n + (eps - n):detach(), n)
+  end
+  return (unit(a) * unit(b)):sum(d)
 end
 
 function nn.cosine_similarity(a, b, dim, eps)
