@@ -53,7 +53,7 @@ static void operands (lua_State *L, qkv_binop op, const char *name, const qkv_te
   qkv_tensor *x = opttensor(L, 1), *y = opttensor(L, 2);
   if (x && y) {
     *a = x; *b = y;
-    *common = qkv_promote(x->dtype, y->dtype);
+    *common = qkv_promote_dims(x->dtype, x->ndim == 0, y->dtype, y->ndim == 0);
     *dev = x->storage->device;
     return;
   }

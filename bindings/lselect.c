@@ -99,7 +99,7 @@ static int s_where3 (lua_State *L, int c, int ia, int ib) {
   qkv_tensor *ta = opttensor(L, ia), *tb = opttensor(L, ib);
   if (!ta && !tb && (!is_number(L, ia) || !is_number(L, ib)))
     return luaL_error(L, "where: expected tensors or numbers for a and b");
-  qkv_dtype dt = ta && tb ? qkv_promote(ta->dtype, tb->dtype)
+  qkv_dtype dt = ta && tb ? qkv_promote_dims(ta->dtype, ta->ndim == 0, tb->dtype, tb->ndim == 0)
                : ta ? with_number(L, ta->dtype, ib) : tb ? with_number(L, tb->dtype, ia)
                : (lua_isinteger(L, ia) && lua_isinteger(L, ib) ? QKV_I64 : QKV_F32);
   qkvL_Scalar sa, sb;
@@ -428,7 +428,7 @@ static qkv_dtype clamp_dtype (lua_State *L, const char *name, const qkv_tensor *
   qkv_dtype dt = x->dtype;
   for (int arg = 2; arg <= 3; arg++) {
     qkv_tensor *t = opttensor(L, arg);
-    if (t) dt = qkv_promote(dt, t->dtype);
+    if (t) dt = qkv_promote_dims(dt, 0, t->dtype, t->ndim == 0 && x->ndim > 0);
     else if (is_number(L, arg)) dt = with_number(L, dt, arg);
   }
   return dt;
@@ -530,7 +530,8 @@ static int inplace (lua_State *L, qkv_binop op, const char *name) {
   qkvL_grad_inplace(L, name);
   qkv_tensor *x = qkvL_checktensor(L, 1), *y = opttensor(L, 2);
   qkvL_Scalar sc;
-  qkv_dtype dt = y ? qkv_promote(x->dtype, y->dtype) : is_number(L, 2)
+  qkv_dtype dt = y ? qkv_promote_dims(x->dtype, x->ndim == 0, y->dtype, y->ndim == 0)
+               : is_number(L, 2)
                ? with_number(L, x->dtype, 2) : x->dtype;
   if (dt == QKV_BOOL) dt = QKV_I64;
   if (op == QKV_DIV && !qkv_is_float(dt)) dt = QKV_F32;

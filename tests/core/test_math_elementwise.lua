@@ -233,6 +233,24 @@ function TestPromotion:testRules()
   chk(qkv.maximum(i, f), "float32", {1.5, 2, 3}, "maximum int64 float32")
   chk(i ^ 2, "int64", {1, 4, 9}, "int64 ^ 2")
   chk(i:sqrt(), "float32", {1, f32(math.sqrt(2)), f32(math.sqrt(3))}, "sqrt int64")
+  -- a 0-d tensor beside one with dims: a number's part (PyTorch's
+  -- result_type), lifting the category but not the size within it
+  local z64, z32, zi = qkv.tensor(0.5, "float64"), qkv.tensor(0.5), qkv.tensor(2, "int64")
+  local h = qkv.tensor({1, 2, 3}, "bfloat16")
+  chk(h * z32, "bfloat16", {0.5, 1, 1.5}, "bfloat16 * 0-d float32")
+  chk(z32 * h, "bfloat16", {0.5, 1, 1.5}, "0-d float32 * bfloat16")
+  chk(f + z64, "float32", {2, 2.5, 3.5}, "float32 + 0-d float64")
+  chk(i + z64, "float64", {1.5, 2.5, 3.5}, "int64 + 0-d float64: the category lifts")
+  chk(qkv.tensor({1, 2}, "int32") + zi, "int32", {3, 4}, "int32 + 0-d int64")
+  chk(b + qkv.tensor(3, "int32"), "int32", {4, 3, 4}, "bool + 0-d int32")
+  chk(z64 + z32, "float64", {1}, "two 0-d promote as tensors")
+  chk(qkv.where(b, h, z32), "bfloat16", {1, 0.5, 3}, "where bfloat16, 0-d float32")
+  chk(qkv.maximum(h, z32), "bfloat16", {1, 2, 3}, "maximum bfloat16, 0-d float32")
+  chk(h:lt(z64), "bool", {false, false, false}, "bfloat16 < 0-d float64")
+  local g = qkv.tensor{1, 2, 3}
+  g:add_(z64)                                 -- float32 += 0-d float64: allowed, as PyTorch's
+  chk(g, "float32", {1.5, 2.5, 3.5}, "float32 add_ 0-d float64")
+  chk(f:clamp(z64, nil), "float32", {1.5, 2, 3}, "clamp float32 by a 0-d float64")
 end
 
 TestBroadcast = {}

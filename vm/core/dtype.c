@@ -33,6 +33,15 @@ qkv_dtype qkv_promote (qkv_dtype a, qkv_dtype b) {
   return dtypes[a].rank >= dtypes[b].rank ? a : b;
 }
 
+/* bool 0, the integers 1, the floats 2 */
+static int category (qkv_dtype t) { return t == QKV_BOOL ? 0 : qkv_is_float(t) ? 2 : 1; }
+
+qkv_dtype qkv_promote_dims (qkv_dtype a, int a0, qkv_dtype b, int b0) {
+  if (a0 == b0) return qkv_promote(a, b);
+  qkv_dtype dims = a0 ? b : a, zero = a0 ? a : b;
+  return category(zero) > category(dims) ? zero : dims;
+}
+
 double qkv_elem_get (qkv_dtype dt, const void *p) {
   switch (dt) {
     case QKV_F32: return *(const float *)p;

@@ -82,6 +82,12 @@ static inline int qkv_is_half (qkv_dtype t) { return t == QKV_F16 || t == QKV_BF
 /* bool < int32 < int64 < float16, bfloat16 < float32 < float64; float16
    with bfloat16 gives float32, as in PyTorch */
 qkv_dtype qkv_promote(qkv_dtype a, qkv_dtype b);
+/* PyTorch's result_type of two tensors, a0 and b0 saying which is 0-d: a
+   0-d tensor beside one with dims takes part as a number does, lifting the
+   category (bool < integer < float: an int64 tensor with a 0-d float64 is
+   float64) but not the size within one (bfloat16 with a 0-d float32 stays
+   bfloat16, int32 with a 0-d int64 int32); two alike promote as above */
+qkv_dtype qkv_promote_dims(qkv_dtype a, int a0, qkv_dtype b, int b0);
 /* the dtype the kernels compute dt in: int32 in int64, the halves in
    float32, the rest in themselves */
 qkv_dtype qkv_compute_dtype(qkv_dtype dt);
