@@ -79,6 +79,21 @@ for _ = 1, 1e9 do end
                        .. "the process crashed (signal 6, Aborted)\n")
 end
 
+-- a loop inside a coroutine times out as one in the test does (each
+-- thread carries the time-out's hook from its start), and the tests after
+-- it run: the hook reached the main thread alone, the child was killed, and
+-- the file's later tests were lost unreported
+function TestIsolation:testLoopsInCoroutinesTimeOut()
+  local co = FIX .. "/coloop/test_coloop.lua"
+  local out, code, last = run(co, "--timeout", "2")
+  lu.assertEquals({code, last}, {1, "1 passed, 3 failed"}, out)
+  lu.assertStrContains(out, co .. ": TestCo.testA_loopInAWrap: timed out after 2 s, at " .. co .. ":9")
+  lu.assertStrContains(out, co .. ": TestCo.testB_loopInACoroutineMadeAtLoad: timed out after 2 s, at "
+                            .. co .. ":")
+  lu.assertStrContains(out, "a failure after the loops")
+  lu.assertNotStrContains(out, "was killed")
+end
+
 -- --timeout 0 is no limit: a test waiting 0.6 s fails under 0.3 s only
 function TestIsolation:testTimeoutZeroIsNone()
   local sleep = FIX .. "/sleep/test_sleep.lua"

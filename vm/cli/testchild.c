@@ -5,8 +5,9 @@
 ** starts, how each ended, and at last the suite's results as plain tables.
 **
 ** The time limit: each test, and each stretch of the suite outside its
-** tests, arms a timer.  When it fires, a Lua hook (set only then) raises
-** the error at the next instruction and qkv_interrupted stops a kernel
+** tests, arms a timer.  When it fires, a Lua hook raises the error at the
+** main thread's next instruction (and every thread's count hook within a
+** few thousand, for a coroutine: watch) and qkv_interrupted stops a kernel
 ** that is running; the suite's LuaUnit marks the test as timed out
 ** (stdlib/qkv/testrun.lua).  A child that does not stop is killed by the
 ** runner.
@@ -110,14 +111,32 @@ static void notewhere (lua_State *L, lua_Debug *ar) {
     snprintf(child.where, sizeof child.where, "%s:%d", ar->short_src, ar->currentline);
 }
 
+static void watch(lua_State *L);
+
 /* runs at the first instruction after the timer fired: the test's error */
 static void timeouthook (lua_State *L, lua_Debug *ar) {
-  lua_sethook(L, NULL, 0, 0);
+  watch(L);
   notewhere(L, ar);
   if (!child.sigint) qkv_interrupted = 0;   /* the error takes over */
   pushtimeout(L);
   lua_error(L);
 }
+
+/*
+** The hook every thread of the suite carries from its start: a count hook
+** that raises the time-out once the timer has fired.  A coroutine takes
+** its creator's hook when it is made, and on_alarm's hook reaches the main
+** thread alone, so that a loop inside a coroutine ran on past its time
+** until the runner killed the child, and the file's later tests were lost
+** unreported; with this one it stops within WATCH instructions.
+*/
+#define WATCH 10000
+
+static void watchhook (lua_State *L, lua_Debug *ar) {
+  if (child.timedout) timeouthook(L, ar);
+}
+
+static void watch (lua_State *L) { lua_sethook(L, watchhook, LUA_MASKCOUNT, WATCH); }
 
 static void on_alarm (int sig) {
   (void)sig;
@@ -136,7 +155,7 @@ static void arm (double seconds) {
   struct itimerval v;
   memset(&v, 0, sizeof v);
   setitimer(ITIMER_REAL, &v, NULL);
-  if (child.timedout && !child.sigint) lua_sethook(child.S, NULL, 0, 0);
+  if (child.timedout && !child.sigint) watch(child.S);
   child.timedout = 0;
   child.where[0] = '\0';
   if (seconds > 1e8) seconds = 1e8;   /* three years: no overflow below */
@@ -273,6 +292,7 @@ _Noreturn void testchild_run (lua_State *L, int fd, double timeout, uint64_t see
   lua_State *S = cli_newstate(0);
   if (S == NULL) exit(EXIT_FAILURE);
   child.S = S;
+  watch(S);
   qkv_seed(seed);
   arm(timeout);
   lua_pushcfunction(S, suitemain);
