@@ -146,8 +146,9 @@ function A.record(name, out, inputs, backward, saved)
                              nout = #outs}, Node)
   for i, x in pairs(inputs) do
     local m = is_tensor(x) and meta[x]
-    if m and m.node then node.edges[i] = {node = m.node, slot = m.slot, dtype = x.dtype}
-    elseif m and m.leaf then node.edges[i] = {leaf = x} end
+    if m and m.node then
+      node.edges[i] = {node = m.node, slot = m.slot, dtype = x.dtype, shape = x.shape}
+    elseif m and m.leaf then node.edges[i] = {leaf = x, shape = x.shape} end
   end
   for _, x in pairs(saved or {}) do
     if is_tensor(x) then node.saved[#node.saved + 1] = {x, x:_version()} end
@@ -237,6 +238,13 @@ local function run(y, dy, sink, on_leaf)
           -- a gradient in its input's dtype, as PyTorch's engine casts it
           -- (x + y of float32 and bfloat16 gives y a bfloat16 one)
           if e.dtype and is_tensor(gk) and gk.dtype ~= e.dtype then gk = gk:to(e.dtype) end
+          -- and of its input's shape, as PyTorch's engine checks it: a
+          -- backward (a custom one through A.record) that gave another
+          -- shape was summed into the input's gradient as it came
+          if is_tensor(gk) and gk.shape ~= e.shape then
+            fail("backward: %s gave a gradient of shape %s for its input %d, which is %s",
+                 n.name, tostring(gk.shape), k, tostring(e.shape))
+          end
           if e.node then
             local to = grads[e.node] or {}
             grads[e.node] = to

@@ -184,6 +184,8 @@ function M.gradcheck(f, inputs, opts)
                .. " number, got " .. tostring(v))
     end
   end
+  -- no input: nothing to check, which passed (PyTorch's gradcheck refuses it)
+  if #inputs == 0 then argerror("gradcheck", 2, "no input tensor to check the gradient of") end
   for i = 1, #inputs do          -- a nil among them is an error, not the list's end
     local x = inputs[i]
     if qkv.is_tensor(x) then checkopen("gradcheck", 2, x) end
@@ -196,6 +198,12 @@ function M.gradcheck(f, inputs, opts)
   local v = qkv.rand(y0.shape, "float64") + 0.5
   local function loss(...) return (f(...) * v):sum() end
   local analytic = qkv.grad(loss, inputs)
+  for i, x in ipairs(inputs) do  -- (the engine checks a gradient's shape too)
+    if analytic[i] ~= nil and analytic[i].shape ~= x.shape then
+      failure(("gradcheck: input %d is %s but its gradient is %s"):format(i, tostring(x.shape),
+                                                                         tostring(analytic[i].shape)))
+    end
+  end
   local xs = {}
   for i, x in ipairs(inputs) do xs[i] = x:detach():contiguous():clone() end   -- written below
   for i, x in ipairs(xs) do

@@ -446,6 +446,25 @@ function TestAPI:testErrors()
                                                       qkv.ones(2, "float64")})
   fails("grad: unknown key 'n' in inputs", qkv.grad, function(x) return x:sum() end,
         table.pack(qkv.ones(1)))
+  -- a backward that gives a gradient of another shape than its input's
+  -- (a custom op through record) is an error naming the node, as
+  -- PyTorch's engine has it; it was summed into the input's gradient, and
+  -- gradcheck compared its first elements alone. gradcheck of no input
+  -- checked nothing and passed
+  local A = require "qkv.autograd"
+  local function bad(x)
+    local y = A.no_grad(function() return x * 2 end)
+    return A.record("BadShape", y, {x}, function(g) return qkv.cat({g * 2, qkv.full({3}, 7, g.dtype)}) end)
+  end
+  local w = qkv.ones(3, "float64"):requires_grad_()
+  fails("backward: BadShape gave a gradient of shape (6,) for its input 1, which is (3,)",
+        function() bad(w):sum():backward() end)
+  fails("gradshape", function()
+    local ok, err = pcall(qkv.test.gradcheck, bad, {qkv.ones(3, "float64")})
+    error(ok and "gradshape: passed" or (err:find("BadShape gave a gradient", 1, true) and "gradshape" or err))
+  end)
+  fails("bad argument #2 to 'gradcheck' (no input tensor to check the gradient of)",
+        qkv.test.gradcheck, function() return qkv.ones(1, "float64") end, {})
   -- a closed tensor is an error naming the function the script called
   local closed
   do
