@@ -369,31 +369,38 @@ local function join(dir, name)
 end
 
 -- the test_*.lua files under dir, in sorted order, into list
-local function walk(sys, dir, list, depth)
+-- the test files under dir into list ({path, id}); a folder is walked
+-- once however many links reach it (dirs: the ids walked), so that a link
+-- back up (sub/up -> ..) does not run its files again and again
+local function walk(sys, dir, id, list, depth, dirs)
+  if dirs[id] then return end
+  dirs[id] = true
   local names = sys.listdir(dir)
   if not names or depth > MAXDEPTH then return end
   table.sort(names)
   for _, name in ipairs(names) do
     local path = join(dir, name)
-    local kind = sys.kind(path)
+    local kind, fid = sys.kind(path)
     if kind == "file" and name:match("^test_.*%.lua$") then
-      list[#list + 1] = path
+      list[#list + 1] = {path, fid}
     elseif kind == "directory" and not skipdir(name) then
-      walk(sys, path, list, depth + 1)
+      walk(sys, path, fid, list, depth + 1, dirs)
     end
   end
 end
 
--- the suites for the paths given, or nil and the path that does not exist
+-- the suites for the paths given, each file once (by what it is, not how
+-- its path is spelt: dir/x.lua, dir/./x.lua and a link to it are one), or
+-- nil and the path that does not exist
 local function discover(sys, paths)
-  local list, seen, out = {}, {}, {}
+  local list, seen, out, dirs = {}, {}, {}, {}
   for _, p in ipairs(paths) do
-    local kind, err = sys.kind(p)
-    if kind == nil then return nil, err end
-    if kind == "directory" then walk(sys, p, list, 1) else list[#list + 1] = p end
+    local kind, id = sys.kind(p)
+    if kind == nil then return nil, id end
+    if kind == "directory" then walk(sys, p, id, list, 1, dirs) else list[#list + 1] = {p, id} end
   end
   for _, f in ipairs(list) do
-    if not seen[f] then seen[f], out[#out + 1] = true, f end
+    if not seen[f[2]] then seen[f[2]], out[#out + 1] = true, f[1] end
   end
   return out
 end

@@ -58,6 +58,22 @@ function TestRunnerCounts:testSingleFiles()
   end
 end
 
+-- each file runs once, whatever leads to it: links that loop back up
+-- (sub/up -> .., a second one beside it) ran it once per path, 2^depth
+-- times with two; a file given as dir/x.lua, dir/./x.lua and through its
+-- folder runs once
+function TestRunnerCounts:testEachFileOnce()
+  local d = tmpdir()
+  writefile(d .. "/test_once.lua", "function testOnce() end\n")
+  os.execute("mkdir -p " .. shell.quote(d .. "/sub") .. " && ln -s .. " .. shell.quote(d .. "/sub/up")
+             .. " && ln -s .. " .. shell.quote(d .. "/sub/up2"))
+  local out, code, last = run(d)
+  lu.assertEquals({code, last}, {0, "1 passed, 0 failed"}, out)
+  out, code, last = run(d .. "/test_once.lua", d .. "/./test_once.lua", d)
+  lu.assertEquals({code, last}, {0, "1 passed, 0 failed"}, out)
+  os.execute("rm -rf " .. shell.quote(d))
+end
+
 function TestRunnerCounts:testProblemsArePrinted()
   local out = run(f"test_syntax.lua")
   lu.assertStrContains(out, "cannot load the suite: " .. f"test_syntax.lua:5:")

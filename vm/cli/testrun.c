@@ -291,14 +291,17 @@ static int t_runsuite (lua_State *L) {
   return 1;
 }
 
-/* kind(path) -> "file" | "directory" | "other", or nil, message */
+/* kind(path) -> "file" | "directory" | "other", and what the file is
+   ("device:inode": one for every path that reaches it, links included),
+   or nil, message */
 static int t_kind (lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   struct stat st;
   if (stat(path, &st) != 0) return luaL_fileresult(L, 0, path);
   lua_pushstring(L, S_ISDIR(st.st_mode) ? "directory"
                   : S_ISREG(st.st_mode) ? "file" : "other");
-  return 1;
+  lua_pushfstring(L, "%I:%I", (lua_Integer)st.st_dev, (lua_Integer)st.st_ino);
+  return 2;
 }
 
 /* listdir(path) -> the names in a folder (not . and ..), or nil, message */
