@@ -156,8 +156,9 @@ end
 
 local patched = setmetatable({}, {__mode = "k"})
 
--- teaches lu.assertEquals, assertNotEquals and assertAlmostEquals (and
--- their snake_case aliases) tensors; once per LuaUnit module
+-- teaches lu.assertEquals, assertNotEquals, assertAlmostEquals,
+-- assertTableContains and assertNotTableContains (and their snake_case
+-- aliases) tensors; once per LuaUnit module
 function M.patch(lu)
   if patched[lu] then return end
   patched[lu] = true
@@ -195,8 +196,35 @@ function M.patch(lu)
     return qkv.test.assertClose(actual, expected, {rtol = 0, atol = margin or lu.EPS})
   end
 
+  -- t holds an element equal to v (tensors by shape, dtype and values):
+  -- LuaUnit's own compare tensors by identity, so that a table holding an
+  -- equal tensor passed assertNotTableContains
+  local contains, notcontains = lu.assertTableContains, lu.assertNotTableContains
+  local function holds_equal(t, v)
+    for _, x in pairs(t) do
+      if not M.difference(x, v) then return true end
+    end
+    return false
+  end
+  function lu.assertTableContains(t, v, extra)
+    if type(t) ~= "table" or not holds2(t, v) then return contains(t, v, extra) end
+    if not holds_equal(t, v) then
+      fail(lu, ("%s\n%s"):format(pretty(lu, "Could not find expected value", v),
+                                 pretty(lu, "in table", t)), extra)
+    end
+  end
+  function lu.assertNotTableContains(t, v, extra)
+    if type(t) ~= "table" or not holds2(t, v) then return notcontains(t, v, extra) end
+    if holds_equal(t, v) then
+      fail(lu, ("%s\n%s"):format(pretty(lu, "Found unexpected value", v), pretty(lu, "in table", t)),
+           extra)
+    end
+  end
+
   lu.assert_equals, lu.assert_not_equals = lu.assertEquals, lu.assertNotEquals
   lu.assert_almost_equals = lu.assertAlmostEquals
+  lu.assert_table_contains, lu.assert_not_table_contains =
+    lu.assertTableContains, lu.assertNotTableContains
 end
 
 return M

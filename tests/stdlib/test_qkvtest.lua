@@ -314,6 +314,22 @@ function TestLuaUnitOnTensors:testNotEquals()
   lu.assertEquals(failure(lu.assertNotEquals, 1, 1), "Received the not expected value: 1")
 end
 
+-- assertTableContains and assertNotTableContains compare a tensor by
+-- value too: a table holding an equal tensor passed assertNotTableContains
+function TestLuaUnitOnTensors:testTableContains()
+  local t = {qkv.tensor{1, 2}, 3}
+  passes(lu.assertTableContains, t, qkv.tensor{1, 2})
+  passes(lu.assert_table_contains, {{qkv.ones(2)}}, {qkv.ones(2)})
+  passes(lu.assertNotTableContains, t, qkv.tensor{1, 3})
+  passes(lu.assertNotTableContains, t, qkv.tensor({1, 2}, "float64"))
+  lu.assertStrContains(failure(lu.assertNotTableContains, t, qkv.tensor{1, 2}),
+                       "Found unexpected value: tensor([1., 2.])")
+  lu.assertStrContains(failure(lu.assertTableContains, t, qkv.zeros(2)),
+                       "Could not find expected value: tensor([0., 0.])")
+  passes(lu.assertTableContains, {1, 2}, 2)                -- plain values: LuaUnit's own
+  lu.assertStrContains(failure(lu.assertNotTableContains, {1, 2}, 2), "DOES contain")
+end
+
 function TestLuaUnitOnTensors:testAlmostEqualsIsAssertCloseWithAMargin()
   passes(lu.assertAlmostEquals, qkv.tensor{1, 2}, qkv.tensor{1, 2.005}, 0.01)
   lu.assertStrContains(failure(lu.assertAlmostEquals, f64{1, 2}, f64{1, 2.5}, 0.25),
