@@ -149,7 +149,7 @@ local function ranks(n)
   local out, code = mpi.run(exe, n, SCRIPT, 300)
   local want = {"ring blocks differ", "ring blocks differ named", "ulysses blocks differ",
                 "ring options differ", "ring mask values differ", "ulysses mask values differ",
-                "ulysses heads", "ring dtype", "ring no graph",
+                "ulysses heads", "ring dtype", "ring mask batch dims", "ring no graph",
                 "ulysses no graph", "done"}
   for _, case in ipairs({"plain", "causal", "mask", "mask causal", "nq=2nk causal",
                          "nk=2nq causal", "nq=2nk", "key mask", "scale", "float32"}) do

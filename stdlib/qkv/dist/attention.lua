@@ -225,7 +225,14 @@ end
 local function out_shape(q, k, v, mask, bq, nk)
   local s = broadcast(broadcast(batch(dims(q), 2), batch(dims(k), 2)), batch(dims(v), 2))
   s[#s + 1], s[#s + 2] = bq, nk
-  if mask then s = broadcast(s, dims(mask)) end
+  if mask then
+    local m = broadcast(s, dims(mask))
+    if m == nil then                   -- (the same on every rank: the ranks agreed on shapes)
+      fail("dist.ring_attention: mask %s does not broadcast to the scores' shape %s",
+           shape_text(dims(mask)), shape_text(s))
+    end
+    s = m
+  end
   s[#s] = v.shape[v.ndim]
   return s
 end

@@ -251,5 +251,10 @@ end
 local z = qkv.zeros(4, 3, 2, "float64")
 err("ring dtype", "dist.ring_attention: q, k and v must be float32 or float64",
     d.ring_attention, z:half(), z:half(), z:half())
+-- a mask whose batch dims do not broadcast: an error naming both shapes
+-- (it was an internal one, the length of a nil value)
+err("ring mask batch dims", "dist.ring_attention: mask (5, 3, " .. 3 * W .. ") does not broadcast "
+    .. "to the scores' shape (4, 3, " .. 3 * W .. ")", d.ring_attention, z, z, z,
+    {mask = qkv.ones(5, 3, 3 * W, "bool")})
 d.barrier()
 print("ok done")
