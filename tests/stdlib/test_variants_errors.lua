@@ -171,6 +171,15 @@ function TestVariantsErrors:testLibraryArguments()
   bad("softcap: c must be a positive number, got 0", V.softcap, 0)
   bad("t5_bias: bias must be a tensor (H, num_buckets)", V.t5_bias, qkv.zeros(4))
   bad("relative_buckets: rel must be a symbolic number", V.relative_buckets, 3)
+  -- T5's buckets past the exact ones need max_distance past them, and
+  -- some exact ones: else buckets out of range, or a NaN (log 1 = 0)
+  bad("t5_bias: max_distance = 8 must be past the 8 exact buckets", V.t5_bias, qkv.zeros(2, 32),
+      {max_distance = 8})
+  bad("t5_bias: num_buckets = 3 leaves no exact bucket", V.t5_bias, qkv.zeros(2, 3))
+  bad("max_distance = 4 must be past the 16 exact buckets", qkv.attention, qkv.zeros(1, 4, 2),
+      qkv.zeros(1, 4, 2), qkv.zeros(1, 4, 2), {score_mod = function(s, _, _, i, j)
+        return s + V.relative_buckets(j - i, {num_buckets = 32, max_distance = 4, bidirectional = false})
+      end})
   bad("alibi_slopes: H must be an integer >= 1, got 0", qkv.alibi_slopes, 0)
   bad("and_masks: give at least one mask_mod", qkv.and_masks)
   bad("or_masks: argument 2 must be a mask_mod function, got number", qkv.or_masks, V.causal(), 3)

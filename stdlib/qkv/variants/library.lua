@@ -147,7 +147,21 @@ local function bucket_opts(opts, name)
   local nb, md = opts.num_buckets or 32, opts.max_distance or 128
   integer(nb, "num_buckets", name, 2)
   integer(md, "max_distance", name, 1)
-  return nb, md, opts.bidirectional ~= false
+  -- T5's formula takes log(max_distance / exact) for the buckets past the
+  -- exact ones: none of those (num_buckets 2 or 3 when bidirectional), or a
+  -- max_distance not past them, gives buckets out of range or a NaN one
+  -- (HF's: garbage or a ZeroDivisionError), so they are an error
+  local bi = opts.bidirectional ~= false
+  local exact = (bi and nb // 2 or nb) // 2
+  if exact < 1 then
+    fail("%s: num_buckets = %d leaves no exact bucket%s (at least %d)", name, nb,
+         bi and " (halved for each direction, bidirectional)" or "", bi and 4 or 2)
+  end
+  if md <= exact then
+    fail("%s: max_distance = %d must be past the %d exact buckets (num_buckets / 2%s)", name, md,
+         exact, bi and ", halved again when bidirectional" or "")
+  end
+  return nb, md, bi
 end
 
 local function buckets(rel, nb, md, bidirectional)
