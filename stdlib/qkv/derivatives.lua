@@ -347,23 +347,21 @@ R.gather = function(f, x, dim, idx)
   end)
 end
 -- sort and topk: each value's gradient back to the position it came from
--- (PyTorch's SortBackward, TopkBackward); the positions take none
-R.sort = function(f, x, dim, descending)
-  local v, i = f(x, dim, descending)
-  rec("SortBackward", v, {x}, function(g)
-    if x:dim() == 0 then return g end
-    return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dimof(x, dim or -1), i, g)
-  end)
-  return v, i
+-- (PyTorch's SortBackward, TopkBackward); the positions take none. dim is
+-- the argument after the first `skip` ones (topk's k)
+local function gather_back(name, skip)
+  return function(f, x, ...)
+    local v, i = f(x, ...)
+    local dim = select(skip + 1, ...)
+    rec(name, v, {x}, function(g)
+      if x:dim() == 0 then return g end
+      return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dimof(x, dim or -1), i, g)
+    end)
+    return v, i
+  end
 end
-R.topk = function(f, x, k, dim, largest)
-  local v, i = f(x, k, dim, largest)
-  rec("TopkBackward", v, {x}, function(g)
-    if x:dim() == 0 then return g end
-    return qkv.zeros(x.shape, g.dtype, g.device):scatter_add_(dimof(x, dim or -1), i, g)
-  end)
-  return v, i
-end
+R.sort = gather_back("SortBackward", 0)
+R.topk = gather_back("TopkBackward", 1)
 R.index_select = function(f, x, dim, idx)
   return rec("IndexSelectBackward", f(x, dim, idx), {x}, function(g)
     return qkv.zeros(x.shape, g.dtype, g.device):index_add_(dim, idx, g)

@@ -417,18 +417,9 @@ end
 
 -- the same bits from the AVX2 rows (F16C, 8 at a time) and the scalar
 -- ones: testConversionBits in a child under each $QKV_CPU cap (the cap
--- is at most what this CPU has; QKV_HALVES_CHILD keeps the child from
--- doing this again)
+-- is at most what this CPU has: tests/helpers/isa_children.lua)
 function TestHalvesOps:testConversionBitsOnEachIsa()
-  if os.getenv("QKV_HALVES_CHILD") then return end
-  local shell = dofile("tests/helpers/shell.lua")
-  local exe = arg and arg[-1] or "build/qkv"
-  for _, cap in ipairs{"avx2", "baseline"} do
-    local out, rc = shell.sh(("QKV_HALVES_CHILD=1 QKV_CPU=%s %s test -p 'testConversionBits$' %s"):format(
-      cap, shell.quote(exe), shell.quote("tests/core/test_halves_ops.lua")))
-    lu.assertEquals(rc, 0, cap .. ": " .. out)
-    lu.assertStrContains(out, "1 passed, 0 failed", false, cap .. ": " .. out)
-  end
+  dofile("tests/helpers/isa_children.lua")(lu, "tests/core/test_halves_ops.lua", "testConversionBits")
 end
 
 os.exit(lu.LuaUnit.run())

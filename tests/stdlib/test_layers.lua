@@ -145,15 +145,7 @@ end
 
 function TestLogSoftmax:testLargeLogits()
   big_logits()
-  if os.getenv("QKV_LAYERS_CHILD") then return end
-  local shell = dofile("tests/helpers/shell.lua")
-  local exe = arg and arg[-1] or "build/qkv"
-  for _, cap in ipairs{"avx2", "baseline"} do
-    local out, rc = shell.sh(("QKV_LAYERS_CHILD=1 QKV_CPU=%s %s test -p 'testLargeLogits$' %s"):format(
-      cap, shell.quote(exe), shell.quote("tests/stdlib/test_layers.lua")))
-    lu.assertEquals(rc, 0, cap .. ": " .. out)
-    lu.assertStrContains(out, "1 passed, 0 failed", false, cap .. ": " .. out)
-  end
+  dofile("tests/helpers/isa_children.lua")(lu, "tests/stdlib/test_layers.lua", "testLargeLogits")
 end
 
 ---------------------------------------------------------------- layer_norm
