@@ -146,6 +146,18 @@ function TestSampling:testMultinomialWithReplacement()
   lu.assertEquals(r.shape, {2, 20000})
   law(r[1], p, "row 1")
   law(r[2], {0.5, 0, 0.5, 0}, "row 2")
+  -- weights whose sum overflows, subnormal ones, a vocabulary's worth of
+  -- categories: every draw a category above 0 (1e308 twice drew category
+  -- 3 of 2; {0, 5e-324, 0} drew 4 of 3), by the same law
+  local big = qkv.multinomial(qkv.tensor({1e308, 0, 1e308}, "float64"), 4000, {replacement = true})
+  law(big, {0.5, 0, 0.5}, "sums that overflow")
+  lu.assertEquals(qkv.multinomial(qkv.tensor({0, 5e-324, 0}, "float64"), 50, {replacement = true})
+                    :eq(2):all():item(), true, "a subnormal weight")
+  local V = 30522
+  local wide = qkv.zeros(V, "float64")
+  wide[7] = 1
+  wide[V] = 3
+  law(qkv.multinomial(wide, 4000, {replacement = true}):eq(V):long() + 1, {0.25, 0.75}, "30522 categories")
 end
 
 function TestSampling:testMultinomialWithoutReplacement()
@@ -249,6 +261,16 @@ function TestSampling:testErrors()
   fails(function() return qkv.sample(l, {top_p = 1.5}) end, "sample: top_p must be a number in (0, 1], got 1.5", "p")
   fails(function() return qkv.sample(l, {topk = 3}) end, "sample: unknown option 'topk' (did you mean 'top_k'?)", "option")
   fails(function() return qkv.sample(qkv.tensor({1, 0 / 0})) end, "sample: logits (2,) hold NaN", "NaN")
+  -- a row with no distribution, as PyTorch's multinomial refuses it: all
+  -- -inf drew token V + 1, a +inf (or an overflow over the temperature)
+  -- token 1; temperature 0 takes the largest
+  local ninf = qkv.tensor({{1, 2, 3}, {-math.huge, -math.huge, -math.huge}})
+  fails(function() return qkv.sample(ninf) end, "sample: a row of logits (2, 3) gives no distribution", "-inf")
+  fails(function() return qkv.sample(ninf, {top_k = 1}) end, "gives no distribution", "-inf top_k")
+  fails(function() return qkv.sample(qkv.tensor({0, math.huge, 1})) end, "gives no distribution", "+inf")
+  fails(function() return qkv.sample(qkv.tensor({1, 2, 3}, "float64"), {temperature = 1e-309}) end,
+        "gives no distribution", "over a tiny temperature")
+  lu.assertEquals(qkv.sample(qkv.tensor({0, math.huge, 1}), {temperature = 0}):item(), 2)
   fails(function() return qkv.sample(qkv.ones({2}, "int64")) end, "sample: logits must be a floating tensor", "dtype")
   local closed
   do local t <close> = qkv.rand(3); closed = t end
