@@ -194,9 +194,11 @@ R.min = pick_rule("MinBackward")
 local function matmul_grads(a, b, g)
   local a2 = a:dim() == 1 and a:unsqueeze(1) or a
   local b2 = b:dim() == 1 and b:unsqueeze(2) or b
+  -- b's axis first: a dot product's gradient is 0-d, whose unsqueeze(-2)
+  -- fails; (1,) then takes it
   local g2 = g
-  if a:dim() == 1 then g2 = g2:unsqueeze(-2) end
   if b:dim() == 1 then g2 = g2:unsqueeze(-1) end
+  if a:dim() == 1 then g2 = g2:unsqueeze(-2) end
   local ga = sum_to(g2:matmul(b2.mT), a2):reshape(table.unpack(a.shape))
   local gb = sum_to(a2.mT:matmul(g2), b2):reshape(table.unpack(b.shape))
   return ga, gb

@@ -90,9 +90,10 @@ local function check_operands(ops)
     if not qkv.is_tensor(x) then
       fail("bad argument #%d (tensor expected for operand %d, got %s)", k + 1, k, type(x))
     end
-    if x.dtype ~= "float32" and x.dtype ~= "float64" then
-      fail("operand %d is %s: einsum takes float32 or float64 tensors, as matmul does",
-        k, x.dtype)
+    if x.dtype ~= "float32" and x.dtype ~= "float64" and x.dtype ~= "float16" and
+       x.dtype ~= "bfloat16" then
+      fail("operand %d is %s: einsum takes float tensors (float32, float64, float16, bfloat16), "
+           .. "as matmul does", k, x.dtype)
     end
     dtype = dtype or x.dtype
     if x.dtype ~= dtype then

@@ -81,6 +81,10 @@ end
 function TestRules:testProductsAndViews()
   check(function(a, b) return a:matmul(b) end, {r(2, 3, 4), r(4, 5)}, "batched matmul")
   check(function(a, b) return a:matmul(b) end, {r(4), r(4, 2)}, "vector @ matrix")
+  check(function(a, b) return a:matmul(b) end, {r(2, 4), r(4)}, "matrix @ vector")
+  check(function(a, b) return a:matmul(b) end, {r(4), r(2, 4, 3)}, "vector @ batch")
+  -- a dot product: its gradient is 0-d (the rule's unsqueeze(-2) of it failed)
+  check(function(a, b) return a:matmul(b) end, {r(4), r(4)}, "vector @ vector")
   check(function(a, b) return qkv.mm(a, b) + qkv.bmm(a:unsqueeze(1), b:unsqueeze(1)):squeeze(1) end,
         {r(2, 3), r(3, 2)}, "mm, bmm")
   local x = r(2, 3, 4)

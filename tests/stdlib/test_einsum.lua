@@ -254,6 +254,23 @@ TestEinsumErrors = {}
 
 local A, B = qkv.ones(2, 3), qkv.ones(3, 4)
 
+-- float16 and bfloat16, as matmul takes them (and PyTorch's einsum): the
+-- result in the dtype, near the same spec on float32 copies (they were
+-- refused, as if matmul refused them)
+function TestEinsum.testHalves()
+  for _, dt in ipairs{"float16", "bfloat16"} do
+    local a, b = qkv.randn(2, 3, 4):to(dt), qkv.randn(2, 4, 5):to(dt)
+    for _, c in ipairs{{"bij,bjk->bik", b}, {"bij,bjk->ik", b}, {"bij,bij->b", a}, {"...j,bjk->...k", b}} do
+      local r = qkv.einsum(c[1], a, c[2])
+      lu.assertEquals(r.dtype, dt, c[1])
+      qkv.test.assertClose(r:float(), qkv.einsum(c[1], a:float(), c[2]:float()),
+                           {rtol = 2e-2, atol = 2e-2})
+    end
+    local d = qkv.randn(4, 4):to(dt)
+    qkv.test.assertTensorEqual(qkv.einsum("ii->i", d), qkv.einsum("ii->i", d:float()):to(dt))
+  end
+end
+
 function TestEinsumErrors.testArguments()
   fails("einsum: bad argument #1 (spec string expected, got number)", qkv.einsum, 3, A)
   fails("einsum: bad argument #2 (tensor expected for operand 1, got table)",
@@ -266,8 +283,8 @@ function TestEinsumErrors.testArguments()
 end
 
 function TestEinsumErrors.testDtypes()
-  fails("einsum: operand 1 is int64: einsum takes float32 or float64 tensors, as matmul does",
-    qkv.einsum, "ij->ji", qkv.ones(2, 2, "int64"))
+  fails("einsum: operand 1 is int64: einsum takes float tensors (float32, float64, float16, "
+        .. "bfloat16), as matmul does", qkv.einsum, "ij->ji", qkv.ones(2, 2, "int64"))
   qkv.einsum("ij->ji", qkv.ones(2, 2))  -- a kept plan still checks the dtypes
   fails("einsum: operand 1 is int64", qkv.einsum, "ij->ji", qkv.ones(2, 2, "int64"))
   fails("einsum: operand 2 is bool", qkv.einsum, "ij,jk", A, qkv.ones(3, 4, "bool"))
