@@ -8,17 +8,14 @@
 #include "lauxqkv.h"
 #include "../vm/common/ops.h"
 
-/* a Lua number an int32 tensor's op cannot hold is an error (docs/tensors.md),
-   as qkvL_checkfill's: it was clamped, so x:eq(2^31) was true at 2^31 - 1 */
+/* an integer dtype's number through qkvL_checkfill, whose range check
+   makes one an int32 cannot hold an error (docs/tensors.md: it was
+   clamped, so x:eq(2^31) was true at 2^31 - 1) */
 static const qkv_tensor *make_scalar (lua_State *L, const char *name, qkvL_Scalar *sc, int arg,
                                       qkv_dtype dt) {
+  if (dt == QKV_I64 || dt == QKV_I32) return qkvL_checkfill(L, arg, dt, name, sc);
   if (lua_type(L, arg) == LUA_TBOOLEAN) qkv_elem_seti(dt, &sc->v, lua_toboolean(L, arg));
-  else if (lua_isinteger(L, arg)) {
-    lua_Integer i = lua_tointeger(L, arg);
-    if (dt == QKV_I32 && (i < INT32_MIN || i > INT32_MAX))
-      luaL_error(L, "%s: %I does not fit in int32 (the tensor's dtype)", name, i);
-    qkv_elem_seti(dt, &sc->v, (int64_t)i);
-  }
+  else if (lua_isinteger(L, arg)) qkv_elem_seti(dt, &sc->v, (int64_t)lua_tointeger(L, arg));
   else qkv_elem_set(dt, &sc->v, lua_tonumber(L, arg));
   return qkvL_scalar(sc, dt);
 }
