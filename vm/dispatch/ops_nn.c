@@ -87,10 +87,9 @@ int qkv_scatter_add (qkv_tensor *out, const qkv_tensor *idx, const qkv_tensor *s
     if ((err = qkv_op_convert(&o32, out, QKV_F32)) == QKV_OK) {
       if ((err = qkv_op_convert(&s32, &c, QKV_F32)) == QKV_OK) {
         err = be->scatter_add(&o32, idx, &s32, dim);
-        if (err == QKV_OK) err = be->copy(out, &o32);
         qkv_storage_release(s32.storage);
       }
-      qkv_storage_release(o32.storage);
+      err = qkv_op_done(err, be, out, &o32);     /* back into out, o32 released */
     }
   }
   if (c.storage != src->storage) qkv_storage_release(c.storage);
