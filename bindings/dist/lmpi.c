@@ -86,44 +86,37 @@ static void *buffer (lua_State *L, int arg, int64_t *n, MPI_Datatype *type, qkv_
   return qkv_data(t);
 }
 
-/* float16 and bfloat16 reductions: each element in float32, rounded back */
-#define HALF_OP(name, load, store, expr)                                      \
-  static void name (void *in, void *io, int *len, MPI_Datatype *type) {       \
-    (void)type;                                                               \
-    const uint16_t *a = in;                                                   \
-    uint16_t *b = io;                                                         \
-    for (int i = 0; i < *len; i++) {                                          \
-      float x = load(a[i]), y = load(b[i]);                                   \
-      b[i] = store(expr);                                                     \
-    }                                                                         \
-  }
-HALF_OP(h_sum, qkv_h2f, qkv_f2h, x + y)
-HALF_OP(h_max, qkv_h2f, qkv_f2h, (x > y || x != x) ? x : y)
-HALF_OP(h_min, qkv_h2f, qkv_f2h, (x < y || x != x) ? x : y)
-HALF_OP(bf_sum, qkv_bf2f, qkv_f2bf, x + y)
-HALF_OP(bf_max, qkv_bf2f, qkv_f2bf, (x > y || x != x) ? x : y)
-HALF_OP(bf_min, qkv_bf2f, qkv_f2bf, (x < y || x != x) ? x : y)
-
-static MPI_Op half_ops[2][3];   /* [float16, bfloat16][sum, max, min] */
-
-/* float32 and float64 max and min that keep NaN, as qkv.maximum and
-   qkv.minimum (and PyTorch's all_reduce) do: MPI's own MPI_MAX and MPI_MIN
-   kept or dropped a NaN by which rank held it */
-#define NAN_OP(name, T, expr)                                                 \
+/*
+** Our own reductions: float16 and bfloat16 (T, each element read into C =
+** float and rounded back), and float32 and float64 max and min that keep
+** NaN (T = C, no conversion), as qkv.maximum and qkv.minimum (and PyTorch's
+** all_reduce) do: MPI's own MPI_MAX and MPI_MIN kept or dropped a NaN by
+** which rank held it.
+*/
+#define RED_OP(name, T, C, load, store, expr)                                 \
   static void name (void *in, void *io, int *len, MPI_Datatype *type) {       \
     (void)type;                                                               \
     const T *a = in;                                                          \
     T *b = io;                                                                \
     for (int i = 0; i < *len; i++) {                                          \
-      T x = a[i], y = b[i];                                                   \
-      b[i] = expr;                                                            \
+      C x = load(a[i]), y = load(b[i]);                                       \
+      b[i] = store(expr);                                                     \
     }                                                                         \
   }
-NAN_OP(f_max, float, (x > y || x != x) ? x : y)
-NAN_OP(f_min, float, (x < y || x != x) ? x : y)
-NAN_OP(d_max, double, (x > y || x != x) ? x : y)
-NAN_OP(d_min, double, (x < y || x != x) ? x : y)
+#define NANMAX (x > y || x != x) ? x : y
+#define NANMIN (x < y || x != x) ? x : y
+RED_OP(h_sum, uint16_t, float, qkv_h2f, qkv_f2h, x + y)
+RED_OP(h_max, uint16_t, float, qkv_h2f, qkv_f2h, NANMAX)
+RED_OP(h_min, uint16_t, float, qkv_h2f, qkv_f2h, NANMIN)
+RED_OP(bf_sum, uint16_t, float, qkv_bf2f, qkv_f2bf, x + y)
+RED_OP(bf_max, uint16_t, float, qkv_bf2f, qkv_f2bf, NANMAX)
+RED_OP(bf_min, uint16_t, float, qkv_bf2f, qkv_f2bf, NANMIN)
+RED_OP(f_max, float, float, , , NANMAX)
+RED_OP(f_min, float, float, , , NANMIN)
+RED_OP(d_max, double, double, , , NANMAX)
+RED_OP(d_min, double, double, , , NANMIN)
 
+static MPI_Op half_ops[2][3];   /* [float16, bfloat16][sum, max, min] */
 static MPI_Op float_ops[2][2];  /* [float32, float64][max, min] */
 
 static MPI_Op checkop (lua_State *L, int arg, qkv_dtype dt) {
