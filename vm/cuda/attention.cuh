@@ -15,6 +15,19 @@
 /* the plan's pointers to a tensor's element 0 (attention_plan.h) */
 static inline void *qkv_cu_attn_data (const qkv_tensor *t) { return qkv_cu_data(t); }
 
+/* whether q's, k's and v's rows are dense and 16-byte aligned, so that
+   the tensor-core kernels read them 16 bytes at a time (their elements
+   dense, every row and batch stride a multiple of 8 halves) */
+static inline int qkv_cu_dense_rows (const qkv_attn_plan &P) {
+  const qkv_attn_view *ops[3] = {&P.q, &P.k, &P.v};
+  for (int k = 0; k < 3; k++) {
+    if (ops[k]->cs != 1 || ops[k]->rs % 8 != 0 || (uintptr_t)ops[k]->base % 16 != 0) return 0;
+    for (int i = 0; i < P.nbd; i++)
+      if (ops[k]->bs[i] % 8 != 0) return 0;
+  }
+  return 1;
+}
+
 /* the tensor-core path for bfloat16 and float16 (attention_mma.cu), of a
    forward's plan; QKV_EDTYPE when it does not take it (a head size other
    than 64 or 128, dk != dv, or QKV_CUDA_ATTENTION=fp32): the caller

@@ -56,14 +56,6 @@ static int run (const qkv_attn_plan &P, int vec, int v, int pipe) {
                      "r32k128 is built for head size 64 only");
 }
 
-/* whether an operand's rows can be read 16 bytes at a time */
-static int dense_rows (const qkv_attn_view &op, int nbd) {
-  if (op.cs != 1 || op.rs % 8 != 0 || (uintptr_t)op.base % 16 != 0) return 0;
-  for (int i = 0; i < nbd; i++)
-    if (op.bs[i] % 8 != 0) return 0;
-  return 1;
-}
-
 /* QKV_CUDA_MMA_VARIANT: a name of variants (unset or empty: -1, each
    head size's default); another name is an error, so that a bench never
    times the default under a misspelt name */
@@ -98,7 +90,7 @@ int qkv_cu_attention_mma (const qkv_attn_plan &P) {
   if (err == QKV_OK) err = named_variant(&variant);
   if (err != QKV_OK) return err;
   qkv_cu_attention_path = "mma";
-  int vec = dense_rows(P.q, P.nbd) && dense_rows(P.k, P.nbd) && dense_rows(P.v, P.nbd);
+  int vec = qkv_cu_dense_rows(P);
   static int sync = -1;                  /* QKV_CUDA_MMA_SYNC=1: no cp.async pipeline */
   if (sync < 0) sync = getenv("QKV_CUDA_MMA_SYNC") != NULL;
   int pipe = vec && !sync;
@@ -118,7 +110,7 @@ int qkv_cu_attention_mma_tiles (const qkv_attn_plan &P, qkv_cu_mma_tiles *t) {
   int v, err = takes(P);
   if (err == QKV_OK) err = named_variant(&v);
   if (err != QKV_OK) return err;
-  if (!dense_rows(P.q, P.nbd) || !dense_rows(P.k, P.nbd) || !dense_rows(P.v, P.nbd))
+  if (!qkv_cu_dense_rows(P))
     return qkv_cu_decline("mma", "the variants' tensor-core kernel reads rows 16 bytes at a time");
   int mt = v < 0 ? 1 : variants[v].mt, bk = v < 0 ? 64 : variants[v].bk;
   if (P.dk == 128 && bk == 128)

@@ -239,14 +239,6 @@ static int launch (qkv_attn_plan P) {
   return QKV_OK;
 }
 
-/* whether an operand's rows are dense and 16-byte aligned */
-static int dense_rows (const qkv_attn_view &op, int nbd) {
-  if (op.cs != 1 || op.rs % 8 != 0 || (uintptr_t)op.base % 16 != 0) return 0;
-  for (int i = 0; i < nbd; i++)
-    if (op.bs[i] % 8 != 0) return 0;
-  return 1;
-}
-
 /* the device's compute capability is 9.0 (sm_90a code runs there only) */
 static int hopper (void) {
   static int is = -1;
@@ -264,7 +256,7 @@ int qkv_cu_attention_wgmma (const qkv_attn_plan &P) {
   if (P.dk != P.dv || (P.dk != 64 && P.dk != 128) || (uintptr_t)P.out % 4 != 0 ||
       P.nq >= 1 << 30 || P.nk >= 1 << 30 || P.nbatch > INT_MAX / (P.nq / 128 + 1))
     return qkv_cu_decline("wgmma", "the wgmma kernel takes head sizes 64 and 128, dk == dv");
-  if (!dense_rows(P.q, P.nbd) || !dense_rows(P.k, P.nbd) || !dense_rows(P.v, P.nbd))
+  if (!qkv_cu_dense_rows(P))
     return qkv_cu_decline("wgmma", "the wgmma kernel reads rows 16 bytes at a time");
   /* QKV_CUDA_WGMMA_BK: keys a tile, 64 or 128 (unset: 128), for the GPU
      run to time both; another value is an error */
