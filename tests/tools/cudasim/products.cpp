@@ -22,16 +22,26 @@ static float half_at (int fp16, uint32_t reg, int hi) {
   return fp16 ? qkv_h2f(h) : qkv_bf2f(h);
 }
 
-void sim_mma_m16n8k16 (int fp16, float d[4], const uint32_t a[4], const uint32_t b[2]) {
-  uint64_t a01[32], a23[32], b01[32];
+/* the warp's 16 x 16 A from its lanes' fragments a[4] (a warp collective:
+   mma.sync's A, and wgmma's A from registers, a warp's 16 rows of it) */
+static void a_fragments (int fp16, const uint32_t a[4], float A[16][16]) {
+  uint64_t a01[32], a23[32];
   warp_all((uint64_t)a[0] | (uint64_t)a[1] << 32, a01);
   warp_all((uint64_t)a[2] | (uint64_t)a[3] << 32, a23);
+  for (int row = 0; row < 16; row++)
+    for (int k = 0; k < 16; k++) {
+      int lane = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
+      uint64_t w = reg < 2 ? a01[lane] : a23[lane];
+      A[row][k] = half_at(fp16, (uint32_t)(w >> (32 * (reg & 1))), k & 1);
+    }
+}
+
+void sim_mma_m16n8k16 (int fp16, float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  uint64_t b01[32];
+  float Am[16][16];
+  a_fragments(fp16, a, Am);
   warp_all((uint64_t)b[0] | (uint64_t)b[1] << 32, b01);
-  auto A = [&](int row, int k) {               /* element (row, k) of the 16 x 16 A */
-    int lane = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
-    uint64_t w = reg < 2 ? a01[lane] : a23[lane];
-    return half_at(fp16, (uint32_t)(w >> (32 * (reg & 1))), k & 1);
-  };
+  auto A = [&](int row, int k) { return Am[row][k]; };
   auto B = [&](int k, int n) {                 /* element (k, n) of the 16 x 8 B */
     uint64_t w = b01[n * 4 + (k % 8) / 2];
     return half_at(fp16, (uint32_t)(w >> (32 * (k >= 8))), k & 1);
@@ -117,15 +127,7 @@ void sim_wgmma (int fp16, int n, float *d, const uint32_t *a, uint64_t da, uint6
   auto av = std::make_shared<A16>();
   uint32_t a_at_issue[4] = {0, 0, 0, 0};
   if (a) {
-    uint64_t a01[32], a23[32];
-    warp_all((uint64_t)a[0] | (uint64_t)a[1] << 32, a01);
-    warp_all((uint64_t)a[2] | (uint64_t)a[3] << 32, a23);
-    for (int r = 0; r < 16; r++)
-      for (int k = 0; k < 16; k++) {
-        int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
-        uint64_t x = reg < 2 ? a01[lane] : a23[lane];
-        av->v[r][k] = half_at(fp16, (uint32_t)(x >> (32 * (reg & 1))), k & 1);
-      }
+    a_fragments(fp16, a, av->v);
     memcpy(a_at_issue, a, sizeof a_at_issue);
   }
   wg_desc A = {0, 0, 0}, B;
