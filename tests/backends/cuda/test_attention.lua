@@ -190,8 +190,10 @@ end
 -- two warpgroups' rows, key tiles cut by n_k, causal in both alignments,
 -- masks with rows that keep no key, heads as strided views, lse through a
 -- backward (mma's, reading the wgmma forward's lse); and
--- tests/helpers/mma_variants.lua's cases on it in each tile of keys (rows
--- it cannot read 16 bytes at a time: an error naming the forced path)
+-- tests/helpers/mma_variants.lua's cases on it in each tile of keys and
+-- each load, TMA by a producer warpgroup (the default) or cp.async (rows
+-- it cannot read 16 bytes at a time, or batch dims a tensor map cannot
+-- hold: an error naming the forced path)
 function TestCudaAttention:testHalvesOnWgmma()
   need()
   local x = qkv.randn(1, 8, 64, "cuda"):to("bfloat16")
@@ -256,18 +258,45 @@ function TestCudaAttention:testHalvesOnWgmma()
     lu.assertTrue(rel(g[i]) <= 2 * rel(cpu[i]) + 1e-3, ("gradient %d: %.3g, the CPU's %.3g"):format(
       i, rel(g[i]), rel(cpu[i])))
   end
-  -- mma_variants.lua's cases (lse included) in each tile of keys, a
-  -- process each; a tile that is not built is an error
-  for _, bk in ipairs{"64", "128"} do
-    local out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=" .. bk .. " " ..
-                           S.quote(EXE) .. " tests/helpers/mma_variants.lua")
-    lu.assertEquals(code, 0, out)
-    lu.assertStrContains(out, "ok ", bk)
+  -- three batch dims that no two strides join: the tensor maps' 5 dims
+  local b3 = values({50, 2, 3, 2, 64}, "bfloat16")
+  local p3 = b3:cuda():permute(4, 3, 2, 1, 5)
+  qkv.cuda.attention_backend("wgmma")
+  local got3 = qkv.attention(p3, p3, p3, {causal = true, weights = false})
+  lu.assertEquals(qkv.cuda.attention_backend("auto"), "wgmma")
+  local c3, w3 = b3:permute(4, 3, 2, 1, 5), b3:permute(4, 3, 2, 1, 5):double()
+  local want3 = qkv.attention(w3, w3, w3, {causal = true, weights = false})
+  local cpu3 = rel64(qkv.attention(c3, c3, c3, {causal = true, weights = false}), want3)
+  lu.assertTrue(rel64(got3, want3) <= 2 * cpu3, ("3 batch dims: %.3g, the CPU's %.3g"):format(
+    rel64(got3, want3), cpu3))
+  -- batch dims the TMA kernel's maps cannot hold (four that no two
+  -- strides join): an error naming the forced path
+  local b4 = values({50, 2, 2, 2, 2, 64}, "bfloat16"):cuda():permute(5, 4, 3, 2, 1, 6)
+  qkv.cuda.attention_backend("wgmma")
+  local ok3, err3 = pcall(qkv.attention, b4, b4, b4, {weights = false})
+  qkv.cuda.attention_backend("auto")
+  lu.assertFalse(ok3)
+  lu.assertStrContains(tostring(err3), "wgmma")
+  lu.assertStrContains(tostring(err3), "TMA")
+  -- mma_variants.lua's cases (lse included) in each tile of keys and each
+  -- way of loading them (the simulation landing TMA copies at the last
+  -- moment and at once, SIM_TMA), a process each; a tile or a load that
+  -- is not built is an error
+  for _, run in ipairs{"", "SIM_TMA=early", "QKV_CUDA_WGMMA_LOAD=cp.async"} do
+    for _, bk in ipairs{"64", "128"} do
+      local out, code = S.sh(run .. " QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=" .. bk .. " " ..
+                             S.quote(EXE) .. " tests/helpers/mma_variants.lua")
+      lu.assertEquals(code, 0, run .. " " .. out)
+      lu.assertStrContains(out, "ok ", bk)
+    end
   end
-  local out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=96 " .. S.quote(EXE) .. " -e " ..
-    S.quote("local x = qkv.randn(1, 8, 64, 'cuda'):to('float16'); qkv.attention(x, x, x, {weights = false})"))
+  local x16 = S.quote("local x = qkv.randn(1, 8, 64, 'cuda'):to('float16'); qkv.attention(x, x, x, {weights = false})")
+  local out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_BK=96 " .. S.quote(EXE) .. " -e " .. x16)
   lu.assertNotEquals(code, 0)
   lu.assertStrContains(out, "not 64 or 128")
+  out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_LOAD=bulk " .. S.quote(EXE) .. " -e " .. x16)
+  lu.assertNotEquals(code, 0)
+  lu.assertStrContains(out, "not tma or cp.async")
 end
 
 -- each variant of the tensor-core kernel (QKV_CUDA_MMA_VARIANT: rows a

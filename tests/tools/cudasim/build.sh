@@ -10,8 +10,8 @@
 #
 # Each .cu goes through rewrite.py into build/cudasim/gen/X.cpp (launches
 # and extern __shared__ rewritten; #line keeps the .cu's names and line
-# numbers), then g++ -std=c++20.  cuda_runtime.h, cublas_v2.h and CUB's
-# header are one-line forwards to cudasim.h, made in build/cudasim/include.
+# numbers), then g++ -std=c++20.  cuda_runtime.h, cuda.h, cudaTypedefs.h,
+# cublas_v2.h and CUB's header are one-line forwards to cudasim.h, made in build/cudasim/include.
 # Environment: CXX (g++), SIMFLAGS (extra flags, e.g. "-O0 -g" or
 # "-fsanitize=undefined"), BUILD (build), JOBS (parallel compiles: nproc),
 # SRC (the .cu files' folder, vm/cuda; a copy of vm/ elsewhere lets one
@@ -19,7 +19,9 @@
 # At run time: SIM_WORKERS (OS threads running blocks), SIM_STACK_KB
 # (each simulated thread's stack), SIM_DEVICES=0 (no device),
 # SIM_TRACE=1 (print each launch), SIM_ORDER=reverse|random|warps (the order
-# in which a block's threads run between barriers; forward by default).
+# in which a block's threads run between barriers; forward by default),
+# SIM_TMA=early|late (when a TMA copy lands: at issue, or at the wait on
+# its mbarrier, the default; tma.cpp).
 set -e
 cd "$(dirname "$0")/../../.."
 CXX=${CXX:-g++}
@@ -30,7 +32,7 @@ SRC=${SRC:-vm/cuda}
 OUT=$BUILD/cudasim
 mkdir -p "$OUT/gen" "$OUT/obj" "$OUT/include/cub/device"
 here=$(pwd)
-for h in cuda_runtime.h cublas_v2.h cub/device/device_segmented_sort.cuh; do
+for h in cuda_runtime.h cuda.h cudaTypedefs.h cublas_v2.h cub/device/device_segmented_sort.cuh; do
   echo "#include \"$here/$SIM/cudasim.h\"" > "$OUT/include/$h.new"
   cmp -s "$OUT/include/$h.new" "$OUT/include/$h" 2>/dev/null || mv "$OUT/include/$h.new" "$OUT/include/$h"
   rm -f "$OUT/include/$h.new"
@@ -39,7 +41,7 @@ done
 # (-Wno-unknown-pragmas: CUDA's #pragma unroll, which g++ does not know)
 FLAGS="-std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-strict-aliasing -pthread \
   -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers \
-  -Wno-unknown-pragmas \
+  -Wno-unknown-pragmas -Wno-psabi \
   -I$OUT/include -I$SRC $SIMFLAGS \
   -DQKV_SIM_DIR=\"$here/$SIM\" -DQKV_SIM_JIT=\"$here/$OUT/jit\""
 

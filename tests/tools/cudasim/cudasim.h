@@ -140,6 +140,50 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 
+/* the driver's tensor maps (TMA, vm/cuda/tma.cuh), reached as the plugin
+   does, through cudaGetDriverEntryPointByVersion: the types of cuda.h
+   and cudaTypedefs.h the kernels name (tma.cpp encodes and copies) */
+#define __grid_constant__
+typedef int CUresult;
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 };
+typedef uint32_t cuuint32_t;
+typedef uint64_t cuuint64_t;
+struct alignas(128) CUtensorMap { cuuint64_t opaque[16]; };
+typedef enum {
+  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16,
+  CU_TENSOR_MAP_DATA_TYPE_UINT32, CU_TENSOR_MAP_DATA_TYPE_INT32,
+  CU_TENSOR_MAP_DATA_TYPE_UINT64, CU_TENSOR_MAP_DATA_TYPE_INT64,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT64, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+} CUtensorMapDataType;
+typedef enum {
+  CU_TENSOR_MAP_INTERLEAVE_NONE = 0, CU_TENSOR_MAP_INTERLEAVE_16B, CU_TENSOR_MAP_INTERLEAVE_32B
+} CUtensorMapInterleave;
+typedef enum {
+  CU_TENSOR_MAP_SWIZZLE_NONE = 0, CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_64B,
+  CU_TENSOR_MAP_SWIZZLE_128B
+} CUtensorMapSwizzle;
+typedef enum {
+  CU_TENSOR_MAP_L2_PROMOTION_NONE = 0, CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+} CUtensorMapL2promotion;
+typedef enum {
+  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+} CUtensorMapFloatOOBfill;
+typedef CUresult (*PFN_cuTensorMapEncodeTiled_v12000)(
+    CUtensorMap *t, CUtensorMapDataType dt, cuuint32_t rank, void *addr, const cuuint64_t *dim,
+    const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *estr,
+    CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+    CUtensorMapFloatOOBfill oob);
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2
+};
+enum { cudaEnableDefault = 0 };
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned version,
+                                             unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult *status = NULL);
+
 /* the attribute a kernel's dynamic shared memory over 48 KiB needs */
 cudaError_t sim_set_func_attr(const void *f, cudaFuncAttribute a, int v);
 template <typename F> static inline cudaError_t cudaFuncSetAttribute (F f, cudaFuncAttribute a,

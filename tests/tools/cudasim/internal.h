@@ -42,6 +42,16 @@ unsigned workers(void);
 unsigned char *sim_smem_at(uint32_t addr, size_t n, const char *what);
 void sim_fault(const char *what);
 
+/* until ready() (run on the calling thread, which may fault): the thread
+   spins, tested again each pass of the scheduler; none able to go on is
+   a deadlock */
+void sim_wait_until(const std::function<bool()> &ready);
+
+/* mbarriers and TMA (tma.cpp), per block: forget the last block's, and at
+   the block's end what it left undone (NULL: nothing) */
+void sim_tma_begin_block(void);
+const char *sim_tma_end_block(void);
+
 /* wgmma's work, deferred to the wait for its group (scheduler.cpp) */
 void sim_wg_issue(std::function<void()> work);
 

@@ -69,7 +69,9 @@ sim_switch:
 )");
 #endif
 
-enum { READY, WAIT_BAR, WAIT_WARP, DONE, FAULTED };
+/* SPIN: at a wait on a condition another thread makes true (an mbarrier's
+   phase, tma.cpp): run again each pass, where it tests and yields again */
+enum { READY, WAIT_BAR, WAIT_WARP, SPIN, DONE, FAULTED };
 
 /* a cp.async copy, done when its group is waited for (vm/cuda/mma.cuh) */
 struct cp_copy { void *dst; const void *src; size_t n; };
@@ -312,6 +314,15 @@ unsigned char *sim_smem_at (uint32_t addr, size_t n, const char *what) {
 
 void sim_fault (const char *what) { fault(cur_worker, "%s", what); }
 
+void sim_wait_until (const std::function<bool()> &ready) {
+  worker *w = cur_worker;
+  while (!ready()) {
+    w->f[w->cur].state = SPIN;
+    yield(w);
+  }
+  w->f[w->cur].state = READY;
+}
+
 static void start_fiber (worker *w, unsigned i) {
   fiber &f = w->f[i];
   f.state = READY;
@@ -340,7 +351,8 @@ static void start_fiber (worker *w, unsigned i) {
 }
 
 static const char *state_name (int s) {
-  return s == WAIT_BAR ? "__syncthreads" : s == WAIT_WARP ? "a warp operation" : "?";
+  return s == WAIT_BAR ? "__syncthreads" : s == WAIT_WARP ? "a warp operation"
+         : s == SPIN ? "an mbarrier wait" : "?";
 }
 
 /* the order of a pass over the fibers (SIM_ORDER): 0 forward (thread 0
@@ -358,8 +370,10 @@ static int order (void) {
   return o;
 }
 
-/* runs fiber i until it waits or ends */
+/* runs fiber i until it waits or ends; whether it got anywhere (a
+   spinning fiber that spins again did not) */
 static bool resume (worker *w, unsigned i) {
+  const bool spun = w->f[i].state == SPIN;
   w->cur = i;
   set_thread_index(w, i);
 #if defined(__x86_64__)
@@ -367,8 +381,10 @@ static bool resume (worker *w, unsigned i) {
 #else
   swapcontext(&w->sched_uc, &w->f[i].uc);
 #endif
-  return true;
+  return !(spun && w->f[i].state == SPIN);
 }
+
+static bool runnable (const fiber &f) { return f.state == READY || f.state == SPIN; }
 
 /* every thread of block b; false after a fault */
 static bool run_block (worker *w, uint64_t b) {
@@ -384,6 +400,7 @@ static bool run_block (worker *w, uint64_t b) {
   }
   memset(w->smem, 0xff, w->smem_buf.size() - 128);        /* garbage, as on the GPU */
   for (unsigned i = 0; i < w->n; i++) start_fiber(w, i);
+  sim_tma_begin_block();
   int ord = order();
   while (w->live) {
     bool ran = false;
@@ -393,12 +410,12 @@ static bool run_block (worker *w, uint64_t b) {
         for (bool more = true; more && !w->fault;) {
           more = false;
           for (unsigned i = wi * 32; i < wi * 32 + 32 && i < w->n && !w->fault; i++)
-            if (w->f[i].state == READY) ran = more = resume(w, i);
+            if (runnable(w->f[i]) && resume(w, i)) ran = more = true;
         }
     else
       for (unsigned j = 0; j < w->n && !w->fault; j++) {
         unsigned i = ord == 1 ? w->n - 1 - j : (start + j) % w->n;
-        if (w->f[i].state == READY) ran = resume(w, i);
+        if (runnable(w->f[i]) && resume(w, i)) ran = true;
       }
     if (w->fault) return false;
     if (!ran) {
@@ -411,6 +428,10 @@ static bool run_block (worker *w, uint64_t b) {
            state_name(w->f[first].state), w->bar_arrived);
       return false;
     }
+  }
+  if (const char *why = sim_tma_end_block()) {
+    fail(cudaErrorLaunchFailure, "kernel %s, block %llu: %s", w->name, (unsigned long long)b, why);
+    return false;
   }
   return true;
 }
