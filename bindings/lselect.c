@@ -278,32 +278,38 @@ static int s_gather (lua_State *L) {
 
 /* qkv.embedding(ids, W): the rows of W (V, d) at the int64 ids, (ids..., d) */
 /* x:scatter_add_(dim, index, src): x[i with i_dim := index[i]] += src[i],
-   gather's inverse; x:index_add_(dim, index, src): the slices of src added
-   at the 1-D index's positions along dim */
+   gather's inverse, over index's positions: as PyTorch, index may be
+   smaller than src in any dim (the rest of src is not read) and than x in
+   any dim; larger than x only along dim. x:index_add_(dim, index, src):
+   the slices of src added at the 1-D index's positions along dim. *sub is
+   src's part that index covers (a view). */
 static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *x, int dim,
-                                    const qkv_tensor *idx, const qkv_tensor *src) {
-  int ok = idx->ndim == src->ndim && src->ndim == x->ndim;
+                                    const qkv_tensor *idx, const qkv_tensor *src,
+                                    qkv_tensor *sub) {
+  int ok = idx->ndim == x->ndim && src->ndim == x->ndim;
   for (int d = 0; ok && d < x->ndim; d++)
-    ok = idx->size[d] == src->size[d] && (d == dim || src->size[d] <= x->size[d]);
+    ok = idx->size[d] <= src->size[d] && (d == dim || idx->size[d] <= x->size[d]);
   if (!ok) {
     const char *sx = qkvL_shape(L, x), *si = qkvL_shape(L, idx), *ss = qkvL_shape(L, src);
-    luaL_error(L, "%s: x is %s, index %s and src %s: index needs src's shape, src x's "
-               "dims, none larger except dim %d", name, sx, si, ss, dim + 1);
+    luaL_error(L, "%s: x is %s, index %s and src %s: index needs x's dims, none larger than "
+               "src's, nor than x's except dim %d", name, sx, si, ss, dim + 1);
   }
   if (src->dtype != x->dtype)
     luaL_error(L, "%s: src is %s but x is %s", name, qkv_dtype_name(src->dtype),
                qkv_dtype_name(x->dtype));
+  *sub = *src;
+  memcpy(sub->size, idx->size, sizeof sub->size);
   return positions(L, name, idx, x->size[dim], dim);
 }
 
 static int s_scatter_add_ (lua_State *L) {
   qkvL_args(L, "scatter_add_", KW_SCATTER);
   qkvL_grad_inplace(L, "scatter_add_");
-  qkv_tensor *x = qkvL_checktensor(L, 1);
+  qkv_tensor *x = qkvL_checktensor(L, 1), sub;
   int dim = qkvL_checkdim(L, 2, x->ndim, 0);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
-  qkv_tensor *z = scatter_checked(L, "scatter_add_", x, dim, idx, src);
-  qkvL_check(L, "scatter_add_", qkv_scatter_add(x, z, src, dim));
+  qkv_tensor *z = scatter_checked(L, "scatter_add_", x, dim, idx, src, &sub);
+  qkvL_check(L, "scatter_add_", qkv_scatter_add(x, z, &sub, dim));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;
@@ -330,8 +336,8 @@ static int s_index_add_ (lua_State *L) {
     e.stride[d] = d == dim ? idx->stride[0] : 0;
   }
   e.ndim = src->ndim;
-  qkv_tensor *z = scatter_checked(L, "index_add_", x, dim, &e, src);
-  qkvL_check(L, "index_add_", qkv_scatter_add(x, z, src, dim));
+  qkv_tensor sub, *z = scatter_checked(L, "index_add_", x, dim, &e, src, &sub);
+  qkvL_check(L, "index_add_", qkv_scatter_add(x, z, &sub, dim));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;

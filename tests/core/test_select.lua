@@ -302,6 +302,31 @@ function TestIndex:testScatterAndIndexAdd()
         function() return qkv.zeros(3, 4):index_add_(1, I{1}, qkv.ones(1, 2)) end)
 end
 
+-- scatter_add_ with an index smaller than src (and than x): only the part
+-- of src that index covers is added; the values are PyTorch 2's for the
+-- same call (0-based index there)
+function TestIndex:testScatterAddIndexSmallerThanSrc()
+  local src = qkv.arange(1, 21):view(4, 5):float()           -- 1..20 row by row
+  local idx = I{{1, 2, 3}, {3, 1, 2}}
+  lu.assertEquals(qkv.zeros(3, 4):scatter_add_(2, idx, src):tolist(),
+                  {{1, 2, 3, 0}, {7, 8, 6, 0}, {0, 0, 0, 0}})
+  lu.assertEquals(qkv.zeros(3, 4):scatter_add_(1, idx, src):tolist(),
+                  {{1, 7, 0, 0}, {0, 2, 8, 0}, {6, 0, 3, 0}})
+  -- a transposed src, and an index longer than x along dim (within src)
+  lu.assertEquals(qkv.zeros(3, 4):scatter_add_(1, idx, qkv.arange(1, 21):view(5, 4):float():t())
+                    :tolist(), {{1, 6, 0, 0}, {0, 5, 10, 0}, {2, 0, 9, 0}})
+  lu.assertEquals(qkv.zeros(3, 4):scatter_add_(2, I{{1, 1, 1, 1, 1}}, src):tolist(),
+                  {{15, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}})
+  -- what PyTorch refuses: index larger than x off dim, larger than src, other dims
+  local msg = "index needs x's dims, none larger than src's, nor than x's except dim 2"
+  fails("scatter_add_: x is (3, 4), index (4, 1) and src (4, 5): " .. msg,
+        function() return qkv.zeros(3, 4):scatter_add_(2, I{{1}, {1}, {1}, {1}}, src) end)
+  fails("scatter_add_: x is (3, 4), index (1, 6) and src (1, 5): " .. msg,
+        function() return qkv.zeros(3, 4):scatter_add_(2, qkv.ones(1, 6):long(), qkv.ones(1, 5)) end)
+  fails("scatter_add_: x is (3, 4), index (2,) and src (4, 5): " .. msg,
+        function() return qkv.zeros(3, 4):scatter_add_(2, I{1, 1}, src) end)
+end
+
 ---------------------------------------------------------------- sort, topk
 TestSort = {}
 

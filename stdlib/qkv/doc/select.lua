@@ -205,9 +205,9 @@ print(x)
   {name = "Tensor:scatter_add_", sig = "x:scatter_add_(dim, index, src)", group = "in place",
    doc = [=[Adds src into x at the positions index gives along dim, gather's
 inverse: x[i][index[i][j]] += src[i][j] for dim 2, repeated positions adding
-up, and returns x. index (int64, 1-based) has src's shape, and src x's dims,
-none larger but dim. float32, float64, int32 and int64. As
-torch.Tensor.scatter_add_.]=],
+up, and returns x. index (int64, 1-based) has x's dims, none larger than
+src's (only src's part that index covers is added) nor, but at dim, than
+x's. float32, float64, int32 and int64. As torch.Tensor.scatter_add_.]=],
    example = [=[local x = qkv.zeros(3)
 print(x:scatter_add_(1, qkv.tensor({1, 3, 1}, "int64"), qkv.tensor{1, 2, 3}))   --> tensor([4., 0., 2.])]=]},
   {name = "Tensor:index_add_", sig = "x:index_add_(dim, index, src)", group = "in place",
