@@ -36,6 +36,16 @@ static int g_enabled (lua_State *L) {
   return 1;
 }
 
+/* qkv._grad_inplace(name, x, ...): the in-place ops' check
+   (qkvL_grad_inplace) for a composite one that writes x (x:scatter_), its
+   errors naming name */
+static int g_inplace (lua_State *L) {
+  luaL_checkstring(L, 1);
+  lua_rotate(L, 1, -1);                   /* x, operands..., name: name stays held */
+  qkvL_grad_inplace(L, lua_tostring(L, -1));
+  return 0;
+}
+
 /* qkv._autocast(f | n): stdlib/qkv/amp/autocast.lua's hook (lauxgrad.c) */
 static int g_autocast (lua_State *L) {
   if (!qkvL_grad_loaded()) return luaL_error(L, "_autocast: qkv.autograd must be loaded first");
@@ -46,7 +56,8 @@ static int g_autocast (lua_State *L) {
 void qkvL_open_grad (lua_State *L, int mt, int methods, int module) {
   static const luaL_Reg mod[] = {{"_autograd", g_install}, {"_grad_mode", g_mode},
                                  {"is_grad_enabled", g_enabled}, {"_autocast", g_autocast},
-                                 {"_autocast_call", qkvL_cast_call}, {NULL, NULL}};
+                                 {"_autocast_call", qkvL_cast_call},
+                                 {"_grad_inplace", g_inplace}, {NULL, NULL}};
   qkvL_register(L, methods, module, NULL, NULL, mod);
   qkvL_grad_init(L);
   (void)mt;

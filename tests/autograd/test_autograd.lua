@@ -503,6 +503,8 @@ function TestAPI:testInPlaceOnTrackedTensorsIsAnError()
     {"masked_fill_", function(y) y:masked_fill_(qkv.ones(3, "bool"), 0) end},
     {"index_add_", function(y) y:index_add_(1, idx, src) end},
     {"scatter_add_", function(y) y:scatter_add_(1, idx, src) end},
+    {"scatter_", function(y) y:scatter_(1, idx, src) end},         -- a composite: not copy_'s error
+    {"scatter_", function(y) y:scatter_(1, idx, 5, "add") end},
     {"index", function(y) y[1] = 100 end}, {"index", function(y) y[{{1, 2}}] = 0 end},
   }
   for _, c in ipairs(ops) do
@@ -514,6 +516,8 @@ function TestAPI:testInPlaceOnTrackedTensorsIsAnError()
   -- an operand that requires grad, into a tensor that does not
   fails("add_: an operand requires grad", function() qkv.zeros(3, "float64"):add_(x) end)
   fails("copy_: an operand requires grad", function() qkv.zeros(3, "float64"):copy_(x) end)
+  fails("scatter_: an operand requires grad",
+        function() qkv.zeros(3, "float64"):scatter_(1, idx, x:narrow(1, 1, 1)) end)
   fails("index: an operand requires grad", function() local z = qkv.zeros(3, "float64"); z[{{1, 3}}] = x end)
   -- under no_grad the leaf itself (an optimizer's step), and x.grad's field
   qkv.no_grad(function() x:mul_(2) end)

@@ -199,6 +199,7 @@ end
 local function scatter_(x, dim, index, src, reduce)
   local d, s = scatter_args(x, dim, index, src)
   reduce = reduce_arg(reduce)
+  qkv._grad_inplace("scatter_", x, is_tensor(src) and src or nil)   -- not copy_'s or scatter_add_'s
   local out = reduce and reduced(x, d, index, s, reduce) or scattered(x, d, index, s)
   return x:copy_(out)
 end
