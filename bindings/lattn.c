@@ -174,7 +174,7 @@ static int a_softmax (lua_State *L) {
   qkvL_keywords(L, "softmax", 2, qkvL_KW_DIM, 1);
   QKVL_GRAD(L, "softmax", a_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int dim = qkvL_optdim(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
+  int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);
   softmax_into(L, "softmax", qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
                x, dim);
   return 1;

@@ -33,6 +33,10 @@ void qkvL_register (lua_State *L, int methods, int module, const luaL_Reg *both,
 /* checkers: raise a Lua error naming the argument */
 int qkvL_checkdim (lua_State *L, int arg, int ndim, int extra);
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
+/* a dim of a tensor that may be 0-d, which takes 1 and -1 (giving 0) as
+   PyTorch wraps a scalar's dim: for the ops that take it (reductions,
+   softmax, sort, ...), not for those that refuse it (size, select, ...) */
+int qkvL_checkdim0 (lua_State *L, int arg, int ndim);
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
 /* the words an out-of-range 0 adds to its message (qkv counts from 1;
    PyTorch's 0 is 1 here), "" for any other i: for a dim, an index, or a

@@ -221,11 +221,17 @@ static int reduce (lua_State *L, qkv_redop op) {
   qkv_tensor *t = qkvL_checktensor(L, 1);
   int arg = (op == QKV_MAX || op == QKV_MIN) && qkvL_totensor(L, 2);
   if (arg) return binary(L, op == QKV_MAX ? QKV_MAXIMUM : QKV_MINIMUM, name);
-  int all = lua_isnoneornil(L, 2), dim = all ? -1 : qkvL_checkdim(L, 2, t->ndim, 0);
+  int all = lua_isnoneornil(L, 2), dim = all ? -1 : qkvL_checkdim0(L, 2, t->ndim);
   int keep = lua_toboolean(L, 3), picks = op == QKV_MAX || op == QKV_MIN ||
              op == QKV_ARGMAX || op == QKV_ARGMIN;
   int moments = op == QKV_VAR || op == QKV_STD;
   double c = moments ? correction(L, name) : 1;
+  qkv_tensor one;                /* a 0-d t along its dim: as (1,), to a 0-d result */
+  if (!all && t->ndim == 0) {
+    qkv_view_unsqueeze(&one, t, 0);
+    t = &one;
+    keep = 0;
+  }
   if (picks && (all ? qkv_numel(t) == 0 : t->size[dim] == 0)) {
     qkvL_shape(L, t);
     return luaL_error(L, "%s: cannot reduce an empty dim of a tensor of shape %s",
@@ -252,7 +258,7 @@ static int m_cumsum (lua_State *L) {
   qkvL_keywords(L, "cumsum", 2, qkvL_KW_DIM, 1);
   QKVL_GRAD(L, "cumsum", m_cumsum);
   qkv_tensor *t = qkvL_checktensor(L, 1);
-  int dim = qkvL_checkdim(L, 2, t->ndim ? t->ndim : 1, 0);
+  int dim = qkvL_checkdim0(L, 2, t->ndim);
   qkv_tensor *out = qkvL_newlike(L, t, qkv_is_float(t->dtype) ? t->dtype : QKV_I64);
   qkvL_check(L, "cumsum", qkv_cumsum(out, t, dim));
   return 1;

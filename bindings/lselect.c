@@ -77,6 +77,14 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
 }
 
 
+/* t, or a 0-d t seen as (1,) in *v: the dim 1 (and -1) that PyTorch lets a
+   scalar have, for the kernels that want dim < ndim */
+static qkv_tensor *one_dim (qkv_tensor *v, const qkv_tensor *t) {
+  *v = *t;
+  if (t->ndim == 0) qkv_view_unsqueeze(v, t, 0);
+  return v;
+}
+
 /* PyTorch's names of the methods' arguments from #2 on (qkvL_args) */
 static const char *const KW_WHERE[] = {"condition", "other", NULL},
   *const KW_DIAGONAL[] = {"diagonal", NULL}, *const KW_DIM_INDEX[] = {"dim", "index", NULL},
@@ -164,8 +172,9 @@ static qkv_tensor *truth (lua_State *L, const char *name, const qkv_tensor *x, i
 static int anyall (lua_State *L, const char *name, int any) {
   qkvL_keywords(L, name, 2, qkvL_KW_REDUCE, 0);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int all_dims = lua_isnoneornil(L, 2), dim = all_dims ? -1 : qkvL_checkdim(L, 2, x->ndim, 0);
+  int all_dims = lua_isnoneornil(L, 2), dim = all_dims ? -1 : qkvL_checkdim0(L, 2, x->ndim);
   int keep = lua_toboolean(L, 3);
+  if (x->ndim == 0) all_dims = 1, dim = -1;      /* a 0-d x along its dim: all of it */
   qkv_tensor *b = truth(L, name, x, any);
   int64_t size[QKV_MAXDIM];
   int n = 0;
@@ -260,8 +269,8 @@ static int s_index_select (lua_State *L) {
 static int s_gather (lua_State *L) {
   qkvL_args(L, "gather", KW_DIM_INDEX);
   QKVL_GRAD(L, "gather", s_gather);
-  qkv_tensor *a = qkvL_checktensor(L, 1);
-  int dim = qkvL_checkdim(L, 2, a->ndim, 0);
+  qkv_tensor *a = qkvL_checktensor(L, 1), a1, z1, o1;
+  int dim = qkvL_checkdim0(L, 2, a->ndim);
   qkv_tensor *idx = qkvL_checktensor(L, 3);
   int ok = idx->ndim == a->ndim;
   for (int d = 0; ok && d < a->ndim; d++) ok = d == dim || idx->size[d] <= a->size[d];
@@ -270,9 +279,9 @@ static int s_gather (lua_State *L) {
     return luaL_error(L, "gather: x is %s but index is %s: index needs x's dims, "
                       "none larger except dim %d", sa, si, dim + 1);
   }
-  qkv_tensor *z = positions(L, "gather", idx, a->size[dim], dim);
+  qkv_tensor *z = positions(L, "gather", idx, a->ndim ? a->size[dim] : 1, dim);
   qkv_tensor *out = qkvL_newlike(L, idx, a->dtype);
-  qkvL_check(L, "gather", qkv_gather(out, a, z, dim));
+  qkvL_check(L, "gather", qkv_gather(one_dim(&o1, out), one_dim(&a1, a), one_dim(&z1, z), dim));
   return 1;
 }
 
@@ -299,17 +308,18 @@ static qkv_tensor *scatter_checked (lua_State *L, const char *name, qkv_tensor *
                qkv_dtype_name(x->dtype));
   *sub = *src;
   memcpy(sub->size, idx->size, sizeof sub->size);
-  return positions(L, name, idx, x->size[dim], dim);
+  return positions(L, name, idx, x->ndim ? x->size[dim] : 1, dim);
 }
 
 static int s_scatter_add_ (lua_State *L) {
   qkvL_args(L, "scatter_add_", KW_SCATTER);
   qkvL_grad_inplace(L, "scatter_add_");
-  qkv_tensor *x = qkvL_checktensor(L, 1), sub;
-  int dim = qkvL_checkdim(L, 2, x->ndim, 0);
+  qkv_tensor *x = qkvL_checktensor(L, 1), sub, x1, z1, s1;
+  int dim = qkvL_checkdim0(L, 2, x->ndim);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
   qkv_tensor *z = scatter_checked(L, "scatter_add_", x, dim, idx, src, &sub);
-  qkvL_check(L, "scatter_add_", qkv_scatter_add(x, z, &sub, dim));
+  qkvL_check(L, "scatter_add_", qkv_scatter_add(one_dim(&x1, x), one_dim(&z1, z),
+                                                one_dim(&s1, &sub), dim));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;
@@ -383,7 +393,7 @@ static int s_sort (lua_State *L) {
   qkvL_args(L, "sort", KW_SORT);
   QKVL_GRAD(L, "sort", s_sort);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int dim = x->ndim ? qkvL_optdim(L, 2, x->ndim, x->ndim - 1) : 0;
+  int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);
   sorted(L, "sort", x, dim, lua_toboolean(L, 3));
   return 2;
 }
@@ -394,7 +404,7 @@ static int s_topk (lua_State *L) {
   QKVL_GRAD(L, "topk", s_topk);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_checkinteger(L, 2);
-  int dim = x->ndim ? qkvL_optdim(L, 3, x->ndim, x->ndim - 1) : 0;
+  int dim = lua_isnoneornil(L, 3) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 3, x->ndim);
   int largest = lua_isnoneornil(L, 4) ? 1 : lua_toboolean(L, 4);
   int64_t n = x->ndim ? x->size[dim] : 1;
   if (k < 0 || k > n)

@@ -32,8 +32,9 @@ static int v_transpose (lua_State *L) {
   qkvL_args(L, "transpose", kw);
   QKVL_GRAD(L, "transpose", v_transpose);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
-  int d1 = qkvL_checkdim(L, 2, t->ndim, 0), d2 = qkvL_checkdim(L, 3, t->ndim, 0);
-  qkv_view_transpose(&v, t, d1, d2);
+  int d1 = qkvL_checkdim0(L, 2, t->ndim), d2 = qkvL_checkdim0(L, 3, t->ndim);
+  if (t->ndim == 0) v = *t;               /* a 0-d t's dim with itself */
+  else qkv_view_transpose(&v, t, d1, d2);
   qkvL_pushview(L, &v, 1);
   return 1;
 }
@@ -185,7 +186,8 @@ static int v_squeeze (lua_State *L) {
   qkvL_args(L, "squeeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "squeeze", v_squeeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
-  qkv_view_squeeze(&v, t, qkvL_optdim(L, 2, t->ndim, -1));
+  int d = lua_isnoneornil(L, 2) ? -1 : qkvL_checkdim0(L, 2, t->ndim);
+  qkv_view_squeeze(&v, t, t->ndim ? d : -1);
   qkvL_pushview(L, &v, 1);
   return 1;
 }

@@ -126,13 +126,18 @@ local function expand_back(g, x, dim, keep)
   return g:expand(table.unpack(x.shape))
 end
 
+-- the dim a reduction's gradient goes back along: none for a 0-d x, whose
+-- dim 1 (or -1) reduces all of it (PyTorch's scalar dim)
+local function along(x, dim) return dim and x:dim() > 0 and dimof(x, dim) or nil end
+
 R.sum = function(f, x, dim, keep)
   return rec("SumBackward", f(x, dim, keep), {x}, function(g)
-    return expand_back(g, x, dim and dimof(x, dim), keep):contiguous()
+    return expand_back(g, x, along(x, dim), keep):contiguous()
   end)
 end
 R.mean = function(f, x, dim, keep)
   local y = f(x, dim, keep)                 -- first: it checks the arguments
+  dim = along(x, dim)
   local n = dim and x:size(dim) or x:numel()
   return rec("MeanBackward", y, {x}, function(g)
     return expand_back(g, x, dim and dimof(x, dim), keep) / n
@@ -142,6 +147,7 @@ end
 local function var_rule(name, std)
   return function(f, x, dim, keep, correction)
     local y = f(x, dim, keep, correction)
+    dim = along(x, dim)
     local n = dim and x:size(dim) or x:numel()
     local div = math.max(0, n - (correction or 1))
     return rec(name, y, {x}, function(g)
@@ -172,6 +178,7 @@ local function pick_rule(name)
     end
     local v, i = f(x, dim, keep)
     rec(name, v, {x}, function(g)
+      if x:dim() == 0 then return g end
       local d = dimof(x, dim)
       local idx = keep and i or i:unsqueeze(d)
       local gg = keep and g or g:unsqueeze(d)

@@ -154,11 +154,12 @@ local function ints_arg(v, what, max)
   return {int_arg(v, what)}
 end
 
--- dims as a list of distinct 1..n
+-- dims as a list of distinct 1..n; a 0-d x takes 1 and -1, as PyTorch
+-- wraps a scalar's dims (norm's and flip's)
 local function dims_arg(v, what, x)
   local ds, seen = ints_arg(v, what, 8), {}
   for i, d in ipairs(ds) do
-    ds[i] = dim_arg(d, what, x)
+    ds[i] = dim_arg(d, what, x, math.max(x:dim(), 1))
     if seen[ds[i]] then fail("%s names dim %d twice", what, ds[i]) end
     seen[ds[i]] = true
   end

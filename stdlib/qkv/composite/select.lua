@@ -23,7 +23,7 @@ end
 -- that index covers
 local function scatter_args(x, dim, index, src)
   tensor_arg(x, "x")
-  local d = dim_arg(dim, "dim", x)
+  local d = dim_arg(dim, "dim", x, math.max(x:dim(), 1))  -- a 0-d x's dim: 1 or -1
   tensor_arg(index, "index")
   if index.dtype ~= "int64" then
     fail("index must be an int64 tensor, got %s", index.dtype)
@@ -117,6 +117,10 @@ end
 -- along dim d by reduce, every write counting, as PyTorch's scatter with
 -- reduce: "add" adds them (for bool, or), "multiply" multiplies (and)
 local function reduced(x, d, index, src, reduce)
+  if x:dim() == 0 then                             -- along a 0-d x's dim: as (1,)
+    return reduced(x:view(1), 1, index:view(1), is_tensor(src) and src:view(1) or src,
+                   reduce):view({})
+  end
   local written = targets(x, d, index)
   if index:numel() == 0 then return x:clone() end
   local work = WORK[x.dtype] or x.dtype
@@ -236,6 +240,7 @@ local function flip(x, dims, ...)
   end
   local ds = dims_arg(dims, "dims", x)
   local out = x
+  if x:dim() == 0 then ds = {} end                 -- a 0-d x's dim 1: nothing to flip
   for _, d in ipairs(ds) do
     local n = x:size(d)
     if n > 1 then
