@@ -69,6 +69,56 @@ function TestLinear:testFloat64()
   close(m(x), lin(x, m.weight:t(), m.bias), nil, "Linear float64")
 end
 
+-- no inputs or no outputs, as PyTorch's nn.Linear: Linear(0, 3) has a
+-- (3, 0) weight and a bias of zeros (PyTorch's bound for no inputs is 0),
+-- and a (2, 0) x gives the bias on each row
+function TestLinear:testZeroFeatures()
+  local m = nn.Linear(0, 3)
+  lu.assertEquals(m.weight.shape, qkv.zeros(3, 0).shape)
+  m.bias = qkv.tensor{1, 2, 3}
+  lu.assertEquals(m(qkv.zeros(2, 0)):tolist(), {{1, 2, 3}, {1, 2, 3}})
+  lu.assertEquals(m(qkv.zeros(0)):tolist(), {1, 2, 3})
+  for _, v in ipairs(nn.Linear(0, 3).bias:tolist()) do lu.assertEquals(1 / v, math.huge) end
+  lu.assertEquals(nn.Linear(3, 0)(qkv.ones(2, 3)).shape, qkv.zeros(2, 0).shape)
+  lu.assertEquals(nn.Linear(0, 0)(qkv.ones(2, 0)).shape, qkv.zeros(2, 0).shape)
+  fails("Linear: d_in must be a non-negative integer, got -1", nn.Linear, -1, 3)
+  fails("Linear: d_out must be a non-negative integer, got 1.5", nn.Linear, 2, 1.5)
+end
+
+-- F.linear's shapes beyond (out, in) and (out,), with PyTorch 2's values:
+-- a 1-D weight (in,) reduces input's last dim, and a 0-d bias (or (1,))
+-- is added to every output
+function TestLinear:testFunctionalWeight1DAndBias0D()
+  local F = nn.functional
+  local x, w1 = qkv.tensor{{1, 2, 3}, {4, 5, 6}}, qkv.tensor{1, 0, -1}
+  local W = qkv.tensor{{1, 0, -1}, {2, 1, 0}}
+  lu.assertEquals(F.linear(x, w1):tolist(), {-2, -2})
+  local y = F.linear(qkv.tensor{1, 2, 3}, w1, qkv.tensor(0.5))
+  lu.assertEquals({y:dim(), y:item()}, {0, -1.5})
+  lu.assertEquals(F.linear(qkv.ones(2, 2, 3), w1, qkv.tensor(1)):tolist(), {{1, 1}, {1, 1}})
+  lu.assertEquals(F.linear(x, W, qkv.tensor(0.5)):tolist(), {{-1.5, 4.5}, {-1.5, 13.5}})
+  lu.assertEquals(F.linear(x, W, qkv.tensor{0.5}):tolist(), {{-1.5, 4.5}, {-1.5, 13.5}})
+  lu.assertEquals(F.linear(qkv.ones(2, 2, 3), W, qkv.tensor(0.5)):tolist(),
+                  {{{0.5, 3.5}, {0.5, 3.5}}, {{0.5, 3.5}, {0.5, 3.5}}})
+  lu.assertEquals(F.linear(qkv.zeros(2, 0), qkv.zeros(0)):tolist(), {0, 0})
+  -- the gradients (PyTorch's, float64): the 0-d bias gets the sum
+  local xd = x:double()
+  local g = qkv.grad(function(w, b) return F.linear(xd, w, b):sum() end,
+                     {w1:double(), qkv.tensor(0.5, "float64")})
+  lu.assertEquals({g[1]:tolist(), g[2]:item()}, {{5, 7, 9}, 2})
+  g = qkv.grad(function(w, b) return F.linear(xd, w, b):sum() end,
+               {W:double(), qkv.tensor(0.5, "float64")})
+  lu.assertEquals(g[2]:item(), 4)
+  -- what PyTorch refuses
+  fails("linear: bias is (3,) but weight is (2, 3): expected (out_features,) = (2,) or 0-d",
+        F.linear, x, W, qkv.tensor{1, 2, 3})
+  fails("linear: bias is (1,) but weight is (3,): expected a 0-d bias with a 1-D weight",
+        F.linear, x, w1, qkv.tensor{1})
+  fails("linear: weight must be (out_features, in_features) or (in_features,), got ()",
+        F.linear, x, qkv.tensor(2))
+  fails("linear: input is () but weight is (3,)", F.linear, qkv.tensor(2), w1)
+end
+
 TestSequential = {}
 
 function TestSequential:testLinearGeluLinear()
@@ -239,7 +289,7 @@ function TestErrors:testBadArguments()
   fails({"TokenAligner", "identity", "768 and 512"}, nn.TokenAligner, 768, 512, "identity")
   fails({"TokenAligner", "method", "'linear'", "conv"}, nn.TokenAligner, 8, 8, "conv")
   fails({"MultiHeadAttention", "d_model = 10", "h = 3"}, nn.MultiHeadAttention, 10, 3)
-  fails({"Linear", "d_in", "positive integer", "0"}, nn.Linear, 0, 3)
+  fails({"Linear", "d_in", "non-negative integer", "-1"}, nn.Linear, -1, 3)   -- 0 is PyTorch's too
   fails({"Linear", "d_out", "2.5"}, nn.Linear, 3, 2.5)
   fails({"SelfAttention", "x must be a tensor", "string"}, nn.SelfAttention(4, 2), "x")
   fails({"CrossAttention", "image", "nil"}, nn.CrossAttention(4, 2), rt{2, 4})

@@ -256,7 +256,8 @@ function TestFunctional:testLinearErrors()
   fails("linear: input is (3, 5) but weight is (5, 4): in_features 5 ≠ 4 (weight is "
         .. "(out_features, in_features), as PyTorch's; qkv.project takes qkv's (in, out))",
         F.linear, x, qkv.randn(5, 4))
-  fails("linear: weight must be (out_features, in_features), got (5,)", F.linear, x, qkv.randn(5))
+  fails("linear: weight must be (out_features, in_features) or (in_features,), got (2, 2, 5)",
+        F.linear, x, qkv.randn(2, 2, 5))                     -- a 1-D weight is PyTorch's too
   fails("linear: bias is (5,) but weight is (4, 5): expected (out_features,) = (4,)",
         F.linear, x, qkv.randn(4, 5), qkv.randn(5))
   fails("linear: input must be a tensor, got table", F.linear, {1}, qkv.randn(4, 5))

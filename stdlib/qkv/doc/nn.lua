@@ -20,8 +20,10 @@ local entries = {
   {name = "qkv.nn.Linear", sig = "qkv.nn.Linear(d_in, d_out [, opts])", group = "modules",
    doc = [[A fully connected layer: m(x) is x weightᵀ + bias, with PyTorch's
 weight (d_out, d_in) and bias (d_out,), so x (..., d_in) gives (..., d_out).
-opts: bias (default true; false leaves bias nil), ]] .. FACTORY .. [[. ]] .. INIT .. [[Sizes that are not positive integers, or an x
-that is not a tensor, are errors naming them. As torch.nn.Linear.]],
+opts: bias (default true; false leaves bias nil), ]] .. FACTORY .. [[. ]] .. INIT .. [[d_in or d_out may be 0 (d_in = 0: a bias of
+zeros, m(x) the bias on each row); sizes that are not non-negative
+integers, or an x that is not a tensor, are errors naming them. As
+torch.nn.Linear.]],
    example = [=[qkv.seed(1)
 local m = qkv.nn.Linear(4, 2)
 print(m, m(qkv.ones(3, 4)).shape)
@@ -445,7 +447,9 @@ torch.nn.Module.requires_grad_.]]},
 (out_features, in_features) and bias (out_features,), so input (...,
 in_features) gives (..., out_features), as nn.Linear's m.weight is:
 F.linear(x, m.weight, m.bias) equals m(x); qkv.project takes the
-transpose, (in, out). Shapes that disagree are an error
+transpose, (in, out). As PyTorch's, a 1-D weight (in_features,) gives
+input's shape less its last dim, and bias may be 0-d (added to every
+output; also (1,) with a 2-D weight). Shapes that disagree are an error
 naming both. As torch.nn.functional.linear.]],
    example = [=[local F = qkv.nn.functional
 local W = qkv.tensor{{1, 0, 0}, {0, 1, 1}}          -- (out 2, in 3)

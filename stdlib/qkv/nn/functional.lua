@@ -293,25 +293,38 @@ function F.scaled_dot_product_attention(q, k, v, opts, ...)
 end
 
 -- linear(input, weight [, bias]): input weightᵀ + bias, with PyTorch's
--- layout, weight (out_features, in_features), the transpose of qkv's W
+-- layout, weight (out_features, in_features), the transpose of qkv's W;
+-- as PyTorch's, a 1-D weight (in_features,) gives input's shape less its
+-- last dim (input · weight), and the bias may be 0-d (added to each
+-- output), or (1,) or (out_features,) with a 2-D weight
 function F.linear(x, weight, bias)
   checktensor("linear", "input", x)
   checktensor("linear", "weight", weight)
   if bias ~= nil then checktensor("linear", "bias", bias) end
-  if weight:dim() ~= 2 then
-    fail("linear", "weight must be (out_features, in_features), got %s", tostring(weight.shape))
+  if weight:dim() ~= 2 and weight:dim() ~= 1 then
+    fail("linear", "weight must be (out_features, in_features) or (in_features,), got %s",
+         tostring(weight.shape))
   end
-  if x:dim() < 1 or x:size(-1) ~= weight:size(2) then
+  local d_in = weight:size(-1)
+  if x:dim() < 1 or x:size(-1) ~= d_in then
     fail("linear", "input is %s but weight is %s: in_features %s ≠ %d (weight is (out_features, "
          .. "in_features), as PyTorch's; qkv.project takes qkv's (in, out))", tostring(x.shape),
-         tostring(weight.shape), x:dim() < 1 and "-" or tostring(x:size(-1)), weight:size(2))
+         tostring(weight.shape), x:dim() < 1 and "-" or tostring(x:size(-1)), d_in)
   end
-  if bias ~= nil and (bias:dim() ~= 1 or bias:size(1) ~= weight:size(1)) then
-    fail("linear", "bias is %s but weight is %s: expected (out_features,) = (%d,)",
-         tostring(bias.shape), tostring(weight.shape), weight:size(1))
+  local d_out = weight:dim() == 2 and weight:size(1) or nil
+  if bias ~= nil and bias:dim() > 0 and not (d_out and bias:dim() == 1 and
+                                             (bias:size(1) == d_out or bias:size(1) == 1)) then
+    fail("linear", "bias is %s but weight is %s: expected %s", tostring(bias.shape),
+         tostring(weight.shape), d_out and string.format("(out_features,) = (%d,) or 0-d", d_out)
+         or "a 0-d bias with a 1-D weight")
   end
   x, weight, bias = autocast_args("project", x, weight, bias)    -- the weight's cast cached
-  return named("linear", pcall(qkv.project, x, weight:t(), bias))
+  if d_out then
+    if bias and (bias:dim() == 0 or bias:size(1) ~= d_out) then bias = bias:expand(d_out) end
+    return named("linear", pcall(qkv.project, x, weight:t(), bias))
+  end
+  local y = named("linear", pcall(qkv.matmul, x, weight))         -- (..., in) · (in,): (...)
+  return bias and y + bias or y
 end
 
 -- the rest are qkv's own functions under PyTorch's names

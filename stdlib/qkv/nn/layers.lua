@@ -13,18 +13,24 @@ local place = M.place
 
 local Linear = class("Linear")
 
--- Linear(d_in, d_out [, {bias = true, dtype = "float32", device}])
+-- Linear(d_in, d_out [, {bias = true, dtype = "float32", device}]); d_in
+-- or d_out may be 0, as in PyTorch (d_in = 0: the bias alone, drawn from
+-- ±0, PyTorch's bound for no inputs)
 function Linear:init(d_in, d_out, opts)
-  checkdim("Linear", "d_in", d_in)
-  checkdim("Linear", "d_out", d_out)
+  for name, v in pairs{d_in = d_in, d_out = d_out} do
+    if math.type(v) ~= "integer" or v < 0 then
+      fail("Linear", "%s must be a non-negative integer, got %s", name, tostring(v))
+    end
+  end
   local dt
   opts, dt = opts_of("Linear", opts, {"bias", "dtype", "device"}, {"bias"})
-  local bound = 1 / math.sqrt(d_in)
+  local bound = d_in > 0 and 1 / math.sqrt(d_in) or 0
   self.d_in, self.d_out = d_in, d_out
   -- weight (d_out, d_in), as PyTorch's: drawn as (d_in, d_out) and
   -- transposed, so that a seed gives the x W of qkv's documents
   self:param("weight", uniform(bound, d_in, d_out, dt):t():contiguous(), true)
-  self:param("bias", flag(opts, "bias", true) and uniform(bound, d_out, dt) or nil)
+  local b = flag(opts, "bias", true) and uniform(bound, d_out, dt) or nil
+  self:param("bias", b and d_in == 0 and b:zero_() or b)   -- ±0: +0, as PyTorch's
   place(self, opts)
 end
 
