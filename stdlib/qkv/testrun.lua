@@ -522,7 +522,8 @@ local function fail(prog, code, msg, usage)
 end
 
 -- main(args, sys) -> exit status: 0 all passed, 1 something failed (or no
--- suite found), 2 bad usage, 130 stopped by Ctrl-C
+-- suite found), 2 bad usage, 5 no test left by -p/-x (pytest's status for
+-- no test collected), 130 stopped by Ctrl-C
 function M.main(args, sys)
   local prog = sys.progname or "qkv"
   local o, err = parseargs(args)
@@ -549,6 +550,12 @@ function M.main(args, sys)
   end
   print(summaryline(tot.passed, tot.failed, tot.skipped))
   if stopped then return fail(prog, 130, "interrupted") end
+  if tot.failed == 0 and tot.passed + tot.skipped == 0 and #o.pattern + #o.exclude > 0 then
+    local sel = {}
+    for _, p in ipairs(o.pattern) do sel[#sel + 1] = "-p " .. p end
+    for _, x in ipairs(o.exclude) do sel[#sel + 1] = "-x " .. x end
+    return fail(prog, 5, "no test matched " .. table.concat(sel, " "))
+  end
   return tot.failed == 0 and 0 or 1
 end
 

@@ -117,6 +117,23 @@ function TestRunnerCounts:testPatterns()
   end
 end
 
+-- -p/-x that leave no test: exit status 5 (pytest's for no test
+-- collected) and a message saying so, where it was 0 as if all passed; a
+-- suite that fails to load still makes it 1
+function TestRunnerCounts:testNoTestMatchedIsStatus5()
+  local out, code = run(f"test_pass.lua", "-p", "NO_SUCH_TEST")
+  lu.assertEquals(code, 5)
+  lu.assertStrContains(out, "0 passed, 0 failed\n")
+  lu.assertStrContains(out, "test: no test matched -p NO_SUCH_TEST")
+  out, code = run(f"test_pass.lua", "-x", ".", "-p", "One")
+  lu.assertEquals(code, 5)
+  lu.assertStrContains(out, "test: no test matched -p One -x .")
+  local _, code2 = run(FIX, "-p", "NO_SUCH_TEST")          -- test_syntax.lua fails to load
+  lu.assertEquals(code2, 1)
+  _, code2 = run(f"test_pass.lua", "-p", "One")
+  lu.assertEquals(code2, 0)
+end
+
 function TestRunnerCounts:testVerbose()
   local out, code = run(f"test_pass.lua", "-v")
   lu.assertEquals(code, 0)
@@ -478,7 +495,7 @@ end
 -- from tests/ (a pattern that selects no test, so nothing recurses)
 function TestRunnerDiscovery:testTestsFolderSkipsFixtures()
   local out, code = run("tests", "-p", "NO_SUCH_TEST_NAME")
-  lu.assertEquals(code, 0)
+  lu.assertEquals(code, 5)                                  -- no test matched
   local list = ran(out)
   lu.assertTrue(#list >= 2)
   local seen = {}
