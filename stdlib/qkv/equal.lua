@@ -157,8 +157,8 @@ end
 local patched = setmetatable({}, {__mode = "k"})
 
 -- teaches lu.assertEquals, assertNotEquals, assertAlmostEquals,
--- assertTableContains and assertNotTableContains (and their snake_case
--- aliases) tensors; once per LuaUnit module
+-- assertTableContains, assertNotTableContains and assertItemsEquals (and
+-- their snake_case aliases) tensors; once per LuaUnit module
 function M.patch(lu)
   if patched[lu] then return end
   patched[lu] = true
@@ -221,7 +221,33 @@ function M.patch(lu)
     end
   end
 
+  -- the values of two tables the same, keys aside (each value of one
+  -- equal to one of the other, as LuaUnit's), tensors by shape, dtype and
+  -- values: LuaUnit's own compared them by identity, failing two tables
+  -- of equal tensors; a tensor given itself compares as assertEquals
+  local items = lu.assertItemsEquals
+  local function within(a, b)
+    for _, x in pairs(a) do
+      if not holds_equal(b, x) then return false end
+    end
+    return true
+  end
+  function lu.assertItemsEquals(actual, expected, extra)
+    if not holds2(actual, expected) then return items(actual, expected, extra) end
+    local same
+    if type(actual) == "table" and type(expected) == "table" then
+      same = within(actual, expected) and within(expected, actual)
+    else
+      same = not M.difference(actual, expected)
+    end
+    if not same then
+      fail(lu, ("Content of the tables are not identical:\n%s\n%s"):format(
+             pretty(lu, "Expected", expected), pretty(lu, "Actual", actual)), extra)
+    end
+  end
+
   lu.assert_equals, lu.assert_not_equals = lu.assertEquals, lu.assertNotEquals
+  lu.assert_items_equals = lu.assertItemsEquals
   lu.assert_almost_equals = lu.assertAlmostEquals
   lu.assert_table_contains, lu.assert_not_table_contains =
     lu.assertTableContains, lu.assertNotTableContains

@@ -330,6 +330,23 @@ function TestLuaUnitOnTensors:testTableContains()
   lu.assertStrContains(failure(lu.assertNotTableContains, {1, 2}, 2), "DOES contain")
 end
 
+-- assertItemsEquals compares tensors by value too: two tables of equal
+-- tensors failed (LuaUnit compared them by identity)
+function TestLuaUnitOnTensors:testItemsEquals()
+  passes(lu.assertItemsEquals, {qkv.tensor{1, 2}, 3}, {3, qkv.tensor{1, 2}})
+  passes(lu.assert_items_equals, {a = qkv.ones(2)}, {qkv.ones(2)})      -- keys aside
+  passes(lu.assertItemsEquals, {{qkv.ones(2)}}, {{qkv.ones(2)}})
+  passes(lu.assertItemsEquals, qkv.tensor{1, 2}, qkv.tensor{1, 2})
+  lu.assertEquals(failure(lu.assertItemsEquals, {qkv.tensor{1, 2}}, {qkv.tensor{1, 3}}),
+                  "Content of the tables are not identical:\nExpected: {tensor([1., 3.])}\n"
+                  .. "Actual: {tensor([1., 2.])}")
+  failure(lu.assertItemsEquals, {qkv.tensor{1, 2}}, {qkv.tensor({1, 2}, "float64")})
+  failure(lu.assertItemsEquals, {qkv.tensor{1, 2}, 3}, {qkv.tensor{1, 2}})
+  passes(lu.assertItemsEquals, {1, 2}, {2, 1})                  -- plain values: LuaUnit's own
+  lu.assertStrContains(failure(lu.assertItemsEquals, {1, 2}, {2, 3}),
+                       "Content of the tables are not identical")
+end
+
 function TestLuaUnitOnTensors:testAlmostEqualsIsAssertCloseWithAMargin()
   passes(lu.assertAlmostEquals, qkv.tensor{1, 2}, qkv.tensor{1, 2.005}, 0.01)
   lu.assertStrContains(failure(lu.assertAlmostEquals, f64{1, 2}, f64{1, 2.5}, 0.25),
