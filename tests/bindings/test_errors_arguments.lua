@@ -188,7 +188,9 @@ function TestRangeErrors:testDims()
   fails({"stride", "dim 3 out of range"}, function() return x:stride(3) end)
   fails({"cat", "dim 3 out of range"}, function() return qkv.cat({x, x}, 3) end)
   fails({"stack", "dim 4 out of range"}, function() return qkv.stack({x, x}, 4) end)
-  fails({"sum", "0-d"}, function() return qkv.tensor(1):sum(1) end)
+  -- a 0-d tensor takes dim 1 and -1, as PyTorch's takes 0 and -1, no other
+  lu.assertEquals(qkv.tensor(3):sum(1):item(), 3)
+  fails({"sum", "dim 2 out of range [-1, 1]"}, function() return qkv.tensor(1):sum(2) end)
 end
 
 function TestRangeErrors:testIndices()
