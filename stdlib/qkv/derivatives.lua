@@ -153,7 +153,8 @@ local function var_rule(name, std)
     return rec(name, y, {x}, function(g)
       local d = dim and dimof(x, dim)
       local mean = d and x:mean(d, true) or x:mean()
-      local gy = std and g / y or g
+      -- std: PyTorch's rule gives 0 where the spread is 0 (0 / 0 there)
+      local gy = std and (g / y):masked_fill(y:eq(0), 0) or g
       local c = std and 1 / div or 2 / div
       return expand_back(gy, x, d, keep) * (x - mean) * c
     end, {x, y})

@@ -76,6 +76,16 @@ function TestRules:testReductions()
   check(function(v) return (v:max(2)) end, {x}, "max(2)")
   check(function(v) return (v:min(1, true)) end, {x}, "min(1, keep)")
   check(function(v) return v:max() end, {x}, "max()")
+  -- std where the spread is 0: PyTorch's 0 there, not 0 / 0
+  local z = qkv.tensor({{1, 1, 1}, {1, 2, 4}}, "float64"):requires_grad_()
+  z:std(2, false, 0):sum():backward()
+  local want = {{0, 0, 0}, {-0.35634832254989923, -0.08908708063747484, 0.44543540318737396}}
+  local got = z.grad:tolist()
+  for i = 1, 2 do
+    for j = 1, 3 do
+      lu.assertAlmostEquals(got[i][j], want[i][j], 1e-12, ("std grad [%d][%d]"):format(i, j))
+    end
+  end
 end
 
 function TestRules:testProductsAndViews()
