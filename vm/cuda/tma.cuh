@@ -7,7 +7,9 @@
 **     host encodes, qkv_cu_tma_map) from global into shared memory, its
 **     bytes counted off an mbarrier's expectation when they land; parts
 **     of the box outside the tensor are zeros;
-**   - setmaxnreg, a warpgroup's register budget moved to another.
+**   - setmaxnreg, a warpgroup's register budget moved to another;
+**   - named barriers (bar.sync / bar.arrive with an id and a count of
+**     threads), for two warpgroups to take turns.
 ** An mbarrier's phase completes when its count of arrivals is in and the
 ** bytes it expects have landed; a wait for parity p returns once the
 ** phase of that parity has completed (phase 0 first; a producer's first
@@ -30,6 +32,7 @@
 #include "wgmma.cuh"
 
 #ifdef QKV_CUDASIM
+void sim_named_bar(int id, int n, bool wait);
 void sim_mbar_init(uint32_t bar, unsigned count);
 void sim_mbar_arrive(uint32_t bar, uint32_t tx);
 void sim_mbar_wait(uint32_t bar, unsigned parity);
@@ -111,6 +114,24 @@ __device__ static inline void qkv_setmaxnreg (void) {
 #if !defined(QKV_CUDASIM) && QKV_WGMMA
   if constexpr (UP) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
   else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+#endif
+}
+
+/* named barrier id (1 .. 15; 0 is __syncthreads') of n threads, a
+   multiple of 32: wait there, or arrive and go on */
+__device__ static inline void qkv_bar_sync (int id, int n) {
+#ifdef QKV_CUDASIM
+  sim_named_bar(id, n, true);
+#elif QKV_WGMMA
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+#endif
+}
+
+__device__ static inline void qkv_bar_arrive (int id, int n) {
+#ifdef QKV_CUDASIM
+  sim_named_bar(id, n, false);
+#elif QKV_WGMMA
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
 #endif
 }
 

@@ -191,7 +191,8 @@ end
 -- masks with rows that keep no key, heads as strided views, lse through a
 -- backward (mma's, reading the wgmma forward's lse); and
 -- tests/helpers/mma_variants.lua's cases on it in each tile of keys and
--- each load, TMA by a producer warpgroup (the default) or cp.async (rows
+-- each load and schedule, TMA by a producer warpgroup with the two
+-- consumers taking turns (the default) or not (tma-serial), or cp.async (rows
 -- it cannot read 16 bytes at a time, or batch dims a tensor map cannot
 -- hold: an error naming the forced path)
 function TestCudaAttention:testHalvesOnWgmma()
@@ -282,7 +283,7 @@ function TestCudaAttention:testHalvesOnWgmma()
   -- way of loading them (on the simulation also with TMA copies landed at
   -- once, SIM_TMA=early, beside its default, at the last moment), a
   -- process each; a tile or a load that is not built is an error
-  local runs = {"", "QKV_CUDA_WGMMA_LOAD=cp.async"}
+  local runs = {"", "QKV_CUDA_WGMMA_LOAD=tma-serial", "QKV_CUDA_WGMMA_LOAD=cp.async"}
   if qkv.cuda.device_name():find("cudasim", 1, true) then table.insert(runs, 2, "SIM_TMA=early") end
   for _, run in ipairs(runs) do
     for _, bk in ipairs{"64", "128"} do
@@ -298,7 +299,7 @@ function TestCudaAttention:testHalvesOnWgmma()
   lu.assertStrContains(out, "not 64 or 128")
   out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_LOAD=bulk " .. S.quote(EXE) .. " -e " .. x16)
   lu.assertNotEquals(code, 0)
-  lu.assertStrContains(out, "not tma or cp.async")
+  lu.assertStrContains(out, "not tma, tma-serial or cp.async")
 end
 
 -- each variant of the tensor-core kernel (QKV_CUDA_MMA_VARIANT: rows a

@@ -46,6 +46,10 @@ void sim_fault(const char *what);
    spins, tested again each pass of the scheduler; none able to go on is
    a deadlock */
 void sim_wait_until(const std::function<bool()> &ready);
+/* the calling thread steps aside for the others, to go on in the
+   scheduler's next pass (after an mbarrier arrival: what it lets go may
+   happen before the thread's next step, as on the GPU) */
+void sim_reschedule(void);
 
 /* mbarriers and TMA (tma.cpp), per block: forget the last block's, and at
    the block's end what it left undone (NULL: nothing) */

@@ -71,7 +71,7 @@ sim_switch:
 
 /* SPIN: at a wait on a condition another thread makes true (an mbarrier's
    phase, tma.cpp): run again each pass, where it tests and yields again */
-enum { READY, WAIT_BAR, WAIT_WARP, SPIN, DONE, FAULTED };
+enum { READY, WAIT_BAR, WAIT_WARP, SPIN, WAIT_NAMED, DONE, FAULTED };
 
 /* a cp.async copy, done when its group is waited for (vm/cuda/mma.cuh) */
 struct cp_copy { void *dst; const void *src; size_t n; };
@@ -84,6 +84,7 @@ struct fiber {
 #endif
   int state;
   unsigned lin;                 /* linear thread index in the block */
+  int named_id;                 /* WAIT_NAMED: the barrier's id */
   std::vector<cp_copy> open;    /* cp.async copies not yet committed */
   std::deque<std::vector<cp_copy>> groups;   /* committed, not yet waited for */
   /* wgmma.mma_async issued and not yet waited for, as products.cpp's
@@ -113,6 +114,7 @@ struct worker {
 #endif
   unsigned n, cur, live, bar_arrived, bar_count, bar_gen;
   unsigned bar_res[2][2];       /* by gen parity: threads arrived, threads with v != 0 */
+  unsigned named[16], named_n[16];   /* bar.sync/arrive id: threads arrived, of how many */
   warp w[32];
   unsigned ended[32];           /* per warp: lanes ended or absent */
   bool fault;
@@ -314,6 +316,32 @@ unsigned char *sim_smem_at (uint32_t addr, size_t n, const char *what) {
 
 void sim_fault (const char *what) { fault(cur_worker, "%s", what); }
 
+/* bar.sync (wait) and bar.arrive: n threads, a multiple of 32, complete
+   named barrier id; the arrivals of one round must agree on n */
+void sim_named_bar (int id, int n, bool wait) {
+  worker *w = cur_worker;
+  if (id < 1 || id > 15 || n <= 0 || n % 32 || (unsigned)n > w->n)
+    fault(w, "bar.%s %d, %d: an id outside 1 .. 15, or a count not a multiple of 32 "
+             "within the block", wait ? "sync" : "arrive", id, n);
+  if (w->named[id] && w->named_n[id] != (unsigned)n)
+    fault(w, "bar.%s %d, %d while %u threads arrived there for %u", wait ? "sync" : "arrive",
+          id, n, w->named[id], w->named_n[id]);
+  w->named_n[id] = (unsigned)n;
+  if (++w->named[id] == (unsigned)n) {
+    w->named[id] = 0;
+    for (unsigned i = 0; i < w->n; i++)
+      if (w->f[i].state == WAIT_NAMED && w->f[i].named_id == id) w->f[i].state = READY;
+    return;
+  }
+  if (wait) {
+    w->f[w->cur].state = WAIT_NAMED;
+    w->f[w->cur].named_id = id;
+    yield(w);
+  }
+}
+
+void sim_reschedule (void) { yield(cur_worker); }
+
 void sim_wait_until (const std::function<bool()> &ready) {
   worker *w = cur_worker;
   while (!ready()) {
@@ -352,7 +380,7 @@ static void start_fiber (worker *w, unsigned i) {
 
 static const char *state_name (int s) {
   return s == WAIT_BAR ? "__syncthreads" : s == WAIT_WARP ? "a warp operation"
-         : s == SPIN ? "an mbarrier wait" : "?";
+         : s == SPIN ? "an mbarrier wait" : s == WAIT_NAMED ? "a named barrier" : "?";
 }
 
 /* the order of a pass over the fibers (SIM_ORDER): 0 forward (thread 0
@@ -393,6 +421,7 @@ static bool run_block (worker *w, uint64_t b) {
                   (unsigned)(b / ((uint64_t)w->grid.x * w->grid.y)));
   w->live = w->n;
   w->bar_arrived = w->bar_count = 0;
+  memset(w->named, 0, sizeof w->named);
   for (unsigned wi = 0; wi < 32; wi++) {
     w->w[wi].arrived = 0;
     unsigned have = wi * 32 >= w->n ? 0 : w->n - wi * 32 >= 32 ? 32 : w->n - wi * 32;
@@ -429,6 +458,12 @@ static bool run_block (worker *w, uint64_t b) {
       return false;
     }
   }
+  for (int id = 1; id < 16; id++)
+    if (w->named[id]) {
+      fail(cudaErrorLaunchFailure, "kernel %s, block %llu: ended with %u of %u threads arrived "
+           "at named barrier %d", w->name, (unsigned long long)b, w->named[id], w->named_n[id], id);
+      return false;
+    }
   if (const char *why = sim_tma_end_block()) {
     fail(cudaErrorLaunchFailure, "kernel %s, block %llu: %s", w->name, (unsigned long long)b, why);
     return false;

@@ -10,7 +10,9 @@
 ** expected are 0.  A wait for parity p returns once the count of phases
 ** completed has the other parity (the PTX ISA's test), and spins
 ** (scheduler.cpp) until then, so that a wait nothing will complete is a
-** deadlock.
+** deadlock.  A plain arrival (a release, no bytes expected) steps aside
+** for the other threads, so that what it lets go (a producer refilling a
+** stage) can run before the arriving thread's next step.
 **
 ** A TMA copy lands (its box written into shared memory, its bytes taken
 ** off its barrier) when issued with SIM_TMA=early, and with SIM_TMA=late
@@ -158,6 +160,7 @@ void sim_mbar_arrive (uint32_t bar, uint32_t tx) {
   b->tx += tx;
   b->due--;
   complete(b);
+  if (tx == 0) sim_reschedule();    /* what a release lets go may run before the next step */
 }
 
 void sim_mbar_wait (uint32_t bar, unsigned parity) {
