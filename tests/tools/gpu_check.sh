@@ -21,7 +21,7 @@
 #   6-bench.log      bench/attention_gpu.lua against the PyTorch there
 #                    (and its table of the tensor-core kernel's variants)
 #   7-wgmma.log      its --quick tables again for the wgmma forward's other
-#                    builds (cp.async loads, 64 keys a tile)
+#                    builds (no ping-pong, cp.async loads, 64 keys a tile)
 #
 # Steps 2 to 5 run side by side (16 cores, one GPU; none of them is
 # timed), then the benches alone: about 6 minutes on an H100.  `gpu_check.sh
@@ -172,18 +172,18 @@ run 5-device 150 $QKV test --device cuda tests/backends/test_attention.lua tests
   tests/core tests/stdlib tests/autograd tests/bindings tests/cli &
 wait
 run 6-bench 180 $QKV bench/attention_gpu.lua
-# the wgmma forward's other builds, --quick each: the first version's
-# cp.async loads, and 64 keys a tile for each load
+# the wgmma forward's other builds, --quick each: TMA without the turns,
+# the first version's cp.async loads, and 64 keys a tile
 wgmma_step() {
   local e
-  for e in "QKV_CUDA_WGMMA_LOAD=cp.async" "QKV_CUDA_WGMMA_BK=64" \
+  for e in "QKV_CUDA_WGMMA_LOAD=tma-serial" "QKV_CUDA_WGMMA_LOAD=cp.async" "QKV_CUDA_WGMMA_BK=64" \
            "QKV_CUDA_WGMMA_LOAD=cp.async QKV_CUDA_WGMMA_BK=64"; do
     echo "== $e"
     env $e $QKV bench/attention_gpu.lua --quick
   done
 }
 export -f wgmma_step
-run 7-wgmma 150 wgmma_step
+run 7-wgmma 200 wgmma_step
 say "gpu_check: $(( $(date +%s) - T0 )) s in all"
 echo "== bench"; grep -E "^\| (bfloat16|float16) \| (16 x 128|32 x 64) \| (1024|4096|16384) |^ceilings" "$OUT/6-bench.log"
 echo "== wgmma builds (quick)"; grep -E "^== |^\| (bfloat16|float16) \| (16 x 128|32 x 64) \| (4096|16384) " "$OUT/7-wgmma.log" | head -n 40
