@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
     bool have_p = false;
     int ps = 0;
     unsigned pph = 0;
-    if (wg == 2 && jend > 0) qkv_bar_arrive(1, 256);
+    if (wg == 2 && jend > 0) qkv_bar<false>(1, 256);
     for (int t = 0, j0 = 0; j0 < jend; t++, j0 += BK) {
       const int s = t % NST;
       const unsigned ph = t / NST & 1;
@@ -167,11 +167,11 @@ __global__ void __launch_bounds__(3 * 128, 1)
       qkv_mbar_wait(fullk + 8 * s, ph);
       if (have_p) qkv_mbar_wait(fullv + 8 * ps, pph);
       float sc[BK / 8][4];
-      qkv_bar_sync(turn, 256);
+      qkv_bar<true>(turn, 256);
       if (have_p) wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
       if (!skip) wg_scores<DT, D, BK>(sc, qa, KV + 2 * s * TKV);
       qkv_wg_commit();
-      if (wg == 1 || j0 + BK < jend) qkv_bar_arrive(other, 256);
+      if (wg == 1 || j0 + BK < jend) qkv_bar<false>(other, 256);
       qkv_wg_wait<0>();
       qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
       if (have_p) {

@@ -68,16 +68,23 @@ __device__ static inline void qkv_mbar_arrive (uint32_t bar, uint32_t tx = 0) {
 #endif
 }
 
-/* until the phase of parity `parity` has completed */
+/* until the phase of parity `parity` has completed.  On the GPU a wait
+   still waiting after 2^34 clocks (about 9 s; a tile takes microseconds)
+   traps, so that a barrier protocol gone wrong fails the launch
+   (cudaErrorLaunchFailure) rather than hanging the process */
 __device__ static inline void qkv_mbar_wait (uint32_t bar, unsigned parity) {
 #ifdef QKV_CUDASIM
   sim_mbar_wait(bar, parity);
 #elif QKV_WGMMA
   uint32_t done;
-  do
+  long long t0 = 0;
+  for (;;) {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  while (!done);
+    if (done) break;
+    if (t0 == 0) t0 = clock64();
+    else if (clock64() - t0 > (1ll << 34)) __trap();
+  }
 #endif
 }
 
@@ -118,20 +125,15 @@ __device__ static inline void qkv_setmaxnreg (void) {
 }
 
 /* named barrier id (1 .. 15; 0 is __syncthreads') of n threads, a
-   multiple of 32: wait there, or arrive and go on */
-__device__ static inline void qkv_bar_sync (int id, int n) {
+   multiple of 32: WAIT, wait there (bar.sync); else arrive and go on
+   (bar.arrive) */
+template <bool WAIT>
+__device__ static inline void qkv_bar (int id, int n) {
 #ifdef QKV_CUDASIM
-  sim_named_bar(id, n, true);
+  sim_named_bar(id, n, WAIT);
 #elif QKV_WGMMA
-  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
-#endif
-}
-
-__device__ static inline void qkv_bar_arrive (int id, int n) {
-#ifdef QKV_CUDASIM
-  sim_named_bar(id, n, false);
-#elif QKV_WGMMA
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
+  if constexpr (WAIT) asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+  else asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
 #endif
 }
 
