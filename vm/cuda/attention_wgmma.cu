@@ -26,7 +26,9 @@
 **   tma (the default): a third warpgroup, the producer, copies the tiles
 **     by TMA (tma.cuh) into a ring of 2-4 stages on mbarriers while the
 **     consumers compute (attention_wgmma_tma.cu), the two consumers
-**     taking turns at the tensor cores (FA3's ping-pong; tma-serial: not);
+**     taking turns at the tensor cores and each running its last tile's
+**     P V under this tile's softmax (FA3's ping-pong and intra-warpgroup
+**     overlap; tma-pingpong: the turns alone, tma-serial: neither);
 **   cp.async: the first version, the two warpgroups load their own tiles
 **     by cp.async in a two-stage ring (the mma kernel's loop: wait for
 **     one's own copies, fence the async proxy, barrier, issue the next).
@@ -163,25 +165,26 @@ int qkv_cu_attention_wgmma (const qkv_attn_plan &P) {
   if (!qkv_cu_dense_rows(P))
     return qkv_cu_decline("wgmma", "the wgmma kernel reads rows 16 bytes at a time");
   /* QKV_CUDA_WGMMA_BK: keys a tile, 64 or 128 (unset: 128), and
-     QKV_CUDA_WGMMA_LOAD: tma (unset) or cp.async (the first version, two
-     warpgroups loading their own tiles), for the GPU run to time each;
-     another value is an error */
-  static int bk = 0, tma = -1;
+     QKV_CUDA_WGMMA_LOAD: tma (unset), tma-pingpong, tma-serial (TMA's
+     schedules, attention_wgmma_tma.cu) or cp.async (the first version,
+     two warpgroups loading their own tiles), for the GPU run to time
+     each; another value is an error */
+  static int bk = 0, load = -2;                 /* load: -1 cp.async, else TMA's schedule */
   if (bk == 0) {
     const char *e = getenv("QKV_CUDA_WGMMA_BK");
     bk = !e || !*e || !strcmp(e, "128") ? 128 : !strcmp(e, "64") ? 64 : -1;
   }
-  if (tma < 0) {
+  if (load == -2) {
     const char *e = getenv("QKV_CUDA_WGMMA_LOAD");
-    tma = !e || !*e || !strcmp(e, "tma") ? 2 : !strcmp(e, "tma-serial") ? 1
-          : !strcmp(e, "cp.async") ? 0 : 3;
+    load = !e || !*e || !strcmp(e, "tma") ? 2 : !strcmp(e, "tma-pingpong") ? 1
+           : !strcmp(e, "tma-serial") ? 0 : !strcmp(e, "cp.async") ? -1 : 3;
   }
   if (bk < 0) return qkv_cu_fail("QKV_CUDA_WGMMA_BK", __FILE__, __LINE__, "not 64 or 128");
-  if (tma > 2)
+  if (load > 2)
     return qkv_cu_fail("QKV_CUDA_WGMMA_LOAD", __FILE__, __LINE__,
-                       "not tma, tma-serial or cp.async");
+                       "not tma, tma-pingpong, tma-serial or cp.async");
   qkv_cu_attention_path = "wgmma";
-  if (tma) return qkv_cu_wgmma_tma(P, bk, tma == 2);
+  if (load >= 0) return qkv_cu_wgmma_tma(P, bk, load);
   const bool f16 = P.dtype != QKV_BF16, d64 = P.dk == 64;
   if (bk == 64)
     return f16 ? (d64 ? launch<QKV_MMA_F16, 64, 64>(P) : launch<QKV_MMA_F16, 128, 64>(P))

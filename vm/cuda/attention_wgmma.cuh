@@ -49,12 +49,13 @@ __device__ static void wg_scores (float (&s)[BK / 8][4], uint32_t qa, const unsi
 }
 
 /* S (waited for) scaled into log2 units, the keys the cut bits Bw drop
-   (where cut) to -inf, the online softmax (mma's at MT 1): O rescaled
-   where a row's max moved, P packed to 16 bits as A fragments in pa */
+   (where cut) to -inf, the online softmax (mma's at MT 1): the rows' max
+   and sum updated, P packed to 16 bits as A fragments in pa, and alpha,
+   what O is to be multiplied by (wg_rescale: after any P V in flight) */
 template <int DT, int D, int BK>
 __device__ static void wg_softmax (wg_rows<D> &st, float (&s)[BK / 8][4],
                                    uint32_t (&pa)[BK / 16][4], const uint32_t *Bw, bool cut,
-                                   float scale2) {
+                                   float scale2, float (&alpha)[2]) {
   enum { NS = BK / 8, DN = D / 8 };
   const int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
   const float ninf = -INFINITY;
@@ -70,7 +71,7 @@ __device__ static void wg_softmax (wg_rows<D> &st, float (&s)[BK / 8][4],
       }
     __syncwarp();                     /* read before the next tile's cut bits */
   }
-  float alpha[2], mref[2];
+  float mref[2];
   QKV_UNROLL for (int h = 0; h < 2; h++) {
     float x = ninf;
     QKV_UNROLL for (int n = 0; n < NS; n++) x = fmaxf(x, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
@@ -87,15 +88,20 @@ __device__ static void wg_softmax (wg_rows<D> &st, float (&s)[BK / 8][4],
       s[n][e] = qkv_exp2(s[n][e] - mref[e / 2]);
       st.l[e / 2] += s[n][e];
     }
-  if (__any_sync(QKV_MMA_FULL, alpha[0] != 1.f || alpha[1] != 1.f)) {
-    QKV_UNROLL for (int dn = 0; dn < DN; dn++)
-      QKV_UNROLL for (int e = 0; e < 4; e++) st.o[dn][e] *= alpha[e / 2];
-  }
   QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++) {
     pa[kp][0] = qkv_pack2<DT>(s[2 * kp][0], s[2 * kp][1]);
     pa[kp][1] = qkv_pack2<DT>(s[2 * kp][2], s[2 * kp][3]);
     pa[kp][2] = qkv_pack2<DT>(s[2 * kp + 1][0], s[2 * kp + 1][1]);
     pa[kp][3] = qkv_pack2<DT>(s[2 * kp + 1][2], s[2 * kp + 1][3]);
+  }
+}
+
+/* O *= alpha (wg_softmax's), where a row's max moved */
+template <int D>
+__device__ static void wg_rescale (wg_rows<D> &st, const float (&alpha)[2]) {
+  if (__any_sync(QKV_MMA_FULL, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    QKV_UNROLL for (int dn = 0; dn < D / 8; dn++)
+      QKV_UNROLL for (int e = 0; e < 4; e++) st.o[dn][e] *= alpha[e / 2];
   }
 }
 
@@ -140,7 +146,9 @@ __device__ static void wg_tile (wg_rows<D> &st, const qkv_attn_plan &P, uint32_t
   qkv_wg_wait<0>();
   qkv_wg_fence_operand<BK / 2>(&s[0][0]);
   uint32_t pa[BK / 16][4];
-  wg_softmax<DT, D, BK>(st, s, pa, Bw, cut, scale2);
+  float alpha[2];
+  wg_softmax<DT, D, BK>(st, s, pa, Bw, cut, scale2, alpha);
+  wg_rescale(st, alpha);
   if (vbar) qkv_mbar_wait(vbar, vph);
   wg_pv<DT, D, BK>(st, pa, Vs);
   qkv_wg_commit();
@@ -173,8 +181,11 @@ __device__ static void wg_finish (const wg_rows<D> &st, const qkv_attn_plan &P, 
   }
 }
 /* the TMA kernel (attention_wgmma_tma.cu) for P at bk keys a tile, its
-   two consumer warpgroups taking turns (pingpong) or not: QKV_OK, or a
-   decline naming wgmma where its tensor maps cannot describe the views */
-int qkv_cu_wgmma_tma(const qkv_attn_plan &P, int bk, bool pingpong);
+   two consumer warpgroups' schedule: 0 each tile's steps one after
+   another, 1 taking turns at the tensor cores (ping-pong), 2 that and
+   within a warpgroup the last tile's P V under this tile's softmax:
+   QKV_OK, or a decline naming wgmma where its tensor maps cannot
+   describe the views */
+int qkv_cu_wgmma_tma(const qkv_attn_plan &P, int bk, int sched);
 
 #endif

@@ -19,9 +19,11 @@
 ** its products of the stage are done).  Round r of stage s waits for
 ** empty's phase r - 1; a consumer waits for K's and V's phase r, V's only
 ** before P V, so S = Q K^T starts as K lands.  The producer gives its
-** registers up (setmaxnreg) for the consumers' accumulators.  PP: the
-** consumers take turns at the tensor cores (below); else each runs its
-** tiles' steps one after another (QKV_CUDA_WGMMA_LOAD=tma-serial).
+** registers up (setmaxnreg) for the consumers' accumulators.  SCHED,
+** the consumers' schedule (QKV_CUDA_WGMMA_LOAD): 0 each tile's steps one
+** after another (tma-serial), 1 the two taking turns at the tensor cores
+** (tma-pingpong), 2 that and each one's last P V under its softmax (tma,
+** the default); below.
 */
 struct wg_tmap {
   CUtensorMap map;                /* (D, rows, batch dims...), boxes of 64 x rows */
@@ -62,7 +64,7 @@ static constexpr size_t wg_tma_smem (int D, int BK) {
          (size_t)QKV_WG_BQ * (BK / 32) * sizeof(uint32_t) + 8 * (1 + 3 * wg_stages(D, BK));
 }
 
-template <int DT, int D, int BK, bool PP>
+template <int DT, int D, int BK, int SCHED>
 __global__ void __launch_bounds__(3 * 128, 1)
     attention_wgmma_tma_kernel (qkv_attn_plan P, const __grid_constant__ wg_maps M) {
 #if QKV_WGMMA
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
   wg_rows<D> st;
   wg_start(st);
   qkv_mbar_wait(barq, 0);
-  if constexpr (!PP) {
+  if constexpr (SCHED == 0) {
     for (int t = 0, j0 = 0; j0 < jend; t++, j0 += BK) {
       const int s = t % NST;
       const unsigned ph = t / NST & 1;
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       __syncwarp();                               /* every lane's products of the stage done */
       if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
     }
-  } else {
+  } else if constexpr (SCHED == 1) {
     /* FA3's ping-pong: the two warpgroups take turns at the tensor cores
        (named barriers 1 and 2, warpgroup 0 first), each turn issuing the
        last tile's P V and this tile's S = Q K^T, so that one warpgroup's
@@ -181,7 +183,70 @@ __global__ void __launch_bounds__(3 * 128, 1)
       }
       if (!skip) {
         qkv_wg_fence_operand<BK / 2>(&sc[0][0]);
-        wg_softmax<DT, D, BK>(st, sc, pa, Bw, cut, scale2);
+        float alpha[2];
+        wg_softmax<DT, D, BK>(st, sc, pa, Bw, cut, scale2, alpha);
+        wg_rescale(st, alpha);
+        have_p = true, ps = s, pph = ph;
+      } else {
+        qkv_mbar_wait(fullv + 8 * s, ph);
+        __syncwarp();
+        if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
+        have_p = false;
+      }
+    }
+    if (have_p) {                                 /* the last tile's P V */
+      qkv_mbar_wait(fullv + 8 * ps, pph);
+      wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
+      qkv_wg_commit();
+      qkv_wg_wait<0>();
+      qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
+      qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
+      __syncwarp();
+      if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
+    }
+  } else {
+    /* the ping-pong, and within a warpgroup (FA3's intra-warpgroup
+       overlap): each turn issues this tile's S = Q K^T, committed on its
+       own, then the last tile's P V; the softmax of S waits for S alone
+       (wait_group 1) and runs while P V does, writing P beside the last
+       one, which P V still reads; O is rescaled once P V is done */
+    const int turn = 1 + (wg - 1), other = 2 - (wg - 1);
+    uint32_t pa[BK / 16][4], pn[BK / 16][4];
+    bool have_p = false;
+    int ps = 0;
+    unsigned pph = 0;
+    if (wg == 2 && jend > 0) qkv_bar<false>(1, 256);
+    for (int t = 0, j0 = 0; j0 < jend; t++, j0 += BK) {
+      const int s = t % NST;
+      const unsigned ph = t / NST & 1;
+      const bool skip = P.causal && j0 > g0 + 63 + off;
+      const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+      if (!skip && cut) wg_cut<BK>(Bw, P, mk, r0, j0);
+      qkv_mbar_wait(fullk + 8 * s, ph);
+      if (have_p) qkv_mbar_wait(fullv + 8 * ps, pph);
+      float sc[BK / 8][4], alpha[2];
+      qkv_bar<true>(turn, 256);
+      if (!skip) wg_scores<DT, D, BK>(sc, qa, KV + 2 * s * TKV);
+      qkv_wg_commit();
+      if (have_p) wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
+      qkv_wg_commit();
+      if (wg == 1 || j0 + BK < jend) qkv_bar<false>(other, 256);
+      if (!skip) {
+        qkv_wg_wait<1>();                         /* S; P V may still run */
+        qkv_wg_fence_operand<BK / 2>(&sc[0][0]);
+        wg_softmax<DT, D, BK>(st, sc, pn, Bw, cut, scale2, alpha);
+      }
+      qkv_wg_wait<0>();
+      qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
+      if (have_p) {
+        qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
+        __syncwarp();
+        if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
+      }
+      if (!skip) {
+        wg_rescale(st, alpha);
+        QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++)
+          QKV_UNROLL for (int e = 0; e < 4; e++) pa[kp][e] = pn[kp][e];
         have_p = true, ps = s, pph = ph;
       } else {
         qkv_mbar_wait(fullv + 8 * s, ph);
@@ -259,7 +324,7 @@ static bool wg_map (wg_tmap *t, const qkv_attn_plan &P, const qkv_attn_view &x, 
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int DT, int D, int BK, bool PP>
+template <int DT, int D, int BK, int SCHED>
 static int launch_tma (qkv_attn_plan P) {
   constexpr size_t smem = wg_tma_smem(D, BK);
   static_assert(smem <= 227 * 1024, "the TMA kernel's shared memory");
@@ -268,7 +333,7 @@ static int launch_tma (qkv_attn_plan P) {
       !wg_map(&M.v, P, P.v, P.nk, BK))
     return qkv_cu_decline("wgmma", "the wgmma kernel's TMA cannot describe these views "
                                    "(over 3 batch dims, or the driver refuses the map)");
-  void (*kernel)(qkv_attn_plan, wg_maps) = attention_wgmma_tma_kernel<DT, D, BK, PP>;
+  void (*kernel)(qkv_attn_plan, wg_maps) = attention_wgmma_tma_kernel<DT, D, BK, SCHED>;
   unsigned grid = 0;
   int err = attention_grid(kernel, smem, QKV_WG_BQ, &P, &grid);
   if (err != QKV_OK) return err;
@@ -278,19 +343,20 @@ static int launch_tma (qkv_attn_plan P) {
 }
 
 template <int DT, int D, int BK>
-static int launch_both (const qkv_attn_plan &P, bool pingpong) {
-  return pingpong ? launch_tma<DT, D, BK, true>(P) : launch_tma<DT, D, BK, false>(P);
+static int launch_sched (const qkv_attn_plan &P, int sched) {
+  return sched == 2 ? launch_tma<DT, D, BK, 2>(P)
+         : sched == 1 ? launch_tma<DT, D, BK, 1>(P) : launch_tma<DT, D, BK, 0>(P);
 }
 
-int qkv_cu_wgmma_tma (const qkv_attn_plan &P, int bk, bool pp) {
+int qkv_cu_wgmma_tma (const qkv_attn_plan &P, int bk, int sched) {
   const bool f16 = P.dtype != QKV_BF16, d64 = P.dk == 64;
   if (bk == 64)
-    return f16 ? (d64 ? launch_both<QKV_MMA_F16, 64, 64>(P, pp)
-                      : launch_both<QKV_MMA_F16, 128, 64>(P, pp))
-               : (d64 ? launch_both<QKV_MMA_BF16, 64, 64>(P, pp)
-                      : launch_both<QKV_MMA_BF16, 128, 64>(P, pp));
-  return f16 ? (d64 ? launch_both<QKV_MMA_F16, 64, 128>(P, pp)
-                    : launch_both<QKV_MMA_F16, 128, 128>(P, pp))
-             : (d64 ? launch_both<QKV_MMA_BF16, 64, 128>(P, pp)
-                    : launch_both<QKV_MMA_BF16, 128, 128>(P, pp));
+    return f16 ? (d64 ? launch_sched<QKV_MMA_F16, 64, 64>(P, sched)
+                      : launch_sched<QKV_MMA_F16, 128, 64>(P, sched))
+               : (d64 ? launch_sched<QKV_MMA_BF16, 64, 64>(P, sched)
+                      : launch_sched<QKV_MMA_BF16, 128, 64>(P, sched));
+  return f16 ? (d64 ? launch_sched<QKV_MMA_F16, 64, 128>(P, sched)
+                    : launch_sched<QKV_MMA_F16, 128, 128>(P, sched))
+             : (d64 ? launch_sched<QKV_MMA_BF16, 64, 128>(P, sched)
+                    : launch_sched<QKV_MMA_BF16, 128, 128>(P, sched));
 }

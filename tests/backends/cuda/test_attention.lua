@@ -192,7 +192,8 @@ end
 -- backward (mma's, reading the wgmma forward's lse); and
 -- tests/helpers/mma_variants.lua's cases on it in each tile of keys and
 -- each load and schedule, TMA by a producer warpgroup with the two
--- consumers taking turns (the default) or not (tma-serial), or cp.async (rows
+-- consumers taking turns and overlapping their own P V and softmax (the
+-- default), taking turns alone or neither, or cp.async (rows
 -- it cannot read 16 bytes at a time, or batch dims a tensor map cannot
 -- hold: an error naming the forced path)
 function TestCudaAttention:testHalvesOnWgmma()
@@ -283,7 +284,8 @@ function TestCudaAttention:testHalvesOnWgmma()
   -- way of loading them (on the simulation also with TMA copies landed at
   -- once, SIM_TMA=early, beside its default, at the last moment), a
   -- process each; a tile or a load that is not built is an error
-  local runs = {"", "QKV_CUDA_WGMMA_LOAD=tma-serial", "QKV_CUDA_WGMMA_LOAD=cp.async"}
+  local runs = {"", "QKV_CUDA_WGMMA_LOAD=tma-pingpong", "QKV_CUDA_WGMMA_LOAD=tma-serial",
+                "QKV_CUDA_WGMMA_LOAD=cp.async"}
   if qkv.cuda.device_name():find("cudasim", 1, true) then table.insert(runs, 2, "SIM_TMA=early") end
   for _, run in ipairs(runs) do
     for _, bk in ipairs{"64", "128"} do
@@ -299,7 +301,7 @@ function TestCudaAttention:testHalvesOnWgmma()
   lu.assertStrContains(out, "not 64 or 128")
   out, code = S.sh("QKV_CUDA_ATTENTION=wgmma QKV_CUDA_WGMMA_LOAD=bulk " .. S.quote(EXE) .. " -e " .. x16)
   lu.assertNotEquals(code, 0)
-  lu.assertStrContains(out, "not tma, tma-serial or cp.async")
+  lu.assertStrContains(out, "not tma, tma-pingpong, tma-serial or cp.async")
 end
 
 -- each variant of the tensor-core kernel (QKV_CUDA_MMA_VARIANT: rows a

@@ -216,7 +216,9 @@ static void fiber_main (void) {
   fiber *f = &w->f[w->cur];
   if (!f->open.empty() || !f->groups.empty())
     fault(w, "ended with cp.async copies never waited for (cp.async.wait_group 0)");
-  if (!f->wg_open.empty() || !f->wg_groups.empty())
+  bool in_flight = !f->wg_open.empty();
+  for (const auto &g : f->wg_groups) in_flight = in_flight || !g.empty();
+  if (in_flight)
     fault(w, "ended with wgmma.mma_async in flight (wgmma.commit_group, wgmma.wait_group 0)");
   unsigned wi = f->lin / 32, lane = f->lin % 32;
   f->state = DONE;
@@ -567,7 +569,8 @@ void sim_wg_issue (std::function<void()> work) {
 
 void sim_wg_commit (void) {
   fiber &f = cur_worker->f[cur_worker->cur];
-  if (f.wg_open.empty()) return;               /* an empty group waits for nothing */
+  /* (with nothing issued since the last, an empty group, as on the GPU:
+     it counts in wgmma.wait_group's n) */
   f.wg_groups.push_back(std::move(f.wg_open));
   f.wg_open.clear();
 }
