@@ -121,8 +121,9 @@ lua_Integer qkvL_checklist (lua_State *L, int arg, const char *fname, const char
 ** positions (x:sum{dim = 1, keepdim = true} is x:sum(1, true)); with
 ** dtype, its key dtype converts argument 1 first.  Unknown keys and a
 ** position given twice are errors naming fname.  Call it first thing.
+** Returns the dtype given (a qkv_dtype), or -1 when none was.
 */
-void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+int qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
                     int dtype);
 extern const char *const qkvL_KW_DIM[];       /* {"dim"} */
 extern const char *const qkvL_KW_REDUCE[];    /* {"dim", "keepdim"} */

@@ -414,12 +414,13 @@ const char *const qkvL_KW_REDUCE[] = {"dim", "keepdim", NULL};
 const char *const qkvL_KW_OTHER[] = {"other", NULL};
 const char *const qkvL_KW_NONE[] = {NULL};
 
-void qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
-                    int dtype) {
-  int opts = lua_gettop(L), n = 0;
+int qkvL_keywords (lua_State *L, const char *fname, int first, const char *const *names,
+                   int dtype) {
+  int opts = lua_gettop(L), n = 0, given = -1;
   while (opts >= first && lua_isnil(L, opts)) opts--;
   /* a table with items is a list (layer_norm's shape), left where it is */
-  if (opts < first || lua_type(L, opts) != LUA_TTABLE || lua_rawlen(L, opts) > 0) return;
+  if (opts < first || lua_type(L, opts) != LUA_TTABLE || lua_rawlen(L, opts) > 0)
+    return -1;
   const char *known[10];
   for (; names[n] && n < 8; n++) known[n] = names[n];
   known[n] = dtype ? "dtype" : NULL;
@@ -447,6 +448,7 @@ void qkvL_keywords (lua_State *L, const char *fname, int first, const char *cons
       luaL_error(L, "%s: option 'dtype' must be a dtype name (float32, float64, float16, "
                  "bfloat16, int64, int32, bool), got %s", fname,
                  isstr ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    given = (int)t;
     if (qkvL_totensor(L, 1)) {            /* else the function's own check says */
       lua_getfield(L, 1, "to");
       lua_pushvalue(L, 1);
@@ -458,6 +460,7 @@ void qkvL_keywords (lua_State *L, const char *fname, int first, const char *cons
   if (dtype) lua_pop(L, 1);               /* the dtype, or nil */
   lua_rotate(L, first, -(opts - first + 1));
   lua_pop(L, opts - first + 1);           /* the positions given and the table */
+  return given;
 }
 
 void qkvL_args (lua_State *L, const char *fname, const char *const *names) {

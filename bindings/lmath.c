@@ -252,22 +252,40 @@ static int reduce (lua_State *L, qkv_redop op) {
   return idx && idx != out ? 2 : 1;
 }
 
+/*
+** sum's and cumsum's dtype= is the result's dtype, as PyTorch's: an int32
+** (or bool) x summed in int64 goes back into it, int32 wrapping as
+** PyTorch's int32 sum does (x:sum{dtype = "int32"} of {2^31 - 1, 1} is
+** -2^31, not the int64 2^31), bool being nonzero.  The result is at the
+** top of the stack; want is qkvL_keywords' answer (-1: none given).
+*/
+static void as_dtype (lua_State *L, const char *name, int want) {
+  qkv_tensor *r = qkvL_checktensor(L, -1);
+  if (want < 0 || r->dtype == (qkv_dtype)want) return;
+  qkv_tensor *out = qkvL_newlike(L, r, (qkv_dtype)want);
+  qkvL_check(L, name, qkv_copy(out, r));
+  lua_remove(L, -2);
+}
+
 /* x:cumsum(dim): running sums along dim, x's shape; integer and bool x
-   give int64 (as torch.cumsum) */
+   give int64 (as torch.cumsum), unless dtype= says */
 static int m_cumsum (lua_State *L) {
-  qkvL_keywords(L, "cumsum", 2, qkvL_KW_DIM, 1);
+  int want = qkvL_keywords(L, "cumsum", 2, qkvL_KW_DIM, 1);
   QKVL_GRAD(L, "cumsum", m_cumsum);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim0(L, 2, t->ndim);
   qkv_tensor *out = qkvL_newlike(L, t, qkv_is_float(t->dtype) ? t->dtype : QKV_I64);
   qkvL_check(L, "cumsum", qkv_cumsum(out, t, dim));
+  as_dtype(L, "cumsum", want);
   return 1;
 }
 
 static int m_sum (lua_State *L) {
-  qkvL_keywords(L, "sum", 2, qkvL_KW_REDUCE, 1);
+  int want = qkvL_keywords(L, "sum", 2, qkvL_KW_REDUCE, 1);
   QKVL_GRAD(L, "sum", m_sum);
-  return reduce(L, QKV_SUM);
+  int n = reduce(L, QKV_SUM);
+  as_dtype(L, "sum", want);
+  return n;
 }
 static int m_mean (lua_State *L) {
   qkvL_keywords(L, "mean", 2, qkvL_KW_REDUCE, 1);

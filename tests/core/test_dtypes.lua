@@ -147,6 +147,29 @@ function TestCompute:testInt32()
   lu.assertEquals(i:tolist(), {2, 3, 1})
 end
 
+-- sum's and cumsum's dtype= is the result's dtype, as PyTorch's: an int32
+-- sum wraps. PyTorch: torch.tensor([2**31-1, 1], dtype=torch.int32)
+-- .sum(dtype=torch.int32) is tensor(-2147483648, dtype=torch.int32),
+-- .cumsum(0, dtype=torch.int32) tensor([2147483647, -2147483648], dtype=torch.int32),
+-- torch.tensor([True, True]).sum(dtype=torch.bool) tensor(True)
+-- (qkv gave the int64 2147483648, [2147483647, 2147483648] and 2)
+function TestCompute:testSumDtypeIsTheResult()
+  local x = qkv.tensor({2147483647, 1}, "int32")
+  local s = x:sum{dtype = "int32"}
+  lu.assertEquals({s.dtype, s:item()}, {"int32", -2147483648})
+  s = x:view(1, 2):sum(2, {dtype = "int32"})
+  lu.assertEquals({s.dtype, s:tolist()}, {"int32", {-2147483648}})
+  s = qkv.tensor({2147483647, 1}, "int64"):sum{dtype = "int32"}
+  lu.assertEquals({s.dtype, s:item()}, {"int32", -2147483648})
+  local c = x:cumsum(1, {dtype = "int32"})
+  lu.assertEquals({c.dtype, c:tolist()}, {"int32", {2147483647, -2147483648}})
+  s = qkv.tensor{true, true}:sum{dtype = "bool"}
+  lu.assertEquals({s.dtype, s:item()}, {"bool", true})
+  s = qkv.tensor{1.5, 2.5}:sum{dtype = "int64"}           -- torch: tensor(3)
+  lu.assertEquals({s.dtype, s:item()}, {"int64", 3})
+  lu.assertEquals(x:sum().dtype, "int64", "without dtype=, int64 as before")
+end
+
 function TestCompute:testPromotion()
   local h, b, f = qkv.ones(2, "float16"), qkv.ones(2, "bfloat16"), qkv.ones(2)
   local i, l, t = qkv.ones(2, "int32"), qkv.ones(2, "int64"), qkv.ones(2, "bool")

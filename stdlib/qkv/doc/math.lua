@@ -127,11 +127,14 @@ the end): element i along dim is the sum of elements 1 to i. The result
 has x's shape. float32 sums in float64 before it is rounded, on the CPU
 and the GPU alike; int64 sums exactly (wrapping on overflow), and the other
 integer dtypes and bool give int64. Differentiable, and PyTorch's keywords
-come as a table: x:cumsum{dim = 1, dtype = "float64"}. As torch.cumsum.]],
+come as a table: x:cumsum{dim = 1, dtype = "float64"}, whose dtype converts
+x first and is the result's dtype (an int32 one wraps). As torch.cumsum.]],
    example = [=[print(qkv.tensor{1, 2, 3}:cumsum(1))   --> tensor([1., 3., 6.])]=]},
   reduction("sum", "The sum of the elements", "Sums of float32 accumulate " ..
-    "in float64; bool gives int64 and other dtypes stay, unless the option " ..
-    "dtype converts x first (x:sum{dtype = \"float64\"}). ", "", "torch.sum"),
+    "in float64; bool and int32 give int64 and other dtypes stay, unless " ..
+    "the option dtype converts x first (x:sum{dtype = \"float64\"}): then " ..
+    "the result has that dtype, an int32 sum wrapping as PyTorch's. ", "",
+    "torch.sum"),
   reduction("mean", "The mean of the elements", "float32 accumulates in " ..
     "float64; int64 and bool give float32, and the option dtype converts x " ..
     "first. ", "", "torch.mean"),
