@@ -119,7 +119,8 @@ lua_Integer qkvL_checklist (lua_State *L, int arg, const char *fname, const char
 ** PyTorch's keywords: when the last argument from `first` on is a table,
 ** its keys named in names (the positions from first on) become those
 ** positions (x:sum{dim = 1, keepdim = true} is x:sum(1, true)); with
-** dtype, its key dtype converts argument 1 first.  Unknown keys and a
+** dtype, its key dtype converts argument 1 first (dtype 2: only a float
+** dtype may be given, else an error).  Unknown keys and a
 ** position given twice are errors naming fname.  Call it first thing.
 ** Returns the dtype given (a qkv_dtype), or -1 when none was.
 */

@@ -404,8 +404,10 @@ const qkv_tensor *qkvL_host (lua_State *L, const qkv_tensor *t, const char *name
 ** table with no items, x:sum{dim = 1, keepdim = true} reads as x:sum(1, true) and
 ** x:sum(1, {keepdim = true}) too.  names are the positions' names from
 ** `first` on (NULL-ended); with `dtype`, a key dtype converts argument 1
-** to that dtype first, as PyTorch's dtype= does.  A key the function does
-** not take, or a position given both ways, is an error naming fname.
+** to that dtype first, as PyTorch's dtype= does (with dtype 2, a float
+** one only: mean's and softmax's, which PyTorch refuses an integer for).
+** A key the function does not take, or a position given both ways, is an
+** error naming fname.
 ** The binding calls it first, so that autograd's rule sees positions.
 ** (Here, not in laux.c, as it converts a tensor.)
 */
@@ -448,6 +450,9 @@ int qkvL_keywords (lua_State *L, const char *fname, int first, const char *const
       luaL_error(L, "%s: option 'dtype' must be a dtype name (float32, float64, float16, "
                  "bfloat16, int64, int32, bool), got %s", fname,
                  isstr ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    if (dtype == 2 && !qkv_is_float(t))   /* mean, softmax: PyTorch refuses one */
+      luaL_error(L, "%s: option 'dtype' must be a floating-point dtype (float32, float64, "
+                 "float16, bfloat16), got %s", fname, qkv_dtype_name(t));
     given = (int)t;
     if (qkvL_totensor(L, 1)) {            /* else the function's own check says */
       lua_getfield(L, 1, "to");

@@ -288,7 +288,7 @@ static int m_sum (lua_State *L) {
   return n;
 }
 static int m_mean (lua_State *L) {
-  qkvL_keywords(L, "mean", 2, qkvL_KW_REDUCE, 1);
+  qkvL_keywords(L, "mean", 2, qkvL_KW_REDUCE, 2);
   QKVL_GRAD(L, "mean", m_mean);
   return reduce(L, QKV_MEAN);
 }

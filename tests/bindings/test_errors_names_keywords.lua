@@ -205,6 +205,15 @@ function TestKeywords:testErrors()
   missing("sum: option 'dtype' must be a dtype name (float32, float64, float16, bfloat16, int64, "
           .. "int32, bool), got float8", function() return X:sum{dtype = "float8"} end)
   missing("bad argument #1 to 'sum' (" .. DIM0 .. ")", function() return X:sum{dim = 0} end)
+  -- an integer dtype for mean and softmax, which PyTorch refuses
+  -- (torch.tensor([1.5, 2.5]).mean(dtype=torch.int64): "mean(): could not
+  -- infer output dtype ... Got: Long"; softmax: not implemented for
+  -- 'Long'), where qkv gave the float32 mean of the truncated [1, 2], 1.5
+  local F = "option 'dtype' must be a floating-point dtype (float32, float64, float16, " ..
+            "bfloat16), got "
+  missing("mean: " .. F .. "int64", function() return qkv.tensor{1.5, 2.5}:mean{dtype = "int64"} end)
+  missing("softmax: " .. F .. "int32", function() return X:softmax{dim = 1, dtype = "int32"} end)
+  missing("log_softmax: " .. F .. "bool", function() return X:log_softmax{dtype = "bool"} end)
 end
 
 -- every key of a shape, list or options table is understood or an error

@@ -136,8 +136,8 @@ x first and is the result's dtype (an int32 one wraps). As torch.cumsum.]],
     "the result has that dtype, an int32 sum wrapping as PyTorch's. ", "",
     "torch.sum"),
   reduction("mean", "The mean of the elements", "float32 accumulates in " ..
-    "float64; int64 and bool give float32, and the option dtype converts x " ..
-    "first. ", "", "torch.mean"),
+    "float64; int64 and bool give float32, and the option dtype (a float " ..
+    "one) converts x first. ", "", "torch.mean"),
   reduction("max", "The largest element",
     "Along a dim it returns two tensors, the values and their 1-based int64 " ..
     "indices. ", "With a tensor y instead of a dim, x:max(y) is " ..
