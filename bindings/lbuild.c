@@ -10,7 +10,8 @@
 
 /*
 ** The shape of a nested table, read down its first items, and the dtype
-** its first leaf suggests (bool for a boolean, else float32).  The walk is
+** its first leaf suggests (bool for a boolean, else float32; fill makes a
+** bool one float32 when a number follows).  The walk is
 ** bounded: a table met twice on the way down (t[1] = t) or a ninth level
 ** is an error.
 */
@@ -49,8 +50,12 @@ static void store (lua_State *L, qkv_dtype dt, char *p, int idx) {
 }
 
 /* writes the items of the table at the top, checking it is not ragged
-   and holds nothing but its items (the top one's keys are checked before) */
-static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
+   and holds nothing but its items (the top one's keys are checked before).
+   With *mixed (a bool dtype the first leaf suggested), a number met sets
+   it and returns NULL, leaving the stack to the caller: numbers and
+   booleans together make float32, whichever comes first, as PyTorch
+   promotes them (qkv.tensor{true, 2.5} is [1, 2.5], not [true, true]) */
+static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p, int *mixed) {
   static const char *const depth[QKV_MAXDIM] = {
     "the table", "a list at depth 2", "a list at depth 3", "a list at depth 4",
     "a list at depth 5", "a list at depth 6", "a list at depth 7", "a list at depth 8"};
@@ -70,11 +75,15 @@ static char *fill (lua_State *L, const qkv_tensor *t, int d, char *p) {
         luaL_error(L, "tensor: ragged nested table: a %s where a list of %I "
                    "was expected at depth %d", luaL_typename(L, -1),
                    (lua_Integer)t->size[d + 1], d + 2);
-      p = fill(L, t, d + 1, p);
+      if ((p = fill(L, t, d + 1, p, mixed)) == NULL) return NULL;
     } else {
       if (istable)
         luaL_error(L, "tensor: ragged nested table: a list where a value was "
                    "expected at depth %d", d + 1);
+      if (mixed && lua_type(L, -1) == LUA_TNUMBER) {
+        *mixed = 1;
+        return NULL;
+      }
       store(L, t->dtype, p, -1);
       p += qkv_elsize(t->dtype);
     }
@@ -116,12 +125,18 @@ static int b_tensor (lua_State *L) {
     got = qkvL_tableopts(L, 1, 1, &dt, &dev, 0);
   }
   got = qkvL_checktail(L, 2, &dt, &dev, got);
-  int n = table_shape(L, 1, size, &leaf);
+  int n = table_shape(L, 1, size, &leaf), mixed = 0, top = lua_gettop(L);
+  int infer = !(got & QKVL_GOT_DTYPE) && leaf == QKV_BOOL && n > 0;
   if (!(got & QKVL_GOT_DTYPE)) dt = leaf;
   qkv_tensor *t = qkvL_new(L, dt, QKV_CPU, n, size, 0);
   lua_pushvalue(L, 1);
   if (n == 0) store(L, dt, (char *)qkv_data(t), -1);
-  else fill(L, t, 0, (char *)qkv_data(t));
+  else if (fill(L, t, 0, (char *)qkv_data(t), infer ? &mixed : NULL) == NULL) {
+    lua_settop(L, top);                   /* a number among the booleans */
+    t = qkvL_new(L, QKV_F32, QKV_CPU, n, size, 0);
+    lua_pushvalue(L, 1);
+    fill(L, t, 0, (char *)qkv_data(t), NULL);
+  }
   lua_pop(L, 1);
   moveto(L, dev, "tensor");
   return 1;

@@ -46,6 +46,17 @@ function TestConstructors:testBooleansAndDtypeArg()
   local f = qkv.tensor{0.1, 0.2}
   assertList(f, {f32(0.1), f32(0.2)})
   assertList(qkv.tensor({0, 2, -1}, "bool"), {false, true, true})
+  -- booleans with numbers make a number tensor, whichever comes first:
+  -- torch.tensor([True, 2.5]) is tensor([1.0000, 2.5000]) (qkv took the
+  -- first leaf's bool and gave [true, true], losing 2.5)
+  for _, t in ipairs{qkv.tensor{true, 2.5}, qkv.tensor{{true}, {2.5}}, qkv.tensor{false, true, -3}} do
+    lu.assertEquals(t.dtype, "float32")
+  end
+  assertList(qkv.tensor{true, 2.5}, {1, 2.5})
+  assertList(qkv.tensor{{true}, {2.5}}, {{1}, {2.5}})
+  assertList(qkv.tensor{false, true, -3}, {0, 1, -3})
+  assertList(qkv.tensor{2.5, true}, {2.5, 1})
+  lu.assertEquals(qkv.tensor({true, 2.5}, "bool"):tolist(), {true, true}, "a dtype given stays")
   -- int64 keeps integers beyond 2^53 exactly
   local big = qkv.tensor({9007199254740993, -9007199254740993}, "int64")
   assertList(big, {9007199254740993, -9007199254740993}, true)

@@ -19,8 +19,9 @@ return {
    doc = [[A new tensor from a nested table of numbers or booleans, from one
 number (a 0-d tensor), or from another tensor (a copy). Numbers give
 float32, integers too (PyTorch would give int64), so that
-qkv.tensor{{1, 0}, {0, 1}} is ready for matmul; booleans give bool, and a
-tensor keeps its dtype, unless dtype says otherwise. The shape is read down
+qkv.tensor{{1, 0}, {0, 1}} is ready for matmul; booleans give bool
+(among numbers, float32, as PyTorch promotes them), and a tensor keeps its
+dtype, unless dtype says otherwise. The shape is read down
 the first items, and a ragged table is an error naming the depth; a
 fractional number stored as int64 is truncated. The dtype and device come
 as strings, as PyTorch's keywords in a table after t
