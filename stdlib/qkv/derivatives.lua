@@ -163,19 +163,22 @@ end
 R.var = var_rule("VarBackward", false)
 R.std = var_rule("StdBackward", true)
 
--- max/min along a dim (values and positions) or over all: the gradient goes
--- to the position the op picked
+-- max/min along a dim (values and positions): the gradient goes to the
+-- position the op picked. Over all (no dim) it is split evenly among the
+-- elements equal to the result, or among the NaNs when the result is NaN,
+-- as PyTorch's evenly_distribute_backward: {1, 3, 3}:max() gives {0, 0.5,
+-- 0.5}
 local function pick_rule(name)
   return function(f, x, dim, keep)
     if is_tensor(dim) then return R[name == "MaxBackward" and "maximum" or "minimum"](f, x, dim) end
     if dim == nil then
       local y = f(x)
       return rec(name, y, {x}, function(g)
-        local at = (name == "MaxBackward" and x:argmax() or x:argmin()):item()
-        local out = qkv.zeros(x:numel(), x.dtype, x.device)
-        out[at] = g:item()
-        return out:view(table.unpack(x.shape))
-      end)
+        local v = y:item()
+        local hit = v ~= v and x:ne(x) or x:eq(y)
+        local n = hit:sum():item()
+        return qkv.where(hit, g / n, 0):to(x.dtype)
+      end, {x, y})
     end
     local v, i = f(x, dim, keep)
     rec(name, v, {x}, function(g)
