@@ -53,4 +53,50 @@ function TestGradReductions:testMaxMinOverAllSplitTies()
              "max() of a transposed view")
 end
 
+-- the ±inf norms split the gradient evenly among the elements whose |x|
+-- reaches the norm (among the NaNs where it is NaN), times their sign, along
+-- a dim too: torch.tensor([[3., -3, 1], [1, 2, -2]]).norm(inf, dim=1)
+-- gives [[0.5, -0.5, 0], [0, 0.5, -0.5]], where qkv gave [[1, 0, 0], [0, 1, 0]]
+function TestGradReductions:testInfNormSplitsTies()
+  local function sum(f) return function(x) return f(x):sum() end end
+  assertGrad(grad(function(x) return x:norm(inf) end, {1, -3, 3}), {0, -0.5, 0.5}, "norm(inf)")
+  assertGrad(grad(function(x) return x:norm(-inf) end, {1, -3, 3, 1}), {0.5, 0, 0, 0.5}, "norm(-inf)")
+  assertGrad(grad(sum(function(x) return x:norm(inf, 2) end), {{3, -3, 1}, {1, 2, -2}}),
+             {{0.5, -0.5, 0}, {0, 0.5, -0.5}}, "norm(inf, 2)")
+  assertGrad(grad(sum(function(x) return x:norm(-inf, 1, true) end), {{3, -3, 1}, {3, 2, -1}}),
+             {{0.5, 0, 0.5}, {0.5, 1, -0.5}}, "norm(-inf, 1, keepdim)")
+  -- dims (0, 2) of a (2, 2, 2): [[[0, -0.5], [0.5, 0.5]], [[0.5, 0], [0, 0]]]
+  assertGrad(grad(sum(function(x) return x:norm(inf, {1, 3}) end),
+                  {{{1, -2}, {2, 2}}, {{2, 0}, {1, 1}}}),
+             {{{0, -0.5}, {0.5, 0.5}}, {{0.5, 0}, {0, 0}}}, "norm(inf, {1, 3})")
+  -- NaN: the NaNs share it, and their sign is 0 (torch: [0, 0, 0, 0])
+  assertGrad(grad(function(x) return x:norm(inf) end, {1, nan, -3, nan}), {0, 0, 0, 0}, "norm(inf) NaN")
+  -- a transposed float32 view, a tie in its second row: torch gives [[0, -0.5], [1, -0.5]]
+  local x = qkv.tensor({{1, -2}, {2, -2}}):requires_grad_()
+  x:t():norm(inf, 2):sum():backward()
+  assertGrad(x.grad:tolist(), {{0, -0.5}, {1, -0.5}}, "norm(inf, 2) of a transposed float32 view")
+end
+
+-- p < 1: |x|^p has no derivative at 0, and PyTorch's rule gives 0 there,
+-- where p |x|^(p - 1) made NaN: torch.tensor([0., 1, 2]).norm(0.5)
+-- backward is [0, 2.4142, 1.7071] (qkv gave [nan, 2.4142, 1.7071]),
+-- norm(-1) of it [0, 0, 0] (qkv [nan, 0, 0]), norm(0.5) of zeros [0, 0]
+function TestGradReductions:testFractionalNormAtZero()
+  local g = grad(function(x) return x:norm(0.5) end, {0, 1, 2})
+  lu.assertEquals(g[1], 0)
+  lu.assertAlmostEquals(g[2], 1 + math.sqrt(2), 1e-12)
+  lu.assertAlmostEquals(g[3], (1 + math.sqrt(2)) / math.sqrt(2), 1e-12)
+  assertGrad(grad(function(x) return x:norm(-1) end, {0, 1, 2}), {0, 0, 0}, "norm(-1)")
+  assertGrad(grad(function(x) return x:norm(0.5) end, {0, 0}), {0, 0}, "norm(0.5) of zeros")
+  -- along a dim: [[0, 1], [4, 0]] norm(0.5, dim=1) gives [[0, 1], [1, 0]];
+  -- [[0, 1], [4, 2]] norm(-0.5, dim=1) gives [[0, 0], [0.0711, 0.2010]]
+  assertGrad(grad(function(x) return x:norm(0.5, 2):sum() end, {{0, 1}, {4, 0}}),
+             {{0, 1}, {1, 0}}, "norm(0.5, 2)")
+  local h = grad(function(x) return x:norm(-0.5, 2):sum() end, {{0, 1}, {4, 2}})
+  assertGrad(h[1], {0, 0}, "norm(-0.5, 2), the row with a 0")
+  local n = (1 / 2 + 1 / math.sqrt(2)) ^ -2                         -- the second row's norm
+  lu.assertAlmostEquals(h[2][1], 4 ^ -1.5 * n ^ 1.5, 1e-12)         -- torch: 0.0711
+  lu.assertAlmostEquals(h[2][2], 2 ^ -1.5 * n ^ 1.5, 1e-12)         -- torch: 0.2010
+end
+
 os.exit(lu.LuaUnit.run(), true)

@@ -52,6 +52,33 @@ function TestNorm:testPIsAnyNumber()
   lu.assertEquals(x:norm("fro"):item(), 5)
 end
 
+-- a negative p: the sum of |x|^p is 0 only where every |x| is inf, and its
+-- root is then inf (torch.tensor([inf, inf]).norm(-1) is inf, where qkv
+-- gave 0); an empty dim has no identity and is an error for p < 0 and
+-- ±inf, as PyTorch's ("cannot compute the -1 norm on an empty tensor"),
+-- where qkv gave 0 for p < 0
+function TestNorm:testNegativePAndEmpty()
+  local inf = math.huge
+  lu.assertEquals(qkv.tensor{inf, inf}:norm(-1):item(), inf)
+  lu.assertEquals(qkv.tensor{{inf, inf}, {1, 1}}:norm(-2, 2):tolist()[1], inf)
+  lu.assertEquals(qkv.tensor({0, 1, 4}, "float64"):norm(-1):item(), 0)       -- torch: 0
+  lu.assertEquals(qkv.tensor({1, 4}, "float64"):norm(-0.5):item(), 4 / 9)    -- torch: 0.4444
+  lu.assertEquals(qkv.tensor({0, 1, 4}, "float64"):norm(0.5):item(), 9)      -- torch: 9
+  fails("norm: cannot compute the -1 norm over an empty dim of x (0,) (it has no identity)",
+        qkv.norm, qkv.zeros(0), -1)
+  fails("norm: cannot compute the -0.5 norm over an empty dim of x (2, 0) (it has no identity)",
+        qkv.norm, qkv.zeros(2, 0), -0.5, 2)
+  fails("norm: cannot compute the inf norm over an empty dim of x (0,) (it has no identity)",
+        qkv.norm, qkv.zeros(0), inf)
+  fails("norm: cannot compute the -inf norm over an empty dim of x (2, 0) (it has no identity)",
+        qkv.norm, qkv.zeros(2, 0), -inf, {2})
+  -- a dim that is not empty reduces as usual, also when x is empty:
+  -- torch.zeros(2, 0).norm(-1, dim=0) and zeros(0, 3).norm(inf, dim=1) are tensor([])
+  lu.assertEquals(qkv.zeros(2, 0):norm(-1, 1).shape, {0})
+  lu.assertEquals(qkv.zeros(0, 3):norm(inf, 2).shape, {0})
+  lu.assertEquals(qkv.zeros(0):norm(0.5):item(), 0)                          -- torch: 0
+end
+
 ---------------------------------------------------------------- scatter
 
 TestScatter = {}

@@ -31,11 +31,50 @@ local function reduce(t, op, dims, keep)
 end
 
 -- t ^ (1 / p), with a zero gradient where t is 0 (PyTorch's subgradient)
--- rather than 0 * inf
+-- rather than 0 * inf; there 0 ^ (1 / p) is 0, or inf for p < 0
 local function root(t, p)
   local z = t:eq(0)
   local safe = qkv.where(z, 1, t)
-  return qkv.where(z, 0, p == 2 and safe:sqrt() or safe ^ (1 / p))
+  return qkv.where(z, p < 0 and math.huge or 0, p == 2 and safe:sqrt() or safe ^ (1 / p))
+end
+
+-- |x| ^ p for p < 1, with a zero gradient where x is 0 (PyTorch's), where
+-- p |x| ^ (p - 1) is inf there and the gradient NaN
+local function small_power(a, p)
+  local z = a:eq(0)
+  return qkv.where(z, p > 0 and 0 or math.huge, qkv.where(z, 1, a) ^ p)
+end
+
+local function autograd_on(...)
+  local A = package.loaded["qkv.autograd"]
+  return A and A.enabled() and A.any(...) and A or nil
+end
+
+-- the largest (op "max") or smallest ("min") |t| over dims: its gradient
+-- is split evenly among the elements that reach it (among the NaNs where
+-- it is NaN), times their sign, as PyTorch's norm's, where max along a
+-- dim would send it all to the first
+local function extreme(t, op, dims, keep)
+  local A = autograd_on(t)
+  if not A then return reduce(t:abs(), op, dims, keep) end
+  local a = A.no_grad(t.abs, t)
+  local r = A.no_grad(reduce, a, op, dims, true)
+  local out = r                               -- r without the kept dims
+  if not keep then
+    local shape = {}
+    for i = 1, t:dim() do
+      local gone = dims == nil
+      for _, d in ipairs(dims or {}) do gone = gone or d == i end
+      if not gone then shape[#shape + 1] = t:size(i) end
+    end
+    out = r:reshape(shape)
+  end
+  return A.record("NormBackward", out, {t}, function(g)
+    local hit = a:eq(r):logical_or(a:ne(a))
+    local n = reduce(hit:to(t.dtype), "sum", dims, true)
+    local sign = qkv.where(t:gt(0), 1, qkv.where(t:lt(0), -1, 0)):to(t.dtype)
+    return qkv.where(hit, g:reshape(r.shape) / n, 0) * sign
+  end, {t})
 end
 
 -- x:norm([p [, dim [, keepdim [, dtype]]]]): the vector p-norm over dim
@@ -61,13 +100,22 @@ local function norm(x, p, dim, keepdim, dtype)
   local dims = dim ~= nil and dims_arg(dim, "dim", x) or nil
   if dims and #dims == 0 then dims = nil end
   local keep = bool_arg(keepdim, "keepdim", false)
+  if p < 0 or p == math.huge then   -- no identity: an empty dim is an error, as PyTorch's
+    local empty = x:numel() == 0 and dims == nil
+    for _, d in ipairs(dims or {}) do empty = empty or (x:dim() > 0 and x:size(d) == 0) end
+    if empty then
+      fail("cannot compute the %s norm over an empty dim of x %s (it has no identity)",
+           p == math.huge and "inf" or p == -math.huge and "-inf" or string.format("%g", p), shape_of(x))
+    end
+  end
   local t = (x.dtype == "float16" or x.dtype == "bfloat16") and x:float() or x
   local r
-  if p == math.huge then r = reduce(t:abs(), "max", dims, keep)
-  elseif p == -math.huge then r = reduce(t:abs(), "min", dims, keep)
+  if p == math.huge then r = extreme(t, "max", dims, keep)
+  elseif p == -math.huge then r = extreme(t, "min", dims, keep)
   elseif p == 0 then r = reduce(t:ne(0):to(t.dtype), "sum", dims, keep)
   elseif p == 1 then r = reduce(t:abs(), "sum", dims, keep)
   elseif p == 2 then r = root(reduce(t * t, "sum", dims, keep), 2)
+  elseif p < 1 then r = root(reduce(small_power(t:abs(), p), "sum", dims, keep), p)
   else r = root(reduce(t:abs() ^ p, "sum", dims, keep), p) end
   return r:to(x.dtype)
 end

@@ -142,9 +142,12 @@ dim=[]); keepdim keeps the reduced dims as size 1; with dtype, x is
 converted to it first. ]] .. KW .. [[(x:norm(2, {dim = -1})). p
 defaults to 2 ('fro' is 2 too); math.huge and -math.huge give the largest
 and smallest |x|, 0 the count of nonzero elements, and any other number its
-norm ('nuc' is not supported). x must be a float tensor; float16 and
-bfloat16 are computed in float32. Differentiable, with a zero gradient
-where the norm is 0, as torch.norm.]],
+norm ('nuc' is not supported; an empty dim has no ±inf or negative
+norm, no identity, and is an error, as in PyTorch). x must be a float tensor;
+float16 and bfloat16 are computed in float32. Differentiable, with a zero
+gradient where the norm is 0 and, for p < 1, where x is 0; the ±inf norms
+split their gradient evenly among the elements whose |x| reaches them, as
+torch.norm.]],
     [=[print(qkv.tensor{3, -4}:norm(), qkv.tensor{3, -4}:norm(1))   --> tensor(5.)	tensor(7.)]=]),
 
   both("scatter", "dim, index, src [, reduce]", "selection and indexing",
