@@ -399,11 +399,14 @@ R.softmax = function(f, x, dim)
     return y * (g - (g * y):sum(d, true))
   end, {y})
 end
--- the gradient of running sums is the running sums from the other end:
--- sum - cumsum + g
+-- the gradient of running sums is the running sums from the other end,
+-- summed as such (g flipped, cumsum, flipped back, as PyTorch's), where
+-- sum - cumsum + g cancels: g = {1e8, 1, 1} in float32 gave {1e8, 1, 1}
+-- for {1e8 + 2, 2, 1}, and g = {inf, 1} gave NaN for {inf, 1}
 R.cumsum = function(f, x, dim)
   return rec("CumsumBackward", f(x, dim), {x}, function(g)
-    return g:sum(dim, true) - g:cumsum(dim) + g
+    if g:dim() == 0 then return g end
+    return g:flip(dim):cumsum(dim):flip(dim)
   end)
 end
 R.log_softmax = function(f, x, dim)

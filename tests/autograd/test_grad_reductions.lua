@@ -99,4 +99,20 @@ function TestGradReductions:testFractionalNormAtZero()
   lu.assertAlmostEquals(h[2][2], 2 ^ -1.5 * n ^ 1.5, 1e-12)         -- torch: 0.2010
 end
 
+-- cumsum's gradient is the running sums of g from the end, summed as
+-- such: torch.zeros(3).cumsum(0).backward([1e8, 1, 1]) in float32 gives
+-- [1e8, 2, 1] (qkv gave [1e8, 1, 1], from sum - cumsum + g), and an
+-- infinite g stays where it reaches: [[inf, 1], [1, -inf]] along dim 1
+-- gives [[inf, -inf], [1, -inf]] (qkv gave NaN)
+function TestGradReductions:testCumsumBackwardFromTheEnd()
+  local x = qkv.zeros(3):requires_grad_()
+  x:cumsum(1):backward(qkv.tensor{1e8, 1, 1})
+  assertGrad(x.grad:tolist(), {1e8, 2, 1}, "float32, g = {1e8, 1, 1}")
+  assertGrad(grad(function(v) return v:cumsum(1) end, {{0, 0}, {0, 0}}, {{inf, 1}, {1, -inf}}),
+             {{inf, -inf}, {1, -inf}}, "infinite g")
+  -- a NaN reaches the elements before it only: [1, nan, 2] gives [nan, nan, 2]
+  assertGrad(grad(function(v) return v:cumsum(-1) end, {0, 0, 0}, {1, nan, 2}),
+             {nan, nan, 2}, "NaN in g")
+end
+
 os.exit(lu.LuaUnit.run(), true)
