@@ -58,18 +58,20 @@ R.pow = function(f, a, b)
     return ga or nil, gb or nil
   end, {a, b, y})
 end
-R.maximum = function(f, a, b)
-  return rec("MaximumBackward", f(a, b), {a, b}, function(g)
-    local pick = qkv.ge(a, b)
-    return sum_to(g:masked_fill(pick:logical_not(), 0), a), sum_to(g:masked_fill(pick, 0), b)
-  end, {a, b})
+-- maximum and minimum: the gradient goes to the operand picked, halved
+-- between them where they tie, and whole to both where either is NaN (the
+-- NaN came from one of them), as PyTorch's rules: maximum(1, 1) gives 0.5
+-- to each, maximum(NaN, 1) gives 1 to each
+local function extremum_rule(name, lose)
+  return function(f, a, b)
+    return rec(name, f(a, b), {a, b}, function(g)
+      local split = qkv.where(qkv.eq(a, b), g / 2, g)
+      return sum_to(split:masked_fill(lose(a, b), 0), a), sum_to(split:masked_fill(lose(b, a), 0), b)
+    end, {a, b})
+  end
 end
-R.minimum = function(f, a, b)
-  return rec("MinimumBackward", f(a, b), {a, b}, function(g)
-    local pick = qkv.le(a, b)
-    return sum_to(g:masked_fill(pick:logical_not(), 0), a), sum_to(g:masked_fill(pick, 0), b)
-  end, {a, b})
-end
+R.maximum = extremum_rule("MaximumBackward", qkv.lt)
+R.minimum = extremum_rule("MinimumBackward", qkv.gt)
 -- d/da log(e^a + e^b) = e^a / (e^a + e^b) = sigmoid(a - b), and d/db
 -- sigmoid(b - a)
 R.logaddexp = function(f, a, b)

@@ -2,10 +2,10 @@
 -- special points, against the values PyTorch 2 gives for the same inputs
 -- (written in each test): ties and NaN in max()/min() over all and in the
 -- ±inf norms (split evenly, as PyTorch's evenly_distribute_backward),
--- zeros in the fractional and negative norms, and cumsum's backward with
--- large and infinite gradients. gradcheck (test_autograd.lua) cannot see
--- these: they sit where the function has no derivative, or they are
--- rounding.
+-- zeros in the fractional and negative norms, cumsum's backward with
+-- large and infinite gradients, and maximum/minimum at ties and NaN.
+-- gradcheck (test_autograd.lua) cannot see these: they sit where the
+-- function has no derivative, or they are rounding.
 local lu = require "luaunit"
 
 local nan, inf = 0 / 0, math.huge
@@ -113,6 +113,27 @@ function TestGradReductions:testCumsumBackwardFromTheEnd()
   -- a NaN reaches the elements before it only: [1, nan, 2] gives [nan, nan, 2]
   assertGrad(grad(function(v) return v:cumsum(-1) end, {0, 0, 0}, {1, nan, 2}),
              {nan, nan, 2}, "NaN in g")
+end
+
+-- maximum and minimum (x:max(y), x:min(y)): a tie halves the gradient
+-- between the operands, a NaN on either side sends it whole to both, as
+-- PyTorch's rules: torch.maximum([1, 2, nan, 3], [1, 3, 1, nan]) gives
+-- [0.5, 0, 1, 1] and [0.5, 1, 1, 1] (qkv gave [1, 0, 0, 0] and [0, 1, 1, 1])
+function TestGradReductions:testMaximumMinimumTiesAndNaN()
+  local function both(f, av, bv)
+    local a = qkv.tensor(av, "float64"):requires_grad_()
+    local b = qkv.tensor(bv, "float64"):requires_grad_()
+    f(a, b):sum():backward()
+    return {a.grad:tolist(), b.grad:tolist()}
+  end
+  assertGrad(both(qkv.maximum, {1, 2, nan, 3}, {1, 3, 1, nan}), {{0.5, 0, 1, 1}, {0.5, 1, 1, 1}}, "maximum")
+  assertGrad(both(qkv.minimum, {1, 2, nan, 3}, {1, 3, 1, nan}), {{0.5, 1, 1, 1}, {0.5, 0, 1, 1}}, "minimum")
+  assertGrad(both(function(a, b) return a:max(b) end, {2, 1}, {2, 3}), {{0.5, 0}, {0.5, 1}}, "x:max(y)")
+  -- broadcast: maximum([[1], [2]], [1, 2, 2]) gives [[0.5], [2]] and [0.5, 1.5, 1.5]
+  assertGrad(both(qkv.maximum, {{1}, {2}}, {1, 2, 2}), {{{0.5}, {2}}, {0.5, 1.5, 1.5}}, "broadcast")
+  -- a number: minimum(3, [1, 2, nan, 3]) gives [1, 1, 1, 0.5]
+  assertGrad(grad(function(x) return qkv.minimum(3, x):sum() end, {1, 2, nan, 3}), {1, 1, 1, 0.5},
+             "minimum with a number")
 end
 
 os.exit(lu.LuaUnit.run(), true)
