@@ -155,6 +155,11 @@ local function var_rule(name, std)
     return rec(name, y, {x}, function(g)
       local d = dim and dimof(x, dim)
       local mean = d and x:mean(d, true) or x:mean()
+      if not std and not d and div == 0 then
+        -- var over all with no degrees of freedom: PyTorch's rule gives
+        -- inf (unsigned) where x is off the mean and NaN on it
+        return qkv.where(x:eq(mean), 0 / 0, math.huge):to(x.dtype) * g
+      end
       -- std: PyTorch's rule gives 0 where the spread is 0 (0 / 0 there)
       local gy = std and (g / y):masked_fill(y:eq(0), 0) or g
       local c = std and 1 / div or 2 / div

@@ -3,7 +3,8 @@
 -- (written in each test): ties and NaN in max()/min() over all and in the
 -- ±inf norms (split evenly, as PyTorch's evenly_distribute_backward),
 -- zeros in the fractional and negative norms, cumsum's backward with
--- large and infinite gradients, and maximum/minimum at ties and NaN.
+-- large and infinite gradients, maximum/minimum at ties and NaN, and var
+-- with no degrees of freedom.
 -- gradcheck (test_autograd.lua) cannot see these: they sit where the
 -- function has no derivative, or they are rounding.
 local lu = require "luaunit"
@@ -134,6 +135,24 @@ function TestGradReductions:testMaximumMinimumTiesAndNaN()
   -- a number: minimum(3, [1, 2, nan, 3]) gives [1, 1, 1, 0.5]
   assertGrad(grad(function(x) return qkv.minimum(3, x):sum() end, {1, 2, nan, 3}), {1, 1, 1, 0.5},
              "minimum with a number")
+end
+
+-- var over all with no degrees of freedom (n <= correction): PyTorch's
+-- rule gives inf, unsigned, off the mean and NaN on it:
+-- torch.tensor([1., 2]).var(correction=2) backward is [inf, inf] (qkv gave
+-- [-inf, inf]), with gradient -1 [-inf, -inf], [1, 2, 1.5] with
+-- correction 3 [inf, inf, nan]; along a dim it stays signed ([-inf, inf]),
+-- and std over all is NaN ([nan, nan, nan])
+function TestGradReductions:testVarWithoutDegreesOfFreedom()
+  assertGrad(grad(function(x) return x:var{correction = 2} end, {1, 2}), {inf, inf}, "var over all")
+  assertGrad(grad(function(x) return x:var{correction = 2} end, {1, 2}, -1), {-inf, -inf},
+             "var over all, gradient -1")
+  assertGrad(grad(function(x) return x:var{correction = 3} end, {1, 2, 1.5}), {inf, inf, nan},
+             "var over all, one element on the mean")
+  assertGrad(grad(function(x) return x:var{correction = 5} end, {{1, 2}}), {{inf, inf}}, "var of a 2-D")
+  assertGrad(grad(function(x) return x:var(1, false, 2) end, {1, 2}), {-inf, inf}, "var along dim 1")
+  assertGrad(grad(function(x) return x:std{correction = 3} end, {1, 2, 1.5}), {nan, nan, nan}, "std")
+  assertGrad(grad(function(x) return x:var() end, {2}), {nan}, "var of one element")
 end
 
 os.exit(lu.LuaUnit.run(), true)
