@@ -21,7 +21,7 @@
 #   6-bench.log      bench/attention_gpu.lua against the PyTorch there
 #                    (and its table of the tensor-core kernel's variants)
 #   7-wgmma.log      its --quick tables again for the wgmma forward's other
-#                    builds (no ping-pong, cp.async loads, 64 keys a tile)
+#                    builds (fewer overlaps, cp.async loads, 64 keys a tile)
 #
 # Steps 2 to 5 run side by side (16 cores, one GPU; none of them is
 # timed), then the benches alone: about 6 minutes on an H100.  `gpu_check.sh
@@ -172,12 +172,13 @@ run 5-device 150 $QKV test --device cuda tests/backends/test_attention.lua tests
   tests/core tests/stdlib tests/autograd tests/bindings tests/cli &
 wait
 run 6-bench 180 $QKV bench/attention_gpu.lua
-# the wgmma forward's other builds, --quick each: TMA without the turns,
-# the first version's cp.async loads, and 64 keys a tile
+# the wgmma forward's other builds, --quick each: TMA with the turns
+# alone and with neither, the first version's cp.async loads, and 64
+# keys a tile
 wgmma_step() {
   local e
-  for e in "QKV_CUDA_WGMMA_LOAD=tma-serial" "QKV_CUDA_WGMMA_LOAD=cp.async" "QKV_CUDA_WGMMA_BK=64" \
-           "QKV_CUDA_WGMMA_LOAD=cp.async QKV_CUDA_WGMMA_BK=64"; do
+  for e in "QKV_CUDA_WGMMA_LOAD=tma-pingpong" "QKV_CUDA_WGMMA_LOAD=tma-serial" \
+           "QKV_CUDA_WGMMA_LOAD=cp.async" "QKV_CUDA_WGMMA_BK=64"; do
     echo "== $e"
     env $e $QKV bench/attention_gpu.lua --quick
   done
