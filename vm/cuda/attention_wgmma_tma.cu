@@ -147,69 +147,17 @@ __global__ void __launch_bounds__(3 * 128, 1)
       __syncwarp();                               /* every lane's products of the stage done */
       if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
     }
-  } else if constexpr (SCHED == 1) {
+  } else {
     /* FA3's ping-pong: the two warpgroups take turns at the tensor cores
-       (named barriers 1 and 2, warpgroup 0 first), each turn issuing the
-       last tile's P V and this tile's S = Q K^T, so that one warpgroup's
+       (named barriers 1 and 2, warpgroup 0 first), each turn issuing this
+       tile's S = Q K^T and the last tile's P V, so that one warpgroup's
        softmax runs while the other's products do; a stage is freed once
        its P V is done, a turn later.  Every tile is a turn for both (a
-       skipped one issues nothing), so the turns pair up. */
-    const int turn = 1 + (wg - 1), other = 2 - (wg - 1);
-    uint32_t pa[BK / 16][4];
-    bool have_p = false;
-    int ps = 0;
-    unsigned pph = 0;
-    if (wg == 2 && jend > 0) qkv_bar<false>(1, 256);
-    for (int t = 0, j0 = 0; j0 < jend; t++, j0 += BK) {
-      const int s = t % NST;
-      const unsigned ph = t / NST & 1;
-      const bool skip = P.causal && j0 > g0 + 63 + off;
-      const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
-      if (!skip && cut) wg_cut<BK>(Bw, P, mk, r0, j0);
-      qkv_mbar_wait(fullk + 8 * s, ph);
-      if (have_p) qkv_mbar_wait(fullv + 8 * ps, pph);
-      float sc[BK / 8][4];
-      qkv_bar<true>(turn, 256);
-      if (have_p) wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
-      if (!skip) wg_scores<DT, D, BK>(sc, qa, KV + 2 * s * TKV);
-      qkv_wg_commit();
-      if (wg == 1 || j0 + BK < jend) qkv_bar<false>(other, 256);
-      qkv_wg_wait<0>();
-      qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
-      if (have_p) {
-        qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
-        __syncwarp();
-        if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
-      }
-      if (!skip) {
-        qkv_wg_fence_operand<BK / 2>(&sc[0][0]);
-        float alpha[2];
-        wg_softmax<DT, D, BK>(st, sc, pa, Bw, cut, scale2, alpha);
-        wg_rescale(st, alpha);
-        have_p = true, ps = s, pph = ph;
-      } else {
-        qkv_mbar_wait(fullv + 8 * s, ph);
-        __syncwarp();
-        if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
-        have_p = false;
-      }
-    }
-    if (have_p) {                                 /* the last tile's P V */
-      qkv_mbar_wait(fullv + 8 * ps, pph);
-      wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
-      qkv_wg_commit();
-      qkv_wg_wait<0>();
-      qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
-      qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
-      __syncwarp();
-      if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
-    }
-  } else {
-    /* the ping-pong, and within a warpgroup (FA3's intra-warpgroup
-       overlap): each turn issues this tile's S = Q K^T, committed on its
-       own, then the last tile's P V; the softmax of S waits for S alone
-       (wait_group 1) and runs while P V does, writing P beside the last
-       one, which P V still reads; O is rescaled once P V is done */
+       skipped one issues nothing), so the turns pair up.  SCHED 2 adds
+       FA3's intra-warpgroup overlap: S is committed on its own, and the
+       softmax waits for it alone (wait_group 1) and runs while P V does,
+       writing P beside the last one, which P V still reads; O is rescaled
+       once P V is done. */
     const int turn = 1 + (wg - 1), other = 2 - (wg - 1);
     uint32_t pa[BK / 16][4], pn[BK / 16][4];
     bool have_p = false;
@@ -227,11 +175,11 @@ __global__ void __launch_bounds__(3 * 128, 1)
       float sc[BK / 8][4], alpha[2];
       qkv_bar<true>(turn, 256);
       if (!skip) wg_scores<DT, D, BK>(sc, qa, KV + 2 * s * TKV);
-      qkv_wg_commit();
+      if constexpr (SCHED == 2) qkv_wg_commit();
       if (have_p) wg_pv<DT, D, BK>(st, pa, KV + 2 * ps * TKV + TKV);
       qkv_wg_commit();
       if (wg == 1 || j0 + BK < jend) qkv_bar<false>(other, 256);
-      if (!skip) {
+      if (SCHED == 2 && !skip) {
         qkv_wg_wait<1>();                         /* S; P V may still run */
         qkv_wg_fence_operand<BK / 2>(&sc[0][0]);
         wg_softmax<DT, D, BK>(st, sc, pn, Bw, cut, scale2, alpha);
@@ -244,6 +192,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
         if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
       }
       if (!skip) {
+        if constexpr (SCHED == 1) {
+          qkv_wg_fence_operand<BK / 2>(&sc[0][0]);
+          wg_softmax<DT, D, BK>(st, sc, pn, Bw, cut, scale2, alpha);
+        }
         wg_rescale(st, alpha);
         QKV_UNROLL for (int kp = 0; kp < BK / 16; kp++)
           QKV_UNROLL for (int e = 0; e < 4; e++) pa[kp][e] = pn[kp][e];
