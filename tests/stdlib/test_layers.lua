@@ -2,8 +2,8 @@
 -- sin, cos, log_softmax, layer_norm, rms_norm and dropout against plain-Lua
 -- float64 references, their edge cases (±inf, NaN, rows all -inf, a large
 -- offset that float32 accumulation would lose) and bad arguments; then
--- qkv.nn.LayerNorm, RMSNorm, Dropout (train / eval), Embedding and the attention
--- modules with bias = true.
+-- qkv.nn.LayerNorm, RMSNorm, Dropout (train / eval), GELU's approximate,
+-- Embedding and the attention modules with bias = true.
 local lu = require "luaunit"
 local R = dofile("tests/helpers/attn_ref.lua")
 local fails = R.fails
@@ -477,6 +477,29 @@ function TestModules:testDropoutTrainEval()
   lu.assertEquals(tostring(seq[2]), "Dropout(p=0.5)")
   fails("Dropout: p must be a number in [0, 1], got 2", qkv.nn.Dropout, 2)
   fails("train: mode must be a boolean, got number", function() return seq:train(1) end)
+end
+
+-- nn.GELU(approximate): PyTorch's option, where "tanh" was ignored and gave
+-- the exact GELU, 0.8413447 at x = 1 for PyTorch's 0.8411920
+function TestModules:testGELUApproximate()
+  local x = qkv.tensor({-3, -1, 0.5, 1, 2}, "float64"):requires_grad_()
+  local m = qkv.nn.GELU("tanh")
+  local y = m(x)
+  y:sum():backward()
+  -- torch.nn.GELU('tanh') in float64: its values and their gradient
+  near(flat(y), {-0.0036373920817729943, -0.15880800939172324, 0.34571400982514394,
+                 0.8411919906082768, 1.954597694087775}, 1e-14, "GELU('tanh')")
+  near(flat(x.grad), {-0.011584166630969648, -0.08296408384578252, 0.8673699035346424,
+                      1.0829640838457826, 1.0860992566236183}, 1e-14, "GELU('tanh') grad")
+  lu.assertEquals(tostring(m), "GELU(approximate='tanh')")
+  -- PyTorch's keyword as an option; bfloat16 computed in float32: 0.8398 as PyTorch's
+  near(flat(qkv.nn.GELU({approximate = "tanh"})(qkv.tensor({1}, "bfloat16")):to("float64")),
+       {0.83984375}, 0, "GELU('tanh') bfloat16")
+  near(flat(qkv.nn.GELU("none")(qkv.tensor({1}, "float64"))), {0.8413447460685429}, 1e-15, "none")
+  lu.assertEquals(tostring(qkv.nn.GELU()), "GELU()")
+  fails('GELU: approximate must be "none" or "tanh", got "tan"', qkv.nn.GELU, "tan")
+  fails("GELU: unknown option 'approximat'", qkv.nn.GELU, {approximat = "tanh"})
+  fails("GELU: takes one argument", qkv.nn.GELU, "tanh", 1)
 end
 
 function TestModules:testEmbedding()

@@ -29,10 +29,13 @@ local m = qkv.nn.Linear(4, 2)
 print(m, m(qkv.ones(3, 4)).shape)
 --> Linear(in_features=4, out_features=2, bias=true)	(3, 2)]=]},
 
-  {name = "qkv.nn.GELU", sig = "qkv.nn.GELU()", group = "modules",
+  {name = "qkv.nn.GELU", sig = "qkv.nn.GELU([approximate])", group = "modules",
    doc = [[The GELU activation as a module: m(x) is qkv.gelu(x), the exact
-form with erf. It has no weights. An x that is not a tensor is an error.
-As torch.nn.GELU.]]},
+form with erf, with approximate "none" (the default); with "tanh" (or
+{approximate = "tanh"}) PyTorch's approximation 0.5 x (1 + tanh(sqrt(2/pi)
+(x + 0.044715 x^3))), in float32 for float16 and bfloat16. m.approximate
+is read at each call. It has no weights. An x that is not a tensor is an
+error. As torch.nn.GELU.]]},
 
   {name = "qkv.nn.ReLU", sig = "qkv.nn.ReLU()", group = "modules",
    doc = [[The ReLU activation as a module: m(x) is qkv.relu(x), max(x, 0)

@@ -47,9 +47,50 @@ function Linear:extra()
                        self.d_in, self.d_out, tostring(self.bias ~= nil))
 end
 
+-- GELU([approximate = "none"]) or GELU({approximate =}): PyTorch's;
+-- "none" the exact qkv.gelu, "tanh" PyTorch's approximation
+-- 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed in float32
+-- for the 2-byte dtypes, as PyTorch's; read at each call, as PyTorch's
+-- attribute
 local GELU = class("GELU")
-function GELU:init() end
-function GELU:forward(x) return qkv.gelu(checktensor("GELU", "x", x)) end
+local function approximate_of(fname, a)
+  if a == nil then return "none" end
+  if a ~= "none" and a ~= "tanh" then
+    fail(fname, "approximate must be \"none\" or \"tanh\", got %s",
+         type(a) == "string" and string.format("%q", a) or type(a))
+  end
+  return a
+end
+
+function GELU:init(approximate, ...)
+  if select("#", ...) > 0 then
+    fail("GELU", "takes one argument, approximate (\"none\" or \"tanh\"), got %d",
+         select("#", ...) + 1)
+  end
+  if type(approximate) == "table" then
+    approximate = checkopts("GELU", approximate, {"approximate"}).approximate
+  end
+  self.approximate = approximate_of("GELU", approximate)
+end
+
+local HALF = {float16 = true, bfloat16 = true}
+local function gelu_tanh(x)
+  local dt = x.dtype
+  if HALF[dt] then x = x:to("float32") end
+  local y = x * 0.5 * (((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)):tanh() + 1)
+  return HALF[dt] and y:to(dt) or y
+end
+
+function GELU:forward(x)
+  checktensor("GELU", "x", x)
+  if approximate_of("GELU", rawget(self, "approximate")) == "tanh" then return gelu_tanh(x) end
+  return qkv.gelu(x)
+end
+
+function GELU:extra()
+  local a = rawget(self, "approximate")
+  return a ~= "none" and string.format("approximate='%s'", tostring(a)) or ""
+end
 
 -- ReLU(), SiLU(), Tanh(): f(x) elementwise, no weights; PyTorch's inplace
 -- has no counterpart, so any argument is an error rather than ignored
