@@ -131,6 +131,7 @@ static const char *const *operand_kw (qkv_binop op) {
   }
 #define BIND1_PUBLIC(NAME, name, grad) \
   static int m_##name (lua_State *L) { \
+    qkvL_noextra(L, #name, 1);  /* before autograd, whose rule takes x alone */ \
     GRAD_##grad(name, m_##name); \
     return unary(L, QKV_##NAME, #name); \
   }

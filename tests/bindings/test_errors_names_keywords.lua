@@ -46,6 +46,18 @@ function TestMissingNames:testExtraArgumentsAreErrors()
     lu.assertFalse(ok)
     lu.assertEquals(msg, c[2] .. ": takes 1 argument, got 2 (argument #2 is a " .. c[4] .. ")")
   end
+  -- and so where x requires grad: autograd's rule took x alone, so
+  -- F.gelu(x, "tanh") gave the exact gelu(1) = 0.8413447 for PyTorch's
+  -- tanh 0.8411920, silently
+  local xg = qkv.tensor({1.0}, "float64"):requires_grad_()
+  for _, c in ipairs{{F.gelu, "gelu", "tanh", "string"}, {F.silu, "silu", true, "boolean"},
+                     {qkv.exp, "exp", "x", "string"}} do
+    local ok, msg = pcall(c[1], xg, c[3])
+    lu.assertFalse(ok, c[2])
+    lu.assertEquals(msg, c[2] .. ": takes 1 argument, got 2 (argument #2 is a " .. c[4] .. ")")
+  end
+  lu.assertEquals((-xg):tolist(), {-1})
+  lu.assertEquals(qkv.gelu(xg, nil):size(1), 1)
   -- trailing nils are no arguments, and unary minus still works
   lu.assertEquals(qkv.relu(x, nil):tolist(), {0, 0, 2})
   lu.assertEquals((-x):tolist(), {1, 0, -2})
