@@ -172,6 +172,7 @@ static qkv_tensor *softmax_into (lua_State *L, const char *name,
 
 static int a_softmax (lua_State *L) {
   qkvL_keywords(L, "softmax", 2, qkvL_KW_DIM, 2);
+  qkvL_noextra(L, "softmax", 2);      /* x:softmax(dim, "float64") is dtype's option */
   QKVL_GRAD(L, "softmax", a_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);

@@ -16,6 +16,7 @@ static void check_float (lua_State *L, const char *name, const qkv_tensor *x) {
 /* qkv.log_softmax(x [, dim]) / x:log_softmax([dim]) */
 static int n_log_softmax (lua_State *L) {
   qkvL_keywords(L, "log_softmax", 2, qkvL_KW_DIM, 2);
+  qkvL_noextra(L, "log_softmax", 2);      /* x:log_softmax(dim, "float64") is dtype's option */
   QKVL_GRAD(L, "log_softmax", n_log_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);

@@ -57,6 +57,20 @@ function TestMissingNames:testExtraArgumentsAreErrors()
     lu.assertEquals(msg, c[2] .. ": takes 1 argument, got 2 (argument #2 is a " .. c[4] .. ")")
   end
   lu.assertEquals((-xg):tolist(), {-1})
+  -- softmax and log_softmax take dim alone: PyTorch's x.softmax(1, torch.float64) as
+  -- x:softmax(2, "float64") gave float32 (0.2689414 at {1, 2}, 0.26894142136999510 in
+  -- float64) where it is dtype's option, x:softmax{dim = 2, dtype = "float64"}
+  local r = qkv.tensor{{1, 2}}
+  for _, name in ipairs{"softmax", "log_softmax"} do
+    for _, g in ipairs{false, true} do
+      local y = g and r:clone():requires_grad_() or r
+      local ok, msg = pcall(qkv[name], y, 2, "float64")
+      lu.assertFalse(ok, name)
+      lu.assertEquals(msg, name .. ": takes 2 arguments, got 3 (argument #3 is a string)")
+    end
+    lu.assertEquals(r[name](r, 2, {dtype = "float64"}).dtype, "float64")
+    lu.assertEquals(r[name](r, 2, nil).dtype, "float32")
+  end
   lu.assertEquals(qkv.gelu(xg, nil):size(1), 1)
   -- trailing nils are no arguments, and unary minus still works
   lu.assertEquals(qkv.relu(x, nil):tolist(), {0, 0, 2})
