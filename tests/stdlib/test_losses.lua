@@ -118,6 +118,19 @@ function TestLossModules:testFieldsAreReadAtEachCall()
         function() local r = mse(x, x); return r end)
 end
 
+-- mse_loss takes (input, target [, reduction]): PyTorch's positional
+-- F.mse_loss(x, y, None, None, 'sum') gives 10 for x = {1, 2}, y = {0, 5},
+-- where the reduction, past size_average and reduce, was dropped for the
+-- mean, 5
+function TestLossModules:testMseLossRefusesArgumentsPastReduction()
+  local x, y = qkv.tensor({1, 2}, "float64"), qkv.tensor({0, 5}, "float64")
+  fails({"mse_loss: takes 3 arguments, got 5", "size_average and reduce", "test_losses.lua:"},
+        function() local r = nn.mse_loss(x, y, nil, nil, "sum"); return r end)
+  fails("mse_loss: takes 3 arguments, got 4", nn.mse_loss, x, y, "sum", false)
+  lu.assertEquals(nn.mse_loss(x, y, "sum", nil):item(), 10)       -- trailing nils are none
+  lu.assertEquals(nn.mse_loss(x, y, {reduction = "sum"}):item(), 10)
+end
+
 -- PyTorch's first positional argument, the class weights
 function TestLossModules:testWeightAsTheFirstArgument()
   local x = qkv.randn({5, 3}, "float64")

@@ -77,7 +77,9 @@ print(g[1])   --> tensor([2., 4.])]=]},
    group = "functions",
    doc = [[The mean of the squared differences of input and target (target
 broadcast to input), or their sum or each of them with reduction "sum" or
-"none". It is differentiable. As torch.nn.functional.mse_loss.]]},
+"none" (or {reduction =}). It is differentiable. An argument past
+reduction is an error: PyTorch's deprecated size_average and reduce have
+no counterpart. As torch.nn.functional.mse_loss.]]},
 
   {name = "Module:zero_grad", sig = "m:zero_grad()", group = "module methods",
    doc = [[Sets the .grad of every parameter of m and its submodules to nil,

@@ -40,9 +40,17 @@ local function mse(input, target, reduction)
   end)
 end
 
-function nn.mse_loss(input, target, reduction)
+-- an argument past reduction is an error: PyTorch's positional
+-- (input, target, size_average, reduce, reduction) would else lose its
+-- reduction, F.mse_loss(x, y, nil, nil, "sum") giving the mean
+function nn.mse_loss(input, target, reduction, ...)
   checktensor("mse_loss", "input", input)
   checktensor("mse_loss", "target", target)
+  local extra = qkv._extra("mse_loss", 3, input, target, reduction, ...)
+  if extra then
+    fail("mse_loss", "%s: it is (input, target [, reduction]), without PyTorch's deprecated "
+         .. "size_average and reduce", (extra:gsub("^mse_loss: ", "")))
+  end
   if type(reduction) == "table" and not qkv.is_tensor(reduction) then    -- PyTorch's keyword
     reduction = checkopts("mse_loss", reduction, {"reduction"}).reduction
   end
