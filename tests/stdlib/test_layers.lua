@@ -476,6 +476,10 @@ function TestModules:testDropoutTrainEval()
   lu.assertTrue(seq[2].training)
   lu.assertEquals(tostring(seq[2]), "Dropout(p=0.5)")
   fails("Dropout: p must be a number in [0, 1], got 2", qkv.nn.Dropout, 2)
+  -- PyTorch's Dropout(0.5, True) zeros x itself; qkv has no inplace, so
+  -- it is an error where the True was ignored and x kept
+  fails("Dropout: takes 1 argument, got 2 (argument #2 is a boolean): PyTorch's inplace",
+        qkv.nn.Dropout, 0.5, true)
   fails("train: mode must be a boolean, got number", function() return seq:train(1) end)
 end
 

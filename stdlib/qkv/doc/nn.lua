@@ -94,7 +94,9 @@ print(ln(qkv.tensor{{1, 2, 3}}))
   {name = "qkv.nn.Dropout", sig = "qkv.nn.Dropout([p])", group = "modules",
    doc = [[Dropout as a module: m(x) is qkv.dropout(x, m.p, m.training), so it
 zeros elements with probability p (default 0.5) while training and is the
-identity after m:eval(). It has no weights. As torch.nn.Dropout.]]},
+identity after m:eval(). It has no weights. PyTorch's inplace has no
+counterpart, so a second argument is an error rather than ignored. As
+torch.nn.Dropout.]]},
 
   {name = "qkv.nn.Embedding", sig = "qkv.nn.Embedding(num_embeddings, dim [, opts])",
    group = "modules",

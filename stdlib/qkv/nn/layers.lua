@@ -201,9 +201,15 @@ function RMSNorm:extra()
                        self.eps and string.format("%g", self.eps) or "None", tostring(self.weight ~= nil))
 end
 
--- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval()
+-- Dropout([p = 0.5]): qkv.dropout while training, the identity in eval();
+-- PyTorch's inplace has no counterpart, so a second argument is an error
+-- (x would else stay as it was, where PyTorch's Dropout(p, True) zeros it)
 local Dropout = class("Dropout")
-function Dropout:init(p)
+function Dropout:init(p, ...)
+  local extra = qkv._extra("Dropout", 1, p, ...)
+  if extra then
+    fail("Dropout", "%s: PyTorch's inplace has no counterpart", (extra:gsub("^Dropout: ", "")))
+  end
   p = p == nil and 0.5 or p
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail("Dropout", "p must be a number in [0, 1], got %s", tostring(p))
