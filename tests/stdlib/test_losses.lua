@@ -131,6 +131,26 @@ function TestLossModules:testMseLossRefusesArgumentsPastReduction()
   lu.assertEquals(nn.mse_loss(x, y, {reduction = "sum"}):item(), 10)
 end
 
+-- the losses take (weight, opts) after input and target: PyTorch's positional
+-- F.cross_entropy(x, t, w, None, 1) (ignore_index 1, qkv's class 2) gives
+-- 2.4076059644443806 for x = {{1, 2, 3}, {0, 1, -1}}, t = {1, 2} (qkv's {2, 3}),
+-- where the ignore_index, past size_average, was dropped: 1.9076059644443806
+function TestLossModules:testArgumentsPastTheOptionsAreErrors()
+  local x = qkv.tensor({{1, 2, 3}, {0, 1, -1}}, "float64")
+  local t, w = qkv.tensor({2, 3}, "int64"), qkv.ones(3, "float64")
+  for _, c in ipairs{{"cross_entropy", nn.cross_entropy}, {"nll_loss", nn.nll_loss}} do
+    fails({c[1] .. ": takes 4 arguments, got 5 (argument #5 is a number): the options come "
+           .. "in a table", "test_losses.lua:"},
+          function() local r = c[2](x, t, w, nil, 2); return r end)
+  end
+  fails("CrossEntropyLoss: takes 2 arguments, got 3", nn.CrossEntropyLoss, w, nil, 2)
+  fails("NLLLoss: takes 2 arguments, got 3", nn.NLLLoss, w, nil, 2)
+  lu.assertAlmostEquals(nn.cross_entropy(x, t, w, {ignore_index = 2}, nil):item(),
+                        2.4076059644443806, 1e-14)
+  lu.assertAlmostEquals(nn.CrossEntropyLoss(w, {ignore_index = 2})(x, t):item(),
+                        2.4076059644443806, 1e-14)
+end
+
 -- PyTorch's first positional argument, the class weights
 function TestLossModules:testWeightAsTheFirstArgument()
   local x = qkv.randn({5, 3}, "float64")

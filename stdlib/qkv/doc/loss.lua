@@ -15,8 +15,10 @@ reduction ("mean", "sum" or "none"), weight (a float (C) tensor of class
 weights, also the third argument, as PyTorch's), ignore_index (a target
 equal to it counts for nothing) and label_smoothing (0 to 1). The mean
 divides by the summed weights of the targets kept, so it is nan when every
-one is ignored; a class out of range is an error. It is differentiable. As
-torch.nn.functional.cross_entropy, whose classes count from 0.]=],
+one is ignored; a class out of range is an error, and so is an argument
+past opts (PyTorch's positional size_average, ignore_index, ... come as
+options). It is differentiable. As torch.nn.functional.cross_entropy,
+whose classes count from 0.]=],
    example = [=[local l = qkv.tensor{{0, 0}, {0, 0}}
 print(qkv.nn.cross_entropy(l, qkv.tensor({1, 2}, "int64")))   --> tensor(0.6931)
 print(qkv.nn.cross_entropy(l, qkv.tensor({1, -100}, "int64"), {reduction = "none"}))
@@ -29,7 +31,8 @@ print(qkv.nn.cross_entropy(l, qkv.tensor({1, -100}, "int64"), {reduction = "none
 weighted and reduced (]=] .. CLASSES .. [=[ignore_index, -100 by default, is
 never one). opts: reduction ("mean", "sum" or "none"), weight (a float (C)
 tensor of class weights, also the third argument) and ignore_index. The
-mean divides by the summed weights of the targets kept. With input
+mean divides by the summed weights of the targets kept; an argument past
+opts is an error, as cross_entropy's. With input
 x:log_softmax(2) it is qkv.nn.cross_entropy(x, target). As
 torch.nn.functional.nll_loss, whose classes count from 0.]=],
    example = [=[local logp = qkv.tensor{{-1, -2}, {-3, -4}}
@@ -41,7 +44,8 @@ qkv.nn.cross_entropy(input, target, opts), for targets of classes 1 to C
 (qkv's classes count from 1) or of probabilities. opts, PyTorch's keywords:
 reduction ("mean"), weight (nil), ignore_index (-100, never a 1-based class)
 and label_smoothing (0); the class weights may also come first,
-CrossEntropyLoss(weight [, opts]). They are its fields (loss.reduction,
+CrossEntropyLoss(weight [, opts]), and a third argument is an error
+(PyTorch's positional ignore_index comes as an option). They are its fields (loss.reduction,
 ...), read at each call; it has no parameters and prints as
 CrossEntropyLoss(). As torch.nn.CrossEntropyLoss, whose classes count from
 0.]=],

@@ -171,6 +171,18 @@ local function soft(logp, target, o, C)
   return l:sum() / r:size(1)
 end
 
+-- an argument past (weight, opts) is an error: PyTorch's positional
+-- (weight, size_average, ignore_index, reduce, reduction, ...) would else
+-- lose ignore_index and the rest, cross_entropy(x, t, w, nil, 2) reading
+-- as no ignore_index
+local function noextra(fname, n, ...)
+  local extra = qkv._extra(fname, n, ...)
+  if extra then
+    fail(fname, "%s: the options come in a table, {ignore_index =, reduction =, ...}, "
+         .. "without PyTorch's deprecated size_average and reduce", (extra:gsub("^[%w_]+: ", "")))
+  end
+end
+
 local CE_KEYS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 local NLL_KEYS = {"weight", "ignore_index", "reduction"}
 
@@ -189,7 +201,8 @@ local function cross_entropy(input, target, o)
   end))
 end
 
-function nn.cross_entropy(input, target, a, b)
+function nn.cross_entropy(input, target, a, b, ...)
+  noextra("cross_entropy", 4, input, target, a, b, ...)
   return cross_entropy(input, target, loss_opts("cross_entropy", a, b, CE_KEYS))
 end
 
@@ -201,7 +214,8 @@ local function nll_loss(input, target, o)
   return named("nll_loss", pcall(nll, input, target, o, C))
 end
 
-function nn.nll_loss(input, target, a, b)
+function nn.nll_loss(input, target, a, b, ...)
+  noextra("nll_loss", 4, input, target, a, b, ...)
   return nll_loss(input, target, loss_opts("nll_loss", a, b, NLL_KEYS))
 end
 
@@ -227,7 +241,8 @@ local function keep(self, o, keys)
   end
 end
 
-function CrossEntropyLoss:init(a, b)
+function CrossEntropyLoss:init(a, b, ...)
+  noextra("CrossEntropyLoss", 2, a, b, ...)
   keep(self, loss_opts("CrossEntropyLoss", a, b, CE_KEYS), CE_KEYS)
 end
 
@@ -237,7 +252,8 @@ end
 
 local NLLLoss = class("NLLLoss")
 
-function NLLLoss:init(a, b)
+function NLLLoss:init(a, b, ...)
+  noextra("NLLLoss", 2, a, b, ...)
   keep(self, loss_opts("NLLLoss", a, b, NLL_KEYS), NLL_KEYS)
 end
 
