@@ -561,8 +561,10 @@ C.dropout = function(orig, x, p, training)
   if training == false or p == 0 or type(p) ~= "number" or not (p >= 0 and p <= 1) then
     return orig(x, p, training)
   end
+  -- x times the mask, as the binding (and PyTorch's input * noise): a
+  -- dropped inf or NaN is NaN, as PyTorch's, where masked_fill made it 0
   local keep = qkv.rand(x.shape, x.dtype, x.device):ge(p)
-  return x:masked_fill(keep:logical_not(), 0) * (p < 1 and 1 / (1 - p) or 0)
+  return x * keep * (p < 1 and 1 / (1 - p) or 0)
 end
 
 ---------------------------------------------------------------- install

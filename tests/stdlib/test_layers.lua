@@ -423,6 +423,34 @@ function TestDropout:testMaskAndScale()
   fails("dropout: x must be float32 or float64, got int64", qkv.dropout, qkv.tensor({1}, "int64"), 0.5)
 end
 
+-- x times the mask, with or without autograd: PyTorch's F.dropout([1, 2, inf],
+-- 1.0, True) is [0, 0, nan] (input * 0), and a dropped inf or NaN is NaN at any
+-- p; where x required grad, masked_fill gave 0 for them, hiding the overflow
+function TestDropout:testNonFiniteDroppedIsNaN()
+  local inf = math.huge
+  local function x_of(g)
+    local x = qkv.tensor({1, 2, inf, -inf, 0 / 0, inf, 3, 4}, "float64")
+    return g and x:requires_grad_() or x
+  end
+  for _, g in ipairs{false, true} do
+    local y = qkv.dropout(x_of(g), 1, true)
+    near(flat(y), {0, 0, 0 / 0, 0 / 0, 0 / 0, 0 / 0, 0, 0}, 0, "p = 1, grad " .. tostring(g))
+  end
+  qkv.seed(3)
+  local want = flat(qkv.dropout(x_of(false), 0.5, true))
+  qkv.seed(3)
+  local x = x_of(true)
+  local y = qkv.dropout(x, 0.5, true)
+  near(flat(y), want, 0, "p = 0.5 with grad as without")
+  y:sum():backward()
+  qkv.seed(3)
+  local keep = flat(qkv.rand({8}, "float64"):ge(0.5))
+  for i = 1, 8 do lu.assertEquals(x.grad:tolist()[i], keep[i] and 2 or 0, "grad " .. i) end
+  local dropped = 0
+  for i = 3, 6 do if not keep[i] then dropped = dropped + 1; lu.assertTrue(want[i] ~= want[i]) end end
+  lu.assertTrue(dropped > 0, "the seed drops a non-finite element")
+end
+
 ---------------------------------------------------------------- modules
 TestModules = {}
 
