@@ -272,6 +272,7 @@ static void as_dtype (lua_State *L, const char *name, int want) {
    give int64 (as torch.cumsum), unless dtype= says */
 static int m_cumsum (lua_State *L) {
   int want = qkvL_keywords(L, "cumsum", 2, qkvL_KW_DIM, 1);
+  qkvL_noextra(L, "cumsum", 2);         /* x:cumsum(dim, "float64"): dtype is the option */
   QKVL_GRAD(L, "cumsum", m_cumsum);
   qkv_tensor *t = qkvL_checktensor(L, 1);
   int dim = qkvL_checkdim0(L, 2, t->ndim);
@@ -283,6 +284,7 @@ static int m_cumsum (lua_State *L) {
 
 static int m_sum (lua_State *L) {
   int want = qkvL_keywords(L, "sum", 2, qkvL_KW_REDUCE, 1);
+  qkvL_noextra(L, "sum", 3);            /* x:sum(dim, keep, "float64"): likewise */
   QKVL_GRAD(L, "sum", m_sum);
   int n = reduce(L, QKV_SUM);
   as_dtype(L, "sum", want);
@@ -290,16 +292,19 @@ static int m_sum (lua_State *L) {
 }
 static int m_mean (lua_State *L) {
   qkvL_keywords(L, "mean", 2, qkvL_KW_REDUCE, 2);
+  qkvL_noextra(L, "mean", 3);
   QKVL_GRAD(L, "mean", m_mean);
   return reduce(L, QKV_MEAN);
 }
 static int m_max (lua_State *L) {
   qkvL_keywords(L, "max", 2, qkvL_KW_REDUCE, 0);
+  qkvL_noextra(L, "max", 3);
   QKVL_GRAD(L, "max", m_max);
   return reduce(L, QKV_MAX);
 }
 static int m_min (lua_State *L) {
   qkvL_keywords(L, "min", 2, qkvL_KW_REDUCE, 0);
+  qkvL_noextra(L, "min", 3);
   QKVL_GRAD(L, "min", m_min);
   return reduce(L, QKV_MIN);
 }
@@ -308,20 +313,24 @@ static const char *const KW_VAR[] = {"dim", "keepdim", "correction", NULL};
 
 static int m_var (lua_State *L) {
   qkvL_keywords(L, "var", 2, KW_VAR, 0);
+  qkvL_noextra(L, "var", 4);
   QKVL_GRAD(L, "var", m_var);
   return reduce(L, QKV_VAR);
 }
 static int m_std (lua_State *L) {
   qkvL_keywords(L, "std", 2, KW_VAR, 0);
+  qkvL_noextra(L, "std", 4);
   QKVL_GRAD(L, "std", m_std);
   return reduce(L, QKV_STD);
 }
 static int m_argmax (lua_State *L) {
   qkvL_keywords(L, "argmax", 2, qkvL_KW_REDUCE, 0);
+  qkvL_noextra(L, "argmax", 3);
   return reduce(L, QKV_ARGMAX);
 }
 static int m_argmin (lua_State *L) {
   qkvL_keywords(L, "argmin", 2, qkvL_KW_REDUCE, 0);
+  qkvL_noextra(L, "argmin", 3);
   return reduce(L, QKV_ARGMIN);
 }
 

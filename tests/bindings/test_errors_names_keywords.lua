@@ -71,6 +71,21 @@ function TestMissingNames:testExtraArgumentsAreErrors()
     lu.assertEquals(r[name](r, 2, {dtype = "float64"}).dtype, "float64")
     lu.assertEquals(r[name](r, 2, nil).dtype, "float32")
   end
+  -- the reductions and cumsum likewise: x:sum(2, false, "float64") and
+  -- x:cumsum(2, "float64") gave float32 sums, dtype's option ignored as a
+  -- positional (PyTorch's dtype is keyword-only), and var's a fifth
+  for _, c in ipairs{{"sum", {2, false, "float64"}, 3}, {"mean", {2, false, "float64"}, 3},
+                     {"max", {2, false, 1}, 3}, {"min", {2, false, 1}, 3},
+                     {"argmax", {2, false, 1}, 3}, {"argmin", {2, false, 1}, 3},
+                     {"var", {2, false, 0, 1}, 4}, {"std", {2, false, 0, 1}, 4},
+                     {"cumsum", {2, "float64"}, 2}} do
+    local ok, msg = pcall(r[c[1]], r, table.unpack(c[2]))
+    lu.assertFalse(ok, c[1])
+    lu.assertStrContains(msg, ("%s: takes %d arguments, got %d"):format(c[1], c[3], c[3] + 1))
+  end
+  lu.assertEquals(r:sum(2, false, {dtype = "float64"}).dtype, "float64")
+  lu.assertEquals(r:cumsum(2, {dtype = "float64"}):tolist(), {{1, 3}})
+  lu.assertEquals(r:var(2, false, 0):tolist(), {0.25})
   lu.assertEquals(qkv.gelu(xg, nil):size(1), 1)
   -- trailing nils are no arguments, and unary minus still works
   lu.assertEquals(qkv.relu(x, nil):tolist(), {0, 0, 2})
