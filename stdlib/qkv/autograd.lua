@@ -330,6 +330,32 @@ function A.backward(y, grad, ...)
   end, queue)
 end
 
+-- the inputs (detached copies) of each qkv.grad whose f is running
+local grad_inputs = setmetatable({}, {__mode = "k"})
+
+-- whether x is one of them, or is made from one by a recorded op
+local function from_enclosing(x)
+  local m = meta[x]
+  if not m then return false end
+  if m.leaf then return grad_inputs[x] ~= nil end
+  if not m.node then return false end
+  for _, n in ipairs(topo(m.node)) do
+    for _, e in pairs(n.edges) do
+      if e.leaf and grad_inputs[e.leaf] then return true end
+    end
+  end
+  return false
+end
+
+-- qkv.grad inside another's f, with grad mode on, on what the outer one
+-- differentiates: its result would need create_graph (a graph of the
+-- backward), which qkv.grad does not make, so the outer one would take it
+-- as a constant and give a zero second derivative where PyTorch's is not
+local NESTED = "grad: %s is differentiated by an enclosing qkv.grad: a gradient of a "
+  .. "gradient needs create_graph, which qkv.grad does not have (the outer gradient "
+  .. "would miss this path: a zero second derivative); call this qkv.grad under "
+  .. "qkv.no_grad to take its result as a constant"
+
 -- qkv.grad(f, inputs [, grad]): the gradients of f(inputs...) (one output)
 -- with respect to each input, without touching their .grad
 function A.grad(f, inputs, grad, ...)
@@ -338,17 +364,29 @@ function A.grad(f, inputs, grad, ...)
   if type(inputs) ~= "table" then fail("grad: bad argument #2 (list of tensors expected, got %s)", type(inputs)) end
   local bad = qkv._checklist("grad", inputs, "inputs")   -- tensors and nothing else
   if bad then fail("%s", bad) end
+  local nested = next(grad_inputs) ~= nil and A.enabled()
   local xs = {}
   for i = 1, #inputs do          -- a nil among them is an error, not the list's end
     local x = inputs[i]
     if not is_tensor(x) then fail("grad: input %d is a %s, not a tensor", i, type(x)) end
+    if nested and from_enclosing(x) then fail(NESTED, "input " .. i) end
     xs[i] = x:detach()
     A.requires_grad_(xs[i])
   end
-  local y = with_mode(true, f, table.unpack(xs))
+  for _, x in ipairs(xs) do grad_inputs[x] = true end
+  local ok, y = pcall(with_mode, true, f, table.unpack(xs))
+  for _, x in ipairs(xs) do grad_inputs[x] = nil end
+  if not ok then error(y, 0) end
   if not is_tensor(y) then fail("grad: f must return a tensor, got %s", type(y)) end
   local out = {}
   if A.tracked(y) and meta[y].node then
+    if nested then             -- a tensor f read from the enclosing graph
+      for _, n in ipairs(topo(meta[y].node)) do
+        for _, e in pairs(n.edges) do
+          if e.leaf and grad_inputs[e.leaf] then fail(NESTED, "a tensor f reads") end
+        end
+      end
+    end
     local dy = default_grad(y, grad, "grad")
     with_callbacks(nil, with_mode, false, run, y, dy, function(leaf, g)
       for i, x in ipairs(xs) do if rawequal(x, leaf) then out[i] = accumulate(out[i], g) end end

@@ -68,8 +68,11 @@ torch.enable_grad.]]},
   {name = "qkv.grad", sig = "qkv.grad(f, inputs [, grad])", group = "autograd",
    doc = [[The gradients of f(inputs...) (one tensor) with respect to each
 tensor of the list inputs, as a list, without touching any .grad: f runs
-on detached copies that require grad. grad is as for backward. As
-torch.autograd.grad.]],
+on detached copies that require grad. grad is as for backward. The result
+does not require grad (PyTorch's create_graph=False), so a qkv.grad
+inside another's f, on an input or a tensor the outer one differentiates,
+is an error, where it would give a zero second derivative; under
+qkv.no_grad it is taken as a constant. As torch.autograd.grad.]],
    example = [=[local g = qkv.grad(function(x) return (x * x):sum() end, {qkv.tensor{1, 2}})
 print(g[1])   --> tensor([2., 4.])]=]},
 
