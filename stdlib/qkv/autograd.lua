@@ -188,6 +188,18 @@ end
 
 local function accumulate(a, g) return a and a + g or g end
 
+-- g as a leaf's first gradient: a tensor of its own, in dtype. A rule may
+-- hand the gradient it got on unchanged (x + y gives g to both, x + 0 the
+-- root's own grad), so the tensor may be another leaf's .grad too, or the
+-- caller's grad argument: x.grad:mul_(3) would change y.grad, and the
+-- caller writing its grad would change x.grad. PyTorch's AccumulateGrad
+-- takes a copy where the gradient is shared.
+local function own(g, dtype)
+  local c = g:to(dtype)
+  if rawequal(c, g) then c = g:clone() end
+  return c
+end
+
 local function check_saved(n)
   if n.freed then
     fail("backward: %s's graph was freed by an earlier backward; call the forward again", n.name)
@@ -326,7 +338,7 @@ function A.backward(y, grad, ...)
   local queue = {}
   with_callbacks(queue, with_mode, false, run_backward, y, dy, function(leaf, g)
     local lm = meta[leaf]
-    lm.grad = accumulate(lm.grad, g:to(leaf.dtype))
+    lm.grad = lm.grad and lm.grad + g:to(leaf.dtype) or own(g, leaf.dtype)
   end, queue)
 end
 
@@ -389,7 +401,9 @@ function A.grad(f, inputs, grad, ...)
     end
     local dy = default_grad(y, grad, "grad")
     with_callbacks(nil, with_mode, false, run, y, dy, function(leaf, g)
-      for i, x in ipairs(xs) do if rawequal(x, leaf) then out[i] = accumulate(out[i], g) end end
+      for i, x in ipairs(xs) do
+        if rawequal(x, leaf) then out[i] = out[i] and out[i] + g or own(g, g.dtype) end
+      end
     end)
   end
   for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype, x.device) end

@@ -1,0 +1,78 @@
+-- test_grad_own.lua: every leaf's .grad (and every gradient qkv.grad
+-- returns) is a tensor of its own, as PyTorch's AccumulateGrad copies a
+-- gradient that is shared. A rule may pass the gradient it got on
+-- unchanged (x + y gives g to both, x + 0 the root's grad), and that
+-- tensor was stored as it came: two leaves shared one .grad, and a leaf's
+-- .grad was the caller's grad argument, so an in-place write to one
+-- (GradScaler's unscale_, clip_grad_norm_, the script's own) changed the
+-- others. Values written from PyTorch 2's.
+local lu = require "luaunit"
+
+local function f64(v) return qkv.tensor(v, "float64") end
+
+TestGradOwn = {}
+
+-- (a + b):backward({1, 1}); a.grad:mul_(3): PyTorch a.grad [3, 3], b.grad
+-- [1, 1]; qkv gave [3, 3] to both
+function TestGradOwn:testTwoLeavesDoNotShareAGrad()
+  local a, b = f64{1, 2}:requires_grad_(), f64{3, 4}:requires_grad_()
+  ;(a + b):backward(f64{1, 1})
+  lu.assertFalse(rawequal(a.grad, b.grad))
+  a.grad:mul_(3)
+  lu.assertEquals(a.grad:tolist(), {3, 3})
+  lu.assertEquals(b.grad:tolist(), {1, 1})
+end
+
+-- (c + 0):backward(G); G:mul_(7): PyTorch c.grad [1, 1]; qkv gave [7, 7]
+function TestGradOwn:testGradIsNotTheCallersTensor()
+  local c = f64{1, 2}:requires_grad_()
+  local G = f64{1, 1}
+  ;(c + 0):backward(G)
+  G:mul_(7)
+  lu.assertEquals(c.grad:tolist(), {1, 1})
+  -- and a later write to c.grad leaves G alone
+  c.grad:mul_(5)
+  lu.assertEquals(G:tolist(), {7, 7})
+end
+
+-- qkv.grad of a + b with grad G: two gradients of their own, not G
+function TestGradOwn:testQkvGradResultsAreTheirOwn()
+  local G = f64{1, 2}
+  local g = qkv.grad(function(a, b) return a + b end, {f64{0, 0}, f64{0, 0}}, G)
+  lu.assertFalse(rawequal(g[1], g[2]))
+  g[1]:mul_(10)
+  lu.assertEquals(g[1]:tolist(), {10, 20})
+  lu.assertEquals(g[2]:tolist(), {1, 2})
+  lu.assertEquals(G:tolist(), {1, 2})
+end
+
+-- PyTorch: a, b = [1, 2], [3, 4] (float32), GradScaler("cpu",
+-- init_scale=1024), scale((a + b).sum()).backward(), unscale_(opt):
+-- a.grad = b.grad = [1, 1]; SGD(lr=0.1) step: a [0.9, 1.9], b [2.9, 3.9].
+-- qkv unscaled the shared grad twice: [0.001, 0.001] (1/1024), and the
+-- step moved a to [0.9999, 1.9999]
+function TestGradOwn:testGradScalerUnscalesEachOnce()
+  local a, b = qkv.tensor{1, 2}:requires_grad_(), qkv.tensor{3, 4}:requires_grad_()
+  local opt = qkv.optim.SGD({a, b}, {lr = 0.1})
+  local scaler = qkv.amp.GradScaler("cpu", {init_scale = 1024})
+  scaler:scale((a + b):sum()):backward()
+  scaler:unscale_(opt)
+  lu.assertEquals(a.grad:tolist(), {1, 1})
+  lu.assertEquals(b.grad:tolist(), {1, 1})
+  scaler:step(opt)
+  lu.assertAlmostEquals(a:tolist()[1], 0.9, 1e-6)
+  lu.assertAlmostEquals(a:tolist()[2], 1.9, 1e-6)
+  lu.assertAlmostEquals(b:tolist()[1], 2.9, 1e-6)
+  lu.assertAlmostEquals(b:tolist()[2], 3.9, 1e-6)
+end
+
+-- accumulation over two backwards still adds, and the second leaves the
+-- first's grad argument alone: PyTorch c.grad [3, 3]
+function TestGradOwn:testAccumulatesAcrossBackwards()
+  local c = f64{1, 2}:requires_grad_()
+  local G = f64{1, 1}
+  ;(c + 0):backward(G)
+  ;(c * 2):backward(G)
+  lu.assertEquals(c.grad:tolist(), {3, 3})
+  lu.assertEquals(G:tolist(), {1, 1})
+end
