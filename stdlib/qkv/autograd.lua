@@ -292,6 +292,7 @@ end
 
 -- x's post-accumulate-grad hooks, those there when it fires, in order
 local function post_accumulate(x)
+  if not meta[x].leaf then return end   -- requires_grad_(false) since the forward
   local list = meta[x].hooks
   if list == nil or #list == 0 then return end
   for _, h in ipairs(table.move(list, 1, #list, 1, {})) do
@@ -338,6 +339,10 @@ function A.backward(y, grad, ...)
   local queue = {}
   with_callbacks(queue, with_mode, false, run_backward, y, dy, function(leaf, g)
     local lm = meta[leaf]
+    -- a leaf set to requires_grad_(false) after the forward gets nothing,
+    -- as PyTorch's AccumulateGrad gives nothing to a variable that no
+    -- longer requires grad
+    if not lm.leaf then return end
     lm.grad = lm.grad and lm.grad + g:to(leaf.dtype) or own(g, leaf.dtype)
   end, queue)
 end

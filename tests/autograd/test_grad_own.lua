@@ -76,3 +76,18 @@ function TestGradOwn:testAccumulatesAcrossBackwards()
   lu.assertEquals(c.grad:tolist(), {3, 3})
   lu.assertEquals(G:tolist(), {1, 1})
 end
+
+-- w:requires_grad_(false) between the forward and the backward: PyTorch's
+-- AccumulateGrad gives w nothing (w.grad None, its post-accumulate hooks
+-- not called) and x its own gradient [1, 2]; qkv gave w.grad [3, 6]
+function TestGradOwn:testLeafNoLongerRequiringGradGetsNothing()
+  local w, x = f64{1, 2}:requires_grad_(), f64{3, 6}:requires_grad_()
+  local called = false
+  w:register_post_accumulate_grad_hook(function() called = true end)
+  local u = (w * x):sum()
+  w:requires_grad_(false)
+  u:backward()
+  lu.assertNil(w.grad)
+  lu.assertFalse(called)
+  lu.assertEquals(x.grad:tolist(), {1, 2})
+end
