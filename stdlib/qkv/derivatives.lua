@@ -296,10 +296,19 @@ R.to = function(f, x, ...)
   return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
 end
 
--- x[i] and x[{...}]: the gradient lands in the same place of zeros
+-- x[i] and x[{...}]: the gradient lands in the same place of zeros. One
+-- element (x[i] of a 1-D x) is a Lua number, which carries no gradient:
+-- with x tracked it is an error, where the graph was cut without a word
+-- (x * x[1] gave x's gradient without the path through x[1])
 function D.index(f, x, k)
   local y = f(x, k)
-  if not is_tensor(y) then return y end
+  if not is_tensor(y) then
+    local where = type(k) == "number" and string.format("x[%d]", k) or "x[{...}]"
+    error(string.format("index: %s is one element, a Lua number, and x requires grad: a "
+      .. "number carries no gradient; x:select(1, i) (or x[{{i, i}}]) keeps it in the "
+      .. "graph, x:detach()[i] or qkv.no_grad reads the value", where),
+      require("qkv.caller")(debug.getinfo(1, "S").source, true))
+  end
   return rec("IndexBackward", y, {x}, function(g)
     local out = qkv.zeros(x.shape, g.dtype, g.device)
     out[k] = g
