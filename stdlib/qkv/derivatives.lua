@@ -360,13 +360,38 @@ R.where = function(f, c, a, b)
     return nil, sum_to(g:masked_fill(c:logical_not(), 0), a), sum_to(g:masked_fill(c, 0), b)
   end)
 end
+-- clamp, as PyTorch's rules. Number bounds: the gradient goes to x where
+-- lo <= x <= hi. One tensor bound alone is maximum(x, lo) or minimum(x,
+-- hi), whose rule it takes (halved at a tie, whole to both at a NaN). Both
+-- bounds with a tensor among them (clamp_backward_min_max): x's where
+-- neither x < lo nor x > hi, lo's where x < lo <= hi, hi's where x > hi >=
+-- lo or hi < lo. A tensor bound that requires grad gets its gradient
+-- (summed back to its shape), where it got none.
+local clamp_max_of = extremum_rule("ClampBackward", qkv.lt)   -- max(x, lo)
+local clamp_min_of = extremum_rule("ClampBackward", qkv.gt)   -- min(x, hi)
 R.clamp = function(f, x, lo, hi)
-  return rec("ClampBackward", f(x, lo, hi), {x}, function(g)
-    local keep = qkv.ones(x.shape, "bool", x.device)
-    if lo ~= nil then keep = keep:logical_and(qkv.ge(x, lo)) end
-    if hi ~= nil then keep = keep:logical_and(qkv.le(x, hi)) end
-    return g:masked_fill(keep:logical_not(), 0)
-  end, {x})
+  local tlo, thi = is_tensor(lo), is_tensor(hi)
+  if tlo and hi == nil then return clamp_max_of(function(a, b) return f(a, b, nil) end, x, lo) end
+  if thi and lo == nil then return clamp_min_of(function(a, b) return f(a, nil, b) end, x, hi) end
+  local y = f(x, lo, hi)
+  if not (tlo or thi) then
+    return rec("ClampBackward", y, {x}, function(g)
+      local keep = qkv.ones(x.shape, "bool", x.device)
+      if lo ~= nil then keep = keep:logical_and(qkv.ge(x, lo)) end
+      if hi ~= nil then keep = keep:logical_and(qkv.le(x, hi)) end
+      return g:masked_fill(keep:logical_not(), 0)
+    end, {x})
+  end
+  return rec("ClampBackward", y, {x, tlo and lo or nil, thi and hi or nil}, function(g)
+    local L = tlo and lo or qkv.full(x.shape, lo, x.dtype, x.device)
+    local H = thi and hi or qkv.full(x.shape, hi, x.dtype, x.device)
+    local zero = qkv.zeros({}, g.dtype, g.device)
+    local gx = qkv.where(qkv.lt(x, L):logical_or(qkv.gt(x, H)), zero, g)
+    local glo = tlo and sum_to(qkv.where(qkv.lt(x, L):logical_and(qkv.le(L, H)), g, zero), lo)
+    local ghi = thi and sum_to(qkv.where(qkv.le(L, H):logical_and(qkv.gt(x, H))
+                                         :logical_or(qkv.lt(H, L)), g, zero), hi)
+    return sum_to(gx, x), glo or nil, ghi or nil
+  end, {x, lo, hi})
 end
 
 -- reads along positions: their gradients add back where they read

@@ -3,8 +3,8 @@
 -- (written in each test): ties and NaN in max()/min() over all and in the
 -- ±inf norms (split evenly, as PyTorch's evenly_distribute_backward),
 -- zeros in the fractional and negative norms, cumsum's backward with
--- large and infinite gradients, maximum/minimum at ties and NaN, and var
--- with no degrees of freedom.
+-- large and infinite gradients, maximum/minimum at ties and NaN, var
+-- with no degrees of freedom, and clamp with tensor bounds.
 -- gradcheck (test_autograd.lua) cannot see these: they sit where the
 -- function has no derivative, or they are rounding.
 local lu = require "luaunit"
@@ -153,6 +153,39 @@ function TestGradReductions:testVarWithoutDegreesOfFreedom()
   assertGrad(grad(function(x) return x:var(1, false, 2) end, {1, 2}), {-inf, inf}, "var along dim 1")
   assertGrad(grad(function(x) return x:std{correction = 3} end, {1, 2, 1.5}), {nan, nan, nan}, "std")
   assertGrad(grad(function(x) return x:var() end, {2}), {nan}, "var of one element")
+end
+
+-- clamp with tensor bounds, PyTorch 2's values (x = [1, 2, 3], float64).
+-- A bound that requires grad gets its gradient: qkv gave it none (nil),
+-- and one bound alone is maximum/minimum, halving a tie, where qkv gave x
+-- the whole of it: x:clamp(nil, h = 2) gave x [1, 1, 0] and h nil,
+-- PyTorch x [1, 0.5, 0] and h 1.5
+function TestGradReductions:testClampTensorBounds()
+  local function run(xv, lo, hi)
+    local x = qkv.tensor(xv, "float64"):requires_grad_()
+    local l = lo and qkv.tensor(lo, "float64"):requires_grad_()
+    local h = hi and qkv.tensor(hi, "float64"):requires_grad_()
+    x:clamp(l, h):sum():backward()
+    return {x.grad:tolist(), l and l.grad:tolist() or "none", h and h.grad:tolist() or "none"}
+  end
+  assertGrad(run({1, 2, 3}, nil, 2), {{1, 0.5, 0}, "none", 1.5}, "max only")
+  assertGrad(run({1, 2, 3}, 2, nil), {{0, 0.5, 1}, 1.5, "none"}, "min only")
+  assertGrad(run({1, 2, 3}, nil, {1, 2, 3}), {{0.5, 0.5, 0.5}, "none", {0.5, 0.5, 0.5}}, "max ties")
+  assertGrad(run({1, nan, 3}, nil, {2, 2, nan}), {{1, 1, 1}, "none", {0, 1, 1}}, "max, NaN")
+  assertGrad(run({1, 2, 3}, 2, 2), {{0, 1, 0}, 1, 1}, "min = max")
+  assertGrad(run({1, 2, 3}, {0, 2, 4}, {2, 2, 5}), {{1, 1, 0}, {0, 0, 1}, {0, 0, 0}}, "both")
+  assertGrad(run({1, 2, 3}, 3, 1), {{0, 0, 0}, 0, 3}, "min > max")
+  assertGrad(run({1, 2, 3}, 2.5, 2), {{0, 0, 0}, 0, 3}, "min > max, 2.5")
+  assertGrad(run({1, 2, 3}, {1, 2, 3}, {1, 2, 3}), {{1, 1, 1}, {0, 0, 0}, {0, 0, 0}}, "all tied")
+  assertGrad(run({1, nan, 3}, {0, 0, nan}, {2, 2, 2}), {{1, 1, 0}, {0, 0, 0}, {0, 0, 0}}, "both, NaN")
+  -- a bound that does not require grad still splits x's tie, as PyTorch's
+  local x = qkv.tensor({1, 2, 3}, "float64"):requires_grad_()
+  x:clamp(nil, qkv.tensor(2, "float64")):sum():backward()
+  assertGrad(x.grad:tolist(), {1, 0.5, 0}, "max, a plain tensor")
+  -- number bounds keep PyTorch's scalar rule: x where lo <= x <= hi
+  x.grad = nil
+  x:clamp(1, 2):sum():backward()
+  assertGrad(x.grad:tolist(), {1, 1, 0}, "number bounds")
 end
 
 os.exit(lu.LuaUnit.run(), true)
