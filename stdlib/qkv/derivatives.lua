@@ -50,11 +50,31 @@ R.div = function(f, a, b)
     return sum_to(g / b, a), is_tensor(b) and sum_to(-g * a / (b * b), b) or nil
   end, {a, b})
 end
+-- pow, as PyTorch's pow_backward_self and pow_backward_exponent: a's
+-- gradient is 0 where b == 0 (x^0 is 1, flat, where b a^(b-1) at a = 0 is
+-- 0 * inf = NaN), b's is 0 where a == 0 and b >= 0 (0^b is flat there,
+-- where y log(a) is 0 * -inf = NaN, or 1 * -inf at b = 0)
 R.pow = function(f, a, b)
   local y = f(a, b)
   return rec("PowBackward", y, {a, b}, function(g)
-    local ga = is_tensor(a) and sum_to(g * b * qkv.pow(a, b - 1), a)
-    local gb = is_tensor(b) and sum_to(g * y * (is_tensor(a) and qkv.log(a) or math.log(a)), b)
+    local ga, gb
+    if is_tensor(a) then
+      if b == 0 then ga = qkv.zeros(a.shape, g.dtype, g.device)
+      else
+        ga = g * b * qkv.pow(a, b - 1)
+        if is_tensor(b) then ga = qkv.where(qkv.eq(b, 0), 0.0, ga) end
+        ga = sum_to(ga, a)
+      end
+    end
+    if is_tensor(b) then
+      gb = g * y * (is_tensor(a) and qkv.log(a) or math.log(a))
+      if is_tensor(a) then
+        gb = qkv.where(qkv.eq(a, 0):logical_and(qkv.ge(b, 0)), 0.0, gb)
+      elseif a == 0 then
+        gb = qkv.where(qkv.ge(b, 0), 0.0, gb)
+      end
+      gb = sum_to(gb, b)
+    end
     return ga or nil, gb or nil
   end, {a, b, y})
 end

@@ -4,7 +4,7 @@
 -- ±inf norms (split evenly, as PyTorch's evenly_distribute_backward),
 -- zeros in the fractional and negative norms, cumsum's backward with
 -- large and infinite gradients, maximum/minimum at ties and NaN, var
--- with no degrees of freedom, and clamp with tensor bounds.
+-- with no degrees of freedom, clamp with tensor bounds, and pow at 0.
 -- gradcheck (test_autograd.lua) cannot see these: they sit where the
 -- function has no derivative, or they are rounding.
 local lu = require "luaunit"
@@ -186,6 +186,22 @@ function TestGradReductions:testClampTensorBounds()
   x.grad = nil
   x:clamp(1, 2):sum():backward()
   assertGrad(x.grad:tolist(), {1, 1, 0}, "number bounds")
+end
+
+-- pow at its flat points, PyTorch 2's pow_backward_self and
+-- pow_backward_exponent: x^0 at x = 0 has gradient 0 (qkv gave NaN, 0 *
+-- 0^-1); 0^e in e is 0 for e >= 0 (qkv gave NaN at e = 1, -inf at e = 0)
+function TestGradReductions:testPowAtZero()
+  assertGrad(grad(function(x) return (x ^ 0):sum() end, {0, 2}), {0, 0}, "x^0")
+  assertGrad(grad(function(x) return qkv.pow(x, qkv.tensor({0, 0}, "float64")):sum() end, {0, 2}),
+             {0, 0}, "x^tensor 0")
+  assertGrad(grad(function(e) return qkv.pow(qkv.tensor({0, 0, 2}, "float64"), e):sum() end, {1, 0, 2}),
+             {0, 0, 2.772588722239781}, "tensor base, exponent's gradient")
+  assertGrad(grad(function(e) return (0 ^ e):sum() end, {1, 0}), {0, 0}, "0^e")
+  -- the rest as before, as PyTorch's: 0^0.5 is inf, x^2 at 0 is 0, 0^-1 in e is -inf
+  assertGrad(grad(function(x) return (x ^ 0.5):sum() end, {0, 4}), {inf, 0.25}, "x^0.5")
+  assertGrad(grad(function(x) return (x ^ 2):sum() end, {0, -1}), {0, -2}, "x^2")
+  assertGrad(grad(function(e) return (0 ^ e):sum() end, {-1}), {-inf}, "0^-1")
 end
 
 os.exit(lu.LuaUnit.run(), true)
