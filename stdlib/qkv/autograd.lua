@@ -411,6 +411,11 @@ function A.grad(f, inputs, grad, ...)
       end
     end)
   end
+  -- f returned one of its inputs itself: its gradient is grad (ones), as
+  -- torch.autograd.grad(x, x) gives grad_outputs, where it came out zero
+  for i, x in ipairs(xs) do
+    if rawequal(x, y) then out[i] = own(default_grad(y, grad, "grad"), x.dtype) end
+  end
   for i, x in ipairs(xs) do out[i] = out[i] or qkv.zeros(x.shape, x.dtype, x.device) end
   return out
 end

@@ -91,3 +91,16 @@ function TestGradOwn:testLeafNoLongerRequiringGradGetsNothing()
   lu.assertFalse(called)
   lu.assertEquals(x.grad:tolist(), {1, 2})
 end
+
+-- f returning one of its inputs itself: torch.autograd.grad(x, x) is
+-- grad_outputs (1 for a 0-d x; [5, 6] with that grad); qkv gave zeros.
+-- The copy is the result's own: writing it leaves grad alone
+function TestGradOwn:testQkvGradOfAnInputItself()
+  lu.assertEquals(qkv.grad(function(a) return a end, {f64(3)})[1]:item(), 1)
+  local G = f64{5, 6}
+  local g = qkv.grad(function(_, b) return b end, {f64(3), f64{1, 2}}, G)
+  lu.assertEquals(g[1]:item(), 0)
+  lu.assertEquals(g[2]:tolist(), {5, 6})
+  g[2]:mul_(2)
+  lu.assertEquals(G:tolist(), {5, 6})
+end
