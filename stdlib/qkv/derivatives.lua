@@ -303,18 +303,18 @@ R.select = simple_view("SelectBackward", function(g, x, d, i)
   out:select(d, i):copy_(g)
   return out
 end)
+-- a copy to an integer or bool dtype is not differentiable: it records
+-- nothing and does not require grad, as PyTorch's, where it was recorded
+-- and its gradient went back through the integer dtype (the gradient g
+-- cast to int64 and on to x: (x:to("int64"):to("float64") * x):sum() at
+-- x = {1.5, 2.7} gave x.grad {2, 4}, PyTorch {1, 2})
+local TRACKABLE = {float16 = true, bfloat16 = true, float32 = true, float64 = true}
 local function to_rule(f, x, ...)
   local y = f(x, ...)
-  if rawequal(y, x) then return y end
+  if rawequal(y, x) or not TRACKABLE[y.dtype] then return y end
   return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
 end
-R.float, R.double = to_rule, to_rule
-
-R.to = function(f, x, ...)
-  local y = f(x, ...)
-  if rawequal(y, x) then return y end
-  return rec("ToCopyBackward", y, {x}, function(g) return g:to(x.dtype) end)
-end
+R.float, R.double, R.to = to_rule, to_rule, to_rule
 
 -- x[i] and x[{...}]: the gradient lands in the same place of zeros. One
 -- element (x[i] of a 1-D x) is a Lua number, which carries no gradient:

@@ -3,7 +3,8 @@
 -- carries no gradient: used in the graph (x * x[1]) it cut the path
 -- through it without a word. It is an error now, naming the ways that
 -- keep the gradient (x:select, x[{{i, i}}]) or read the value
--- (x:detach()[i], qkv.no_grad). Values written from PyTorch 2's.
+-- (x:detach()[i], qkv.no_grad). And a copy to an integer dtype, which
+-- leaves the graph as PyTorch's. Values written from PyTorch 2's.
 local lu = require "luaunit"
 
 local function f64(v) return qkv.tensor(v, "float64") end
@@ -43,4 +44,18 @@ function TestGradIndex:testTheWaysAroundIt()
   local m = f64{{1, 2}, {3, 4}}:requires_grad_()
   ;(m[1] * 3):sum():backward()
   lu.assertEquals(m.grad:tolist(), {{3, 3}, {0, 0}})
+end
+
+-- a copy to an integer or bool dtype leaves the graph, as PyTorch's:
+-- x = {1.5, 2.7}, y = x.to(int64) does not require grad, and
+-- (y.to(float64) * x).sum() gives x.grad [1, 2]; qkv recorded the copy and
+-- sent x's gradient back through int64: {2, 4}
+function TestGradIndex:testIntegerCopyLeavesTheGraph()
+  local x = f64{1.5, 2.7}:requires_grad_()
+  local y = x:to("int64")
+  lu.assertFalse(y.requires_grad)
+  lu.assertFalse(x:to("bool").requires_grad)
+  lu.assertTrue(x:to("float32").requires_grad)
+  ;(y:to("float64") * x):sum():backward()
+  lu.assertEquals(x.grad:tolist(), {1, 2})
 end
