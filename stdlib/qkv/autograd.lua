@@ -154,7 +154,14 @@ function A.record(name, out, inputs, backward, saved)
     if is_tensor(x) then node.saved[#node.saved + 1] = {x, x:_version()} end
   end
   node.n = #inputs
-  for slot, y in ipairs(outs) do meta[y] = {node = node, slot = slot} end
+  -- an output that is an input itself (x:contiguous() of a contiguous x
+  -- returns x) keeps what it was: made the node's, a leaf stopped being
+  -- one and its own gradient went to the node's edge into itself
+  local same = {}
+  for _, x in pairs(inputs) do if is_tensor(x) then same[x] = true end end
+  for slot, y in ipairs(outs) do
+    if not same[y] then meta[y] = {node = node, slot = slot} end
+  end
   return out
 end
 

@@ -104,3 +104,25 @@ function TestGradOwn:testQkvGradOfAnInputItself()
   g[2]:mul_(2)
   lu.assertEquals(G:tolist(), {5, 6})
 end
+
+-- x:contiguous() of a contiguous x is x itself, as PyTorch's (c is x,
+-- c.grad_fn None): the rule made it its node's output, so the leaf
+-- stopped being one (is_leaf false, a second step through the freed node
+-- an error) and, since the previous commit, lost its gradient (nil).
+-- PyTorch: sum(c * c) at {1.5, 2.7} gives x.grad [3, 5.4], twice [6, 10.8]
+function TestGradOwn:testAViewThatIsItsInputLeavesItAlone()
+  local x = f64{1.5, 2.7}:requires_grad_()
+  for step = 1, 2 do
+    local c = x:contiguous()
+    lu.assertTrue(rawequal(c, x))
+    lu.assertTrue(x.is_leaf)
+    lu.assertNil(c.grad_fn)
+    ;(c * c):sum():backward()
+    lu.assertAlmostEquals(x.grad:tolist()[1], 3 * step, 1e-12)
+    lu.assertAlmostEquals(x.grad:tolist()[2], 5.4 * step, 1e-12)
+  end
+  -- of an op's output: the output keeps its node (MulBackward)
+  local w = f64{1, 2}:requires_grad_()
+  local m = w * 2
+  lu.assertEquals(tostring(m:contiguous().grad_fn), "<MulBackward0>")
+end
