@@ -46,11 +46,8 @@ end
 function nn.mse_loss(input, target, reduction, ...)
   checktensor("mse_loss", "input", input)
   checktensor("mse_loss", "target", target)
-  local extra = qkv._extra("mse_loss", 3, input, target, reduction, ...)
-  if extra then
-    fail("mse_loss", "%s: it is (input, target [, reduction]), without PyTorch's deprecated "
-         .. "size_average and reduce", (extra:gsub("^mse_loss: ", "")))
-  end
+  M.noextra("mse_loss", "it is (input, target [, reduction]), without PyTorch's deprecated "
+            .. "size_average and reduce", 3, input, target, reduction, ...)
   if type(reduction) == "table" and not qkv.is_tensor(reduction) then    -- PyTorch's keyword
     reduction = checkopts("mse_loss", reduction, {"reduction"}).reduction
   end

@@ -206,10 +206,7 @@ end
 -- (x would else stay as it was, where PyTorch's Dropout(p, True) zeros it)
 local Dropout = class("Dropout")
 function Dropout:init(p, ...)
-  local extra = qkv._extra("Dropout", 1, p, ...)
-  if extra then
-    fail("Dropout", "%s: PyTorch's inplace has no counterpart", (extra:gsub("^Dropout: ", "")))
-  end
+  M.noextra("Dropout", "PyTorch's inplace has no counterpart", 1, p, ...)
   p = p == nil and 0.5 or p
   if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail("Dropout", "p must be a number in [0, 1], got %s", tostring(p))

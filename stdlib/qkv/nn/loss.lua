@@ -12,6 +12,7 @@ local qkv = require "qkv"
 local M = require "qkv.nn.module"
 M.inside(debug.getinfo(1, "S").source)
 
+local noextra = M.noextra
 local nn, class, fail, named, checkopts, checktensor = M.nn, M.class, M.fail, M.named,
   M.checkopts, M.checktensor
 
@@ -175,13 +176,8 @@ end
 -- (weight, size_average, ignore_index, reduce, reduction, ...) would else
 -- lose ignore_index and the rest, cross_entropy(x, t, w, nil, 2) reading
 -- as no ignore_index
-local function noextra(fname, n, ...)
-  local extra = qkv._extra(fname, n, ...)
-  if extra then
-    fail(fname, "%s: the options come in a table, {ignore_index =, reduction =, ...}, "
-         .. "without PyTorch's deprecated size_average and reduce", (extra:gsub("^[%w_]+: ", "")))
-  end
-end
+local NOEXTRA = "the options come in a table, {ignore_index =, reduction =, ...}, "
+  .. "without PyTorch's deprecated size_average and reduce"
 
 local CE_KEYS = {"weight", "ignore_index", "reduction", "label_smoothing"}
 local NLL_KEYS = {"weight", "ignore_index", "reduction"}
@@ -202,7 +198,7 @@ local function cross_entropy(input, target, o)
 end
 
 function nn.cross_entropy(input, target, a, b, ...)
-  noextra("cross_entropy", 4, input, target, a, b, ...)
+  noextra("cross_entropy", NOEXTRA, 4, input, target, a, b, ...)
   return cross_entropy(input, target, loss_opts("cross_entropy", a, b, CE_KEYS))
 end
 
@@ -215,7 +211,7 @@ local function nll_loss(input, target, o)
 end
 
 function nn.nll_loss(input, target, a, b, ...)
-  noextra("nll_loss", 4, input, target, a, b, ...)
+  noextra("nll_loss", NOEXTRA, 4, input, target, a, b, ...)
   return nll_loss(input, target, loss_opts("nll_loss", a, b, NLL_KEYS))
 end
 
@@ -242,7 +238,7 @@ local function keep(self, o, keys)
 end
 
 function CrossEntropyLoss:init(a, b, ...)
-  noextra("CrossEntropyLoss", 2, a, b, ...)
+  noextra("CrossEntropyLoss", NOEXTRA, 2, a, b, ...)
   keep(self, loss_opts("CrossEntropyLoss", a, b, CE_KEYS), CE_KEYS)
 end
 
@@ -253,7 +249,7 @@ end
 local NLLLoss = class("NLLLoss")
 
 function NLLLoss:init(a, b, ...)
-  noextra("NLLLoss", 2, a, b, ...)
+  noextra("NLLLoss", NOEXTRA, 2, a, b, ...)
   keep(self, loss_opts("NLLLoss", a, b, NLL_KEYS), NLL_KEYS)
 end
 

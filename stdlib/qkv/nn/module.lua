@@ -53,6 +53,13 @@ local function checkopts(fname, opts, known, flags)
   return snap
 end
 
+-- an argument past the n fname takes is an error naming fname, then why
+-- (what PyTorch's positional would have meant), where it was ignored
+local function noextra(fname, why, n, ...)
+  local extra = qkv._extra(fname, n, ...)
+  if extra then fail(fname, "%s: %s", (extra:gsub("^[%w_]+: ", "")), why) end
+end
+
 -- opts[key] (checkopts made it nil or a boolean), or default when it is nil
 local function flag(opts, key, default)
   if opts[key] == nil then return default end
@@ -628,7 +635,7 @@ end
 
 return {
   nn = nn, Module = Module, class = class, uniform = uniform, opts_of = opts_of, place = place,
-  fail = fail, named = named, checkopts = checkopts, flag = flag,
+  fail = fail, named = named, checkopts = checkopts, flag = flag, noextra = noextra,
   checkdim = checkdim, checktensor = checktensor, is_module = is_module, what = what,
   set_slot = set_slot, tree = tree, params_of = params_of, field = field,
   buffers_of = buffers_of, FLOATS = FLOATS,
