@@ -357,18 +357,22 @@ end
 -- the inputs (detached copies) of each qkv.grad whose f is running
 local grad_inputs = setmetatable({}, {__mode = "k"})
 
--- whether x is one of them, or is made from one by a recorded op
-local function from_enclosing(x)
-  local m = meta[x]
-  if not m then return false end
-  if m.leaf then return grad_inputs[x] ~= nil end
-  if not m.node then return false end
-  for _, n in ipairs(topo(m.node)) do
+-- whether the graph from node reaches one of them
+local function reaches_enclosing(node)
+  for _, n in ipairs(topo(node)) do
     for _, e in pairs(n.edges) do
       if e.leaf and grad_inputs[e.leaf] then return true end
     end
   end
   return false
+end
+
+-- whether x is one of them, or is made from one by a recorded op
+local function from_enclosing(x)
+  local m = meta[x]
+  if not m then return false end
+  if m.leaf then return grad_inputs[x] ~= nil end
+  return m.node ~= nil and reaches_enclosing(m.node)
 end
 
 -- qkv.grad inside another's f, with grad mode on, on what the outer one
@@ -404,12 +408,8 @@ function A.grad(f, inputs, grad, ...)
   if not is_tensor(y) then fail("grad: f must return a tensor, got %s", type(y)) end
   local out = {}
   if A.tracked(y) and meta[y].node then
-    if nested then             -- a tensor f read from the enclosing graph
-      for _, n in ipairs(topo(meta[y].node)) do
-        for _, e in pairs(n.edges) do
-          if e.leaf and grad_inputs[e.leaf] then fail(NESTED, "a tensor f reads") end
-        end
-      end
+    if nested and reaches_enclosing(meta[y].node) then   -- a tensor f read from the enclosing graph
+      fail(NESTED, "a tensor f reads")
     end
     local dy = default_grad(y, grad, "grad")
     with_callbacks(nil, with_mode, false, run, y, dy, function(leaf, g)

@@ -245,6 +245,13 @@ local function number_arg(v, what)
   return v
 end
 
+-- qkv.autograd where it is loaded, grad mode is on and one of ... is
+-- tracked (a composite op then records its own rule), else nil
+local function autograd_on(...)
+  local A = package.loaded["qkv.autograd"]
+  return A and A.enabled() and A.any(...) and A or nil
+end
+
 return {
   MAXRET = MAXRET,
   fail = fail,
@@ -264,4 +271,5 @@ return {
   shape_arg = shape_arg,
   sizes = sizes,
   number_arg = number_arg,
+  autograd_on = autograd_on,
 }

@@ -4,6 +4,7 @@
 
 local qkv = require "qkv"
 local S = require "qkv.composite.args"
+local autograd_on = S.autograd_on
 
 local fail, shape_of, tensor_arg, bool_arg = S.fail, S.shape_of, S.tensor_arg, S.bool_arg
 local dims_arg, FLOATS, sizes, number_arg = S.dims_arg, S.FLOATS, S.sizes, S.number_arg
@@ -43,11 +44,6 @@ end
 local function small_power(a, p)
   local z = a:eq(0)
   return qkv.where(z, p > 0 and 0 or math.huge, qkv.where(z, 1, a) ^ p)
-end
-
-local function autograd_on(...)
-  local A = package.loaded["qkv.autograd"]
-  return A and A.enabled() and A.any(...) and A or nil
 end
 
 -- the largest (op "max") or smallest ("min") |t| over dims: its gradient

@@ -5,6 +5,7 @@
 
 local qkv = require "qkv"
 local S = require "qkv.composite.args"
+local autograd_on = S.autograd_on
 
 local is_tensor = qkv.is_tensor
 local MAXRET, fail, shape_of, tensor_arg = S.MAXRET, S.fail, S.shape_of, S.tensor_arg
@@ -13,11 +14,6 @@ local ints_arg, dims_arg, sizes = S.ints_arg, S.dims_arg, S.sizes
 
 
 ---------------------------------------------------------------- scatter
-
-local function autograd_on(...)
-  local A = package.loaded["qkv.autograd"]
-  return A and A.enabled() and A.any(...) and A or nil
-end
 
 -- the checks of x:scatter(dim, index, src): dim 1..n, the part of src
 -- that index covers
