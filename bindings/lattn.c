@@ -175,7 +175,7 @@ static int a_softmax (lua_State *L) {
   qkvL_noextra(L, "softmax", 2);      /* x:softmax(dim, "float64") is dtype's option */
   QKVL_GRAD(L, "softmax", a_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);
+  int dim = qkvL_optdim0(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
   softmax_into(L, "softmax", qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32),
                x, dim);
   return 1;

@@ -73,6 +73,10 @@ int qkvL_checkdim0 (lua_State *L, int arg, int ndim) {
   return qkvL_checkdim(L, arg, ndim ? ndim : 1, 0);
 }
 
+int qkvL_optdim0 (lua_State *L, int arg, int ndim, int def) {
+  return lua_isnoneornil(L, arg) ? def : qkvL_checkdim0(L, arg, ndim);
+}
+
 int qkvL_optdim (lua_State *L, int arg, int ndim, int def) {
   return lua_isnoneornil(L, arg) ? def : qkvL_checkdim(L, arg, ndim, 0);
 }

@@ -37,6 +37,7 @@ int qkvL_optdim (lua_State *L, int arg, int ndim, int def);
    PyTorch wraps a scalar's dim: for the ops that take it (reductions,
    softmax, sort, ...), not for those that refuse it (size, select, ...) */
 int qkvL_checkdim0 (lua_State *L, int arg, int ndim);
+int qkvL_optdim0 (lua_State *L, int arg, int ndim, int def);     /* def where none is given */
 int64_t qkvL_checkindex (lua_State *L, int arg, int64_t size, const char *what);
 /* the words an out-of-range 0 adds to its message (qkv counts from 1;
    PyTorch's 0 is 1 here), "" for any other i: for a dim, an index, or a

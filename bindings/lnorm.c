@@ -19,7 +19,7 @@ static int n_log_softmax (lua_State *L) {
   qkvL_noextra(L, "log_softmax", 2);      /* x:log_softmax(dim, "float64") is dtype's option */
   QKVL_GRAD(L, "log_softmax", n_log_softmax);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);
+  int dim = qkvL_optdim0(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
   qkv_tensor *out = qkvL_newlike(L, x, qkv_is_float(x->dtype) ? x->dtype : QKV_F32);
   qkvL_check(L, "log_softmax", qkv_log_softmax(out, x, dim));
   return 1;
@@ -172,7 +172,7 @@ static void check_pair (lua_State *L, const char *fname, const char *an, const c
 static int n_softmax_backward (lua_State *L) {
   qkv_tensor *y, *g;
   check_pair(L, "_softmax_backward", "y", "g", &y, &g);
-  int dim = lua_isnoneornil(L, 3) ? (y->ndim ? y->ndim - 1 : 0) : qkvL_checkdim0(L, 3, y->ndim);
+  int dim = qkvL_optdim0(L, 3, y->ndim, y->ndim ? y->ndim - 1 : 0);
   qkv_tensor *gx = qkvL_newlike(L, y, y->dtype);
   qkvL_check(L, "softmax", qkv_softmax_backward(gx, y, g, dim));
   return 1;

@@ -393,7 +393,7 @@ static int s_sort (lua_State *L) {
   qkvL_args(L, "sort", KW_SORT);
   QKVL_GRAD(L, "sort", s_sort);
   qkv_tensor *x = qkvL_checktensor(L, 1);
-  int dim = lua_isnoneornil(L, 2) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 2, x->ndim);
+  int dim = qkvL_optdim0(L, 2, x->ndim, x->ndim ? x->ndim - 1 : 0);
   sorted(L, "sort", x, dim, lua_toboolean(L, 3));
   return 2;
 }
@@ -404,7 +404,7 @@ static int s_topk (lua_State *L) {
   QKVL_GRAD(L, "topk", s_topk);
   qkv_tensor *x = qkvL_checktensor(L, 1);
   lua_Integer k = luaL_checkinteger(L, 2);
-  int dim = lua_isnoneornil(L, 3) ? (x->ndim ? x->ndim - 1 : 0) : qkvL_checkdim0(L, 3, x->ndim);
+  int dim = qkvL_optdim0(L, 3, x->ndim, x->ndim ? x->ndim - 1 : 0);
   int largest = lua_isnoneornil(L, 4) ? 1 : lua_toboolean(L, 4);
   int64_t n = x->ndim ? x->size[dim] : 1;
   if (k < 0 || k > n)

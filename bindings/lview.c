@@ -186,7 +186,7 @@ static int v_squeeze (lua_State *L) {
   qkvL_args(L, "squeeze", qkvL_KW_DIM);
   QKVL_GRAD(L, "squeeze", v_squeeze);
   qkv_tensor *t = qkvL_checktensor(L, 1), v;
-  int d = lua_isnoneornil(L, 2) ? -1 : qkvL_checkdim0(L, 2, t->ndim);
+  int d = qkvL_optdim0(L, 2, t->ndim, -1);
   qkv_view_squeeze(&v, t, t->ndim ? d : -1);
   qkvL_pushview(L, &v, 1);
   return 1;
