@@ -78,6 +78,7 @@ __device__ static void wg_load (unsigned char *t, const uint16_t *src, int64_t r
   }
   if (ASYNC) qkv_cp_commit();
 }
+
 /* the first version: two warpgroups that load K and V themselves */
 template <int DT, int D, int BK>
 __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn_plan P) {
@@ -123,8 +124,8 @@ __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn
       wg_load<D, true>(next, kg, P.k.rs, j0 + BK, n, BK);
       wg_load<D, true>(next + TKV, vg, P.v.rs, j0 + BK, n, BK);
     }
-    if (P.causal && j0 > g0 + 63 + off) continue;    /* the warpgroup's rows: nothing here */
-    const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+    if (wg_tile_past(P, g0, j0, off)) continue;   /* the warpgroup's rows: none */
+    const bool cut = wg_tile_cut<BK>(P, r0, j0, nk, off);
     wg_tile<DT, D, BK>(st, P, Bw, mk, r0, j0, cut, qa, Ks, Vs, scale2, 0, 0);
   }
   wg_finish<DT, D>(st, P, b * P.nq + i0, R * w, bq);
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(QKV_WG_NT, 1) attention_wgmma_kernel (qkv_attn
   __trap();           /* a build without sm_90a code: fail, never leave out unwritten */
 #endif
 }
+
 template <int DT, int D, int BK>
 static int launch (qkv_attn_plan P) {
   constexpr size_t smem = wg_smem(D, BK);

@@ -18,6 +18,23 @@
 #define QKV_WG_WARPS 8
 #define QKV_WG_NT (32 * QKV_WG_WARPS)
 #define QKV_WG_BQ 128
+
+/* qkv_attn_tile_cut in int, as attention_mma_kernel.cuh's loop writes it
+   (there inline: through a function its 255 registers shift): whether
+   the mask, the keys' end (nk) or the causal diagonal (off) cuts the
+   tile of BK keys from j0 for the warp's rows from r0 */
+template <int BK>
+__device__ static inline bool wg_tile_cut (const qkv_attn_plan &P, int r0, int j0, int nk,
+                                           int off) {
+  return P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+}
+
+/* whether causal leaves the warpgroup's 64 rows from g0 no key from j0
+   on (the warpgroup skips the tile: wgmma is all four warps') */
+__device__ static inline bool wg_tile_past (const qkv_attn_plan &P, int g0, int j0, int off) {
+  return P.causal && j0 > g0 + 63 + off;
+}
+
 /* a warp's rows across the key tiles: O's accumulators, and per row (g,
    g + 8) the running max m and sum l in log2 units */
 template <int D> struct wg_rows {

@@ -51,6 +51,13 @@ __device__ static void wg_copy (uint32_t dst, const wg_tmap &t, int c[5], int co
   default: qkv_tma_load<5>(dst, &t.map, c, bar); break;
   }
 }
+
+/* a stage let go by this warp: each lane's products of it done (the
+   barrier for the warp's lanes), then one arrival on its empty barrier */
+__device__ static void wg_release (uint32_t empty) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) qkv_mbar_arrive(empty);
+}
 #endif
 
 /* stages of K and V, as many as fit beside Q in 200 KiB, at most 4 */
@@ -77,7 +84,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
   const uint32_t bar = qkv_smem_u32(bits + BQ * (BK / 32));
   const uint32_t barq = bar, fullk = bar + 8, fullv = bar + 8 + 8 * NST,
                  empty = bar + 8 + 16 * NST;
-  const int w = threadIdx.x / 32, wg = w / 4, lane = threadIdx.x % 32;
+  const int w = threadIdx.x / 32, wg = w / 4;
 
   int64_t b, i0_, boff[4];
   const int bq = qkv_attn_item(&P, blockIdx.x, &b, &i0_);
@@ -137,15 +144,14 @@ __global__ void __launch_bounds__(3 * 128, 1)
       const unsigned ph = t / NST & 1;
       unsigned char *Ks = KV + 2 * s * TKV;
       qkv_mbar_wait(fullk + 8 * s, ph);
-      if (P.causal && j0 > g0 + 63 + off) {       /* the warpgroup's rows: nothing here */
+      if (wg_tile_past(P, g0, j0, off)) {     /* the warpgroup's rows: none */
         qkv_mbar_wait(fullv + 8 * s, ph);
       } else {
-        const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+        const bool cut = wg_tile_cut<BK>(P, r0, j0, nk, off);
         wg_tile<DT, D, BK>(st, P, Bw, mk, r0, j0, cut, qa, Ks, Ks + TKV, scale2, fullv + 8 * s,
                            ph);
       }
-      __syncwarp();                               /* every lane's products of the stage done */
-      if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
+      wg_release(empty + 8 * s);
     }
   } else {
     /* FA3's ping-pong: the two warpgroups take turns at the tensor cores
@@ -167,8 +173,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
     for (int t = 0, j0 = 0; j0 < jend; t++, j0 += BK) {
       const int s = t % NST;
       const unsigned ph = t / NST & 1;
-      const bool skip = P.causal && j0 > g0 + 63 + off;
-      const bool cut = P.has_mask || j0 + BK > nk || (P.causal && j0 + BK - 1 > r0 + off);
+      const bool skip = wg_tile_past(P, g0, j0, off);
+      const bool cut = wg_tile_cut<BK>(P, r0, j0, nk, off);
       if (!skip && cut) wg_cut<BK>(Bw, P, mk, r0, j0);
       qkv_mbar_wait(fullk + 8 * s, ph);
       if (have_p) qkv_mbar_wait(fullv + 8 * ps, pph);
@@ -188,8 +194,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
       if (have_p) {
         qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
-        __syncwarp();
-        if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
+        wg_release(empty + 8 * ps);
       }
       if (!skip) {
         if constexpr (SCHED == 1) {
@@ -202,8 +207,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
         have_p = true, ps = s, pph = ph;
       } else {
         qkv_mbar_wait(fullv + 8 * s, ph);
-        __syncwarp();
-        if (lane == 0) qkv_mbar_arrive(empty + 8 * s);
+        wg_release(empty + 8 * s);
         have_p = false;
       }
     }
@@ -214,8 +218,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       qkv_wg_wait<0>();
       qkv_wg_fence_operand<D / 2>(&st.o[0][0]);
       qkv_wg_fence_operand<BK / 4>(&pa[0][0]);
-      __syncwarp();
-      if (lane == 0) qkv_mbar_arrive(empty + 8 * ps);
+      wg_release(empty + 8 * ps);
     }
   }
   wg_finish<DT, D>(st, P, b * P.nq + i0, R * cw, bq);
