@@ -171,6 +171,9 @@ void qkvL_deferred_atclose (lua_State *L);
 /* results */
 /* a view sharing the storage of the tensor at index src */
 qkv_tensor *qkvL_pushview (lua_State *L, const qkv_tensor *view, int src);
+/* t, or a 0-d t seen as (1,) in *v: the dim 1 (and -1) that PyTorch lets a
+   scalar have, for the kernels that want dim < ndim */
+qkv_tensor *qkvL_one_dim (qkv_tensor *v, const qkv_tensor *t);
 qkv_tensor *qkvL_new (lua_State *L, qkv_dtype dt, qkv_device dev, int ndim,
                       const int64_t *size, int zero);
 /* the element count of a shape a tensor of dtype dt may have (its nonzero

@@ -172,6 +172,13 @@ static qkv_tensor *newud (lua_State *L, size_t size, int nuv, int gc) {
 
 static int is_inline (const qkv_storage *s) { return s->pool < 0; }
 
+/* t, or a 0-d t seen as (1,) in *v */
+qkv_tensor *qkvL_one_dim (qkv_tensor *v, const qkv_tensor *t) {
+  *v = *t;
+  if (t->ndim == 0) qkv_view_unsqueeze(v, t, 0);
+  return v;
+}
+
 /*
 ** A view of the tensor at `src` (sharing its storage).  A view of a small
 ** tensor references the userdata that holds the storage: src itself, or

@@ -229,8 +229,7 @@ static int reduce (lua_State *L, qkv_redop op) {
   double c = moments ? correction(L, name) : 1;
   qkv_tensor one;                /* a 0-d t along its dim: as (1,), to a 0-d result */
   if (!all && t->ndim == 0) {
-    qkv_view_unsqueeze(&one, t, 0);
-    t = &one;
+    t = qkvL_one_dim(&one, t);
     keep = 0;
   }
   if (picks && (all ? qkv_numel(t) == 0 : t->size[dim] == 0)) {

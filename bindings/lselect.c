@@ -77,14 +77,6 @@ static qkv_tensor *positions (lua_State *L, const char *name, const qkv_tensor *
 }
 
 
-/* t, or a 0-d t seen as (1,) in *v: the dim 1 (and -1) that PyTorch lets a
-   scalar have, for the kernels that want dim < ndim */
-static qkv_tensor *one_dim (qkv_tensor *v, const qkv_tensor *t) {
-  *v = *t;
-  if (t->ndim == 0) qkv_view_unsqueeze(v, t, 0);
-  return v;
-}
-
 /* PyTorch's names of the methods' arguments from #2 on (qkvL_args) */
 static const char *const KW_WHERE[] = {"condition", "other", NULL},
   *const KW_DIAGONAL[] = {"diagonal", NULL}, *const KW_DIM_INDEX[] = {"dim", "index", NULL},
@@ -281,7 +273,7 @@ static int s_gather (lua_State *L) {
   }
   qkv_tensor *z = positions(L, "gather", idx, a->ndim ? a->size[dim] : 1, dim);
   qkv_tensor *out = qkvL_newlike(L, idx, a->dtype);
-  qkvL_check(L, "gather", qkv_gather(one_dim(&o1, out), one_dim(&a1, a), one_dim(&z1, z), dim));
+  qkvL_check(L, "gather", qkv_gather(qkvL_one_dim(&o1, out), qkvL_one_dim(&a1, a), qkvL_one_dim(&z1, z), dim));
   return 1;
 }
 
@@ -318,8 +310,8 @@ static int s_scatter_add_ (lua_State *L) {
   int dim = qkvL_checkdim0(L, 2, x->ndim);
   qkv_tensor *idx = qkvL_checktensor(L, 3), *src = qkvL_checktensor(L, 4);
   qkv_tensor *z = scatter_checked(L, "scatter_add_", x, dim, idx, src, &sub);
-  qkvL_check(L, "scatter_add_", qkv_scatter_add(one_dim(&x1, x), one_dim(&z1, z),
-                                                one_dim(&s1, &sub), dim));
+  qkvL_check(L, "scatter_add_", qkv_scatter_add(qkvL_one_dim(&x1, x), qkvL_one_dim(&z1, z),
+                                                qkvL_one_dim(&s1, &sub), dim));
   x->storage->version++;
   lua_settop(L, 1);
   return 1;
